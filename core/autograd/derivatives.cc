@@ -1,0 +1,457 @@
+// Backward rules, one per differentiable row of the op table (PyTorch's derivatives.yaml,
+// as C++). Each is written with ordinary ops so that create_graph=true records the
+// backward itself. Inputs: ctx (attrs, input metadata, saved tensors) and one gradient per
+// output; result: one gradient per input (undefined = none).
+#include "core/autograd/derivatives.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::autograd {
+namespace {
+
+using Grads = std::vector<Tensor>;
+using Ctx = BackwardCtx;
+
+Tensor Zeros(const TensorMeta& m) { return zeros(m.sizes, TensorOptions(m.dtype).with_device(m.device)); }
+
+// The reduced gradient broadcast back over the input's shape.
+Tensor ExpandReduced(const Tensor& g, const TensorMeta& in, const OpAttrs& a) {
+  const int64_t nd = static_cast<int64_t>(in.sizes.size());
+  Tensor r = g;
+  if (!a.keepdim && nd > 0) {
+    std::vector<int64_t> dims;
+    if (a.dims.empty()) {
+      dims.resize(nd);
+      std::iota(dims.begin(), dims.end(), 0);
+    } else {
+      for (int64_t d : a.dims) dims.push_back(wrap_dim(d, nd, "reduce"));
+      std::sort(dims.begin(), dims.end());
+    }
+    for (int64_t d : dims) r = r.unsqueeze(d);
+  }
+  return r.expand(in.sizes);
+}
+
+int64_t ReducedCount(const TensorMeta& in, const OpAttrs& a) {
+  if (a.dims.empty()) return numel_of(in.sizes);
+  int64_t n = 1;
+  for (int64_t d : a.dims) n *= in.sizes.empty() ? 1 : in.sizes[wrap_dim(d, in.sizes.size(), "reduce")];
+  return n;
+}
+
+
+// ---- unary ----
+Grads NegB(Ctx&, const Grads& g) { return {-g[0]}; }
+Grads AbsB(Ctx& c, const Grads& g) { return {g[0] * sign(c.saved_input(0))}; }
+Grads ZeroB(Ctx& c, const Grads& g) { return {zeros_like(g[0])}; }
+Grads ExpB(Ctx& c, const Grads& g) { return {g[0] * c.saved_output(0)}; }
+Grads Expm1B(Ctx& c, const Grads& g) { return {g[0] * (c.saved_output(0) + 1)}; }
+Grads LogB(Ctx& c, const Grads& g) { return {g[0] / c.saved_input(0)}; }
+Grads Log1pB(Ctx& c, const Grads& g) { return {g[0] / (c.saved_input(0) + 1)}; }
+Grads SqrtB(Ctx& c, const Grads& g) { return {g[0] / (c.saved_output(0) * 2)}; }
+Grads RsqrtB(Ctx& c, const Grads& g) {
+  Tensor o = c.saved_output(0);
+  return {g[0] * o * o * o * -0.5};
+}
+Grads ReciprocalB(Ctx& c, const Grads& g) {
+  Tensor o = c.saved_output(0);
+  return {-g[0] * o * o};
+}
+Grads SinB(Ctx& c, const Grads& g) { return {g[0] * cos(c.saved_input(0))}; }
+Grads CosB(Ctx& c, const Grads& g) { return {-g[0] * sin(c.saved_input(0))}; }
+Grads TanhB(Ctx& c, const Grads& g) {
+  Tensor o = c.saved_output(0);
+  return {g[0] * (1 - o * o)};
+}
+Grads SigmoidB(Ctx& c, const Grads& g) {
+  Tensor o = c.saved_output(0);
+  return {g[0] * o * (1 - o)};
+}
+Grads ReluB(Ctx& c, const Grads& g) { return {where(c.saved_output(0) > 0, g[0], Scalar(0.0))}; }
+Grads LeakyReluB(Ctx& c, const Grads& g) {
+  return {where(c.saved_input(0) > 0, g[0], g[0] * c.attrs().alpha)};
+}
+Grads EluB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  return {where(x > 0, g[0], g[0] * exp(x) * c.attrs().alpha)};
+}
+Grads GeluB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  if (c.attrs().keepdim) {  // tanh approximation
+    const double k = std::sqrt(2.0 / M_PI);
+    Tensor x2 = x * x;
+    Tensor t = tanh((x + x2 * x * 0.044715) * k);
+    Tensor d = (t + 1) * 0.5 + x * (1 - t * t) * (x2 * (3 * 0.044715) + 1) * (0.5 * k);
+    return {g[0] * d};
+  }
+  Tensor cdf = (erf(x * M_SQRT1_2) + 1) * 0.5;
+  Tensor pdf = exp(x * x * -0.5) * (1.0 / std::sqrt(2 * M_PI));
+  return {g[0] * (cdf + x * pdf)};
+}
+Grads SiluB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  Tensor s = sigmoid(x);
+  return {g[0] * s * (x * (1 - s) + 1)};
+}
+Grads SoftplusB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  const double beta = c.attrs().alpha, thr = c.attrs().beta;
+  return {where(x * beta > thr, g[0], g[0] * sigmoid(x * beta))};
+}
+Grads ErfB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  return {g[0] * exp(-(x * x)) * (2.0 / std::sqrt(M_PI))};
+}
+Grads PowScalarB(Ctx& c, const Grads& g) {
+  const double e = c.attrs().alpha;
+  if (e == 0) return {zeros_like(g[0])};
+  return {g[0] * pow(c.saved_input(0), e - 1) * e};
+}
+Grads ClampB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  const auto& a = c.attrs();
+  Tensor keep = ones_like(x).to(kBool);
+  if (a.has_alpha) keep = keep & (x >= Scalar(a.alpha));
+  if (a.has_beta) keep = keep & (x <= Scalar(a.beta));
+  return {where(keep, g[0], Scalar(0.0))};
+}
+
+// ---- binary ----
+Grads AddB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(c.attrs().alpha == 1 ? g[0] : g[0] * c.attrs().alpha, c.input(1).sizes);
+  return r;
+}
+Grads SubB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * -c.attrs().alpha, c.input(1).sizes);
+  return r;
+}
+Grads MulB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * c.saved_input(1), c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * c.saved_input(0), c.input(1).sizes);
+  return r;
+}
+Grads DivB(Ctx& c, const Grads& g) {
+  Tensor b = c.saved_input(1);
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] / b, c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * c.saved_input(0) / (b * b), c.input(1).sizes);
+  return r;
+}
+Grads PowB(Ctx& c, const Grads& g) {
+  Tensor a = c.saved_input(0), b = c.saved_input(1);
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * b * pow(a, b - 1), c.input(0).sizes);
+  if (c.needs_input_grad(1)) {
+    Tensor la = where(a > 0, log(a), Scalar(0.0));  // d/db a^b = a^b log a (0 where a == 0)
+    r[1] = sum_to(g[0] * c.saved_output(0) * la, c.input(1).sizes);
+  }
+  return r;
+}
+Grads MaxMinB(Ctx& c, const Grads& g, bool is_max) {
+  Tensor a = c.saved_input(0), b = c.saved_input(1);
+  Tensor pick_a = is_max ? a > b : a < b;
+  Tensor tie = a == b;
+  Tensor wa = where(pick_a, Scalar(1.0), where(tie, Scalar(0.5), Scalar(0.0))).to(g[0].dtype());
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * wa, c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * (1 - wa), c.input(1).sizes);
+  return r;
+}
+Grads MaximumB(Ctx& c, const Grads& g) { return MaxMinB(c, g, true); }
+Grads MinimumB(Ctx& c, const Grads& g) { return MaxMinB(c, g, false); }
+Grads RemainderB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * floor(c.saved_input(0) / c.saved_input(1)), c.input(1).sizes);
+  return r;
+}
+Grads Atan2B(Ctx& c, const Grads& g) {
+  Tensor y = c.saved_input(0), x = c.saved_input(1);
+  Tensor den = x * x + y * y;
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * x / den, c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * y / den, c.input(1).sizes);
+  return r;
+}
+Grads WhereB(Ctx& c, const Grads& g) {
+  Tensor cond = c.saved_input(0);
+  Grads r(3);
+  if (c.needs_input_grad(1)) r[1] = sum_to(where(cond, g[0], Scalar(0.0)), c.input(1).sizes);
+  if (c.needs_input_grad(2)) r[2] = sum_to(where(cond, Scalar(0.0), g[0]), c.input(2).sizes);
+  return r;
+}
+Grads CastB(Ctx& c, const Grads& g) { return {g[0].to(c.input(0).dtype)}; }
+Grads CloneB(Ctx&, const Grads& g) { return {g[0]}; }
+
+// ---- reductions ----
+Grads SumB(Ctx& c, const Grads& g) { return {ExpandReduced(g[0], c.input(0), c.attrs())}; }
+Grads MeanB(Ctx& c, const Grads& g) {
+  return {ExpandReduced(g[0], c.input(0), c.attrs()) / static_cast<double>(ReducedCount(c.input(0), c.attrs()))};
+}
+Grads ProdB(Ctx& c, const Grads& g) {
+  // d prod / d x_i = prod / x_i (inputs with zeros give non-finite gradients, never silent).
+  Tensor x = c.saved_input(0);
+  return {ExpandReduced(g[0] * c.saved_output(0), c.input(0), c.attrs()) / x};
+}
+Grads AmaxAminB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  Tensor hit = (x == ExpandReduced(c.saved_output(0), c.input(0), c.attrs())).to(x.dtype());
+  OpAttrs keep = c.attrs();
+  keep.keepdim = true;
+  Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), keep);
+  return {ExpandReduced(g[0], c.input(0), c.attrs()) * hit / count};
+}
+Grads MaxMinDimB(Ctx& c, const Grads& g) {
+  const auto& in = c.input(0);
+  const int64_t d = wrap_dim(c.attrs().dims[0], std::max<size_t>(in.sizes.size(), 1), "max");
+  Tensor idx = c.saved_output(1);
+  Tensor gv = g[0];
+  if (!c.attrs().keepdim && !in.sizes.empty()) {
+    idx = idx.unsqueeze(d);
+    gv = gv.unsqueeze(d);
+  }
+  if (in.sizes.empty()) return {gv.reshape({})};
+  return {scatter(Zeros(in), d, idx, gv)};
+}
+Grads VarB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  const double n = static_cast<double>(ReducedCount(c.input(0), c.attrs()));
+  Tensor mu = mean(x, c.attrs().dims, true);
+  return {ExpandReduced(g[0], c.input(0), c.attrs()) * (x - mu) * (2.0 / (n - c.attrs().alpha))};
+}
+Grads NormB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  Tensor out = ExpandReduced(c.saved_output(0), c.input(0), c.attrs());
+  Tensor ge = ExpandReduced(g[0], c.input(0), c.attrs());
+  const double p = c.attrs().alpha;
+  if (p == 1) return {ge * sign(x)};
+  if (std::isinf(p)) {
+    Tensor hit = (abs(x) == out).to(x.dtype());
+    OpAttrs keep = c.attrs();
+    Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), [&] { keep.keepdim = true; return keep; }());
+    return {ge * sign(x) * hit / count};
+  }
+  Tensor safe = where(out == 0, Scalar(1.0), out);
+  if (p == 2) return {where(out == 0, Scalar(0.0), ge * x / safe)};
+  return {where(out == 0, Scalar(0.0), ge * x * pow(abs(x), p - 2) / pow(safe, p - 1))};
+}
+Grads LogSumExpB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  return {ExpandReduced(g[0], c.input(0), c.attrs()) * exp(x - ExpandReduced(c.saved_output(0), c.input(0), c.attrs()))};
+}
+Grads CumSumB(Ctx& c, const Grads& g) {
+  const int64_t d = c.attrs().dims[0];
+  if (g[0].dim() == 0) return {g[0]};
+  return {sum(g[0], {d}, true) - cumsum(g[0], d) + g[0]};
+}
+
+// ---- linear algebra, softmax ----
+Grads MmB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = mm(g[0], c.saved_input(1).t());
+  if (c.needs_input_grad(1)) r[1] = mm(c.saved_input(0).t(), g[0]);
+  return r;
+}
+Grads BmmB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = bmm(g[0], c.saved_input(1).transpose(1, 2));
+  if (c.needs_input_grad(1)) r[1] = bmm(c.saved_input(0).transpose(1, 2), g[0]);
+  return r;
+}
+Grads SoftmaxB(Ctx& c, const Grads& g) {
+  Tensor y = c.saved_output(0);
+  const int64_t d = c.attrs().dims[0];
+  if (y.dim() == 0) return {zeros_like(g[0])};
+  return {y * (g[0] - sum(g[0] * y, {d}, true))};
+}
+Grads LogSoftmaxB(Ctx& c, const Grads& g) {
+  Tensor y = c.saved_output(0);
+  const int64_t d = c.attrs().dims[0];
+  if (y.dim() == 0) return {zeros_like(g[0])};
+  return {g[0] - exp(y) * sum(g[0], {d}, true)};
+}
+Grads CatB(Ctx& c, const Grads& g) {
+  const int64_t d = wrap_dim(c.attrs().dims[0], g[0].dim(), "cat");
+  Grads r(c.num_inputs());
+  int64_t start = 0;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    const int64_t n = c.input(i).sizes[d];
+    if (c.needs_input_grad(i)) r[i] = g[0].narrow(d, start, n);
+    start += n;
+  }
+  return r;
+}
+
+// ---- indexing ----
+// Places `g` (shaped like index) into zeros shaped like `full`, at the leading corner.
+Tensor PadTo(const Tensor& g, const IntArray& full) {
+  if (g.sizes() == full) return g;
+  OpAttrs a;
+  a.dims = full;
+  a.geometry = {g.sizes(), contiguous_strides(full), 0};
+  return dispatch1(OpId::StridedScatterAdd, {g.contiguous()}, a);
+}
+Grads IndexSelectB(Ctx& c, const Grads& g) {
+  Tensor idx = c.saved_input(1);
+  return {index_add(Zeros(c.input(0)), c.attrs().dim, idx.reshape({-1}), g[0]), Tensor()};
+}
+Grads GatherB(Ctx& c, const Grads& g) {
+  return {scatter_add(Zeros(c.input(0)), c.attrs().dim, c.saved_input(1), g[0]), Tensor()};
+}
+Grads ScatterB(Ctx& c, const Grads& g) {
+  Tensor idx = c.saved_input(1);
+  Grads r(3);
+  if (c.needs_input_grad(0)) r[0] = scatter(g[0], c.attrs().dim, idx, Scalar(0.0));
+  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], c.attrs().dim, idx), c.input(2).sizes);
+  return r;
+}
+Grads ScatterAddB(Ctx& c, const Grads& g) {
+  Tensor idx = c.saved_input(1);
+  Grads r(3);
+  if (c.needs_input_grad(0)) r[0] = g[0];
+  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], c.attrs().dim, idx), c.input(2).sizes);
+  return r;
+}
+Grads IndexAddB(Ctx& c, const Grads& g) {
+  Grads r(3);
+  if (c.needs_input_grad(0)) r[0] = g[0];
+  if (c.needs_input_grad(2)) {
+    Tensor sel = index_select(g[0], c.attrs().dim, c.saved_input(1).reshape({-1}));
+    r[2] = (c.attrs().alpha == 1 ? sel : sel * c.attrs().alpha).reshape(c.input(2).sizes);
+  }
+  return r;
+}
+std::vector<Tensor> SavedIndices(Ctx& c, int first, int last) {
+  std::vector<Tensor> idx;
+  for (int i = first; i < last; ++i) idx.push_back(c.saved_input(i));
+  return idx;
+}
+Grads IndexB(Ctx& c, const Grads& g) {
+  std::vector<Tensor> in{Zeros(c.input(0))};
+  for (Tensor& t : SavedIndices(c, 1, c.num_inputs())) in.push_back(t);
+  in.push_back(g[0]);
+  OpAttrs a = c.attrs();
+  a.keepdim = true;  // accumulate: repeated indices add up
+  Grads r(c.num_inputs());
+  r[0] = dispatch1(OpId::IndexPut, in, a);
+  return r;
+}
+Grads IndexPutB(Ctx& c, const Grads& g) {
+  const int n = c.num_inputs();
+  std::vector<Tensor> idx = SavedIndices(c, 1, n - 1);
+  Grads r(n);
+  if (c.needs_input_grad(0)) {
+    if (c.attrs().keepdim) {
+      r[0] = g[0];
+    } else {
+      std::vector<Tensor> in{g[0]};
+      in.insert(in.end(), idx.begin(), idx.end());
+      in.push_back(Zeros(c.input(n - 1)));
+      OpAttrs a = c.attrs();
+      r[0] = dispatch1(OpId::IndexPut, in, a);
+    }
+  }
+  if (c.needs_input_grad(n - 1)) {
+    std::vector<Tensor> in{g[0]};
+    in.insert(in.end(), idx.begin(), idx.end());
+    r[n - 1] = dispatch1(OpId::Index, in, c.attrs());
+  }
+  return r;
+}
+Grads SortB(Ctx& c, const Grads& g) {
+  const auto& in = c.input(0);
+  if (in.sizes.empty()) return {g[0]};
+  return {scatter(Zeros(in), c.attrs().dim, c.saved_output(1), g[0])};
+}
+
+// ---- views ----
+Grads ViewB(Ctx& c, const Grads& g) { return {g[0].reshape(c.input(0).sizes)}; }
+Grads PermuteB(Ctx& c, const Grads& g) {
+  const IntArray& perm = c.attrs().view.sizes;
+  IntArray inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return {g[0].permute(inv)};
+}
+Grads ExpandB(Ctx& c, const Grads& g) { return {sum_to(g[0], c.input(0).sizes)}; }
+Grads AsStridedB(Ctx& c, const Grads& g) {
+  const IntArray& in = c.input(0).sizes;
+  auto geom = apply_view(c.attrs().view, {in, contiguous_strides(in), 0});
+  ANVIL_INTERNAL_ASSERT(geom.has_value(), "view backward geometry");
+  OpAttrs a;
+  a.dims = in;
+  a.geometry = *geom;
+  return {dispatch1(OpId::StridedScatterAdd, {g[0].contiguous()}, a)};
+}
+Grads StridedScatterAddB(Ctx& c, const Grads& g) {
+  ViewFn fn;
+  fn.kind = ViewFn::Strided;
+  fn.sizes = c.attrs().geometry.sizes;
+  fn.strides = c.attrs().geometry.strides;
+  fn.start = c.attrs().geometry.offset;
+  return {make_view(OpId::AsStrided, g[0].contiguous(), fn)};
+}
+
+struct RuleTable {
+  BackwardFn rules[kNumOps] = {};
+  RuleTable() {
+#define RULE(Id, fn) rules[static_cast<int>(OpId::Id)] = &fn;
+    RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
+    RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
+    RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
+    RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB)
+    RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
+    RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
+    RULE(Round, ZeroB) RULE(Trunc, ZeroB)
+    RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
+    RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB)
+    RULE(Atan2, Atan2B) RULE(Where, WhereB) RULE(Cast, CastB) RULE(Clone, CloneB)
+    RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
+    RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
+    RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
+    RULE(Mm, MmB) RULE(Bmm, BmmB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
+    RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
+    RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
+    RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
+    RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
+    RULE(StridedScatterAdd, StridedScatterAddB)
+#undef RULE
+  }
+};
+
+const RuleTable& Rules() {
+  static const RuleTable table;
+  return table;
+}
+
+}  // namespace
+
+Tensor sum_to(const Tensor& grad, const IntArray& sizes) {
+  if (grad.sizes() == sizes) return grad;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(sizes.size());
+  IntArray dims;
+  for (int64_t i = 0; i < grad.dim(); ++i) {
+    if (i < lead || (sizes[i - lead] == 1 && grad.size(i) != 1)) dims.push_back(i);
+  }
+  Tensor r = dims.empty() ? grad : sum(grad, dims, true);
+  return r.reshape(sizes);
+}
+
+BackwardFn backward_rule(OpId op) {
+  BackwardFn fn = Rules().rules[static_cast<int>(op)];
+  ANVIL_INTERNAL_ASSERT(fn != nullptr, "op '", op_name(op), "' is marked differentiable but has no backward rule");
+  return fn;
+}
+
+bool has_backward_rule(OpId op) { return Rules().rules[static_cast<int>(op)] != nullptr; }
+
+}  // namespace anvil::autograd

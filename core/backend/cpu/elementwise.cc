@@ -1,0 +1,173 @@
+// CPU kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
+// shared functors in core/ops/functors.h.
+#include "core/backend/cpu/kernels.h"
+#include "core/backend/cpu/loops.h"
+#include "core/ops/functors.h"
+
+namespace anvil::cpu {
+namespace {
+
+// Output of type Out from input of type T, computing in opmath_t<T>.
+template <typename T, typename F>
+void Unary(const Tensor& out, const Tensor& x, const F& f) {
+  using M = opmath_t<T>;
+  using R = decltype(f(M{}));
+  if constexpr (std::is_same_v<R, bool>) {
+    ElementwiseKernel<bool, T, 1>(out, {&x}, [&](T a) { return f(M(a)); });
+  } else {
+    ElementwiseKernel<T, T, 1>(out, {&x}, [&](T a) { return T(f(M(a))); });
+  }
+}
+
+template <typename T, typename F>
+void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  using M = opmath_t<T>;
+  using R = decltype(f(M{}, M{}));
+  if constexpr (std::is_same_v<R, bool>) {
+    ElementwiseKernel<bool, T, 2>(out, {&a, &b}, [&](T x, T y) { return f(M(x), M(y)); });
+  } else {
+    ElementwiseKernel<T, T, 2>(out, {&a, &b}, [&](T x, T y) { return T(f(M(x), M(y))); });
+  }
+}
+
+#define UNARY_KERNEL(Name, DISPATCH, MAKE)                                       \
+  void Name##Kernel(const KernelCall& c) {                                       \
+    const auto& a = c.attrs;                                                     \
+    (void)a;                                                                     \
+    auto f = MAKE;                                                               \
+    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
+  }
+UNARY_KERNEL(Neg, ANVIL_DISPATCH_NUMERIC, fn::NegF{})
+UNARY_KERNEL(Abs, ANVIL_DISPATCH_NUMERIC, fn::AbsF{})
+UNARY_KERNEL(Sign, ANVIL_DISPATCH_NUMERIC, fn::SignF{})
+UNARY_KERNEL(Exp, ANVIL_DISPATCH_FLOATING, fn::ExpF{})
+UNARY_KERNEL(Expm1, ANVIL_DISPATCH_FLOATING, fn::Expm1F{})
+UNARY_KERNEL(Log, ANVIL_DISPATCH_FLOATING, fn::LogF{})
+UNARY_KERNEL(Log1p, ANVIL_DISPATCH_FLOATING, fn::Log1pF{})
+UNARY_KERNEL(Sqrt, ANVIL_DISPATCH_FLOATING, fn::SqrtF{})
+UNARY_KERNEL(Rsqrt, ANVIL_DISPATCH_FLOATING, fn::RsqrtF{})
+UNARY_KERNEL(Reciprocal, ANVIL_DISPATCH_FLOATING, fn::ReciprocalF{})
+UNARY_KERNEL(Sin, ANVIL_DISPATCH_FLOATING, fn::SinF{})
+UNARY_KERNEL(Cos, ANVIL_DISPATCH_FLOATING, fn::CosF{})
+UNARY_KERNEL(Tanh, ANVIL_DISPATCH_FLOATING, fn::TanhF{})
+UNARY_KERNEL(Sigmoid, ANVIL_DISPATCH_FLOATING, fn::SigmoidF{})
+UNARY_KERNEL(Relu, ANVIL_DISPATCH_NUMERIC, fn::ReluF{})
+UNARY_KERNEL(LeakyRelu, ANVIL_DISPATCH_FLOATING, fn::LeakyReluF{a.alpha})
+UNARY_KERNEL(Elu, ANVIL_DISPATCH_FLOATING, fn::EluF{a.alpha})
+UNARY_KERNEL(Gelu, ANVIL_DISPATCH_FLOATING, fn::GeluF{a.keepdim})
+UNARY_KERNEL(Silu, ANVIL_DISPATCH_FLOATING, fn::SiluF{})
+UNARY_KERNEL(Softplus, ANVIL_DISPATCH_FLOATING, (fn::SoftplusF{a.alpha, a.beta}))
+UNARY_KERNEL(Erf, ANVIL_DISPATCH_FLOATING, fn::ErfF{})
+UNARY_KERNEL(PowScalar, ANVIL_DISPATCH_NUMERIC, fn::PowScalarF{a.alpha})
+UNARY_KERNEL(Clamp, ANVIL_DISPATCH_NUMERIC, (fn::ClampF{a.alpha, a.beta, a.has_alpha, a.has_beta}))
+UNARY_KERNEL(Floor, ANVIL_DISPATCH_NUMERIC, fn::FloorF{})
+UNARY_KERNEL(Ceil, ANVIL_DISPATCH_NUMERIC, fn::CeilF{})
+UNARY_KERNEL(Round, ANVIL_DISPATCH_NUMERIC, fn::RoundF{})
+UNARY_KERNEL(Trunc, ANVIL_DISPATCH_NUMERIC, fn::TruncF{})
+UNARY_KERNEL(LogicalNot, ANVIL_DISPATCH_ALL, fn::LogicalNotF{})
+UNARY_KERNEL(IsNan, ANVIL_DISPATCH_ALL, fn::IsNanF{})
+UNARY_KERNEL(IsFinite, ANVIL_DISPATCH_ALL, fn::IsFiniteF{})
+#undef UNARY_KERNEL
+
+void CheckNoZeroDivisor(const Tensor& b) {
+  ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {
+    if constexpr (std::is_integral_v<scalar_t>) {
+      StridedLoop<1> loop;
+      loop.Build({&b});
+      bool zero = false;
+      loop.Run(0, loop.numel(), [&](char** p, const int64_t* st, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) zero |= *reinterpret_cast<scalar_t*>(p[0] + j * st[0]) == 0;
+      });
+      ANVIL_CHECK(!zero, "ZeroDivisionError: integer remainder by zero");
+    }
+  });
+}
+
+#define BINARY_KERNEL(Name, DISPATCH, MAKE)                                                  \
+  void Name##Kernel(const KernelCall& c) {                                                   \
+    const auto& a = c.attrs;                                                                 \
+    (void)a;                                                                                 \
+    auto f = MAKE;                                                                           \
+    DISPATCH(c.inputs[0].dtype(), #Name,                                                     \
+             [&] { Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });          \
+  }
+BINARY_KERNEL(Add, ANVIL_DISPATCH_ALL, fn::AddF{a.alpha})
+BINARY_KERNEL(Sub, ANVIL_DISPATCH_NUMERIC, fn::SubF{a.alpha})
+BINARY_KERNEL(Mul, ANVIL_DISPATCH_ALL, fn::MulF{})
+BINARY_KERNEL(Div, ANVIL_DISPATCH_FLOATING, fn::DivF{})
+BINARY_KERNEL(Pow, ANVIL_DISPATCH_NUMERIC, fn::PowF{})
+BINARY_KERNEL(Maximum, ANVIL_DISPATCH_NUMERIC, fn::MaximumF{})
+BINARY_KERNEL(Minimum, ANVIL_DISPATCH_NUMERIC, fn::MinimumF{})
+BINARY_KERNEL(Atan2, ANVIL_DISPATCH_FLOATING, fn::Atan2F{})
+BINARY_KERNEL(Eq, ANVIL_DISPATCH_ALL, fn::EqF{})
+BINARY_KERNEL(Ne, ANVIL_DISPATCH_ALL, fn::NeF{})
+BINARY_KERNEL(Lt, ANVIL_DISPATCH_ALL, fn::LtF{})
+BINARY_KERNEL(Le, ANVIL_DISPATCH_ALL, fn::LeF{})
+BINARY_KERNEL(Gt, ANVIL_DISPATCH_ALL, fn::GtF{})
+BINARY_KERNEL(Ge, ANVIL_DISPATCH_ALL, fn::GeF{})
+BINARY_KERNEL(LogicalAnd, ANVIL_DISPATCH_ALL, fn::LogicalAndF{})
+BINARY_KERNEL(LogicalOr, ANVIL_DISPATCH_ALL, fn::LogicalOrF{})
+BINARY_KERNEL(LogicalXor, ANVIL_DISPATCH_ALL, fn::LogicalXorF{})
+#undef BINARY_KERNEL
+
+void RemainderKernel(const KernelCall& c) {
+  CheckNoZeroDivisor(c.inputs[1]);
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "remainder", [&] {
+    Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], fn::RemainderF{});
+  });
+}
+
+void WhereKernel(const KernelCall& c) {
+  const Tensor &cond = c.inputs[0], &x = c.inputs[1], &y = c.inputs[2];
+  ANVIL_DISPATCH_ALL(x.dtype(), "where", [&] {
+    StridedLoop<4> loop;
+    loop.Build({&c.outputs[0], &cond, &x, &y});
+    loop.ParallelRun([&](char** p, const int64_t* st, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const bool k = *reinterpret_cast<const bool*>(p[1] + j * st[1]);
+        *reinterpret_cast<scalar_t*>(p[0] + j * st[0]) =
+            *reinterpret_cast<const scalar_t*>(p[k ? 2 : 3] + j * st[k ? 2 : 3]);
+      }
+    });
+  });
+}
+
+// Also the copy_ kernel: writes input (broadcast to the output's shape) converted to the
+// output's dtype, into any output layout.
+void CastKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  ANVIL_DISPATCH_ALL(x.dtype(), "to", [&] {
+    using In = scalar_t;
+    ANVIL_DISPATCH_ALL(out.dtype(), "to", [&] {
+      using Out = scalar_t;
+      ElementwiseKernel<Out, In, 1>(out, {&x}, [](In v) {
+        if constexpr (std::is_same_v<Out, bool>) return static_cast<float>(v) != 0.0f;
+        else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>) return Out(static_cast<float>(v));
+        else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) return Out(static_cast<float>(v));
+        else return static_cast<Out>(v);
+      });
+    });
+  });
+}
+
+void CloneKernel(const KernelCall& c) {
+  KernelCall cast{OpId::Cast, c.inputs, c.outputs, c.attrs};
+  CastKernel(cast);
+}
+
+}  // namespace
+
+void RegisterElementwiseKernels(KernelTable& t) {
+#define REG(Name) t[static_cast<int>(OpId::Name)] = &Name##Kernel;
+  REG(Neg) REG(Abs) REG(Sign) REG(Exp) REG(Expm1) REG(Log) REG(Log1p) REG(Sqrt) REG(Rsqrt)
+  REG(Reciprocal) REG(Sin) REG(Cos) REG(Tanh) REG(Sigmoid) REG(Relu) REG(LeakyRelu) REG(Elu)
+  REG(Gelu) REG(Silu) REG(Softplus) REG(Erf) REG(PowScalar) REG(Clamp) REG(Floor) REG(Ceil)
+  REG(Round) REG(Trunc) REG(LogicalNot) REG(IsNan) REG(IsFinite)
+  REG(Add) REG(Sub) REG(Mul) REG(Div) REG(Pow) REG(Maximum) REG(Minimum) REG(Remainder)
+  REG(Atan2) REG(Eq) REG(Ne) REG(Lt) REG(Le) REG(Gt) REG(Ge) REG(LogicalAnd) REG(LogicalOr)
+  REG(LogicalXor) REG(Where) REG(Cast) REG(Clone)
+#undef REG
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,371 @@
+// CPU kernels for indexing: gather/scatter, index_select/index_add, advanced indexing
+// (index / index_put), nonzero and sort.
+//
+// The common trick: re-window the indexed tensor so that it has the shape of the index
+// (or result), with stride 0 along the indexed dims; one StridedLoop then walks result,
+// re-windowed source and index together, and the index value times the source's stride
+// is added to the pointer. Writes that may collide (scatter, accumulate) run serially so
+// results are deterministic.
+#include <algorithm>
+#include <numeric>
+
+#include "core/backend/cpu/kernels.h"
+#include "core/backend/cpu/loops.h"
+#include "core/ops/functions.h"
+
+namespace anvil::cpu {
+namespace {
+
+// A raw window onto t's storage (no autograd, no checks): kernels only.
+Tensor Window(const Tensor& t, IntArray sizes, IntArray strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides),
+                                             offset, t.dtype()));
+}
+
+int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
+  if (i < 0) i += size;
+  ANVIL_CHECK_INDEX(i >= 0 && i < size, "index ", (i < 0 ? i - size : i), " is out of bounds for dimension ",
+                    dim, " with size ", size);
+  return i;
+}
+
+Tensor AsInt64(const Tensor& idx) { return idx.dtype() == kInt64 ? idx : idx.to(kInt64); }
+
+// Copies self into out unless out is self (in-place form).
+void InitFromSelf(const Tensor& self, const Tensor& out) {
+  if (out.impl() == self.impl()) return;
+  std::vector<Tensor> outs{out};
+  OpAttrs a;
+  backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {self}, outs, a});
+}
+
+void GatherKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(x.dim(), 1), "gather");
+  const int64_t size = x.dim() == 0 ? 1 : x.size(d);
+  IntArray st = x.strides();
+  if (!st.empty()) st[d] = 0;
+  Tensor xr = Window(x, idx.sizes(), st, x.storage_offset());
+  const int64_t step = (x.dim() == 0 ? 0 : x.stride(d)) * x.element_size();
+  ANVIL_DISPATCH_ALL(x.dtype(), "gather", [&] {
+    StridedLoop<3> loop;
+    loop.Build({&out, &xr, &idx});
+    loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
+            *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
+      }
+    });
+  });
+}
+
+// scatter / scatter_add: out = self; out[..idx..] (+)= src (or value when keepdim).
+template <bool Add>
+void ScatterKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (idx.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter");
+  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  IntArray st = out.strides();
+  if (!st.empty()) st[d] = 0;
+  Tensor outr = Window(out, idx.sizes(), st, out.storage_offset());
+  Tensor srcr = Window(src, idx.sizes(), src.strides(), src.storage_offset());
+  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
+  ANVIL_DISPATCH_ALL(self.dtype(), "scatter", [&] {
+    StridedLoop<3> loop;
+    loop.Build({&outr, &srcr, &idx});
+    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step);
+        const scalar_t v = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]);
+        if constexpr (Add) {
+          if constexpr (std::is_same_v<scalar_t, bool>) *dst = *dst || v;
+          else *dst = scalar_t(opmath_t<scalar_t>(*dst) + opmath_t<scalar_t>(v));
+        } else {
+          *dst = v;
+        }
+      }
+    });
+  });
+}
+
+void IndexSelectKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]).reshape({-1});
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  if (x.dim() == 0) {
+    WrapIndex(idx.data_ptr<int64_t>()[0], 1, 0);
+    InitFromSelf(x, out);
+    return;
+  }
+  const int64_t d = wrap_dim(c.attrs.dim, x.dim(), "index_select");
+  const int64_t size = x.size(d);
+  const int64_t* ip = idx.contiguous().data_ptr<int64_t>();
+  if (d == 0 && x.is_contiguous()) {
+    // Row copies.
+    const int64_t row_bytes = x.numel() / std::max<int64_t>(size, 1) * x.element_size();
+    const char* src = static_cast<const char*>(x.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    parallel_for(0, idx.numel(), std::max<int64_t>(1, kGrain * 4 / std::max<int64_t>(row_bytes, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t k = b; k < e; ++k) {
+                     std::memcpy(dst + k * row_bytes, src + WrapIndex(ip[k], size, 0) * row_bytes, row_bytes);
+                   }
+                 });
+    return;
+  }
+  IntArray st = x.strides();
+  st[d] = 0;
+  Tensor xr = Window(x, out.sizes(), st, x.storage_offset());
+  IntArray ist(out.dim(), 0);
+  ist[d] = 1;
+  Tensor idxc = idx.contiguous();
+  Tensor ir = Window(idxc, out.sizes(), ist, idxc.storage_offset());
+  const int64_t step = x.stride(d) * x.element_size();
+  ANVIL_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+    StridedLoop<3> loop;
+    loop.Build({&out, &xr, &ir});
+    loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
+            *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
+      }
+    });
+  });
+}
+
+void IndexAddKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]).reshape({-1}).contiguous();
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (src.numel() == 0) return;
+  Tensor o = out.dim() == 0 ? Window(out, {1}, {1}, out.storage_offset()) : out;
+  Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
+  const int64_t d = wrap_dim(c.attrs.dim, o.dim(), "index_add");
+  const int64_t size = o.size(d);
+  IntArray st = o.strides();
+  st[d] = 0;
+  Tensor outr = Window(o, s.sizes(), st, o.storage_offset());
+  IntArray ist(s.dim(), 0);
+  ist[d] = 1;
+  Tensor ir = Window(idx, s.sizes(), ist, idx.storage_offset());
+  const int64_t step = o.stride(d) * o.element_size();
+  const double alpha = c.attrs.alpha;
+  ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
+    using M = opmath_t<scalar_t>;
+    StridedLoop<3> loop;
+    loop.Build({&outr, &s, &ir});
+    loop.Run(0, loop.numel(), [&](char** p, const int64_t* sd, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * sd[2]), size, d);
+        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * sd[0] + i * step);
+        *dst = scalar_t(M(*dst) + M(alpha) * M(*reinterpret_cast<const scalar_t*>(p[1] + j * sd[1])));
+      }
+    });
+  });
+}
+
+// Advanced indexing geometry: the result as [B..., rest...] (B = broadcast index shape).
+struct AdvIndex {
+  Tensor result_view;       // the result (or values) permuted to [B..., rest...]
+  Tensor self_window;       // self re-windowed to [B..., rest...], stride 0 on B dims
+  std::vector<Tensor> idx;  // each index re-windowed to [B..., rest...]
+  IntArray self_strides;    // bytes per index step, per indexed dim
+  IntArray self_sizes;      // size of each indexed dim
+};
+
+AdvIndex Plan(const Tensor& self, const std::vector<Tensor>& indices, const IntArray& idims,
+              const Tensor& result) {
+  const int64_t nb = indices[0].dim();
+  std::vector<int64_t> rest;
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    if (std::find(idims.begin(), idims.end(), k) == idims.end()) rest.push_back(k);
+  }
+  bool adjacent = true;
+  for (size_t k = 1; k < idims.size(); ++k) adjacent &= idims[k] == idims[k - 1] + 1;
+  // Permutation of the result that puts B dims first.
+  IntArray perm;
+  const int64_t pre = adjacent ? idims[0] : 0;
+  for (int64_t k = 0; k < nb; ++k) perm.push_back(pre + k);
+  for (int64_t k = 0; k < pre; ++k) perm.push_back(k);
+  for (int64_t k = pre + nb; k < result.dim(); ++k) perm.push_back(k);
+  AdvIndex plan;
+  IntArray rs, rst;
+  for (int64_t p : perm) {
+    rs.push_back(result.size(p));
+    rst.push_back(result.stride(p));
+  }
+  plan.result_view = Window(result, rs, rst, result.storage_offset());
+  IntArray sst(nb, 0);
+  for (int64_t k : rest) sst.push_back(self.stride(k));
+  plan.self_window = Window(self, rs, sst, self.storage_offset());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const Tensor& ix = indices[k];
+    IntArray ist(ix.strides());
+    ist.resize(rs.size(), 0);
+    plan.idx.push_back(Window(ix, rs, ist, ix.storage_offset()));
+    plan.self_strides.push_back(self.stride(idims[k]) * self.element_size());
+    plan.self_sizes.push_back(self.size(idims[k]));
+  }
+  return plan;
+}
+
+template <int K, bool Put, typename T>
+void AdvLoop(const AdvIndex& plan, const IntArray& idims, bool accumulate) {
+  std::array<const Tensor*, 2 + K> ops;
+  ops[0] = &plan.result_view;
+  ops[1] = &plan.self_window;
+  for (int k = 0; k < K; ++k) ops[2 + k] = &plan.idx[k];
+  StridedLoop<2 + K> loop;
+  loop.Build(ops);
+  auto body = [&](char** p, const int64_t* s, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t off = 0;
+      for (int k = 0; k < K; ++k) {
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2 + k] + j * s[2 + k]),
+                                    plan.self_sizes[k], idims[k]);
+        off += i * plan.self_strides[k];
+      }
+      T* r = reinterpret_cast<T*>(p[0] + j * s[0]);
+      T* v = reinterpret_cast<T*>(p[1] + j * s[1] + off);
+      if constexpr (Put) {
+        if (accumulate) {
+          if constexpr (std::is_same_v<T, bool>) *v = *v || *r;
+          else *v = T(opmath_t<T>(*v) + opmath_t<T>(*r));
+        } else {
+          *v = *r;
+        }
+      } else {
+        *r = *v;
+      }
+    }
+  };
+  if constexpr (Put) loop.Run(0, loop.numel(), body);
+  else loop.ParallelRun(body);
+}
+
+template <bool Put>
+void AdvDispatch(const AdvIndex& plan, const IntArray& idims, ScalarType dt, bool accumulate) {
+  ANVIL_DISPATCH_ALL(dt, "index", [&] {
+    switch (plan.idx.size()) {
+      case 1: return AdvLoop<1, Put, scalar_t>(plan, idims, accumulate);
+      case 2: return AdvLoop<2, Put, scalar_t>(plan, idims, accumulate);
+      case 3: return AdvLoop<3, Put, scalar_t>(plan, idims, accumulate);
+      case 4: return AdvLoop<4, Put, scalar_t>(plan, idims, accumulate);
+      case 5: return AdvLoop<5, Put, scalar_t>(plan, idims, accumulate);
+      case 6: return AdvLoop<6, Put, scalar_t>(plan, idims, accumulate);
+      default:
+        throw NotImplementedError("advanced indexing with more than 6 index tensors");
+    }
+  });
+}
+
+void IndexKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  std::vector<Tensor> idx(c.inputs.begin() + 1, c.inputs.end());
+  if (c.outputs[0].numel() == 0) return;
+  AdvIndex plan = Plan(self, idx, c.attrs.indexed_dims, c.outputs[0]);
+  AdvDispatch<false>(plan, c.attrs.indexed_dims, self.dtype(), false);
+}
+
+// inputs: self, indices..., values (already broadcast to the indexing result's shape).
+void IndexPutKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  const Tensor& values = c.inputs.back();
+  std::vector<Tensor> idx(c.inputs.begin() + 1, c.inputs.end() - 1);
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (values.numel() == 0) return;
+  AdvIndex plan = Plan(out, idx, c.attrs.indexed_dims, values);
+  AdvDispatch<true>(plan, c.attrs.indexed_dims, self.dtype(), c.attrs.keepdim);
+}
+
+void NonzeroKernel(const KernelCall& c) {
+  const Tensor x = c.inputs[0].contiguous();
+  const int64_t nd = x.dim();
+  std::vector<int64_t> hits;
+  ANVIL_DISPATCH_ALL(x.dtype(), "nonzero", [&] {
+    const scalar_t* p = x.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (static_cast<opmath_t<scalar_t>>(p[i]) != opmath_t<scalar_t>(0)) hits.push_back(i);
+    }
+  });
+  Tensor out = empty({static_cast<int64_t>(hits.size()), nd}, TensorOptions(kInt64));
+  int64_t* o = out.data_ptr<int64_t>();
+  for (size_t h = 0; h < hits.size(); ++h) {
+    int64_t rem = hits[h];
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      o[h * nd + d] = rem % x.size(d);
+      rem /= x.size(d);
+    }
+  }
+  c.outputs.push_back(out);
+}
+
+void SortKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const bool desc = c.attrs.keepdim;
+  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(c.attrs.dim, xs.dim(), "sort");
+  Tensor xm = xs.movedim(d, -1).contiguous();
+  const int64_t len = xm.size(-1);
+  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
+  Tensor vals = empty_like(xm);
+  Tensor inds = empty(xm.sizes(), TensorOptions(kInt64));
+  ANVIL_DISPATCH_NUMERIC(x.dtype(), "sort", [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* in = xm.data_ptr<scalar_t>();
+    scalar_t* vo = vals.data_ptr<scalar_t>();
+    int64_t* io = inds.data_ptr<int64_t>();
+    parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const scalar_t* row = in + r * len;
+        int64_t* ir = io + r * len;
+        std::iota(ir, ir + len, 0);
+        // NaN sorts as the largest value (PyTorch): last ascending, first descending.
+        std::stable_sort(ir, ir + len, [&](int64_t i, int64_t j) {
+          const M a = M(row[i]), bb = M(row[j]);
+          const bool an = a != a, bn = bb != bb;
+          if (desc) return (an && !bn) || (!an && !bn && a > bb);
+          return (!an && bn) || (!an && !bn && a < bb);
+        });
+        for (int64_t k = 0; k < len; ++k) vo[r * len + k] = row[ir[k]];
+      }
+    });
+  });
+  OpAttrs a;
+  for (int k = 0; k < 2; ++k) {
+    Tensor src = (k == 0 ? vals : inds).movedim(-1, d).reshape(c.outputs[k].sizes());
+    std::vector<Tensor> outs{c.outputs[k]};
+    backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {src}, outs, a});
+  }
+}
+
+}  // namespace
+
+void RegisterIndexKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::Gather)] = &GatherKernel;
+  t[static_cast<int>(OpId::Scatter)] = &ScatterKernel<false>;
+  t[static_cast<int>(OpId::ScatterAdd)] = &ScatterKernel<true>;
+  t[static_cast<int>(OpId::IndexSelect)] = &IndexSelectKernel;
+  t[static_cast<int>(OpId::IndexAdd)] = &IndexAddKernel;
+  t[static_cast<int>(OpId::Index)] = &IndexKernel;
+  t[static_cast<int>(OpId::IndexPut)] = &IndexPutKernel;
+  t[static_cast<int>(OpId::Nonzero)] = &NonzeroKernel;
+  t[static_cast<int>(OpId::Sort)] = &SortKernel;
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,139 @@
+// Matrix products on OpenBLAS. OpenBLAS runs single-threaded and Anvil's pool splits the
+// work (rows of C, or the batch): two thread pools on two cores would oversubscribe them
+// and make small-model training several times slower (TOOLCHAIN measurements).
+#include <cblas.h>
+
+#include "core/backend/cpu/kernels.h"
+#include "core/backend/cpu/loops.h"
+#include "core/ops/functions.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace anvil::cpu {
+namespace {
+
+struct MatArg {
+  Tensor t;  // keeps a contiguous copy alive when one was needed
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// Describes a 2-D (or one batch slice of 3-D) operand for BLAS without copying when its
+// strides are row- or column-major.
+MatArg AsBlas(const Tensor& m) {
+  const int64_t nd = m.dim();
+  const int64_t rows = m.size(nd - 2), cols = m.size(nd - 1);
+  const int64_t s0 = m.stride(nd - 2), s1 = m.stride(nd - 1);
+  if (s1 == 1 && (s0 >= std::max<int64_t>(cols, 1) || rows == 1)) {
+    return {m, CblasNoTrans, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
+  }
+  if (s0 == 1 && (s1 >= std::max<int64_t>(rows, 1) || cols == 1)) {
+    return {m, CblasTrans, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
+  }
+  Tensor c = m.contiguous();
+  return {c, CblasNoTrans, std::max<int64_t>(cols, 1)};
+}
+
+template <typename T>
+void Gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  }
+}
+
+// C[m,n] = A[m,k] B[k,n], rows of C split over the pool when the product is large.
+template <typename T>
+void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, T* c, int64_t m,
+                  int64_t n, int64_t k) {
+  if (k == 0) {
+    std::fill(c, c + m * n, T(0));
+    return;
+  }
+  const int64_t flops = m * n * k;
+  const int threads = get_num_threads();
+  if (threads <= 1 || flops < (int64_t{1} << 21) || m < 2 * threads || in_parallel_region()) {
+    Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, c, n);
+    return;
+  }
+  const int64_t step = (m + threads - 1) / threads;
+  parallel_for(0, threads, 1, [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t r0 = t * step, r1 = std::min(m, r0 + step);
+      if (r0 >= r1) continue;
+      const T* a_rows = A.trans == CblasNoTrans ? a + r0 * A.ld : a + r0;
+      Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, c + r0 * n, n);
+    }
+  });
+}
+
+template <typename T>
+void NaiveMatmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  // Integer and 16-bit float fallback (16-bit floats go through float32 in MmKernel).
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  const T* pa = ac.data_ptr<T>();
+  const T* pb = bc.data_ptr<T>();
+  T* pc = out.data_ptr<T>();
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        opmath_t<T> s = 0;
+        for (int64_t p = 0; p < k; ++p) s += opmath_t<T>(pa[(bi * m + i) * k + p]) * opmath_t<T>(pb[(bi * k + p) * n + j]);
+        pc[(bi * m + i) * n + j] = T(s);
+      }
+    }
+  }
+}
+
+void MatmulKernel(const KernelCall& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1];
+  const Tensor& out = c.outputs[0];
+  const bool batched = out.dim() == 3;
+  const int64_t batch = batched ? out.size(0) : 1;
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  if (out.numel() == 0) return;
+  const ScalarType dt = a.dtype();
+  if (dt == kFloat16 || dt == kBFloat16) {
+    Tensor r = batched ? bmm(a.to(kFloat32), b.to(kFloat32)) : mm(a.to(kFloat32), b.to(kFloat32));
+    std::vector<Tensor> outs{out};
+    backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {r}, outs, c.attrs});
+    return;
+  }
+  if (dt != kFloat32 && dt != kFloat64) {
+    ANVIL_DISPATCH_NUMERIC(dt, "mm", [&] { NaiveMatmul<scalar_t>(a, b, out); });
+    return;
+  }
+  ANVIL_DISPATCH_FLOATING(dt, "mm", [&] {
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+      using T = scalar_t;
+      T* pc = out.data_ptr<T>();
+      if (!batched) {
+        MatArg A = AsBlas(a), B = AsBlas(b);
+        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), pc, m, n, k);
+        return;
+      }
+      // Batches: one slice per task; slices use the operands' own batch strides.
+      parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t bi = b0; bi < b1; ++bi) {
+          MatArg A = AsBlas(a.select(0, bi)), B = AsBlas(b.select(0, bi));
+          GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
+                          pc + bi * m * n, m, n, k);
+        }
+      });
+    }
+  });
+}
+
+}  // namespace
+
+void RegisterLinalgKernels(KernelTable& t) {
+  openblas_set_num_threads(1);
+  t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
+  t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
+}
+
+}  // namespace anvil::cpu

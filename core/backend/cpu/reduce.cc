@@ -1,0 +1,319 @@
+// CPU reductions. Every reduction is laid out as [outer, red, inner]:
+//  - without a copy when the input is contiguous and the reduced dims form one block
+//    (sum over dim 0 of a matrix becomes column accumulation: vectorised, no transpose);
+//  - otherwise by permuting the reduced dims last and making that contiguous (inner = 1).
+// Partial results are combined in a fixed order, so results do not depend on timing.
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/backend/cpu/kernels.h"
+#include "core/backend/cpu/loops.h"
+#include "core/ops/functions.h"
+#include "core/ops/functors.h"
+
+namespace anvil::cpu {
+namespace {
+
+struct Layout {
+  Tensor x;  // contiguous, viewed as [outer, red, inner]
+  int64_t outer = 1, red = 1, inner = 1;
+};
+
+Layout MakeLayout(const Tensor& in, const IntArray& dims_in, bool allow_inner) {
+  const int64_t nd = in.dim();
+  std::vector<bool> reduce(nd, dims_in.empty());
+  for (int64_t d : dims_in) reduce[wrap_dim(d, nd, "reduce")] = true;
+  Layout l;
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (reduce[d]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  }
+  bool block = first >= 0;
+  for (int64_t d = first; block && d <= last; ++d) block = reduce[d];
+  if (nd == 0) {
+    l.x = in.contiguous();
+    return l;
+  }
+  if (block && in.is_contiguous() && (allow_inner || last == nd - 1)) {
+    l.x = in;
+    for (int64_t d = 0; d < first; ++d) l.outer *= in.size(d);
+    for (int64_t d = first; d <= last; ++d) l.red *= in.size(d);
+    for (int64_t d = last + 1; d < nd; ++d) l.inner *= in.size(d);
+    return l;
+  }
+  IntArray perm;
+  for (int64_t d = 0; d < nd; ++d) if (!reduce[d]) { perm.push_back(d); l.outer *= in.size(d); }
+  for (int64_t d = 0; d < nd; ++d) if (reduce[d]) { perm.push_back(d); l.red *= in.size(d); }
+  l.x = in.permute(perm).contiguous();
+  return l;
+}
+
+// Sum of n contiguous values: 16 independent float lanes (vectorised) per 4096-element
+// block, blocks accumulated in double.
+template <typename T>
+double SumContiguous(const T* x, int64_t n) {
+  using M = opmath_t<T>;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += 4096) {
+    const int64_t e = std::min(n, b + 4096);
+    M lanes[16] = {};
+    int64_t i = b;
+    for (; i + 16 <= e; i += 16) {
+      for (int k = 0; k < 16; ++k) lanes[k] += M(x[i + k]);
+    }
+    M s = 0;
+    for (; i < e; ++i) s += M(x[i]);
+    for (int k = 0; k < 16; ++k) s += lanes[k];
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
+// Row reduction with a parallel split inside the row when there are few rows.
+template <typename T, typename RowFn>
+void ForEachRow(const Layout& l, const RowFn& row) {
+  parallel_for(0, l.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(l.red, 1)),
+               [&](int64_t b, int64_t e) { for (int64_t o = b; o < e; ++o) row(o); });
+}
+
+enum class Kind { Sum, Mean, Prod, Amax, Amin, All, Any, Norm, Var, LogSumExp };
+
+template <typename T, Kind K>
+void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
+  using M = opmath_t<T>;
+  const T* x = l.x.data_ptr<T>();
+  const int64_t red = l.red, inner = l.inner;
+  if constexpr (K == Kind::All || K == Kind::Any) {
+    bool* o = out.data_ptr<bool>();
+    parallel_for(0, l.outer * inner, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t oi = k / inner, j = k % inner;
+        bool acc = K == Kind::All;
+        for (int64_t r = 0; r < red; ++r) {
+          const bool v = static_cast<bool>(x[(oi * red + r) * inner + j]);
+          acc = K == Kind::All ? (acc && v) : (acc || v);
+        }
+        o[k] = acc;
+      }
+    });
+    return;
+  } else {
+    T* o = out.data_ptr<T>();
+    if (inner > 1) {
+      // Column accumulation: acc[j] over r, vectorised along j.
+      parallel_for(0, l.outer, 1, [&](int64_t b, int64_t e) {
+        std::vector<M> acc(inner);
+        for (int64_t oi = b; oi < e; ++oi) {
+          const T* base = x + oi * red * inner;
+          for (int64_t j = 0; j < inner; ++j) acc[j] = M(base[j]);
+          for (int64_t r = 1; r < red; ++r) {
+            const T* row = base + r * inner;
+            for (int64_t j = 0; j < inner; ++j) {
+              const M v = M(row[j]);
+              if constexpr (K == Kind::Sum || K == Kind::Mean) acc[j] += v;
+              else if constexpr (K == Kind::Prod) acc[j] *= v;
+              else if constexpr (K == Kind::Amax) acc[j] = (v > acc[j] || v != v) ? v : acc[j];
+              else if constexpr (K == Kind::Amin) acc[j] = (v < acc[j] || v != v) ? v : acc[j];
+            }
+          }
+          for (int64_t j = 0; j < inner; ++j) {
+            M v = red == 0 ? M(K == Kind::Prod ? 1 : 0) : acc[j];
+            if constexpr (K == Kind::Mean) v = v / M(red);
+            o[oi * inner + j] = T(v);
+          }
+        }
+      });
+      return;
+    }
+    auto row_value = [&](const T* p, int64_t n) -> M {
+      if constexpr (K == Kind::Sum || K == Kind::Mean) {
+        if constexpr (std::is_floating_point_v<M>) {
+          const double s = SumContiguous(p, n);
+          return K == Kind::Mean ? M(s / static_cast<double>(n)) : M(s);
+        } else {
+          M s = 0;
+          for (int64_t i = 0; i < n; ++i) s += M(p[i]);
+          return s;
+        }
+      } else if constexpr (K == Kind::Prod) {
+        M s = 1;
+        for (int64_t i = 0; i < n; ++i) s *= M(p[i]);
+        return s;
+      } else if constexpr (K == Kind::Amax || K == Kind::Amin) {
+        M best = M(p[0]);
+        for (int64_t i = 1; i < n; ++i) {
+          const M v = M(p[i]);
+          if (v != v) return v;
+          best = K == Kind::Amax ? (v > best ? v : best) : (v < best ? v : best);
+        }
+        return best;
+      } else if constexpr (K == Kind::Norm) {
+        const double pn = a.alpha;
+        if (std::isinf(pn)) {
+          double m = 0;
+          for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(M(p[i]))));
+          return M(m);
+        }
+        double s = 0;
+        if (pn == 2) {
+          for (int64_t i = 0; i < n; ++i) { const double v = static_cast<double>(M(p[i])); s += v * v; }
+          return M(std::sqrt(s));
+        }
+        if (pn == 1) {
+          for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(M(p[i])));
+          return M(s);
+        }
+        for (int64_t i = 0; i < n; ++i) s += std::pow(std::fabs(static_cast<double>(M(p[i]))), pn);
+        return M(std::pow(s, 1.0 / pn));
+      } else if constexpr (K == Kind::Var) {
+        double mean = 0;
+        for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(M(p[i]));
+        mean /= static_cast<double>(n);
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double d = static_cast<double>(M(p[i])) - mean;
+          ss += d * d;
+        }
+        const double denom = static_cast<double>(n) - a.alpha;
+        return M(denom <= 0 ? std::numeric_limits<double>::quiet_NaN() : ss / denom);
+      } else {  // LogSumExp
+        M m = M(p[0]);
+        for (int64_t i = 1; i < n; ++i) m = M(p[i]) > m ? M(p[i]) : m;
+        if (std::isinf(static_cast<double>(m))) return m;
+        double s = 0;
+        if constexpr (std::is_same_v<M, float>) {
+          float lanes[16] = {};
+          int64_t i = 0;
+          for (; i + 16 <= n; i += 16) {
+            for (int k = 0; k < 16; ++k) lanes[k] += fn::exp_f32(float(p[i + k]) - m);
+          }
+          for (; i < n; ++i) s += fn::exp_f32(float(p[i]) - m);
+          for (int k = 0; k < 16; ++k) s += lanes[k];
+        } else {
+          for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(M(p[i]) - m));
+        }
+        return M(static_cast<double>(m) + std::log(s));
+      }
+    };
+    if (l.outer == 1 && (K == Kind::Sum || K == Kind::Mean) && red > 2 * kGrain) {
+      // One long row: per-chunk partial sums, combined in chunk order.
+      const int threads = get_num_threads();
+      const int64_t step = (red + threads - 1) / threads;
+      std::vector<double> partial(threads, 0.0);
+      parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t s0 = t * step, s1 = std::min(red, s0 + step);
+          if (s0 < s1) partial[t] = static_cast<double>(SumContiguous(x + s0, s1 - s0));
+        }
+      });
+      double s = 0;
+      for (double v : partial) s += v;
+      o[0] = T(M(K == Kind::Mean ? s / static_cast<double>(red) : s));
+      return;
+    }
+    ForEachRow<T>(l, [&](int64_t oi) {
+      if (red == 0) {
+        M v = K == Kind::Prod ? M(1) : M(0);
+        if constexpr (K == Kind::Mean || K == Kind::Var) v = std::numeric_limits<M>::quiet_NaN();
+        if constexpr (K == Kind::LogSumExp) v = -std::numeric_limits<M>::infinity();
+        o[oi] = T(v);
+        return;
+      }
+      o[oi] = T(row_value(x + oi * red, red));
+    });
+  }
+}
+
+template <Kind K>
+void ReduceKernel(const KernelCall& c) {
+  const bool allow_inner = K != Kind::Norm && K != Kind::Var && K != Kind::LogSumExp;
+  Layout l = MakeLayout(c.inputs[0], c.attrs.dims, allow_inner);
+  const Tensor& out = c.outputs[0];
+  if constexpr (K == Kind::All || K == Kind::Any) {
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+  } else if constexpr (K == Kind::Mean || K == Kind::Norm || K == Kind::Var || K == Kind::LogSumExp) {
+    ANVIL_DISPATCH_FLOATING(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+  } else {
+    ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+  }
+}
+
+// Max/min with the index of the first extreme element (NaN counts as the extreme).
+template <bool IsMax, bool WantValues>
+void ArgReduceKernel(const KernelCall& c) {
+  Layout l = MakeLayout(c.inputs[0], c.attrs.dims, false);
+  const Tensor& idx_out = c.outputs[WantValues ? 1 : 0];
+  int64_t* oi_ptr = idx_out.data_ptr<int64_t>();
+  ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "argmax", [&] {
+    using T = scalar_t;
+    using M = opmath_t<T>;
+    const T* x = l.x.data_ptr<T>();
+    T* ov = WantValues ? c.outputs[0].data_ptr<T>() : nullptr;
+    ForEachRow<T>(l, [&](int64_t o) {
+      const T* p = x + o * l.red;
+      int64_t best = 0;
+      M bv = M(p[0]);
+      for (int64_t i = 1; i < l.red && bv == bv; ++i) {
+        const M v = M(p[i]);
+        if (v != v || (IsMax ? v > bv : v < bv)) {
+          bv = v;
+          best = i;
+        }
+      }
+      oi_ptr[o] = best;
+      if constexpr (WantValues) ov[o] = p[best];
+    });
+  });
+}
+
+void CumSumKernel(const KernelCall& c) {
+  const int64_t d = wrap_dim(c.attrs.dims[0], std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
+  Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
+  Tensor xm = x.movedim(d, -1).contiguous();
+  Tensor tmp = empty_like(xm);
+  const int64_t len = xm.dim() == 0 ? 1 : xm.size(-1);
+  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
+  ANVIL_DISPATCH_NUMERIC(xm.dtype(), "cumsum", [&] {
+    const scalar_t* in = xm.data_ptr<scalar_t>();
+    scalar_t* out = tmp.data_ptr<scalar_t>();
+    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        opmath_t<scalar_t> acc = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          acc += opmath_t<scalar_t>(in[r * len + i]);
+          out[r * len + i] = scalar_t(acc);
+        }
+      }
+    });
+  });
+  Tensor result = tmp.movedim(-1, d);
+  std::vector<Tensor> outs{c.outputs[0]};
+  KernelCall copy{OpId::Cast, {result.reshape(c.outputs[0].sizes())}, outs, c.attrs};
+  backend_for(kCPU).kernel(OpId::Cast)(copy);
+}
+
+}  // namespace
+
+void RegisterReduceKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::Sum)] = &ReduceKernel<Kind::Sum>;
+  t[static_cast<int>(OpId::Mean)] = &ReduceKernel<Kind::Mean>;
+  t[static_cast<int>(OpId::Prod)] = &ReduceKernel<Kind::Prod>;
+  t[static_cast<int>(OpId::Amax)] = &ReduceKernel<Kind::Amax>;
+  t[static_cast<int>(OpId::Amin)] = &ReduceKernel<Kind::Amin>;
+  t[static_cast<int>(OpId::All)] = &ReduceKernel<Kind::All>;
+  t[static_cast<int>(OpId::Any)] = &ReduceKernel<Kind::Any>;
+  t[static_cast<int>(OpId::Norm)] = &ReduceKernel<Kind::Norm>;
+  t[static_cast<int>(OpId::Var)] = &ReduceKernel<Kind::Var>;
+  t[static_cast<int>(OpId::LogSumExp)] = &ReduceKernel<Kind::LogSumExp>;
+  t[static_cast<int>(OpId::Argmax)] = &ArgReduceKernel<true, false>;
+  t[static_cast<int>(OpId::Argmin)] = &ArgReduceKernel<false, false>;
+  t[static_cast<int>(OpId::MaxDim)] = &ArgReduceKernel<true, true>;
+  t[static_cast<int>(OpId::MinDim)] = &ArgReduceKernel<false, true>;
+  t[static_cast<int>(OpId::CumSum)] = &CumSumKernel;
+}
+
+}  // namespace anvil::cpu

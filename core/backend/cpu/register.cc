@@ -1,0 +1,14 @@
+#include "core/backend/cpu/kernels.h"
+
+namespace anvil {
+
+void RegisterCpuKernels(KernelTable& table) {
+  cpu::RegisterElementwiseKernels(table);
+  cpu::RegisterReduceKernels(table);
+  cpu::RegisterLinalgKernels(table);
+  cpu::RegisterIndexKernels(table);
+  cpu::RegisterShapeKernels(table);
+  cpu::RegisterFillKernels(table);
+}
+
+}  // namespace anvil

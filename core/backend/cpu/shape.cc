@@ -1,0 +1,113 @@
+// CPU kernels for cat, softmax/log_softmax and the strided scatter-add that view backward
+// uses.
+#include <cmath>
+
+#include "core/backend/cpu/kernels.h"
+#include "core/backend/cpu/loops.h"
+#include "core/ops/functions.h"
+#include "core/ops/functors.h"
+
+namespace anvil::cpu {
+namespace {
+
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  std::vector<Tensor> outs{dst};
+  OpAttrs a;
+  backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {src}, outs, a});
+}
+
+void CatKernel(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  const int64_t d = wrap_dim(c.attrs.dims[0], out.dim(), "cat");
+  int64_t start = 0;
+  for (const Tensor& t : c.inputs) {
+    const int64_t n = t.size(d);
+    if (n > 0 && t.numel() > 0) CopyInto(out.narrow(d, start, n), t);
+    start += n;
+  }
+}
+
+template <bool Log>
+void SoftmaxKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  if (x.numel() == 0) return;
+  const int64_t nd = std::max<int64_t>(x.dim(), 1);
+  const int64_t d = wrap_dim(c.attrs.dims[0], nd, Log ? "log_softmax" : "softmax");
+  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
+  const bool direct = d == nd - 1 && xs.is_contiguous() && out.is_contiguous();
+  Tensor xm = direct ? xs : xs.movedim(d, -1).contiguous();
+  Tensor om = direct ? out : empty_like(xm);
+  const int64_t len = xm.size(-1);
+  const int64_t rows = xm.numel() / len;
+  ANVIL_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
+    using T = scalar_t;
+    using M = opmath_t<T>;
+    const T* in = xm.data_ptr<T>();
+    T* o = om.data_ptr<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t b, int64_t e) {
+      std::vector<M> buf(len);
+      for (int64_t r = b; r < e; ++r) {
+        const T* row = in + r * len;
+        T* orow = o + r * len;
+        M mx = M(row[0]);
+        for (int64_t i = 1; i < len; ++i) mx = M(row[i]) > mx ? M(row[i]) : mx;
+        if (std::isinf(static_cast<double>(mx)) && mx < 0) mx = 0;  // all -inf: avoid inf - inf
+        M lanes[16] = {};
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16) {
+          for (int k = 0; k < 16; ++k) {
+            const M ev = fn::Exp(M(row[i + k]) - mx);
+            buf[i + k] = ev;
+            lanes[k] += ev;
+          }
+        }
+        M sum = 0;
+        for (; i < len; ++i) {
+          buf[i] = fn::Exp(M(row[i]) - mx);
+          sum += buf[i];
+        }
+        for (int k = 0; k < 16; ++k) sum += lanes[k];
+        if constexpr (Log) {
+          const M lse = mx + std::log(sum);
+          for (int64_t k = 0; k < len; ++k) orow[k] = T(M(row[k]) - lse);
+        } else {
+          const M inv = M(1) / sum;
+          for (int64_t k = 0; k < len; ++k) orow[k] = T(buf[k] * inv);
+        }
+      }
+    });
+  });
+  if (!direct) CopyInto(out, om.movedim(-1, d).reshape(out.sizes()));
+}
+
+// out = zeros(attrs.dims); out.as_strided(attrs.geometry) += src  (serial: windows overlap).
+void StridedScatterAddKernel(const KernelCall& c) {
+  const Tensor& src = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  const Geometry& g = c.attrs.geometry;
+  ANVIL_DISPATCH_NUMERIC(out.dtype(), "strided_scatter_add", [&] {
+    std::fill(out.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + out.numel(), scalar_t(0));
+    Tensor w(std::make_shared<TensorImpl>(out.storage(), g.sizes, g.strides,
+                                          out.storage_offset() + g.offset, out.dtype()));
+    StridedLoop<2> loop;
+    loop.Build({&w, &src});
+    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0]);
+        *dst = scalar_t(opmath_t<scalar_t>(*dst) + opmath_t<scalar_t>(*reinterpret_cast<const scalar_t*>(p[1] + j * s[1])));
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void RegisterShapeKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::Cat)] = &CatKernel;
+  t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
+  t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
+  t[static_cast<int>(OpId::StridedScatterAdd)] = &StridedScatterAddKernel;
+}
+
+}  // namespace anvil::cpu

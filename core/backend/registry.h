@@ -1,0 +1,52 @@
+// Backends: for each device type, an allocator and a kernel table indexed by OpId.
+// Tables are filled by explicit calls (RegisterCpuKernels, RegisterCudaKernels) when a
+// backend is first used — no static-initialiser registration, so what is linked is what
+// runs, in a known order.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "core/ops/attrs.h"
+#include "core/ops/op_table.h"
+#include "core/tensor/allocator.h"
+#include "core/tensor/tensor.h"
+
+namespace anvil {
+
+// One kernel invocation. Outputs are allocated by the dispatcher from the op's inferred
+// specs (Dynamic rows allocate their own); inputs already share one dtype where the row's
+// inference says so.
+struct KernelCall {
+  OpId op;
+  const std::vector<Tensor>& inputs;
+  std::vector<Tensor>& outputs;
+  const OpAttrs& attrs;
+};
+using KernelFn = void (*)(const KernelCall&);
+using KernelTable = std::array<KernelFn, kNumOps>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  virtual Allocator* allocator(Device device) = 0;
+  // Copies raw bytes between this backend's memory and the host (or within the device).
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                          size_t nbytes) = 0;
+  virtual int device_count() const = 0;
+  KernelFn kernel(OpId op) const { return kernels_[static_cast<int>(op)]; }
+
+ protected:
+  KernelTable kernels_{};
+};
+
+// The backend that owns `device`'s memory. Throws if that backend is not built or the
+// device does not exist.
+Backend& backend_for(Device device);
+bool cuda_is_available();
+int cuda_device_count();
+
+void RegisterCpuKernels(KernelTable& table);
+
+}  // namespace anvil

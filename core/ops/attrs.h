@@ -1,0 +1,57 @@
+// Non-tensor arguments of an op call, in one plain struct every row reads what it needs
+// from (like ggml's op params). Fields are named for their most common use; each op's
+// wrapper in core/ops/*.cc documents which fields it sets.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/tensor/dtype.h"
+#include "core/tensor/tensor_impl.h"
+
+namespace anvil {
+
+// A strided window: sizes and strides in elements, offset in elements.
+struct Geometry {
+  IntArray sizes, strides;
+  int64_t offset = 0;
+};
+
+// How a view is derived from its input's geometry. Applying the same function to the
+// input's real geometry (forward), to its contiguous layout (backward) and to its place in
+// the root base (NOTE [ View tracking ]) keeps the three consistent by construction.
+struct ViewFn {
+  enum Kind : int8_t { Reshape, Permute, Expand, Narrow, Select, Slice, Diagonal, Unfold, Strided };
+  Kind kind = Reshape;
+  IntArray sizes;    // Reshape/Expand/Strided: target sizes; Permute: the permutation
+  IntArray strides;  // Strided only
+  int64_t dim = 0, dim2 = 1;  // Narrow/Select/Slice/Unfold: dim; Diagonal: dim1, dim2
+  int64_t start = 0;          // Narrow/Slice start, Select index, Diagonal offset, Strided offset
+  int64_t length = 0;         // Narrow/Slice length, Unfold size
+  int64_t step = 1;           // Slice/Unfold step
+};
+
+// Applies `fn` to `in`; returns nullopt when the view cannot be expressed on that geometry
+// (only possible for Reshape, whose strides depend on the input's).
+std::optional<Geometry> apply_view(const ViewFn& fn, const Geometry& in);
+
+struct OpAttrs {
+  IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0]
+  bool keepdim = false;      // reductions; also: IndexPut accumulate, Sort descending,
+                             // Gelu tanh approximation, Scatter "use value"
+  double alpha = 1;          // Add/Sub alpha, PowScalar exponent, Clamp min, LeakyRelu slope,
+                             // Elu alpha, Softplus beta, Var correction, Norm p, Fill value,
+                             // IndexAdd alpha, Arange start, Uniform low, Normal mean, Bernoulli p
+  double beta = 0;           // Clamp max, Softplus threshold, Arange step, Uniform high,
+                             // Normal std
+  bool has_alpha = true;     // Clamp: lower bound present
+  bool has_beta = true;      // Clamp: upper bound present
+  int64_t dim = 0;           // gather/scatter/index_select/index_add dim
+  ScalarType dtype = kFloat32;  // Cast target
+  ViewFn view;               // View rows
+  Geometry geometry;         // StridedScatterAdd: window in a contiguous buffer of `dims` sizes
+  uint64_t seed = 0, offset = 0;  // random fills: Philox key and counter
+  IntArray indexed_dims;     // Index/IndexPut: which dims of self the index tensors address
+};
+
+}  // namespace anvil

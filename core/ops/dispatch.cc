@@ -1,0 +1,130 @@
+#include "core/ops/dispatch.h"
+
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/inplace.h"
+#include "core/autograd/node.h"
+#include "core/backend/registry.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
+  Device dev = inputs.empty() ? kCPU : inputs[0].device();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ANVIL_CHECK(inputs[i].defined(), op_name(op), ": input ", i, " is an undefined tensor");
+    ANVIL_CHECK(inputs[i].device() == dev,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                dev, " and ", inputs[i].device(), " (", op_name(op), ", input ", i, ")");
+  }
+  return dev;
+}
+
+void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
+               std::vector<Tensor>& outputs, const OpAttrs& attrs) {
+  KernelFn fn = backend_for(dev).kernel(op);
+  if (fn == nullptr) {
+    throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",
+                                             dev));
+  }
+  fn(KernelCall{op, inputs, outputs, attrs});
+}
+
+bool HasInternalOverlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) == 0 && t.size(d) > 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+  const OpInfo& info = op_info(op);
+  ANVIL_INTERNAL_ASSERT(info.kind != OpKind::View, "views go through make_view");
+  const Device dev = CommonDevice(op, inputs);
+  std::vector<Tensor> outputs;
+  if (info.kind != OpKind::Fill && op != OpId::Nonzero) {
+    for (TensorSpec& s : infer_specs(op, inputs, attrs)) {
+      outputs.push_back(empty(std::move(s.sizes), TensorOptions(s.dtype).with_device(dev)));
+    }
+  }
+  RunKernel(op, dev, inputs, outputs, attrs);
+  autograd::record_op(op, attrs, inputs, outputs);
+  return outputs;
+}
+
+void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
+                   const OpAttrs& attrs) {
+  const Device dev = CommonDevice(op, inputs);
+  ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(),
+              " but inputs are on ", dev);
+  std::vector<Tensor> outputs{out};
+  RunKernel(op, dev, inputs, outputs, attrs);
+}
+
+void check_inplace_allowed(const Tensor& self, const char* name) {
+  if (GradMode::is_enabled()) {
+    AutogradMeta* meta = self.impl()->autograd();
+    ANVIL_CHECK(!(meta && meta->requires_grad && !meta->grad_fn), name,
+                ": a leaf tensor that requires grad is being used in an in-place operation. "
+                "Wrap the update in NoGradGuard (as optimizers do), or clone() the tensor first.");
+    if (self.is_view()) {
+      Tensor base(self.impl()->view_info()->base);
+      AutogradMeta* bm = base.impl()->autograd();
+      ANVIL_CHECK(!(bm && bm->requires_grad && !bm->grad_fn), name,
+                  ": a view of a leaf tensor that requires grad is being used in an in-place "
+                  "operation. Wrap the update in NoGradGuard, or clone() first.");
+    }
+  }
+  ANVIL_CHECK(!HasInternalOverlap(self), name,
+              ": unsupported operation: more than one element of the written-to tensor (shape ",
+              shape_str(self.sizes()), ", strides ", shape_str(self.strides()),
+              ") refers to a single memory location. clone() the tensor first.");
+}
+
+Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, const OpAttrs& attrs,
+                   const char* name) {
+  check_inplace_allowed(self, name);
+  std::vector<Tensor> inputs{self};
+  inputs.insert(inputs.end(), others.begin(), others.end());
+  const TensorSpec spec = infer_specs(op, inputs, attrs)[0];
+  ANVIL_CHECK(spec.sizes == self.sizes(), name, ": output with shape ", shape_str(self.sizes()),
+              " doesn't match the broadcast shape ", shape_str(spec.sizes));
+  ANVIL_CHECK_TYPE(spec.dtype == self.dtype(), name, ": result type ", spec.dtype,
+                   " can't be cast to the desired output type ", self.dtype());
+  const bool history = GradMode::is_enabled() && op_info(op).differentiable &&
+                       autograd::any_requires_grad(inputs);
+  if (!history) {
+    dispatch_into(op, inputs, self, attrs);
+    self.storage()->bump_version(name);
+    return self;
+  }
+  // Out of place, then copy in with history. Backward may need the old value of self:
+  // compute from a clone so the saved tensor is not the one being overwritten.
+  const uint32_t saves = op_info(op).saves;
+  if (saves & (I0 | IA)) inputs[0] = self.clone();
+  Tensor result = dispatch1(op, inputs, attrs);
+  return copy_into(self, result, name);
+}
+
+Tensor& copy_into(Tensor& self, const Tensor& src, const char* name) {
+  check_inplace_allowed(self, name);
+  const bool history = GradMode::is_enabled() && (src.requires_grad() || self.requires_grad());
+  OpAttrs attrs;
+  attrs.dtype = self.dtype();
+  if (!history) {
+    broadcast_shapes(src.sizes(), self.sizes());  // validates
+    ANVIL_CHECK(broadcast_shapes(src.sizes(), self.sizes()) == self.sizes(), name,
+                ": source of shape ", shape_str(src.sizes()),
+                " cannot be broadcast to the destination shape ", shape_str(self.sizes()));
+    if (src.numel() > 0) dispatch_into(OpId::Cast, {src}, self, attrs);
+    self.storage()->bump_version(name);
+    return self;
+  }
+  autograd::copy_with_history(self, src, name);
+  return self;
+}
+
+}  // namespace anvil

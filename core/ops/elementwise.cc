@@ -1,0 +1,260 @@
+// Element-wise ops: type promotion (PyTorch's result_type), scalar wrapping, and the
+// in-place forms. Kernels see operands of one dtype; casts are ordinary (differentiable)
+// ops recorded before the kernel runs.
+#include "core/autograd/grad_mode.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+int Category(ScalarType t) { return t == kBool ? 0 : (is_integral(t, false) ? 1 : 2); }
+
+OpAttrs Attrs() { return OpAttrs{}; }
+
+Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) {
+  ANVIL_CHECK(x.defined(), op_name(op), ": got an undefined tensor");
+  if (op_info(op).infer == "UnaryFloat" && !x.is_floating_point()) {
+    return dispatch1(op, {x.to(default_dtype())}, a);
+  }
+  ANVIL_CHECK_TYPE(!(x.dtype() == kBool && op_info(op).infer == "UnaryKeep"), op_name(op),
+                   ": not supported for bool tensors");
+  return dispatch1(op, {x}, a);
+}
+
+Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Attrs()) {
+  ANVIL_CHECK(a.defined() && b.defined(), op_name(op), ": got an undefined tensor");
+  ScalarType rt = result_type(a, b);
+  if (op_info(op).infer == "BinaryFloat" && !is_floating_point(rt)) rt = default_dtype();
+  ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub), "Subtraction, the `-` operator, with two "
+                   "bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+  return dispatch1(op, {a.dtype() == rt ? a : a.to(rt), b.dtype() == rt ? b : b.to(rt)}, at);
+}
+
+Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs& at,
+                      const char* name) {
+  ScalarType rt = result_type(self, other);
+  if (op_info(op).infer == "BinaryFloat" && !is_floating_point(rt)) rt = default_dtype();
+  ANVIL_CHECK_TYPE(Category(rt) <= Category(self.dtype()), name, ": result type ", rt,
+                   " can't be cast to the desired output type ", self.dtype());
+  Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
+  return inplace_op(op, self, {o}, at, name);
+}
+
+OpAttrs Alpha(Scalar alpha) {
+  OpAttrs a;
+  a.alpha = alpha.to_double();
+  return a;
+}
+
+}  // namespace
+
+Tensor wrap_scalar(Scalar s, Device device) {
+  Tensor t = full({}, s, TensorOptions(s.dtype()).with_device(device));
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+
+ScalarType result_type(const Tensor& a, const Tensor& b) {
+  // Three priority classes: tensors with dims > zero-dim tensors > wrapped numbers. A lower
+  // class only matters when its category (bool < integer < float) is higher.
+  std::optional<ScalarType> cls[3];
+  for (const Tensor* t : {&a, &b}) {
+    const int c = t->impl()->is_wrapped_number() ? 2 : (t->dim() == 0 ? 1 : 0);
+    cls[c] = cls[c] ? promote_types(*cls[c], t->dtype()) : t->dtype();
+  }
+  std::optional<ScalarType> r = cls[0];
+  for (int c = 1; c < 3; ++c) {
+    if (!cls[c]) continue;
+    ScalarType lower = *cls[c];
+    if (c == 2 && is_floating_point(lower)) lower = default_dtype();
+    if (!r) r = lower;
+    else if (Category(lower) > Category(*r)) r = is_floating_point(lower) && c == 2 ? default_dtype() : promote_types(*r, lower);
+  }
+  return *r;
+}
+
+#define ANVIL_UNARY(fn, Id) \
+  Tensor fn(const Tensor& x) { return Unary(OpId::Id, x); }
+ANVIL_UNARY(neg, Neg)
+ANVIL_UNARY(abs, Abs)
+ANVIL_UNARY(sign, Sign)
+ANVIL_UNARY(exp, Exp)
+ANVIL_UNARY(expm1, Expm1)
+ANVIL_UNARY(log, Log)
+ANVIL_UNARY(log1p, Log1p)
+ANVIL_UNARY(sqrt, Sqrt)
+ANVIL_UNARY(rsqrt, Rsqrt)
+ANVIL_UNARY(reciprocal, Reciprocal)
+ANVIL_UNARY(sin, Sin)
+ANVIL_UNARY(cos, Cos)
+ANVIL_UNARY(tanh, Tanh)
+ANVIL_UNARY(sigmoid, Sigmoid)
+ANVIL_UNARY(relu, Relu)
+ANVIL_UNARY(silu, Silu)
+ANVIL_UNARY(erf, Erf)
+ANVIL_UNARY(floor, Floor)
+ANVIL_UNARY(ceil, Ceil)
+ANVIL_UNARY(round, Round)
+ANVIL_UNARY(trunc, Trunc)
+ANVIL_UNARY(logical_not, LogicalNot)
+ANVIL_UNARY(isnan, IsNan)
+ANVIL_UNARY(isfinite, IsFinite)
+#undef ANVIL_UNARY
+
+Tensor square(const Tensor& x) { return pow(x, 2); }
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  ANVIL_CHECK(approximate == "none" || approximate == "tanh",
+              "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  OpAttrs a;
+  a.keepdim = approximate == "tanh";
+  return Unary(OpId::Gelu, x, a);
+}
+Tensor leaky_relu(const Tensor& x, double slope) { return Unary(OpId::LeakyRelu, x, Alpha(slope)); }
+Tensor elu(const Tensor& x, double alpha) { return Unary(OpId::Elu, x, Alpha(alpha)); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  OpAttrs a;
+  a.alpha = beta;
+  a.beta = threshold;
+  return Unary(OpId::Softplus, x, a);
+}
+Tensor pow(const Tensor& x, Scalar e) {
+  if (!e.is_floating_point() && x.is_floating_point() == false) {
+    ANVIL_CHECK(e.to_int() >= 0, "Integers to negative integer powers are not allowed.");
+  }
+  Tensor base = (e.is_floating_point() && !x.is_floating_point()) ? x.to(default_dtype()) : x;
+  return dispatch1(OpId::PowScalar, {base}, Alpha(e));
+}
+Tensor pow(const Tensor& x, const Tensor& e) { return Binary(OpId::Pow, x, e); }
+Tensor pow(Scalar base, const Tensor& e) { return Binary(OpId::Pow, wrap_scalar(base, e.device()), e); }
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  ANVIL_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
+  OpAttrs a;
+  a.has_alpha = lo.has_value();
+  a.has_beta = hi.has_value();
+  a.alpha = lo ? lo->to_double() : 0;
+  a.beta = hi ? hi->to_double() : 0;
+  const bool float_bound = (lo && lo->is_floating_point()) || (hi && hi->is_floating_point());
+  return Unary(OpId::Clamp, float_bound && !x.is_floating_point() ? x.to(default_dtype()) : x, a);
+}
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return Binary(OpId::Add, a, b, Alpha(alpha)); }
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return Binary(OpId::Sub, a, b, Alpha(alpha)); }
+Tensor mul(const Tensor& a, const Tensor& b) { return Binary(OpId::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return Binary(OpId::Div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return Binary(OpId::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::Minimum, a, b); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
+Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return Binary(OpId::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return Binary(OpId::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return Binary(OpId::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return Binary(OpId::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return Binary(OpId::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return Binary(OpId::Ge, a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return Binary(OpId::LogicalAnd, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return Binary(OpId::LogicalOr, a, b); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return Binary(OpId::LogicalXor, a, b); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  ANVIL_CHECK_TYPE(cond.dtype() == kBool, "where: expected condition to be a bool tensor, got ", cond.dtype());
+  const ScalarType rt = result_type(a, b);
+  return dispatch1(OpId::Where, {cond, a.dtype() == rt ? a : a.to(rt), b.dtype() == rt ? b : b.to(rt)}, Attrs());
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, wrap_scalar(a, b.device()), b); }
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, wrap_scalar(b, a.device())); }
+Tensor where(const Tensor& cond, Scalar a, Scalar b) {
+  return where(cond, wrap_scalar(a, cond.device()), wrap_scalar(b, cond.device()));
+}
+Tensor lerp(const Tensor& a, const Tensor& b, Scalar w) { return a + (b - a) * w; }
+Tensor addcmul(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return s + t1 * t2 * v; }
+Tensor addcdiv(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return s + t1 / t2 * v; }
+
+// ---- operators ----
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, wrap_scalar(b, a.device())); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, wrap_scalar(b, a.device())); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, wrap_scalar(b, a.device())); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, wrap_scalar(b, a.device())); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(wrap_scalar(a, b.device()), b); }
+Tensor operator-(Scalar a, const Tensor& b) { return sub(wrap_scalar(a, b.device()), b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(wrap_scalar(a, b.device()), b); }
+Tensor operator/(Scalar a, const Tensor& b) { return div(wrap_scalar(a, b.device()), b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, wrap_scalar(b, a.device())); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, wrap_scalar(b, a.device())); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, wrap_scalar(b, a.device())); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, wrap_scalar(b, a.device())); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, wrap_scalar(b, a.device())); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, wrap_scalar(b, a.device())); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+Tensor operator~(const Tensor& a) { return logical_not(a); }
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, Scalar b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
+
+// ---- in-place methods ----
+Tensor& Tensor::add_(const Tensor& o, Scalar alpha) { return BinaryInplace(OpId::Add, *this, o, Alpha(alpha), "add_"); }
+Tensor& Tensor::add_(Scalar o, Scalar alpha) { return add_(wrap_scalar(o, device()), alpha); }
+Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) { return BinaryInplace(OpId::Sub, *this, o, Alpha(alpha), "sub_"); }
+Tensor& Tensor::sub_(Scalar o, Scalar alpha) { return sub_(wrap_scalar(o, device()), alpha); }
+Tensor& Tensor::mul_(const Tensor& o) { return BinaryInplace(OpId::Mul, *this, o, Attrs(), "mul_"); }
+Tensor& Tensor::mul_(Scalar o) { return mul_(wrap_scalar(o, device())); }
+Tensor& Tensor::div_(const Tensor& o) { return BinaryInplace(OpId::Div, *this, o, Attrs(), "div_"); }
+Tensor& Tensor::div_(Scalar o) { return div_(wrap_scalar(o, device())); }
+Tensor& Tensor::pow_(Scalar e) { return inplace_op(OpId::PowScalar, *this, {}, Alpha(e), "pow_"); }
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  ANVIL_CHECK(lo || hi, "clamp_: at least one of 'min' or 'max' must not be None");
+  OpAttrs a;
+  a.has_alpha = lo.has_value();
+  a.has_beta = hi.has_value();
+  a.alpha = lo ? lo->to_double() : 0;
+  a.beta = hi ? hi->to_double() : 0;
+  return inplace_op(OpId::Clamp, *this, {}, a, "clamp_");
+}
+#define ANVIL_UNARY_INPLACE(fn, Id) \
+  Tensor& Tensor::fn() { return inplace_op(OpId::Id, *this, {}, Attrs(), #fn); }
+ANVIL_UNARY_INPLACE(neg_, Neg)
+ANVIL_UNARY_INPLACE(exp_, Exp)
+ANVIL_UNARY_INPLACE(log_, Log)
+ANVIL_UNARY_INPLACE(sqrt_, Sqrt)
+ANVIL_UNARY_INPLACE(relu_, Relu)
+ANVIL_UNARY_INPLACE(sigmoid_, Sigmoid)
+ANVIL_UNARY_INPLACE(tanh_, Tanh)
+ANVIL_UNARY_INPLACE(abs_, Abs)
+#undef ANVIL_UNARY_INPLACE
+
+Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::fill_(Scalar value) {
+  check_inplace_allowed(*this, "fill_");
+  if (GradMode::is_enabled() && requires_grad()) {
+    return copy_into(*this, full(sizes(), value, TensorOptions(dtype()).with_device(device())), "fill_");
+  }
+  OpAttrs a;
+  a.alpha = value.to_double();
+  dispatch_into(OpId::Fill, {}, *this, a);
+  storage()->bump_version("fill_");
+  return *this;
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  return copy_into(*this, where(mask, wrap_scalar(value, device()), *this), "masked_fill_");
+}
+
+}  // namespace anvil

@@ -1,0 +1,200 @@
+// The engine's functional API, named after PyTorch's (torch.* / at::*). Every function
+// broadcasts, promotes types like PyTorch and accepts non-contiguous inputs.
+#pragma once
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace anvil {
+
+struct TensorOptions {
+  ScalarType dtype = kFloat32;
+  Device device = kCPU;
+  bool requires_grad = false;
+  TensorOptions() = default;
+  TensorOptions(ScalarType d) : dtype(d) {}  // NOLINT
+  TensorOptions(Device dev) : device(dev) {}  // NOLINT
+  TensorOptions& with_dtype(ScalarType d) { dtype = d; return *this; }
+  TensorOptions& with_device(Device d) { device = d; return *this; }
+  TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
+};
+
+// ---- factories ----
+Tensor empty(IntArray sizes, TensorOptions opts = {});
+Tensor empty_strided(IntArray sizes, IntArray strides, TensorOptions opts = {});
+Tensor zeros(IntArray sizes, TensorOptions opts = {});
+Tensor ones(IntArray sizes, TensorOptions opts = {});
+Tensor full(IntArray sizes, Scalar value, TensorOptions opts = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
+Tensor arange(Scalar end, TensorOptions opts = kInt64);
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions opts = {});
+Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
+Tensor eye(int64_t n, std::optional<int64_t> m = {}, TensorOptions opts = {});
+// Copies `data` into a new tensor of the given shape (default: 1-D).
+template <typename T>
+Tensor tensor(const std::vector<T>& data, std::optional<IntArray> sizes = {},
+              TensorOptions opts = TensorOptions(CppTypeToScalarType<T>::value));
+Tensor tensor(std::initializer_list<double> data, TensorOptions opts = {});
+// Wraps external memory without copying; `deleter` (may be empty) runs when no tensor uses
+// it any more.
+Tensor from_blob(void* data, IntArray sizes, ScalarType dtype,
+                 std::function<void(void*)> deleter = {}, Device device = kCPU);
+
+// ---- random (from the seedable Philox generator; core/tensor/random.h) ----
+Tensor rand(IntArray sizes, TensorOptions opts = {});
+Tensor randn(IntArray sizes, TensorOptions opts = {});
+Tensor randint(int64_t low, int64_t high, IntArray sizes, TensorOptions opts = kInt64);
+Tensor randperm(int64_t n, TensorOptions opts = kInt64);
+Tensor bernoulli(const Tensor& p);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+void manual_seed(uint64_t seed);
+
+// ---- element-wise ----
+#define ANVIL_DECLARE_UNARY(fn) Tensor fn(const Tensor& x);
+ANVIL_DECLARE_UNARY(neg)
+ANVIL_DECLARE_UNARY(abs)
+ANVIL_DECLARE_UNARY(sign)
+ANVIL_DECLARE_UNARY(exp)
+ANVIL_DECLARE_UNARY(expm1)
+ANVIL_DECLARE_UNARY(log)
+ANVIL_DECLARE_UNARY(log1p)
+ANVIL_DECLARE_UNARY(sqrt)
+ANVIL_DECLARE_UNARY(rsqrt)
+ANVIL_DECLARE_UNARY(reciprocal)
+ANVIL_DECLARE_UNARY(sin)
+ANVIL_DECLARE_UNARY(cos)
+ANVIL_DECLARE_UNARY(tanh)
+ANVIL_DECLARE_UNARY(sigmoid)
+ANVIL_DECLARE_UNARY(relu)
+ANVIL_DECLARE_UNARY(silu)
+ANVIL_DECLARE_UNARY(erf)
+ANVIL_DECLARE_UNARY(floor)
+ANVIL_DECLARE_UNARY(ceil)
+ANVIL_DECLARE_UNARY(round)
+ANVIL_DECLARE_UNARY(trunc)
+ANVIL_DECLARE_UNARY(logical_not)
+ANVIL_DECLARE_UNARY(isnan)
+ANVIL_DECLARE_UNARY(isfinite)
+ANVIL_DECLARE_UNARY(square)
+#undef ANVIL_DECLARE_UNARY
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor pow(const Tensor& x, Scalar exponent);
+Tensor pow(const Tensor& x, const Tensor& exponent);
+Tensor pow(Scalar base, const Tensor& exponent);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor atan2(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, Scalar b);
+Tensor lerp(const Tensor& a, const Tensor& b, Scalar weight);
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+// The dtype PyTorch would compute a binary op in (wrapped numbers rank lowest).
+ScalarType result_type(const Tensor& a, const Tensor& b);
+// A 0-dim "wrapped number" tensor (lowest priority in type promotion).
+Tensor wrap_scalar(Scalar s, Device device = kCPU);
+
+// ---- reductions (dims empty = all dims) ----
+Tensor sum(const Tensor& x, IntArray dims = {}, bool keepdim = false,
+           std::optional<ScalarType> dtype = {});
+Tensor mean(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor var(const Tensor& x, IntArray dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, IntArray dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor norm(const Tensor& x, double p = 2, IntArray dims = {}, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, IntArray dims, bool keepdim = false);
+Tensor all(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, IntArray dims = {}, bool keepdim = false);
+Tensor cumsum(const Tensor& x, int64_t dim);
+
+// ---- linear algebra ----
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, Scalar beta = 1, Scalar alpha = 1);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor outer(const Tensor& a, const Tensor& b);
+Tensor dot(const Tensor& a, const Tensor& b);
+
+// ---- softmax family ----
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- joining and splitting ----
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split_with_sizes(const Tensor& x, IntArray sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// ---- indexing ----
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = 1);
+// Advanced indexing: x[i0, i1, ...] with optional (undefined = full slice) index tensors,
+// broadcast together (PyTorch's semantics for where the indexed dims land).
+Tensor index(const Tensor& x, const std::vector<Tensor>& indices);
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
+                 bool accumulate = false);
+Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
+                   bool accumulate = false);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+Tensor nonzero(const Tensor& x);
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1,
+                                bool largest = true, bool sorted = true);
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+// ---- shape ----
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+IntArray broadcast_shapes(const IntArray& a, const IntArray& b);
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors);
+
+// ---- comparisons of whole tensors ----
+bool equal(const Tensor& a, const Tensor& b);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+}  // namespace anvil

@@ -1,0 +1,213 @@
+// Indexing ops: gather/scatter, index_select/index_add, advanced indexing (index/index_put
+// with lists of index tensors, bool masks included), masked ops, nonzero, one_hot, cat.
+#include <algorithm>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+OpAttrs DimAttrs(int64_t dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return a;
+}
+
+void CheckIndex(const Tensor& index, const char* op) {
+  ANVIL_CHECK_TYPE(index.dtype() == kInt64 || index.dtype() == kInt32, op,
+                   "(): Expected dtype int64 (or int32) for index, got ", index.dtype());
+}
+
+// Expands bool masks into their nonzero coordinates, broadcasts the index tensors together
+// and records which dims of `x` they address.
+struct Prepared {
+  std::vector<Tensor> indices;  // int64, broadcast
+  IntArray dims;
+};
+
+Prepared Prepare(const Tensor& x, const std::vector<Tensor>& raw) {
+  std::vector<Tensor> expanded;
+  for (const Tensor& t : raw) {
+    if (t.defined() && (t.dtype() == kBool || t.dtype() == kUInt8)) {
+      const int64_t at = static_cast<int64_t>(expanded.size());
+      ANVIL_CHECK_INDEX(at + t.dim() <= x.dim(), "too many indices for tensor of dimension ", x.dim());
+      for (int64_t k = 0; k < t.dim(); ++k) {
+        ANVIL_CHECK_INDEX(t.size(k) == x.size(at + k), "The shape of the mask ", shape_str(t.sizes()),
+                          " at index ", k, " does not match the shape of the indexed tensor ",
+                          shape_str(x.sizes()), " at index ", at + k);
+      }
+      Tensor nz = nonzero(t);
+      for (int64_t k = 0; k < t.dim(); ++k) expanded.push_back(nz.select(1, k));
+    } else {
+      if (t.defined()) {
+        ANVIL_CHECK_TYPE(is_integral(t.dtype(), false), "tensors used as indices must be long, int, byte "
+                         "or bool tensors, got ", t.dtype());
+      }
+      expanded.push_back(t);
+    }
+  }
+  ANVIL_CHECK_INDEX(static_cast<int64_t>(expanded.size()) <= x.dim(), "too many indices for tensor of dimension ",
+                    x.dim(), " (got ", expanded.size(), ")");
+  Prepared p;
+  std::vector<Tensor> defined;
+  for (size_t k = 0; k < expanded.size(); ++k) {
+    if (!expanded[k].defined()) continue;
+    p.dims.push_back(static_cast<int64_t>(k));
+    defined.push_back(expanded[k].to(kInt64));
+  }
+  p.indices = broadcast_tensors(defined);
+  return p;
+}
+
+}  // namespace
+
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return {};
+  IntArray shape = tensors[0].sizes();
+  for (const Tensor& t : tensors) shape = broadcast_shapes(shape, t.sizes());
+  std::vector<Tensor> out;
+  for (const Tensor& t : tensors) out.push_back(t.expand(shape));
+  return out;
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  CheckIndex(index, "index_select");
+  return dispatch1(OpId::IndexSelect, {x, index}, DimAttrs(dim));
+}
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  CheckIndex(index, "gather");
+  return dispatch1(OpId::Gather, {x, index}, DimAttrs(dim));
+}
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  CheckIndex(index, "scatter");
+  return dispatch1(OpId::Scatter, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, DimAttrs(dim));
+}
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
+  return scatter(x, dim, index, full(index.sizes(), value, TensorOptions(x.dtype()).with_device(x.device())));
+}
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  CheckIndex(index, "scatter_add");
+  return dispatch1(OpId::ScatterAdd, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, DimAttrs(dim));
+}
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
+  CheckIndex(index, "index_add");
+  OpAttrs a = DimAttrs(dim);
+  a.alpha = alpha.to_double();
+  return dispatch1(OpId::IndexAdd, {x, index, source.dtype() == x.dtype() ? source : source.to(x.dtype())}, a);
+}
+
+Tensor& Tensor::scatter_(int64_t dim, const Tensor& index, const Tensor& src) {
+  CheckIndex(index, "scatter_");
+  return inplace_op(OpId::Scatter, *this, {index, src.to(dtype())}, DimAttrs(dim), "scatter_");
+}
+Tensor& Tensor::scatter_add_(int64_t dim, const Tensor& index, const Tensor& src) {
+  CheckIndex(index, "scatter_add_");
+  return inplace_op(OpId::ScatterAdd, *this, {index, src.to(dtype())}, DimAttrs(dim), "scatter_add_");
+}
+Tensor& Tensor::index_add_(int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
+  CheckIndex(index, "index_add_");
+  OpAttrs a = DimAttrs(dim);
+  a.alpha = alpha.to_double();
+  return inplace_op(OpId::IndexAdd, *this, {index, source.to(dtype())}, a, "index_add_");
+}
+
+Tensor index(const Tensor& x, const std::vector<Tensor>& indices) {
+  Prepared p = Prepare(x, indices);
+  if (p.indices.empty()) return x;
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), p.indices.begin(), p.indices.end());
+  OpAttrs a;
+  a.indexed_dims = p.dims;
+  return dispatch1(OpId::Index, inputs, a);
+}
+
+namespace {
+std::vector<Tensor> PutInputs(const Tensor& x, const Prepared& p, const Tensor& values, OpAttrs& a) {
+  std::vector<Tensor> probe{x};
+  probe.insert(probe.end(), p.indices.begin(), p.indices.end());
+  a.indexed_dims = p.dims;
+  const IntArray shape = infer_specs(OpId::Index, probe, a)[0].sizes;
+  ANVIL_CHECK(broadcast_shapes(values.sizes(), shape) == shape, "index_put_: shape mismatch: value tensor "
+              "of shape ", shape_str(values.sizes()), " cannot be broadcast to indexing result of shape ",
+              shape_str(shape));
+  probe.push_back((values.dtype() == x.dtype() ? values : values.to(x.dtype())).expand(shape));
+  return probe;
+}
+}  // namespace
+
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate) {
+  Prepared p = Prepare(x, indices);
+  ANVIL_CHECK(!p.indices.empty(), "index_put: expected at least one index tensor");
+  OpAttrs a;
+  a.keepdim = accumulate;
+  return dispatch1(OpId::IndexPut, PutInputs(x, p, values, a), a);
+}
+
+Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate) {
+  Prepared p = Prepare(x, indices);
+  ANVIL_CHECK(!p.indices.empty(), "index_put_: expected at least one index tensor");
+  OpAttrs a;
+  a.keepdim = accumulate;
+  std::vector<Tensor> in = PutInputs(x, p, values, a);
+  return inplace_op(OpId::IndexPut, x, std::vector<Tensor>(in.begin() + 1, in.end()), a, "index_put_");
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  ANVIL_CHECK_TYPE(mask.dtype() == kBool, "masked_fill only supports boolean masks, but got mask with dtype ", mask.dtype());
+  return where(mask, wrap_scalar(value, x.device()).to(x.dtype()), x);
+}
+
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  ANVIL_CHECK_TYPE(mask.dtype() == kBool, "masked_select: expected a bool mask, got ", mask.dtype());
+  auto b = broadcast_tensors({x, mask});
+  return index(b[0], {b[1]});
+}
+
+Tensor nonzero(const Tensor& x) { return dispatch1(OpId::Nonzero, {x}, OpAttrs{}); }
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  ANVIL_CHECK_TYPE(indices.dtype() == kInt64, "one_hot is only applicable to index tensors (int64), got ",
+                   indices.dtype());
+  if (num_classes < 0) num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
+  if (indices.numel() > 0) {
+    ANVIL_CHECK(min(indices).item<int64_t>() >= 0, "one_hot: class values must be non-negative");
+    ANVIL_CHECK(max(indices).item<int64_t>() < num_classes, "one_hot: class values must be smaller than num_classes (",
+                num_classes, ")");
+  }
+  IntArray shape = indices.sizes();
+  shape.push_back(num_classes);
+  return scatter(zeros(shape, kInt64), -1, indices.unsqueeze(-1), Scalar(1));
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  ANVIL_CHECK(!tensors.empty(), "cat(): expected a non-empty list of tensors");
+  // Legacy rule kept by PyTorch: 1-D empty tensors are skipped.
+  std::vector<Tensor> parts;
+  ScalarType dt = tensors[0].dtype();
+  for (const Tensor& t : tensors) dt = promote_types(dt, t.dtype());
+  for (const Tensor& t : tensors) {
+    if (t.dim() == 1 && t.numel() == 0 && tensors.size() > 1) continue;
+    ANVIL_CHECK(t.dim() > 0, "zero-dimensional tensor cannot be concatenated");
+    parts.push_back(t.dtype() == dt ? t : t.to(dt));
+  }
+  if (parts.empty()) return tensors[0];
+  OpAttrs a;
+  a.dims = {dim};
+  return dispatch1(OpId::Cat, parts, a);
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  ANVIL_CHECK(!tensors.empty(), "stack expects a non-empty TensorList");
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ANVIL_CHECK(tensors[i].sizes() == tensors[0].sizes(), "stack expects each tensor to be equal size, but got ",
+                shape_str(tensors[0].sizes()), " at entry 0 and ", shape_str(tensors[i].sizes()), " at entry ", i);
+    parts.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
+}  // namespace anvil

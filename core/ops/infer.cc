@@ -1,0 +1,227 @@
+// Shape and dtype inference, with the user-facing validation of each op family. Messages
+// say what was expected and what came.
+#include <algorithm>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+IntArray ReducedSizes(const IntArray& sizes, const IntArray& dims, bool keepdim, const char* op) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  std::vector<bool> reduce(nd, dims.empty());
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, nd, op);
+    ANVIL_CHECK(!reduce[w] || dims.empty(), op, ": dim ", d, " appears more than once in the reduction dims");
+    reduce[w] = true;
+  }
+  IntArray out;
+  for (int64_t i = 0; i < nd; ++i) {
+    if (!reduce[i]) out.push_back(sizes[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+void CheckSameDtype(const std::vector<Tensor>& in, size_t n, OpId op) {
+  for (size_t i = 1; i < n; ++i) {
+    ANVIL_INTERNAL_ASSERT(in[i].dtype() == in[0].dtype(), op_name(op), ": operands reached the kernel with dtypes ",
+                          in[0].dtype(), " and ", in[i].dtype());
+  }
+}
+
+void CheckIndexTensor(const Tensor& index, const char* op) {
+  ANVIL_CHECK_TYPE(index.dtype() == kInt64 || index.dtype() == kInt32, op,
+                   ": expected an int64 (or int32) index tensor, got ", index.dtype());
+}
+
+}  // namespace
+
+std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, const OpAttrs& a) {
+  const OpInfo& info = op_info(op);
+  const char* name = info.name.data();
+  switch (op) {
+    case OpId::LogicalNot:
+    case OpId::IsNan:
+    case OpId::IsFinite:
+      return {{in[0].sizes(), kBool}};
+    case OpId::Cast:
+      return {{in[0].sizes(), a.dtype}};
+    case OpId::Where: {
+      ANVIL_CHECK_TYPE(in[0].dtype() == kBool, "where: expected a bool condition, got ", in[0].dtype());
+      IntArray s = broadcast_shapes(broadcast_shapes(in[0].sizes(), in[1].sizes()), in[2].sizes());
+      return {{s, in[1].dtype()}};
+    }
+    case OpId::Sum:
+    case OpId::Mean:
+    case OpId::Prod:
+    case OpId::Amax:
+    case OpId::Amin:
+    case OpId::Var:
+    case OpId::Norm:
+    case OpId::LogSumExp: {
+      if (op == OpId::Amax || op == OpId::Amin) {
+        ANVIL_CHECK(in[0].numel() > 0 || !a.dims.empty(), name,
+                    "(): expected a non-empty tensor (the reduction has no identity), got shape ",
+                    shape_str(in[0].sizes()));
+      }
+      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
+    }
+    case OpId::All:
+    case OpId::Any:
+      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), kBool}};
+    case OpId::Argmax:
+    case OpId::Argmin:
+    case OpId::MaxDim:
+    case OpId::MinDim: {
+      ANVIL_CHECK_INDEX(in[0].numel() > 0, name, ": expected a non-empty tensor, got shape ",
+                        shape_str(in[0].sizes()));
+      IntArray s = ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name);
+      if (op == OpId::Argmax || op == OpId::Argmin) return {{s, kInt64}};
+      return {{s, in[0].dtype()}, {s, kInt64}};
+    }
+    case OpId::Mm: {
+      ANVIL_CHECK(in[0].dim() == 2 && in[1].dim() == 2, "mm: expected 2-D matrices, got ",
+                  shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
+      ANVIL_CHECK(in[0].size(1) == in[1].size(0), "mm: shapes ", shape_str(in[0].sizes()), " and ",
+                  shape_str(in[1].sizes()), " cannot be multiplied (", in[0].size(1), " != ",
+                  in[1].size(0), ")");
+      CheckSameDtype(in, 2, op);
+      return {{{in[0].size(0), in[1].size(1)}, in[0].dtype()}};
+    }
+    case OpId::Bmm: {
+      ANVIL_CHECK(in[0].dim() == 3 && in[1].dim() == 3, "bmm: expected 3-D batches, got ",
+                  shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
+      ANVIL_CHECK(in[0].size(0) == in[1].size(0) && in[0].size(2) == in[1].size(1), "bmm: shapes ",
+                  shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()),
+                  " cannot be multiplied (batch sizes and inner dimensions must match)");
+      CheckSameDtype(in, 2, op);
+      return {{{in[0].size(0), in[0].size(1), in[1].size(2)}, in[0].dtype()}};
+    }
+    case OpId::Cat: {
+      const Tensor& first = in[0];
+      const int64_t d = wrap_dim(a.dims[0], first.dim(), "cat");
+      IntArray out = first.sizes();
+      out[d] = 0;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const Tensor& t = in[i];
+        ANVIL_CHECK(t.dim() == first.dim(), "cat: expected every tensor to have ", first.dim(),
+                    " dims, got ", t.dim(), " for tensor ", i);
+        for (int64_t k = 0; k < t.dim(); ++k) {
+          ANVIL_CHECK(k == d || t.size(k) == first.size(k), "cat: sizes of tensors must match except in dimension ",
+                      d, ". Expected size ", first.size(k), " but got size ", t.size(k),
+                      " for tensor number ", i, " in the list");
+        }
+        out[d] += t.size(d);
+      }
+      CheckSameDtype(in, in.size(), op);
+      return {{out, first.dtype()}};
+    }
+    case OpId::IndexSelect: {
+      CheckIndexTensor(in[1], name);
+      ANVIL_CHECK(in[1].dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape ",
+                  shape_str(in[1].sizes()));
+      IntArray s = in[0].sizes();
+      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      if (!s.empty()) s[d] = in[1].numel();
+      return {{s, in[0].dtype()}};
+    }
+    case OpId::Gather: {
+      CheckIndexTensor(in[1], name);
+      ANVIL_CHECK(in[1].dim() == in[0].dim(), "gather: index must have as many dims as input (",
+                  in[0].dim(), "), got ", in[1].dim());
+      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      for (int64_t k = 0; k < in[0].dim(); ++k) {
+        ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), "gather: index ", shape_str(in[1].sizes()),
+                    " is larger than input ", shape_str(in[0].sizes()), " in dim ", k);
+      }
+      return {{in[1].sizes(), in[0].dtype()}};
+    }
+    case OpId::Scatter:
+    case OpId::ScatterAdd: {
+      CheckIndexTensor(in[1], name);
+      ANVIL_CHECK(in[1].dim() == in[0].dim(), name, ": index must have as many dims as self (",
+                  in[0].dim(), "), got ", in[1].dim());
+      ANVIL_CHECK(in[2].dim() == in[0].dim(), name, ": src must have as many dims as self (",
+                  in[0].dim(), "), got ", in[2].dim());
+      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      for (int64_t k = 0; k < in[0].dim(); ++k) {
+        ANVIL_CHECK(in[1].size(k) <= in[2].size(k), name, ": index ", shape_str(in[1].sizes()),
+                    " is larger than src ", shape_str(in[2].sizes()), " in dim ", k);
+        ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), name, ": index ",
+                    shape_str(in[1].sizes()), " is larger than self ", shape_str(in[0].sizes()),
+                    " in dim ", k);
+      }
+      CheckSameDtype({in[0], in[2]}, 2, op);
+      return {{in[0].sizes(), in[0].dtype()}};
+    }
+    case OpId::IndexAdd: {
+      CheckIndexTensor(in[1], name);
+      ANVIL_CHECK(in[1].dim() <= 1, "index_add: expected a 1-D index, got ", shape_str(in[1].sizes()));
+      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      IntArray expect = in[0].sizes();
+      if (!expect.empty()) expect[d] = in[1].numel();
+      ANVIL_CHECK(in[2].sizes() == expect, "index_add: expected source of shape ", shape_str(expect),
+                  ", got ", shape_str(in[2].sizes()));
+      CheckSameDtype({in[0], in[2]}, 2, op);
+      return {{in[0].sizes(), in[0].dtype()}};
+    }
+    case OpId::Index: {
+      // inputs: self, then one (already broadcast, int64) index per entry of indexed_dims.
+      const Tensor& self = in[0];
+      const IntArray& idims = a.indexed_dims;
+      IntArray bshape = in[1].sizes();
+      bool adjacent = true;
+      for (size_t k = 1; k < idims.size(); ++k) adjacent &= idims[k] == idims[k - 1] + 1;
+      IntArray out;
+      if (adjacent) {
+        for (int64_t k = 0; k < idims[0]; ++k) out.push_back(self.size(k));
+        out.insert(out.end(), bshape.begin(), bshape.end());
+        for (int64_t k = idims.back() + 1; k < self.dim(); ++k) out.push_back(self.size(k));
+      } else {
+        out = bshape;
+        for (int64_t k = 0; k < self.dim(); ++k) {
+          if (std::find(idims.begin(), idims.end(), k) == idims.end()) out.push_back(self.size(k));
+        }
+      }
+      return {{out, self.dtype()}};
+    }
+    case OpId::IndexPut:
+      return {{in[0].sizes(), in[0].dtype()}};
+    case OpId::Sort:
+      return {{in[0].sizes(), in[0].dtype()}, {in[0].sizes(), kInt64}};
+    case OpId::StridedScatterAdd:
+      return {{a.dims, in[0].dtype()}};
+    default:
+      break;
+  }
+  switch (info.kind) {
+    case OpKind::Unary:
+      return {{in[0].sizes(), in[0].dtype()}};
+    case OpKind::Binary: {
+      CheckSameDtype(in, 2, op);
+      IntArray s = broadcast_shapes(in[0].sizes(), in[1].sizes());
+      const bool to_bool = (op >= OpId::Eq && op <= OpId::LogicalXor);
+      return {{s, to_bool ? kBool : in[0].dtype()}};
+    }
+    default:
+      return {{in[0].sizes(), in[0].dtype()}};  // Clone, CumSum, Softmax, LogSoftmax
+  }
+}
+
+IntArray broadcast_shapes(const IntArray& a, const IntArray& b) {
+  const size_t n = std::max(a.size(), b.size());
+  IntArray out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    ANVIL_CHECK(da == db || da == 1 || db == 1, "shapes ", shape_str(a), " and ", shape_str(b),
+                " are not broadcastable: size ", da, " vs ", db, " at dim ", i);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace anvil

@@ -1,0 +1,89 @@
+// Matrix products. matmul follows torch.matmul's broadcasting rules and folds batch dims
+// into rows when the right operand is a matrix (one GEMM instead of a batch of small ones).
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+void CheckSameDtype(const Tensor& a, const Tensor& b, const char* op) {
+  ANVIL_CHECK_TYPE(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, but got ",
+                   a.dtype(), " and ", b.dtype());
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  CheckSameDtype(a, b, "mm");
+  return dispatch1(OpId::Mm, {a, b}, OpAttrs{});
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  CheckSameDtype(a, b, "bmm");
+  return dispatch1(OpId::Bmm, {a, b}, OpAttrs{});
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  ANVIL_CHECK(a.dim() == 1 && b.dim() == 1, "dot: expected 1-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
+  ANVIL_CHECK(a.size(0) == b.size(0), "dot: inconsistent tensor size, expected tensor [", a.size(0),
+              "] and src [", b.size(0), "] to have the same number of elements");
+  CheckSameDtype(a, b, "dot");
+  return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) { return a.unsqueeze(1) * b.unsqueeze(0); }
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const int64_t da = a.dim(), db = b.dim();
+  ANVIL_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", da, "D and ", db, "D");
+  if (da == 1 && db == 1) return dot(a, b);
+  if (da == 2 && db == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
+  if (da == 1 && db == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  if (da == 2 && db == 2) return mm(a, b);
+  if (da >= 3 && db <= 2) {
+    // Fold batch dims into rows: [..., n, k] @ [k, m] -> one [(...n), k] @ [k, m].
+    Tensor bm = db == 1 ? b.unsqueeze(1) : b;
+    IntArray out = a.sizes();
+    Tensor r = mm(a.reshape({-1, a.size(-1)}), bm);
+    out.back() = bm.size(1);
+    Tensor res = r.view(out);
+    return db == 1 ? res.squeeze(-1) : res;
+  }
+  // General case: broadcast the batch dims, then bmm.
+  Tensor a2 = da == 1 ? a.unsqueeze(0) : a;
+  Tensor b2 = db == 1 ? b.unsqueeze(1) : b;
+  IntArray ba(a2.sizes().begin(), a2.sizes().end() - 2), bb(b2.sizes().begin(), b2.sizes().end() - 2);
+  IntArray batch = broadcast_shapes(ba, bb);
+  const int64_t n = a2.size(-2), k = a2.size(-1), m = b2.size(-1);
+  ANVIL_CHECK(b2.size(-2) == k, "matmul: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
+              " cannot be multiplied (", k, " != ", b2.size(-2), ")");
+  IntArray ea = batch, eb = batch;
+  ea.push_back(n); ea.push_back(k);
+  eb.push_back(k); eb.push_back(m);
+  const int64_t nb = numel_of(batch);
+  Tensor r = bmm(a2.expand(ea).reshape({nb, n, k}), b2.expand(eb).reshape({nb, k, m}));
+  IntArray out = batch;
+  if (da > 1) out.push_back(n);
+  if (db > 1) out.push_back(m);
+  return r.reshape(out);
+}
+
+Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+  Tensor p = mm(a, b);
+  if (alpha.to_double() != 1) p = p * alpha;
+  if (beta.to_double() == 0) return p;
+  return beta.to_double() == 1 ? c + p : c * beta + p;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ANVIL_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ",
+              shape_str(weight.sizes()));
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input has ",
+              x.dim() >= 1 ? x.size(-1) : 0, " features (shape ", shape_str(x.sizes()),
+              ") but the weight expects ", weight.size(1), " (weight shape ", shape_str(weight.sizes()), ")");
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace anvil

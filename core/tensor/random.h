@@ -1,0 +1,81 @@
+// Random numbers: a counter-based Philox4x32-10 generator. A draw is a pure function of
+// (seed, counter), so any backend reproduces the same stream element by element, and
+// parallel kernels need no shared state: element i of a fill uses counter offset + i/4.
+// Thread-safety: Generator methods are guarded by an internal mutex.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+#include "core/util/macros.h"
+
+namespace anvil {
+
+// One Philox4x32-10 block: 4 random 32-bit words for (key, counter).
+ANVIL_INLINE std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter, uint64_t subsequence = 0) {
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = static_cast<uint32_t>(subsequence), c3 = static_cast<uint32_t>(subsequence >> 32);
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = uint64_t{0xD2511F53u} * c0;
+    const uint64_t p1 = uint64_t{0xCD9E8D57u} * c2;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = static_cast<uint32_t>(p1);
+    c2 = n2;
+    c3 = static_cast<uint32_t>(p0);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {c0, c1, c2, c3};
+}
+
+// Uniform in [0, 1) from 24 (float) or 53 (double) random bits.
+ANVIL_INLINE float uniform_float(uint32_t r) { return static_cast<float>(r >> 8) * (1.0f / 16777216.0f); }
+ANVIL_INLINE double uniform_double(uint32_t hi, uint32_t lo) {
+  const uint64_t bits = (uint64_t{hi} << 21) ^ (lo >> 11);
+  return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 67280421310721ull) : seed_(seed) {}
+  void manual_seed(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed_ = seed;
+    offset_ = 0;
+  }
+  uint64_t seed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seed_;
+  }
+  // Reserves `blocks` Philox blocks; returns (seed, first counter).
+  std::pair<uint64_t, uint64_t> reserve(uint64_t blocks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t first = offset_;
+    offset_ += blocks;
+    return {seed_, first};
+  }
+  // State for checkpoints: (seed, offset).
+  std::pair<uint64_t, uint64_t> get_state() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {seed_, offset_};
+  }
+  void set_state(uint64_t seed, uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed_ = seed;
+    offset_ = offset;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t seed_;
+  uint64_t offset_ = 0;  // guarded by mu_
+};
+
+// The process-wide default generator (torch.manual_seed seeds this one).
+Generator& default_generator();
+
+}  // namespace anvil

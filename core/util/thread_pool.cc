@@ -1,0 +1,171 @@
+#include "core/util/thread_pool.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+thread_local bool t_in_region = false;
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) : threads_(threads) {
+    for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return threads_; }
+
+  // Runs chunk_fn(0..n-1); returns when all are done. Caller holds run_mu_.
+  void Run(int64_t n, const std::function<void(int64_t)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      num_chunks_.store(n, std::memory_order_relaxed);
+      next_.store(0, std::memory_order_relaxed);
+      done_.store(0, std::memory_order_relaxed);
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    Work();
+    // Spin briefly, then sleep: most chunks finish within microseconds of each other.
+    for (int spin = 0; done_.load(std::memory_order_acquire) < num_chunks_; ++spin) {
+      if (spin > 2000) {
+        std::unique_lock<std::mutex> lock(mu_);
+        done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) >= num_chunks_; });
+        break;
+      }
+      std::this_thread::yield();
+    }
+    std::exception_ptr err;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = nullptr;
+      err = error_;
+    }
+    if (err) std::rethrow_exception(err);
+  }
+
+  std::mutex run_mu;  // one parallel region at a time
+
+ private:
+  void Work() {
+    t_in_region = true;
+    while (true) {
+      const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= num_chunks_) break;
+      try {
+        (*fn_)(c);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks_) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
+    }
+    t_in_region = false;
+  }
+
+  void WorkerLoop() {
+    uint64_t seen = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
+        if (stop_) return;
+        seen = generation_;
+      }
+      Work();
+    }
+  }
+
+  const int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  // Guarded by mu_ (written before notify, read by workers after wake-up).
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  std::atomic<int64_t> num_chunks_{0};
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::atomic<int64_t> next_{0};
+  std::atomic<int64_t> done_{0};
+};
+
+int DefaultThreads() {
+  if (const char* env = std::getenv("ANVIL_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+std::mutex g_pool_mu;
+std::shared_ptr<ThreadPool> g_pool;  // guarded by g_pool_mu
+std::atomic<int> g_threads{0};
+
+std::shared_ptr<ThreadPool> Pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) {
+    int n = g_threads.load();
+    if (n <= 0) n = DefaultThreads();
+    g_threads = n;
+    g_pool = std::make_shared<ThreadPool>(n);
+  }
+  return g_pool;
+}
+
+}  // namespace
+
+int get_num_threads() {
+  int n = g_threads.load();
+  if (n > 0) return n;
+  return Pool()->threads();
+}
+
+void set_num_threads(int n) {
+  ANVIL_CHECK(n >= 1, "set_num_threads: expected a positive thread count, got ", n);
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (g_pool && g_pool->threads() == n) return;
+  g_pool.reset();  // joins the old workers once no region holds it
+  g_threads = n;
+}
+
+bool in_parallel_region() { return t_in_region; }
+
+namespace detail {
+void RunParallel(int64_t num_chunks, const std::function<void(int64_t)>& chunk_fn) {
+  auto pool = Pool();
+  std::unique_lock<std::mutex> lock(pool->run_mu, std::try_to_lock);
+  if (!lock.owns_lock() || pool->threads() <= 1) {
+    for (int64_t c = 0; c < num_chunks; ++c) chunk_fn(c);
+    return;
+  }
+  pool->Run(num_chunks, chunk_fn);
+}
+}  // namespace detail
+
+}  // namespace anvil

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Anvil needs. Idempotent: does nothing when all are present.
+#   install-deps.sh build   packages to build and test Anvil
+#   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
+set -euo pipefail
+build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libgtest-dev libgmock-dev
+            nlohmann-json3-dev zlib1g-dev)
+bench_pkgs=(libtorch-dev)
+
+want=("${build_pkgs[@]}")
+[[ "${1:-build}" == "bench" ]] && want+=("${bench_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}"
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
