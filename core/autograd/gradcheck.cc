@@ -35,15 +35,15 @@ std::vector<Tensor> Outputs(const TensorFn& fn, const std::vector<Tensor>& input
 GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
   CheckInputs(inputs);
   GradcheckResult res;
-  std::vector<Tensor> outs = Outputs(fn, inputs);
+  const size_t n_outputs = Outputs(fn, inputs).size();
   double worst = -INFINITY;
-  for (size_t oi = 0; oi < outs.size(); ++oi) {
-    const int64_t n_out = outs[oi].numel();
+  for (size_t oi = 0; oi < n_outputs; ++oi) {
     for (size_t ii = 0; ii < inputs.size(); ++ii) {
+      int64_t n_out = 0;
       const Tensor& x = inputs[ii];
       if (!x.defined() || !x.requires_grad()) continue;
       // Numerical Jacobian column by column (perturb one input element at a time).
-      std::vector<std::vector<double>> num(x.numel(), std::vector<double>(n_out));
+      std::vector<std::vector<double>> num(x.numel());
       for (int64_t k = 0; k < x.numel(); ++k) {
         auto perturb = [&](double delta) {
           NoGradGuard no_grad;
@@ -57,17 +57,18 @@ GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
           for (int64_t d = 0; d < x.dim(); ++d) e = e.select(0, idx[d]);
           e.add_(delta);
         };
-        std::vector<double> plus, minus;
-        {
-          perturb(opt.eps);
-          NoGradGuard no_grad;
-          plus = Outputs(fn, inputs)[oi].to_vector<double>();
-          perturb(-2 * opt.eps);
-          minus = Outputs(fn, inputs)[oi].to_vector<double>();
-          perturb(opt.eps);
-        }
+        // fn runs with grad mode on: it may itself differentiate (gradgradcheck).
+        perturb(opt.eps);
+        std::vector<double> plus = Outputs(fn, inputs)[oi].detach().to_vector<double>();
+        perturb(-2 * opt.eps);
+        std::vector<double> minus = Outputs(fn, inputs)[oi].detach().to_vector<double>();
+        perturb(opt.eps);
+        n_out = static_cast<int64_t>(plus.size());
+        num[k].resize(n_out);
         for (int64_t j = 0; j < n_out; ++j) num[k][j] = (plus[j] - minus[j]) / (2 * opt.eps);
       }
+      // Analytical, on a graph built after the perturbations (they bump input versions).
+      std::vector<Tensor> outs = Outputs(fn, inputs);
       // Analytical Jacobian row by row (one backward per output element).
       for (int64_t j = 0; j < n_out; ++j) {
         Tensor go = zeros_like(outs[oi]);
@@ -75,7 +76,10 @@ GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
           NoGradGuard no_grad;
           go.reshape({-1}).select(0, j).fill_(1);
         }
-        std::vector<Tensor> ga = grad({outs[oi]}, {x}, {go}, true, false, true);
+        // An output that does not depend on anything that requires grad has a zero Jacobian.
+        std::vector<Tensor> ga = outs[oi].requires_grad()
+                                     ? grad({outs[oi]}, {x}, {go}, true, false, true)
+                                     : std::vector<Tensor>{Tensor()};
         std::vector<double> row = ga[0].defined() ? ga[0].to_vector<double>() : std::vector<double>(x.numel(), 0.0);
         for (int64_t k = 0; k < x.numel(); ++k) {
           const double a = row[k], nm = num[k][j];

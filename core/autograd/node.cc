@@ -204,13 +204,13 @@ void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
   auto node = std::make_shared<OpNode>(op, attrs, inputs);
   node->output_meta_.reserve(outputs.size());
   for (const Tensor& o : outputs) node->output_meta_.emplace_back(o);
+  set_history(outputs, node);  // before save: saved outputs remember that they have history
   node->save(inputs, outputs);
   if (AnomalyMode::is_enabled()) {
     node->forward_context = detail::StrCat("forward op '", info.name, "' on inputs ",
                                            inputs.empty() ? std::string("()")
                                                           : shape_str(inputs[0].sizes()));
   }
-  set_history(outputs, node);
 }
 
 }  // namespace anvil::autograd
