@@ -241,18 +241,22 @@ ANVIL_UNARY_INPLACE(tanh_, Tanh)
 ANVIL_UNARY_INPLACE(abs_, Abs)
 #undef ANVIL_UNARY_INPLACE
 
-Tensor& Tensor::zero_() { return fill_(0); }
-Tensor& Tensor::fill_(Scalar value) {
-  check_inplace_allowed(*this, "fill_");
-  if (GradMode::is_enabled() && requires_grad()) {
-    return copy_into(*this, full(sizes(), value, TensorOptions(dtype()).with_device(device())), "fill_");
+namespace {
+Tensor& FillImpl(Tensor& self, Scalar value, const char* name) {
+  check_inplace_allowed(self, name);
+  if (GradMode::is_enabled() && self.requires_grad()) {
+    return copy_into(self, full(self.sizes(), value, TensorOptions(self.dtype()).with_device(self.device())), name);
   }
   OpAttrs a;
   a.alpha = value.to_double();
-  dispatch_into(OpId::Fill, {}, *this, a);
-  storage()->bump_version("fill_");
-  return *this;
+  dispatch_into(OpId::Fill, {}, self, a);
+  self.storage()->bump_version(name);
+  return self;
 }
+}  // namespace
+
+Tensor& Tensor::zero_() { return FillImpl(*this, 0, "zero_"); }
+Tensor& Tensor::fill_(Scalar value) { return FillImpl(*this, value, "fill_"); }
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   return copy_into(*this, where(mask, wrap_scalar(value, device()), *this), "masked_fill_");
 }
