@@ -1,6 +1,7 @@
 #include "core/autograd/node.h"
 
 #include <atomic>
+#include <mutex>
 #include <sstream>
 
 #include "core/autograd/derivatives.h"
@@ -179,6 +180,9 @@ Edge gradient_edge(const Tensor& t) {
   if (fn) return {fn, t.output_nr()};
   AutogradMeta* meta = t.impl()->autograd();
   if (meta == nullptr || !meta->requires_grad) return {};
+  // Two threads may record ops on the same leaf: create its accumulator once.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   auto acc = meta->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());

@@ -28,6 +28,7 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",
                                              dev));
   }
+  NoGradGuard no_grad;  // kernels may compose tensor ops internally: never record them
   fn(KernelCall{op, inputs, outputs, attrs});
 }
 

@@ -12,6 +12,13 @@ extern "C" void openblas_set_num_threads(int);
 namespace anvil::cpu {
 namespace {
 
+// Batch slice `i` of a 3-D operand as a raw window (no autograd, safe on pool threads).
+Tensor BatchSlice(const Tensor& t, int64_t i) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), IntArray{t.size(1), t.size(2)},
+                                             IntArray{t.stride(1), t.stride(2)},
+                                             t.storage_offset() + i * t.stride(0), t.dtype()));
+}
+
 struct MatArg {
   Tensor t;  // keeps a contiguous copy alive when one was needed
   CBLAS_TRANSPOSE trans;
@@ -119,7 +126,7 @@ void MatmulKernel(const KernelCall& c) {
       // Batches: one slice per task; slices use the operands' own batch strides.
       parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t bi = b0; bi < b1; ++bi) {
-          MatArg A = AsBlas(a.select(0, bi)), B = AsBlas(b.select(0, bi));
+          MatArg A = AsBlas(BatchSlice(a, bi)), B = AsBlas(BatchSlice(b, bi));
           GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
                           pc + bi * m * n, m, n, k);
         }
