@@ -130,14 +130,17 @@ struct EluF {
     return x > T(0) ? x : T(T(alpha) * (Exp(x) - T(1)));
   }
 };
+// The approximation is a template parameter, not a member: a run-time branch inside the
+// loop body stops the compiler from vectorising it.
+template <bool kTanh>
 struct GeluF {
-  bool tanh_approx;
   template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if (tanh_approx) {
+    if constexpr (kTanh) {
       const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
       return T(0.5) * x * (T(1) + Tanh(inner));
+    } else {
+      return T(0.5) * x * (T(1) + Erf(x * T(0.7071067811865476)));
     }
-    return T(0.5) * x * (T(1) + Erf(x * T(0.7071067811865476)));
   }
 };
 struct SiluF { template <typename T> ANVIL_INLINE T operator()(T x) const { return x * Sigmoid(x); } };
@@ -157,13 +160,11 @@ struct PowScalarF {
       for (int64_t i = 0; i < static_cast<int64_t>(e); ++i) r = static_cast<T>(r * x);
       return r;
     } else {
-      if (e == 2.0) return x * x;
-      if (e == 0.5) return std::sqrt(x);
-      if (e == 1.0) return x;
       return std::pow(x, T(e));
     }
   }
 };
+struct SquareF { template <typename T> ANVIL_INLINE T operator()(T x) const { return T(x * x); } };
 struct ClampF {
   double lo, hi;
   bool has_lo, has_hi;
@@ -206,14 +207,15 @@ struct IsFiniteF {
 struct AddF {
   double alpha;
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    // No alpha == 1 special case: a branch would stop vectorisation, and a + 1 * b == a + b.
     if constexpr (std::is_same_v<T, bool>) return a || (alpha != 0 && b);
-    else return alpha == 1 ? T(a + b) : T(a + T(alpha) * b);
+    else return T(a + T(alpha) * b);
   }
 };
 struct SubF {
   double alpha;
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
-    return alpha == 1 ? T(a - b) : T(a - T(alpha) * b);
+    return T(a - T(alpha) * b);
   }
 };
 struct MulF {

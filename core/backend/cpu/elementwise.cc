@@ -13,9 +13,9 @@ void Unary(const Tensor& out, const Tensor& x, const F& f) {
   using M = opmath_t<T>;
   using R = decltype(f(M{}));
   if constexpr (std::is_same_v<R, bool>) {
-    ElementwiseKernel<bool, T, 1>(out, {&x}, [&](T a) { return f(M(a)); });
+    ElementwiseKernel<bool, T, 1>(out, {&x}, [f](T a) { return f(M(a)); });
   } else {
-    ElementwiseKernel<T, T, 1>(out, {&x}, [&](T a) { return T(f(M(a))); });
+    ElementwiseKernel<T, T, 1>(out, {&x}, [f](T a) { return T(f(M(a))); });
   }
 }
 
@@ -24,9 +24,9 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   using M = opmath_t<T>;
   using R = decltype(f(M{}, M{}));
   if constexpr (std::is_same_v<R, bool>) {
-    ElementwiseKernel<bool, T, 2>(out, {&a, &b}, [&](T x, T y) { return f(M(x), M(y)); });
+    ElementwiseKernel<bool, T, 2>(out, {&a, &b}, [f](T x, T y) { return f(M(x), M(y)); });
   } else {
-    ElementwiseKernel<T, T, 2>(out, {&a, &b}, [&](T x, T y) { return T(f(M(x), M(y))); });
+    ElementwiseKernel<T, T, 2>(out, {&a, &b}, [f](T x, T y) { return T(f(M(x), M(y))); });
   }
 }
 
@@ -54,11 +54,9 @@ UNARY_KERNEL(Sigmoid, ANVIL_DISPATCH_FLOATING, fn::SigmoidF{})
 UNARY_KERNEL(Relu, ANVIL_DISPATCH_NUMERIC, fn::ReluF{})
 UNARY_KERNEL(LeakyRelu, ANVIL_DISPATCH_FLOATING, fn::LeakyReluF{a.alpha})
 UNARY_KERNEL(Elu, ANVIL_DISPATCH_FLOATING, fn::EluF{a.alpha})
-UNARY_KERNEL(Gelu, ANVIL_DISPATCH_FLOATING, fn::GeluF{a.keepdim})
 UNARY_KERNEL(Silu, ANVIL_DISPATCH_FLOATING, fn::SiluF{})
 UNARY_KERNEL(Softplus, ANVIL_DISPATCH_FLOATING, (fn::SoftplusF{a.alpha, a.beta}))
 UNARY_KERNEL(Erf, ANVIL_DISPATCH_FLOATING, fn::ErfF{})
-UNARY_KERNEL(PowScalar, ANVIL_DISPATCH_NUMERIC, fn::PowScalarF{a.alpha})
 UNARY_KERNEL(Clamp, ANVIL_DISPATCH_NUMERIC, (fn::ClampF{a.alpha, a.beta, a.has_alpha, a.has_beta}))
 UNARY_KERNEL(Floor, ANVIL_DISPATCH_NUMERIC, fn::FloorF{})
 UNARY_KERNEL(Ceil, ANVIL_DISPATCH_NUMERIC, fn::CeilF{})
@@ -68,6 +66,20 @@ UNARY_KERNEL(LogicalNot, ANVIL_DISPATCH_ALL, fn::LogicalNotF{})
 UNARY_KERNEL(IsNan, ANVIL_DISPATCH_ALL, fn::IsNanF{})
 UNARY_KERNEL(IsFinite, ANVIL_DISPATCH_ALL, fn::IsFiniteF{})
 #undef UNARY_KERNEL
+
+void GeluKernel(const KernelCall& c) {
+  ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
+    if (c.attrs.keepdim) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
+    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
+  });
+}
+
+void PowScalarKernel(const KernelCall& c) {
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
+    if (c.attrs.alpha == 2.0) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
+    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.alpha});
+  });
+}
 
 void CheckNoZeroDivisor(const Tensor& b) {
   ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {

@@ -129,37 +129,40 @@ void ElementwiseKernel(const Tensor& out, const std::array<const Tensor*, NIn>& 
   StridedLoop<NIn + 1> loop;
   loop.Build(ops);
   loop.ParallelRun([&](char** p, const int64_t* st, int64_t n) {
+    // A local copy: stores through `o` cannot alias its parameters, so loop-invariant
+    // branches inside it are hoisted and the loop vectorises.
+    const F fl = f;
     Out* o = reinterpret_cast<Out*>(p[0]);
     bool contiguous = st[0] == sizeof(Out);
     for (int i = 1; i <= NIn; ++i) contiguous &= st[i] == sizeof(In);
     if constexpr (NIn == 1) {
       const In* a = reinterpret_cast<const In*>(p[1]);
       if (contiguous) {
-        for (int64_t j = 0; j < n; ++j) o[j] = f(a[j]);
+        for (int64_t j = 0; j < n; ++j) o[j] = fl(a[j]);
       } else if (st[0] == sizeof(Out) && st[1] == 0) {
-        const Out v = f(*a);
+        const Out v = fl(*a);
         for (int64_t j = 0; j < n; ++j) o[j] = v;
       } else {
         for (int64_t j = 0; j < n; ++j) {
           *reinterpret_cast<Out*>(p[0] + j * st[0]) =
-              f(*reinterpret_cast<const In*>(p[1] + j * st[1]));
+              fl(*reinterpret_cast<const In*>(p[1] + j * st[1]));
         }
       }
     } else if constexpr (NIn == 2) {
       const In* a = reinterpret_cast<const In*>(p[1]);
       const In* b = reinterpret_cast<const In*>(p[2]);
       if (contiguous) {
-        for (int64_t j = 0; j < n; ++j) o[j] = f(a[j], b[j]);
+        for (int64_t j = 0; j < n; ++j) o[j] = fl(a[j], b[j]);
       } else if (st[0] == sizeof(Out) && st[1] == sizeof(In) && st[2] == 0) {
         const In bv = *b;
-        for (int64_t j = 0; j < n; ++j) o[j] = f(a[j], bv);
+        for (int64_t j = 0; j < n; ++j) o[j] = fl(a[j], bv);
       } else if (st[0] == sizeof(Out) && st[1] == 0 && st[2] == sizeof(In)) {
         const In av = *a;
-        for (int64_t j = 0; j < n; ++j) o[j] = f(av, b[j]);
+        for (int64_t j = 0; j < n; ++j) o[j] = fl(av, b[j]);
       } else {
         for (int64_t j = 0; j < n; ++j) {
           *reinterpret_cast<Out*>(p[0] + j * st[0]) =
-              f(*reinterpret_cast<const In*>(p[1] + j * st[1]),
+              fl(*reinterpret_cast<const In*>(p[1] + j * st[1]),
                 *reinterpret_cast<const In*>(p[2] + j * st[2]));
         }
       }
@@ -167,7 +170,7 @@ void ElementwiseKernel(const Tensor& out, const std::array<const Tensor*, NIn>& 
       for (int64_t j = 0; j < n; ++j) {
         In args[NIn];
         for (int i = 0; i < NIn; ++i) args[i] = *reinterpret_cast<const In*>(p[i + 1] + j * st[i + 1]);
-        *reinterpret_cast<Out*>(p[0] + j * st[0]) = std::apply(f, std::to_array(args));
+        *reinterpret_cast<Out*>(p[0] + j * st[0]) = std::apply(fl, std::to_array(args));
       }
     }
   });
