@@ -44,6 +44,7 @@ struct OpAttrs {
                              // IndexAdd alpha, Arange start, Uniform low, Normal mean, Bernoulli p
   double beta = 0;           // Clamp max, Softplus threshold, Arange step, Uniform high,
                              // Normal std
+  double gamma = 0;          // Arange in linspace mode (keepdim): the exact end value
   bool has_alpha = true;     // Clamp: lower bound present
   bool has_beta = true;      // Clamp: upper bound present
   int64_t dim = 0;           // gather/scatter/index_select/index_add dim

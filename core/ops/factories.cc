@@ -66,16 +66,17 @@ Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype
 Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
 
-Tensor arange(Scalar end, TensorOptions o) {
-  if (end.is_floating_point() && o.dtype == kInt64) o.dtype = default_dtype();
-  return arange(0, end, 1, o);
-}
+Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
 
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
   const double s = start.to_double(), e = end.to_double(), st = step.to_double();
   ANVIL_CHECK(st != 0, "arange: step must be nonzero");
   ANVIL_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound and larger bound inconsistent with step sign");
   const int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
+  if (!o.dtype_given) {  // torch.arange: integer bounds and step give int64
+    const bool integral = !start.is_floating_point() && !end.is_floating_point() && !step.is_floating_point();
+    o.dtype = integral ? kInt64 : default_dtype();
+  }
   Tensor t = empty({n}, TensorOptions(o.dtype).with_device(o.device));
   OpAttrs a;
   a.alpha = s;
@@ -90,6 +91,8 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   OpAttrs a;
   a.alpha = start;
   a.beta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+  a.keepdim = true;  // symmetric fill: the second half counts back from `end`, exactly
+  a.gamma = end;
   FillWith(t, OpId::Arange, a);
   return Finish(t, o);
 }

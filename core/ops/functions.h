@@ -12,12 +12,13 @@ namespace anvil {
 
 struct TensorOptions {
   ScalarType dtype = kFloat32;
+  bool dtype_given = false;  // arange infers int64 from integer bounds unless a dtype is given
   Device device = kCPU;
   bool requires_grad = false;
   TensorOptions() = default;
-  TensorOptions(ScalarType d) : dtype(d) {}  // NOLINT
+  TensorOptions(ScalarType d) : dtype(d), dtype_given(true) {}  // NOLINT
   TensorOptions(Device dev) : device(dev) {}  // NOLINT
-  TensorOptions& with_dtype(ScalarType d) { dtype = d; return *this; }
+  TensorOptions& with_dtype(ScalarType d) { dtype = d; dtype_given = true; return *this; }
   TensorOptions& with_device(Device d) { device = d; return *this; }
   TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
 };
@@ -33,7 +34,7 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, Scalar value);
 Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
-Tensor arange(Scalar end, TensorOptions opts = kInt64);
+Tensor arange(Scalar end, TensorOptions opts = {});
 Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions opts = {});
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
 Tensor eye(int64_t n, std::optional<int64_t> m = {}, TensorOptions opts = {});

@@ -32,6 +32,21 @@ void CheckSameDtype(const std::vector<Tensor>& in, size_t n, OpId op) {
   }
 }
 
+// Max/min-like reductions have no identity: every reduced dim must be non-empty.
+void CheckNonEmptyReduction(const Tensor& x, const IntArray& dims, const char* op) {
+  if (x.dim() == 0) return;
+  if (dims.empty()) {
+    ANVIL_CHECK_INDEX(x.numel() > 0, op, "(): Expected reduction over a non-empty tensor, got shape ",
+                      shape_str(x.sizes()), ". Specify a dim, or reduce a tensor with elements.");
+    return;
+  }
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, x.dim(), op);
+    ANVIL_CHECK_INDEX(x.size(w) > 0, op, "(): Expected reduction dim ", w,
+                      " to have non-zero size, got shape ", shape_str(x.sizes()));
+  }
+}
+
 void CheckIndexTensor(const Tensor& index, const char* op) {
   ANVIL_CHECK_TYPE(index.dtype() == kInt64 || index.dtype() == kInt32, op,
                    ": expected an int64 (or int32) index tensor, got ", index.dtype());
@@ -62,11 +77,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case OpId::Var:
     case OpId::Norm:
     case OpId::LogSumExp: {
-      if (op == OpId::Amax || op == OpId::Amin) {
-        ANVIL_CHECK(in[0].numel() > 0 || !a.dims.empty(), name,
-                    "(): expected a non-empty tensor (the reduction has no identity), got shape ",
-                    shape_str(in[0].sizes()));
-      }
+      if (op == OpId::Amax || op == OpId::Amin) CheckNonEmptyReduction(in[0], a.dims, name);
       return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
     }
     case OpId::All:
@@ -76,8 +87,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case OpId::Argmin:
     case OpId::MaxDim:
     case OpId::MinDim: {
-      ANVIL_CHECK_INDEX(in[0].numel() > 0, name, ": expected a non-empty tensor, got shape ",
-                        shape_str(in[0].sizes()));
+      CheckNonEmptyReduction(in[0], a.dims, name);
       IntArray s = ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name);
       if (op == OpId::Argmax || op == OpId::Argmin) return {{s, kInt64}};
       return {{s, in[0].dtype()}, {s, kInt64}};

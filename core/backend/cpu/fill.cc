@@ -38,10 +38,14 @@ void FillKernel(const KernelCall& c) {
 
 void ArangeKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
-  const double start = c.attrs.alpha, step = c.attrs.beta;
+  const double start = c.attrs.alpha, step = c.attrs.beta, end = c.attrs.gamma;
+  const bool symmetric = c.attrs.keepdim;  // linspace: hit both ends exactly
+  const int64_t n = out.numel();
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "arange", [&] {
     Generate<scalar_t>(out, [&](int64_t i) {
-      return static_cast<scalar_t>(static_cast<opmath_t<scalar_t>>(start + step * static_cast<double>(i)));
+      const double v = (symmetric && i >= n / 2) ? end - step * static_cast<double>(n - 1 - i)
+                                                 : start + step * static_cast<double>(i);
+      return static_cast<scalar_t>(static_cast<opmath_t<scalar_t>>(v));
     });
   });
 }
@@ -58,7 +62,10 @@ void UniformKernel(const KernelCall& c) {
         return lo + (hi - lo) * uniform_double(r[lane], r[lane + 1]);
       } else {
         auto r = philox4x32(key, base + static_cast<uint64_t>(i) / 4);
-        const float u = uniform_float(r[i % 4]);
+        // As many random bits as the type's mantissa holds, so rounding to the type can
+        // never produce `hi` itself: 24 for float, 11 for float16, 8 for bfloat16.
+        constexpr int bits = std::is_same_v<scalar_t, float> ? 24 : (std::is_same_v<scalar_t, Half> ? 11 : 8);
+        const float u = static_cast<float>(r[i % 4] >> (32 - bits)) * (1.0f / static_cast<float>(1u << bits));
         return scalar_t(static_cast<float>(lo + (hi - lo) * u));
       }
     });
