@@ -232,14 +232,38 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
 #define ANVIL_UNARY_INPLACE(fn, Id) \
   Tensor& Tensor::fn() { return inplace_op(OpId::Id, *this, {}, Attrs(), #fn); }
 ANVIL_UNARY_INPLACE(neg_, Neg)
-ANVIL_UNARY_INPLACE(exp_, Exp)
-ANVIL_UNARY_INPLACE(log_, Log)
-ANVIL_UNARY_INPLACE(sqrt_, Sqrt)
-ANVIL_UNARY_INPLACE(relu_, Relu)
-ANVIL_UNARY_INPLACE(sigmoid_, Sigmoid)
-ANVIL_UNARY_INPLACE(tanh_, Tanh)
 ANVIL_UNARY_INPLACE(abs_, Abs)
+ANVIL_UNARY_INPLACE(sign_, Sign)
+ANVIL_UNARY_INPLACE(exp_, Exp)
+ANVIL_UNARY_INPLACE(expm1_, Expm1)
+ANVIL_UNARY_INPLACE(log_, Log)
+ANVIL_UNARY_INPLACE(log1p_, Log1p)
+ANVIL_UNARY_INPLACE(sqrt_, Sqrt)
+ANVIL_UNARY_INPLACE(rsqrt_, Rsqrt)
+ANVIL_UNARY_INPLACE(reciprocal_, Reciprocal)
+ANVIL_UNARY_INPLACE(sin_, Sin)
+ANVIL_UNARY_INPLACE(cos_, Cos)
+ANVIL_UNARY_INPLACE(tanh_, Tanh)
+ANVIL_UNARY_INPLACE(sigmoid_, Sigmoid)
+ANVIL_UNARY_INPLACE(relu_, Relu)
+ANVIL_UNARY_INPLACE(silu_, Silu)
+ANVIL_UNARY_INPLACE(erf_, Erf)
+ANVIL_UNARY_INPLACE(floor_, Floor)
+ANVIL_UNARY_INPLACE(ceil_, Ceil)
+ANVIL_UNARY_INPLACE(round_, Round)
+ANVIL_UNARY_INPLACE(trunc_, Trunc)
 #undef ANVIL_UNARY_INPLACE
+
+Tensor& Tensor::pow_(const Tensor& e) { return BinaryInplace(OpId::Pow, *this, e, Attrs(), "pow_"); }
+Tensor& Tensor::remainder_(const Tensor& o) { return BinaryInplace(OpId::Remainder, *this, o, Attrs(), "remainder_"); }
+// Composite in-place forms: computed out of place, then written with copy_ semantics.
+Tensor& Tensor::lerp_(const Tensor& end, Scalar w) { return copy_into(*this, lerp(*this, end, w), "lerp_"); }
+Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, Scalar v) {
+  return copy_into(*this, addcmul(*this, t1, t2, v), "addcmul_");
+}
+Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, Scalar v) {
+  return copy_into(*this, addcdiv(*this, t1, t2, v), "addcdiv_");
+}
 
 namespace {
 Tensor& FillImpl(Tensor& self, Scalar value, const char* name) {

@@ -158,14 +158,21 @@ class Tensor {
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
   Tensor& zero_();
   Tensor& fill_(Scalar value);
-  Tensor& neg_();
-  Tensor& exp_();
-  Tensor& log_();
-  Tensor& sqrt_();
-  Tensor& relu_();
-  Tensor& sigmoid_();
-  Tensor& tanh_();
-  Tensor& abs_();
+  // Unary in-place forms (PyTorch's x.exp_() etc.).
+#define ANVIL_UNARY_INPLACE_DECL(fn) Tensor& fn##_();
+  ANVIL_UNARY_INPLACE_DECL(neg) ANVIL_UNARY_INPLACE_DECL(abs) ANVIL_UNARY_INPLACE_DECL(sign)
+  ANVIL_UNARY_INPLACE_DECL(exp) ANVIL_UNARY_INPLACE_DECL(expm1) ANVIL_UNARY_INPLACE_DECL(log)
+  ANVIL_UNARY_INPLACE_DECL(log1p) ANVIL_UNARY_INPLACE_DECL(sqrt) ANVIL_UNARY_INPLACE_DECL(rsqrt)
+  ANVIL_UNARY_INPLACE_DECL(reciprocal) ANVIL_UNARY_INPLACE_DECL(sin) ANVIL_UNARY_INPLACE_DECL(cos)
+  ANVIL_UNARY_INPLACE_DECL(tanh) ANVIL_UNARY_INPLACE_DECL(sigmoid) ANVIL_UNARY_INPLACE_DECL(relu)
+  ANVIL_UNARY_INPLACE_DECL(silu) ANVIL_UNARY_INPLACE_DECL(erf) ANVIL_UNARY_INPLACE_DECL(floor)
+  ANVIL_UNARY_INPLACE_DECL(ceil) ANVIL_UNARY_INPLACE_DECL(round) ANVIL_UNARY_INPLACE_DECL(trunc)
+#undef ANVIL_UNARY_INPLACE_DECL
+  Tensor& pow_(const Tensor& exponent);
+  Tensor& remainder_(const Tensor& other);
+  Tensor& lerp_(const Tensor& end, Scalar weight);
+  Tensor& addcmul_(const Tensor& t1, const Tensor& t2, Scalar value = 1);
+  Tensor& addcdiv_(const Tensor& t1, const Tensor& t2, Scalar value = 1);
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
   Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src);
   Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
