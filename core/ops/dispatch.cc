@@ -39,6 +39,27 @@ bool HasInternalOverlap(const Tensor& t) {
   return false;
 }
 
+// PyTorch's assert_no_partial_overlap: an input that shares memory with the destination
+// must be the very same window, or the op would read elements it already overwrote.
+void CheckNoPartialOverlap(const Tensor& self, const Tensor& in, const char* name) {
+  if (!in.defined() || !in.is_alias_of(self) || in.numel() == 0 || self.numel() == 0) return;
+  if (in.sizes() == self.sizes() && in.strides() == self.strides() &&
+      in.storage_offset() == self.storage_offset()) {
+    return;
+  }
+  auto extent = [](const Tensor& t) {
+    int64_t lo = t.storage_offset(), hi = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) hi += (t.size(d) - 1) * t.stride(d);
+    return std::pair<int64_t, int64_t>{lo, hi};
+  };
+  auto [a0, a1] = extent(self);
+  auto [b0, b1] = extent(in);
+  ANVIL_CHECK(a1 < b0 || b1 < a0, name,
+              ": unsupported operation: some elements of the input tensor and the written-to "
+              "tensor refer to a single memory location. Please clone() the tensor before "
+              "performing the operation.");
+}
+
 }  // namespace
 
 std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
@@ -90,6 +111,7 @@ Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, con
   check_inplace_allowed(self, name);
   std::vector<Tensor> inputs{self};
   inputs.insert(inputs.end(), others.begin(), others.end());
+  for (const Tensor& o : others) CheckNoPartialOverlap(self, o, name);
   const TensorSpec spec = infer_specs(op, inputs, attrs)[0];
   ANVIL_CHECK(spec.sizes == self.sizes(), name, ": output with shape ", shape_str(self.sizes()),
               " doesn't match the broadcast shape ", shape_str(spec.sizes));
@@ -112,6 +134,7 @@ Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, con
 
 Tensor& copy_into(Tensor& self, const Tensor& src, const char* name) {
   check_inplace_allowed(self, name);
+  CheckNoPartialOverlap(self, src, name);
   const bool history = GradMode::is_enabled() && (src.requires_grad() || self.requires_grad());
   OpAttrs attrs;
   attrs.dtype = self.dtype();

@@ -238,9 +238,21 @@ struct MulF {
 struct DivF { template <typename T> ANVIL_INLINE T operator()(T a, T b) const { return a / b; } };
 struct PowF {
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>) {
-      T r = 1;
-      for (T i = 0; i < b; ++i) r = static_cast<T>(r * a);
+    if constexpr (std::is_same_v<T, bool>) {
+      return a || !b;
+    } else if constexpr (std::is_integral_v<T>) {
+      if (b < 0) {  // like ATen's powi: only +-1 survive a negative integer exponent
+        if (a == 1) return T(1);
+        if constexpr (std::is_signed_v<T>) {
+          if (a == -1) return T((b % 2 == 0) ? 1 : -1);
+        }
+        return T(0);
+      }
+      T r = 1, base = a;
+      for (T e = b; e > 0; e = static_cast<T>(e >> 1)) {  // square-and-multiply
+        if (e & 1) r = static_cast<T>(r * base);
+        base = static_cast<T>(base * base);
+      }
       return r;
     } else {
       return std::pow(a, b);

@@ -11,6 +11,10 @@ namespace {
 
 IntArray ReducedSizes(const IntArray& sizes, const IntArray& dims, bool keepdim, const char* op) {
   const int64_t nd = static_cast<int64_t>(sizes.size());
+  if (nd == 0) {  // a 0-dim tensor reduces over dim 0 / -1 to itself (PyTorch)
+    for (int64_t d : dims) wrap_dim(d, 0, op);
+    return {};
+  }
   std::vector<bool> reduce(nd, dims.empty());
   for (int64_t d : dims) {
     int64_t w = wrap_dim(d, nd, op);

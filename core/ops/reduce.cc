@@ -120,6 +120,10 @@ std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool la
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   ANVIL_CHECK_INDEX(k >= 0 && k <= n, "topk: k (", k, ") is out of range for dimension ", d,
                     " of size ", n);
+  if (x.dim() == 0) {
+    auto [v, i] = sort(x, d, largest);
+    return {v, i};
+  }
   auto [v, i] = sort(x, d, largest);
   (void)sorted;  // always sorted: a sort is how the k are found
   return {v.narrow(d, 0, k), i.narrow(d, 0, k)};

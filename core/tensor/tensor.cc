@@ -342,7 +342,8 @@ bool equal(const Tensor& a, const Tensor& b) {
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   NoGradGuard no_grad;
   Tensor x = a.to(kFloat64), y = b.to(kFloat64);
-  Tensor close = le(abs(x - y), abs(y) * rtol + atol) | (isnan(x) & isnan(y)) | eq(x, y);
+  // torch.allclose with equal_nan=false: a NaN anywhere is never close; equal infinities are.
+  Tensor close = le(abs(x - y), abs(y) * rtol + atol) | eq(x, y);
   return all(close).item<bool>();
 }
 

@@ -22,9 +22,13 @@ struct Layout {
 
 Layout MakeLayout(const Tensor& in, const IntArray& dims_in, bool allow_inner) {
   const int64_t nd = in.dim();
+  Layout l;
+  if (nd == 0) {
+    l.x = in.contiguous();
+    return l;
+  }
   std::vector<bool> reduce(nd, dims_in.empty());
   for (int64_t d : dims_in) reduce[wrap_dim(d, nd, "reduce")] = true;
-  Layout l;
   int64_t first = -1, last = -1;
   for (int64_t d = 0; d < nd; ++d) {
     if (reduce[d]) {
@@ -34,10 +38,6 @@ Layout MakeLayout(const Tensor& in, const IntArray& dims_in, bool allow_inner) {
   }
   bool block = first >= 0;
   for (int64_t d = first; block && d <= last; ++d) block = reduce[d];
-  if (nd == 0) {
-    l.x = in.contiguous();
-    return l;
-  }
   if (block && in.is_contiguous() && (allow_inner || last == nd - 1)) {
     l.x = in;
     for (int64_t d = 0; d < first; ++d) l.outer *= in.size(d);
@@ -200,14 +200,15 @@ void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
       }
     };
     if (l.outer == 1 && (K == Kind::Sum || K == Kind::Mean) && red > 2 * kGrain) {
-      // One long row: per-chunk partial sums, combined in chunk order.
-      const int threads = get_num_threads();
-      const int64_t step = (red + threads - 1) / threads;
-      std::vector<double> partial(threads, 0.0);
-      parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
+      // One long row: partial sums over fixed 64K-element blocks (whatever the thread
+      // count), combined in block order, so the result is bitwise the same on any machine.
+      constexpr int64_t kBlock = int64_t{1} << 16;
+      const int64_t blocks = (red + kBlock - 1) / kBlock;
+      std::vector<double> partial(blocks, 0.0);
+      parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
-          const int64_t s0 = t * step, s1 = std::min(red, s0 + step);
-          if (s0 < s1) partial[t] = static_cast<double>(SumContiguous(x + s0, s1 - s0));
+          const int64_t s0 = t * kBlock, s1 = std::min(red, s0 + kBlock);
+          partial[t] = SumContiguous(x + s0, s1 - s0);
         }
       });
       double s = 0;
