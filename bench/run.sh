@@ -15,7 +15,7 @@ fi
 
 # One environment for both peers, set here so no program can favour one side:
 # - OPENBLAS_CORETYPE is unset: the machines' environment pins OpenBLAS to its Haswell
-#   (AVX2) kernels, about half the AVX-512 speed on these CPUs (shared/TOOLCHAIN.md). Both
+#   (AVX2) kernels, about half the AVX-512 speed on these CPUs (docs/design.md, "Machine facts"). Both
 #   peers call the same libopenblas, so both get the CPU's best kernels alike.
 # - OPENBLAS_NUM_THREADS=1: OpenBLAS's own pool next to another pool (libtorch's OpenMP,
 #   Anvil's) oversubscribes the 2 cores, which makes runs several times slower and 10x
@@ -23,7 +23,7 @@ fi
 #   explicitly, with the same count as the other side's threads.
 # - GLIBC_TUNABLES=glibc.malloc.hugetlb=1: lets glibc malloc (libtorch's CPU allocator)
 #   back large blocks with transparent huge pages; fresh 4 KiB pages cost ~11 us each to
-#   fault in here. The libtorch reference figures in TOOLCHAIN.md were measured with it,
+#   fault in here. The reference libtorch figures in docs/design.md were measured with it,
 #   and without it libtorch's out-of-place rows would measure page faults, not the peer.
 run_env=(env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS=1 GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
 

@@ -1,4 +1,4 @@
-// Autograd semantics from PITFALLS sections 1, 2 and 4: define-by-run, version counters,
+// Autograd semantics from docs/pitfalls.md sections 1, 2 and 4: define-by-run, version counters,
 // detach/clone, in-place rules, graph lifetime, hooks, higher order, custom functions,
 // anomaly mode. Reference values are hand-derived derivatives.
 #include <gmock/gmock.h>

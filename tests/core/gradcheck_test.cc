@@ -194,6 +194,53 @@ TEST(GradcheckTable, SecondDerivativesMatchFiniteDifferences) {
   }
 }
 
+// Random shapes: for binary/ternary element-wise rows, draw broadcast-compatible shapes of
+// rank 0-3 (some operands transposed, so non-contiguous) and check gradients.
+TEST(GradcheckTable, RandomBroadcastShapes) {
+  manual_seed(99);
+  auto draw = [](IntArray full) {
+    // Each dim independently kept or squashed to 1; leading dims sometimes dropped.
+    Tensor r = randint(0, 4, {static_cast<int64_t>(full.size()) + 1});
+    std::vector<int64_t> coin = r.to_vector<int64_t>();
+    IntArray s;
+    const size_t drop = static_cast<size_t>(coin.back() % (full.size() + 1));
+    for (size_t i = drop; i < full.size(); ++i) s.push_back(coin[i] == 0 ? 1 : full[i]);
+    return s;
+  };
+  auto leaf = [](const IntArray& s, bool transpose) {
+    if (transpose && s.size() >= 2) {
+      IntArray rs = s;
+      std::swap(rs[rs.size() - 1], rs[rs.size() - 2]);
+      return randn(rs, kFloat64).transpose(-1, -2).detach().requires_grad_();
+    }
+    return randn(s, kFloat64).requires_grad_();
+  };
+  using Bin = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Bin> ops[] = {
+      {"mul", &mul}, {"maximum", &maximum}, {"atan2", &atan2},
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b.abs() + 0.5); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a.abs() + 0.5, b); }},
+      {"where", [](const Tensor& a, const Tensor& b) { return where(a.detach() > 0, a, b); }},
+  };
+  int checked = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t rank = trial % 4;
+    IntArray full;
+    for (int64_t d = 0; d < rank; ++d) full.push_back(2 + (trial + d) % 3);
+    for (const auto& [name, f] : ops) {
+      Tensor a = leaf(draw(full), trial % 2 == 0), b = leaf(draw(full), trial % 3 == 0);
+      SCOPED_TRACE(std::string(name) + " " + shape_str(a.sizes()) + " x " + shape_str(b.sizes()));
+      auto r = gradcheck([f = f](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x[0], x[1])}; },
+                         {a, b}, {1e-6, 1e-5, 1e-3, false});
+      EXPECT_TRUE(r.ok) << r.message;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 48);
+}
+
 TEST(Gradcheck, RefusesFloat32WithAnExplanation) {
   Tensor x = randn({3}).requires_grad_();
   try {

@@ -1,6 +1,6 @@
 // Matrix products on OpenBLAS. OpenBLAS runs single-threaded and Anvil's pool splits the
 // work (rows of C, or the batch): two thread pools on two cores would oversubscribe them
-// and make small-model training several times slower (TOOLCHAIN measurements).
+// and make small-model training several times slower (measured; see docs/design.md, "Machine facts").
 #include <cblas.h>
 
 #include "core/backend/cpu/kernels.h"
