@@ -50,8 +50,16 @@ void SoftmaxKernel(const KernelCall& c) {
       for (int64_t r = b; r < e; ++r) {
         const T* row = in + r * len;
         T* orow = o + r * len;
-        M mx = M(row[0]);
-        for (int64_t i = 1; i < len; ++i) mx = M(row[i]) > mx ? M(row[i]) : mx;
+        // Max in 16 lanes (vectorises; a NaN anywhere propagates through the exp pass).
+        M mlanes[16];
+        for (int k = 0; k < 16; ++k) mlanes[k] = M(row[0]);
+        int64_t j = 0;
+        for (; j + 16 <= len; j += 16) {
+          for (int k = 0; k < 16; ++k) mlanes[k] = M(row[j + k]) > mlanes[k] ? M(row[j + k]) : mlanes[k];
+        }
+        M mx = mlanes[0];
+        for (int k = 1; k < 16; ++k) mx = mlanes[k] > mx ? mlanes[k] : mx;
+        for (; j < len; ++j) mx = M(row[j]) > mx ? M(row[j]) : mx;
         if (std::isinf(static_cast<double>(mx)) && mx < 0) mx = 0;  // all -inf: avoid inf - inf
         M lanes[16] = {};
         int64_t i = 0;
