@@ -42,6 +42,16 @@ Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs&
   return inplace_op(op, self, {o}, at, name);
 }
 
+OpAttrs ClampAttrs(const std::optional<Scalar>& lo, const std::optional<Scalar>& hi, const char* name) {
+  ANVIL_CHECK(lo || hi, name, ": at least one of 'min' or 'max' must not be None");
+  OpAttrs a;
+  a.has_alpha = lo.has_value();
+  a.has_beta = hi.has_value();
+  a.alpha = lo ? lo->to_double() : 0;
+  a.beta = hi ? hi->to_double() : 0;
+  return a;
+}
+
 OpAttrs Alpha(Scalar alpha) {
   OpAttrs a;
   a.alpha = alpha.to_double();
@@ -130,12 +140,7 @@ Tensor pow(const Tensor& x, Scalar e) {
 Tensor pow(const Tensor& x, const Tensor& e) { return Binary(OpId::Pow, x, e); }
 Tensor pow(Scalar base, const Tensor& e) { return Binary(OpId::Pow, wrap_scalar(base, e.device()), e); }
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  ANVIL_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
-  OpAttrs a;
-  a.has_alpha = lo.has_value();
-  a.has_beta = hi.has_value();
-  a.alpha = lo ? lo->to_double() : 0;
-  a.beta = hi ? hi->to_double() : 0;
+  const OpAttrs a = ClampAttrs(lo, hi, "clamp");
   const bool float_bound = (lo && lo->is_floating_point()) || (hi && hi->is_floating_point());
   return Unary(OpId::Clamp, float_bound && !x.is_floating_point() ? x.to(default_dtype()) : x, a);
 }
@@ -221,13 +226,7 @@ Tensor& Tensor::div_(const Tensor& o) { return BinaryInplace(OpId::Div, *this, o
 Tensor& Tensor::div_(Scalar o) { return div_(wrap_scalar(o, device())); }
 Tensor& Tensor::pow_(Scalar e) { return inplace_op(OpId::PowScalar, *this, {}, Alpha(e), "pow_"); }
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  ANVIL_CHECK(lo || hi, "clamp_: at least one of 'min' or 'max' must not be None");
-  OpAttrs a;
-  a.has_alpha = lo.has_value();
-  a.has_beta = hi.has_value();
-  a.alpha = lo ? lo->to_double() : 0;
-  a.beta = hi ? hi->to_double() : 0;
-  return inplace_op(OpId::Clamp, *this, {}, a, "clamp_");
+  return inplace_op(OpId::Clamp, *this, {}, ClampAttrs(lo, hi, "clamp_"), "clamp_");
 }
 #define ANVIL_UNARY_INPLACE(fn, Id) \
   Tensor& Tensor::fn() { return inplace_op(OpId::Id, *this, {}, Attrs(), #fn); }

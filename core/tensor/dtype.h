@@ -122,13 +122,21 @@ using opmath_t = typename OpMath<T>::type;
     using scalar_t = T;             \
     return __VA_ARGS__();           \
   }
+#define ANVIL_FLOATING_CASES(...)                                                        \
+  ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)                                \
+  ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)                               \
+  ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__)                        \
+  ANVIL_DTYPE_CASE(::anvil::kBFloat16, ::anvil::BFloat16, __VA_ARGS__)
+#define ANVIL_INTEGRAL_CASES(...)                                                        \
+  ANVIL_DTYPE_CASE(::anvil::kInt64, int64_t, __VA_ARGS__)                                \
+  ANVIL_DTYPE_CASE(::anvil::kInt32, int32_t, __VA_ARGS__)                                \
+  ANVIL_DTYPE_CASE(::anvil::kInt16, int16_t, __VA_ARGS__)                                \
+  ANVIL_DTYPE_CASE(::anvil::kInt8, int8_t, __VA_ARGS__)                                  \
+  ANVIL_DTYPE_CASE(::anvil::kUInt8, uint8_t, __VA_ARGS__)
 #define ANVIL_DISPATCH_FLOATING(TYPE, NAME, ...)                                         \
   [&] {                                                                                  \
     switch (TYPE) {                                                                      \
-      ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)                           \
-      ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__)                    \
-      ANVIL_DTYPE_CASE(::anvil::kBFloat16, ::anvil::BFloat16, __VA_ARGS__)               \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
       default:                                                                           \
         throw ::anvil::TypeError(::anvil::detail::StrCat(                                \
             NAME, ": expected a floating-point tensor, got ", TYPE));                    \
@@ -137,15 +145,8 @@ using opmath_t = typename OpMath<T>::type;
 #define ANVIL_DISPATCH_ALL(TYPE, NAME, ...)                                              \
   [&] {                                                                                  \
     switch (TYPE) {                                                                      \
-      ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)                           \
-      ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__)                    \
-      ANVIL_DTYPE_CASE(::anvil::kBFloat16, ::anvil::BFloat16, __VA_ARGS__)               \
-      ANVIL_DTYPE_CASE(::anvil::kInt64, int64_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt32, int32_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt16, int16_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt8, int8_t, __VA_ARGS__)                              \
-      ANVIL_DTYPE_CASE(::anvil::kUInt8, uint8_t, __VA_ARGS__)                            \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
+      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                  \
       ANVIL_DTYPE_CASE(::anvil::kBool, bool, __VA_ARGS__)                                \
     }                                                                                    \
     throw ::anvil::TypeError(::anvil::detail::StrCat(NAME, ": unsupported dtype ", TYPE)); \
@@ -154,15 +155,8 @@ using opmath_t = typename OpMath<T>::type;
 #define ANVIL_DISPATCH_NUMERIC(TYPE, NAME, ...)                                          \
   [&] {                                                                                  \
     switch (TYPE) {                                                                      \
-      ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)                           \
-      ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__)                    \
-      ANVIL_DTYPE_CASE(::anvil::kBFloat16, ::anvil::BFloat16, __VA_ARGS__)               \
-      ANVIL_DTYPE_CASE(::anvil::kInt64, int64_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt32, int32_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt16, int16_t, __VA_ARGS__)                            \
-      ANVIL_DTYPE_CASE(::anvil::kInt8, int8_t, __VA_ARGS__)                              \
-      ANVIL_DTYPE_CASE(::anvil::kUInt8, uint8_t, __VA_ARGS__)                            \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
+      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                  \
       default:                                                                           \
         throw ::anvil::TypeError(                                                        \
             ::anvil::detail::StrCat(NAME, ": not supported for dtype ", TYPE));          \
