@@ -139,7 +139,6 @@ Tensor& copy_into(Tensor& self, const Tensor& src, const char* name) {
   OpAttrs attrs;
   attrs.dtype = self.dtype();
   if (!history) {
-    broadcast_shapes(src.sizes(), self.sizes());  // validates
     ANVIL_CHECK(broadcast_shapes(src.sizes(), self.sizes()) == self.sizes(), name,
                 ": source of shape ", shape_str(src.sizes()),
                 " cannot be broadcast to the destination shape ", shape_str(self.sizes()));

@@ -97,13 +97,13 @@ Tensor Tensor::to(ScalarType t, bool copy) const {
 
 Tensor Tensor::to(Device d, bool copy) const {
   if (d == device()) return copy ? clone() : *this;
+  ANVIL_CHECK(!requires_grad() || !GradMode::is_enabled(),
+              "to(device) of a tensor that requires grad is not differentiable yet; detach() first");
   // Cross-device: contiguous bytes through the owning backend (CUDA backends add streams).
   Tensor src = contiguous();
   Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(d));
   Backend& be = backend_for(d.is_cpu() ? device() : d);
   be.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(), static_cast<size_t>(nbytes()));
-  ANVIL_CHECK(!requires_grad() || !GradMode::is_enabled(),
-              "to(device) of a tensor that requires grad is not differentiable yet; detach() first");
   return out;
 }
 
