@@ -51,26 +51,69 @@ std::string Elem(double x, const Format& f) {
   return os.str();
 }
 
-void Print(std::ostream& os, const std::vector<std::string>& s, const IntArray& sizes, size_t dim,
-           int64_t& pos, size_t width, int indent) {
+constexpr int64_t kSummarizeAbove = 1000;  // PyTorch's threshold
+constexpr int64_t kEdgeItems = 3;
+
+// The indices shown along one dim: all of them, or the first and last kEdgeItems with -1
+// marking the ellipsis.
+std::vector<int64_t> Shown(int64_t n, bool summarize) {
+  std::vector<int64_t> idx;
+  if (!summarize || n <= 2 * kEdgeItems) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    return idx;
+  }
+  for (int64_t i = 0; i < kEdgeItems; ++i) idx.push_back(i);
+  idx.push_back(-1);
+  for (int64_t i = n - kEdgeItems; i < n; ++i) idx.push_back(i);
+  return idx;
+}
+
+struct Printer {
+  const std::vector<std::string>& s;  // every element, formatted, row-major
+  const IntArray& sizes;
+  bool summarize;
+  size_t width;
+  int indent;
+
+  void Print(std::ostream& os, size_t dim, int64_t offset, int64_t stride_elems) const {
+    if (dim == sizes.size()) {
+      os << std::string(width - s[offset].size(), ' ') << s[offset];
+      return;
+    }
+    const int64_t inner = stride_elems / std::max<int64_t>(sizes[dim], 1);
+    os << "[";
+    bool first = true;
+    for (int64_t i : Shown(sizes[dim], summarize)) {
+      if (!first) {
+        os << ",";
+        if (dim + 1 < sizes.size()) {
+          os << std::string(sizes.size() - dim - 1, '\n') << std::string(indent + dim + 1, ' ');
+        } else {
+          os << " ";
+        }
+      }
+      first = false;
+      if (i < 0) {
+        os << (dim + 1 < sizes.size() ? "..." : std::string(width > 3 ? width - 3 : 0, ' ') + "...");
+        continue;
+      }
+      Print(os, dim + 1, offset + i * inner, inner);
+    }
+    os << "]";
+  }
+};
+
+// Marks the elements a summarised print shows (all when not summarising).
+void MarkShown(const IntArray& sizes, bool summarize, size_t dim, int64_t offset, int64_t stride,
+               std::vector<bool>& shown) {
   if (dim == sizes.size()) {
-    os << std::string(width - s[pos].size(), ' ') << s[pos];
-    ++pos;
+    shown[offset] = true;
     return;
   }
-  os << "[";
-  for (int64_t i = 0; i < sizes[dim]; ++i) {
-    if (i > 0) {
-      os << ",";
-      if (dim + 1 < sizes.size()) {
-        os << std::string(sizes.size() - dim - 1, '\n') << std::string(indent + dim + 1, ' ');
-      } else {
-        os << " ";
-      }
-    }
-    Print(os, s, sizes, dim + 1, pos, width, indent);
+  const int64_t inner = stride / std::max<int64_t>(sizes[dim], 1);
+  for (int64_t i : Shown(sizes[dim], summarize)) {
+    if (i >= 0) MarkShown(sizes, summarize, dim + 1, offset + i * inner, inner, shown);
   }
-  os << "]";
 }
 
 }  // namespace
@@ -82,18 +125,34 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     NoGradGuard no_grad;
     v = t.to(kCPU).to_vector<double>();
   }
-  const Format f = Choose(v, t.is_floating_point() );
-  std::vector<std::string> s;
+  const bool summarize = t.numel() > kSummarizeAbove;
+  std::vector<bool> shown(v.size(), false);
+  if (!v.empty()) MarkShown(t.sizes(), summarize, 0, 0, t.numel(), shown);
+  std::vector<double> visible;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (shown[i]) visible.push_back(v[i]);
+  }
+  const Format f = Choose(visible, t.is_floating_point());
+  std::vector<std::string> s(v.size());
   size_t width = 0;
-  for (double x : v) {
-    s.push_back(t.dtype() == kBool ? (x != 0 ? "True" : "False") : Elem(x, f));
-    width = std::max(width, s.back().size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!shown[i]) continue;
+    s[i] = t.dtype() == kBool ? (v[i] != 0 ? "True" : "False") : Elem(v[i], f);
+    width = std::max(width, s[i].size());
   }
   os << "tensor(";
-  int64_t pos = 0;
-  if (t.dim() == 0) os << s[0];
-  else Print(os, s, t.sizes(), 0, pos, width, 7);
-  if (t.numel() == 0) os << ", size=" << shape_str(t.sizes());
+  if (t.numel() == 0) {
+    os << "[]";
+    if (t.dim() != 1) {
+      os << ", size=(";
+      for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.size(d);
+      os << (t.dim() == 1 ? ",)" : ")");
+    }
+  } else if (t.dim() == 0) {
+    os << s[0];
+  } else {
+    Printer{s, t.sizes(), summarize, width, 7}.Print(os, 0, 0, t.numel());
+  }
   const bool default_type = t.dtype() == kFloat32 || t.dtype() == kInt64 || t.dtype() == kBool;
   if (!default_type) os << ", dtype=" << t.dtype();
   if (!t.device().is_cpu()) os << ", device='" << t.device() << "'";

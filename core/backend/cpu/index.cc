@@ -29,6 +29,15 @@ int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
   return i;
 }
 
+// gather/scatter/index_select/index_add take indices as they are: negative ones are
+// errors, not "from the end" (only advanced indexing wraps, as in PyTorch), so e.g. an
+// ignore label of -1 can never silently pick the last class.
+int64_t CheckIndex(int64_t i, int64_t size, int64_t dim) {
+  ANVIL_CHECK_INDEX(i >= 0 && i < size, "index ", i, " is out of bounds for dimension ", dim,
+                    " with size ", size);
+  return i;
+}
+
 Tensor AsInt64(const Tensor& idx) { return idx.dtype() == kInt64 ? idx : idx.to(kInt64); }
 
 // Copies self into out unless out is self (in-place form).
@@ -55,7 +64,7 @@ void GatherKernel(const KernelCall& c) {
     loop.Build({&out, &xr, &idx});
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
         *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
             *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
       }
@@ -84,7 +93,7 @@ void ScatterKernel(const KernelCall& c) {
     loop.Build({&outr, &srcr, &idx});
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
         auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step);
         const scalar_t v = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]);
         if constexpr (Add) {
@@ -104,7 +113,7 @@ void IndexSelectKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
   if (x.dim() == 0) {
-    WrapIndex(idx.data_ptr<int64_t>()[0], 1, 0);
+    CheckIndex(idx.data_ptr<int64_t>()[0], 1, 0);
     InitFromSelf(x, out);
     return;
   }
@@ -119,7 +128,7 @@ void IndexSelectKernel(const KernelCall& c) {
     parallel_for(0, idx.numel(), std::max<int64_t>(1, kGrain * 4 / std::max<int64_t>(row_bytes, 1)),
                  [&](int64_t b, int64_t e) {
                    for (int64_t k = b; k < e; ++k) {
-                     std::memcpy(dst + k * row_bytes, src + WrapIndex(ip[k], size, 0) * row_bytes, row_bytes);
+                     std::memcpy(dst + k * row_bytes, src + CheckIndex(ip[k], size, 0) * row_bytes, row_bytes);
                    }
                  });
     return;
@@ -137,7 +146,7 @@ void IndexSelectKernel(const KernelCall& c) {
     loop.Build({&out, &xr, &ir});
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
         *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
             *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
       }
@@ -170,7 +179,7 @@ void IndexAddKernel(const KernelCall& c) {
     loop.Build({&outr, &s, &ir});
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* sd, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2] + j * sd[2]), size, d);
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * sd[2]), size, d);
         auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * sd[0] + i * step);
         *dst = scalar_t(M(*dst) + M(alpha) * M(*reinterpret_cast<const scalar_t*>(p[1] + j * sd[1])));
       }
