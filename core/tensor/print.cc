@@ -94,7 +94,7 @@ struct Printer {
       }
       first = false;
       if (i < 0) {
-        os << (dim + 1 < sizes.size() ? "..." : std::string(width > 3 ? width - 3 : 0, ' ') + "...");
+        os << (dim + 1 < sizes.size() ? "..." : " ...");  // PyTorch does not pad it
         continue;
       }
       Print(os, dim + 1, offset + i * inner, inner);
