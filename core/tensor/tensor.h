@@ -24,6 +24,10 @@ class Node;
 }
 
 // Index arguments for Tensor::index, mirroring libtorch's torch::indexing.
+// `None` is both "a new axis" in an index list and "no bound" inside a Slice.
+struct NoneIndex {
+  operator std::optional<int64_t>() const { return std::nullopt; }  // NOLINT: Slice(0, None)
+};
 struct Slice {
   std::optional<int64_t> start, stop;
   int64_t step = 1;
@@ -32,7 +36,6 @@ struct Slice {
       : start(start_), stop(stop_), step(step_) {}
 };
 struct EllipsisIndex {};
-struct NoneIndex {};
 constexpr EllipsisIndex Ellipsis{};
 constexpr NoneIndex None{};
 class TensorIndex;
