@@ -22,19 +22,23 @@ Tensor Window(const Tensor& t, IntArray sizes, IntArray strides, int64_t offset)
                                              offset, t.dtype()));
 }
 
-int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
-  if (i < 0) i += size;
-  ANVIL_CHECK_INDEX(i >= 0 && i < size, "index ", (i < 0 ? i - size : i), " is out of bounds for dimension ",
-                    dim, " with size ", size);
-  return i;
+// Out of line: keeps the message formatting out of the hot loops that check indices.
+[[noreturn]] __attribute__((noinline)) void ThrowOutOfBounds(int64_t i, int64_t size, int64_t dim) {
+  throw IndexError(detail::StrCat("index ", i, " is out of bounds for dimension ", dim,
+                                  " with size ", size));
+}
+
+inline int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
+  const int64_t w = i < 0 ? i + size : i;
+  if (w < 0 || w >= size) [[unlikely]] ThrowOutOfBounds(i, size, dim);
+  return w;
 }
 
 // gather/scatter/index_select/index_add take indices as they are: negative ones are
 // errors, not "from the end" (only advanced indexing wraps, as in PyTorch), so e.g. an
 // ignore label of -1 can never silently pick the last class.
-int64_t CheckIndex(int64_t i, int64_t size, int64_t dim) {
-  ANVIL_CHECK_INDEX(i >= 0 && i < size, "index ", i, " is out of bounds for dimension ", dim,
-                    " with size ", size);
+inline int64_t CheckIndex(int64_t i, int64_t size, int64_t dim) {
+  if (i < 0 || i >= size) [[unlikely]] ThrowOutOfBounds(i, size, dim);
   return i;
 }
 
