@@ -54,14 +54,20 @@ template float Tensor::item<float>() const;
 template double Tensor::item<double>() const;
 template int64_t Tensor::item<int64_t>() const;
 template int32_t Tensor::item<int32_t>() const;
+template int16_t Tensor::item<int16_t>() const;
+template int8_t Tensor::item<int8_t>() const;
+template uint8_t Tensor::item<uint8_t>() const;
 template bool Tensor::item<bool>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   Tensor c = to(kCPU).to(CppTypeToScalarType<T>::value).contiguous();
   const T* p = c.data_ptr<T>();
-  return std::vector<T>(p, p + c.numel());
+  return std::vector<T>(p, p + c.numel());  // std::vector<bool> too: element-wise copy
 }
+template std::vector<bool> Tensor::to_vector<bool>() const;
+template std::vector<int16_t> Tensor::to_vector<int16_t>() const;
+template std::vector<int8_t> Tensor::to_vector<int8_t>() const;
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;

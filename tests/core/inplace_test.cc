@@ -88,3 +88,15 @@ TEST(Inplace, ChainOfInplaceOpsOnNonLeafHasCorrectGradient) {
 }
 
 }  // namespace
+
+namespace {
+TEST(BoolTensors, MaxMinSortAndConversions) {
+  Tensor b = tensor(std::vector<bool>{false, true, false}, IntArray{3});
+  EXPECT_TRUE(b.max().item<bool>());
+  EXPECT_FALSE(b.min().item<bool>());
+  EXPECT_EQ(b.argmax().item<int64_t>(), 1);
+  EXPECT_EQ(std::get<0>(sort(b)).to_vector<bool>(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(arange(3).to(kInt16).to_vector<int16_t>(), (std::vector<int16_t>{0, 1, 2}));
+  EXPECT_EQ(scalar_tensor(-7, kInt8).item<int8_t>(), -7);
+}
+}  // namespace

@@ -292,6 +292,14 @@ TEST(Views, IndexWithSliceStepIsAView) {
 TEST(Views, SliceAcceptsNoneLikeLibtorch) {
   EXPECT_TRUE((std::is_constructible_v<Slice, int, decltype(None), int>));
   EXPECT_TRUE((std::is_constructible_v<Slice, decltype(None), int>));
+  // libtorch's idiom: x.index({Slice(0, None, 2)}) is x[0::2], a strided view.
+  Tensor x = Iota({10});
+  Tensor e = x.index({Slice(0, None, 2)});
+  EXPECT_TRUE(e.is_alias_of(x));
+  EXPECT_EQ(Vals(e), (std::vector<double>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(Vals(x.index({Slice(None, 3)})), (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ(Vals(x.index({Slice(-2, None)})), (std::vector<double>{8, 9}));
+  EXPECT_EQ(Vals(x.index({Slice(None, None, 4)})), (std::vector<double>{0, 4, 8}));
 }
 
 TEST(Views, IndexWithIntegersEllipsisAndNone) {

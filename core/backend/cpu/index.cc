@@ -338,7 +338,7 @@ void SortKernel(const KernelCall& c) {
   const int64_t rows = len == 0 ? 0 : xm.numel() / len;
   Tensor vals = empty_like(xm);
   Tensor inds = empty(xm.sizes(), TensorOptions(kInt64));
-  ANVIL_DISPATCH_NUMERIC(x.dtype(), "sort", [&] {
+  ANVIL_DISPATCH_ALL(x.dtype(), "sort", [&] {
     using M = opmath_t<scalar_t>;
     const scalar_t* in = xm.data_ptr<scalar_t>();
     scalar_t* vo = vals.data_ptr<scalar_t>();

@@ -239,6 +239,8 @@ void ReduceKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if constexpr (K == Kind::All || K == Kind::Any) {
     ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+  } else if constexpr (K == Kind::Amax || K == Kind::Amin) {
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "amax/amin", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
   } else if constexpr (K == Kind::Mean || K == Kind::Norm || K == Kind::Var || K == Kind::LogSumExp) {
     ANVIL_DISPATCH_FLOATING(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
   } else {
@@ -252,7 +254,7 @@ void ArgReduceKernel(const KernelCall& c) {
   Layout l = MakeLayout(c.inputs[0], c.attrs.dims, false);
   const Tensor& idx_out = c.outputs[WantValues ? 1 : 0];
   int64_t* oi_ptr = idx_out.data_ptr<int64_t>();
-  ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "argmax", [&] {
+  ANVIL_DISPATCH_ALL(l.x.dtype(), "argmax", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
     const T* x = l.x.data_ptr<T>();
