@@ -79,7 +79,8 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
 
 void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
                    const OpAttrs& attrs) {
-  const Device dev = CommonDevice(op, inputs);
+  // Fills have no inputs: the output's device decides.
+  const Device dev = inputs.empty() ? out.device() : CommonDevice(op, inputs);
   ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(),
               " but inputs are on ", dev);
   std::vector<Tensor> outputs{out};
