@@ -5,20 +5,14 @@
 #include <gtest/gtest.h>
 
 #include "core/anvil.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using ::testing::HasSubstr;
 
-namespace {
+using namespace anvil::test;
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 // A "model" whose branch depends on the batch size: whichever branch runs is what backprops.
 Tensor BranchyModel(const Tensor& x, const Tensor& w) {

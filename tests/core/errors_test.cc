@@ -9,36 +9,16 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+using namespace anvil::test;
+
 namespace {
 
-Tensor I64(std::vector<int64_t> v, std::optional<IntArray> shape = std::nullopt) {
-  return tensor(v, shape);
-}
-Tensor Iota(IntArray shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return arange(n, kFloat32).reshape(shape).clone();
-}
-
-// Runs f, expecting an exception of type E; returns its message.
-template <typename E>
-std::string Raises(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong exception type; message: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
 
 }  // namespace
 

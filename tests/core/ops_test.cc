@@ -16,34 +16,18 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using ::testing::HasSubstr;
+
+using namespace anvil::test;
 
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-Tensor F32(std::vector<float> v, std::optional<IntArray> shape = std::nullopt) {
-  return tensor(v, shape);
-}
-Tensor F64(std::vector<double> v, std::optional<IntArray> shape = std::nullopt) {
-  return tensor(v, shape);
-}
-Tensor I64(std::vector<int64_t> v, std::optional<IntArray> shape = std::nullopt) {
-  return tensor(v, shape);
-}
-Tensor Bool(std::vector<bool> v, std::optional<IntArray> shape = std::nullopt) {
-  return tensor(v, shape);
-}
-// float32 0..n-1 in `shape` (value == linear index).
-Tensor Iota(IntArray shape, ScalarType dt = kFloat32) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return arange(n, dt).reshape(shape).clone();
-}
-std::vector<double> Vals(const Tensor& t) { return t.to_vector<double>(); }
 std::vector<int64_t> Longs(const Tensor& t) { return t.to_vector<int64_t>(); }
 std::vector<bool> Bools(const Tensor& t) {
   std::vector<uint8_t> u = t.to(kUInt8).to_vector<uint8_t>();

@@ -14,6 +14,7 @@
 
 #include "core/data/sampler.h"
 #include "core/util/error.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil::data;
 using ::testing::AllOf;
@@ -22,16 +23,9 @@ using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
 
-namespace {
+using namespace anvil::test;
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const anvil::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 std::vector<int64_t> Range(int64_t n) {
   std::vector<int64_t> v;

@@ -18,6 +18,7 @@
 #include "core/ops/functions.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using namespace anvil::data;
@@ -28,31 +29,9 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
 
+using namespace anvil::test;
+
 namespace {
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const anvil::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::vector<double> Vals(const Tensor& t) {
-  Tensor d = t.to(kFloat64, /*copy=*/true).contiguous();
-  const double* p = d.data_ptr<double>();
-  return std::vector<double>(p, p + d.numel());
-}
-
-// 0, 1, ..., n-1 as float32 with the given shape.
-Tensor Iota(IntArray sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<float> v;
-  for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<float>(i));
-  return tensor(v, sizes);
-}
 
 // ---- ToTensor ----
 

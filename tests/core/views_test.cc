@@ -12,35 +12,21 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+using namespace anvil::test;
+
 namespace {
-
-// float32 0, 1, ..., n-1 in the given shape: each value is its own linear index.
-Tensor Iota(IntArray shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return arange(n, kFloat32).reshape(shape).clone();  // clone: a root, not a view
-}
-
-std::vector<double> Vals(const Tensor& t) { return t.to_vector<double>(); }
 
 // Byte distance between two tensors' first elements.
 int64_t ByteOffset(const Tensor& view, const Tensor& base) {
   return static_cast<const char*>(view.data_ptr()) - static_cast<const char*>(base.data_ptr());
 }
 
-std::string ErrorMessage(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no anvil::Error thrown>";
-}
 
 }  // namespace
 
@@ -144,18 +130,18 @@ TEST(Views, ReshapeOfTransposedIsAViewWhenStridesAllow) {
 
 TEST(Views, ViewOnNonContiguousThatNeedsCopyThrowsAndNamesReshape) {
   Tensor x = Iota({3, 4});
-  std::string msg = ErrorMessage([&] { x.t().view({12}); });
+  std::string msg = ErrorOf([&] { x.t().view({12}); });
   EXPECT_THAT(msg, HasSubstr("reshape"));
   EXPECT_THAT(msg, HasSubstr("[12]"));
 }
 
 TEST(Views, ImpossibleViewMessageNamesShapeAndSize) {
   Tensor x = Iota({16});
-  std::string msg = ErrorMessage([&] { x.view({3, 5}); });
+  std::string msg = ErrorOf([&] { x.view({3, 5}); });
   EXPECT_THAT(msg, AllOf(HasSubstr("[3, 5]"), HasSubstr("16")));
-  msg = ErrorMessage([&] { x.reshape({5, -1}); });
+  msg = ErrorOf([&] { x.reshape({5, -1}); });
   EXPECT_THAT(msg, AllOf(HasSubstr("[5, -1]"), HasSubstr("16")));
-  msg = ErrorMessage([&] { x.view({-1, -1}); });
+  msg = ErrorOf([&] { x.view({-1, -1}); });
   EXPECT_THAT(msg, HasSubstr("-1"));
   EXPECT_THROW(x.view({3, 5}), Error);
 }
@@ -365,7 +351,7 @@ TEST(Views, ExpandUsesStrideZero) {
 
 TEST(Views, ExpandIncompatibleMessage) {
   Tensor x = Iota({3, 2});
-  std::string msg = ErrorMessage([&] { x.expand({3, 4}); });
+  std::string msg = ErrorOf([&] { x.expand({3, 4}); });
   EXPECT_THAT(msg, AllOf(HasSubstr("[3, 4]"), HasSubstr("[3, 2]")));
 }
 
