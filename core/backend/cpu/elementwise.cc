@@ -163,12 +163,14 @@ void CastKernel(const KernelCall& c) {
   });
 }
 
-void CloneKernel(const KernelCall& c) {
-  KernelCall cast{OpId::Cast, c.inputs, c.outputs, c.attrs};
-  CastKernel(cast);
-}
+void CloneKernel(const KernelCall& c) { CastKernel(c); }
 
 }  // namespace
+
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  std::vector<Tensor> outs{dst};
+  CastKernel(KernelCall{OpId::Cast, {src}, outs, OpAttrs{}});
+}
 
 void RegisterElementwiseKernels(KernelTable& t) {
 #define REG(Name) t[static_cast<int>(OpId::Name)] = &Name##Kernel;

@@ -16,12 +16,6 @@
 namespace anvil::cpu {
 namespace {
 
-// A raw window onto t's storage (no autograd, no checks): kernels only.
-Tensor Window(const Tensor& t, IntArray sizes, IntArray strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides),
-                                             offset, t.dtype()));
-}
-
 // Out of line: keeps the message formatting out of the hot loops that check indices.
 [[noreturn]] __attribute__((noinline)) void ThrowOutOfBounds(int64_t i, int64_t size, int64_t dim) {
   throw IndexError(detail::StrCat("index ", i, " is out of bounds for dimension ", dim,
@@ -46,10 +40,7 @@ Tensor AsInt64(const Tensor& idx) { return idx.dtype() == kInt64 ? idx : idx.to(
 
 // Copies self into out unless out is self (in-place form).
 void InitFromSelf(const Tensor& self, const Tensor& out) {
-  if (out.impl() == self.impl()) return;
-  std::vector<Tensor> outs{out};
-  OpAttrs a;
-  backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {self}, outs, a});
+  if (out.impl() != self.impl()) CopyInto(out, self);
 }
 
 void GatherKernel(const KernelCall& c) {
@@ -61,7 +52,7 @@ void GatherKernel(const KernelCall& c) {
   const int64_t size = x.dim() == 0 ? 1 : x.size(d);
   IntArray st = x.strides();
   if (!st.empty()) st[d] = 0;
-  Tensor xr = Window(x, idx.sizes(), st, x.storage_offset());
+  Tensor xr = RawWindow(x, idx.sizes(), st, x.storage_offset());
   const int64_t step = (x.dim() == 0 ? 0 : x.stride(d)) * x.element_size();
   ANVIL_DISPATCH_ALL(x.dtype(), "gather", [&] {
     StridedLoop<3> loop;
@@ -89,8 +80,8 @@ void ScatterKernel(const KernelCall& c) {
   const int64_t size = self.dim() == 0 ? 1 : self.size(d);
   IntArray st = out.strides();
   if (!st.empty()) st[d] = 0;
-  Tensor outr = Window(out, idx.sizes(), st, out.storage_offset());
-  Tensor srcr = Window(src, idx.sizes(), src.strides(), src.storage_offset());
+  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
+  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
   const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
   ANVIL_DISPATCH_ALL(self.dtype(), "scatter", [&] {
     StridedLoop<3> loop;
@@ -139,11 +130,11 @@ void IndexSelectKernel(const KernelCall& c) {
   }
   IntArray st = x.strides();
   st[d] = 0;
-  Tensor xr = Window(x, out.sizes(), st, x.storage_offset());
+  Tensor xr = RawWindow(x, out.sizes(), st, x.storage_offset());
   IntArray ist(out.dim(), 0);
   ist[d] = 1;
   Tensor idxc = idx.contiguous();
-  Tensor ir = Window(idxc, out.sizes(), ist, idxc.storage_offset());
+  Tensor ir = RawWindow(idxc, out.sizes(), ist, idxc.storage_offset());
   const int64_t step = x.stride(d) * x.element_size();
   ANVIL_DISPATCH_ALL(x.dtype(), "index_select", [&] {
     StridedLoop<3> loop;
@@ -165,16 +156,16 @@ void IndexAddKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(self, out);
   if (src.numel() == 0) return;
-  Tensor o = out.dim() == 0 ? Window(out, {1}, {1}, out.storage_offset()) : out;
+  Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
   Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
   const int64_t d = wrap_dim(c.attrs.dim, o.dim(), "index_add");
   const int64_t size = o.size(d);
   IntArray st = o.strides();
   st[d] = 0;
-  Tensor outr = Window(o, s.sizes(), st, o.storage_offset());
+  Tensor outr = RawWindow(o, s.sizes(), st, o.storage_offset());
   IntArray ist(s.dim(), 0);
   ist[d] = 1;
-  Tensor ir = Window(idx, s.sizes(), ist, idx.storage_offset());
+  Tensor ir = RawWindow(idx, s.sizes(), ist, idx.storage_offset());
   const int64_t step = o.stride(d) * o.element_size();
   const double alpha = c.attrs.alpha;
   ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
@@ -221,15 +212,15 @@ AdvIndex Plan(const Tensor& self, const std::vector<Tensor>& indices, const IntA
     rs.push_back(result.size(p));
     rst.push_back(result.stride(p));
   }
-  plan.result_view = Window(result, rs, rst, result.storage_offset());
+  plan.result_view = RawWindow(result, rs, rst, result.storage_offset());
   IntArray sst(nb, 0);
   for (int64_t k : rest) sst.push_back(self.stride(k));
-  plan.self_window = Window(self, rs, sst, self.storage_offset());
+  plan.self_window = RawWindow(self, rs, sst, self.storage_offset());
   for (size_t k = 0; k < indices.size(); ++k) {
     const Tensor& ix = indices[k];
     IntArray ist(ix.strides());
     ist.resize(rs.size(), 0);
-    plan.idx.push_back(Window(ix, rs, ist, ix.storage_offset()));
+    plan.idx.push_back(RawWindow(ix, rs, ist, ix.storage_offset()));
     plan.self_strides.push_back(self.stride(idims[k]) * self.element_size());
     plan.self_sizes.push_back(self.size(idims[k]));
   }
@@ -359,11 +350,8 @@ void SortKernel(const KernelCall& c) {
       }
     });
   });
-  OpAttrs a;
   for (int k = 0; k < 2; ++k) {
-    Tensor src = (k == 0 ? vals : inds).movedim(-1, d).reshape(c.outputs[k].sizes());
-    std::vector<Tensor> outs{c.outputs[k]};
-    backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {src}, outs, a});
+    CopyInto(c.outputs[k], (k == 0 ? vals : inds).movedim(-1, d).reshape(c.outputs[k].sizes()));
   }
 }
 

@@ -6,6 +6,10 @@
 namespace anvil::cpu {
 
 void RegisterElementwiseKernels(KernelTable& t);
+
+// Writes `src` (broadcast to dst's shape, converted to dst's dtype) into `dst`: the copy_
+// kernel, for kernels that compute into a temporary or another layout first.
+void CopyInto(const Tensor& dst, const Tensor& src);
 void RegisterReduceKernels(KernelTable& t);
 void RegisterLinalgKernels(KernelTable& t);
 void RegisterIndexKernels(KernelTable& t);

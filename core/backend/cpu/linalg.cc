@@ -12,11 +12,10 @@ extern "C" void openblas_set_num_threads(int);
 namespace anvil::cpu {
 namespace {
 
-// Batch slice `i` of a 3-D operand as a raw window (no autograd, safe on pool threads).
+// Batch slice `i` of a 3-D operand (a raw window: safe on pool threads).
 Tensor BatchSlice(const Tensor& t, int64_t i) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), IntArray{t.size(1), t.size(2)},
-                                             IntArray{t.stride(1), t.stride(2)},
-                                             t.storage_offset() + i * t.stride(0), t.dtype()));
+  return RawWindow(t, {t.size(1), t.size(2)}, {t.stride(1), t.stride(2)},
+                   t.storage_offset() + i * t.stride(0));
 }
 
 struct MatArg {
@@ -106,8 +105,7 @@ void MatmulKernel(const KernelCall& c) {
   const ScalarType dt = a.dtype();
   if (dt == kFloat16 || dt == kBFloat16) {
     Tensor r = batched ? bmm(a.to(kFloat32), b.to(kFloat32)) : mm(a.to(kFloat32), b.to(kFloat32));
-    std::vector<Tensor> outs{out};
-    backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {r}, outs, c.attrs});
+    CopyInto(out, r);
     return;
   }
   if (dt != kFloat32 && dt != kFloat64) {

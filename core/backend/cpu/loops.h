@@ -12,6 +12,13 @@
 namespace anvil::cpu {
 
 constexpr int kMaxDims = 16;
+
+// A raw window onto t's storage: no autograd, no checks, no view tracking. For kernels only
+// (it is safe on pool threads, where recording ops would race).
+inline Tensor RawWindow(const Tensor& t, IntArray sizes, IntArray strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides),
+                                             offset, t.dtype()));
+}
 // Elements below which a loop stays on one thread (thread wake-up costs ~5-20 µs).
 constexpr int64_t kGrain = 32768;
 

@@ -297,9 +297,7 @@ void CumSumKernel(const KernelCall& c) {
     });
   });
   Tensor result = tmp.movedim(-1, d);
-  std::vector<Tensor> outs{c.outputs[0]};
-  KernelCall copy{OpId::Cast, {result.reshape(c.outputs[0].sizes())}, outs, c.attrs};
-  backend_for(kCPU).kernel(OpId::Cast)(copy);
+  CopyInto(c.outputs[0], result.reshape(c.outputs[0].sizes()));
 }
 
 }  // namespace

@@ -10,12 +10,6 @@
 namespace anvil::cpu {
 namespace {
 
-void CopyInto(const Tensor& dst, const Tensor& src) {
-  std::vector<Tensor> outs{dst};
-  OpAttrs a;
-  backend_for(kCPU).kernel(OpId::Cast)(KernelCall{OpId::Cast, {src}, outs, a});
-}
-
 void CatKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const int64_t d = wrap_dim(c.attrs.dims[0], out.dim(), "cat");
@@ -96,8 +90,7 @@ void StridedScatterAddKernel(const KernelCall& c) {
   const Geometry& g = c.attrs.geometry;
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "strided_scatter_add", [&] {
     std::fill(out.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + out.numel(), scalar_t(0));
-    Tensor w(std::make_shared<TensorImpl>(out.storage(), g.sizes, g.strides,
-                                          out.storage_offset() + g.offset, out.dtype()));
+    Tensor w = RawWindow(out, g.sizes, g.strides, out.storage_offset() + g.offset);
     StridedLoop<2> loop;
     loop.Build({&w, &src});
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
