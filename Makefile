@@ -2,11 +2,13 @@
 SHELL := /bin/bash
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
+TSAN_DIR  ?= build-tsan
+DATA_DIR  ?= data
 JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-bench build test test-asan demo bench format clean
+.PHONY: all deps deps-bench data build test test-asan test-tsan demo bench format clean
 
 all: build
 
@@ -16,22 +18,34 @@ deps:
 deps-bench: deps
 	@scripts/install-deps.sh bench
 
+# The built-in digits dataset (UCI optical digits, from Debian's python3-sklearn package).
+data:
+	@scripts/fetch-data.sh $(DATA_DIR)
+
 $(BUILD_DIR)/build.ninja:
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+test: build data
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-# The core tests again under AddressSanitizer + UBSan (CI runs this too).
-test-asan: deps
+# The engine and data tests again under AddressSanitizer + UBSan (CI runs this too).
+test-asan: deps data
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined \
 	  -DANVIL_BUILD_EXAMPLES=OFF
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L core --timeout 900
+	  ctest --output-on-failure -j $(JOBS) -L 'core|data' --timeout 900
+
+# The data pipeline's tests under ThreadSanitizer: the DataLoader is where threads meet.
+test-tsan: deps data
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_SANITIZE=thread \
+	  -DANVIL_BUILD_EXAMPLES=OFF
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target anvil_data_tests
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -L data --timeout 900
 
 demo: build
 	$(BUILD_DIR)/examples/fit_regression
@@ -46,4 +60,4 @@ format:
 	find core tests bench examples -name '*.h' -o -name '*.cc' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) build-bench
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) build-bench

@@ -7,51 +7,11 @@
 #include <numeric>
 #include <utility>
 
-#include "core/tensor/random.h"
+#include "core/data/philox_stream.h"
 #include "core/util/error.h"
 
 namespace anvil::data {
 namespace {
-
-// A sequential reader over the Philox blocks of one (key, subsequence) stream. The
-// subsequence carries the epoch, so each epoch reads a disjoint, independent stream while
-// staying a pure function of (seed, epoch).
-class PhiloxStream {
- public:
-  PhiloxStream(uint64_t key, uint64_t subsequence) : key_(key), subsequence_(subsequence) {}
-
-  uint32_t NextU32() {
-    if (pos_ == 4) {
-      block_ = philox4x32(key_, counter_++, subsequence_);
-      pos_ = 0;
-    }
-    return block_[pos_++];
-  }
-  uint64_t NextU64() {
-    const uint64_t hi = NextU32();
-    return (hi << 32) | NextU32();
-  }
-  // Uniform in [0, bound). Rejects the top sliver of the 64-bit range so that every value
-  // is exactly equally likely; a plain modulo would favour small values.
-  uint64_t UniformInt(uint64_t bound) {
-    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-    uint64_t r = NextU64();
-    while (r < threshold) r = NextU64();
-    return r % bound;
-  }
-  // Uniform in the open interval (0, 1): never 0, so log() of it is finite.
-  double UniformOpen() {
-    const uint64_t bits = NextU64() >> 11;  // 53 bits
-    return (static_cast<double>(bits) + 0.5) * (1.0 / 9007199254740992.0);
-  }
-
- private:
-  uint64_t key_;
-  uint64_t subsequence_;
-  uint64_t counter_ = 0;
-  std::array<uint32_t, 4> block_{};
-  int pos_ = 4;
-};
 
 // Fisher-Yates shuffle of v in place.
 void Shuffle(std::vector<int64_t>& v, PhiloxStream& stream) {

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/data/sample_random.h"
 #include "core/ops/functions.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
@@ -92,7 +93,7 @@ Tensor ToTensor::operator()(const Tensor& x) const {
   Tensor y = chw.to(kFloat32, /*copy=*/true).contiguous();
   // Only uint8 is known to be 8-bit-per-channel image data; any other dtype may hold sensor
   // values (e.g. 12-bit bands stored as int16) where /255 would silently corrupt the scale.
-  if (x.dtype() == kUInt8) y = y / 255.0;
+  if (x.dtype() == kUInt8) y.div_(255.0);  // y is our own copy: scale it in place
   return y;
 }
 
@@ -149,6 +150,9 @@ void RandomTransform::set_seed(uint64_t seed) {
 }
 
 std::array<uint32_t, 4> RandomTransform::NextDraw() const {
+  // Inside a DataLoader the draw belongs to the sample, not to this object's call order,
+  // which depends on thread scheduling (see sample_random.h).
+  if (sample_random_active()) return sample_random_draw(seed_);
   return philox4x32(seed_, calls_.fetch_add(1));
 }
 

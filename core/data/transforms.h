@@ -14,6 +14,10 @@
 // an augmentation sequence is a pure function of (seed, call index): reproducible across runs
 // and processes, and independent of the global generator (anvil::manual_seed).
 //
+// Inside a DataLoader the draws come from the sample's own stream instead (keyed by the
+// loader's seed, the epoch, and the sample's place in its batch; see sample_random.h), so
+// augmentation is identical for any number of workers and the call counter does not advance.
+//
 // Thread-safety: the deterministic transforms are immutable, so concurrent calls are safe.
 // Random transforms advance an atomic call counter, so concurrent calls are safe and each call
 // gets a distinct index, but which caller gets which index depends on scheduling; for
@@ -27,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor/tensor.h"
@@ -154,6 +159,49 @@ class RandomCrop : public RandomTransform {
 
  private:
   int64_t h_, w_, padding_;
+};
+
+// Bilinear resize of the last two dims (..., H, W), like torchvision's Resize on tensors with
+// antialias=False and PyTorch's interpolate(mode="bilinear", align_corners=False): output
+// pixel centres map to input coordinates (y + 0.5) * H_in / H_out - 0.5, clamped at 0.
+// Resize(h, w) gives exactly h x w; Resize(size) scales the shorter side to `size` and the
+// longer one to floor(size * long / short), keeping the aspect ratio. Floating input keeps its
+// dtype; integer input is interpolated in float32 and rounded half to even back to its dtype.
+class Resize : public Transform {
+ public:
+  Resize(int64_t h, int64_t w);
+  explicit Resize(int64_t shorter_side);
+  Tensor operator()(const Tensor& x) const override;
+  std::string name() const override;
+
+ private:
+  int64_t h_ = 0, w_ = 0, shorter_ = 0;  // shorter_ > 0: the one-number form
+};
+
+// With probability p, overwrites one random rectangle of a CHW (or ..., C, H, W) tensor, as
+// torchvision's RandomErasing (Zhong et al., 2017): the rectangle's area is a uniform fraction
+// of H*W in `scale`, its aspect ratio log-uniform in `ratio`; up to 10 tries to find one that
+// fits, else the input is returned unchanged. The rectangle is filled with `value` (one number,
+// or one per channel), or with standard-normal noise when random_value. Returns a new tensor.
+class RandomErasing : public RandomTransform {
+ public:
+  struct Options {
+    double p = 0.5;
+    std::pair<double, double> scale{0.02, 0.33};
+    std::pair<double, double> ratio{0.3, 3.3};
+    std::vector<double> value{0.0};
+    bool random_value = false;
+  };
+  explicit RandomErasing(Options options, uint64_t seed = 0);
+  RandomErasing() : RandomErasing(Options{}) {}
+  Tensor operator()(const Tensor& x) const override;
+  std::string name() const override;
+  // The rectangle (top, left, height, width) the next call on an H x W input would erase, or
+  // height 0 for none; advances the stream exactly as a call does. For tests and debugging.
+  std::array<int64_t, 4> NextRectangle(int64_t H, int64_t W) const;
+
+ private:
+  Options options_;
 };
 
 }  // namespace anvil::data

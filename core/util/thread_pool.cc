@@ -14,6 +14,7 @@ namespace anvil {
 namespace {
 
 thread_local bool t_in_region = false;
+thread_local bool t_serial = false;  // a SerialGuard is alive on this thread
 
 class ThreadPool {
  public:
@@ -175,7 +176,12 @@ void set_num_threads(int n) {
 
 bool in_parallel_region() { return t_in_region; }
 
+SerialGuard::SerialGuard() : previous_(t_serial) { t_serial = true; }
+SerialGuard::~SerialGuard() { t_serial = previous_; }
+
 namespace detail {
+bool serial_forced() { return t_serial; }
+
 void RunParallel(int64_t num_chunks, const std::function<void(int64_t)>& chunk_fn) {
   auto pool = Pool();
   std::unique_lock<std::mutex> lock(pool->run_mu, std::try_to_lock);

@@ -21,8 +21,24 @@ void set_num_threads(int n);
 // True inside a ParallelFor body.
 bool in_parallel_region();
 
+// While a SerialGuard lives, kernels called on this thread run all their chunks on this
+// thread, never waking the pool. The chunking is the same as with the pool, so results are
+// bitwise the same. DataLoader workers hold one: a loader thread must not take the pool away
+// from the training thread, and a sample must come out the same whichever thread built it.
+class SerialGuard {
+ public:
+  SerialGuard();
+  ~SerialGuard();
+  SerialGuard(const SerialGuard&) = delete;
+  SerialGuard& operator=(const SerialGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 namespace detail {
 void RunParallel(int64_t num_chunks, const std::function<void(int64_t)>& chunk_fn);
+bool serial_forced();
 }
 
 // Calls f(chunk_begin, chunk_end) over [begin, end). Ranges shorter than `grain` (or a pool
@@ -32,18 +48,25 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   const int threads = get_num_threads();
-  if (threads <= 1 || n <= grain || in_parallel_region()) {
+  if (threads <= 1 || n <= grain) {
     f(begin, end);
     return;
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
   const int64_t step = (n + chunks - 1) / chunks;
   chunks = (n + step - 1) / step;
-  detail::RunParallel(chunks, [&](int64_t c) {
+  auto chunk = [&](int64_t c) {
     const int64_t b = begin + c * step;
     const int64_t e = std::min(end, b + step);
     if (b < e) f(b, e);
-  });
+  };
+  // Nested or serial-forced calls still walk the same chunks, so a reduction combines its
+  // partial results identically whichever thread runs it.
+  if (in_parallel_region() || detail::serial_forced()) {
+    for (int64_t c = 0; c < chunks; ++c) chunk(c);
+    return;
+  }
+  detail::RunParallel(chunks, chunk);
 }
 
 }  // namespace anvil

@@ -226,6 +226,39 @@ TEST(ThreadPool, ChunkingIsDeterministic) {
   for (int r = 0; r < 20; ++r) EXPECT_EQ(chunks(), first);
 }
 
+TEST(ThreadPool, SerialGuardAndNestedCallsKeepTheSameChunks) {
+  ThreadsGuard restore;
+  set_num_threads(3);
+  auto chunks = [] {
+    std::mutex mu;
+    std::set<std::pair<int64_t, int64_t>> s;
+    std::set<std::thread::id> threads;
+    parallel_for(0, 10000, 16, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      s.emplace(b, e);
+      threads.insert(std::this_thread::get_id());
+    });
+    return std::make_pair(s, threads.size());
+  };
+  const auto pooled = chunks();
+  EXPECT_EQ(pooled.first.size(), 3u);
+  {
+    SerialGuard serial;
+    const auto serial_run = chunks();
+    EXPECT_EQ(serial_run.first, pooled.first);  // same partial sums, so same rounding
+    EXPECT_EQ(serial_run.second, 1u);           // all on the calling thread
+  }
+  // A float reduction gives bitwise the same result on a serial-forced thread.
+  Tensor x = rand({1 << 20});
+  const float expected = x.sum().item<float>();
+  float on_worker = 0;
+  std::thread([&] {
+    SerialGuard serial;
+    on_worker = x.sum().item<float>();
+  }).join();
+  EXPECT_EQ(on_worker, expected);
+}
+
 TEST(ThreadPool, ExceptionInChunkPropagatesToCaller) {
   ThreadsGuard restore;
   for (int threads : {1, 2, 4}) {

@@ -233,4 +233,106 @@ TEST(Compose, ToTensorThenNormalize) {
   EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-6), std::vector<double>{-1, -0.6, 2, -0.4}));
 }
 
+
+// ---- Resize ----
+
+// Bilinear resize in float64 written from the definition (half-pixel centres, clamp at 0).
+std::vector<double> ReferenceResize(const std::vector<double>& in, int64_t H, int64_t W, int64_t h, int64_t w) {
+  auto coord = [](int64_t o, int64_t n_in, int64_t n_out, int64_t* lo, int64_t* hi, double* f) {
+    double src = (static_cast<double>(o) + 0.5) * static_cast<double>(n_in) / static_cast<double>(n_out) - 0.5;
+    if (src < 0) src = 0;
+    *lo = std::min(static_cast<int64_t>(std::floor(src)), n_in - 1);
+    *hi = std::min(*lo + 1, n_in - 1);
+    *f = src - static_cast<double>(*lo);
+  };
+  std::vector<double> out;
+  for (int64_t y = 0; y < h; ++y) {
+    for (int64_t x = 0; x < w; ++x) {
+      int64_t y0, y1, x0, x1;
+      double fy, fx;
+      coord(y, H, h, &y0, &y1, &fy);
+      coord(x, W, w, &x0, &x1, &fx);
+      auto at = [&](int64_t r, int64_t c) { return in[static_cast<size_t>(r * W + c)]; };
+      out.push_back((1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) + fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1)));
+    }
+  }
+  return out;
+}
+
+TEST(Resize, MatchesFloat64ReferenceUpAndDown) {
+  Tensor x = rand({2, 7, 9}, kFloat64);
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{13, 4}, {3, 20}, {7, 9}, {1, 1}}) {
+    Tensor y = Resize(h, w)(x);
+    ASSERT_EQ(y.sizes(), (IntArray{2, h, w}));
+    for (int64_t c = 0; c < 2; ++c) {
+      EXPECT_THAT(Vals(y[c]), Pointwise(DoubleNear(1e-12), ReferenceResize(Vals(x[c]), 7, 9, h, w)))
+          << h << "x" << w;
+    }
+  }
+}
+
+TEST(Resize, HalvingAveragesTwoByTwoBlocks) {
+  Tensor x = rand({1, 8, 6});
+  Tensor y = Resize(4, 3)(x);
+  Tensor blocks = x.reshape({1, 4, 2, 3, 2}).mean({2, 4});
+  EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-6), Vals(blocks)));
+  EXPECT_TRUE(equal(Resize(8, 6)(x), x));  // same size: identity
+}
+
+TEST(Resize, ShorterSideKeepsAspectAndUint8Rounds) {
+  Tensor img = randint(0, 256, {3, 30, 45}).to(kUInt8);
+  Tensor y = Resize(20)(img);
+  EXPECT_EQ(y.sizes(), (IntArray{3, 20, 30}));
+  EXPECT_EQ(y.dtype(), kUInt8);
+  Tensor ref = round(Resize(20)(img.to(kFloat64))).to(kUInt8);
+  EXPECT_TRUE(equal(y, ref));
+  EXPECT_EQ(Resize(10)(zeros({1, 40, 20})).sizes(), (IntArray{1, 20, 10}));
+  EXPECT_THAT(ErrorOf([] { Resize(0, 3); }), HasSubstr("positive size"));
+}
+
+// ---- RandomErasing ----
+
+TEST(RandomErasing, ErasesOneRectangleWithinScaleAndRatio) {
+  RandomErasing erase({.p = 1.0, .value = {-5.0}}, 3);
+  RandomErasing twin({.p = 1.0, .value = {-5.0}}, 3);
+  for (int call = 0; call < 50; ++call) {
+    Tensor x = rand({3, 32, 40});
+    Tensor y = erase(x);
+    const auto [top, left, h, w] = twin.NextRectangle(32, 40);
+    ASSERT_GT(h, 0);
+    Tensor window = y.narrow(1, top, h).narrow(2, left, w);
+    EXPECT_TRUE(equal(window, full_like(window, -5.0)));
+    // Everything else is untouched.
+    EXPECT_EQ((y != x).sum().item<int64_t>(), 3 * h * w);
+    const double area = static_cast<double>(h * w) / (32.0 * 40.0), aspect = static_cast<double>(h) / static_cast<double>(w);
+    EXPECT_GE(area, 0.02 * 0.7);
+    EXPECT_LE(area, 0.33 * 1.3);
+    EXPECT_GE(aspect, 0.3 * 0.7);
+    EXPECT_LE(aspect, 3.3 * 1.4);
+  }
+}
+
+TEST(RandomErasing, ProbabilityPerChannelValuesAndNoise) {
+  Tensor x = rand({2, 16, 16});
+  RandomErasing never({.p = 0.0}, 1);
+  EXPECT_TRUE(equal(never(x), x));
+  int erased = 0;
+  RandomErasing half({.p = 0.5}, 2);
+  for (int i = 0; i < 400; ++i) erased += !equal(half(x), x);
+  EXPECT_NEAR(erased, 200, 40);
+  RandomErasing per_channel({.p = 1.0, .value = {7.0, 9.0}}, 4);
+  Tensor y = per_channel(x);
+  EXPECT_EQ((y == 7.0).sum().item<int64_t>(), (y == 9.0).sum().item<int64_t>());
+  EXPECT_GT((y == 7.0).sum().item<int64_t>(), 0);
+  RandomErasing noise({.p = 1.0, .scale = {0.5, 0.5}, .ratio = {1.0, 1.0}, .random_value = true}, 5);
+  Tensor big = zeros({1, 200, 200});
+  Tensor z = noise(big);
+  Tensor changed = z.masked_select(z != 0.0);
+  EXPECT_GT(changed.numel(), 15000);
+  EXPECT_NEAR(changed.mean().item<float>(), 0.0, 0.05);
+  EXPECT_NEAR(changed.std().item<float>(), 1.0, 0.05);
+  EXPECT_THAT(ErrorOf([&] { RandomErasing({.p = 1.0, .value = {1, 2, 3}})(x); }), HasSubstr("1 or 2 fill values"));
+  EXPECT_THAT(ErrorOf([] { RandomErasing({.p = 2.0}); }), HasSubstr("p in [0, 1]"));
+}
+
 }  // namespace

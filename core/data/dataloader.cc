@@ -1,0 +1,456 @@
+// DataLoader: see dataloader.h.
+//
+// NOTE [ Loader pipeline ]
+// A pass has batches 0, 1, 2, ... Workers claim the lowest unclaimed batch id as long as
+// fewer than num_workers * prefetch_factor batches are claimed but not yet consumed, build
+// it, and post it to `ready` keyed by id. The consumer takes ids strictly in order, so the
+// delivery order never depends on which worker finished first. Every pass has a generation
+// number; a worker that finishes a batch of a cancelled pass drops it.
+#include "core/data/dataloader.h"
+
+#include <malloc.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/data/philox_stream.h"
+#include "core/data/sample_random.h"
+#include "core/util/thread_pool.h"
+
+namespace anvil::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The outcome of building one batch.
+struct Slot {
+  std::optional<Example> batch;  // empty with no error: the stream ended before this batch
+  std::exception_ptr error;
+};
+
+// Adds where a failure happened to its message. `sample` < 0: not in one sample (collate).
+DataLoaderError Wrap(const std::exception& e, int64_t batch, int64_t sample, int worker, const char* what) {
+  const std::string thread = worker < 0 ? "main thread" : "worker " + std::to_string(worker);
+  const std::string where = sample < 0 ? "collating batch " + std::to_string(batch) + " (" + thread + ")"
+                                       : std::string(what) + " " + std::to_string(sample) + " (batch " +
+                                             std::to_string(batch) + ", " + thread + ")";
+  return DataLoaderError("DataLoader: " + where + " failed: " + e.what(), batch, sample, worker);
+}
+
+// NOTE [ malloc and loader threads ]
+// Decoders (stb_image, zlib) allocate and free a few hundred KiB per sample with malloc. By
+// default glibc serves blocks that size with mmap and, in the arenas of non-main threads,
+// trims freed memory back to the kernel, so every sample faults its buffers in again: a PNG
+// pipeline ran 1.6x slower on a worker thread than on the main thread. Fixed thresholds keep
+// that memory in the process (bounded: 4 MiB blocks, 64 MiB of slack per arena). Set once
+// per process, the first time a loader is built; ANVIL_MALLOC_TUNING=0 leaves glibc alone.
+void TuneMallocForLoaders() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("ANVIL_MALLOC_TUNING");
+    if (env != nullptr && std::string_view(env) == "0") return;
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  });
+}
+
+}  // namespace
+
+struct DataLoader::State {
+  using RawSamples = std::vector<std::pair<int64_t, Example>>;  // (stream position, sample)
+
+  std::shared_ptr<const Dataset> dataset;       // map-style, or
+  std::shared_ptr<IterableDataset> iterable;    // iterable
+  std::shared_ptr<BatchSampler> batch_sampler;  // map-style only
+  CollateFn collate;
+  std::vector<std::thread> threads;  // touched by the consumer thread only
+
+  // Iterable only: serialises reading the stream. Lock order: stream_mu before mu.
+  std::mutex stream_mu;
+  bool stream_ended = false;  // guarded by stream_mu
+
+  mutable std::mutex mu;
+  std::condition_variable work_cv;   // workers wait for a batch to claim
+  std::condition_variable ready_cv;  // the consumer waits for the next batch
+  // Guarded by mu:
+  bool stop = false;
+  bool active = false;  // a pass is running
+  uint64_t generation = 0;
+  int64_t epoch = 0;
+  int64_t start_batch = 0;  // where the next pass starts; during a pass, where it started
+  std::vector<std::vector<int64_t>> batches;  // map-style: batches[k - start_batch]
+  int64_t end_batch = 0;  // first id past the pass (iterable: INT64_MAX until the end is read)
+  int64_t next_claim = 0;
+  int64_t next_deliver = 0;
+  std::map<int64_t, Slot> ready;
+  Clock::time_point pass_start;
+  LoaderStats stats;
+
+  bool Cancelled(uint64_t gen) {
+    std::lock_guard<std::mutex> lock(mu);
+    return stop || generation != gen;
+  }
+  RawSamples ReadStream(const DataLoaderOptions& opt, int64_t k);
+  std::optional<Slot> Build(const DataLoaderOptions& opt, int64_t k, uint64_t gen, int64_t ep, int worker,
+                            const std::vector<int64_t>& indices, RawSamples raw);
+  void WorkerLoop(const DataLoaderOptions& opt, int id);
+  void StartPass(const DataLoaderOptions& opt);
+  void EndPass(bool finished);  // requires mu
+  void StopWorkers();
+};
+
+// Reads batch k's samples from the stream; requires stream_mu. Records the end of the stream.
+DataLoader::State::RawSamples DataLoader::State::ReadStream(const DataLoaderOptions& opt, int64_t k) {
+  RawSamples raw;
+  const int64_t first = k * opt.batch_size;
+  while (!stream_ended && static_cast<int64_t>(raw.size()) < opt.batch_size) {
+    const int64_t position = first + static_cast<int64_t>(raw.size());
+    std::optional<Example> ex;
+    try {
+      ex = iterable->next();
+    } catch (const std::exception& e) {
+      stream_ended = true;
+      throw Wrap(e, k, position, worker_info() ? worker_info()->id : -1, "reading stream position");
+    }
+    if (!ex) {
+      stream_ended = true;
+      break;
+    }
+    raw.emplace_back(position, std::move(*ex));
+  }
+  const auto n = static_cast<int64_t>(raw.size());
+  if (n < opt.batch_size) {
+    if (opt.drop_last) raw.clear();
+    std::lock_guard<std::mutex> lock(mu);
+    end_batch = std::min(end_batch, raw.empty() ? k : k + 1);
+    ready_cv.notify_all();
+  }
+  return raw;
+}
+
+std::optional<Slot> DataLoader::State::Build(const DataLoaderOptions& opt, int64_t k, uint64_t gen, int64_t ep,
+                                             int worker, const std::vector<int64_t>& indices, RawSamples raw) {
+  Slot slot;
+  const size_t count = iterable ? raw.size() : indices.size();
+  if (count == 0) return slot;  // iterable: past the end of the stream
+  int64_t current = -1;
+  try {
+    std::vector<Example> samples;
+    samples.reserve(count);
+    for (size_t j = 0; j < count; ++j) {
+      if (Cancelled(gen)) return std::nullopt;
+      SampleRandomScope rng(sample_key(opt.seed, ep, k, static_cast<int64_t>(j)));
+      if (iterable) {
+        current = raw[j].first;
+        samples.push_back(iterable->process(std::move(raw[j].second)));
+      } else {
+        current = indices[j];
+        samples.push_back(dataset->get(current));
+      }
+    }
+    current = -1;
+    slot.batch = collate(samples);
+  } catch (const std::exception& e) {
+    slot.error = std::make_exception_ptr(current < 0 ? Wrap(e, k, -1, worker, "")
+                                                     : Wrap(e, k, current, worker, "sample"));
+  }
+  return slot;
+}
+
+void DataLoader::State::WorkerLoop(const DataLoaderOptions& opt, int id) {
+  WorkerInfoScope info_scope(WorkerInfo{id, opt.num_workers, MixKey(opt.seed, static_cast<uint64_t>(id))});
+  SerialGuard serial;  // never take the intra-op pool from the training thread
+  const int64_t max_in_flight = int64_t{opt.num_workers} * opt.prefetch_factor;
+  auto claimable = [&] {
+    return active && next_claim < end_batch && next_claim < next_deliver + max_in_flight;
+  };
+  std::unique_lock<std::mutex> lock(mu);
+  while (true) {
+    work_cv.wait(lock, [&] { return stop || claimable(); });
+    if (stop) return;
+    std::unique_lock<std::mutex> stream_lock;
+    if (iterable) {
+      // Claiming an id and reading its samples must be one step, or two workers could read
+      // the stream in the opposite order of their ids.
+      lock.unlock();
+      stream_lock = std::unique_lock<std::mutex>(stream_mu);
+      lock.lock();
+      if (stop || !claimable()) continue;
+    }
+    const int64_t k = next_claim++;
+    const uint64_t gen = generation;
+    const int64_t ep = epoch;
+    std::vector<int64_t> indices;
+    if (!iterable) indices = batches[static_cast<size_t>(k - start_batch)];
+    lock.unlock();
+    std::optional<Slot> slot;
+    RawSamples raw;
+    try {
+      if (iterable) raw = ReadStream(opt, k);
+    } catch (const DataLoaderError&) {
+      slot = Slot{std::nullopt, std::current_exception()};
+    }
+    if (stream_lock.owns_lock()) stream_lock.unlock();
+    if (!slot) slot = Build(opt, k, gen, ep, id, indices, std::move(raw));
+    lock.lock();
+    if (slot && generation == gen) {
+      ready.emplace(k, std::move(*slot));
+      ready_cv.notify_all();
+    }
+  }
+}
+
+void DataLoader::State::StartPass(const DataLoaderOptions& opt) {
+  std::unique_lock<std::mutex> stream_lock(stream_mu, std::defer_lock);
+  if (iterable) stream_lock.lock();
+  std::lock_guard<std::mutex> lock(mu);
+  ++generation;
+  ready.clear();
+  if (iterable) {
+    // A resumed pass re-reads and drops the samples before its first batch: a stream has no
+    // random access.
+    iterable->reset(epoch);
+    stream_ended = false;
+    end_batch = INT64_MAX;
+    for (int64_t i = 0; i < start_batch * opt.batch_size && !stream_ended; ++i) {
+      if (!iterable->next()) {
+        stream_ended = true;
+        end_batch = start_batch;
+      }
+    }
+  } else {
+    batch_sampler->set_epoch(epoch);
+    auto all = batch_sampler->batches();
+    const auto n = static_cast<int64_t>(all.size());
+    ANVIL_CHECK(start_batch <= n, "DataLoader: cannot start at batch ", start_batch, " of epoch ", epoch,
+                ": the epoch has ", n, " batches");
+    batches.assign(std::make_move_iterator(all.begin() + start_batch), std::make_move_iterator(all.end()));
+    end_batch = n;
+  }
+  next_claim = next_deliver = start_batch;
+  active = true;
+  pass_start = Clock::now();
+  stats = LoaderStats{};
+  stats.epoch = epoch;
+  work_cv.notify_all();
+}
+
+void DataLoader::State::EndPass(bool finished) {
+  if (active) stats.elapsed_seconds = Seconds(Clock::now() - pass_start);
+  active = false;
+  ++generation;
+  ready.clear();
+  batches.clear();
+  if (finished) {
+    ++epoch;
+    start_batch = 0;
+  } else {
+    start_batch = next_deliver;  // a retry resumes at the batch that was not delivered
+  }
+}
+
+void DataLoader::State::StopWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  work_cv.notify_all();
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::lock_guard<std::mutex> lock(mu);
+  stop = false;
+}
+
+// ---- DataLoader ----
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : DataLoader(std::move(dataset), nullptr, std::move(options)) {}
+
+DataLoader::DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptions options)
+    : DataLoader(nullptr, std::move(dataset), std::move(options)) {}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> map_dataset, std::shared_ptr<IterableDataset> iterable,
+                       DataLoaderOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {
+  TuneMallocForLoaders();
+  const DataLoaderOptions& o = options_;
+  ANVIL_CHECK(map_dataset != nullptr || iterable != nullptr, "DataLoader: the dataset is null");
+  ANVIL_CHECK(o.num_workers >= 0, "DataLoader: expected num_workers >= 0, got ", o.num_workers);
+  ANVIL_CHECK(o.prefetch_factor >= 1, "DataLoader: expected prefetch_factor >= 1, got ", o.prefetch_factor);
+  ANVIL_CHECK(o.timeout.count() >= 0, "DataLoader: expected a non-negative timeout, got ", o.timeout.count(),
+              " ms");
+  ANVIL_CHECK(!(o.shuffle && o.sampler), "DataLoader: sampler and shuffle are mutually exclusive (the sampler "
+              "decides the order; use a RandomSampler to shuffle)");
+  if (o.batch_sampler) {
+    ANVIL_CHECK(o.batch_size == 1 && !o.shuffle && !o.sampler && !o.drop_last,
+                "DataLoader: batch_sampler is mutually exclusive with batch_size, shuffle, sampler and "
+                "drop_last (the batch sampler decides all of them)");
+  } else {
+    ANVIL_CHECK(o.batch_size >= 1, "DataLoader: expected batch_size >= 1, got ", o.batch_size);
+  }
+  ANVIL_CHECK(iterable == nullptr || (!o.shuffle && !o.sampler && !o.batch_sampler),
+              "DataLoader: an iterable dataset defines its own order; shuffle, sampler and batch_sampler do "
+              "not apply to it");
+  State& s = *state_;
+  s.dataset = std::move(map_dataset);
+  s.iterable = std::move(iterable);
+  s.collate = o.collate ? o.collate : CollateFn(default_collate);
+  if (s.dataset) {
+    std::shared_ptr<Sampler> sampler = o.sampler;
+    if (!sampler && o.shuffle) {
+      sampler = std::make_shared<RandomSampler>(s.dataset->size(), false, std::nullopt, o.seed);
+    }
+    if (!sampler) sampler = std::make_shared<SequentialSampler>(s.dataset->size());
+    s.batch_sampler =
+        o.batch_sampler ? o.batch_sampler : std::make_shared<BatchSampler>(sampler, o.batch_size, o.drop_last);
+  }
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    ++state_->generation;  // workers abandon their batch at the next sample boundary
+  }
+  state_->StopWorkers();
+}
+
+DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), current_(loader->next()) {}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  current_.reset();  // release the previous batch before building the next
+  current_ = loader_->next();
+  return *this;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.active) s.EndPass(/*finished=*/true);  // an abandoned pass counts as an epoch
+  }
+  return Iterator(this);
+}
+
+std::optional<Example> DataLoader::next() {
+  State& s = *state_;
+  const auto t0 = Clock::now();
+  bool active;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    active = s.active;
+  }
+  if (!active) {
+    s.StartPass(options_);
+    if (options_.num_workers > 0 && s.threads.empty()) {
+      for (int i = 0; i < options_.num_workers; ++i) {
+        s.threads.emplace_back([this, i] { state_->WorkerLoop(options_, i); });
+      }
+    }
+  }
+  std::optional<Slot> slot;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const int64_t k = s.next_deliver;
+  if (options_.num_workers == 0) {
+    if (k < s.end_batch) {
+      const uint64_t gen = s.generation;
+      const int64_t ep = s.epoch;
+      std::vector<int64_t> indices;
+      if (!s.iterable) indices = s.batches[static_cast<size_t>(k - s.start_batch)];
+      lock.unlock();
+      State::RawSamples raw;
+      try {
+        if (s.iterable) {
+          std::lock_guard<std::mutex> stream_lock(s.stream_mu);
+          raw = s.ReadStream(options_, k);
+        }
+        slot = s.Build(options_, k, gen, ep, -1, indices, std::move(raw));
+      } catch (const DataLoaderError&) {
+        slot = Slot{std::nullopt, std::current_exception()};
+      }
+      lock.lock();
+    }
+  } else {
+    auto arrived = [&] { return s.ready.count(k) > 0 || k >= s.end_batch; };
+    if (options_.timeout.count() > 0) {
+      if (!s.ready_cv.wait_for(lock, options_.timeout, arrived)) {
+        s.EndPass(/*finished=*/false);
+        throw DataLoaderError("DataLoader: timed out after " + std::to_string(options_.timeout.count()) +
+                                  " ms waiting for batch " + std::to_string(k) + " of epoch " +
+                                  std::to_string(s.epoch) + " (num_workers=" +
+                                  std::to_string(options_.num_workers) + ")",
+                              k, -1, -1);
+      }
+    } else {
+      s.ready_cv.wait(lock, arrived);
+    }
+    if (auto it = s.ready.find(k); it != s.ready.end()) {
+      slot = std::move(it->second);
+      s.ready.erase(it);
+    }
+  }
+  if (slot && slot->error) {
+    s.EndPass(/*finished=*/false);
+    std::rethrow_exception(slot->error);
+  }
+  if (!slot || !slot->batch) {  // past the last batch
+    s.EndPass(/*finished=*/true);
+    const bool stop_workers = !options_.persistent_workers;
+    lock.unlock();
+    if (stop_workers) s.StopWorkers();
+    return std::nullopt;
+  }
+  ++s.next_deliver;
+  const double wait = Seconds(Clock::now() - t0);
+  s.stats.batches += 1;
+  s.stats.last_wait_seconds = wait;
+  s.stats.wait_seconds += wait;
+  s.stats.elapsed_seconds = Seconds(Clock::now() - s.pass_start);
+  lock.unlock();
+  s.work_cv.notify_all();  // a prefetch slot is free
+  return std::move(slot->batch);
+}
+
+int64_t DataLoader::size() const {
+  ANVIL_CHECK(state_->batch_sampler != nullptr, "DataLoader: the number of batches of an iterable dataset is "
+              "unknown until its stream ends");
+  return state_->batch_sampler->size();
+}
+
+int64_t DataLoader::epoch() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->epoch;
+}
+
+void DataLoader::set_epoch(int64_t epoch) { set_position({epoch, 0}); }
+
+LoaderPosition DataLoader::position() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return {state_->epoch, state_->active ? state_->next_deliver : state_->start_batch};
+}
+
+void DataLoader::set_position(LoaderPosition position) {
+  ANVIL_CHECK(position.epoch >= 0 && position.batch >= 0, "DataLoader: expected a non-negative epoch and batch, "
+              "got epoch ", position.epoch, " batch ", position.batch);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->active) state_->EndPass(/*finished=*/false);
+  state_->epoch = position.epoch;
+  state_->start_batch = position.batch;
+}
+
+LoaderStats DataLoader::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  LoaderStats out = state_->stats;
+  if (state_->active) out.elapsed_seconds = Seconds(Clock::now() - state_->pass_start);
+  return out;
+}
+
+}  // namespace anvil::data
