@@ -31,13 +31,13 @@ build: deps $(BUILD_DIR)/build.ninja
 test: build data
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-# The engine and data tests again under AddressSanitizer + UBSan (CI runs this too).
+# The engine, data and nn tests again under AddressSanitizer + UBSan (CI runs this too).
 test-asan: deps data
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined \
 	  -DANVIL_BUILD_EXAMPLES=OFF
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L 'core|data' --timeout 900
+	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn' --timeout 900
 
 # The data pipeline's tests under ThreadSanitizer: the DataLoader is where threads meet.
 test-tsan: deps data

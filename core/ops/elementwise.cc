@@ -61,7 +61,11 @@ OpAttrs Alpha(Scalar alpha) {
 }  // namespace
 
 Tensor wrap_scalar(Scalar s, Device device) {
-  Tensor t = full({}, s, TensorOptions(s.dtype()).with_device(device));
+  // Floating scalars are held in float64, as PyTorch wraps Python floats: the value enters
+  // float64 math unrounded. result_type still ranks a wrapped float as the default dtype, so
+  // x_float32 * 0.1 stays float32.
+  const ScalarType dt = s.is_floating_point() ? kFloat64 : s.dtype();
+  Tensor t = full({}, s, TensorOptions(dt).with_device(device));
   t.impl()->set_wrapped_number(true);
   return t;
 }

@@ -134,6 +134,19 @@ TEST(TypePromotion, IntTensorWithScalars) {
   EXPECT_EQ((i8 * 2.5).dtype(), kFloat32);
 }
 
+TEST(TypePromotion, FloatScalarsEnterFloat64MathUnrounded) {
+  // 0.1 and 0.9 are not float32 numbers: a scalar rounded to float32 on the way in would be
+  // off by ~1e-9 here (and optimizers, whose hyper-parameters are scalars, would drift).
+  Tensor x = F64({0.3, -1.7});
+  EXPECT_EQ(Vals(x * 0.1), (std::vector<double>{0.3 * 0.1, -1.7 * 0.1}));
+  Tensor y = x.clone();
+  y.mul_(0.9).add_(x, 0.01);
+  EXPECT_EQ(Vals(y), (std::vector<double>{0.3 * 0.9 + 0.01 * 0.3, -1.7 * 0.9 + 0.01 * -1.7}));
+  // With float32 tensors the result stays float32 (a wrapped float ranks as the default dtype).
+  EXPECT_EQ((F32({1.0f}) * 0.1).dtype(), kFloat32);
+  EXPECT_EQ(Vals(F32({1.0f}) * 0.1)[0], static_cast<double>(0.1f));
+}
+
 TEST(TypePromotion, ZeroDimTensorsRankBelowDimensioned) {
   Tensor f32 = F32({1, 2});
   Tensor d0 = scalar_tensor(0.5, kFloat64);

@@ -1,0 +1,80 @@
+// Containers: see container.h.
+#include "core/nn/container.h"
+
+#include "core/util/error.h"
+
+namespace anvil::nn {
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) : Sequential() {
+  for (const auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(layers_.size()), module);
+  layers_.push_back(std::move(module));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    try {
+      y = layers_[i]->forward(y);
+    } catch (const IndexError& e) {
+      throw IndexError("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());
+    } catch (const TypeError& e) {
+      throw TypeError("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());
+    } catch (const NotImplementedError&) {
+      throw;
+    } catch (const Error& e) {
+      // Name the layer, so a shape error in a 20-layer model points at its place.
+      throw Error("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());
+    }
+  }
+  return y;
+}
+
+const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
+  ANVIL_CHECK_INDEX(i < layers_.size(), "Sequential: index ", i, " is out of range for ", layers_.size(), " layers");
+  return layers_[i];
+}
+
+ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) : ModuleList() {
+  for (const auto& m : modules) push_back(m);
+}
+
+void ModuleList::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(items_.size()), module);
+  items_.push_back(std::move(module));
+}
+
+const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
+  ANVIL_CHECK_INDEX(i < items_.size(), "ModuleList: index ", i, " is out of range for ", items_.size(), " modules");
+  return items_[i];
+}
+
+void ModuleDict::insert(const std::string& name, std::shared_ptr<Module> module) {
+  register_module(name, module);
+  items_.emplace_back(name, std::move(module));
+}
+
+bool ModuleDict::contains(const std::string& name) const {
+  for (const auto& [n, m] : items_) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& name) const {
+  for (const auto& [n, m] : items_) {
+    if (n == name) return m;
+  }
+  throw IndexError("ModuleDict: no module named '" + name + "'");
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [n, m] : items_) out.push_back(n);
+  return out;
+}
+
+}  // namespace anvil::nn

@@ -1,0 +1,221 @@
+// The functional API: activations, dropout and losses. Losses are composites of engine ops,
+// so their backward comes from the ops' rules and needs no code here.
+#include "core/nn/functional.h"
+
+#include <string>
+
+#include "core/tensor/random.h"
+#include "core/util/error.h"
+
+namespace anvil::nn::functional {
+namespace {
+
+std::string Shape(const IntArray& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+std::string Shape(const Tensor& t) { return Shape(t.sizes()); }
+
+Tensor Reduce(const Tensor& x, Reduction r) {
+  switch (r) {
+    case Reduction::kNone: return x;
+    case Reduction::kSum: return x.sum();
+    case Reduction::kMean: return x.mean();
+  }
+  return x;
+}
+
+// Element-wise losses compare input and target one to one. Broadcasting [N, 1] against [N]
+// would silently compare every input with every target, so differing shapes are an error.
+void CheckSameShape(const Tensor& input, const Tensor& target, const char* loss) {
+  ANVIL_CHECK(input.sizes() == target.sizes(), loss, ": input shape ", Shape(input), " and target shape ",
+              Shape(target), " differ; broadcasting them would compare every input with every target. "
+              "Reshape one of them (e.g. input.squeeze(-1) or target.unsqueeze(-1))");
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) { return anvil::relu(x); }
+Tensor sigmoid(const Tensor& x) { return anvil::sigmoid(x); }
+Tensor tanh(const Tensor& x) { return anvil::tanh(x); }
+Tensor silu(const Tensor& x) { return anvil::silu(x); }
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  ANVIL_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected p in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  const Tensor keep = bernoulli(full_like(x, 1.0 - p));
+  return x * keep * (1.0 / (1.0 - p));
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  CheckSameShape(input, target, "mse_loss");
+  const Tensor d = input - target;
+  return Reduce(d * d, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  CheckSameShape(input, target, "l1_loss");
+  return Reduce(abs(input - target), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  CheckSameShape(input, target, "smooth_l1_loss");
+  ANVIL_CHECK(beta >= 0.0, "smooth_l1_loss: expected beta >= 0, got ", beta);
+  const Tensor d = abs(input - target);
+  if (beta == 0.0) return Reduce(d, reduction);
+  return Reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  CheckSameShape(input, target, "huber_loss");
+  ANVIL_CHECK(delta > 0.0, "huber_loss: expected delta > 0, got ", delta);
+  const Tensor d = abs(input - target);
+  return Reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  ANVIL_CHECK(log_probs.dim() >= 1, "nll_loss: expected input of shape [N, C] or [N, C, d...], got ", Shape(log_probs));
+  ANVIL_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kInt32, "nll_loss: expected int64 class indices as "
+                   "the target, got ", target.dtype());
+  // Flatten to [M, C] rows and [M] targets: classes on dim 1 (or dim 0 without a batch).
+  const bool batched = log_probs.dim() >= 2;
+  const int64_t C = batched ? log_probs.size(1) : log_probs.size(0);
+  IntArray expected_target = log_probs.sizes();
+  expected_target.erase(expected_target.begin() + (batched ? 1 : 0));
+  ANVIL_CHECK(target.sizes() == expected_target, "nll_loss: expected a target of shape ", Shape(expected_target),
+              " for input of shape ", Shape(log_probs), ", got ", Shape(target));
+  const Tensor rows = batched ? log_probs.movedim(1, -1).reshape({-1, C}) : log_probs.reshape({1, C});
+  const Tensor t = target.to(kInt64).reshape({-1});
+  const Tensor valid = t != o.ignore_index;
+  if (t.numel() > 0) {
+    const Tensor bad = valid & ((t < 0) | (t >= C));
+    if (bad.any().item<bool>()) {
+      const int64_t value = t.masked_select(bad)[0].item<int64_t>();
+      throw IndexError("nll_loss: target " + std::to_string(value) + " is out of bounds: expected class indices in [0, " +
+                       std::to_string(C) + ") or ignore_index " + std::to_string(o.ignore_index));
+    }
+  }
+  const Tensor safe_t = where(valid, t, int64_t{0});
+  Tensor picked = -gather(rows, 1, safe_t.unsqueeze(1)).squeeze(1);
+  Tensor w = valid.to(rows.dtype());
+  if (o.weight.defined()) {
+    ANVIL_CHECK(o.weight.dim() == 1 && o.weight.size(0) == C, "nll_loss: expected a weight of shape [", C,
+                "], got ", Shape(o.weight));
+    w = w * index_select(o.weight.to(rows.dtype()), 0, safe_t);
+  }
+  const Tensor losses = picked * w;
+  switch (o.reduction) {
+    case Reduction::kNone: return losses.reshape(target.sizes());
+    case Reduction::kSum: return losses.sum();
+    case Reduction::kMean: return losses.sum() / w.sum();  // weighted mean over non-ignored rows
+  }
+  return losses;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  ANVIL_CHECK(logits.is_floating_point(), "cross_entropy: expected floating-point logits, got ", logits.dtype());
+  ANVIL_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0,
+              "cross_entropy: expected label_smoothing in [0, 1], got ", o.label_smoothing);
+  const int64_t cdim = logits.dim() >= 2 ? 1 : 0;
+  const int64_t C = logits.size(cdim);
+  const Tensor logp = log_softmax(logits, cdim);
+  if (target.is_floating_point()) {
+    ANVIL_CHECK(target.sizes() == logits.sizes(), "cross_entropy: a floating-point target holds class probabilities "
+                "and must have the logits' shape ", Shape(logits), ", got ", Shape(target),
+                "; for class indices pass an int64 tensor of shape [N]");
+    Tensor t = target;
+    if (o.label_smoothing > 0) t = t * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(C);
+    Tensor terms = logp * t;
+    if (o.weight.defined()) {
+      IntArray wshape(static_cast<size_t>(logits.dim()), 1);
+      wshape[static_cast<size_t>(cdim)] = C;
+      terms = terms * o.weight.to(logp.dtype()).reshape(wshape);
+    }
+    const Tensor per_sample = -terms.sum({cdim});
+    switch (o.reduction) {
+      case Reduction::kNone: return per_sample;
+      case Reduction::kSum: return per_sample.sum();
+      case Reduction::kMean: return per_sample.mean();  // over samples, as PyTorch does
+    }
+  }
+  const Tensor nll = nll_loss(logp, target, o);
+  if (o.label_smoothing == 0.0) return nll;
+  // PyTorch's rule: (1 - e) * nll + e / C * (-sum_c w_c log p_c), same reduction and masking.
+  Tensor smooth = logp;
+  if (o.weight.defined()) {
+    IntArray wshape(static_cast<size_t>(logits.dim()), 1);
+    wshape[static_cast<size_t>(cdim)] = C;
+    smooth = smooth * o.weight.to(logp.dtype()).reshape(wshape);
+  }
+  Tensor per_sample = -smooth.sum({cdim});
+  const Tensor valid = target != o.ignore_index;
+  per_sample = where(valid, per_sample, 0.0);
+  Tensor smooth_loss;
+  switch (o.reduction) {
+    case Reduction::kNone: smooth_loss = per_sample; break;
+    case Reduction::kSum: smooth_loss = per_sample.sum(); break;
+    case Reduction::kMean: {
+      Tensor denom = valid.to(logp.dtype()).sum();
+      if (o.weight.defined()) {
+        denom = where(valid, index_select(o.weight.to(logp.dtype()), 0, where(valid, target.to(kInt64), int64_t{0}).reshape({-1})).reshape(target.sizes()), 0.0).sum();
+      }
+      smooth_loss = per_sample.sum() / denom;
+      break;
+    }
+  }
+  return nll * (1.0 - o.label_smoothing) + smooth_loss * (o.label_smoothing / static_cast<double>(C));
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  CheckSameShape(input, target, "binary_cross_entropy");
+  if (input.numel() > 0) {
+    const bool outside = ((input < 0.0) | (input > 1.0)).any().item<bool>();
+    ANVIL_CHECK(!outside, "binary_cross_entropy: input values must be probabilities in [0, 1], got values from ",
+                input.min().item<double>(), " to ", input.max().item<double>(),
+                ". If these are logits (raw scores), use binary_cross_entropy_with_logits, which applies the sigmoid "
+                "itself and is numerically stable");
+  }
+  // log clamped at -100 as PyTorch does, so a probability of exactly 0 or 1 gives a finite loss.
+  Tensor loss = -(target * clamp(log(input), -100.0, std::nullopt) +
+                  (1.0 - target) * clamp(log(1.0 - input), -100.0, std::nullopt));
+  if (weight.defined()) loss = loss * weight;
+  return Reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  CheckSameShape(x, target, "binary_cross_entropy_with_logits");
+  // log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), finite for any x.
+  const Tensor log_sig_neg = log1p(exp(-abs(x))) + clamp(-x, 0.0, std::nullopt);
+  Tensor loss;
+  if (pos_weight.defined()) {
+    loss = (1.0 - target) * x + (1.0 + (pos_weight - 1.0) * target) * log_sig_neg;
+  } else {
+    loss = (1.0 - target) * x + log_sig_neg;
+  }
+  if (weight.defined()) loss = loss * weight;
+  return Reduce(loss, reduction);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, KLReduction reduction, bool log_target) {
+  CheckSameShape(input, target, "kl_div");
+  Tensor loss;
+  if (log_target) {
+    loss = exp(target) * (target - input);
+  } else {
+    // 0 * log 0 = 0 by convention.
+    const Tensor safe = where(target > 0.0, target, 1.0);
+    loss = where(target > 0.0, target * (log(safe) - input), 0.0);
+  }
+  switch (reduction) {
+    case KLReduction::kNone: return loss;
+    case KLReduction::kSum: return loss.sum();
+    case KLReduction::kMean: return loss.mean();
+    case KLReduction::kBatchMean: return loss.sum() / static_cast<double>(input.dim() > 0 ? input.size(0) : 1);
+  }
+  return loss;
+}
+
+}  // namespace anvil::nn::functional

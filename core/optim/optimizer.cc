@@ -1,0 +1,143 @@
+// Optimizer base, gradient clipping: see optimizer.h.
+#include "core/optim/optimizer.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::optim {
+
+Optimizer::~Optimizer() = default;
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, Options defaults) : defaults_(std::move(defaults)) {
+  ANVIL_CHECK(!groups.empty(), "optimizer: got an empty parameter list");
+  for (auto& g : groups) add_param_group(std::move(g));
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  ANVIL_CHECK(!group.params.empty(), "optimizer: a parameter group has no parameters");
+  for (const auto& [key, value] : group.options) {
+    ANVIL_CHECK(defaults_.count(key), "optimizer: unknown option '", key, "'; this optimizer takes ", [&] {
+      std::string s;
+      for (const auto& [k, v] : defaults_) s += (s.empty() ? "" : ", ") + k;
+      return s;
+    }());
+  }
+  for (const auto& [key, value] : defaults_) group.options.emplace(key, value);
+  ANVIL_CHECK(!std::isnan(group.options.at("lr")), "optimizer: 'lr' is required");
+  ANVIL_CHECK(group.options.at("lr") >= 0.0, "optimizer: expected lr >= 0, got ", group.options.at("lr"));
+  std::set<const TensorImpl*> seen;
+  for (const auto& g : groups_) {
+    for (const auto& p : g.params) seen.insert(p.impl());
+  }
+  for (const auto& p : group.params) {
+    ANVIL_CHECK(p.defined() && p.is_leaf(), "optimizer: can only optimize leaf tensors (parameters)");
+    ANVIL_CHECK(p.is_floating_point(), "optimizer: can only optimize floating-point tensors, got ", p.dtype());
+    ANVIL_CHECK(seen.insert(p.impl()).second, "optimizer: a parameter appears in more than one group (or twice); "
+                "it would be updated twice per step");
+  }
+  groups_.push_back(std::move(group));
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& g : groups_) {
+    for (auto& p : g.params) {
+      if (!p.grad().defined()) continue;
+      p.set_grad(set_to_none ? Tensor() : zeros_like(p.grad()));
+    }
+  }
+}
+
+double Optimizer::lr() const { return groups_.at(0).options.at("lr"); }
+
+void Optimizer::set_lr(double lr) {
+  for (auto& g : groups_) g.options["lr"] = lr;
+}
+
+ParamState& Optimizer::state(const Tensor& param) { return state_[param.impl()]; }
+
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState out;
+  int64_t index = 0;
+  for (const auto& g : groups_) {
+    out.groups.push_back(g.options);
+    for (const auto& p : g.params) {
+      if (auto it = state_.find(p.impl()); it != state_.end()) {
+        ParamState copy;
+        copy.step = it->second.step;
+        for (const auto& [k, t] : it->second.buffers) copy.buffers[k] = t.clone();
+        out.params[index] = std::move(copy);
+      }
+      ++index;
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& s) {
+  ANVIL_CHECK(s.groups.size() == groups_.size(), "optimizer load_state_dict: the state has ", s.groups.size(),
+              " parameter groups, the optimizer has ", groups_.size());
+  std::vector<const Tensor*> flat;
+  for (const auto& g : groups_) {
+    for (const auto& p : g.params) flat.push_back(&p);
+  }
+  for (const auto& [index, ps] : s.params) {
+    ANVIL_CHECK(index >= 0 && index < static_cast<int64_t>(flat.size()), "optimizer load_state_dict: state for "
+                "parameter ", index, " but the optimizer has ", flat.size(), " parameters");
+    for (const auto& [k, t] : ps.buffers) {
+      ANVIL_CHECK(t.sizes() == flat[static_cast<size_t>(index)]->sizes(), "optimizer load_state_dict: buffer '", k,
+                  "' of parameter ", index, " does not match the parameter's shape");
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = s.groups[g];
+  state_.clear();
+  for (const auto& [index, ps] : s.params) {
+    ParamState copy;
+    copy.step = ps.step;
+    for (const auto& [k, t] : ps.buffers) copy.buffers[k] = t.clone();
+    state_[flat[static_cast<size_t>(index)]->impl()] = std::move(copy);
+  }
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  ANVIL_CHECK(max_norm >= 0.0, "clip_grad_norm_: expected max_norm >= 0, got ", max_norm);
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return 0.0;
+  double total = 0.0;
+  if (std::isinf(norm_type)) {
+    for (const auto& g : grads) total = std::max(total, abs(g).max().item<double>());
+  } else {
+    // Accumulate in float64 so the norm of many float32 gradients does not lose precision.
+    for (const auto& g : grads) total += pow(abs(g.to(kFloat64)), norm_type).sum().item<double>();
+    total = std::pow(total, 1.0 / norm_type);
+  }
+  if (!std::isfinite(total)) {
+    ANVIL_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total,
+                "; a loss or gradient became non-finite");
+    return total;
+  }
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (const auto& g : grads) const_cast<Tensor&>(g).mul_(coef);
+  }
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  ANVIL_CHECK(clip_value >= 0.0, "clip_grad_value_: expected clip_value >= 0, got ", clip_value);
+  NoGradGuard no_grad;
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) g.clamp_(-clip_value, clip_value);
+  }
+}
+
+}  // namespace anvil::optim

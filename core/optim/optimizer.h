@@ -1,0 +1,122 @@
+// Optimizers, after torch.optim: parameter groups with their own hyper-parameters, per-parameter
+// state (momentum buffers, Adam moments), zero_grad and a state_dict for checkpoints.
+//
+// Hyper-parameters live in a name -> value map per group ("lr", "momentum", "weight_decay",
+// ...), like PyTorch's param_groups, so schedulers and checkpoints treat every optimizer alike.
+// Each optimizer declares its names and defaults; a group that sets an unknown name is an
+// error (a typo such as "weight_dacay" would otherwise be ignored silently).
+//
+// step() runs under NoGradGuard and updates parameters in place; parameters without a
+// gradient are skipped. Thread-safety: none (one training thread).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace anvil::optim {
+
+using Options = std::map<std::string, double>;
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  Options options;  // missing names take the optimizer's defaults
+};
+
+// Per-parameter state: the step count and named buffers ("momentum_buffer", "exp_avg", ...).
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+// The optimizer's state for checkpoints: each group's options, and each parameter's state by
+// its position across groups (group 0's parameters first), as PyTorch numbers them.
+struct OptimizerState {
+  std::vector<Options> groups;
+  std::map<int64_t, ParamState> params;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  // Clears every parameter's gradient: to undefined (default) or to zeros.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  void add_param_group(ParamGroup group);
+  // The learning rate of group 0, and setting it on every group (what schedulers use).
+  double lr() const;
+  void set_lr(double lr);
+
+  OptimizerState state_dict() const;
+  // Requires the same groups and parameter counts; buffers must match the parameters' shapes.
+  void load_state_dict(const OptimizerState& state);
+
+ protected:
+  Optimizer(std::vector<ParamGroup> groups, Options defaults);
+  ParamState& state(const Tensor& param);
+
+ private:
+  std::vector<ParamGroup> groups_;
+  Options defaults_;
+  std::map<const TensorImpl*, ParamState> state_;
+};
+
+// SGD with momentum, dampening, Nesterov momentum and L2 weight decay (PyTorch's update).
+// Options: lr (required), momentum 0, dampening 0, weight_decay 0, nesterov 0 (1 = on).
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, Options options);
+  SGD(std::vector<ParamGroup> groups, Options defaults);
+  void step() override;
+  std::string name() const override { return "SGD"; }
+};
+
+// Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).
+// Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, Options options = {});
+  Adam(std::vector<ParamGroup> groups, Options defaults);
+  void step() override;
+  std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+
+ protected:
+  Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled);
+
+ private:
+  bool decoupled_ = false;
+};
+
+// AdamW (Loshchilov & Hutter): weight decay decoupled from the gradient, p *= 1 - lr * wd.
+// Options as Adam, with weight_decay 1e-2 by default.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, Options options = {});
+  AdamW(std::vector<ParamGroup> groups, Options defaults);
+};
+
+// RMSprop. Options: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered 0.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, Options options = {});
+  RMSprop(std::vector<ParamGroup> groups, Options defaults);
+  void step() override;
+  std::string name() const override { return "RMSprop"; }
+};
+
+// Scales all gradients together so that their global norm is at most max_norm; returns the
+// norm before clipping (the grad-norm metric). A non-finite norm is an error when
+// error_if_nonfinite, else the gradients are left as they are.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
+// Clamps every gradient element to [-clip_value, clip_value].
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+
+}  // namespace anvil::optim

@@ -1,0 +1,62 @@
+// SGD: see optimizer.h. The update is PyTorch's, step for step.
+#include <limits>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/functions.h"
+#include "core/optim/optimizer.h"
+#include "core/util/error.h"
+
+namespace anvil::optim {
+namespace {
+Options SgdDefaults() {
+  return {{"lr", std::numeric_limits<double>::quiet_NaN()}, {"momentum", 0.0}, {"dampening", 0.0},
+          {"weight_decay", 0.0}, {"nesterov", 0.0}};
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, Options options) : SGD({ParamGroup{std::move(params), {}}}, std::move(options)) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, Options defaults)
+    : Optimizer(std::move(groups), [&] {
+        Options d = SgdDefaults();
+        for (const auto& [k, v] : defaults) {
+          ANVIL_CHECK(d.count(k), "SGD: unknown option '", k, "'");
+          d[k] = v;
+        }
+        return d;
+      }()) {
+  for (const auto& g : param_groups()) {
+    const Options& o = g.options;
+    ANVIL_CHECK(o.at("momentum") >= 0.0, "SGD: expected momentum >= 0, got ", o.at("momentum"));
+    ANVIL_CHECK(o.at("nesterov") == 0.0 || (o.at("momentum") > 0.0 && o.at("dampening") == 0.0),
+                "SGD: Nesterov momentum requires momentum > 0 and dampening 0");
+  }
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const Options& o = group.options;
+    const double lr = o.at("lr"), momentum = o.at("momentum"), dampening = o.at("dampening");
+    const double wd = o.at("weight_decay");
+    const bool nesterov = o.at("nesterov") != 0.0;
+    for (auto& p : group.params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (wd != 0.0) g = g + p * wd;
+      if (momentum != 0.0) {
+        ParamState& s = state(p);
+        auto it = s.buffers.find("momentum_buffer");
+        if (it == s.buffers.end()) {
+          it = s.buffers.emplace("momentum_buffer", g.clone()).first;
+        } else {
+          it->second.mul_(momentum).add_(g, 1.0 - dampening);
+        }
+        g = nesterov ? g + it->second * momentum : it->second;
+      }
+      p.add_(g, -lr);
+    }
+  }
+}
+
+}  // namespace anvil::optim
