@@ -47,8 +47,8 @@ test-tsan: deps data
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L data --timeout 900
 
-demo: build
-	$(BUILD_DIR)/examples/fit_regression
+demo: build data
+	$(BUILD_DIR)/examples/train_digits $(DATA_DIR)
 
 bench: deps-bench
 	cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_BENCH=ON \
