@@ -74,18 +74,22 @@ void Module::VisitSlots(const std::string& prefix, const F& f) const {
   for (const auto& [name, child] : children_) child->VisitSlots(Join(prefix, name), f);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+std::vector<std::pair<std::string, Tensor>> Module::NamedTensors(bool parameters, bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
   std::set<const TensorImpl*> seen;
   auto add = [&](const std::string& name, Tensor* t, bool is_param) {
-    if (is_param && t->defined() && seen.insert(t->impl()).second) out.emplace_back(name, *t);
+    if (is_param == parameters && t->defined() && seen.insert(t->impl()).second) out.emplace_back(name, *t);
   };
   if (recurse) {
     VisitSlots("", add);
   } else {
-    for (const auto& p : parameters_) add(p.name, p.tensor, true);
+    for (const auto& slot : parameters ? parameters_ : buffers_) add(slot.name, slot.tensor, parameters);
   }
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  return NamedTensors(true, recurse);
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -94,19 +98,7 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  std::set<const TensorImpl*> seen;
-  auto add = [&](const std::string& name, Tensor* t, bool is_param) {
-    if (!is_param && t->defined() && seen.insert(t->impl()).second) out.emplace_back(name, *t);
-  };
-  if (recurse) {
-    VisitSlots("", add);
-  } else {
-    for (const auto& b : buffers_) add(b.name, b.tensor, false);
-  }
-  return out;
-}
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const { return NamedTensors(false, recurse); }
 
 std::vector<Tensor> Module::buffers(bool recurse) const {
   std::vector<Tensor> out;

@@ -104,6 +104,8 @@ class Module {
   // Visits (dotted name, slot, is_parameter) over the tree, every name, duplicates included.
   template <typename F>
   void VisitSlots(const std::string& prefix, const F& f) const;
+  // named_parameters (parameters = true) or named_buffers.
+  std::vector<std::pair<std::string, Tensor>> NamedTensors(bool parameters, bool recurse) const;
 
   std::string type_name_;
   bool training_ = true;
