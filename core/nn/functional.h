@@ -6,7 +6,9 @@
 // (PITFALLS 4). Here the caller must say which mode it is in (usually module.is_training()).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -68,6 +70,53 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 enum class KLReduction { kNone, kMean, kSum, kBatchMean };
 Tensor kl_div(const Tensor& input, const Tensor& target, KLReduction reduction = KLReduction::kBatchMean,
               bool log_target = false);
+
+// ---- padding, convolution, pooling ----
+
+// Pads the last dims: {left, right} for the last dim, then {top, bottom} for the one before,
+// like torch.nn.functional.pad. Constant value (zero by default).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
+
+struct Conv2dParams {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};  // symmetric zero padding (H, W)
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool same = false;  // padding "same": output H, W = input H, W (stride 1 only)
+};
+// 2-D convolution (cross-correlation, as PyTorch): input [N, C, H, W] or [C, H, W], weight
+// [OC, C / groups, KH, KW], bias [OC]. Computed as im2col + one batched GEMM per group.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dParams& p = {});
+// 1-D convolution: input [N, C, L], weight [OC, C / groups, K]; the 2-D path with H = 1.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, bool same = false);
+
+struct Pool2dParams {
+  std::array<int64_t, 2> kernel{2, 2};
+  std::array<int64_t, 2> stride{0, 0};  // 0: the kernel size (PyTorch's default)
+  std::array<int64_t, 2> padding{0, 0};
+  bool count_include_pad = true;  // avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& input, const Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p);
+// Averages over the adaptive windows PyTorch uses: rows floor(i H / oh) to ceil((i + 1) H / oh).
+Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size);
+
+// ---- normalisation, embedding ----
+
+// Batch normalisation over every dim but the channel dim 1. Training: normalises with the
+// batch mean and the biased variance, and updates running_mean / running_var (when defined)
+// with momentum and the UNBIASED variance, as PyTorch does. Eval: uses the running estimates.
+Tensor batch_norm(const Tensor& input, Tensor running_mean, Tensor running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// Normalises over the last normalized_shape.size() dims.
+Tensor layer_norm(const Tensor& input, const IntArray& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// Normalises [N, C, ...] over groups of C / num_groups channels (and all spatial positions).
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+// Rows of weight [num, dim] at int64 indices; the padding_idx row (if >= 0) gets no gradient.
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
 
 }  // namespace anvil::nn::functional
 

@@ -3,7 +3,10 @@
 
 #include "core/nn/activation.h"
 #include "core/nn/container.h"
+#include "core/nn/conv.h"
 #include "core/nn/functional.h"
 #include "core/nn/init.h"
 #include "core/nn/linear.h"
 #include "core/nn/module.h"
+#include "core/nn/normalization.h"
+#include "core/nn/pooling.h"

@@ -1,0 +1,168 @@
+// pad, conv1d/conv2d and the Conv modules.
+//
+// NOTE [ Convolution as im2col ]
+// The padded input is contiguous, so every receptive field is a strided window of it:
+// as_strided gives [N, C, OH, OW, KH, KW] without copying. Permuting that to
+// [G, C/G, KH, KW, N, OH, OW] and reshaping copies it into the column matrix [G, K, N*L]
+// (K = C/G * KH * KW, L = OH * OW); one bmm with the weights [G, OC/G, K] gives every output
+// of every image at once. Backward comes from the ops: bmm's rule, the reshape copy's, and
+// as_strided's (a strided scatter-add that sums the overlapping windows back into the input).
+#include "core/nn/conv.h"
+
+#include <cmath>
+
+#include "core/nn/init.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::nn {
+namespace functional {
+namespace {
+
+std::string Shape(const IntArray& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+  ANVIL_CHECK(pads.size() % 2 == 0 && pads.size() / 2 <= static_cast<size_t>(x.dim()),
+              "pad: expected pairs of pads for at most ", x.dim(), " dims, got ", pads.size(), " values");
+  Tensor y = x;
+  for (size_t k = 0; k < pads.size() / 2; ++k) {
+    const int64_t dim = x.dim() - 1 - static_cast<int64_t>(k);
+    const int64_t before = pads[2 * k], after = pads[2 * k + 1];
+    ANVIL_CHECK(before >= 0 && after >= 0, "pad: negative padding is not supported, got ", before, " and ", after);
+    if (before == 0 && after == 0) continue;
+    std::vector<Tensor> parts;
+    IntArray side = y.sizes();
+    if (before > 0) {
+      side[static_cast<size_t>(dim)] = before;
+      parts.push_back(full(side, value, TensorOptions(y.dtype()).with_device(y.device())));
+    }
+    parts.push_back(y);
+    if (after > 0) {
+      side[static_cast<size_t>(dim)] = after;
+      parts.push_back(full(side, value, TensorOptions(y.dtype()).with_device(y.device())));
+    }
+    y = cat(parts, dim);
+  }
+  return y;
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  ANVIL_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected input [N, C, H, W] or [C, H, W], got ",
+              Shape(input.sizes()));
+  if (input.dim() == 3) return conv2d(input.unsqueeze(0), weight, bias, p).squeeze(0);
+  ANVIL_CHECK(weight.dim() == 4, "conv2d: expected weight [OC, C / groups, KH, KW], got ", Shape(weight.sizes()));
+  const int64_t N = input.size(0), C = input.size(1), G = p.groups;
+  const int64_t OC = weight.size(0), KH = weight.size(2), KW = weight.size(3);
+  ANVIL_CHECK(G >= 1 && C % G == 0 && OC % G == 0, "conv2d: groups = ", G, " must divide both the input channels (",
+              C, ") and the output channels (", OC, ")");
+  ANVIL_CHECK(weight.size(1) == C / G, "conv2d: weight ", Shape(weight.sizes()), " expects ", weight.size(1) * G,
+              " input channels, but the input ", Shape(input.sizes()), " has ", C);
+  ANVIL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), "conv2d: expected bias [", OC, "], got ",
+              bias.defined() ? Shape(bias.sizes()) : "");
+  const auto [sh, sw] = p.stride;
+  const auto [dh, dw] = p.dilation;
+  ANVIL_CHECK(sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1, "conv2d: stride and dilation must be positive");
+  int64_t top = p.padding[0], bottom = p.padding[0], left = p.padding[1], right = p.padding[1];
+  if (p.same) {
+    ANVIL_CHECK(sh == 1 && sw == 1, "conv2d: padding 'same' needs stride 1, got stride (", sh, ", ", sw, ")");
+    const int64_t th = dh * (KH - 1), tw = dw * (KW - 1);  // odd totals put the extra row below/right
+    top = th / 2;
+    bottom = th - top;
+    left = tw / 2;
+    right = tw - left;
+  }
+  const Tensor xp = pad(input, {left, right, top, bottom}).contiguous();
+  const int64_t Hp = xp.size(2), Wp = xp.size(3);
+  const int64_t OH = (Hp - dh * (KH - 1) - 1) / sh + 1, OW = (Wp - dw * (KW - 1) - 1) / sw + 1;
+  ANVIL_CHECK(Hp >= dh * (KH - 1) + 1 && Wp >= dw * (KW - 1) + 1, "conv2d: the (dilated) kernel ", KH, "x", KW,
+              " is larger than the padded input ", Hp, "x", Wp);
+  const Tensor windows = xp.as_strided({N, G, C / G, OH, OW, KH, KW},
+                                       {C * Hp * Wp, (C / G) * Hp * Wp, Hp * Wp, sh * Wp, sw, dh * Wp, dw},
+                                       xp.storage_offset());
+  const int64_t K = (C / G) * KH * KW, L = OH * OW;
+  const Tensor cols = windows.permute({1, 2, 5, 6, 0, 3, 4}).reshape({G, K, N * L});
+  Tensor out = bmm(weight.reshape({G, OC / G, K}), cols).reshape({OC, N * L});
+  if (bias.defined()) out = out + bias.unsqueeze(1);
+  return out.reshape({OC, N, OH, OW}).permute({1, 0, 2, 3}).contiguous();
+}
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups, bool same) {
+  ANVIL_CHECK(input.dim() == 2 || input.dim() == 3, "conv1d: expected input [N, C, L] or [C, L], got ",
+              Shape(input.sizes()));
+  ANVIL_CHECK(weight.dim() == 3, "conv1d: expected weight [OC, C / groups, K], got ", Shape(weight.sizes()));
+  Conv2dParams p{{1, stride}, {0, padding}, {1, dilation}, groups, same};
+  return conv2d(input.unsqueeze(-2), weight.unsqueeze(2), bias, p).squeeze(-2);
+}
+
+}  // namespace functional
+
+// ---- modules ----
+
+namespace {
+void InitConv(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const auto [fan_in, fan_out] = init::fan_in_and_fan_out(weight);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, const ConvOptions& o)
+    : Module("Conv2d"), in_channels(in_channels), out_channels(out_channels), kernel_(kernel), options_(o) {
+  ANVIL_CHECK(in_channels > 0 && out_channels > 0 && kernel[0] > 0 && kernel[1] > 0,
+              "Conv2d: expected positive channels and kernel size");
+  ANVIL_CHECK(in_channels % o.groups == 0 && out_channels % o.groups == 0, "Conv2d: groups = ", o.groups,
+              " must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  weight = empty({out_channels, in_channels / o.groups, kernel[0], kernel[1]});
+  if (o.bias) bias = empty({out_channels});
+  InitConv(weight, bias);
+  register_parameter("weight", weight);
+  if (o.bias) register_parameter("bias", bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  functional::Conv2dParams p{options_.stride, options_.padding, options_.dilation, options_.groups, options_.same};
+  return functional::conv2d(x, weight, bias, p);
+}
+
+std::string Conv2d::extra_repr() const {
+  return std::to_string(in_channels) + ", " + std::to_string(out_channels) + ", kernel_size=(" +
+         std::to_string(kernel_[0]) + ", " + std::to_string(kernel_[1]) + "), stride=(" +
+         std::to_string(options_.stride[0]) + ", " + std::to_string(options_.stride[1]) + ")" +
+         (options_.same ? ", padding=same" : ", padding=(" + std::to_string(options_.padding[0]) + ", " +
+                                                 std::to_string(options_.padding[1]) + ")") +
+         (options_.groups > 1 ? ", groups=" + std::to_string(options_.groups) : "");
+}
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, const Conv1dOptions& o)
+    : Module("Conv1d"), in_channels(in_channels), out_channels(out_channels), kernel_(kernel), options_(o) {
+  ANVIL_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv1d: expected positive channels and kernel size");
+  ANVIL_CHECK(in_channels % o.groups == 0 && out_channels % o.groups == 0, "Conv1d: groups = ", o.groups,
+              " must divide in_channels (", in_channels, ") and out_channels (", out_channels, ")");
+  weight = empty({out_channels, in_channels / o.groups, kernel});
+  if (o.bias) bias = empty({out_channels});
+  InitConv(weight, bias);
+  register_parameter("weight", weight);
+  if (o.bias) register_parameter("bias", bias);
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  return functional::conv1d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups,
+                            options_.same);
+}
+
+std::string Conv1d::extra_repr() const {
+  return std::to_string(in_channels) + ", " + std::to_string(out_channels) + ", kernel_size=" + std::to_string(kernel_) +
+         ", stride=" + std::to_string(options_.stride);
+}
+
+}  // namespace anvil::nn

@@ -1,0 +1,208 @@
+// Normalisation and embedding, as composites of engine ops (their backward comes from the
+// ops' rules).
+#include "core/nn/normalization.h"
+
+#include "core/autograd/grad_mode.h"
+#include "core/nn/init.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::nn {
+namespace functional {
+namespace {
+
+std::string Shape(const IntArray& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+// [C] -> [1, C, 1, ...] to broadcast over input of rank `dim`.
+Tensor PerChannel(const Tensor& v, int64_t dim) {
+  IntArray shape(static_cast<size_t>(dim), 1);
+  shape[1] = v.size(0);
+  return v.reshape(shape);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) {
+  ANVIL_CHECK(x.dim() >= 2, "batch_norm: expected input [N, C, ...], got ", Shape(x.sizes()));
+  const int64_t C = x.size(1);
+  IntArray reduce_dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) reduce_dims.push_back(d);
+  Tensor mean, var;
+  if (training) {
+    const int64_t count = x.numel() / C;
+    ANVIL_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
+                Shape(x.sizes()), " (a batch of one sample cannot be normalised by its own statistics)");
+    mean = x.mean(reduce_dims);
+    var = x.var(reduce_dims, /*correction=*/0);
+    if (running_mean.defined()) {
+      NoGradGuard no_grad;
+      const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+      running_mean.mul_(1.0 - momentum).add_(mean.detach(), momentum);
+      running_var.mul_(1.0 - momentum).add_(var.detach() * unbias, momentum);
+    }
+  } else {
+    ANVIL_CHECK(running_mean.defined(), "batch_norm: eval mode needs running statistics (track_running_stats)");
+    mean = running_mean;
+    var = running_var;
+  }
+  Tensor y = (x - PerChannel(mean, x.dim())) * PerChannel(rsqrt(var + eps), x.dim());
+  if (weight.defined()) y = y * PerChannel(weight, x.dim());
+  if (bias.defined()) y = y + PerChannel(bias, x.dim());
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, const Tensor& bias, double eps) {
+  const auto k = static_cast<int64_t>(shape.size());
+  ANVIL_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", Shape(shape), " has more dims than the input ",
+              Shape(x.sizes()));
+  for (int64_t i = 0; i < k; ++i) {
+    ANVIL_CHECK(x.size(x.dim() - k + i) == shape[static_cast<size_t>(i)], "layer_norm: expected the input to end in ",
+                Shape(shape), ", got ", Shape(x.sizes()));
+  }
+  IntArray dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor mean = x.mean(dims, /*keepdim=*/true);
+  const Tensor var = x.var(dims, /*correction=*/0, /*keepdim=*/true);
+  Tensor y = (x - mean) * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias, double eps) {
+  ANVIL_CHECK(x.dim() >= 2, "group_norm: expected input [N, C, ...], got ", Shape(x.sizes()));
+  const int64_t N = x.size(0), C = x.size(1);
+  ANVIL_CHECK(G >= 1 && C % G == 0, "group_norm: num_groups = ", G, " must divide the ", C, " channels");
+  const Tensor g = x.reshape({N, G, -1});
+  const Tensor mean = g.mean({2}, true);
+  const Tensor var = g.var({2}, 0, true);
+  Tensor y = ((g - mean) * rsqrt(var + eps)).reshape(x.sizes());
+  if (weight.defined()) y = y * PerChannel(weight, x.dim());
+  if (bias.defined()) y = y + PerChannel(bias, x.dim());
+  return y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
+  ANVIL_CHECK_TYPE(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: expected integer indices, got ",
+                   indices.dtype());
+  ANVIL_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got ", Shape(weight.sizes()));
+  const Tensor flat = indices.reshape({-1}).to(kInt64);
+  if (flat.numel() > 0) {
+    const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+    ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), "embedding: index ", lo < 0 ? lo : hi,
+                      " is out of range for ", weight.size(0), " embeddings");
+  }
+  Tensor rows = index_select(weight, 0, flat);
+  if (padding_idx >= 0) {
+    // Rows looked up at padding_idx pass their value but not their gradient.
+    const Tensor pad_rows = (flat == padding_idx).unsqueeze(1);
+    rows = where(pad_rows, rows.detach(), rows);
+  }
+  IntArray out_shape = indices.sizes();
+  out_shape.push_back(weight.size(1));
+  return rows.reshape(out_shape);
+}
+
+}  // namespace functional
+
+// ---- modules ----
+
+BatchNorm::BatchNorm(const char* type, int64_t num_features, int64_t a, int64_t b, double eps, double momentum,
+                     bool affine, bool track_running_stats)
+    : Module(type), num_features(num_features), dims_a_(a), dims_b_(b), eps_(eps), momentum_(momentum) {
+  ANVIL_CHECK(num_features > 0, type, ": expected a positive number of features, got ", num_features);
+  if (affine) {
+    weight = ones({num_features});
+    bias = zeros({num_features});
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+  if (track_running_stats) {
+    running_mean = zeros({num_features});
+    running_var = ones({num_features});
+    num_batches_tracked = zeros({}, kInt64);
+    register_buffer("running_mean", running_mean);
+    register_buffer("running_var", running_var);
+    register_buffer("num_batches_tracked", num_batches_tracked);
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  ANVIL_CHECK(x.dim() == dims_a_ || x.dim() == dims_b_, type_name(), ": expected ", dims_a_,
+              dims_a_ == dims_b_ ? "" : " or " + std::to_string(dims_b_), "-dim input, got ", x.dim(), " dims");
+  ANVIL_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): expected ", num_features,
+              " channels on dim 1, got ", x.size(1));
+  const bool use_batch_stats = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  // Without running statistics, eval mode normalises with the batch's own (as PyTorch does).
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, momentum_, eps_);
+}
+
+std::string BatchNorm::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + std::to_string(eps_) + ", momentum=" + std::to_string(momentum_);
+}
+
+LayerNorm::LayerNorm(IntArray normalized_shape, double eps, bool affine)
+    : Module("LayerNorm"), shape_(std::move(normalized_shape)), eps_(eps) {
+  if (affine) {
+    weight = ones(shape_);
+    bias = zeros(shape_);
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+
+std::string LayerNorm::extra_repr() const {
+  std::string s = "(";
+  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? ", " : "") + std::to_string(shape_[i]);
+  return s + "), eps=" + std::to_string(eps_);
+}
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)
+    : Module("GroupNorm"), groups_(num_groups), channels_(num_channels), eps_(eps) {
+  ANVIL_CHECK(num_groups >= 1 && num_channels % num_groups == 0, "GroupNorm: num_groups = ", num_groups,
+              " must divide num_channels = ", num_channels);
+  if (affine) {
+    weight = ones({num_channels});
+    bias = zeros({num_channels});
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) { return functional::group_norm(x, groups_, weight, bias, eps_); }
+
+std::string GroupNorm::extra_repr() const {
+  return std::to_string(groups_) + ", " + std::to_string(channels_) + ", eps=" + std::to_string(eps_);
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, int64_t padding_idx) : Module("Embedding"), padding_idx_(padding_idx) {
+  ANVIL_CHECK(num > 0 && dim > 0, "Embedding: expected positive sizes, got ", num, " x ", dim);
+  ANVIL_CHECK(padding_idx < num, "Embedding: padding_idx ", padding_idx, " is out of range for ", num, " embeddings");
+  weight = empty({num, dim});
+  init::normal_(weight);
+  if (padding_idx >= 0) {
+    NoGradGuard no_grad;
+    weight.select(0, padding_idx).zero_();
+  }
+  register_parameter("weight", weight);
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight, padding_idx_); }
+
+std::string Embedding::extra_repr() const {
+  return std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1)) +
+         (padding_idx_ >= 0 ? ", padding_idx=" + std::to_string(padding_idx_) : "");
+}
+
+}  // namespace anvil::nn

@@ -1,0 +1,110 @@
+// Pooling: windows as strided views of the padded input (see NOTE [ Convolution as im2col ]),
+// reduced with max (gradient to the maximum, like PyTorch) or mean.
+#include "core/nn/pooling.h"
+
+#include <limits>
+
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::nn {
+namespace functional {
+namespace {
+
+
+// The pooling windows of x [N, C, H, W] padded with `fill`, flattened on the last dim.
+Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const char* who) {
+  const auto [kh, kw] = p.kernel;
+  const int64_t sh = p.stride[0] > 0 ? p.stride[0] : kh, sw = p.stride[1] > 0 ? p.stride[1] : kw;
+  const auto [ph, pw] = p.padding;
+  ANVIL_CHECK(kh > 0 && kw > 0 && sh > 0 && sw > 0, who, ": expected a positive kernel and stride");
+  ANVIL_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, who,
+              ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh,
+              ", ", kw, ")");
+  const Tensor xp = pad(x, {pw, pw, ph, ph}, fill).contiguous();
+  const int64_t N = xp.size(0), C = xp.size(1), Hp = xp.size(2), Wp = xp.size(3);
+  ANVIL_CHECK(Hp >= kh && Wp >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", Hp, "x", Wp);
+  const int64_t OH = (Hp - kh) / sh + 1, OW = (Wp - kw) / sw + 1;
+  return xp.as_strided({N, C, OH, OW, kh, kw}, {C * Hp * Wp, Hp * Wp, sh * Wp, sw, Wp, 1}, xp.storage_offset())
+      .reshape({N, C, OH, OW, kh * kw});
+}
+
+Tensor Batched(const Tensor& x, const char* who) {
+  ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, who, ": expected input [N, C, H, W] or [C, H, W], got ", x.dim(), " dims");
+  return x.dim() == 3 ? x.unsqueeze(0) : x;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& input, const Pool2dParams& p) {
+  const Tensor x = Batched(input, "max_pool2d");
+  Tensor out = std::get<0>(max(PoolWindows(x, p, -std::numeric_limits<double>::infinity(), "max_pool2d"), -1));
+  return input.dim() == 3 ? out.squeeze(0) : out;
+}
+
+Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p) {
+  const Tensor x = Batched(input, "avg_pool2d");
+  Tensor out = PoolWindows(x, p, 0.0, "avg_pool2d").mean({-1});
+  if (!p.count_include_pad && (p.padding[0] > 0 || p.padding[1] > 0)) {
+    // Divide by the number of real (unpadded) elements in each window instead.
+    const Tensor ones_map = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype()).with_device(x.device()));
+    const Tensor real_fraction = PoolWindows(ones_map, p, 0.0, "avg_pool2d").mean({-1});
+    out = out / real_fraction;
+  }
+  return input.dim() == 3 ? out.squeeze(0) : out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> size) {
+  const Tensor x = Batched(input, "adaptive_avg_pool2d");
+  const auto [oh, ow] = size;
+  ANVIL_CHECK(oh > 0 && ow > 0, "adaptive_avg_pool2d: expected a positive output size");
+  const int64_t H = x.size(2), W = x.size(3);
+  Tensor out;
+  if (H % oh == 0 && W % ow == 0) {  // equal windows: one reshape and one mean
+    out = x.reshape({x.size(0), x.size(1), oh, H / oh, ow, W / ow}).mean({3, 5});
+  } else {
+    auto pool_dim = [](const Tensor& t, int64_t dim, int64_t in, int64_t n) {
+      std::vector<Tensor> parts;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t start = i * in / n, end = ((i + 1) * in + n - 1) / n;
+        parts.push_back(t.narrow(dim, start, end - start).mean({dim}, /*keepdim=*/true));
+      }
+      return cat(parts, dim);
+    };
+    out = pool_dim(pool_dim(x, 2, H, oh), 3, W, ow);
+  }
+  return input.dim() == 3 ? out.squeeze(0) : out;
+}
+
+}  // namespace functional
+
+namespace {
+// Appends piecewise: GCC 12's -Wrestrict misfires on "(" + std::to_string(...) chains.
+std::string Pair(const std::array<int64_t, 2>& a) {
+  std::string s = "(";
+  s += std::to_string(a[0]);
+  s += ", ";
+  s += std::to_string(a[1]);
+  s += ")";
+  return s;
+}
+}  // namespace
+
+MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding)
+    : Module("MaxPool2d"), params_{kernel, stride, padding, true} {}
+
+std::string MaxPool2d::extra_repr() const {
+  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+}
+
+AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                     bool count_include_pad)
+    : Module("AvgPool2d"), params_{kernel, stride, padding, count_include_pad} {}
+
+std::string AvgPool2d::extra_repr() const {
+  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + Pair(size_); }
+
+}  // namespace anvil::nn

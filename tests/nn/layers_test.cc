@@ -1,0 +1,207 @@
+// Convolution, pooling, normalisation and embedding layers: forward against direct float64
+// loops written here from the definitions, backward by gradcheck, and the BatchNorm
+// train/eval numbers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/anvil.h"
+#include "core/nn/nn.h"
+#include "tests/core/test_util.h"
+
+namespace anvil::nn {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+using test::ErrorOf;
+using test::Vals;
+
+// Direct convolution: out[n, o, y, x] = b[o] + sum_{c in group, i, j} w[o, c, i, j] *
+// in[n, g*Cg + c, y*sh - ph + i*dh, x*sw - pw + j*dw] (zero outside).
+std::vector<double> DirectConv(const Tensor& in, const Tensor& w, const Tensor& b, int64_t sh, int64_t sw, int64_t ph_top,
+                               int64_t pw_left, int64_t dh, int64_t dw, int64_t G, int64_t OH, int64_t OW) {
+  const int64_t N = in.size(0), C = in.size(1), H = in.size(2), W = in.size(3);
+  const int64_t OC = w.size(0), Cg = C / G, KH = w.size(2), KW = w.size(3);
+  const auto iv = Vals(in), wv = Vals(w);
+  const auto bv = b.defined() ? Vals(b) : std::vector<double>(static_cast<size_t>(OC), 0.0);
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o)
+      for (int64_t y = 0; y < OH; ++y)
+        for (int64_t x = 0; x < OW; ++x) {
+          double acc = bv[static_cast<size_t>(o)];
+          const int64_t g = o / (OC / G);
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < KH; ++i)
+              for (int64_t j = 0; j < KW; ++j) {
+                const int64_t yy = y * sh - ph_top + i * dh, xx = x * sw - pw_left + j * dw;
+                if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
+                acc += wv[static_cast<size_t>(((o * Cg + c) * KH + i) * KW + j)] *
+                       iv[static_cast<size_t>(((n * C + g * Cg + c) * H + yy) * W + xx)];
+              }
+          out.push_back(acc);
+        }
+  return out;
+}
+
+TEST(Conv2dTest, MatchesDirectConvolution) {
+  struct Case {
+    int64_t C, OC, KH, KW, sh, sw, ph, pw, dh, dw, G;
+  };
+  for (const Case& k : {Case{3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1}, Case{4, 6, 3, 2, 2, 1, 0, 1, 1, 2, 2},
+                        Case{6, 6, 1, 1, 1, 1, 0, 0, 1, 1, 6}, Case{2, 3, 5, 5, 3, 2, 2, 2, 1, 1, 1}}) {
+    Tensor x = randn({2, k.C, 9, 8}, kFloat64), w = randn({k.OC, k.C / k.G, k.KH, k.KW}, kFloat64);
+    Tensor b = randn({k.OC}, kFloat64);
+    F::Conv2dParams p{{k.sh, k.sw}, {k.ph, k.pw}, {k.dh, k.dw}, k.G};
+    Tensor y = F::conv2d(x, w, b, p);
+    const int64_t OH = (9 + 2 * k.ph - k.dh * (k.KH - 1) - 1) / k.sh + 1;
+    const int64_t OW = (8 + 2 * k.pw - k.dw * (k.KW - 1) - 1) / k.sw + 1;
+    ASSERT_EQ(y.sizes(), (IntArray{2, k.OC, OH, OW}));
+    EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-10), DirectConv(x, w, b, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.G, OH, OW)));
+  }
+}
+
+TEST(Conv2dTest, SamePaddingKeepsSizeIncludingEvenKernels) {
+  Tensor x = randn({1, 2, 7, 6}, kFloat64), w = randn({3, 2, 4, 3}, kFloat64);
+  Tensor y = F::conv2d(x, w, Tensor(), {.same = true});
+  EXPECT_EQ(y.sizes(), (IntArray{1, 3, 7, 6}));
+  // Even kernel 4: total padding 3, one row above and two below (PyTorch's split).
+  EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-10), DirectConv(x, w, Tensor(), 1, 1, 1, 1, 1, 1, 1, 7, 6)));
+  EXPECT_THAT(ErrorOf([&] { F::conv2d(x, w, Tensor(), {.stride = {2, 2}, .same = true}); }), HasSubstr("stride 1"));
+}
+
+TEST(Conv2dTest, GradcheckWithStrideDilationAndGroups) {
+  Tensor x = randn({2, 4, 6, 5}, kFloat64).requires_grad_();
+  Tensor w = randn({4, 2, 3, 2}, kFloat64).requires_grad_();
+  Tensor b = randn({4}, kFloat64).requires_grad_();
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{F::conv2d(in[0], in[1], in[2], {{2, 1}, {1, 0}, {1, 2}, 2})};
+      },
+      {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Conv2dTest, ModuleShapesErrorsAndConv1d) {
+  Conv2d conv(3, 8, {3, 3}, {.padding = {1, 1}});
+  EXPECT_EQ(conv(randn({4, 3, 10, 10})).sizes(), (IntArray{4, 8, 10, 10}));
+  EXPECT_THAT(ErrorOf([&] { conv(randn({4, 2, 10, 10})); }), HasSubstr("expects 3 input channels"));
+  Tensor x = randn({2, 4, 11}, kFloat64), w = randn({6, 2, 3}, kFloat64);
+  Tensor y = F::conv1d(x, w, Tensor(), 2, 1, 1, 2);
+  const auto ref = DirectConv(x.unsqueeze(2), w.unsqueeze(2), Tensor(), 1, 2, 0, 1, 1, 1, 2, 1, y.size(2));
+  EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-10), ref));
+}
+
+TEST(PoolTest, MaxPoolMatchesLoopsAndRoutesGradToTheMax) {
+  Tensor x = randn({2, 3, 7, 6}, kFloat64).requires_grad_();
+  Tensor y = F::max_pool2d(x, {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0}});
+  ASSERT_EQ(y.sizes(), (IntArray{2, 3, 4, 3}));
+  const auto xv = Vals(x);
+  std::vector<double> ref;
+  for (int64_t nc = 0; nc < 6; ++nc)
+    for (int64_t oy = 0; oy < 4; ++oy)
+      for (int64_t ox = 0; ox < 3; ++ox) {
+        double m = -INFINITY;
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 2; ++j) {
+            const int64_t yy = oy * 2 - 1 + i, xx = ox * 2 + j;
+            if (yy >= 0 && yy < 7 && xx < 6) m = std::max(m, xv[static_cast<size_t>((nc * 7 + yy) * 6 + xx)]);
+          }
+        ref.push_back(m);
+      }
+  EXPECT_EQ(Vals(y), ref);
+  y.sum().backward();
+  // Each window sends 1 to exactly one element: the gradient sums to the window count.
+  EXPECT_EQ(x.grad().sum().item<double>(), static_cast<double>(y.numel()));
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{F::max_pool2d(in[0], {.kernel = {2, 2}})}; },
+      {randn({1, 2, 4, 4}, kFloat64).requires_grad_()});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(PoolTest, AvgPoolWithAndWithoutPaddingCountAndAdaptive) {
+  Tensor x = randn({1, 1, 4, 4}, kFloat64);
+  const auto xv = Vals(x);
+  auto at = [&](int64_t r, int64_t c) { return (r < 0 || r >= 4 || c < 0 || c >= 4) ? 0.0 : xv[static_cast<size_t>(r * 4 + c)]; };
+  Tensor inc = F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  Tensor exc = F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false});
+  // Top-left window covers rows/cols -1..1: 4 real elements of 9.
+  double s = 0;
+  for (int64_t r = -1; r <= 1; ++r)
+    for (int64_t c = -1; c <= 1; ++c) s += at(r, c);
+  EXPECT_NEAR(Vals(inc)[0], s / 9, 1e-12);
+  EXPECT_NEAR(Vals(exc)[0], s / 4, 1e-12);
+  // Adaptive 4 -> 3: windows rows [0,2), [1,3), [2,4).
+  Tensor ad = F::adaptive_avg_pool2d(x, {3, 3});
+  EXPECT_NEAR(Vals(ad)[4], (at(1, 1) + at(1, 2) + at(2, 1) + at(2, 2)) / 4, 1e-12);
+  EXPECT_TRUE(allclose(F::adaptive_avg_pool2d(x, {2, 2}), F::avg_pool2d(x, {.kernel = {2, 2}})));
+}
+
+TEST(BatchNormTest, TrainUsesBatchStatsAndUpdatesRunningWithUnbiasedVariance) {
+  BatchNorm2d bn(3);
+  bn.to(kFloat64);
+  Tensor x = randn({4, 3, 2, 2}, kFloat64) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  const auto xv = Vals(x), yv = Vals(y);
+  for (int64_t c = 0; c < 3; ++c) {
+    std::vector<double> v;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t i = 0; i < 4; ++i) v.push_back(xv[static_cast<size_t>((n * 3 + c) * 4 + i)]);
+    double mean = 0, ss = 0;
+    for (double a : v) mean += a;
+    mean /= 16;
+    for (double a : v) ss += (a - mean) * (a - mean);
+    const double var_b = ss / 16, var_u = ss / 15;
+    EXPECT_NEAR(yv[static_cast<size_t>(c * 4)], (v[0] - mean) / std::sqrt(var_b + 1e-5), 1e-10);
+    EXPECT_NEAR(Vals(bn.running_mean)[static_cast<size_t>(c)], 0.1 * mean, 1e-12);
+    EXPECT_NEAR(Vals(bn.running_var)[static_cast<size_t>(c)], 0.9 + 0.1 * var_u, 1e-12);
+  }
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  bn.eval();
+  Tensor z = bn(x);
+  const double rm = Vals(bn.running_mean)[0], rv = Vals(bn.running_var)[0];
+  EXPECT_NEAR(Vals(z)[0], (xv[0] - rm) / std::sqrt(rv + 1e-5), 1e-10);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);  // eval does not count
+  bn.train();
+  EXPECT_THAT(ErrorOf([&] { bn(randn({1, 3, 1, 1}, kFloat64)); }), HasSubstr("more than 1 value per channel"));
+}
+
+TEST(NormTest, LayerNormGroupNormMatchDefinitionsAndGradcheck) {
+  Tensor x = randn({2, 4, 3}, kFloat64);
+  Tensor ln = F::layer_norm(x, {3});
+  const auto xv = Vals(x), lv = Vals(ln);
+  double m = (xv[0] + xv[1] + xv[2]) / 3, v = 0;
+  for (int i = 0; i < 3; ++i) v += (xv[static_cast<size_t>(i)] - m) * (xv[static_cast<size_t>(i)] - m) / 3;
+  EXPECT_NEAR(lv[1], (xv[1] - m) / std::sqrt(v + 1e-5), 1e-12);
+  Tensor gn = F::group_norm(x, 2);  // groups of 2 channels x 3 positions
+  const auto gv = Vals(gn);
+  m = 0;
+  for (int i = 0; i < 6; ++i) m += xv[static_cast<size_t>(i)] / 6;
+  v = 0;
+  for (int i = 0; i < 6; ++i) v += (xv[static_cast<size_t>(i)] - m) * (xv[static_cast<size_t>(i)] - m) / 6;
+  EXPECT_NEAR(gv[4], (xv[4] - m) / std::sqrt(v + 1e-5), 1e-12);
+  Tensor w = randn({3}, kFloat64).requires_grad_(), b = randn({3}, kFloat64).requires_grad_();
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{F::layer_norm(in[0], {3}, in[1], in[2])}; },
+      {x.detach().requires_grad_(), w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(EmbeddingTest, LooksUpRowsAndPaddingRowGetsNoGradient) {
+  Embedding emb(10, 4, /*padding_idx=*/0);
+  EXPECT_TRUE(equal(emb.weight[0], zeros({4})));
+  Tensor idx = tensor(std::vector<int64_t>{3, 0, 3, 7}, IntArray{2, 2});
+  Tensor out = emb(idx);
+  EXPECT_EQ(out.sizes(), (IntArray{2, 2, 4}));
+  EXPECT_TRUE(equal(out[1][1], emb.weight[7]));
+  out.sum().backward();
+  EXPECT_TRUE(equal(emb.weight.grad()[3], full({4}, 2.0)));  // looked up twice
+  EXPECT_TRUE(equal(emb.weight.grad()[0], zeros({4})));
+  EXPECT_THAT(ErrorOf([&] { emb(tensor(std::vector<int64_t>{10})); }), HasSubstr("index 10 is out of range for 10"));
+}
+
+}  // namespace
+}  // namespace anvil::nn
