@@ -1,0 +1,146 @@
+// Learning-rate schedules: see scheduler.h. Formulas are PyTorch's closed forms.
+#include "core/optim/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "core/util/error.h"
+
+namespace anvil::optim {
+
+LRScheduler::~LRScheduler() = default;
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {}
+
+void LRScheduler::Start() {
+  for (const auto& g : optimizer_.param_groups()) base_lrs_.push_back(g.options.at("lr"));
+  Apply();
+}
+
+void LRScheduler::Apply() {
+  auto& groups = optimizer_.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options["lr"] = lr_at(step_, base_lrs_.at(i));
+}
+
+void LRScheduler::step() {
+  ++step_;
+  Apply();
+}
+
+void LRScheduler::set_step(int64_t t) {
+  ANVIL_CHECK(t >= 0, name(), ": expected a non-negative step, got ", t);
+  step_ = t;
+  Apply();
+}
+
+std::vector<double> LRScheduler::get_last_lr() const {
+  std::vector<double> out;
+  for (const auto& g : optimizer_.param_groups()) out.push_back(g.options.at("lr"));
+  return out;
+}
+
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  ANVIL_CHECK(step_size > 0, "StepLR: expected step_size > 0, got ", step_size);
+  Start();
+}
+
+double StepLR::lr_at(int64_t t, double base) const {
+  return base * std::pow(gamma_, static_cast<double>(t / step_size_));
+}
+
+MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(opt), milestones_(std::move(milestones)), gamma_(gamma) {
+  ANVIL_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "MultiStepLR: milestones must be increasing");
+  Start();
+}
+
+double MultiStepLR::lr_at(int64_t t, double base) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin();
+  return base * std::pow(gamma_, static_cast<double>(passed));
+}
+
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) { Start(); }
+
+double ExponentialLR::lr_at(int64_t t, double base) const { return base * std::pow(gamma_, static_cast<double>(t)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
+    : LRScheduler(opt), t_max_(t_max), eta_min_(eta_min) {
+  ANVIL_CHECK(t_max > 0, "CosineAnnealingLR: expected T_max > 0, got ", t_max);
+  Start();
+}
+
+double CosineAnnealingLR::lr_at(int64_t t, double base) const {
+  return eta_min_ + (base - eta_min_) * (1.0 + std::cos(std::numbers::pi * static_cast<double>(t) /
+                                                        static_cast<double>(t_max_))) / 2.0;
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps, double min_lr)
+    : LRScheduler(opt), warmup_(warmup_steps), total_(total_steps), min_lr_(min_lr) {
+  ANVIL_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, "WarmupCosineLR: expected 0 <= warmup_steps < "
+              "total_steps, got ", warmup_steps, " and ", total_steps);
+  Start();
+}
+
+double WarmupCosineLR::lr_at(int64_t t, double base) const {
+  if (t < warmup_) return base * static_cast<double>(t + 1) / static_cast<double>(warmup_);
+  const double progress = std::min(1.0, static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_));
+  return min_lr_ + (base - min_lr_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, double div_factor,
+                       double final_div_factor)
+    : LRScheduler(opt), max_lr_(max_lr), initial_(max_lr / div_factor), final_(max_lr / div_factor / final_div_factor),
+      total_(total_steps), peak_step_(static_cast<int64_t>(pct_start * static_cast<double>(total_steps)) - 1) {
+  ANVIL_CHECK(total_steps > 1 && pct_start > 0.0 && pct_start < 1.0 && peak_step_ > 0 && peak_step_ < total_steps - 1,
+              "OneCycleLR: expected total_steps > 1 and 0 < pct_start < 1 leaving both phases non-empty");
+  Start();
+}
+
+double OneCycleLR::lr_at(int64_t t, double) const {
+  auto anneal = [](double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+  };
+  const double tt = static_cast<double>(std::min(t, total_ - 1));
+  if (tt <= static_cast<double>(peak_step_)) return anneal(initial_, max_lr_, tt / static_cast<double>(peak_step_));
+  return anneal(max_lr_, final_, (tt - static_cast<double>(peak_step_)) / static_cast<double>(total_ - 1 - peak_step_));
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, Mode mode, double factor, int64_t patience, double threshold,
+                                     int64_t cooldown, double min_lr)
+    : optimizer_(opt), mode_(mode), factor_(factor), threshold_(threshold), min_lr_(min_lr), patience_(patience),
+      cooldown_(cooldown),
+      best_(mode == Mode::kMin ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity()) {
+  ANVIL_CHECK(factor > 0.0 && factor < 1.0, "ReduceLROnPlateau: expected 0 < factor < 1, got ", factor);
+  ANVIL_CHECK(patience >= 0 && cooldown >= 0, "ReduceLROnPlateau: expected non-negative patience and cooldown");
+}
+
+bool ReduceLROnPlateau::step(double metric) {
+  const bool better = mode_ == Mode::kMin ? metric < best_ * (1.0 - threshold_) : metric > best_ * (1.0 + threshold_);
+  if (better) {
+    best_ = metric;
+    bad_ = 0;
+  } else {
+    ++bad_;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    bad_ = 0;  // checks during cooldown do not count
+  }
+  if (bad_ > patience_) {
+    for (auto& g : optimizer_.param_groups()) g.options["lr"] = std::max(g.options["lr"] * factor_, min_lr_);
+    cooldown_left_ = cooldown_;
+    bad_ = 0;
+    return true;
+  }
+  return false;
+}
+
+void ReduceLROnPlateau::set_state(double best, int64_t bad_checks, int64_t cooldown_left) {
+  best_ = best;
+  bad_ = bad_checks;
+  cooldown_left_ = cooldown_left;
+}
+
+}  // namespace anvil::optim

@@ -1,0 +1,154 @@
+// Learning-rate schedules, after torch.optim.lr_scheduler. A scheduler owns nothing but a
+// step counter: the rate at step t is a closed-form function of t and each group's base
+// rate, so a schedule restored from a checkpoint (set_step) continues exactly.
+//
+// As in PyTorch, constructing a scheduler sets the step-0 rate, and step() is called once per
+// epoch (or per optimizer step for the per-step schedules), after optimizer.step().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/optim/optimizer.h"
+
+namespace anvil::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler();
+  // Advances one step and sets every group's rate.
+  void step();
+  int64_t last_step() const { return step_; }
+  // Jumps to step t (resuming from a checkpoint) and sets the rates for it.
+  void set_step(int64_t t);
+  std::vector<double> get_last_lr() const;
+  virtual std::string name() const = 0;
+
+ protected:
+  explicit LRScheduler(Optimizer& optimizer);
+  // Call at the end of a subclass constructor: records base rates and applies step 0.
+  void Start();
+  // The rate at step t for a group whose base rate is `base`.
+  virtual double lr_at(int64_t t, double base) const = 0;
+
+ private:
+  void Apply();
+  Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  int64_t step_ = 0;
+};
+
+// base * gamma^floor(t / step_size)
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  std::string name() const override { return "StepLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// base * gamma^(number of milestones <= t)
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
+  std::string name() const override { return "MultiStepLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+
+// base * gamma^t
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& opt, double gamma);
+  std::string name() const override { return "ExponentialLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  double gamma_;
+};
+
+// eta_min + (base - eta_min) * (1 + cos(pi * t / T_max)) / 2, the closed form (SGDR without
+// restarts); after T_max it continues the cosine, as PyTorch's closed form does.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0.0);
+  std::string name() const override { return "CosineAnnealingLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+// Linear warm-up from base / warmup_steps to base over warmup_steps, then cosine decay to
+// min_lr at total_steps, then min_lr. Per optimizer step.
+class WarmupCosineLR : public LRScheduler {
+ public:
+  WarmupCosineLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps, double min_lr = 0.0);
+  std::string name() const override { return "WarmupCosineLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  int64_t warmup_, total_;
+  double min_lr_;
+};
+
+// The 1cycle policy (Smith & Topin) with cosine annealing, two phases, per optimizer step:
+// max_lr / div_factor up to max_lr at step pct_start * total - 1, then down to
+// max_lr / div_factor / final_div_factor at step total - 1. (Momentum is not cycled.)
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, double div_factor = 25.0,
+             double final_div_factor = 1e4);
+  std::string name() const override { return "OneCycleLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  double max_lr_, initial_, final_;
+  int64_t total_, peak_step_;
+};
+
+// Multiplies the rate by `factor` when a metric has not improved for `patience` checks.
+// "Improved" is relative: better than best * (1 -/+ threshold). Not a closed-form schedule:
+// its state is (best, bad_checks, cooldown_left), all exposed for checkpoints.
+class ReduceLROnPlateau {
+ public:
+  enum class Mode { kMin, kMax };
+  ReduceLROnPlateau(Optimizer& opt, Mode mode = Mode::kMin, double factor = 0.1, int64_t patience = 10,
+                    double threshold = 1e-4, int64_t cooldown = 0, double min_lr = 0.0);
+  // Feeds one metric value; returns true when it lowered the rate.
+  bool step(double metric);
+  double best() const { return best_; }
+  int64_t bad_checks() const { return bad_; }
+  int64_t cooldown_left() const { return cooldown_left_; }
+  void set_state(double best, int64_t bad_checks, int64_t cooldown_left);
+
+ private:
+  Optimizer& optimizer_;
+  Mode mode_;
+  double factor_, threshold_, min_lr_;
+  int64_t patience_, cooldown_;
+  double best_;
+  int64_t bad_ = 0, cooldown_left_ = 0;
+};
+
+}  // namespace anvil::optim
