@@ -8,7 +8,7 @@ JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-bench data build test test-asan test-tsan demo bench format clean
+.PHONY: all deps deps-bench data peers build test test-asan test-tsan demo bench format clean
 
 all: build
 
@@ -17,6 +17,10 @@ deps:
 
 deps-bench: deps
 	@scripts/install-deps.sh bench
+
+# Python peers for interoperability tests (safetensors, numpy) in .venv; best effort.
+peers:
+	@scripts/install-test-peers.sh .venv
 
 # The built-in digits dataset (UCI optical digits, from Debian's python3-sklearn package).
 data:
@@ -28,7 +32,7 @@ $(BUILD_DIR)/build.ninja:
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build data
+test: build data peers
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The engine, data and nn tests again under AddressSanitizer + UBSan (CI runs this too).

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "core/util/file.h"
 
 namespace anvil::data::file_io {
 
-std::string ErrnoMessage(int err) { return std::generic_category().message(err); }
+std::string ErrnoMessage(int err) { return errno_message(err); }
 
 GzReader::GzReader(std::string path) : path_(std::move(path)) {
   errno = 0;
@@ -97,43 +98,25 @@ std::string ReadFile(const std::string& path, bool gunzip) {
 }
 
 void WriteFileAtomic(const std::string& path, std::string_view bytes, bool gzip) {
-  std::vector<char> tmp(path.begin(), path.end());
-  const std::string suffix = ".tmp.XXXXXX";
-  tmp.insert(tmp.end(), suffix.begin(), suffix.end());
-  tmp.push_back('\0');
-  const int fd = mkstemp(tmp.data());
-  ANVIL_CHECK(fd >= 0, path, ": cannot create a temporary file next to it: ", ErrnoMessage(errno));
-  // mkstemp creates the file 0600; data files are meant to be shared, so make it 0644 (not
-  // umask-derived: reading the umask means setting it, which would race with other threads).
-  fchmod(fd, 0644);
-  const std::string tmp_path(tmp.data());
-  auto fail = [&](const std::string& what) {
-    unlink(tmp_path.c_str());
-    return Error(path + ": " + what);
-  };
-  // "T" makes zlib write the bytes unchanged: one code path for both forms.
-  gzFile out = gzdopen(fd, gzip ? "wb" : "wbT");
-  if (out == nullptr) {
-    close(fd);
-    throw fail("cannot open for writing: out of memory");
+  if (!gzip) {
+    write_file_atomic(path, bytes);
+    return;
   }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const auto chunk = static_cast<unsigned>(std::min<size_t>(bytes.size() - done, 1u << 30));
-    const int wrote = gzwrite(out, bytes.data() + done, chunk);
-    if (wrote <= 0) {
-      int err = Z_OK;
-      const std::string msg = gzerror(out, &err);
-      const int saved = errno;
-      gzclose(out);
-      throw fail("write error: " + (err == Z_ERRNO ? ErrnoMessage(saved) : msg));
-    }
-    done += static_cast<size_t>(wrote);
-  }
-  if (gzclose(out) != Z_OK) throw fail("write error: " + ErrnoMessage(errno));
-  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    throw fail("cannot rename the temporary file into place: " + ErrnoMessage(errno));
-  }
+  // Compress in memory (gzip framing: windowBits 15 + 16), then write atomically.
+  ANVIL_CHECK(bytes.size() < UINT_MAX, path, ": gzip writes are limited to 4 GiB here, got ", bytes.size(), " bytes");
+  z_stream z{};
+  ANVIL_CHECK(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, path,
+              ": cannot start gzip compression: out of memory");
+  std::string out(deflateBound(&z, static_cast<uLong>(bytes.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  ANVIL_CHECK(rc == Z_STREAM_END, path, ": gzip compression failed (zlib error ", rc, ")");
+  write_file_atomic(path, out);
 }
 
 }  // namespace anvil::data::file_io
