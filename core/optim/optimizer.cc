@@ -103,31 +103,42 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
   }
 }
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+Tensor grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  NoGradGuard no_grad;
+  Tensor total = zeros({}, kFloat64);
+  for (const auto& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    // Accumulate in float64 so the norm of many float32 gradients does not lose precision.
+    const Tensor a = abs(g.to(kFloat64));
+    total = std::isinf(norm_type) ? maximum(total, a.max()) : total + pow(a, norm_type).sum();
+  }
+  return std::isinf(norm_type) ? total : pow(total, 1.0 / norm_type);
+}
+
+Tensor clip_grad_norm_deferred_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   ANVIL_CHECK(max_norm >= 0.0, "clip_grad_norm_: expected max_norm >= 0, got ", max_norm);
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
+  const Tensor total = grad_norm(params, norm_type);
+  // min(1, max / (norm + 1e-6)) as a tensor: scaling by 1 leaves gradients bitwise unchanged,
+  // so there is no branch on the value and no host read.
+  const Tensor coef = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
   for (const auto& p : params) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+    Tensor g = p.grad();
+    if (g.defined()) g.mul_(coef.to(g.dtype()));
   }
-  if (grads.empty()) return 0.0;
-  double total = 0.0;
-  if (std::isinf(norm_type)) {
-    for (const auto& g : grads) total = std::max(total, abs(g).max().item<double>());
-  } else {
-    // Accumulate in float64 so the norm of many float32 gradients does not lose precision.
-    for (const auto& g : grads) total += pow(abs(g.to(kFloat64)), norm_type).sum().item<double>();
-    total = std::pow(total, 1.0 / norm_type);
-  }
+  return total;
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  ANVIL_CHECK(max_norm >= 0.0, "clip_grad_norm_: expected max_norm >= 0, got ", max_norm);
+  const double total = grad_norm(params, norm_type).item<double>();
   if (!std::isfinite(total)) {
     ANVIL_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total,
                 "; a loss or gradient became non-finite");
-    return total;
+    return total;  // gradients left as they are
   }
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0) {
-    for (const auto& g : grads) const_cast<Tensor&>(g).mul_(coef);
-  }
+  clip_grad_norm_deferred_(params, max_norm, norm_type);
   return total;
 }
 

@@ -116,6 +116,13 @@ class RMSprop : public Optimizer {
 // error_if_nonfinite, else the gradients are left as they are.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+// The global norm of the gradients as a 0-dim float64 tensor, computed without reading any
+// value back to the host (on a GPU the training loop need not wait for it).
+Tensor grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
+// clip_grad_norm_ without a host read: scales by min(1, max_norm / (norm + 1e-6)) as a tensor
+// and returns the norm tensor. A non-finite norm propagates into the gradients; the trainer
+// detects it from the loss.
+Tensor clip_grad_norm_deferred_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 // Clamps every gradient element to [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 

@@ -1,0 +1,249 @@
+// The training loop: see trainer.h.
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/autograd/grad_mode.h"
+#include "core/nn/functional.h"
+#include "core/ops/functions.h"
+#include "core/tensor/random.h"
+#include "core/util/error.h"
+
+namespace anvil::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+nn::StateDict CloneState(const nn::Module& m) {
+  nn::StateDict sd = m.state_dict();
+  for (auto& [k, t] : sd.tensors) t = t.clone();
+  return sd;
+}
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer, TrainerOptions options,
+                 LossFn loss)
+    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), loss_(std::move(loss)) {
+  ANVIL_CHECK(model_ != nullptr && optimizer_ != nullptr, "Trainer: the model and the optimizer are required");
+  const TrainerOptions& o = options_;
+  ANVIL_CHECK(o.epochs >= 1, "Trainer: expected epochs >= 1, got ", o.epochs);
+  ANVIL_CHECK(o.accumulation_steps >= 1, "Trainer: expected accumulation_steps >= 1, got ", o.accumulation_steps);
+  ANVIL_CHECK(o.metric_interval >= 1, "Trainer: expected metric_interval >= 1, got ", o.metric_interval);
+  ANVIL_CHECK(o.monitor == "val_loss" || o.monitor == "val_accuracy" || o.monitor == "train_loss",
+              "Trainer: monitor must be val_loss, val_accuracy or train_loss, got '", o.monitor, "'");
+  if (!loss_) loss_ = [](const Tensor& out, const Tensor& target) { return nn::F::cross_entropy(out, target); };
+}
+
+std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loader) {
+  const bool was_training = model_->is_training();
+  model_->eval();
+  NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t n = 0, correct = 0;
+  bool classification = true;
+  for (auto& b : loader) {
+    const Tensor& x = b[options_.input_key];
+    const Tensor& y = b[options_.target_key];
+    const Tensor out = model_->forward(x);
+    const int64_t batch = x.size(0);
+    loss_sum += loss_(out, y).item<double>() * static_cast<double>(batch);
+    n += batch;
+    classification = classification && out.dim() == 2 && y.dtype() == kInt64 && y.dim() == 1;
+    if (classification) correct += (out.argmax(1) == y).sum().item<int64_t>();
+  }
+  model_->train(was_training);
+  ANVIL_CHECK(n > 0, "Trainer::evaluate: the loader produced no samples");
+  std::optional<double> accuracy;
+  if (classification) accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  return {loss_sum / static_cast<double>(n), accuracy};
+}
+
+void Trainer::Checkpoint(data::DataLoader& train) {
+  if (options_.checkpoint_path.empty()) return;
+  TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
+                  scheduler_ ? scheduler_->last_step() : -1, history_, {}};
+  save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
+  last_checkpoint_ = options_.checkpoint_path + " (step " + std::to_string(step_) + ")";
+  if (callbacks_.on_checkpoint) callbacks_.on_checkpoint(options_.checkpoint_path, step_);
+}
+
+void Trainer::resume(const std::string& path, data::DataLoader& train) {
+  const TrainingState s = load_checkpoint(path, *model_, *optimizer_);
+  ANVIL_CHECK(s.loader_seed == train.options().seed, path, ": the checkpoint's loader seed ", s.loader_seed,
+              " differs from this loader's ", train.options().seed, "; the resumed batches would not match");
+  train.set_position(s.loader);
+  if (scheduler_ && s.scheduler_step >= 0) scheduler_->set_step(s.scheduler_step);
+  step_ = s.step;
+  history_ = s.history;
+  last_checkpoint_ = path + " (step " + std::to_string(step_) + ")";
+}
+
+TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, const std::atomic<bool>* cancel) {
+  const TrainerOptions& o = options_;
+  TrainResult result;
+  const std::vector<Tensor> params = model_->parameters();
+  const bool lower_is_better = o.monitor != "val_accuracy";
+  std::optional<double> best;
+  nn::StateDict best_state;
+  int64_t bad_epochs = 0;
+
+  // Per-step values of the current metric interval, kept as tensors until the next read.
+  std::vector<Tensor> losses, norms;
+  std::vector<int64_t> interval_steps;
+  int64_t interval_samples = 0;
+  auto interval_start = Clock::now();
+  auto flush = [&]() {
+    if (losses.empty()) return;
+    const std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
+    const std::vector<double> nv = stack(norms).to_vector<double>();
+    for (size_t i = 0; i < lv.size(); ++i) {
+      if (!std::isfinite(lv[i]) || !std::isfinite(nv[i])) {
+        const bool loss_bad = !std::isfinite(lv[i]);
+        throw NonFiniteLossError((loss_bad ? "training loss became " + std::to_string(lv[i])
+                                           : "gradient norm became " + std::to_string(nv[i])) +
+                                     " at step " + std::to_string(interval_steps[i]) + " (epoch " +
+                                     std::to_string(train.epoch()) + "); last good checkpoint: " + last_checkpoint_,
+                                 interval_steps[i]);
+      }
+    }
+    StepMetrics m;
+    m.step = step_;
+    m.epoch = train.epoch();
+    for (size_t i = 0; i < lv.size(); ++i) {
+      m.loss += lv[i] / static_cast<double>(lv.size());
+      m.grad_norm += nv[i] / static_cast<double>(nv.size());
+    }
+    m.lr = optimizer_->lr();
+    const double secs = Seconds(Clock::now() - interval_start);
+    m.samples_per_second = secs > 0 ? static_cast<double>(interval_samples) / secs : 0.0;
+    m.step_seconds = secs / static_cast<double>(lv.size());
+    m.data_wait_ratio = train.stats().wait_ratio();
+    history_.push_back({step_, "train_loss", m.loss});
+    history_.push_back({step_, "grad_norm", m.grad_norm});
+    history_.push_back({step_, "lr", m.lr});
+    if (callbacks_.on_step) callbacks_.on_step(m);
+    losses.clear();
+    norms.clear();
+    interval_steps.clear();
+    interval_samples = 0;
+    interval_start = Clock::now();
+  };
+
+  model_->train();
+  while (train.epoch() < o.epochs) {
+    double epoch_loss_sum = 0;  // read at the epoch's end only
+    Tensor epoch_loss = zeros({}, kFloat64);
+    int64_t epoch_steps = 0;
+    Tensor step_loss = zeros({}, kFloat64);
+    int64_t micro = 0;
+    optimizer_->zero_grad();
+    auto optimizer_step = [&]() {
+      Tensor norm = o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm)
+                                         : optim::grad_norm(params);
+      if (o.clip_grad_value > 0) optim::clip_grad_value_(params, o.clip_grad_value);
+      optimizer_->step();
+      optimizer_->zero_grad();
+      if (scheduler_ && o.scheduler_per_step) scheduler_->step();
+      ++step_;
+      ++epoch_steps;
+      const Tensor mean_loss = step_loss / static_cast<double>(micro);
+      losses.push_back(mean_loss);
+      norms.push_back(norm);
+      interval_steps.push_back(step_);
+      epoch_loss = epoch_loss + mean_loss;
+      step_loss = zeros({}, kFloat64);
+      micro = 0;
+      if (step_ % o.metric_interval == 0) flush();
+      if (o.checkpoint_every_steps > 0 && step_ % o.checkpoint_every_steps == 0) {
+        flush();  // never checkpoint a state whose losses were not checked
+        Checkpoint(train);
+      }
+    };
+    while (true) {
+      if (cancel != nullptr && cancel->load()) {
+        flush();
+        result.status = TrainResult::Status::kCancelled;
+        result.steps = step_;
+        result.epochs = train.epoch();
+        result.history = history_;
+        return result;
+      }
+      std::optional<data::Example> batch = train.next();
+      if (!batch) break;  // the loader advanced its epoch
+      const Tensor& x = (*batch)[o.input_key];
+      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key]);
+      (o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
+      step_loss = step_loss + loss.detach().to(kFloat64);
+      interval_samples += x.size(0);
+      if (++micro == o.accumulation_steps) optimizer_step();
+      if (o.max_steps > 0 && step_ >= o.max_steps && micro == 0) {
+        flush();
+        if (o.checkpoint_every_epoch || o.checkpoint_every_steps > 0) Checkpoint(train);
+        result.status = TrainResult::Status::kMaxSteps;
+        result.steps = step_;
+        result.epochs = train.epoch();
+        result.history = history_;
+        return result;
+      }
+    }
+    if (micro > 0) {
+      // A last, shorter accumulation: its gradients were scaled by 1/k, so rescale to the mean.
+      const double rescale = static_cast<double>(o.accumulation_steps) / static_cast<double>(micro);
+      NoGradGuard no_grad;
+      for (const auto& p : params) {
+        Tensor g = p.grad();
+        if (g.defined()) g.mul_(rescale);
+      }
+      optimizer_step();
+    }
+    flush();
+    EpochMetrics em;
+    em.epoch = train.epoch() - 1;
+    em.step = step_;
+    epoch_loss_sum = epoch_loss.item<double>();
+    em.train_loss = epoch_steps > 0 ? epoch_loss_sum / static_cast<double>(epoch_steps) : 0.0;
+    if (validation != nullptr) {
+      const auto [vl, va] = evaluate(*validation);
+      em.val_loss = vl;
+      em.val_accuracy = va;
+      history_.push_back({step_, "val_loss", vl});
+      if (va) history_.push_back({step_, "val_accuracy", *va});
+    }
+    if (scheduler_ && !o.scheduler_per_step) scheduler_->step();
+    std::optional<double> monitored;
+    if (o.monitor == "train_loss") monitored = em.train_loss;
+    if (o.monitor == "val_loss") monitored = em.val_loss;
+    if (o.monitor == "val_accuracy") monitored = em.val_accuracy;
+    if (monitored) {
+      const bool improved = !best || (lower_is_better ? *monitored < *best - o.min_delta : *monitored > *best + o.min_delta);
+      if (improved) {
+        best = monitored;
+        bad_epochs = 0;
+        if (o.patience >= 0 && o.restore_best_weights) best_state = CloneState(*model_);
+      } else {
+        ++bad_epochs;
+      }
+      em.improved = improved;
+    }
+    if (callbacks_.on_epoch) callbacks_.on_epoch(em);
+    if (o.checkpoint_every_epoch) Checkpoint(train);
+    if (o.patience >= 0 && bad_epochs > o.patience) {
+      result.status = TrainResult::Status::kEarlyStopped;
+      break;
+    }
+  }
+  if (result.status == TrainResult::Status::kEarlyStopped && o.restore_best_weights && !best_state.tensors.empty()) {
+    model_->load_state_dict(best_state);
+  }
+  result.steps = step_;
+  result.epochs = train.epoch();
+  result.best_metric = best;
+  result.history = history_;
+  return result;
+}
+
+}  // namespace anvil::train

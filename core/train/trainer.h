@@ -1,0 +1,129 @@
+// The training loop the service's workers run, and any C++ user can: epochs over a
+// DataLoader, gradient accumulation, clipping, a schedule, validation, early stopping,
+// periodic checkpoints, cancellation, a non-finite-loss policy and metric callbacks.
+//
+// Metrics without stalls: per-step loss and grad norm stay tensors, summed on the model's
+// device, and are read back every `metric_interval` steps (one host read per interval, not
+// per step). The non-finite check happens at the same reads; the failing step is then found
+// among the interval's per-step values, so the error still names the exact step.
+//
+// Thread-safety: one thread runs fit(); `cancel` may be set from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/data/dataloader.h"
+#include "core/nn/module.h"
+#include "core/optim/optimizer.h"
+#include "core/optim/scheduler.h"
+#include "core/train/checkpoint.h"
+
+namespace anvil::train {
+
+struct TrainerOptions {
+  int64_t epochs = 10;
+  int64_t max_steps = -1;           // optimizer steps; -1: no limit
+  int64_t accumulation_steps = 1;   // micro-batches per optimizer step (loss divided by it)
+  double clip_grad_norm = 0.0;      // 0: off
+  double clip_grad_value = 0.0;     // 0: off
+  int64_t metric_interval = 10;     // steps between host reads of loss / grad norm
+  bool scheduler_per_step = false;  // step the scheduler every optimizer step (else per epoch)
+  // Early stopping on a validation metric ("val_loss": lower is better, "val_accuracy": higher).
+  std::string monitor = "val_loss";
+  int64_t patience = -1;            // epochs without improvement before stopping; -1: off
+  double min_delta = 0.0;
+  bool restore_best_weights = true;
+  // Checkpoints (atomic, resumable); empty path: none.
+  std::string checkpoint_path;
+  int64_t checkpoint_every_steps = 0;  // 0: only at epoch ends
+  bool checkpoint_every_epoch = true;
+  // Batch field names.
+  std::string input_key = "input";
+  std::string target_key = "target";
+};
+
+// One interval of training steps, published every metric_interval steps.
+struct StepMetrics {
+  int64_t step = 0, epoch = 0;
+  double loss = 0;            // mean over the interval
+  double grad_norm = 0;       // mean over the interval (before clipping)
+  double lr = 0;
+  double samples_per_second = 0;
+  double data_wait_ratio = 0;  // time blocked on the loader / wall time, this epoch so far
+  double step_seconds = 0;     // mean wall time per step over the interval
+};
+
+struct EpochMetrics {
+  int64_t epoch = 0, step = 0;
+  double train_loss = 0;
+  std::optional<double> val_loss, val_accuracy;
+  bool improved = false;  // the monitored metric improved (early stopping)
+};
+
+struct Callbacks {
+  std::function<void(const StepMetrics&)> on_step;
+  std::function<void(const EpochMetrics&)> on_epoch;
+  std::function<void(const std::string& path, int64_t step)> on_checkpoint;
+};
+
+struct TrainResult {
+  enum class Status { kCompleted, kEarlyStopped, kMaxSteps, kCancelled };
+  Status status = Status::kCompleted;
+  int64_t steps = 0, epochs = 0;
+  std::optional<double> best_metric;
+  std::vector<MetricPoint> history;
+};
+
+// A loss from the model's output and the batch's target (default: cross-entropy).
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// Raised when a loss becomes NaN or infinite: names the step and the last good checkpoint.
+class NonFiniteLossError : public Error {
+ public:
+  NonFiniteLossError(const std::string& message, int64_t step) : Error(message), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_;
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer, TrainerOptions options,
+          LossFn loss = {});
+  void set_scheduler(std::shared_ptr<optim::LRScheduler> scheduler) { scheduler_ = std::move(scheduler); }
+  void set_callbacks(Callbacks callbacks) { callbacks_ = std::move(callbacks); }
+
+  // Trains until the epochs or max_steps are done, early stopping triggers or `cancel` is set.
+  TrainResult fit(data::DataLoader& train, data::DataLoader* validation = nullptr,
+                  const std::atomic<bool>* cancel = nullptr);
+  // Mean loss and (for class-index targets) accuracy over a loader, in eval mode, no grad.
+  std::pair<double, std::optional<double>> evaluate(data::DataLoader& loader);
+  // Restores a checkpoint written by this trainer: model, optimizer, scheduler, RNG, step,
+  // history and the train loader's position (fit() then continues from there).
+  void resume(const std::string& path, data::DataLoader& train);
+
+  int64_t step() const { return step_; }
+  const std::vector<MetricPoint>& history() const { return history_; }
+
+ private:
+  void Checkpoint(data::DataLoader& train);
+  std::string last_checkpoint_ = "(none)";
+
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<optim::LRScheduler> scheduler_;
+  TrainerOptions options_;
+  LossFn loss_;
+  Callbacks callbacks_;
+  int64_t step_ = 0;
+  std::vector<MetricPoint> history_;
+};
+
+}  // namespace anvil::train
