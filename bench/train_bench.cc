@@ -1,0 +1,196 @@
+// Training-step throughput, Anvil vs libtorch, in one process (same harness as ops_bench:
+// interleaved rounds, medians, same thread count, same initial weights and data).
+//
+// A step is what a training loop does per batch: zero_grad, forward, cross-entropy, backward,
+// SGD update. Rows: MLP 64-128-128-10 (batch 64 and 256), MLP 784-256-10 (batch 128),
+// LeNet-5 on 1x28x28 (batch 64), and Conv2d alone (forward, forward + backward).
+//
+// Usage: anvil_bench_train [threads] [filter]   (environment as anvil_bench_ops)
+#ifdef ANVIL_BENCH_HAVE_TORCH
+#include <torch/torch.h>
+#endif
+
+#include <memory>
+
+#include "bench/harness.h"
+#include "core/anvil.h"
+#include "core/nn/nn.h"
+#include "core/optim/optimizer.h"
+
+namespace {
+
+using namespace anvil::bench;
+namespace nn = anvil::nn;
+
+using AnvilModel = std::shared_ptr<nn::Sequential>;
+
+AnvilModel Mlp(const std::vector<int64_t>& widths) {
+  auto m = std::make_shared<nn::Sequential>();
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    m->push_back(std::make_shared<nn::Linear>(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) m->push_back(std::make_shared<nn::ReLU>());
+  }
+  return m;
+}
+
+AnvilModel Lenet5() {
+  using A = std::array<int64_t, 2>;
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 6, A{5, 5}, nn::ConvOptions{.padding = {2, 2}}), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(A{2, 2}), std::make_shared<nn::Conv2d>(6, 16, A{5, 5}),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(A{2, 2}), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(16 * 5 * 5, 120), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(120, 84),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(84, 10)});
+}
+
+#ifdef ANVIL_BENCH_HAVE_TORCH
+torch::Tensor ToTorch(const anvil::Tensor& a) {
+  const anvil::Tensor c = a.contiguous();
+  const auto dtype = c.dtype() == anvil::kInt64 ? torch::kLong : torch::kFloat;
+  std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(c.data_ptr(), sizes, dtype).clone();
+}
+
+torch::nn::Sequential TorchMlp(const std::vector<int64_t>& widths) {
+  torch::nn::Sequential m;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    m->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) m->push_back(torch::nn::ReLU());
+  }
+  return m;
+}
+
+torch::nn::Sequential TorchLenet5() {
+  namespace tn = torch::nn;
+  return tn::Sequential(tn::Conv2d(tn::Conv2dOptions(1, 6, 5).padding(2)), tn::ReLU(), tn::MaxPool2d(2),
+                        tn::Conv2d(6, 16, 5), tn::ReLU(), tn::MaxPool2d(2), tn::Flatten(), tn::Linear(400, 120),
+                        tn::ReLU(), tn::Linear(120, 84), tn::ReLU(), tn::Linear(84, 10));
+}
+
+// Copies Anvil's initial weights into the libtorch model (same parameter order).
+void CopyWeights(const AnvilModel& a, torch::nn::Sequential& t) {
+  torch::NoGradGuard no_grad;
+  auto ap = a->parameters();
+  auto tp = t->parameters();
+  if (ap.size() != tp.size()) throw std::runtime_error("parameter counts differ");
+  for (size_t i = 0; i < ap.size(); ++i) tp[i].copy_(ToTorch(ap[i]).reshape(tp[i].sizes()));
+}
+#endif
+
+void TrainStepRow(Table& table, const std::string& name, const std::string& size, const AnvilModel& model,
+                  const anvil::Tensor& x, const anvil::Tensor& y,
+                  const std::function<void*()>& make_torch_model [[maybe_unused]]) {
+  if (!table.Wanted(name)) return;
+  auto opt = std::make_shared<anvil::optim::SGD>(model->parameters(), anvil::optim::Options{{"lr", 1e-3}});
+  Case c{name, size};
+  // The loss of each side's first step: both start from the same weights and data, so these
+  // agree; later steps differ because the sides run different numbers of steps.
+  double a_first = std::nan("");
+  c.anvil.run = [&] {
+    opt->zero_grad();
+    anvil::Tensor loss = nn::F::cross_entropy((*model)(x), y);
+    loss.backward();
+    opt->step();
+    if (std::isnan(a_first)) a_first = loss.item<double>();
+  };
+#ifdef ANVIL_BENCH_HAVE_TORCH
+  auto* tm = static_cast<torch::nn::Sequential*>(make_torch_model());
+  std::unique_ptr<torch::nn::Sequential> owner(tm);
+  CopyWeights(model, *tm);
+  torch::optim::SGD topt((*tm)->parameters(), torch::optim::SGDOptions(1e-3));
+  const torch::Tensor tx = ToTorch(x), ty = ToTorch(y);
+  double t_first = std::nan("");
+  c.torch.run = [&] {
+    topt.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy((*tm)->forward(tx), ty);
+    loss.backward();
+    topt.step();
+    if (std::isnan(t_first)) t_first = loss.item<double>();
+  };
+  c.check = [&] {
+    return std::abs(a_first - t_first) <= 1e-4 * std::max(1.0, std::abs(t_first))
+               ? std::string()
+               : "first-step loss " + std::to_string(a_first) + " vs " + std::to_string(t_first);
+  };
+#endif
+  const Row& r = table.Run(c);
+  table.AddNote(name + " " + size + ": anvil " + Fixed(1e3 / r.anvil.ms, 0) + " steps/s, libtorch " +
+                Fixed(1e3 / r.torch.ms, 0) + " steps/s");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  opt.threads = std::atoi(EnvOr("ANVIL_BENCH_THREADS", "2"));
+  if (argc > 1) opt.threads = std::atoi(argv[1]);
+  if (argc > 2) opt.filter = argv[2];
+  opt.rounds = std::max(1, std::atoi(EnvOr("ANVIL_BENCH_ROUNDS", "9")));
+  opt.batch_ms = std::max(0.0, std::atof(EnvOr("ANVIL_BENCH_BATCH_MS", "20")));
+  anvil::set_num_threads(opt.threads);
+#ifdef ANVIL_BENCH_HAVE_TORCH
+  torch::set_num_threads(opt.threads);
+  std::printf("# Anvil vs libtorch %s, training steps (%d threads, %s)\n\n", TORCH_VERSION, opt.threads,
+              CpuModel().c_str());
+#else
+  std::printf("# Anvil training steps (libtorch not built in)\n\n");
+#endif
+  anvil::manual_seed(7);
+  Table table(opt);
+  table.PrintHeader();
+  struct MlpRow {
+    std::vector<int64_t> widths;
+    int64_t batch;
+  };
+  for (const MlpRow& m : {MlpRow{{64, 128, 128, 10}, 64}, MlpRow{{64, 128, 128, 10}, 256}, MlpRow{{784, 256, 10}, 128}}) {
+    std::string arch = "MLP";
+    for (size_t i = 0; i < m.widths.size(); ++i) arch += (i ? "-" : " ") + std::to_string(m.widths[i]);
+    auto model = Mlp(m.widths);
+    TrainStepRow(table, arch + " step", "batch " + std::to_string(m.batch), model, anvil::randn({m.batch, m.widths[0]}),
+                 anvil::randint(0, 10, {m.batch}), [&]() -> void* {
+#ifdef ANVIL_BENCH_HAVE_TORCH
+                   return new torch::nn::Sequential(TorchMlp(m.widths));
+#else
+                   return nullptr;
+#endif
+                 });
+  }
+  TrainStepRow(table, "LeNet-5 step", "1x28x28, batch 64", Lenet5(), anvil::randn({64, 1, 28, 28}),
+               anvil::randint(0, 10, {64}), []() -> void* {
+#ifdef ANVIL_BENCH_HAVE_TORCH
+                 return new torch::nn::Sequential(TorchLenet5());
+#else
+                 return nullptr;
+#endif
+               });
+  // Conv2d alone: 16 -> 32 channels, 3x3, padding 1, on [32, 16, 28, 28].
+  for (bool backward : {false, true}) {
+    const std::string name = backward ? "conv2d fwd+bwd" : "conv2d fwd";
+    if (!table.Wanted(name)) continue;
+    anvil::Tensor x = anvil::randn({32, 16, 28, 28});
+    anvil::Tensor w = (anvil::randn({32, 16, 3, 3}) * 0.1).requires_grad_(backward);
+    anvil::Tensor b = anvil::zeros({32}).requires_grad_(backward);
+    Case c{name, "[32,16,28,28] * [32,16,3,3], pad 1"};
+    anvil::Tensor a_out;
+    c.anvil.run = [&] {
+      a_out = nn::F::conv2d(x, w, b, {.padding = {1, 1}});
+      if (backward) a_out.sum().backward();
+    };
+#ifdef ANVIL_BENCH_HAVE_TORCH
+    torch::Tensor tx = ToTorch(x), tw = ToTorch(w.detach()).requires_grad_(backward),
+                  tb = ToTorch(b.detach()).requires_grad_(backward);
+    torch::Tensor t_out;
+    c.torch.run = [&] {
+      t_out = torch::conv2d(tx, tw, tb, 1, 1);
+      if (backward) t_out.sum().backward();
+    };
+    c.check = [&] {
+      const double diff = (ToTorch(a_out.detach()) - t_out.detach()).abs().max().item<double>();
+      return diff <= 1e-3 ? std::string() : "max difference " + std::to_string(diff);
+    };
+#endif
+    table.Run(c);
+  }
+  table.PrintNotes();
+  return 0;
+}
