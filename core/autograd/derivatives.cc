@@ -401,6 +401,10 @@ Grads StridedScatterAddB(Ctx& c, const Grads& g) {
   return {make_view(OpId::AsStrided, g[0].contiguous(), fn)};
 }
 
+// im2col and col2im are linear and each other's adjoint.
+Grads Im2ColB(Ctx& c, const Grads& g) { return {dispatch1(OpId::Col2Im, {g[0]}, c.attrs())}; }
+Grads Col2ImB(Ctx& c, const Grads& g) { return {dispatch1(OpId::Im2Col, {g[0]}, c.attrs())}; }
+
 struct RuleTable {
   BackwardFn rules[kNumOps] = {};
   RuleTable() {
@@ -423,7 +427,7 @@ struct RuleTable {
     RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
     RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
     RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
-    RULE(StridedScatterAdd, StridedScatterAddB)
+    RULE(StridedScatterAdd, StridedScatterAddB) RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB)
 #undef RULE
   }
 };

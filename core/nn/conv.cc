@@ -1,12 +1,11 @@
 // pad, conv1d/conv2d and the Conv modules.
 //
 // NOTE [ Convolution as im2col ]
-// The padded input is contiguous, so every receptive field is a strided window of it:
-// as_strided gives [N, C, OH, OW, KH, KW] without copying. Permuting that to
-// [G, C/G, KH, KW, N, OH, OW] and reshaping copies it into the column matrix [G, K, N*L]
-// (K = C/G * KH * KW, L = OH * OW); one bmm with the weights [G, OC/G, K] gives every output
-// of every image at once. Backward comes from the ops: bmm's rule, the reshape copy's, and
-// as_strided's (a strided scatter-add that sums the overlapping windows back into the input).
+// The im2col op writes every receptive field of x [N, C, H, W] (zero padding included) as a
+// column of [N, C*KH*KW, OH*OW]; a batched matmul with the weights [G, OC/G, C/G*KH*KW]
+// then gives [N, G, OC/G, OH*OW], which is already the output layout [N, OC, OH, OW].
+// Backward comes from the ops: matmul's rule and im2col's (col2im, which sums overlapping
+// windows back into the input plane by plane, deterministically).
 #include "core/nn/conv.h"
 
 #include <cmath>
@@ -77,19 +76,17 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
     left = tw / 2;
     right = tw - left;
   }
-  const Tensor xp = pad(input, {left, right, top, bottom}).contiguous();
-  const int64_t Hp = xp.size(2), Wp = xp.size(3);
-  const int64_t OH = (Hp - dh * (KH - 1) - 1) / sh + 1, OW = (Wp - dw * (KW - 1) - 1) / sw + 1;
+  const WindowParams wp{{KH, KW}, {sh, sw}, {top, bottom, left, right}, {dh, dw}};
+  const int64_t Hp = input.size(2) + top + bottom, Wp = input.size(3) + left + right;
   ANVIL_CHECK(Hp >= dh * (KH - 1) + 1 && Wp >= dw * (KW - 1) + 1, "conv2d: the (dilated) kernel ", KH, "x", KW,
               " is larger than the padded input ", Hp, "x", Wp);
-  const Tensor windows = xp.as_strided({N, G, C / G, OH, OW, KH, KW},
-                                       {C * Hp * Wp, (C / G) * Hp * Wp, Hp * Wp, sh * Wp, sw, dh * Wp, dw},
-                                       xp.storage_offset());
-  const int64_t K = (C / G) * KH * KW, L = OH * OW;
-  const Tensor cols = windows.permute({1, 2, 5, 6, 0, 3, 4}).reshape({G, K, N * L});
-  Tensor out = bmm(weight.reshape({G, OC / G, K}), cols).reshape({OC, N * L});
-  if (bias.defined()) out = out + bias.unsqueeze(1);
-  return out.reshape({OC, N, OH, OW}).permute({1, 0, 2, 3}).contiguous();
+  const int64_t OH = (Hp - dh * (KH - 1) - 1) / sh + 1, OW = (Wp - dw * (KW - 1) - 1) / sw + 1;
+  const int64_t K = (C / G) * KH * KW;
+  // [N, C*KH*KW, L] -> per image and group: W[g] [OC/G, K] @ cols[n, g] [K, L] -> [N, G, OC/G, L].
+  const Tensor cols = im2col(input, wp).view({N, G, K, OH * OW});
+  Tensor out = matmul(weight.reshape({1, G, OC / G, K}), cols).view({N, OC, OH, OW});
+  if (bias.defined()) out = out + bias.view({1, OC, 1, 1});
+  return out;
 }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,

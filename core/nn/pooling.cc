@@ -1,5 +1,5 @@
-// Pooling: windows as strided views of the padded input (see NOTE [ Convolution as im2col ]),
-// reduced with max (gradient to the maximum, like PyTorch) or mean.
+// Pooling: windows from im2col (see NOTE [ Convolution as im2col ]), reduced with max
+// (gradient to the maximum, like PyTorch) or mean.
 #include "core/nn/pooling.h"
 
 #include <limits>
@@ -12,8 +12,9 @@ namespace functional {
 namespace {
 
 
-// The pooling windows of x [N, C, H, W] padded with `fill`, flattened on the last dim.
-Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const char* who) {
+// The pooling windows of x [N, C, H, W] as [N, C, KH * KW, OH * OW] (im2col columns), with
+// padding that reads `fill`; also returns OH and OW.
+Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const char* who, int64_t* oh, int64_t* ow) {
   const auto [kh, kw] = p.kernel;
   const int64_t sh = p.stride[0] > 0 ? p.stride[0] : kh, sw = p.stride[1] > 0 ? p.stride[1] : kw;
   const auto [ph, pw] = p.padding;
@@ -21,12 +22,16 @@ Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const ch
   ANVIL_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, who,
               ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh,
               ", ", kw, ")");
-  const Tensor xp = pad(x, {pw, pw, ph, ph}, fill).contiguous();
-  const int64_t N = xp.size(0), C = xp.size(1), Hp = xp.size(2), Wp = xp.size(3);
+  // im2col pads with zeros; another fill value (max pooling's -inf) is padded explicitly.
+  const bool explicit_pad = fill != 0.0 && (ph > 0 || pw > 0);
+  const Tensor src = explicit_pad ? pad(x, {pw, pw, ph, ph}, fill) : x;
+  const int64_t ip = explicit_pad ? 0 : ph, jp = explicit_pad ? 0 : pw;
+  const int64_t Hp = src.size(2) + 2 * ip, Wp = src.size(3) + 2 * jp;
   ANVIL_CHECK(Hp >= kh && Wp >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", Hp, "x", Wp);
-  const int64_t OH = (Hp - kh) / sh + 1, OW = (Wp - kw) / sw + 1;
-  return xp.as_strided({N, C, OH, OW, kh, kw}, {C * Hp * Wp, Hp * Wp, sh * Wp, sw, Wp, 1}, xp.storage_offset())
-      .reshape({N, C, OH, OW, kh * kw});
+  *oh = (Hp - kh) / sh + 1;
+  *ow = (Wp - kw) / sw + 1;
+  const Tensor cols = im2col(src, {{kh, kw}, {sh, sw}, {ip, ip, jp, jp}, {1, 1}});
+  return cols.view({x.size(0), x.size(1), kh * kw, *oh * *ow});
 }
 
 Tensor Batched(const Tensor& x, const char* who) {
@@ -38,17 +43,20 @@ Tensor Batched(const Tensor& x, const char* who) {
 
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p) {
   const Tensor x = Batched(input, "max_pool2d");
-  Tensor out = std::get<0>(max(PoolWindows(x, p, -std::numeric_limits<double>::infinity(), "max_pool2d"), -1));
+  int64_t oh = 0, ow = 0;
+  const Tensor windows = PoolWindows(x, p, -std::numeric_limits<double>::infinity(), "max_pool2d", &oh, &ow);
+  Tensor out = std::get<0>(max(windows, 2)).view({x.size(0), x.size(1), oh, ow});
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p) {
   const Tensor x = Batched(input, "avg_pool2d");
-  Tensor out = PoolWindows(x, p, 0.0, "avg_pool2d").mean({-1});
+  int64_t oh = 0, ow = 0;
+  Tensor out = PoolWindows(x, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({x.size(0), x.size(1), oh, ow});
   if (!p.count_include_pad && (p.padding[0] > 0 || p.padding[1] > 0)) {
     // Divide by the number of real (unpadded) elements in each window instead.
     const Tensor ones_map = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype()).with_device(x.device()));
-    const Tensor real_fraction = PoolWindows(ones_map, p, 0.0, "avg_pool2d").mean({-1});
+    const Tensor real_fraction = PoolWindows(ones_map, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({1, 1, oh, ow});
     out = out / real_fraction;
   }
   return input.dim() == 3 ? out.squeeze(0) : out;

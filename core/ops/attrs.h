@@ -36,7 +36,8 @@ struct ViewFn {
 std::optional<Geometry> apply_view(const ViewFn& fn, const Geometry& in);
 
 struct OpAttrs {
-  IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0]
+  IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0];
+                             // Im2Col/Col2Im: WindowParams packed (see ops/im2col.cc)
   bool keepdim = false;      // reductions; also: IndexPut accumulate, Sort descending,
                              // Gelu tanh approximation, Scatter "use value"
   double alpha = 1;          // Add/Sub alpha, PowScalar exponent, Clamp min, LeakyRelu slope,

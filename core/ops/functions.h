@@ -2,6 +2,7 @@
 // broadcasts, promotes types like PyTorch and accepts non-contiguous inputs.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -188,6 +189,21 @@ Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1,
                                 bool largest = true, bool sorted = true);
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+// ---- convolution windows (torch.nn.functional.unfold / fold) ----
+// The sliding windows of x [N, C, H, W] as columns [N, C * KH * KW, OH * OW] (row
+// (c * KH + i) * KW + j holds input channel c at kernel offset (i, j)); positions in the
+// zero padding read 0. padding = {top, bottom, left, right}.
+struct WindowParams {
+  std::array<int64_t, 2> kernel{1, 1};
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 4> padding{0, 0, 0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+};
+Tensor im2col(const Tensor& x, const WindowParams& p);
+// The adjoint of im2col: sums each column entry back into its input position; output
+// [N, C, H, W] for output_size {H, W}.
+Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const WindowParams& p);
 
 // ---- shape ----
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);

@@ -208,6 +208,17 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{in[0].sizes(), in[0].dtype()}, {in[0].sizes(), kInt64}};
     case OpId::StridedScatterAdd:
       return {{a.dims, in[0].dtype()}};
+    case OpId::Im2Col:
+    case OpId::Col2Im: {
+      // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (ops/im2col.cc)
+      const auto& d = a.dims;
+      const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
+      const int64_t OW = (d[11] + d[6] + d[7] - d[9] * (d[1] - 1) - 1) / d[3] + 1;
+      if (op == OpId::Im2Col) return {{{in[0].size(0), in[0].size(1) * d[0] * d[1], OH * OW}, in[0].dtype()}};
+      ANVIL_CHECK(in[0].size(2) == OH * OW, "col2im: expected ", OH * OW, " columns (", OH, "x", OW,
+                  " windows) for output ", d[10], "x", d[11], ", got ", in[0].size(2));
+      return {{{in[0].size(0), in[0].size(1) / (d[0] * d[1]), d[10], d[11]}, in[0].dtype()}};
+    }
     default:
       break;
   }

@@ -157,6 +157,12 @@ Samples MakeSamples() {
   push(OpId::StridedScatterAdd, "view_backward_twice", {Leaf({5})}, L([](auto& x) {
         return x[0].narrow(0, 1, 3) * x[0].narrow(0, 0, 3);
       }));
+  push(OpId::Im2Col, "im2col_stride_pad_dilation", {Leaf({2, 2, 5, 4})}, L([](auto& x) {
+        return im2col(x[0], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}) * 1.5;
+      }));
+  push(OpId::Col2Im, "col2im_overlapping", {Leaf({1, 2 * 4, 6})}, L([](auto& x) {
+        return col2im(x[0], {3, 4}, {{2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}}) * 1.5;
+      }));
   return s;
 }
 

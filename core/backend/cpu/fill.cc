@@ -2,6 +2,7 @@
 // existing tensor), so these serve both factories and in-place fill_/uniform_/normal_.
 // Random element i always uses Philox block (offset + i / per_block): the stream does not
 // depend on the thread count or on the layout of the output.
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/kernels.h"
@@ -32,6 +33,11 @@ void FillKernel(const KernelCall& c) {
     scalar_t value;
     if constexpr (std::is_same_v<scalar_t, bool>) value = v != 0;
     else value = static_cast<scalar_t>(static_cast<opmath_t<scalar_t>>(v));
+    if (out.is_contiguous()) {  // the common case (zeros, ones, full): a plain vectorised fill
+      scalar_t* p = out.data_ptr<scalar_t>();
+      parallel_for(0, out.numel(), 1 << 16, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, value); });
+      return;
+    }
     Generate<scalar_t>(out, [&](int64_t) { return value; });
   });
 }

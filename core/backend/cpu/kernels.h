@@ -15,5 +15,6 @@ void RegisterLinalgKernels(KernelTable& t);
 void RegisterIndexKernels(KernelTable& t);
 void RegisterShapeKernels(KernelTable& t);
 void RegisterFillKernels(KernelTable& t);
+void RegisterIm2ColKernels(KernelTable& t);
 
 }  // namespace anvil::cpu

@@ -9,6 +9,7 @@ void RegisterCpuKernels(KernelTable& table) {
   cpu::RegisterIndexKernels(table);
   cpu::RegisterShapeKernels(table);
   cpu::RegisterFillKernels(table);
+  cpu::RegisterIm2ColKernels(table);
 }
 
 }  // namespace anvil

@@ -1,0 +1,49 @@
+// im2col / col2im: the wrappers that check arguments and pack WindowParams into OpAttrs.dims
+// as {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (H, W: the image size, for col2im and for
+// im2col's backward).
+#include <string>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+OpAttrs Pack(const WindowParams& p, int64_t H, int64_t W) {
+  OpAttrs a;
+  a.dims = {p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.padding[0], p.padding[1],
+            p.padding[2], p.padding[3], p.dilation[0], p.dilation[1], H, W};
+  return a;
+}
+
+void Check(const WindowParams& p, int64_t H, int64_t W, const char* who) {
+  ANVIL_CHECK(p.kernel[0] > 0 && p.kernel[1] > 0 && p.stride[0] > 0 && p.stride[1] > 0 && p.dilation[0] > 0 &&
+                  p.dilation[1] > 0,
+              who, ": kernel, stride and dilation must be positive");
+  for (int64_t pad : p.padding) ANVIL_CHECK(pad >= 0, who, ": padding must be non-negative, got ", pad);
+  const int64_t eh = p.dilation[0] * (p.kernel[0] - 1) + 1, ew = p.dilation[1] * (p.kernel[1] - 1) + 1;
+  ANVIL_CHECK(H + p.padding[0] + p.padding[1] >= eh && W + p.padding[2] + p.padding[3] >= ew, who,
+              ": the (dilated) kernel ", eh, "x", ew, " does not fit the padded input ", H + p.padding[0] + p.padding[1],
+              "x", W + p.padding[2] + p.padding[3]);
+}
+
+}  // namespace
+
+Tensor im2col(const Tensor& x, const WindowParams& p) {
+  ANVIL_CHECK(x.dim() == 4, "im2col: expected input [N, C, H, W], got ", x.dim(), " dims");
+  ANVIL_CHECK(x.is_floating_point(), "im2col: expected a floating-point input, got ", x.dtype());
+  Check(p, x.size(2), x.size(3), "im2col");
+  return dispatch1(OpId::Im2Col, {x}, Pack(p, x.size(2), x.size(3)));
+}
+
+Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const WindowParams& p) {
+  ANVIL_CHECK(cols.dim() == 3, "col2im: expected columns [N, C * KH * KW, L], got ", cols.dim(), " dims");
+  ANVIL_CHECK(cols.is_floating_point(), "col2im: expected floating-point columns, got ", cols.dtype());
+  Check(p, output_size[0], output_size[1], "col2im");
+  ANVIL_CHECK(cols.size(1) % (p.kernel[0] * p.kernel[1]) == 0, "col2im: ", cols.size(1),
+              " rows are not a multiple of the kernel's ", p.kernel[0] * p.kernel[1], " positions");
+  return dispatch1(OpId::Col2Im, {cols}, Pack(p, output_size[0], output_size[1]));
+}
+
+}  // namespace anvil
