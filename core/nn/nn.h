@@ -10,3 +10,5 @@
 #include "core/nn/module.h"
 #include "core/nn/normalization.h"
 #include "core/nn/pooling.h"
+#include "core/nn/rnn.h"
+#include "core/nn/transformer.h"

@@ -1,0 +1,89 @@
+// Multi-head attention and the Transformer encoder layer: see transformer.h.
+#include "core/nn/transformer.h"
+
+#include <cmath>
+
+#include "core/nn/functional.h"
+#include "core/nn/init.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::nn {
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool batch_first)
+    : Module("MultiheadAttention"), embed_(embed_dim), heads_(num_heads), dropout_(dropout), batch_first_(batch_first) {
+  ANVIL_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
+              embed_dim, ") must be a positive multiple of num_heads (", num_heads, ")");
+  in_proj_weight = empty({3 * embed_dim, embed_dim});
+  init::xavier_uniform_(in_proj_weight);
+  in_proj_bias = zeros({3 * embed_dim});
+  register_parameter("in_proj_weight", in_proj_weight);
+  register_parameter("in_proj_bias", in_proj_bias);
+  out_proj = register_module("out_proj", std::make_shared<Linear>(embed_dim, embed_dim));
+  init::zeros_(out_proj->bias);
+}
+
+Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const Tensor& key_padding_mask) {
+  ANVIL_CHECK(query.dim() == 3 && query.size(2) == embed_, "MultiheadAttention(", embed_, "): expected query [T, B, ",
+              embed_, "] (or [B, T, ", embed_, "] with batch_first)");
+  // Work in [B, T, E].
+  const Tensor q_in = batch_first_ ? query : query.transpose(0, 1);
+  const Tensor k_in = batch_first_ ? key : key.transpose(0, 1);
+  const Tensor v_in = batch_first_ ? value : value.transpose(0, 1);
+  const int64_t B = q_in.size(0), T = q_in.size(1), S = k_in.size(1), E = embed_, Hh = heads_, D = E / Hh;
+  auto project = [&](const Tensor& x, int64_t part) {
+    return linear(x, in_proj_weight.narrow(0, part * E, E), in_proj_bias.narrow(0, part * E, E));
+  };
+  // [B, T, E] -> [B, heads, T, D]
+  auto split = [&](const Tensor& x, int64_t len) { return x.reshape({B, len, Hh, D}).transpose(1, 2); };
+  const Tensor q = split(project(q_in, 0), T), k = split(project(k_in, 1), S), v = split(project(v_in, 2), S);
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));  // [B, h, T, S]
+  if (key_padding_mask.defined()) {
+    ANVIL_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 && key_padding_mask.size(0) == B &&
+                    key_padding_mask.size(1) == S,
+                "MultiheadAttention: expected key_padding_mask bool [", B, ", ", S, "]");
+    scores = masked_fill(scores, key_padding_mask.view({B, 1, 1, S}), -INFINITY);
+  }
+  Tensor attn = softmax(scores, -1);
+  attn = functional::dropout(attn, dropout_, is_training());
+  const Tensor ctx = matmul(attn, v).transpose(1, 2).reshape({B, T, E});
+  const Tensor out = out_proj->forward(ctx);
+  return batch_first_ ? out : out.transpose(0, 1);
+}
+
+std::string MultiheadAttention::extra_repr() const {
+  return "embed_dim=" + std::to_string(embed_) + ", num_heads=" + std::to_string(heads_);
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& o)
+    : Module("TransformerEncoderLayer"), options_(o) {
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, o.dropout, o.batch_first));
+  linear1 = register_module("linear1", std::make_shared<Linear>(d_model, o.dim_feedforward));
+  linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward, d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(IntArray{d_model}));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(IntArray{d_model}));
+}
+
+Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_padding_mask) {
+  const double p = options_.dropout;
+  const bool train = is_training();
+  auto sa = [&](const Tensor& t) { return functional::dropout(self_attn->attend(t, t, t, key_padding_mask), p, train); };
+  auto ff = [&](const Tensor& t) {
+    const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
+    return functional::dropout(linear2->forward(functional::dropout(hidden, p, train)), p, train);
+  };
+  if (options_.norm_first) {
+    const Tensor y = x + sa(norm1->forward(x));
+    return y + ff(norm2->forward(y));
+  }
+  const Tensor y = norm1->forward(x + sa(x));
+  return norm2->forward(y + ff(y));
+}
+
+std::string TransformerEncoderLayer::extra_repr() const {
+  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) + ", dropout=" + std::to_string(options_.dropout) +
+         (options_.norm_first ? ", norm_first=true" : "");
+}
+
+}  // namespace anvil::nn
