@@ -1,0 +1,394 @@
+// Model specs: see spec.h. One function per layer type builds the module and the output
+// shape from the input shape; the layer's JSON is checked against the keys it may have.
+#include "core/models/spec.h"
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/models/layers.h"
+#include "core/nn/nn.h"
+#include "core/util/error.h"
+
+namespace anvil::models {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using ModulePtr = std::shared_ptr<nn::Module>;
+
+std::string Shape(const IntArray& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The context of one layer while it is built: where it is, for error messages.
+struct Layer {
+  const Json& j;
+  std::string where;  // "layer 3 (conv2d)"
+
+  [[noreturn]] void Fail(const std::string& what) const { throw Error("model spec: " + where + ": " + what); }
+  void Keys(std::initializer_list<const char*> allowed) const {
+    std::set<std::string> ok{"type"};
+    for (const char* k : allowed) ok.insert(k);
+    for (const auto& [k, v] : j.items()) {
+      if (!ok.count(k)) {
+        std::string list;
+        for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;
+        Fail("unknown key '" + k + "' (allowed: " + list + ")");
+      }
+    }
+  }
+  int64_t Int(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+    if (!j.contains(key)) {
+      if (!fallback) Fail(std::string("'") + key + "' is required");
+      return *fallback;
+    }
+    if (!j[key].is_number_integer()) Fail(std::string("'") + key + "' must be an integer");
+    const auto v = j[key].get<int64_t>();
+    if (v < min) Fail(std::string("'") + key + "' must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    return v;
+  }
+  double Real(const char* key, double fallback) const {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_number()) Fail(std::string("'") + key + "' must be a number");
+    return j[key].get<double>();
+  }
+  bool Bool(const char* key, bool fallback) const {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_boolean()) Fail(std::string("'") + key + "' must be true or false");
+    return j[key].get<bool>();
+  }
+  // An int or a pair [h, w].
+  std::array<int64_t, 2> Pair(const char* key, std::optional<int64_t> fallback, int64_t min = 1) const {
+    if (!j.contains(key)) {
+      if (!fallback) Fail(std::string("'") + key + "' is required");
+      return {*fallback, *fallback};
+    }
+    const Json& v = j[key];
+    if (v.is_number_integer()) {
+      const auto x = v.get<int64_t>();
+      if (x < min) Fail(std::string("'") + key + "' must be >= " + std::to_string(min));
+      return {x, x};
+    }
+    if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer()) {
+      const std::array<int64_t, 2> p{v[0].get<int64_t>(), v[1].get<int64_t>()};
+      if (p[0] < min || p[1] < min) Fail(std::string("'") + key + "' entries must be >= " + std::to_string(min));
+      return p;
+    }
+    Fail(std::string("'") + key + "' must be an integer or a pair [h, w]");
+  }
+  void Rank(const IntArray& in, size_t rank, const char* layout) const {
+    if (in.size() != rank) Fail("expects input " + std::string(layout) + ", got shape " + Shape(in));
+  }
+};
+
+struct Built {
+  ModulePtr module;
+  IntArray shape;
+};
+
+Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input);
+
+Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input) {
+  const std::string type = L.j["type"].get<std::string>();
+  auto act = [&](ModulePtr m) {
+    L.Keys({});
+    return Built{std::move(m), in};
+  };
+  if (type == "relu") return act(std::make_shared<nn::ReLU>());
+  if (type == "gelu") return act(std::make_shared<nn::GELU>());
+  if (type == "tanh") return act(std::make_shared<nn::Tanh>());
+  if (type == "sigmoid") return act(std::make_shared<nn::Sigmoid>());
+  if (type == "silu") return act(std::make_shared<nn::SiLU>());
+  if (type == "leakyrelu") {
+    L.Keys({"negative_slope"});
+    return {std::make_shared<nn::LeakyReLU>(L.Real("negative_slope", 0.01)), in};
+  }
+  if (type == "dropout") {
+    L.Keys({"p"});
+    const double p = L.Real("p", 0.5);
+    if (p < 0 || p >= 1) L.Fail("'p' must be in [0, 1)");
+    return {std::make_shared<nn::Dropout>(p), in};
+  }
+  if (type == "flatten") {
+    L.Keys({});
+    int64_t n = 1;
+    for (int64_t s : in) n *= s;
+    return {std::make_shared<nn::Flatten>(), {n}};
+  }
+  if (type == "linear") {
+    L.Keys({"out_features", "bias"});
+    if (in.empty()) L.Fail("expects at least one dim, got a scalar input");
+    IntArray out = in;
+    out.back() = L.Int("out_features");
+    return {std::make_shared<nn::Linear>(in.back(), out.back(), L.Bool("bias", true)), out};
+  }
+  if (type == "conv2d" || type == "conv1d") {
+    L.Keys({"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"});
+    const bool two_d = type == "conv2d";
+    L.Rank(in, two_d ? 3 : 2, two_d ? "[C, H, W]" : "[C, L]");
+    const int64_t oc = L.Int("out_channels"), groups = L.Int("groups", 1);
+    if (in[0] % groups != 0 || oc % groups != 0) {
+      L.Fail("groups = " + std::to_string(groups) + " must divide the input channels (" + std::to_string(in[0]) +
+             ") and out_channels (" + std::to_string(oc) + ")");
+    }
+    std::array<int64_t, 2> k = L.Pair("kernel_size", std::nullopt), stride = L.Pair("stride", 1),
+                           dil = L.Pair("dilation", 1), pad{0, 0};
+    bool same = false;
+    if (L.j.contains("padding") && L.j["padding"].is_string()) {
+      const auto p = L.j["padding"].get<std::string>();
+      if (p == "same") same = true;
+      else if (p != "valid") L.Fail("'padding' must be an integer, a pair, \"same\" or \"valid\", got \"" + p + "\"");
+    } else {
+      pad = L.Pair("padding", 0, 0);
+    }
+    if (!two_d) {  // 1-D: the pair's first entry is the (unit) height
+      k = {1, k[0]};
+      stride = {1, stride[0]};
+      dil = {1, dil[0]};
+      pad = {0, pad[0]};
+    }
+    if (same && (stride[0] != 1 || stride[1] != 1)) L.Fail("padding \"same\" needs stride 1");
+    const IntArray spatial = two_d ? IntArray{in[1], in[2]} : IntArray{1, in[1]};
+    std::array<int64_t, 2> out_hw{};
+    for (int d = 0; d < 2; ++d) {
+      const int64_t span = dil[static_cast<size_t>(d)] * (k[static_cast<size_t>(d)] - 1) + 1;
+      const int64_t padded = spatial[static_cast<size_t>(d)] + (same ? span - 1 : 2 * pad[static_cast<size_t>(d)]);
+      if (padded < span) {
+        L.Fail("the kernel " + std::to_string(k[0]) + "x" + std::to_string(k[1]) + " does not fit the input " +
+               Shape(in));
+      }
+      out_hw[static_cast<size_t>(d)] = same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
+    }
+    const bool bias = L.Bool("bias", true);
+    if (two_d) {
+      return {std::make_shared<nn::Conv2d>(in[0], oc, k, nn::ConvOptions{stride, pad, dil, groups, bias, same}),
+              {oc, out_hw[0], out_hw[1]}};
+    }
+    return {std::make_shared<nn::Conv1d>(in[0], oc, k[1], nn::Conv1dOptions{stride[1], pad[1], dil[1], groups, bias, same}),
+            {oc, out_hw[1]}};
+  }
+  if (type == "maxpool2d" || type == "avgpool2d") {
+    L.Keys({"kernel_size", "stride", "padding"});
+    L.Rank(in, 3, "[C, H, W]");
+    const auto k = L.Pair("kernel_size", std::nullopt), s = L.Pair("stride", 0, 0), p = L.Pair("padding", 0, 0);
+    const int64_t sh = s[0] > 0 ? s[0] : k[0], sw = s[1] > 0 ? s[1] : k[1];
+    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1]) L.Fail("the window does not fit the input " + Shape(in));
+    const IntArray out{in[0], (in[1] + 2 * p[0] - k[0]) / sh + 1, (in[2] + 2 * p[1] - k[1]) / sw + 1};
+    if (type == "maxpool2d") return {std::make_shared<nn::MaxPool2d>(k, s, p), out};
+    return {std::make_shared<nn::AvgPool2d>(k, s, p), out};
+  }
+  if (type == "adaptiveavgpool2d") {
+    L.Keys({"output_size"});
+    L.Rank(in, 3, "[C, H, W]");
+    const auto o = L.Pair("output_size", 1);
+    return {std::make_shared<nn::AdaptiveAvgPool2d>(o), {in[0], o[0], o[1]}};
+  }
+  if (type == "batchnorm1d" || type == "batchnorm2d") {
+    L.Keys({"eps", "momentum"});
+    const bool two_d = type == "batchnorm2d";
+    if (two_d) L.Rank(in, 3, "[C, H, W]");
+    else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + Shape(in));
+    const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
+    if (two_d) return {std::make_shared<nn::BatchNorm2d>(in[0], eps, momentum), in};
+    return {std::make_shared<nn::BatchNorm1d>(in[0], eps, momentum), in};
+  }
+  if (type == "layernorm") {
+    L.Keys({"eps"});
+    if (in.empty()) L.Fail("expects at least one dim");
+    return {std::make_shared<nn::LayerNorm>(IntArray{in.back()}, L.Real("eps", 1e-5)), in};
+  }
+  if (type == "groupnorm") {
+    L.Keys({"num_groups", "eps"});
+    if (in.empty()) L.Fail("expects input [C, ...]");
+    const int64_t g = L.Int("num_groups");
+    if (in[0] % g != 0) L.Fail("num_groups = " + std::to_string(g) + " must divide the " + std::to_string(in[0]) + " channels");
+    return {std::make_shared<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
+  }
+  if (type == "embedding") {
+    L.Keys({"num_embeddings", "embedding_dim", "padding_idx"});
+    if (!first) L.Fail("must be the first layer (its input is integer token ids)");
+    L.Rank(in, 1, "[T] (token ids)");
+    *int_input = true;
+    const int64_t d = L.Int("embedding_dim");
+    return {std::make_shared<nn::Embedding>(L.Int("num_embeddings"), d, L.Int("padding_idx", -1, -1)), {in[0], d}};
+  }
+  if (type == "positional") {
+    L.Keys({});
+    L.Rank(in, 2, "[T, E]");
+    return {std::make_shared<LearnedPositions>(in[0], in[1]), in};
+  }
+  if (type == "gru" || type == "lstm") {
+    L.Keys({"hidden_size", "num_layers", "dropout", "return"});
+    L.Rank(in, 2, "[T, F]");
+    const nn::RNNOptions o{L.Int("num_layers", 1), true, L.Real("dropout", 0.0), true};
+    const int64_t h = L.Int("hidden_size");
+    const std::string ret = L.j.value("return", std::string("last"));
+    if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
+    std::shared_ptr<nn::RNNBase> rnn;
+    if (type == "gru") rnn = std::make_shared<nn::GRU>(in[1], h, o);
+    else rnn = std::make_shared<nn::LSTM>(in[1], h, o);
+    return {std::make_shared<SequenceEncoder>(rnn, ret == "last"), ret == "last" ? IntArray{h} : IntArray{in[0], h}};
+  }
+  if (type == "transformer_encoder") {
+    L.Keys({"nhead", "dim_feedforward", "dropout", "num_layers", "norm_first", "activation"});
+    L.Rank(in, 2, "[T, E]");
+    const int64_t heads = L.Int("nhead");
+    if (in[1] % heads != 0) L.Fail("nhead = " + std::to_string(heads) + " must divide the embedding size " + std::to_string(in[1]));
+    const std::string activation = L.j.value("activation", std::string("relu"));
+    if (activation != "relu" && activation != "gelu") L.Fail("'activation' must be \"relu\" or \"gelu\"");
+    const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", 4 * in[1]), L.Real("dropout", 0.1), true,
+                                          L.Bool("norm_first", false), activation == "gelu"};
+    auto stack = std::make_shared<nn::Sequential>();
+    for (int64_t i = 0; i < L.Int("num_layers", 1); ++i) stack->push_back(std::make_shared<nn::TransformerEncoderLayer>(in[1], heads, o));
+    return {stack, in};
+  }
+  if (type == "mean_pool") {
+    L.Keys({"dim"});
+    if (in.empty()) L.Fail("expects at least one dim");
+    const int64_t d = L.Int("dim", 0, 0);
+    if (d >= static_cast<int64_t>(in.size())) L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + Shape(in));
+    IntArray out = in;
+    out.erase(out.begin() + d);
+    return {std::make_shared<MeanPool>(d + 1), out};
+  }
+  if (type == "residual") {
+    L.Keys({"layers"});
+    if (!L.j.contains("layers") || !L.j["layers"].is_array() || L.j["layers"].empty()) L.Fail("'layers' must be a non-empty list");
+    bool inner_int = false;
+    Built body = BuildSequence(L.j["layers"], in, L.where + " > ", &inner_int);
+    ModulePtr shortcut;
+    if (body.shape != in) {
+      // Match the shortcut to the body: a 1x1 strided convolution for images, else a linear map.
+      if (in.size() == 3 && body.shape.size() == 3 && in[1] % body.shape[1] == 0 && in[2] % body.shape[2] == 0) {
+        const int64_t s = in[1] / body.shape[1];
+        shortcut = std::make_shared<nn::Conv2d>(in[0], body.shape[0], std::array<int64_t, 2>{1, 1},
+                                                nn::ConvOptions{.stride = {s, in[2] / body.shape[2]}});
+      } else if (in.size() == 1 && body.shape.size() == 1) {
+        shortcut = std::make_shared<nn::Linear>(in[0], body.shape[0]);
+      } else {
+        L.Fail("cannot add the input " + Shape(in) + " to the body's output " + Shape(body.shape));
+      }
+    }
+    return {std::make_shared<Residual>(body.module, shortcut), body.shape};
+  }
+  L.Fail("unknown layer type '" + type + "'");
+}
+
+Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input) {
+  auto seq = std::make_shared<nn::Sequential>();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Json& j = layers[i];
+    const std::string where = prefix + "layer " + std::to_string(i);
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+      throw Error("model spec: " + where + ": expected an object with a \"type\"");
+    }
+    const Layer L{j, where + " (" + j["type"].get<std::string>() + ")"};
+    Built b = BuildLayer(L, shape, prefix.empty() && i == 0, int_input);
+    seq->push_back(b.module);
+    shape = b.shape;
+  }
+  return {seq, shape};
+}
+
+}  // namespace
+
+BuiltModel build_model(const std::string& text) {
+  Json spec;
+  try {
+    spec = Json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(std::string("model spec: not valid JSON: ") + e.what());
+  }
+  ANVIL_CHECK(spec.is_object(), "model spec: expected a JSON object with input_shape and layers");
+  for (const auto& [k, v] : spec.items()) {
+    ANVIL_CHECK(k == "input_shape" || k == "layers" || k == "name", "model spec: unknown key '", k,
+                "' (allowed: input_shape, layers, name)");
+  }
+  ANVIL_CHECK(spec.contains("input_shape") && spec["input_shape"].is_array() && !spec["input_shape"].empty(),
+              "model spec: 'input_shape' (the shape of one sample, without the batch dim) is required");
+  IntArray input;
+  for (const auto& d : spec["input_shape"]) {
+    ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0, "model spec: 'input_shape' entries must be positive integers");
+    input.push_back(d.get<int64_t>());
+  }
+  ANVIL_CHECK(spec.contains("layers") && spec["layers"].is_array() && !spec["layers"].empty(),
+              "model spec: 'layers' must be a non-empty list");
+  bool int_input = false;
+  Built b = BuildSequence(spec["layers"], input, "", &int_input);
+  BuiltModel out;
+  out.module = b.module;
+  out.input_shape = input;
+  out.output_shape = b.shape;
+  out.input_dtype = int_input ? kInt64 : kFloat32;
+  Json normal = spec;
+  normal["output_shape"] = b.shape;
+  out.spec = normal.dump();
+  return out;
+}
+
+std::string preset_names() { return "mlp, lenet5, resnet, gru, transformer"; }
+
+std::string preset_spec(const std::string& name, const IntArray& in, int64_t classes, int64_t vocab) {
+  ANVIL_CHECK(classes >= 2, "preset ", name, ": expected at least 2 classes, got ", classes);
+  Json layers = Json::array();
+  auto add = [&](Json j) { layers.push_back(std::move(j)); };
+  if (name == "mlp") {
+    if (in.size() > 1) add({{"type", "flatten"}});
+    for (int i = 0; i < 2; ++i) {
+      add({{"type", "linear"}, {"out_features", 128}});
+      add({{"type", "relu"}});
+    }
+  } else if (name == "lenet5") {
+    ANVIL_CHECK(in.size() == 3, "preset lenet5: expected image input [C, H, W], got ", Shape(in));
+    add({{"type", "conv2d"}, {"out_channels", 6}, {"kernel_size", 5}, {"padding", "same"}});
+    add({{"type", "relu"}});
+    add({{"type", "maxpool2d"}, {"kernel_size", 2}});
+    add({{"type", "conv2d"}, {"out_channels", 16}, {"kernel_size", 5}, {"padding", in[1] >= 20 ? Json(0) : Json("same")}});
+    add({{"type", "relu"}});
+    add({{"type", "maxpool2d"}, {"kernel_size", 2}});
+    add({{"type", "flatten"}});
+    add({{"type", "linear"}, {"out_features", 120}});
+    add({{"type", "relu"}});
+    add({{"type", "linear"}, {"out_features", 84}});
+    add({{"type", "relu"}});
+  } else if (name == "resnet") {
+    ANVIL_CHECK(in.size() == 3, "preset resnet: expected image input [C, H, W], got ", Shape(in));
+    add({{"type", "conv2d"}, {"out_channels", 16}, {"kernel_size", 3}, {"padding", 1}, {"bias", false}});
+    add({{"type", "batchnorm2d"}});
+    add({{"type", "relu"}});
+    auto block = [&](int64_t channels, int64_t stride) {
+      Json body = Json::array({{{"type", "conv2d"}, {"out_channels", channels}, {"kernel_size", 3}, {"stride", stride}, {"padding", 1}, {"bias", false}},
+                               {{"type", "batchnorm2d"}},
+                               {{"type", "relu"}},
+                               {{"type", "conv2d"}, {"out_channels", channels}, {"kernel_size", 3}, {"padding", 1}, {"bias", false}},
+                               {{"type", "batchnorm2d"}}});
+      add({{"type", "residual"}, {"layers", body}});
+      add({{"type", "relu"}});
+    };
+    block(16, 1);
+    block(32, in[1] >= 8 ? 2 : 1);
+    block(64, in[1] >= 16 ? 2 : 1);
+    add({{"type", "adaptiveavgpool2d"}, {"output_size", 1}});
+    add({{"type", "flatten"}});
+  } else if (name == "gru" || name == "transformer") {
+    ANVIL_CHECK(in.size() == 1, "preset ", name, ": expected token sequences [T], got ", Shape(in));
+    ANVIL_CHECK(vocab >= 2, "preset ", name, ": needs the vocabulary size");
+    add({{"type", "embedding"}, {"num_embeddings", vocab}, {"embedding_dim", 64}});
+    if (name == "gru") {
+      add({{"type", "gru"}, {"hidden_size", 64}});
+    } else {
+      add({{"type", "positional"}});
+      add({{"type", "transformer_encoder"}, {"nhead", 4}, {"dim_feedforward", 128}, {"num_layers", 2}, {"dropout", 0.1}});
+      add({{"type", "mean_pool"}});
+    }
+  } else {
+    throw Error("unknown model preset '" + name + "'; presets: " + preset_names());
+  }
+  add({{"type", "linear"}, {"out_features", classes}});
+  return Json{{"name", name}, {"input_shape", in}, {"layers", layers}}.dump();
+}
+
+}  // namespace anvil::models

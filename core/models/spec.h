@@ -1,0 +1,49 @@
+// Declarative models: a JSON spec lists layers; the builder infers every layer's input size
+// from the one before (no in_features / in_channels to keep in sync by hand) and reports a
+// mistake by the layer's index and type, with the shape it expected and the one it got.
+//
+//   {"input_shape": [1, 8, 8],
+//    "layers": [{"type": "conv2d", "out_channels": 32, "kernel_size": 3, "padding": "same"},
+//               {"type": "batchnorm2d"}, {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2},
+//               {"type": "flatten"}, {"type": "linear", "out_features": 10}]}
+//
+// Layer types: linear, conv1d, conv2d, maxpool2d, avgpool2d, adaptiveavgpool2d, batchnorm1d,
+// batchnorm2d, layernorm, groupnorm, dropout, relu, gelu, tanh, sigmoid, silu, leakyrelu,
+// flatten, embedding, residual (its "layers" run on x and are added to x; a 1x1 convolution or
+// linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the
+// last hidden state [H]), transformer_encoder, mean_pool (over a sequence dim).
+// Shapes exclude the batch dim. Unknown keys are errors (a typo is never ignored).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/nn/module.h"
+#include "core/tensor/tensor.h"
+
+namespace anvil::models {
+
+struct BuiltModel {
+  std::shared_ptr<nn::Module> module;
+  IntArray input_shape;   // without the batch dim
+  IntArray output_shape;  // without the batch dim
+  std::string spec;       // the normalised JSON spec (inferred sizes filled in)
+  ScalarType input_dtype = kFloat32;  // int64 when the first layer is an embedding
+};
+
+// Builds from a JSON spec text; throws anvil::Error naming the layer on any mistake.
+BuiltModel build_model(const std::string& json_spec);
+
+// Named presets: a JSON spec for `input_shape` and `num_classes`.
+//   mlp          Linear-ReLU x2 (128 wide), any input (flattened)
+//   lenet5       LeNet-5 style CNN for [C, H, W] images
+//   resnet       a small ResNet (3 residual stages) for [C, H, W] images
+//   gru          embedding -> GRU -> linear, for int64 token sequences [T] (vocab = input
+//                values below `vocab_size`)
+//   transformer  embedding + learned positions -> 2 encoder layers -> mean pool -> linear
+std::string preset_spec(const std::string& name, const IntArray& input_shape, int64_t num_classes,
+                        int64_t vocab_size = 0);
+// The preset names, for help texts and errors.
+std::string preset_names();
+
+}  // namespace anvil::models

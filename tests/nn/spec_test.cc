@@ -1,0 +1,74 @@
+// Model specs: shape inference, errors that name the layer, and every preset building,
+// running forward and backward.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/anvil.h"
+#include "core/models/spec.h"
+#include "tests/core/test_util.h"
+
+namespace anvil::models {
+namespace {
+
+using ::testing::HasSubstr;
+using test::ErrorOf;
+
+TEST(SpecTest, InfersSizesLayerByLayer) {
+  const BuiltModel m = build_model(R"({"input_shape": [1, 8, 8], "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": "same"}, {"type": "relu"},
+      {"type": "maxpool2d", "kernel_size": 2}, {"type": "conv2d", "out_channels": 6, "kernel_size": [3, 2], "stride": 2},
+      {"type": "flatten"}, {"type": "dropout", "p": 0.1}, {"type": "linear", "out_features": 10}]})");
+  // 8x8 -> same conv 4x8x8 -> pool 4x4x4 -> conv (3x2 kernel, stride 2) 6x1x2 -> 12 -> 10.
+  EXPECT_EQ(m.output_shape, (IntArray{10}));
+  EXPECT_EQ(m.module->num_parameters(), (4 * 9 + 4) + (6 * 4 * 6 + 6) + (12 * 10 + 10));
+  EXPECT_EQ((*m.module)(randn({5, 1, 8, 8})).sizes(), (IntArray{5, 10}));
+  EXPECT_THAT(m.spec, HasSubstr("\"output_shape\":[10]"));
+}
+
+TEST(SpecTest, ErrorsNameTheLayerAndWhatWasExpected) {
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [64], "layers": [{"type": "linear", "out_feature": 10}]})"); }),
+              HasSubstr("layer 0 (linear): unknown key 'out_feature'"));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [64], "layers": [{"type": "relu"}, {"type": "conv2d", "out_channels": 3, "kernel_size": 3}]})");
+              }),
+              HasSubstr("layer 1 (conv2d): expects input [C, H, W], got shape [64]"));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [1, 4, 4], "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 5}]})");
+              }),
+              HasSubstr("does not fit the input [1, 4, 4]"));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [4], "layers": [{"type": "transformer"}]})"); }),
+              HasSubstr("unknown layer type 'transformer'"));
+  EXPECT_THAT(ErrorOf([] { build_model("{not json"); }), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"layers": []})"); }), HasSubstr("'input_shape'"));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [3, 8, 8], "layers": [{"type": "residual", "layers": [{"type": "flatten"}]}]})");
+              }),
+              HasSubstr("layer 0 (residual): cannot add the input [3, 8, 8] to the body's output [192]"));
+  EXPECT_THAT(ErrorOf([] { preset_spec("vgg", {1, 8, 8}, 10); }), HasSubstr("presets: mlp, lenet5, resnet, gru, transformer"));
+}
+
+TEST(SpecTest, EveryPresetBuildsRunsAndBackpropagates) {
+  struct Case {
+    std::string name;
+    IntArray input;
+    int64_t vocab;
+  };
+  for (const Case& c : {Case{"mlp", {64}, 0}, Case{"mlp", {1, 8, 8}, 0}, Case{"lenet5", {1, 8, 8}, 0},
+                        Case{"lenet5", {1, 28, 28}, 0}, Case{"resnet", {3, 16, 16}, 0}, Case{"gru", {12}, 50},
+                        Case{"transformer", {12}, 50}}) {
+    const BuiltModel m = build_model(preset_spec(c.name, c.input, 7, c.vocab));
+    EXPECT_EQ(m.output_shape, (IntArray{7})) << c.name;
+    IntArray batch{3};
+    batch.insert(batch.end(), c.input.begin(), c.input.end());
+    const Tensor x = m.input_dtype == kInt64 ? randint(0, c.vocab, batch) : randn(batch);
+    const Tensor y = (*m.module)(x);
+    ASSERT_EQ(y.sizes(), (IntArray{3, 7})) << c.name;
+    y.sum().backward();
+    for (const auto& [pname, p] : m.module->named_parameters()) {
+      EXPECT_TRUE(p.grad().defined()) << c.name << ": no gradient for " << pname;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anvil::models
