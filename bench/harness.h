@@ -13,11 +13,18 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <limits>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "core/tensor/tensor.h"
+
+#ifdef ANVIL_BENCH_HAVE_TORCH
+#include <torch/torch.h>
+#endif
 
 namespace anvil::bench {
 
@@ -264,5 +271,22 @@ inline std::string CpuModel() {
   }
   return "unknown";
 }
+
+#ifdef ANVIL_BENCH_HAVE_TORCH
+// A libtorch copy of an Anvil tensor (float32 or int64), so both peers see the same data.
+inline torch::Tensor ToTorch(const anvil::Tensor& a) {
+  const anvil::Tensor c = a.contiguous();
+  torch::Dtype dtype;
+  if (c.dtype() == anvil::kFloat32) {
+    dtype = torch::kFloat;
+  } else if (c.dtype() == anvil::kInt64) {
+    dtype = torch::kLong;
+  } else {
+    throw std::runtime_error("ToTorch: only float32 and int64 are needed here");
+  }
+  const std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(c.data_ptr(), sizes, torch::TensorOptions().dtype(dtype)).clone();
+}
+#endif
 
 }  // namespace anvil::bench

@@ -59,21 +59,6 @@ using namespace anvil::bench;
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
 
-// A libtorch copy of an Anvil tensor (float32 or int64), so both peers see the same data.
-torch::Tensor ToTorch(const anvil::Tensor& a) {
-  const anvil::Tensor c = a.contiguous();
-  torch::Dtype dtype;
-  if (c.dtype() == anvil::kFloat32) {
-    dtype = torch::kFloat;
-  } else if (c.dtype() == anvil::kInt64) {
-    dtype = torch::kLong;
-  } else {
-    throw std::runtime_error("ToTorch: only float32 and int64 are needed here");
-  }
-  const std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
-  return torch::from_blob(c.data_ptr(), sizes, torch::TensorOptions().dtype(dtype)).clone();
-}
-
 // "" when the results agree within the tolerances, else the largest difference.
 std::string Compare(const anvil::Tensor& a, const torch::Tensor& t, double rtol, double atol) {
   if (!a.defined() || !t.defined()) return "a result is missing";

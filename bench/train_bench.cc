@@ -44,13 +44,6 @@ AnvilModel Lenet5() {
 }
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
-torch::Tensor ToTorch(const anvil::Tensor& a) {
-  const anvil::Tensor c = a.contiguous();
-  const auto dtype = c.dtype() == anvil::kInt64 ? torch::kLong : torch::kFloat;
-  std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
-  return torch::from_blob(c.data_ptr(), sizes, dtype).clone();
-}
-
 torch::nn::Sequential TorchMlp(const std::vector<int64_t>& widths) {
   torch::nn::Sequential m;
   for (size_t i = 0; i + 1 < widths.size(); ++i) {

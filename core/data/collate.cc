@@ -9,11 +9,6 @@
 namespace anvil::data {
 namespace {
 
-std::string Shape(const Tensor& t) {
-  std::string s = "[";
-  for (size_t i = 0; i < t.sizes().size(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
-  return s + "]";
-}
 
 std::string Keys(const Example& ex) {
   std::string s = "[";
@@ -58,8 +53,8 @@ Example CollateLevel(const std::vector<const Example*>& samples, const std::stri
       const Tensor& t = field.tensor;
       ANVIL_CHECK(t.dtype() == t0.dtype(), "collate: field '", name, "' is ", t.dtype(), " in sample ", s,
                   " but ", t0.dtype(), " in sample 0");
-      ANVIL_CHECK(t.sizes() == t0.sizes(), "collate: field '", name, "' has shape ", Shape(t), " in sample ",
-                  s, " but ", Shape(t0), " in sample 0; resize or crop to one size in a transform, "
+      ANVIL_CHECK(t.sizes() == t0.sizes(), "collate: field '", name, "' has shape ", shape_str(t), " in sample ",
+                  s, " but ", shape_str(t0), " in sample 0; resize or crop to one size in a transform, "
                   "or pass a custom collate (e.g. one that pads)");
       parts.push_back(t);
     }

@@ -21,11 +21,6 @@ std::string Join(const std::vector<double>& v) {
   return os.str();
 }
 
-std::string ShapeStr(const IntArray& sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
 
 // The channel dim of a CHW or NCHW input; `who` names the transform in the error.
 int64_t ChannelDim(const Tensor& x, const char* who) {
@@ -43,7 +38,7 @@ Tensor PerChannel(const std::vector<double>& v, const Tensor& like) {
 void CheckChannels(const Tensor& x, int64_t cdim, size_t expected, const char* who) {
   ANVIL_CHECK(x.size(cdim) == static_cast<int64_t>(expected), who, ": expected ", expected,
               " channels (one per mean/std entry), got ", x.size(cdim), " channels in a tensor of "
-              "shape ", ShapeStr(x.sizes()));
+              "shape ", shape_str(x.sizes()));
 }
 
 void CheckSpatial(const Tensor& x, const char* who) {
@@ -134,7 +129,7 @@ Tensor BandScale::operator()(const Tensor& x) const {
   const Tensor xf = x.is_floating_point() ? x : x.to(kFloat32);
   ANVIL_CHECK(xf.size(cdim) == static_cast<int64_t>(scale_.size()), "BandScale: expected ",
               scale_.size(), " bands (one per scale/offset entry), got ", xf.size(cdim),
-              " bands in a tensor of shape ", ShapeStr(xf.sizes()));
+              " bands in a tensor of shape ", shape_str(xf.sizes()));
   return xf * PerChannel(scale_, xf) + PerChannel(offset_, xf);
 }
 

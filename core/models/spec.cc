@@ -17,11 +17,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 using ModulePtr = std::shared_ptr<nn::Module>;
 
-std::string Shape(const IntArray& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // The context of one layer while it is built: where it is, for error messages.
 struct Layer {
@@ -80,7 +75,7 @@ struct Layer {
     Fail(std::string("'") + key + "' must be an integer or a pair [h, w]");
   }
   void Rank(const IntArray& in, size_t rank, const char* layout) const {
-    if (in.size() != rank) Fail("expects input " + std::string(layout) + ", got shape " + Shape(in));
+    if (in.size() != rank) Fail("expects input " + std::string(layout) + ", got shape " + shape_str(in));
   }
 };
 
@@ -158,7 +153,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       const int64_t padded = spatial[static_cast<size_t>(d)] + (same ? span - 1 : 2 * pad[static_cast<size_t>(d)]);
       if (padded < span) {
         L.Fail("the kernel " + std::to_string(k[0]) + "x" + std::to_string(k[1]) + " does not fit the input " +
-               Shape(in));
+               shape_str(in));
       }
       out_hw[static_cast<size_t>(d)] = same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
     }
@@ -175,7 +170,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Rank(in, 3, "[C, H, W]");
     const auto k = L.Pair("kernel_size", std::nullopt), s = L.Pair("stride", 0, 0), p = L.Pair("padding", 0, 0);
     const int64_t sh = s[0] > 0 ? s[0] : k[0], sw = s[1] > 0 ? s[1] : k[1];
-    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1]) L.Fail("the window does not fit the input " + Shape(in));
+    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1]) L.Fail("the window does not fit the input " + shape_str(in));
     const IntArray out{in[0], (in[1] + 2 * p[0] - k[0]) / sh + 1, (in[2] + 2 * p[1] - k[1]) / sw + 1};
     if (type == "maxpool2d") return {std::make_shared<nn::MaxPool2d>(k, s, p), out};
     return {std::make_shared<nn::AvgPool2d>(k, s, p), out};
@@ -190,7 +185,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Keys({"eps", "momentum"});
     const bool two_d = type == "batchnorm2d";
     if (two_d) L.Rank(in, 3, "[C, H, W]");
-    else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + Shape(in));
+    else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
     const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
     if (two_d) return {std::make_shared<nn::BatchNorm2d>(in[0], eps, momentum), in};
     return {std::make_shared<nn::BatchNorm1d>(in[0], eps, momentum), in};
@@ -249,7 +244,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Keys({"dim"});
     if (in.empty()) L.Fail("expects at least one dim");
     const int64_t d = L.Int("dim", 0, 0);
-    if (d >= static_cast<int64_t>(in.size())) L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + Shape(in));
+    if (d >= static_cast<int64_t>(in.size())) L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + shape_str(in));
     IntArray out = in;
     out.erase(out.begin() + d);
     return {std::make_shared<MeanPool>(d + 1), out};
@@ -269,7 +264,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       } else if (in.size() == 1 && body.shape.size() == 1) {
         shortcut = std::make_shared<nn::Linear>(in[0], body.shape[0]);
       } else {
-        L.Fail("cannot add the input " + Shape(in) + " to the body's output " + Shape(body.shape));
+        L.Fail("cannot add the input " + shape_str(in) + " to the body's output " + shape_str(body.shape));
       }
     }
     return {std::make_shared<Residual>(body.module, shortcut), body.shape};
@@ -342,7 +337,7 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
       add({{"type", "relu"}});
     }
   } else if (name == "lenet5") {
-    ANVIL_CHECK(in.size() == 3, "preset lenet5: expected image input [C, H, W], got ", Shape(in));
+    ANVIL_CHECK(in.size() == 3, "preset lenet5: expected image input [C, H, W], got ", shape_str(in));
     add({{"type", "conv2d"}, {"out_channels", 6}, {"kernel_size", 5}, {"padding", "same"}});
     add({{"type", "relu"}});
     add({{"type", "maxpool2d"}, {"kernel_size", 2}});
@@ -355,7 +350,7 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
     add({{"type", "linear"}, {"out_features", 84}});
     add({{"type", "relu"}});
   } else if (name == "resnet") {
-    ANVIL_CHECK(in.size() == 3, "preset resnet: expected image input [C, H, W], got ", Shape(in));
+    ANVIL_CHECK(in.size() == 3, "preset resnet: expected image input [C, H, W], got ", shape_str(in));
     add({{"type", "conv2d"}, {"out_channels", 16}, {"kernel_size", 3}, {"padding", 1}, {"bias", false}});
     add({{"type", "batchnorm2d"}});
     add({{"type", "relu"}});
@@ -374,7 +369,7 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
     add({{"type", "adaptiveavgpool2d"}, {"output_size", 1}});
     add({{"type", "flatten"}});
   } else if (name == "gru" || name == "transformer") {
-    ANVIL_CHECK(in.size() == 1, "preset ", name, ": expected token sequences [T], got ", Shape(in));
+    ANVIL_CHECK(in.size() == 1, "preset ", name, ": expected token sequences [T], got ", shape_str(in));
     ANVIL_CHECK(vocab >= 2, "preset ", name, ": needs the vocabulary size");
     add({{"type", "embedding"}, {"num_embeddings", vocab}, {"embedding_dim", 64}});
     if (name == "gru") {

@@ -16,16 +16,6 @@
 
 namespace anvil::nn {
 namespace functional {
-namespace {
-
-std::string Shape(const IntArray& sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   ANVIL_CHECK(pads.size() % 2 == 0 && pads.size() / 2 <= static_cast<size_t>(x.dim()),
               "pad: expected pairs of pads for at most ", x.dim(), " dims, got ", pads.size(), " values");
@@ -53,17 +43,17 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   ANVIL_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected input [N, C, H, W] or [C, H, W], got ",
-              Shape(input.sizes()));
+              shape_str(input.sizes()));
   if (input.dim() == 3) return conv2d(input.unsqueeze(0), weight, bias, p).squeeze(0);
-  ANVIL_CHECK(weight.dim() == 4, "conv2d: expected weight [OC, C / groups, KH, KW], got ", Shape(weight.sizes()));
+  ANVIL_CHECK(weight.dim() == 4, "conv2d: expected weight [OC, C / groups, KH, KW], got ", shape_str(weight.sizes()));
   const int64_t N = input.size(0), C = input.size(1), G = p.groups;
   const int64_t OC = weight.size(0), KH = weight.size(2), KW = weight.size(3);
   ANVIL_CHECK(G >= 1 && C % G == 0 && OC % G == 0, "conv2d: groups = ", G, " must divide both the input channels (",
               C, ") and the output channels (", OC, ")");
-  ANVIL_CHECK(weight.size(1) == C / G, "conv2d: weight ", Shape(weight.sizes()), " expects ", weight.size(1) * G,
-              " input channels, but the input ", Shape(input.sizes()), " has ", C);
+  ANVIL_CHECK(weight.size(1) == C / G, "conv2d: weight ", shape_str(weight.sizes()), " expects ", weight.size(1) * G,
+              " input channels, but the input ", shape_str(input.sizes()), " has ", C);
   ANVIL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), "conv2d: expected bias [", OC, "], got ",
-              bias.defined() ? Shape(bias.sizes()) : "");
+              bias.defined() ? shape_str(bias.sizes()) : "");
   const auto [sh, sw] = p.stride;
   const auto [dh, dw] = p.dilation;
   ANVIL_CHECK(sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1, "conv2d: stride and dilation must be positive");
@@ -92,8 +82,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
               int64_t dilation, int64_t groups, bool same) {
   ANVIL_CHECK(input.dim() == 2 || input.dim() == 3, "conv1d: expected input [N, C, L] or [C, L], got ",
-              Shape(input.sizes()));
-  ANVIL_CHECK(weight.dim() == 3, "conv1d: expected weight [OC, C / groups, K], got ", Shape(weight.sizes()));
+              shape_str(input.sizes()));
+  ANVIL_CHECK(weight.dim() == 3, "conv1d: expected weight [OC, C / groups, K], got ", shape_str(weight.sizes()));
   Conv2dParams p{{1, stride}, {0, padding}, {1, dilation}, groups, same};
   return conv2d(input.unsqueeze(-2), weight.unsqueeze(2), bias, p).squeeze(-2);
 }

@@ -10,12 +10,6 @@
 namespace anvil::nn::functional {
 namespace {
 
-std::string Shape(const IntArray& sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
-std::string Shape(const Tensor& t) { return Shape(t.sizes()); }
 
 Tensor Reduce(const Tensor& x, Reduction r) {
   switch (r) {
@@ -29,8 +23,8 @@ Tensor Reduce(const Tensor& x, Reduction r) {
 // Element-wise losses compare input and target one to one. Broadcasting [N, 1] against [N]
 // would silently compare every input with every target, so differing shapes are an error.
 void CheckSameShape(const Tensor& input, const Tensor& target, const char* loss) {
-  ANVIL_CHECK(input.sizes() == target.sizes(), loss, ": input shape ", Shape(input), " and target shape ",
-              Shape(target), " differ; broadcasting them would compare every input with every target. "
+  ANVIL_CHECK(input.sizes() == target.sizes(), loss, ": input shape ", shape_str(input), " and target shape ",
+              shape_str(target), " differ; broadcasting them would compare every input with every target. "
               "Reshape one of them (e.g. input.squeeze(-1) or target.unsqueeze(-1))");
 }
 
@@ -76,7 +70,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
-  ANVIL_CHECK(log_probs.dim() >= 1, "nll_loss: expected input of shape [N, C] or [N, C, d...], got ", Shape(log_probs));
+  ANVIL_CHECK(log_probs.dim() >= 1, "nll_loss: expected input of shape [N, C] or [N, C, d...], got ", shape_str(log_probs));
   ANVIL_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kInt32, "nll_loss: expected int64 class indices as "
                    "the target, got ", target.dtype());
   // Flatten to [M, C] rows and [M] targets: classes on dim 1 (or dim 0 without a batch).
@@ -84,8 +78,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
   const int64_t C = batched ? log_probs.size(1) : log_probs.size(0);
   IntArray expected_target = log_probs.sizes();
   expected_target.erase(expected_target.begin() + (batched ? 1 : 0));
-  ANVIL_CHECK(target.sizes() == expected_target, "nll_loss: expected a target of shape ", Shape(expected_target),
-              " for input of shape ", Shape(log_probs), ", got ", Shape(target));
+  ANVIL_CHECK(target.sizes() == expected_target, "nll_loss: expected a target of shape ", shape_str(expected_target),
+              " for input of shape ", shape_str(log_probs), ", got ", shape_str(target));
   const Tensor rows = batched ? log_probs.movedim(1, -1).reshape({-1, C}) : log_probs.reshape({1, C});
   const Tensor t = target.to(kInt64).reshape({-1});
   const Tensor valid = t != o.ignore_index;
@@ -102,7 +96,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
   Tensor w = valid.to(rows.dtype());
   if (o.weight.defined()) {
     ANVIL_CHECK(o.weight.dim() == 1 && o.weight.size(0) == C, "nll_loss: expected a weight of shape [", C,
-                "], got ", Shape(o.weight));
+                "], got ", shape_str(o.weight));
     w = w * index_select(o.weight.to(rows.dtype()), 0, safe_t);
   }
   const Tensor losses = picked * w;
@@ -123,7 +117,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   const Tensor logp = log_softmax(logits, cdim);
   if (target.is_floating_point()) {
     ANVIL_CHECK(target.sizes() == logits.sizes(), "cross_entropy: a floating-point target holds class probabilities "
-                "and must have the logits' shape ", Shape(logits), ", got ", Shape(target),
+                "and must have the logits' shape ", shape_str(logits), ", got ", shape_str(target),
                 "; for class indices pass an int64 tensor of shape [N]");
     Tensor t = target;
     if (o.label_smoothing > 0) t = t * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(C);

@@ -16,11 +16,6 @@ std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-std::string ShapeStr(const Tensor& t) {
-  std::string s = "[";
-  for (size_t i = 0; i < t.sizes().size(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
-  return s + "]";
-}
 
 std::string KeyList(const std::vector<std::string>& keys) {
   std::string s;
@@ -224,7 +219,7 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   for (const auto& [name, t] : targets) {
     const Tensor& src = *state.find(name);
     ANVIL_CHECK(src.sizes() == t->sizes(), "load_state_dict: size mismatch for '", name, "': the checkpoint has ",
-                ShapeStr(src), ", the module has ", ShapeStr(*t));
+                shape_str(src), ", the module has ", shape_str(*t));
   }
   NoGradGuard no_grad;
   for (const auto& [name, t] : targets) t->copy_(*state.find(name));

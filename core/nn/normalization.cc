@@ -11,11 +11,6 @@ namespace anvil::nn {
 namespace functional {
 namespace {
 
-std::string Shape(const IntArray& sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
 
 // [C] -> [1, C, 1, ...] to broadcast over input of rank `dim`.
 Tensor PerChannel(const Tensor& v, int64_t dim) {
@@ -28,7 +23,7 @@ Tensor PerChannel(const Tensor& v, int64_t dim) {
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps) {
-  ANVIL_CHECK(x.dim() >= 2, "batch_norm: expected input [N, C, ...], got ", Shape(x.sizes()));
+  ANVIL_CHECK(x.dim() >= 2, "batch_norm: expected input [N, C, ...], got ", shape_str(x.sizes()));
   const int64_t C = x.size(1);
   IntArray reduce_dims{0};
   for (int64_t d = 2; d < x.dim(); ++d) reduce_dims.push_back(d);
@@ -36,7 +31,7 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   if (training) {
     const int64_t count = x.numel() / C;
     ANVIL_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
-                Shape(x.sizes()), " (a batch of one sample cannot be normalised by its own statistics)");
+                shape_str(x.sizes()), " (a batch of one sample cannot be normalised by its own statistics)");
     mean = x.mean(reduce_dims);
     var = x.var(reduce_dims, /*correction=*/0);
     if (running_mean.defined()) {
@@ -58,11 +53,11 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 
 Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, const Tensor& bias, double eps) {
   const auto k = static_cast<int64_t>(shape.size());
-  ANVIL_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", Shape(shape), " has more dims than the input ",
-              Shape(x.sizes()));
+  ANVIL_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(shape), " has more dims than the input ",
+              shape_str(x.sizes()));
   for (int64_t i = 0; i < k; ++i) {
     ANVIL_CHECK(x.size(x.dim() - k + i) == shape[static_cast<size_t>(i)], "layer_norm: expected the input to end in ",
-                Shape(shape), ", got ", Shape(x.sizes()));
+                shape_str(shape), ", got ", shape_str(x.sizes()));
   }
   IntArray dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
@@ -75,7 +70,7 @@ Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, 
 }
 
 Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias, double eps) {
-  ANVIL_CHECK(x.dim() >= 2, "group_norm: expected input [N, C, ...], got ", Shape(x.sizes()));
+  ANVIL_CHECK(x.dim() >= 2, "group_norm: expected input [N, C, ...], got ", shape_str(x.sizes()));
   const int64_t N = x.size(0), C = x.size(1);
   ANVIL_CHECK(G >= 1 && C % G == 0, "group_norm: num_groups = ", G, " must divide the ", C, " channels");
   const Tensor g = x.reshape({N, G, -1});
@@ -90,7 +85,7 @@ Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor
 Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
   ANVIL_CHECK_TYPE(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: expected integer indices, got ",
                    indices.dtype());
-  ANVIL_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got ", Shape(weight.sizes()));
+  ANVIL_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got ", shape_str(weight.sizes()));
   const Tensor flat = indices.reshape({-1}).to(kInt64);
   if (flat.numel() > 0) {
     const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();

@@ -305,6 +305,7 @@ Tensor& operator/=(Tensor& a, Scalar b);
 // Shape helpers shared by ops.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 std::string shape_str(const IntArray& sizes);
+inline std::string shape_str(const Tensor& t) { return shape_str(t.sizes()); }
 
 template <typename T>
 T* Tensor::data_ptr() const {
