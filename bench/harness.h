@@ -272,6 +272,18 @@ inline std::string CpuModel() {
   return "unknown";
 }
 
+// Options from the command line ([threads] [filter]) and the environment
+// (ANVIL_BENCH_THREADS, ANVIL_BENCH_ROUNDS, ANVIL_BENCH_BATCH_MS).
+inline Options ParseOptions(int argc, char** argv) {
+  Options opt;
+  opt.threads = std::atoi(EnvOr("ANVIL_BENCH_THREADS", "2"));
+  if (argc > 1) opt.threads = std::atoi(argv[1]);
+  if (argc > 2) opt.filter = argv[2];
+  opt.rounds = std::max(1, std::atoi(EnvOr("ANVIL_BENCH_ROUNDS", "9")));
+  opt.batch_ms = std::max(0.0, std::atof(EnvOr("ANVIL_BENCH_BATCH_MS", "20")));
+  return opt;
+}
+
 #ifdef ANVIL_BENCH_HAVE_TORCH
 // A libtorch copy of an Anvil tensor (float32 or int64), so both peers see the same data.
 inline torch::Tensor ToTorch(const anvil::Tensor& a) {

@@ -417,12 +417,7 @@ void PrintPreamble(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options opt;
-  opt.threads = std::atoi(EnvOr("ANVIL_BENCH_THREADS", "2"));
-  if (argc > 1) opt.threads = std::atoi(argv[1]);
-  if (argc > 2) opt.filter = argv[2];
-  opt.rounds = std::max(1, std::atoi(EnvOr("ANVIL_BENCH_ROUNDS", "9")));
-  opt.batch_ms = std::max(0.0, std::atof(EnvOr("ANVIL_BENCH_BATCH_MS", "20")));
+  Options opt = ParseOptions(argc, argv);
   if (opt.threads < 1) {
     std::fprintf(stderr, "usage: %s [threads >= 1] [filter]\n", argv[0]);
     return 2;

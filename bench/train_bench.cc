@@ -114,12 +114,7 @@ void TrainStepRow(Table& table, const std::string& name, const std::string& size
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options opt;
-  opt.threads = std::atoi(EnvOr("ANVIL_BENCH_THREADS", "2"));
-  if (argc > 1) opt.threads = std::atoi(argv[1]);
-  if (argc > 2) opt.filter = argv[2];
-  opt.rounds = std::max(1, std::atoi(EnvOr("ANVIL_BENCH_ROUNDS", "9")));
-  opt.batch_ms = std::max(0.0, std::atof(EnvOr("ANVIL_BENCH_BATCH_MS", "20")));
+  Options opt = ParseOptions(argc, argv);
   anvil::set_num_threads(opt.threads);
 #ifdef ANVIL_BENCH_HAVE_TORCH
   torch::set_num_threads(opt.threads);
