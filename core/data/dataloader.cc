@@ -103,7 +103,9 @@ struct DataLoader::State {
   std::optional<Slot> Build(const DataLoaderOptions& opt, int64_t k, uint64_t gen, int64_t ep, int worker,
                             const std::vector<int64_t>& indices, RawSamples raw);
   void WorkerLoop(const DataLoaderOptions& opt, int id);
-  void StartPass(const DataLoaderOptions& opt);
+  // `start`: when the consumer asked for the pass's first batch (the data-wait clock starts
+  // there too, so the summed wait never exceeds the pass's elapsed time).
+  void StartPass(const DataLoaderOptions& opt, Clock::time_point start);
   void EndPass(bool finished);  // requires mu
   void StopWorkers();
 };
@@ -209,7 +211,7 @@ void DataLoader::State::WorkerLoop(const DataLoaderOptions& opt, int id) {
   }
 }
 
-void DataLoader::State::StartPass(const DataLoaderOptions& opt) {
+void DataLoader::State::StartPass(const DataLoaderOptions& opt, Clock::time_point start) {
   std::unique_lock<std::mutex> stream_lock(stream_mu, std::defer_lock);
   if (iterable) stream_lock.lock();
   std::lock_guard<std::mutex> lock(mu);
@@ -238,7 +240,7 @@ void DataLoader::State::StartPass(const DataLoaderOptions& opt) {
   }
   next_claim = next_deliver = start_batch;
   active = true;
-  pass_start = Clock::now();
+  pass_start = start;
   stats = LoaderStats{};
   stats.epoch = epoch;
   work_cv.notify_all();
@@ -349,7 +351,7 @@ std::optional<Example> DataLoader::next() {
     active = s.active;
   }
   if (!active) {
-    s.StartPass(options_);
+    s.StartPass(options_, t0);
     if (options_.num_workers > 0 && s.threads.empty()) {
       for (int i = 0; i < options_.num_workers; ++i) {
         s.threads.emplace_back([this, i] { state_->WorkerLoop(options_, i); });
