@@ -28,6 +28,13 @@ void CheckSameShape(const Tensor& input, const Tensor& target, const char* loss)
               "Reshape one of them (e.g. input.squeeze(-1) or target.unsqueeze(-1))");
 }
 
+// A per-class weight [C] shaped to broadcast over logits of rank `dim` with classes on `cdim`.
+Tensor ClassWeight(const Tensor& weight, int64_t dim, int64_t cdim, ScalarType dtype) {
+  IntArray shape(static_cast<size_t>(dim), 1);
+  shape[static_cast<size_t>(cdim)] = weight.numel();
+  return weight.to(dtype).reshape(shape);
+}
+
 }  // namespace
 
 Tensor relu(const Tensor& x) { return anvil::relu(x); }
@@ -122,11 +129,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     Tensor t = target;
     if (o.label_smoothing > 0) t = t * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(C);
     Tensor terms = logp * t;
-    if (o.weight.defined()) {
-      IntArray wshape(static_cast<size_t>(logits.dim()), 1);
-      wshape[static_cast<size_t>(cdim)] = C;
-      terms = terms * o.weight.to(logp.dtype()).reshape(wshape);
-    }
+    if (o.weight.defined()) terms = terms * ClassWeight(o.weight, logits.dim(), cdim, logp.dtype());
     const Tensor per_sample = -terms.sum({cdim});
     switch (o.reduction) {
       case Reduction::kNone: return per_sample;
@@ -138,11 +141,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   if (o.label_smoothing == 0.0) return nll;
   // PyTorch's rule: (1 - e) * nll + e / C * (-sum_c w_c log p_c), same reduction and masking.
   Tensor smooth = logp;
-  if (o.weight.defined()) {
-    IntArray wshape(static_cast<size_t>(logits.dim()), 1);
-    wshape[static_cast<size_t>(cdim)] = C;
-    smooth = smooth * o.weight.to(logp.dtype()).reshape(wshape);
-  }
+  if (o.weight.defined()) smooth = smooth * ClassWeight(o.weight, logits.dim(), cdim, logp.dtype());
   Tensor per_sample = -smooth.sum({cdim});
   const Tensor valid = target != o.ignore_index;
   per_sample = where(valid, per_sample, 0.0);

@@ -27,12 +27,8 @@ void Linear::reset_parameters() {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (x.dim() < 1 || x.size(-1) != in_features) {
-    std::string shape = "[";
-    for (size_t i = 0; i < x.sizes().size(); ++i) shape += (i ? ", " : "") + std::to_string(x.sizes()[i]);
-    throw Error("Linear(" + std::to_string(in_features) + ", " + std::to_string(out_features) +
-                "): expected input with last dim " + std::to_string(in_features) + ", got shape " + shape + "]");
-  }
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, ", ", out_features,
+              "): expected input with last dim ", in_features, ", got shape ", shape_str(x));
   return linear(x, weight, bias);
 }
 

@@ -139,28 +139,24 @@ void Module::train(bool on) {
   for (auto& [n, child] : children_) child->train(on);
 }
 
-void Module::to(ScalarType dtype) {
-  std::set<const TensorImpl*> done;
+void Module::Convert(const std::function<bool(const Tensor&)>& applies, const std::function<Tensor(const Tensor&)>& convert) {
+  std::set<const TensorImpl*> done;  // a shared tensor is converted once
   VisitSlots("", [&](const std::string&, Tensor* t, bool is_param) {
-    if (!t->defined() || !t->is_floating_point() || done.count(t->impl())) return;
+    if (!t->defined() || done.count(t->impl()) || !applies(*t)) return;
     const bool grad = t->requires_grad();
-    Tensor converted = t->detach().to(dtype);
+    Tensor converted = convert(t->detach());
     if (is_param) converted.requires_grad_(grad);
     done.insert(converted.impl());
     *t = converted;
   });
 }
 
+void Module::to(ScalarType dtype) {
+  Convert([](const Tensor& t) { return t.is_floating_point(); }, [dtype](const Tensor& t) { return t.to(dtype); });
+}
+
 void Module::to(Device device) {
-  std::set<const TensorImpl*> done;
-  VisitSlots("", [&](const std::string&, Tensor* t, bool is_param) {
-    if (!t->defined() || done.count(t->impl())) return;
-    const bool grad = t->requires_grad();
-    Tensor moved = t->detach().to(device);
-    if (is_param) moved.requires_grad_(grad);
-    done.insert(moved.impl());
-    *t = moved;
-  });
+  Convert([](const Tensor&) { return true; }, [device](const Tensor& t) { return t.to(device); });
 }
 
 void Module::zero_grad(bool set_to_none) {

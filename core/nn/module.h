@@ -13,6 +13,7 @@
 // forward concurrently only in eval mode under NoGradGuard, which does not mutate it).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,6 +105,8 @@ class Module {
   // Visits (dotted name, slot, is_parameter) over the tree, every name, duplicates included.
   template <typename F>
   void VisitSlots(const std::string& prefix, const F& f) const;
+  // Replaces every parameter and buffer for which `applies` holds by `convert` of it.
+  void Convert(const std::function<bool(const Tensor&)>& applies, const std::function<Tensor(const Tensor&)>& convert);
   // named_parameters (parameters = true) or named_buffers.
   std::vector<std::pair<std::string, Tensor>> NamedTensors(bool parameters, bool recurse) const;
 

@@ -9,14 +9,6 @@
 namespace anvil::optim {
 namespace {
 
-Options Merge(Options defaults, const Options& given, const char* who) {
-  for (const auto& [k, v] : given) {
-    ANVIL_CHECK(defaults.count(k), who, ": unknown option '", k, "'");
-    defaults[k] = v;
-  }
-  return defaults;
-}
-
 Options AdamDefaults(double weight_decay) {
   return {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay}, {"amsgrad", 0.0}};
 }
@@ -33,7 +25,7 @@ Adam::Adam(std::vector<Tensor> params, Options options) : Adam({ParamGroup{std::
 Adam::Adam(std::vector<ParamGroup> groups, Options defaults) : Adam(std::move(groups), std::move(defaults), false) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled)
-    : Optimizer(std::move(groups), Merge(AdamDefaults(decoupled ? 1e-2 : 0.0), defaults, decoupled ? "AdamW" : "Adam")),
+    : Optimizer(std::move(groups), WithOverrides(AdamDefaults(decoupled ? 1e-2 : 0.0), defaults, decoupled ? "AdamW" : "Adam")),
       decoupled_(decoupled) {
   for (const auto& g : param_groups()) {
     const Options& o = g.options;
@@ -88,7 +80,7 @@ RMSprop::RMSprop(std::vector<Tensor> params, Options options)
     : RMSprop({ParamGroup{std::move(params), {}}}, std::move(options)) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, Options defaults)
-    : Optimizer(std::move(groups), Merge({{"lr", 1e-2}, {"alpha", 0.99}, {"eps", 1e-8}, {"weight_decay", 0.0},
+    : Optimizer(std::move(groups), WithOverrides({{"lr", 1e-2}, {"alpha", 0.99}, {"eps", 1e-8}, {"weight_decay", 0.0},
                                           {"momentum", 0.0}, {"centered", 0.0}},
                                          defaults, "RMSprop")) {}
 

@@ -18,6 +18,14 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, Options defaults) : default
   for (auto& g : groups) add_param_group(std::move(g));
 }
 
+Options Optimizer::WithOverrides(Options defaults, const Options& overrides, const char* who) {
+  for (const auto& [k, v] : overrides) {
+    ANVIL_CHECK(defaults.count(k), who, ": unknown option '", k, "'");
+    defaults[k] = v;
+  }
+  return defaults;
+}
+
 void Optimizer::add_param_group(ParamGroup group) {
   ANVIL_CHECK(!group.params.empty(), "optimizer: a parameter group has no parameters");
   for (const auto& [key, value] : group.options) {

@@ -61,6 +61,8 @@ class Optimizer {
  protected:
   Optimizer(std::vector<ParamGroup> groups, Options defaults);
   ParamState& state(const Tensor& param);
+  // `defaults` with the caller's `overrides` applied; an unknown name is an error naming `who`.
+  static Options WithOverrides(Options defaults, const Options& overrides, const char* who);
 
  private:
   std::vector<ParamGroup> groups_;

@@ -17,14 +17,7 @@ Options SgdDefaults() {
 SGD::SGD(std::vector<Tensor> params, Options options) : SGD({ParamGroup{std::move(params), {}}}, std::move(options)) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, Options defaults)
-    : Optimizer(std::move(groups), [&] {
-        Options d = SgdDefaults();
-        for (const auto& [k, v] : defaults) {
-          ANVIL_CHECK(d.count(k), "SGD: unknown option '", k, "'");
-          d[k] = v;
-        }
-        return d;
-      }()) {
+    : Optimizer(std::move(groups), WithOverrides(SgdDefaults(), defaults, "SGD")) {
   for (const auto& g : param_groups()) {
     const Options& o = g.options;
     ANVIL_CHECK(o.at("momentum") >= 0.0, "SGD: expected momentum >= 0, got ", o.at("momentum"));

@@ -129,16 +129,16 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
     os.params[std::stoll(name.substr(6, slash - 6))].buffers[name.substr(slash + 1)] = t;
   }
   const nn::StateDict sd = ModelState(p);
-  // Validate both against the live objects, then apply both: no half-loaded state.
-  {
-    nn::StateDict before = model.state_dict();
-    model.load_state_dict(sd);  // validates every key and shape before copying
-    try {
-      optimizer.load_state_dict(os);
-    } catch (...) {
-      model.load_state_dict(before);  // put the model back as it was
-      throw;
-    }
+  // Each load validates before it writes. The optimizer goes first, with a snapshot (its
+  // state_dict clones the buffers) to put back if the model's load is then refused, so a
+  // mismatched file changes neither. (A model snapshot would be views of the live tensors.)
+  const optim::OptimizerState optimizer_before = optimizer.state_dict();
+  optimizer.load_state_dict(os);
+  try {
+    model.load_state_dict(sd);
+  } catch (...) {
+    optimizer.load_state_dict(optimizer_before);
+    throw;
   }
   TrainingState s;
   s.step = j.at("step").get<int64_t>();

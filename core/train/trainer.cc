@@ -135,8 +135,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
 
   model_->train();
   while (train.epoch() < o.epochs) {
-    double epoch_loss_sum = 0;  // read at the epoch's end only
-    Tensor epoch_loss = zeros({}, kFloat64);
+    Tensor epoch_loss = zeros({}, kFloat64);  // read at the epoch's end only
     int64_t epoch_steps = 0;
     Tensor step_loss = zeros({}, kFloat64);
     int64_t micro = 0;
@@ -204,8 +203,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     EpochMetrics em;
     em.epoch = train.epoch() - 1;
     em.step = step_;
-    epoch_loss_sum = epoch_loss.item<double>();
-    em.train_loss = epoch_steps > 0 ? epoch_loss_sum / static_cast<double>(epoch_steps) : 0.0;
+    em.train_loss = epoch_steps > 0 ? epoch_loss.item<double>() / static_cast<double>(epoch_steps) : 0.0;
     if (validation != nullptr) {
       const auto [vl, va] = evaluate(*validation);
       em.val_loss = vl;

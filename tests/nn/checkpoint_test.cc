@@ -117,5 +117,27 @@ TEST(CheckpointTest, CorruptOrTruncatedFilesAreReportedAndNothingIsLoaded) {
   EXPECT_TRUE(equal(b.model->parameters()[0], a.model->parameters()[0]));
 }
 
+TEST(CheckpointTest, ARefusedLoadChangesNeitherModelNorOptimizer) {
+  // Same parameters (so the optimizer state fits) but an extra buffer the file lacks.
+  manual_seed(0);
+  nn::Sequential a{std::make_shared<nn::Linear>(4, 3)};
+  optim::Adam opt_a(a.parameters());
+  a(randn({2, 4})).sum().backward();
+  opt_a.step();
+  const std::string path = Path("mismatch.ckpt");
+  save_checkpoint(path, a, opt_a, {});
+  nn::Sequential b{std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::BatchNorm1d>(3, 1e-5, 0.1, false)};
+  optim::Adam opt_b(b.parameters());
+  EXPECT_THAT(ErrorOf([&] { load_checkpoint(path, b, opt_b); }), HasSubstr("missing keys: '1.running_mean'"));
+  EXPECT_TRUE(opt_b.state_dict().params.empty());  // the file's Adam moments were not kept
+  // The other way round: the model fits but the optimizer (two groups, not one) does not.
+  nn::Sequential c{std::make_shared<nn::Linear>(4, 3)};
+  auto pc = c.parameters();
+  optim::Adam opt_c(std::vector<optim::ParamGroup>{{{pc[0]}, {}}, {{pc[1]}, {}}}, {});
+  const Tensor before = pc[0].detach().clone();
+  EXPECT_THAT(ErrorOf([&] { load_checkpoint(path, c, opt_c); }), HasSubstr("parameter groups"));
+  EXPECT_TRUE(equal(c.parameters()[0], before));  // the model was not loaded either
+}
+
 }  // namespace
 }  // namespace anvil::train

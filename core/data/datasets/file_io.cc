@@ -16,14 +16,12 @@
 
 namespace anvil::data::file_io {
 
-std::string ErrnoMessage(int err) { return errno_message(err); }
-
 GzReader::GzReader(std::string path) : path_(std::move(path)) {
   errno = 0;
   file_ = gzopen(path_.c_str(), "rb");
   // gzopen sets errno when the open itself fails; errno 0 means zlib ran out of memory.
   ANVIL_CHECK(file_ != nullptr, path_,
-              ": cannot open: ", errno != 0 ? ErrnoMessage(errno) : std::string("out of memory"));
+              ": cannot open: ", errno != 0 ? errno_message(errno) : std::string("out of memory"));
   // A larger buffer than zlib's 8 KiB default: fewer read calls on big files.
   gzbuffer(file_, 1 << 17);
 }
@@ -43,7 +41,7 @@ size_t GzReader::Read(void* dst, size_t n) {
       int err = Z_OK;
       const char* msg = gzerror(file_, &err);
       ANVIL_CHECK(false, path_,
-                  ": read error: ", err == Z_ERRNO ? ErrnoMessage(errno) : std::string(msg));
+                  ": read error: ", err == Z_ERRNO ? errno_message(errno) : std::string(msg));
     }
     done += static_cast<size_t>(got);
     if (static_cast<unsigned>(got) < chunk) break;
@@ -86,14 +84,14 @@ std::string ReadFile(const std::string& path, bool gunzip) {
     return data;
   }
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  ANVIL_CHECK(f != nullptr, path, ": cannot open: ", ErrnoMessage(errno));
+  ANVIL_CHECK(f != nullptr, path, ": cannot open: ", errno_message(errno));
   char buf[1 << 16];
   size_t got = 0;
   while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, got);
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   std::fclose(f);
-  ANVIL_CHECK(!failed, path, ": read error: ", ErrnoMessage(err));
+  ANVIL_CHECK(!failed, path, ": read error: ", errno_message(err));
   return data;
 }
 

@@ -46,7 +46,5 @@ std::string ReadFile(const std::string& path, bool gunzip);
 // and a failed write leaves any previous file intact.
 void WriteFileAtomic(const std::string& path, std::string_view bytes, bool gzip);
 
-// The system's description of errno value `err`; thread-safe, unlike std::strerror.
-std::string ErrnoMessage(int err);
 
 }  // namespace anvil::data::file_io
