@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -405,6 +406,36 @@ Grads StridedScatterAddB(Ctx& c, const Grads& g) {
 Grads Im2ColB(Ctx& c, const Grads& g) { return {dispatch1(OpId::Col2Im, {g[0]}, c.attrs())}; }
 Grads Col2ImB(Ctx& c, const Grads& g) { return {dispatch1(OpId::Im2Col, {g[0]}, c.attrs())}; }
 
+// Convolution. Without create_graph the fused gradient kernels run (columns rebuilt per
+// image in cache, never stored); with it, the same math composed from differentiable ops
+// (im2col, matmul, col2im) so the backward is itself recorded.
+Grads Conv2dB(Ctx& c, const Grads& g) {
+  Grads r(static_cast<size_t>(c.num_inputs()));
+  const Tensor x = c.saved_input(0), w = c.saved_input(1);
+  const OpAttrs& a = c.attrs();
+  if (!GradMode::is_enabled()) {
+    const Tensor gc = g[0].contiguous();
+    if (c.needs_input_grad(0)) r[0] = dispatch1(OpId::Conv2dInputGrad, {gc, w}, a);
+    if (c.needs_input_grad(1)) r[1] = dispatch1(OpId::Conv2dWeightGrad, {gc, x}, a);
+  } else {
+    const int64_t N = g[0].size(0), OC = g[0].size(1), L = g[0].size(2) * g[0].size(3), G = a.dims[12];
+    const int64_t K = w.size(1) * w.size(2) * w.size(3);
+    const Tensor gg = g[0].reshape({N, G, OC / G, L});
+    OpAttrs window = a;
+    window.dims.pop_back();  // im2col/col2im take the window without groups
+    if (c.needs_input_grad(0)) {
+      const Tensor cols = matmul(w.reshape({1, G, OC / G, K}).transpose(-1, -2), gg);  // [N, G, K, L]
+      r[0] = dispatch1(OpId::Col2Im, {cols.reshape({N, G * K, L})}, window);
+    }
+    if (c.needs_input_grad(1)) {
+      const Tensor cols = dispatch1(OpId::Im2Col, {x}, window).view({N, G, K, L});
+      r[1] = sum(matmul(gg, cols.transpose(-1, -2)), {0}).reshape(w.sizes());
+    }
+  }
+  if (r.size() > 2 && c.needs_input_grad(2)) r[2] = sum(g[0], {0, 2, 3});
+  return r;
+}
+
 struct RuleTable {
   BackwardFn rules[kNumOps] = {};
   RuleTable() {
@@ -428,6 +459,7 @@ struct RuleTable {
     RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
     RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
     RULE(StridedScatterAdd, StridedScatterAddB) RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB)
+    RULE(Conv2d, Conv2dB)
 #undef RULE
   }
 };

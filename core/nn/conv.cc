@@ -72,6 +72,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
               " is larger than the padded input ", Hp, "x", Wp);
   const int64_t OH = (Hp - dh * (KH - 1) - 1) / sh + 1, OW = (Wp - dw * (KW - 1) - 1) / sw + 1;
   const int64_t K = (C / G) * KH * KW;
+  if (input.device().is_cpu() && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
+    return convolution(input, weight, bias, wp, G);  // the fused op: columns per image, in cache
+  }
   // [N, C*KH*KW, L] -> per image and group: W[g] [OC/G, K] @ cols[n, g] [K, L] -> [N, G, OC/G, L].
   const Tensor cols = im2col(input, wp).view({N, G, K, OH * OW});
   Tensor out = matmul(weight.reshape({1, G, OC / G, K}), cols).view({N, OC, OH, OW});

@@ -204,6 +204,11 @@ Tensor im2col(const Tensor& x, const WindowParams& p);
 // The adjoint of im2col: sums each column entry back into its input position; output
 // [N, C, H, W] for output_size {H, W}.
 Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const WindowParams& p);
+// A 2-D convolution (cross-correlation) of x [N, C, H, W] with weight [OC, C / groups, KH, KW]
+// and an optional bias [OC]: one fused op (per image: im2col into a reused buffer, then
+// GEMMs), so the columns never leave the cache. Checked arguments: nn::functional::conv2d.
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p,
+                   int64_t groups);
 
 // ---- shape ----
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);

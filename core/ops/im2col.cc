@@ -1,6 +1,6 @@
-// im2col / col2im: the wrappers that check arguments and pack WindowParams into OpAttrs.dims
-// as {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (H, W: the image size, for col2im and for
-// im2col's backward).
+// im2col / col2im / convolution: the wrappers that check arguments and pack WindowParams into
+// OpAttrs.dims as {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (H, W: the image size, for
+// col2im and for im2col's backward); the convolution rows append {groups}.
 #include <string>
 
 #include "core/ops/dispatch.h"
@@ -44,6 +44,27 @@ Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const Wind
   ANVIL_CHECK(cols.size(1) % (p.kernel[0] * p.kernel[1]) == 0, "col2im: ", cols.size(1),
               " rows are not a multiple of the kernel's ", p.kernel[0] * p.kernel[1], " positions");
   return dispatch1(OpId::Col2Im, {cols}, Pack(p, output_size[0], output_size[1]));
+}
+
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p,
+                   int64_t groups) {
+  ANVIL_CHECK(x.dim() == 4 && weight.dim() == 4, "convolution: expected input [N, C, H, W] and weight [OC, C / groups, ",
+              "KH, KW], got ", x.dim(), " and ", weight.dim(), " dims");
+  ANVIL_CHECK(x.is_floating_point() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+              "convolution: expected floating-point input, weight and bias of one dtype, got ", x.dtype(), " and ",
+              weight.dtype());
+  ANVIL_CHECK(groups >= 1 && x.size(1) == weight.size(1) * groups && weight.size(0) % groups == 0,
+              "convolution: weight ", shape_str(weight.sizes()), " with groups = ", groups, " does not fit input ",
+              shape_str(x.sizes()));
+  ANVIL_CHECK(weight.size(2) == p.kernel[0] && weight.size(3) == p.kernel[1], "convolution: weight ",
+              shape_str(weight.sizes()), " does not match kernel ", p.kernel[0], "x", p.kernel[1]);
+  ANVIL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "convolution: expected bias [",
+              weight.size(0), "]");
+  Check(p, x.size(2), x.size(3), "convolution");
+  OpAttrs a = Pack(p, x.size(2), x.size(3));
+  a.dims.push_back(groups);
+  if (bias.defined()) return dispatch1(OpId::Conv2d, {x, weight, bias}, a);
+  return dispatch1(OpId::Conv2d, {x, weight}, a);
 }
 
 }  // namespace anvil

@@ -219,6 +219,20 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   " windows) for output ", d[10], "x", d[11], ", got ", in[0].size(2));
       return {{{in[0].size(0), in[0].size(1) / (d[0] * d[1]), d[10], d[11]}, in[0].dtype()}};
     }
+    case OpId::Conv2d:
+    case OpId::Conv2dInputGrad:
+    case OpId::Conv2dWeightGrad: {
+      // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W, groups} (ops/im2col.cc)
+      const auto& d = a.dims;
+      const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
+      const int64_t OW = (d[11] + d[6] + d[7] - d[9] * (d[1] - 1) - 1) / d[3] + 1;
+      if (op == OpId::Conv2d) return {{{in[0].size(0), in[1].size(0), OH, OW}, in[0].dtype()}};
+      // The gradient rows take the output gradient first: [N, OC, OH, OW].
+      ANVIL_CHECK(in[0].dim() == 4 && in[0].size(2) == OH && in[0].size(3) == OW, op_name(op),
+                  ": expected an output gradient with ", OH, "x", OW, " positions, got ", shape_str(in[0].sizes()));
+      if (op == OpId::Conv2dInputGrad) return {{{in[0].size(0), in[1].size(1) * d[12], d[10], d[11]}, in[0].dtype()}};
+      return {{{in[0].size(1), in[1].size(1) / d[12], d[0], d[1]}, in[0].dtype()}};
+    }
     default:
       break;
   }

@@ -163,6 +163,10 @@ Samples MakeSamples() {
   push(OpId::Col2Im, "col2im_overlapping", {Leaf({1, 2 * 4, 6})}, L([](auto& x) {
         return col2im(x[0], {3, 4}, {{2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}}) * 1.5;
       }));
+  push(OpId::Conv2d, "conv2d_groups_stride_pad_dilation_bias", {Leaf({3, 4, 5, 6}), Leaf({6, 2, 2, 3}), Leaf({6})},
+       L([](auto& x) { return convolution(x[0], x[1], x[2], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}, 2); }));
+  push(OpId::Conv2d, "conv2d_1x1_direct", {Leaf({2, 3, 3, 2}), Leaf({4, 3, 1, 1})},
+       L([](auto& x) { return convolution(x[0], x[1], Tensor(), {}, 1); }));
   return s;
 }
 

@@ -718,6 +718,33 @@ TEST(Reductions, AmaxAminMaxMin) {
   EXPECT_TRUE(std::isnan(amax(F32({1, 2, static_cast<float>(kNaN), 0}, IntArray{2, 2}), {0}).to_vector<double>()[0]));
 }
 
+// max/min over a dim with elements after it walk rows across the inner run (vectorised);
+// over the last dim, one row at a time. Both must agree, ties (first wins) and NaNs included.
+TEST(Reductions, MaxMinOverAnOuterDimAgreeWithTheInnermostPath) {
+  manual_seed(3);
+  Tensor x = (randn({5, 7, 33}) * 2).round_();  // rounding makes ties common
+  float* p = x.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); i += 37) p[i] = static_cast<float>(kNaN);
+  for (bool is_max : {true, false}) {
+    auto [v_inner, i_inner] = is_max ? x.max(1) : x.min(1);
+    const Tensor xt = x.transpose(1, 2).contiguous();
+    auto [v_last, i_last] = is_max ? xt.max(2) : xt.min(2);
+    EXPECT_EQ(Longs(i_inner), Longs(i_last)) << (is_max ? "max" : "min");
+    const auto a = Vals(v_inner), b = Vals(v_last);
+    ASSERT_EQ(a.size(), b.size());
+    int nans = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (std::isnan(b[k])) {
+        ++nans;
+        EXPECT_TRUE(std::isnan(a[k]));
+      } else {
+        EXPECT_EQ(a[k], b[k]);
+      }
+    }
+    EXPECT_GT(nans, 10);  // the NaN rule is exercised
+  }
+}
+
 TEST(Reductions, Argmax) {
   Tensor x = F32({3, 7, 1, 7, 2, 0, 9, 5, -1, 4, 4, 8}, IntArray{3, 4});
   EXPECT_EQ(x.argmax().item<int64_t>(), 6);  // flattened index of the 9

@@ -85,6 +85,52 @@ TEST(Conv2dTest, GradcheckWithStrideDilationAndGroups) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// The float32 kernels (implicit GEMM for stride 1, the AVX-512 GEMM, per-task weight-gradient
+// partials, the column split for small batches) against the float64 path, which runs on
+// BLAS dgemm with explicit columns: forward output and all three gradients.
+TEST(Conv2dTest, Float32KernelsMatchTheFloat64Path) {
+  struct Case {
+    const char* name;
+    IntArray x, w;
+    F::Conv2dParams p;
+  };
+  const std::vector<Case> cases = {
+      {"3x3 pad 1, 32 channels", {4, 16, 28, 28}, {32, 16, 3, 3}, {.padding = {1, 1}}},
+      {"batch 1 (column split)", {1, 8, 12, 45}, {20, 8, 3, 3}, {.padding = {1, 1}}},
+      {"same, even kernel", {3, 5, 9, 7}, {18, 5, 4, 2}, {.same = true}},
+      {"dilation 2, no padding", {2, 6, 11, 13}, {17, 6, 3, 3}, {.dilation = {2, 2}}},
+      {"groups 2, 16 per group", {5, 6, 8, 8}, {32, 3, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {"few output channels", {3, 1, 10, 10}, {6, 1, 5, 5}, {.padding = {2, 2}}},
+      {"1x1", {3, 24, 5, 6}, {20, 24, 1, 1}, {}},
+      {"stride 2 (explicit columns)", {3, 4, 9, 10}, {19, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+      {"deep K (k chunks)", {2, 40, 7, 7}, {24, 40, 3, 3}, {.padding = {1, 1}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor x64 = randn(c.x, kFloat64), w64 = randn(c.w, kFloat64) * 0.2, b64 = randn({c.w[0]}, kFloat64);
+    std::vector<Tensor> grads[2];
+    Tensor outs[2];
+    for (int k = 0; k < 2; ++k) {
+      const ScalarType dt = k == 0 ? kFloat32 : kFloat64;
+      Tensor x = x64.to(dt).requires_grad_(), w = w64.to(dt).requires_grad_(), b = b64.to(dt).requires_grad_();
+      outs[k] = F::conv2d(x, w, b, c.p);
+      manual_seed(7);  // the same upstream gradient both times
+      Tensor up = randn(outs[k].sizes(), kFloat64).to(dt);
+      (outs[k] * up).sum().backward();
+      grads[k] = {x.grad(), w.grad(), b.grad()};
+    }
+    ASSERT_EQ(outs[0].sizes(), outs[1].sizes());
+    auto close = [](const Tensor& a, const Tensor& b) {
+      const double scale = std::max(1.0, b.abs().max().item<double>());
+      return (a.to(kFloat64) - b).abs().max().item<double>() / scale;
+    };
+    EXPECT_LT(close(outs[0], outs[1]), 1e-5) << "output";
+    EXPECT_LT(close(grads[0][0], grads[1][0]), 1e-5) << "grad input";
+    EXPECT_LT(close(grads[0][1], grads[1][1]), 1e-5) << "grad weight";
+    EXPECT_LT(close(grads[0][2], grads[1][2]), 1e-5) << "grad bias";
+  }
+}
+
 TEST(Conv2dTest, ModuleShapesErrorsAndConv1d) {
   Conv2d conv(3, 8, {3, 3}, {.padding = {1, 1}});
   EXPECT_EQ(conv(randn({4, 3, 10, 10})).sizes(), (IntArray{4, 8, 10, 10}));

@@ -16,5 +16,6 @@ void RegisterIndexKernels(KernelTable& t);
 void RegisterShapeKernels(KernelTable& t);
 void RegisterFillKernels(KernelTable& t);
 void RegisterIm2ColKernels(KernelTable& t);
+void RegisterConvKernels(KernelTable& t);
 
 }  // namespace anvil::cpu

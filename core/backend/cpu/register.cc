@@ -10,6 +10,7 @@ void RegisterCpuKernels(KernelTable& table) {
   cpu::RegisterShapeKernels(table);
   cpu::RegisterFillKernels(table);
   cpu::RegisterIm2ColKernels(table);
+  cpu::RegisterConvKernels(table);
 }
 
 }  // namespace anvil
