@@ -4,7 +4,9 @@
 #   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
 set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libgtest-dev libgmock-dev
-            nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv)
+            nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
+            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
+            python3-grpcio python3-protobuf)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil)
 
 want=("${build_pkgs[@]}")

@@ -299,8 +299,8 @@ BuiltModel build_model(const std::string& text) {
   }
   ANVIL_CHECK(spec.is_object(), "model spec: expected a JSON object with input_shape and layers");
   for (const auto& [k, v] : spec.items()) {
-    ANVIL_CHECK(k == "input_shape" || k == "layers" || k == "name", "model spec: unknown key '", k,
-                "' (allowed: input_shape, layers, name)");
+    ANVIL_CHECK(k == "input_shape" || k == "layers" || k == "name" || k == "output_shape", "model spec: unknown key '",
+                k, "' (allowed: input_shape, layers, name, output_shape)");
   }
   ANVIL_CHECK(spec.contains("input_shape") && spec["input_shape"].is_array() && !spec["input_shape"].empty(),
               "model spec: 'input_shape' (the shape of one sample, without the batch dim) is required");
@@ -318,6 +318,14 @@ BuiltModel build_model(const std::string& text) {
   out.input_shape = input;
   out.output_shape = b.shape;
   out.input_dtype = int_input ? kInt64 : kFloat32;
+  // A normalised spec (this function's own output) states its output shape: it must still be
+  // what the layers produce.
+  if (spec.contains("output_shape")) {
+    IntArray stated;
+    for (const auto& d : spec["output_shape"]) stated.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    ANVIL_CHECK(stated == b.shape, "model spec: 'output_shape' ", shape_str(stated), " differs from the layers' output ",
+                shape_str(b.shape));
+  }
   Json normal = spec;
   normal["output_shape"] = b.shape;
   out.spec = normal.dump();

@@ -62,7 +62,7 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
   return {loss_sum / static_cast<double>(n), accuracy};
 }
 
-void Trainer::Checkpoint(data::DataLoader& train) {
+void Trainer::checkpoint(data::DataLoader& train) {
   if (options_.checkpoint_path.empty()) return;
   TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
                   scheduler_ ? scheduler_->last_step() : -1, history_, {}};
@@ -159,7 +159,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (step_ % o.metric_interval == 0) flush();
       if (o.checkpoint_every_steps > 0 && step_ % o.checkpoint_every_steps == 0) {
         flush();  // never checkpoint a state whose losses were not checked
-        Checkpoint(train);
+        checkpoint(train);
       }
     };
     while (true) {
@@ -181,7 +181,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (++micro == o.accumulation_steps) optimizer_step();
       if (o.max_steps > 0 && step_ >= o.max_steps && micro == 0) {
         flush();
-        if (o.checkpoint_every_epoch || o.checkpoint_every_steps > 0) Checkpoint(train);
+        if (o.checkpoint_every_epoch || o.checkpoint_every_steps > 0) checkpoint(train);
         result.status = TrainResult::Status::kMaxSteps;
         result.steps = step_;
         result.epochs = train.epoch();
@@ -228,7 +228,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       em.improved = improved;
     }
     if (callbacks_.on_epoch) callbacks_.on_epoch(em);
-    if (o.checkpoint_every_epoch) Checkpoint(train);
+    if (o.checkpoint_every_epoch) checkpoint(train);
     if (o.patience >= 0 && bad_epochs > o.patience) {
       result.status = TrainResult::Status::kEarlyStopped;
       break;

@@ -108,12 +108,14 @@ class Trainer {
   // Restores a checkpoint written by this trainer: model, optimizer, scheduler, RNG, step,
   // history and the train loader's position (fit() then continues from there).
   void resume(const std::string& path, data::DataLoader& train);
+  // Writes a checkpoint of the current state (no-op without options.checkpoint_path): a
+  // worker stopped for a restart saves its progress with it after fit() returns.
+  void checkpoint(data::DataLoader& train);
 
   int64_t step() const { return step_; }
   const std::vector<MetricPoint>& history() const { return history_; }
 
  private:
-  void Checkpoint(data::DataLoader& train);
   std::string last_checkpoint_ = "(none)";
 
   std::shared_ptr<nn::Module> model_;

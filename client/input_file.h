@@ -1,0 +1,16 @@
+// Predict inputs from files: CSV (one sample per row, numbers only; a header row is skipped)
+// or JSON (an array of samples, each a number or a nested array). Every sample is flattened
+// and must have the model's input element count; the result is FLOAT32 [N, *input_shape].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "proto/anvil/v1/anvil.pb.h"
+
+namespace anvil::client {
+
+// Throws std::runtime_error naming the file, line/sample and what was expected.
+v1::Tensor read_input_file(const std::string& path, const std::vector<int64_t>& input_shape);
+
+}  // namespace anvil::client

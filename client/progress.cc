@@ -1,0 +1,79 @@
+#include "client/progress.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace anvil::client {
+
+std::string sparkline(const std::deque<double>& values) {
+  static const char* kBars[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+  if (values.empty()) return "";
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  std::string out;
+  for (double v : values) {
+    const int k = *hi > *lo ? static_cast<int>((v - *lo) / (*hi - *lo) * 7.0 + 0.5) : 0;
+    out += kBars[std::clamp(k, 0, 7)];
+  }
+  return out;
+}
+
+std::string Progress::Line() const {
+  char buf[256];
+  std::string bar;
+  if (total_ > 0) {
+    const int width = 24;
+    const int filled = static_cast<int>(std::min<int64_t>(width, step_ * width / std::max<int64_t>(total_, 1)));
+    bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+  }
+  std::string eta;
+  if (total_ > step_ && start_step_ >= 0 && step_ > start_step_ && last_ms_ > start_ms_) {
+    const double ms_per_step = static_cast<double>(last_ms_ - start_ms_) / static_cast<double>(step_ - start_step_);
+    const double left = ms_per_step * static_cast<double>(total_ - step_) / 1000.0;
+    char e[32];
+    std::snprintf(e, sizeof(e), "ETA %.0fs  ", left);
+    eta = e;
+  }
+  char acc[32] = "";
+  if (accuracy_ >= 0) std::snprintf(acc, sizeof(acc), "  val acc %.2f%%", accuracy_ * 100.0);
+  std::snprintf(buf, sizeof(buf), "epoch %lld  step %lld/%lld %s%sloss %.4f%s", static_cast<long long>(epoch_),
+                static_cast<long long>(step_), static_cast<long long>(total_), bar.c_str(), eta.c_str(), loss_, acc);
+  return std::string(buf) + "  " + sparkline(losses_);
+}
+
+std::string Progress::update(const v1::MetricEvent& e) {
+  if (e.total_steps() > 0) total_ = e.total_steps();
+  if (start_step_ < 0 && e.has_step_metrics()) {
+    start_step_ = e.step();
+    start_ms_ = e.unix_ms();
+  }
+  last_ms_ = std::max(last_ms_, e.unix_ms());
+  step_ = std::max(step_, e.step());
+  if (e.has_step_metrics()) {
+    loss_ = e.step_metrics().loss();
+    samples_per_s_ = e.step_metrics().samples_per_second();
+    losses_.push_back(loss_);
+    if (losses_.size() > 40) losses_.pop_front();
+  }
+  if (e.has_step_metrics()) epoch_ = e.epoch() + 1;
+  if (e.has_epoch_metrics()) {
+    epoch_ = e.epoch() + 1;
+    if (e.epoch_metrics().has_val_accuracy()) accuracy_ = e.epoch_metrics().val_accuracy();
+  }
+  std::string out;
+  if (e.event_case() == v1::MetricEvent::kState) {
+    out = (tty_ && drawn_ ? "\n" : "") + std::string("state ") + v1::JobState_Name(e.state()) +
+          (e.message().empty() ? "" : ": " + e.message()) + "\n";
+    drawn_ = false;
+    return out;
+  }
+  if (tty_) {
+    drawn_ = true;
+    return "\r\033[K" + Line();
+  }
+  if (e.has_epoch_metrics()) return Line() + "\n";
+  return "";
+}
+
+std::string Progress::finish() { return tty_ && drawn_ ? "\n" : ""; }
+
+}  // namespace anvil::client

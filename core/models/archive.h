@@ -1,0 +1,44 @@
+// Anvil's native model archive: one safetensors file whose tensors are the model's state and
+// whose "__metadata__" holds what is needed to rebuild and serve it — the normalised model
+// spec (core/models/spec.h), the input/output signature, the class labels, and provenance.
+// Any safetensors reader can open the weights; Anvil's loader rebuilds the module from the
+// spec and loads the weights strictly, so a file that does not match its spec is refused.
+//
+//   metadata "anvil.format"  "anvil.model/1"
+//            "anvil.spec"    the JSON model spec
+//            "anvil.info"    {"name", "version", "job_id", "labels": [...], "created_unix_ms"}
+// Shared parameters are stored once with an alias entry ("anvil.aliases"), as in checkpoints.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/models/spec.h"
+
+namespace anvil::models {
+
+struct ModelInfo {
+  std::string name;
+  int64_t version = 0;
+  std::string job_id;
+  std::vector<std::string> labels;  // class names, index = class id (may be empty)
+  int64_t created_unix_ms = 0;
+};
+
+struct LoadedModel {
+  BuiltModel built;  // module (in eval mode), shapes, dtype, spec
+  ModelInfo info;
+};
+
+inline constexpr const char* kModelFormat = "anvil.model/1";
+
+// The archive's bytes for `model` (its current weights) built from `spec_json`.
+std::string serialize_model_archive(const nn::Module& model, const std::string& spec_json, const ModelInfo& info);
+// Writes atomically (temporary file, fsync, rename).
+void save_model_archive(const std::string& path, const nn::Module& model, const std::string& spec_json,
+                        const ModelInfo& info);
+// Rebuilds the module from the spec and loads the weights (strict). Errors name the file.
+LoadedModel load_model_archive(const std::string& path);
+
+}  // namespace anvil::models

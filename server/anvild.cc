@@ -1,0 +1,111 @@
+// anvild: the Anvil server. Trains jobs on its device workers and serves the resulting models.
+//
+//   anvild [--address 127.0.0.1:50051] [--data-dir ./anvil-data] [--config anvild.json] ...
+//
+// Settings come from (later wins) built-in defaults, the JSON config file, the environment
+// (ANVILD_ADDRESS, ANVILD_DATA_DIR, ANVILD_DATASETS_DIR, ANVILD_LOG_LEVEL) and the flags.
+// SIGTERM / SIGINT drain: running jobs are checkpointed and resume on the next start.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "server/log.h"
+#include "server/server.h"
+
+using namespace anvil::server;
+
+namespace {
+
+void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log_level) {
+  std::ifstream in(path);
+  if (!in) throw anvil::Error("--config: cannot read \"" + path + "\"");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw anvil::Error("--config " + path + ": not valid JSON: " + e.what());
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key == "address") o.address = value.get<std::string>();
+    else if (key == "data_dir") o.data_dir = value.get<std::string>();
+    else if (key == "datasets_dir") o.datasets_dir = value.get<std::string>();
+    else if (key == "log_level") log_level = value.get<std::string>();
+    else if (key == "max_batch") o.batching.max_batch = value.get<int64_t>();
+    else if (key == "max_delay_us") o.batching.max_delay = std::chrono::microseconds(value.get<int64_t>());
+    else if (key == "batching") o.batching.enabled = value.get<bool>();
+    else if (key == "max_queue") o.batching.max_queue = value.get<size_t>();
+    else if (key == "max_pending_jobs") o.max_pending_jobs = value.get<int64_t>();
+    else if (key == "max_message_mb") o.max_message_bytes = value.get<int>() << 20;
+    else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
+  }
+}
+
+void FromEnv(const char* name, std::string& target) {
+  if (const char* v = std::getenv(name); v != nullptr && *v != '\0') target = v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServerOptions o;
+  std::string config, log_level = "info";
+  int64_t max_delay_us = -1, max_batch = -1;
+  bool no_batching = false;
+  CLI::App app{"anvild: the Anvil training and serving server"};
+  app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
+                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_message_mb)");
+  std::string address, data_dir, datasets_dir, level_flag;
+  app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
+  app.add_option("--data-dir", data_dir, "jobs, models and the job store live here (default ./anvil-data)");
+  app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
+  app.add_option("--log-level", level_flag, "debug, info, warning or error");
+  app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
+  app.add_option("--max-delay-us", max_delay_us, "dynamic batching: longest wait for more rows (default 1000)");
+  app.add_flag("--no-batching", no_batching, "run every Predict on its own");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!config.empty()) ApplyConfigFile(config, o, log_level);
+    FromEnv("ANVILD_ADDRESS", o.address);
+    FromEnv("ANVILD_DATA_DIR", o.data_dir);
+    FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
+    FromEnv("ANVILD_LOG_LEVEL", log_level);
+    if (!address.empty()) o.address = address;
+    if (!data_dir.empty()) o.data_dir = data_dir;
+    if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
+    if (!level_flag.empty()) log_level = level_flag;
+    if (max_batch > 0) o.batching.max_batch = max_batch;
+    if (max_delay_us >= 0) o.batching.max_delay = std::chrono::microseconds(max_delay_us);
+    if (no_batching) o.batching.enabled = false;
+    set_log_level(parse_log_level(log_level));
+
+    // Signals go to one waiting thread, not to whichever thread they hit.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+    AnvilServer server(o);
+    server.start();
+    log(LogLevel::kInfo, "anvild listening on ", o.address.substr(0, o.address.rfind(':')), ":", server.port(),
+        " (data dir ", o.data_dir, ", batching ", o.batching.enabled ? "on" : "off", ")");
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      log(LogLevel::kInfo, "signal ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining");
+      server.shutdown();
+    });
+    server.wait();
+    waiter.join();
+    log(LogLevel::kInfo, "anvild stopped");
+    return 0;
+  } catch (const std::exception& e) {
+    log(LogLevel::kError, "anvild: ", e.what());
+    return 1;
+  }
+}

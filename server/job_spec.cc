@@ -1,0 +1,182 @@
+#include "server/job_spec.h"
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "core/models/spec.h"
+#include "server/status.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::StatusCode;
+
+#define SPEC_CHECK(cond, ...) ANVIL_SERVICE_CHECK(cond, StatusCode::INVALID_ARGUMENT, "spec.", __VA_ARGS__)
+
+const std::set<std::string> kBuiltinDatasets = {"digits", "blobs", "spirals"};
+const std::set<std::string> kOptimizers = {"sgd", "adam", "adamw", "rmsprop"};
+const std::set<std::string> kSchedules = {"", "constant", "step", "cosine", "onecycle", "warmup_cosine"};
+const std::set<std::string> kLosses = {"cross_entropy", "mse"};
+const std::set<std::string> kPresets = {"mlp", "lenet5", "resnet", "gru", "transformer"};
+
+std::string Join(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + (n.empty() ? std::string("\"\"") : n);
+  return out;
+}
+
+void CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi) {
+  SPEC_CHECK(value >= lo && value <= hi, field, ": expected ", lo, "..", hi, ", got ", value);
+}
+
+void CheckFinite(const char* field, double value, double lo, double hi) {
+  SPEC_CHECK(std::isfinite(value) && value >= lo && value <= hi, field, ": expected a number in [", lo, ", ", hi,
+             "], got ", value);
+}
+
+void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
+  SPEC_CHECK(d->name().empty() != d->path().empty(), "dataset: expected exactly one of \"name\" (a built-in: ",
+             Join(kBuiltinDatasets), ") or \"path\" (inside the server's data root), got ",
+             d->name().empty() ? "neither" : "both");
+  if (!d->name().empty()) {
+    SPEC_CHECK(kBuiltinDatasets.count(d->name()), "dataset.name: expected one of ", Join(kBuiltinDatasets), ", got \"",
+               d->name(), "\"");
+  } else {
+    const std::string resolved = resolve_inside_root(ctx.data_root, d->path(), "spec.dataset.path");
+    SPEC_CHECK(fs::exists(resolved), "dataset.path: \"", d->path(), "\" does not exist in the server's data root");
+  }
+  if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
+  CheckFinite("dataset.validation_fraction", d->validation_fraction(), 0.0, 0.9);
+}
+
+void ValidateOptimizer(v1::OptimizerSpec* o) {
+  if (o->name().empty()) o->set_name("adamw");
+  SPEC_CHECK(kOptimizers.count(o->name()), "optimizer.name: expected one of ", Join(kOptimizers), ", got \"",
+             o->name(), "\"");
+  if (o->lr() == 0) o->set_lr(1e-3);
+  CheckFinite("optimizer.lr", o->lr(), 1e-12, 10.0);
+  CheckFinite("optimizer.weight_decay", o->weight_decay(), 0.0, 1.0);
+  CheckFinite("optimizer.momentum", o->momentum(), 0.0, 0.999999);
+  SPEC_CHECK(o->betas_size() == 0 || o->betas_size() == 2, "optimizer.betas: expected two values, got ",
+             o->betas_size());
+  for (double b : o->betas()) CheckFinite("optimizer.betas", b, 0.0, 0.999999);
+  CheckFinite("optimizer.eps", o->eps(), 0.0, 1.0);
+  SPEC_CHECK(!o->nesterov() || o->name() == "sgd", "optimizer.nesterov: only sgd has a Nesterov variant, got \"",
+             o->name(), "\"");
+}
+
+void ValidateSchedule(v1::ScheduleSpec* s) {
+  SPEC_CHECK(kSchedules.count(s->name()), "schedule.name: expected one of ", Join(kSchedules), ", got \"", s->name(),
+             "\"");
+  if (s->name() == "step") {
+    SPEC_CHECK(s->step_size() >= 1, "schedule.step_size: expected >= 1 epoch for \"step\", got ", s->step_size());
+    if (s->gamma() == 0) s->set_gamma(0.1);
+    CheckFinite("schedule.gamma", s->gamma(), 1e-9, 1.0);
+  }
+  CheckFinite("schedule.max_lr", s->max_lr(), 0.0, 10.0);
+  CheckFinite("schedule.min_lr", s->min_lr(), 0.0, 10.0);
+  CheckRange("schedule.warmup_steps", s->warmup_steps(), 0, 100'000'000);
+}
+
+void ValidateModel(const v1::JobSpec& spec) {
+  SPEC_CHECK(spec.model_preset().empty() != spec.model_json().empty(),
+             "model: expected exactly one of \"model_preset\" (", Join(kPresets), ") or \"model_json\", got ",
+             spec.model_preset().empty() ? "neither" : "both");
+  if (!spec.model_preset().empty()) {
+    SPEC_CHECK(kPresets.count(spec.model_preset()), "model_preset: expected one of ", Join(kPresets), ", got \"",
+               spec.model_preset(), "\"");
+    return;
+  }
+  try {
+    models::build_model(spec.model_json());
+  } catch (const Error& e) {
+    throw ServiceError(StatusCode::INVALID_ARGUMENT, std::string("spec.model_json: ") + e.what());
+  }
+}
+
+void ValidateDevice(v1::JobSpec* spec, const SpecContext& ctx) {
+  if (spec->device().empty()) spec->set_device("any");
+  const std::string& d = spec->device();
+  if (d == "any" || d == "cpu") return;
+  bool known = false;
+  bool any_cuda = false;
+  for (const std::string& have : ctx.devices) {
+    known = known || have == d;
+    any_cuda = any_cuda || have.rfind("cuda", 0) == 0;
+  }
+  if (d == "cuda") known = any_cuda;
+  std::string list;
+  for (const std::string& have : ctx.devices) list += (list.empty() ? "" : ", ") + have;
+  SPEC_CHECK(d == "cuda" || d.rfind("cuda:", 0) == 0, "device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"any\", got \"",
+             d, "\"");
+  ANVIL_SERVICE_CHECK(known, StatusCode::INVALID_ARGUMENT, "spec.device: \"", d,
+                      "\" is not a device of this server (it has: ", list, ")");
+}
+
+}  // namespace
+
+bool is_valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.') return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+std::string resolve_inside_root(const std::string& root, const std::string& relative, const std::string& field) {
+  ANVIL_SERVICE_CHECK(relative.find("://") == std::string::npos, StatusCode::PERMISSION_DENIED, field,
+                      ": URLs are not accepted, got \"", relative, "\" (give a path inside the server's data root)");
+  ANVIL_SERVICE_CHECK(!relative.empty() && relative[0] != '/' && relative[0] != '~', StatusCode::PERMISSION_DENIED,
+                      field, ": expected a path relative to the server's data root, got \"", relative, "\"");
+  std::error_code ec;
+  const fs::path canonical_root = fs::weakly_canonical(fs::path(root), ec);
+  const fs::path resolved = fs::weakly_canonical(canonical_root / relative, ec);
+  ANVIL_SERVICE_CHECK(!ec, StatusCode::INVALID_ARGUMENT, field, ": cannot resolve \"", relative, "\"");
+  const auto [root_end, _] = std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
+  ANVIL_SERVICE_CHECK(root_end == canonical_root.end(), StatusCode::PERMISSION_DENIED, field, ": \"", relative,
+                      "\" leads outside the server's data root");
+  return resolved.string();
+}
+
+v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
+  v1::JobSpec spec = in;
+  if (spec.name().empty()) spec.set_name("job");
+  SPEC_CHECK(is_valid_name(spec.name()), "name: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",
+             spec.name(), "\"");
+  SPEC_CHECK(spec.client_job_id().size() <= 128, "client_job_id: expected at most 128 characters, got ",
+             spec.client_job_id().size());
+  ValidateModel(spec);
+  ValidateDataset(spec.mutable_dataset(), ctx);
+  if (spec.batch_size() == 0) spec.set_batch_size(64);
+  CheckRange("batch_size", spec.batch_size(), 1, 65536);
+  if (spec.epochs() == 0) spec.set_epochs(10);
+  CheckRange("epochs", spec.epochs(), 1, 100000);
+  CheckRange("max_steps", spec.max_steps(), 0, int64_t{1} << 40);
+  ValidateOptimizer(spec.mutable_optimizer());
+  ValidateSchedule(spec.mutable_schedule());
+  if (spec.loss().empty()) spec.set_loss("cross_entropy");
+  SPEC_CHECK(kLosses.count(spec.loss()), "loss: expected one of ", Join(kLosses), ", got \"", spec.loss(), "\"");
+  ValidateDevice(&spec, ctx);
+  CheckRange("loader_workers", spec.loader_workers(), 0, 16);
+  CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, int64_t{1} << 40);
+  const std::string& monitor = spec.early_stopping().monitor();
+  SPEC_CHECK(monitor.empty() || monitor == "val_loss" || monitor == "val_accuracy",
+             "early_stopping.monitor: expected \"val_loss\" or \"val_accuracy\", got \"", monitor, "\"");
+  CheckRange("early_stopping.patience", spec.early_stopping().patience(), 0, 100000);
+  CheckFinite("early_stopping.min_delta", spec.early_stopping().min_delta(), 0.0, 1e9);
+  CheckFinite("clip_grad_norm", spec.clip_grad_norm(), 0.0, 1e9);
+  if (spec.accumulation_steps() == 0) spec.set_accumulation_steps(1);
+  CheckRange("accumulation_steps", spec.accumulation_steps(), 1, 1024);
+  if (spec.metric_interval() == 0) spec.set_metric_interval(10);
+  CheckRange("metric_interval", spec.metric_interval(), 1, 1'000'000);
+  if (spec.register_model().empty()) spec.set_register_model(spec.name());
+  SPEC_CHECK(is_valid_name(spec.register_model()),
+             "register_model: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",
+             spec.register_model(), "\"");
+  CheckRange("priority", spec.priority(), -100, 100);
+  return spec;
+}
+
+}  // namespace anvil::server

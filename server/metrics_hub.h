@@ -1,0 +1,54 @@
+// Live metric events fanned out to StreamMetrics readers.
+//
+// Each subscription has a bounded queue, so a slow reader never slows training or grows the
+// server's memory: when its queue is full the oldest event is dropped. Every event is also in
+// the store with its per-job sequence number, so the stream notices the gap and reads the
+// missing events from the store: a slow reader falls back to the store and still gets every
+// event once, in order.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "proto/anvil/v1/anvil.pb.h"
+
+namespace anvil::server {
+
+class MetricsHub {
+ public:
+  class Subscription {
+   public:
+    // Waits up to `timeout` for the next event; false on timeout or when closed (closed()
+    // tells which).
+    bool next(v1::MetricEvent* out, std::chrono::milliseconds timeout);
+    bool closed() const;
+
+   private:
+    friend class MetricsHub;
+    void Push(const v1::MetricEvent& e, size_t capacity);
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<v1::MetricEvent> queue_;
+    bool closed_ = false;
+  };
+
+  explicit MetricsHub(size_t capacity_per_reader = 1024) : capacity_(capacity_per_reader) {}
+
+  std::shared_ptr<Subscription> subscribe(const std::string& job_id);
+  void unsubscribe(const std::string& job_id, const std::shared_ptr<Subscription>& s);
+  void publish(const v1::MetricEvent& event);
+  // Ends every subscription (server shutdown): readers see closed().
+  void close_all();
+
+ private:
+  const size_t capacity_;
+  std::mutex mu_;
+  std::multimap<std::string, std::shared_ptr<Subscription>> subs_;
+  bool closed_ = false;
+};
+
+}  // namespace anvil::server

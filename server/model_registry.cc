@@ -1,0 +1,192 @@
+#include "server/model_registry.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/ops/functions.h"
+#include "core/util/sha256.h"
+#include "server/status.h"
+#include "server/wire_tensor.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::StatusCode;
+using Json = nlohmann::json;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t ParseVersion(const std::string& version) {
+  if (version.empty() || version == "latest") return 0;
+  int64_t v = 0;
+  for (char c : version) {
+    ANVIL_SERVICE_CHECK(c >= '0' && c <= '9' && v < (int64_t{1} << 40), StatusCode::INVALID_ARGUMENT,
+                        "version: expected \"latest\" or a positive number, got \"", version, "\"");
+    v = v * 10 + (c - '0');
+  }
+  ANVIL_SERVICE_CHECK(v > 0, StatusCode::INVALID_ARGUMENT, "version: expected \"latest\" or a positive number, got \"",
+                      version, "\"");
+  return v;
+}
+
+void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, const std::string& name,
+                  ScalarType dtype, const IntArray& shape) {
+  v1::TensorSignature* s = out->Add();
+  s->set_name(name);
+  s->set_dtype(to_wire_dtype(dtype));
+  s->add_shape(-1);
+  for (int64_t d : shape) s->add_shape(d);
+}
+
+}  // namespace
+
+ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching)
+    : store_(store), data_root_(std::move(data_root)), batching_(batching) {}
+
+ModelRegistry::~ModelRegistry() { close(); }
+
+ModelRow ModelRegistry::register_archive(const std::string& name, const std::string& job_id,
+                                         const std::string& relative_path) {
+  const std::string path = (fs::path(data_root_) / relative_path).string();
+  ModelRow row;
+  row.name = name;
+  row.job_id = job_id;
+  row.path = relative_path;
+  row.signature_json = Json{{"sha256", sha256_file_hex(path)}}.dump();
+  row.created_ms = NowMs();
+  row = store_.register_model(row);
+  Load(row);
+  return row;
+}
+
+ModelRow ModelRegistry::find_row(const std::string& name, const std::string& version) const {
+  const int64_t v = ParseVersion(version);
+  std::optional<ModelRow> row = store_.get_model(name, v);
+  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "model \"", name, "\"",
+                      v > 0 ? " version " + std::to_string(v) : std::string(), " is not registered");
+  return *row;
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const std::string& version) {
+  const ModelRow row = find_row(name, version);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+    auto it = loaded_.find({row.name, row.version});
+    if (it != loaded_.end()) return it->second;
+  }
+  return Load(row);
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
+  const std::string path = (fs::path(data_root_) / row.path).string();
+  std::string expected;
+  try {
+    expected = Json::parse(row.signature_json).value("sha256", "");
+  } catch (const Json::exception&) {
+  }
+  ANVIL_SERVICE_CHECK(fs::exists(path), StatusCode::DATA_LOSS, "model \"", row.name, "\" version ", row.version,
+                      ": its archive ", row.path, " is missing");
+  const std::string actual = sha256_file_hex(path);
+  ANVIL_SERVICE_CHECK(expected.empty() || actual == expected, StatusCode::DATA_LOSS, "model \"", row.name,
+                      "\" version ", row.version, ": archive ", row.path, " is corrupt (SHA-256 ", actual.substr(0, 12),
+                      "... instead of ", expected.substr(0, 12), "...)");
+  auto m = std::make_shared<ServedModel>();
+  m->row = row;
+  try {
+    m->loaded = models::load_model_archive(path);
+  } catch (const Error& e) {
+    throw ServiceError(StatusCode::DATA_LOSS, scrub_paths(e.what(), data_root_));
+  }
+  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_);
+  std::lock_guard<std::mutex> lock(mu_);
+  ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+  auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
+  return it->second;  // a concurrent loader may have won: use its copy
+}
+
+v1::Model ModelRegistry::describe(const ServedModel& m) const {
+  v1::Model out;
+  out.set_name(m.row.name);
+  out.set_version(m.row.version);
+  out.set_job_id(m.row.job_id);
+  const models::BuiltModel& b = m.loaded.built;
+  AddSignature(out.mutable_inputs(), "input", b.input_dtype, b.input_shape);
+  AddSignature(out.mutable_outputs(), "output", kFloat32, b.output_shape);
+  for (const std::string& l : m.loaded.info.labels) out.add_labels(l);
+  out.set_device("cpu");
+  out.set_created_unix_ms(m.row.created_ms);
+  out.set_parameters(b.module->num_parameters());
+  out.set_spec_json(b.spec);
+  return out;
+}
+
+v1::Model ModelRegistry::describe_row(const ModelRow& row) { return describe(*get(row.name, std::to_string(row.version))); }
+
+v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
+  ANVIL_SERVICE_CHECK(!request.model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
+  std::shared_ptr<ServedModel> m = get(request.model(), request.version());
+  const models::BuiltModel& b = m->loaded.built;
+  ANVIL_SERVICE_CHECK(request.inputs_size() == 1, StatusCode::INVALID_ARGUMENT, "inputs: model \"", m->row.name,
+                      "\" takes exactly one input tensor (\"input\"), got ", request.inputs_size());
+  const v1::Tensor& wire = request.inputs(0);
+  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", StatusCode::INVALID_ARGUMENT,
+                      "inputs: model \"", m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
+  ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"",
+                      m->row.name, "\" expects dtype ", wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ",
+                      wire_dtype_name(wire.dtype()));
+  IntArray expected{-1};
+  expected.insert(expected.end(), b.input_shape.begin(), b.input_shape.end());
+  bool shape_ok = wire.shape_size() == static_cast<int>(expected.size()) && wire.shape(0) >= 1;
+  for (int i = 1; shape_ok && i < wire.shape_size(); ++i) shape_ok = wire.shape(i) == expected[i];
+  std::string expected_str = shape_str(expected);
+  expected_str.replace(1, 2, "N");
+  ANVIL_SERVICE_CHECK(shape_ok, StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"", m->row.name, "\" expects shape ",
+                      expected_str, ", got ", shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
+  ANVIL_SERVICE_CHECK(request.top_k() >= 0, StatusCode::INVALID_ARGUMENT, "top_k: expected >= 0, got ", request.top_k());
+  Tensor input = decode_tensor(wire);
+  Tensor out = m->batcher->run(std::move(input), deadline);
+
+  v1::PredictResponse response;
+  response.set_model(m->row.name);
+  response.set_version(m->row.version);
+  encode_tensor(out, "output", response.add_outputs());
+  if (request.top_k() > 0) {
+    ANVIL_SERVICE_CHECK(out.dim() == 2, StatusCode::INVALID_ARGUMENT, "top_k: model \"", m->row.name,
+                        "\" is not a classifier (output ", shape_str(out.sizes()), ")");
+    const int64_t k = std::min<int64_t>(request.top_k(), out.size(1));
+    const Tensor probs = softmax(out.to(kFloat32), 1);
+    auto [values, indices] = topk(probs, k, 1);
+    const auto labels = m->loaded.info.labels;
+    for (int64_t r = 0; r < out.size(0); ++r) {
+      v1::TopK* t = response.add_top_k();
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t cls = indices[r][j].item<int64_t>();
+        t->add_classes(cls);
+        t->add_probabilities(values[r][j].item<float>());
+        t->add_labels(cls < static_cast<int64_t>(labels.size()) ? labels[cls] : std::to_string(cls));
+      }
+    }
+  }
+  return response;
+}
+
+void ModelRegistry::close() {
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    models.swap(loaded_);
+  }
+  for (auto& [key, m] : models) m->batcher->close();
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,65 @@
+// Served models: the registry's rows (store) and the loaded modules with their batchers.
+//
+// A job's model is registered (name, next version) the moment the job succeeds and loaded
+// from its archive in the same process, so it is servable at once; older versions stay
+// servable. Models of earlier runs load lazily on first use. Each archive's SHA-256 is kept
+// in the store, and a file that no longer matches is refused with DATA_LOSS.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/models/archive.h"
+#include "proto/anvil/v1/anvil.pb.h"
+#include "server/batcher.h"
+#include "server/store.h"
+
+namespace anvil::server {
+
+struct ServedModel {
+  ModelRow row;
+  models::LoadedModel loaded;
+  std::unique_ptr<Batcher> batcher;
+};
+
+class ModelRegistry {
+ public:
+  ModelRegistry(Store& store, std::string data_root, BatchingOptions batching);
+  ~ModelRegistry();
+
+  // Registers the archive at `relative_path` (inside the data root) as the next version of
+  // `name`, checksummed, and loads it. Returns the stored row.
+  ModelRow register_archive(const std::string& name, const std::string& job_id, const std::string& relative_path);
+
+  // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS.
+  std::shared_ptr<ServedModel> get(const std::string& name, const std::string& version);
+  ModelRow find_row(const std::string& name, const std::string& version) const;
+
+  v1::Model describe(const ServedModel& m) const;
+  v1::Model describe_row(const ModelRow& row);
+
+  // Validates the request's inputs against the model's signature and runs it through the
+  // batcher. Throws ServiceError.
+  v1::PredictResponse predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
+
+  // Fails queued predictions with UNAVAILABLE and refuses new ones.
+  void close();
+
+  const std::string& data_root() const { return data_root_; }
+
+ private:
+  std::shared_ptr<ServedModel> Load(const ModelRow& row);
+
+  Store& store_;
+  const std::string data_root_;
+  const BatchingOptions batching_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_;
+  bool closed_ = false;
+};
+
+}  // namespace anvil::server

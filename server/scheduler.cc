@@ -1,0 +1,356 @@
+#include "server/scheduler.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "server/status.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::StatusCode;
+using workers::WorkerEvent;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+v1::JobSpec SpecOf(const JobRow& row) {
+  v1::JobSpec spec;
+  const auto status = google::protobuf::util::JsonStringToMessage(row.spec_json, &spec);
+  ANVIL_SERVICE_CHECK(status.ok(), StatusCode::DATA_LOSS, "job ", row.id, ": its stored spec does not parse");
+  return spec;
+}
+
+v1::JobState ToWire(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return v1::QUEUED;
+    case JobState::kRunning: return v1::RUNNING;
+    case JobState::kSucceeded: return v1::SUCCEEDED;
+    case JobState::kFailed: return v1::FAILED;
+    case JobState::kCancelled: return v1::CANCELLED;
+    case JobState::kInterrupted: return v1::INTERRUPTED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+// The step a checkpoint holds, read from its safetensors header alone (the tensors can be
+// large); -1 when there is no readable checkpoint.
+int64_t CheckpointStep(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  if (!in.read(reinterpret_cast<char*>(&n), 8) || n > (uint64_t{64} << 20)) return -1;
+  std::string header(n, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return -1;
+  try {
+    const auto meta = nlohmann::json::parse(header).at("__metadata__");
+    return nlohmann::json::parse(meta.at("anvil.state").get<std::string>()).at("step").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    return -1;
+  }
+}
+
+bool DeviceFits(const std::string& wanted, const std::string& device) {
+  if (wanted == "any") return true;
+  if (wanted == "cuda") return device.rfind("cuda", 0) == 0;
+  return wanted == device;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
+                     const std::vector<WorkerFactory>& workers)
+    : store_(store), hub_(hub), registry_(registry), options_(std::move(options)) {
+  for (const WorkerFactory& make : workers) {
+    slots_.push_back({make([this](const WorkerEvent& e) { OnEvent(e); }), ""});
+  }
+}
+
+Scheduler::~Scheduler() {
+  for (Slot& s : slots_) s.worker->shutdown();
+}
+
+std::vector<std::string> Scheduler::devices() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_) out.push_back(s.worker->device());
+  return out;
+}
+
+v1::Job Scheduler::to_job(const JobRow& row) {
+  v1::Job job;
+  job.set_id(row.id);
+  job.set_name(row.name);
+  job.set_client_job_id(row.client_job_id);
+  job.set_state(ToWire(row.state));
+  job.set_reason(row.reason);
+  if (!row.spec_json.empty()) *job.mutable_spec() = SpecOf(row);
+  job.set_device(row.device);
+  job.set_step(row.step);
+  job.set_epoch(row.epoch);
+  job.set_created_unix_ms(row.created_ms);
+  job.set_started_unix_ms(row.started_ms);
+  job.set_finished_unix_ms(row.finished_ms);
+  job.set_model_name(row.model_name);
+  job.set_model_version(row.model_version);
+  return job;
+}
+
+void Scheduler::Record(JobRow& row, v1::MetricEvent event) {
+  const int64_t now = NowMs();
+  event.set_job_id(row.id);
+  event.set_step(row.step);
+  if (!event.has_step_metrics() && !event.has_epoch_metrics()) event.set_epoch(row.epoch);
+  event.set_unix_ms(now);
+  MetricRow m;
+  m.job_id = row.id;
+  m.step = row.step;
+  m.kind = event.has_step_metrics() ? "step" : event.has_epoch_metrics() ? "epoch" : "state";
+  m.payload_json = ToJson(event);
+  m.time_ms = now;
+  event.set_seq(store_.append_metric(m));
+  hub_.publish(event);
+}
+
+void Scheduler::recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (JobRow row : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
+    bool resume = false;
+    if (row.state != JobState::kQueued) {
+      const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
+      const int64_t step = CheckpointStep(checkpoint);
+      resume = step >= 0;
+      row.step = std::max<int64_t>(step, 0);
+      store_.truncate_metrics_after(row.id, row.step);
+      row.state = JobState::kQueued;
+      row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
+      store_.update_job(row);
+      v1::MetricEvent e;
+      e.set_state(v1::QUEUED);
+      e.set_message(row.reason);
+      Record(row, e);
+    }
+    Enqueue(row, resume);
+  }
+  DispatchLocked();
+}
+
+std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE, "the server is shutting down; submit again after it restarts");
+  if (!spec.client_job_id().empty()) {
+    // An idempotent retry must succeed even when the queue is full.
+    for (const JobRow& r : store_.list_jobs()) {
+      if (r.client_job_id == spec.client_job_id()) return {r, false};
+    }
+  }
+  int64_t running = 0;
+  for (const Slot& s : slots_) running += s.job_id.empty() ? 0 : 1;
+  ANVIL_SERVICE_CHECK(static_cast<int64_t>(queue_.size()) + running < options_.max_pending_jobs,
+                      StatusCode::RESOURCE_EXHAUSTED, "the job quota is reached (", options_.max_pending_jobs,
+                      " queued or running jobs); wait for some to finish");
+  JobRow row;
+  row.name = spec.name();
+  row.client_job_id = spec.client_job_id();
+  row.spec_json = ToJson(spec);
+  row.priority = spec.priority();
+  row.device = spec.device();
+  auto [stored, created] = store_.insert_job(row);
+  if (created) {
+    v1::MetricEvent e;
+    e.set_state(v1::QUEUED);
+    Record(stored, e);
+    Enqueue(stored, false);
+    DispatchLocked();
+  }
+  return {stored, created};
+}
+
+JobRow Scheduler::cancel(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<JobRow> row = store_.get_job(job_id);
+  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", job_id, "\" does not exist");
+  ANVIL_SERVICE_CHECK(!is_terminal(row->state), StatusCode::FAILED_PRECONDITION, "job ", job_id, " already ended (",
+                      job_state_name(row->state), ")");
+  auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job_id == job_id; });
+  if (queued != queue_.end()) {
+    queue_.erase(queued);
+    row->state = JobState::kCancelled;
+    row->reason = "cancelled before it started";
+    row->finished_ms = NowMs();
+    store_.update_job(*row);
+    v1::MetricEvent e;
+    e.set_state(v1::CANCELLED);
+    e.set_message(row->reason);
+    Record(*row, e);
+    return *row;
+  }
+  for (Slot& s : slots_) {
+    if (s.job_id == job_id) s.worker->stop(job_id, /*interrupt=*/false);
+  }
+  return *row;
+}
+
+void Scheduler::drain(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  for (Slot& s : slots_) {
+    if (!s.job_id.empty()) s.worker->stop(s.job_id, /*interrupt=*/true);
+  }
+  idle_cv_.wait_for(lock, timeout, [&] {
+    return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job_id.empty(); });
+  });
+}
+
+void Scheduler::Enqueue(const JobRow& row, bool resume) { queue_.push_back({row.priority, row.seq, row.id, resume}); }
+
+void Scheduler::DispatchLocked() {
+  if (draining_) return;
+  std::stable_sort(queue_.begin(), queue_.end(), [](const Queued& a, const Queued& b) {
+    return a.priority != b.priority ? a.priority > b.priority : a.seq < b.seq;
+  });
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    std::optional<JobRow> row = store_.get_job(it->job_id);
+    if (!row) {
+      it = queue_.erase(it);
+      continue;
+    }
+    Slot* slot = nullptr;
+    for (Slot& s : slots_) {
+      if (s.job_id.empty() && s.worker->idle() && DeviceFits(row->device, s.worker->device())) {
+        slot = &s;
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      ++it;
+      continue;
+    }
+    workers::RunJob job;
+    job.job_id = row->id;
+    job.spec = SpecOf(*row);
+    job.data_root = options_.data_root;
+    job.datasets_dir = options_.datasets_dir;
+    job.job_dir = (fs::path(options_.data_root) / "jobs" / row->id).string();
+    job.resume = it->resume;
+    slot->job_id = row->id;
+    slot->worker->run(std::move(job));
+    it = queue_.erase(it);
+  }
+}
+
+void Scheduler::OnEvent(const WorkerEvent& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<JobRow> found = store_.get_job(e.job_id);
+  if (!found) return;
+  JobRow& row = *found;
+  const std::string root = options_.data_root;
+  v1::MetricEvent event;
+  event.set_total_steps(e.total_steps);
+  bool terminal = false;
+  switch (e.kind) {
+    case WorkerEvent::Kind::kStarted:
+      row.state = JobState::kRunning;
+      row.reason.clear();
+      if (row.started_ms == 0) row.started_ms = NowMs();
+      row.device = e.message;
+      row.step = e.step;
+      event.set_state(v1::RUNNING);
+      event.set_message("on " + e.message + (e.step > 0 ? ", from step " + std::to_string(e.step) : ""));
+      break;
+    case WorkerEvent::Kind::kStep: {
+      row.step = e.step;
+      event.set_epoch(e.epoch);  // the epoch the step belongs to (0-based)
+      v1::StepMetrics* m = event.mutable_step_metrics();
+      m->set_loss(e.step_metrics.loss);
+      m->set_grad_norm(e.step_metrics.grad_norm);
+      m->set_lr(e.step_metrics.lr);
+      m->set_samples_per_second(e.step_metrics.samples_per_second);
+      m->set_data_wait_ratio(e.step_metrics.data_wait_ratio);
+      m->set_step_seconds(e.step_metrics.step_seconds);
+      break;
+    }
+    case WorkerEvent::Kind::kEpoch: {
+      row.step = e.step;
+      row.epoch = e.epoch + 1;  // the job counts completed epochs
+      event.set_epoch(e.epoch);
+      v1::EpochMetrics* m = event.mutable_epoch_metrics();
+      m->set_train_loss(e.epoch_metrics.train_loss);
+      m->set_has_val_loss(e.epoch_metrics.val_loss.has_value());
+      m->set_val_loss(e.epoch_metrics.val_loss.value_or(0));
+      m->set_has_val_accuracy(e.epoch_metrics.val_accuracy.has_value());
+      m->set_val_accuracy(e.epoch_metrics.val_accuracy.value_or(0));
+      m->set_improved(e.epoch_metrics.improved);
+      break;
+    }
+    case WorkerEvent::Kind::kCheckpoint:
+      row.checkpoint = fs::relative(e.path, root).string();
+      store_.update_job(row);
+      return;
+    case WorkerEvent::Kind::kSucceeded: {
+      terminal = true;
+      try {
+        const ModelRow model =
+            registry_.register_archive(SpecOf(row).register_model(), row.id, fs::relative(e.path, root).string());
+        row.model_name = model.name;
+        row.model_version = model.version;
+        row.state = JobState::kSucceeded;
+        row.reason = e.message;
+        event.set_state(v1::SUCCEEDED);
+        event.set_message("model " + model.name + " version " + std::to_string(model.version) + " is being served");
+      } catch (const std::exception& ex) {
+        row.state = JobState::kFailed;
+        row.reason = scrub_paths(std::string("registering the model failed: ") + ex.what(), root);
+        event.set_state(v1::FAILED);
+        event.set_message(row.reason);
+      }
+      break;
+    }
+    case WorkerEvent::Kind::kFailed:
+      terminal = true;
+      row.state = JobState::kFailed;
+      row.reason = scrub_paths(e.message, root);
+      event.set_state(v1::FAILED);
+      event.set_message(row.reason);
+      break;
+    case WorkerEvent::Kind::kCancelled:
+      terminal = true;
+      row.state = JobState::kCancelled;
+      row.reason = e.message;
+      event.set_state(v1::CANCELLED);
+      event.set_message(row.reason);
+      break;
+    case WorkerEvent::Kind::kInterrupted:
+      terminal = true;  // for the worker: the job itself resumes on the next start
+      row.state = JobState::kInterrupted;
+      row.reason = "the server stopped; the job resumes from its checkpoint on the next start";
+      event.set_state(v1::INTERRUPTED);
+      event.set_message(row.reason);
+      break;
+  }
+  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = NowMs();
+  store_.update_job(row);
+  Record(row, event);
+  if (terminal) {
+    for (Slot& s : slots_) {
+      if (s.job_id == e.job_id) s.job_id.clear();
+    }
+    idle_cv_.notify_all();
+    DispatchLocked();
+  }
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,88 @@
+// Jobs from submission to a terminal state: a FIFO-within-priority queue, placement on an
+// idle worker whose device satisfies the spec, the workers' events turned into store updates
+// and metric events, and the model registered when a job succeeds.
+//
+// Recovery (recover(), before serving): jobs that were RUNNING or INTERRUPTED when the
+// process stopped go back to the queue and resume from their checkpoint; their stored
+// metric events past the checkpoint's step are dropped first, since the resumed run replays
+// those steps, so every step appears in the stream exactly once.
+//
+// Thread-safety: all public methods may be called from any thread; worker events arrive on
+// the workers' threads.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "server/metrics_hub.h"
+#include "server/model_registry.h"
+#include "server/store.h"
+#include "workers/worker.h"
+
+namespace anvil::server {
+
+struct SchedulerOptions {
+  std::string data_root;     // absolute
+  std::string datasets_dir;  // built-in dataset files
+  int64_t max_pending_jobs = 1000;  // queued + running; beyond: RESOURCE_EXHAUSTED
+};
+
+using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::EventSink)>;
+
+class Scheduler {
+ public:
+  Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
+            const std::vector<WorkerFactory>& workers);
+  ~Scheduler();
+
+  std::vector<std::string> devices() const;
+
+  // Requeues interrupted and running jobs (resuming from checkpoints) and queued ones.
+  void recover();
+
+  // Inserts (idempotently by client_job_id) and queues a validated spec.
+  std::pair<JobRow, bool> submit(const v1::JobSpec& spec);
+  // QUEUED: cancelled at once; RUNNING: the worker stops it (the state follows). Terminal:
+  // FAILED_PRECONDITION.
+  JobRow cancel(const std::string& job_id);
+
+  // Stops taking jobs and interrupts running ones (checkpoint, INTERRUPTED); waits up to
+  // `timeout` for the workers to report.
+  void drain(std::chrono::milliseconds timeout);
+
+  // Converts a stored row to the API's Job.
+  static v1::Job to_job(const JobRow& row);
+
+ private:
+  struct Queued {
+    int64_t priority, seq;
+    std::string job_id;
+    bool resume;
+  };
+  struct Slot {
+    std::unique_ptr<workers::Worker> worker;
+    std::string job_id;  // running on it, "" when idle
+  };
+
+  void OnEvent(const workers::WorkerEvent& e);
+  void Enqueue(const JobRow& row, bool resume);
+  void DispatchLocked();
+  void Record(JobRow& row, v1::MetricEvent event);
+
+  Store& store_;
+  MetricsHub& hub_;
+  ModelRegistry& registry_;
+  const SchedulerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::vector<Queued> queue_;
+  std::vector<Slot> slots_;
+  bool draining_ = false;
+};
+
+}  // namespace anvil::server

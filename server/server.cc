@@ -1,0 +1,70 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <filesystem>
+
+#include "core/data/datasets/digits.h"
+#include "server/state.h"
+#include "server/status.h"
+#include "workers/worker.h"
+
+namespace anvil::server {
+
+namespace fs = std::filesystem;
+
+AnvilServer::AnvilServer(ServerOptions options) : options_(std::move(options)) {}
+
+AnvilServer::~AnvilServer() { shutdown(std::chrono::seconds(2)); }
+
+void AnvilServer::start() {
+  auto s = std::make_unique<State>();
+  s->options = options_;
+  fs::create_directories(options_.data_dir);
+  s->data_root = fs::canonical(options_.data_dir).string();
+  if (s->options.datasets_dir.empty()) s->options.datasets_dir = data::default_data_dir();
+  s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
+  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching);
+  SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
+  s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so,
+                                             std::vector<WorkerFactory>{[](workers::EventSink sink) {
+                                               return workers::make_cpu_worker(std::move(sink));
+                                             }});
+  state_ = std::move(s);
+  training_ = make_training_service(*state_);
+  serving_ = make_serving_service(*state_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  builder.RegisterService(training_.get());
+  builder.RegisterService(serving_.get());
+  server_ = builder.BuildAndStart();
+  ANVIL_CHECK(server_ != nullptr && port_ > 0, "anvild: cannot listen on ", options_.address,
+              " (in use, or not a valid address)");
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+  state_->scheduler->recover();
+  health->SetServingStatus(true);
+}
+
+void AnvilServer::shutdown(std::chrono::milliseconds grace) {
+  if (!server_ || stopped_.exchange(true)) return;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  state_->draining = true;
+  state_->scheduler->drain(grace);
+  state_->hub.close_all();
+  state_->registry->close();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  state_->scheduler.reset();  // joins the workers
+}
+
+void AnvilServer::wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,120 @@
+// The Serving service: Predict, ListModels, GetModel, Export.
+#include <filesystem>
+
+#include "core/io/safetensors.h"
+#include "core/util/file.h"
+#include "core/util/sha256.h"
+#include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/state.h"
+#include "server/status.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+
+class ServingService final : public v1::Serving::Service {
+ public:
+  explicit ServingService(AnvilServer::State& s) : s_(s) {}
+
+  Status Predict(ServerContext* ctx, const v1::PredictRequest* req, v1::PredictResponse* resp) override {
+    return Guard([&] {
+      ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      // The request's deadline on the batcher's clock (gRPC's is wall-clock time).
+      Batcher::Clock::time_point deadline = Batcher::Clock::time_point::max();
+      const auto wall_deadline = ctx->deadline();
+      if (wall_deadline != std::chrono::system_clock::time_point::max()) {
+        deadline = Batcher::Clock::now() + (wall_deadline - std::chrono::system_clock::now());
+      }
+      *resp = s_.registry->predict(*req, deadline);
+    });
+  }
+
+  Status ListModels(ServerContext*, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {
+    return Guard([&] {
+      for (const ModelRow& row : s_.store->list_models(req->name())) {
+        try {
+          *resp->add_models() = s_.registry->describe_row(row);
+        } catch (const ServiceError&) {  // e.g. a corrupt archive: still listed, without a signature
+          v1::Model* m = resp->add_models();
+          m->set_name(row.name);
+          m->set_version(row.version);
+          m->set_job_id(row.job_id);
+          m->set_created_unix_ms(row.created_ms);
+        }
+      }
+    });
+  }
+
+  Status GetModel(ServerContext*, const v1::GetModelRequest* req, v1::Model* resp) override {
+    return Guard([&] {
+      ANVIL_SERVICE_CHECK(!req->name().empty(), StatusCode::INVALID_ARGUMENT, "name: expected a model name");
+      *resp = s_.registry->describe(*s_.registry->get(req->name(), req->version()));
+    });
+  }
+
+  // Streams the file in chunks (any size, far beyond the message limit); the last message
+  // carries the size and SHA-256 of everything sent.
+  Status Export(ServerContext* ctx, const v1::ExportRequest* req, grpc::ServerWriter<v1::ExportChunk>* writer) override {
+    return Guard([&] {
+      ANVIL_SERVICE_CHECK(!req->model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
+      ANVIL_SERVICE_CHECK(req->format() != v1::ONNX, StatusCode::UNIMPLEMENTED,
+                          "format ONNX: not available in this build yet (use NATIVE or SAFETENSORS)");
+      ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS, StatusCode::INVALID_ARGUMENT,
+                          "format: expected NATIVE or SAFETENSORS, got ", v1::ExportFormat_Name(req->format()));
+      std::shared_ptr<ServedModel> m = s_.registry->get(req->model(), req->version());
+      std::string bytes;
+      std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
+      if (req->format() == v1::NATIVE) {
+        bytes = read_file((fs::path(s_.data_root) / m->row.path).string());
+        file_name += ".anvil";
+      } else {
+        bytes = io::serialize_safetensors(m->loaded.built.module->state_dict().tensors,
+                                          {{"format", "pt"}, {"anvil.model", m->row.name}});
+        file_name += ".safetensors";
+      }
+      Sha256 hash;
+      const size_t chunk = static_cast<size_t>(s_.options.export_chunk_bytes);
+      size_t at = 0;
+      do {
+        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), StatusCode::CANCELLED, "export cancelled by the client");
+        const size_t n = std::min(chunk, bytes.size() - at);
+        v1::ExportChunk c;
+        c.set_data(bytes.data() + at, n);
+        hash.update(bytes.data() + at, n);
+        at += n;
+        if (at == bytes.size()) {
+          c.set_total_bytes(static_cast<int64_t>(bytes.size()));
+          c.set_sha256(hash.hex_digest());
+          c.set_file_name(file_name);
+        }
+        if (!writer->Write(c)) return;
+      } while (at < bytes.size());
+    });
+  }
+
+ private:
+  template <typename F>
+  Status Guard(F&& f) {
+    try {
+      f();
+      return Status::OK;
+    } catch (...) {
+      Status st = current_exception_status(StatusCode::INVALID_ARGUMENT);
+      return Status(st.error_code(), scrub_paths(st.error_message(), s_.data_root));
+    }
+  }
+
+  AnvilServer::State& s_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_serving_service(AnvilServer::State& state) {
+  return std::make_unique<ServingService>(state);
+}
+
+}  // namespace anvil::server

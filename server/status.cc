@@ -1,0 +1,29 @@
+#include "server/status.h"
+
+namespace anvil::server {
+
+grpc::Status current_exception_status(grpc::StatusCode engine_code) {
+  try {
+    throw;
+  } catch (const ServiceError& e) {
+    return grpc::Status(e.code(), e.what());
+  } catch (const anvil::Error& e) {
+    return grpc::Status(engine_code, e.what());
+  } catch (const std::bad_alloc&) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "internal error: unknown exception");
+  }
+}
+
+std::string scrub_paths(std::string message, const std::string& root) {
+  if (root.empty()) return message;
+  for (size_t at = message.find(root); at != std::string::npos; at = message.find(root, at)) {
+    message.replace(at, root.size(), "<data>");
+  }
+  return message;
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,43 @@
+// Errors that carry their gRPC status code. Service code throws ServiceError where the code
+// is known (bad input, unknown model...) and the RPC boundary turns any exception into a
+// grpc::Status with to_status(): a ServiceError keeps its code, an anvil::Error from the engine
+// becomes INVALID_ARGUMENT when it came from validating the request, and anything else is
+// INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <exception>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace anvil::server {
+
+class ServiceError : public std::exception {
+ public:
+  ServiceError(grpc::StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  grpc::StatusCode code() const { return code_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  grpc::StatusCode code_;
+  std::string message_;
+};
+
+// Throws ServiceError(code, StrCat(parts...)) when `cond` is false.
+#define ANVIL_SERVICE_CHECK(cond, code, ...)                                                 \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]] {                                                              \
+      throw ::anvil::server::ServiceError(code, ::anvil::detail::StrCat(__VA_ARGS__));       \
+    }                                                                                        \
+  } while (0)
+
+// The status for the exception being handled (call inside a catch block only). `engine_code`
+// is the code for an anvil::Error (the engine rejecting the request's content).
+grpc::Status current_exception_status(grpc::StatusCode engine_code = grpc::StatusCode::INVALID_ARGUMENT);
+
+// `message` with every occurrence of `root` (an absolute directory) replaced by "<data>".
+std::string scrub_paths(std::string message, const std::string& root);
+
+}  // namespace anvil::server

@@ -1,0 +1,180 @@
+// The Training service: SubmitJob, GetJob, ListJobs, CancelJob, StreamMetrics.
+#include <google/protobuf/util/json_util.h>
+
+#include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/job_spec.h"
+#include "server/state.h"
+#include "server/status.h"
+#include "workers/job_plan.h"
+
+namespace anvil::server {
+namespace {
+
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+
+JobState FromWire(v1::JobState s) {
+  switch (s) {
+    case v1::QUEUED: return JobState::kQueued;
+    case v1::RUNNING: return JobState::kRunning;
+    case v1::SUCCEEDED: return JobState::kSucceeded;
+    case v1::FAILED: return JobState::kFailed;
+    case v1::CANCELLED: return JobState::kCancelled;
+    case v1::INTERRUPTED: return JobState::kInterrupted;
+    default:
+      throw ServiceError(StatusCode::INVALID_ARGUMENT, "states: unknown job state " + v1::JobState_Name(s));
+  }
+}
+
+bool EndsStream(const v1::MetricEvent& e) {
+  return e.event_case() == v1::MetricEvent::kState &&
+         (e.state() == v1::SUCCEEDED || e.state() == v1::FAILED || e.state() == v1::CANCELLED);
+}
+
+class TrainingService final : public v1::Training::Service {
+ public:
+  explicit TrainingService(AnvilServer::State& s) : s_(s) {}
+
+  Status SubmitJob(ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+    return Guard([&] {
+      ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      const v1::JobSpec spec = validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices()});
+      if (req->dry_run()) {
+        // Build the whole plan (data, model, optimizer) without training: catches a model
+        // that does not fit the data before anything is queued.
+        try {
+          workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, ""});
+        } catch (const Error& e) {
+          throw ServiceError(StatusCode::INVALID_ARGUMENT, scrub_paths(std::string("spec: ") + e.what(), s_.data_root));
+        }
+        v1::Job* job = resp->mutable_job();
+        job->set_name(spec.name());
+        *job->mutable_spec() = spec;
+        resp->set_created(false);
+        return;
+      }
+      auto [row, created] = s_.scheduler->submit(spec);
+      *resp->mutable_job() = Scheduler::to_job(row);
+      resp->set_created(created);
+    });
+  }
+
+  Status GetJob(ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override {
+    return Guard([&] { *resp = Scheduler::to_job(Find(req->job_id())); });
+  }
+
+  Status ListJobs(ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+    return Guard([&] {
+      std::vector<JobState> states;
+      for (int s : req->states()) states.push_back(FromWire(static_cast<v1::JobState>(s)));
+      ANVIL_SERVICE_CHECK(req->limit() >= 0, StatusCode::INVALID_ARGUMENT, "limit: expected >= 0, got ", req->limit());
+      for (const JobRow& row : s_.store->list_jobs(states, req->limit())) *resp->add_jobs() = Scheduler::to_job(row);
+    });
+  }
+
+  Status CancelJob(ServerContext*, const v1::CancelJobRequest* req, v1::Job* resp) override {
+    return Guard([&] {
+      ANVIL_SERVICE_CHECK(!req->job_id().empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
+      *resp = Scheduler::to_job(s_.scheduler->cancel(req->job_id()));
+    });
+  }
+
+  // Replays the stored events from `from_step`, then follows live ones. Sequence numbers are
+  // checked: anything the live queue dropped (a slow reader) is read back from the store, so
+  // every event arrives once and in order. Ends after a terminal state, or with UNAVAILABLE
+  // when the server shuts down. The client cancelling the stream never affects the job.
+  Status StreamMetrics(ServerContext* ctx, const v1::StreamMetricsRequest* req,
+                       grpc::ServerWriter<v1::MetricEvent>* writer) override {
+    return Guard([&] {
+      const JobRow job = Find(req->job_id());
+      ANVIL_SERVICE_CHECK(req->from_step() >= 0, StatusCode::INVALID_ARGUMENT, "from_step: expected >= 0, got ",
+                          req->from_step());
+      auto sub = s_.hub.subscribe(job.id);
+      struct Unsubscribe {
+        MetricsHub& hub;
+        const std::string& id;
+        std::shared_ptr<MetricsHub::Subscription>& sub;
+        ~Unsubscribe() { hub.unsubscribe(id, sub); }
+      } unsubscribe{s_.hub, job.id, sub};
+
+      int64_t last_seq = 0;
+      bool ended = false;
+      // Sends stored events after last_seq (step >= from_step); false when the stream ended.
+      auto replay = [&] {
+        while (true) {
+          const std::vector<MetricRow> rows = s_.store->metrics(job.id, req->from_step(), last_seq, 512);
+          for (const MetricRow& r : rows) {
+            v1::MetricEvent e;
+            if (!google::protobuf::util::JsonStringToMessage(r.payload_json, &e).ok()) continue;
+            e.set_seq(r.seq);
+            last_seq = r.seq;
+            if (!writer->Write(e)) return false;
+            if (EndsStream(e)) {
+              ended = true;
+              return false;
+            }
+          }
+          if (rows.size() < 512) return true;
+        }
+      };
+      if (!replay()) return;
+      if (is_terminal(Find(job.id).state)) {  // ended before the replay read its last events
+        replay();
+        return;
+      }
+      while (!ctx->IsCancelled()) {
+        v1::MetricEvent e;
+        if (!sub->next(&e, std::chrono::milliseconds(200))) {
+          if (sub->closed()) {
+            throw ServiceError(StatusCode::UNAVAILABLE,
+                               "the server is shutting down; reconnect with from_step to continue the stream");
+          }
+          continue;
+        }
+        if (e.seq() <= last_seq) continue;  // already sent by the replay
+        if (e.seq() > last_seq + 1) {
+          // Missed events (the live queue overflowed): fetch them, then this one, from the store.
+          if (!replay() || ended) return;
+          continue;
+        }
+        if (e.step() < req->from_step() && e.event_case() != v1::MetricEvent::kState) {
+          last_seq = e.seq();
+          continue;
+        }
+        last_seq = e.seq();
+        if (!writer->Write(e)) return;
+        if (EndsStream(e)) return;
+      }
+    });
+  }
+
+ private:
+  JobRow Find(const std::string& id) {
+    ANVIL_SERVICE_CHECK(!id.empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
+    std::optional<JobRow> row = s_.store->get_job(id);
+    ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", id, "\" does not exist");
+    return *row;
+  }
+
+  template <typename F>
+  Status Guard(F&& f) {
+    try {
+      f();
+      return Status::OK;
+    } catch (...) {
+      Status st = current_exception_status(StatusCode::INVALID_ARGUMENT);
+      return Status(st.error_code(), scrub_paths(st.error_message(), s_.data_root));
+    }
+  }
+
+  AnvilServer::State& s_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_training_service(AnvilServer::State& state) {
+  return std::make_unique<TrainingService>(state);
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,412 @@
+// The job store: schema creation and reopening, idempotent submits, listing orders, job
+// updates, metric streams (seqs, filters, truncation on resume), the model registry,
+// concurrent appends and refusal of a newer schema. Where the store's own reads could hide a
+// bug, the database is inspected directly through the SQLite C API.
+#include "server/store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "core/util/error.h"
+
+namespace anvil::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The message of the anvil::Error that f throws; a test failure when it throws nothing.
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an anvil::Error";
+  return "";
+}
+
+// Runs one SQL statement on the file, bypassing the store; returns the first column of the
+// first row ("" when none).
+std::string RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  std::string out;
+  const int rc = sqlite3_step(stmt);
+  EXPECT_TRUE(rc == SQLITE_ROW || rc == SQLITE_DONE) << sqlite3_errmsg(db);
+  const unsigned char* text = rc == SQLITE_ROW ? sqlite3_column_text(stmt, 0) : nullptr;
+  if (text) out = reinterpret_cast<const char*>(text);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/anvil_store_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/anvil.db";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static JobRow Job(std::string name, JobState state = JobState::kQueued, std::string client_id = "") {
+    JobRow r;
+    r.name = std::move(name);
+    r.client_job_id = std::move(client_id);
+    r.spec_json = R"({"model":"mlp"})";
+    r.state = state;
+    r.device = "cpu";
+    return r;
+  }
+  static std::vector<std::string> Names(const std::vector<JobRow>& rows) {
+    std::vector<std::string> out;
+    for (const JobRow& r : rows) out.push_back(r.name);
+    return out;
+  }
+  MetricRow Event(const std::string& job_id, int64_t step, std::string kind = "step") {
+    return MetricRow{job_id, 0, step, std::move(kind), "{\"loss\":" + std::to_string(step) + "}", 0};
+  }
+
+  std::string dir_, path_;
+};
+
+TEST_F(StoreTest, CreatesSchemaAndDataSurvivesReopening) {
+  std::string id;
+  {
+    Store store(path_);
+    JobRow row = Job("first");
+    row.priority = 7;
+    id = store.insert_job(row).first.id;
+    store.append_metric(Event(id, 1));
+    store.register_model({"mnist", 0, id, "models/mnist/1", "{}", 0});
+  }
+  ASSERT_TRUE(std::filesystem::exists(path_));
+  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "1");
+  EXPECT_EQ(RawSql(path_, "PRAGMA journal_mode"), "wal");  // WAL is persistent in the file
+  EXPECT_EQ(RawSql(path_, "SELECT state FROM jobs WHERE name = 'first'"), "QUEUED");
+
+  Store store(path_);
+  const std::optional<JobRow> job = store.get_job(id);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->name, "first");
+  EXPECT_EQ(job->priority, 7);
+  EXPECT_EQ(job->spec_json, R"({"model":"mlp"})");
+  ASSERT_EQ(store.metrics(id, 0).size(), 1u);
+  EXPECT_EQ(store.metrics(id, 0)[0].payload_json, "{\"loss\":1}");
+  ASSERT_TRUE(store.get_model("mnist", 0).has_value());
+  EXPECT_EQ(store.get_model("mnist", 0)->job_id, id);
+  // The seq counter continues after reopening instead of restarting.
+  EXPECT_EQ(store.append_metric(Event(id, 2)), 2);
+  EXPECT_EQ(store.insert_job(Job("second")).first.seq, job->seq + 1);
+}
+
+TEST_F(StoreTest, InsertIsIdempotentPerClientJobId) {
+  Store store(path_);
+  const auto [first, inserted] = store.insert_job(Job("a", JobState::kQueued, "client-1"));
+  EXPECT_TRUE(inserted);
+  EXPECT_GT(first.seq, 0);
+  EXPECT_GT(first.created_ms, 1600000000000);  // a real unix time in ms (after 2020)
+
+  JobRow retry = Job("a-retried", JobState::kQueued, "client-1");
+  retry.spec_json = R"({"model":"cnn"})";
+  const auto [again, inserted_again] = store.insert_job(retry);
+  EXPECT_FALSE(inserted_again);
+  EXPECT_EQ(again.id, first.id);
+  EXPECT_EQ(again.name, "a");
+  EXPECT_EQ(again.spec_json, R"({"model":"mlp"})");
+  EXPECT_EQ(again.seq, first.seq);
+
+  const auto [other, inserted_other] = store.insert_job(Job("b", JobState::kQueued, "client-2"));
+  EXPECT_TRUE(inserted_other);
+  EXPECT_NE(other.id, first.id);
+  // Jobs without a client id never collide with each other.
+  EXPECT_TRUE(store.insert_job(Job("c")).second);
+  EXPECT_TRUE(store.insert_job(Job("d")).second);
+  EXPECT_EQ(store.list_jobs().size(), 4u);
+  EXPECT_EQ(RawSql(path_, "SELECT count(*) FROM jobs WHERE client_job_id = 'client-1'"), "1");
+}
+
+TEST_F(StoreTest, GeneratedIdsAreWellFormedAndUnique) {
+  Store store(path_);
+  const std::regex pattern("job-[0-9a-f]{12}");
+  std::set<std::string> ids;
+  int64_t last_seq = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const JobRow row = store.insert_job(Job("j" + std::to_string(i))).first;
+    EXPECT_TRUE(std::regex_match(row.id, pattern)) << row.id;
+    EXPECT_GT(row.seq, last_seq);
+    last_seq = row.seq;
+    ids.insert(row.id);
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+}
+
+TEST_F(StoreTest, ExplicitIdThatExistsIsRefused) {
+  Store store(path_);
+  JobRow row = Job("x");
+  row.id = "job-000000000001";
+  EXPECT_EQ(store.insert_job(row).first.id, "job-000000000001");
+  EXPECT_THAT(ErrorOf([&] { store.insert_job(row); }), HasSubstr("'job-000000000001' which already exists"));
+}
+
+TEST_F(StoreTest, ListJobsFiltersByStateNewestFirst) {
+  Store store(path_);
+  store.insert_job(Job("q1", JobState::kQueued));
+  store.insert_job(Job("r1", JobState::kRunning));
+  store.insert_job(Job("f1", JobState::kFailed));
+  store.insert_job(Job("q2", JobState::kQueued));
+  store.insert_job(Job("r2", JobState::kRunning));
+  store.insert_job(Job("s1", JobState::kSucceeded));
+
+  using ::testing::ElementsAre;
+  EXPECT_THAT(Names(store.list_jobs()), ElementsAre("s1", "r2", "q2", "f1", "r1", "q1"));
+  EXPECT_THAT(Names(store.list_jobs({JobState::kRunning})), ElementsAre("r2", "r1"));
+  EXPECT_THAT(Names(store.list_jobs({JobState::kFailed, JobState::kQueued, JobState::kFailed})),
+              ElementsAre("q2", "f1", "q1"));
+  EXPECT_THAT(Names(store.list_jobs({}, 2)), ElementsAre("s1", "r2"));
+  EXPECT_THAT(Names(store.list_jobs({JobState::kQueued}, 1)), ElementsAre("q2"));
+  EXPECT_THAT(Names(store.list_jobs({}, -5)), ::testing::SizeIs(6));
+  EXPECT_TRUE(store.list_jobs({JobState::kCancelled}).empty());
+}
+
+TEST_F(StoreTest, JobsInStatesIsOldestFirst) {
+  Store store(path_);
+  store.insert_job(Job("r1", JobState::kRunning));
+  store.insert_job(Job("q1", JobState::kQueued));
+  store.insert_job(Job("i1", JobState::kInterrupted));
+  store.insert_job(Job("s1", JobState::kSucceeded));
+  store.insert_job(Job("r2", JobState::kRunning));
+
+  using ::testing::ElementsAre;
+  EXPECT_THAT(Names(store.jobs_in_states({JobState::kRunning, JobState::kInterrupted})), ElementsAre("r1", "i1", "r2"));
+  EXPECT_THAT(Names(store.jobs_in_states({JobState::kQueued})), ElementsAre("q1"));
+  EXPECT_TRUE(store.jobs_in_states({}).empty());
+}
+
+TEST_F(StoreTest, UpdateJobRoundTripsEveryMutableField) {
+  Store store(path_);
+  const JobRow inserted = store.insert_job(Job("train", JobState::kQueued, "cid")).first;
+  JobRow row = inserted;
+  row.state = JobState::kCancelled;
+  row.reason = "cancelled by user";
+  row.priority = -3;
+  row.device = "cuda:1";
+  row.started_ms = 1700000000123;
+  row.finished_ms = 1700000009999;
+  row.step = 4242;
+  row.epoch = 17;
+  row.checkpoint = "checkpoints/train/step-4242";
+  row.model_name = "digits";
+  row.model_version = 5;
+  // Fixed at submit: update_job must not change these.
+  row.name = "renamed";
+  row.spec_json = "{}";
+  row.created_ms = 1;
+  store.update_job(row);
+
+  const JobRow got = *store.get_job(inserted.id);
+  EXPECT_EQ(got.state, JobState::kCancelled);
+  EXPECT_EQ(got.reason, "cancelled by user");
+  EXPECT_EQ(got.priority, -3);
+  EXPECT_EQ(got.device, "cuda:1");
+  EXPECT_EQ(got.started_ms, 1700000000123);
+  EXPECT_EQ(got.finished_ms, 1700000009999);
+  EXPECT_EQ(got.step, 4242);
+  EXPECT_EQ(got.epoch, 17);
+  EXPECT_EQ(got.checkpoint, "checkpoints/train/step-4242");
+  EXPECT_EQ(got.model_name, "digits");
+  EXPECT_EQ(got.model_version, 5);
+  EXPECT_EQ(got.name, "train");
+  EXPECT_EQ(got.client_job_id, "cid");
+  EXPECT_EQ(got.spec_json, R"({"model":"mlp"})");
+  EXPECT_EQ(got.created_ms, inserted.created_ms);
+  EXPECT_EQ(got.seq, inserted.seq);
+  EXPECT_EQ(RawSql(path_, "SELECT state FROM jobs"), "CANCELLED");
+
+  JobRow unknown = row;
+  unknown.id = "job-ffffffffffff";
+  const std::string msg = ErrorOf([&] { store.update_job(unknown); });
+  EXPECT_THAT(msg, HasSubstr("expected an existing job id, got 'job-ffffffffffff'"));
+  EXPECT_THAT(msg, HasSubstr(path_));
+}
+
+TEST(JobState, NamesRoundTripAndBadNamesAreRefused) {
+  const std::pair<JobState, const char*> all[] = {
+      {JobState::kQueued, "QUEUED"},       {JobState::kRunning, "RUNNING"},     {JobState::kSucceeded, "SUCCEEDED"},
+      {JobState::kFailed, "FAILED"},       {JobState::kCancelled, "CANCELLED"}, {JobState::kInterrupted, "INTERRUPTED"},
+  };
+  for (const auto& [state, name] : all) {
+    EXPECT_EQ(job_state_name(state), name);
+    EXPECT_EQ(parse_job_state(name), state);
+  }
+  EXPECT_THAT(ErrorOf([] { parse_job_state("queued"); }), HasSubstr("unknown job state 'queued'"));
+  EXPECT_THAT(ErrorOf([] { parse_job_state(""); }), HasSubstr("expected one of QUEUED, RUNNING"));
+  EXPECT_THAT(ErrorOf([] { parse_job_state("DONE"); }), HasSubstr("'DONE'"));
+
+  EXPECT_TRUE(is_terminal(JobState::kSucceeded));
+  EXPECT_TRUE(is_terminal(JobState::kFailed));
+  EXPECT_TRUE(is_terminal(JobState::kCancelled));
+  EXPECT_FALSE(is_terminal(JobState::kQueued));
+  EXPECT_FALSE(is_terminal(JobState::kRunning));
+  EXPECT_FALSE(is_terminal(JobState::kInterrupted));
+}
+
+TEST_F(StoreTest, MetricSeqsCountFromOnePerJobAndFilter) {
+  Store store(path_);
+  const std::string a = store.insert_job(Job("a")).first.id;
+  const std::string b = store.insert_job(Job("b")).first.id;
+  for (int64_t step = 1; step <= 5; ++step) EXPECT_EQ(store.append_metric(Event(a, step)), step);
+  EXPECT_EQ(store.append_metric(Event(b, 10)), 1);  // b's stream is numbered on its own
+  EXPECT_EQ(store.append_metric(Event(a, 5, "epoch")), 6);
+
+  const std::vector<MetricRow> all = store.metrics(a, 0);
+  ASSERT_EQ(all.size(), 6u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].seq, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(all[i].job_id, a);
+    EXPECT_GT(all[i].time_ms, 1600000000000);
+  }
+  EXPECT_EQ(all[5].kind, "epoch");
+
+  auto seqs = [](const std::vector<MetricRow>& rows) {
+    std::vector<int64_t> out;
+    for (const MetricRow& r : rows) out.push_back(r.seq);
+    return out;
+  };
+  using ::testing::ElementsAre;
+  EXPECT_THAT(seqs(store.metrics(a, 4)), ElementsAre(4, 5, 6));
+  EXPECT_THAT(seqs(store.metrics(a, 0, 3)), ElementsAre(4, 5, 6));
+  EXPECT_THAT(seqs(store.metrics(a, 5, 5)), ElementsAre(6));
+  EXPECT_THAT(seqs(store.metrics(a, 0, 0, 2)), ElementsAre(1, 2));
+  EXPECT_THAT(seqs(store.metrics(a, 2, 0, 2)), ElementsAre(2, 3));
+  EXPECT_TRUE(store.metrics(a, 6).empty());
+  EXPECT_TRUE(store.metrics("job-unknown", 0).empty());
+  EXPECT_THAT(seqs(store.metrics(b, 0)), ElementsAre(1));
+
+  EXPECT_THAT(ErrorOf([&] { store.append_metric(Event("job-nosuchjob0", 1)); }),
+              HasSubstr("expected an existing job id, got 'job-nosuchjob0'"));
+}
+
+TEST_F(StoreTest, TruncateThenReplayKeepsEachStepOnce) {
+  Store store(path_);
+  const std::string id = store.insert_job(Job("resumed")).first.id;
+  store.append_metric(Event(id, 0, "state"));
+  for (int64_t step = 1; step <= 10; ++step) store.append_metric(Event(id, step));
+  store.append_metric(Event(id, 10, "epoch"));
+  store.append_metric(Event(id, 10, "state"));  // e.g. the job was interrupted at step 10
+
+  // Resumed from a checkpoint at step 6: steps 7..10 will be replayed.
+  store.truncate_metrics_after(id, 6);
+  int64_t last_seq = 0;
+  for (const MetricRow& r : store.metrics(id, 0)) last_seq = std::max(last_seq, r.seq);
+  for (int64_t step = 7; step <= 12; ++step) {
+    const int64_t seq = store.append_metric(Event(id, step));
+    EXPECT_GT(seq, last_seq) << "a seq was handed out twice";
+    last_seq = seq;
+  }
+
+  std::vector<int64_t> steps;
+  int states = 0;
+  int64_t prev_seq = 0;
+  for (const MetricRow& r : store.metrics(id, 0)) {
+    EXPECT_GT(r.seq, prev_seq);
+    prev_seq = r.seq;
+    if (r.kind == "step") steps.push_back(r.step);
+    if (r.kind == "state") ++states;
+    EXPECT_NE(r.kind, "epoch");  // the epoch event at step 10 was after the checkpoint
+  }
+  std::vector<int64_t> want(12);
+  for (int64_t i = 0; i < 12; ++i) want[i] = i + 1;
+  EXPECT_EQ(steps, want);
+  EXPECT_EQ(states, 2);  // state changes are history and survive truncation
+}
+
+TEST_F(StoreTest, ModelVersionsCountPerName) {
+  Store store(path_);
+  const std::string job = store.insert_job(Job("j")).first.id;
+  EXPECT_EQ(store.register_model({"mnist", 0, job, "models/mnist/a", "{}", 0}).version, 1);
+  EXPECT_EQ(store.register_model({"digits", 0, job, "models/digits/a", "{}", 0}).version, 1);
+  EXPECT_EQ(store.register_model({"mnist", 99, job, "models/mnist/b", "{}", 0}).version, 2);  // 99 is ignored
+  const ModelRow third = store.register_model({"mnist", 0, job, "models/mnist/c", R"({"in":"f32"})", 0});
+  EXPECT_EQ(third.version, 3);
+  EXPECT_GT(third.created_ms, 1600000000000);
+  EXPECT_EQ(store.register_model({"digits", 0, job, "models/digits/b", "{}", 0}).version, 2);
+
+  const std::optional<ModelRow> latest = store.get_model("mnist", 0);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->version, 3);
+  EXPECT_EQ(latest->path, "models/mnist/c");
+  EXPECT_EQ(latest->signature_json, R"({"in":"f32"})");
+  EXPECT_EQ(store.get_model("mnist", 2)->path, "models/mnist/b");
+  EXPECT_EQ(store.get_model("digits", -1)->version, 2);
+  EXPECT_FALSE(store.get_model("mnist", 4).has_value());
+  EXPECT_FALSE(store.get_model("unknown", 0).has_value());
+  EXPECT_FALSE(store.get_model("unknown", 1).has_value());
+
+  std::vector<std::string> listed;
+  for (const ModelRow& m : store.list_models()) listed.push_back(m.name + ":" + std::to_string(m.version));
+  EXPECT_THAT(listed, ::testing::ElementsAre("digits:1", "digits:2", "mnist:1", "mnist:2", "mnist:3"));
+  EXPECT_EQ(store.list_models("digits").size(), 2u);
+  EXPECT_TRUE(store.list_models("unknown").empty());
+  EXPECT_THAT(ErrorOf([&] { store.register_model({"", 0, job, "p", "{}", 0}); }), HasSubstr("model name"));
+}
+
+TEST_F(StoreTest, ConcurrentAppendsGetUniqueConsecutiveSeqs) {
+  Store store(path_);
+  const std::string id = store.insert_job(Job("busy")).first.id;
+  constexpr int kThreads = 4, kPerThread = 200;
+  std::vector<std::vector<int64_t>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) got[t].push_back(store.append_metric(Event(id, t * kPerThread + i)));
+    });
+  }
+  for (std::thread& th : threads) th.join();
+
+  std::set<int64_t> seqs;
+  for (const auto& v : got) {
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_GT(v[i], v[i - 1]);  // each thread sees its own appends in order
+    seqs.insert(v.begin(), v.end());
+  }
+  constexpr int64_t n = kThreads * kPerThread;
+  ASSERT_EQ(seqs.size(), static_cast<size_t>(n));
+  EXPECT_EQ(*seqs.begin(), 1);
+  EXPECT_EQ(*seqs.rbegin(), n);
+  EXPECT_EQ(store.metrics(id, 0).size(), static_cast<size_t>(n));
+  EXPECT_EQ(RawSql(path_, "SELECT count(DISTINCT seq) FROM metrics"), std::to_string(n));
+}
+
+TEST_F(StoreTest, NewerSchemaIsRefused) {
+  { Store store(path_); }
+  RawSql(path_, "UPDATE schema_version SET version = 999");
+  const std::string msg = ErrorOf([&] { Store store(path_); });
+  EXPECT_THAT(msg, HasSubstr("schema version 999"));
+  EXPECT_THAT(msg, HasSubstr("newer than version 1"));
+  EXPECT_THAT(msg, HasSubstr(path_));
+}
+
+TEST_F(StoreTest, ForeignDatabaseAndUnopenablePathAreRefused) {
+  RawSql(path_, "CREATE TABLE other (x INTEGER)");
+  EXPECT_THAT(ErrorOf([&] { Store store(path_); }), HasSubstr("no schema_version table"));
+
+  const std::string missing_dir = dir_ + "/no/such/dir/anvil.db";
+  const std::string msg = ErrorOf([&] { Store store(missing_dir); });
+  EXPECT_THAT(msg, HasSubstr("opening the database"));
+  EXPECT_THAT(msg, HasSubstr(missing_dir));
+}
+
+}  // namespace
+}  // namespace anvil::server

@@ -1,0 +1,192 @@
+// The CPU worker: a thread that waits for a job, runs its plan with the Trainer and reports
+// through the sink. Stop requests only set flags the Trainer polls between steps, so they are
+// safe from any thread.
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/models/archive.h"
+#include "workers/job_plan.h"
+#include "workers/worker.h"
+
+namespace anvil::workers {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class CpuWorker final : public Worker {
+ public:
+  explicit CpuWorker(EventSink sink) : sink_(std::move(sink)), thread_([this] { Loop(); }) {}
+  ~CpuWorker() override { shutdown(); }
+
+  const std::string& device() const override { return device_; }
+  bool idle() const override { return idle_.load(); }
+
+  void run(RunJob job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANVIL_CHECK(idle_.load() && !pending_, "cpu worker: a job is already running");
+    idle_ = false;
+    pending_ = std::move(job);
+    cv_.notify_all();
+  }
+
+  void stop(const std::string& job_id, bool interrupt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_id != running_id_) return;
+    interrupt_ = interrupt_.load() || interrupt;
+    cancel_ = true;
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (quit_) return;
+      quit_ = true;
+      interrupt_ = true;
+      cancel_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      RunJob job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || pending_.has_value(); });
+        if (quit_ && !pending_) return;
+        job = std::move(*pending_);
+        pending_.reset();
+        running_id_ = job.job_id;
+        cancel_ = quit_;
+        interrupt_ = quit_;
+      }
+      const WorkerEvent end = Run(job);
+      {
+        // Idle before the terminal event goes out, so the scheduler can hand this worker its
+        // next job while handling that event.
+        std::lock_guard<std::mutex> lock(mu_);
+        running_id_.clear();
+        idle_ = true;
+      }
+      Emit(end);
+    }
+  }
+
+  void Emit(WorkerEvent e) { sink_(e); }
+
+  // Runs the job; returns its terminal event (not yet emitted).
+  WorkerEvent Run(const RunJob& job) {
+    WorkerEvent base;
+    base.job_id = job.job_id;
+    try {
+      fs::create_directories(job.job_dir);
+      const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
+      JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint});
+      train::Trainer trainer(plan.model.module, plan.optimizer, plan.options, plan.loss);
+      if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
+      data::DataLoader train_loader(plan.train_set, plan.train_loader);
+      data::DataLoader val_loader(plan.val_set, plan.val_loader);
+      if (job.resume && fs::exists(checkpoint)) trainer.resume(checkpoint, train_loader);
+
+      WorkerEvent started = base;
+      started.kind = WorkerEvent::Kind::kStarted;
+      started.message = device_;
+      started.step = trainer.step();
+      started.total_steps = plan.total_steps;
+      Emit(started);
+
+      trainer.set_callbacks({
+          .on_step =
+              [&](const train::StepMetrics& m) {
+                WorkerEvent e = base;
+                e.kind = WorkerEvent::Kind::kStep;
+                e.step = m.step;
+                e.epoch = m.epoch;
+                e.total_steps = plan.total_steps;
+                e.step_metrics = m;
+                Emit(e);
+              },
+          .on_epoch =
+              [&](const train::EpochMetrics& m) {
+                WorkerEvent e = base;
+                e.kind = WorkerEvent::Kind::kEpoch;
+                e.step = m.step;
+                e.epoch = m.epoch;
+                e.total_steps = plan.total_steps;
+                e.epoch_metrics = m;
+                Emit(e);
+              },
+          .on_checkpoint =
+              [&](const std::string& path, int64_t step) {
+                WorkerEvent e = base;
+                e.kind = WorkerEvent::Kind::kCheckpoint;
+                e.step = step;
+                e.path = path;
+                Emit(e);
+              },
+      });
+      const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
+      WorkerEvent end = base;
+      end.step = r.steps;
+      end.epoch = r.epochs;
+      if (r.status == train::TrainResult::Status::kCancelled) {
+        if (interrupt_.load()) {
+          trainer.checkpoint(train_loader);  // resume exactly here on the next start
+          end.kind = WorkerEvent::Kind::kInterrupted;
+        } else {
+          end.kind = WorkerEvent::Kind::kCancelled;
+          end.message = "cancelled at step " + std::to_string(r.steps);
+        }
+        return end;
+      }
+      // Success: the trained model becomes an archive the registry can serve right away.
+      const std::string archive = (fs::path(job.job_dir) / "model.anvil").string();
+      plan.model.module->eval();
+      models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, NowMs()};
+      models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
+      end.kind = WorkerEvent::Kind::kSucceeded;
+      end.path = archive;
+      end.input_shape = plan.model.input_shape;
+      end.output_shape = plan.model.output_shape;
+      end.input_dtype = plan.model.input_dtype;
+      end.labels = plan.labels;
+      end.parameters = plan.model.module->num_parameters();
+      end.spec_json = plan.model.spec;
+      end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
+      return end;
+    } catch (const std::exception& e) {
+      WorkerEvent failed = base;
+      failed.kind = WorkerEvent::Kind::kFailed;
+      failed.message = e.what();
+      return failed;
+    }
+  }
+
+  const std::string device_ = "cpu";
+  EventSink sink_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<RunJob> pending_;
+  std::string running_id_;
+  std::atomic<bool> idle_{true};
+  std::atomic<bool> cancel_{false}, interrupt_{false};
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Worker> make_cpu_worker(EventSink sink) { return std::make_unique<CpuWorker>(std::move(sink)); }
+
+}  // namespace anvil::workers

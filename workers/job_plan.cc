@@ -1,0 +1,173 @@
+#include "workers/job_plan.h"
+
+#include <filesystem>
+
+#include "core/nn/functional.h"
+#include "core/ops/functions.h"
+#include "core/util/error.h"
+
+namespace anvil::workers {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Data {
+  std::shared_ptr<const data::Dataset> all;
+  std::vector<std::string> labels;
+  int64_t num_classes = 0;  // 0: regression
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
+  Data out;
+  if (d.name() == "digits") {
+    auto digits = std::make_shared<data::Digits>(paths.datasets_dir, data::DigitsOptions{.as_image = true});
+    out.all = std::make_shared<data::MapDataset>(
+        digits, std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale(1/16)"));
+    out.num_classes = data::Digits::kNumClasses;
+    for (int k = 0; k < 10; ++k) out.labels.push_back(std::to_string(k));
+    return out;
+  }
+  if (d.name() == "blobs" || d.name() == "spirals") {
+    const int64_t classes = d.name() == "blobs" ? 4 : 3;
+    auto set = d.name() == "blobs" ? data::make_blobs(2000, classes, 2, 1.0, seed)
+                                   : data::make_spirals(1500, classes, 0.05, seed);
+    out.all = std::make_shared<data::TensorDataset>(std::move(set));
+    out.num_classes = classes;
+    for (int64_t k = 0; k < classes; ++k) out.labels.push_back("class " + std::to_string(k));
+    return out;
+  }
+  const std::string path = (fs::path(paths.data_root) / d.path()).string();
+  if (fs::is_directory(path)) {
+    auto images = std::make_shared<data::ImageFolder>(path);
+    out.labels = images->classes();
+    out.num_classes = static_cast<int64_t>(out.labels.size());
+    out.all = std::make_shared<data::MapDataset>(images, std::make_shared<data::ToTensor>());
+    return out;
+  }
+  ANVIL_CHECK(EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
+              "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
+  data::CsvOptions options;
+  if (!d.label_column().empty()) {
+    const std::string& c = d.label_column();
+    const bool numeric = c.find_first_not_of("-0123456789") == std::string::npos;
+    if (numeric) {
+      options.label_column = static_cast<int64_t>(std::stoll(c));
+    } else {
+      options.label_column = c;
+    }
+  }
+  auto csv = std::make_shared<data::CsvDataset>(path, options);
+  if (csv->is_classification()) {
+    out.num_classes = csv->num_classes();
+    out.labels = csv->classes();
+    if (out.labels.empty()) {
+      for (int64_t k = 0; k < out.num_classes; ++k) out.labels.push_back(std::to_string(k));
+    }
+  }
+  out.all = csv;
+  return out;
+}
+
+std::shared_ptr<optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& o, std::vector<Tensor> params) {
+  optim::Options opts{{"lr", o.lr()}, {"weight_decay", o.weight_decay()}};
+  if (o.name() == "sgd") {
+    opts["momentum"] = o.momentum();
+    opts["nesterov"] = o.nesterov() ? 1.0 : 0.0;
+    return std::make_shared<optim::SGD>(std::move(params), opts);
+  }
+  if (o.name() == "rmsprop") {
+    opts["momentum"] = o.momentum();
+    if (o.eps() > 0) opts["eps"] = o.eps();
+    return std::make_shared<optim::RMSprop>(std::move(params), opts);
+  }
+  if (o.betas_size() == 2) {
+    opts["beta1"] = o.betas(0);
+    opts["beta2"] = o.betas(1);
+  }
+  if (o.eps() > 0) opts["eps"] = o.eps();
+  if (o.name() == "adam") return std::make_shared<optim::Adam>(std::move(params), opts);
+  return std::make_shared<optim::AdamW>(std::move(params), opts);
+}
+
+}  // namespace
+
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths) {
+  manual_seed(spec.seed());
+  JobPlan plan;
+  Data d = LoadData(spec.dataset(), paths, spec.seed());
+  ANVIL_CHECK(d.all->size() >= 2, "dataset: expected at least 2 samples, got ", d.all->size());
+  const double vf = spec.dataset().validation_fraction();
+  const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(d.all->size()) * vf));
+  auto parts = data::random_split(d.all, std::vector<int64_t>{d.all->size() - n_val, n_val}, spec.seed());
+  plan.train_set = parts[0];
+  plan.val_set = parts[1];
+  plan.labels = d.labels;
+
+  const data::Example sample = plan.train_set->get(0);
+  const Tensor& x0 = sample["input"];
+  const bool classification = d.num_classes > 0;
+  ANVIL_CHECK(spec.loss() != "cross_entropy" || classification,
+              "loss: cross_entropy needs class labels, but the dataset's targets are real numbers (use \"mse\")");
+  const int64_t outputs = classification ? d.num_classes : 1;
+  const std::string json =
+      spec.model_json().empty() ? models::preset_spec(spec.model_preset(), x0.sizes(), std::max<int64_t>(outputs, 2))
+                                : spec.model_json();
+  plan.model = models::build_model(json);
+  ANVIL_CHECK(plan.model.input_shape == x0.sizes(), "model: its input shape ", shape_str(plan.model.input_shape),
+              " does not match the dataset's samples ", shape_str(x0.sizes()));
+
+  plan.optimizer = MakeOptimizer(spec.optimizer(), plan.model.module->parameters());
+  const int64_t batches = (plan.train_set->size() + spec.batch_size() - 1) / spec.batch_size();
+  const int64_t per_epoch = (batches + spec.accumulation_steps() - 1) / spec.accumulation_steps();
+  plan.total_steps = per_epoch * spec.epochs();
+  if (spec.max_steps() > 0) plan.total_steps = std::min(plan.total_steps, spec.max_steps());
+
+  const v1::ScheduleSpec& s = spec.schedule();
+  train::TrainerOptions& o = plan.options;
+  if (s.name() == "step") {
+    plan.scheduler = std::make_shared<optim::StepLR>(*plan.optimizer, s.step_size(), s.gamma());
+  } else if (s.name() == "cosine") {
+    plan.scheduler = std::make_shared<optim::CosineAnnealingLR>(*plan.optimizer, plan.total_steps, s.min_lr());
+    o.scheduler_per_step = true;
+  } else if (s.name() == "onecycle") {
+    const double max_lr = s.max_lr() > 0 ? s.max_lr() : spec.optimizer().lr();
+    plan.scheduler = std::make_shared<optim::OneCycleLR>(*plan.optimizer, max_lr, plan.total_steps);
+    o.scheduler_per_step = true;
+  } else if (s.name() == "warmup_cosine") {
+    plan.scheduler =
+        std::make_shared<optim::WarmupCosineLR>(*plan.optimizer, s.warmup_steps(), plan.total_steps, s.min_lr());
+    o.scheduler_per_step = true;
+  }
+
+  o.epochs = spec.epochs();
+  o.max_steps = spec.max_steps() > 0 ? spec.max_steps() : -1;
+  o.accumulation_steps = spec.accumulation_steps();
+  o.clip_grad_norm = spec.clip_grad_norm();
+  o.metric_interval = spec.metric_interval();
+  if (!spec.early_stopping().monitor().empty()) o.monitor = spec.early_stopping().monitor();
+  o.patience = spec.early_stopping().patience() > 0 ? spec.early_stopping().patience() : -1;
+  o.min_delta = spec.early_stopping().min_delta();
+  o.checkpoint_path = paths.checkpoint;
+  o.checkpoint_every_steps = spec.checkpoint().every_steps();
+  o.checkpoint_every_epoch = true;
+
+  if (spec.loss() == "mse") {
+    plan.loss = [](const Tensor& out, const Tensor& target) {
+      return nn::functional::mse_loss(out.reshape({out.size(0), -1}).squeeze(-1), target.to(out.dtype()));
+    };
+  } else {
+    plan.loss = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
+  }
+  plan.train_loader = {.batch_size = spec.batch_size(),
+                       .shuffle = true,
+                       .num_workers = static_cast<int>(spec.loader_workers()),
+                       .seed = spec.seed() + 1};
+  plan.val_loader = {.batch_size = 256};
+  return plan;
+}
+
+}  // namespace anvil::workers

@@ -1,0 +1,42 @@
+// From a validated JobSpec to the objects that train it: datasets (with the validation
+// split), the model (a preset sized from the data, or a JSON spec checked against it),
+// optimizer, schedule, loss and Trainer options. Everything a job needs is decided here, so
+// a worker only runs the plan; a bad combination (a model whose input does not match the
+// data) fails here with a message naming both shapes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/data/data.h"
+#include "core/models/spec.h"
+#include "core/optim/optimizer.h"
+#include "core/optim/scheduler.h"
+#include "core/train/trainer.h"
+#include "proto/anvil/v1/anvil.pb.h"
+
+namespace anvil::workers {
+
+struct PlanPaths {
+  std::string data_root;     // absolute; the spec's dataset path is relative to it
+  std::string datasets_dir;  // where built-in dataset files live (digits.csv.gz)
+  std::string checkpoint;    // absolute path of this job's checkpoint file
+};
+
+struct JobPlan {
+  std::shared_ptr<const data::Dataset> train_set, val_set;
+  models::BuiltModel model;
+  std::vector<std::string> labels;  // class names (empty for regression)
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler;  // may be null
+  train::TrainerOptions options;
+  train::LossFn loss;
+  data::DataLoaderOptions train_loader, val_loader;
+  int64_t total_steps = 0;  // expected optimizer steps
+};
+
+// Seeds the default generator with spec.seed first (model initialisation is reproducible).
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths);
+
+}  // namespace anvil::workers

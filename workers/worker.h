@@ -1,0 +1,62 @@
+// A worker owns one device and runs one training job at a time. Its boundary is a message
+// interface — commands in (run, stop), events out through a sink — with no shared state, so a
+// worker could move into a child process without the scheduler changing.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/train/trainer.h"
+#include "proto/anvil/v1/anvil.pb.h"
+
+namespace anvil::workers {
+
+struct RunJob {
+  std::string job_id;
+  v1::JobSpec spec;            // validated
+  std::string data_root;       // absolute
+  std::string datasets_dir;    // built-in dataset files
+  std::string job_dir;         // absolute: checkpoint and model archive go here
+  bool resume = false;         // continue from job_dir's checkpoint when there is one
+};
+
+struct WorkerEvent {
+  enum class Kind { kStarted, kStep, kEpoch, kCheckpoint, kSucceeded, kFailed, kCancelled, kInterrupted };
+  Kind kind = Kind::kStarted;
+  std::string job_id;
+  int64_t step = 0, epoch = 0, total_steps = 0;
+  train::StepMetrics step_metrics;    // kStep
+  train::EpochMetrics epoch_metrics;  // kEpoch
+  std::string message;                // kFailed: the reason; kStarted: the device
+  std::string path;                   // kCheckpoint: the checkpoint; kSucceeded: the model archive
+  // kSucceeded: what the registry needs.
+  std::vector<int64_t> input_shape, output_shape;
+  ScalarType input_dtype = kFloat32;
+  std::vector<std::string> labels;
+  int64_t parameters = 0;
+  std::string spec_json;
+};
+
+using EventSink = std::function<void(const WorkerEvent&)>;
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual const std::string& device() const = 0;
+  // False while a job runs (between run() and its terminal event).
+  virtual bool idle() const = 0;
+  // Starts a job; the worker must be idle. Events arrive on the sink from the worker's thread.
+  virtual void run(RunJob job) = 0;
+  // Stops the running job `job_id` (no-op for another id): kCancelled, or with `interrupt` a
+  // checkpoint at the current step and kInterrupted (it resumes on the next start).
+  virtual void stop(const std::string& job_id, bool interrupt) = 0;
+  // Stops any job as by stop(.., true) and joins the thread.
+  virtual void shutdown() = 0;
+};
+
+// The CPU worker: one thread, jobs use the engine's intra-op pool.
+std::unique_ptr<Worker> make_cpu_worker(EventSink sink);
+
+}  // namespace anvil::workers
