@@ -51,8 +51,9 @@ test-tsan: deps data
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L data --timeout 900
 
+# anvild on ./anvil-data, the digits CNN trained through the service, predictions, an export.
 demo: build data
-	$(BUILD_DIR)/examples/train_digits $(DATA_DIR)
+	scripts/demo.sh $(BUILD_DIR) $(DATA_DIR)
 
 bench: deps-bench
 	cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_BENCH=ON \

@@ -8,6 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +45,33 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     else if (key == "max_message_mb") o.max_message_bytes = value.get<int>() << 20;
     else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
+}
+
+// SIGTERM / SIGINT reach a waiting thread through a pipe: the handler only writes the signal
+// number (async-signal-safe), whichever thread it interrupts. (Masking the signals and using
+// sigwait would miss threads started before main, such as OpenBLAS's.)
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &b, 1);
+}
+
+void InstallSignalPipe() {
+  if (::pipe(g_signal_pipe) != 0) throw anvil::Error("anvild: pipe() failed");
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+int WaitForSignal() {
+  unsigned char b = 0;
+  while (::read(g_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {
+  }
+  return b;
 }
 
 void FromEnv(const char* name, std::string& target) {
@@ -83,20 +113,13 @@ int main(int argc, char** argv) {
     if (no_batching) o.batching.enabled = false;
     set_log_level(parse_log_level(log_level));
 
-    // Signals go to one waiting thread, not to whichever thread they hit.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+    InstallSignalPipe();
     AnvilServer server(o);
     server.start();
     log(LogLevel::kInfo, "anvild listening on ", o.address.substr(0, o.address.rfind(':')), ":", server.port(),
         " (data dir ", o.data_dir, ", batching ", o.batching.enabled ? "on" : "off", ")");
     std::thread waiter([&] {
-      int sig = 0;
-      sigwait(&signals, &sig);
+      const int sig = WaitForSignal();
       log(LogLevel::kInfo, "signal ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining");
       server.shutdown();
     });

@@ -113,6 +113,24 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     for (int64_t s : in) n *= s;
     return {std::make_shared<nn::Flatten>(), {n}};
   }
+  if (type == "unflatten") {  // [F] -> "shape" (e.g. a flat 64-feature row into [1, 8, 8])
+    L.Keys({"shape"});
+    const Json& shape = L.j.contains("shape") ? L.j["shape"] : Json();
+    IntArray out;
+    int64_t n = 1, have = 1;
+    for (const auto& d : shape) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 1) L.Fail("'shape' entries must be positive integers");
+      out.push_back(d.get<int64_t>());
+      n *= out.back();
+    }
+    if (out.empty()) L.Fail("'shape' (the sample shape to unflatten into) is required");
+    for (int64_t d : in) have *= d;
+    if (in.size() != 1 || have != n) {
+      L.Fail("expects a flat input of " + std::to_string(n) + " features for shape " + shape_str(out) + ", got shape " +
+             shape_str(in));
+    }
+    return {std::make_shared<nn::Unflatten>(1, out), out};
+  }
   if (type == "linear") {
     L.Keys({"out_features", "bias"});
     if (in.empty()) L.Fail("expects at least one dim, got a scalar input");

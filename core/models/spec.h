@@ -9,7 +9,8 @@
 //
 // Layer types: linear, conv1d, conv2d, maxpool2d, avgpool2d, adaptiveavgpool2d, batchnorm1d,
 // batchnorm2d, layernorm, groupnorm, dropout, relu, gelu, tanh, sigmoid, silu, leakyrelu,
-// flatten, embedding, residual (its "layers" run on x and are added to x; a 1x1 convolution or
+// flatten, unflatten ({"shape": [1, 8, 8]}: a flat row into a sample shape), embedding,
+// residual (its "layers" run on x and are added to x; a 1x1 convolution or
 // linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the
 // last hidden state [H]), transformer_encoder, mean_pool (over a sequence dim).
 // Shapes exclude the batch dim. Unknown keys are errors (a typo is never ignored).

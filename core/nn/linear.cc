@@ -45,4 +45,16 @@ std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim_) + ", end_dim=" + std::to_string(end_dim_);
 }
 
+Unflatten::Unflatten(int64_t dim, IntArray sizes) : Module("Unflatten"), dim_(dim), sizes_(std::move(sizes)) {}
+
+Tensor Unflatten::forward(const Tensor& x) {
+  const int64_t d = wrap_dim(dim_, x.dim(), "Unflatten");
+  IntArray shape(x.sizes().begin(), x.sizes().begin() + d);
+  shape.insert(shape.end(), sizes_.begin(), sizes_.end());
+  shape.insert(shape.end(), x.sizes().begin() + d + 1, x.sizes().end());
+  return x.reshape(shape);
+}
+
+std::string Unflatten::extra_repr() const { return "dim=" + std::to_string(dim_) + ", sizes=" + shape_str(sizes_); }
+
 }  // namespace anvil::nn

@@ -37,4 +37,16 @@ class Flatten : public Module {
   int64_t start_dim_, end_dim_;
 };
 
+// Splits dim `dim` into `sizes` (torch.nn.Unflatten): [N, 64] -> [N, 1, 8, 8].
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, IntArray sizes);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+ private:
+  int64_t dim_;
+  IntArray sizes_;
+};
+
 }  // namespace anvil::nn

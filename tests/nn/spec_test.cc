@@ -25,6 +25,30 @@ TEST(SpecTest, InfersSizesLayerByLayer) {
   EXPECT_THAT(m.spec, HasSubstr("\"output_shape\":[10]"));
 }
 
+TEST(SpecTest, UnflattenTurnsRowsIntoImagesAndItsOwnSpecRebuilds) {
+  const BuiltModel m = build_model(R"({"input_shape": [64], "layers": [{"type": "unflatten", "shape": [1, 8, 8]},
+      {"type": "conv2d", "out_channels": 2, "kernel_size": 3}, {"type": "flatten"}]})");
+  EXPECT_EQ(m.output_shape, (IntArray{2 * 6 * 6}));
+  const Tensor x = randn({3, 64});
+  const Tensor y = (*m.module)(x);
+  EXPECT_EQ(y.sizes(), (IntArray{3, 72}));
+  // The row is read in C order: element (c, h, w) of the image is feature (c*8 + h)*8 + w.
+  const BuiltModel image = build_model(R"({"input_shape": [1, 8, 8], "layers": [
+      {"type": "conv2d", "out_channels": 2, "kernel_size": 3}, {"type": "flatten"}]})");
+  nn::StateDict moved;  // the convolution is layer 1 after the unflatten, layer 0 here
+  for (const auto& [name, t] : m.module->state_dict().tensors) moved.tensors.push_back({"0" + name.substr(1), t});
+  image.module->load_state_dict(moved);
+  EXPECT_TRUE(allclose((*image.module)(x.reshape({3, 1, 8, 8})), y));
+  // The normalised spec (with output_shape) builds again; a wrong output_shape does not.
+  EXPECT_EQ(build_model(m.spec).output_shape, m.output_shape);
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [4], "output_shape": [3], "layers": [{"type": "relu"}]})");
+              }),
+              HasSubstr("'output_shape' [3] differs from the layers' output [4]"));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [60], "layers": [{"type": "unflatten", "shape": [1, 8, 8]}]})"); }),
+              HasSubstr("expects a flat input of 64 features for shape [1, 8, 8], got shape [60]"));
+}
+
 TEST(SpecTest, ErrorsNameTheLayerAndWhatWasExpected) {
   EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [64], "layers": [{"type": "linear", "out_feature": 10}]})"); }),
               HasSubstr("layer 0 (linear): unknown key 'out_feature'"));

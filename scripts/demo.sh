@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The demo behind `make demo`: anvild on its embedded defaults (./anvil-data, the CPU worker),
+# the digits CNN trained through the service, predictions on held-out digits, an export.
+#   scripts/demo.sh [BUILD_DIR] [DATA_DIR]
+set -euo pipefail
+
+build="${1:-build}"
+datasets="${2:-data}"
+root="anvil-data"
+port="${ANVIL_DEMO_PORT:-50051}"
+anvil=("${build}/client/anvil" --server "127.0.0.1:${port}")
+
+# Held-out digits the job never sees: the last 200 of the 1,797 rows go to a separate file.
+mkdir -p "${root}/datasets" "${root}/exports"
+python3 - "${datasets}/digits.csv.gz" "${root}/datasets" <<'PY'
+import gzip, sys
+src, out = sys.argv[1], sys.argv[2]
+rows = [line.strip().split(",") for line in gzip.open(src, "rt")]
+rows = [r for r in rows if len(r) == 65 and r[0].replace(".", "").isdigit()]
+def write(path, part, with_label=True):
+    with open(path, "w") as f:
+        f.write(",".join([f"p{i}" for i in range(64)] + (["digit"] if with_label else [])) + "\n")
+        for r in part:
+            f.write(",".join([f"{float(v) / 16:g}" for v in r[:64]] + ([str(int(float(r[64])))] if with_label else [])) + "\n")
+write(f"{out}/digits-train.csv", rows[:-200])
+write(f"{out}/digits-holdout.csv", rows[-200:])
+write(f"{out}/digits-holdout-inputs.csv", rows[-12:], with_label=False)
+with open(f"{out}/digits-holdout-labels.txt", "w") as f:
+    f.write(" ".join(str(int(float(r[64]))) for r in rows[-12:]) + "\n")
+PY
+
+echo "== starting anvild on 127.0.0.1:${port} (data dir ${root}, CPU worker)"
+"${build}/server/anvild" --address "127.0.0.1:${port}" --data-dir "${root}" --datasets-dir "${datasets}" \
+  > "${root}/anvild.log" 2>&1 &
+server=$!
+trap 'kill -TERM ${server} 2>/dev/null || true; wait ${server} 2>/dev/null || true' EXIT
+for _ in $(seq 50); do
+  "${anvil[@]}" health > /dev/null 2>&1 && break
+  kill -0 "${server}" 2>/dev/null || { cat "${root}/anvild.log"; exit 1; }
+  sleep 0.2
+done
+"${anvil[@]}" health
+
+echo
+echo "== submitting examples/specs/digits-cnn.json and watching it"
+"${anvil[@]}" submit examples/specs/digits-cnn.json --watch
+
+echo
+echo "== predicting 12 held-out digits (never seen in training)"
+"${anvil[@]}" --json predict digits-cnn --input "${root}/datasets/digits-holdout-inputs.csv" --top-k 1 \
+  > "${root}/predictions.json"
+python3 - "${root}/predictions.json" "${root}/datasets/digits-holdout-labels.txt" <<'PY'
+import json, sys
+pred = json.load(open(sys.argv[1]))
+truth = open(sys.argv[2]).read().split()
+right = 0
+for i, (t, k) in enumerate(zip(truth, pred["top_k"])):
+    ok = k["labels"][0] == t
+    right += ok
+    print(f"  digit {i:2d}: predicted {k['labels'][0]} ({100 * k['probabilities'][0]:5.1f} %), true {t}  {'ok' if ok else 'MISS'}")
+print(f"  {right}/{len(truth)} correct (model {pred['model']} version {pred['version']})")
+PY
+
+echo
+echo "== exporting"
+"${anvil[@]}" export digits-cnn --format native -o "${root}/exports/digits-cnn.anvil"
+"${anvil[@]}" export digits-cnn --format safetensors -o "${root}/exports/digits-cnn.safetensors"
+
+echo
+echo "== where everything is"
+echo "  job store      ${root}/anvil.db (SQLite: jobs, metric history, model registry)"
+echo "  job files      ${root}/jobs/<job id>/ (checkpoint, model archive)"
+echo "  exports        ${root}/exports/"
+echo "  server log     ${root}/anvild.log"
+echo "  more           ${anvil[*]} jobs | models | watch ID | --help"
+echo
+echo "== stopping anvild"
+kill -TERM "${server}"
+wait "${server}"
+trap - EXIT
+echo "done"

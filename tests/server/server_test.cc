@@ -1,0 +1,479 @@
+// The service in-process: an AnvilServer on 127.0.0.1:0 over a real channel. Every RPC, the
+// documented status codes, bad inputs, idempotent submission, stream semantics, and a drain
+// and restart that resumes a job from its checkpoint to the same weights as an uninterrupted
+// run.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/anvil.h"
+#include "core/io/safetensors.h"
+#include "core/models/archive.h"
+#include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "server/server.h"
+#include "server/wire_tensor.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using grpc::StatusCode;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("anvil-server-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    Start();
+  }
+  void TearDown() override {
+    Stop();
+    fs::remove_all(root_);
+  }
+
+  void Start(ServerOptions o = {}) {
+    o.address = "127.0.0.1:0";
+    o.data_dir = (root_ / "data").string();
+    o.max_message_bytes = 1 << 20;
+    server_ = std::make_unique<AnvilServer>(o);
+    server_->start();
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(8 << 20);
+    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                         grpc::InsecureChannelCredentials(), args);
+    training_ = v1::Training::NewStub(channel_);
+    serving_ = v1::Serving::NewStub(channel_);
+  }
+  void Stop() {
+    if (server_) server_->shutdown(std::chrono::seconds(5));
+    server_.reset();
+  }
+
+  static v1::JobSpec BlobsSpec(int64_t epochs = 3) {
+    v1::JobSpec s;
+    s.set_name("blobs-mlp");
+    s.set_model_preset("mlp");
+    s.mutable_dataset()->set_name("blobs");
+    s.set_epochs(epochs);
+    s.set_batch_size(32);
+    s.set_seed(7);
+    s.set_metric_interval(5);
+    return s;
+  }
+
+  v1::Job Submit(const v1::JobSpec& spec, grpc::Status* status = nullptr, bool* created = nullptr) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status st = training_->SubmitJob(&ctx, req, &resp);
+    if (status) *status = st;
+    else EXPECT_TRUE(st.ok()) << st.error_message();
+    if (created) *created = resp.created();
+    return resp.job();
+  }
+
+  // Reads the whole stream from `from_step` (ends at a terminal state).
+  std::vector<v1::MetricEvent> Stream(const std::string& id, int64_t from_step = 0, grpc::Status* status = nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::StreamMetricsRequest req;
+    req.set_job_id(id);
+    req.set_from_step(from_step);
+    auto reader = training_->StreamMetrics(&ctx, req);
+    std::vector<v1::MetricEvent> events;
+    v1::MetricEvent e;
+    while (reader->Read(&e)) events.push_back(e);
+    grpc::Status st = reader->Finish();
+    if (status) *status = st;
+    else EXPECT_TRUE(st.ok()) << st.error_message();
+    return events;
+  }
+
+  v1::Job Get(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_TRUE(training_->GetJob(&ctx, req, &job).ok());
+    return job;
+  }
+
+  grpc::Status Predict(const v1::PredictRequest& req, v1::PredictResponse* resp) {
+    grpc::ClientContext ctx;
+    return serving_->Predict(&ctx, req, resp);
+  }
+
+  static v1::PredictRequest PredictOf(const std::string& model, const Tensor& x) {
+    v1::PredictRequest req;
+    req.set_model(model);
+    encode_tensor(x, "input", req.add_inputs());
+    return req;
+  }
+
+  // The file Export streams, with the announced size and hash.
+  std::string Export(const std::string& model, v1::ExportFormat format, grpc::Status* status, std::string* sha,
+                     int64_t* total) {
+    grpc::ClientContext ctx;
+    v1::ExportRequest req;
+    req.set_model(model);
+    req.set_format(format);
+    auto reader = serving_->Export(&ctx, req);
+    std::string bytes;
+    v1::ExportChunk c;
+    int chunks = 0;
+    while (reader->Read(&c)) {
+      bytes += c.data();
+      ++chunks;
+      if (!c.sha256().empty()) {
+        *sha = c.sha256();
+        *total = c.total_bytes();
+      }
+    }
+    *status = reader->Finish();
+    return bytes;
+  }
+
+  // sha256sum's digest of `bytes` (an implementation independent of the server's).
+  std::string Sha256sum(const std::string& bytes) {
+    const fs::path p = root_ / "hash-me";
+    std::ofstream(p, std::ios::binary) << bytes;
+    std::string out;
+    if (FILE* f = popen(("sha256sum '" + p.string() + "'").c_str(), "r")) {
+      char buf[80] = {0};
+      if (std::fgets(buf, sizeof(buf), f)) out = std::string(buf).substr(0, 64);
+      pclose(f);
+    }
+    return out;
+  }
+
+  fs::path root_;
+  std::unique_ptr<AnvilServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Training::Stub> training_;
+  std::unique_ptr<v1::Serving::Stub> serving_;
+};
+
+TEST_F(ServerTest, SubmitStreamPredictExport) {
+  const v1::Job job = Submit(BlobsSpec());
+  ASSERT_FALSE(job.id().empty());
+  const std::vector<v1::MetricEvent> events = Stream(job.id());
+  ASSERT_FALSE(events.empty());
+  // Sequence numbers 1..n without gaps; steps never go back; the last event is the end.
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1));
+  int64_t last_step = 0, step_events = 0, epoch_events = 0;
+  for (const auto& e : events) {
+    EXPECT_GE(e.step(), last_step);
+    last_step = e.step();
+    step_events += e.has_step_metrics();
+    epoch_events += e.has_epoch_metrics();
+  }
+  EXPECT_EQ(epoch_events, 3);
+  EXPECT_GT(step_events, 3);
+  ASSERT_EQ(events.back().event_case(), v1::MetricEvent::kState);
+  EXPECT_EQ(events.back().state(), v1::SUCCEEDED) << events.back().message();
+
+  const v1::Job done = Get(job.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.model_name(), "blobs-mlp");
+  EXPECT_EQ(done.model_version(), 1);
+  EXPECT_EQ(done.epoch(), 3);
+
+  // Served at once: 4 blobs points, top-2 classes per row.
+  const Tensor x = randn({4, 2});
+  v1::PredictRequest req = PredictOf("blobs-mlp", x);
+  req.set_top_k(2);
+  v1::PredictResponse resp;
+  ASSERT_TRUE(Predict(req, &resp).ok());
+  ASSERT_EQ(resp.outputs_size(), 1);
+  const Tensor y = decode_tensor(resp.outputs(0));
+  EXPECT_EQ(y.sizes(), (IntArray{4, 4}));
+  ASSERT_EQ(resp.top_k_size(), 4);
+  const Tensor p = softmax(y, 1);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(resp.top_k(r).classes(0), argmax(y[r]).item<int64_t>());
+    EXPECT_NEAR(resp.top_k(r).probabilities(0), p[r].max().item<double>(), 1e-6);
+    EXPECT_GE(resp.top_k(r).probabilities(0), resp.top_k(r).probabilities(1));
+  }
+
+  // NATIVE export: the announced hash is sha256sum's, and the C++ API loads the file into a
+  // model that gives the served outputs.
+  grpc::Status st;
+  std::string sha;
+  int64_t total = 0;
+  const std::string native = Export("blobs-mlp", v1::NATIVE, &st, &sha, &total);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(total, static_cast<int64_t>(native.size()));
+  EXPECT_EQ(sha, Sha256sum(native));
+  const fs::path file = root_ / "exported.anvil";
+  std::ofstream(file, std::ios::binary) << native;
+  models::LoadedModel loaded = models::load_model_archive(file.string());
+  Tensor local;
+  {
+    InferenceMode guard;
+    local = loaded.built.module->forward(x);
+  }
+  EXPECT_TRUE(allclose(local, y, 1e-5, 1e-6));
+  EXPECT_EQ(loaded.info.labels.size(), 4u);
+
+  // SAFETENSORS export: weights only, the model's state-dict names.
+  const std::string weights = Export("blobs-mlp", v1::SAFETENSORS, &st, &sha, &total);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(sha, Sha256sum(weights));
+  const io::Safetensors parsed = io::parse_safetensors(weights, "export");
+  EXPECT_EQ(parsed.tensors.size(), loaded.built.module->state_dict().tensors.size());
+
+  // ONNX is not in this build yet.
+  Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
+  EXPECT_EQ(st.error_code(), StatusCode::UNIMPLEMENTED);
+
+  // ListModels / GetModel.
+  {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse models;
+    ASSERT_TRUE(serving_->ListModels(&ctx, v1::ListModelsRequest(), &models).ok());
+    ASSERT_EQ(models.models_size(), 1);
+    EXPECT_EQ(models.models(0).inputs(0).shape_size(), 2);  // [-1, 2]
+    EXPECT_EQ(models.models(0).inputs(0).shape(1), 2);
+  }
+}
+
+TEST_F(ServerTest, PredictRefusesBadInputsWithTheRightCodes) {
+  Stream(Submit(BlobsSpec(1)).id());
+  auto code_and_message = [&](const v1::PredictRequest& req) {
+    v1::PredictResponse resp;
+    grpc::Status st = Predict(req, &resp);
+    return std::make_pair(st.error_code(), st.error_message());
+  };
+  // Shape [2, 3] for a [N, 2] model.
+  auto [c1, m1] = code_and_message(PredictOf("blobs-mlp", randn({2, 3})));
+  EXPECT_EQ(c1, StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(m1, HasSubstr("expects shape [N, 2], got [2, 3]"));
+  // Wrong dtype.
+  auto [c2, m2] = code_and_message(PredictOf("blobs-mlp", randn({2, 2}, kFloat64)));
+  EXPECT_EQ(c2, StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(m2, HasSubstr("expects dtype FLOAT32, got FLOAT64"));
+  // Byte size that does not match the shape.
+  v1::PredictRequest short_bytes = PredictOf("blobs-mlp", randn({2, 2}));
+  short_bytes.mutable_inputs(0)->mutable_raw()->resize(15);
+  auto [c3, m3] = code_and_message(short_bytes);
+  EXPECT_EQ(c3, StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(m3, HasSubstr("needs 16 bytes"));
+  // A shape whose product overflows.
+  v1::PredictRequest overflow = PredictOf("blobs-mlp", randn({1, 2}));
+  overflow.mutable_inputs(0)->set_shape(0, int64_t{1} << 62);
+  auto [c4, m4] = code_and_message(overflow);
+  EXPECT_EQ(c4, StatusCode::INVALID_ARGUMENT);
+  // Missing and extra inputs.
+  v1::PredictRequest none;
+  none.set_model("blobs-mlp");
+  EXPECT_EQ(code_and_message(none).first, StatusCode::INVALID_ARGUMENT);
+  v1::PredictRequest two = PredictOf("blobs-mlp", randn({1, 2}));
+  *two.add_inputs() = two.inputs(0);
+  EXPECT_EQ(code_and_message(two).first, StatusCode::INVALID_ARGUMENT);
+  v1::PredictRequest misnamed = PredictOf("blobs-mlp", randn({1, 2}));
+  misnamed.mutable_inputs(0)->set_name("pixels");
+  EXPECT_THAT(code_and_message(misnamed).second, HasSubstr("no input named \"pixels\""));
+  // Unknown model and version; a malformed version.
+  EXPECT_EQ(code_and_message(PredictOf("nope", randn({1, 2}))).first, StatusCode::NOT_FOUND);
+  v1::PredictRequest v99 = PredictOf("blobs-mlp", randn({1, 2}));
+  v99.set_version("99");
+  EXPECT_EQ(code_and_message(v99).first, StatusCode::NOT_FOUND);
+  v99.set_version("abc");
+  EXPECT_EQ(code_and_message(v99).first, StatusCode::INVALID_ARGUMENT);
+  // A message over the server's 1 MiB limit.
+  auto [c5, m5] = code_and_message(PredictOf("blobs-mlp", randn({200000, 2})));
+  EXPECT_EQ(c5, StatusCode::RESOURCE_EXHAUSTED);
+  // The server still serves.
+  v1::PredictResponse ok;
+  EXPECT_TRUE(Predict(PredictOf("blobs-mlp", randn({3, 2})), &ok).ok());
+}
+
+TEST_F(ServerTest, JobCallsAndTheirStatusCodes) {
+  grpc::Status st;
+  // Path traversal in the dataset: PERMISSION_DENIED, and nothing is created.
+  v1::JobSpec escape = BlobsSpec();
+  escape.mutable_dataset()->clear_name();
+  escape.mutable_dataset()->set_path("../../etc/passwd");
+  Submit(escape, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr(root_.string())));
+  // A bad field: INVALID_ARGUMENT naming it.
+  v1::JobSpec bad = BlobsSpec();
+  bad.set_batch_size(-4);
+  Submit(bad, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("spec.batch_size"));
+  // Dry run: a model that does not fit the data is caught, a good spec is not queued.
+  v1::SubmitJobRequest dry;
+  *dry.mutable_spec() = BlobsSpec();
+  dry.mutable_spec()->clear_model_preset();
+  dry.mutable_spec()->set_model_json(R"({"input_shape": [3], "layers": [{"type": "linear", "out_features": 4}]})");
+  dry.set_dry_run(true);
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobResponse resp;
+    st = training_->SubmitJob(&ctx, dry, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("input shape [3] does not match the dataset's samples [2]"));
+  }
+  *dry.mutable_spec() = BlobsSpec();
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobResponse resp;
+    ASSERT_TRUE(training_->SubmitJob(&ctx, dry, &resp).ok());
+    EXPECT_TRUE(resp.job().id().empty());
+    EXPECT_EQ(resp.job().spec().optimizer().name(), "adamw");  // defaults filled in
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse jobs;
+    ASSERT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+    EXPECT_EQ(jobs.jobs_size(), 0);
+  }
+  EXPECT_FALSE(fs::exists(root_ / "data" / "jobs"));
+
+  // Idempotent submission.
+  v1::JobSpec spec = BlobsSpec(1);
+  spec.set_client_job_id("retry-42");
+  bool created = false;
+  const v1::Job first = Submit(spec, nullptr, &created);
+  EXPECT_TRUE(created);
+  const v1::Job again = Submit(spec, nullptr, &created);
+  EXPECT_FALSE(created);
+  EXPECT_EQ(again.id(), first.id());
+  Stream(first.id());
+
+  // Unknown job, cancel of a finished job.
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("job-000000000000");
+    v1::Job job;
+    EXPECT_EQ(training_->GetJob(&ctx, req, &job).error_code(), StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(first.id());
+    v1::Job job;
+    EXPECT_EQ(training_->CancelJob(&ctx, req, &job).error_code(), StatusCode::FAILED_PRECONDITION);
+  }
+  // ListJobs by state.
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.add_states(v1::SUCCEEDED);
+    v1::ListJobsResponse jobs;
+    ASSERT_TRUE(training_->ListJobs(&ctx, req, &jobs).ok());
+    ASSERT_EQ(jobs.jobs_size(), 1);
+    EXPECT_EQ(jobs.jobs(0).id(), first.id());
+  }
+  // Export of a missing model; an unspecified format.
+  std::string sha;
+  int64_t total = 0;
+  Export("nope", v1::NATIVE, &st, &sha, &total);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND);
+  Export("blobs-mlp", v1::EXPORT_FORMAT_UNSPECIFIED, &st, &sha, &total);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  // Health.
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse h;
+  ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
+  EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
+  v1::JobSpec spec = BlobsSpec(400);
+  spec.set_metric_interval(1);
+  const v1::Job job = Submit(spec);
+  {
+    grpc::ClientContext ctx;
+    v1::StreamMetricsRequest req;
+    req.set_job_id(job.id());
+    auto reader = training_->StreamMetrics(&ctx, req);
+    v1::MetricEvent e;
+    int steps = 0;
+    while (steps < 3 && reader->Read(&e)) steps += e.has_step_metrics();
+    ctx.TryCancel();
+    reader->Finish();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Get(job.id()).state(), v1::RUNNING);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job.id());
+    v1::Job resp;
+    ASSERT_TRUE(training_->CancelJob(&ctx, req, &resp).ok());
+  }
+  const std::vector<v1::MetricEvent> events = Stream(job.id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state(), v1::CANCELLED);
+  EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
+}
+
+// Drain mid-job, restart on the same data dir: the job resumes from its checkpoint, its
+// stream holds every step once, and its final weights equal an uninterrupted run's.
+TEST_F(ServerTest, RestartResumesFromTheCheckpointToTheSameWeights) {
+  v1::JobSpec spec = BlobsSpec(30);
+  spec.set_metric_interval(1);
+  spec.mutable_checkpoint()->set_every_steps(7);
+  spec.set_register_model("interrupted");
+  const v1::Job job = Submit(spec);
+  // Wait until it is well into training, then stop the server.
+  for (int i = 0; i < 400 && Get(job.id()).step() < 60; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(Get(job.id()).step(), 60);
+  Stop();
+  Start();
+  const std::vector<v1::MetricEvent> events = Stream(job.id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state(), v1::SUCCEEDED) << events.back().message();
+  std::set<int64_t> seen;
+  int64_t last = 0;
+  bool interrupted = false;
+  int64_t resumed_at = -1;
+  for (const auto& e : events) {
+    interrupted = interrupted || (e.event_case() == v1::MetricEvent::kState && e.state() == v1::INTERRUPTED);
+    const std::string kResume = "resuming from the checkpoint at step ";
+    if (e.event_case() == v1::MetricEvent::kState && e.message().rfind(kResume, 0) == 0) {
+      resumed_at = std::stoll(e.message().substr(kResume.size()));
+    }
+    if (!e.has_step_metrics()) continue;
+    EXPECT_TRUE(seen.insert(e.step()).second) << "step " << e.step() << " twice";
+    EXPECT_EQ(e.step(), last + 1) << "gap before step " << e.step();
+    last = e.step();
+  }
+  EXPECT_TRUE(interrupted);
+  EXPECT_GE(resumed_at, 60);  // from the checkpoint written at the stop, not from scratch
+  EXPECT_EQ(last, Get(job.id()).step());
+
+  // The same spec, uninterrupted.
+  spec.set_register_model("straight");
+  Stream(Submit(spec).id());
+  grpc::Status st;
+  std::string sha_a, sha_b;
+  int64_t total = 0;
+  const std::string a = Export("interrupted", v1::SAFETENSORS, &st, &sha_a, &total);
+  ASSERT_TRUE(st.ok());
+  const std::string b = Export("straight", v1::SAFETENSORS, &st, &sha_b, &total);
+  ASSERT_TRUE(st.ok());
+  const io::Safetensors wa = io::parse_safetensors(a, "a"), wb = io::parse_safetensors(b, "b");
+  ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
+  for (size_t i = 0; i < wa.tensors.size(); ++i) {
+    EXPECT_TRUE(equal(wa.tensors[i].second, wb.tensors[i].second)) << wa.tensors[i].first;
+  }
+}
+
+}  // namespace
+}  // namespace anvil::server
