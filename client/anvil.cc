@@ -112,7 +112,9 @@ v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
       retries = 0;
       if (cli.json) {
         std::string line;
-        (void)google::protobuf::util::MessageToJsonString(e, &line);
+        google::protobuf::util::JsonPrintOptions o;
+        o.preserve_proto_field_names = true;
+        (void)google::protobuf::util::MessageToJsonString(e, &line, o);
         std::printf("%s\n", line.c_str());
       } else {
         std::fputs(progress.update(e).c_str(), stdout);
