@@ -98,7 +98,7 @@ void PrintJob(const v1::Job& j) {
 // breaks. Returns the final state.
 v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
   anvil::client::Progress progress(isatty(STDOUT_FILENO) && !cli.json);
-  int64_t next_step = from_step;
+  int64_t next_step = from_step, last_seq = 0;
   int retries = 0;
   while (true) {
     auto ctx = Ctx(0);
@@ -110,6 +110,8 @@ v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
     v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
     while (reader->Read(&e)) {
       retries = 0;
+      if (e.seq() <= last_seq) continue;  // a reconnect replays the job's state events
+      last_seq = e.seq();
       if (cli.json) {
         std::string line;
         google::protobuf::util::JsonPrintOptions o;
@@ -129,7 +131,9 @@ v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
       return last_state;
     }
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) Check(st, "watch " + id);
-    if (++retries > 60) Check(st, "watch " + id + " (gave up reconnecting)");
+    if (++retries > 60) {
+      throw Failure(5, "watch " + id + ": gave up reconnecting (" + (st.ok() ? "the stream ended early" : st.error_message()) + ")");
+    }
     std::fputs(progress.finish().c_str(), stdout);
     std::fprintf(stderr, "stream interrupted (%s); reconnecting from step %lld...\n", st.error_message().c_str(),
                  static_cast<long long>(next_step));

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
   app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
-  app.add_option("--max-delay-us", max_delay_us, "dynamic batching: longest wait for more rows (default 1000)");
+  app.add_option("--max-delay-us", max_delay_us, "dynamic batching: extra wait for more rows (default 0: batch whatever queued while the model was busy)");
   app.add_flag("--no-batching", no_batching, "run every Predict on its own");
   CLI11_PARSE(app, argc, argv);
 

@@ -1,8 +1,12 @@
-// Dynamic batching for one served model: concurrent Predict calls are queued, and one thread
-// runs them together — up to max_batch rows, waiting at most max_delay after the first
-// queued request — then hands each caller its rows. One forward over 32 rows costs about as
-// much as a few single-row ones, so under load throughput grows with the batch while a lone
-// request waits at most max_delay.
+// Dynamic batching for one served model: concurrent Predict calls are queued and run
+// together, up to max_batch rows per forward, and each caller gets its own rows back.
+//
+// No batching thread: the caller that finds the model idle becomes the leader and runs a
+// batch on its own thread, made of everything queued by then (up to max_batch rows, after
+// waiting up to max_delay for more when max_delay > 0). Requests that arrive meanwhile queue
+// up; when the leader's batch is done and requests are waiting, leadership passes to the
+// oldest waiter, which runs the next batch. A lone request therefore runs at once with no
+// thread hand-off, and under load batches form by themselves while the model is busy.
 //
 // A request whose deadline passes while it is queued gets DEADLINE_EXCEEDED without running;
 // a full queue answers UNAVAILABLE at once; close() fails whatever is still queued with
@@ -12,10 +16,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <future>
+#include <exception>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "core/nn/module.h"
 
@@ -23,9 +26,9 @@ namespace anvil::server {
 
 struct BatchingOptions {
   bool enabled = true;
-  int64_t max_batch = 32;                         // rows
-  std::chrono::microseconds max_delay{1000};      // after the first queued request
-  size_t max_queue = 4096;                        // requests
+  int64_t max_batch = 32;                      // rows
+  std::chrono::microseconds max_delay{0};      // extra wait for more rows; 0: batch what is queued
+  size_t max_queue = 4096;                     // requests
 };
 
 class Batcher {
@@ -46,21 +49,24 @@ class Batcher {
 
  private:
   struct Request {
-    Tensor input;
+    Tensor input, output;
     Clock::time_point deadline;
-    std::promise<Tensor> result;
+    std::exception_ptr error;
+    bool done = false;
+    bool lead = false;  // this request's thread runs the next batch
   };
-  void Loop();
-  void RunBatch(std::vector<std::unique_ptr<Request>>& batch);
+  // Called with mu_ held by the leader: takes a batch, runs it unlocked, hands off.
+  void Lead(std::unique_lock<std::mutex>& lock);
+  void RunBatch(std::vector<std::shared_ptr<Request>>& batch);
 
   std::shared_ptr<nn::Module> module_;
   const BatchingOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Request>> queue_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool running_ = false;  // a leader is running or about to run a batch
   bool closed_ = false;
   Stats stats_;
-  std::thread thread_;
 };
 
 }  // namespace anvil::server

@@ -47,6 +47,10 @@ void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
     const std::string resolved = resolve_inside_root(ctx.data_root, d->path(), "spec.dataset.path");
     SPEC_CHECK(fs::exists(resolved), "dataset.path: \"", d->path(), "\" does not exist in the server's data root");
   }
+  const std::string& label = d->label_column();
+  const bool index = !label.empty() && label.find_first_not_of("-0123456789") == std::string::npos;
+  SPEC_CHECK(!index || (label != "-" && label.find('-', 1) == std::string::npos && label.size() <= 9),
+             "dataset.label_column: expected a column name or an index like 3 or -1, got \"", label, "\"");
   if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
   CheckFinite("dataset.validation_fraction", d->validation_fraction(), 0.0, 0.9);
 }

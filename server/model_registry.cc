@@ -146,8 +146,9 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
   expected.insert(expected.end(), b.input_shape.begin(), b.input_shape.end());
   bool shape_ok = wire.shape_size() == static_cast<int>(expected.size()) && wire.shape(0) >= 1;
   for (int i = 1; shape_ok && i < wire.shape_size(); ++i) shape_ok = wire.shape(i) == expected[i];
-  std::string expected_str = shape_str(expected);
-  expected_str.replace(1, 2, "N");
+  std::string expected_str = "[N";  // the batch dim: any size
+  for (int64_t d : b.input_shape) expected_str += ", " + std::to_string(d);
+  expected_str += "]";
   ANVIL_SERVICE_CHECK(shape_ok, StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"", m->row.name, "\" expects shape ",
                       expected_str, ", got ", shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
   ANVIL_SERVICE_CHECK(request.top_k() >= 0, StatusCode::INVALID_ARGUMENT, "top_k: expected >= 0, got ", request.top_k());

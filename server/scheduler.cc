@@ -228,9 +228,14 @@ void Scheduler::DispatchLocked() {
       it = queue_.erase(it);
       continue;
     }
+    if (row->state != JobState::kQueued && row->state != JobState::kInterrupted) {  // cancelled or a stale entry
+      it = queue_.erase(it);
+      continue;
+    }
+    const v1::JobSpec spec = SpecOf(*row);
     Slot* slot = nullptr;
     for (Slot& s : slots_) {
-      if (s.job_id.empty() && s.worker->idle() && DeviceFits(row->device, s.worker->device())) {
+      if (s.job_id.empty() && s.worker->idle() && DeviceFits(spec.device(), s.worker->device())) {
         slot = &s;
         break;
       }
@@ -241,7 +246,7 @@ void Scheduler::DispatchLocked() {
     }
     workers::RunJob job;
     job.job_id = row->id;
-    job.spec = SpecOf(*row);
+    job.spec = spec;
     job.data_root = options_.data_root;
     job.datasets_dir = options_.datasets_dir;
     job.job_dir = (fs::path(options_.data_root) / "jobs" / row->id).string();
@@ -254,6 +259,25 @@ void Scheduler::DispatchLocked() {
 
 void Scheduler::OnEvent(const WorkerEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
+  const bool ends = e.kind == WorkerEvent::Kind::kSucceeded || e.kind == WorkerEvent::Kind::kFailed ||
+                    e.kind == WorkerEvent::Kind::kCancelled || e.kind == WorkerEvent::Kind::kInterrupted;
+  // Whatever happens below, a worker whose job ended is free again.
+  struct FreeSlot {
+    Scheduler& s;
+    const WorkerEvent& e;
+    bool ends;
+    ~FreeSlot() {
+      if (!ends) return;
+      for (Slot& slot : s.slots_) {
+        if (slot.job_id == e.job_id) slot.job_id.clear();
+      }
+      s.idle_cv_.notify_all();
+      try {
+        s.DispatchLocked();
+      } catch (const std::exception&) {
+      }
+    }
+  } free_slot{*this, e, ends};
   std::optional<JobRow> found = store_.get_job(e.job_id);
   if (!found) return;
   JobRow& row = *found;
@@ -322,7 +346,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     case WorkerEvent::Kind::kFailed:
       terminal = true;
       row.state = JobState::kFailed;
-      row.reason = scrub_paths(e.message, root);
+      row.reason = scrub_paths(scrub_paths(e.message, root), options_.datasets_dir);
       event.set_state(v1::FAILED);
       event.set_message(row.reason);
       break;
@@ -342,15 +366,11 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       break;
   }
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = NowMs();
+  // The row first, then the event: a client that reads the terminal event and then asks for
+  // the job sees it ended. (A stream reader that sees the ended row before the event follows
+  // the live events until the event arrives.)
   store_.update_job(row);
   Record(row, event);
-  if (terminal) {
-    for (Slot& s : slots_) {
-      if (s.job_id == e.job_id) s.job_id.clear();
-    }
-    idle_cv_.notify_all();
-    DispatchLocked();
-  }
 }
 
 }  // namespace anvil::server

@@ -24,6 +24,9 @@ void AnvilServer::start() {
   fs::create_directories(options_.data_dir);
   s->data_root = fs::canonical(options_.data_dir).string();
   if (s->options.datasets_dir.empty()) s->options.datasets_dir = data::default_data_dir();
+  // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
+  s->options.datasets_dir = fs::absolute(s->options.datasets_dir).lexically_normal().string();
+  while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/') s->options.datasets_dir.pop_back();
   s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
   s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching);
   SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
@@ -31,6 +34,8 @@ void AnvilServer::start() {
                                              std::vector<WorkerFactory>{[](workers::EventSink sink) {
                                                return workers::make_cpu_worker(std::move(sink));
                                              }});
+  // Recovery before the port opens: no request can race the requeueing of earlier jobs.
+  s->scheduler->recover();
   state_ = std::move(s);
   training_ = make_training_service(*state_);
   serving_ = make_serving_service(*state_);
@@ -46,10 +51,7 @@ void AnvilServer::start() {
   server_ = builder.BuildAndStart();
   ANVIL_CHECK(server_ != nullptr && port_ > 0, "anvild: cannot listen on ", options_.address,
               " (in use, or not a valid address)");
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(false);
-  state_->scheduler->recover();
-  health->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus(true);
 }
 
 void AnvilServer::shutdown(std::chrono::milliseconds grace) {
@@ -58,9 +60,10 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
   state_->draining = true;
   state_->scheduler->drain(grace);
   state_->hub.close_all();
-  state_->registry->close();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  state_->scheduler.reset();  // joins the workers
+  // Workers joined before the registry closes: a job that still ends now registers its model.
+  state_->scheduler.reset();
+  state_->registry->close();
 }
 
 void AnvilServer::wait() {

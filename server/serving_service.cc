@@ -1,6 +1,8 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/io/safetensors.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
@@ -38,7 +40,7 @@ class ServingService final : public v1::Serving::Service {
       for (const ModelRow& row : s_.store->list_models(req->name())) {
         try {
           *resp->add_models() = s_.registry->describe_row(row);
-        } catch (const ServiceError&) {  // e.g. a corrupt archive: still listed, without a signature
+        } catch (const std::exception&) {  // e.g. a corrupt archive: still listed, without a signature
           v1::Model* m = resp->add_models();
           m->set_name(row.name);
           m->set_version(row.version);
@@ -70,6 +72,11 @@ class ServingService final : public v1::Serving::Service {
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       if (req->format() == v1::NATIVE) {
         bytes = read_file((fs::path(s_.data_root) / m->row.path).string());
+        // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
+        const std::string stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
+        ANVIL_SERVICE_CHECK(stored.empty() || sha256_hex(bytes) == stored, StatusCode::DATA_LOSS, "model \"",
+                            m->row.name, "\" version ", m->row.version, ": its archive changed on disk since it was "
+                            "registered (SHA-256 mismatch)");
         file_name += ".anvil";
       } else {
         bytes = io::serialize_safetensors(m->loaded.built.module->state_dict().tensors,
@@ -104,7 +111,8 @@ class ServingService final : public v1::Serving::Service {
       return Status::OK;
     } catch (...) {
       Status st = current_exception_status(StatusCode::INVALID_ARGUMENT);
-      return Status(st.error_code(), scrub_paths(st.error_message(), s_.data_root));
+      return Status(st.error_code(),
+                    scrub_paths(scrub_paths(st.error_message(), s_.data_root), s_.options.datasets_dir));
     }
   }
 

@@ -44,7 +44,7 @@ class TrainingService final : public v1::Training::Service {
         // Build the whole plan (data, model, optimizer) without training: catches a model
         // that does not fit the data before anything is queued.
         try {
-          workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, ""});
+          workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, ""}, /*seed_generator=*/false);
         } catch (const Error& e) {
           throw ServiceError(StatusCode::INVALID_ARGUMENT, scrub_paths(std::string("spec: ") + e.what(), s_.data_root));
         }
@@ -100,15 +100,18 @@ class TrainingService final : public v1::Training::Service {
 
       int64_t last_seq = 0;
       bool ended = false;
-      // Sends stored events after last_seq (step >= from_step); false when the stream ended.
+      // Sends stored events after last_seq: step and epoch events from from_step on, state
+      // events always (a reconnecting reader must see how the job ended). False when the
+      // stream ended.
       auto replay = [&] {
         while (true) {
-          const std::vector<MetricRow> rows = s_.store->metrics(job.id, req->from_step(), last_seq, 512);
+          const std::vector<MetricRow> rows = s_.store->metrics(job.id, 0, last_seq, 512);
           for (const MetricRow& r : rows) {
+            last_seq = r.seq;
+            if (r.kind != "state" && r.step < req->from_step()) continue;
             v1::MetricEvent e;
             if (!google::protobuf::util::JsonStringToMessage(r.payload_json, &e).ok()) continue;
             e.set_seq(r.seq);
-            last_seq = r.seq;
             if (!writer->Write(e)) return false;
             if (EndsStream(e)) {
               ended = true;
@@ -119,10 +122,8 @@ class TrainingService final : public v1::Training::Service {
         }
       };
       if (!replay()) return;
-      if (is_terminal(Find(job.id).state)) {  // ended before the replay read its last events
-        replay();
-        return;
-      }
+      // Not ended in the store: the end (or more steps) will come live. This holds even when
+      // the job's row already says it ended, since its row is written just before its event.
       while (!ctx->IsCancelled()) {
         v1::MetricEvent e;
         if (!sub->next(&e, std::chrono::milliseconds(200))) {
@@ -164,7 +165,8 @@ class TrainingService final : public v1::Training::Service {
       return Status::OK;
     } catch (...) {
       Status st = current_exception_status(StatusCode::INVALID_ARGUMENT);
-      return Status(st.error_code(), scrub_paths(st.error_message(), s_.data_root));
+      return Status(st.error_code(),
+                    scrub_paths(scrub_paths(st.error_message(), s_.data_root), s_.options.datasets_dir));
     }
   }
 

@@ -2,6 +2,7 @@
 // through the sink. Stop requests only set flags the Trainer polls between steps, so they are
 // safe from any thread.
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -34,6 +35,10 @@ class CpuWorker final : public Worker {
     std::lock_guard<std::mutex> lock(mu_);
     ANVIL_CHECK(idle_.load() && !pending_, "cpu worker: a job is already running");
     idle_ = false;
+    // The job counts as running from here: a stop() before the thread picks it up applies.
+    running_id_ = job.job_id;
+    cancel_ = false;
+    interrupt_ = false;
     pending_ = std::move(job);
     cv_.notify_all();
   }
@@ -41,7 +46,7 @@ class CpuWorker final : public Worker {
   void stop(const std::string& job_id, bool interrupt) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (job_id != running_id_) return;
-    interrupt_ = interrupt_.load() || interrupt;
+    if (!cancel_.load()) interrupt_ = interrupt;  // a user's cancel is not turned into an interrupt
     cancel_ = true;
   }
 
@@ -67,9 +72,10 @@ class CpuWorker final : public Worker {
         if (quit_ && !pending_) return;
         job = std::move(*pending_);
         pending_.reset();
-        running_id_ = job.job_id;
-        cancel_ = quit_;
-        interrupt_ = quit_;
+        if (quit_) {
+          cancel_ = true;
+          interrupt_ = true;
+        }
       }
       const WorkerEvent end = Run(job);
       {
@@ -83,7 +89,15 @@ class CpuWorker final : public Worker {
     }
   }
 
-  void Emit(WorkerEvent e) { sink_(e); }
+  // The sink must not take the worker down: a failure there is reported on stderr and the
+  // worker goes on (the scheduler recovers the job's state from the store on restart).
+  void Emit(const WorkerEvent& e) {
+    try {
+      sink_(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "cpu worker: handling an event of job %s failed: %s\n", e.job_id.c_str(), ex.what());
+    }
+  }
 
   // Runs the job; returns its terminal event (not yet emitted).
   WorkerEvent Run(const RunJob& job) {

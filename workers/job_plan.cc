@@ -95,8 +95,8 @@ std::shared_ptr<optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& o, std:
 
 }  // namespace
 
-JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths) {
-  manual_seed(spec.seed());
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator) {
+  if (seed_generator) manual_seed(spec.seed());
   JobPlan plan;
   Data d = LoadData(spec.dataset(), paths, spec.seed());
   ANVIL_CHECK(d.all->size() >= 2, "dataset: expected at least 2 samples, got ", d.all->size());

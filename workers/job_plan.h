@@ -36,7 +36,8 @@ struct JobPlan {
   int64_t total_steps = 0;  // expected optimizer steps
 };
 
-// Seeds the default generator with spec.seed first (model initialisation is reproducible).
-JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths);
+// Seeds the default generator with spec.seed first (model initialisation is reproducible);
+// a dry run passes seed_generator = false so it cannot disturb a job training meanwhile.
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true);
 
 }  // namespace anvil::workers

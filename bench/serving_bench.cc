@@ -1,0 +1,189 @@
+// Predict throughput and latency of anvild's serving path, against a bare gRPC echo of the
+// same payload on the same machine (the transport ceiling), in one run.
+//
+// The model is the digits MLP preset, trained here as a one-epoch job through the service.
+// For 1, 8 and 64 concurrent clients (each its own thread and its own connection, doing
+// synchronous unary calls back to back) it reports requests/s and p50/p99 latency for:
+//   echo            a Serving.Predict that copies the request's tensor into the reply
+//   batching on     anvild, dynamic batching (max batch 64)
+//   batching off    anvild, every request run on its own
+// Goals (issue: the service): at 64 clients, batching on >= 60 % of echo's throughput, and
+// batching on >= 3x batching off.
+//
+// Usage: anvil_bench_serving [DATASETS_DIR] [SECONDS_PER_ROW]   (default: data, 3)
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "core/anvil.h"
+#include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/server.h"
+#include "server/wire_tensor.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace anvil;
+using Clock = std::chrono::steady_clock;
+
+class EchoService final : public v1::Serving::Service {
+ public:
+  grpc::Status Predict(grpc::ServerContext*, const v1::PredictRequest* req, v1::PredictResponse* resp) override {
+    resp->set_model(req->model());
+    for (const v1::Tensor& t : req->inputs()) *resp->add_outputs() = t;
+    return grpc::Status::OK;
+  }
+};
+
+struct Result {
+  double rps = 0, p50_us = 0, p99_us = 0;
+  int64_t errors = 0;
+};
+
+Result Load(const std::string& address, int clients, double seconds, const v1::PredictRequest& request) {
+  std::vector<std::unique_ptr<v1::Serving::Stub>> stubs;
+  for (int c = 0; c < clients; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
+    stubs.push_back(v1::Serving::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::atomic<bool> measuring{false}, stop{false};
+  std::atomic<int64_t> errors{0};
+  std::vector<std::vector<double>> latencies(clients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      v1::PredictResponse resp;
+      while (!stop.load()) {
+        grpc::ClientContext ctx;
+        const auto t0 = Clock::now();
+        const grpc::Status st = stubs[c]->Predict(&ctx, request, &resp);
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (!measuring.load()) continue;
+        if (!st.ok()) ++errors;
+        latencies[c].push_back(us);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // warm up: connections, first batches
+  measuring = true;
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  measuring = false;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  stop = true;
+  for (auto& t : threads) t.join();
+  std::vector<double> all;
+  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  Result r;
+  r.errors = errors.load();
+  if (all.empty()) return r;
+  r.rps = static_cast<double>(all.size()) / elapsed;
+  r.p50_us = all[all.size() / 2];
+  r.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string datasets = argc > 1 ? argv[1] : "data";
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+  const fs::path root = fs::temp_directory_path() / ("anvil-bench-serving-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+
+  // The echo server.
+  EchoService echo;
+  int echo_port = 0;
+  grpc::ServerBuilder eb;
+  eb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  eb.RegisterService(&echo);
+  std::unique_ptr<grpc::Server> echo_server = eb.BuildAndStart();
+
+  // The model: the digits MLP, one epoch, through the service.
+  auto start_server = [&](bool batching) {
+    server::ServerOptions o;
+    o.address = "127.0.0.1:0";
+    o.data_dir = root.string();
+    o.datasets_dir = datasets;
+    o.batching.enabled = batching;
+    o.batching.max_batch = 64;
+    auto s = std::make_unique<server::AnvilServer>(o);
+    s->start();
+    return s;
+  };
+  auto anvild = start_server(true);
+  const std::string address = "127.0.0.1:" + std::to_string(anvild->port());
+  {
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    auto training = v1::Training::NewStub(channel);
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_name("digits-mlp");
+    req.mutable_spec()->set_model_preset("mlp");
+    req.mutable_spec()->mutable_dataset()->set_name("digits");
+    req.mutable_spec()->set_epochs(1);
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status st = training->SubmitJob(&ctx, req, &resp);
+    if (!st.ok()) {
+      std::fprintf(stderr, "submit: %s\n", st.error_message().c_str());
+      return 1;
+    }
+    for (int i = 0; i < 600; ++i) {
+      grpc::ClientContext c;
+      v1::GetJobRequest g;
+      g.set_job_id(resp.job().id());
+      v1::Job job;
+      (void)training->GetJob(&c, g, &job);
+      if (job.state() == v1::SUCCEEDED) break;
+      if (job.state() == v1::FAILED) {
+        std::fprintf(stderr, "training failed: %s\n", job.reason().c_str());
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  v1::PredictRequest request;
+  request.set_model("digits-mlp");
+  server::encode_tensor(rand({1, 1, 8, 8}), "input", request.add_inputs());
+
+  struct Row {
+    std::string mode;
+    int clients;
+    Result r;
+  };
+  std::vector<Row> rows;
+  const std::vector<int> concurrency = {1, 8, 64};
+  for (int c : concurrency) rows.push_back({"echo", c, Load("127.0.0.1:" + std::to_string(echo_port), c, seconds, request)});
+  for (int c : concurrency) rows.push_back({"batching on", c, Load(address, c, seconds, request)});
+  anvild->shutdown();
+  anvild = start_server(false);
+  const std::string address_off = "127.0.0.1:" + std::to_string(anvild->port());
+  for (int c : concurrency) rows.push_back({"batching off", c, Load(address_off, c, seconds, request)});
+  anvild->shutdown();
+  echo_server->Shutdown();
+
+  std::printf("# Predict, digits MLP [1, 1, 8, 8] float32 (256 bytes), %.0f s per row\n\n", seconds);
+  std::printf("| mode | clients | requests/s | p50 us | p99 us | errors |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const Row& row : rows) {
+    std::printf("| %s | %d | %.0f | %.0f | %.0f | %lld |\n", row.mode.c_str(), row.clients, row.r.rps, row.r.p50_us,
+                row.r.p99_us, static_cast<long long>(row.r.errors));
+  }
+  auto find = [&](const std::string& mode, int clients) {
+    for (const Row& row : rows) {
+      if (row.mode == mode && row.clients == clients) return row.r.rps;
+    }
+    return 0.0;
+  };
+  const double on = find("batching on", 64), off = find("batching off", 64), ceiling = find("echo", 64);
+  std::printf("\nAt 64 clients: batching on = %.0f %% of echo (goal >= 60 %%), %.2fx batching off (goal >= 3x)\n",
+              100.0 * on / std::max(ceiling, 1.0), on / std::max(off, 1.0));
+  fs::remove_all(root);
+  return 0;
+}
