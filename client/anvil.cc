@@ -169,7 +169,7 @@ int Run(int argc, char** argv) {
   model->add_option("model", model_ref, "NAME[:VERSION]")->required();
   auto* predict = app.add_subcommand("predict", "run a model on inputs from a file");
   predict->add_option("model", model_ref, "NAME[:VERSION]")->required();
-  predict->add_option("--input", input_path, "CSV (one sample per row) or JSON (array of samples)")->required();
+  predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")->required();
   predict->add_option("--top-k", top_k, "classes to show per sample (default 3)");
   auto* exp = app.add_subcommand("export", "download a model file");
   exp->add_option("model", model_ref, "NAME[:VERSION]")->required();

@@ -2,10 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "core/data/datasets/image_folder.h"
+#include "core/data/transforms.h"
+#include "core/ops/functions.h"
 
 namespace anvil::client {
 namespace {
@@ -24,9 +29,53 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool IsImage(std::string path) {
+  for (char& c : path) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return EndsWith(path, ".png") || EndsWith(path, ".jpg") || EndsWith(path, ".jpeg") || EndsWith(path, ".bmp");
+}
+
+// One image as the model's input [1, *input_shape], float32 in [0, 1].
+std::vector<float> ImageSample(const std::string& path, const std::vector<int64_t>& shape) {
+  int64_t c = 0, h = 0, w = 0;
+  if (shape.size() == 3 && shape[0] >= 1 && shape[0] <= 4) {
+    c = shape[0];
+    h = shape[1];
+    w = shape[2];
+  } else if (shape.size() == 1) {
+    const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(shape[0]))));
+    if (side * side != shape[0]) {
+      throw std::runtime_error(path + ": the model takes " + std::to_string(shape[0]) +
+                               " features, not an image (expected [C, H, W] or a square number of pixels)");
+    }
+    c = 1;
+    h = w = side;
+  } else {
+    throw std::runtime_error(path + ": the model's input is not an image shape ([C, H, W] or [H*W])");
+  }
+  anvil::Tensor img;
+  try {
+    img = anvil::data::read_image(path, static_cast<int>(c)).permute({2, 0, 1}).to(anvil::kFloat32) / 255.0;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+  if (img.size(1) != h || img.size(2) != w) img = anvil::data::Resize(h, w)(img);
+  const anvil::Tensor flat = img.contiguous().reshape({-1});
+  return flat.to_vector<float>();
+}
+
 }  // namespace
 
 v1::Tensor read_input_file(const std::string& path, const std::vector<int64_t>& input_shape) {
+  if (IsImage(path)) {
+    const std::vector<float> values = ImageSample(path, input_shape);
+    v1::Tensor t;
+    t.set_name("input");
+    t.set_dtype(v1::FLOAT32);
+    t.add_shape(1);
+    for (int64_t d : input_shape) t.add_shape(d);
+    t.set_raw(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    return t;
+  }
   std::ifstream in(path);
   if (!in) throw std::runtime_error("--input: cannot read \"" + path + "\"");
   int64_t per_sample = 1;

@@ -1,6 +1,9 @@
-// Predict inputs from files: CSV (one sample per row, numbers only; a header row is skipped)
-// or JSON (an array of samples, each a number or a nested array). Every sample is flattened
-// and must have the model's input element count; the result is FLOAT32 [N, *input_shape].
+// Predict inputs from files: CSV (one sample per row, numbers only; a header row is skipped),
+// JSON (an array of samples, each a number or a nested array), or an image (PNG, JPEG, BMP:
+// one sample). CSV/JSON samples are flattened and must have the model's input element
+// count. An image is fitted to the input: [C, H, W] models get C channels resized
+// (bilinear) to H x W, flat [F] models with F a square get a gray F = s x s image; pixels are
+// scaled to [0, 1]. The result is FLOAT32 [N, *input_shape].
 #pragma once
 
 #include <string>

@@ -154,7 +154,11 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
   if (!spec.client_job_id().empty()) {
     // An idempotent retry must succeed even when the queue is full.
     for (const JobRow& r : store_.list_jobs()) {
-      if (r.client_job_id == spec.client_job_id()) return {r, false};
+      if (r.client_job_id != spec.client_job_id()) continue;
+      ANVIL_SERVICE_CHECK(r.spec_json == ToJson(spec), StatusCode::ALREADY_EXISTS, "client_job_id \"",
+                          spec.client_job_id(), "\" is already used by job ", r.id,
+                          " with a different spec; retries must send the same spec");
+      return {r, false};
     }
   }
   int64_t running = 0;

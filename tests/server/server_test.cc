@@ -351,6 +351,11 @@ TEST_F(ServerTest, JobCallsAndTheirStatusCodes) {
   const v1::Job again = Submit(spec, nullptr, &created);
   EXPECT_FALSE(created);
   EXPECT_EQ(again.id(), first.id());
+  v1::JobSpec changed = spec;  // the same client id with another spec is a conflict
+  changed.set_epochs(2);
+  Submit(changed, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(st.error_message(), HasSubstr("retry-42"));
   Stream(first.id());
 
   // Unknown job, cancel of a finished job.
@@ -421,6 +426,57 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state(), v1::CANCELLED);
   EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
+}
+
+// While the worker is busy, queued jobs start by priority, then in submission order.
+TEST_F(ServerTest, QueuedJobsStartByPriorityThenFifo) {
+  v1::JobSpec blocker = BlobsSpec(40);
+  blocker.set_name("blocker");
+  const v1::Job first = Submit(blocker);
+  for (int i = 0; i < 200 && Get(first.id()).state() != v1::RUNNING; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::vector<std::string> ids;
+  for (const auto& [name, priority] : std::vector<std::pair<std::string, int>>{{"low-a", 0}, {"high", 5}, {"low-b", 0}}) {
+    v1::JobSpec s = BlobsSpec(1);
+    s.set_name(name);
+    s.set_priority(priority);
+    ids.push_back(Submit(s).id());
+  }
+  EXPECT_EQ(Get(ids[0]).state(), v1::QUEUED);
+  for (const std::string& id : ids) Stream(id);
+  const int64_t low_a = Get(ids[0]).started_unix_ms(), high = Get(ids[1]).started_unix_ms(),
+                low_b = Get(ids[2]).started_unix_ms();
+  EXPECT_LE(high, low_a);
+  EXPECT_LE(low_a, low_b);
+  EXPECT_GE(high, Get(first.id()).finished_unix_ms());
+}
+
+// An archive changed on disk after registration is never served as if it were intact.
+TEST_F(ServerTest, ACorruptedArchiveIsDataLoss) {
+  Stream(Submit(BlobsSpec(1)).id());
+  fs::path archive;
+  for (const auto& e : fs::recursive_directory_iterator(root_ / "data" / "jobs")) {
+    if (e.path().filename() == "model.anvil") archive = e.path();
+  }
+  ASSERT_FALSE(archive.empty());
+  {
+    std::fstream f(archive, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    f.write("\x01\x02\x03\x04", 4);
+  }
+  grpc::Status st;
+  std::string sha;
+  int64_t total = 0;
+  Export("blobs-mlp", v1::NATIVE, &st, &sha, &total);
+  EXPECT_EQ(st.error_code(), StatusCode::DATA_LOSS) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("SHA-256"));
+  EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr(root_.string())));
+  // After a restart the model loads from that file: Predict answers DATA_LOSS too.
+  Stop();
+  Start();
+  v1::PredictResponse resp;
+  EXPECT_EQ(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).error_code(), StatusCode::DATA_LOSS);
 }
 
 // Drain mid-job, restart on the same data dir: the job resumes from its checkpoint, its
