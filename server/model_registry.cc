@@ -75,6 +75,18 @@ ModelRow ModelRegistry::find_row(const std::string& name, const std::string& ver
 }
 
 std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const std::string& version) {
+  const int64_t wanted = ParseVersion(version);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+    int64_t v = wanted;
+    if (v == 0) {
+      const auto latest = latest_.find(name);
+      v = latest == latest_.end() ? 0 : latest->second;
+    }
+    auto it = loaded_.find({name, v});
+    if (v > 0 && it != loaded_.end()) return it->second;
+  }
   const ModelRow row = find_row(name, version);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -109,6 +121,8 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
+  int64_t& latest = latest_[row.name];
+  if (store_.get_model(row.name, 0)->version == row.version) latest = row.version;
   return it->second;  // a concurrent loader may have won: use its copy
 }
 

@@ -59,6 +59,9 @@ class ModelRegistry {
   const BatchingOptions batching_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_;
+  // name -> its latest version, so a "latest" Predict needs no store query (this process is
+  // the only writer of the registry).
+  std::map<std::string, int64_t> latest_;
   bool closed_ = false;
 };
 

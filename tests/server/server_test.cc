@@ -452,6 +452,24 @@ TEST_F(ServerTest, QueuedJobsStartByPriorityThenFifo) {
   EXPECT_GE(high, Get(first.id()).finished_unix_ms());
 }
 
+// A second job under the same model name registers version 2; "latest" follows it and
+// version 1 stays servable.
+TEST_F(ServerTest, VersionsAccumulateAndLatestFollows) {
+  Stream(Submit(BlobsSpec(1)).id());
+  v1::PredictResponse resp;
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).ok());
+  EXPECT_EQ(resp.version(), 1);
+  v1::JobSpec again = BlobsSpec(1);
+  again.set_seed(8);
+  Stream(Submit(again).id());
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).ok());
+  EXPECT_EQ(resp.version(), 2);
+  v1::PredictRequest v1_req = PredictOf("blobs-mlp", randn({1, 2}));
+  v1_req.set_version("1");
+  ASSERT_TRUE(Predict(v1_req, &resp).ok());
+  EXPECT_EQ(resp.version(), 1);
+}
+
 // An archive changed on disk after registration is never served as if it were intact.
 TEST_F(ServerTest, ACorruptedArchiveIsDataLoss) {
   Stream(Submit(BlobsSpec(1)).id());
