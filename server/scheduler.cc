@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "server/log.h"
 #include "server/status.h"
 
 namespace anvil::server {
@@ -174,6 +175,7 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
   row.device = spec.device();
   auto [stored, created] = store_.insert_job(row);
   if (created) {
+    log(LogLevel::kInfo, "job ", stored.id, " (", stored.name, ") submitted");
     v1::MetricEvent e;
     e.set_state(v1::QUEUED);
     Record(stored, e);
@@ -370,6 +372,10 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       break;
   }
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = NowMs();
+  if (event.event_case() == v1::MetricEvent::kState) {
+    log(row.state == JobState::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "job ", row.id, " (", row.name, ") ",
+        job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());
+  }
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)

@@ -179,6 +179,11 @@ class CpuWorker final : public Worker {
       end.spec_json = plan.model.spec;
       end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
       return end;
+    } catch (const std::bad_alloc&) {
+      WorkerEvent failed = base;
+      failed.kind = WorkerEvent::Kind::kFailed;
+      failed.message = "out of memory (try a smaller batch_size or model)";
+      return failed;
     } catch (const std::exception& e) {
       WorkerEvent failed = base;
       failed.kind = WorkerEvent::Kind::kFailed;

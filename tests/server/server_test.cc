@@ -428,6 +428,22 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
 }
 
+// Several readers of one job at once each get the whole stream, identical.
+TEST_F(ServerTest, ManySubscribersSeeTheSameStream) {
+  v1::JobSpec spec = BlobsSpec(5);
+  spec.set_metric_interval(1);
+  const v1::Job job = Submit(spec);
+  std::vector<std::vector<v1::MetricEvent>> seen(4);
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) readers.emplace_back([&, r] { seen[r] = Stream(job.id()); });
+  for (auto& t : readers) t.join();
+  ASSERT_GT(seen[0].size(), 100u);
+  for (int r = 1; r < 4; ++r) {
+    ASSERT_EQ(seen[r].size(), seen[0].size());
+    for (size_t i = 0; i < seen[0].size(); ++i) EXPECT_EQ(seen[r][i].SerializeAsString(), seen[0][i].SerializeAsString());
+  }
+}
+
 // While the worker is busy, queued jobs start by priority, then in submission order.
 TEST_F(ServerTest, QueuedJobsStartByPriorityThenFifo) {
   v1::JobSpec blocker = BlobsSpec(40);
