@@ -10,12 +10,15 @@
 // Goals (issue: the service): at 64 clients, batching on >= 60 % of echo's throughput, and
 // batching on >= 3x batching off.
 //
-// Usage: anvil_bench_serving [DATASETS_DIR] [SECONDS_PER_ROW]   (default: data, 3)
+// Usage: anvil_bench_serving   (bench/run.sh's [threads] [filter] arguments are ignored)
+//   ANVIL_DATA_DIR                 where digits.csv.gz is (default ./data; `make data`)
+//   ANVIL_BENCH_SERVING_SECONDS    measured seconds per row (default 3)
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -92,9 +95,11 @@ Result Load(const std::string& address, int clients, double seconds, const v1::P
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::string datasets = argc > 1 ? argv[1] : "data";
-  const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+int main() {
+  const char* data_env = std::getenv("ANVIL_DATA_DIR");
+  const char* seconds_env = std::getenv("ANVIL_BENCH_SERVING_SECONDS");
+  const std::string datasets = data_env != nullptr && *data_env != '\0' ? data_env : "data";
+  const double seconds = seconds_env != nullptr ? std::atof(seconds_env) : 3.0;
   const fs::path root = fs::temp_directory_path() / ("anvil-bench-serving-" + std::to_string(::getpid()));
   fs::remove_all(root);
 
