@@ -428,6 +428,36 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
 }
 
+// A drain ends open streams with UNAVAILABLE (reconnect later) and interrupts the job, which
+// the next start resumes.
+TEST_F(ServerTest, DrainEndsStreamsWithUnavailableAndInterruptsTheJob) {
+  v1::JobSpec spec = BlobsSpec(400);
+  spec.set_metric_interval(1);
+  const v1::Job job = Submit(spec);
+  grpc::ClientContext ctx;
+  v1::StreamMetricsRequest req;
+  req.set_job_id(job.id());
+  auto reader = training_->StreamMetrics(&ctx, req);
+  v1::MetricEvent e;
+  int steps = 0;
+  while (steps < 5 && reader->Read(&e)) steps += e.has_step_metrics();
+  std::thread stopper([&] { server_->shutdown(std::chrono::seconds(5)); });
+  while (reader->Read(&e)) {
+  }
+  const grpc::Status st = reader->Finish();
+  stopper.join();
+  EXPECT_EQ(st.error_code(), StatusCode::UNAVAILABLE) << st.error_message();
+  server_.reset();
+  Start();
+  const v1::Job after = Get(job.id());
+  EXPECT_TRUE(after.state() == v1::QUEUED || after.state() == v1::RUNNING) << v1::JobState_Name(after.state());
+  grpc::ClientContext cancel_ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  v1::Job resp;
+  EXPECT_TRUE(training_->CancelJob(&cancel_ctx, cancel, &resp).ok());
+}
+
 // Several readers of one job at once each get the whole stream, identical.
 TEST_F(ServerTest, ManySubscribersSeeTheSameStream) {
   v1::JobSpec spec = BlobsSpec(5);
