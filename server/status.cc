@@ -1,5 +1,7 @@
 #include "server/status.h"
 
+#include "server/store.h"
+
 namespace anvil::server {
 
 grpc::Status current_exception_status(grpc::StatusCode engine_code) {
@@ -7,6 +9,8 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
     throw;
   } catch (const ServiceError& e) {
     return grpc::Status(e.code(), e.what());
+  } catch (const StoreError& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   } catch (const anvil::Error& e) {
     return grpc::Status(engine_code, e.what());
   } catch (const std::bad_alloc&) {

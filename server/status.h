@@ -1,8 +1,8 @@
 // Errors that carry their gRPC status code. Service code throws ServiceError where the code
 // is known (bad input, unknown model...) and the RPC boundary turns any exception into a
-// grpc::Status with to_status(): a ServiceError keeps its code, an anvil::Error from the engine
-// becomes INVALID_ARGUMENT when it came from validating the request, and anything else is
-// INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
+// grpc::Status with current_exception_status(): a ServiceError keeps its code, a StoreError
+// (the database failed) is INTERNAL, another anvil::Error from the engine becomes
+// INVALID_ARGUMENT (it rejected the request's content), and anything else is INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
 #pragma once
 
 #include <grpcpp/support/status.h>

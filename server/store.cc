@@ -22,7 +22,7 @@ int64_t now_ms() {
 }
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, std::string_view what) {
-  throw Error(detail::StrCat("job store: ", what, " failed: ", db ? sqlite3_errmsg(db) : "out of memory",
+  throw StoreError(detail::StrCat("job store: ", what, " failed: ", db ? sqlite3_errmsg(db) : "out of memory",
                              " (database ", path, ")"));
 }
 

@@ -20,7 +20,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/util/error.h"
+
 namespace anvil::server {
+
+// A failure of the database itself (I/O, corruption, a full disk): the service answers
+// INTERNAL, not INVALID_ARGUMENT, since the request was fine.
+class StoreError : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled, kInterrupted };
 
