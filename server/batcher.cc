@@ -20,7 +20,7 @@ Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
   ANVIL_SERVICE_CHECK(queue_.size() < options_.max_queue, grpc::StatusCode::UNAVAILABLE, "the model's queue is full (",
                       options_.max_queue, " requests); retry with backoff");
   queue_.push_back(req);
-  cv_.notify_all();  // a leader waiting out max_delay counts rows again
+  if (options_.max_delay.count() > 0) cv_.notify_all();  // a leader waiting out max_delay counts rows again
   if (!running_) {
     running_ = true;
     req->lead = true;
@@ -31,7 +31,7 @@ Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
       Lead(lock);
       continue;
     }
-    cv_.wait(lock, [&] { return req->done || req->lead; });
+    req->wake.wait(lock, [&] { return req->done || req->lead; });
   }
   if (req->error) std::rethrow_exception(req->error);
   return req->output;
@@ -59,13 +59,16 @@ void Batcher::Lead(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   RunBatch(batch);
   lock.lock();
-  for (auto& r : batch) r->done = true;
+  for (auto& r : batch) {
+    r->done = true;
+    r->wake.notify_one();
+  }
   if (!queue_.empty() && !closed_) {
     queue_.front()->lead = true;  // the oldest waiter runs the next batch
+    queue_.front()->wake.notify_one();
   } else {
     running_ = false;
   }
-  cv_.notify_all();
 }
 
 void Batcher::close() {
@@ -75,6 +78,7 @@ void Batcher::close() {
   for (auto& r : queue_) {
     r->error = std::make_exception_ptr(ServiceError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
     r->done = true;
+    r->wake.notify_one();
   }
   queue_.clear();
   cv_.notify_all();

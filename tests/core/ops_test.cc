@@ -745,6 +745,26 @@ TEST(Reductions, MaxMinOverAnOuterDimAgreeWithTheInnermostPath) {
   }
 }
 
+// A single row times a matrix (batch-1 inference) runs as split matrix-vector products; both
+// layouts of B (row-major, and a transposed Linear weight) against float64 sums.
+TEST(Linalg, OneRowTimesAMatrixMatchesFloat64) {
+  manual_seed(5);
+  const int64_t k = 700, n = 1100;  // large enough for the parallel split
+  const Tensor a = randn({1, k});
+  const Tensor b = randn({k, n});
+  const Tensor w = randn({n, k});
+  // References from element-wise products and sums in float64, not from a matrix product.
+  const Tensor a64 = a.to(kFloat64).t();  // [k, 1]
+  const Tensor ref_b = (a64 * b.to(kFloat64)).sum({0}, true);
+  const Tensor ref_w = (w.to(kFloat64) * a.to(kFloat64)).sum({1}).reshape({1, n});
+  EXPECT_TRUE(allclose(mm(a, b).to(kFloat64), ref_b, 1e-4, 1e-3));
+  EXPECT_TRUE(allclose(mm(a, w.t()).to(kFloat64), ref_w, 1e-4, 1e-3));
+  EXPECT_TRUE(allclose(mm(a.to(kFloat64), w.to(kFloat64).t()), ref_w, 1e-10, 1e-10));
+  // A strided row (a column of a transposed matrix) takes the general path.
+  const Tensor at = randn({k, 1}).t();
+  EXPECT_TRUE(allclose(mm(at, b).to(kFloat64), (at.to(kFloat64).t() * b.to(kFloat64)).sum({0}, true), 1e-4, 1e-3));
+}
+
 TEST(Reductions, Argmax) {
   Tensor x = F32({3, 7, 1, 7, 2, 0, 9, 5, -1, 4, 4, 8}, IntArray{3, 4});
   EXPECT_EQ(x.argmax().item<int64_t>(), 6);  // flattened index of the 9
