@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/util/clock.h"
 #include "core/ops/functions.h"
 #include "core/util/sha256.h"
 #include "server/status.h"
@@ -17,11 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using grpc::StatusCode;
 using Json = nlohmann::json;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t ParseVersion(const std::string& version) {
   if (version.empty() || version == "latest") return 0;
@@ -60,7 +56,7 @@ ModelRow ModelRegistry::register_archive(const std::string& name, const std::str
   row.job_id = job_id;
   row.path = relative_path;
   row.signature_json = Json{{"sha256", sha256_file_hex(path)}}.dump();
-  row.created_ms = NowMs();
+  row.created_ms = unix_millis();
   row = store_.register_model(row);
   Load(row);
   return row;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/util/clock.h"
 #include "server/log.h"
 #include "server/status.h"
 
@@ -16,11 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using grpc::StatusCode;
 using workers::WorkerEvent;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string ToJson(const google::protobuf::Message& m) {
   std::string out;
@@ -111,7 +107,7 @@ v1::Job Scheduler::to_job(const JobRow& row) {
 }
 
 void Scheduler::Record(JobRow& row, v1::MetricEvent event) {
-  const int64_t now = NowMs();
+  const int64_t now = unix_millis();
   event.set_job_id(row.id);
   event.set_step(row.step);
   if (!event.has_step_metrics() && !event.has_epoch_metrics()) event.set_epoch(row.epoch);
@@ -196,7 +192,7 @@ JobRow Scheduler::cancel(const std::string& job_id) {
     queue_.erase(queued);
     row->state = JobState::kCancelled;
     row->reason = "cancelled before it started";
-    row->finished_ms = NowMs();
+    row->finished_ms = unix_millis();
     store_.update_job(*row);
     v1::MetricEvent e;
     e.set_state(v1::CANCELLED);
@@ -295,7 +291,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     case WorkerEvent::Kind::kStarted:
       row.state = JobState::kRunning;
       row.reason.clear();
-      if (row.started_ms == 0) row.started_ms = NowMs();
+      if (row.started_ms == 0) row.started_ms = unix_millis();
       row.device = e.message;
       row.step = e.step;
       event.set_state(v1::RUNNING);
@@ -371,7 +367,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       event.set_message(row.reason);
       break;
   }
-  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = NowMs();
+  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = unix_millis();
   if (event.event_case() == v1::MetricEvent::kState) {
     log(row.state == JobState::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "job ", row.id, " (", row.name, ") ",
         job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());

@@ -106,14 +106,7 @@ class ServingService final : public v1::Serving::Service {
  private:
   template <typename F>
   Status Guard(F&& f) {
-    try {
-      f();
-      return Status::OK;
-    } catch (...) {
-      Status st = current_exception_status(StatusCode::INVALID_ARGUMENT);
-      return Status(st.error_code(),
-                    scrub_paths(scrub_paths(st.error_message(), s_.data_root), s_.options.datasets_dir));
-    }
+    return guarded({s_.data_root, s_.options.datasets_dir}, std::forward<F>(f));
   }
 
   AnvilServer::State& s_;

@@ -9,6 +9,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "core/util/error.h"
 
@@ -39,5 +40,20 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code = grpc::Statu
 
 // `message` with every occurrence of `root` (an absolute directory) replaced by "<data>".
 std::string scrub_paths(std::string message, const std::string& root);
+
+// Runs an RPC body: OK when it returns, else the status of what it threw, its message
+// scrubbed of the server's directories (`roots`). Every RPC handler goes through this.
+template <typename F>
+grpc::Status guarded(const std::vector<std::string>& roots, F&& body) {
+  try {
+    body();
+    return grpc::Status::OK;
+  } catch (...) {
+    const grpc::Status st = current_exception_status(grpc::StatusCode::INVALID_ARGUMENT);
+    std::string message = st.error_message();
+    for (const std::string& root : roots) message = scrub_paths(std::move(message), root);
+    return grpc::Status(st.error_code(), message);
+  }
+}
 
 }  // namespace anvil::server

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "core/util/clock.h"
 #include "core/util/error.h"
 
 namespace anvil::server {
@@ -15,11 +16,6 @@ namespace {
 
 constexpr std::array<std::string_view, 6> kStateNames = {"QUEUED",    "RUNNING",   "SUCCEEDED",
                                                          "FAILED",    "CANCELLED", "INTERRUPTED"};
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, std::string_view what) {
   throw StoreError(detail::StrCat("job store: ", what, " failed: ", db ? sqlite3_errmsg(db) : "out of memory",
@@ -397,7 +393,7 @@ std::pair<JobRow, bool> Store::insert_job(JobRow row) {
     ANVIL_CHECK(!m.job_id_taken(row.id), "insert_job: expected a new job id, got '", row.id,
                 "' which already exists (database ", m.path, ")");
   }
-  if (row.created_ms == 0) row.created_ms = now_ms();
+  if (row.created_ms == 0) row.created_ms = unix_millis();
   {
     Query q(m.st->insert_job);
     q.bind(1, row.id).bind(2, row.name);
@@ -468,7 +464,7 @@ int64_t Store::append_metric(MetricRow row) {
     q.next();
     row.seq = q.integer(0);
   }
-  if (row.time_ms == 0) row.time_ms = now_ms();
+  if (row.time_ms == 0) row.time_ms = unix_millis();
   Query(m.st->insert_metric)
       .bind(1, row.job_id)
       .bind(2, row.seq)
@@ -508,7 +504,7 @@ ModelRow Store::register_model(ModelRow row) {
     q.next();
     row.version = q.integer(0);
   }
-  if (row.created_ms == 0) row.created_ms = now_ms();
+  if (row.created_ms == 0) row.created_ms = unix_millis();
   Query(m.st->insert_model)
       .bind(1, row.name)
       .bind(2, row.version)

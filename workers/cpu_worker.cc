@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/util/clock.h"
 #include "core/models/archive.h"
 #include "workers/job_plan.h"
 #include "workers/worker.h"
@@ -17,11 +18,6 @@ namespace anvil::workers {
 namespace {
 
 namespace fs = std::filesystem;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 class CpuWorker final : public Worker {
  public:
@@ -167,7 +163,7 @@ class CpuWorker final : public Worker {
       // Success: the trained model becomes an archive the registry can serve right away.
       const std::string archive = (fs::path(job.job_dir) / "model.anvil").string();
       plan.model.module->eval();
-      models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, NowMs()};
+      models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, unix_millis()};
       models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
       end.kind = WorkerEvent::Kind::kSucceeded;
       end.path = archive;
