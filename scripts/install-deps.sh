@@ -6,7 +6,7 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
-            python3-grpcio python3-protobuf)
+            python3-grpcio python3-protobuf libcivetweb-dev prometheus)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil)
 
 want=("${build_pkgs[@]}")

@@ -35,6 +35,7 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
   for (const auto& [key, value] : j.items()) {
     if (key == "address") o.address = value.get<std::string>();
     else if (key == "data_dir") o.data_dir = value.get<std::string>();
+    else if (key == "metrics_address") o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir") o.datasets_dir = value.get<std::string>();
     else if (key == "log_level") log_level = value.get<std::string>();
     else if (key == "max_batch") o.batching.max_batch = value.get<int64_t>();
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
                                      "max_delay_us, batching, max_queue, max_pending_jobs, max_message_mb)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
+  std::string metrics_address = "127.0.0.1:9464";
+  app.add_option("--metrics-address", metrics_address,
+                 "Prometheus /metrics over HTTP (default 127.0.0.1:9464; \"\" turns it off)");
   app.add_option("--data-dir", data_dir, "jobs, models and the job store live here (default ./anvil-data)");
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
@@ -99,7 +103,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    o.metrics_address = metrics_address;
     if (!config.empty()) ApplyConfigFile(config, o, log_level);
+    FromEnv("ANVILD_METRICS_ADDRESS", o.metrics_address);
+    if (app.count("--metrics-address") > 0) o.metrics_address = metrics_address;
     FromEnv("ANVILD_ADDRESS", o.address);
     FromEnv("ANVILD_DATA_DIR", o.data_dir);
     FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
@@ -118,6 +125,10 @@ int main(int argc, char** argv) {
     server.start();
     log(LogLevel::kInfo, "anvild listening on ", o.address.substr(0, o.address.rfind(':')), ":", server.port(),
         " (data dir ", o.data_dir, ", batching ", o.batching.enabled ? "on" : "off", ")");
+    if (server.metrics_port() > 0) {
+      log(LogLevel::kInfo, "metrics on http://", o.metrics_address.substr(0, o.metrics_address.rfind(':')), ":",
+          server.metrics_port(), "/metrics");
+    }
     std::thread waiter([&] {
       const int sig = WaitForSignal();
       log(LogLevel::kInfo, "signal ", sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining");

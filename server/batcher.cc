@@ -6,8 +6,8 @@
 
 namespace anvil::server {
 
-Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options)
-    : module_(std::move(module)), options_(options) {}
+Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer)
+    : module_(std::move(module)), options_(options), observer_(std::move(observer)) {}
 
 Batcher::~Batcher() { close(); }
 
@@ -15,6 +15,7 @@ Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
   auto req = std::make_shared<Request>();
   req->input = std::move(input);
   req->deadline = deadline;
+  req->enqueued = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
   ANVIL_SERVICE_CHECK(queue_.size() < options_.max_queue, grpc::StatusCode::UNAVAILABLE, "the model's queue is full (",
@@ -101,6 +102,9 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
     }
   }
   if (live.empty()) return;
+  if (observer_.on_queued) {
+    for (const auto& r : live) observer_.on_queued(std::chrono::duration<double>(now - r->enqueued).count());
+  }
   try {
     std::vector<Tensor> inputs;
     for (const auto& r : live) inputs.push_back(r->input);
@@ -115,6 +119,7 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
       r->output = live.size() == 1 ? out : out.narrow(0, row, n).contiguous();
       row += n;
     }
+    if (observer_.on_batch) observer_.on_batch(row);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.batches += 1;
     stats_.rows += row;

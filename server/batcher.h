@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -31,11 +32,17 @@ struct BatchingOptions {
   size_t max_queue = 4096;                     // requests
 };
 
+// Optional observers (metrics): rows per forward, and each request's wait before its batch ran.
+struct BatchObserver {
+  std::function<void(int64_t rows)> on_batch;
+  std::function<void(double seconds)> on_queued;
+};
+
 class Batcher {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options);
+  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {});
   ~Batcher();
 
   // The module's output for `input` [n, ...]; blocks. Throws ServiceError.
@@ -50,7 +57,7 @@ class Batcher {
  private:
   struct Request {
     Tensor input, output;
-    Clock::time_point deadline;
+    Clock::time_point deadline, enqueued;
     std::exception_ptr error;
     bool done = false;
     bool lead = false;  // this request's thread runs the next batch
@@ -65,6 +72,7 @@ class Batcher {
 
   std::shared_ptr<nn::Module> module_;
   const BatchingOptions options_;
+  const BatchObserver observer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a leader waiting out max_delay for rows
   std::deque<std::shared_ptr<Request>> queue_;

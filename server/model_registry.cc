@@ -43,8 +43,9 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 
 }  // namespace
 
-ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching)
-    : store_(store), data_root_(std::move(data_root)), batching_(batching) {}
+ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
+                             metrics::ServiceMetrics* metrics)
+    : store_(store), data_root_(std::move(data_root)), batching_(batching), metrics_(metrics) {}
 
 ModelRegistry::~ModelRegistry() { close(); }
 
@@ -68,6 +69,15 @@ ModelRow ModelRegistry::find_row(const std::string& name, const std::string& ver
   ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "model \"", name, "\"",
                       v > 0 ? " version " + std::to_string(v) : std::string(), " is not registered");
   return *row;
+}
+
+bool ModelRegistry::knows(const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = latest_.find(name);
+    if (it != latest_.end() && it->second > 0) return true;
+  }
+  return store_.get_model(name, 0).has_value();
 }
 
 std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const std::string& version) {
@@ -113,10 +123,18 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   } catch (const Error& e) {
     throw ServiceError(StatusCode::DATA_LOSS, scrub_paths(e.what(), data_root_));
   }
-  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_);
+  BatchObserver observer;
+  if (metrics_ != nullptr) {
+    metrics::Histogram& rows = metrics_->predict_batch_rows.with({row.name});
+    metrics::Histogram& queued = metrics_->predict_queue.with({row.name});
+    observer.on_batch = [&rows](int64_t n) { rows.observe(static_cast<double>(n)); };
+    observer.on_queued = [&queued](double s) { queued.observe(s); };
+  }
+  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer));
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
+  if (metrics_ != nullptr) metrics_->models_loaded.with().set(static_cast<double>(loaded_.size()));
   int64_t& latest = latest_[row.name];
   if (store_.get_model(row.name, 0)->version == row.version) latest = row.version;
   return it->second;  // a concurrent loader may have won: use its copy

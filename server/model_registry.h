@@ -16,6 +16,7 @@
 #include "core/models/archive.h"
 #include "proto/anvil/v1/anvil.pb.h"
 #include "server/batcher.h"
+#include "server/metrics/service_metrics.h"
 #include "server/store.h"
 
 namespace anvil::server {
@@ -28,7 +29,9 @@ struct ServedModel {
 
 class ModelRegistry {
  public:
-  ModelRegistry(Store& store, std::string data_root, BatchingOptions batching);
+  // `metrics` may be null.
+  ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
+                metrics::ServiceMetrics* metrics = nullptr);
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
@@ -38,6 +41,8 @@ class ModelRegistry {
   // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS.
   std::shared_ptr<ServedModel> get(const std::string& name, const std::string& version);
   ModelRow find_row(const std::string& name, const std::string& version) const;
+  // Whether `name` is registered (in memory when it was served before; else the store).
+  bool knows(const std::string& name) const;
 
   v1::Model describe(const ServedModel& m) const;
   v1::Model describe_row(const ModelRow& row);
@@ -57,6 +62,7 @@ class ModelRegistry {
   Store& store_;
   const std::string data_root_;
   const BatchingOptions batching_;
+  metrics::ServiceMetrics* metrics_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_;
   // name -> its latest version, so a "latest" Predict needs no store query (this process is

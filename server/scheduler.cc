@@ -70,8 +70,22 @@ bool DeviceFits(const std::string& wanted, const std::string& device) {
 }  // namespace
 
 Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
-                     const std::vector<WorkerFactory>& workers)
-    : store_(store), hub_(hub), registry_(registry), options_(std::move(options)) {
+                     const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics)
+    : store_(store), hub_(hub), registry_(registry), options_(std::move(options)), metrics_(metrics) {
+  if (metrics_ != nullptr) {
+    // Jobs by state, counted from the store at each scrape.
+    metrics_->registry().add_collector([this] {
+      std::map<JobState, int64_t> counts;
+      for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded, JobState::kFailed,
+                         JobState::kCancelled, JobState::kInterrupted}) {
+        counts[s] = 0;
+      }
+      for (const JobRow& r : store_.list_jobs()) ++counts[r.state];
+      for (const auto& [state, n] : counts) {
+        metrics_->jobs.with({std::string(job_state_name(state))}).set(static_cast<double>(n));
+      }
+    });
+  }
   for (const WorkerFactory& make : workers) {
     slots_.push_back({make([this](const WorkerEvent& e) { OnEvent(e); }), ""});
   }
@@ -215,6 +229,45 @@ void Scheduler::drain(std::chrono::milliseconds timeout) {
   idle_cv_.wait_for(lock, timeout, [&] {
     return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job_id.empty(); });
   });
+}
+
+void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
+  if (metrics_ == nullptr) return;
+  metrics::ServiceMetrics& m = *metrics_;
+  const metrics::LabelValues job{row.id, row.name};
+  switch (e.kind) {
+    case WorkerEvent::Kind::kStarted:
+      m.device_busy(row.device, true);
+      break;
+    case WorkerEvent::Kind::kStep:
+      m.job_loss.with({row.id, row.name, "train"}).set(e.step_metrics.loss);
+      m.job_grad_norm.with(job).set(e.step_metrics.grad_norm);
+      m.job_learning_rate.with(job).set(e.step_metrics.lr);
+      m.job_step.with(job).set(static_cast<double>(e.step));
+      m.job_samples_per_second.with(job).set(e.step_metrics.samples_per_second);
+      m.job_data_wait_ratio.with(job).set(e.step_metrics.data_wait_ratio);
+      m.job_step_seconds.with(job).observe(e.step_metrics.step_seconds);
+      break;
+    case WorkerEvent::Kind::kEpoch:
+      m.job_epoch.with(job).set(static_cast<double>(row.epoch));
+      m.job_loss.with({row.id, row.name, "train"}).set(e.epoch_metrics.train_loss);
+      if (e.epoch_metrics.val_loss) m.job_loss.with({row.id, row.name, "val"}).set(*e.epoch_metrics.val_loss);
+      if (e.epoch_metrics.val_accuracy) m.job_val_accuracy.with(job).set(*e.epoch_metrics.val_accuracy);
+      break;
+    case WorkerEvent::Kind::kCheckpoint:
+      break;
+    case WorkerEvent::Kind::kSucceeded:
+    case WorkerEvent::Kind::kFailed:
+    case WorkerEvent::Kind::kCancelled:
+    case WorkerEvent::Kind::kInterrupted: {
+      std::string outcome(job_state_name(row.state));
+      for (char& c : outcome) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      m.jobs_finished.with({outcome}).inc();
+      m.device_busy(row.device, false);
+      m.job_ended(row.id);
+      break;
+    }
+  }
 }
 
 void Scheduler::Enqueue(const JobRow& row, bool resume) { queue_.push_back({row.priority, row.seq, row.id, resume}); }
@@ -372,6 +425,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     log(row.state == JobState::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "job ", row.id, " (", row.name, ") ",
         job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());
   }
+  UpdateMetrics(e, row);
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)

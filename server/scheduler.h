@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
 #include "server/store.h"
@@ -36,8 +37,9 @@ using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::Ev
 
 class Scheduler {
  public:
+  // `metrics` may be null (no metrics address).
   Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
-            const std::vector<WorkerFactory>& workers);
+            const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics = nullptr);
   ~Scheduler();
 
   std::vector<std::string> devices() const;
@@ -78,6 +80,8 @@ class Scheduler {
   MetricsHub& hub_;
   ModelRegistry& registry_;
   const SchedulerOptions options_;
+  metrics::ServiceMetrics* metrics_;
+  void UpdateMetrics(const workers::WorkerEvent& e, const JobRow& row);
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   std::vector<Queued> queue_;

@@ -27,15 +27,18 @@ void AnvilServer::start() {
   // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
   s->options.datasets_dir = fs::absolute(s->options.datasets_dir).lexically_normal().string();
   while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/') s->options.datasets_dir.pop_back();
+  if (!options_.metrics_address.empty()) s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
   s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
-  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching);
+  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get());
   SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
   s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so,
                                              std::vector<WorkerFactory>{[](workers::EventSink sink) {
                                                return workers::make_cpu_worker(std::move(sink));
-                                             }});
+                                             }},
+                                             s->metrics.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();
+  if (s->metrics) s->http = std::make_unique<metrics::HttpEndpoint>(s->metrics_registry, options_.metrics_address);
   state_ = std::move(s);
   training_ = make_training_service(*state_);
   serving_ = make_serving_service(*state_);
@@ -64,7 +67,10 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
   // Workers joined before the registry closes: a job that still ends now registers its model.
   state_->scheduler.reset();
   state_->registry->close();
+  state_->http.reset();
 }
+
+int AnvilServer::metrics_port() const { return state_ && state_->http ? state_->http->port() : 0; }
 
 void AnvilServer::wait() {
   if (server_) server_->Wait();

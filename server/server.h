@@ -17,6 +17,7 @@ namespace anvil::server {
 
 struct ServerOptions {
   std::string address = "127.0.0.1:50051";
+  std::string metrics_address;           // Prometheus /metrics over HTTP ("127.0.0.1:9464"); "" = off
   std::string data_dir = "anvil-data";   // made absolute at start; created when missing
   std::string datasets_dir;              // built-in dataset files; default: data::default_data_dir()
   BatchingOptions batching;
@@ -39,6 +40,7 @@ class AnvilServer {
   // recovery is done. Throws on a bad data dir or an address that cannot be bound.
   void start();
   int port() const { return port_; }
+  int metrics_port() const;  // 0 without a metrics address
   const ServerOptions& options() const { return options_; }
 
   // Graceful stop: NOT_SERVING, no new jobs, running jobs checkpointed (INTERRUPTED, resumed

@@ -23,6 +23,21 @@ class ServingService final : public v1::Serving::Service {
   explicit ServingService(AnvilServer::State& s) : s_(s) {}
 
   Status Predict(ServerContext* ctx, const v1::PredictRequest* req, v1::PredictResponse* resp) override {
+    if (s_.metrics == nullptr) return PredictImpl(ctx, req, resp);
+    // Per-model series only for registered names: an unknown name must not mint new series.
+    const std::string model = s_.registry->knows(req->model()) ? req->model() : "(unknown)";
+    metrics::Gauge& in_flight = s_.metrics->predict_in_flight.with({model});
+    in_flight.inc();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = PredictImpl(ctx, req, resp);
+    in_flight.dec();
+    s_.metrics->predict_latency.with({model}).observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).inc();
+    return st;
+  }
+
+  Status PredictImpl(ServerContext* ctx, const v1::PredictRequest* req, v1::PredictResponse* resp) {
     return Guard([&] {
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
       // The request's deadline on the batcher's clock (gRPC's is wall-clock time).

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "server/metrics/http.h"
+#include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
 #include "server/scheduler.h"
@@ -16,11 +18,14 @@ namespace anvil::server {
 struct AnvilServer::State {
   ServerOptions options;
   std::string data_root;  // absolute
+  metrics::Registry metrics_registry;
+  std::unique_ptr<metrics::ServiceMetrics> metrics;  // null when there is no metrics address
   std::unique_ptr<Store> store;
   MetricsHub hub;
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
+  std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 
 std::unique_ptr<grpc::Service> make_training_service(AnvilServer::State& state);

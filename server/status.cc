@@ -22,6 +22,15 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
   }
 }
 
+std::string grpc_code_name(grpc::StatusCode code) {
+  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
+}
+
 std::string scrub_paths(std::string message, const std::string& root) {
   if (root.empty()) return message;
   for (size_t at = message.find(root); at != std::string::npos; at = message.find(root, at)) {

@@ -38,6 +38,9 @@ class ServiceError : public std::exception {
 // is the code for an anvil::Error (the engine rejecting the request's content).
 grpc::Status current_exception_status(grpc::StatusCode engine_code = grpc::StatusCode::INVALID_ARGUMENT);
 
+// "OK", "INVALID_ARGUMENT", ...: a status code as Prometheus labels and logs spell it.
+std::string grpc_code_name(grpc::StatusCode code);
+
 // `message` with every occurrence of `root` (an absolute directory) replaced by "<data>".
 std::string scrub_paths(std::string message, const std::string& root);
 

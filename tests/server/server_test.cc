@@ -6,6 +6,11 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +47,7 @@ class ServerTest : public ::testing::Test {
 
   void Start(ServerOptions o = {}) {
     o.address = "127.0.0.1:0";
+    o.metrics_address = "127.0.0.1:0";
     o.data_dir = (root_ / "data").string();
     o.max_message_bytes = 1 << 20;
     server_ = std::make_unique<AnvilServer>(o);
@@ -141,6 +147,26 @@ class ServerTest : public ::testing::Test {
     }
     *status = reader->Finish();
     return bytes;
+  }
+
+  // GET http://127.0.0.1:<port><path>: the body, or "" on failure (a plain socket: no client
+  // library needed).
+  static std::string HttpGet(int port, const std::string& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string response;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+      (void)!::write(fd, req.data(), req.size());
+      char buf[65536];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    const size_t body = response.find("\r\n\r\n");
+    return body == std::string::npos ? "" : response.substr(body + 4);
   }
 
   // sha256sum's digest of `bytes` (an implementation independent of the server's).
@@ -426,6 +452,39 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state(), v1::CANCELLED);
   EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
+}
+
+// /metrics after a job and some predictions: every family, valid exposition (promtool).
+TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
+  ASSERT_GT(server_->metrics_port(), 0);
+  Stream(Submit(BlobsSpec(2)).id());
+  v1::PredictResponse resp;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Predict(PredictOf("blobs-mlp", randn({3, 2})), &resp).ok());
+  EXPECT_FALSE(Predict(PredictOf("blobs-mlp", randn({3, 5})), &resp).ok());
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* family :
+       {"anvil_job_loss", "anvil_job_grad_norm", "anvil_job_learning_rate", "anvil_job_step", "anvil_job_epoch",
+        "anvil_job_samples_per_second", "anvil_job_data_wait_ratio", "anvil_job_val_accuracy_ratio",
+        "anvil_job_step_duration_seconds", "anvil_jobs", "anvil_jobs_finished_total", "anvil_predict_requests_total",
+        "anvil_predict_latency_seconds", "anvil_predict_queue_seconds", "anvil_predict_batch_rows",
+        "anvil_predict_in_flight", "anvil_models_loaded", "anvil_device_busy_seconds_total", "anvil_device_busy_ratio",
+        "anvil_allocator_allocated_bytes", "anvil_allocator_reserved_bytes", "process_cpu_seconds_total",
+        "process_resident_memory_bytes", "process_start_time_seconds", "anvil_build_info"}) {
+    EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + family + " ")) << family;
+  }
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"OK\"} 5"));
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"INVALID_ARGUMENT\"} 1"));
+  EXPECT_THAT(text, HasSubstr("anvil_jobs_finished_total{outcome=\"succeeded\"} 1"));
+  EXPECT_THAT(text, HasSubstr("anvil_jobs{state=\"SUCCEEDED\"} 1"));
+  EXPECT_THAT(text, HasSubstr("anvil_job_epoch{job="));
+  // Prometheus's own checker accepts the exposition.
+  const fs::path file = root_ / "metrics.txt";
+  std::ofstream(file) << text;
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(std::system(("promtool check metrics < '" + file.string() + "'").c_str()), 0);
+  } else {
+    ADD_FAILURE() << "promtool is missing (make deps installs Debian's prometheus package)";
+  }
 }
 
 // A drain ends open streams with UNAVAILABLE (reconnect later) and interrupts the job, which

@@ -1,0 +1,140 @@
+#include "server/metrics/service_metrics.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/tensor/allocator.h"
+#include "core/util/clock.h"
+
+namespace anvil::server::metrics {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::string> kJob = {"job", "name"};
+
+// Process families, as the Prometheus client libraries name them.
+void CollectProcess(Counter& cpu, Gauge& rss) {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(text.substr(close + 2));
+    std::string f;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {  // fields 14 and 15: utime, stime (clock ticks)
+      if (i == 14) utime = std::stod(f);
+      if (i == 15) stime = std::stod(f);
+    }
+    cpu.set_total((utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)));
+  }
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  if (statm >> pages >> resident) rss.set(static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+}
+
+}  // namespace
+
+ServiceMetrics::ServiceMetrics(Registry& r)
+    : job_loss(r.gauge("anvil_job_loss", "Latest loss of a job (mean over the last interval for train).",
+                       {"job", "name", "split"})),
+      job_grad_norm(r.gauge("anvil_job_grad_norm", "Gradient norm before clipping, mean over the last interval.", kJob)),
+      job_learning_rate(r.gauge("anvil_job_learning_rate", "Current learning rate.", kJob)),
+      job_step(r.gauge("anvil_job_step", "Optimizer steps done.", kJob)),
+      job_epoch(r.gauge("anvil_job_epoch", "Epochs done.", kJob)),
+      job_samples_per_second(r.gauge("anvil_job_samples_per_second", "Training throughput.", kJob)),
+      job_data_wait_ratio(r.gauge("anvil_job_data_wait_ratio",
+                                  "Share of wall time the training loop waited for the data loader.", kJob)),
+      job_val_accuracy(r.gauge("anvil_job_val_accuracy_ratio", "Validation accuracy after the last epoch.", kJob)),
+      job_step_seconds(r.histogram("anvil_job_step_duration_seconds",
+                                   "Wall time per optimizer step (one observation per metric interval).", kJob,
+                                   exponential_buckets(0.0001, 2, 16))),
+      jobs(r.gauge("anvil_jobs", "Jobs by state.", {"state"})),
+      jobs_finished(r.counter("anvil_jobs_finished_total", "Jobs that ended, by outcome.", {"outcome"})),
+      predict_requests(r.counter("anvil_predict_requests_total", "Predict requests by model and status code.",
+                                 {"model", "code"})),
+      predict_latency(r.histogram("anvil_predict_latency_seconds", "Predict latency in the server.", {"model"},
+                                  exponential_buckets(0.00005, 2, 18))),
+      predict_queue(r.histogram("anvil_predict_queue_seconds", "Time a request waited before its batch ran.",
+                                {"model"}, exponential_buckets(0.00001, 2, 18))),
+      predict_batch_rows(r.histogram("anvil_predict_batch_rows", "Rows per model forward (dynamic batching).",
+                                     {"model"}, exponential_buckets(1, 2, 10))),
+      predict_in_flight(r.gauge("anvil_predict_in_flight", "Predict requests being served.", {"model"})),
+      models_loaded(r.gauge("anvil_models_loaded", "Model versions loaded for serving.")),
+      device_busy_seconds(r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.",
+                                    {"device"})),
+      device_busy_ratio(r.gauge("anvil_device_busy_ratio", "Share of the last minute a device's worker ran a job.",
+                                {"device"})),
+      allocator_allocated(r.gauge("anvil_allocator_allocated_bytes", "Bytes handed out by a device's allocator.",
+                                  {"device"})),
+      allocator_reserved(r.gauge("anvil_allocator_reserved_bytes",
+                                 "Bytes held by a device's allocator (handed out + cached).", {"device"})),
+      process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
+      process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
+      registry_(r) {
+  r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({"0.1.0"}).set(1);
+  r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.")
+      .with()
+      .set(static_cast<double>(unix_millis()) / 1000.0);
+  r.add_collector([this] { Collect(); });
+}
+
+void ServiceMetrics::job_ended(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ended_[job_id] = Clock::now();
+}
+
+double ServiceMetrics::BusySecondsLocked(Busy& b, Clock::time_point now) const {
+  return b.seconds + (b.busy ? std::chrono::duration<double>(now - b.since).count() : 0.0);
+}
+
+void ServiceMetrics::device_busy(const std::string& device, bool busy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  Busy& b = busy_[device];
+  if (b.window_start == Clock::time_point()) b.window_start = now;
+  if (busy && !b.busy) {
+    b.busy = true;
+    b.since = now;
+  } else if (!busy && b.busy) {
+    const double dt = std::chrono::duration<double>(now - b.since).count();
+    b.seconds += dt;
+    b.busy = false;
+    device_busy_seconds.with({device}).inc(dt);
+  }
+}
+
+void ServiceMetrics::Collect() {
+  CollectProcess(process_cpu, process_rss);
+  const AllocatorStats cpu = cpu_allocator()->stats();
+  allocator_allocated.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes));
+  allocator_reserved.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes + cpu.cached_bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  for (auto& [device, b] : busy_) {
+    // The share of a window of 5-60 s; a new window starts every minute.
+    const double total = BusySecondsLocked(b, now);
+    const double span = std::chrono::duration<double>(now - b.window_start).count();
+    if (span >= 5) device_busy_ratio.with({device}).set(std::min(1.0, (total - b.window_start_seconds) / span));
+    if (span >= 60) {
+      b.window_start = now;
+      b.window_start_seconds = total;
+    }
+  }
+  for (auto it = ended_.begin(); it != ended_.end();) {
+    if (now - it->second < retention_) {
+      ++it;
+      continue;
+    }
+    for (Family<Gauge>* f : {&job_loss, &job_grad_norm, &job_learning_rate, &job_step, &job_epoch,
+                             &job_samples_per_second, &job_data_wait_ratio, &job_val_accuracy}) {
+      f->remove_matching("job", it->first);
+    }
+    job_step_seconds.remove_matching("job", it->first);
+    it = ended_.erase(it);
+  }
+}
+
+}  // namespace anvil::server::metrics

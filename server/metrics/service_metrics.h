@@ -1,0 +1,71 @@
+// The service's metric families (names after Prometheus conventions: base units, `_total`,
+// `_seconds`, `_bytes`; histograms for latencies) and the collectors that refresh the
+// read-on-scrape ones. One object, owned by the server, handed to the parts that record.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "server/metrics/registry.h"
+
+namespace anvil::server::metrics {
+
+class ServiceMetrics {
+ public:
+  explicit ServiceMetrics(Registry& registry);
+  Registry& registry() { return registry_; }
+
+  // Training, per job (labels job, name).
+  Family<Gauge>& job_loss;            // + split = train | val
+  Family<Gauge>& job_grad_norm;
+  Family<Gauge>& job_learning_rate;
+  Family<Gauge>& job_step;
+  Family<Gauge>& job_epoch;
+  Family<Gauge>& job_samples_per_second;
+  Family<Gauge>& job_data_wait_ratio;
+  Family<Gauge>& job_val_accuracy;
+  Family<Histogram>& job_step_seconds;
+  Family<Gauge>& jobs;                // by state (a collector counts them)
+  Family<Counter>& jobs_finished;     // by outcome
+  // Serving, per model.
+  Family<Counter>& predict_requests;  // model, code
+  Family<Histogram>& predict_latency;
+  Family<Histogram>& predict_queue;
+  Family<Histogram>& predict_batch_rows;
+  Family<Gauge>& predict_in_flight;
+  Family<Gauge>& models_loaded;
+  // Devices.
+  Family<Counter>& device_busy_seconds;
+  Family<Gauge>& device_busy_ratio;
+  Family<Gauge>& allocator_allocated;
+  Family<Gauge>& allocator_reserved;
+  // Process.
+  Counter& process_cpu;
+  Gauge& process_rss;
+
+  // A job's series are dropped `retention` after it ended (bounded label cardinality).
+  void job_ended(const std::string& job_id);
+  void set_retention(std::chrono::seconds retention) { retention_ = retention; }
+  // Busy time of a device: call when a job starts and ends on it.
+  void device_busy(const std::string& device, bool busy);
+
+ private:
+  void Collect();
+  Registry& registry_;
+  std::mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> ended_;
+  std::chrono::seconds retention_{600};
+  struct Busy {
+    bool busy = false;
+    std::chrono::steady_clock::time_point since;
+    double seconds = 0;                        // completed busy intervals
+    std::chrono::steady_clock::time_point window_start;
+    double window_start_seconds = 0;           // busy seconds at window_start
+  };
+  std::map<std::string, Busy> busy_;
+  double BusySecondsLocked(Busy& b, std::chrono::steady_clock::time_point now) const;
+};
+
+}  // namespace anvil::server::metrics
