@@ -30,8 +30,8 @@ with open(f"{out}/digits-holdout-labels.txt", "w") as f:
 PY
 
 echo "== starting anvild on 127.0.0.1:${port} (data dir ${root}, CPU worker)"
-"${build}/server/anvild" --address "127.0.0.1:${port}" --data-dir "${root}" --datasets-dir "${datasets}" \
-  > "${root}/anvild.log" 2>&1 &
+"${build}/server/anvild" --address "127.0.0.1:${port}" --metrics-address 127.0.0.1:0 --data-dir "${root}" \
+  --datasets-dir "${datasets}" > "${root}/anvild.log" 2>&1 &
 server=$!
 trap 'kill -TERM ${server} 2>/dev/null || true; wait ${server} 2>/dev/null || true' EXIT
 for _ in $(seq 50); do
@@ -72,6 +72,15 @@ echo "  job store      ${root}/anvil.db (SQLite: jobs, metric history, model reg
 echo "  job files      ${root}/jobs/<job id>/ (checkpoint, model archive)"
 echo "  exports        ${root}/exports/"
 echo "  server log     ${root}/anvild.log"
+metrics_url=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "${root}/anvild.log" | tail -1)
+echo "  metrics        ${metrics_url} (Prometheus text format; a sample:)"
+python3 - "${metrics_url}" <<'PY' || true
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith(("anvil_job_loss", "anvil_jobs_finished_total", "anvil_predict_requests_total")):
+        print("                 " + line)
+PY
 echo "  more           ${anvil[*]} jobs | models | watch ID | --help"
 echo
 echo "== stopping anvild"
