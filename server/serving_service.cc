@@ -1,5 +1,8 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -83,38 +86,64 @@ class ServingService final : public v1::Serving::Service {
       ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS, StatusCode::INVALID_ARGUMENT,
                           "format: expected NATIVE or SAFETENSORS, got ", v1::ExportFormat_Name(req->format()));
       std::shared_ptr<ServedModel> m = s_.registry->get(req->model(), req->version());
-      std::string bytes;
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
+      // The bytes come from a reader: NATIVE streams the archive from disk (any size, never
+      // whole in memory), SAFETENSORS serialises the loaded weights.
+      std::function<size_t(char*, size_t)> read;
+      std::ifstream file;
+      std::string bytes;
+      size_t at = 0;
+      std::string stored;
       if (req->format() == v1::NATIVE) {
-        bytes = read_file((fs::path(s_.data_root) / m->row.path).string());
+        const std::string path = (fs::path(s_.data_root) / m->row.path).string();
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
-        const std::string stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
-        ANVIL_SERVICE_CHECK(stored.empty() || sha256_hex(bytes) == stored, StatusCode::DATA_LOSS, "model \"",
+        stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
+        ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, StatusCode::DATA_LOSS, "model \"",
                             m->row.name, "\" version ", m->row.version, ": its archive changed on disk since it was "
                             "registered (SHA-256 mismatch)");
+        file.open(path, std::ios::binary);
+        ANVIL_SERVICE_CHECK(file.good(), StatusCode::DATA_LOSS, "model \"", m->row.name, "\": its archive is unreadable");
+        read = [&](char* out, size_t n) {
+          file.read(out, static_cast<std::streamsize>(n));
+          return static_cast<size_t>(file.gcount());
+        };
         file_name += ".anvil";
       } else {
         bytes = io::serialize_safetensors(m->loaded.built.module->state_dict().tensors,
                                           {{"format", "pt"}, {"anvil.model", m->row.name}});
+        read = [&](char* out, size_t n) {
+          const size_t k = std::min(n, bytes.size() - at);
+          std::memcpy(out, bytes.data() + at, k);
+          at += k;
+          return k;
+        };
         file_name += ".safetensors";
       }
       Sha256 hash;
-      const size_t chunk = static_cast<size_t>(s_.options.export_chunk_bytes);
-      size_t at = 0;
-      do {
+      std::string buffer(static_cast<size_t>(s_.options.export_chunk_bytes), '\0');
+      int64_t total = 0;
+      // One chunk ahead, so the last message (with size and hash) still carries data.
+      size_t n = read(buffer.data(), buffer.size());
+      while (true) {
         ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), StatusCode::CANCELLED, "export cancelled by the client");
-        const size_t n = std::min(chunk, bytes.size() - at);
         v1::ExportChunk c;
-        c.set_data(bytes.data() + at, n);
-        hash.update(bytes.data() + at, n);
-        at += n;
-        if (at == bytes.size()) {
-          c.set_total_bytes(static_cast<int64_t>(bytes.size()));
-          c.set_sha256(hash.hex_digest());
+        c.set_data(buffer.data(), n);
+        hash.update(buffer.data(), n);
+        total += static_cast<int64_t>(n);
+        n = n == buffer.size() ? read(buffer.data(), buffer.size()) : 0;
+        const bool last = n == 0;
+        if (last) {
+          const std::string digest = hash.hex_digest();
+          // A file that changed while it streamed: the client must not keep it.
+          ANVIL_SERVICE_CHECK(stored.empty() || digest == stored, StatusCode::DATA_LOSS, "model \"", m->row.name,
+                              "\": its archive changed while it was exported");
+          c.set_total_bytes(total);
+          c.set_sha256(digest);
           c.set_file_name(file_name);
         }
         if (!writer->Write(c)) return;
-      } while (at < bytes.size());
+        if (last) break;
+      }
     });
   }
 

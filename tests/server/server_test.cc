@@ -50,6 +50,7 @@ class ServerTest : public ::testing::Test {
     o.metrics_address = "127.0.0.1:0";
     o.data_dir = (root_ / "data").string();
     o.max_message_bytes = 1 << 20;
+    o.export_chunk_bytes = 4096;  // exports of tens of KiB span many chunks
     server_ = std::make_unique<AnvilServer>(o);
     server_->start();
     grpc::ChannelArguments args;
@@ -239,6 +240,7 @@ TEST_F(ServerTest, SubmitStreamPredictExport) {
   const std::string native = Export("blobs-mlp", v1::NATIVE, &st, &sha, &total);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(total, static_cast<int64_t>(native.size()));
+  EXPECT_GT(native.size(), 4 * 4096u);  // many chunks
   EXPECT_EQ(sha, Sha256sum(native));
   const fs::path file = root_ / "exported.anvil";
   std::ofstream(file, std::ios::binary) << native;
