@@ -43,6 +43,7 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     else if (key == "batching") o.batching.enabled = value.get<bool>();
     else if (key == "max_queue") o.batching.max_queue = value.get<size_t>();
     else if (key == "max_pending_jobs") o.max_pending_jobs = value.get<int64_t>();
+    else if (key == "max_loaded_models") o.max_loaded_models = value.get<size_t>();
     else if (key == "max_message_mb") o.max_message_bytes = value.get<int>() << 20;
     else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   bool no_batching = false;
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
-                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_message_mb)");
+                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_message_mb)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
   std::string metrics_address = "127.0.0.1:9464";

@@ -44,8 +44,20 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 }  // namespace
 
 ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                             metrics::ServiceMetrics* metrics)
-    : store_(store), data_root_(std::move(data_root)), batching_(batching), metrics_(metrics) {}
+                             metrics::ServiceMetrics* metrics, size_t max_loaded)
+    : store_(store), data_root_(std::move(data_root)), batching_(batching), metrics_(metrics),
+      max_loaded_(std::max<size_t>(max_loaded, 1)) {}
+
+void ModelRegistry::EvictLocked() {
+  while (loaded_.size() > max_loaded_) {
+    auto oldest = loaded_.begin();
+    for (auto it = loaded_.begin(); it != loaded_.end(); ++it) {
+      if (it->second->last_used.load() < oldest->second->last_used.load()) oldest = it;
+    }
+    // Requests holding it finish normally: the batcher lives as long as they hold the model.
+    loaded_.erase(oldest);
+  }
+}
 
 ModelRegistry::~ModelRegistry() { close(); }
 
@@ -91,14 +103,20 @@ std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const s
       v = latest == latest_.end() ? 0 : latest->second;
     }
     auto it = loaded_.find({name, v});
-    if (v > 0 && it != loaded_.end()) return it->second;
+    if (v > 0 && it != loaded_.end()) {
+      it->second->last_used = ++tick_;
+      return it->second;
+    }
   }
   const ModelRow row = find_row(name, version);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
     auto it = loaded_.find({row.name, row.version});
-    if (it != loaded_.end()) return it->second;
+    if (it != loaded_.end()) {
+      it->second->last_used = ++tick_;
+      return it->second;
+    }
   }
   return Load(row);
 }
@@ -133,11 +151,14 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer));
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+  m->last_used = ++tick_;
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
+  std::shared_ptr<ServedModel> result = it->second;  // a concurrent loader may have won: use its copy
+  EvictLocked();
   if (metrics_ != nullptr) metrics_->models_loaded.with().set(static_cast<double>(loaded_.size()));
   int64_t& latest = latest_[row.name];
   if (store_.get_model(row.name, 0)->version == row.version) latest = row.version;
-  return it->second;  // a concurrent loader may have won: use its copy
+  return result;
 }
 
 v1::Model ModelRegistry::describe(const ServedModel& m) const {

@@ -6,6 +6,7 @@
 // in the store, and a file that no longer matches is refused with DATA_LOSS.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,13 +26,16 @@ struct ServedModel {
   ModelRow row;
   models::LoadedModel loaded;
   std::unique_ptr<Batcher> batcher;
+  std::atomic<int64_t> last_used{0};  // a use counter tick, for evicting the least recently used
 };
 
 class ModelRegistry {
  public:
   // `metrics` may be null.
+  // At most `max_loaded` versions stay resident; the least recently used one is unloaded
+  // (and reloaded from its archive on its next use). `metrics` may be null.
   ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                metrics::ServiceMetrics* metrics = nullptr);
+                metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32);
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
@@ -63,6 +67,9 @@ class ModelRegistry {
   const std::string data_root_;
   const BatchingOptions batching_;
   metrics::ServiceMetrics* metrics_;
+  const size_t max_loaded_;
+  std::atomic<int64_t> tick_{0};
+  void EvictLocked();
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_;
   // name -> its latest version, so a "latest" Predict needs no store query (this process is

@@ -29,7 +29,8 @@ void AnvilServer::start() {
   while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/') s->options.datasets_dir.pop_back();
   if (!options_.metrics_address.empty()) s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
   s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
-  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get());
+  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get(),
+                                                options_.max_loaded_models);
   SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
   s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so,
                                              std::vector<WorkerFactory>{[](workers::EventSink sink) {

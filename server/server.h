@@ -22,6 +22,7 @@ struct ServerOptions {
   std::string datasets_dir;              // built-in dataset files; default: data::default_data_dir()
   BatchingOptions batching;
   int64_t max_pending_jobs = 1000;
+  size_t max_loaded_models = 32;         // resident model versions (least recently used unloaded)
   int max_message_bytes = 64 << 20;
   int64_t export_chunk_bytes = 1 << 20;
 };

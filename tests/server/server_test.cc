@@ -577,6 +577,26 @@ TEST_F(ServerTest, VersionsAccumulateAndLatestFollows) {
   EXPECT_EQ(resp.version(), 1);
 }
 
+// Beyond max_loaded_models the least recently used version is unloaded, and reloaded from
+// its archive when it is asked for again.
+TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
+  Stop();
+  ServerOptions o;
+  o.max_loaded_models = 1;
+  Start(o);
+  Stream(Submit(BlobsSpec(1)).id());
+  v1::JobSpec other = BlobsSpec(1);
+  other.set_register_model("other");
+  Stream(Submit(other).id());
+  const Tensor x = randn({2, 2});
+  v1::PredictResponse first, again, b;
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &first).ok());  // loads blobs-mlp, unloads other
+  ASSERT_TRUE(Predict(PredictOf("other", x), &b).ok());          // and back
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &again).ok());
+  EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());      // the reloaded model is the same
+  EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_models_loaded 1\n"));
+}
+
 // An archive changed on disk after registration is never served as if it were intact.
 TEST_F(ServerTest, ACorruptedArchiveIsDataLoss) {
   Stream(Submit(BlobsSpec(1)).id());
