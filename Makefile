@@ -8,12 +8,15 @@ JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-bench data peers build test test-asan test-tsan demo bench format clean
+.PHONY: all deps deps-test deps-bench data peers build test test-asan test-tsan demo bench format clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh build
+
+deps-test: deps
+	@scripts/install-deps.sh test
 
 deps-bench: deps
 	@scripts/install-deps.sh bench
@@ -32,12 +35,12 @@ $(BUILD_DIR)/build.ninja:
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build data peers
+test: deps-test build data peers
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The engine, data, nn and service tests again under AddressSanitizer + UBSan (CI runs this
 # too; the process-level test needs the regular binaries and runs in `make test` only).
-test-asan: deps data
+test-asan: deps-test data
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined \
 	  -DANVIL_BUILD_EXAMPLES=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_server_tests

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The deployment files: docker-compose accepts the compose stack (CPU, and with the GPU
+# override), and the Dockerfile installs with the same script the Makefile uses. (No
+# container engine is needed: `config -q` validates the files.)
+#   deploy_test.sh SOURCE_DIR
+set -euo pipefail
+cd "$1"
+command -v docker-compose > /dev/null || { echo "FAIL: docker-compose is missing (make deps installs it)" >&2; exit 1; }
+docker-compose -f deploy/docker-compose.yml config -q
+docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config -q
+docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config | grep -q "capabilities" \
+  || { echo "FAIL: the GPU override adds no device reservation" >&2; exit 1; }
+grep -q "scripts/install-deps.sh build" Dockerfile || { echo "FAIL: the Dockerfile does not use scripts/install-deps.sh" >&2; exit 1; }
+grep -q "scripts/install-deps.sh build" Makefile || { echo "FAIL: the Makefile does not use scripts/install-deps.sh" >&2; exit 1; }
+grep -q "^USER " Dockerfile && grep -q "^HEALTHCHECK " Dockerfile || { echo "FAIL: the image must run as a user and have a health check" >&2; exit 1; }
+# Every file the compose stack mounts exists.
+for f in deploy/prometheus/prometheus.yml deploy/grafana/provisioning/datasources/prometheus.yml \
+         deploy/grafana/provisioning/dashboards/anvil.yml deploy/grafana/dashboards/anvil-training.json \
+         deploy/grafana/dashboards/anvil-serving.json; do
+  [[ -f "$f" ]] || { echo "FAIL: $f is missing" >&2; exit 1; }
+done
+echo "deployment files OK"
