@@ -8,8 +8,8 @@ cd "$1"
 command -v docker-compose > /dev/null || { echo "FAIL: docker-compose is missing (make deps installs it)" >&2; exit 1; }
 docker-compose -f deploy/docker-compose.yml config -q
 docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config -q
-docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config | grep -q "capabilities" \
-  || { echo "FAIL: the GPU override adds no device reservation" >&2; exit 1; }
+merged=$(docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config)  # whole, then grep:
+[[ "${merged}" == *capabilities* ]] || { echo "FAIL: the GPU override adds no device reservation" >&2; exit 1; }  # (no SIGPIPE)
 grep -q "scripts/install-deps.sh build" Dockerfile || { echo "FAIL: the Dockerfile does not use scripts/install-deps.sh" >&2; exit 1; }
 grep -q "scripts/install-deps.sh build" Makefile || { echo "FAIL: the Makefile does not use scripts/install-deps.sh" >&2; exit 1; }
 grep -q "^USER " Dockerfile && grep -q "^HEALTHCHECK " Dockerfile || { echo "FAIL: the image must run as a user and have a health check" >&2; exit 1; }
