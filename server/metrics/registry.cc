@@ -87,44 +87,35 @@ template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
-Family<Counter>& Registry::counter(const std::string& name, const std::string& help, std::vector<std::string> labels) {
+template <typename F, typename Make>
+F& Registry::FindOrAdd(const std::string& name, Kind kind, const Make& make) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = families_.find(name);
   if (it != families_.end()) {
-    ANVIL_CHECK(it->second.kind == Kind::kCounter, "metric ", name, " is registered with another type");
-    return *std::static_pointer_cast<Family<Counter>>(it->second.family);
+    ANVIL_CHECK(it->second.kind == kind, "metric ", name, " is registered with another type");
+    return *std::static_pointer_cast<F>(it->second.family);
   }
-  auto f = std::make_shared<Family<Counter>>(name, help, std::move(labels));
-  families_[name] = {Kind::kCounter, f};
+  std::shared_ptr<F> f = make();
+  families_[name] = {kind, f};
   order_.push_back(name);
   return *f;
 }
 
+Family<Counter>& Registry::counter(const std::string& name, const std::string& help, std::vector<std::string> labels) {
+  return FindOrAdd<Family<Counter>>(name, Kind::kCounter,
+                                    [&] { return std::make_shared<Family<Counter>>(name, help, std::move(labels)); });
+}
+
 Family<Gauge>& Registry::gauge(const std::string& name, const std::string& help, std::vector<std::string> labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = families_.find(name);
-  if (it != families_.end()) {
-    ANVIL_CHECK(it->second.kind == Kind::kGauge, "metric ", name, " is registered with another type");
-    return *std::static_pointer_cast<Family<Gauge>>(it->second.family);
-  }
-  auto f = std::make_shared<Family<Gauge>>(name, help, std::move(labels));
-  families_[name] = {Kind::kGauge, f};
-  order_.push_back(name);
-  return *f;
+  return FindOrAdd<Family<Gauge>>(name, Kind::kGauge,
+                                  [&] { return std::make_shared<Family<Gauge>>(name, help, std::move(labels)); });
 }
 
 Family<Histogram>& Registry::histogram(const std::string& name, const std::string& help,
                                        std::vector<std::string> labels, std::vector<double> bounds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = families_.find(name);
-  if (it != families_.end()) {
-    ANVIL_CHECK(it->second.kind == Kind::kHistogram, "metric ", name, " is registered with another type");
-    return *std::static_pointer_cast<Family<Histogram>>(it->second.family);
-  }
-  auto f = std::make_shared<Family<Histogram>>(name, help, std::move(labels), std::move(bounds));
-  families_[name] = {Kind::kHistogram, f};
-  order_.push_back(name);
-  return *f;
+  return FindOrAdd<Family<Histogram>>(name, Kind::kHistogram, [&] {
+    return std::make_shared<Family<Histogram>>(name, help, std::move(labels), std::move(bounds));
+  });
 }
 
 void Registry::add_collector(std::function<void()> collector) {

@@ -110,6 +110,8 @@ class Registry {
     Kind kind;
     std::shared_ptr<void> family;
   };
+  template <typename F, typename Make>
+  F& FindOrAdd(const std::string& name, Kind kind, const Make& make);
   std::mutex mu_;
   std::vector<std::string> order_;
   std::map<std::string, Entry> families_;
