@@ -8,6 +8,7 @@
 #include "core/data/datasets/digits.h"
 #include "server/state.h"
 #include "server/status.h"
+#include "server/status_page.h"
 #include "workers/worker.h"
 
 namespace anvil::server {
@@ -39,7 +40,13 @@ void AnvilServer::start() {
                                              s->metrics.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();
-  if (s->metrics) s->http = std::make_unique<metrics::HttpEndpoint>(s->metrics_registry, options_.metrics_address);
+  if (s->metrics) {
+    s->http = std::make_unique<metrics::HttpEndpoint>(s->metrics_registry, options_.metrics_address);
+    Store* store = s->store.get();
+    s->http->add_page("/", [] { return std::make_pair(std::string("text/html; charset=utf-8"), status_html()); });
+    s->http->add_page("/status.json",
+                      [store] { return std::make_pair(std::string("application/json"), status_json(*store)); });
+  }
   state_ = std::move(s);
   training_ = make_training_service(*state_);
   serving_ = make_serving_service(*state_);

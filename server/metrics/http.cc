@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <thread>
 
@@ -15,25 +16,47 @@
 namespace anvil::server::metrics {
 namespace {
 
-int ServeMetrics(mg_connection* conn, void* data) {
-  const std::string body = static_cast<HttpEndpoint*>(data)->registry().render();
+void Send(mg_connection* conn, int code, const char* reason, const std::string& type, const std::string& body) {
   mg_printf(conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-            body.size());
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
+            "Connection: close\r\n\r\n",
+            code, reason, type.c_str(), body.size());
   mg_write(conn, body.data(), body.size());
-  return 200;
 }
 
 }  // namespace
 
+// Every request comes here (one handler on "/"), and unknown paths get a 404 written here:
+// civetweb's own error page path crashed in Debian's build (mg_send_http_error, SIGSEGV).
+int HttpEndpoint::Dispatch(mg_connection* conn, void* data) {
+  auto* self = static_cast<HttpEndpoint*>(data);
+  const mg_request_info* info = mg_get_request_info(conn);
+  const std::string path = info != nullptr && info->local_uri != nullptr ? info->local_uri : "";
+  if (path == "/metrics") {
+    Send(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", self->registry_.render());
+    return 200;
+  }
+  const auto page = self->pages_.find(path);
+  if (page != self->pages_.end()) {
+    const auto [type, body] = (*page->second)();
+    Send(conn, 200, "OK", type, body);
+    return 200;
+  }
+  Send(conn, 404, "Not Found", "text/plain; charset=utf-8", "not found: try /metrics or /\n");
+  return 404;
+}
+
+void HttpEndpoint::add_page(const std::string& path, Page page) { pages_[path] = std::make_unique<Page>(std::move(page)); }
+
 HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : registry_(registry) {
   // civetweb takes "host:port"; "127.0.0.1:0" lets the system choose the port.
   const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
-  mg_callbacks callbacks{};
-  ctx_ = mg_start(&callbacks, this, options);
+  // Zeroed callbacks with room to spare: the library may know more callbacks than its header.
+  static_assert(sizeof(mg_callbacks) <= 1024);
+  alignas(alignof(std::max_align_t)) static const unsigned char kNoCallbacks[1024] = {};
+  ctx_ = mg_start(reinterpret_cast<const mg_callbacks*>(kNoCallbacks), this, options);
   ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (in use, or not host:port)");
-  mg_set_request_handler(ctx_, "/metrics", ServeMetrics, this);
+  mg_set_request_handler(ctx_, "/", Dispatch, this);
   mg_server_port ports[1];
   if (mg_get_server_ports(ctx_, 1, ports) == 1) port_ = ports[0].port;
 }

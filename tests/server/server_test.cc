@@ -152,7 +152,7 @@ class ServerTest : public ::testing::Test {
 
   // GET http://127.0.0.1:<port><path>: the body, or "" on failure (a plain socket: no client
   // library needed).
-  static std::string HttpGet(int port, const std::string& path) {
+  static std::string HttpGet(int port, const std::string& path, std::string* status_line = nullptr) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -166,6 +166,7 @@ class ServerTest : public ::testing::Test {
       for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
     }
     ::close(fd);
+    if (status_line != nullptr) *status_line = response.substr(0, response.find("\r\n"));
     const size_t body = response.find("\r\n\r\n");
     return body == std::string::npos ? "" : response.substr(body + 4);
   }
@@ -479,6 +480,16 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   EXPECT_THAT(text, HasSubstr("anvil_jobs_finished_total{outcome=\"succeeded\"} 1"));
   EXPECT_THAT(text, HasSubstr("anvil_jobs{state=\"SUCCEEDED\"} 1"));
   EXPECT_THAT(text, HasSubstr("anvil_job_epoch{job="));
+  // The status page and its data; an unknown path is a 404 and the endpoint keeps serving.
+  std::string status;
+  EXPECT_THAT(HttpGet(server_->metrics_port(), "/", &status), HasSubstr("<title>Anvil</title>"));
+  EXPECT_THAT(status, HasSubstr("200"));
+  const std::string json = HttpGet(server_->metrics_port(), "/status.json");
+  EXPECT_THAT(json, HasSubstr("\"name\":\"blobs-mlp\""));
+  EXPECT_THAT(json, HasSubstr("\"train_loss\":[["));
+  HttpGet(server_->metrics_port(), "/favicon.ico", &status);
+  EXPECT_THAT(status, HasSubstr("404"));
+  EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("# TYPE anvil_jobs gauge"));
   // Prometheus's own checker accepts the exposition.
   const fs::path file = root_ / "metrics.txt";
   std::ofstream(file) << text;

@@ -1,0 +1,101 @@
+#include "server/status_page.h"
+
+#include <nlohmann/json.hpp>
+
+namespace anvil::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// protobuf's JSON writes int64 as strings.
+double Number(const Json& j, const char* key) {
+  if (!j.contains(key)) return 0;
+  const Json& v = j[key];
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return std::stod(v.get<std::string>());
+  return 0;
+}
+
+}  // namespace
+
+std::string status_json(const Store& store, int64_t max_jobs) {
+  Json jobs = Json::array();
+  for (const JobRow& row : store.list_jobs({}, max_jobs)) {
+    Json train = Json::array(), val = Json::array();
+    for (const MetricRow& m : store.metrics(row.id, 0)) {
+      if (m.kind != "step" && m.kind != "epoch") continue;
+      Json e;
+      try {
+        e = Json::parse(m.payload_json);
+      } catch (const Json::exception&) {
+        continue;
+      }
+      if (e.contains("step_metrics")) train.push_back({m.step, Number(e["step_metrics"], "loss")});
+      if (e.contains("epoch_metrics") && e["epoch_metrics"].value("has_val_loss", false)) {
+        val.push_back({m.step, Number(e["epoch_metrics"], "val_loss")});
+      }
+    }
+    jobs.push_back({{"id", row.id},
+                    {"name", row.name},
+                    {"state", std::string(job_state_name(row.state))},
+                    {"step", row.step},
+                    {"epoch", row.epoch},
+                    {"reason", row.reason},
+                    {"model", row.model_name.empty() ? "" : row.model_name + ":" + std::to_string(row.model_version)},
+                    {"train_loss", train},
+                    {"val_loss", val}});
+  }
+  return Json{{"jobs", jobs}}.dump();
+}
+
+const std::string& status_html() {
+  static const std::string page = R"html(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Anvil</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:24px;color:#222}
+table{border-collapse:collapse;margin-bottom:24px}td,th{padding:4px 10px;border-bottom:1px solid #ddd;text-align:left}
+.job{display:inline-block;margin:0 16px 16px 0;vertical-align:top}
+svg{background:#fafafa;border:1px solid #ddd}.train{stroke:#1f77b4;fill:none}.val{stroke:#d62728;fill:none}
+</style></head><body>
+<h1>Anvil</h1><p id="updated">loading...</p>
+<table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>step</th><th>epoch</th><th>model</th></tr></thead><tbody></tbody></table>
+<div id="charts"></div>
+<script>
+function line(points, x0, x1, y0, y1, w, h, cls) {
+  if (!points.length) return '';
+  const sx = x => 40 + (w - 50) * (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5);
+  const sy = y => 10 + (h - 30) * (y1 > y0 ? 1 - (y - y0) / (y1 - y0) : 0.5);
+  return '<polyline class="' + cls + '" points="' + points.map(p => sx(p[0]).toFixed(1) + ',' + sy(p[1]).toFixed(1)).join(' ') + '"/>';
+}
+function chart(job) {
+  const w = 360, h = 180, all = job.train_loss.concat(job.val_loss);
+  if (!all.length) return '';
+  const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  return '<div class="job"><b>' + job.name + '</b> ' + job.id + ' (' + job.state + ')<br>' +
+    '<svg width="' + w + '" height="' + h + '" data-job="' + job.id + '" data-points="' + job.train_loss.length + '">' +
+    line(job.train_loss, x0, x1, y0, y1, w, h, 'train') + line(job.val_loss, x0, x1, y0, y1, w, h, 'val') +
+    '<text x="4" y="14" font-size="10">' + y1.toPrecision(3) + '</text><text x="4" y="' + (h - 20) + '" font-size="10">' +
+    y0.toPrecision(3) + '</text><text x="40" y="' + (h - 4) + '" font-size="10">step ' + x0 + ' .. ' + x1 +
+    ' (blue: train loss, red: validation loss)</text></svg></div>';
+}
+async function refresh() {
+  try {
+    const data = await (await fetch('/status.json')).json();
+    document.querySelector('#jobs tbody').innerHTML = data.jobs.map(j =>
+      '<tr><td>' + j.id + '</td><td>' + j.name + '</td><td title="' + j.reason + '">' + j.state + '</td><td>' + j.step +
+      '</td><td>' + j.epoch + '</td><td>' + j.model + '</td></tr>').join('');
+    document.getElementById('charts').innerHTML = data.jobs.map(chart).join('');
+    document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+  } catch (e) {
+    document.getElementById('updated').textContent = 'cannot reach anvild: ' + e;
+  }
+}
+refresh();
+setInterval(refresh, 2000);
+</script></body></html>
+)html";
+  return page;
+}
+
+}  // namespace anvil::server
