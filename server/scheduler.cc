@@ -75,14 +75,11 @@ Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, Sch
   if (metrics_ != nullptr) {
     // Jobs by state, counted from the store at each scrape.
     metrics_->registry().add_collector([this] {
-      std::map<JobState, int64_t> counts;
+      const std::map<JobState, int64_t> counts = store_.count_jobs_by_state();
       for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded, JobState::kFailed,
                          JobState::kCancelled, JobState::kInterrupted}) {
-        counts[s] = 0;
-      }
-      for (const JobRow& r : store_.list_jobs()) ++counts[r.state];
-      for (const auto& [state, n] : counts) {
-        metrics_->jobs.with({std::string(job_state_name(state))}).set(static_cast<double>(n));
+        const auto it = counts.find(s);
+        metrics_->jobs.with({std::string(job_state_name(s))}).set(it == counts.end() ? 0.0 : double(it->second));
       }
     });
   }
@@ -164,12 +161,11 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
   ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE, "the server is shutting down; submit again after it restarts");
   if (!spec.client_job_id().empty()) {
     // An idempotent retry must succeed even when the queue is full.
-    for (const JobRow& r : store_.list_jobs()) {
-      if (r.client_job_id != spec.client_job_id()) continue;
-      ANVIL_SERVICE_CHECK(r.spec_json == ToJson(spec), StatusCode::ALREADY_EXISTS, "client_job_id \"",
-                          spec.client_job_id(), "\" is already used by job ", r.id,
+    if (std::optional<JobRow> r = store_.get_job_by_client_id(spec.client_job_id())) {
+      ANVIL_SERVICE_CHECK(r->spec_json == ToJson(spec), StatusCode::ALREADY_EXISTS, "client_job_id \"",
+                          spec.client_job_id(), "\" is already used by job ", r->id,
                           " with a different spec; retries must send the same spec");
-      return {r, false};
+      return {*r, false};
     }
   }
   int64_t running = 0;

@@ -247,6 +247,7 @@ struct Store::Impl {
           job_by_client_id(db, p, "look up a job by client_job_id",
                            "SELECT " ANVIL_JOB_COLUMNS " FROM jobs WHERE client_job_id = ?1"),
           job_id_taken(db, p, "check a job id", "SELECT 1 FROM jobs WHERE id = ?1"),
+          count_jobs(db, p, "count jobs by state", "SELECT state, COUNT(*) FROM jobs GROUP BY state"),
           insert_job(db, p, "insert a job",
                      "INSERT INTO jobs (id, name, client_job_id, spec_json, state, reason, priority, device, "
                      "created_ms, started_ms, finished_ms, step, epoch, checkpoint, model_name, model_version) "
@@ -282,7 +283,7 @@ struct Store::Impl {
           list_models(db, p, "list models",
                       "SELECT " ANVIL_MODEL_COLUMNS " FROM models WHERE ?1 = '' OR name = ?1 "
                       "ORDER BY name, version") {}
-    Statement job_by_id, job_by_client_id, job_id_taken, insert_job, list_jobs, jobs_in_states, update_job;
+    Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;
     Statement next_model_version, insert_model, model_version, model_latest, list_models;
   };
@@ -419,6 +420,22 @@ std::optional<JobRow> Store::get_job(const std::string& id) const {
   q.bind(1, id);
   if (!q.next()) return std::nullopt;
   return read_job(q);
+}
+
+std::optional<JobRow> Store::get_job_by_client_id(const std::string& client_job_id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(impl_->st->job_by_client_id);
+  q.bind(1, client_job_id);
+  if (!q.next()) return std::nullopt;
+  return read_job(q);
+}
+
+std::map<JobState, int64_t> Store::count_jobs_by_state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(impl_->st->count_jobs);
+  std::map<JobState, int64_t> counts;
+  while (q.next()) counts[parse_job_state(q.text(0))] = q.integer(1);
+  return counts;
 }
 
 std::vector<JobRow> Store::list_jobs(const std::vector<JobState>& states, int64_t limit) const {

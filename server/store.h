@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,9 @@ class Store {
   // if the retry's spec differs. Atomic. Throws when an explicitly given id is taken.
   std::pair<JobRow, bool> insert_job(JobRow row);
   std::optional<JobRow> get_job(const std::string& id) const;
+  std::optional<JobRow> get_job_by_client_id(const std::string& client_job_id) const;
+  // Jobs per state (states without jobs are absent), one aggregate query.
+  std::map<JobState, int64_t> count_jobs_by_state() const;
   // Newest first; empty `states` = all; `limit` <= 0 = no limit.
   std::vector<JobRow> list_jobs(const std::vector<JobState>& states = {}, int64_t limit = 0) const;
   // Oldest first (seq ascending) among jobs in `states` (used to requeue / resume after a

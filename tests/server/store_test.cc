@@ -363,6 +363,25 @@ TEST_F(StoreTest, ModelVersionsCountPerName) {
   EXPECT_THAT(ErrorOf([&] { store.register_model({"", 0, job, "p", "{}", 0}); }), HasSubstr("model name"));
 }
 
+TEST_F(StoreTest, LooksUpByClientIdAndCountsByState) {
+  Store store(path_);
+  store.insert_job(Job("a", JobState::kQueued, "retry-me"));
+  store.insert_job(Job("b", JobState::kQueued));
+  store.insert_job(Job("c", JobState::kRunning));
+  store.insert_job(Job("d", JobState::kFailed, "other"));
+  const std::optional<JobRow> found = store.get_job_by_client_id("retry-me");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->name, "a");
+  EXPECT_FALSE(store.get_job_by_client_id("nobody").has_value());
+  EXPECT_FALSE(store.get_job_by_client_id("").has_value());  // jobs without an id are not found by ""
+  // The aggregate agrees with counting the listed rows; states without jobs are absent.
+  std::map<JobState, int64_t> listed;
+  for (const JobRow& r : store.list_jobs()) ++listed[r.state];
+  EXPECT_EQ(store.count_jobs_by_state(), listed);
+  EXPECT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[JobState::kQueued], 2);
+}
+
 TEST_F(StoreTest, ConcurrentAppendsGetUniqueConsecutiveSeqs) {
   Store store(path_);
   const std::string id = store.insert_job(Job("busy")).first.id;
