@@ -2,14 +2,15 @@
 # Installs the Debian packages Anvil needs. Idempotent: does nothing when all are present.
 #   install-deps.sh build   packages to build Anvil (the Dockerfile's builder uses this)
 #   install-deps.sh test    plus the tests' peers: Prometheus (promtool and a real server),
-#                           docker-compose (validates the compose files), Python gRPC
+#                           docker-compose (validates the compose files), Python gRPC,
+#                           Chromium (loads the status page headless)
 #   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
 set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
             libcivetweb-dev)
-test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose)
+test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil)
 
 want=("${build_pkgs[@]}")

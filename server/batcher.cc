@@ -21,6 +21,7 @@ Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
   ANVIL_SERVICE_CHECK(queue_.size() < options_.max_queue, grpc::StatusCode::UNAVAILABLE, "the model's queue is full (",
                       options_.max_queue, " requests); retry with backoff");
   queue_.push_back(req);
+  ReportDepthLocked();
   if (options_.max_delay.count() > 0) cv_.notify_all();  // a leader waiting out max_delay counts rows again
   if (!running_) {
     running_ = true;
@@ -57,6 +58,7 @@ void Batcher::Lead(std::unique_lock<std::mutex>& lock) {
     batch.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  ReportDepthLocked();
   lock.unlock();
   RunBatch(batch);
   lock.lock();
@@ -82,6 +84,7 @@ void Batcher::close() {
     r->wake.notify_one();
   }
   queue_.clear();
+  ReportDepthLocked();
   cv_.notify_all();
 }
 

@@ -32,10 +32,12 @@ struct BatchingOptions {
   size_t max_queue = 4096;                     // requests
 };
 
-// Optional observers (metrics): rows per forward, and each request's wait before its batch ran.
+// Optional observers (metrics): rows per forward, each request's wait before its batch ran,
+// and the number of requests queued (called with the batcher's lock held: keep it cheap).
 struct BatchObserver {
   std::function<void(int64_t rows)> on_batch;
   std::function<void(double seconds)> on_queued;
+  std::function<void(int64_t requests)> on_depth;
 };
 
 class Batcher {
@@ -69,6 +71,9 @@ class Batcher {
   // Called with mu_ held by the leader: takes a batch, runs it unlocked, hands off.
   void Lead(std::unique_lock<std::mutex>& lock);
   void RunBatch(std::vector<std::shared_ptr<Request>>& batch);
+  void ReportDepthLocked() const {
+    if (observer_.on_depth) observer_.on_depth(static_cast<int64_t>(queue_.size()));
+  }
 
   std::shared_ptr<nn::Module> module_;
   const BatchingOptions options_;

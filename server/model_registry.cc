@@ -147,6 +147,8 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     metrics::Histogram& queued = metrics_->predict_queue.with({row.name});
     observer.on_batch = [&rows](int64_t n) { rows.observe(static_cast<double>(n)); };
     observer.on_queued = [&queued](double s) { queued.observe(s); };
+    metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
+    observer.on_depth = [&depth](int64_t n) { depth.set(static_cast<double>(n)); };
   }
   m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer));
   std::lock_guard<std::mutex> lock(mu_);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/data/datasets/digits.h"
+#include "server/log.h"
 #include "server/state.h"
 #include "server/status.h"
 #include "server/status_page.h"
@@ -28,7 +29,16 @@ void AnvilServer::start() {
   // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
   s->options.datasets_dir = fs::absolute(s->options.datasets_dir).lexically_normal().string();
   while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/') s->options.datasets_dir.pop_back();
-  if (!options_.metrics_address.empty()) s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
+  if (!options_.metrics_address.empty()) {
+    s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
+    std::string why_not;
+    s->gpu_metrics = metrics::GpuMetrics::Open(s->metrics_registry, metrics::default_nvml_library(), &why_not);
+    if (s->gpu_metrics) {
+      log(LogLevel::kInfo, "GPU metrics from NVML for ", s->gpu_metrics->device_count(), " GPU(s)");
+    } else {
+      log(LogLevel::kInfo, "no GPU metrics: ", why_not);
+    }
+  }
   s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
   s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get(),
                                                 options_.max_loaded_models);

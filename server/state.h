@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "server/metrics/gpu_metrics.h"
 #include "server/metrics/http.h"
 #include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
@@ -20,6 +21,7 @@ struct AnvilServer::State {
   std::string data_root;  // absolute
   metrics::Registry metrics_registry;
   std::unique_ptr<metrics::ServiceMetrics> metrics;  // null when there is no metrics address
+  std::unique_ptr<metrics::GpuMetrics> gpu_metrics;  // null without metrics or without NVML
   std::unique_ptr<Store> store;
   MetricsHub hub;
   std::unique_ptr<ModelRegistry> registry;

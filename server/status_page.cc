@@ -16,9 +16,18 @@ double Number(const Json& j, const char* key) {
   return 0;
 }
 
+Json Thin(const Json& series, size_t max_points) {
+  if (series.size() <= max_points || max_points < 2) return series;
+  const size_t stride = (series.size() + max_points - 2) / (max_points - 1);
+  Json out = Json::array();
+  for (size_t i = 0; i < series.size(); i += stride) out.push_back(series[i]);
+  if ((series.size() - 1) % stride != 0) out.push_back(series.back());
+  return out;
+}
+
 }  // namespace
 
-std::string status_json(const Store& store, int64_t max_jobs) {
+std::string status_json(const Store& store, int64_t max_jobs, size_t max_points) {
   Json jobs = Json::array();
   for (const JobRow& row : store.list_jobs({}, max_jobs)) {
     Json train = Json::array(), val = Json::array();
@@ -42,8 +51,8 @@ std::string status_json(const Store& store, int64_t max_jobs) {
                     {"epoch", row.epoch},
                     {"reason", row.reason},
                     {"model", row.model_name.empty() ? "" : row.model_name + ":" + std::to_string(row.model_version)},
-                    {"train_loss", train},
-                    {"val_loss", val}});
+                    {"train_loss", Thin(train, max_points)},
+                    {"val_loss", Thin(val, max_points)}});
   }
   return Json{{"jobs", jobs}}.dump();
 }
@@ -61,30 +70,39 @@ svg{background:#fafafa;border:1px solid #ddd}.train{stroke:#1f77b4;fill:none}.va
 <table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>step</th><th>epoch</th><th>model</th></tr></thead><tbody></tbody></table>
 <div id="charts"></div>
 <script>
-function line(points, x0, x1, y0, y1, w, h, cls) {
+// Job names and failure reasons are user text: escaped before they enter the markup.
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'})[c]);
+}
+// Losses that span more than two decades are drawn on a log scale, or the interesting part
+// of the curve is a flat line at the bottom.
+function line(points, x0, x1, y0, y1, w, h, cls, log) {
   if (!points.length) return '';
+  const f = log ? Math.log10 : (y => y);
   const sx = x => 40 + (w - 50) * (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5);
-  const sy = y => 10 + (h - 30) * (y1 > y0 ? 1 - (y - y0) / (y1 - y0) : 0.5);
+  const sy = y => 10 + (h - 30) * (y1 > y0 ? 1 - (f(y) - f(y0)) / (f(y1) - f(y0)) : 0.5);
   return '<polyline class="' + cls + '" points="' + points.map(p => sx(p[0]).toFixed(1) + ',' + sy(p[1]).toFixed(1)).join(' ') + '"/>';
 }
 function chart(job) {
-  const w = 360, h = 180, all = job.train_loss.concat(job.val_loss);
+  const w = 480, h = 240, all = job.train_loss.concat(job.val_loss);
   if (!all.length) return '';
   const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  return '<div class="job"><b>' + job.name + '</b> ' + job.id + ' (' + job.state + ')<br>' +
-    '<svg width="' + w + '" height="' + h + '" data-job="' + job.id + '" data-points="' + job.train_loss.length + '">' +
-    line(job.train_loss, x0, x1, y0, y1, w, h, 'train') + line(job.val_loss, x0, x1, y0, y1, w, h, 'val') +
+  const log = y0 > 0 && y1 / y0 > 100;
+  return '<div class="job"><b>' + esc(job.name) + '</b> ' + esc(job.id) + ' (' + job.state + ')<br>' +
+    '<svg width="' + w + '" height="' + h + '" data-job="' + esc(job.id) + '" data-points="' + job.train_loss.length +
+    '" data-scale="' + (log ? 'log' : 'linear') + '">' +
+    line(job.train_loss, x0, x1, y0, y1, w, h, 'train', log) + line(job.val_loss, x0, x1, y0, y1, w, h, 'val', log) +
     '<text x="4" y="14" font-size="10">' + y1.toPrecision(3) + '</text><text x="4" y="' + (h - 20) + '" font-size="10">' +
     y0.toPrecision(3) + '</text><text x="40" y="' + (h - 4) + '" font-size="10">step ' + x0 + ' .. ' + x1 +
-    ' (blue: train loss, red: validation loss)</text></svg></div>';
+    ' (blue: train loss, red: validation loss' + (log ? ', log scale' : '') + ')</text></svg></div>';
 }
 async function refresh() {
   try {
     const data = await (await fetch('/status.json')).json();
     document.querySelector('#jobs tbody').innerHTML = data.jobs.map(j =>
-      '<tr><td>' + j.id + '</td><td>' + j.name + '</td><td title="' + j.reason + '">' + j.state + '</td><td>' + j.step +
-      '</td><td>' + j.epoch + '</td><td>' + j.model + '</td></tr>').join('');
+      '<tr><td>' + esc(j.id) + '</td><td>' + esc(j.name) + '</td><td title="' + esc(j.reason) + '">' + j.state +
+      '</td><td>' + j.step + '</td><td>' + j.epoch + '</td><td>' + esc(j.model) + '</td></tr>').join('');
     document.getElementById('charts').innerHTML = data.jobs.map(chart).join('');
     document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
   } catch (e) {

@@ -10,8 +10,10 @@
 namespace anvil::server {
 
 // The newest `max_jobs` jobs with their state, progress and loss series (train per metric
-// interval, validation per epoch), as JSON.
-std::string status_json(const Store& store, int64_t max_jobs = 20);
+// interval, validation per epoch), as JSON. A series longer than `max_points` is thinned to
+// every k-th point plus the last, so a week-long job costs the page what a short one does
+// (StreamMetrics has the full resolution).
+std::string status_json(const Store& store, int64_t max_jobs = 20, size_t max_points = 2000);
 const std::string& status_html();
 
 }  // namespace anvil::server

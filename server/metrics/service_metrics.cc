@@ -62,6 +62,8 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       predict_batch_rows(r.histogram("anvil_predict_batch_rows", "Rows per model forward (dynamic batching).",
                                      {"model"}, exponential_buckets(1, 2, 10))),
       predict_in_flight(r.gauge("anvil_predict_in_flight", "Predict requests being served.", {"model"})),
+      predict_queue_depth(r.gauge("anvil_predict_queue_depth", "Requests waiting for a model's next batch.",
+                                  {"model"})),
       models_loaded(r.gauge("anvil_models_loaded", "Model versions loaded for serving.")),
       device_busy_seconds(r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.",
                                     {"device"})),

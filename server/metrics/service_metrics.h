@@ -35,6 +35,7 @@ class ServiceMetrics {
   Family<Histogram>& predict_queue;
   Family<Histogram>& predict_batch_rows;
   Family<Gauge>& predict_in_flight;
+  Family<Gauge>& predict_queue_depth;
   Family<Gauge>& models_loaded;
   // Devices.
   Family<Counter>& device_busy_seconds;

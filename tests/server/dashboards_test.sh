@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every PromQL expression in the Grafana dashboards returns data from a real Prometheus
 # (Debian's prometheus package) scraping a real anvild after a short job and some predictions.
-# This is how we know the dashboards work. (GPU panels join them with the CUDA workers.)
+# This is how we know the dashboards work. The GPU panels read NVML through a stand-in driver
+# library (the build's libanvil_fake_nvml.so, loaded the way the real one is) on machines
+# without a GPU; tests/gpu/check.sh scrapes the real one.
 #   dashboards_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$(cd "$1" && pwd)"
@@ -17,7 +19,9 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v prometheus > /dev/null || fail "prometheus is missing (make deps installs Debian's prometheus package)"
 
-"${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
+nvml="${build}/tests/server/libanvil_fake_nvml.so"
+[[ -f "${nvml}" ]] || fail "missing ${nvml} (built with the server tests)"
+ANVIL_NVML_LIBRARY="${nvml}" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
   > "${work}/anvild.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do

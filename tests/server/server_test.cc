@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "core/anvil.h"
 #include "core/io/safetensors.h"
@@ -470,7 +471,7 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
         "anvil_job_samples_per_second", "anvil_job_data_wait_ratio", "anvil_job_val_accuracy_ratio",
         "anvil_job_step_duration_seconds", "anvil_jobs", "anvil_jobs_finished_total", "anvil_predict_requests_total",
         "anvil_predict_latency_seconds", "anvil_predict_queue_seconds", "anvil_predict_batch_rows",
-        "anvil_predict_in_flight", "anvil_models_loaded", "anvil_device_busy_seconds_total", "anvil_device_busy_ratio",
+        "anvil_predict_in_flight", "anvil_predict_queue_depth", "anvil_models_loaded", "anvil_device_busy_seconds_total", "anvil_device_busy_ratio",
         "anvil_allocator_allocated_bytes", "anvil_allocator_reserved_bytes", "process_cpu_seconds_total",
         "process_resident_memory_bytes", "process_start_time_seconds", "anvil_build_info"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + family + " ")) << family;
@@ -498,6 +499,57 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   } else {
     ADD_FAILURE() << "promtool is missing (make deps installs Debian's prometheus package)";
   }
+}
+
+// The batcher's limits as a client sees them: a full queue answers UNAVAILABLE at once, and
+// a request whose deadline passes while it waits for its batch is answered
+// DEADLINE_EXCEEDED by the server without running (the server's own metrics say so; the
+// client's timer alone would also report DEADLINE_EXCEEDED).
+TEST_F(ServerTest, PredictRefusesWhenTheQueueIsFullAndHonoursDeadlinesWhileQueued) {
+  Stop();
+  ServerOptions o;
+  o.batching.max_batch = 64;
+  o.batching.max_delay = std::chrono::milliseconds(500);  // a lone request waits this long for company
+  o.batching.max_queue = 1;
+  Start(o);
+  Stream(Submit(BlobsSpec(1)).id());
+  const int port = server_->metrics_port();
+  auto scrape_until = [&](const std::string& needle) {
+    for (int i = 0; i < 300; ++i) {
+      if (HttpGet(port, "/metrics").find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  grpc::Status first_status;
+  std::thread first([&] {
+    v1::PredictResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    first_status = serving_->Predict(&ctx, PredictOf("blobs-mlp", randn({2, 2})), &resp);
+  });
+  ASSERT_TRUE(scrape_until("anvil_predict_queue_depth{model=\"blobs-mlp\"} 1\n")) << "the first request never queued";
+  v1::PredictResponse resp;
+  grpc::Status full = Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp);
+  EXPECT_EQ(full.error_code(), StatusCode::UNAVAILABLE);
+  EXPECT_THAT(full.error_message(), HasSubstr("queue is full (1 requests)"));
+  first.join();
+  EXPECT_TRUE(first_status.ok()) << first_status.error_message();
+  EXPECT_TRUE(scrape_until("anvil_predict_queue_depth{model=\"blobs-mlp\"} 0\n"));
+  EXPECT_TRUE(scrape_until("anvil_predict_batch_rows_count{model=\"blobs-mlp\"} 1\n"));
+
+  // 100 ms to live, 500 ms of batching delay ahead: the server drops it before the forward.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  EXPECT_EQ(serving_->Predict(&ctx, PredictOf("blobs-mlp", randn({1, 2})), &resp).error_code(),
+            StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(scrape_until("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"DEADLINE_EXCEEDED\"} 1\n"))
+      << "the server did not answer the expired request itself";
+  const std::string text = HttpGet(port, "/metrics");
+  EXPECT_THAT(text, HasSubstr("anvil_predict_batch_rows_count{model=\"blobs-mlp\"} 1\n"));  // no forward ran
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"UNAVAILABLE\"} 1\n"));
+  // And the model still serves.
+  EXPECT_TRUE(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).ok());
 }
 
 // A drain ends open streams with UNAVAILABLE (reconnect later) and interrupts the job, which
