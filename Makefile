@@ -29,8 +29,14 @@ peers:
 data:
 	@scripts/fetch-data.sh $(DATA_DIR)
 
+# Without a visible GPU the CUDA backend (built whenever nvcc exists) is compiled to PTX only:
+# every kernel still goes through the compiler, in a fraction of the time of SASS for each
+# architecture. On a GPU machine the default architectures apply (cmake/AnvilCuda.cmake).
+CUDA_ARCHS ?= $(shell nvidia-smi -L > /dev/null 2>&1 || echo 90-virtual)
+
 $(BUILD_DIR)/build.ninja:
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  $(if $(CUDA_ARCHS),-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS))
 
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -39,9 +45,9 @@ test: deps-test build data peers
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The engine, data, nn and service tests again under AddressSanitizer + UBSan (CI runs this
-# too). The "system" tests (the real binaries, Prometheus, compose files) run in `make test`.
+# too), without the CUDA backend: the CUDA runtime is not instrumented. The "system" tests (the real binaries, Prometheus, compose files) run in `make test`.
 test-asan: deps-test data
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined \
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF \
 	  -DANVIL_BUILD_EXAMPLES=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_server_tests
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -49,7 +55,7 @@ test-asan: deps-test data
 
 # The data pipeline's tests under ThreadSanitizer: the DataLoader is where threads meet.
 test-tsan: deps data
-	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_SANITIZE=thread \
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_SANITIZE=thread -DANVIL_CUDA=OFF \
 	  -DANVIL_BUILD_EXAMPLES=OFF
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target anvil_data_tests
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

@@ -3,7 +3,8 @@
 //   anvild [--address 127.0.0.1:50051] [--data-dir ./anvil-data] [--config anvild.json] ...
 //
 // Settings come from (later wins) built-in defaults, the JSON config file, the environment
-// (ANVILD_ADDRESS, ANVILD_DATA_DIR, ANVILD_DATASETS_DIR, ANVILD_LOG_LEVEL) and the flags.
+// (ANVILD_ADDRESS, ANVILD_DATA_DIR, ANVILD_DATASETS_DIR, ANVILD_LOG_LEVEL, ANVILD_DEVICES,
+// ANVILD_SERVING_DEVICE) and the flags.
 // SIGTERM / SIGINT drain: running jobs are checkpointed and resume on the next start.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     else if (key == "data_dir") o.data_dir = value.get<std::string>();
     else if (key == "metrics_address") o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir") o.datasets_dir = value.get<std::string>();
+    else if (key == "devices") o.devices = value.get<std::string>();
+    else if (key == "serving_device") o.serving_device = value.get<std::string>();
     else if (key == "log_level") log_level = value.get<std::string>();
     else if (key == "max_batch") o.batching.max_batch = value.get<int64_t>();
     else if (key == "max_delay_us") o.batching.max_delay = std::chrono::microseconds(value.get<int64_t>());
@@ -89,7 +92,8 @@ int main(int argc, char** argv) {
   bool no_batching = false;
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
-                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_message_mb)");
+                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_message_mb, devices, "
+                                     "serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
   std::string metrics_address = "127.0.0.1:9464";
@@ -98,6 +102,11 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "jobs, models and the job store live here (default ./anvil-data)");
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
+  std::string devices, serving_device;
+  app.add_option("--devices", devices,
+                 "training workers: \"auto\" (every CUDA device plus the CPU; the default) or a list like cuda:0,cpu");
+  app.add_option("--serving-device", serving_device,
+                 "where served models run: \"auto\" (cuda:0 when there is a GPU; the default), cpu or cuda:N");
   app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
   app.add_option("--max-delay-us", max_delay_us, "dynamic batching: extra wait for more rows (default 0: batch whatever queued while the model was busy)");
   app.add_flag("--no-batching", no_batching, "run every Predict on its own");
@@ -111,10 +120,14 @@ int main(int argc, char** argv) {
     FromEnv("ANVILD_ADDRESS", o.address);
     FromEnv("ANVILD_DATA_DIR", o.data_dir);
     FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
+    FromEnv("ANVILD_DEVICES", o.devices);
+    FromEnv("ANVILD_SERVING_DEVICE", o.serving_device);
     FromEnv("ANVILD_LOG_LEVEL", log_level);
     if (!address.empty()) o.address = address;
     if (!data_dir.empty()) o.data_dir = data_dir;
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
+    if (!devices.empty()) o.devices = devices;
+    if (!serving_device.empty()) o.serving_device = serving_device;
     if (!level_flag.empty()) log_level = level_flag;
     if (max_batch > 0) o.batching.max_batch = max_batch;
     if (max_delay_us >= 0) o.batching.max_delay = std::chrono::microseconds(max_delay_us);

@@ -6,8 +6,8 @@
 
 namespace anvil::server {
 
-Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer)
-    : module_(std::move(module)), options_(options), observer_(std::move(observer)) {}
+Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer, Device device)
+    : module_(std::move(module)), options_(options), observer_(std::move(observer)), device_(device) {}
 
 Batcher::~Batcher() { close(); }
 
@@ -114,7 +114,8 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
     Tensor out;
     {
       InferenceMode no_grad;
-      out = module_->forward(inputs.size() == 1 ? inputs[0] : cat(inputs, 0));
+      const Tensor batch = inputs.size() == 1 ? inputs[0] : cat(inputs, 0);
+      out = module_->forward(batch.to(device_)).to(kCPU);
     }
     int64_t row = 0;
     for (auto& r : live) {

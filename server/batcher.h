@@ -44,7 +44,9 @@ class Batcher {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {});
+  // The module runs on `device`: each batch's input moves there and its output back.
+  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {},
+          Device device = kCPU);
   ~Batcher();
 
   // The module's output for `input` [n, ...]; blocks. Throws ServiceError.
@@ -78,6 +80,7 @@ class Batcher {
   std::shared_ptr<nn::Module> module_;
   const BatchingOptions options_;
   const BatchObserver observer_;
+  const Device device_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a leader waiting out max_delay for rows
   std::deque<std::shared_ptr<Request>> queue_;

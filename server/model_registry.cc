@@ -44,8 +44,8 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 }  // namespace
 
 ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                             metrics::ServiceMetrics* metrics, size_t max_loaded)
-    : store_(store), data_root_(std::move(data_root)), batching_(batching), metrics_(metrics),
+                             metrics::ServiceMetrics* metrics, size_t max_loaded, Device device)
+    : store_(store), data_root_(std::move(data_root)), batching_(batching), device_(device), metrics_(metrics),
       max_loaded_(std::max<size_t>(max_loaded, 1)) {}
 
 void ModelRegistry::EvictLocked() {
@@ -150,7 +150,8 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
     observer.on_depth = [&depth](int64_t n) { depth.set(static_cast<double>(n)); };
   }
-  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer));
+  if (device_ != kCPU) m->loaded.built.module->to(device_);
+  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer), device_);
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   m->last_used = ++tick_;
@@ -172,7 +173,7 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   AddSignature(out.mutable_inputs(), "input", b.input_dtype, b.input_shape);
   AddSignature(out.mutable_outputs(), "output", kFloat32, b.output_shape);
   for (const std::string& l : m.loaded.info.labels) out.add_labels(l);
-  out.set_device("cpu");
+  out.set_device(device_.str());
   out.set_created_unix_ms(m.row.created_ms);
   out.set_parameters(b.module->num_parameters());
   out.set_spec_json(b.spec);

@@ -34,8 +34,9 @@ class ModelRegistry {
   // `metrics` may be null.
   // At most `max_loaded` versions stay resident; the least recently used one is unloaded
   // (and reloaded from its archive on its next use). `metrics` may be null.
+  // Served models run on `device` (inputs move there and outputs back per batch).
   ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32);
+                metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32, Device device = kCPU);
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
@@ -66,6 +67,7 @@ class ModelRegistry {
   Store& store_;
   const std::string data_root_;
   const BatchingOptions batching_;
+  const Device device_;
   metrics::ServiceMetrics* metrics_;
   const size_t max_loaded_;
   std::atomic<int64_t> tick_{0};

@@ -3,8 +3,10 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "core/backend/registry.h"
 #include "core/data/datasets/digits.h"
 #include "server/log.h"
 #include "server/state.h"
@@ -15,6 +17,42 @@
 namespace anvil::server {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// The worker devices for `spec` ("auto" or a comma-separated list). GPUs come first: a job
+// that asks for "any" device then lands on a GPU when one is free.
+std::vector<Device> WorkerDevices(const std::string& spec) {
+  std::vector<Device> out;
+  if (spec == "auto" || spec.empty()) {
+    for (int i = 0; i < cuda_device_count(); ++i) out.push_back(CUDA(i));
+    if (cuda_device_count() == 0 && cuda_is_built()) {
+      log(LogLevel::kInfo, "no CUDA workers: ", cuda_unavailable_reason());
+    }
+    out.push_back(kCPU);
+    return out;
+  }
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    const Device d(spec.substr(start, comma - start));
+    if (d.is_cuda()) backend_for(d);  // a clear error for a device this machine lacks
+    ANVIL_CHECK(std::find(out.begin(), out.end(), d) == out.end(), "devices: ", d, " is listed twice");
+    out.push_back(d);
+    start = comma + 1;
+  }
+  std::stable_partition(out.begin(), out.end(), [](const Device& d) { return d.is_cuda(); });
+  return out;
+}
+
+Device ServingDevice(const std::string& spec) {
+  if (spec == "auto" || spec.empty()) return cuda_is_available() ? CUDA(0) : kCPU;
+  const Device d(spec);
+  if (d.is_cuda()) backend_for(d);
+  return d;
+}
+
+}  // namespace
 
 AnvilServer::AnvilServer(ServerOptions options) : options_(std::move(options)) {}
 
@@ -40,13 +78,15 @@ void AnvilServer::start() {
     }
   }
   s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
+  const Device serving = ServingDevice(options_.serving_device);
   s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get(),
-                                                options_.max_loaded_models);
+                                                options_.max_loaded_models, serving);
   SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
-  s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so,
-                                             std::vector<WorkerFactory>{[](workers::EventSink sink) {
-                                               return workers::make_cpu_worker(std::move(sink));
-                                             }},
+  std::vector<WorkerFactory> factories;
+  for (const Device d : WorkerDevices(options_.devices)) {
+    factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
+  }
+  s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories),
                                              s->metrics.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();

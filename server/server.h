@@ -20,6 +20,10 @@ struct ServerOptions {
   std::string metrics_address;           // Prometheus /metrics over HTTP ("127.0.0.1:9464"); "" = off
   std::string data_dir = "anvil-data";   // made absolute at start; created when missing
   std::string datasets_dir;              // built-in dataset files; default: data::default_data_dir()
+  // Workers: "auto" = one per CUDA device plus the CPU; or a list such as "cuda:0,cpu".
+  std::string devices = "auto";
+  // Where served models run: "auto" = cuda:0 when there is a GPU, else the CPU.
+  std::string serving_device = "auto";
   BatchingOptions batching;
   int64_t max_pending_jobs = 1000;
   size_t max_loaded_models = 32;         // resident model versions (least recently used unloaded)

@@ -120,6 +120,8 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   ANVIL_CHECK(plan.model.input_shape == x0.sizes(), "model: its input shape ", shape_str(plan.model.input_shape),
               " does not match the dataset's samples ", shape_str(x0.sizes()));
 
+  // On the training device before the optimizer takes the parameters (to() replaces them).
+  if (paths.device != kCPU) plan.model.module->to(paths.device);
   plan.optimizer = MakeOptimizer(spec.optimizer(), plan.model.module->parameters());
   const int64_t batches = (plan.train_set->size() + spec.batch_size() - 1) / spec.batch_size();
   const int64_t per_epoch = (batches + spec.accumulation_steps() - 1) / spec.accumulation_steps();

@@ -22,6 +22,7 @@ struct PlanPaths {
   std::string data_root;     // absolute; the spec's dataset path is relative to it
   std::string datasets_dir;  // where built-in dataset files live (digits.csv.gz)
   std::string checkpoint;    // absolute path of this job's checkpoint file
+  Device device = kCPU;      // where the model trains: moved there before its optimizer is built
 };
 
 struct JobPlan {

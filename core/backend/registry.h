@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <string>
 #include <vector>
 
 #include "core/ops/attrs.h"
@@ -46,6 +47,28 @@ class Backend {
 Backend& backend_for(Device device);
 bool cuda_is_available();
 int cuda_device_count();
+// Whether this build has the CUDA backend at all (it may still find no device at run time).
+bool cuda_is_built();
+// Why cuda_device_count() is 0: no backend in this build, no driver, no device; "" if it is not.
+std::string cuda_unavailable_reason();
+
+// For a thread that owns a device (a service worker): gives the thread a stream of its own on
+// `device` until destroyed, so its work overlaps with other threads' and is ordered within
+// itself; at destruction the stream's work is finished first. Nothing on the CPU.
+class DeviceStreamScope {
+ public:
+  explicit DeviceStreamScope(Device device);
+  ~DeviceStreamScope();
+  DeviceStreamScope(const DeviceStreamScope&) = delete;
+  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+// Waits for all work queued on `device` by the calling thread (nothing on the CPU).
+void synchronize(Device device);
 
 void RegisterCpuKernels(KernelTable& table);
 

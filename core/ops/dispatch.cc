@@ -133,10 +133,18 @@ Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, con
   return copy_into(self, result, name);
 }
 
-Tensor& copy_into(Tensor& self, const Tensor& src, const char* name) {
+Tensor& copy_into(Tensor& self, const Tensor& src_in, const char* name) {
   check_inplace_allowed(self, name);
+  const bool history = GradMode::is_enabled() && (src_in.requires_grad() || self.requires_grad());
+  // Across devices (loading CPU weights into a model on a GPU, reading results back): the
+  // bytes move first, then the usual broadcast-and-cast copy runs on the destination.
+  Tensor src = src_in;
+  if (src.defined() && src.device() != self.device()) {
+    ANVIL_CHECK(!history, name, ": a copy from ", src.device(), " to ", self.device(),
+                " that autograd must record is not supported; detach() the source or copy under NoGradGuard");
+    src = src.detach().to(self.device());
+  }
   CheckNoPartialOverlap(self, src, name);
-  const bool history = GradMode::is_enabled() && (src.requires_grad() || self.requires_grad());
   OpAttrs attrs;
   attrs.dtype = self.dtype();
   if (!history) {

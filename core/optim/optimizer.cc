@@ -106,14 +106,16 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
   for (const auto& [index, ps] : s.params) {
     ParamState copy;
     copy.step = ps.step;
-    for (const auto& [k, t] : ps.buffers) copy.buffers[k] = t.clone();
-    state_[flat[static_cast<size_t>(index)]->impl()] = std::move(copy);
+    const Tensor& param = *flat[static_cast<size_t>(index)];
+    // Buffers live where their parameter does (a checkpoint read on the CPU resumes a GPU job).
+    for (const auto& [k, t] : ps.buffers) copy.buffers[k] = t.device() == param.device() ? t.clone() : t.to(param.device());
+    state_[param.impl()] = std::move(copy);
   }
 }
 
 Tensor grad_norm(const std::vector<Tensor>& params, double norm_type) {
   NoGradGuard no_grad;
-  Tensor total = zeros({}, kFloat64);
+  Tensor total = zeros({}, TensorOptions(kFloat64).with_device(params.empty() ? kCPU : params[0].device()));
   for (const auto& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;

@@ -38,6 +38,11 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
   if (!loss_) loss_ = [](const Tensor& out, const Tensor& target) { return nn::F::cross_entropy(out, target); };
 }
 
+Device Trainer::ModelDevice() const {
+  for (const Tensor& p : model_->parameters()) return p.device();
+  return kCPU;
+}
+
 std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loader) {
   const bool was_training = model_->is_training();
   model_->eval();
@@ -45,9 +50,10 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
   double loss_sum = 0;
   int64_t n = 0, correct = 0;
   bool classification = true;
+  const Device device = ModelDevice();
   for (auto& b : loader) {
-    const Tensor& x = b[options_.input_key];
-    const Tensor& y = b[options_.target_key];
+    const Tensor x = b[options_.input_key].to(device);
+    const Tensor y = b[options_.target_key].to(device);
     const Tensor out = model_->forward(x);
     const int64_t batch = x.size(0);
     loss_sum += loss_(out, y).item<double>() * static_cast<double>(batch);
@@ -135,9 +141,12 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
 
   model_->train();
   while (train.epoch() < o.epochs) {
-    Tensor epoch_loss = zeros({}, kFloat64);  // read at the epoch's end only
+    // Accumulators live on the model's device: adding a step's loss never waits for the GPU.
+    const Device device = ModelDevice();
+    const TensorOptions on_device = TensorOptions(kFloat64).with_device(device);
+    Tensor epoch_loss = zeros({}, on_device);  // read at the epoch's end only
     int64_t epoch_steps = 0;
-    Tensor step_loss = zeros({}, kFloat64);
+    Tensor step_loss = zeros({}, on_device);
     int64_t micro = 0;
     optimizer_->zero_grad();
     auto optimizer_step = [&]() {
@@ -154,7 +163,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       norms.push_back(norm);
       interval_steps.push_back(step_);
       epoch_loss = epoch_loss + mean_loss;
-      step_loss = zeros({}, kFloat64);
+      step_loss = zeros({}, on_device);
       micro = 0;
       if (step_ % o.metric_interval == 0) flush();
       if (o.checkpoint_every_steps > 0 && step_ % o.checkpoint_every_steps == 0) {
@@ -173,8 +182,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       }
       std::optional<data::Example> batch = train.next();
       if (!batch) break;  // the loader advanced its epoch
-      const Tensor& x = (*batch)[o.input_key];
-      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key]);
+      const Tensor x = (*batch)[o.input_key].to(device);
+      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key].to(device));
       (o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);

@@ -7,6 +7,9 @@
 // per step). The non-finite check happens at the same reads; the failing step is then found
 // among the interval's per-step values, so the error still names the exact step.
 //
+// Devices: the loop runs where the model's parameters are (Module::to(device) first); each
+// batch is moved there as it arrives.
+//
 // Thread-safety: one thread runs fit(); `cancel` may be set from any thread.
 #pragma once
 
@@ -116,6 +119,10 @@ class Trainer {
   const std::vector<MetricPoint>& history() const { return history_; }
 
  private:
+  // Where training runs: the device of the model's parameters (batches are moved there;
+  // the CPU for a model without parameters).
+  Device ModelDevice() const;
+
   std::string last_checkpoint_ = "(none)";
 
   std::shared_ptr<nn::Module> model_;

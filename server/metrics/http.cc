@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <civetweb.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +14,21 @@
 #include <thread>
 
 #include "core/util/error.h"
+
+// NOTE [ civetweb's thread stacks ]
+// Debian's civetweb is built with a fixed 100 KiB stack per thread (USE_STACK_SIZE), and a
+// thread's static TLS is carved out of its stack. With the CUDA runtime linked in (its TLS
+// block is page-aligned) there was too little left: requests crashed inside civetweb's own
+// code before reaching ours, and a library with a large TLS made mg_start fail outright.
+// This definition interposes on the C library's for the whole process (the executable's
+// symbol wins over libc's for every shared library): requests for stacks under 1 MiB get
+// 1 MiB. Nothing else in the process asks for such small stacks.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinStack = size_t{1} << 20;
+  return real(attr, size < kMinStack ? kMinStack : size);
+}
 
 namespace anvil::server::metrics {
 namespace {
@@ -54,8 +71,13 @@ HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : reg
   // Zeroed callbacks with room to spare: the library may know more callbacks than its header.
   static_assert(sizeof(mg_callbacks) <= 1024);
   alignas(alignof(std::max_align_t)) static const unsigned char kNoCallbacks[1024] = {};
-  ctx_ = mg_start(reinterpret_cast<const mg_callbacks*>(kNoCallbacks), this, options);
-  ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (in use, or not host:port)");
+  mg_init_data init{reinterpret_cast<const mg_callbacks*>(kNoCallbacks), this, options};
+  unsigned code = 0;
+  char text[256] = {0};
+  mg_error_data error{&code, text, sizeof(text)};
+  ctx_ = mg_start2(&init, &error);
+  ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (", text[0] != '\0' ? text : "in use, or not host:port",
+              ")");
   mg_set_request_handler(ctx_, "/", Dispatch, this);
   mg_server_port ports[1];
   if (mg_get_server_ports(ctx_, 1, ports) == 1) port_ = ports[0].port;

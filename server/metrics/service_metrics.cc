@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/backend/registry.h"
 #include "core/tensor/allocator.h"
 #include "core/util/clock.h"
 
@@ -113,6 +114,12 @@ void ServiceMetrics::Collect() {
   const AllocatorStats cpu = cpu_allocator()->stats();
   allocator_allocated.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes));
   allocator_reserved.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes + cpu.cached_bytes));
+  for (int i = 0; i < cuda_device_count(); ++i) {
+    const Device d = CUDA(i);
+    const AllocatorStats g = backend_for(d).allocator(d)->stats();
+    allocator_allocated.with({d.str()}).set(static_cast<double>(g.allocated_bytes));
+    allocator_reserved.with({d.str()}).set(static_cast<double>(g.allocated_bytes + g.cached_bytes));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   for (auto& [device, b] : busy_) {

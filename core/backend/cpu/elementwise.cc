@@ -37,34 +37,11 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
     auto f = MAKE;                                                               \
     DISPATCH(c.inputs[0].dtype(), #Name, [&] { Unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
   }
-UNARY_KERNEL(Neg, ANVIL_DISPATCH_NUMERIC, fn::NegF{})
-UNARY_KERNEL(Abs, ANVIL_DISPATCH_NUMERIC, fn::AbsF{})
-UNARY_KERNEL(Sign, ANVIL_DISPATCH_NUMERIC, fn::SignF{})
-UNARY_KERNEL(Exp, ANVIL_DISPATCH_FLOATING, fn::ExpF{})
-UNARY_KERNEL(Expm1, ANVIL_DISPATCH_FLOATING, fn::Expm1F{})
-UNARY_KERNEL(Log, ANVIL_DISPATCH_FLOATING, fn::LogF{})
-UNARY_KERNEL(Log1p, ANVIL_DISPATCH_FLOATING, fn::Log1pF{})
-UNARY_KERNEL(Sqrt, ANVIL_DISPATCH_FLOATING, fn::SqrtF{})
-UNARY_KERNEL(Rsqrt, ANVIL_DISPATCH_FLOATING, fn::RsqrtF{})
-UNARY_KERNEL(Reciprocal, ANVIL_DISPATCH_FLOATING, fn::ReciprocalF{})
-UNARY_KERNEL(Sin, ANVIL_DISPATCH_FLOATING, fn::SinF{})
-UNARY_KERNEL(Cos, ANVIL_DISPATCH_FLOATING, fn::CosF{})
-UNARY_KERNEL(Tanh, ANVIL_DISPATCH_FLOATING, fn::TanhF{})
-UNARY_KERNEL(Sigmoid, ANVIL_DISPATCH_FLOATING, fn::SigmoidF{})
-UNARY_KERNEL(Relu, ANVIL_DISPATCH_NUMERIC, fn::ReluF{})
-UNARY_KERNEL(LeakyRelu, ANVIL_DISPATCH_FLOATING, fn::LeakyReluF{a.alpha})
-UNARY_KERNEL(Elu, ANVIL_DISPATCH_FLOATING, fn::EluF{a.alpha})
-UNARY_KERNEL(Silu, ANVIL_DISPATCH_FLOATING, fn::SiluF{})
-UNARY_KERNEL(Softplus, ANVIL_DISPATCH_FLOATING, (fn::SoftplusF{a.alpha, a.beta}))
-UNARY_KERNEL(Erf, ANVIL_DISPATCH_FLOATING, fn::ErfF{})
-UNARY_KERNEL(Clamp, ANVIL_DISPATCH_NUMERIC, (fn::ClampF{a.alpha, a.beta, a.has_alpha, a.has_beta}))
-UNARY_KERNEL(Floor, ANVIL_DISPATCH_NUMERIC, fn::FloorF{})
-UNARY_KERNEL(Ceil, ANVIL_DISPATCH_NUMERIC, fn::CeilF{})
-UNARY_KERNEL(Round, ANVIL_DISPATCH_NUMERIC, fn::RoundF{})
-UNARY_KERNEL(Trunc, ANVIL_DISPATCH_NUMERIC, fn::TruncF{})
-UNARY_KERNEL(LogicalNot, ANVIL_DISPATCH_ALL, fn::LogicalNotF{})
-UNARY_KERNEL(IsNan, ANVIL_DISPATCH_ALL, fn::IsNanF{})
-UNARY_KERNEL(IsFinite, ANVIL_DISPATCH_ALL, fn::IsFiniteF{})
+#define ANVIL_UNARY UNARY_KERNEL
+#define ANVIL_BINARY(...)
+#include "core/ops/elementwise_rows.def"
+#undef ANVIL_UNARY
+#undef ANVIL_BINARY
 #undef UNARY_KERNEL
 
 void GeluKernel(const KernelCall& c) {
@@ -103,23 +80,11 @@ void CheckNoZeroDivisor(const Tensor& b) {
     DISPATCH(c.inputs[0].dtype(), #Name,                                                     \
              [&] { Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });          \
   }
-BINARY_KERNEL(Add, ANVIL_DISPATCH_ALL, fn::AddF{a.alpha})
-BINARY_KERNEL(Sub, ANVIL_DISPATCH_NUMERIC, fn::SubF{a.alpha})
-BINARY_KERNEL(Mul, ANVIL_DISPATCH_ALL, fn::MulF{})
-BINARY_KERNEL(Div, ANVIL_DISPATCH_FLOATING, fn::DivF{})
-BINARY_KERNEL(Pow, ANVIL_DISPATCH_NUMERIC, fn::PowF{})
-BINARY_KERNEL(Maximum, ANVIL_DISPATCH_NUMERIC, fn::MaximumF{})
-BINARY_KERNEL(Minimum, ANVIL_DISPATCH_NUMERIC, fn::MinimumF{})
-BINARY_KERNEL(Atan2, ANVIL_DISPATCH_FLOATING, fn::Atan2F{})
-BINARY_KERNEL(Eq, ANVIL_DISPATCH_ALL, fn::EqF{})
-BINARY_KERNEL(Ne, ANVIL_DISPATCH_ALL, fn::NeF{})
-BINARY_KERNEL(Lt, ANVIL_DISPATCH_ALL, fn::LtF{})
-BINARY_KERNEL(Le, ANVIL_DISPATCH_ALL, fn::LeF{})
-BINARY_KERNEL(Gt, ANVIL_DISPATCH_ALL, fn::GtF{})
-BINARY_KERNEL(Ge, ANVIL_DISPATCH_ALL, fn::GeF{})
-BINARY_KERNEL(LogicalAnd, ANVIL_DISPATCH_ALL, fn::LogicalAndF{})
-BINARY_KERNEL(LogicalOr, ANVIL_DISPATCH_ALL, fn::LogicalOrF{})
-BINARY_KERNEL(LogicalXor, ANVIL_DISPATCH_ALL, fn::LogicalXorF{})
+#define ANVIL_UNARY(...)
+#define ANVIL_BINARY BINARY_KERNEL
+#include "core/ops/elementwise_rows.def"
+#undef ANVIL_UNARY
+#undef ANVIL_BINARY
 #undef BINARY_KERNEL
 
 void RemainderKernel(const KernelCall& c) {

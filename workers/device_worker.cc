@@ -1,6 +1,7 @@
-// The CPU worker: a thread that waits for a job, runs its plan with the Trainer and reports
-// through the sink. Stop requests only set flags the Trainer polls between steps, so they are
-// safe from any thread.
+// A device worker: a thread that owns one device, waits for a job, runs its plan with the
+// Trainer on that device and reports through the sink. On a GPU the thread queues all its
+// work on a stream of its own (DeviceStreamScope). Stop requests only set flags the Trainer
+// polls between steps, so they are safe from any thread.
 #include <atomic>
 #include <cstdio>
 #include <condition_variable>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/backend/registry.h"
 #include "core/util/clock.h"
 #include "core/models/archive.h"
 #include "workers/job_plan.h"
@@ -19,17 +21,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class CpuWorker final : public Worker {
+class DeviceWorker final : public Worker {
  public:
-  explicit CpuWorker(EventSink sink) : sink_(std::move(sink)), thread_([this] { Loop(); }) {}
-  ~CpuWorker() override { shutdown(); }
+  DeviceWorker(Device device, EventSink sink)
+      : device_(device), name_(device.str()), sink_(std::move(sink)), thread_([this] { Loop(); }) {}
+  ~DeviceWorker() override { shutdown(); }
 
-  const std::string& device() const override { return device_; }
+  const std::string& device() const override { return name_; }
   bool idle() const override { return idle_.load(); }
 
   void run(RunJob job) override {
     std::lock_guard<std::mutex> lock(mu_);
-    ANVIL_CHECK(idle_.load() && !pending_, "cpu worker: a job is already running");
+    ANVIL_CHECK(idle_.load() && !pending_, name_, " worker: a job is already running");
     idle_ = false;
     // The job counts as running from here: a stop() before the thread picks it up applies.
     running_id_ = job.job_id;
@@ -60,6 +63,12 @@ class CpuWorker final : public Worker {
 
  private:
   void Loop() {
+    std::optional<DeviceStreamScope> stream;
+    try {
+      stream.emplace(device_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s worker: no stream of its own (%s); using the default stream\n", name_.c_str(), e.what());
+    }
     while (true) {
       RunJob job;
       {
@@ -91,7 +100,8 @@ class CpuWorker final : public Worker {
     try {
       sink_(e);
     } catch (const std::exception& ex) {
-      std::fprintf(stderr, "cpu worker: handling an event of job %s failed: %s\n", e.job_id.c_str(), ex.what());
+      std::fprintf(stderr, "%s worker: handling an event of job %s failed: %s\n", name_.c_str(), e.job_id.c_str(),
+                   ex.what());
     }
   }
 
@@ -102,7 +112,7 @@ class CpuWorker final : public Worker {
     try {
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
-      JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint});
+      JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_});
       train::Trainer trainer(plan.model.module, plan.optimizer, plan.options, plan.loss);
       if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
       data::DataLoader train_loader(plan.train_set, plan.train_loader);
@@ -111,7 +121,7 @@ class CpuWorker final : public Worker {
 
       WorkerEvent started = base;
       started.kind = WorkerEvent::Kind::kStarted;
-      started.message = device_;
+      started.message = name_;
       started.step = trainer.step();
       started.total_steps = plan.total_steps;
       Emit(started);
@@ -188,7 +198,8 @@ class CpuWorker final : public Worker {
     }
   }
 
-  const std::string device_ = "cpu";
+  const Device device_;
+  const std::string name_;
   EventSink sink_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -202,6 +213,10 @@ class CpuWorker final : public Worker {
 
 }  // namespace
 
-std::unique_ptr<Worker> make_cpu_worker(EventSink sink) { return std::make_unique<CpuWorker>(std::move(sink)); }
+std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink) {
+  return std::make_unique<DeviceWorker>(device, std::move(sink));
+}
+
+std::unique_ptr<Worker> make_cpu_worker(EventSink sink) { return make_device_worker(kCPU, std::move(sink)); }
 
 }  // namespace anvil::workers

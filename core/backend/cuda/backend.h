@@ -1,0 +1,22 @@
+// The CUDA backend object (allocator per device, copies, kernel table) and the few controls
+// the rest of Anvil reaches for: memory statistics and empty_cache per device.
+#pragma once
+
+#include "core/backend/cuda/caching_allocator.h"
+#include "core/backend/registry.h"
+
+namespace anvil::cuda {
+
+// The process's CUDA backend; built on first use. Throws when no device is usable.
+Backend& backend();
+
+// The CUDA kernel table (filled without touching a device, so a test on a machine without a
+// GPU can check that every row of the op table has a CUDA kernel).
+const KernelTable& kernel_table();
+
+// The caching allocator's statistics for cuda:`device` (see CachingAllocator::Stats).
+CachingAllocator::Stats memory_stats(int device);
+// Returns cuda:`device`'s unused cached memory to the driver.
+void empty_cache(int device);
+
+}  // namespace anvil::cuda

@@ -1,0 +1,165 @@
+// CUDA kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
+// same functors as the CPU kernels (core/ops/elementwise_rows.def, core/ops/functors.h).
+#include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/loops.cuh"
+#include "core/ops/functions.h"
+#include "core/ops/functors.h"
+
+namespace anvil::cuda {
+namespace {
+
+// Computes in opmath_t<In> (float for the 16-bit floats), stores as Out.
+template <typename Out, typename In, typename F>
+struct UnaryBody {
+  F f;
+  __device__ __forceinline__ void operator()(char** p) const {
+    using M = opmath_t<In>;
+    *reinterpret_cast<Out*>(p[0]) = Out(f(M(*reinterpret_cast<const In*>(p[1]))));
+  }
+};
+
+template <typename Out, typename In, typename F>
+struct BinaryBody {
+  F f;
+  __device__ __forceinline__ void operator()(char** p) const {
+    using M = opmath_t<In>;
+    *reinterpret_cast<Out*>(p[0]) =
+        Out(f(M(*reinterpret_cast<const In*>(p[1])), M(*reinterpret_cast<const In*>(p[2]))));
+  }
+};
+
+template <typename T>
+struct WhereBody {
+  __device__ __forceinline__ void operator()(char** p) const {
+    const bool k = *reinterpret_cast<const uint8_t*>(p[1]) != 0;
+    *reinterpret_cast<T*>(p[0]) = k ? *reinterpret_cast<const T*>(p[2]) : *reinterpret_cast<const T*>(p[3]);
+  }
+};
+
+template <typename Out, typename In>
+struct CastBody {
+  __device__ __forceinline__ void operator()(char** p) const {
+    const In v = *reinterpret_cast<const In*>(p[1]);
+    Out& o = *reinterpret_cast<Out*>(p[0]);
+    if constexpr (std::is_same_v<Out, bool>) o = static_cast<float>(v) != 0.0f;
+    else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>) o = Out(static_cast<float>(v));
+    else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) o = Out(static_cast<float>(v));
+    else o = static_cast<Out>(v);
+  }
+};
+
+template <typename T, typename F>
+void Unary(const Tensor& out, const Tensor& x, const F& f) {
+  using R = decltype(f(opmath_t<T>{}));
+  if constexpr (std::is_same_v<R, bool>) LaunchElementwise<2>({&out, &x}, UnaryBody<bool, T, F>{f});
+  else LaunchElementwise<2>({&out, &x}, UnaryBody<T, T, F>{f});
+}
+
+template <typename T, typename F>
+void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  using R = decltype(f(opmath_t<T>{}, opmath_t<T>{}));
+  if constexpr (std::is_same_v<R, bool>) LaunchElementwise<3>({&out, &a, &b}, BinaryBody<bool, T, F>{f});
+  else LaunchElementwise<3>({&out, &a, &b}, BinaryBody<T, T, F>{f});
+}
+
+#define UNARY_KERNEL(Name, DISPATCH, MAKE)                                                        \
+  void Name##Kernel(const KernelCall& c) {                                                        \
+    const auto& a = c.attrs;                                                                      \
+    (void)a;                                                                                      \
+    auto f = MAKE;                                                                                \
+    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
+  }
+#define BINARY_KERNEL(Name, DISPATCH, MAKE)                                                                 \
+  void Name##Kernel(const KernelCall& c) {                                                                  \
+    const auto& a = c.attrs;                                                                                \
+    (void)a;                                                                                                \
+    auto f = MAKE;                                                                                          \
+    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); }); \
+  }
+#define ANVIL_UNARY UNARY_KERNEL
+#define ANVIL_BINARY BINARY_KERNEL
+#include "core/ops/elementwise_rows.def"
+#undef ANVIL_UNARY
+#undef ANVIL_BINARY
+#undef UNARY_KERNEL
+#undef BINARY_KERNEL
+
+void GeluKernel(const KernelCall& c) {
+  ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
+    if (c.attrs.keepdim) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
+    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
+  });
+}
+
+void PowScalarKernel(const KernelCall& c) {
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
+    if (c.attrs.alpha == 2.0) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
+    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.alpha});
+  });
+}
+
+template <typename T>
+struct FlagZeroBody {
+  int* flag;
+  __device__ __forceinline__ void operator()(char** p) const {
+    if (*reinterpret_cast<const T*>(p[0]) == T(0)) *flag = 1;
+  }
+};
+
+// Integer remainder by zero is an error on the CPU; the GPU says the same, at the price of
+// one device-to-host read for integer remainders only.
+void CheckNoZeroDivisor(const Tensor& b) {
+  ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {
+    if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>) {
+      const int device = b.device().index;
+      DeviceGuard guard(device);
+      Tensor flag = zeros({1}, TensorOptions(kInt32).with_device(b.device()));
+      LaunchElementwise<1>({&b}, FlagZeroBody<scalar_t>{flag.data_ptr<int>()});
+      ANVIL_CHECK(flag.item<int>() == 0, "ZeroDivisionError: integer remainder by zero");
+    }
+  });
+}
+
+void RemainderKernel(const KernelCall& c) {
+  CheckNoZeroDivisor(c.inputs[1]);
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "remainder", [&] {
+    Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], fn::RemainderF{});
+  });
+}
+
+void WhereKernel(const KernelCall& c) {
+  ANVIL_DISPATCH_ALL(c.inputs[1].dtype(), "where", [&] {
+    LaunchElementwise<4>({&c.outputs[0], &c.inputs[0], &c.inputs[1], &c.inputs[2]}, WhereBody<scalar_t>{});
+  });
+}
+
+// Also the copy_ kernel: the input broadcast to the output's shape, converted to its dtype,
+// into any output layout.
+void CastKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  ANVIL_DISPATCH_ALL(x.dtype(), "to", [&] {
+    using In = scalar_t;
+    ANVIL_DISPATCH_ALL(out.dtype(), "to", [&] {
+      using Out = scalar_t;
+      LaunchElementwise<2>({&out, &x}, CastBody<Out, In>{});
+    });
+  });
+}
+
+void CloneKernel(const KernelCall& c) { CastKernel(c); }
+
+}  // namespace
+
+void RegisterElementwiseKernels(KernelTable& t) {
+#define REG(Name) t[static_cast<int>(OpId::Name)] = &Name##Kernel;
+#define ANVIL_UNARY(Name, ...) REG(Name)
+#define ANVIL_BINARY(Name, ...) REG(Name)
+#include "core/ops/elementwise_rows.def"
+#undef ANVIL_UNARY
+#undef ANVIL_BINARY
+  REG(Gelu) REG(PowScalar) REG(Remainder) REG(Where) REG(Cast) REG(Clone)
+#undef REG
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,206 @@
+// CUDA softmax and log_softmax over one dim, with the semantics of the CPU kernel
+// (core/backend/cpu/shape.cc): computed in opmath_t (float for the 16-bit floats) with the
+// same exp, and a row holding a NaN or +inf, or only -inf, comes out all NaN.
+//
+// A group of threads per row (a warp for rows up to 1024, else the whole block) reads the
+// row once keeping an online (running max, sum of exp(x - max)) pair, rescaling the sum
+// when the max grows; the pairs are merged with shuffles in a fixed order, and a second
+// read writes the outputs.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/loops.cuh"
+#include "core/ops/functions.h"
+#include "core/ops/functors.h"
+
+namespace anvil::cuda {
+namespace {
+
+constexpr int kWarps = kBlock / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename M>
+struct RowState {
+  M m;       // max over the finite and -inf elements
+  M s;       // sum of exp(x - m) over them
+  bool bad;  // a NaN or +inf seen: the whole row is NaN
+};
+
+template <typename M>
+__device__ __forceinline__ M Scale(M from, M to) {
+  return from == -std::numeric_limits<M>::infinity() ? M(0) : fn::Exp(from - to);
+}
+
+template <typename M>
+__device__ __forceinline__ RowState<M> Merge(const RowState<M>& a, const RowState<M>& b) {
+  const M m = a.m < b.m ? b.m : a.m;
+  return {m, a.s * Scale(a.m, m) + b.s * Scale(b.m, m), a.bad || b.bad};
+}
+
+template <typename M>
+__device__ __forceinline__ void Accumulate(RowState<M>& st, M v) {
+  if (v != v || v == std::numeric_limits<M>::infinity()) {
+    st.bad = true;
+  } else if (v != -std::numeric_limits<M>::infinity()) {
+    if (v > st.m) {
+      st.s = st.s * Scale(st.m, v) + M(1);
+      st.m = v;
+    } else {
+      st.s += fn::Exp(v - st.m);
+    }
+  }
+}
+
+template <typename S>
+__device__ __forceinline__ S ShflDown(const S& s, int delta) {
+  constexpr int kWords = (sizeof(S) + 3) / 4;
+  unsigned w[kWords] = {};
+  memcpy(w, &s, sizeof(S));
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) w[k] = __shfl_down_sync(kFullMask, w[k], delta);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+
+template <typename S>
+__device__ __forceinline__ S ShflFirst(const S& s) {
+  constexpr int kWords = (sizeof(S) + 3) / 4;
+  unsigned w[kWords] = {};
+  memcpy(w, &s, sizeof(S));
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) w[k] = __shfl_sync(kFullMask, w[k], 0);
+  S r;
+  memcpy(&r, w, sizeof(S));
+  return r;
+}
+
+// The group's merged state, in every thread of the group (G = 32: a warp; G = kBlock: the
+// block). Every thread of the block must call it; smem holds kWarps states.
+template <int G, typename M>
+__device__ __forceinline__ RowState<M> GroupAllReduce(RowState<M> st, RowState<M>* smem) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const RowState<M> o = ShflDown(st, off);
+    if (lane + off < 32) st = Merge(st, o);
+  }
+  if constexpr (G == 32) {
+    return ShflFirst(st);
+  } else {
+    if (lane == 0) smem[threadIdx.x / 32] = st;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kWarps; ++w) st = Merge(st, smem[w]);
+      smem[0] = st;
+    }
+    __syncthreads();
+    st = smem[0];
+    __syncthreads();  // smem is rewritten for the next row
+    return st;
+  }
+}
+
+// x and y are [rows, len], contiguous.
+template <typename T, int G, bool kLog>
+__global__ void SoftmaxRowsKernel(const T* x, T* y, int64_t rows, int64_t len) {
+  using M = opmath_t<T>;
+  using S = RowState<M>;
+  __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
+  S* smem = reinterpret_cast<S*>(smem_raw);
+  constexpr int kGroups = kBlock / G;
+  const int lane = threadIdx.x % G;
+  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows;
+       first += int64_t(gridDim.x) * kGroups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool valid = row < rows;
+    S st{-std::numeric_limits<M>::infinity(), M(0), false};
+    if (valid) {
+      const T* xr = x + row * len;
+      for (int64_t i = lane; i < len; i += G) Accumulate(st, M(xr[i]));
+    }
+    st = GroupAllReduce<G>(st, smem);
+    if (!valid) continue;
+    const T* xr = x + row * len;
+    T* yr = y + row * len;
+    if (st.bad || st.m == -std::numeric_limits<M>::infinity()) {
+      for (int64_t i = lane; i < len; i += G) yr[i] = T(std::numeric_limits<M>::quiet_NaN());
+    } else if constexpr (kLog) {
+      const M lse = st.m + std::log(st.s);
+      for (int64_t i = lane; i < len; i += G) yr[i] = T(M(xr[i]) - lse);
+    } else {
+      const M inv = M(1) / st.s;
+      for (int64_t i = lane; i < len; i += G) yr[i] = T(fn::Exp(M(xr[i]) - st.m) * inv);
+    }
+  }
+}
+
+template <typename B>
+struct CopyBody {
+  __device__ __forceinline__ void operator()(char** p) const {
+    *reinterpret_cast<B*>(p[0]) = *reinterpret_cast<const B*>(p[1]);
+  }
+};
+
+// dst = src for floating dtypes (same dtype), any layouts.
+void CopySameDtype(const Tensor& dst, const Tensor& src) {
+  switch (dst.element_size()) {
+    case 2:
+      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint16_t>{});
+    case 4:
+      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint32_t>{});
+    default:
+      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint64_t>{});
+  }
+}
+
+inline unsigned BlocksFor(int64_t tasks) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tasks, 65535 * 8)));
+}
+
+template <bool kLog>
+void SoftmaxKernel(const KernelCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  if (x.numel() == 0) return;
+  const int64_t nd = std::max<int64_t>(x.dim(), 1);
+  const int64_t d = wrap_dim(c.attrs.dims[0], nd, kLog ? "log_softmax" : "softmax");
+  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
+  // Rows along the last dim in place when both sides are contiguous; otherwise through a
+  // transposed copy, like the CPU.
+  const bool direct = d == nd - 1 && xs.is_contiguous() && out.is_contiguous();
+  Tensor xm = direct ? xs : xs.movedim(d, -1).contiguous();
+  Tensor om = direct ? out : empty_like(xm);
+  const int64_t len = xm.size(-1);
+  const int64_t rows = xm.numel() / len;
+  const int device = out.device().index;
+  {
+    DeviceGuard guard(device);
+    cudaStream_t stream = current_stream(device);
+    ANVIL_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
+      using T = scalar_t;
+      const T* in = xm.data_ptr<T>();
+      T* o = om.data_ptr<T>();
+      if (len <= 1024) {
+        SoftmaxRowsKernel<T, 32, kLog>
+            <<<BlocksFor((rows + kWarps - 1) / kWarps), kBlock, 0, stream>>>(in, o, rows, len);
+      } else {
+        SoftmaxRowsKernel<T, kBlock, kLog>
+            <<<BlocksFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
+      }
+      ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  if (!direct) CopySameDtype(out, om.movedim(-1, d).reshape(out.sizes()));
+}
+
+}  // namespace
+
+void RegisterSoftmaxKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
+  t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
+}
+
+}  // namespace anvil::cuda
