@@ -5,9 +5,19 @@
 # The builder installs dependencies with the same script `make` uses (scripts/install-deps.sh)
 # and fetches the built-in digits dataset; the runtime stage carries only runtime libraries,
 # the two binaries and the dataset, and runs as an unprivileged user.
-# Both stages are Debian bookworm: the runtime stage installs the same releases of the
-# libraries the builder linked against. (A CUDA image comes with the CUDA backend.)
-FROM debian:bookworm AS builder
+# The runtime stage receives the libraries the binaries load from the builder
+# (scripts/bundle-libs.sh), so any glibc-based image at least as new as the builder serves.
+#
+# CPU (default): Debian bookworm to build, bookworm-slim to run.
+# CUDA: NVIDIA's images (deploy/docker-compose.gpu.yml passes these):
+#   docker build --build-arg BUILDER_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04 \
+#                --build-arg RUNTIME_IMAGE=nvidia/cuda:13.0.0-runtime-ubuntu24.04 -t anvil:cuda .
+# nvcc in the builder turns the CUDA backend on (CUDA_ARCHS picks the GPUs; default A100
+# and H100/H200 plus PTX); cuBLAS comes from the runtime image, loaded at first use.
+ARG BUILDER_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
+FROM ${BUILDER_IMAGE} AS builder
+ARG CUDA_ARCHS="80-real;90-real;90-virtual"
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/fetch-data.sh scripts/
@@ -15,19 +25,20 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-cert
     && scripts/install-deps.sh build
 COPY . .
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_TESTS=OFF -DANVIL_BUILD_EXAMPLES=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS}" \
     && cmake --build build --target anvild anvil \
+    && scripts/bundle-libs.sh /opt/anvil/lib build/server/anvild build/client/anvil \
     && scripts/fetch-data.sh /opt/anvil/datasets
 
-FROM debian:bookworm-slim
+FROM ${RUNTIME_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libsqlite3-0 libopenblas0-pthread libcivetweb1 libstb0 zlib1g ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /var/lib/anvil --create-home anvil
+RUN useradd --system --uid 10001 --home-dir /var/lib/anvil --create-home anvil
+COPY --from=builder /opt/anvil/lib /opt/anvil/lib
 COPY --from=builder /src/build/server/anvild /src/build/client/anvil /usr/local/bin/
 COPY --from=builder /opt/anvil/datasets /opt/anvil/datasets
 USER anvil
-ENV ANVILD_ADDRESS=0.0.0.0:50051 \
+ENV LD_LIBRARY_PATH=/opt/anvil/lib \
+    ANVILD_ADDRESS=0.0.0.0:50051 \
     ANVILD_METRICS_ADDRESS=0.0.0.0:9464 \
     ANVILD_DATA_DIR=/var/lib/anvil \
     ANVILD_DATASETS_DIR=/opt/anvil/datasets

@@ -10,6 +10,9 @@ docker-compose -f deploy/docker-compose.yml config -q
 docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config -q
 merged=$(docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.gpu.yml config)  # whole, then grep:
 [[ "${merged}" == *capabilities* ]] || { echo "FAIL: the GPU override adds no device reservation" >&2; exit 1; }  # (no SIGPIPE)
+[[ "${merged}" == *"BUILDER_IMAGE: nvidia/cuda:"*devel* ]] || { echo "FAIL: the GPU override does not build on a CUDA devel image" >&2; exit 1; }
+grep -q "^ARG BUILDER_IMAGE=" Dockerfile && grep -q '^FROM ${BUILDER_IMAGE} AS builder' Dockerfile \
+  && grep -q '^FROM ${RUNTIME_IMAGE}' Dockerfile || { echo "FAIL: the Dockerfile's base images are not build arguments" >&2; exit 1; }
 grep -q "scripts/install-deps.sh build" Dockerfile || { echo "FAIL: the Dockerfile does not use scripts/install-deps.sh" >&2; exit 1; }
 grep -q "scripts/install-deps.sh build" Makefile || { echo "FAIL: the Makefile does not use scripts/install-deps.sh" >&2; exit 1; }
 grep -q "^USER " Dockerfile && grep -q "^HEALTHCHECK " Dockerfile || { echo "FAIL: the image must run as a user and have a health check" >&2; exit 1; }
