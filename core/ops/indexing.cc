@@ -178,7 +178,8 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   }
   IntArray shape = indices.sizes();
   shape.push_back(num_classes);
-  return scatter(zeros(shape, kInt64), -1, indices.unsqueeze(-1), Scalar(1));
+  const Tensor zero = zeros(shape, TensorOptions(kInt64).with_device(indices.device()));
+  return scatter(zero, -1, indices.unsqueeze(-1), Scalar(1));
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

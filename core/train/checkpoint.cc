@@ -79,12 +79,15 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
                      const TrainingState& state) {
   io::NamedTensors tensors;
   const nn::StateDict sd = model.state_dict();
-  for (const auto& [k, t] : sd.tensors) tensors.emplace_back("model/" + k, t);
+  // On the CPU once: the checksum below reads the bytes on the host (a model on a GPU too).
+  for (const auto& [k, t] : sd.tensors) tensors.emplace_back("model/" + k, t.detach().to(kCPU));
   const optim::OptimizerState os = optimizer.state_dict();
   Json params = Json::object();
   for (const auto& [index, ps] : os.params) {
     params[std::to_string(index)] = ps.step;
-    for (const auto& [buffer, t] : ps.buffers) tensors.emplace_back("optim/" + std::to_string(index) + "/" + buffer, t);
+    for (const auto& [buffer, t] : ps.buffers) {
+      tensors.emplace_back("optim/" + std::to_string(index) + "/" + buffer, t.detach().to(kCPU));
+    }
   }
   Json history = Json::array();
   for (const auto& m : state.history) history.push_back({m.step, m.name, m.value});

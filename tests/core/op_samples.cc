@@ -78,7 +78,7 @@ OpSamples MakeOpSamples() {
   push(OpId::Remainder, "remainder", {Leaf({5}), (Pos({5}) + 1).detach().requires_grad_()}, B(&remainder), false);
   push(OpId::Atan2, "atan2", {Leaf({4}), Leaf({4})}, B(&atan2));
   push(OpId::Where, "where", {Leaf({3, 1}), Leaf({4})}, L([](auto& x) {
-        Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4});
+        Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4}).to(g_sample_device);
         return where(cond, x[0], x[1]);
       }));
   push(OpId::Cast, "to_float32_and_back", {Leaf({3})}, L([](auto& x) { return (x[0] * 1.0).to(kFloat64); }));

@@ -89,6 +89,9 @@ class CudaBackend final : public Backend {
         // The source's queued work must finish before the peer copy reads it.
         synchronize_stream(src_device.index);
         ANVIL_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, s));
+        // The source goes back to its own device's stream-ordered cache, which knows nothing of
+        // this stream: wait here so that no later work on the source device reuses it mid-copy.
+        ANVIL_CUDA_CHECK(cudaStreamSynchronize(s));
       }
     } else if (dst_device.is_cuda()) {
       DeviceGuard guard(dst_device.index);

@@ -83,6 +83,8 @@ void GemmStridedBatched(int device, bool trans_a, bool trans_b, int64_t m, int64
                         int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c,
                         int64_t ldc, int64_t stride_c, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
+  // A handle must be used with its own device current (mm/bmm callers set none).
+  DeviceGuard guard(device);
   cublasHandle_t h = blas_handle(device);
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands, keep
   // the transpose flags, and the leading dimensions carry over unchanged.

@@ -91,6 +91,7 @@ void CudaDeviceMemory::free(void* ptr) {
 
 void* CudaDeviceMemory::reserve_address(size_t bytes) {
   Driver& d = GetDriver();
+  DeviceGuard guard(device_);  // the driver calls act on the current context
   CUdeviceptr base = 0;
   if (d.address_reserve(&base, bytes, 0, 0, 0) != CUDA_SUCCESS) return nullptr;
   return reinterpret_cast<void*>(base);
@@ -102,6 +103,7 @@ void CudaDeviceMemory::release_address(void* base, size_t bytes) {
 
 bool CudaDeviceMemory::map(void* addr, size_t bytes) {
   Driver& d = GetDriver();
+  DeviceGuard guard(device_);  // the driver calls act on the current context
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   // One physical allocation per page: the allocator later unmaps any page-aligned tail.
   for (size_t off = 0; off < bytes; off += granularity_) {
@@ -113,7 +115,11 @@ bool CudaDeviceMemory::map(void* addr, size_t bytes) {
       CheckDriver(r, "cuMemCreate");
     }
     const CUdeviceptr page = static_cast<CUdeviceptr>(start + off);
-    CheckDriver(d.map(page, granularity_, 0, h, 0), "cuMemMap");
+    if (const CUresult m = d.map(page, granularity_, 0, h, 0); m != CUDA_SUCCESS) {
+      d.release(h);
+      if (off > 0) unmap(addr, off);
+      CheckDriver(m, "cuMemMap");
+    }
     page_handles_[start + off] = h;
   }
   CUmemAccessDesc access{};
