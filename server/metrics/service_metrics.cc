@@ -74,6 +74,22 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                   {"device"})),
       allocator_reserved(r.gauge("anvil_allocator_reserved_bytes",
                                  "Bytes held by a device's allocator (handed out + cached).", {"device"})),
+      allocator_active_blocks(r.gauge("anvil_allocator_active_blocks",
+                                      "Blocks handed out by a GPU's caching allocator (or held for another stream).",
+                                      {"device"})),
+      allocator_largest_free(r.gauge("anvil_allocator_largest_free_block_bytes",
+                                     "Largest cached block of a GPU's allocator: the biggest request served without "
+                                     "the driver.",
+                                     {"device"})),
+      allocator_fragmentation(r.gauge("anvil_allocator_fragmentation_ratio",
+                                      "1 - largest free block / cached bytes of a GPU's allocator (high: cached memory "
+                                      "no request can use).",
+                                      {"device"})),
+      allocator_device_mallocs(r.counter("anvil_allocator_device_mallocs_total",
+                                         "Device allocations (and page mappings) made by a GPU's allocator.",
+                                         {"device"})),
+      allocator_ooms(r.counter("anvil_allocator_ooms_total", "Out-of-memory errors raised by a GPU's allocator.",
+                               {"device"})),
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {
@@ -119,6 +135,11 @@ void ServiceMetrics::Collect() {
     const AllocatorStats g = backend_for(d).allocator(d)->stats();
     allocator_allocated.with({d.str()}).set(static_cast<double>(g.allocated_bytes));
     allocator_reserved.with({d.str()}).set(static_cast<double>(g.allocated_bytes + g.cached_bytes));
+    allocator_active_blocks.with({d.str()}).set(static_cast<double>(g.active_blocks));
+    allocator_largest_free.with({d.str()}).set(static_cast<double>(g.largest_free_block));
+    allocator_fragmentation.with({d.str()}).set(g.fragmentation);
+    allocator_device_mallocs.with({d.str()}).set_total(static_cast<double>(g.num_system_allocs));
+    allocator_ooms.with({d.str()}).set_total(static_cast<double>(g.num_ooms));
   }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();

@@ -42,6 +42,12 @@ class ServiceMetrics {
   Family<Gauge>& device_busy_ratio;
   Family<Gauge>& allocator_allocated;
   Family<Gauge>& allocator_reserved;
+  // CUDA devices only (the caching device allocator's own statistics).
+  Family<Gauge>& allocator_active_blocks;
+  Family<Gauge>& allocator_largest_free;
+  Family<Gauge>& allocator_fragmentation;
+  Family<Counter>& allocator_device_mallocs;
+  Family<Counter>& allocator_ooms;
   // Process.
   Counter& process_cpu;
   Gauge& process_rss;

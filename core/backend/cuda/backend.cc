@@ -45,6 +45,10 @@ class CudaAllocator final : public Allocator {
     out.cached_bytes = s.reserved_bytes - s.allocated_bytes;
     out.peak_allocated_bytes = s.peak_allocated_bytes;
     out.num_system_allocs = s.num_device_mallocs;
+    out.active_blocks = s.active_blocks;
+    out.largest_free_block = s.largest_free_block;
+    out.fragmentation = s.fragmentation;
+    out.num_ooms = s.num_ooms;
     return out;
   }
   void empty_cache() override { cache_.empty_cache(); }
