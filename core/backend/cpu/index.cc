@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/backend/advanced_index.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
@@ -182,50 +183,7 @@ void IndexAddKernel(const KernelCall& c) {
   });
 }
 
-// Advanced indexing geometry: the result as [B..., rest...] (B = broadcast index shape).
-struct AdvIndex {
-  Tensor result_view;       // the result (or values) permuted to [B..., rest...]
-  Tensor self_window;       // self re-windowed to [B..., rest...], stride 0 on B dims
-  std::vector<Tensor> idx;  // each index re-windowed to [B..., rest...]
-  IntArray self_strides;    // bytes per index step, per indexed dim
-  IntArray self_sizes;      // size of each indexed dim
-};
-
-AdvIndex Plan(const Tensor& self, const std::vector<Tensor>& indices, const IntArray& idims,
-              const Tensor& result) {
-  const int64_t nb = indices[0].dim();
-  std::vector<int64_t> rest;
-  for (int64_t k = 0; k < self.dim(); ++k) {
-    if (std::find(idims.begin(), idims.end(), k) == idims.end()) rest.push_back(k);
-  }
-  bool adjacent = true;
-  for (size_t k = 1; k < idims.size(); ++k) adjacent &= idims[k] == idims[k - 1] + 1;
-  // Permutation of the result that puts B dims first.
-  IntArray perm;
-  const int64_t pre = adjacent ? idims[0] : 0;
-  for (int64_t k = 0; k < nb; ++k) perm.push_back(pre + k);
-  for (int64_t k = 0; k < pre; ++k) perm.push_back(k);
-  for (int64_t k = pre + nb; k < result.dim(); ++k) perm.push_back(k);
-  AdvIndex plan;
-  IntArray rs, rst;
-  for (int64_t p : perm) {
-    rs.push_back(result.size(p));
-    rst.push_back(result.stride(p));
-  }
-  plan.result_view = RawWindow(result, rs, rst, result.storage_offset());
-  IntArray sst(nb, 0);
-  for (int64_t k : rest) sst.push_back(self.stride(k));
-  plan.self_window = RawWindow(self, rs, sst, self.storage_offset());
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const Tensor& ix = indices[k];
-    IntArray ist(ix.strides());
-    ist.resize(rs.size(), 0);
-    plan.idx.push_back(RawWindow(ix, rs, ist, ix.storage_offset()));
-    plan.self_strides.push_back(self.stride(idims[k]) * self.element_size());
-    plan.self_sizes.push_back(self.size(idims[k]));
-  }
-  return plan;
-}
+using AdvIndex = AdvancedIndexPlan;  // core/backend/advanced_index.h
 
 template <int K, bool Put, typename T>
 void AdvLoop(const AdvIndex& plan, const IntArray& idims, bool accumulate) {
@@ -281,7 +239,7 @@ void IndexKernel(const KernelCall& c) {
   const Tensor& self = c.inputs[0];
   std::vector<Tensor> idx(c.inputs.begin() + 1, c.inputs.end());
   if (c.outputs[0].numel() == 0) return;
-  AdvIndex plan = Plan(self, idx, c.attrs.indexed_dims, c.outputs[0]);
+  AdvIndex plan = PlanAdvancedIndex(self, idx, c.attrs.indexed_dims, c.outputs[0]);
   AdvDispatch<false>(plan, c.attrs.indexed_dims, self.dtype(), false);
 }
 
@@ -293,7 +251,7 @@ void IndexPutKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(self, out);
   if (values.numel() == 0) return;
-  AdvIndex plan = Plan(out, idx, c.attrs.indexed_dims, values);
+  AdvIndex plan = PlanAdvancedIndex(out, idx, c.attrs.indexed_dims, values);
   AdvDispatch<true>(plan, c.attrs.indexed_dims, self.dtype(), c.attrs.keepdim);
 }
 

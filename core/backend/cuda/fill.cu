@@ -3,8 +3,8 @@
 // (up to the last bit of the device's double-precision log/cos for normal draws).
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
+#include "core/backend/fill_rows.h"
 #include "core/ops/functions.h"
-#include "core/ops/random_draws.h"
 
 namespace anvil::cuda {
 namespace {
@@ -52,47 +52,17 @@ void FillKernel(const KernelCall& c) {
   });
 }
 
-void ArangeKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  ANVIL_DISPATCH_NUMERIC(out.dtype(), "arange", [&] {
-    Generate<scalar_t>(out, fn::ArangeDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.gamma, c.attrs.keepdim,
-                                                     out.numel()});
-  });
-}
-
-void UniformKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  ANVIL_DISPATCH_FLOATING(out.dtype(), "uniform_", [&] {
-    Generate<scalar_t>(out, fn::UniformDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
-  });
-}
-
-void NormalKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  ANVIL_DISPATCH_FLOATING(out.dtype(), "normal_", [&] {
-    Generate<scalar_t>(out, fn::NormalDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
-  });
-}
-
-// inputs[0]: probabilities (broadcast to out), or none (attrs.alpha = p).
-void BernoulliKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  const bool has_p = !c.inputs.empty();
-  Tensor p = has_p ? c.inputs[0].to(kFloat64).expand(out.sizes()).contiguous() : Tensor();
-  const double* pp = has_p ? p.data_ptr<double>() : nullptr;
-  ANVIL_DISPATCH_ALL(out.dtype(), "bernoulli", [&] {
-    Generate<scalar_t>(out, fn::BernoulliDraw<scalar_t>{c.attrs.seed, c.attrs.offset, pp, c.attrs.alpha});
-  });
-}
+// Element i of out = f(i), for the shared fill rows (core/backend/fill_rows.h).
+struct CudaGenerate {
+  template <typename T, typename F>
+  static void run(const Tensor& out, const F& f) { Generate<T>(out, f); }
+};
 
 }  // namespace
 
 void RegisterFillKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Fill)] = &FillKernel;
-  t[static_cast<int>(OpId::Arange)] = &ArangeKernel;
-  t[static_cast<int>(OpId::Uniform)] = &UniformKernel;
-  t[static_cast<int>(OpId::Normal)] = &NormalKernel;
-  t[static_cast<int>(OpId::Bernoulli)] = &BernoulliKernel;
+  fill_rows::Register<CudaGenerate>(t);
 }
 
 }  // namespace anvil::cuda

@@ -14,6 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <type_traits>
 
+#include "core/backend/advanced_index.h"
 #include "core/backend/cuda/index_options.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
@@ -66,19 +67,10 @@ void BySize(int64_t element_size, const F& f) {
   }
 }
 
-template <typename U>
-struct CopyBody {
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<U*>(p[0]) = *reinterpret_cast<const U*>(p[1]);
-  }
-};
-
 // Copies self into out unless out is self (in-place form); same dtype.
 void InitFromSelf(const Tensor& self, const Tensor& out) {
   if (out.impl() == self.impl()) return;
-  BySize(out.element_size(), [&](auto tag) {
-    LaunchElementwise<2>({&out, &self}, CopyBody<decltype(tag)>{});
-  });
+  CopyBits(out, self);
 }
 
 // ---- index validation ----
@@ -424,49 +416,7 @@ void IndexAddKernel(const KernelCall& c) {
 // ---- advanced indexing ----
 
 // The CPU's plan (core/backend/cpu/index.cc), duplicated: the result as [B..., rest...]
-// (B = broadcast index shape).
-struct AdvIndex {
-  Tensor result_view;       // the result (or values) permuted to [B..., rest...]
-  Tensor self_window;       // self re-windowed to [B..., rest...], stride 0 on B dims
-  std::vector<Tensor> idx;  // each index re-windowed to [B..., rest...]
-  IntArray self_strides;    // bytes per index step, per indexed dim
-  IntArray self_sizes;      // size of each indexed dim
-};
-
-AdvIndex Plan(const Tensor& self, const std::vector<Tensor>& indices, const IntArray& idims,
-              const Tensor& result) {
-  const int64_t nb = indices[0].dim();
-  std::vector<int64_t> rest;
-  for (int64_t k = 0; k < self.dim(); ++k) {
-    if (std::find(idims.begin(), idims.end(), k) == idims.end()) rest.push_back(k);
-  }
-  bool adjacent = true;
-  for (size_t k = 1; k < idims.size(); ++k) adjacent &= idims[k] == idims[k - 1] + 1;
-  IntArray perm;  // of the result, putting the B dims first
-  const int64_t pre = adjacent ? idims[0] : 0;
-  for (int64_t k = 0; k < nb; ++k) perm.push_back(pre + k);
-  for (int64_t k = 0; k < pre; ++k) perm.push_back(k);
-  for (int64_t k = pre + nb; k < result.dim(); ++k) perm.push_back(k);
-  AdvIndex plan;
-  IntArray rs, rst;
-  for (int64_t p : perm) {
-    rs.push_back(result.size(p));
-    rst.push_back(result.stride(p));
-  }
-  plan.result_view = RawWindow(result, rs, rst, result.storage_offset());
-  IntArray sst(nb, 0);
-  for (int64_t k : rest) sst.push_back(self.stride(k));
-  plan.self_window = RawWindow(self, rs, sst, self.storage_offset());
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const Tensor& ix = indices[k];
-    IntArray ist(ix.strides());
-    ist.resize(rs.size(), 0);
-    plan.idx.push_back(RawWindow(ix, rs, ist, ix.storage_offset()));
-    plan.self_strides.push_back(self.stride(idims[k]) * self.element_size());
-    plan.self_sizes.push_back(self.size(idims[k]));
-  }
-  return plan;
-}
+using AdvIndex = AdvancedIndexPlan;  // core/backend/advanced_index.h
 
 template <int K>
 void AdvRun(const AdvIndex& plan, const Tensor& target, bool put, bool accumulate) {
@@ -496,7 +446,7 @@ void Advanced(const Tensor& self, std::vector<Tensor> idx, const IntArray& idims
   ANVIL_CHECK_T(NotImplementedError, idx.size() <= kMaxIndexTensors,
                 "advanced indexing with more than ", kMaxIndexTensors, " index tensors");
   for (Tensor& t : idx) t = AsInt64(t);
-  const AdvIndex plan = Plan(self, idx, idims, result);
+  const AdvIndex plan = PlanAdvancedIndex(self, idx, idims, result);
   std::vector<IndexSpec> specs;
   for (size_t k = 0; k < idx.size(); ++k) {
     specs.push_back({idx[k], plan.self_sizes[k], idims[k], true});

@@ -100,4 +100,26 @@ void LaunchElementwise(const std::array<const Tensor*, N>& ops, const Body& body
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+template <typename Bits>
+struct BitCopyBody {
+  __device__ __forceinline__ void operator()(char** p) const {
+    *reinterpret_cast<Bits*>(p[0]) = *reinterpret_cast<const Bits*>(p[1]);
+  }
+};
+
+// dst = src for one dtype (src broadcast to dst's shape), any layouts: a copy of the bits, one
+// kernel per element size rather than per dtype.
+inline void CopyBits(const Tensor& dst, const Tensor& src) {
+  switch (dst.element_size()) {
+    case 1:
+      return LaunchElementwise<2>({&dst, &src}, BitCopyBody<uint8_t>{});
+    case 2:
+      return LaunchElementwise<2>({&dst, &src}, BitCopyBody<uint16_t>{});
+    case 4:
+      return LaunchElementwise<2>({&dst, &src}, BitCopyBody<uint32_t>{});
+    default:
+      return LaunchElementwise<2>({&dst, &src}, BitCopyBody<uint64_t>{});
+  }
+}
+
 }  // namespace anvil::cuda

@@ -560,23 +560,6 @@ __global__ void CumSumRowsKernel(const T* in, T* out, int64_t rows, int64_t len)
   }
 }
 
-template <typename B>
-struct CopyBody {
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<B*>(p[0]) = *reinterpret_cast<const B*>(p[1]);
-  }
-};
-
-// dst = src (same dtype, src broadcast to dst's shape), any layouts.
-void CopySameDtype(const Tensor& dst, const Tensor& src) {
-  switch (dst.element_size()) {
-    case 1: return LaunchElementwise<2>({&dst, &src}, CopyBody<uint8_t>{});
-    case 2: return LaunchElementwise<2>({&dst, &src}, CopyBody<uint16_t>{});
-    case 4: return LaunchElementwise<2>({&dst, &src}, CopyBody<uint32_t>{});
-    default: return LaunchElementwise<2>({&dst, &src}, CopyBody<uint64_t>{});
-  }
-}
-
 void CumSumKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
@@ -603,7 +586,7 @@ void CumSumKernel(const KernelCall& c) {
       ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
-  if (!direct) CopySameDtype(out, ym.movedim(-1, d).reshape(out.sizes()));
+  if (!direct) CopyBits(out, ym.movedim(-1, d).reshape(out.sizes()));
 }
 
 }  // namespace

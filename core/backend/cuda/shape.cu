@@ -10,27 +10,6 @@
 namespace anvil::cuda {
 namespace {
 
-template <typename B>
-struct CopyBody {
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<B*>(p[0]) = *reinterpret_cast<const B*>(p[1]);
-  }
-};
-
-// dst = src (same dtype, src broadcast to dst's shape), any layouts: a bit copy.
-void CopySameDtype(const Tensor& dst, const Tensor& src) {
-  switch (dst.element_size()) {
-    case 1:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint8_t>{});
-    case 2:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint16_t>{});
-    case 4:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint32_t>{});
-    default:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint64_t>{});
-  }
-}
-
 // One strided copy per input into its window of the output.
 void CatKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
@@ -38,7 +17,7 @@ void CatKernel(const KernelCall& c) {
   int64_t start = 0;
   for (const Tensor& t : c.inputs) {
     const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0) CopySameDtype(out.narrow(d, start, n), t);
+    if (n > 0 && t.numel() > 0) CopyBits(out.narrow(d, start, n), t);
     start += n;
   }
 }

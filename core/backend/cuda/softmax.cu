@@ -137,25 +137,6 @@ __global__ void SoftmaxRowsKernel(const T* x, T* y, int64_t rows, int64_t len) {
   }
 }
 
-template <typename B>
-struct CopyBody {
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<B*>(p[0]) = *reinterpret_cast<const B*>(p[1]);
-  }
-};
-
-// dst = src for floating dtypes (same dtype), any layouts.
-void CopySameDtype(const Tensor& dst, const Tensor& src) {
-  switch (dst.element_size()) {
-    case 2:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint16_t>{});
-    case 4:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint32_t>{});
-    default:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint64_t>{});
-  }
-}
-
 inline unsigned BlocksFor(int64_t tasks) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tasks, 65535 * 8)));
 }
@@ -193,7 +174,7 @@ void SoftmaxKernel(const KernelCall& c) {
       ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
-  if (!direct) CopySameDtype(out, om.movedim(-1, d).reshape(out.sizes()));
+  if (!direct) CopyBits(out, om.movedim(-1, d).reshape(out.sizes()));
 }
 
 }  // namespace

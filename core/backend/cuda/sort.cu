@@ -16,27 +16,6 @@ TensorOptions On(const Tensor& t, ScalarType dtype) {
   return TensorOptions(dtype).with_device(t.device());
 }
 
-template <typename U>
-struct CopyBody {
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<U*>(p[0]) = *reinterpret_cast<const U*>(p[1]);
-  }
-};
-
-// dst = src (same dtype and shape, any layouts).
-void CopyInto(const Tensor& dst, const Tensor& src) {
-  switch (dst.element_size()) {
-    case 1:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint8_t>{});
-    case 2:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint16_t>{});
-    case 4:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint32_t>{});
-    default:
-      return LaunchElementwise<2>({&dst, &src}, CopyBody<uint64_t>{});
-  }
-}
-
 // Scratch memory for cub, from the caching allocator.
 Tensor Scratch(const Tensor& like, size_t bytes) {
   return empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, On(like, kUInt8));
@@ -171,7 +150,7 @@ void SortKernel(const KernelCall& c) {
   ANVIL_DISPATCH_ALL(x.dtype(), "sort",
                      [&] { SortRows<scalar_t>(xm, rows, len, descending, values, indices); });
   for (int k = 0; k < 2; ++k) {
-    CopyInto(c.outputs[k],
+    CopyBits(c.outputs[k],
              (k == 0 ? values : indices).movedim(-1, d).reshape(c.outputs[k].sizes()));
   }
 }

@@ -1,0 +1,62 @@
+// The random and arange rows of the op table, written once for every backend: each backend
+// supplies `Gen::run<T>(out, f)`, which stores f(i) into element i (row-major) of `out`,
+// and the per-element draws come from core/ops/random_draws.h. So a seeded draw is the same
+// numbers on every device.
+#pragma once
+
+#include "core/backend/registry.h"
+#include "core/ops/functions.h"
+#include "core/ops/random_draws.h"
+
+namespace anvil::fill_rows {
+
+template <typename Gen>
+void Arange(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  ANVIL_DISPATCH_NUMERIC(out.dtype(), "arange", [&] {
+    Gen::template run<scalar_t>(out, fn::ArangeDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.gamma,
+                                                               c.attrs.keepdim, out.numel()});
+  });
+}
+
+template <typename Gen>
+void Uniform(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  ANVIL_DISPATCH_FLOATING(out.dtype(), "uniform_", [&] {
+    Gen::template run<scalar_t>(out,
+                                fn::UniformDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
+  });
+}
+
+template <typename Gen>
+void Normal(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  ANVIL_DISPATCH_FLOATING(out.dtype(), "normal_", [&] {
+    Gen::template run<scalar_t>(out,
+                                fn::NormalDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
+  });
+}
+
+// inputs[0]: probabilities (broadcast to out), or none (attrs.alpha = p). The probabilities
+// are made contiguous float64 on out's device first, so element i reads p[i].
+template <typename Gen>
+void Bernoulli(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  const bool has_p = !c.inputs.empty();
+  Tensor p = has_p ? c.inputs[0].to(kFloat64).expand(out.sizes()).contiguous() : Tensor();
+  const double* pp = has_p ? p.data_ptr<double>() : nullptr;
+  ANVIL_DISPATCH_ALL(out.dtype(), "bernoulli", [&] {
+    Gen::template run<scalar_t>(out, fn::BernoulliDraw<scalar_t>{c.attrs.seed, c.attrs.offset, pp, c.attrs.alpha});
+  });
+}
+
+// Registers the four rows above for a backend.
+template <typename Gen>
+void Register(KernelTable& t) {
+  t[static_cast<int>(OpId::Arange)] = &Arange<Gen>;
+  t[static_cast<int>(OpId::Uniform)] = &Uniform<Gen>;
+  t[static_cast<int>(OpId::Normal)] = &Normal<Gen>;
+  t[static_cast<int>(OpId::Bernoulli)] = &Bernoulli<Gen>;
+}
+
+}  // namespace anvil::fill_rows
