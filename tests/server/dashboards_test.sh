@@ -6,31 +6,13 @@
 # without a GPU; tests/gpu/check.sh scrapes the real one.
 #   dashboards_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build="$(cd "$1" && pwd)"
+source "$(dirname "$0")/anvild_lib.sh" "$1" dashboards
 src="$(cd "$2" && pwd)"
-work="$(mktemp -d /tmp/anvil-dashboards-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "${p}" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v prometheus > /dev/null || fail "prometheus is missing (make deps installs Debian's prometheus package)"
 
 nvml="${build}/tests/server/libanvil_fake_nvml.so"
 [[ -f "${nvml}" ]] || fail "missing ${nvml} (built with the server tests)"
-ANVIL_NVML_LIBRARY="${nvml}" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
-  > "${work}/anvild.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  metrics_port=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  [[ -n "${grpc_port}" && -n "${metrics_port}" ]] && break
-  sleep 0.1
-done
-[[ -n "${metrics_port:-}" ]] || fail "anvild did not start"
+start_anvild ANVIL_NVML_LIBRARY="${nvml}"
 prom_port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat > "${work}/prometheus.yml" <<YAML
 global:

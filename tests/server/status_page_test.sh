@@ -4,29 +4,10 @@
 # against /status.json through the DOM. A screenshot is kept as BUILD_DIR/status-page.png.
 #   status_page_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build="$(cd "$1" && pwd)"
-work="$(mktemp -d /tmp/anvil-status-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "${p}" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/anvild_lib.sh" "$1" status
 browser=$(command -v chromium || command -v chromium-browser || true)
 [[ -n "${browser}" ]] || fail "chromium is missing (make deps-test installs Debian's chromium package)"
-
-"${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
-  > "${work}/anvild.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  metrics_port=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  [[ -n "${grpc_port}" && -n "${metrics_port}" ]] && break
-  sleep 0.1
-done
-[[ -n "${metrics_port:-}" ]] || fail "anvild did not start"
+start_anvild
 url="http://127.0.0.1:${metrics_port}"
 cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
 

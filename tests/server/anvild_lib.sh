@@ -1,0 +1,28 @@
+# Shared by the system tests that run a real anvild beside another program (sourced, not run):
+#   source anvild_lib.sh BUILD_DIR TAG   sets build, work (a temporary folder removed at exit),
+#                                         fail, and cleanup of every pid in `pids`
+#   start_anvild [ENV=VALUE...]           starts anvild on free ports, with the given
+#                                         environment; sets grpc_port and metrics_port
+build="$(cd "$1" && pwd)"
+work="$(mktemp -d "/tmp/anvil-$2-XXXXXX")"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "${p}" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "${work}"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [[ -f "${work}/anvild.log" ]] && tail -20 "${work}/anvild.log" >&2; exit 1; }
+
+start_anvild() {
+  env "$@" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
+    > "${work}/anvild.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+    metrics_port=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+    [[ -n "${grpc_port}" && -n "${metrics_port}" ]] && return 0
+    sleep 0.1
+  done
+  fail "anvild did not start"
+}
