@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/anvil.h"
+#include "core/backend/registry.h"
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -642,6 +643,36 @@ TEST_F(ServerTest, VersionsAccumulateAndLatestFollows) {
 
 // Beyond max_loaded_models the least recently used version is unloaded, and reloaded from
 // its archive when it is asked for again.
+// Worker devices come from --devices: a device this machine lacks is a clear start-up error
+// (never a server without workers), a device listed twice is refused, and "cpu" alone works.
+TEST_F(ServerTest, WorkerDevicesAreCheckedAtStartUp) {
+  Stop();
+  auto start_error = [&](const std::string& devices, const std::string& serving) {
+    ServerOptions o;
+    o.devices = devices;
+    o.serving_device = serving;
+    try {
+      Start(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    Stop();
+    return std::string();
+  };
+  if (!cuda_is_available()) {
+    EXPECT_THAT(start_error("cuda:0,cpu", "cpu"), HasSubstr("cuda:0 is not available"));
+    EXPECT_THAT(start_error("cpu", "cuda:0"), HasSubstr("cuda:0 is not available"));
+  }
+  EXPECT_THAT(start_error("cpu,cpu", "cpu"), HasSubstr("cpu is listed twice"));
+  EXPECT_THAT(start_error("gpu", "cpu"), HasSubstr("gpu"));
+  EXPECT_EQ(start_error("cpu", "cpu"), "");
+  Start();  // the fixture's server for TearDown
+  grpc::ClientContext ctx;
+  v1::ListModelsRequest req;
+  v1::ListModelsResponse resp;
+  EXPECT_TRUE(serving_->ListModels(&ctx, req, &resp).ok());
+}
+
 TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
   Stop();
   ServerOptions o;
