@@ -10,6 +10,13 @@
 
 namespace anvil::fill_rows {
 
+// The fill value as T: nonzero is true for bool; other types convert through opmath_t<T>.
+template <typename T>
+T FillValue(double v) {
+  if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return static_cast<T>(static_cast<opmath_t<T>>(v));
+}
+
 template <typename Gen>
 void Arange(const KernelCall& c) {
   const Tensor& out = c.outputs[0];

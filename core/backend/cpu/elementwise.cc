@@ -1,6 +1,7 @@
 // CPU kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
 // shared functors in core/ops/functors.h.
 #include "core/backend/cpu/kernels.h"
+#include "core/backend/elementwise_kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functors.h"
 
@@ -30,33 +31,13 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   }
 }
 
-#define UNARY_KERNEL(Name, DISPATCH, MAKE)                                       \
-  void Name##Kernel(const KernelCall& c) {                                       \
-    const auto& a = c.attrs;                                                     \
-    (void)a;                                                                     \
-    auto f = MAKE;                                                               \
-    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
-  }
-#define ANVIL_UNARY UNARY_KERNEL
-#define ANVIL_BINARY(...)
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-#undef UNARY_KERNEL
-
-void GeluKernel(const KernelCall& c) {
-  ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
-    if (c.attrs.keepdim) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
-    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
-  });
-}
-
-void PowScalarKernel(const KernelCall& c) {
-  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
-    if (c.attrs.alpha == 2.0) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
-    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.alpha});
-  });
-}
+// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
+struct CpuLoops {
+  template <typename T, typename F>
+  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
+  template <typename T, typename F>
+  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
+};
 
 void CheckNoZeroDivisor(const Tensor& b) {
   ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {
@@ -71,21 +52,6 @@ void CheckNoZeroDivisor(const Tensor& b) {
     }
   });
 }
-
-#define BINARY_KERNEL(Name, DISPATCH, MAKE)                                                  \
-  void Name##Kernel(const KernelCall& c) {                                                   \
-    const auto& a = c.attrs;                                                                 \
-    (void)a;                                                                                 \
-    auto f = MAKE;                                                                           \
-    DISPATCH(c.inputs[0].dtype(), #Name,                                                     \
-             [&] { Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });          \
-  }
-#define ANVIL_UNARY(...)
-#define ANVIL_BINARY BINARY_KERNEL
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-#undef BINARY_KERNEL
 
 void RemainderKernel(const KernelCall& c) {
   CheckNoZeroDivisor(c.inputs[1]);
@@ -169,15 +135,11 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
 }
 
 void RegisterElementwiseKernels(KernelTable& t) {
-#define REG(Name) t[static_cast<int>(OpId::Name)] = &Name##Kernel;
-  REG(Neg) REG(Abs) REG(Sign) REG(Exp) REG(Expm1) REG(Log) REG(Log1p) REG(Sqrt) REG(Rsqrt)
-  REG(Reciprocal) REG(Sin) REG(Cos) REG(Tanh) REG(Sigmoid) REG(Relu) REG(LeakyRelu) REG(Elu)
-  REG(Gelu) REG(Silu) REG(Softplus) REG(Erf) REG(PowScalar) REG(Clamp) REG(Floor) REG(Ceil)
-  REG(Round) REG(Trunc) REG(LogicalNot) REG(IsNan) REG(IsFinite)
-  REG(Add) REG(Sub) REG(Mul) REG(Div) REG(Pow) REG(Maximum) REG(Minimum) REG(Remainder)
-  REG(Atan2) REG(Eq) REG(Ne) REG(Lt) REG(Le) REG(Gt) REG(Ge) REG(LogicalAnd) REG(LogicalOr)
-  REG(LogicalXor) REG(Where) REG(Cast) REG(Clone)
-#undef REG
+  elementwise_kernels::Register<CpuLoops>(t);
+  t[static_cast<int>(OpId::Remainder)] = &RemainderKernel;
+  t[static_cast<int>(OpId::Where)] = &WhereKernel;
+  t[static_cast<int>(OpId::Cast)] = &CastKernel;
+  t[static_cast<int>(OpId::Clone)] = &CloneKernel;
 }
 
 }  // namespace anvil::cpu

@@ -30,9 +30,7 @@ void FillKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const double v = c.attrs.alpha;
   ANVIL_DISPATCH_ALL(out.dtype(), "fill", [&] {
-    scalar_t value;
-    if constexpr (std::is_same_v<scalar_t, bool>) value = v != 0;
-    else value = static_cast<scalar_t>(static_cast<opmath_t<scalar_t>>(v));
+    const scalar_t value = fill_rows::FillValue<scalar_t>(v);
     if (out.is_contiguous()) {  // the common case (zeros, ones, full): a plain vectorised fill
       scalar_t* p = out.data_ptr<scalar_t>();
       parallel_for(0, out.numel(), 1 << 16, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, value); });

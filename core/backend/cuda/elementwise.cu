@@ -2,6 +2,7 @@
 // same functors as the CPU kernels (core/ops/elementwise_rows.def, core/ops/functors.h).
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
+#include "core/backend/elementwise_kernels.h"
 #include "core/ops/functions.h"
 #include "core/ops/functors.h"
 
@@ -62,41 +63,13 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   else LaunchElementwise<3>({&out, &a, &b}, BinaryBody<T, T, F>{f});
 }
 
-#define UNARY_KERNEL(Name, DISPATCH, MAKE)                                                        \
-  void Name##Kernel(const KernelCall& c) {                                                        \
-    const auto& a = c.attrs;                                                                      \
-    (void)a;                                                                                      \
-    auto f = MAKE;                                                                                \
-    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
-  }
-#define BINARY_KERNEL(Name, DISPATCH, MAKE)                                                                 \
-  void Name##Kernel(const KernelCall& c) {                                                                  \
-    const auto& a = c.attrs;                                                                                \
-    (void)a;                                                                                                \
-    auto f = MAKE;                                                                                          \
-    DISPATCH(c.inputs[0].dtype(), #Name, [&] { Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); }); \
-  }
-#define ANVIL_UNARY UNARY_KERNEL
-#define ANVIL_BINARY BINARY_KERNEL
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-#undef UNARY_KERNEL
-#undef BINARY_KERNEL
-
-void GeluKernel(const KernelCall& c) {
-  ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
-    if (c.attrs.keepdim) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
-    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
-  });
-}
-
-void PowScalarKernel(const KernelCall& c) {
-  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
-    if (c.attrs.alpha == 2.0) Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
-    else Unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.alpha});
-  });
-}
+// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
+struct CudaLoops {
+  template <typename T, typename F>
+  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
+  template <typename T, typename F>
+  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
+};
 
 template <typename T>
 struct FlagZeroBody {
@@ -152,14 +125,11 @@ void CloneKernel(const KernelCall& c) { CastKernel(c); }
 }  // namespace
 
 void RegisterElementwiseKernels(KernelTable& t) {
-#define REG(Name) t[static_cast<int>(OpId::Name)] = &Name##Kernel;
-#define ANVIL_UNARY(Name, ...) REG(Name)
-#define ANVIL_BINARY(Name, ...) REG(Name)
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-  REG(Gelu) REG(PowScalar) REG(Remainder) REG(Where) REG(Cast) REG(Clone)
-#undef REG
+  elementwise_kernels::Register<CudaLoops>(t);
+  t[static_cast<int>(OpId::Remainder)] = &RemainderKernel;
+  t[static_cast<int>(OpId::Where)] = &WhereKernel;
+  t[static_cast<int>(OpId::Cast)] = &CastKernel;
+  t[static_cast<int>(OpId::Clone)] = &CloneKernel;
 }
 
 }  // namespace anvil::cuda

@@ -39,9 +39,7 @@ void FillKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const double v = c.attrs.alpha;
   ANVIL_DISPATCH_ALL(out.dtype(), "fill", [&] {
-    scalar_t value;
-    if constexpr (std::is_same_v<scalar_t, bool>) value = v != 0;
-    else value = static_cast<scalar_t>(static_cast<opmath_t<scalar_t>>(v));
+    const scalar_t value = fill_rows::FillValue<scalar_t>(v);
     if (v == 0 && out.is_contiguous() && !std::signbit(v)) {  // zeros: all bits 0 in every dtype
       const int device = out.device().index;
       DeviceGuard guard(device);
