@@ -35,6 +35,19 @@ struct ViewFn {
 // (only possible for Reshape, whose strides depend on the input's).
 std::optional<Geometry> apply_view(const ViewFn& fn, const Geometry& in);
 
+// The hyper-parameters of one fused optimizer step (the SgdStep / AdamStep rows), already
+// resolved for the step being taken: bias corrections are those of its step count.
+struct OptimizerStepAttrs {
+  double lr = 0, weight_decay = 0;
+  double momentum = 0, dampening = 0;  // SGD
+  bool nesterov = false;               // SGD
+  bool first_step = false;             // SGD: the momentum buffers hold nothing yet
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam
+  double bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
+  bool decoupled = false;  // AdamW: p *= 1 - lr * wd instead of adding wd * p to the gradient
+  bool amsgrad = false;
+};
+
 struct OpAttrs {
   IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0];
                              // Im2Col/Col2Im: WindowParams packed (see ops/im2col.cc)
@@ -54,6 +67,7 @@ struct OpAttrs {
   Geometry geometry;         // StridedScatterAdd: window in a contiguous buffer of `dims` sizes
   uint64_t seed = 0, offset = 0;  // random fills: Philox key and counter
   IntArray indexed_dims;     // Index/IndexPut: which dims of self the index tensors address
+  OptimizerStepAttrs optim;  // SgdStep/AdamStep
 };
 
 }  // namespace anvil

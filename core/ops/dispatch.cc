@@ -77,6 +77,13 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
   return outputs;
 }
 
+void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+  ANVIL_INTERNAL_ASSERT(op_info(op).kind == OpKind::Foreach, op_name(op), " is not a Foreach row");
+  const Device dev = CommonDevice(op, inputs);
+  std::vector<Tensor> no_outputs;
+  RunKernel(op, dev, inputs, no_outputs, attrs);
+}
+
 void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
                    const OpAttrs& attrs) {
   // Fills have no inputs: the output's device decides.

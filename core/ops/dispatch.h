@@ -22,6 +22,10 @@ inline Tensor dispatch1(OpId op, const std::vector<Tensor>& inputs, const OpAttr
   return dispatch(op, inputs, attrs)[0];
 }
 
+// Runs a Foreach row (inputs updated in place, no outputs, no autograd) on the inputs' device.
+// Callers (ops/foreach.cc) validate the lists and bump versions.
+void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);
+
 // Runs `op`'s kernel writing into `self` (inputs[0] is self), with no autograd recording.
 // Callers go through inplace_op, which handles autograd.
 void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,

@@ -15,7 +15,9 @@ enum class OpId : int16_t {
 };
 constexpr int kNumOps = static_cast<int>(OpId::kCount);
 
-enum class OpKind : int8_t { Unary, Binary, Ternary, Reduce, Matmul, Index, View, Fill, Other };
+// Foreach: an in-place update of several tensor lists at once (fused optimizer steps); no
+// outputs, no autograd.
+enum class OpKind : int8_t { Unary, Binary, Ternary, Reduce, Matmul, Index, View, Fill, Foreach, Other };
 
 // What backward needs (NOTE in op_table.def).
 enum SaveMask : uint32_t { I0 = 1, I1 = 2, I2 = 4, IR = 8, IA = 16, O0 = 32, O1 = 64 };

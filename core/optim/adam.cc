@@ -2,7 +2,9 @@
 #include <cmath>
 
 #include "core/autograd/grad_mode.h"
+#include "core/ops/foreach.h"
 #include "core/ops/functions.h"
+#include "core/optim/fused_buckets.h"
 #include "core/optim/optimizer.h"
 #include "core/util/error.h"
 
@@ -10,13 +12,8 @@ namespace anvil::optim {
 namespace {
 
 Options AdamDefaults(double weight_decay) {
-  return {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay}, {"amsgrad", 0.0}};
-}
-
-Tensor& Buffer(ParamState& s, const char* name, const Tensor& like) {
-  auto it = s.buffers.find(name);
-  if (it == s.buffers.end()) it = s.buffers.emplace(name, zeros_like(like)).first;
-  return it->second;
+  return {{"lr", 1e-3},  {"beta1", 0.9},   {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay},
+          {"amsgrad", 0.0}, {"fused", 1.0}};
 }
 
 }  // namespace
@@ -42,11 +39,22 @@ void Adam::step() {
     const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2"), eps = o.at("eps");
     const double wd = o.at("weight_decay");
     const bool amsgrad = o.at("amsgrad") != 0.0;
+    const bool fused = o.at("fused") != 0.0;
+    FusedBuckets buckets;  // one per (device, dtype, step count): the bias corrections differ by step
     for (auto& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       ParamState& s = state(p);
       const int64_t t = ++s.step;
+      if (fused && fused_step_supported(p, g)) {
+        Tensor& m = buffer(s, "exp_avg", p);
+        Tensor& v = buffer(s, "exp_avg_sq", p);
+        Tensor vmax = amsgrad ? buffer(s, "max_exp_avg_sq", p) : Tensor();
+        if (fused_step_supported(p, m) && fused_step_supported(p, v) && (!amsgrad || fused_step_supported(p, vmax))) {
+          buckets.bucket_for(p, t).add(p, g, m, v, vmax);
+          continue;
+        }
+      }
       if (wd != 0.0) {
         if (decoupled_) {
           p.mul_(1.0 - lr * wd);
@@ -54,20 +62,33 @@ void Adam::step() {
           g = g + p * wd;
         }
       }
-      Tensor& m = Buffer(s, "exp_avg", p);
-      Tensor& v = Buffer(s, "exp_avg_sq", p);
+      Tensor& m = buffer(s, "exp_avg", p);
+      Tensor& v = buffer(s, "exp_avg_sq", p);
       m.lerp_(g, 1.0 - b1);
       v.mul_(b2).addcmul_(g, g, 1.0 - b2);
       const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
       const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
       Tensor second = v;
       if (amsgrad) {
-        Tensor& vmax = Buffer(s, "max_exp_avg_sq", p);
+        Tensor& vmax = buffer(s, "max_exp_avg_sq", p);
         vmax.copy_(maximum(vmax, v));
         second = vmax;
       }
       const Tensor denom = sqrt(second) * (1.0 / std::sqrt(bc2)) + eps;
       p.addcdiv_(m, denom, -lr / bc1);
+    }
+    for (const FusedBucket& b : buckets) {
+      OptimizerStepAttrs a;
+      a.lr = lr;
+      a.weight_decay = wd;
+      a.beta1 = b1;
+      a.beta2 = b2;
+      a.eps = eps;
+      a.bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(b.key));
+      a.bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(b.key));
+      a.decoupled = decoupled_;
+      a.amsgrad = amsgrad;
+      fused_adam_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], a);
     }
   }
 }
@@ -97,18 +118,18 @@ void RMSprop::step() {
       ParamState& s = state(p);
       ++s.step;
       if (wd != 0.0) g = g + p * wd;
-      Tensor& sq = Buffer(s, "square_avg", p);
+      Tensor& sq = buffer(s, "square_avg", p);
       sq.mul_(alpha).addcmul_(g, g, 1.0 - alpha);
       Tensor avg;
       if (centered) {
-        Tensor& ga = Buffer(s, "grad_avg", p);
+        Tensor& ga = buffer(s, "grad_avg", p);
         ga.lerp_(g, 1.0 - alpha);
         avg = sqrt(sq - ga * ga) + eps;
       } else {
         avg = sqrt(sq) + eps;
       }
       if (momentum > 0.0) {
-        Tensor& buf = Buffer(s, "momentum_buffer", p);
+        Tensor& buf = buffer(s, "momentum_buffer", p);
         buf.mul_(momentum).addcdiv_(g, avg);
         p.add_(buf, -lr);
       } else {

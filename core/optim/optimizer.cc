@@ -68,6 +68,12 @@ void Optimizer::set_lr(double lr) {
 
 ParamState& Optimizer::state(const Tensor& param) { return state_[param.impl()]; }
 
+Tensor& Optimizer::buffer(ParamState& s, const char* name, const Tensor& like) {
+  auto it = s.buffers.find(name);
+  if (it == s.buffers.end()) it = s.buffers.emplace(name, zeros_like(like)).first;
+  return it->second;
+}
+
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   int64_t index = 0;
@@ -101,7 +107,10 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
                   "' of parameter ", index, " does not match the parameter's shape");
     }
   }
-  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = s.groups[g];
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].options = s.groups[g];
+    for (const auto& [key, value] : defaults_) groups_[g].options.emplace(key, value);
+  }
   state_.clear();
   for (const auto& [index, ps] : s.params) {
     ParamState copy;

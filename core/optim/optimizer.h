@@ -8,6 +8,12 @@
 //
 // step() runs under NoGradGuard and updates parameters in place; parameters without a
 // gradient are skipped. Thread-safety: none (one training thread).
+//
+// Fused steps: SGD, Adam and AdamW take option "fused" (1 by default, like PyTorch's fused=True
+// where it applies). Parameters that are dense, contiguous float32/float64 tensors with a
+// gradient of the same kind are updated by one multi-tensor kernel per device and dtype
+// (core/ops/foreach.h); others, and every parameter with fused=0, go through the per-tensor
+// ops. Both paths compute the same update to rounding.
 #pragma once
 
 #include <cstdint>
@@ -56,11 +62,14 @@ class Optimizer {
 
   OptimizerState state_dict() const;
   // Requires the same groups and parameter counts; buffers must match the parameters' shapes.
+  // Options the saved groups lack (a state saved before the option existed) take the defaults.
   void load_state_dict(const OptimizerState& state);
 
  protected:
   Optimizer(std::vector<ParamGroup> groups, Options defaults);
   ParamState& state(const Tensor& param);
+  // The state buffer `name` of a parameter, created as zeros shaped like `like` if missing.
+  static Tensor& buffer(ParamState& s, const char* name, const Tensor& like);
   // `defaults` with the caller's `overrides` applied; an unknown name is an error naming `who`.
   static Options WithOverrides(Options defaults, const Options& overrides, const char* who);
 
@@ -71,7 +80,7 @@ class Optimizer {
 };
 
 // SGD with momentum, dampening, Nesterov momentum and L2 weight decay (PyTorch's update).
-// Options: lr (required), momentum 0, dampening 0, weight_decay 0, nesterov 0 (1 = on).
+// Options: lr (required), momentum 0, dampening 0, weight_decay 0, nesterov 0 (1 = on), fused 1.
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, Options options);
@@ -81,7 +90,7 @@ class SGD : public Optimizer {
 };
 
 // Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).
-// Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0.
+// Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0, fused 1.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, Options options = {});

@@ -2,7 +2,9 @@
 #include <limits>
 
 #include "core/autograd/grad_mode.h"
+#include "core/ops/foreach.h"
 #include "core/ops/functions.h"
+#include "core/optim/fused_buckets.h"
 #include "core/optim/optimizer.h"
 #include "core/util/error.h"
 
@@ -10,7 +12,7 @@ namespace anvil::optim {
 namespace {
 Options SgdDefaults() {
   return {{"lr", std::numeric_limits<double>::quiet_NaN()}, {"momentum", 0.0}, {"dampening", 0.0},
-          {"weight_decay", 0.0}, {"nesterov", 0.0}};
+          {"weight_decay", 0.0}, {"nesterov", 0.0}, {"fused", 1.0}};
 }
 }  // namespace
 
@@ -33,9 +35,27 @@ void SGD::step() {
     const double lr = o.at("lr"), momentum = o.at("momentum"), dampening = o.at("dampening");
     const double wd = o.at("weight_decay");
     const bool nesterov = o.at("nesterov") != 0.0;
+    const bool fused = o.at("fused") != 0.0;
+    // Fused buckets: one per (device, dtype, whether the momentum buffers are new).
+    FusedBuckets buckets;
     for (auto& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
+      if (fused && fused_step_supported(p, g)) {
+        if (momentum == 0.0) {
+          buckets.bucket_for(p, 0).add(p, g);
+          continue;
+        }
+        ParamState& s = state(p);
+        auto it = s.buffers.find("momentum_buffer");
+        const bool first = it == s.buffers.end();
+        if (first) it = s.buffers.emplace("momentum_buffer", empty_like(p)).first;
+        if (fused_step_supported(p, it->second)) {
+          buckets.bucket_for(p, first ? 1 : 0).add(p, g, it->second);
+          continue;
+        }
+        if (first) s.buffers.erase(it);
+      }
       if (wd != 0.0) g = g + p * wd;
       if (momentum != 0.0) {
         ParamState& s = state(p);
@@ -48,6 +68,16 @@ void SGD::step() {
         g = nesterov ? g + it->second * momentum : it->second;
       }
       p.add_(g, -lr);
+    }
+    for (const FusedBucket& b : buckets) {
+      OptimizerStepAttrs a;
+      a.lr = lr;
+      a.weight_decay = wd;
+      a.momentum = momentum;
+      a.dampening = dampening;
+      a.nesterov = nesterov;
+      a.first_step = b.key == 1;
+      fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a);
     }
   }
 }

@@ -17,5 +17,6 @@ void RegisterShapeKernels(KernelTable& t);
 void RegisterFillKernels(KernelTable& t);
 void RegisterIm2ColKernels(KernelTable& t);
 void RegisterConvKernels(KernelTable& t);
+void RegisterOptimizerStepKernels(KernelTable& t);
 
 }  // namespace anvil::cpu

@@ -11,6 +11,7 @@ void RegisterCpuKernels(KernelTable& table) {
   cpu::RegisterFillKernels(table);
   cpu::RegisterIm2ColKernels(table);
   cpu::RegisterConvKernels(table);
+  cpu::RegisterOptimizerStepKernels(table);
 }
 
 }  // namespace anvil

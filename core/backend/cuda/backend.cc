@@ -70,6 +70,7 @@ KernelTable MakeKernelTable() {
   RegisterIndexKernels(t);
   RegisterShapeKernels(t);
   RegisterConvKernels(t);
+  RegisterOptimizerStepKernels(t);
   return t;
 }
 

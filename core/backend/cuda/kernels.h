@@ -14,5 +14,6 @@ void RegisterSoftmaxKernels(KernelTable& t);
 void RegisterIndexKernels(KernelTable& t);
 void RegisterShapeKernels(KernelTable& t);
 void RegisterConvKernels(KernelTable& t);
+void RegisterOptimizerStepKernels(KernelTable& t);
 
 }  // namespace anvil::cuda

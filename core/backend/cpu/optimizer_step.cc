@@ -1,0 +1,112 @@
+// Fused optimizer steps on the CPU (the SgdStep / AdamStep rows): every element of every
+// parameter is read and written once, with the shared per-element math of
+// core/ops/optimizer_step.h. The lists are walked as one long range split across the pool, so
+// a model of many small tensors and one of a few large ones both use every thread.
+#include <algorithm>
+#include <vector>
+
+#include "core/backend/cpu/kernels.h"
+#include "core/ops/optimizer_step.h"
+#include "core/util/thread_pool.h"
+
+namespace anvil::cpu {
+namespace {
+
+// Elements per pool task: an Adam step touches ~20 bytes per element per list, so this keeps
+// tasks well above the pool's hand-off cost.
+constexpr int64_t kGrain = 1 << 15;
+
+// Calls body(list index, element begin, element end) over [begin, end) of the concatenation of
+// the `count` tensors whose sizes are `numels` (prefix sums in `starts`).
+template <typename F>
+void ForEachSpan(const std::vector<int64_t>& starts, int64_t begin, int64_t end, const F& body) {
+  size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) - 1;
+  for (; begin < end; ++i) {
+    const int64_t tensor_end = starts[i + 1];
+    const int64_t stop = std::min(end, tensor_end);
+    if (stop > begin) body(i, begin - starts[i], stop - starts[i]);
+    begin = stop;
+  }
+}
+
+// The lists of a Foreach call: list k holds inputs[k * n .. (k + 1) * n).
+template <typename T>
+struct Lists {
+  size_t n;
+  std::vector<int64_t> starts;  // n + 1 prefix sums of the parameters' sizes
+  const std::vector<Tensor>& inputs;
+
+  Lists(const std::vector<Tensor>& in, size_t num_lists) : n(in.size() / num_lists), inputs(in) {
+    starts.push_back(0);
+    for (size_t i = 0; i < n; ++i) starts.push_back(starts.back() + in[i].numel());
+  }
+  T* ptr(size_t list, size_t i) const { return inputs[list * n + i].template data_ptr<T>(); }
+  int64_t total() const { return starts.back(); }
+};
+
+template <typename T>
+void SgdStep(const KernelCall& c) {
+  const bool momentum = c.attrs.optim.momentum != 0.0;
+  const Lists<T> l(c.inputs, momentum ? 3 : 2);
+  const auto f = fn::SgdStepF<T>::make(c.attrs.optim);
+  parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+    ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+      T* __restrict p = l.ptr(0, i);
+      const T* __restrict g = l.ptr(1, i);
+      T* __restrict buf = momentum ? l.ptr(2, i) : nullptr;
+      if (momentum) {
+        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], buf + j);
+      } else {
+        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], nullptr);
+      }
+    });
+  });
+}
+
+template <typename T>
+void AdamStep(const KernelCall& c) {
+  const bool amsgrad = c.attrs.optim.amsgrad;
+  const Lists<T> l(c.inputs, amsgrad ? 5 : 4);
+  const auto f = fn::AdamStepF<T>::make(c.attrs.optim);
+  parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+    ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+      T* __restrict p = l.ptr(0, i);
+      const T* __restrict g = l.ptr(1, i);
+      T* __restrict m = l.ptr(2, i);
+      T* __restrict v = l.ptr(3, i);
+      if (amsgrad) {
+        T* __restrict vmax = l.ptr(4, i);
+        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], m[j], v[j], vmax + j);
+      } else {
+        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], m[j], v[j], nullptr);
+      }
+    });
+  });
+}
+
+template <template <typename> class Step>
+void ByDtype(const KernelCall& c) {
+  if (c.inputs[0].dtype() == kFloat64) {
+    Step<double>::run(c);
+  } else {
+    Step<float>::run(c);
+  }
+}
+
+template <typename T>
+struct Sgd {
+  static void run(const KernelCall& c) { SgdStep<T>(c); }
+};
+template <typename T>
+struct Adam {
+  static void run(const KernelCall& c) { AdamStep<T>(c); }
+};
+
+}  // namespace
+
+void RegisterOptimizerStepKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::SgdStep)] = &ByDtype<Sgd>;
+  t[static_cast<int>(OpId::AdamStep)] = &ByDtype<Adam>;
+}
+
+}  // namespace anvil::cpu

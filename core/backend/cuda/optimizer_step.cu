@@ -1,0 +1,75 @@
+// Fused optimizer steps on CUDA (the SgdStep / AdamStep rows): one multi-tensor launch per
+// ~hundred parameters (NOTE [ Multi-tensor apply ]), with the per-element math the CPU kernel
+// runs (core/ops/optimizer_step.h).
+#include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/multi_tensor_apply.cuh"
+#include "core/ops/optimizer_step.h"
+
+namespace anvil::cuda {
+namespace {
+
+template <typename T>
+struct SgdBody {
+  fn::SgdStepF<T> f;
+  __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
+    T* buf = f.has_momentum ? static_cast<T*>(p[2]) + i : nullptr;
+    f(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], buf);
+  }
+};
+
+template <typename T>
+struct AdamBody {
+  fn::AdamStepF<T> f;
+  __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
+    T* vmax = f.amsgrad ? static_cast<T*>(p[4]) + i : nullptr;
+    f(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], static_cast<T*>(p[2])[i], static_cast<T*>(p[3])[i],
+      vmax);
+  }
+};
+
+template <typename T>
+void Sgd(const KernelCall& c) {
+  const SgdBody<T> body{fn::SgdStepF<T>::make(c.attrs.optim)};
+  const int device = c.inputs[0].device().index;
+  if (body.f.has_momentum) {
+    MultiTensorApply<3>(c.inputs, device, body);
+  } else {
+    MultiTensorApply<2>(c.inputs, device, body);
+  }
+}
+
+template <typename T>
+void Adam(const KernelCall& c) {
+  const AdamBody<T> body{fn::AdamStepF<T>::make(c.attrs.optim)};
+  const int device = c.inputs[0].device().index;
+  if (body.f.amsgrad) {
+    MultiTensorApply<5>(c.inputs, device, body);
+  } else {
+    MultiTensorApply<4>(c.inputs, device, body);
+  }
+}
+
+void SgdKernel(const KernelCall& c) {
+  if (c.inputs[0].dtype() == kFloat64) {
+    Sgd<double>(c);
+  } else {
+    Sgd<float>(c);
+  }
+}
+
+void AdamKernel(const KernelCall& c) {
+  if (c.inputs[0].dtype() == kFloat64) {
+    Adam<double>(c);
+  } else {
+    Adam<float>(c);
+  }
+}
+
+}  // namespace
+
+void RegisterOptimizerStepKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::SgdStep)] = &SgdKernel;
+  t[static_cast<int>(OpId::AdamStep)] = &AdamKernel;
+}
+
+}  // namespace anvil::cuda

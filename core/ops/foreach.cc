@@ -1,0 +1,92 @@
+// Fused optimizer steps: see foreach.h.
+#include "core/ops/foreach.h"
+
+#include "core/ops/dispatch.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+bool FusableDtype(ScalarType t) { return t == kFloat32 || t == kFloat64; }
+
+struct NamedList {
+  const char* name;
+  const std::vector<Tensor>* tensors;
+};
+
+// Checks every list against params and flattens them into one input list, list after list.
+std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, std::initializer_list<NamedList> lists) {
+  ANVIL_CHECK(!params.empty(), op, ": got no parameters");
+  const Device device = params[0].device();
+  std::vector<Tensor> flat;
+  flat.reserve(params.size() * (lists.size() + 1));
+  auto check = [&](const char* list, size_t i, const Tensor& t) {
+    ANVIL_CHECK(t.defined(), op, ": ", list, "[", i, "] is an undefined tensor");
+    const Tensor& p = params[i];
+    ANVIL_CHECK(t.device() == device, op, ": expected every tensor on ", device, ", but ", list, "[", i, "] is on ",
+                t.device());
+    ANVIL_CHECK_TYPE(FusableDtype(t.dtype()) && t.dtype() == p.dtype(), op, ": expected ", list, "[", i,
+                     "] to be float32 or float64 like its parameter (", p.dtype(), "), got ", t.dtype());
+    ANVIL_CHECK(t.sizes() == p.sizes(), op, ": ", list, "[", i, "] has shape ", shape_str(t.sizes()),
+                " but its parameter has shape ", shape_str(p.sizes()));
+    ANVIL_CHECK(t.is_contiguous(), op, ": ", list, "[", i, "] is not contiguous (strides ", shape_str(t.strides()),
+                "); fused steps take dense tensors");
+  };
+  for (size_t i = 0; i < params.size(); ++i) check("params", i, params[i]);
+  flat.insert(flat.end(), params.begin(), params.end());
+  for (const NamedList& l : lists) {
+    ANVIL_CHECK(l.tensors->size() == params.size(), op, ": expected ", params.size(), " ", l.name, " (one per parameter), got ",
+                l.tensors->size());
+    for (size_t i = 0; i < params.size(); ++i) check(l.name, i, (*l.tensors)[i]);
+    flat.insert(flat.end(), l.tensors->begin(), l.tensors->end());
+  }
+  return flat;
+}
+
+void BumpVersions(const std::vector<Tensor>& written, const char* op) {
+  for (const Tensor& t : written) t.storage()->bump_version(op);
+}
+
+}  // namespace
+
+bool fused_step_supported(const Tensor& param, const Tensor& grad) {
+  return param.defined() && grad.defined() && FusableDtype(param.dtype()) && grad.dtype() == param.dtype() &&
+         grad.device() == param.device() && grad.sizes() == param.sizes() && param.is_contiguous() &&
+         grad.is_contiguous();
+}
+
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepAttrs& a) {
+  const char* op = "_fused_sgd_";
+  ANVIL_CHECK(a.momentum != 0.0 || momentum_buffers.empty(), op, ": momentum buffers given with momentum 0");
+  std::vector<Tensor> inputs = a.momentum != 0.0
+                                   ? Flatten(op, params, {{"grads", &grads}, {"momentum_buffers", &momentum_buffers}})
+                                   : Flatten(op, params, {{"grads", &grads}});
+  OpAttrs attrs;
+  attrs.optim = a;
+  dispatch_foreach(OpId::SgdStep, inputs, attrs);
+  BumpVersions(params, op);
+  BumpVersions(momentum_buffers, op);
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepAttrs& a) {
+  const char* op = "_fused_adam_";
+  ANVIL_CHECK(a.amsgrad || max_exp_avg_sqs.empty(), op, ": max_exp_avg_sqs given without amsgrad");
+  ANVIL_CHECK(a.bias_correction1 > 0.0 && a.bias_correction2 > 0.0, op, ": bias corrections must be > 0, got ",
+              a.bias_correction1, " and ", a.bias_correction2);
+  std::vector<Tensor> inputs =
+      a.amsgrad ? Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs},
+                                       {"max_exp_avg_sqs", &max_exp_avg_sqs}})
+                : Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}});
+  OpAttrs attrs;
+  attrs.optim = a;
+  dispatch_foreach(OpId::AdamStep, inputs, attrs);
+  BumpVersions(params, op);
+  BumpVersions(exp_avgs, op);
+  BumpVersions(exp_avg_sqs, op);
+  BumpVersions(max_exp_avg_sqs, op);
+}
+
+}  // namespace anvil

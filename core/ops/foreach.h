@@ -1,0 +1,32 @@
+// Fused optimizer steps: one kernel call updates every parameter of a list, with its state, in
+// place (the SgdStep / AdamStep rows; per-element math in core/ops/optimizer_step.h). On a GPU
+// this is one launch per ~hundred tensors instead of several per tensor; on the CPU it reads
+// and writes each element once instead of building a temporary per arithmetic op.
+//
+// Requirements (checked, with a message naming the list and position): the lists are as long
+// as `params`; every tensor is defined, dense and contiguous, on params[0]'s device, with its
+// parameter's shape and dtype; the dtype is float32 or float64 (fused_step_supported says
+// whether a parameter qualifies, so an optimizer can fall back to its per-tensor path).
+// Runs without autograd; bumps the version of every tensor it writes.
+#pragma once
+
+#include <vector>
+
+#include "core/ops/attrs.h"
+#include "core/tensor/tensor.h"
+
+namespace anvil {
+
+// Whether `param` with gradient `grad` can be updated by a fused step.
+bool fused_step_supported(const Tensor& param, const Tensor& grad);
+
+// SGD: momentum_buffers is empty when attrs.momentum == 0.
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepAttrs& attrs);
+
+// Adam / AdamW: max_exp_avg_sqs is empty unless attrs.amsgrad.
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepAttrs& attrs);
+
+}  // namespace anvil

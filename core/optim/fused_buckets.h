@@ -1,0 +1,48 @@
+// The parameters of one fused optimizer call: the fused kernels take one device and one dtype,
+// and one value of whatever else the step depends on per parameter (`key`: Adam's step count,
+// SGD's "momentum buffers are new"). Buckets keep the order parameters were added in.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace anvil::optim {
+
+struct FusedBucket {
+  Device device;
+  ScalarType dtype;
+  int64_t key;
+  // params, grads, then the optimizer's state lists; unused lists stay empty.
+  std::array<std::vector<Tensor>, 5> lists;
+
+  FusedBucket& add(const Tensor& p, const Tensor& g, const Tensor& s0 = {}, const Tensor& s1 = {}, const Tensor& s2 = {}) {
+    lists[0].push_back(p);
+    lists[1].push_back(g);
+    if (s0.defined()) lists[2].push_back(s0);
+    if (s1.defined()) lists[3].push_back(s1);
+    if (s2.defined()) lists[4].push_back(s2);
+    return *this;
+  }
+};
+
+class FusedBuckets {
+ public:
+  // The bucket for p's device and dtype and `key`, created on first use.
+  FusedBucket& bucket_for(const Tensor& p, int64_t key) {
+    for (FusedBucket& b : buckets_) {
+      if (b.device == p.device() && b.dtype == p.dtype() && b.key == key) return b;
+    }
+    buckets_.push_back(FusedBucket{p.device(), p.dtype(), key, {}});
+    return buckets_.back();
+  }
+  std::vector<FusedBucket>::const_iterator begin() const { return buckets_.begin(); }
+  std::vector<FusedBucket>::const_iterator end() const { return buckets_.end(); }
+
+ private:
+  std::vector<FusedBucket> buckets_;
+};
+
+}  // namespace anvil::optim
