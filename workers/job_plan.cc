@@ -164,11 +164,14 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   } else {
     plan.loss = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
   }
+  // On a GPU, batches come in page-locked memory so their copies never stall the host.
+  const bool pin = paths.device.is_cuda();
   plan.train_loader = {.batch_size = spec.batch_size(),
                        .shuffle = true,
                        .num_workers = static_cast<int>(spec.loader_workers()),
+                       .pin_memory = pin,
                        .seed = spec.seed() + 1};
-  plan.val_loader = {.batch_size = 256};
+  plan.val_loader = {.batch_size = 256, .pin_memory = pin};
   return plan;
 }
 

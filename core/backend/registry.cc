@@ -9,6 +9,7 @@
 #endif
 #if ANVIL_WITH_CUDA
 #include "core/backend/cuda/backend.h"
+#include "core/backend/cuda/pinned_memory.h"
 #include "core/backend/cuda/runtime.h"
 #endif
 
@@ -93,6 +94,13 @@ void synchronize(Device device) {
 #else
   (void)device;
 #endif
+}
+
+Allocator* pinned_memory_allocator() {
+#if ANVIL_WITH_CUDA
+  if (cuda_is_available()) return cuda::pinned_allocator();
+#endif
+  return nullptr;
 }
 
 bool cuda_is_built() { return ANVIL_WITH_CUDA != 0; }

@@ -67,6 +67,10 @@ class DeviceStreamScope {
   Impl* impl_ = nullptr;
 };
 
+// The allocator of page-locked host memory (Tensor::pin_memory); null without a usable CUDA
+// device.
+Allocator* pinned_memory_allocator();
+
 // Waits for all work queued on `device` by the calling thread (nothing on the CPU).
 void synchronize(Device device);
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend/registry.h"
 #include "core/data/philox_stream.h"
 #include "core/data/sample_random.h"
 #include "core/util/thread_pool.h"
@@ -63,6 +64,19 @@ void TuneMallocForLoaders() {
   });
 }
 
+// The batch with every CPU tensor moved to page-locked memory (nested fields included).
+Example PinExample(const Example& batch) {
+  Example out;
+  for (const Example::Field& f : batch.fields()) {
+    if (f.nested) {
+      out.set(f.name, PinExample(*f.nested));
+    } else {
+      out.set(f.name, f.tensor.device().is_cpu() ? f.tensor.pin_memory() : f.tensor);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct DataLoader::State {
@@ -72,6 +86,7 @@ struct DataLoader::State {
   std::shared_ptr<IterableDataset> iterable;    // iterable
   std::shared_ptr<BatchSampler> batch_sampler;  // map-style only
   CollateFn collate;
+  bool pin = false;  // pin_memory, with a device to pin for
   std::vector<std::thread> threads;  // touched by the consumer thread only
 
   // Iterable only: serialises reading the stream. Lock order: stream_mu before mu.
@@ -161,6 +176,7 @@ std::optional<Slot> DataLoader::State::Build(const DataLoaderOptions& opt, int64
     }
     current = -1;
     slot.batch = collate(samples);
+    if (pin) slot.batch = PinExample(*slot.batch);
   } catch (const std::exception& e) {
     slot.error = std::make_exception_ptr(current < 0 ? Wrap(e, k, -1, worker, "")
                                                      : Wrap(e, k, current, worker, "sample"));
@@ -306,6 +322,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> map_dataset, std::shared_p
   s.dataset = std::move(map_dataset);
   s.iterable = std::move(iterable);
   s.collate = o.collate ? o.collate : CollateFn(default_collate);
+  s.pin = o.pin_memory && pinned_memory_allocator() != nullptr;
   if (s.dataset) {
     std::shared_ptr<Sampler> sampler = o.sampler;
     if (!sampler && o.shuffle) {
@@ -420,6 +437,8 @@ std::optional<Example> DataLoader::next() {
   s.work_cv.notify_all();  // a prefetch slot is free
   return std::move(slot->batch);
 }
+
+bool DataLoader::pins_memory() const { return state_->pin; }
 
 int64_t DataLoader::size() const {
   ANVIL_CHECK(state_->batch_sampler != nullptr, "DataLoader: the number of batches of an iterable dataset is "

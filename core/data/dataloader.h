@@ -58,7 +58,9 @@ struct DataLoaderOptions {
   // Keep the worker threads alive between passes (they are cheap threads, not processes, so
   // this mostly matters for per-worker state kept through worker_info()).
   bool persistent_workers = false;
-  // Page-locked staging for fast host-to-device copies; has no effect without a CUDA device.
+  // Batches are delivered in page-locked memory (built by the worker that collates them), so
+  // the training loop's copies to a GPU are queued without the host waiting (NOTE [ Pinned
+  // staging ]). Without a usable CUDA device it does nothing (pins_memory() says so).
   bool pin_memory = false;
   // How long the consumer waits for one batch before DataLoaderError; 0 waits forever. Only
   // with workers (with none, the consumer builds the batch itself).
@@ -150,6 +152,8 @@ class DataLoader {
   void set_position(LoaderPosition position);
   LoaderStats stats() const;
   const DataLoaderOptions& options() const { return options_; }
+  // Whether batches come in page-locked memory: pin_memory and a usable CUDA device.
+  bool pins_memory() const;
 
  private:
   struct State;

@@ -39,6 +39,8 @@ class Allocator {
   virtual AllocatorStats stats() const = 0;
   // Returns cached blocks to the system.
   virtual void empty_cache() = 0;
+  // Page-locked host memory (CPU storage that GPU copies read without waiting).
+  virtual bool is_pinned() const { return false; }
 };
 
 // The process-wide caching CPU allocator. ANVIL_CPU_CACHE_MB caps the cache (default 2048).

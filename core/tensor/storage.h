@@ -33,6 +33,8 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // The allocator the bytes came from; null for wrapped external memory.
+  Allocator* allocator() const { return allocator_; }
 
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   // Records an in-place write by `op` (a string literal).

@@ -3,6 +3,7 @@
 #include "core/tensor/tensor.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
@@ -114,6 +115,26 @@ Tensor Tensor::to(Device d, bool copy) const {
 }
 
 Tensor Tensor::to(Device d, ScalarType t) const { return to(t).to(d); }
+
+bool Tensor::is_pinned() const {
+  const Allocator* a = impl_->storage()->allocator();
+  return a != nullptr && a->is_pinned();
+}
+
+Tensor Tensor::pin_memory() const {
+  ANVIL_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned; this one is on ", device());
+  if (is_pinned()) return *this;
+  Allocator* pinned = pinned_memory_allocator();
+  if (pinned == nullptr) {
+    throw NotImplementedError(detail::StrCat("pin_memory: page-locked memory is for copies to a GPU, and there is "
+                                             "none: ", cuda_unavailable_reason()));
+  }
+  const Tensor src = contiguous();
+  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(nbytes()), pinned);
+  Tensor out(std::make_shared<TensorImpl>(std::move(storage), sizes(), src.strides(), 0, dtype()));
+  if (nbytes() > 0) std::memcpy(out.data_ptr(), src.data_ptr(), static_cast<size_t>(nbytes()));
+  return out;
+}
 
 Tensor& Tensor::copy_(const Tensor& src) { return copy_into(*this, src, "copy_"); }
 

@@ -122,6 +122,13 @@ class Tensor {
   Tensor to(Device device, bool copy = false) const;
   Tensor to(Device device, ScalarType dtype) const;
   Tensor cpu() const { return to(kCPU); }
+  // A page-locked copy of this CPU tensor, from which copies to a GPU are queued without the
+  // host waiting (NOTE [ Pinned staging ] in core/backend/cuda/host_block_cache.h); this
+  // tensor itself when it is pinned already. Needs a usable CUDA device. As with PyTorch's
+  // non_blocking copies, do not write a pinned tensor in place while a copy from it may still
+  // be queued (read a result first, or synchronize).
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor toType(ScalarType t) const { return to(t); }
   Tensor& copy_(const Tensor& src);
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend/registry.h"
 #include "core/data/dataloader.h"
 #include "core/data/philox_stream.h"
 #include "core/data/sample_random.h"
@@ -110,6 +111,54 @@ TEST(DataLoaderTest, BatchesAreIdenticalForAnyWorkerCount) {
   const Tensor first = runs[0][0]["input"][0];
   const double v = static_cast<double>(runs[0][0]["target"][0].item<int64_t>());
   EXPECT_FALSE(equal(first, full_like(first, v)));
+}
+
+// pin_memory: with a GPU every batch tensor arrives page-locked (built on the worker) with the
+// values of an unpinned run, and copies to the GPU from it are exact; without one it changes
+// nothing and says so, and pinning a tensor by hand is a clear error.
+TEST(DataLoaderTest, PinMemoryDeliversPageLockedBatchesOrIsAClearNoOp) {
+  auto ds = std::make_shared<SlowDataset>(20, 0);
+  DataLoader plain(ds, {.batch_size = 8, .num_workers = 2});
+  DataLoader pinned(ds, {.batch_size = 8, .num_workers = 2, .pin_memory = true});
+  const std::vector<Example> a = Epoch(plain), b = Epoch(pinned);
+  ExpectSameBatches(a, b);
+  EXPECT_FALSE(plain.pins_memory());
+  EXPECT_FALSE(a[0]["input"].is_pinned());
+  if (!cuda_is_available()) {
+    EXPECT_FALSE(pinned.pins_memory());
+    for (const Example& batch : b) EXPECT_FALSE(batch["input"].is_pinned());
+    try {
+      (void)ones({2}).pin_memory();
+      ADD_FAILURE() << "pin_memory without a GPU should throw";
+    } catch (const NotImplementedError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("pin_memory: page-locked memory is for copies to a GPU, and there is none: " +
+                                      cuda_unavailable_reason()));
+    }
+    return;
+  }
+  EXPECT_TRUE(pinned.pins_memory());
+  for (const Example& batch : b) {
+    EXPECT_TRUE(batch["input"].is_pinned());
+    EXPECT_TRUE(batch["target"].is_pinned());
+    EXPECT_TRUE(equal(batch["input"].to(CUDA(0)).to(kCPU), batch["input"]));
+  }
+  const Tensor p = b[0]["input"];
+  EXPECT_EQ(p.pin_memory().data_ptr(), p.data_ptr()) << "pinning a pinned tensor is free";
+}
+
+// Copies to the GPU from pageable memory are staged: the source may be overwritten as soon as
+// to() returns, while the copy is still queued behind other work.
+TEST(DataLoaderTest, StagedCopiesToTheGpuDoNotReadTheSourceLater) {
+  if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
+  Tensor busy = randn({2048, 2048}).to(CUDA(0));
+  std::vector<Tensor> on_gpu;
+  Tensor host = zeros({1 << 16});
+  for (int i = 0; i < 20; ++i) {
+    busy = busy.matmul(busy) * 1e-3;  // keeps the stream busy so copies queue behind it
+    host.fill_(static_cast<double>(i));
+    on_gpu.push_back(host.to(CUDA(0)));
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(on_gpu[static_cast<size_t>(i)].sum().item<double>(), double{1 << 16} * i) << i;
 }
 
 TEST(DataLoaderTest, EveryIndexOnceAndEpochsChangeTheOrder) {

@@ -9,6 +9,7 @@
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/cuda_device_memory.h"
 #include "core/backend/cuda/kernels.h"
+#include "core/backend/cuda/pinned_memory.h"
 #include "core/backend/cuda/runtime.h"
 #include "core/util/error.h"
 
@@ -81,8 +82,9 @@ class CudaBackend final : public Backend {
   Allocator* allocator(Device device) override { return &GetAllocator(device.index); }
   int device_count() const override { return cuda::device_count(); }
 
-  // Host-to-device copies from pageable memory return once the source has been staged, so
-  // the caller may free it; device-to-host copies wait, because the host reads next.
+  // Host-to-device copies are queued without waiting for the GPU, and the caller may free or
+  // reuse a pageable source at once (it is staged: NOTE [ Pinned staging ]); device-to-host
+  // copies wait, because the host reads next.
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
     if (nbytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda()) {
@@ -99,8 +101,7 @@ class CudaBackend final : public Backend {
         ANVIL_CUDA_CHECK(cudaStreamSynchronize(s));
       }
     } else if (dst_device.is_cuda()) {
-      DeviceGuard guard(dst_device.index);
-      ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, current_stream(dst_device.index)));
+      copy_host_to_device(dst, dst_device.index, src, nbytes);  // NOTE [ Pinned staging ]
     } else {
       DeviceGuard guard(src_device.index);
       cudaStream_t s = current_stream(src_device.index);

@@ -1,0 +1,103 @@
+// Pinned host memory and staged host-to-device copies: see pinned_memory.h.
+#include "core/backend/cuda/pinned_memory.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/runtime.h"
+
+namespace anvil::cuda {
+namespace {
+
+class CudaHostMemory final : public HostMemoryProvider {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    // Portable: usable by copies to every device, not only the one current now.
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    ANVIL_CUDA_CHECK(e);
+    return p;
+  }
+  void free(void* ptr) override { ANVIL_CUDA_CHECK(cudaFreeHost(ptr)); }
+  // The caller has made the stream's device current.
+  EventId record_event(StreamId stream) override {
+    cudaEvent_t e = nullptr;
+    ANVIL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    ANVIL_CUDA_CHECK(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)));
+    return reinterpret_cast<EventId>(e);
+  }
+  bool query_event(EventId event) override {
+    const cudaError_t e = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    ANVIL_CUDA_CHECK(e);
+    return true;
+  }
+  void destroy_event(EventId event) override { ANVIL_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event))); }
+};
+
+HostBlockCache& Cache() {
+  // Leaked: pinned tensors may outlive static destructors, and cudaFreeHost after the runtime
+  // has shut down fails.
+  static HostMemoryProvider* provider = new CudaHostMemory();
+  static HostBlockCache* cache = new HostBlockCache(provider);
+  return *cache;
+}
+
+class PinnedAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override { return Cache().allocate(nbytes); }
+  void deallocate(void* ptr, size_t) override { Cache().deallocate(ptr); }
+  Device device() const override { return kCPU; }
+  bool is_pinned() const override { return true; }
+  AllocatorStats stats() const override {
+    const HostBlockCache::Stats s = Cache().stats();
+    AllocatorStats out;
+    out.allocated_bytes = s.allocated_bytes;
+    out.cached_bytes = s.cached_bytes;
+    out.num_system_allocs = s.num_host_allocs;
+    out.num_cache_hits = s.num_reuses;
+    return out;
+  }
+  void empty_cache() override { Cache().empty_cache(); }
+};
+
+}  // namespace
+
+Allocator* pinned_allocator() {
+  static PinnedAllocator allocator;
+  return &allocator;
+}
+
+HostBlockCache::Stats pinned_memory_stats() { return Cache().stats(); }
+
+void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes) {
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const StreamId id = reinterpret_cast<StreamId>(stream);
+  HostBlockCache& cache = Cache();
+  if (cache.contains(src, nbytes)) {
+    ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    cache.record_use(src, id);
+    return;
+  }
+  if (nbytes > kMaxStagingBytes) {
+    ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    return;
+  }
+  void* staging = cache.allocate(nbytes);
+  std::memcpy(staging, src, nbytes);
+  ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, staging, nbytes, cudaMemcpyHostToDevice, stream));
+  cache.record_use(staging, id);
+  cache.deallocate(staging);  // reused once the copy has run
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,25 @@
+// Page-locked host memory in the CUDA backend (NOTE [ Pinned staging ] in host_block_cache.h):
+// the allocator behind pinned CPU tensors, and host-to-device copies that never wait for the
+// GPU.
+#pragma once
+
+#include <cstddef>
+
+#include "core/backend/cuda/host_block_cache.h"
+#include "core/tensor/allocator.h"
+
+namespace anvil::cuda {
+
+// The process's pinned host allocator (CPU storage; is_pinned()). Requires a usable device.
+Allocator* pinned_allocator();
+HostBlockCache::Stats pinned_memory_stats();
+
+// Queues a copy of `nbytes` from host memory at `src` to `dst` on cuda:`device`, on the calling
+// thread's current stream, and returns without waiting for the GPU. From a pinned block the
+// copy reads it in place (the block is kept from reuse until the copy has run); from pageable
+// memory up to kMaxStagingBytes the bytes are first copied to a pinned staging block; larger
+// pageable copies take the driver's path, which waits for the stream first.
+void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes);
+constexpr size_t kMaxStagingBytes = size_t{64} << 20;
+
+}  // namespace anvil::cuda
