@@ -4,6 +4,9 @@
 // A step is what a training loop does per batch: zero_grad, forward, cross-entropy, backward,
 // SGD update. Rows: MLP 64-128-128-10 (batch 64 and 256), MLP 784-256-10 (batch 128),
 // LeNet-5 on 1x28x28 (batch 64), and Conv2d alone (forward, forward + backward).
+// Optimizer steps alone (AdamW, SGD with momentum) on the parameters of a small and a large
+// MLP: Anvil's fused step (one pass over every parameter and its state) and its per-tensor
+// path (fused=0), each against libtorch's optimizer on the same tensors.
 //
 // Usage: anvil_bench_train [threads] [filter]   (environment as anvil_bench_ops)
 #ifdef ANVIL_BENCH_HAVE_TORCH
@@ -111,6 +114,71 @@ void TrainStepRow(Table& table, const std::string& name, const std::string& size
                 Fixed(1e3 / r.torch.ms, 0) + " steps/s");
 }
 
+// One optimizer step on fixed gradients: `kind` is "adamw" or "sgd" (momentum 0.9).
+void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<int64_t>& widths, bool fused) {
+  std::string arch = "MLP";
+  for (size_t i = 0; i < widths.size(); ++i) arch += (i ? "-" : " ") + std::to_string(widths[i]);
+  const std::string name = kind + (fused ? " step, fused" : " step, per-tensor");
+  if (!table.Wanted(name)) return;
+  auto model = Mlp(widths);
+  std::vector<anvil::Tensor> params = model->parameters();
+  int64_t count = 0;
+  for (anvil::Tensor& p : params) {
+    p.set_grad(anvil::randn(p.sizes()));
+    count += p.numel();
+  }
+  const anvil::optim::Options fused_opt{{"fused", fused ? 1.0 : 0.0}};
+  auto make = [&](std::vector<anvil::Tensor> ps) -> std::shared_ptr<anvil::optim::Optimizer> {
+    anvil::optim::Options o = fused_opt;
+    if (kind == "adamw") {
+      o["lr"] = 1e-3;
+      return std::make_shared<anvil::optim::AdamW>(ps, o);
+    }
+    o["lr"] = 1e-3;
+    o["momentum"] = 0.9;
+    return std::make_shared<anvil::optim::SGD>(ps, o);
+  };
+  auto opt = make(params);
+  Case c{name, arch + " (" + std::to_string(count) + " parameters)"};
+  c.anvil.run = [&] { opt->step(); };
+#ifdef ANVIL_BENCH_HAVE_TORCH
+  std::vector<torch::Tensor> tparams;
+  for (const anvil::Tensor& p : params) {
+    torch::Tensor t = ToTorch(p.detach()).clone().requires_grad_();
+    t.mutable_grad() = ToTorch(p.grad()).clone();
+    tparams.push_back(t);
+  }
+  std::unique_ptr<torch::optim::Optimizer> topt;
+  if (kind == "adamw") {
+    topt = std::make_unique<torch::optim::AdamW>(tparams, torch::optim::AdamWOptions(1e-3));
+  } else {
+    topt = std::make_unique<torch::optim::SGD>(tparams, torch::optim::SGDOptions(1e-3).momentum(0.9));
+  }
+  c.torch.run = [&] { topt->step(); };
+  // Before timing: one step of each on copies of the same start agrees.
+  std::vector<anvil::Tensor> a_copy;
+  std::vector<torch::Tensor> t_copy;
+  for (size_t i = 0; i < params.size(); ++i) {
+    a_copy.push_back(params[i].detach().clone().requires_grad_());
+    a_copy.back().set_grad(params[i].grad().clone());
+    t_copy.push_back(ToTorch(a_copy.back().detach()).clone().requires_grad_());
+    t_copy.back().mutable_grad() = ToTorch(params[i].grad()).clone();
+  }
+  make(a_copy)->step();
+  if (kind == "adamw") {
+    torch::optim::AdamW(t_copy, torch::optim::AdamWOptions(1e-3)).step();
+  } else {
+    torch::optim::SGD(t_copy, torch::optim::SGDOptions(1e-3).momentum(0.9)).step();
+  }
+  double diff = 0;
+  for (size_t i = 0; i < a_copy.size(); ++i) {
+    diff = std::max(diff, (ToTorch(a_copy[i].detach()) - t_copy[i].detach()).abs().max().item<double>());
+  }
+  c.check = [diff] { return diff <= 1e-6 ? std::string() : "first-step difference " + std::to_string(diff); };
+#endif
+  table.Run(c);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,6 +246,11 @@ int main(int argc, char** argv) {
     };
 #endif
     table.Run(c);
+  }
+  for (const std::string kind : {"adamw", "sgd"}) {
+    for (const auto& widths : {std::vector<int64_t>{64, 128, 128, 10}, std::vector<int64_t>{784, 1024, 1024, 10}}) {
+      for (bool fused : {true, false}) OptimizerStepRow(table, kind, widths, fused);
+    }
   }
   table.PrintNotes();
   return 0;

@@ -22,8 +22,13 @@ std::string Progress::Line() const {
   std::string bar;
   if (total_ > 0) {
     const int width = 24;
-    const int filled = static_cast<int>(std::min<int64_t>(width, step_ * width / std::max<int64_t>(total_, 1)));
-    bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+    const int filled = static_cast<int>(std::clamp<int64_t>(step_ * width / std::max<int64_t>(total_, 1), 0, width));
+    // Strings here are appended piecewise: GCC 12 at -O3 misreads the temporaries of
+    // "[" + string + ... as an overlapping memcpy (-Werror=restrict).
+    bar.push_back('[');
+    bar.append(static_cast<size_t>(filled), '#');
+    bar.append(static_cast<size_t>(width - filled), '.');
+    bar.append("] ");
   }
   std::string eta;
   if (total_ > step_ && start_step_ >= 0 && step_ > start_step_ && last_ms_ > start_ms_) {
@@ -61,8 +66,11 @@ std::string Progress::update(const v1::MetricEvent& e) {
   }
   std::string out;
   if (e.event_case() == v1::MetricEvent::kState) {
-    out = (tty_ && drawn_ ? "\n" : "") + std::string("state ") + v1::JobState_Name(e.state()) +
-          (e.message().empty() ? "" : ": " + e.message()) + "\n";
+    if (tty_ && drawn_) out += '\n';
+    out += "state ";
+    out += v1::JobState_Name(e.state());
+    if (!e.message().empty()) out.append(": ").append(e.message());
+    out += '\n';
     drawn_ = false;
     return out;
   }

@@ -5,7 +5,9 @@
 //
 // T is the op-math type (float for float32 parameters, double for float64); the scalars are
 // converted from the step's float64 attributes once per launch, as the per-tensor ops convert
-// a Scalar to the tensor's dtype.
+// a Scalar to the tensor's dtype. The options that change the arithmetic (weight decay on or
+// off, momentum, AMSGrad, ...) are template flags of step(), chosen once per call with
+// dispatch_flags: a loop over elements then has no branch left and vectorises.
 #pragma once
 
 #include <cmath>
@@ -15,23 +17,47 @@
 
 namespace anvil::fn {
 
+// Calls f.template operator()<b1, ..., bn>() with the runtime flags as compile-time ones.
+template <bool... Chosen, typename F>
+void dispatch_flags(const F& f) {
+  f.template operator()<Chosen...>();
+}
+template <bool... Chosen, typename F, typename... Rest>
+void dispatch_flags(const F& f, bool flag, Rest... rest) {
+  if (flag) {
+    dispatch_flags<Chosen..., true>(f, rest...);
+  } else {
+    dispatch_flags<Chosen..., false>(f, rest...);
+  }
+}
+
 template <typename T>
 struct SgdStepF {
   T lr, weight_decay, momentum, one_minus_dampening;
-  bool nesterov, first_step, has_weight_decay, has_momentum;
+  bool has_weight_decay, has_momentum, first_step, nesterov;  // the flags of step(), in order
 
   static SgdStepF make(const OptimizerStepAttrs& a) {
     return {static_cast<T>(a.lr), static_cast<T>(a.weight_decay), static_cast<T>(a.momentum),
-            static_cast<T>(1.0 - a.dampening), a.nesterov, a.first_step, a.weight_decay != 0.0, a.momentum != 0.0};
+            static_cast<T>(1.0 - a.dampening), a.weight_decay != 0.0, a.momentum != 0.0, a.first_step, a.nesterov};
   }
 
-  // buf is ignored (may be null) without momentum.
-  ANVIL_INLINE void operator()(T& p, T g, T* buf) const {
-    if (has_weight_decay) g = g + p * weight_decay;
-    if (has_momentum) {
-      const T b = first_step ? g : *buf * momentum + g * one_minus_dampening;
+  // buf is not touched without momentum.
+  template <bool kWeightDecay, bool kMomentum, bool kFirstStep, bool kNesterov>
+  ANVIL_INLINE void step(T& p, T g, T* buf) const {
+    if constexpr (kWeightDecay) g = g + p * weight_decay;
+    if constexpr (kMomentum) {
+      T b;
+      if constexpr (kFirstStep) {
+        b = g;
+      } else {
+        b = *buf * momentum + g * one_minus_dampening;
+      }
       *buf = b;
-      g = nesterov ? g + b * momentum : b;
+      if constexpr (kNesterov) {
+        g = g + b * momentum;
+      } else {
+        g = b;
+      }
     }
     p = p + g * -lr;
   }
@@ -43,19 +69,20 @@ struct AdamStepF {
   T weight_decay;         // Adam: L2 added to the gradient
   T one_minus_beta1, beta2, one_minus_beta2;
   T inv_sqrt_bias_correction2, eps, neg_step_size;
-  bool decoupled, amsgrad, has_weight_decay;
+  bool has_weight_decay, decoupled, amsgrad;  // the flags of step(), in order
 
   static AdamStepF make(const OptimizerStepAttrs& a) {
     return {static_cast<T>(1.0 - a.lr * a.weight_decay), static_cast<T>(a.weight_decay),
             static_cast<T>(1.0 - a.beta1), static_cast<T>(a.beta2), static_cast<T>(1.0 - a.beta2),
             static_cast<T>(1.0 / std::sqrt(a.bias_correction2)), static_cast<T>(a.eps),
-            static_cast<T>(-a.lr / a.bias_correction1), a.decoupled, a.amsgrad, a.weight_decay != 0.0};
+            static_cast<T>(-a.lr / a.bias_correction1), a.weight_decay != 0.0, a.decoupled, a.amsgrad};
   }
 
-  // vmax is ignored (may be null) without amsgrad.
-  ANVIL_INLINE void operator()(T& p, T g, T& m, T& v, T* vmax) const {
-    if (has_weight_decay) {
-      if (decoupled) {
+  // vmax is not touched without AMSGrad.
+  template <bool kWeightDecay, bool kDecoupled, bool kAmsgrad>
+  ANVIL_INLINE void step(T& p, T g, T& m, T& v, T* vmax) const {
+    if constexpr (kWeightDecay) {
+      if constexpr (kDecoupled) {
         p = p * one_minus_lr_wd;
       } else {
         g = g + p * weight_decay;
@@ -64,7 +91,7 @@ struct AdamStepF {
     m = m + (g - m) * one_minus_beta1;  // lerp towards g
     v = v * beta2 + g * g * one_minus_beta2;
     T second = v;
-    if (amsgrad) {
+    if constexpr (kAmsgrad) {
       second = *vmax > v ? *vmax : v;
       *vmax = second;
     }

@@ -46,42 +46,36 @@ struct Lists {
 
 template <typename T>
 void SgdStep(const KernelCall& c) {
-  const bool momentum = c.attrs.optim.momentum != 0.0;
-  const Lists<T> l(c.inputs, momentum ? 3 : 2);
   const auto f = fn::SgdStepF<T>::make(c.attrs.optim);
-  parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-    ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-      T* __restrict p = l.ptr(0, i);
-      const T* __restrict g = l.ptr(1, i);
-      T* __restrict buf = momentum ? l.ptr(2, i) : nullptr;
-      if (momentum) {
-        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], buf + j);
-      } else {
-        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], nullptr);
-      }
+  const Lists<T> l(c.inputs, f.has_momentum ? 3 : 2);
+  fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
+    parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+      ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+        T* __restrict p = l.ptr(0, i);
+        const T* __restrict g = l.ptr(1, i);
+        T* __restrict buf = kMomentum ? l.ptr(2, i) : nullptr;
+        for (int64_t j = lo; j < hi; ++j) f.template step<kWd, kMomentum, kFirst, kNesterov>(p[j], g[j], kMomentum ? buf + j : nullptr);
+      });
     });
-  });
+  }, f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
 }
 
 template <typename T>
 void AdamStep(const KernelCall& c) {
-  const bool amsgrad = c.attrs.optim.amsgrad;
-  const Lists<T> l(c.inputs, amsgrad ? 5 : 4);
   const auto f = fn::AdamStepF<T>::make(c.attrs.optim);
-  parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-    ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-      T* __restrict p = l.ptr(0, i);
-      const T* __restrict g = l.ptr(1, i);
-      T* __restrict m = l.ptr(2, i);
-      T* __restrict v = l.ptr(3, i);
-      if (amsgrad) {
-        T* __restrict vmax = l.ptr(4, i);
-        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], m[j], v[j], vmax + j);
-      } else {
-        for (int64_t j = lo; j < hi; ++j) f(p[j], g[j], m[j], v[j], nullptr);
-      }
+  const Lists<T> l(c.inputs, f.amsgrad ? 5 : 4);
+  fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
+    parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+      ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+        T* __restrict p = l.ptr(0, i);
+        const T* __restrict g = l.ptr(1, i);
+        T* __restrict m = l.ptr(2, i);
+        T* __restrict v = l.ptr(3, i);
+        T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
+        for (int64_t j = lo; j < hi; ++j) f.template step<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j], kAmsgrad ? vmax + j : nullptr);
+      });
     });
-  });
+  }, f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
 template <template <typename> class Step>

@@ -8,45 +8,51 @@
 namespace anvil::cuda {
 namespace {
 
-template <typename T>
+template <typename T, bool... kFlags>
 struct SgdBody {
   fn::SgdStepF<T> f;
   __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
     T* buf = f.has_momentum ? static_cast<T*>(p[2]) + i : nullptr;
-    f(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], buf);
+    f.template step<kFlags...>(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], buf);
   }
 };
 
-template <typename T>
+template <typename T, bool... kFlags>
 struct AdamBody {
   fn::AdamStepF<T> f;
   __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
     T* vmax = f.amsgrad ? static_cast<T*>(p[4]) + i : nullptr;
-    f(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], static_cast<T*>(p[2])[i], static_cast<T*>(p[3])[i],
-      vmax);
+    f.template step<kFlags...>(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], static_cast<T*>(p[2])[i],
+                               static_cast<T*>(p[3])[i], vmax);
   }
 };
 
 template <typename T>
 void Sgd(const KernelCall& c) {
-  const SgdBody<T> body{fn::SgdStepF<T>::make(c.attrs.optim)};
+  const auto f = fn::SgdStepF<T>::make(c.attrs.optim);
   const int device = c.inputs[0].device().index;
-  if (body.f.has_momentum) {
-    MultiTensorApply<3>(c.inputs, device, body);
-  } else {
-    MultiTensorApply<2>(c.inputs, device, body);
-  }
+  fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
+    const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f};
+    if constexpr (kMomentum) {
+      MultiTensorApply<3>(c.inputs, device, body);
+    } else {
+      MultiTensorApply<2>(c.inputs, device, body);
+    }
+  }, f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
 }
 
 template <typename T>
 void Adam(const KernelCall& c) {
-  const AdamBody<T> body{fn::AdamStepF<T>::make(c.attrs.optim)};
+  const auto f = fn::AdamStepF<T>::make(c.attrs.optim);
   const int device = c.inputs[0].device().index;
-  if (body.f.amsgrad) {
-    MultiTensorApply<5>(c.inputs, device, body);
-  } else {
-    MultiTensorApply<4>(c.inputs, device, body);
-  }
+  fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
+    const AdamBody<T, kWd, kDecoupled, kAmsgrad> body{f};
+    if constexpr (kAmsgrad) {
+      MultiTensorApply<5>(c.inputs, device, body);
+    } else {
+      MultiTensorApply<4>(c.inputs, device, body);
+    }
+  }, f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
 void SgdKernel(const KernelCall& c) {
