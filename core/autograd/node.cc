@@ -144,7 +144,7 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
 TensorMeta AccumulateGrad::output_meta(int) const { return TensorMeta(Tensor(leaf_)); }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
-  Tensor g = grads[0];
+  Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   Tensor leaf(leaf_);
   AutogradMeta& meta = leaf_->autograd_mut();
@@ -153,8 +153,16 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     if (r.defined()) g = r;
   }
   if (!meta.grad) {
-    // Own the gradient: never alias a tensor the caller may modify later.
-    Tensor own = GradMode::is_enabled() ? g.clone() : g.detach().clone();
+    // Own the gradient: never alias a tensor the caller may modify later. A gradient that
+    // nothing else references — the usual case, a fresh result of the backward pass — is
+    // taken as it is (PyTorch's AccumulateGrad steals it too), saving a copy per parameter
+    // per step. It must be a whole, dense buffer so that in-place updates of .grad never
+    // reach another tensor.
+    const bool sole_owner = !GradMode::is_enabled() && g.impl_ptr().use_count() == 1 && !g.is_view() &&
+                            g.storage().use_count() == 1 && !g.requires_grad() && g.is_contiguous() &&
+                            g.storage_offset() == 0 && static_cast<size_t>(g.nbytes()) == g.storage()->nbytes() &&
+                            g.dtype() == leaf.dtype() && g.device() == leaf.device();
+    Tensor own = sole_owner ? g : (GradMode::is_enabled() ? g.clone() : g.detach().clone());
     meta.grad = own.impl_ptr();
   } else if (GradMode::is_enabled()) {
     meta.grad = (Tensor(meta.grad) + g).impl_ptr();  // create_graph: keep history

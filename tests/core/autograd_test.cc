@@ -249,3 +249,36 @@ TEST(RequiresGrad, OnlyFloatingLeavesAndPrintingShowsHistory) {
 }
 
 }  // namespace
+
+// A leaf's .grad takes a fresh gradient buffer as it is (no copy per parameter per step), but
+// never one that someone else still holds.
+TEST(AccumulateGrad, LeafGradientsNeverAliasATensorSomeoneElseHolds) {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor g = full({3}, 2.0);
+  x.backward(g);  // the caller keeps g
+  g.add_(1.0);
+  EXPECT_EQ(Vals(x.grad()), (std::vector<double>{2, 2, 2}));
+  EXPECT_FALSE(x.grad().is_alias_of(g));
+
+  // clone's backward passes its gradient through: the retained y.grad and a.grad stay apart.
+  Tensor a = ones({3}).requires_grad_();
+  Tensor y = a.clone();
+  y.retain_grad();
+  y.sum().backward();
+  EXPECT_FALSE(a.grad().is_alias_of(y.grad()));
+  Tensor a_grad = a.grad();
+  a_grad.add_(1.0);
+  EXPECT_EQ(Vals(y.grad()), (std::vector<double>{1, 1, 1}));
+
+  // Two leaves fed the same gradient by one add get separate buffers.
+  Tensor p = ones({2}).requires_grad_(), q = ones({2}).requires_grad_();
+  (p + q).sum().backward();
+  EXPECT_FALSE(p.grad().is_alias_of(q.grad()));
+  Tensor p_grad = p.grad();
+  p_grad.mul_(5.0);
+  EXPECT_EQ(Vals(q.grad()), (std::vector<double>{1, 1}));
+
+  // A gradient taken as it is still accumulates over a second backward.
+  (a * 3.0).sum().backward();
+  EXPECT_EQ(Vals(a.grad()), (std::vector<double>{5, 5, 5}));
+}

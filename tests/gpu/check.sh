@@ -9,7 +9,8 @@
 # Steps: configure (CUDA on, sm_90 unless CUDA_ARCHS says otherwise; the service only when
 # gRPC is installed), build the test and benchmark programs, then
 #   1. CPU-vs-CUDA parity of every op, forward and backward (fp32, TF32 off, <= 1e-5);
-#   2. the digits CNN trained on cuda:0 against the same run on the CPU;
+#   2. the digits CNN trained on cuda:0 against the same run on the CPU; fused optimizer steps
+#      against the CPU's; pinned batches and staged host-to-device copies;
 #   3. benchmarks: sgemm and bf16 GEMM against cuBLAS, element-wise GB/s against a copy,
 #      training steps against PyTorch on the same GPU, device mallocs in steady state;
 #   4. the NVML families of a metrics scrape.
@@ -50,7 +51,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DANVIL_BUILD_SERVICE=$service -DANVIL_BUILD_EXAMPLES=OFF \
   "${prefix_args[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 note "build ($jobs jobs)"
-cmake --build "$build" -j "$jobs" --target anvil_core_tests anvil_nn_tests anvil_cuda_bench anvil_nvml_probe \
+cmake --build "$build" -j "$jobs" --target anvil_core_tests anvil_nn_tests anvil_data_tests anvil_cuda_bench anvil_nvml_probe \
   > "$out/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$out/build.log" | head -60; exit 1; }
 result[build]="$(( $(date +%s) - start )) s"
 
@@ -63,6 +64,9 @@ ANVIL_DATA_DIR="${ANVIL_DATA_DIR:-data}" "$build/tests/nn/anvil_nn_tests" --gtes
   | tee "$out/training.log"
 result[training]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo pass || echo FAIL)
 result[accuracy]=$(sed -n 's/.*test accuracy \(.*\)/\1/p' "$out/training.log" | head -1)
+"$build/tests/data/anvil_data_tests" --gtest_filter='DataLoaderTest.PinMemory*:DataLoaderTest.Staged*' 2>&1 \
+  | tee "$out/pinned.log"
+result[pinned]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo pass || echo FAIL)
 
 note "3. benchmarks"
 "$build/bench/gpu/anvil_cuda_bench" 2>&1 | tee "$out/bench.txt"
@@ -75,7 +79,7 @@ result[nvml]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo present || echo ABSENT)
 note "summary"
 {
   printf '%-12s %s\n' gpu "$(cat "$out/gpu.txt")"
-  for k in build parity training accuracy nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
+  for k in build parity training accuracy pinned nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
   echo
   cat "$out/bench.txt"
 } | tee "$out/summary.txt"
