@@ -257,10 +257,18 @@ Grads CumSumB(Ctx& c, const Grads& g) {
 }
 
 // ---- linear algebra, softmax ----
+// A transposed dense matrix (Linear's weight.t()): its gradient is computed as the transpose
+// of the gradient of the dense matrix, so that it arrives at the parameter dense, with nothing
+// to copy (the same product, (g^T a)^T = a^T g).
+bool TransposedDense(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+}
+
 Grads MmB(Ctx& c, const Grads& g) {
   Grads r(2);
-  if (c.needs_input_grad(0)) r[0] = mm(g[0], c.saved_input(1).t());
-  if (c.needs_input_grad(1)) r[1] = mm(c.saved_input(0).t(), g[0]);
+  const Tensor a = c.saved_input(0), b = c.saved_input(1);
+  if (c.needs_input_grad(0)) r[0] = TransposedDense(a) ? mm(b, g[0].t()).t() : mm(g[0], b.t());
+  if (c.needs_input_grad(1)) r[1] = TransposedDense(b) ? mm(g[0].t(), a).t() : mm(a.t(), g[0]);
   return r;
 }
 Grads BmmB(Ctx& c, const Grads& g) {

@@ -143,6 +143,27 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
 
 TensorMeta AccumulateGrad::output_meta(int) const { return TensorMeta(Tensor(leaf_)); }
 
+namespace {
+
+// `g` as a tensor .grad may own, when no other tensor can reach its memory; undefined if some
+// can. It must be the only handle on its buffer, and a whole, dense buffer, so that in-place
+// updates of .grad never reach another tensor. A view qualifies when its root base is held by
+// nothing but the view itself (a transposed product, Linear's weight gradient, arrives so): it
+// is re-wrapped as a plain tensor over the same memory.
+Tensor SoleOwnedGradient(const Tensor& g, const Tensor& leaf) {
+  if (GradMode::is_enabled() || g.requires_grad() || g.impl_ptr().use_count() != 1) return {};
+  if (!g.is_contiguous() || g.storage_offset() != 0 || static_cast<size_t>(g.nbytes()) != g.storage()->nbytes() ||
+      g.dtype() != leaf.dtype() || g.device() != leaf.device()) {
+    return {};
+  }
+  if (!g.is_view()) return g.storage().use_count() == 1 ? g : Tensor();
+  const std::shared_ptr<TensorImpl>& base = g.impl()->view_info()->base;
+  if (base.use_count() != 1 || base->storage() != g.storage() || g.storage().use_count() != 2) return {};
+  return Tensor(std::make_shared<TensorImpl>(g.storage(), g.sizes(), g.strides(), 0, g.dtype()));
+}
+
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
@@ -156,13 +177,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // Own the gradient: never alias a tensor the caller may modify later. A gradient that
     // nothing else references — the usual case, a fresh result of the backward pass — is
     // taken as it is (PyTorch's AccumulateGrad steals it too), saving a copy per parameter
-    // per step. It must be a whole, dense buffer so that in-place updates of .grad never
-    // reach another tensor.
-    const bool sole_owner = !GradMode::is_enabled() && g.impl_ptr().use_count() == 1 && !g.is_view() &&
-                            g.storage().use_count() == 1 && !g.requires_grad() && g.is_contiguous() &&
-                            g.storage_offset() == 0 && static_cast<size_t>(g.nbytes()) == g.storage()->nbytes() &&
-                            g.dtype() == leaf.dtype() && g.device() == leaf.device();
-    Tensor own = sole_owner ? g : (GradMode::is_enabled() ? g.clone() : g.detach().clone());
+    // per step. See SoleOwnedGradient.
+    Tensor own = SoleOwnedGradient(g, leaf);
+    if (!own.defined()) own = GradMode::is_enabled() ? g.clone() : g.detach().clone();
     meta.grad = own.impl_ptr();
   } else if (GradMode::is_enabled()) {
     meta.grad = (Tensor(meta.grad) + g).impl_ptr();  // create_graph: keep history

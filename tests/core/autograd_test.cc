@@ -282,3 +282,27 @@ TEST(AccumulateGrad, LeafGradientsNeverAliasATensorSomeoneElseHolds) {
   (a * 3.0).sum().backward();
   EXPECT_EQ(Vals(a.grad()), (std::vector<double>{5, 5, 5}));
 }
+
+// Linear's weight enters its product transposed (x @ W.t()); its gradient is computed in W's own
+// layout, so .grad arrives dense, as a tensor of its own, equal to g^T x.
+TEST(AccumulateGrad, LinearWeightGradientArrivesDenseAndExact) {
+  manual_seed(3);
+  Tensor x = randn({5, 4}, kFloat64), w = randn({3, 4}, kFloat64).requires_grad_();
+  Tensor g = randn({5, 3}, kFloat64);
+  (x.matmul(w.t()) * g).sum().backward();
+  const Tensor gw = w.grad();
+  EXPECT_TRUE(gw.is_contiguous());
+  EXPECT_FALSE(gw.is_view());
+  EXPECT_EQ(gw.sizes(), (IntArray{3, 4}));
+  const std::vector<double> xs = Vals(x), gs = Vals(g), got = Vals(gw);
+  for (int o = 0; o < 3; ++o) {
+    for (int i = 0; i < 4; ++i) {
+      double want = 0;
+      for (int n = 0; n < 5; ++n) want += gs[static_cast<size_t>(n * 3 + o)] * xs[static_cast<size_t>(n * 4 + i)];
+      EXPECT_NEAR(got[static_cast<size_t>(o * 4 + i)], want, 1e-12) << o << "," << i;
+    }
+  }
+  // Accumulating a second backward adds into the same dense buffer.
+  (x.matmul(w.t()) * g).sum().backward();
+  EXPECT_NEAR(Vals(w.grad())[0], 2 * got[0], 1e-12);
+}
