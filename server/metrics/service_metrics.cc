@@ -130,6 +130,12 @@ void ServiceMetrics::Collect() {
   const AllocatorStats cpu = cpu_allocator()->stats();
   allocator_allocated.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes));
   allocator_reserved.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes + cpu.cached_bytes));
+  // Page-locked host memory for copies to the GPUs (NOTE [ Pinned staging ]), when there are any.
+  if (const Allocator* pinned = pinned_memory_allocator()) {
+    const AllocatorStats p = pinned->stats();
+    allocator_allocated.with({"cpu-pinned"}).set(static_cast<double>(p.allocated_bytes));
+    allocator_reserved.with({"cpu-pinned"}).set(static_cast<double>(p.allocated_bytes + p.cached_bytes));
+  }
   for (int i = 0; i < cuda_device_count(); ++i) {
     const Device d = CUDA(i);
     const AllocatorStats g = backend_for(d).allocator(d)->stats();
