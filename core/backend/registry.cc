@@ -21,7 +21,7 @@ class CpuBackend final : public Backend {
   CpuBackend() { RegisterCpuKernels(kernels_); }
   DeviceType type() const override { return DeviceType::CPU; }
   Allocator* allocator(Device) override { return cpu_allocator(); }
-  void copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes) override {
+  void copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes, bool) override {
     std::memcpy(dst, src, nbytes);
   }
   int device_count() const override { return 1; }

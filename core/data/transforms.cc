@@ -85,7 +85,7 @@ Tensor ToTensor::operator()(const Tensor& x) const {
               x.dim(), " dims");
   Tensor chw = x.dim() == 2 ? x.unsqueeze(0) : x.permute({2, 0, 1});
   // copy=true: the result never aliases the caller's array, even for float32 HW input.
-  Tensor y = chw.to(kFloat32, /*copy=*/true).contiguous();
+  Tensor y = chw.to(kFloat32, /*non_blocking=*/false, /*copy=*/true).contiguous();
   // Only uint8 is known to be 8-bit-per-channel image data; any other dtype may hold sensor
   // values (e.g. 12-bit bands stored as int16) where /255 would silently corrupt the scale.
   if (x.dtype() == kUInt8) y.div_(255.0);  // y is our own copy: scale it in place

@@ -1,6 +1,8 @@
 // Fused optimizer steps: see foreach.h.
 #include "core/ops/foreach.h"
 
+#include <set>
+
 #include "core/ops/dispatch.h"
 #include "core/util/error.h"
 
@@ -39,6 +41,13 @@ std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, s
                 l.tensors->size());
     for (size_t i = 0; i < params.size(); ++i) check(l.name, i, (*l.tensors)[i]);
     flat.insert(flat.end(), l.tensors->begin(), l.tensors->end());
+  }
+  // Every tensor is written or read as a separate array (the kernels may assume so).
+  std::set<const void*> seen;
+  for (const Tensor& t : flat) {
+    ANVIL_CHECK(t.numel() == 0 || seen.insert(t.data_ptr()).second, op,
+                ": the same memory appears twice in the lists (a tensor passed as both a parameter and its "
+                "state, or twice); each list needs tensors of their own");
   }
   return flat;
 }

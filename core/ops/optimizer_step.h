@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "core/ops/attrs.h"
+#include "core/ops/functors.h"
 #include "core/util/macros.h"
 
 namespace anvil::fn {
@@ -92,7 +93,7 @@ struct AdamStepF {
     v = v * beta2 + g * g * one_minus_beta2;
     T second = v;
     if constexpr (kAmsgrad) {
-      second = *vmax > v ? *vmax : v;
+      second = MaximumF{}(*vmax, v);  // NaN-propagating, as the per-tensor maximum
       *vmax = second;
     }
     const T denom = std::sqrt(second) * inv_sqrt_bias_correction2 + eps;

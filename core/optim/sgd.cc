@@ -77,7 +77,15 @@ void SGD::step() {
       a.dampening = dampening;
       a.nesterov = nesterov;
       a.first_step = b.key == 1;
-      fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a);
+      try {
+        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a);
+      } catch (...) {
+        // New momentum buffers hold nothing yet: they must not count as existing next step.
+        if (a.first_step) {
+          for (const Tensor& p : b.lists[0]) state(p).buffers.erase("momentum_buffer");
+        }
+        throw;
+      }
     }
   }
 }

@@ -95,14 +95,14 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
-Tensor Tensor::to(ScalarType t, bool copy) const {
+Tensor Tensor::to(ScalarType t, bool /*non_blocking*/, bool copy) const {
   if (t == dtype() && !copy) return *this;
   OpAttrs a;
   a.dtype = t;
   return dispatch1(OpId::Cast, {*this}, a);
 }
 
-Tensor Tensor::to(Device d, bool copy) const {
+Tensor Tensor::to(Device d, bool non_blocking, bool copy) const {
   if (d == device()) return copy ? clone() : *this;
   ANVIL_CHECK(!requires_grad() || !GradMode::is_enabled(),
               "to(device) of a tensor that requires grad is not differentiable yet; detach() first");
@@ -110,11 +110,14 @@ Tensor Tensor::to(Device d, bool copy) const {
   Tensor src = contiguous();
   Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(d));
   Backend& be = backend_for(d.is_cpu() ? device() : d);
-  be.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(), static_cast<size_t>(nbytes()));
+  be.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(), static_cast<size_t>(nbytes()), non_blocking);
   return out;
 }
 
-Tensor Tensor::to(Device d, ScalarType t) const { return to(t).to(d); }
+Tensor Tensor::to(Device d, ScalarType t, bool non_blocking, bool copy) const {
+  const Tensor converted = to(t, false, copy && d == device());
+  return converted.to(d, non_blocking);
+}
 
 bool Tensor::is_pinned() const {
   const Allocator* a = impl_->storage()->allocator();

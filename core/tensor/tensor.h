@@ -118,9 +118,14 @@ class Tensor {
   Tensor clone() const;
   Tensor detach() const;
   Tensor& detach_();
-  Tensor to(ScalarType dtype, bool copy = false) const;
-  Tensor to(Device device, bool copy = false) const;
-  Tensor to(Device device, ScalarType dtype) const;
+  // As libtorch's: `copy` forces a new tensor even when nothing changes. `non_blocking` lets a
+  // copy to a GPU from a pinned tensor read it in place after the call returns (the caller does
+  // not write it until the GPU has read it, e.g. a DataLoader batch); otherwise the source may
+  // be written at once. No copy to a GPU makes the host wait for the GPU (NOTE [ Pinned
+  // staging ]); copies to the CPU wait, since the host reads next.
+  Tensor to(ScalarType dtype, bool non_blocking = false, bool copy = false) const;
+  Tensor to(Device device, bool non_blocking = false, bool copy = false) const;
+  Tensor to(Device device, ScalarType dtype, bool non_blocking = false, bool copy = false) const;
   Tensor cpu() const { return to(kCPU); }
   // A page-locked copy of this CPU tensor, from which copies to a GPU are queued without the
   // host waiting (NOTE [ Pinned staging ] in core/backend/cuda/host_block_cache.h); this

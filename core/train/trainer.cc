@@ -52,8 +52,8 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
   bool classification = true;
   const Device device = ModelDevice();
   for (auto& b : loader) {
-    const Tensor x = b[options_.input_key].to(device);
-    const Tensor y = b[options_.target_key].to(device);
+    const Tensor x = b[options_.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
+    const Tensor y = b[options_.target_key].to(device, /*non_blocking=*/true);
     const Tensor out = model_->forward(x);
     const int64_t batch = x.size(0);
     loss_sum += loss_(out, y).item<double>() * static_cast<double>(batch);
@@ -182,8 +182,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       }
       std::optional<data::Example> batch = train.next();
       if (!batch) break;  // the loader advanced its epoch
-      const Tensor x = (*batch)[o.input_key].to(device);
-      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key].to(device));
+      const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
+      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key].to(device, /*non_blocking=*/true));
       (o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);

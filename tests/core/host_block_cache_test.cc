@@ -121,6 +121,18 @@ TEST(HostBlockCache, RecordsUsesOnlyForItsOwnBlocksAndKnowsWhatItHolds) {
   mem.finish_stream(kStream);
 }
 
+TEST(HostBlockCache, ALongLivedBlockCopiedEveryStepKeepsOnlyItsPendingEvents) {
+  FakeHostMemory mem(size_t{64} << 20);
+  HostBlockCache cache(&mem);
+  void* a = cache.allocate(4096);  // a pinned tensor that lives for the whole run
+  for (int step = 0; step < 100; ++step) {
+    ASSERT_TRUE(cache.record_use(a, kStream));
+    mem.finish_stream(kStream);  // the GPU gets through the step's copy
+  }
+  EXPECT_EQ(mem.live_events(), 1u) << "completed events are released as new ones are recorded";
+  cache.deallocate(a);
+}
+
 TEST(HostBlockCache, EmptyCacheFreesIdleBlocksOnly) {
   FakeHostMemory mem(size_t{64} << 20);
   HostBlockCache cache(&mem);

@@ -629,7 +629,7 @@ TEST(Views, WritesUnderNoGradThroughViewsOfGradTensor) {
 TEST(Views, ToSameDtypeAliasesOtherDtypeCopies) {
   Tensor x = Iota({3});
   EXPECT_TRUE(x.to(kFloat32).is_alias_of(x));
-  EXPECT_FALSE(x.to(kFloat32, /*copy=*/true).is_alias_of(x));
+  EXPECT_FALSE(x.to(kFloat32, /*non_blocking=*/false, /*copy=*/true).is_alias_of(x));
   EXPECT_FALSE(x.to(kFloat64).is_alias_of(x));
 }
 

@@ -146,19 +146,23 @@ TEST(DataLoaderTest, PinMemoryDeliversPageLockedBatchesOrIsAClearNoOp) {
   EXPECT_EQ(p.pin_memory().data_ptr(), p.data_ptr()) << "pinning a pinned tensor is free";
 }
 
-// Copies to the GPU from pageable memory are staged: the source may be overwritten as soon as
-// to() returns, while the copy is still queued behind other work.
+// Copies to the GPU are staged unless non_blocking is asked for a pinned source: the source may
+// be overwritten as soon as to() returns, while the copy is still queued behind other work.
 TEST(DataLoaderTest, StagedCopiesToTheGpuDoNotReadTheSourceLater) {
   if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
-  Tensor busy = randn({2048, 2048}).to(CUDA(0));
-  std::vector<Tensor> on_gpu;
-  Tensor host = zeros({1 << 16});
-  for (int i = 0; i < 20; ++i) {
-    busy = busy.matmul(busy) * 1e-3;  // keeps the stream busy so copies queue behind it
-    host.fill_(static_cast<double>(i));
-    on_gpu.push_back(host.to(CUDA(0)));
+  for (bool pinned : {false, true}) {
+    Tensor busy = randn({2048, 2048}).to(CUDA(0));
+    std::vector<Tensor> on_gpu;
+    Tensor host = pinned ? zeros({1 << 16}).pin_memory() : zeros({1 << 16});
+    for (int i = 0; i < 20; ++i) {
+      busy = busy.matmul(busy) * 1e-3;  // keeps the stream busy so copies queue behind it
+      host.fill_(static_cast<double>(i));
+      on_gpu.push_back(host.to(CUDA(0)));
+    }
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(on_gpu[static_cast<size_t>(i)].sum().item<double>(), double{1 << 16} * i) << "pinned=" << pinned << " " << i;
+    }
   }
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(on_gpu[static_cast<size_t>(i)].sum().item<double>(), double{1 << 16} * i) << i;
 }
 
 TEST(DataLoaderTest, EveryIndexOnceAndEpochsChangeTheOrder) {

@@ -226,6 +226,7 @@ TEST(FusedOptimTest, FusedCallsRejectMismatchedLists) {
   EXPECT_THAT(ErrorOf([&] { fused_sgd_({p}, {g}, {m}, a); }), HasSubstr("momentum buffers given with momentum 0"));
   EXPECT_THAT(ErrorOf([&] { fused_sgd_({zeros({4}, kFloat16)}, {zeros({4}, kFloat16)}, {}, a); }),
               HasSubstr("to be float32 or float64"));
+  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {m}, {}, a); }), HasSubstr("the same memory appears twice"));
   // Nothing was written by a refused call.
   EXPECT_EQ(p._version(), 0u);
   EXPECT_FALSE(fused_step_supported(p, strided));

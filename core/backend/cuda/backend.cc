@@ -82,10 +82,11 @@ class CudaBackend final : public Backend {
   Allocator* allocator(Device device) override { return &GetAllocator(device.index); }
   int device_count() const override { return cuda::device_count(); }
 
-  // Host-to-device copies are queued without waiting for the GPU, and the caller may free or
-  // reuse a pageable source at once (it is staged: NOTE [ Pinned staging ]); device-to-host
-  // copies wait, because the host reads next.
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
+  // Host-to-device copies are queued without waiting for the GPU, and the caller may write the
+  // source at once unless it asked for a non-blocking copy of a pinned source (NOTE [ Pinned
+  // staging ]); device-to-host copies wait, because the host reads next.
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                  bool non_blocking) override {
     if (nbytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda()) {
       DeviceGuard guard(dst_device.index);
@@ -101,7 +102,7 @@ class CudaBackend final : public Backend {
         ANVIL_CUDA_CHECK(cudaStreamSynchronize(s));
       }
     } else if (dst_device.is_cuda()) {
-      copy_host_to_device(dst, dst_device.index, src, nbytes);  // NOTE [ Pinned staging ]
+      copy_host_to_device(dst, dst_device.index, src, nbytes, non_blocking);  // NOTE [ Pinned staging ]
     } else {
       DeviceGuard guard(src_device.index);
       cudaStream_t s = current_stream(src_device.index);

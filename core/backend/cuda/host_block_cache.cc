@@ -81,7 +81,9 @@ bool HostBlockCache::record_use(const void* ptr, StreamId stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = Find(ptr);
   if (it == blocks_.end()) return false;
-  blocks_.at(it->first).uses.push_back(provider_->record_event(stream));
+  Block& b = blocks_.at(it->first);
+  Idle(b);  // a long-lived pinned tensor copied every step keeps only its pending events
+  b.uses.push_back(provider_->record_event(stream));
   return true;
 }
 

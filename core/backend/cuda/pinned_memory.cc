@@ -7,6 +7,7 @@
 
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/runtime.h"
+#include "core/util/error.h"
 
 namespace anvil::cuda {
 namespace {
@@ -79,24 +80,42 @@ Allocator* pinned_allocator() {
 
 HostBlockCache::Stats pinned_memory_stats() { return Cache().stats(); }
 
-void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes) {
+void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes, bool non_blocking) {
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const StreamId id = reinterpret_cast<StreamId>(stream);
   HostBlockCache& cache = Cache();
-  if (cache.contains(src, nbytes)) {
+  const bool pinned = cache.contains(src, nbytes);
+  if (pinned && non_blocking) {
     ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
     cache.record_use(src, id);
     return;
   }
   if (nbytes > kMaxStagingBytes) {
     ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    // From pinned memory the copy is truly asynchronous: the caller may write the source next.
+    if (pinned) ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
-  void* staging = cache.allocate(nbytes);
+  void* staging = nullptr;
+  try {
+    staging = cache.allocate(nbytes);
+  } catch (const OutOfMemoryError&) {
+    // No page-locked memory: the driver's path still works (it waits for the stream first).
+    ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    if (pinned) ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
   std::memcpy(staging, src, nbytes);
-  ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, staging, nbytes, cudaMemcpyHostToDevice, stream));
-  cache.record_use(staging, id);
+  try {
+    ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, staging, nbytes, cudaMemcpyHostToDevice, stream));
+    cache.record_use(staging, id);
+  } catch (...) {
+    // The copy may be queued without its event: let it finish before the block is reused.
+    (void)cudaStreamSynchronize(stream);
+    cache.deallocate(staging);
+    throw;
+  }
   cache.deallocate(staging);  // reused once the copy has run
 }
 

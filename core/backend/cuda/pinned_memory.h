@@ -15,11 +15,14 @@ Allocator* pinned_allocator();
 HostBlockCache::Stats pinned_memory_stats();
 
 // Queues a copy of `nbytes` from host memory at `src` to `dst` on cuda:`device`, on the calling
-// thread's current stream, and returns without waiting for the GPU. From a pinned block the
-// copy reads it in place (the block is kept from reuse until the copy has run); from pageable
-// memory up to kMaxStagingBytes the bytes are first copied to a pinned staging block; larger
-// pageable copies take the driver's path, which waits for the stream first.
-void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes);
+// thread's current stream, and returns without waiting for the GPU. With `non_blocking` a
+// pinned source is read in place (its block is kept from reuse until the copy has run, and the
+// caller does not write it until then); otherwise, and from pageable memory, sources up to
+// kMaxStagingBytes are first copied to a pinned staging block, so the caller may write them at
+// once. Larger pageable copies take the driver's path (it waits for the stream first); larger
+// pinned ones without non_blocking wait for the copy. When no page-locked memory can be had,
+// staging falls back to the driver's path.
+void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes, bool non_blocking);
 constexpr size_t kMaxStagingBytes = size_t{64} << 20;
 
 }  // namespace anvil::cuda
