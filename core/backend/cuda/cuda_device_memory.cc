@@ -145,28 +145,15 @@ void CudaDeviceMemory::unmap(void* addr, size_t bytes) {
 
 EventId CudaDeviceMemory::record_event(StreamId stream) {
   DeviceGuard guard(device_);
-  cudaEvent_t e = nullptr;
-  ANVIL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  ANVIL_CUDA_CHECK(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)));
-  return reinterpret_cast<EventId>(e);
+  return cuda::record_event(stream);
 }
 
-bool CudaDeviceMemory::query_event(EventId event) {
-  const cudaError_t e = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
-  if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  ANVIL_CUDA_CHECK(e);
-  return true;
-}
+bool CudaDeviceMemory::query_event(EventId event) { return event_completed(event); }
 
 void CudaDeviceMemory::synchronize_event(EventId event) {
   ANVIL_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
 }
 
-void CudaDeviceMemory::destroy_event(EventId event) {
-  ANVIL_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)));
-}
+void CudaDeviceMemory::destroy_event(EventId event) { cuda::destroy_event(event); }
 
 }  // namespace anvil::cuda

@@ -27,22 +27,9 @@ class CudaHostMemory final : public HostMemoryProvider {
   }
   void free(void* ptr) override { ANVIL_CUDA_CHECK(cudaFreeHost(ptr)); }
   // The caller has made the stream's device current.
-  EventId record_event(StreamId stream) override {
-    cudaEvent_t e = nullptr;
-    ANVIL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    ANVIL_CUDA_CHECK(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)));
-    return reinterpret_cast<EventId>(e);
-  }
-  bool query_event(EventId event) override {
-    const cudaError_t e = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
-    if (e == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    ANVIL_CUDA_CHECK(e);
-    return true;
-  }
-  void destroy_event(EventId event) override { ANVIL_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event))); }
+  EventId record_event(StreamId stream) override { return cuda::record_event(stream); }
+  bool query_event(EventId event) override { return event_completed(event); }
+  void destroy_event(EventId event) override { cuda::destroy_event(event); }
 };
 
 HostBlockCache& Cache() {

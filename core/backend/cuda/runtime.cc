@@ -78,6 +78,25 @@ void synchronize_stream(int device) {
   ANVIL_CUDA_CHECK(cudaStreamSynchronize(current_stream(device)));
 }
 
+EventId record_event(StreamId stream) {
+  cudaEvent_t e = nullptr;
+  ANVIL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  ANVIL_CUDA_CHECK(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)));
+  return reinterpret_cast<EventId>(e);
+}
+
+bool event_completed(EventId event) {
+  const cudaError_t e = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  ANVIL_CUDA_CHECK(e);
+  return true;
+}
+
+void destroy_event(EventId event) { ANVIL_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event))); }
+
 DeviceGuard::DeviceGuard(int device) {
   CheckDevice(device);
   ANVIL_CUDA_CHECK(cudaGetDevice(&previous_));

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "core/backend/cuda/device_memory.h"
+
 namespace anvil::cuda {
 
 // Devices usable by this process; 0 when CUDA is not usable (see unavailable_reason()).
@@ -27,6 +29,13 @@ cudaStream_t current_stream(int device);
 cudaStream_t create_stream(int device);
 // Waits for all work queued on `device`'s current stream.
 void synchronize_stream(int device);
+
+// Events as the allocators use them, behind their EventId: a new event (timing disabled)
+// recorded at the current end of `stream`'s queued work, on the current device; whether one
+// has completed (never blocks); and its release.
+EventId record_event(StreamId stream);
+bool event_completed(EventId event);
+void destroy_event(EventId event);
 
 // Makes `device` current for the calling thread for a scope.
 class DeviceGuard {
