@@ -4,36 +4,24 @@
 
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
+#include "core/backend/shape_rows.h"
 #include "core/ops/functions.h"
 #include "core/ops/functors.h"
 
 namespace anvil::cpu {
 namespace {
 
-void CatKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  const int64_t d = wrap_dim(c.attrs.dims[0], out.dim(), "cat");
-  int64_t start = 0;
-  for (const Tensor& t : c.inputs) {
-    const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0) CopyInto(out.narrow(d, start, n), t);
-    start += n;
-  }
-}
+void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.dims[0], CopyInto); }
 
 template <bool Log>
 void SoftmaxKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
   if (x.numel() == 0) return;
-  const int64_t nd = std::max<int64_t>(x.dim(), 1);
-  const int64_t d = wrap_dim(c.attrs.dims[0], nd, Log ? "log_softmax" : "softmax");
-  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
-  const bool direct = d == nd - 1 && xs.is_contiguous() && out.is_contiguous();
-  Tensor xm = direct ? xs : xs.movedim(d, -1).contiguous();
-  Tensor om = direct ? out : empty_like(xm);
-  const int64_t len = xm.size(-1);
-  const int64_t rows = xm.numel() / len;
+  const shape_rows::SoftmaxRows layout(x, out, c.attrs.dims[0], Log ? "log_softmax" : "softmax");
+  const Tensor& xm = layout.in;
+  const Tensor& om = layout.out;
+  const int64_t len = layout.len, rows = layout.rows;
   ANVIL_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
@@ -80,7 +68,7 @@ void SoftmaxKernel(const KernelCall& c) {
       }
     });
   });
-  if (!direct) CopyInto(out, om.movedim(-1, d).reshape(out.sizes()));
+  layout.finish(out, CopyInto);
 }
 
 // out = zeros(attrs.dims); out.as_strided(attrs.geometry) += src  (serial: windows overlap).

@@ -5,22 +5,14 @@
 
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
+#include "core/backend/shape_rows.h"
 #include "core/ops/functions.h"
 
 namespace anvil::cuda {
 namespace {
 
 // One strided copy per input into its window of the output.
-void CatKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  const int64_t d = wrap_dim(c.attrs.dims[0], out.dim(), "cat");
-  int64_t start = 0;
-  for (const Tensor& t : c.inputs) {
-    const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0) CopyBits(out.narrow(d, start, n), t);
-    start += n;
-  }
-}
+void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.dims[0], CopyBits); }
 
 // NOTE [ Deterministic strided scatter-add ]
 // out = zeros(dims); out.as_strided(geometry) += src. The CPU adds the window's elements

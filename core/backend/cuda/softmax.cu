@@ -12,6 +12,7 @@
 
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
+#include "core/backend/shape_rows.h"
 #include "core/ops/functions.h"
 #include "core/ops/functors.h"
 
@@ -146,16 +147,10 @@ void SoftmaxKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
   if (x.numel() == 0) return;
-  const int64_t nd = std::max<int64_t>(x.dim(), 1);
-  const int64_t d = wrap_dim(c.attrs.dims[0], nd, kLog ? "log_softmax" : "softmax");
-  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
-  // Rows along the last dim in place when both sides are contiguous; otherwise through a
-  // transposed copy, like the CPU.
-  const bool direct = d == nd - 1 && xs.is_contiguous() && out.is_contiguous();
-  Tensor xm = direct ? xs : xs.movedim(d, -1).contiguous();
-  Tensor om = direct ? out : empty_like(xm);
-  const int64_t len = xm.size(-1);
-  const int64_t rows = xm.numel() / len;
+  const shape_rows::SoftmaxRows layout(x, out, c.attrs.dims[0], kLog ? "log_softmax" : "softmax");
+  const Tensor& xm = layout.in;
+  const Tensor& om = layout.out;
+  const int64_t len = layout.len, rows = layout.rows;
   const int device = out.device().index;
   {
     DeviceGuard guard(device);
@@ -174,7 +169,7 @@ void SoftmaxKernel(const KernelCall& c) {
       ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
-  if (!direct) CopyBits(out, om.movedim(-1, d).reshape(out.sizes()));
+  layout.finish(out, CopyBits);
 }
 
 }  // namespace
