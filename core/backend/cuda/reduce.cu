@@ -592,21 +592,9 @@ void CumSumKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterReduceKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Sum)] = &ReduceKernel<Kind::Sum>;
-  t[static_cast<int>(OpId::Mean)] = &ReduceKernel<Kind::Mean>;
-  t[static_cast<int>(OpId::Prod)] = &ReduceKernel<Kind::Prod>;
-  t[static_cast<int>(OpId::Amax)] = &ReduceKernel<Kind::Amax>;
-  t[static_cast<int>(OpId::Amin)] = &ReduceKernel<Kind::Amin>;
-  t[static_cast<int>(OpId::All)] = &ReduceKernel<Kind::All>;
-  t[static_cast<int>(OpId::Any)] = &ReduceKernel<Kind::Any>;
-  t[static_cast<int>(OpId::Norm)] = &ReduceKernel<Kind::Norm>;
-  t[static_cast<int>(OpId::Var)] = &ReduceKernel<Kind::Var>;
-  t[static_cast<int>(OpId::LogSumExp)] = &ReduceKernel<Kind::LogSumExp>;
-  t[static_cast<int>(OpId::Argmax)] = &ArgReduceKernel<true, false>;
-  t[static_cast<int>(OpId::Argmin)] = &ArgReduceKernel<false, false>;
-  t[static_cast<int>(OpId::MaxDim)] = &ArgReduceKernel<true, true>;
-  t[static_cast<int>(OpId::MinDim)] = &ArgReduceKernel<false, true>;
-  t[static_cast<int>(OpId::CumSum)] = &CumSumKernel;
+#define ANVIL_REDUCE_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#include "core/backend/reduce_rows.def"
+#undef ANVIL_REDUCE_ROW
 }
 
 }  // namespace anvil::cuda
