@@ -127,14 +127,9 @@ void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<i
     p.set_grad(anvil::randn(p.sizes()));
     count += p.numel();
   }
-  const anvil::optim::Options fused_opt{{"fused", fused ? 1.0 : 0.0}};
   auto make = [&](std::vector<anvil::Tensor> ps) -> std::shared_ptr<anvil::optim::Optimizer> {
-    anvil::optim::Options o = fused_opt;
-    if (kind == "adamw") {
-      o["lr"] = 1e-3;
-      return std::make_shared<anvil::optim::AdamW>(ps, o);
-    }
-    o["lr"] = 1e-3;
+    anvil::optim::Options o{{"fused", fused ? 1.0 : 0.0}, {"lr", 1e-3}};
+    if (kind == "adamw") return std::make_shared<anvil::optim::AdamW>(ps, o);
     o["momentum"] = 0.9;
     return std::make_shared<anvil::optim::SGD>(ps, o);
   };

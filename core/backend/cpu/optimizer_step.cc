@@ -78,29 +78,15 @@ void AdamStep(const KernelCall& c) {
   }, f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
-template <template <typename> class Step>
-void ByDtype(const KernelCall& c) {
-  if (c.inputs[0].dtype() == kFloat64) {
-    Step<double>::run(c);
-  } else {
-    Step<float>::run(c);
-  }
-}
-
-template <typename T>
-struct Sgd {
-  static void run(const KernelCall& c) { SgdStep<T>(c); }
-};
-template <typename T>
-struct Adam {
-  static void run(const KernelCall& c) { AdamStep<T>(c); }
-};
+// The rows take float32 or float64 lists (ops/foreach.cc checks).
+void SgdKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? SgdStep<double>(c) : SgdStep<float>(c); }
+void AdamKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? AdamStep<double>(c) : AdamStep<float>(c); }
 
 }  // namespace
 
 void RegisterOptimizerStepKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::SgdStep)] = &ByDtype<Sgd>;
-  t[static_cast<int>(OpId::AdamStep)] = &ByDtype<Adam>;
+  t[static_cast<int>(OpId::SgdStep)] = &SgdKernel;
+  t[static_cast<int>(OpId::AdamStep)] = &AdamKernel;
 }
 
 }  // namespace anvil::cpu

@@ -55,21 +55,9 @@ void Adam(const KernelCall& c) {
   }, f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
-void SgdKernel(const KernelCall& c) {
-  if (c.inputs[0].dtype() == kFloat64) {
-    Sgd<double>(c);
-  } else {
-    Sgd<float>(c);
-  }
-}
-
-void AdamKernel(const KernelCall& c) {
-  if (c.inputs[0].dtype() == kFloat64) {
-    Adam<double>(c);
-  } else {
-    Adam<float>(c);
-  }
-}
+// The rows take float32 or float64 lists (ops/foreach.cc checks).
+void SgdKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? Sgd<double>(c) : Sgd<float>(c); }
+void AdamKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? Adam<double>(c) : Adam<float>(c); }
 
 }  // namespace
 

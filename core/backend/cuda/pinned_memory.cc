@@ -78,20 +78,19 @@ void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes, 
     cache.record_use(src, id);
     return;
   }
-  if (nbytes > kMaxStagingBytes) {
+  // Without staging: the driver's path (from pageable memory it waits for the stream first;
+  // from pinned memory the copy is truly asynchronous, so wait: the caller may write the source
+  // next).
+  auto direct_copy = [&] {
     ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
-    // From pinned memory the copy is truly asynchronous: the caller may write the source next.
     if (pinned) ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return;
-  }
+  };
+  if (nbytes > kMaxStagingBytes) return direct_copy();
   void* staging = nullptr;
   try {
     staging = cache.allocate(nbytes);
   } catch (const OutOfMemoryError&) {
-    // No page-locked memory: the driver's path still works (it waits for the stream first).
-    ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
-    if (pinned) ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return;
+    return direct_copy();  // no page-locked memory to be had
   }
   std::memcpy(staging, src, nbytes);
   try {
