@@ -73,7 +73,9 @@ Grads SigmoidB(Ctx& c, const Grads& g) {
   Tensor o = c.saved_output(0);
   return {g[0] * o * (1 - o)};
 }
-Grads ReluB(Ctx& c, const Grads& g) { return {where(c.saved_output(0) > 0, g[0], Scalar(0.0))}; }
+Grads ReluB(Ctx& c, const Grads& g) { return {relu_backward(g[0], c.saved_output(0))}; }
+// Linear in the gradient; the result only selects (its derivative is zero almost everywhere).
+Grads ReluBackwardB(Ctx& c, const Grads& g) { return {relu_backward(g[0], c.saved_input(1)), Tensor()}; }
 Grads LeakyReluB(Ctx& c, const Grads& g) {
   return {where(c.saved_input(0) > 0, g[0], g[0] * c.attrs().alpha)};
 }
@@ -267,8 +269,14 @@ bool TransposedDense(const Tensor& t) {
 Grads MmB(Ctx& c, const Grads& g) {
   Grads r(2);
   const Tensor a = c.saved_input(0), b = c.saved_input(1);
-  if (c.needs_input_grad(0)) r[0] = TransposedDense(a) ? mm(b, g[0].t()).t() : mm(g[0], b.t());
-  if (c.needs_input_grad(1)) r[1] = TransposedDense(b) ? mm(g[0].t(), a).t() : mm(a.t(), g[0]);
+  const bool ta = TransposedDense(a), tb = TransposedDense(b);
+  if (c.needs_input_grad(0) && c.needs_input_grad(1)) {
+    // Independent products: mm_pair may run them side by side.
+    auto [ga, gb] = mm_pair(ta ? b : g[0], ta ? g[0].t() : b.t(), tb ? g[0].t() : a.t(), tb ? a : g[0]);
+    return {ta ? ga.t() : ga, tb ? gb.t() : gb};
+  }
+  if (c.needs_input_grad(0)) r[0] = ta ? mm(b, g[0].t()).t() : mm(g[0], b.t());
+  if (c.needs_input_grad(1)) r[1] = tb ? mm(g[0].t(), a).t() : mm(a.t(), g[0]);
   return r;
 }
 Grads BmmB(Ctx& c, const Grads& g) {
@@ -451,7 +459,7 @@ struct RuleTable {
     RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
     RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
     RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
-    RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB)
+    RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB) RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB)
     RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
     RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
     RULE(Round, ZeroB) RULE(Trunc, ZeroB)

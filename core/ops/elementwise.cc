@@ -126,6 +126,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   a.keepdim = approximate == "tanh";
   return Unary(OpId::Gelu, x, a);
 }
+Tensor relu_backward(const Tensor& grad, const Tensor& result) { return Binary(OpId::ReluBackward, grad, result); }
 Tensor leaky_relu(const Tensor& x, double slope) { return Unary(OpId::LeakyRelu, x, Alpha(slope)); }
 Tensor elu(const Tensor& x, double alpha) { return Unary(OpId::Elu, x, Alpha(alpha)); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {

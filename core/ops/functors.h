@@ -132,6 +132,10 @@ struct SigmoidF { template <typename T> ANVIL_INLINE T operator()(T x) const { r
 struct ReluF {
   template <typename T> ANVIL_INLINE T operator()(T x) const { return x > T(0) ? x : (x != x ? x : T(0)); }
 };
+// relu's gradient from its result: a NaN result passes no gradient, like where(y > 0, g, 0).
+struct ReluBackwardF {
+  template <typename T> ANVIL_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+};
 struct LeakyReluF {
   double slope;
   template <typename T> ANVIL_INLINE T operator()(T x) const { return x > T(0) ? x : T(x * T(slope)); }

@@ -1,8 +1,12 @@
 // Matrix products. matmul follows torch.matmul's broadcasting rules and folds batch dims
 // into rows when the right operand is a matrix (one GEMM instead of a batch of small ones).
+#include <algorithm>
+
+#include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
+#include "core/util/thread_pool.h"
 
 namespace anvil {
 namespace {
@@ -22,6 +26,41 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 Tensor bmm(const Tensor& a, const Tensor& b) {
   CheckSameDtype(a, b, "bmm");
   return dispatch1(OpId::Bmm, {a, b}, OpAttrs{});
+}
+
+namespace {
+
+// Multiply-adds of mm(a, b), or 0 when the operands are not two matrices (mm then reports it).
+int64_t MmWork(const Tensor& a, const Tensor& b) {
+  return a.dim() == 2 && b.dim() == 2 ? a.size(0) * a.size(1) * b.size(1) : 0;
+}
+
+// Whether mm_pair's products run side by side. Below kMinWork a product takes a few
+// microseconds and a pool region would cost a sizeable part of it. From kSplitWork on, the CPU
+// kernel splits one product's rows over the pool itself, so side by side only wins while the
+// two are of a similar size (the larger one runs whole on one thread).
+bool SideBySide(const Tensor& a0, const Tensor& b0, const Tensor& a1, const Tensor& b1) {
+  constexpr int64_t kMinWork = int64_t{1} << 16;
+  constexpr int64_t kSplitWork = int64_t{1} << 21;  // GemmParallel's threshold (cpu/linalg.cc)
+  if (GradMode::is_enabled() || get_num_threads() < 2 || in_parallel_region()) return false;
+  for (const Tensor* t : {&a0, &b0, &a1, &b1}) {
+    if (!t->device().is_cpu()) return false;
+  }
+  const int64_t w0 = MmWork(a0, b0), w1 = MmWork(a1, b1);
+  const int64_t lo = std::min(w0, w1), hi = std::max(w0, w1);
+  return lo >= kMinWork && (hi < kSplitWork || 2 * hi <= 3 * lo);
+}
+
+}  // namespace
+
+std::array<Tensor, 2> mm_pair(const Tensor& a0, const Tensor& b0, const Tensor& a1, const Tensor& b1) {
+  if (!SideBySide(a0, b0, a1, b1)) return {mm(a0, b0), mm(a1, b1)};
+  std::array<Tensor, 2> r;
+  parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+    NoGradGuard no_grad;  // grad mode is per thread, and a pool thread's is on
+    for (int64_t i = begin; i < end; ++i) r[i] = i == 0 ? mm(a0, b0) : mm(a1, b1);
+  });
+  return r;
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {

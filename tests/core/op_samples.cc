@@ -77,6 +77,7 @@ OpSamples MakeOpSamples() {
   push(OpId::Minimum, "minimum", {Leaf({4}), LeafT({3, 4})}, B(&minimum));
   push(OpId::Remainder, "remainder", {Leaf({5}), (Pos({5}) + 1).detach().requires_grad_()}, B(&remainder), false);
   push(OpId::Atan2, "atan2", {Leaf({4}), Leaf({4})}, B(&atan2));
+  push(OpId::ReluBackward, "relu_backward", {Leaf({3, 4}), LeafT({3, 4})}, B(&relu_backward));
   push(OpId::Where, "where", {Leaf({3, 1}), Leaf({4})}, L([](auto& x) {
         Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4}).to(g_sample_device);
         return where(cond, x[0], x[1]);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <numbers>
 #include <sstream>
@@ -763,6 +764,65 @@ TEST(Linalg, OneRowTimesAMatrixMatchesFloat64) {
   // A strided row (a column of a transposed matrix) takes the general path.
   const Tensor at = randn({k, 1}).t();
   EXPECT_TRUE(allclose(mm(at, b).to(kFloat64), (at.to(kFloat64).t() * b.to(kFloat64)).sum({0}, true), 1e-4, 1e-3));
+}
+
+// mm_pair runs mid-sized products side by side on the pool (history off, 2+ threads). Each
+// product is checked against float64 element-wise sums, not against another matrix product.
+TEST(Linalg, MmPairSideBySideMatchesFloat64) {
+  manual_seed(6);
+  const int previous = get_num_threads();
+  set_num_threads(2);
+  const Tensor g = randn({96, 64}), w = randn({80, 64}), x = randn({96, 80});
+  auto reference = [](const Tensor& a, const Tensor& b) {  // [m,k] x [k,n] as sum_p a[:,p,None]*b[None,p,:]
+    return (a.to(kFloat64).unsqueeze(2) * b.to(kFloat64).unsqueeze(0)).sum({1});
+  };
+  for (bool history : {false, true}) {
+    SCOPED_TRACE(history ? "history on (one after the other)" : "history off (side by side)");
+    std::unique_ptr<NoGradGuard> no_grad;
+    if (!history) no_grad = std::make_unique<NoGradGuard>();
+    // Two products shaped like a Linear backward's, 491,520 multiply-adds each, transposed
+    // operands included.
+    auto [dx, dw] = mm_pair(g, w.t(), g.t(), x);
+    EXPECT_EQ(dx.sizes(), (IntArray{96, 80}));
+    EXPECT_EQ(dw.sizes(), (IntArray{64, 80}));
+    EXPECT_TRUE(allclose(dx.to(kFloat64), reference(g, w.t()), 1e-4, 1e-4));
+    EXPECT_TRUE(allclose(dw.to(kFloat64), reference(g.t(), x), 1e-4, 1e-4));
+  }
+  // A bad pair reports mm's own error, from the pool thread that ran it.
+  {
+    NoGradGuard no_grad;
+    const Tensor big = randn({96, 700});
+    EXPECT_THAT(ErrorOf([&] { mm_pair(big, randn({700, 96}), big, randn({699, 96})); }),
+                HasSubstr("cannot be multiplied"));
+  }
+  set_num_threads(previous);
+}
+
+// Linear's backward at a size where mm_pair takes both cores: gradients equal the float64
+// formulas, and with create_graph the same backward still records a graph (double backward).
+TEST(Linalg, LinearBackwardSideBySideMatchesFloat64AndStaysDifferentiable) {
+  manual_seed(7);
+  const int previous = get_num_threads();
+  set_num_threads(2);
+  const Tensor x = randn({128, 96});
+  const Tensor w = (randn({64, 96}) * 0.1).requires_grad_();
+  const Tensor up = randn({128, 64});
+  const Tensor xi = x.detach().requires_grad_();
+  (linear(xi, w) * up).sum().backward();
+  const Tensor up64 = up.to(kFloat64), w64 = w.detach().to(kFloat64), x64 = x.to(kFloat64);
+  const Tensor ref_dx = (up64.unsqueeze(2) * w64.unsqueeze(0)).sum({1});      // up w
+  const Tensor ref_dw = (up64.unsqueeze(2) * x64.unsqueeze(1)).sum({0});      // up^T x
+  EXPECT_TRUE(allclose(xi.grad().to(kFloat64), ref_dx, 1e-4, 1e-4));
+  EXPECT_TRUE(allclose(w.grad().to(kFloat64), ref_dw, 1e-4, 1e-4));
+  // Double backward: d/dw of sum((d loss / d x)^2) with loss = sum(linear(x, w) * up) is
+  // 2 up^T (up w), a product of recorded gradients.
+  const Tensor xj = x.detach().requires_grad_();
+  const Tensor loss = (linear(xj, w) * up).sum();
+  const auto gx = autograd::grad({loss}, {xj}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+  const Tensor w_grad = autograd::grad({(gx[0] * gx[0]).sum()}, {w})[0];
+  const Tensor ref = (up64.unsqueeze(2) * ref_dx.unsqueeze(1)).sum({0}) * 2;
+  EXPECT_TRUE(allclose(w_grad.to(kFloat64), ref, 1e-4, 1e-3));
+  set_num_threads(previous);
 }
 
 TEST(Reductions, Argmax) {

@@ -60,6 +60,17 @@ template <typename T>
 double SumContiguous(const T* x, int64_t n) {
   using M = opmath_t<T>;
   constexpr int kLanes = 64;
+  if (n < kLanes) {
+    // A short row (a softmax's classes): setting up and folding 64 lanes would cost more
+    // than the row. Four lanes still break the add chain.
+    M l[4] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int k = 0; k < 4; ++k) l[k] += M(x[i + k]);
+    }
+    for (; i < n; ++i) l[0] += M(x[i]);
+    return static_cast<double>((l[0] + l[1]) + (l[2] + l[3]));
+  }
   double total = 0;
   for (int64_t b = 0; b < n; b += 4096) {
     const int64_t e = std::min(n, b + 4096);
