@@ -10,6 +10,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
+#include "core/ops/nll_loss.h"
 #include "core/util/error.h"
 
 namespace anvil::autograd {
@@ -297,6 +298,32 @@ Grads LogSoftmaxB(Ctx& c, const Grads& g) {
   if (y.dim() == 0) return {zeros_like(g[0])};
   return {g[0] - exp(y) * sum(g[0], {d}, true)};
 }
+// Negative log-likelihood: -w_t g / D at each counted row's target, 0 elsewhere. Without
+// create_graph the NllLossBackward kernel writes it in one pass; with it, the same values are
+// scattered by differentiable ops so that the backward is itself recorded.
+Grads NllLossB(Ctx& c, const Grads& g) {
+  Grads r(static_cast<size_t>(c.num_inputs()));
+  if (!c.needs_input_grad(0) || !g[0].defined()) return r;
+  const Tensor target = c.saved_input(1), total_weight = c.saved_output(1);
+  const bool weighted = c.num_inputs() > 2;
+  const OpAttrs& a = c.attrs();
+  if (!GradMode::is_enabled()) {
+    OpAttrs with_classes = a;
+    with_classes.dims.push_back(c.input(0).sizes[1]);
+    std::vector<Tensor> in{g[0], target, total_weight};
+    if (weighted) in.push_back(c.saved_input(2));
+    r[0] = dispatch1(OpId::NllLossBackward, in, with_classes);
+    return r;
+  }
+  const Tensor counted = target != a.dims[1];
+  const Tensor safe_target = where(counted, target, int64_t{0});
+  Tensor w = counted.to(c.input(0).dtype);
+  if (weighted) w = w * index_select(c.saved_input(2), 0, safe_target);
+  Tensor coef = -w * g[0];  // g[0]: one per row (reduction none) or a scalar
+  if (a.dims[0] == nll::kMean) coef = coef / total_weight;
+  r[0] = scatter(Zeros(c.input(0)), 1, safe_target.unsqueeze(1), coef.unsqueeze(1));
+  return r;
+}
 Grads CatB(Ctx& c, const Grads& g) {
   const int64_t d = wrap_dim(c.attrs().dims[0], g[0].dim(), "cat");
   Grads r(c.num_inputs());
@@ -469,7 +496,7 @@ struct RuleTable {
     RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
     RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
     RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
-    RULE(Mm, MmB) RULE(Bmm, BmmB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
+    RULE(Mm, MmB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
     RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
     RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
     RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/ops/nll_loss.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
 
@@ -88,31 +89,18 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
   ANVIL_CHECK(target.sizes() == expected_target, "nll_loss: expected a target of shape ", shape_str(expected_target),
               " for input of shape ", shape_str(log_probs), ", got ", shape_str(target));
   const Tensor rows = batched ? log_probs.movedim(1, -1).reshape({-1, C}) : log_probs.reshape({1, C});
-  const Tensor t = target.to(kInt64).reshape({-1});
-  const Tensor valid = t != o.ignore_index;
-  if (t.numel() > 0) {
-    const Tensor bad = valid & ((t < 0) | (t >= C));
-    if (bad.any().item<bool>()) {
-      const int64_t value = t.masked_select(bad)[0].item<int64_t>();
-      throw IndexError("nll_loss: target " + std::to_string(value) + " is out of bounds: expected class indices in [0, " +
-                       std::to_string(C) + ") or ignore_index " + std::to_string(o.ignore_index));
-    }
-  }
-  const Tensor safe_t = where(valid, t, int64_t{0});
-  Tensor picked = -gather(rows, 1, safe_t.unsqueeze(1)).squeeze(1);
-  Tensor w = valid.to(rows.dtype());
+  Tensor weight;
   if (o.weight.defined()) {
     ANVIL_CHECK(o.weight.dim() == 1 && o.weight.size(0) == C, "nll_loss: expected a weight of shape [", C,
                 "], got ", shape_str(o.weight));
-    w = w * index_select(o.weight.to(rows.dtype()), 0, safe_t);
+    weight = o.weight.to(rows.dtype());
   }
-  const Tensor losses = picked * w;
-  switch (o.reduction) {
-    case Reduction::kNone: return losses.reshape(target.sizes());
-    case Reduction::kSum: return losses.sum();
-    case Reduction::kMean: return losses.sum() / w.sum();  // weighted mean over non-ignored rows
-  }
-  return losses;
+  const int64_t reduction = o.reduction == Reduction::kNone   ? nll::kNone
+                            : o.reduction == Reduction::kMean ? nll::kMean
+                                                              : nll::kSum;
+  // One fused row (the mean divides by the counted rows' weight, as PyTorch's does).
+  const Tensor loss = nll_loss_rows(rows, target.to(kInt64).reshape({-1}), weight, reduction, o.ignore_index)[0];
+  return o.reduction == Reduction::kNone ? loss.reshape(target.sizes()) : loss;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {

@@ -163,6 +163,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor dot(const Tensor& a, const Tensor& b);
 
+// ---- losses ----
+// The negative log-likelihood of rows of log-probabilities [M, C] at int64 targets [M], with
+// optional class weights [C]; rows whose target is ignore_index count for nothing. reduction:
+// nll::Reduction (0 none, 1 mean over the counted weight, 2 sum). Returns {loss, total weight}.
+// The loss functions of nn (nll_loss, cross_entropy) shape their inputs into rows for it.
+std::array<Tensor, 2> nll_loss_rows(const Tensor& log_probs, const Tensor& target, const Tensor& weight,
+                                    int64_t reduction, int64_t ignore_index);
+
 // ---- softmax family ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

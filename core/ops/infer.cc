@@ -219,6 +219,22 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   " windows) for output ", d[10], "x", d[11], ", got ", in[0].size(2));
       return {{{in[0].size(0), in[0].size(1) / (d[0] * d[1]), d[10], d[11]}, in[0].dtype()}};
     }
+    case OpId::NllLoss: {
+      ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(), "nll_loss: expected floating-point "
+                  "log-probabilities of shape [rows, classes], got ", in[0].dtype(), " ", shape_str(in[0].sizes()));
+      ANVIL_CHECK_TYPE(in[1].dtype() == kInt64, "nll_loss: expected int64 class indices, got ", in[1].dtype());
+      ANVIL_CHECK(in[1].dim() == 1 && in[1].size(0) == in[0].size(0), "nll_loss: expected ", in[0].size(0),
+                  " targets (one per row), got shape ", shape_str(in[1].sizes()));
+      if (in.size() > 2) {
+        ANVIL_CHECK(in[2].dim() == 1 && in[2].size(0) == in[0].size(1) && in[2].dtype() == in[0].dtype(),
+                    "nll_loss: expected class weights of shape [", in[0].size(1), "] and dtype ", in[0].dtype(),
+                    ", got ", in[2].dtype(), " ", shape_str(in[2].sizes()));
+      }
+      const IntArray loss = a.dims[0] == 0 ? IntArray{in[0].size(0)} : IntArray{};
+      return {{loss, in[0].dtype()}, {IntArray{}, in[0].dtype()}};
+    }
+    case OpId::NllLossBackward:
+      return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
     case OpId::Conv2d:
     case OpId::Conv2dInputGrad:
     case OpId::Conv2dWeightGrad: {

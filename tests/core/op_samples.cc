@@ -77,6 +77,14 @@ OpSamples MakeOpSamples() {
   push(OpId::Minimum, "minimum", {Leaf({4}), LeafT({3, 4})}, B(&minimum));
   push(OpId::Remainder, "remainder", {Leaf({5}), (Pos({5}) + 1).detach().requires_grad_()}, B(&remainder), false);
   push(OpId::Atan2, "atan2", {Leaf({4}), Leaf({4})}, B(&atan2));
+  // Losses: weighted mean with an ignored row (its target is out of range on purpose), and
+  // per-row losses of a transposed input.
+  push(OpId::NllLoss, "nll_loss_weighted_mean", {Leaf({4, 5})}, L([](auto& x) {
+        const Tensor w = tensor(std::vector<double>{1.0, 2.0, 0.5, 3.0, 1.5}).to(g_sample_device);
+        return nll_loss_rows(x[0], Idx({1, 0, -100, 4}), w, 1, -100)[0];
+      }));
+  push(OpId::NllLoss, "nll_loss_none", {LeafT({4, 5})},
+       L([](auto& x) { return nll_loss_rows(x[0], Idx({2, 2, 0, 3}), Tensor(), 0, -100)[0]; }));
   push(OpId::ReluBackward, "relu_backward", {Leaf({3, 4}), LeafT({3, 4})}, B(&relu_backward));
   push(OpId::Where, "where", {Leaf({3, 1}), Leaf({4})}, L([](auto& x) {
         Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4}).to(g_sample_device);

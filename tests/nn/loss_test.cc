@@ -85,6 +85,51 @@ TEST(LossTest, CrossEntropyWithIndicesWeightsIgnoreAndSmoothing) {
   ExpectGradcheck([&](const Tensor& a) { return F::cross_entropy(a, target, o); }, logits);
 }
 
+// nll_loss runs as one fused row: each reduction against the definition, the mean over
+// counted weight (all rows ignored: NaN, as in PyTorch), int32 targets, and the kernel's
+// gradient equal to the one recorded under create_graph (composed from scatter).
+TEST(LossTest, NllLossReductionsMatchTheDefinition) {
+  const int64_t N = 6, C = 5;
+  const Tensor logp = log_softmax(randn({N, C}, kFloat64), 1);
+  const std::vector<int64_t> tv{4, 0, -100, 2, 2, 1};
+  const Tensor target = tensor(tv);
+  const Tensor weight = tensor(std::vector<double>{0.5, 1.0, 2.0, 0.0, 3.0});
+  const auto lv = Vals(logp), wv = Vals(weight);
+  std::vector<double> per_row(N, 0.0);
+  double sum = 0, den = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t t = tv[static_cast<size_t>(r)];
+    if (t == -100) continue;
+    per_row[static_cast<size_t>(r)] = -wv[static_cast<size_t>(t)] * lv[static_cast<size_t>(r * C + t)];
+    sum += per_row[static_cast<size_t>(r)];
+    den += wv[static_cast<size_t>(t)];
+  }
+  F::CrossEntropyOptions o{.weight = weight, .reduction = Reduction::kNone};
+  const auto none = Vals(F::nll_loss(logp, target, o));
+  ASSERT_EQ(none.size(), per_row.size());
+  for (size_t r = 0; r < per_row.size(); ++r) EXPECT_NEAR(none[r], per_row[r], 1e-15);
+  o.reduction = Reduction::kSum;
+  EXPECT_NEAR(F::nll_loss(logp, target, o).item<double>(), sum, 1e-14);
+  o.reduction = Reduction::kMean;
+  EXPECT_NEAR(F::nll_loss(logp, target, o).item<double>(), sum / den, 1e-14);
+  EXPECT_NEAR(F::nll_loss(logp, target.to(kInt32), o).item<double>(), sum / den, 1e-14);
+  const Tensor all_ignored = full({N}, Scalar(int64_t{-100}), kInt64);
+  EXPECT_TRUE(std::isnan(F::nll_loss(logp, all_ignored).item<double>()));
+  for (Reduction red : {Reduction::kNone, Reduction::kMean, Reduction::kSum}) {
+    o.reduction = red;
+    SCOPED_TRACE(static_cast<int>(red));
+    ExpectGradcheck([&](const Tensor& a) { return F::nll_loss(a, target, o); }, logp);
+    const Tensor up = red == Reduction::kNone ? randn({N}, kFloat64) : full({}, 2.5, kFloat64);
+    const Tensor a = logp.detach().requires_grad_();
+    const Tensor fused = autograd::grad({F::nll_loss(a, target, o)}, {a}, {up})[0];
+    // With create_graph the gradient is recorded as a function of the upstream gradient.
+    const Tensor up_var = up.detach().requires_grad_();
+    const Tensor recorded = autograd::grad({F::nll_loss(a, target, o)}, {a}, {up_var}, {}, /*create_graph=*/true)[0];
+    EXPECT_TRUE(recorded.requires_grad());
+    EXPECT_TRUE(allclose(fused, recorded.detach(), 0, 1e-15));
+  }
+}
+
 TEST(LossTest, CrossEntropyWithProbabilitiesAndSpatialTargets) {
   Tensor logits = randn({3, 5}, kFloat64);
   Tensor probs = softmax(randn({3, 5}, kFloat64), 1);

@@ -18,5 +18,6 @@ void RegisterFillKernels(KernelTable& t);
 void RegisterIm2ColKernels(KernelTable& t);
 void RegisterConvKernels(KernelTable& t);
 void RegisterOptimizerStepKernels(KernelTable& t);
+void RegisterLossKernels(KernelTable& t);
 
 }  // namespace anvil::cpu

@@ -12,6 +12,7 @@ void RegisterCpuKernels(KernelTable& table) {
   cpu::RegisterIm2ColKernels(table);
   cpu::RegisterConvKernels(table);
   cpu::RegisterOptimizerStepKernels(table);
+  cpu::RegisterLossKernels(table);
 }
 
 }  // namespace anvil

@@ -72,6 +72,7 @@ KernelTable MakeKernelTable() {
   RegisterShapeKernels(t);
   RegisterConvKernels(t);
   RegisterOptimizerStepKernels(t);
+  RegisterLossKernels(t);
   return t;
 }
 

@@ -15,5 +15,6 @@ void RegisterIndexKernels(KernelTable& t);
 void RegisterShapeKernels(KernelTable& t);
 void RegisterConvKernels(KernelTable& t);
 void RegisterOptimizerStepKernels(KernelTable& t);
+void RegisterLossKernels(KernelTable& t);
 
 }  // namespace anvil::cuda
