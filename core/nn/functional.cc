@@ -88,7 +88,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
   expected_target.erase(expected_target.begin() + (batched ? 1 : 0));
   ANVIL_CHECK(target.sizes() == expected_target, "nll_loss: expected a target of shape ", shape_str(expected_target),
               " for input of shape ", shape_str(log_probs), ", got ", shape_str(target));
-  const Tensor rows = batched ? log_probs.movedim(1, -1).reshape({-1, C}) : log_probs.reshape({1, C});
+  // [N, C] is already rows (no view ops: they would cost more than this loss's kernel).
+  const Tensor rows = log_probs.dim() == 2 ? log_probs
+                      : batched            ? log_probs.movedim(1, -1).reshape({-1, C})
+                                           : log_probs.reshape({1, C});
+  const Tensor t = target.dim() == 1 ? target.to(kInt64) : target.to(kInt64).reshape({-1});
   Tensor weight;
   if (o.weight.defined()) {
     ANVIL_CHECK(o.weight.dim() == 1 && o.weight.size(0) == C, "nll_loss: expected a weight of shape [", C,
@@ -99,7 +103,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
                             : o.reduction == Reduction::kMean ? nll::kMean
                                                               : nll::kSum;
   // One fused row (the mean divides by the counted rows' weight, as PyTorch's does).
-  const Tensor loss = nll_loss_rows(rows, target.to(kInt64).reshape({-1}), weight, reduction, o.ignore_index)[0];
+  const Tensor loss = nll_loss_rows(rows, t, weight, reduction, o.ignore_index)[0];
   return o.reduction == Reduction::kNone ? loss.reshape(target.sizes()) : loss;
 }
 

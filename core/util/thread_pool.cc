@@ -40,13 +40,19 @@ class ThreadPool {
       std::lock_guard<std::mutex> lock(mu_);
       fn_ = &fn;
       num_chunks_.store(n, std::memory_order_relaxed);
-      next_.store(0, std::memory_order_relaxed);
+      // Chunk 0 is the caller's (below); workers take the rest.
+      next_.store(1, std::memory_order_relaxed);
       done_.store(0, std::memory_order_relaxed);
       error_ = nullptr;
       ++generation_;
       published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
+    // The caller always runs chunk 0, so consecutive kernels split alike keep their halves on
+    // the same cores: a GEMM's first rows and the element-wise op that reads them next stay
+    // in the caller's cache instead of crossing to the other core's.
+    t_in_region = true;
+    if (n > 0) RunChunk(0);
     Work();
     // Spin briefly, then sleep: most chunks finish within microseconds of each other.
     for (int spin = 0; done_.load(std::memory_order_acquire) < num_chunks_; ++spin) {
@@ -69,21 +75,25 @@ class ThreadPool {
   std::mutex run_mu;  // one parallel region at a time
 
  private:
+  void RunChunk(int64_t c) {
+    try {
+      (*fn_)(c);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_all();
+    }
+  }
+
   void Work() {
     t_in_region = true;
     while (true) {
       const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
       if (c >= num_chunks_) break;
-      try {
-        (*fn_)(c);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks_) {
-        std::lock_guard<std::mutex> lock(mu_);
-        done_cv_.notify_all();
-      }
+      RunChunk(c);
     }
     t_in_region = false;
   }

@@ -19,8 +19,12 @@ inline Tensor RawWindow(const Tensor& t, IntArray sizes, IntArray strides, int64
   return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides),
                                              offset, t.dtype()));
 }
-// Elements below which a loop stays on one thread (thread wake-up costs ~5-20 µs).
-constexpr int64_t kGrain = 32768;
+// Elements below which a loop stays on one thread. A region costs ~1 µs while the pool's
+// workers spin between kernels (5-20 µs from sleep). 8192 floats take ~4 µs; splitting
+// [256, 128] activations also keeps each half on the core whose GEMM rows wrote it (the
+// caller runs chunk 0): read whole by one core, the other half crosses between the cores'
+// caches, which made a relu after a split GEMM 3x slower (measured, bench/RESULTS.md).
+constexpr int64_t kGrain = 8192;
 
 // N operands (operand 0 is the output) laid over the output's shape.
 template <int N>

@@ -33,14 +33,15 @@ void NllLossKernel(const KernelCall& c) {
     const int64_t sw = pw != nullptr ? c.inputs[2].stride(0) : 0;
     T* out = c.outputs[0].data_ptr<T>();
     const int64_t so = reduction == nll::kNone ? c.outputs[0].stride(0) : 0;
+    const int64_t sx0 = x.stride(0), sx1 = x.stride(1), st = target.stride(0);
     double total = 0, total_weight = 0;
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = pt[i * target.stride(0)];
+      const int64_t t = pt[i * st];
       CheckTarget(t, classes, ignore_index);
       const M w = nll::RowWeight<M>(t, ignore_index, pw, sw);
       // An ignored row reads nothing (its target may be any number); a counted row of weight
       // 0 still multiplies, so a -inf log-probability there gives NaN, as in PyTorch.
-      const M loss = t == ignore_index ? M(0) : -w * M(px[i * x.stride(0) + t * x.stride(1)]);
+      const M loss = t == ignore_index ? M(0) : -w * M(px[i * sx0 + t * sx1]);
       if (reduction == nll::kNone) out[i * so] = T(loss);
       total += static_cast<double>(loss);
       total_weight += static_cast<double>(w);
@@ -68,8 +69,9 @@ void NllLossBackwardKernel(const KernelCall& c) {
     const M total_weight = M(c.inputs[2].data_ptr<T>()[0]);
     const T* pw = c.inputs.size() > 3 ? c.inputs[3].data_ptr<T>() : nullptr;
     const int64_t sw = pw != nullptr ? c.inputs[3].stride(0) : 0;
+    const int64_t st = target.stride(0);
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = pt[i * target.stride(0)];
+      const int64_t t = pt[i * st];
       CheckTarget(t, classes, ignore_index);
       if (t == ignore_index) continue;
       const M w = nll::RowWeight<M>(t, ignore_index, pw, sw);
