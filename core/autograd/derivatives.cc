@@ -286,16 +286,23 @@ Grads BmmB(Ctx& c, const Grads& g) {
   if (c.needs_input_grad(1)) r[1] = bmm(c.saved_input(0).transpose(1, 2), g[0]);
   return r;
 }
+// Softmax and log_softmax: one kernel pass over (grad, output) rows, unless create_graph
+// asks for the same formula recorded from differentiable ops.
+bool SoftmaxGradKernel(const Tensor& g, const Tensor& y) {
+  return !GradMode::is_enabled() && g.dtype() == y.dtype() && g.sizes() == y.sizes();
+}
 Grads SoftmaxB(Ctx& c, const Grads& g) {
   Tensor y = c.saved_output(0);
   const int64_t d = c.attrs().dims[0];
   if (y.dim() == 0) return {zeros_like(g[0])};
+  if (SoftmaxGradKernel(g[0], y)) return {dispatch1(OpId::SoftmaxBackward, {g[0], y}, c.attrs())};
   return {y * (g[0] - sum(g[0] * y, {d}, true))};
 }
 Grads LogSoftmaxB(Ctx& c, const Grads& g) {
   Tensor y = c.saved_output(0);
   const int64_t d = c.attrs().dims[0];
   if (y.dim() == 0) return {zeros_like(g[0])};
+  if (SoftmaxGradKernel(g[0], y)) return {dispatch1(OpId::LogSoftmaxBackward, {g[0], y}, c.attrs())};
   return {g[0] - exp(y) * sum(g[0], {d}, true)};
 }
 // Negative log-likelihood: -w_t g / D at each counted row's target, 0 elsewhere. Without

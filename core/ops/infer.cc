@@ -233,6 +233,12 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       const IntArray loss = a.dims[0] == 0 ? IntArray{in[0].size(0)} : IntArray{};
       return {{loss, in[0].dtype()}, {IntArray{}, in[0].dtype()}};
     }
+    case OpId::SoftmaxBackward:
+    case OpId::LogSoftmaxBackward:
+      ANVIL_CHECK(in[0].sizes() == in[1].sizes() && in[0].dtype() == in[1].dtype(), name,
+                  ": expected a gradient and an output of one shape and dtype, got ", in[0].dtype(), " ",
+                  shape_str(in[0].sizes()), " and ", in[1].dtype(), " ", shape_str(in[1].sizes()));
+      return {{in[0].sizes(), in[0].dtype()}};
     case OpId::NllLossBackward:
       return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
     case OpId::Conv2d:

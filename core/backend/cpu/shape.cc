@@ -71,6 +71,44 @@ void SoftmaxKernel(const KernelCall& c) {
   layout.finish(out, CopyInto);
 }
 
+// The gradient of softmax (y * (g - sum(g * y))) or log_softmax (g - exp(y) * sum(g)) over
+// rows of (g, y), with the forward kernel's row layout.
+template <bool Log>
+void SoftmaxBackwardKernel(const KernelCall& c) {
+  const Tensor& g = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  if (g.numel() == 0) return;
+  const char* name = Log ? "log_softmax_backward" : "softmax_backward";
+  const shape_rows::SoftmaxRows layout(g, out, c.attrs.dims[0], name);
+  const Tensor y = c.inputs[1].movedim(layout.dim, -1).contiguous();
+  const int64_t len = layout.len, rows = layout.rows;
+  ANVIL_DISPATCH_FLOATING(g.dtype(), name, [&] {
+    using T = scalar_t;
+    using M = opmath_t<T>;
+    const T* pg = layout.in.data_ptr<T>();
+    const T* py = y.data_ptr<T>();
+    T* po = layout.out.data_ptr<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* gr = pg + r * len;
+        const T* yr = py + r * len;
+        T* orow = po + r * len;
+        M lanes[8] = {};  // independent partial sums: the adds do not wait on each other
+        int64_t j = 0;
+        for (; j + 8 <= len; j += 8) {
+          for (int k = 0; k < 8; ++k) lanes[k] += Log ? M(gr[j + k]) : M(gr[j + k]) * M(yr[j + k]);
+        }
+        for (; j < len; ++j) lanes[0] += Log ? M(gr[j]) : M(gr[j]) * M(yr[j]);
+        const M s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        for (int64_t k = 0; k < len; ++k) {
+          orow[k] = Log ? T(M(gr[k]) - fn::Exp(M(yr[k])) * s) : T(M(yr[k]) * (M(gr[k]) - s));
+        }
+      }
+    });
+  });
+  layout.finish(out, CopyInto);
+}
+
 // out = zeros(attrs.dims); out.as_strided(attrs.geometry) += src  (serial: windows overlap).
 void StridedScatterAddKernel(const KernelCall& c) {
   const Tensor& src = c.inputs[0];
@@ -96,6 +134,8 @@ void RegisterShapeKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Cat)] = &CatKernel;
   t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
   t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
+  t[static_cast<int>(OpId::SoftmaxBackward)] = &SoftmaxBackwardKernel<false>;
+  t[static_cast<int>(OpId::LogSoftmaxBackward)] = &SoftmaxBackwardKernel<true>;
   t[static_cast<int>(OpId::StridedScatterAdd)] = &StridedScatterAddKernel;
 }
 

@@ -80,12 +80,22 @@ __device__ __forceinline__ S ShflFirst(const S& s) {
 
 // The group's merged state, in every thread of the group (G = 32: a warp; G = kBlock: the
 // block). Every thread of the block must call it; smem holds kWarps states.
-template <int G, typename M>
-__device__ __forceinline__ RowState<M> GroupAllReduce(RowState<M> st, RowState<M>* smem) {
+// A row sum (the backward kernels' reduction).
+template <typename M>
+struct RowSum {
+  M s;
+};
+template <typename M>
+__device__ __forceinline__ RowSum<M> Merge(const RowSum<M>& a, const RowSum<M>& b) {
+  return {a.s + b.s};
+}
+
+template <int G, typename S>
+__device__ __forceinline__ S GroupAllReduce(S st, S* smem) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
-    const RowState<M> o = ShflDown(st, off);
+    const S o = ShflDown(st, off);
     if (lane + off < 32) st = Merge(st, o);
   }
   if constexpr (G == 32) {
@@ -172,11 +182,73 @@ void SoftmaxKernel(const KernelCall& c) {
   layout.finish(out, CopyBits);
 }
 
+// The gradients (CPU: core/backend/cpu/shape.cc): per row of (g, y), the sum of g (log) or
+// of g * y, merged across the group as in the forward, then one write pass.
+template <typename T, int G, bool kLog>
+__global__ void SoftmaxBackwardRowsKernel(const T* g, const T* y, T* out, int64_t rows, int64_t len) {
+  using M = opmath_t<T>;
+  using S = RowSum<M>;
+  __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
+  S* smem = reinterpret_cast<S*>(smem_raw);
+  constexpr int kGroups = kBlock / G;
+  const int lane = threadIdx.x % G;
+  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows; first += int64_t(gridDim.x) * kGroups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool valid = row < rows;
+    S st{M(0)};
+    if (valid) {
+      const T* gr = g + row * len;
+      const T* yr = y + row * len;
+      for (int64_t i = lane; i < len; i += G) st.s += kLog ? M(gr[i]) : M(gr[i]) * M(yr[i]);
+    }
+    st = GroupAllReduce<G>(st, smem);
+    if (!valid) continue;
+    const T* gr = g + row * len;
+    const T* yr = y + row * len;
+    T* orow = out + row * len;
+    for (int64_t i = lane; i < len; i += G) {
+      orow[i] = kLog ? T(M(gr[i]) - fn::Exp(M(yr[i])) * st.s) : T(M(yr[i]) * (M(gr[i]) - st.s));
+    }
+  }
+}
+
+template <bool kLog>
+void SoftmaxBackwardKernel(const KernelCall& c) {
+  const Tensor& g = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  if (g.numel() == 0) return;
+  const char* name = kLog ? "log_softmax_backward" : "softmax_backward";
+  const shape_rows::SoftmaxRows layout(g, out, c.attrs.dims[0], name);
+  const Tensor y = c.inputs[1].movedim(layout.dim, -1).contiguous();
+  const int64_t len = layout.len, rows = layout.rows;
+  const int device = out.device().index;
+  {
+    DeviceGuard guard(device);
+    cudaStream_t stream = current_stream(device);
+    ANVIL_DISPATCH_FLOATING(g.dtype(), name, [&] {
+      using T = scalar_t;
+      const T* pg = layout.in.data_ptr<T>();
+      const T* py = y.data_ptr<T>();
+      T* po = layout.out.data_ptr<T>();
+      if (len <= 1024) {
+        SoftmaxBackwardRowsKernel<T, 32, kLog>
+            <<<BlocksFor((rows + kWarps - 1) / kWarps), kBlock, 0, stream>>>(pg, py, po, rows, len);
+      } else {
+        SoftmaxBackwardRowsKernel<T, kBlock, kLog><<<BlocksFor(rows), kBlock, 0, stream>>>(pg, py, po, rows, len);
+      }
+      ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  layout.finish(out, CopyBits);
+}
+
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
   t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
+  t[static_cast<int>(OpId::SoftmaxBackward)] = &SoftmaxBackwardKernel<false>;
+  t[static_cast<int>(OpId::LogSoftmaxBackward)] = &SoftmaxBackwardKernel<true>;
 }
 
 }  // namespace anvil::cuda
