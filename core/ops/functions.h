@@ -152,7 +152,7 @@ Tensor cumsum(const Tensor& x, int64_t dim);
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 // {mm(a0, b0), mm(a1, b1)}: two independent products, such as a matrix product's two
-// gradients. On the CPU, with history off and both products mid-sized, they run side by side
+// gradients. On the CPU, with history off and both products large, they run side by side
 // on the pool, one thread each: two whole products keep both cores busy, where one product
 // split by rows runs ~1.6x faster, not 2x (each half re-packs the shared operand). The
 // choice depends only on the shapes, device and thread count, so runs repeat bitwise.

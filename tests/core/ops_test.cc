@@ -772,7 +772,7 @@ TEST(Linalg, MmPairSideBySideMatchesFloat64) {
   manual_seed(6);
   const int previous = get_num_threads();
   set_num_threads(2);
-  const Tensor g = randn({96, 64}), w = randn({80, 64}), x = randn({96, 80});
+  const Tensor g = randn({256, 128}), w = randn({160, 128}), x = randn({256, 160});
   auto reference = [](const Tensor& a, const Tensor& b) {  // [m,k] x [k,n] as sum_p a[:,p,None]*b[None,p,:]
     return (a.to(kFloat64).unsqueeze(2) * b.to(kFloat64).unsqueeze(0)).sum({1});
   };
@@ -780,11 +780,11 @@ TEST(Linalg, MmPairSideBySideMatchesFloat64) {
     SCOPED_TRACE(history ? "history on (one after the other)" : "history off (side by side)");
     std::unique_ptr<NoGradGuard> no_grad;
     if (!history) no_grad = std::make_unique<NoGradGuard>();
-    // Two products shaped like a Linear backward's, 491,520 multiply-adds each, transposed
-    // operands included.
+    // Two products shaped like a Linear backward's, 5.2 M multiply-adds each (above the
+    // size from which the CPU splits a product over the pool), transposed operands included.
     auto [dx, dw] = mm_pair(g, w.t(), g.t(), x);
-    EXPECT_EQ(dx.sizes(), (IntArray{96, 80}));
-    EXPECT_EQ(dw.sizes(), (IntArray{64, 80}));
+    EXPECT_EQ(dx.sizes(), (IntArray{256, 160}));
+    EXPECT_EQ(dw.sizes(), (IntArray{128, 160}));
     EXPECT_TRUE(allclose(dx.to(kFloat64), reference(g, w.t()), 1e-4, 1e-4));
     EXPECT_TRUE(allclose(dw.to(kFloat64), reference(g.t(), x), 1e-4, 1e-4));
   }
@@ -804,9 +804,9 @@ TEST(Linalg, LinearBackwardSideBySideMatchesFloat64AndStaysDifferentiable) {
   manual_seed(7);
   const int previous = get_num_threads();
   set_num_threads(2);
-  const Tensor x = randn({128, 96});
-  const Tensor w = (randn({64, 96}) * 0.1).requires_grad_();
-  const Tensor up = randn({128, 64});
+  const Tensor x = randn({256, 160});
+  const Tensor w = (randn({128, 160}) * 0.1).requires_grad_();
+  const Tensor up = randn({256, 128});
   const Tensor xi = x.detach().requires_grad_();
   (linear(xi, w) * up).sum().backward();
   const Tensor up64 = up.to(kFloat64), w64 = w.detach().to(kFloat64), x64 = x.to(kFloat64);

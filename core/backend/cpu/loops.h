@@ -20,11 +20,13 @@ inline Tensor RawWindow(const Tensor& t, IntArray sizes, IntArray strides, int64
                                              offset, t.dtype()));
 }
 // Elements below which a loop stays on one thread. A region costs ~1 µs while the pool's
-// workers spin between kernels (5-20 µs from sleep). 8192 floats take ~4 µs; splitting
-// [256, 128] activations also keeps each half on the core whose GEMM rows wrote it (the
-// caller runs chunk 0): read whole by one core, the other half crosses between the cores'
-// caches, which made a relu after a split GEMM 3x slower (measured, bench/RESULTS.md).
-constexpr int64_t kGrain = 8192;
+// workers spin between kernels, but the spinning takes a core from the DataLoader's threads:
+// at 8192 the [128, 128] weight-sized ops of a small MLP woke the pool every step and the
+// digits MLP preset trained 35 % slower. From 16384 up the split pays, and it also keeps
+// each half of [256, 128] activations on the core whose GEMM rows wrote it (the caller runs
+// chunk 0): read whole by one core, the other half crossed between the cores' caches, which
+// made a relu after a split GEMM 3x slower (measured, bench/RESULTS.md).
+constexpr int64_t kGrain = 16384;
 
 // N operands (operand 0 is the output) laid over the output's shape.
 template <int N>
