@@ -43,6 +43,11 @@ struct SoftmaxRows {
     rows = in.numel() / len;
   }
 
+  // Another tensor of x's shape (the gradients' saved output) in the same row layout.
+  Tensor rows_of(const Tensor& t) const {
+    return dim == t.dim() - 1 && t.is_contiguous() ? t : t.movedim(dim, -1).contiguous();
+  }
+
   template <typename Copy>
   void finish(const Tensor& result, const Copy& copy) const {
     if (!direct) copy(result, out.movedim(-1, dim).reshape(result.sizes()));

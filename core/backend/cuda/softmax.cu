@@ -219,7 +219,7 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   if (g.numel() == 0) return;
   const char* name = kLog ? "log_softmax_backward" : "softmax_backward";
   const shape_rows::SoftmaxRows layout(g, out, c.attrs.dims[0], name);
-  const Tensor y = c.inputs[1].movedim(layout.dim, -1).contiguous();
+  const Tensor y = layout.rows_of(c.inputs[1]);
   const int64_t len = layout.len, rows = layout.rows;
   const int device = out.device().index;
   {
