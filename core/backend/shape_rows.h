@@ -43,15 +43,19 @@ struct SoftmaxRows {
     rows = in.numel() / len;
   }
 
-  // Another tensor of x's shape (the gradients' saved output) in the same row layout.
-  Tensor rows_of(const Tensor& t) const {
-    return dim == t.dim() - 1 && t.is_contiguous() ? t : t.movedim(dim, -1).contiguous();
-  }
-
   template <typename Copy>
   void finish(const Tensor& result, const Copy& copy) const {
     if (!direct) copy(result, out.movedim(-1, dim).reshape(result.sizes()));
   }
+};
+
+// The gradient rows (SoftmaxBackward / LogSoftmaxBackward): the incoming gradient as `in`,
+// the saved output `y` in the same row layout, the result as `out`.
+struct SoftmaxGradRows : SoftmaxRows {
+  Tensor y;
+  SoftmaxGradRows(const Tensor& g, const Tensor& saved, const Tensor& result, int64_t softmax_dim, const char* name)
+      : SoftmaxRows(g, result, softmax_dim, name),
+        y(dim == saved.dim() - 1 && saved.is_contiguous() ? saved : saved.movedim(dim, -1).contiguous()) {}
 };
 
 }  // namespace anvil::shape_rows

@@ -93,12 +93,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
                       : batched            ? log_probs.movedim(1, -1).reshape({-1, C})
                                            : log_probs.reshape({1, C});
   const Tensor t = target.dim() == 1 ? target.to(kInt64) : target.to(kInt64).reshape({-1});
-  Tensor weight;
-  if (o.weight.defined()) {
-    ANVIL_CHECK(o.weight.dim() == 1 && o.weight.size(0) == C, "nll_loss: expected a weight of shape [", C,
-                "], got ", shape_str(o.weight));
-    weight = o.weight.to(rows.dtype());
-  }
+  // The op checks the weights' shape ([C]); they take the log-probabilities' dtype here.
+  const Tensor weight = o.weight.defined() ? o.weight.to(rows.dtype()) : Tensor();
   const int64_t reduction = o.reduction == Reduction::kNone   ? nll::kNone
                             : o.reduction == Reduction::kMean ? nll::kMean
                                                               : nll::kSum;

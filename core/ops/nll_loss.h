@@ -11,12 +11,19 @@ namespace anvil::nll {
 // OpAttrs::dims[0] of the NllLoss rows.
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
-// The weight of a row whose target is t: 0 when t is ignore_index, else the class weight
-// (1 without weights). t is known to be in range here.
-template <typename M, typename W>
-ANVIL_INLINE M RowWeight(int64_t t, int64_t ignore_index, const W* weight, int64_t weight_stride) {
+// Optional per-class weights: data == nullptr means every class weighs 1.
+template <typename T>
+struct ClassWeights {
+  const T* data = nullptr;
+  int64_t stride = 0;
+};
+
+// The weight of a row whose target is t: 0 when t is ignore_index, else the class weight.
+// t is known to be in range here.
+template <typename M, typename T>
+ANVIL_INLINE M RowWeight(int64_t t, int64_t ignore_index, ClassWeights<T> w) {
   if (t == ignore_index) return M(0);
-  return weight != nullptr ? M(weight[t * weight_stride]) : M(1);
+  return w.data != nullptr ? M(w.data[t * w.stride]) : M(1);
 }
 
 // d loss / d log_probs[i, t] for a row of weight w: -w * g, divided by the total weight for

@@ -156,6 +156,9 @@ TEST(LossTest, CrossEntropyErrorsSayWhatWasExpected) {
               HasSubstr("must have the logits' shape [4, 10], got [4, 9]"));
   EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, zeros({4, 1}, kInt64)); }),
               HasSubstr("expected a target of shape [4]"));
+  F::CrossEntropyOptions nine_weights{.weight = ones({9})};
+  EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, tensor(std::vector<int64_t>{1, 2, 3, 4}), nine_weights); }),
+              HasSubstr("expected class weights of shape [10]"));
 }
 
 TEST(LossTest, BinaryCrossEntropyRejectsLogitsAndWithLogitsIsStable) {

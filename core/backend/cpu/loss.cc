@@ -6,7 +6,7 @@
 
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
-#include "core/ops/nll_loss.h"
+#include "core/backend/nll_rows.h"
 #include "core/util/error.h"
 
 namespace anvil::cpu {
@@ -29,8 +29,7 @@ void NllLossKernel(const KernelCall& c) {
     using M = opmath_t<T>;
     const T* px = x.data_ptr<T>();
     const int64_t* pt = target.data_ptr<int64_t>();
-    const T* pw = c.inputs.size() > 2 ? c.inputs[2].data_ptr<T>() : nullptr;
-    const int64_t sw = pw != nullptr ? c.inputs[2].stride(0) : 0;
+    const auto weights = nll_rows::Weights<T>(c, 2);
     T* out = c.outputs[0].data_ptr<T>();
     const int64_t so = reduction == nll::kNone ? c.outputs[0].stride(0) : 0;
     const int64_t sx0 = x.stride(0), sx1 = x.stride(1), st = target.stride(0);
@@ -38,7 +37,7 @@ void NllLossKernel(const KernelCall& c) {
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t t = pt[i * st];
       CheckTarget(t, classes, ignore_index);
-      const M w = nll::RowWeight<M>(t, ignore_index, pw, sw);
+      const M w = nll::RowWeight<M>(t, ignore_index, weights);
       // An ignored row reads nothing (its target may be any number); a counted row of weight
       // 0 still multiplies, so a -inf log-probability there gives NaN, as in PyTorch.
       const M loss = t == ignore_index ? M(0) : -w * M(px[i * sx0 + t * sx1]);
@@ -67,14 +66,13 @@ void NllLossBackwardKernel(const KernelCall& c) {
     const int64_t sg = reduction == nll::kNone ? g.stride(0) : 0;
     const int64_t* pt = target.data_ptr<int64_t>();
     const M total_weight = M(c.inputs[2].data_ptr<T>()[0]);
-    const T* pw = c.inputs.size() > 3 ? c.inputs[3].data_ptr<T>() : nullptr;
-    const int64_t sw = pw != nullptr ? c.inputs[3].stride(0) : 0;
+    const auto weights = nll_rows::Weights<T>(c, 3);
     const int64_t st = target.stride(0);
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t t = pt[i * st];
       CheckTarget(t, classes, ignore_index);
       if (t == ignore_index) continue;
-      const M w = nll::RowWeight<M>(t, ignore_index, pw, sw);
+      const M w = nll::RowWeight<M>(t, ignore_index, weights);
       po[i * classes + t] = T(nll::TargetGrad<M>(w, M(pg[i * sg]), reduction, total_weight));
     }
   });

@@ -79,14 +79,13 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (g.numel() == 0) return;
   const char* name = Log ? "log_softmax_backward" : "softmax_backward";
-  const shape_rows::SoftmaxRows layout(g, out, c.attrs.dims[0], name);
-  const Tensor y = layout.rows_of(c.inputs[1]);
+  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.dims[0], name);
   const int64_t len = layout.len, rows = layout.rows;
   ANVIL_DISPATCH_FLOATING(g.dtype(), name, [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
     const T* pg = layout.in.data_ptr<T>();
-    const T* py = y.data_ptr<T>();
+    const T* py = layout.y.data_ptr<T>();
     T* po = layout.out.data_ptr<T>();
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {

@@ -6,14 +6,14 @@
 // partial sums are combined in a fixed order, so the loss is the same on every run.
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
-#include "core/ops/nll_loss.h"
+#include "core/backend/nll_rows.h"
 
 namespace anvil::cuda {
 namespace {
 
 template <typename T>
-__global__ void NllLossForward(const T* x, int64_t sx0, int64_t sx1, const int64_t* target, int64_t st, const T* weight,
-                               int64_t sw, T* out, int64_t so, T* total_weight_out, int64_t rows, int64_t classes,
+__global__ void NllLossForward(const T* x, int64_t sx0, int64_t sx1, const int64_t* target, int64_t st,
+                               nll::ClassWeights<T> weights, T* out, int64_t so, T* total_weight_out, int64_t rows, int64_t classes,
                                int64_t reduction, int64_t ignore_index) {
   using M = opmath_t<T>;
   __shared__ double loss_part[kBlock];
@@ -22,7 +22,7 @@ __global__ void NllLossForward(const T* x, int64_t sx0, int64_t sx1, const int64
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const int64_t t = target[i * st];
     const bool counted = t != ignore_index && t >= 0 && t < classes;
-    const M w = counted ? nll::RowWeight<M>(t, ignore_index, weight, sw) : M(0);
+    const M w = counted ? nll::RowWeight<M>(t, ignore_index, weights) : M(0);
     const M loss = counted ? -w * M(x[i * sx0 + t * sx1]) : M(0);
     if (reduction == nll::kNone) out[i * so] = T(loss);
     loss_sum += static_cast<double>(loss);
@@ -49,7 +49,7 @@ __global__ void NllLossForward(const T* x, int64_t sx0, int64_t sx1, const int64
 // row's gradient, every other element 0 (so no separate zero fill).
 template <typename T>
 __global__ void NllLossBackwardKernel(const T* g, int64_t sg, const int64_t* target, int64_t st, const T* total_weight,
-                                      const T* weight, int64_t sw, T* out, int64_t rows, int64_t classes,
+                                      nll::ClassWeights<T> weights, T* out, int64_t rows, int64_t classes,
                                       int64_t reduction, int64_t ignore_index) {
   using M = opmath_t<T>;
   const int64_t n = rows * classes;
@@ -58,7 +58,7 @@ __global__ void NllLossBackwardKernel(const T* g, int64_t sg, const int64_t* tar
     const int64_t t = target[i * st];
     M v = M(0);
     if (t == j && t != ignore_index) {
-      const M w = nll::RowWeight<M>(t, ignore_index, weight, sw);
+      const M w = nll::RowWeight<M>(t, ignore_index, weights);
       v = nll::TargetGrad<M>(w, M(g[i * sg]), reduction, M(*total_weight));
     }
     out[k] = T(v);
@@ -74,13 +74,10 @@ void NllLoss(const KernelCall& c) {
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(x.dtype(), "nll_loss", [&] {
     using T = scalar_t;
-    const bool weighted = c.inputs.size() > 2;
-    const T* w = weighted ? c.inputs[2].data_ptr<T>() : nullptr;
-    const int64_t sw = weighted ? c.inputs[2].stride(0) : 0;
     const int64_t so = reduction == nll::kNone ? c.outputs[0].stride(0) : 0;
     NllLossForward<T><<<1, kBlock, 0, current_stream(device)>>>(
-        x.data_ptr<T>(), x.stride(0), x.stride(1), target.data_ptr<int64_t>(), target.stride(0), w, sw,
-        c.outputs[0].data_ptr<T>(), so, c.outputs[1].data_ptr<T>(), rows, classes, reduction, ignore_index);
+        x.data_ptr<T>(), x.stride(0), x.stride(1), target.data_ptr<int64_t>(), target.stride(0),
+        nll_rows::Weights<T>(c, 2), c.outputs[0].data_ptr<T>(), so, c.outputs[1].data_ptr<T>(), rows, classes, reduction, ignore_index);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
@@ -96,13 +93,10 @@ void NllLossBackward(const KernelCall& c) {
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(out.dtype(), "nll_loss_backward", [&] {
     using T = scalar_t;
-    const bool weighted = c.inputs.size() > 3;
-    const T* w = weighted ? c.inputs[3].data_ptr<T>() : nullptr;
-    const int64_t sw = weighted ? c.inputs[3].stride(0) : 0;
     const int64_t sg = reduction == nll::kNone ? g.stride(0) : 0;
     NllLossBackwardKernel<T><<<GridFor(out.numel()), kBlock, 0, current_stream(device)>>>(
-        g.data_ptr<T>(), sg, target.data_ptr<int64_t>(), target.stride(0), c.inputs[2].data_ptr<T>(), w, sw,
-        out.data_ptr<T>(), rows, classes, reduction, ignore_index);
+        g.data_ptr<T>(), sg, target.data_ptr<int64_t>(), target.stride(0), c.inputs[2].data_ptr<T>(),
+        nll_rows::Weights<T>(c, 3), out.data_ptr<T>(), rows, classes, reduction, ignore_index);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -218,8 +218,7 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (g.numel() == 0) return;
   const char* name = kLog ? "log_softmax_backward" : "softmax_backward";
-  const shape_rows::SoftmaxRows layout(g, out, c.attrs.dims[0], name);
-  const Tensor y = layout.rows_of(c.inputs[1]);
+  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.dims[0], name);
   const int64_t len = layout.len, rows = layout.rows;
   const int device = out.device().index;
   {
@@ -228,7 +227,7 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
     ANVIL_DISPATCH_FLOATING(g.dtype(), name, [&] {
       using T = scalar_t;
       const T* pg = layout.in.data_ptr<T>();
-      const T* py = y.data_ptr<T>();
+      const T* py = layout.y.data_ptr<T>();
       T* po = layout.out.data_ptr<T>();
       if (len <= 1024) {
         SoftmaxBackwardRowsKernel<T, 32, kLog>
