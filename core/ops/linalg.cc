@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/autograd/grad_mode.h"
+#include "core/backend/cpu/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -36,20 +37,18 @@ int64_t MmWork(const Tensor& a, const Tensor& b) {
 }
 
 // Whether mm_pair's products run side by side: only where the CPU kernel would split the
-// larger one over the pool anyway (from kSplitWork multiply-adds, GemmParallel's threshold in
-// cpu/linalg.cc), and while the two are of a similar size (each runs whole on one thread).
-// Smaller products stay on the calling thread: waking the pool for them was faster alone
-// (small-MLP backward 103 -> 90 us at batch 64) but left its worker spinning next to the
-// DataLoader's threads, and the digits MLP preset trained 35 % slower end to end.
+// larger one over the pool anyway (from kGemmSplitWork multiply-adds, cpu/linalg.cc), and
+// while the two are of a similar size (each runs whole on one thread). A classifier head's
+// pair at batch 256 (two 256x10x128 products, 7 us each) qualifies: side by side it takes
+// one product's time.
 bool SideBySide(const Tensor& a0, const Tensor& b0, const Tensor& a1, const Tensor& b1) {
-  constexpr int64_t kSplitWork = int64_t{1} << 21;
   if (GradMode::is_enabled() || get_num_threads() < 2 || in_parallel_region()) return false;
   for (const Tensor* t : {&a0, &b0, &a1, &b1}) {
     if (!t->device().is_cpu()) return false;
   }
   const int64_t w0 = MmWork(a0, b0), w1 = MmWork(a1, b1);
   const int64_t lo = std::min(w0, w1), hi = std::max(w0, w1);
-  return hi >= kSplitWork && 2 * hi <= 3 * lo;
+  return hi >= cpu::kGemmSplitWork && 2 * hi <= 3 * lo;
 }
 
 }  // namespace

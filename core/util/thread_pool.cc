@@ -102,10 +102,18 @@ class ThreadPool {
     uint64_t seen = 0;
     while (true) {
       // Spin briefly before sleeping: kernels arrive back to back during training, and a
-      // futex wake-up costs tens of microseconds, more than many kernels take.
+      // futex wake-up costs tens of microseconds, more than many kernels take. The spin
+      // yields every kYieldEvery pauses, so a runnable thread on this core (a DataLoader
+      // worker on a 2-core machine) runs instead of waiting out the spin: with a plain
+      // spin, splitting small products cost the digits MLP preset 35 % end to end; with
+      // the yield the same splits made it faster (0.31-0.33 s -> 0.26-0.30 s).
       for (int spin = 0; spin < kSpinIterations; ++spin) {
         if (published_.load(std::memory_order_acquire) != seen) break;
-        CpuRelax();
+        if (spin % kYieldEvery == kYieldEvery - 1) {
+          std::this_thread::yield();
+        } else {
+          CpuRelax();
+        }
       }
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -127,6 +135,7 @@ class ThreadPool {
   // ~100 µs (a pause is ~25 ns on the target CPUs): covers back-to-back kernels without
   // holding a core long when other threads (data loading) need it.
   static constexpr int kSpinIterations = 4000;
+  static constexpr int kYieldEvery = 64;  // ~1.5 µs of pauses between yields
 
   const int threads_;
   std::vector<std::thread> workers_;

@@ -1110,6 +1110,51 @@ TEST(Softmax, StableForLargeInputs) {
   EXPECT_EQ(softmax(I64({1, 2}), 0).dtype(), kFloat32);
 }
 
+// Rows shorter than a vector take a blocked path (the exp of a block of rows in one pass):
+// every row length around the switch, row counts around the block size, float32 against the
+// definition in float64, and rows of -inf, +inf and NaN as PyTorch has them.
+TEST(Softmax, ShortRowsAcrossBlocksMatchTheDefinition) {
+  manual_seed(21);
+  for (int64_t len : {1, 2, 9, 10, 15, 16, 17}) {
+    for (int64_t rows : {1, 127, 128, 129, 300}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " len " + std::to_string(len));
+      const Tensor x = randn({rows, len}) * 4;
+      const Tensor g = randn({rows, len});
+      const std::vector<double> xv = Vals(x), gv = Vals(g);
+      std::vector<double> want_s(xv.size()), want_ls(xv.size()), want_gls(xv.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        const double* row = xv.data() + r * len;
+        const double mx = *std::max_element(row, row + len);
+        double z = 0, gsum = 0;
+        for (int64_t j = 0; j < len; ++j) z += std::exp(row[j] - mx);
+        for (int64_t j = 0; j < len; ++j) gsum += gv[r * len + j];
+        for (int64_t j = 0; j < len; ++j) {
+          want_s[r * len + j] = std::exp(row[j] - mx) / z;
+          want_ls[r * len + j] = row[j] - mx - std::log(z);
+          want_gls[r * len + j] = gv[r * len + j] - want_s[r * len + j] * gsum;
+        }
+      }
+      ExpectClose(Vals(softmax(x, 1)), want_s, 1e-6, 1e-6, "softmax");
+      const Tensor xr = x.clone().requires_grad_();
+      const Tensor ls = log_softmax(xr, 1);
+      ExpectClose(Vals(ls), want_ls, 1e-5, 1e-5, "log_softmax");
+      ExpectClose(Vals(autograd::grad({ls}, {xr}, {g})[0]), want_gls, 1e-5, 1e-5, "log_softmax gradient");
+    }
+  }
+  // A row of -inf has no maximum to subtract: NaN, as in PyTorch; +inf or NaN anywhere in a
+  // row makes that row NaN; the other rows of the block are untouched.
+  const Tensor special = F32({-INFINITY, -INFINITY, -INFINITY, 1, 2, 3, INFINITY, 0, 1, NAN, 0, 1}, IntArray{4, 3});
+  const std::vector<double> s = Vals(softmax(special, 1)), ls = Vals(log_softmax(special, 1));
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_TRUE(std::isnan(s[j]) && std::isnan(ls[j])) << "all -inf, column " << j;
+    EXPECT_TRUE(std::isnan(s[9 + j]) && std::isnan(ls[9 + j])) << "NaN row, column " << j;
+  }
+  EXPECT_TRUE(std::isnan(s[6]));  // inf - inf
+  const double z = std::exp(-2.0) + std::exp(-1.0) + 1;
+  EXPECT_NEAR(s[5], 1 / z, 1e-6);
+  EXPECT_NEAR(ls[3], -2 - std::log(z), 1e-6);
+}
+
 // ====================================================================== where / joining
 
 TEST(Where, BroadcastAndScalars) {

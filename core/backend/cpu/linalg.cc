@@ -94,7 +94,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, T* c
   }
   const int64_t flops = m * n * k;
   const int threads = get_num_threads();
-  if (threads <= 1 || flops < (int64_t{1} << 21) || m < 2 * threads || in_parallel_region()) {
+  if (threads <= 1 || flops < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
     Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, c, n);
     return;
   }

@@ -1,5 +1,6 @@
 // CPU kernels for cat, softmax/log_softmax and the strided scatter-add that view backward
 // uses.
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/kernels.h"
@@ -12,6 +13,66 @@ namespace anvil::cpu {
 namespace {
 
 void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.dims[0], CopyInto); }
+
+// Rows shorter than a vector (a classifier's 10 logits) leave every per-row loop scalar and
+// make exp the cost (~40 ns a row at 10 classes). These paths take a block of rows at once:
+// the shifted logits of the whole block lie contiguous in a buffer, so exp runs as one
+// vectorised pass over block * len elements, and only the max, sum and log stay per row.
+constexpr int64_t kShortRow = 16;
+constexpr int64_t kShortRowBlock = 128;
+
+template <bool Log, typename T, typename M>
+void SoftmaxShortRows(const T* in, T* o, int64_t len, int64_t r0, int64_t r1) {
+  M buf[kShortRow * kShortRowBlock];
+  M shift[kShortRowBlock];
+  for (int64_t b = r0; b < r1; b += kShortRowBlock) {
+    const int64_t nr = std::min(kShortRowBlock, r1 - b);
+    const T* x = in + b * len;
+    for (int64_t r = 0; r < nr; ++r) {
+      const T* row = x + r * len;
+      M mx = M(row[0]);
+      for (int64_t j = 1; j < len; ++j) mx = M(row[j]) > mx ? M(row[j]) : mx;
+      if (std::isinf(static_cast<double>(mx)) && mx < 0) mx = 0;  // all -inf: avoid inf - inf
+      shift[r] = mx;
+      for (int64_t j = 0; j < len; ++j) buf[r * len + j] = M(row[j]) - mx;
+    }
+    const int64_t n = nr * len;
+    for (int64_t i = 0; i < n; ++i) buf[i] = fn::Exp(buf[i]);
+    T* out = o + b * len;
+    for (int64_t r = 0; r < nr; ++r) {
+      const M* e = buf + r * len;
+      M sum = 0;
+      for (int64_t j = 0; j < len; ++j) sum += e[j];
+      if constexpr (Log) {
+        const M lse = shift[r] + std::log(sum);
+        for (int64_t j = 0; j < len; ++j) out[r * len + j] = T(M(x[r * len + j]) - lse);
+      } else {
+        const M inv = M(1) / sum;
+        for (int64_t j = 0; j < len; ++j) out[r * len + j] = T(e[j] * inv);
+      }
+    }
+  }
+}
+
+// log_softmax's gradient g - exp(y) * sum(g) over short rows: exp(y) for a block of rows
+// in one vectorised pass (softmax's y * (g - sum(g * y)) has no exp and needs no block).
+template <typename T, typename M>
+void LogSoftmaxGradShortRows(const T* pg, const T* py, T* po, int64_t len, int64_t r0, int64_t r1) {
+  M ey[kShortRow * kShortRowBlock];
+  for (int64_t b = r0; b < r1; b += kShortRowBlock) {
+    const int64_t nr = std::min(kShortRowBlock, r1 - b);
+    const int64_t n = nr * len;
+    const T* y = py + b * len;
+    for (int64_t i = 0; i < n; ++i) ey[i] = fn::Exp(M(y[i]));
+    const T* g = pg + b * len;
+    T* out = po + b * len;
+    for (int64_t r = 0; r < nr; ++r) {
+      M s = 0;
+      for (int64_t j = 0; j < len; ++j) s += M(g[r * len + j]);
+      for (int64_t j = 0; j < len; ++j) out[r * len + j] = T(M(g[r * len + j]) - ey[r * len + j] * s);
+    }
+  }
+}
 
 template <bool Log>
 void SoftmaxKernel(const KernelCall& c) {
@@ -27,6 +88,11 @@ void SoftmaxKernel(const KernelCall& c) {
     using M = opmath_t<T>;
     const T* in = xm.data_ptr<T>();
     T* o = om.data_ptr<T>();
+    if (len < kShortRow) {
+      parallel_for(0, rows, std::max<int64_t>(1, kGrain / len),
+                   [&](int64_t b, int64_t e) { SoftmaxShortRows<Log, T, M>(in, o, len, b, e); });
+      return;
+    }
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t b, int64_t e) {
       std::vector<M> buf(len);
       for (int64_t r = b; r < e; ++r) {
@@ -87,6 +153,11 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
     const T* pg = layout.in.data_ptr<T>();
     const T* py = layout.y.data_ptr<T>();
     T* po = layout.out.data_ptr<T>();
+    if (Log && len < kShortRow) {
+      parallel_for(0, rows, std::max<int64_t>(1, kGrain / len),
+                   [&](int64_t b, int64_t e) { LogSoftmaxGradShortRows<T, M>(pg, py, po, len, b, e); });
+      return;
+    }
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / len), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* gr = pg + r * len;
