@@ -105,6 +105,15 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, 2, op);
       return {{{in[0].size(0), in[1].size(1)}, in[0].dtype()}};
     }
+    case OpId::Linear: {
+      // linear() folds batch dims into rows and checks the shapes with the user's names.
+      ANVIL_INTERNAL_ASSERT(in[0].dim() == 2 && in[1].dim() == 2 && in[2].dim() == 1 &&
+                                in[0].size(1) == in[1].size(1) && in[2].size(0) == in[1].size(0),
+                            "linear: operands reached the kernel as ", shape_str(in[0].sizes()), ", ",
+                            shape_str(in[1].sizes()), " and ", shape_str(in[2].sizes()));
+      CheckSameDtype(in, 3, op);
+      return {{{in[0].size(0), in[1].size(0)}, in[0].dtype()}};
+    }
     case OpId::Bmm: {
       ANVIL_CHECK(in[0].dim() == 3 && in[1].dim() == 3, "bmm: expected 3-D batches, got ",
                   shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));

@@ -121,6 +121,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input has ",
               x.dim() >= 1 ? x.size(-1) : 0, " features (shape ", shape_str(x.sizes()),
               ") but the weight expects ", weight.size(1), " (weight shape ", shape_str(weight.sizes()), ")");
+  // One op where the bias is the [out_features] vector it is in nn::Linear: the bias seeds
+  // the output and the product accumulates onto it. Other biases broadcast as an add.
+  if (bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1) {
+    CheckSameDtype(x, weight, "linear");
+    CheckSameDtype(x, bias, "linear");
+    ANVIL_CHECK(x.device() == weight.device() && x.device() == bias.device(),
+                "linear: expected the input, weight and bias on one device, got ", x.device(), ", ",
+                weight.device(), " and ", bias.device());
+    const Tensor rows = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    const Tensor y = dispatch1(OpId::Linear, {rows, weight, bias}, OpAttrs{});
+    if (x.dim() == 2) return y;
+    IntArray out = x.sizes();
+    out.back() = weight.size(0);
+    return y.view(out);
+  }
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }

@@ -1050,6 +1050,66 @@ TEST(Matmul, LinearAndAddmm) {
   EXPECT_EQ(Vals(addmm(c, x, x, 2, 0.5)), (std::vector<double>{5.5, 7, 9.5, 13}));
 }
 
+// The linear row (bias seeding the output, the product accumulated onto it) against float64
+// sums: 1-D, 2-D and 3-D inputs, a transposed weight, float32 and float64, shapes that split
+// over the pool and shapes that do not, and the gradients of all three operands against the
+// composed mm + add.
+TEST(Matmul, LinearRowMatchesFloat64AndTheComposedGradients) {
+  manual_seed(31);
+  struct Case {
+    IntArray x;
+    int64_t out;
+    bool weight_transposed;
+  };
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    for (const Case& k : {Case{{5}, 3, false}, Case{{7, 4}, 3, true}, Case{{2, 3, 6}, 5, false},
+                          Case{{300, 64}, 48, false}, Case{{1, 33}, 17, true}, Case{{256, 128}, 10, false}}) {
+      SCOPED_TRACE(std::string(dt == kFloat32 ? "float32 x " : "float64 x ") + shape_str(k.x) + " out " +
+                   std::to_string(k.out));
+      const int64_t in = k.x.back();
+      const Tensor x = randn(k.x, dt).requires_grad_();
+      const Tensor w = (k.weight_transposed ? randn({in, k.out}, dt).t() : randn({k.out, in}, dt)).detach().requires_grad_();
+      const Tensor b = randn({k.out}, dt).requires_grad_();
+      const Tensor y = linear(x, w, b);
+      ASSERT_NE(y.grad_fn(), nullptr);
+      if (k.x.size() == 2) {  // the others end in a view
+        EXPECT_EQ(y.grad_fn()->name(), "LinearBackward");
+      }
+      IntArray want_shape = k.x;
+      want_shape.back() = k.out;
+      ASSERT_EQ(y.sizes(), want_shape);
+      const std::vector<double> xv = Vals(x), wv = Vals(w.contiguous()), bv = Vals(b), yv = Vals(y);
+      const int64_t rows = x.numel() / in;
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < k.out; ++o) {
+          double want = bv[o];
+          for (int64_t i = 0; i < in; ++i) want += xv[r * in + i] * wv[o * in + i];
+          worst = std::max(worst, std::abs(yv[r * k.out + o] - want) / (1 + std::abs(want)));
+        }
+      }
+      EXPECT_LT(worst, dt == kFloat32 ? 1e-5 : 1e-12);
+      const Tensor up = randn(want_shape, dt);
+      const auto got = autograd::grad({y}, {x, w, b}, {up});
+      const auto want = autograd::grad({matmul(x, w.t()) + b}, {x, w, b}, {up});
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(allclose(got[i], want[i], tol, tol)) << "gradient " << i;
+    }
+  }
+  // Without a bias, or with a bias that only broadcasts, linear stays mm (+ add).
+  const Tensor x = randn({4, 3});
+  Tensor w = randn({2, 3});
+  w.requires_grad_();
+  EXPECT_EQ(linear(x, w).grad_fn()->name(), "MmBackward");
+  const Tensor b2 = randn({4, 1});
+  EXPECT_TRUE(allclose(linear(x, w, b2), matmul(x, w.t()) + b2));
+  // A wrong-sized bias is the add's broadcasting error, naming both shapes.
+  EXPECT_THROW(linear(x, w, randn({3})), Error);
+  // Integer operands take the composed path inside the kernel.
+  const Tensor xi = I64({1, 2, 3, 4}, IntArray{2, 2}), wi = I64({1, 0, 1, 1}, IntArray{2, 2}), bi = I64({10, 20});
+  EXPECT_EQ(Vals(linear(xi, wi, bi)), (std::vector<double>{11, 23, 13, 27}));
+}
+
 // ====================================================================== softmax
 
 // The backward kernels (one pass over grad and output rows) against the formulas evaluated in

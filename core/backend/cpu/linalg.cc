@@ -3,6 +3,8 @@
 // and make small-model training several times slower (measured; see docs/design.md, "Machine facts").
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
@@ -40,22 +42,35 @@ MatArg AsBlas(const Tensor& m) {
   return {c, CblasNoTrans, std::max<int64_t>(cols, 1)};
 }
 
+// C = A B (beta 0) or C += A B (beta 1: C holds a linear layer's bias rows).
 template <typename T>
 void Gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
   }
+}
+
+// Seeds rows [r0, r1) of C[., n] with the bias (nullptr: nothing to seed) and returns the
+// beta the product then needs. Done by the thread that computes those rows, just before,
+// so the seeded rows are in its cache when the GEMM accumulates onto them.
+template <typename T>
+T SeedRows(const T* bias, T* c, int64_t r0, int64_t r1, int64_t n) {
+  if (bias == nullptr) return T(0);
+  for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * n);
+  return T(1);
 }
 
 // c[n] = a[k] B[k, n] for one row (batch-1 inference through Linear): a matrix-vector
 // product, which OpenBLAS's gemm handles poorly at m = 1 (measured ~7x slower than gemv on
 // a 4096 x 4096 layer); the n outputs are split over the pool, each range a gemv of its own.
 template <typename T>
-void GemvParallel(const MatArg& B, const T* a, const T* b, T* c, int64_t n, int64_t k) {
+void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, T* c, int64_t n, int64_t k) {
   auto range = [&](int64_t j0, int64_t j1) {
+    const T beta = bias == nullptr ? T(0) : T(1);
+    if (bias != nullptr) std::copy(bias + j0, bias + j1, c + j0);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const auto gemv = [](auto... args) {
         if constexpr (std::is_same_v<T, float>) {
@@ -66,10 +81,10 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, T* c, int64_t n, int6
       };
       if (B.trans == CblasNoTrans) {  // B is k x n row-major: c = B^T a over columns j0..j1
         gemv(CblasRowMajor, CblasTrans, static_cast<blasint>(k), static_cast<blasint>(j1 - j0), T(1), b + j0,
-             static_cast<blasint>(B.ld), a, 1, T(0), c + j0, 1);
+             static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
       } else {  // B^T is stored n x k row-major (a Linear weight): c = W a over rows j0..j1
         gemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(j1 - j0), static_cast<blasint>(k), T(1),
-             b + j0 * B.ld, static_cast<blasint>(B.ld), a, 1, T(0), c + j0, 1);
+             b + j0 * B.ld, static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
       }
     }
   };
@@ -80,22 +95,24 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, T* c, int64_t n, int6
   parallel_for(0, n, std::max<int64_t>(64, n / (4 * get_num_threads())), range);
 }
 
-// C[m,n] = A[m,k] B[k,n], rows of C split over the pool when the product is large.
+// C[m,n] = A[m,k] B[k,n] (+ bias[n] on every row when bias is not null), rows of C split
+// over the pool when the product is large.
 template <typename T>
-void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, T* c, int64_t m,
-                  int64_t n, int64_t k) {
+void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const T* bias, T* c,
+                  int64_t m, int64_t n, int64_t k) {
   if (k == 0) {
-    std::fill(c, c + m * n, T(0));
+    if (SeedRows(bias, c, 0, m, n) == T(0)) std::fill(c, c + m * n, T(0));
     return;
   }
   if (m == 1 && (A.trans == CblasNoTrans || k == 1)) {  // one contiguous row of A
-    GemvParallel<T>(B, a, b, c, n, k);
+    GemvParallel<T>(B, a, b, bias, c, n, k);
     return;
   }
   const int64_t flops = m * n * k;
   const int threads = get_num_threads();
   if (threads <= 1 || flops < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
-    Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, c, n);
+    const T beta = SeedRows(bias, c, 0, m, n);
+    Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, beta, c, n);
     return;
   }
   const int64_t step = (m + threads - 1) / threads;
@@ -104,7 +121,8 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, T* c
       const int64_t r0 = t * step, r1 = std::min(m, r0 + step);
       if (r0 >= r1) continue;
       const T* a_rows = A.trans == CblasNoTrans ? a + r0 * A.ld : a + r0;
-      Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, c + r0 * n, n);
+      const T beta = SeedRows(bias, c, r0, r1, n);
+      Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
     }
   });
 }
@@ -152,7 +170,8 @@ void MatmulKernel(const KernelCall& c) {
       T* pc = out.data_ptr<T>();
       if (!batched) {
         MatArg A = AsBlas(a), B = AsBlas(b);
-        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), pc, m, n, k);
+        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), nullptr, pc,
+                        m, n, k);
         return;
       }
       // Batches: one slice per task; slices use the operands' own batch strides.
@@ -160,9 +179,33 @@ void MatmulKernel(const KernelCall& c) {
         for (int64_t bi = b0; bi < b1; ++bi) {
           MatArg A = AsBlas(BatchSlice(a, bi)), B = AsBlas(BatchSlice(b, bi));
           GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                          pc + bi * m * n, m, n, k);
+                          nullptr, pc + bi * m * n, m, n, k);
         }
       });
+    }
+  });
+}
+
+// out[M, N] = x[M, K] weight[N, K]^T + bias[N]. Float32/64: each thread seeds its rows of the
+// output with the bias and accumulates its GEMM onto them (beta = 1), which replaces the
+// zeroing BLAS does for beta = 0; the add that read the product back is gone. Other dtypes
+// compose mm and add.
+void LinearKernel(const KernelCall& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &bias = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const ScalarType dt = x.dtype();
+  if (dt != kFloat32 && dt != kFloat64) {
+    CopyInto(out, add(mm(x, w.t()), bias));
+    return;
+  }
+  ANVIL_DISPATCH_FLOATING(dt, "linear", [&] {
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+      using T = scalar_t;
+      const MatArg A = AsBlas(x), B = AsBlas(w.t());
+      const Tensor b = bias.contiguous();
+      GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
+                      b.data_ptr<T>(), out.data_ptr<T>(), out.size(0), out.size(1), x.size(1));
     }
   });
 }
@@ -170,6 +213,7 @@ void MatmulKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterLinalgKernels(KernelTable& t) {
+  t[static_cast<int>(OpId::Linear)] = &LinearKernel;
   openblas_set_num_threads(1);
   t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
   t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
