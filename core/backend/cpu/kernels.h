@@ -7,9 +7,9 @@
 
 namespace anvil::cpu {
 
-// Multiply-adds from which a matrix product is split over the pool (rows of C), and from
-// which mm_pair runs a backward's two products side by side. 2^18 (~5 µs of one core) lets
-// a batch-256 classifier head (256x10x128) split: the batch-256 MLP step went ~7 % faster.
+// Multiply-adds from which a matrix product is split over the pool (rows of C). 2^18 (~5 µs
+// of one core) lets a batch-256 classifier head (256x10x128) split: the batch-256 MLP step
+// went ~7 % faster.
 // It was 2^21 while the pool's worker spun without yielding; splits this small then kept
 // it spinning next to the DataLoader's threads (see thread_pool.cc).
 constexpr int64_t kGemmSplitWork = int64_t{1} << 18;
