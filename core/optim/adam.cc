@@ -74,7 +74,10 @@ void Adam::step() {
         vmax.copy_(maximum(vmax, v));
         second = vmax;
       }
-      const Tensor denom = sqrt(second) * (1.0 / std::sqrt(bc2)) + eps;
+      // In place after the sqrt, as PyTorch's single-tensor path: a parameter-sized
+      // temporary instead of three.
+      Tensor denom = sqrt(second);
+      denom.mul_(1.0 / std::sqrt(bc2)).add_(eps);
       p.addcdiv_(m, denom, -lr / bc1);
     }
     for (const FusedBucket& b : buckets) {
