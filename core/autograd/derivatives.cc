@@ -282,21 +282,25 @@ Grads MmB(Ctx& c, const Grads& g) {
 }
 // linear: out = x W^T + b. dx = g W and dW = g^T x are independent products (mm_pair may run
 // them side by side); db sums g over the rows.
-Grads LinearB(Ctx& c, const Grads& g) {
+// The gradients of x W^T + b for the output gradient g.
+Grads LinearGrads(Ctx& c, const Tensor& g) {
   Grads r(3);
   const Tensor x = c.saved_input(0), w = c.saved_input(1);
   if (c.needs_input_grad(0) && c.needs_input_grad(1)) {
-    auto [gx, gw] = mm_pair(g[0], w, g[0].t(), x);
+    auto [gx, gw] = mm_pair(g, w, g.t(), x);
     r[0] = gx;
     r[1] = gw;
   } else if (c.needs_input_grad(0)) {
-    r[0] = mm(g[0], w);
+    r[0] = mm(g, w);
   } else if (c.needs_input_grad(1)) {
-    r[1] = mm(g[0].t(), x);
+    r[1] = mm(g.t(), x);
   }
-  if (c.needs_input_grad(2)) r[2] = sum(g[0], {0});
+  if (c.needs_input_grad(2)) r[2] = sum(g, {0});
   return r;
 }
+Grads LinearB(Ctx& c, const Grads& g) { return LinearGrads(c, g[0]); }
+// linear_relu: through the relu (its saved output masks g), then as linear.
+Grads LinearReluB(Ctx& c, const Grads& g) { return LinearGrads(c, relu_backward(g[0], c.saved_output(0))); }
 Grads BmmB(Ctx& c, const Grads& g) {
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = bmm(g[0], c.saved_input(1).transpose(1, 2));
@@ -520,7 +524,7 @@ struct RuleTable {
     RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
     RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
     RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
-    RULE(Mm, MmB) RULE(Linear, LinearB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
+    RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
     RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
     RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
     RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)

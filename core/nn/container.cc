@@ -1,6 +1,10 @@
 // Containers: see container.h.
 #include "core/nn/container.h"
 
+#include <typeinfo>
+
+#include "core/nn/activation.h"
+#include "core/nn/linear.h"
 #include "core/util/error.h"
 
 namespace anvil::nn {
@@ -14,10 +18,27 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
   layers_.push_back(std::move(module));
 }
 
+namespace {
+
+// A Linear directly followed by a ReLU (those exact classes: a subclass may override forward)
+// runs as one linear_relu op. No hook can observe the activation in between, and the values
+// and gradients are the ops' own; what changes is one pass over the activation instead of
+// two, and one autograd node instead of two.
+bool LinearThenRelu(const std::vector<std::shared_ptr<Module>>& layers, size_t i) {
+  return i + 1 < layers.size() && typeid(*layers[i]) == typeid(Linear) && typeid(*layers[i + 1]) == typeid(ReLU);
+}
+
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     try {
+      if (LinearThenRelu(layers_, i)) {
+        y = static_cast<Linear&>(*layers_[i]).forward_relu(y);
+        ++i;  // the ReLU ran inside
+        continue;
+      }
       y = layers_[i]->forward(y);
     } catch (const IndexError& e) {
       throw IndexError("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());

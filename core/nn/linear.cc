@@ -32,6 +32,12 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight, bias);
 }
 
+Tensor Linear::forward_relu(const Tensor& x) {
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, ", ", out_features,
+              "): expected input with last dim ", in_features, ", got shape ", shape_str(x));
+  return bias.defined() ? linear_relu(x, weight, bias) : relu(linear(x, weight, bias));
+}
+
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
          ", bias=" + (bias.defined() ? "true" : "false");

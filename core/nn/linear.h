@@ -11,6 +11,8 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op (linear_relu), for a Sequential whose next layer is a ReLU.
+  Tensor forward_relu(const Tensor& x);
   std::string extra_repr() const override;
   void reset_parameters();
 

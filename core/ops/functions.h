@@ -160,6 +160,10 @@ std::array<Tensor, 2> mm_pair(const Tensor& a0, const Tensor& b0, const Tensor& 
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, Scalar beta = 1, Scalar alpha = 1);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// relu(linear(x, weight, bias)) as one op (the relu applied to each output row while it is
+// in cache; its backward masks the gradient once). The same values and gradients as the
+// two ops. bias: [out_features].
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor dot(const Tensor& a, const Tensor& b);
 

@@ -105,11 +105,12 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, 2, op);
       return {{{in[0].size(0), in[1].size(1)}, in[0].dtype()}};
     }
-    case OpId::Linear: {
+    case OpId::Linear:
+    case OpId::LinearRelu: {
       // linear() folds batch dims into rows and checks the shapes with the user's names.
       ANVIL_INTERNAL_ASSERT(in[0].dim() == 2 && in[1].dim() == 2 && in[2].dim() == 1 &&
                                 in[0].size(1) == in[1].size(1) && in[2].size(0) == in[1].size(0),
-                            "linear: operands reached the kernel as ", shape_str(in[0].sizes()), ", ",
+                            op_name(op), ": operands reached the kernel as ", shape_str(in[0].sizes()), ", ",
                             shape_str(in[1].sizes()), " and ", shape_str(in[2].sizes()));
       CheckSameDtype(in, 3, op);
       return {{{in[0].size(0), in[1].size(0)}, in[0].dtype()}};

@@ -116,29 +116,53 @@ Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, Scalar beta, Sca
   return beta.to_double() == 1 ? c + p : c * beta + p;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+void CheckLinearShapes(const Tensor& x, const Tensor& weight) {
   ANVIL_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ",
               shape_str(weight.sizes()));
   ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input has ",
               x.dim() >= 1 ? x.size(-1) : 0, " features (shape ", shape_str(x.sizes()),
               ") but the weight expects ", weight.size(1), " (weight shape ", shape_str(weight.sizes()), ")");
-  // One op where the bias is the [out_features] vector it is in nn::Linear: the bias seeds
-  // the output and the product accumulates onto it. Other biases broadcast as an add.
-  if (bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1) {
-    CheckSameDtype(x, weight, "linear");
-    CheckSameDtype(x, bias, "linear");
-    ANVIL_CHECK(x.device() == weight.device() && x.device() == bias.device(),
-                "linear: expected the input, weight and bias on one device, got ", x.device(), ", ",
-                weight.device(), " and ", bias.device());
-    const Tensor rows = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
-    const Tensor y = dispatch1(OpId::Linear, {rows, weight, bias}, OpAttrs{});
-    if (x.dim() == 2) return y;
-    IntArray out = x.sizes();
-    out.back() = weight.size(0);
-    return y.view(out);
-  }
+}
+
+// Whether (x, weight, bias) fit the linear rows: bias is the [out_features] vector it is in
+// nn::Linear. Other biases broadcast as an add.
+bool LinearRowFits(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1;
+}
+
+// The Linear or LinearRelu row over x's rows (batch dims folded), shaped back like x.
+Tensor LinearRow(OpId op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* name = op == OpId::Linear ? "linear" : "linear_relu";
+  CheckSameDtype(x, weight, name);
+  CheckSameDtype(x, bias, name);
+  ANVIL_CHECK(x.device() == weight.device() && x.device() == bias.device(), name,
+              ": expected the input, weight and bias on one device, got ", x.device(), ", ", weight.device(),
+              " and ", bias.device());
+  const Tensor rows = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+  const Tensor y = dispatch1(op, {rows, weight, bias}, OpAttrs{});
+  if (x.dim() == 2) return y;
+  IntArray out = x.sizes();
+  out.back() = weight.size(0);
+  return y.view(out);
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CheckLinearShapes(x, weight);
+  // One op where the bias is [out_features]: the bias seeds the output and the product
+  // accumulates onto it.
+  if (LinearRowFits(x, weight, bias)) return LinearRow(OpId::Linear, x, weight, bias);
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CheckLinearShapes(x, weight);
+  if (LinearRowFits(x, weight, bias)) return LinearRow(OpId::LinearRelu, x, weight, bias);
+  return relu(linear(x, weight, bias));
 }
 
 }  // namespace anvil

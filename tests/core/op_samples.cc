@@ -114,6 +114,10 @@ OpSamples MakeOpSamples() {
        L([](auto& x) { return linear(x[0], x[1], x[2]); }));
   push(OpId::Linear, "linear_batch_dims_noncontig", {Leaf({2, 3, 4}), LeafT({5, 4}), Leaf({5})},
        L([](auto& x) { return linear(x[0], x[1], x[2]); }));
+  push(OpId::LinearRelu, "linear_relu", {Leaf({3, 4}), Leaf({2, 4}), Leaf({2})},
+       L([](auto& x) { return linear_relu(x[0], x[1], x[2]); }));
+  push(OpId::LinearRelu, "linear_relu_batch_dims_noncontig", {Leaf({2, 3, 4}), LeafT({5, 4}), Leaf({5})},
+       L([](auto& x) { return linear_relu(x[0], x[1], x[2]); }));
   push(OpId::Bmm, "bmm", {Leaf({2, 3, 4}), Leaf({2, 4, 2})}, B(&bmm));
   push(OpId::Bmm, "matmul_broadcast_batch", {Leaf({2, 1, 3, 4}), Leaf({3, 4, 2})}, B(&matmul));
   push(OpId::Softmax, "softmax", {LeafT({3, 4})}, L([](auto& x) { return softmax(x[0], 1); }));

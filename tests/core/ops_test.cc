@@ -1110,6 +1110,33 @@ TEST(Matmul, LinearRowMatchesFloat64AndTheComposedGradients) {
   EXPECT_EQ(Vals(linear(xi, wi, bi)), (std::vector<double>{11, 23, 13, 27}));
 }
 
+// linear_relu is relu(linear(...)) in one op: bitwise the same values (the relu epilogue runs
+// on each thread's rows after its GEMM) and the same gradients, in every dtype path, with a
+// NaN passing through as the relu lets it.
+TEST(Matmul, LinearReluIsReluOfLinear) {
+  manual_seed(37);
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    for (const IntArray& shape : {IntArray{7}, IntArray{9, 5}, IntArray{2, 4, 5}, IntArray{256, 64}}) {
+      SCOPED_TRACE(shape_str(shape));
+      const int64_t in = shape.back();
+      const Tensor x = randn(shape, dt).requires_grad_(), w = randn({24, in}, dt).requires_grad_();
+      const Tensor b = randn({24}, dt).requires_grad_();
+      const Tensor fused = linear_relu(x, w, b), plain = relu(linear(x, w, b));
+      EXPECT_TRUE(equal(fused, plain));
+      const Tensor up = randn(plain.sizes(), dt);
+      const auto g1 = autograd::grad({fused}, {x, w, b}, {up});
+      const auto g2 = autograd::grad({plain}, {x, w, b}, {up});
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(equal(g1[i], g2[i])) << "gradient " << i;
+    }
+  }
+  Tensor x = randn({2, 3});
+  x.select(0, 1).fill_(NAN);
+  const std::vector<double> y = Vals(linear_relu(x, randn({4, 3}), randn({4})));
+  for (int j = 4; j < 8; ++j) EXPECT_TRUE(std::isnan(y[j]));
+  const Tensor xi = I64({1, -2, 3, 4}, IntArray{2, 2}), wi = I64({1, 0, 1, 1}, IntArray{2, 2}), bi = I64({0, 0});
+  EXPECT_EQ(Vals(linear_relu(xi, wi, bi)), (std::vector<double>{1, 0, 3, 7}));
+}
+
 // ====================================================================== softmax
 
 // The backward kernels (one pass over grad and output rows) against the formulas evaluated in

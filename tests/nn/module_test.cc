@@ -137,6 +137,52 @@ TEST(LinearTest, MatchesFloat64MathAndInitBounds) {
   EXPECT_THAT(ErrorOf([&] { lin(randn({5, 49})); }), HasSubstr("expected input with last dim 50, got shape [5, 49]"));
 }
 
+// A Linear followed by a ReLU runs as one linear_relu op: the same values and the same
+// parameter gradients, bitwise, as the layers run one by one; with batch dims too. A Linear
+// subclass (its forward may differ) and a bias-free Linear keep two ops.
+TEST(ContainerTest, SequentialRunsLinearThenReluAsOneOpWithTheLayersValuesAndGradients) {
+  manual_seed(41);
+  auto seq = std::make_shared<Sequential>(std::initializer_list<std::shared_ptr<Module>>{
+      std::make_shared<Linear>(6, 8), std::make_shared<ReLU>(), std::make_shared<Linear>(8, 8),
+      std::make_shared<ReLU>(), std::make_shared<Linear>(8, 3)});
+  for (const IntArray& shape : {IntArray{5, 6}, IntArray{2, 5, 6}, IntArray{300, 6}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const Tensor x = randn(shape);
+    const Tensor up = randn([&] {
+      IntArray s = shape;
+      s.back() = 3;
+      return s;
+    }());
+    seq->zero_grad();
+    const Tensor fused = (*seq)(x);
+    (fused * up).sum().backward();
+    std::vector<Tensor> fused_grads;
+    for (const auto& p : seq->parameters()) fused_grads.push_back(p.grad().clone());
+    seq->zero_grad();
+    Tensor layered = x;
+    for (size_t i = 0; i < seq->size(); ++i) layered = (*seq)[i]->forward(layered);
+    (layered * up).sum().backward();
+    EXPECT_TRUE(equal(fused, layered));
+    const auto params = seq->parameters();
+    ASSERT_EQ(params.size(), fused_grads.size());
+    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(equal(fused_grads[i], params[i].grad())) << "parameter " << i;
+  }
+  Sequential two{std::make_shared<Linear>(4, 2), std::make_shared<ReLU>()};
+  EXPECT_EQ(two(randn({3, 4})).grad_fn()->name(), "LinearReluBackward");
+
+  struct Doubled : Linear {
+    Doubled() : Linear(4, 2) {}
+    Tensor forward(const Tensor& x) override { return Linear::forward(x) * 2; }
+  };
+  Sequential sub{std::make_shared<Doubled>(), std::make_shared<ReLU>()};
+  const Tensor xs = randn({3, 4});
+  const auto& lin = static_cast<Linear&>(*sub[0]);
+  EXPECT_TRUE(allclose(sub(xs), relu(linear(xs, lin.weight, lin.bias) * 2)));
+  EXPECT_EQ(sub(xs).grad_fn()->name(), "ReluBackward");
+  Sequential no_bias{std::make_shared<Linear>(4, 2, false), std::make_shared<ReLU>()};
+  EXPECT_EQ(no_bias(xs).grad_fn()->name(), "ReluBackward");
+}
+
 TEST(ContainerTest, SequentialNamesLayersAndReportsWhichFailed) {
   Sequential net{std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(), std::make_shared<Linear>(6, 2)};
   EXPECT_THAT(Names(net.named_parameters()), ElementsAre("0.weight", "0.bias", "2.weight", "2.bias"));

@@ -8,6 +8,7 @@
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
+#include "core/ops/functors.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -63,11 +64,19 @@ T SeedRows(const T* bias, T* c, int64_t r0, int64_t r1, int64_t n) {
   return T(1);
 }
 
+// The relu epilogue of linear_relu, on rows the calling thread has just written (the relu
+// kernel's functor: NaN stays NaN).
+template <typename T>
+void ReluInPlace(T* c, int64_t count) {
+  const fn::ReluF f;
+  for (int64_t i = 0; i < count; ++i) c[i] = f(c[i]);
+}
+
 // c[n] = a[k] B[k, n] for one row (batch-1 inference through Linear): a matrix-vector
 // product, which OpenBLAS's gemm handles poorly at m = 1 (measured ~7x slower than gemv on
 // a 4096 x 4096 layer); the n outputs are split over the pool, each range a gemv of its own.
 template <typename T>
-void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, T* c, int64_t n, int64_t k) {
+void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, bool relu, T* c, int64_t n, int64_t k) {
   auto range = [&](int64_t j0, int64_t j1) {
     const T beta = bias == nullptr ? T(0) : T(1);
     if (bias != nullptr) std::copy(bias + j0, bias + j1, c + j0);
@@ -86,6 +95,7 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, T* c, 
         gemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(j1 - j0), static_cast<blasint>(k), T(1),
              b + j0 * B.ld, static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
       }
+      if (relu) ReluInPlace(c + j0, j1 - j0);
     }
   };
   if (n * k < (int64_t{1} << 18) || in_parallel_region()) {
@@ -95,17 +105,18 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, T* c, 
   parallel_for(0, n, std::max<int64_t>(64, n / (4 * get_num_threads())), range);
 }
 
-// C[m,n] = A[m,k] B[k,n] (+ bias[n] on every row when bias is not null), rows of C split
-// over the pool when the product is large.
+// C[m,n] = A[m,k] B[k,n] (+ bias[n] on every row when bias is not null; then relu when
+// `relu`), rows of C split over the pool when the product is large.
 template <typename T>
-void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const T* bias, T* c,
+void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const T* bias, bool relu, T* c,
                   int64_t m, int64_t n, int64_t k) {
   if (k == 0) {
     if (SeedRows(bias, c, 0, m, n) == T(0)) std::fill(c, c + m * n, T(0));
+    if (relu) ReluInPlace(c, m * n);
     return;
   }
   if (m == 1 && (A.trans == CblasNoTrans || k == 1)) {  // one contiguous row of A
-    GemvParallel<T>(B, a, b, bias, c, n, k);
+    GemvParallel<T>(B, a, b, bias, relu, c, n, k);
     return;
   }
   const int64_t flops = m * n * k;
@@ -113,6 +124,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
   if (threads <= 1 || flops < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
     const T beta = SeedRows(bias, c, 0, m, n);
     Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, beta, c, n);
+    if (relu) ReluInPlace(c, m * n);
     return;
   }
   const int64_t step = (m + threads - 1) / threads;
@@ -123,6 +135,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
       const T* a_rows = A.trans == CblasNoTrans ? a + r0 * A.ld : a + r0;
       const T beta = SeedRows(bias, c, r0, r1, n);
       Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
+      if (relu) ReluInPlace(c + r0 * n, (r1 - r0) * n);
     }
   });
 }
@@ -170,8 +183,8 @@ void MatmulKernel(const KernelCall& c) {
       T* pc = out.data_ptr<T>();
       if (!batched) {
         MatArg A = AsBlas(a), B = AsBlas(b);
-        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), nullptr, pc,
-                        m, n, k);
+        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), nullptr, false,
+                        pc, m, n, k);
         return;
       }
       // Batches: one slice per task; slices use the operands' own batch strides.
@@ -179,24 +192,27 @@ void MatmulKernel(const KernelCall& c) {
         for (int64_t bi = b0; bi < b1; ++bi) {
           MatArg A = AsBlas(BatchSlice(a, bi)), B = AsBlas(BatchSlice(b, bi));
           GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                          nullptr, pc + bi * m * n, m, n, k);
+                          nullptr, false, pc + bi * m * n, m, n, k);
         }
       });
     }
   });
 }
 
-// out[M, N] = x[M, K] weight[N, K]^T + bias[N]. Float32/64: each thread seeds its rows of the
-// output with the bias and accumulates its GEMM onto them (beta = 1), which replaces the
-// zeroing BLAS does for beta = 0; the add that read the product back is gone. Other dtypes
-// compose mm and add.
+// out[M, N] = x[M, K] weight[N, K]^T + bias[N] (then relu, for linear_relu). Float32/64:
+// each thread seeds its rows of the output with the bias, accumulates its GEMM onto them
+// (beta = 1; the seeding replaces the zeroing BLAS does for beta = 0, and the add that read
+// the product back is gone), and applies the relu to those rows while they are in its
+// cache. Other dtypes compose the ops.
+template <bool Relu>
 void LinearKernel(const KernelCall& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &bias = c.inputs[2];
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
   const ScalarType dt = x.dtype();
   if (dt != kFloat32 && dt != kFloat64) {
-    CopyInto(out, add(mm(x, w.t()), bias));
+    const Tensor y = add(mm(x, w.t()), bias);
+    CopyInto(out, Relu ? relu(y) : y);
     return;
   }
   ANVIL_DISPATCH_FLOATING(dt, "linear", [&] {
@@ -205,7 +221,7 @@ void LinearKernel(const KernelCall& c) {
       const MatArg A = AsBlas(x), B = AsBlas(w.t());
       const Tensor b = bias.contiguous();
       GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                      b.data_ptr<T>(), out.data_ptr<T>(), out.size(0), out.size(1), x.size(1));
+                      b.data_ptr<T>(), Relu, out.data_ptr<T>(), out.size(0), out.size(1), x.size(1));
     }
   });
 }
@@ -213,7 +229,8 @@ void LinearKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterLinalgKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Linear)] = &LinearKernel;
+  t[static_cast<int>(OpId::Linear)] = &LinearKernel<false>;
+  t[static_cast<int>(OpId::LinearRelu)] = &LinearKernel<true>;
   openblas_set_num_threads(1);
   t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
   t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;

@@ -2,6 +2,7 @@
 // column-major go in as they are (a transposed view is a transpose flag, not a copy).
 #include "core/backend/cuda/blas.h"
 #include "core/backend/cuda/kernels.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 
 namespace anvil::cuda {
@@ -52,7 +53,8 @@ void MatmulKernel(const KernelCall& c) {
 }
 
 // out = x weight^T + bias: the output starts as the bias rows and cuBLAS accumulates the
-// product onto them (beta = 1).
+// product onto them (beta = 1); linear_relu then runs the relu kernel in place.
+template <bool Relu>
 void LinearKernel(const KernelCall& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &bias = c.inputs[2];
   const Tensor& out = c.outputs[0];
@@ -60,20 +62,23 @@ void LinearKernel(const KernelCall& c) {
   Tensor seeded = out;
   seeded.copy_(bias.expand(out.sizes()));
   const int64_t m = out.size(0), n = out.size(1), k = x.size(1);
-  if (k == 0) return;  // an empty product: the bias alone
-  ANVIL_DISPATCH_FLOATING(x.dtype(), "linear", [&] {
-    using T = scalar_t;
-    const MatArg A = AsBlas(x), B = AsBlas(w.t());
-    GemmStridedBatched<T>(out.device().index, A.trans, B.trans, m, n, k, static_cast<const T*>(A.t.data_ptr()), A.ld,
-                          0, static_cast<const T*>(B.t.data_ptr()), B.ld, 0, 1.0f, static_cast<T*>(out.data_ptr()), n,
-                          m * n, 1);
-  });
+  if (k > 0) {  // k == 0: an empty product, the bias alone
+    ANVIL_DISPATCH_FLOATING(x.dtype(), "linear", [&] {
+      using T = scalar_t;
+      const MatArg A = AsBlas(x), B = AsBlas(w.t());
+      GemmStridedBatched<T>(out.device().index, A.trans, B.trans, m, n, k, static_cast<const T*>(A.t.data_ptr()),
+                            A.ld, 0, static_cast<const T*>(B.t.data_ptr()), B.ld, 0, 1.0f,
+                            static_cast<T*>(out.data_ptr()), n, m * n, 1);
+    });
+  }
+  if (Relu) dispatch_into(OpId::Relu, {seeded}, seeded, OpAttrs{});
 }
 
 }  // namespace
 
 void RegisterLinalgKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Linear)] = &LinearKernel;
+  t[static_cast<int>(OpId::Linear)] = &LinearKernel<false>;
+  t[static_cast<int>(OpId::LinearRelu)] = &LinearKernel<true>;
   t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
   t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
 }
