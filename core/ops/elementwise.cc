@@ -178,9 +178,10 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond,
 Tensor where(const Tensor& cond, Scalar a, Scalar b) {
   return where(cond, wrap_scalar(a, cond.device()), wrap_scalar(b, cond.device()));
 }
-Tensor lerp(const Tensor& a, const Tensor& b, Scalar w) { return a + (b - a) * w; }
-Tensor addcmul(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return s + t1 * t2 * v; }
-Tensor addcdiv(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return s + t1 / t2 * v; }
+// Two passes each: the scale rides on add's alpha (a + alpha * b in the add kernel).
+Tensor lerp(const Tensor& a, const Tensor& b, Scalar w) { return add(a, b - a, w); }
+Tensor addcmul(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return add(s, t1 * t2, v); }
+Tensor addcdiv(const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar v) { return add(s, t1 / t2, v); }
 
 // ---- operators ----
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -260,14 +261,12 @@ ANVIL_UNARY_INPLACE(trunc_, Trunc)
 
 Tensor& Tensor::pow_(const Tensor& e) { return BinaryInplace(OpId::Pow, *this, e, Attrs(), "pow_"); }
 Tensor& Tensor::remainder_(const Tensor& o) { return BinaryInplace(OpId::Remainder, *this, o, Attrs(), "remainder_"); }
-// Composite in-place forms: computed out of place, then written with copy_ semantics.
-Tensor& Tensor::lerp_(const Tensor& end, Scalar w) { return copy_into(*this, lerp(*this, end, w), "lerp_"); }
-Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, Scalar v) {
-  return copy_into(*this, addcmul(*this, t1, t2, v), "addcmul_");
-}
-Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, Scalar v) {
-  return copy_into(*this, addcdiv(*this, t1, t2, v), "addcdiv_");
-}
+// Composite in-place forms: the product or difference out of place, then one in-place add
+// with alpha (two passes over the data; an optimizer's per-tensor path calls these on
+// parameter-sized tensors, where the out-of-place form plus a copy took four).
+Tensor& Tensor::lerp_(const Tensor& end, Scalar w) { return add_(end - *this, w); }
+Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, Scalar v) { return add_(t1 * t2, v); }
+Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, Scalar v) { return add_(t1 / t2, v); }
 
 namespace {
 Tensor& FillImpl(Tensor& self, Scalar value, const char* name) {

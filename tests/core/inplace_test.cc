@@ -44,6 +44,35 @@ TEST(Inplace, UnaryFormsMatchOutOfPlaceAndBumpTheVersion) {
   }
 }
 
+// The composite in-place forms (one product or difference, then add_ with alpha) keep
+// history through a non-leaf, broadcast their operands into self, and refuse a result
+// that would not fit self.
+TEST(Inplace, CompositeFormsRecordHistoryAndBroadcast) {
+  const Tensor a = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  const Tensor b = tensor({4.0, 5.0, 6.0}, kFloat64).requires_grad_();
+  const Tensor c = tensor({0.5, -1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = a * 1.0;
+  y.lerp_(b, 0.25);
+  y.addcmul_(b, c, 2.0);
+  y.addcdiv_(b, c, -1.0);
+  const auto g = autograd::grad({y.sum()}, {a, b, c});
+  // y = a + 0.25 (b - a) + 2 b c - b / c
+  const std::vector<double> bv{4, 5, 6}, cv{0.5, -1, 2};
+  std::vector<double> want_b, want_c;
+  for (int i = 0; i < 3; ++i) {
+    want_b.push_back(0.25 + 2 * cv[i] - 1 / cv[i]);
+    want_c.push_back(2 * bv[i] + bv[i] / (cv[i] * cv[i]));
+  }
+  EXPECT_TRUE(allclose(g[0], full({3}, 0.75, kFloat64)));
+  EXPECT_TRUE(allclose(g[1], tensor(want_b)));
+  EXPECT_TRUE(allclose(g[2], tensor(want_c)));
+  Tensor m = zeros({2, 3}, kFloat64);
+  m.addcmul_(b.detach(), c.detach(), 1.0);  // [3] operands broadcast into [2, 3]
+  EXPECT_TRUE(allclose(m.select(0, 1), b.detach() * c.detach()));
+  Tensor small = zeros({3}, kFloat64);
+  EXPECT_THROW(small.addcmul_(zeros({2, 3}, kFloat64), zeros({3}, kFloat64), 1.0), Error);
+}
+
 TEST(Inplace, BinaryAndCompositeForms) {
   Tensor a = tensor({1.0, 2.0, 3.0}, kFloat64);
   Tensor b = tensor({4.0, 5.0, 6.0}, kFloat64);
