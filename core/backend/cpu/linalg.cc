@@ -54,32 +54,37 @@ void Gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   }
 }
 
-// Seeds rows [r0, r1) of C[., n] with the bias (nullptr: nothing to seed) and returns the
-// beta the product then needs. Done by the thread that computes those rows, just before,
-// so the seeded rows are in its cache when the GEMM accumulates onto them.
+// What a linear layer adds around its product, applied by the thread that computes each
+// block of output rows while they are in its cache: the bias seeds the rows before the GEMM
+// accumulates onto them (beta = 1), and linear_relu's relu runs on them after. A plain
+// product has neither.
 template <typename T>
-T SeedRows(const T* bias, T* c, int64_t r0, int64_t r1, int64_t n) {
-  if (bias == nullptr) return T(0);
-  for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * n);
-  return T(1);
-}
+struct Epilogue {
+  const T* bias = nullptr;  // [n], or none
+  bool relu = false;
 
-// The relu epilogue of linear_relu, on rows the calling thread has just written (the relu
-// kernel's functor: NaN stays NaN).
-template <typename T>
-void ReluInPlace(T* c, int64_t count) {
-  const fn::ReluF f;
-  for (int64_t i = 0; i < count; ++i) c[i] = f(c[i]);
-}
+  // Seeds rows [r0, r1) of C[., n]; returns the beta the GEMM then needs.
+  T seed(T* c, int64_t r0, int64_t r1, int64_t n) const {
+    if (bias == nullptr) return T(0);
+    for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * n);
+    return T(1);
+  }
+  // The relu (the relu kernel's functor: NaN stays NaN) over `count` values written last.
+  void finish(T* c, int64_t count) const {
+    if (!relu) return;
+    const fn::ReluF f;
+    for (int64_t i = 0; i < count; ++i) c[i] = f(c[i]);
+  }
+};
 
 // c[n] = a[k] B[k, n] for one row (batch-1 inference through Linear): a matrix-vector
 // product, which OpenBLAS's gemm handles poorly at m = 1 (measured ~7x slower than gemv on
 // a 4096 x 4096 layer); the n outputs are split over the pool, each range a gemv of its own.
 template <typename T>
-void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, bool relu, T* c, int64_t n, int64_t k) {
+void GemvParallel(const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep, T* c, int64_t n, int64_t k) {
   auto range = [&](int64_t j0, int64_t j1) {
-    const T beta = bias == nullptr ? T(0) : T(1);
-    if (bias != nullptr) std::copy(bias + j0, bias + j1, c + j0);
+    const T beta = ep.bias == nullptr ? T(0) : T(1);
+    if (ep.bias != nullptr) std::copy(ep.bias + j0, ep.bias + j1, c + j0);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const auto gemv = [](auto... args) {
         if constexpr (std::is_same_v<T, float>) {
@@ -95,7 +100,7 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, bool r
         gemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(j1 - j0), static_cast<blasint>(k), T(1),
              b + j0 * B.ld, static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
       }
-      if (relu) ReluInPlace(c + j0, j1 - j0);
+      ep.finish(c + j0, j1 - j0);
     }
   };
   if (n * k < (int64_t{1} << 18) || in_parallel_region()) {
@@ -105,26 +110,26 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const T* bias, bool r
   parallel_for(0, n, std::max<int64_t>(64, n / (4 * get_num_threads())), range);
 }
 
-// C[m,n] = A[m,k] B[k,n] (+ bias[n] on every row when bias is not null; then relu when
-// `relu`), rows of C split over the pool when the product is large.
+// C[m,n] = A[m,k] B[k,n] with the epilogue's bias and relu, rows of C split over the pool
+// when the product is large.
 template <typename T>
-void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const T* bias, bool relu, T* c,
+void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep, T* c,
                   int64_t m, int64_t n, int64_t k) {
   if (k == 0) {
-    if (SeedRows(bias, c, 0, m, n) == T(0)) std::fill(c, c + m * n, T(0));
-    if (relu) ReluInPlace(c, m * n);
+    if (ep.seed(c, 0, m, n) == T(0)) std::fill(c, c + m * n, T(0));
+    ep.finish(c, m * n);
     return;
   }
   if (m == 1 && (A.trans == CblasNoTrans || k == 1)) {  // one contiguous row of A
-    GemvParallel<T>(B, a, b, bias, relu, c, n, k);
+    GemvParallel<T>(B, a, b, ep, c, n, k);
     return;
   }
   const int64_t flops = m * n * k;
   const int threads = get_num_threads();
   if (threads <= 1 || flops < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
-    const T beta = SeedRows(bias, c, 0, m, n);
+    const T beta = ep.seed(c, 0, m, n);
     Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, beta, c, n);
-    if (relu) ReluInPlace(c, m * n);
+    ep.finish(c, m * n);
     return;
   }
   const int64_t step = (m + threads - 1) / threads;
@@ -133,9 +138,9 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
       const int64_t r0 = t * step, r1 = std::min(m, r0 + step);
       if (r0 >= r1) continue;
       const T* a_rows = A.trans == CblasNoTrans ? a + r0 * A.ld : a + r0;
-      const T beta = SeedRows(bias, c, r0, r1, n);
+      const T beta = ep.seed(c, r0, r1, n);
       Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
-      if (relu) ReluInPlace(c + r0 * n, (r1 - r0) * n);
+      ep.finish(c + r0 * n, (r1 - r0) * n);
     }
   });
 }
@@ -183,8 +188,8 @@ void MatmulKernel(const KernelCall& c) {
       T* pc = out.data_ptr<T>();
       if (!batched) {
         MatArg A = AsBlas(a), B = AsBlas(b);
-        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), nullptr, false,
-                        pc, m, n, k);
+        GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), {}, pc, m,
+                        n, k);
         return;
       }
       // Batches: one slice per task; slices use the operands' own batch strides.
@@ -192,7 +197,7 @@ void MatmulKernel(const KernelCall& c) {
         for (int64_t bi = b0; bi < b1; ++bi) {
           MatArg A = AsBlas(BatchSlice(a, bi)), B = AsBlas(BatchSlice(b, bi));
           GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                          nullptr, false, pc + bi * m * n, m, n, k);
+                          {}, pc + bi * m * n, m, n, k);
         }
       });
     }
@@ -221,7 +226,7 @@ void LinearKernel(const KernelCall& c) {
       const MatArg A = AsBlas(x), B = AsBlas(w.t());
       const Tensor b = bias.contiguous();
       GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                      b.data_ptr<T>(), Relu, out.data_ptr<T>(), out.size(0), out.size(1), x.size(1));
+                      Epilogue<T>{b.data_ptr<T>(), Relu}, out.data_ptr<T>(), out.size(0), out.size(1), x.size(1));
     }
   });
 }
