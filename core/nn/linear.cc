@@ -26,15 +26,18 @@ void Linear::reset_parameters() {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) {
+void Linear::check_input(const Tensor& x) const {
   ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, ", ", out_features,
               "): expected input with last dim ", in_features, ", got shape ", shape_str(x));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_input(x);
   return linear(x, weight, bias);
 }
 
 Tensor Linear::forward_relu(const Tensor& x) {
-  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, ", ", out_features,
-              "): expected input with last dim ", in_features, ", got shape ", shape_str(x));
+  check_input(x);
   return bias.defined() ? linear_relu(x, weight, bias) : relu(linear(x, weight, bias));
 }
 

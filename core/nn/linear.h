@@ -19,6 +19,9 @@ class Linear : public Module {
   Tensor weight;
   Tensor bias;  // undefined without bias
   int64_t in_features, out_features;
+
+ private:
+  void check_input(const Tensor& x) const;
 };
 
 // The identity, for optional branches of a model.

@@ -126,10 +126,10 @@ void CheckLinearShapes(const Tensor& x, const Tensor& weight) {
               ") but the weight expects ", weight.size(1), " (weight shape ", shape_str(weight.sizes()), ")");
 }
 
-// Whether (x, weight, bias) fit the linear rows: bias is the [out_features] vector it is in
-// nn::Linear. Other biases broadcast as an add.
-bool LinearRowFits(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1;
+// Whether a bias fits the linear rows: the [out_features] vector it is in nn::Linear. Other
+// biases broadcast as an add. (x and weight have passed CheckLinearShapes.)
+bool LinearRowFits(const Tensor& weight, const Tensor& bias) {
+  return bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0);
 }
 
 // The Linear or LinearRelu row over x's rows (batch dims folded), shaped back like x.
@@ -154,14 +154,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   CheckLinearShapes(x, weight);
   // One op where the bias is [out_features]: the bias seeds the output and the product
   // accumulates onto it.
-  if (LinearRowFits(x, weight, bias)) return LinearRow(OpId::Linear, x, weight, bias);
+  if (LinearRowFits(weight, bias)) return LinearRow(OpId::Linear, x, weight, bias);
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }
 
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   CheckLinearShapes(x, weight);
-  if (LinearRowFits(x, weight, bias)) return LinearRow(OpId::LinearRelu, x, weight, bias);
+  if (LinearRowFits(weight, bias)) return LinearRow(OpId::LinearRelu, x, weight, bias);
   return relu(linear(x, weight, bias));
 }
 

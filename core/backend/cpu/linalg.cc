@@ -63,11 +63,16 @@ struct Epilogue {
   const T* bias = nullptr;  // [n], or none
   bool relu = false;
 
+  // Seeds columns [j0, j1) of one output row; returns the beta the product then needs.
+  T seed_columns(T* row, int64_t j0, int64_t j1) const {
+    if (bias == nullptr) return T(0);
+    std::copy(bias + j0, bias + j1, row + j0);
+    return T(1);
+  }
   // Seeds rows [r0, r1) of C[., n]; returns the beta the GEMM then needs.
   T seed(T* c, int64_t r0, int64_t r1, int64_t n) const {
-    if (bias == nullptr) return T(0);
-    for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + n, c + r * n);
-    return T(1);
+    for (int64_t r = r0; r < r1; ++r) seed_columns(c + r * n, 0, n);
+    return bias == nullptr ? T(0) : T(1);
   }
   // The relu (the relu kernel's functor: NaN stays NaN) over `count` values written last.
   void finish(T* c, int64_t count) const {
@@ -83,8 +88,7 @@ struct Epilogue {
 template <typename T>
 void GemvParallel(const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep, T* c, int64_t n, int64_t k) {
   auto range = [&](int64_t j0, int64_t j1) {
-    const T beta = ep.bias == nullptr ? T(0) : T(1);
-    if (ep.bias != nullptr) std::copy(ep.bias + j0, ep.bias + j1, c + j0);
+    const T beta = ep.seed_columns(c, j0, j1);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const auto gemv = [](auto... args) {
         if constexpr (std::is_same_v<T, float>) {
