@@ -6,7 +6,9 @@
 #                           Chromium (loads the status page headless)
 #   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
 set -euo pipefail
-build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libgtest-dev libgmock-dev
+# libblis4 and libdnnl2: float32 GEMM candidates beside OpenBLAS, loaded at run time
+# (core/backend/cpu/gemm.h); the tests run every candidate.
+build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 libdnnl2 libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
             libcivetweb-dev)

@@ -2,7 +2,9 @@
 
 #include <cstring>
 
+#include "core/backend/cpu/kernel_info.h"
 #include "core/util/error.h"
+#include "core/util/log.h"
 
 #ifndef ANVIL_WITH_CUDA
 #define ANVIL_WITH_CUDA 0
@@ -18,7 +20,10 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() { RegisterCpuKernels(kernels_); }
+  CpuBackend() {
+    RegisterCpuKernels(kernels_);
+    engine_log(LogSeverity::kInfo, cpu_kernel_summary());
+  }
   DeviceType type() const override { return DeviceType::CPU; }
   Allocator* allocator(Device) override { return cpu_allocator(); }
   void copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes, bool) override {

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -158,8 +159,9 @@ int DefaultThreads() {
     int n = std::atoi(env);
     if (n > 0) return n;
   }
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc == 0 ? 1 : static_cast<int>(hc);
+  // The CPUs this process may run on (its affinity, a container's quota), not the machine's:
+  // a pool wider than that only time-slices.
+  return available_cpu_threads();
 }
 
 std::mutex g_pool_mu;

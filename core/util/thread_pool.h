@@ -14,7 +14,8 @@
 namespace anvil {
 
 // Threads used by kernels (including the caller). Defaults to ANVIL_NUM_THREADS or the
-// number of online cores.
+// number of CPUs this process may run on (available_cpu_threads: its affinity mask and
+// cgroup quota, not the machine's core count).
 int get_num_threads();
 void set_num_threads(int n);
 

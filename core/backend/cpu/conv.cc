@@ -9,11 +9,11 @@
 //
 // Determinism: the weight gradient sums per-task partials in task order; the task split
 // depends only on the batch size and the thread count (core/util/thread_pool.h).
-#include <cblas.h>
-
 #include <algorithm>
 #include <vector>
 
+#include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/sgemm_avx512.h"
 #include "core/backend/cpu/window.h"
@@ -45,28 +45,18 @@ ConvShape MakeShape(const IntArray& d, int64_t N, int64_t C, int64_t OC) {
 template <typename T>
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
           T* c, int64_t ldc) {
-  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, TA, TB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, TA, TB, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+    dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
 }
 
 // C[m, n] = beta * C + A B with A(i, p) = a[i * ars + p * acs] (row- or column-major) and B,
-// C row-major: the AVX-512 kernel for float32 where the CPU has it, BLAS otherwise.
+// C row-major, on the GEMM chosen for this CPU (core/backend/cpu/gemm.h).
 template <typename T>
 void GemmStrided(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb,
                  T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (has_avx512()) {
-      thread_local std::vector<int64_t> rows;
-      rows.resize(static_cast<size_t>(k));
-      for (int64_t p = 0; p < k; ++p) rows[p] = p * ldb;
-      sgemm_avx512(m, n, k, a, nullptr, ars, acs, b, rows.data(), beta, c, ldc);
-      return;
-    }
-  }
   if (acs == 1) {
     Gemm<T>(false, false, m, n, k, a, ars, b, ldb, beta, c, ldc);
   } else {
@@ -420,7 +410,9 @@ void ByDtype(const KernelCall& call) {
   (dt == kFloat32 ? F32 : F64)(call);
 }
 
-bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && has_avx512(); }
+// The implicit-GEMM forms read the image in place through the AVX-512 kernel's row offsets
+// (sgemm_avx512.h); below that level convolution builds columns for the chosen GEMM.
+bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
 void Conv2dKernel(const KernelCall& c) {
   if (Avx512Float(c) && c.attrs.dims[2] == 1 && c.attrs.dims[3] == 1) {

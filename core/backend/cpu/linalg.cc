@@ -1,16 +1,16 @@
-// Matrix products on OpenBLAS. OpenBLAS runs single-threaded and Anvil's pool splits the
-// work (rows of C, or the batch): two thread pools on two cores would oversubscribe them
-// and make small-model training several times slower (measured; see docs/design.md, "Machine facts").
-#include <cblas.h>
-
+// Matrix products on the GEMM that core/backend/cpu/gemm.h chooses for this CPU (float32)
+// and OpenBLAS (float64, matrix-vector products). Every BLAS call is single-threaded and
+// Anvil's pool splits the work (rows of C, or the batch): two thread pools on two cores
+// would oversubscribe them and make small-model training several times slower (measured;
+// see docs/design.md, "Machine facts").
 #include <algorithm>
 
+#include "core/backend/cpu/blas_library.h"
+#include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
 #include "core/ops/functors.h"
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace anvil::cpu {
 namespace {
@@ -23,7 +23,7 @@ Tensor BatchSlice(const Tensor& t, int64_t i) {
 
 struct MatArg {
   Tensor t;  // keeps a contiguous copy alive when one was needed
-  CBLAS_TRANSPOSE trans;
+  bool trans;
   int64_t ld;
 };
 
@@ -34,23 +34,23 @@ MatArg AsBlas(const Tensor& m) {
   const int64_t rows = m.size(nd - 2), cols = m.size(nd - 1);
   const int64_t s0 = m.stride(nd - 2), s1 = m.stride(nd - 1);
   if (s1 == 1 && (s0 >= std::max<int64_t>(cols, 1) || rows == 1)) {
-    return {m, CblasNoTrans, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
+    return {m, false, std::max<int64_t>(rows == 1 ? cols : s0, 1)};
   }
   if (s0 == 1 && (s1 >= std::max<int64_t>(rows, 1) || cols == 1)) {
-    return {m, CblasTrans, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
+    return {m, true, std::max<int64_t>(cols == 1 ? rows : s1, 1)};
   }
   Tensor c = m.contiguous();
-  return {c, CblasNoTrans, std::max<int64_t>(cols, 1)};
+  return {c, false, std::max<int64_t>(cols, 1)};
 }
 
 // C = A B (beta 0) or C += A B (beta 1: C holds a linear layer's bias rows).
 template <typename T>
-void Gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+    dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
 }
 
@@ -90,19 +90,20 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep
   auto range = [&](int64_t j0, int64_t j1) {
     const T beta = ep.seed_columns(c, j0, j1);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      const auto gemv = [](auto... args) {
+      const blas::OpenBlas& lib = blas::openblas();
+      const auto gemv = [&](auto... args) {
         if constexpr (std::is_same_v<T, float>) {
-          cblas_sgemv(args...);
+          lib.sgemv(args...);
         } else {
-          cblas_dgemv(args...);
+          lib.dgemv(args...);
         }
       };
-      if (B.trans == CblasNoTrans) {  // B is k x n row-major: c = B^T a over columns j0..j1
-        gemv(CblasRowMajor, CblasTrans, static_cast<blasint>(k), static_cast<blasint>(j1 - j0), T(1), b + j0,
-             static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
+      if (!B.trans) {  // B is k x n row-major: c = B^T a over columns j0..j1
+        gemv(blas::kRowMajor, blas::kTrans, static_cast<int>(k), static_cast<int>(j1 - j0), T(1), b + j0,
+             static_cast<int>(B.ld), a, 1, beta, c + j0, 1);
       } else {  // B^T is stored n x k row-major (a Linear weight): c = W a over rows j0..j1
-        gemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(j1 - j0), static_cast<blasint>(k), T(1),
-             b + j0 * B.ld, static_cast<blasint>(B.ld), a, 1, beta, c + j0, 1);
+        gemv(blas::kRowMajor, blas::kNoTrans, static_cast<int>(j1 - j0), static_cast<int>(k), T(1),
+             b + j0 * B.ld, static_cast<int>(B.ld), a, 1, beta, c + j0, 1);
       }
       ep.finish(c + j0, j1 - j0);
     }
@@ -124,7 +125,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
     ep.finish(c, m * n);
     return;
   }
-  if (m == 1 && (A.trans == CblasNoTrans || k == 1)) {  // one contiguous row of A
+  if (m == 1 && (!A.trans || k == 1)) {  // one contiguous row of A
     GemvParallel<T>(B, a, b, ep, c, n, k);
     return;
   }
@@ -141,7 +142,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
     for (int64_t t = tb; t < te; ++t) {
       const int64_t r0 = t * step, r1 = std::min(m, r0 + step);
       if (r0 >= r1) continue;
-      const T* a_rows = A.trans == CblasNoTrans ? a + r0 * A.ld : a + r0;
+      const T* a_rows = !A.trans ? a + r0 * A.ld : a + r0;
       const T beta = ep.seed(c, r0, r1, n);
       Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
       ep.finish(c + r0 * n, (r1 - r0) * n);
@@ -240,7 +241,6 @@ void LinearKernel(const KernelCall& c) {
 void RegisterLinalgKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Linear)] = &LinearKernel<false>;
   t[static_cast<int>(OpId::LinearRelu)] = &LinearKernel<true>;
-  openblas_set_num_threads(1);
   t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
   t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
 }

@@ -8,7 +8,7 @@
 // not an array: GCC keeps arrays of vectors on the stack, which halves the speed.
 //
 // Compiled for the baseline target; only the functions marked target("avx512f") use
-// AVX-512, and callers check has_avx512() first.
+// AVX-512, and callers check the ISA level first (core/backend/cpu/isa.h).
 #include "core/backend/cpu/sgemm_avx512.h"
 
 #include <immintrin.h>
@@ -17,11 +17,6 @@
 #include <vector>
 
 namespace anvil::cpu {
-
-bool has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
 
 namespace {
 

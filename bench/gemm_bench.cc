@@ -1,0 +1,211 @@
+// Float32 GEMM candidates (core/backend/cpu/gemm.h) at each ISA level this CPU has, beside
+// PyTorch 2.x's torch.mm (MKL) on the same shapes, one thread each: the measurements behind
+// the per-level order of preference in core/backend/cpu/gemm.cc.
+//
+//   anvil_bench_gemm [PYTHON]   PYTHON: an interpreter with torch (default: the bench venv,
+//                               $ANVIL_BENCH_PYTHON, else "n/a" in the peer column)
+//
+// Each level runs in a child process started with ANVIL_CPU_ISA=<level>, because OpenBLAS and
+// BLIS choose their kernels once, when loaded. Shapes: square products and the products of a
+// training step (a Linear layer's forward x W^T, its input gradient dY W and its weight
+// gradient dY^T X). Each figure is the best of 5 timed batches of >= 50 ms; every result is
+// checked against a float64 product (max relative error in the last column).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/kernel_info.h"
+#include "core/util/cpu_features.h"
+#include "core/util/thread_pool.h"
+
+namespace {
+
+using anvil::cpu::GemmKernel;
+
+struct Shape {
+  const char* name;
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+const Shape kShapes[] = {
+    {"square 256", 256, 256, 256, false, false},
+    {"square 512", 512, 512, 512, false, false},
+    {"square 1024", 1024, 1024, 1024, false, false},
+    {"MLP 256x128 x W^T[128x128]", 256, 128, 128, false, true},
+    {"784-256 fwd: x[128x784] W^T", 128, 256, 784, false, true},
+    {"784-256 dX: dY[128x256] W", 128, 784, 256, false, false},
+    {"784-256 dW: dY^T X[128x784]", 256, 784, 128, true, false},
+    {"1024-1024 fwd: x[256x1024] W^T", 256, 1024, 1024, false, true},
+};
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Result {
+  double gflops = 0;
+  double max_rel_err = 0;
+};
+
+Result Measure(GemmKernel kernel, const Shape& s) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
+      c(static_cast<size_t>(s.m * s.n));
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  const auto A = [&](int64_t i, int64_t p) { return s.ta ? a[p * s.m + i] : a[i * s.k + p]; };
+  const auto B = [&](int64_t p, int64_t j) { return s.tb ? b[j * s.k + p] : b[p * s.n + j]; };
+  const auto run = [&] { anvil::cpu::sgemm_with(kernel, s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n); };
+  run();
+  Result r;
+  // Float64 reference on a sample of entries (every entry of the small shapes).
+  const int64_t stride = std::max<int64_t>(1, s.m * s.n / 4096);
+  for (int64_t e = 0; e < s.m * s.n; e += stride) {
+    const int64_t i = e / s.n, j = e % s.n;
+    double ref = 0, mag = 0;
+    for (int64_t p = 0; p < s.k; ++p) {
+      ref += double(A(i, p)) * double(B(p, j));
+      mag += std::fabs(double(A(i, p)) * double(B(p, j)));
+    }
+    r.max_rel_err = std::max(r.max_rel_err, std::fabs(c[e] - ref) / std::max(mag, 1e-30));
+  }
+  const double flop = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  const int reps = std::max(1, static_cast<int>(0.05 / (flop / 100e9)));
+  double best = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    const double t0 = Now();
+    for (int i = 0; i < reps; ++i) run();
+    best = std::min(best, (Now() - t0) / reps);
+  }
+  r.gflops = flop / best / 1e9;
+  return r;
+}
+
+// Child: one level's rows as tab-separated lines.
+int Child() {
+  anvil::set_num_threads(1);
+  const std::string level(anvil::isa_name(anvil::cpu::active_isa()));
+  std::printf("selected\t%s\t%s\n", level.c_str(), anvil::cpu::selected_gemm_description().c_str());
+  for (const anvil::cpu::GemmCandidate& c : anvil::cpu::gemm_candidates()) {
+    std::printf("candidate\t%s\t%s\t%d\t%s\t%s\n", level.c_str(), c.name.c_str(), c.available ? 1 : 0,
+                std::string(anvil::isa_name(c.isa)).c_str(), c.detail.c_str());
+    if (!c.available) continue;
+    for (const Shape& s : kShapes) {
+      const Result r = Measure(c.kernel, s);
+      std::printf("row\t%s\t%s\t%s\t%.1f\t%.1e\n", level.c_str(), c.name.c_str(), s.name, r.gflops, r.max_rel_err);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+std::vector<std::string> Split(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t tab = line.find('\t', start);
+    out.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  if (!out.empty() && !out.back().empty() && out.back().back() == '\n') out.back().pop_back();
+  return out;
+}
+
+std::vector<std::vector<std::string>> RunLines(const std::string& cmd) {
+  std::vector<std::vector<std::string>> lines;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return lines;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) lines.push_back(Split(buf));
+  pclose(p);
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--child") return Child();
+  std::string python = argc > 1 ? argv[1] : "";
+  if (python.empty() && std::getenv("ANVIL_BENCH_PYTHON") != nullptr) python = std::getenv("ANVIL_BENCH_PYTHON");
+  if (python.empty()) python = ANVIL_BENCH_VENV_PYTHON;
+  const std::string self = "/proc/self/exe";
+  char exe[4096] = {};
+  const ssize_t len = readlink(self.c_str(), exe, sizeof(exe) - 1);
+  const std::string me = len > 0 ? std::string(exe, static_cast<size_t>(len)) : argv[0];
+
+  const anvil::CpuFeatures& f = anvil::cpu_features();
+  std::printf("CPU: %s (%s family %d model %d); features: %s; detected ISA level: %s\n", f.model_name.c_str(),
+              f.vendor.c_str(), f.family, f.model, f.flags().c_str(),
+              std::string(anvil::isa_name(anvil::detected_isa())).c_str());
+  std::printf("OPENBLAS_CORETYPE=%s; one thread per product; GFLOP/s, best of 5 batches\n\n",
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
+
+  // PyTorch 2.x (its own MKL sgemm), same shapes, one thread.
+  std::map<std::string, std::string> peer;
+  std::string peer_version = "n/a";
+  if (access(python.c_str(), X_OK) == 0) {
+    for (const auto& l : RunLines(python + " " + ANVIL_BENCH_GEMM_PEER + " 2>/dev/null")) {
+      if (l.size() >= 2 && l[0] == "version") peer_version = l[1];
+      if (l.size() >= 3 && l[0] == "row") peer[l[1]] = l[2];
+    }
+  }
+
+  const anvil::CpuIsa detected = anvil::detected_isa();
+  for (int lv = static_cast<int>(detected); lv >= 0; --lv) {
+    const std::string level(anvil::isa_name(static_cast<anvil::CpuIsa>(lv)));
+    const auto lines = RunLines("ANVIL_CPU_ISA=" + level + " ANVIL_LOG_LEVEL=warning " + me + " --child");
+    std::vector<std::string> names;
+    std::map<std::string, std::map<std::string, std::pair<std::string, std::string>>> cells;  // shape -> kernel
+    std::string selected;
+    std::printf("### ISA level %s\n\n", level.c_str());
+    for (const auto& l : lines) {
+      if (l.size() >= 3 && l[0] == "selected") selected = l[2];
+      if (l.size() >= 6 && l[0] == "candidate") {
+        std::printf("- %s: %s (kernels at %s; %s)\n", l[2].c_str(), l[3] == "1" ? "available" : "not available",
+                    l[4].c_str(), l[5].c_str());
+        if (l[3] == "1") names.push_back(l[2]);
+      }
+      if (l.size() >= 6 && l[0] == "row") cells[l[3]][l[2]] = {l[4], l[5]};
+    }
+    std::printf("- selected at this level: **%s**\n\n| shape (m x n x k) |", selected.c_str());
+    for (const auto& n : names) std::printf(" %s |", n.c_str());
+    std::printf(" PyTorch %s |  selected / best | max rel. error |\n|---|", peer_version.c_str());
+    for (size_t i = 0; i < names.size() + 3; ++i) std::printf("---|");
+    std::printf("\n");
+    const std::string selected_name = selected.substr(0, selected.find(' '));
+    for (const Shape& s : kShapes) {
+      std::printf("| %s (%lldx%lldx%lld) |", s.name, static_cast<long long>(s.m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k));
+      double best = 0, sel = 0, err = 0;
+      for (const auto& n : names) {
+        const auto it = cells[s.name].find(n);
+        if (it == cells[s.name].end()) {
+          std::printf(" - |");
+          continue;
+        }
+        const double g = std::atof(it->second.first.c_str());
+        best = std::max(best, g);
+        if (n == selected_name) sel = g;
+        err = std::max(err, std::atof(it->second.second.c_str()));
+        std::printf(" %s |", it->second.first.c_str());
+      }
+      const auto p = peer.find(s.name);
+      std::printf(" %s | %.2f | %.1e |\n", p == peer.end() ? "n/a" : p->second.c_str(), best > 0 ? sel / best : 0.0,
+                  err);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}

@@ -1,0 +1,222 @@
+// Loading the BLAS libraries (interface and why: blas_library.h).
+#include "core/backend/cpu/blas_library.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/backend/cpu/isa.h"
+#include "core/util/error.h"
+
+namespace anvil::cpu::blas {
+namespace {
+
+// setenv/getenv are not safe against each other across threads; every variable Anvil sets
+// for a library is set under this lock, right around the dlopen that reads it, and restored
+// after, so the process's environment is as the user left it.
+std::mutex g_env_mu;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(name_, previous_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> previous_;
+};
+
+template <typename Fn>
+bool Resolve(void* handle, const char* name, Fn& out) {
+  out = reinterpret_cast<Fn>(dlsym(handle, name));
+  return out != nullptr;
+}
+
+// The OpenBLAS core whose kernels fit an ISA level ("" = let OpenBLAS detect).
+std::string CoreFor(CpuIsa level) {
+  switch (level) {
+    case CpuIsa::kGeneric: return "";
+    case CpuIsa::kAvx2: return "Haswell";
+    case CpuIsa::kAvx512:
+    case CpuIsa::kAmx:
+      // Cooperlake is SkylakeX plus the AVX512-BF16 kernels (sbgemm); same float32 kernels.
+      return cpu_features().avx512_bf16 ? "Cooperlake" : "SkylakeX";
+  }
+  return "";
+}
+
+CpuIsa IsaOfCore(const std::string& core) {
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (core == c) return CpuIsa::kAvx512;
+  }
+  for (const char* c : {"Haswell", "Zen"}) {
+    if (core == c) return CpuIsa::kAvx2;
+  }
+  return CpuIsa::kGeneric;
+}
+
+OpenBlas LoadOpenBlas() {
+  OpenBlas lib;
+  void* handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle != nullptr) {
+    lib.core_source = "loaded by another library of this process first";
+  } else {
+    const std::string want = CoreFor(requested_isa());
+    std::lock_guard<std::mutex> lock(g_env_mu);
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
+      lib.core_source = std::string("OPENBLAS_CORETYPE=") + std::getenv("OPENBLAS_CORETYPE") + " in the environment";
+      handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    } else if (want.empty()) {
+      lib.core_source = "detected by OpenBLAS";
+      handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    } else {
+      lib.core_source = "chosen from the CPU's features";
+      ScopedEnv env("OPENBLAS_CORETYPE", want);
+      handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    }
+  }
+  ANVIL_CHECK(handle != nullptr, "cannot load OpenBLAS (libopenblas.so.0): ", dlerror(),
+              "; install it (Debian: apt-get install libopenblas0)");
+  void (*set_threads)(int) = nullptr;
+  char* (*corename)() = nullptr;
+  const bool ok = Resolve(handle, "cblas_sgemm", lib.sgemm) && Resolve(handle, "cblas_dgemm", lib.dgemm) &&
+                  Resolve(handle, "cblas_sgemv", lib.sgemv) && Resolve(handle, "cblas_dgemv", lib.dgemv) &&
+                  Resolve(handle, "openblas_set_num_threads", set_threads) &&
+                  Resolve(handle, "openblas_get_corename", corename);
+  ANVIL_CHECK(ok, "libopenblas.so.0 lacks the CBLAS functions Anvil calls: is it OpenBLAS?");
+  // Anvil's pool splits the work; OpenBLAS's own threads next to it would oversubscribe the
+  // cores (docs/design.md, "Machine facts").
+  set_threads(1);
+  const char* name = corename();
+  lib.core = name != nullptr ? name : "unknown";
+  lib.core_isa = IsaOfCore(lib.core);
+  return lib;
+}
+
+// BLIS names its sub-configurations by id (its arch_t); BLIS_ARCH_TYPE takes the number.
+// Ids 0-8 are the x86 ones in BLIS 0.9 (skx, knl, knc, haswell, sandybridge, penryn, zen3,
+// zen2, zen); the table lookup bli_arch_string does not initialise the library.
+std::optional<int> BlisArchId(const char* (*arch_string)(int), const char* want) {
+  for (int id = 0; id <= 8; ++id) {
+    const char* s = arch_string(id);
+    if (s != nullptr && std::strcmp(s, want) == 0) return id;
+  }
+  return std::nullopt;
+}
+
+struct BlisLoad {
+  std::optional<Blis> lib;
+  std::string why;
+};
+
+BlisLoad LoadBlis() {
+  BlisLoad out;
+  void* handle = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    out.why = std::string("libblis.so.4 not loadable (") + dlerror() + "; Debian: apt-get install libblis4)";
+    return out;
+  }
+  Blis lib;
+  const char* (*arch_string)(int) = nullptr;
+  int (*arch_query)() = nullptr;
+  void (*set_threads)(int64_t) = nullptr;
+  void (*init)() = nullptr;
+  if (!(Resolve(handle, "bli_sgemm", lib.sgemm) && Resolve(handle, "bli_arch_string", arch_string) &&
+        Resolve(handle, "bli_init", init) &&
+        Resolve(handle, "bli_arch_query_id", arch_query) && Resolve(handle, "bli_thread_set_num_threads", set_threads))) {
+    out.why = "libblis.so.4 lacks bli_sgemm or its arch queries";
+    return out;
+  }
+  {
+    // BLIS reads BLIS_ARCH_TYPE when it initialises (bli_init, here, and in the queries it
+    // makes later): the variable stays set until that is done.
+    std::lock_guard<std::mutex> lock(g_env_mu);
+    const CpuIsa level = requested_isa();
+    const char* want = level >= CpuIsa::kAvx512 ? "skx" : level == CpuIsa::kAvx2 ? "haswell" : nullptr;
+    std::optional<int> id;
+    if (want != nullptr && std::getenv("BLIS_ARCH_TYPE") == nullptr) id = BlisArchId(arch_string, want);
+    std::optional<ScopedEnv> env;
+    if (id) env.emplace("BLIS_ARCH_TYPE", std::to_string(*id));
+    init();
+    lib.arch = arch_string(arch_query());
+  }
+  set_threads(1);
+  out.lib = lib;
+  return out;
+}
+
+struct OneDnnLoad {
+  std::optional<OneDnn> lib;
+  std::string why;
+};
+
+OneDnnLoad LoadOneDnn() {
+  OneDnnLoad out;
+  void* handle = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    out.why = std::string("libdnnl.so.2 not loadable (") + dlerror() + "; Debian: apt-get install libdnnl2)";
+    return out;
+  }
+  OneDnn lib;
+  struct Version {
+    int major, minor, patch;
+    const char* hash;
+    unsigned cpu_runtime, gpu_runtime;
+  };
+  const Version* (*version)() = nullptr;
+  int (*set_max_isa)(int) = nullptr;
+  if (!(Resolve(handle, "dnnl_sgemm", lib.sgemm) && Resolve(handle, "dnnl_version", version) &&
+        Resolve(handle, "dnnl_set_max_cpu_isa", set_max_isa))) {
+    out.why = "libdnnl.so.2 lacks dnnl_sgemm";
+    return out;
+  }
+  Resolve(handle, "omp_set_num_threads", lib.omp_set_num_threads);  // searched in its dependencies
+  // dnnl_cpu_isa_t values (oneapi/dnnl/dnnl_types.h): cap its JIT at the requested level.
+  constexpr int kAvx2 = 0x7, kAvx512Core = 0x27, kAll = 0x0;
+  switch (requested_isa()) {
+    case CpuIsa::kGeneric:
+    case CpuIsa::kAvx2: set_max_isa(kAvx2); break;
+    case CpuIsa::kAvx512: set_max_isa(cpu_features().avx512_bf16 ? 0xe7 : kAvx512Core); break;
+    case CpuIsa::kAmx: set_max_isa(kAll); break;
+  }
+  const Version* v = version();
+  lib.version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  out.lib = lib;
+  return out;
+}
+
+}  // namespace
+
+const OpenBlas& openblas() {
+  static const OpenBlas lib = LoadOpenBlas();
+  return lib;
+}
+
+const Blis* blis(std::string* why) {
+  static const BlisLoad load = LoadBlis();
+  if (why != nullptr) *why = load.why;
+  return load.lib ? &*load.lib : nullptr;
+}
+
+const OneDnn* onednn(std::string* why) {
+  static const OneDnnLoad load = LoadOneDnn();
+  if (why != nullptr) *why = load.why;
+  return load.lib ? &*load.lib : nullptr;
+}
+
+}  // namespace anvil::cpu::blas

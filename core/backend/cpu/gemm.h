@@ -1,0 +1,53 @@
+// The float32 matrix product every CPU kernel calls (mm, bmm, linear, convolution's column
+// products), and the choice of which implementation runs it: the one place that choice is
+// made.
+//
+// Candidates: Anvil's own AVX-512 kernel (sgemm_avx512.h), OpenBLAS, BLIS and oneDNN
+// (blas_library.h). Each ISA level has an order of preference, measured (bench/gemm_bench.cc,
+// figures in bench/RESULTS.md); the first candidate that is available and whose kernels run
+// at that level is used. A library whose kernels are below the level (OpenBLAS on a CPU it
+// does not recognise runs SSE3 kernels) is passed over, so a blind spot in one library never
+// costs the engine its speed. ANVIL_GEMM=anvil|openblas|blis|onednn forces a candidate (for
+// benchmarks and tests); one that cannot run here is an error that says why.
+//
+// Thread-safe. Every call is single-threaded: callers split the work over Anvil's pool.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/util/cpu_features.h"
+
+namespace anvil::cpu {
+
+enum class GemmKernel { kAnvilAvx512, kOpenBlas, kBlis, kOneDnn };
+
+// Row-major C[m, n] = A B + beta C with beta 0 (C is only written) or 1, where A is [m, k]
+// (or [k, m] stored when ta: A^T is given) and B is [k, n] (or [n, k] when tb).
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc);
+// The same through one named candidate (tests and benchmarks compare them); throws when it
+// is not available here.
+void sgemm_with(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Float64 runs on OpenBLAS.
+void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+           int64_t ldb, double beta, double* c, int64_t ldc);
+
+struct GemmCandidate {
+  GemmKernel kernel;
+  std::string name;         // "anvil-avx512", "openblas", "blis", "onednn"
+  bool available = false;   // it can run on this CPU, at the active level
+  CpuIsa isa = CpuIsa::kGeneric;  // the level its kernels run at here
+  std::string detail;       // the library's core or version, or why it is unavailable
+};
+std::vector<GemmCandidate> gemm_candidates();
+
+// The candidate sgemm() uses now (it follows the active ISA level: core/backend/cpu/isa.h).
+GemmKernel selected_gemm();
+std::string gemm_kernel_name(GemmKernel kernel);
+// "anvil-avx512" or "openblas (SkylakeX)": the selected kernel as a benchmark table names it.
+std::string selected_gemm_description();
+
+}  // namespace anvil::cpu
