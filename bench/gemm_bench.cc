@@ -47,6 +47,9 @@ const Shape kShapes[] = {
     {"784-256 dX: dY[128x256] W", 128, 784, 256, false, false},
     {"784-256 dW: dY^T X[128x784]", 256, 784, 128, true, false},
     {"1024-1024 fwd: x[256x1024] W^T", 256, 1024, 1024, false, true},
+    {"half batch 64: x[32x128] W^T", 32, 128, 128, false, true},
+    {"head: x[128x128] W^T[10x128]", 128, 10, 128, false, true},
+    {"conv columns: W[16x150] cols", 16, 576, 150, false, false},
 };
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

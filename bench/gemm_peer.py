@@ -13,6 +13,9 @@ SHAPES = [
     ("784-256 dX: dY[128x256] W", 128, 784, 256, False, False),
     ("784-256 dW: dY^T X[128x784]", 256, 784, 128, True, False),
     ("1024-1024 fwd: x[256x1024] W^T", 256, 1024, 1024, False, True),
+    ("half batch 64: x[32x128] W^T", 32, 128, 128, False, True),
+    ("head: x[128x128] W^T[10x128]", 128, 10, 128, False, True),
+    ("conv columns: W[16x150] cols", 16, 576, 150, False, False),
 ]
 
 

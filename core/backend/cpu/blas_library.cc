@@ -189,7 +189,7 @@ OneDnnLoad LoadOneDnn() {
   // dnnl_cpu_isa_t values (oneapi/dnnl/dnnl_types.h): cap its JIT at the requested level.
   constexpr int kAvx2 = 0x7, kAvx512Core = 0x27, kAll = 0x0;
   switch (requested_isa()) {
-    case CpuIsa::kGeneric:
+    case CpuIsa::kGeneric: set_max_isa(kAll); break;  // generic: the library as it detects
     case CpuIsa::kAvx2: set_max_isa(kAvx2); break;
     case CpuIsa::kAvx512: set_max_isa(cpu_features().avx512_bf16 ? 0xe7 : kAvx512Core); break;
     case CpuIsa::kAmx: set_max_isa(kAll); break;
