@@ -175,7 +175,9 @@ int Run(int argc, char** argv) {
   exp->add_option("model", model_ref, "NAME[:VERSION]")->required();
   exp->add_option("--format", format, "native, safetensors or onnx")->check(CLI::IsMember({"native", "safetensors", "onnx"}));
   exp->add_option("-o,--output", out_path, "file to write")->required();
-  app.add_subcommand("health", "check that the server is serving");
+  bool verbose = false;
+  auto* health_cmd = app.add_subcommand("health", "check that the server is serving");
+  health_cmd->add_flag("-v,--verbose", verbose, "also print the server's version, CPU, ISA level, GEMM kernel and devices");
 
   try {
     app.parse(argc, argv);
@@ -349,6 +351,18 @@ int Run(int argc, char** argv) {
     Check(health->Check(Ctx(5).get(), grpc::health::v1::HealthCheckRequest(), &resp), "health");
     const bool serving = resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
     std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()).c_str());
+    if (verbose) {
+      v1::ServerInfo info;
+      Check(cli.training->GetServerInfo(Ctx(5).get(), v1::GetServerInfoRequest(), &info), "health");
+      std::string devices;
+      for (const std::string& d : info.devices()) devices += (devices.empty() ? "" : ", ") + d;
+      std::printf("version:  %s\ncpu:      %s\nfeatures: %s\nisa:      %s%s\ngemm:     %s\nthreads:  %d (%d CPUs "
+                  "available)\ndevices:  %s\n",
+                  info.version().c_str(), info.cpu_model().c_str(), info.cpu_features().c_str(), info.isa().c_str(),
+                  info.isa() == info.detected_isa() ? "" : (" (lowered by ANVIL_CPU_ISA; the CPU has " +
+                                                            info.detected_isa() + ")").c_str(),
+                  info.gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
+    }
     return serving ? 0 : 5;
   }
   return 2;

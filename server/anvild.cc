@@ -17,6 +17,8 @@
 #include <fstream>
 #include <thread>
 
+#include "core/backend/cpu/kernel_info.h"
+#include "core/util/log.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -133,6 +135,11 @@ int main(int argc, char** argv) {
     if (max_delay_us >= 0) o.batching.max_delay = std::chrono::microseconds(max_delay_us);
     if (no_batching) o.batching.enabled = false;
     set_log_level(parse_log_level(log_level));
+    // The engine's lines (the CPU and kernels at start) go through this log.
+    anvil::set_log_sink([](anvil::LogSeverity severity, const std::string& message) {
+      log(static_cast<LogLevel>(static_cast<int>(severity)), message);
+    });
+    anvil::log_cpu_kernel_summary_once();
 
     InstallSignalPipe();
     AnvilServer server(o);

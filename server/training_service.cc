@@ -1,6 +1,7 @@
-// The Training service: SubmitJob, GetJob, ListJobs, CancelJob, StreamMetrics.
+// The Training service: SubmitJob, GetJob, ListJobs, CancelJob, StreamMetrics, GetServerInfo.
 #include <google/protobuf/util/json_util.h>
 
+#include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/job_spec.h"
 #include "server/state.h"
@@ -70,6 +71,21 @@ class TrainingService final : public v1::Training::Service {
       for (int s : req->states()) states.push_back(FromWire(static_cast<v1::JobState>(s)));
       ANVIL_SERVICE_CHECK(req->limit() >= 0, StatusCode::INVALID_ARGUMENT, "limit: expected >= 0, got ", req->limit());
       for (const JobRow& row : s_.store->list_jobs(states, req->limit())) *resp->add_jobs() = Scheduler::to_job(row);
+    });
+  }
+
+  Status GetServerInfo(ServerContext*, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) override {
+    return Guard([&] {
+      const CpuKernelInfo cpu = cpu_kernel_info();
+      resp->set_version(ANVIL_VERSION_STRING);
+      resp->set_cpu_model(cpu.model);
+      resp->set_cpu_features(cpu.features);
+      resp->set_isa(cpu.isa);
+      resp->set_detected_isa(cpu.detected_isa);
+      resp->set_gemm(cpu.gemm);
+      resp->set_threads(cpu.threads);
+      resp->set_available_cpus(cpu.available_cpus);
+      for (const std::string& d : s_.scheduler->devices()) resp->add_devices(d);
     });
   }
 

@@ -4,7 +4,6 @@
 
 #include "core/backend/cpu/kernel_info.h"
 #include "core/util/error.h"
-#include "core/util/log.h"
 
 #ifndef ANVIL_WITH_CUDA
 #define ANVIL_WITH_CUDA 0
@@ -22,7 +21,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() {
     RegisterCpuKernels(kernels_);
-    engine_log(LogSeverity::kInfo, cpu_kernel_summary());
+    log_cpu_kernel_summary_once();
   }
   DeviceType type() const override { return DeviceType::CPU; }
   Allocator* allocator(Device) override { return cpu_allocator(); }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/backend/cpu/kernel_info.h"
 #include "core/backend/registry.h"
 #include "core/tensor/allocator.h"
 #include "core/util/clock.h"
@@ -93,7 +94,13 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {
-  r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({"0.1.0"}).set(1);
+  r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({ANVIL_VERSION_STRING}).set(1);
+  const CpuKernelInfo cpu = cpu_kernel_info();
+  r.gauge("anvil_cpu_info",
+          "The CPU and the kernels the engine runs on it (ISA level, float32 GEMM, intra-op threads); the value is 1.",
+          {"model", "isa", "detected_isa", "gemm", "threads", "features"})
+      .with({cpu.model, cpu.isa, cpu.detected_isa, cpu.gemm, std::to_string(cpu.threads), cpu.features})
+      .set(1);
   r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.")
       .with()
       .set(static_cast<double>(unix_millis()) / 1000.0);

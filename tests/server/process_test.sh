@@ -76,8 +76,18 @@ print(f"  {len(a)} tensors bitwise equal")
 PY
 }
 
-echo "1. submit, watch, predict, export"
+echo "1. the start line and health --verbose, then submit, watch, predict, export"
 start_server
+# One line at start names the CPU, the ISA level, the GEMM kernel and the threads; health
+# --verbose prints the same facts from the running server.
+start_line=$(grep -m1 " CPU .*, ISA .*, GEMM .*threads" "${work}/anvild.log") || fail "no CPU/ISA/GEMM line at start"
+"${cli[@]}" health --verbose > "${work}/health.txt" || fail "health --verbose"
+isa=$(sed -n 's/^isa: *\([a-z0-9]*\).*/\1/p' "${work}/health.txt")
+gemm=$(sed -n 's/^gemm: *//p' "${work}/health.txt")
+[[ -n "${isa}" && -n "${gemm}" ]] || fail "health --verbose printed $(cat "${work}/health.txt")"
+[[ "${start_line}" == *"ISA ${isa}"* && "${start_line}" == *"GEMM ${gemm},"* ]] ||
+  fail "start line '${start_line}' and health --verbose (isa ${isa}, gemm ${gemm}) disagree"
+head -1 "${work}/health.txt" | grep -qx SERVING || fail "health --verbose: first line should be SERVING"
 spec quick 3 > "${work}/quick.json"
 "${cli[@]}" submit "${work}/quick.json" --watch > "${work}/watch.txt" || fail "submit --watch"
 grep -q "SUCCEEDED" "${work}/watch.txt" || fail "no SUCCEEDED in the watch output"

@@ -18,6 +18,9 @@
 #include <thread>
 
 #include "core/anvil.h"
+#include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/kernel_info.h"
 #include "core/backend/registry.h"
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
@@ -459,6 +462,32 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   EXPECT_EQ(Get(job.id()).state(), v1::CANCELLED);
 }
 
+// The CPU and kernels the server runs with: GetServerInfo and the anvil_cpu_info series
+// agree with each other and with the engine's own probe.
+TEST_F(ServerTest, ServerInfoAndTheCpuInfoMetricNameTheCpuLevelAndGemm) {
+  v1::ServerInfo info;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(training_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+  }
+  const CpuKernelInfo cpu = cpu_kernel_info();
+  EXPECT_EQ(info.cpu_model(), cpu_features().model_name);
+  EXPECT_EQ(info.isa(), std::string(isa_name(cpu::active_isa())));
+  EXPECT_EQ(info.detected_isa(), std::string(isa_name(detected_isa())));
+  EXPECT_EQ(info.gemm(), cpu::selected_gemm_description());
+  EXPECT_EQ(info.threads(), get_num_threads());
+  EXPECT_GE(info.available_cpus(), 1);
+  EXPECT_FALSE(info.version().empty());
+  ASSERT_GE(info.devices_size(), 1);
+  EXPECT_EQ(info.devices(0), "cpu");
+  ASSERT_GT(server_->metrics_port(), 0);
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_THAT(text, HasSubstr("# TYPE anvil_cpu_info gauge"));
+  EXPECT_THAT(text, HasSubstr("isa=\"" + info.isa() + "\""));
+  EXPECT_THAT(text, HasSubstr("gemm=\"" + info.gemm() + "\""));
+  EXPECT_THAT(text, HasSubstr("threads=\"" + std::to_string(info.threads()) + "\""));
+}
+
 // /metrics after a job and some predictions: every family, valid exposition (promtool).
 TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   ASSERT_GT(server_->metrics_port(), 0);
@@ -474,7 +503,7 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
         "anvil_predict_latency_seconds", "anvil_predict_queue_seconds", "anvil_predict_batch_rows",
         "anvil_predict_in_flight", "anvil_predict_queue_depth", "anvil_models_loaded", "anvil_device_busy_seconds_total", "anvil_device_busy_ratio",
         "anvil_allocator_allocated_bytes", "anvil_allocator_reserved_bytes", "process_cpu_seconds_total",
-        "process_resident_memory_bytes", "process_start_time_seconds", "anvil_build_info"}) {
+        "process_resident_memory_bytes", "process_start_time_seconds", "anvil_build_info", "anvil_cpu_info"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + family + " ")) << family;
   }
   EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"OK\"} 5"));

@@ -1,10 +1,12 @@
 #include "core/backend/cpu/kernel_info.h"
 
+#include <mutex>
 #include <string>
 
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
+#include "core/util/log.h"
 #include "core/util/thread_pool.h"
 
 namespace anvil {
@@ -36,6 +38,11 @@ std::string cpu_kernel_summary() {
   const std::string& amx_reason = cpu_features().amx_unavailable_reason;
   if (!amx_reason.empty()) out += "; no AMX: " + amx_reason;
   return out;
+}
+
+void log_cpu_kernel_summary_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { engine_log(LogSeverity::kInfo, cpu_kernel_summary()); });
 }
 
 }  // namespace anvil

@@ -26,4 +26,8 @@ CpuKernelInfo cpu_kernel_info();
 // anvil-avx512, 2 threads (2 CPUs available)".
 std::string cpu_kernel_summary();
 
+// Logs the summary (core/util/log.h) the first time it is called in the process: the CPU
+// backend calls it when it starts, and so may a program that wants the line at its own start.
+void log_cpu_kernel_summary_once();
+
 }  // namespace anvil
