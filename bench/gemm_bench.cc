@@ -50,6 +50,8 @@ const Shape kShapes[] = {
     {"half batch 64: x[32x128] W^T", 32, 128, 128, false, true},
     {"head: x[128x128] W^T[10x128]", 128, 10, 128, false, true},
     {"conv columns: W[16x150] cols", 16, 576, 150, false, false},
+    {"LeNet fc1 dW: dY^T X[64x400]", 120, 400, 64, true, false},
+    {"LeNet fc3: x[32x84] W^T[10x84]", 32, 10, 84, false, true},
 };
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

@@ -16,6 +16,8 @@ SHAPES = [
     ("half batch 64: x[32x128] W^T", 32, 128, 128, False, True),
     ("head: x[128x128] W^T[10x128]", 128, 10, 128, False, True),
     ("conv columns: W[16x150] cols", 16, 576, 150, False, False),
+    ("LeNet fc1 dW: dY^T X[64x400]", 120, 400, 64, True, False),
+    ("LeNet fc3: x[32x84] W^T[10x84]", 32, 10, 84, False, True),
 ]
 
 

@@ -185,7 +185,12 @@ OneDnnLoad LoadOneDnn() {
     out.why = "libdnnl.so.2 lacks dnnl_sgemm";
     return out;
   }
-  Resolve(handle, "omp_set_num_threads", lib.omp_set_num_threads);  // searched in its dependencies
+  // Searched in its dependencies. Both or neither: the product restores what it changes.
+  if (!(Resolve(handle, "omp_set_num_threads", lib.omp_set_num_threads) &&
+        Resolve(handle, "omp_get_max_threads", lib.omp_get_max_threads))) {
+    lib.omp_set_num_threads = nullptr;
+    lib.omp_get_max_threads = nullptr;
+  }
   // dnnl_cpu_isa_t values (oneapi/dnnl/dnnl_types.h): cap its JIT at the requested level.
   constexpr int kAvx2 = 0x7, kAvx512Core = 0x27, kAll = 0x0;
   switch (requested_isa()) {

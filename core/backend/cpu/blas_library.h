@@ -58,6 +58,7 @@ struct OneDnn {
   int (*sgemm)(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = nullptr;
   void (*omp_set_num_threads)(int) = nullptr;  // its OpenMP runtime's, when it has one
+  int (*omp_get_max_threads)() = nullptr;
   std::string version;                         // "2.6.3"
 };
 const OneDnn* onednn(std::string* why = nullptr);

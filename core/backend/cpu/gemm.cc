@@ -205,12 +205,13 @@ void Run(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
       const blas::OneDnn* lib = blas::onednn(&why);
       ANVIL_CHECK(lib != nullptr, "GEMM kernel onednn is not available: ", why);
       // oneDNN's OpenMP would start a team per calling thread; Anvil's pool already splits.
-      thread_local bool single = false;
-      if (!single && lib->omp_set_num_threads != nullptr) {
-        lib->omp_set_num_threads(1);
-        single = true;
-      }
+      // The thread's OpenMP setting is restored after: another library of the process
+      // (libtorch, in the benchmarks) may share the runtime and rely on it; and setting it
+      // only once is not enough, since such a library may set it again between calls.
+      const int previous = lib->omp_get_max_threads != nullptr ? lib->omp_get_max_threads() : 1;
+      if (previous != 1) lib->omp_set_num_threads(1);
       const int status = lib->sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+      if (previous != 1) lib->omp_set_num_threads(previous);
       ANVIL_INTERNAL_ASSERT(status == 0, "dnnl_sgemm returned status ", status);
       return;
     }
