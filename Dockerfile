@@ -18,6 +18,10 @@ ARG BUILDER_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 FROM ${BUILDER_IMAGE} AS builder
 ARG CUDA_ARCHS="80-real;90-real;90-virtual"
+# The kernels' baseline is portable, never the build machine's CPU: an image built anywhere
+# runs on any x86-64-v3 CPU and refuses an older one with a message; AVX-512 and AMX kernels
+# and the BLAS libraries' kernels are chosen at run time from the CPU's features.
+ARG CPU_BASELINE=x86-64-v3
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/fetch-data.sh scripts/
@@ -25,9 +29,10 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-cert
     && scripts/install-deps.sh build
 COPY . .
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_TESTS=OFF -DANVIL_BUILD_EXAMPLES=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS}" \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS}" -DANVIL_CPU_BASELINE="${CPU_BASELINE}" \
     && cmake --build build --target anvild anvil \
-    && scripts/bundle-libs.sh /opt/anvil/lib build/server/anvild build/client/anvil \
+    && scripts/bundle-libs.sh /opt/anvil/lib --load libopenblas.so.0 --load libdnnl.so.2 --load libblis.so.4 \
+         build/server/anvild build/client/anvil \
     && scripts/fetch-data.sh /opt/anvil/datasets
 
 FROM ${RUNTIME_IMAGE}

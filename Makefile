@@ -8,7 +8,7 @@ JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-test deps-bench data peers build test test-asan test-tsan demo bench format clean
+.PHONY: all deps deps-test deps-bench data peers bench-peers build test test-asan test-tsan demo bench format clean
 
 all: build
 
@@ -65,7 +65,11 @@ test-tsan: deps data
 demo: build data
 	scripts/demo.sh $(BUILD_DIR) $(DATA_DIR)
 
-bench: deps-bench
+# PyTorch 2.x (with its MKL and oneDNN) in .venv-bench: the modern peer beside libtorch 1.13.
+bench-peers:
+	@scripts/install-bench-peers.sh .venv-bench
+
+bench: deps-bench bench-peers
 	cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_BENCH=ON \
 	  -DANVIL_BUILD_TESTS=OFF
 	cmake --build build-bench -j $(JOBS)

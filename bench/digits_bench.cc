@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
     std::printf("anvil_bench_digits: %s\n", e.what());
     return 0;
   }
-  std::printf("# Digits presets end to end, Anvil vs PyTorch (%d threads, %s)\n\n", threads, bench::CpuModel().c_str());
+  std::printf("# Digits presets end to end, Anvil vs PyTorch (%d threads, %s)\n\n%s\n\n", threads,
+              bench::CpuModel().c_str(), bench::KernelLine().c_str());
   std::printf("| preset | anvil s | anvil steps/s | anvil accuracy | torch s | torch steps/s | torch accuracy | time ratio |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string preset : {"mlp", "lenet5"}) {

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend/cpu/blas_library.h"
+#include "core/backend/cpu/kernel_info.h"
 #include "core/tensor/tensor.h"
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
@@ -197,11 +199,20 @@ inline std::string FormatRatio(double a, double t) {
   return buf;
 }
 
+// "CPU ..., ISA avx512, GEMM onednn (oneDNN 2.6.3), 2 threads" and OpenBLAS's core (what
+// libtorch 1.13 runs its products on).
+inline std::string KernelLine() {
+  return "- kernels: " + anvil::cpu_kernel_summary() + "\n- OpenBLAS core: " + anvil::cpu::blas::openblas().core +
+         " (" + anvil::cpu::blas::openblas().core_source + ")";
+}
+
 class Table {
  public:
   explicit Table(const Options& opt) : opt_(opt) {}
 
   void PrintHeader() const {
+    // Every table names the CPU, the ISA level and the GEMM kernel it was measured with.
+    std::printf("%s\n\n", KernelLine().c_str());
     std::printf("| op | size | anvil ms | libtorch ms | ratio (anvil/libtorch) |\n");
     std::printf("|---|---|---:|---:|---:|\n");
     std::fflush(stdout);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend/cpu/kernel_info.h"
 #include "core/anvil.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/server.h"
@@ -192,7 +193,8 @@ int main() {
   anvild->shutdown();
   echo_server->Shutdown();
 
-  std::printf("# Predict, digits MLP [1, 1, 8, 8] float32 (256 bytes), %.0f s per row\n\n", seconds);
+  std::printf("# Predict, digits MLP [1, 1, 8, 8] float32 (256 bytes), %.0f s per row\n\n- kernels: %s\n\n", seconds,
+              cpu_kernel_summary().c_str());
   std::printf("| model | mode | clients | requests/s | p50 us | p99 us | errors |\n|---|---|---:|---:|---:|---:|---:|\n");
   for (const Row& row : rows) {
     std::printf("| %s | %s | %d | %.0f | %.0f | %.0f | %lld |\n", row.model.c_str(), row.mode.c_str(), row.clients,

@@ -2,17 +2,24 @@
 // interleaved rounds, medians, same thread count, same initial weights and data).
 //
 // A step is what a training loop does per batch: zero_grad, forward, cross-entropy, backward,
-// SGD update. Rows: MLP 64-128-128-10 (batch 64 and 256), MLP 784-256-10 (batch 128),
+// SGD update (momentum 0.9). Rows: MLP 64-128-128-10 (batch 64 and 256), MLP 784-256-10 (batch 128),
 // LeNet-5 on 1x28x28 (batch 64), and Conv2d alone (forward, forward + backward).
 // Optimizer steps alone (AdamW, SGD with momentum) on the parameters of a small and a large
 // MLP: Anvil's fused step (one pass over every parameter and its state) and its per-tensor
 // path (fused=0), each against libtorch's optimizer on the same tensors.
+//
+// PyTorch 2.x (the bench venv's, `make bench` installs it; or $ANVIL_BENCH_PYTHON) runs the
+// same step and convolution rows through bench/train_peer.py right after each row, with the
+// same thread count: a second table puts its times beside both.
 //
 // Usage: anvil_bench_train [threads] [filter]   (environment as anvil_bench_ops)
 #ifdef ANVIL_BENCH_HAVE_TORCH
 #include <torch/torch.h>
 #endif
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
 
 #include "bench/harness.h"
@@ -26,6 +33,49 @@ using namespace anvil::bench;
 namespace nn = anvil::nn;
 
 using AnvilModel = std::shared_ptr<nn::Sequential>;
+
+// PyTorch 2.x's time for a row (bench/train_peer.py), NaN when no interpreter with torch.
+struct Peer2Row {
+  std::string name, size;
+  double anvil_ms, torch_ms, pytorch2_ms;
+};
+std::vector<Peer2Row> g_peer2_rows;
+std::string g_pytorch2_version = "2.x";
+
+double PyTorch2Ms(const std::string& row, int threads, int rounds) {
+  std::string python = std::getenv("ANVIL_BENCH_PYTHON") ? std::getenv("ANVIL_BENCH_PYTHON") : ANVIL_BENCH_VENV_PYTHON;
+  if (access(python.c_str(), X_OK) != 0) return kNaN;
+  const std::string cmd = python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) + " " +
+                          std::to_string(rounds) + " 2>/dev/null";
+  double ms = kNaN;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), p) != nullptr) {
+      std::string l(line);
+      if (l.rfind("version\t", 0) == 0) g_pytorch2_version = l.substr(8, l.find('\n') - 8);
+      if (l.rfind("ms\t", 0) == 0) ms = std::atof(l.c_str() + 3);
+    }
+    pclose(p);
+  }
+  return ms;
+}
+
+void AddPeer2(const Row& r, const std::string& name, const std::string& size, const std::string& peer_row,
+              const Options& opt) {
+  g_peer2_rows.push_back({name, size, r.anvil.ms, r.torch.ms, PyTorch2Ms(peer_row, opt.threads, opt.rounds)});
+}
+
+void PrintPeer2Table() {
+  if (g_peer2_rows.empty()) return;
+  std::printf("\n## Beside PyTorch %s (Python, same threads, run right after each row)\n\n", g_pytorch2_version.c_str());
+  std::printf("| op | size | anvil ms | libtorch ms | PyTorch %s ms | anvil / PyTorch %s |\n|---|---|---:|---:|---:|---:|\n",
+              g_pytorch2_version.c_str(), g_pytorch2_version.c_str());
+  for (const Peer2Row& r : g_peer2_rows) {
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", r.name.c_str(), r.size.c_str(), Fixed(r.anvil_ms, 3).c_str(),
+                Fixed(r.torch_ms, 3).c_str(), std::isnan(r.pytorch2_ms) ? "n/a" : Fixed(r.pytorch2_ms, 3).c_str(),
+                std::isnan(r.pytorch2_ms) ? "n/a" : Fixed(r.anvil_ms / r.pytorch2_ms, 2).c_str());
+  }
+}
 
 AnvilModel Mlp(const std::vector<int64_t>& widths) {
   auto m = std::make_shared<nn::Sequential>();
@@ -73,11 +123,12 @@ void CopyWeights(const AnvilModel& a, torch::nn::Sequential& t) {
 }
 #endif
 
-void TrainStepRow(Table& table, const std::string& name, const std::string& size, const AnvilModel& model,
-                  const anvil::Tensor& x, const anvil::Tensor& y,
+void TrainStepRow(Table& table, const Options& options, const std::string& peer_row, const std::string& name,
+                  const std::string& size, const AnvilModel& model, const anvil::Tensor& x, const anvil::Tensor& y,
                   const std::function<void*()>& make_torch_model [[maybe_unused]]) {
   if (!table.Wanted(name)) return;
-  auto opt = std::make_shared<anvil::optim::SGD>(model->parameters(), anvil::optim::Options{{"lr", 1e-3}});
+  auto opt = std::make_shared<anvil::optim::SGD>(model->parameters(),
+                                                 anvil::optim::Options{{"lr", 1e-3}, {"momentum", 0.9}});
   Case c{name, size};
   // The loss of each side's first step: both start from the same weights and data, so these
   // agree; later steps differ because the sides run different numbers of steps.
@@ -93,7 +144,7 @@ void TrainStepRow(Table& table, const std::string& name, const std::string& size
   auto* tm = static_cast<torch::nn::Sequential*>(make_torch_model());
   std::unique_ptr<torch::nn::Sequential> owner(tm);
   CopyWeights(model, *tm);
-  torch::optim::SGD topt((*tm)->parameters(), torch::optim::SGDOptions(1e-3));
+  torch::optim::SGD topt((*tm)->parameters(), torch::optim::SGDOptions(1e-3).momentum(0.9));
   const torch::Tensor tx = ToTorch(x), ty = ToTorch(y);
   double t_first = std::nan("");
   c.torch.run = [&] {
@@ -110,6 +161,7 @@ void TrainStepRow(Table& table, const std::string& name, const std::string& size
   };
 #endif
   const Row& r = table.Run(c);
+  AddPeer2(r, name, size, peer_row, options);
   table.AddNote(name + " " + size + ": anvil " + Fixed(1e3 / r.anvil.ms, 0) + " steps/s, libtorch " +
                 Fixed(1e3 / r.torch.ms, 0) + " steps/s");
 }
@@ -197,7 +249,9 @@ int main(int argc, char** argv) {
     std::string arch = "MLP";
     for (size_t i = 0; i < m.widths.size(); ++i) arch += (i ? "-" : " ") + std::to_string(m.widths[i]);
     auto model = Mlp(m.widths);
-    TrainStepRow(table, arch + " step", "batch " + std::to_string(m.batch), model, anvil::randn({m.batch, m.widths[0]}),
+    const std::string peer_row = m.widths[0] == 784 ? "mlp784" : m.batch == 64 ? "mlp64" : "mlp256";
+    TrainStepRow(table, opt, peer_row, arch + " step", "batch " + std::to_string(m.batch), model,
+                 anvil::randn({m.batch, m.widths[0]}),
                  anvil::randint(0, 10, {m.batch}), [&]() -> void* {
 #ifdef ANVIL_BENCH_HAVE_TORCH
                    return new torch::nn::Sequential(TorchMlp(m.widths));
@@ -206,7 +260,7 @@ int main(int argc, char** argv) {
 #endif
                  });
   }
-  TrainStepRow(table, "LeNet-5 step", "1x28x28, batch 64", Lenet5(), anvil::randn({64, 1, 28, 28}),
+  TrainStepRow(table, opt, "lenet5", "LeNet-5 step", "1x28x28, batch 64", Lenet5(), anvil::randn({64, 1, 28, 28}),
                anvil::randint(0, 10, {64}), []() -> void* {
 #ifdef ANVIL_BENCH_HAVE_TORCH
                  return new torch::nn::Sequential(TorchLenet5());
@@ -240,7 +294,7 @@ int main(int argc, char** argv) {
       return diff <= 1e-3 ? std::string() : "max difference " + std::to_string(diff);
     };
 #endif
-    table.Run(c);
+    AddPeer2(table.Run(c), name, c.size, backward ? "conv_fwd_bwd" : "conv_fwd", opt);
   }
   for (const std::string kind : {"adamw", "sgd"}) {
     for (const auto& widths : {std::vector<int64_t>{64, 128, 128, 10}, std::vector<int64_t>{784, 1024, 1024, 10}}) {
@@ -248,5 +302,6 @@ int main(int argc, char** argv) {
     }
   }
   table.PrintNotes();
+  PrintPeer2Table();
   return 0;
 }
