@@ -119,18 +119,26 @@ std::optional<int> BlisArchId(const char* (*arch_string)(int), const char* want)
   return std::nullopt;
 }
 
-struct BlisLoad {
-  std::optional<Blis> lib;
+// An optional library: loaded, or the reason it is not.
+template <typename Lib>
+struct Loaded {
+  std::optional<Lib> lib;
   std::string why;
 };
 
-BlisLoad LoadBlis() {
-  BlisLoad out;
-  void* handle = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+// dlopen with the reason and the Debian package to install when it fails.
+void* OpenOptional(const char* soname, const char* package, std::string& why) {
+  void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    out.why = std::string("libblis.so.4 not loadable (") + dlerror() + "; Debian: apt-get install libblis4)";
-    return out;
+    why = std::string(soname) + " not loadable (" + dlerror() + "; Debian: apt-get install " + package + ")";
   }
+  return handle;
+}
+
+Loaded<Blis> LoadBlis() {
+  Loaded<Blis> out;
+  void* handle = OpenOptional("libblis.so.4", "libblis4", out.why);
+  if (handle == nullptr) return out;
   Blis lib;
   const char* (*arch_string)(int) = nullptr;
   int (*arch_query)() = nullptr;
@@ -160,18 +168,10 @@ BlisLoad LoadBlis() {
   return out;
 }
 
-struct OneDnnLoad {
-  std::optional<OneDnn> lib;
-  std::string why;
-};
-
-OneDnnLoad LoadOneDnn() {
-  OneDnnLoad out;
-  void* handle = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    out.why = std::string("libdnnl.so.2 not loadable (") + dlerror() + "; Debian: apt-get install libdnnl2)";
-    return out;
-  }
+Loaded<OneDnn> LoadOneDnn() {
+  Loaded<OneDnn> out;
+  void* handle = OpenOptional("libdnnl.so.2", "libdnnl2", out.why);
+  if (handle == nullptr) return out;
   OneDnn lib;
   struct Version {
     int major, minor, patch;
@@ -213,13 +213,13 @@ const OpenBlas& openblas() {
 }
 
 const Blis* blis(std::string* why) {
-  static const BlisLoad load = LoadBlis();
+  static const Loaded<Blis> load = LoadBlis();
   if (why != nullptr) *why = load.why;
   return load.lib ? &*load.lib : nullptr;
 }
 
 const OneDnn* onednn(std::string* why) {
-  static const OneDnnLoad load = LoadOneDnn();
+  static const Loaded<OneDnn> load = LoadOneDnn();
   if (why != nullptr) *why = load.why;
   return load.lib ? &*load.lib : nullptr;
 }
