@@ -192,18 +192,17 @@ void Run(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
                              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
       return;
     case GemmKernel::kBlis: {
-      std::string why;
-      const blas::Blis* lib = blas::blis(&why);
-      ANVIL_CHECK(lib != nullptr, "GEMM kernel blis is not available: ", why);
+      // The reason is fetched only on failure: this runs for every product.
+      const blas::Blis* lib = blas::blis();
+      ANVIL_CHECK(lib != nullptr, "GEMM kernel blis is not available: ", Candidate(kernel).detail);
       const float one = 1.0f;
       // General strides: A(i, p) at a[i * rsa + p * csa]; no transpose flags needed.
       lib->sgemm(0, 0, m, n, k, &one, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, c, ldc, 1);
       return;
     }
     case GemmKernel::kOneDnn: {
-      std::string why;
-      const blas::OneDnn* lib = blas::onednn(&why);
-      ANVIL_CHECK(lib != nullptr, "GEMM kernel onednn is not available: ", why);
+      const blas::OneDnn* lib = blas::onednn();
+      ANVIL_CHECK(lib != nullptr, "GEMM kernel onednn is not available: ", Candidate(kernel).detail);
       // oneDNN's OpenMP would start a team per calling thread; Anvil's pool already splits.
       // The thread's OpenMP setting is restored after: another library of the process
       // (libtorch, in the benchmarks) may share the runtime and rely on it; and setting it
