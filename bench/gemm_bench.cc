@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +53,14 @@ const Shape kShapes[] = {
     {"conv columns: W[16x150] cols", 16, 576, 150, false, false},
     {"LeNet fc1 dW: dY^T X[64x400]", 120, 400, 64, true, false},
     {"LeNet fc3: x[32x84] W^T[10x84]", 32, 10, 84, false, true},
+    // The rest of a LeNet-5 step at batch 64 split over two threads (32 rows each): the
+    // products where a library's fixed cost per call shows.
+    {"LeNet fc2: x[32x120] W^T[84x120]", 32, 84, 120, false, true},
+    {"LeNet fc3 dX: dY[32x10] W[10x84]", 32, 84, 10, false, false},
+    {"LeNet fc3 dW: dY^T X[32x84]", 10, 84, 32, true, false},
+    {"LeNet conv1 columns: W[6x25] cols", 6, 784, 25, false, false},
+    {"LeNet conv2 columns: W[16x150] cols", 16, 100, 150, false, false},
+    {"head, half batch 64: x[32x128] W^T[10x128]", 32, 10, 128, false, true},
 };
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -61,7 +70,8 @@ struct Result {
   double max_rel_err = 0;
 };
 
-Result Measure(GemmKernel kernel, const Shape& s) {
+// One candidate, or the automatic choice (nullopt).
+Result Measure(std::optional<GemmKernel> kernel, const Shape& s) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
@@ -71,7 +81,13 @@ Result Measure(GemmKernel kernel, const Shape& s) {
   const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
   const auto A = [&](int64_t i, int64_t p) { return s.ta ? a[p * s.m + i] : a[i * s.k + p]; };
   const auto B = [&](int64_t p, int64_t j) { return s.tb ? b[j * s.k + p] : b[p * s.n + j]; };
-  const auto run = [&] { anvil::cpu::sgemm_with(kernel, s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n); };
+  const auto run = [&] {
+    if (kernel) {
+      anvil::cpu::sgemm_with(*kernel, s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    } else {
+      anvil::cpu::sgemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    }
+  };
   run();
   Result r;
   // Float64 reference on a sample of entries (every entry of the small shapes).
@@ -102,6 +118,13 @@ int Child() {
   anvil::set_num_threads(1);
   const std::string level(anvil::isa_name(anvil::cpu::active_isa()));
   std::printf("selected\t%s\t%s\n", level.c_str(), anvil::cpu::selected_gemm_description().c_str());
+  // The automatic choice per shape (sgemm: the kernel gemm.cc picks for that size).
+  for (const Shape& s : kShapes) {
+    const Result r = Measure(std::nullopt, s);
+    std::printf("auto\t%s\t%s\t%.1f\t%s\n", level.c_str(), s.name, r.gflops,
+                anvil::cpu::gemm_kernel_name(anvil::cpu::gemm_kernel_for(s.m, s.n, s.k)).c_str());
+    std::fflush(stdout);
+  }
   for (const anvil::cpu::GemmCandidate& c : anvil::cpu::gemm_candidates()) {
     std::printf("candidate\t%s\t%s\t%d\t%s\t%s\n", level.c_str(), c.name.c_str(), c.available ? 1 : 0,
                 std::string(anvil::isa_name(c.isa)).c_str(), c.detail.c_str());
@@ -161,10 +184,22 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> peer;
   std::string peer_version = "n/a";
   if (access(python.c_str(), X_OK) == 0) {
-    for (const auto& l : RunLines(python + " " + ANVIL_BENCH_GEMM_PEER + " 2>/dev/null")) {
+    // The shapes go to the script in a file (one "name\tm\tn\tk\tta\ttb" line each), so this
+    // list is the only one.
+    char path[] = "/tmp/anvil-gemm-shapes-XXXXXX";
+    const int fd = mkstemp(path);
+    if (FILE* f = fd >= 0 ? fdopen(fd, "w") : nullptr) {
+      for (const Shape& s : kShapes) {
+        std::fprintf(f, "%s\t%lld\t%lld\t%lld\t%d\t%d\n", s.name, static_cast<long long>(s.m),
+                     static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? 1 : 0, s.tb ? 1 : 0);
+      }
+      std::fclose(f);
+    }
+    for (const auto& l : RunLines(python + " " + ANVIL_BENCH_GEMM_PEER + " " + path + " 2>/dev/null")) {
       if (l.size() >= 2 && l[0] == "version") peer_version = l[1];
       if (l.size() >= 3 && l[0] == "row") peer[l[1]] = l[2];
     }
+    unlink(path);
   }
 
   const anvil::CpuIsa detected = anvil::detected_isa();
@@ -173,6 +208,7 @@ int main(int argc, char** argv) {
     const auto lines = RunLines("ANVIL_CPU_ISA=" + level + " ANVIL_LOG_LEVEL=warning " + me + " --child");
     std::vector<std::string> names;
     std::map<std::string, std::map<std::string, std::pair<std::string, std::string>>> cells;  // shape -> kernel
+    std::map<std::string, std::pair<std::string, std::string>> automatic;  // shape -> GFLOP/s, kernel
     std::string selected;
     std::printf("### ISA level %s\n\n", level.c_str());
     for (const auto& l : lines) {
@@ -183,17 +219,17 @@ int main(int argc, char** argv) {
         if (l[3] == "1") names.push_back(l[2]);
       }
       if (l.size() >= 6 && l[0] == "row") cells[l[3]][l[2]] = {l[4], l[5]};
+      if (l.size() >= 5 && l[0] == "auto") automatic[l[2]] = {l[3], l[4]};
     }
     std::printf("- selected at this level: **%s**\n\n| shape (m x n x k) |", selected.c_str());
     for (const auto& n : names) std::printf(" %s |", n.c_str());
-    std::printf(" PyTorch %s |  selected / best | max rel. error |\n|---|", peer_version.c_str());
-    for (size_t i = 0; i < names.size() + 3; ++i) std::printf("---|");
+    std::printf(" PyTorch %s | selected (sgemm) | selected / best | max rel. error |\n|---|", peer_version.c_str());
+    for (size_t i = 0; i < names.size() + 4; ++i) std::printf("---|");
     std::printf("\n");
-    const std::string selected_name = selected.substr(0, selected.find(' '));
     for (const Shape& s : kShapes) {
       std::printf("| %s (%lldx%lldx%lld) |", s.name, static_cast<long long>(s.m), static_cast<long long>(s.n),
                   static_cast<long long>(s.k));
-      double best = 0, sel = 0, err = 0;
+      double best = 0, err = 0;
       for (const auto& n : names) {
         const auto it = cells[s.name].find(n);
         if (it == cells[s.name].end()) {
@@ -202,13 +238,15 @@ int main(int argc, char** argv) {
         }
         const double g = std::atof(it->second.first.c_str());
         best = std::max(best, g);
-        if (n == selected_name) sel = g;
         err = std::max(err, std::atof(it->second.second.c_str()));
         std::printf(" %s |", it->second.first.c_str());
       }
       const auto p = peer.find(s.name);
-      std::printf(" %s | %.2f | %.1e |\n", p == peer.end() ? "n/a" : p->second.c_str(), best > 0 ? sel / best : 0.0,
-                  err);
+      const auto a = automatic.find(s.name);
+      const double sel = a == automatic.end() ? 0.0 : std::atof(a->second.first.c_str());
+      const std::string sel_cell = a == automatic.end() ? "-" : a->second.first + " " + a->second.second;
+      std::printf(" %s | %s | %.2f | %.1e |\n", p == peer.end() ? "n/a" : p->second.c_str(), sel_cell.c_str(),
+                  best > 0 ? sel / best : 0.0, err);
     }
     std::printf("\n");
   }

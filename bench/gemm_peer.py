@@ -1,30 +1,25 @@
-"""PyTorch 2.x's float32 GEMM (torch.mm on MKL) on the shapes of bench/gemm_bench.cc, one
-thread; prints "version\t<v>" then "row\t<shape name>\t<GFLOP/s>" lines for that program."""
+"""PyTorch 2.x's float32 GEMM (torch.mm on MKL) on the shapes bench/gemm_bench.cc writes to
+the file named by the first argument, one thread; prints "version\t<v>" then
+"row\t<shape name>\t<GFLOP/s>" lines for that program."""
+import sys
 import time
 
 import torch
 
-SHAPES = [
-    ("square 256", 256, 256, 256, False, False),
-    ("square 512", 512, 512, 512, False, False),
-    ("square 1024", 1024, 1024, 1024, False, False),
-    ("MLP 256x128 x W^T[128x128]", 256, 128, 128, False, True),
-    ("784-256 fwd: x[128x784] W^T", 128, 256, 784, False, True),
-    ("784-256 dX: dY[128x256] W", 128, 784, 256, False, False),
-    ("784-256 dW: dY^T X[128x784]", 256, 784, 128, True, False),
-    ("1024-1024 fwd: x[256x1024] W^T", 256, 1024, 1024, False, True),
-    ("half batch 64: x[32x128] W^T", 32, 128, 128, False, True),
-    ("head: x[128x128] W^T[10x128]", 128, 10, 128, False, True),
-    ("conv columns: W[16x150] cols", 16, 576, 150, False, False),
-    ("LeNet fc1 dW: dY^T X[64x400]", 120, 400, 64, True, False),
-    ("LeNet fc3: x[32x84] W^T[10x84]", 32, 10, 84, False, True),
-]
+
+def shapes(path):
+    """The shapes bench/gemm_bench.cc passes: "name\tm\tn\tk\tta\ttb" per line."""
+    with open(path) as f:
+        for line in f:
+            name, m, n, k, ta, tb = line.rstrip("\n").split("\t")
+            yield name, int(m), int(n), int(k), ta == "1", tb == "1"
 
 
 def main():
     torch.set_num_threads(1)
+    path = sys.argv[1]
     print(f"version\t{torch.__version__.split('+')[0]}")
-    for name, m, n, k, ta, tb in SHAPES:
+    for name, m, n, k, ta, tb in shapes(path):
         a = torch.rand(k, m).t() if ta else torch.rand(m, k)
         b = torch.rand(n, k).t() if tb else torch.rand(k, n)
         out = torch.empty(m, n)

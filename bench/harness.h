@@ -4,6 +4,7 @@
 #pragma once
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <limits>
 #include <string>
@@ -206,6 +208,52 @@ inline std::string KernelLine() {
          " (" + anvil::cpu::blas::openblas().core_source + ")";
 }
 
+// PyTorch 2.x, the peer in Python: $ANVIL_BENCH_PYTHON, else the bench venv's interpreter
+// (`make bench-peers`). Empty when neither is there: the peer's columns then read n/a.
+inline std::string PyTorch2Python() {
+  const char* env = std::getenv("ANVIL_BENCH_PYTHON");
+  std::string python = env != nullptr && *env != '\0' ? env : "";
+#ifdef ANVIL_BENCH_VENV_PYTHON
+  if (python.empty()) python = ANVIL_BENCH_VENV_PYTHON;
+#endif
+  return !python.empty() && access(python.c_str(), X_OK) == 0 ? python : "";
+}
+
+// What a peer script printed: "version\t<v>", then "row\t<op>\t<size>\t<ms>" per row.
+struct PeerRun {
+  std::string version = "2.x";
+  std::map<std::pair<std::string, std::string>, double> ms;  // (op, size) -> median ms per call
+  double Get(const std::string& op, const std::string& size) const {
+    const auto it = ms.find({op, size});
+    return it == ms.end() ? kNaN : it->second;
+  }
+};
+
+inline PeerRun RunPeerScript(const std::string& script, const std::string& args) {
+  PeerRun run;
+  const std::string python = PyTorch2Python();
+  if (python.empty()) return run;
+  const std::string cmd = python + " " + script + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) {
+    std::string line(buf);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    std::vector<std::string> f;
+    for (size_t start = 0;;) {
+      const size_t tab = line.find('\t', start);
+      f.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (f.size() == 2 && f[0] == "version") run.version = f[1];
+    if (f.size() == 4 && f[0] == "row") run.ms[{f[1], f[2]}] = std::atof(f[3].c_str());
+  }
+  pclose(p);
+  return run;
+}
+
 class Table {
  public:
   explicit Table(const Options& opt) : opt_(opt) {}
@@ -237,6 +285,8 @@ class Table {
   }
 
   void AddNote(std::string note) { notes_.push_back(std::move(note)); }
+
+  const std::vector<Row>& rows() const { return rows_; }
 
   void PrintNotes() const {
     std::vector<std::string> lines;

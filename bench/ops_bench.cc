@@ -19,6 +19,8 @@
 // results disagree is flagged, because a fast wrong answer is not a result.
 //
 // Built without libtorch (ANVIL_BENCH_HAVE_TORCH undefined), the peer column reads n/a.
+// PyTorch 2.x (the bench venv's, or $ANVIL_BENCH_PYTHON) then runs the same rows through
+// bench/ops_peer.py, and a second table puts its times beside both.
 
 #include <time.h>
 
@@ -414,6 +416,25 @@ void PrintPreamble(const Options& opt) {
   std::fflush(stdout);
 }
 
+// PyTorch 2.x (bench/ops_peer.py, in Python as its users run it) on the same rows right
+// after the in-process table, same threads and timing: a second table beside both.
+void PrintPyTorch2Table(const Table& table, const Options& opt) {
+  char args[256];
+  std::snprintf(args, sizeof(args), "%d %d %g '%s'", opt.threads, opt.rounds, opt.batch_ms, opt.filter.c_str());
+  const PeerRun peer = RunPeerScript(ANVIL_BENCH_OPS_PEER, args);
+  const std::string v = peer.version;
+  std::printf("\n## Beside PyTorch %s (Python, same threads, run after the table above)\n\n", v.c_str());
+  std::printf("| op | size | anvil ms | libtorch ms | PyTorch %s ms | anvil / PyTorch %s |\n", v.c_str(), v.c_str());
+  std::printf("|---|---|---:|---:|---:|---:|\n");
+  for (const Row& r : table.rows()) {
+    const double p2 = peer.Get(r.op, r.size);
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", r.op.c_str(), r.size.c_str(), FormatMs(r.anvil.ms).c_str(),
+                FormatMs(r.torch.ms).c_str(), std::isnan(p2) ? "n/a" : FormatMs(p2).c_str(),
+                FormatRatio(r.anvil.ms, p2).c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -445,5 +466,6 @@ int main(int argc, char** argv) {
     }
   }
   table.PrintNotes();
+  PrintPyTorch2Table(table, opt);
   return 0;
 }

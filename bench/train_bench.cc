@@ -43,8 +43,8 @@ std::vector<Peer2Row> g_peer2_rows;
 std::string g_pytorch2_version = "2.x";
 
 double PyTorch2Ms(const std::string& row, int threads, int rounds) {
-  std::string python = std::getenv("ANVIL_BENCH_PYTHON") ? std::getenv("ANVIL_BENCH_PYTHON") : ANVIL_BENCH_VENV_PYTHON;
-  if (access(python.c_str(), X_OK) != 0) return kNaN;
+  const std::string python = PyTorch2Python();
+  if (python.empty()) return kNaN;
   const std::string cmd = python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) + " " +
                           std::to_string(rounds) + " 2>/dev/null";
   double ms = kNaN;

@@ -217,6 +217,49 @@ TEST(GemmCandidates, TheSelectedOneRunsAtTheLevelWhenAnyCan) {
   EXPECT_EQ(desc.rfind(selected->name, 0), 0u) << desc;
 }
 
+// Small products have their own choice, under the same rule as the large ones (it runs at the
+// level when any candidate can), and the product sgemm computes through it is right.
+TEST(GemmCandidates, SmallProductsTakeAKernelThatRunsAtTheLevel) {
+  const CpuIsa level = std::min(cpu::active_isa(), CpuIsa::kAvx512);
+  struct Dims { int64_t m, n, k; };
+  for (const Dims d : {Dims{32, 10, 84}, Dims{6, 784, 25}, Dims{32, 84, 120}, Dims{512, 512, 512}}) {
+    SCOPED_TRACE(std::to_string(d.m) + "x" + std::to_string(d.n) + "x" + std::to_string(d.k));
+    const cpu::GemmKernel k = cpu::gemm_kernel_for(d.m, d.n, d.k);
+    if (GemmForced()) {
+      EXPECT_EQ(cpu::gemm_kernel_name(k), std::getenv("ANVIL_GEMM"));
+    } else {
+      for (const auto& c : cpu::gemm_candidates()) {
+        if (c.kernel == k) {
+          EXPECT_TRUE(c.available) << c.name << ": " << c.detail;
+          if (cpu::selected_gemm() != k) {
+            EXPECT_GE(c.isa, level) << c.name << " (" << c.detail << ")";
+          }
+        }
+      }
+    }
+    if (d.m * d.n * d.k >= (int64_t{1} << 19)) {
+      EXPECT_EQ(k, cpu::selected_gemm());
+    }
+    // sgemm (the automatic choice) against float64, B transposed as a Linear weight is.
+    std::mt19937 rng(static_cast<unsigned>(d.m * 131 + d.n));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> a(static_cast<size_t>(d.m * d.k)), b(static_cast<size_t>(d.n * d.k)),
+        c(static_cast<size_t>(d.m * d.n), 7.0f);
+    for (float& x : a) x = u(rng);
+    for (float& x : b) x = u(rng);
+    cpu::sgemm(false, true, d.m, d.n, d.k, a.data(), d.k, b.data(), d.k, 0.0f, c.data(), d.n);
+    double worst = 0;
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        double ref = 0;
+        for (int64_t p = 0; p < d.k; ++p) ref += double(a[i * d.k + p]) * double(b[j * d.k + p]);
+        worst = std::max(worst, std::fabs(c[i * d.n + j] - ref));
+      }
+    }
+    EXPECT_LT(worst, 1e-4 * std::sqrt(static_cast<double>(d.k)));
+  }
+}
+
 TEST(GemmCandidates, OpenBlasReportsItsCoreAndWhyItRuns) {
   const cpu::blas::OpenBlas& lib = cpu::blas::openblas();
   EXPECT_FALSE(lib.core.empty());

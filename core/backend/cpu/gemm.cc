@@ -38,6 +38,22 @@ const std::vector<GemmKernel>& Preference(CpuIsa level) {
   return generic;
 }
 
+// Small products, where a library's fixed cost per call (oneDNN checks its arguments and
+// finds its JIT kernel on every call) outweighs its kernel's peak: measured on Zen 5 (one
+// thread, the LeNet-5 and classifier-head products of bench/gemm_bench.cc; bench/RESULTS.md),
+// OpenBLAS is 1.1-2.9x faster than oneDNN below 2^16 multiply-adds, and up to 2^19 where the
+// rows or columns do not fill oneDNN's 16-wide AVX-512 blocks (6x784x25: 214 vs 172 GFLOP/s;
+// 32x84x120: 114 vs 95); with n < 16 oneDNN stays ahead (128x10x128: 98 vs 62). At avx2 the
+// gap is narrower and only the smallest products with at least 16 rows favour OpenBLAS.
+bool SmallProduct(CpuIsa level, int64_t m, int64_t n, int64_t k) {
+  const int64_t macs = m * n * k;
+  if (level == CpuIsa::kAvx512 || level == CpuIsa::kAmx) {
+    return macs < (int64_t{1} << 16) || (macs < (int64_t{1} << 19) && n >= 16 && (m < 16 || n % 16 != 0));
+  }
+  if (level == CpuIsa::kAvx2) return macs < (int64_t{1} << 16) && m >= 16;
+  return false;
+}
+
 constexpr GemmKernel kAll[] = {GemmKernel::kAnvilAvx512, GemmKernel::kOpenBlas, GemmKernel::kBlis,
                                GemmKernel::kOneDnn};
 
@@ -143,6 +159,18 @@ GemmKernel Selected(CpuIsa level) {
   return chosen[i];
 }
 
+// Small products (SmallProduct): OpenBLAS when its kernels run at the level, else the level's
+// choice.
+GemmKernel SelectedSmall(CpuIsa level) {
+  static std::once_flag once[4];
+  static GemmKernel chosen[4];
+  const int i = static_cast<int>(level);
+  std::call_once(once[i], [&] {
+    chosen[i] = RunsAt(Candidate(GemmKernel::kOpenBlas), level) ? GemmKernel::kOpenBlas : Selected(level);
+  });
+  return chosen[i];
+}
+
 void AnvilSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float beta, float* c, int64_t ldc) {
   // The kernel reads each row of B contiguously; B^T (a Linear weight) is transposed into a
@@ -240,17 +268,32 @@ std::vector<GemmCandidate> gemm_candidates() {
 
 GemmKernel selected_gemm() { return Selected(active_isa()); }
 
-std::string selected_gemm_description() {
-  const GemmKernel k = selected_gemm();
+GemmKernel gemm_kernel_for(int64_t m, int64_t n, int64_t k) {
+  const CpuIsa level = active_isa();
+  if (SmallProduct(level, m, n, k) && !Forced()) return SelectedSmall(level);
+  return Selected(level);
+}
+
+namespace {
+std::string Description(GemmKernel k) {
   const GemmCandidate& c = Candidate(k);
   if (k == GemmKernel::kOpenBlas) return c.name + " (" + blas::openblas().core + ")";
   if (k == GemmKernel::kBlis || k == GemmKernel::kOneDnn) return c.name + " (" + c.detail + ")";
   return c.name;
 }
+}  // namespace
+
+std::string selected_gemm_description() {
+  const GemmKernel k = selected_gemm();
+  std::string d = Description(k);
+  const GemmKernel small = Forced() ? k : SelectedSmall(active_isa());
+  if (small != k) d += ", small products " + Description(small);
+  return d;
+}
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
            int64_t ldb, float beta, float* c, int64_t ldc) {
-  Run(selected_gemm(), ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  Run(gemm_kernel_for(m, n, k), ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void sgemm_with(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

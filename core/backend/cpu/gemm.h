@@ -44,10 +44,14 @@ struct GemmCandidate {
 };
 std::vector<GemmCandidate> gemm_candidates();
 
-// The candidate sgemm() uses now (it follows the active ISA level: core/backend/cpu/isa.h).
+// The candidate sgemm() uses now for large products (it follows the active ISA level:
+// core/backend/cpu/isa.h), and the one it uses for a product of a given size: small products
+// have their own order, since there a library's fixed cost per call decides (gemm.cc).
 GemmKernel selected_gemm();
+GemmKernel gemm_kernel_for(int64_t m, int64_t n, int64_t k);
 std::string gemm_kernel_name(GemmKernel kernel);
-// "anvil-avx512" or "openblas (SkylakeX)": the selected kernel as a benchmark table names it.
+// "anvil-avx512", "openblas (SkylakeX)" or "onednn (oneDNN 2.6.3), small products openblas
+// (Cooperlake)": the selected kernels as the start line and every benchmark table name them.
 std::string selected_gemm_description();
 
 }  // namespace anvil::cpu
