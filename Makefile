@@ -54,7 +54,8 @@ test: deps-test build data peers
 test-asan: deps-test data
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF \
 	  -DANVIL_BUILD_EXAMPLES=OFF
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_server_tests
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_conformance_tests \
+	  anvil_server_tests
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|server' --timeout 900
 

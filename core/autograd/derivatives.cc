@@ -82,7 +82,7 @@ Grads LeakyReluB(Ctx& c, const Grads& g) {
 }
 Grads EluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  return {where(x > 0, g[0], g[0] * exp(x) * c.attrs().alpha)};
+  return {where(x <= 0, g[0] * exp(x) * c.attrs().alpha, g[0])};  // a NaN input passes the gradient, as PyTorch's
 }
 Grads GeluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -119,9 +119,11 @@ Grads PowScalarB(Ctx& c, const Grads& g) {
 Grads ClampB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
   const auto& a = c.attrs();
+  // Strictly inside the bounds, as PyTorch 2.x: exactly at a scalar bound the gradient is 0
+  // (a NaN input gets none either).
   Tensor keep = ones_like(x).to(kBool);
-  if (a.has_alpha) keep = keep & (x >= Scalar(a.alpha));
-  if (a.has_beta) keep = keep & (x <= Scalar(a.beta));
+  if (a.has_alpha) keep = keep & (x > Scalar(a.alpha));
+  if (a.has_beta) keep = keep & (x < Scalar(a.beta));
   return {where(keep, g[0], Scalar(0.0))};
 }
 
@@ -162,13 +164,37 @@ Grads PowB(Ctx& c, const Grads& g) {
   return r;
 }
 Grads MaxMinB(Ctx& c, const Grads& g, bool is_max) {
+  // PyTorch's rule: a tie splits the gradient in half; otherwise the side that is not beaten
+  // takes it, so where either input is NaN (no order) both do.
   Tensor a = c.saved_input(0), b = c.saved_input(1);
-  Tensor pick_a = is_max ? a > b : a < b;
   Tensor tie = a == b;
-  Tensor wa = where(pick_a, Scalar(1.0), where(tie, Scalar(0.5), Scalar(0.0))).to(g[0].dtype());
+  Tensor a_beaten = is_max ? a < b : a > b;
+  Tensor b_beaten = is_max ? a > b : a < b;
+  const auto weight = [&](const Tensor& beaten) {
+    return where(tie, Scalar(0.5), where(beaten, Scalar(0.0), Scalar(1.0))).to(g[0].dtype());
+  };
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * weight(a_beaten), c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * weight(b_beaten), c.input(1).sizes);
+  return r;
+}
+// fmax / fmin: the winner takes the gradient, a tie splits it, and against a NaN the number
+// takes it all (PyTorch's rule).
+Grads FmaxFminB(Ctx& c, const Grads& g, bool is_max) {
+  Tensor a = c.saved_input(0), b = c.saved_input(1);
+  Tensor a_wins = logical_or(is_max ? a > b : a < b, isnan(b));
+  Tensor wa = where(a == b, Scalar(0.5), where(a_wins, Scalar(1.0), Scalar(0.0))).to(g[0].dtype());
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * wa, c.input(0).sizes);
   if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * (1 - wa), c.input(1).sizes);
+  return r;
+}
+Grads FmaxB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, true); }
+Grads FminB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, false); }
+Grads FmodB(Ctx& c, const Grads& g) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * trunc(c.saved_input(0) / c.saved_input(1)), c.input(1).sizes);
   return r;
 }
 Grads MaximumB(Ctx& c, const Grads& g) { return MaxMinB(c, g, true); }
@@ -203,9 +229,18 @@ Grads MeanB(Ctx& c, const Grads& g) {
   return {ExpandReduced(g[0], c.input(0), c.attrs()) / static_cast<double>(ReducedCount(c.input(0), c.attrs()))};
 }
 Grads ProdB(Ctx& c, const Grads& g) {
-  // d prod / d x_i = prod / x_i (inputs with zeros give non-finite gradients, never silent).
+  // d prod / d x_i = the product of the others: prod / x_i where the slice has no zero; where
+  // it has one, the product of the nonzeros at the zero and 0 elsewhere; with two, 0.
   Tensor x = c.saved_input(0);
-  return {ExpandReduced(g[0] * c.saved_output(0), c.input(0), c.attrs()) / x};
+  OpAttrs keep = c.attrs();
+  keep.keepdim = true;
+  const Tensor is_zero = x == Scalar(0.0);
+  const Tensor zeros_in_slice = ExpandReduced(sum(is_zero, keep.dims, true), c.input(0), keep);
+  const Tensor nonzero_prod = ExpandReduced(prod(where(is_zero, Scalar(1.0), x), keep.dims, true), c.input(0), keep);
+  const Tensor gx = ExpandReduced(g[0], c.input(0), c.attrs());
+  const Tensor others = where(zeros_in_slice == Scalar(0), nonzero_prod / where(is_zero, Scalar(1.0), x),
+                              where(logical_and(zeros_in_slice == Scalar(1), is_zero), nonzero_prod, Scalar(0.0)));
+  return {gx * others};
 }
 Grads AmaxAminB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -520,7 +555,7 @@ struct RuleTable {
     RULE(Round, ZeroB) RULE(Trunc, ZeroB)
     RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
     RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB)
-    RULE(Atan2, Atan2B) RULE(Where, WhereB) RULE(Cast, CastB) RULE(Clone, CloneB)
+    RULE(Atan2, Atan2B) RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB) RULE(Cast, CastB) RULE(Clone, CloneB)
     RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
     RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
     RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)

@@ -139,7 +139,11 @@ Safetensors parse_safetensors(std::string_view bytes, const std::string& source)
                 numel * size);
     entries.push_back(std::move(e));
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // By start, then end: an empty tensor shares its start with the next one (the reference
+  // writer puts [k, k] right before [k, k + n]) and must sort before it.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   for (size_t i = 1; i < entries.size(); ++i) {
     ANVIL_CHECK(entries[i].begin >= entries[i - 1].end, source, ": tensors '", entries[i - 1].name, "' and '",
                 entries[i].name, "' overlap");

@@ -8,6 +8,8 @@
 // windows back into the input plane by plane, deterministically).
 #include "core/nn/conv.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/nn/init.h"
@@ -22,8 +24,18 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   Tensor y = x;
   for (size_t k = 0; k < pads.size() / 2; ++k) {
     const int64_t dim = x.dim() - 1 - static_cast<int64_t>(k);
-    const int64_t before = pads[2 * k], after = pads[2 * k + 1];
-    ANVIL_CHECK(before >= 0 && after >= 0, "pad: negative padding is not supported, got ", before, " and ", after);
+    int64_t before = pads[2 * k], after = pads[2 * k + 1];
+    // Negative padding crops, as PyTorch's constant padding does.
+    if (before < 0 || after < 0) {
+      const int64_t n = y.size(dim);
+      const int64_t start = before < 0 ? -before : 0, stop = after < 0 ? n + after : n;
+      ANVIL_CHECK(stop - start + std::max<int64_t>(before, 0) + std::max<int64_t>(after, 0) >= 0, "pad: padding (",
+                  pads[2 * k], ", ", pads[2 * k + 1], ") of dim ", dim, " of size ", n,
+                  " leaves a negative size");
+      y = y.narrow(dim, std::min(start, n), std::max<int64_t>(stop - start, 0));
+      before = std::max<int64_t>(before, 0);
+      after = std::max<int64_t>(after, 0);
+    }
     if (before == 0 && after == 0) continue;
     std::vector<Tensor> parts;
     IntArray side = y.sizes();

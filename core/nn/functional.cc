@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/autograd/function.h"
 #include "core/ops/nll_loss.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
@@ -67,14 +68,18 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   ANVIL_CHECK(beta >= 0.0, "smooth_l1_loss: expected beta >= 0, got ", beta);
   const Tensor d = abs(input - target);
   if (beta == 0.0) return Reduce(d, reduction);
-  return Reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction);
+  // The quadratic branch reads d clamped to beta: where() passes it a zero gradient elsewhere,
+  // and 0 * d with d = inf would be NaN.
+  const Tensor dq = clamp(d, std::nullopt, beta);
+  return Reduce(where(d < beta, dq * dq * (0.5 / beta), d - 0.5 * beta), reduction);
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   CheckSameShape(input, target, "huber_loss");
   ANVIL_CHECK(delta > 0.0, "huber_loss: expected delta > 0, got ", delta);
   const Tensor d = abs(input - target);
-  return Reduce(where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
+  const Tensor dq = clamp(d, std::nullopt, delta);  // as smooth_l1_loss: finite gradients at d = inf
+  return Reduce(where(d < delta, dq * dq * 0.5, (d - 0.5 * delta) * delta), reduction);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
@@ -149,6 +154,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   return nll * (1.0 - o.label_smoothing) + smooth_loss * (o.label_smoothing / static_cast<double>(C));
 }
 
+namespace {
+// The element-wise loss with PyTorch's gradients. Its logs are clamped at -100, so p = 0 or
+// 1 gives a finite loss; the gradient (p - y) / (p (1 - p)) has its denominator clamped at
+// 1e-12 likewise (composed from clamp(log(p)), the gradient at p = 0 would be 0 * inf = NaN).
+struct BinaryCrossEntropy : autograd::Function<BinaryCrossEntropy> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor p, Tensor y) {
+    ctx->save_for_backward({p, y});
+    return -(y * clamp(log(p), -100.0, std::nullopt) + (1.0 - y) * clamp(log1p(-p), -100.0, std::nullopt));
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const std::vector<Tensor> saved = ctx->get_saved_variables();
+    const Tensor &p = saved[0], &y = saved[1];
+    Tensor gp, gy;
+    if (ctx->needs_input_grad(0)) gp = g[0] * (p - y) / clamp(p * (1.0 - p), 1e-12, std::nullopt);
+    if (ctx->needs_input_grad(1)) {
+      gy = g[0] * (clamp(log1p(-p), -100.0, std::nullopt) - clamp(log(p), -100.0, std::nullopt));
+    }
+    return {gp, gy};
+  }
+};
+}  // namespace
+
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
   CheckSameShape(input, target, "binary_cross_entropy");
   if (input.numel() > 0) {
@@ -158,9 +185,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
                 ". If these are logits (raw scores), use binary_cross_entropy_with_logits, which applies the sigmoid "
                 "itself and is numerically stable");
   }
-  // log clamped at -100 as PyTorch does, so a probability of exactly 0 or 1 gives a finite loss.
-  Tensor loss = -(target * clamp(log(input), -100.0, std::nullopt) +
-                  (1.0 - target) * clamp(log(1.0 - input), -100.0, std::nullopt));
+  Tensor loss = BinaryCrossEntropy::apply(input, target);
   if (weight.defined()) loss = loss * weight;
   return Reduce(loss, reduction);
 }
@@ -168,8 +193,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& target, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
   CheckSameShape(x, target, "binary_cross_entropy_with_logits");
-  // log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), finite for any x.
-  const Tensor log_sig_neg = log1p(exp(-abs(x))) + clamp(-x, 0.0, std::nullopt);
+  // softplus(-x) = -log(sigmoid(x)), finite for any x and smooth at 0: its gradient is
+  // -sigmoid(-x), so the loss's is sigmoid(x) - y everywhere (composed from |x| and max(-x, 0),
+  // both kinks at 0 gave 0 there: a zero-initialised output layer got the wrong gradient).
+  const Tensor log_sig_neg = softplus(-x);
   Tensor loss;
   if (pos_weight.defined()) {
     loss = (1.0 - target) * x + (1.0 + (pos_weight - 1.0) * target) * log_sig_neg;

@@ -96,6 +96,9 @@ struct Pool2dParams {
   std::array<int64_t, 2> stride{0, 0};  // 0: the kernel size (PyTorch's default)
   std::array<int64_t, 2> padding{0, 0};
   bool count_include_pad = true;  // avg_pool2d only
+  // Output size rounded up: a last window that starts inside the input (or its left/top
+  // padding) and runs past the end is kept, over the elements it covers (max_pool2d only).
+  bool ceil_mode = false;
 };
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p);

@@ -2,6 +2,7 @@
 // (gradient to the maximum, like PyTorch) or mean.
 #include "core/nn/pooling.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/ops/functions.h"
@@ -22,14 +23,26 @@ Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const ch
   ANVIL_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, who,
               ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh,
               ", ", kw, ")");
-  // im2col pads with zeros; another fill value (max pooling's -inf) is padded explicitly.
-  const bool explicit_pad = fill != 0.0 && (ph > 0 || pw > 0);
-  const Tensor src = explicit_pad ? pad(x, {pw, pw, ph, ph}, fill) : x;
+  const int64_t H = x.size(2) + 2 * ph, W = x.size(3) + 2 * pw;
+  ANVIL_CHECK(H >= kh && W >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", H, "x", W);
+  // PyTorch's pooling_output_shape: with ceil_mode one more window where a partial one is
+  // left, unless it would start in the right/bottom padding.
+  const auto out_size = [&](int64_t in, int64_t k, int64_t s, int64_t pad_before) {
+    int64_t o = (in - k + (p.ceil_mode ? s - 1 : 0)) / s + 1;
+    if (p.ceil_mode && (o - 1) * s >= in - 2 * pad_before + pad_before) --o;
+    return o;
+  };
+  *oh = out_size(H, kh, sh, ph);
+  *ow = out_size(W, kw, sw, pw);
+  const int64_t extra_h = (*oh - 1) * sh + kh - H, extra_w = (*ow - 1) * sw + kw - W;  // ceil_mode's partial windows
+  // im2col pads with zeros; another fill value (max pooling's -inf), or the partial windows of
+  // ceil_mode, are padded explicitly.
+  const bool explicit_pad = (fill != 0.0 && (ph > 0 || pw > 0)) || extra_h > 0 || extra_w > 0;
+  ANVIL_CHECK(!explicit_pad || fill != 0.0 || (extra_h <= 0 && extra_w <= 0), who,
+              ": ceil_mode is supported for max pooling only");
+  const Tensor src = explicit_pad ? pad(x, {pw, pw + std::max<int64_t>(extra_w, 0), ph, ph + std::max<int64_t>(extra_h, 0)}, fill)
+                                  : x;
   const int64_t ip = explicit_pad ? 0 : ph, jp = explicit_pad ? 0 : pw;
-  const int64_t Hp = src.size(2) + 2 * ip, Wp = src.size(3) + 2 * jp;
-  ANVIL_CHECK(Hp >= kh && Wp >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", Hp, "x", Wp);
-  *oh = (Hp - kh) / sh + 1;
-  *ow = (Wp - kw) / sw + 1;
   const Tensor cols = im2col(src, {{kh, kw}, {sh, sw}, {ip, ip, jp, jp}, {1, 1}});
   return cols.view({x.size(0), x.size(1), kh * kw, *oh * *ow});
 }
@@ -98,11 +111,13 @@ std::string Pair(const std::array<int64_t, 2>& a) {
 }
 }  // namespace
 
-MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding)
-    : Module("MaxPool2d"), params_{kernel, stride, padding, true} {}
+MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                     bool ceil_mode)
+    : Module("MaxPool2d"), params_{kernel, stride, padding, true, ceil_mode} {}
 
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding) +
+         (params_.ceil_mode ? ", ceil_mode=True" : "");
 }
 
 AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,

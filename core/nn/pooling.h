@@ -11,7 +11,7 @@ namespace anvil::nn {
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
-                     std::array<int64_t, 2> padding = {0, 0});
+                     std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false);
   Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, params_); }
   std::string extra_repr() const override;
 

@@ -43,9 +43,16 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
     ANVIL_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 && key_padding_mask.size(0) == B &&
                     key_padding_mask.size(1) == S,
                 "MultiheadAttention: expected key_padding_mask bool [", B, ", ", S, "]");
-    scores = masked_fill(scores, key_padding_mask.view({B, 1, 1, S}), -INFINITY);
+  }
+  // A batch row whose keys are all padding attends to nothing: its weights are zeros (as
+  // PyTorch's training path; a softmax over only -inf would be NaN, forward and backward).
+  Tensor all_masked;
+  if (key_padding_mask.defined()) {
+    all_masked = all(key_padding_mask, {1}).view({B, 1, 1, 1});
+    scores = masked_fill(scores, logical_and(key_padding_mask.view({B, 1, 1, S}), logical_not(all_masked)), -INFINITY);
   }
   Tensor attn = softmax(scores, -1);
+  if (all_masked.defined()) attn = masked_fill(attn, all_masked, 0.0);
   attn = functional::dropout(attn, dropout_, is_training());
   const Tensor ctx = matmul(attn, v).transpose(1, 2).reshape({B, T, E});
   const Tensor out = out_proj->forward(ctx);

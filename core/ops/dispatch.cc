@@ -5,6 +5,7 @@
 #include "core/autograd/node.h"
 #include "core/backend/registry.h"
 #include "core/ops/functions.h"
+#include "core/ops/op_trace.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -23,6 +24,7 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
 
 void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
                std::vector<Tensor>& outputs, const OpAttrs& attrs) {
+  detail::trace_op(op);
   KernelFn fn = backend_for(dev).kernel(op);
   if (fn == nullptr) {
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",

@@ -1,6 +1,8 @@
 // Element-wise ops: type promotion (PyTorch's result_type), scalar wrapping, and the
 // in-place forms. Kernels see operands of one dtype; casts are ordinary (differentiable)
 // ops recorded before the kernel runs.
+#include "core/autograd/derivatives.h"
+#include "core/autograd/function.h"
 #include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
@@ -150,14 +152,95 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   return Unary(OpId::Clamp, float_bound && !x.is_floating_point() ? x.to(default_dtype()) : x, a);
 }
 
-Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return Binary(OpId::Add, a, b, Alpha(alpha)); }
-Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) { return Binary(OpId::Sub, a, b, Alpha(alpha)); }
+namespace {
+// PyTorch's alpha_check: alpha must fit the result's category, never be silently truncated
+// (add(int, int, alpha=2.5) would add 2 b).
+void CheckAlpha(ScalarType result, Scalar alpha) {
+  ANVIL_CHECK_TYPE(!alpha.is_bool() || result == kBool, "Boolean alpha only supported for Boolean results.");
+  ANVIL_CHECK_TYPE(is_floating_point(result) || !alpha.is_floating_point(),
+                   "For integral input tensors, argument alpha must not be a floating point number.");
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  CheckAlpha(result_type(a, b), alpha);
+  return Binary(OpId::Add, a, b, Alpha(alpha));
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  CheckAlpha(result_type(a, b), alpha);
+  return Binary(OpId::Sub, a, b, Alpha(alpha));
+}
 Tensor mul(const Tensor& a, const Tensor& b) { return Binary(OpId::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return Binary(OpId::Div, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return Binary(OpId::Maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::Minimum, a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
 Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
+
+namespace {
+// Integer division by zero has no value: an error, as PyTorch's.
+void CheckIntegerDivisor(const Tensor& a, const Tensor& b, const char* op) {
+  const ScalarType rt = result_type(a, b);
+  if (is_floating_point(rt)) return;
+  ANVIL_CHECK(!eq(b, wrap_scalar(Scalar(0), b.device())).any().item<bool>(), "ZeroDivisionError: integer ", op,
+              " by zero");
+}
+}  // namespace
+
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  CheckIntegerDivisor(a, b, "fmod");
+  return Binary(OpId::Fmod, a, b);
+}
+Tensor fmax(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmax, a, b); }
+Tensor fmin(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmin, a, b); }
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  CheckIntegerDivisor(a, b, "division");
+  return Binary(OpId::FloorDivide, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
+  if (mode.empty() || mode == "true") return div(a, b);
+  if (mode == "floor") return floor_divide(a, b);
+  ANVIL_CHECK(mode == "trunc", "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", mode,
+              "'");
+  CheckIntegerDivisor(a, b, "division");
+  return Binary(OpId::TruncDivide, a, b);
+}
+namespace {
+// clamp with tensor bounds, with PyTorch 2.x's gradients: x takes it inside the bounds (and
+// where it is NaN), a bound where x is beyond it, and at a bound the two split it in half.
+struct ClampTensors : autograd::Function<ClampTensors> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x, Tensor lo, Tensor hi) {
+    ctx->save_for_backward({x, lo, hi});
+    Tensor y = lo.defined() ? maximum(x, lo) : x;
+    return hi.defined() ? minimum(y, hi) : y;
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const std::vector<Tensor> s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &lo = s[1], &hi = s[2];
+    const auto share = [&](const Tensor& beyond, const Tensor& at) {
+      return where(beyond, g[0], where(at, g[0] * 0.5, Scalar(0.0)));
+    };
+    Tensor wx = ones_like(g[0]);
+    Tensor glo, ghi;
+    if (lo.defined()) {
+      wx = wx * where(x < lo, Scalar(0.0), where(x == lo, Scalar(0.5), Scalar(1.0)));
+      if (ctx->needs_input_grad(1)) glo = autograd::sum_to(share(x < lo, x == lo), lo.sizes());
+    }
+    if (hi.defined()) {
+      wx = wx * where(x > hi, Scalar(0.0), where(x == hi, Scalar(0.5), Scalar(1.0)));
+      if (ctx->needs_input_grad(2)) ghi = autograd::sum_to(share(x > hi, x == hi), hi.sizes());
+    }
+    Tensor gx;
+    if (ctx->needs_input_grad(0)) gx = autograd::sum_to(g[0] * wx, x.sizes());
+    return {gx, glo, ghi};
+  }
+};
+}  // namespace
+
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
+  ANVIL_CHECK(lo.defined() || hi.defined(), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  return ClampTensors::apply(x, lo, hi);
+}
 Tensor eq(const Tensor& a, const Tensor& b) { return Binary(OpId::Eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return Binary(OpId::Ne, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return Binary(OpId::Lt, a, b); }
@@ -222,9 +305,15 @@ Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
 Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
 
 // ---- in-place methods ----
-Tensor& Tensor::add_(const Tensor& o, Scalar alpha) { return BinaryInplace(OpId::Add, *this, o, Alpha(alpha), "add_"); }
+Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+  CheckAlpha(dtype(), alpha);
+  return BinaryInplace(OpId::Add, *this, o, Alpha(alpha), "add_");
+}
 Tensor& Tensor::add_(Scalar o, Scalar alpha) { return add_(wrap_scalar(o, device()), alpha); }
-Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) { return BinaryInplace(OpId::Sub, *this, o, Alpha(alpha), "sub_"); }
+Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+  CheckAlpha(dtype(), alpha);
+  return BinaryInplace(OpId::Sub, *this, o, Alpha(alpha), "sub_");
+}
 Tensor& Tensor::sub_(Scalar o, Scalar alpha) { return sub_(wrap_scalar(o, device()), alpha); }
 Tensor& Tensor::mul_(const Tensor& o) { return BinaryInplace(OpId::Mul, *this, o, Attrs(), "mul_"); }
 Tensor& Tensor::mul_(Scalar o) { return mul_(wrap_scalar(o, device())); }

@@ -52,19 +52,24 @@ Tensor empty_strided(IntArray sizes, IntArray strides, TensorOptions o) {
 }
 
 Tensor full(IntArray sizes, Scalar value, TensorOptions o) {
+  // Without a dtype the value's kind decides, as torch.full's: int64, bool or the default.
+  if (!o.dtype_given && !value.is_floating_point()) o.with_dtype(value.is_bool() ? kBool : kInt64);
   Tensor t = empty(std::move(sizes), TensorOptions(o.dtype).with_device(o.device));
   OpAttrs a;
   a.alpha = value.to_double();
   FillWith(t, OpId::Fill, a);
   return Finish(t, o);
 }
-Tensor zeros(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 0, o); }
-Tensor ones(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 1, o); }
+Tensor zeros(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 0.0, o); }
+Tensor ones(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 1.0, o); }
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device())); }
-Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
+Tensor scalar_tensor(Scalar v, TensorOptions o) {
+  if (!o.dtype_given) o.with_dtype(default_dtype());  // torch.scalar_tensor(3) is float32
+  return full({}, v, o);
+}
 
 Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
 
@@ -92,7 +97,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   a.alpha = start;
   a.beta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   a.keepdim = true;  // symmetric fill: the second half counts back from `end`, exactly
-  a.gamma = end;
+  a.gamma = steps == 1 ? start : end;  // one step is the start, as PyTorch's
   FillWith(t, OpId::Arange, a);
   return Finish(t, o);
 }
@@ -132,6 +137,15 @@ template Tensor tensor(const std::vector<bool>&, std::optional<IntArray>, Tensor
 
 Tensor tensor(std::initializer_list<double> data, TensorOptions o) {
   return tensor(std::vector<double>(data), std::nullopt, o);
+}
+Tensor tensor(std::initializer_list<int> data, TensorOptions o) {
+  if (!o.dtype_given) o.with_dtype(kInt64);
+  return tensor(std::vector<int64_t>(data.begin(), data.end()), std::nullopt, o);
+}
+Tensor tensor(std::initializer_list<bool> data, TensorOptions o) {
+  if (!o.dtype_given) o.with_dtype(kBool);
+  std::vector<uint8_t> bytes(data.begin(), data.end());
+  return tensor(bytes, std::nullopt, TensorOptions(kUInt8).with_device(o.device)).to(o.dtype);
 }
 
 Tensor from_blob(void* data, IntArray sizes, ScalarType dtype, std::function<void(void*)> deleter, Device device) {

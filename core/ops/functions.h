@@ -4,6 +4,7 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -44,6 +45,11 @@ template <typename T>
 Tensor tensor(const std::vector<T>& data, std::optional<IntArray> sizes = {},
               TensorOptions opts = TensorOptions(CppTypeToScalarType<T>::value));
 Tensor tensor(std::initializer_list<double> data, TensorOptions opts = {});
+// Integer and bool literals keep their kind, as torch.tensor([1, 2, 3]) is int64 and
+// torch.tensor([True, False]) bool (a float32 default here was a porting trap). A mixed list
+// ({1, 2.5}) is ambiguous and does not compile: write 1.0.
+Tensor tensor(std::initializer_list<int> data, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<bool> data, TensorOptions opts = {});
 // Wraps external memory without copying; `deleter` (may be empty) runs when no tensor uses
 // it any more.
 Tensor from_blob(void* data, IntArray sizes, ScalarType dtype,
@@ -97,6 +103,9 @@ Tensor pow(const Tensor& x, Scalar exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);
 Tensor pow(Scalar base, const Tensor& exponent);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+// Tensor bounds (broadcast; an undefined tensor is no bound): minimum(maximum(x, min), max),
+// so at a bound the gradient splits between x and the bound as PyTorch's does.
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
@@ -106,6 +115,16 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor remainder(const Tensor& a, const Tensor& b);
 Tensor atan2(const Tensor& a, const Tensor& b);
+// C's fmod: the remainder of truncated division, with the dividend's sign (remainder() takes
+// the divisor's, as Python's %). Integer division by zero is an error.
+Tensor fmod(const Tensor& a, const Tensor& b);
+// maximum / minimum that ignore a NaN (NaN only where both are); maximum/minimum propagate it.
+Tensor fmax(const Tensor& a, const Tensor& b);
+Tensor fmin(const Tensor& a, const Tensor& b);
+// a // b, rounded down; integer inputs stay integers. Not differentiable (PyTorch: zeros).
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+// PyTorch's div(a, b, rounding_mode): "" (true division), "trunc" or "floor".
+Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
@@ -142,6 +161,8 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = f
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false);
 Tensor var(const Tensor& x, IntArray dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, IntArray dims = {}, int64_t correction = 1, bool keepdim = false);
+// p = 0 counts nonzeros (zero gradient), p = -inf is the smallest magnitude, other negative p
+// the power mean (sum |x|^p)^(1 / p), as torch.linalg.vector_norm.
 Tensor norm(const Tensor& x, double p = 2, IntArray dims = {}, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, IntArray dims, bool keepdim = false);
 Tensor all(const Tensor& x, IntArray dims = {}, bool keepdim = false);

@@ -134,7 +134,8 @@ struct ReluF {
 };
 // relu's gradient from its result: a NaN result passes no gradient, like where(y > 0, g, 0).
 struct ReluBackwardF {
-  template <typename T> ANVIL_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+  // As PyTorch's threshold_backward: zero where y <= 0, so a NaN passes the gradient.
+  template <typename T> ANVIL_INLINE T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 struct LeakyReluF {
   double slope;
@@ -286,6 +287,60 @@ struct RemainderF {  // Python's %, the result takes the divisor's sign
       if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
       return r;
     }
+  }
+};
+struct FmodF {  // C's fmod: the result takes the dividend's sign (truncated division)
+  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(a % b);
+    } else {
+      return std::fmod(a, b);
+    }
+  }
+};
+struct FloorDivideF {  // a / b rounded down (Python's //)
+  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      T q = static_cast<T>(a / b);
+      if ((a % b != 0) && ((a < 0) != (b < 0))) q = static_cast<T>(q - 1);
+      return q;
+    } else {
+      // As PyTorch: floor of the true quotient, computed from fmod so that 7.5 // 2.5 is 3.
+      if (b == T(0)) return a / b;
+      const T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+      if (div == T(0)) return std::copysign(T(0), a / b);
+      const T floored = std::floor(div);
+      return div - floored > T(0.5) ? floored + T(1) : floored;
+    }
+  }
+};
+struct TruncDivideF {  // a / b rounded toward zero
+  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(a / b);
+    } else {
+      return std::trunc(a / b);
+    }
+  }
+};
+struct FmaxF {  // maximum that ignores a NaN (NaN only when both are)
+  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return b;
+      if (b != b) return a;
+    }
+    return a > b ? a : b;
+  }
+};
+struct FminF {
+  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return b;
+      if (b != b) return a;
+    }
+    return a < b ? a : b;
   }
 };
 struct Atan2F { template <typename T> ANVIL_INLINE T operator()(T a, T b) const { return std::atan2(a, b); } };

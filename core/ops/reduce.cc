@@ -1,4 +1,7 @@
 // Reductions and the other ops that consume a whole dimension (softmax, cumsum, sort).
+#include <cmath>
+
+#include "core/autograd/function.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -42,15 +45,33 @@ Tensor amax(const Tensor& x, IntArray dims, bool keepdim) {
 Tensor amin(const Tensor& x, IntArray dims, bool keepdim) {
   return dispatch1(OpId::Amin, {x}, ReduceAttrs(std::move(dims), keepdim));
 }
+namespace {
+// max() / min() over everything: amax's value, with PyTorch's evenly_distribute_backward: the
+// elements equal to the result share its gradient, and a NaN result is shared by the NaNs
+// (amax's own rule matches no element then, as PyTorch's amax does).
+struct ExtremumAll : autograd::Function<ExtremumAll> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x, bool is_max) {
+    Tensor out = is_max ? amax(x) : amin(x);
+    ctx->save_for_backward({x, out});
+    return out;
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const std::vector<Tensor> s = ctx->get_saved_variables();
+    const Tensor mask = logical_or(eq(s[0], s[1]), logical_and(isnan(s[0]), isnan(s[1]))).to(g[0].dtype());
+    return {mask * (g[0] / sum(mask)), Tensor()};
+  }
+};
+}  // namespace
+
 Tensor max(const Tensor& x) {
   ANVIL_CHECK(x.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. "
               "Specify the reduction dim with the 'dim' argument.");
-  return amax(x);
+  return ExtremumAll::apply(x, true);
 }
 Tensor min(const Tensor& x) {
   ANVIL_CHECK(x.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. "
               "Specify the reduction dim with the 'dim' argument.");
-  return amin(x);
+  return ExtremumAll::apply(x, false);
 }
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   auto r = dispatch(OpId::MaxDim, {x}, ReduceAttrs({dim}, keepdim));
@@ -73,11 +94,70 @@ Tensor var(const Tensor& x, IntArray dims, int64_t correction, bool keepdim) {
   a.alpha = static_cast<double>(correction);
   return dispatch1(OpId::Var, {RequireFloat(x, "var")}, a);
 }
+namespace {
+// sqrt of a variance with PyTorch's std_backward: where the deviation is 0 (all elements
+// equal) the gradient is 0, not g / (2 * 0) times zero deviations (NaN).
+struct StdOfVar : autograd::Function<StdOfVar> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor v) {
+    Tensor s = sqrt(v);
+    ctx->save_for_backward({s});
+    return s;
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const Tensor s = ctx->get_saved_variables()[0];
+    return {where(s == Scalar(0.0), Scalar(0.0), g[0] / (s * 2.0))};
+  }
+};
+
+// The inf / -inf norms: the largest / smallest magnitude (NaN-propagating, an empty
+// reduction is an error, as amax's). The gradient goes to the elements at that magnitude,
+// split evenly, with the sign of each; none where no element equals it (a NaN result).
+struct NormInf : autograd::Function<NormInf> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x, IntArray dims, bool keepdim, bool largest) {
+    const Tensor a = abs(x);
+    const Tensor out = largest ? amax(a, dims, true) : amin(a, dims, true);
+    ctx->save_for_backward({x, out});
+    return keepdim ? out : (largest ? amax(a, dims, false) : amin(a, dims, false));
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const std::vector<Tensor> s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &out = s[1];
+    const Tensor hit = eq(abs(x), out).to(g[0].dtype());
+    // Counts per reduced slice, keepdim-shaped like `out`.
+    IntArray reduced;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (out.dim() == x.dim() && out.size(d) == 1 && x.size(d) != 1) reduced.push_back(d);
+    }
+    const Tensor count = reduced.empty() ? hit : sum(hit, reduced, true);
+    const Tensor gk = g[0].reshape(out.sizes());
+    return {sign(x) * hit * where(count == Scalar(0.0), Scalar(0.0), gk / where(count == Scalar(0.0), Scalar(1.0), count)),
+            Tensor(), Tensor(), Tensor()};
+  }
+};
+}  // namespace
+
 Tensor std(const Tensor& x, IntArray dims, int64_t correction, bool keepdim) {
-  return sqrt(var(x, std::move(dims), correction, keepdim));
+  return StdOfVar::apply(var(x, std::move(dims), correction, keepdim));
 }
+namespace {
+// The "0-norm": the number of nonzero elements. Piecewise constant: its gradient is zero
+// (PyTorch's too), defined everywhere, NaN and inf inputs included.
+struct CountNonzero : autograd::Function<CountNonzero> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x, IntArray dims, bool keepdim) {
+    ctx->save_for_backward({x});
+    return sum(ne(x, zeros_like(x)).to(x.dtype()), dims, keepdim);
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor>) {
+    return {zeros_like(ctx->get_saved_variables()[0]), Tensor(), Tensor()};
+  }
+};
+}  // namespace
+
 Tensor norm(const Tensor& x, double p, IntArray dims, bool keepdim) {
-  ANVIL_CHECK(p > 0, "norm: expected p > 0 (1, 2, inf, ...), got ", p);
+  const Tensor xf = RequireFloat(x, "norm");
+  if (p == 0) return CountNonzero::apply(xf, dims, keepdim);
+  if (std::isinf(p)) return NormInf::apply(xf, dims, keepdim, p > 0);
+  if (p < 0) return pow(sum(pow(abs(xf), p), dims, keepdim), 1.0 / p);
   OpAttrs a = ReduceAttrs(std::move(dims), keepdim);
   a.alpha = p;
   return dispatch1(OpId::Norm, {RequireFloat(x, "norm")}, a);

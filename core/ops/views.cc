@@ -6,6 +6,7 @@
 #include "core/autograd/node.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
+#include "core/ops/op_trace.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -160,6 +161,7 @@ std::optional<Geometry> apply_view(const ViewFn& fn, const Geometry& in) {
 
 Tensor make_view(OpId op, const Tensor& input, const ViewFn& fn) {
   ANVIL_CHECK(input.defined(), op_name(op), ": input is an undefined tensor");
+  detail::trace_op(op);
   auto g = apply_view(fn, {input.sizes(), input.strides(), input.storage_offset()});
   ANVIL_CHECK(g.has_value(), "view size ", shape_str(fn.sizes),
               " is not compatible with input tensor's size ", shape_str(input.sizes()),

@@ -22,6 +22,7 @@ void LRScheduler::Start() {
 void LRScheduler::Apply() {
   auto& groups = optimizer_.param_groups();
   for (size_t i = 0; i < groups.size(); ++i) groups[i].options["lr"] = lr_at(step_, base_lrs_.at(i));
+  on_apply(groups, step_);
 }
 
 void LRScheduler::step() {
@@ -89,22 +90,44 @@ double WarmupCosineLR::lr_at(int64_t t, double base) const {
   return min_lr_ + (base - min_lr_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, double div_factor,
-                       double final_div_factor)
-    : LRScheduler(opt), max_lr_(max_lr), initial_(max_lr / div_factor), final_(max_lr / div_factor / final_div_factor),
-      total_(total_steps), peak_step_(static_cast<int64_t>(pct_start * static_cast<double>(total_steps)) - 1) {
-  ANVIL_CHECK(total_steps > 1 && pct_start > 0.0 && pct_start < 1.0 && peak_step_ > 0 && peak_step_ < total_steps - 1,
-              "OneCycleLR: expected total_steps > 1 and 0 < pct_start < 1 leaving both phases non-empty");
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleOptions& o)
+    : LRScheduler(opt), max_lr_(max_lr), initial_(max_lr / o.div_factor), final_(max_lr / o.div_factor / o.final_div_factor),
+      total_(total_steps), peak_step_(o.pct_start * static_cast<double>(total_steps) - 1.0), options_(o) {
+  ANVIL_CHECK(total_steps > 1 && o.pct_start > 0.0 && o.pct_start < 1.0 && peak_step_ > 0.0 &&
+                  peak_step_ < static_cast<double>(total_steps - 1),
+              "OneCycleLR: expected total_steps > 1 and 0 < pct_start < 1 leaving both phases non-empty, got "
+              "total_steps ",
+              total_steps, " and pct_start ", o.pct_start);
+  if (o.cycle_momentum) {
+    const auto& g = opt.param_groups().at(0).options;
+    momentum_key_ = g.count("momentum") ? "momentum" : g.count("beta1") ? "beta1" : "";
+    ANVIL_CHECK(!momentum_key_.empty(), "OneCycleLR: optimizer ", opt.name(),
+                " has neither momentum nor beta1; pass cycle_momentum = false");
+  }
   Start();
 }
 
-double OneCycleLR::lr_at(int64_t t, double) const {
-  auto anneal = [](double start, double end, double pct) {
-    return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, double div_factor,
+                       double final_div_factor)
+    : OneCycleLR(opt, max_lr, total_steps,
+                 OneCycleOptions{.pct_start = pct_start, .div_factor = div_factor, .final_div_factor = final_div_factor}) {}
+
+// start -> peak over [0, peak_step], peak -> end over [peak_step, total - 1], cosine.
+double OneCycleLR::Phase(int64_t t, double start, double peak, double end) const {
+  auto anneal = [](double from, double to, double pct) {
+    return to + (from - to) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
   };
   const double tt = static_cast<double>(std::min(t, total_ - 1));
-  if (tt <= static_cast<double>(peak_step_)) return anneal(initial_, max_lr_, tt / static_cast<double>(peak_step_));
-  return anneal(max_lr_, final_, (tt - static_cast<double>(peak_step_)) / static_cast<double>(total_ - 1 - peak_step_));
+  if (tt <= peak_step_) return anneal(start, peak, tt / peak_step_);
+  return anneal(peak, end, (tt - peak_step_) / (static_cast<double>(total_ - 1) - peak_step_));
+}
+
+double OneCycleLR::lr_at(int64_t t, double) const { return Phase(t, initial_, max_lr_, final_); }
+
+void OneCycleLR::on_apply(std::vector<ParamGroup>& groups, int64_t t) {
+  if (momentum_key_.empty()) return;
+  const double m = Phase(t, options_.max_momentum, options_.base_momentum, options_.max_momentum);
+  for (auto& g : groups) g.options[momentum_key_] = m;
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, Mode mode, double factor, int64_t patience, double threshold,

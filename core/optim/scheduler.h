@@ -31,6 +31,8 @@ class LRScheduler {
   void Start();
   // The rate at step t for a group whose base rate is `base`.
   virtual double lr_at(int64_t t, double base) const = 0;
+  // After the rates of step t are set: other options a schedule drives (1cycle's momentum).
+  virtual void on_apply(std::vector<ParamGroup>& /*groups*/, int64_t /*t*/) {}
 
  private:
   void Apply();
@@ -110,21 +112,40 @@ class WarmupCosineLR : public LRScheduler {
   double min_lr_;
 };
 
-// The 1cycle policy (Smith & Topin) with cosine annealing, two phases, per optimizer step:
-// max_lr / div_factor up to max_lr at step pct_start * total - 1, then down to
-// max_lr / div_factor / final_div_factor at step total - 1. (Momentum is not cycled.)
+// The 1cycle policy (Smith & Topin) with cosine annealing, two phases, per optimizer step, as
+// PyTorch's OneCycleLR: max_lr / div_factor up to max_lr at step pct_start * total - 1 (not
+// rounded: with 30 steps and 0.25 the peak falls between steps 6 and 7), then down to
+// max_lr / div_factor / final_div_factor at step total - 1. With cycle_momentum the momentum
+// (SGD's, RMSprop's) or beta1 (Adam's) runs the other way, max_momentum down to base_momentum
+// at the peak and back; the optimizer's own value is overwritten from the first step, as in
+// PyTorch.
+struct OneCycleOptions {
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+};
+
 class OneCycleLR : public LRScheduler {
  public:
-  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, double div_factor = 25.0,
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleOptions& options = {});
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, double div_factor = 25.0,
              double final_div_factor = 1e4);
   std::string name() const override { return "OneCycleLR"; }
 
  protected:
   double lr_at(int64_t t, double base) const override;
+  void on_apply(std::vector<ParamGroup>& groups, int64_t t) override;
 
  private:
+  double Phase(int64_t t, double start, double peak, double end) const;
   double max_lr_, initial_, final_;
-  int64_t total_, peak_step_;
+  int64_t total_;
+  double peak_step_;
+  OneCycleOptions options_;
+  std::string momentum_key_;  // "momentum" or "beta1"; empty without cycle_momentum
 };
 
 // Multiplies the rate by `factor` when a metric has not improved for `patience` checks.

@@ -77,6 +77,10 @@ OpSamples MakeOpSamples() {
   push(OpId::Minimum, "minimum", {Leaf({4}), LeafT({3, 4})}, B(&minimum));
   push(OpId::Remainder, "remainder", {Leaf({5}), (Pos({5}) + 1).detach().requires_grad_()}, B(&remainder), false);
   push(OpId::Atan2, "atan2", {Leaf({4}), Leaf({4})}, B(&atan2));
+  // fmod: |b| away from 0 so that no quotient sits at a jump of trunc.
+  push(OpId::Fmod, "fmod", {Leaf({5}), (Pos({5}) + 1).detach().requires_grad_()}, B(&fmod), false);
+  push(OpId::Fmax, "fmax", {Leaf({4}), Leaf({3, 4})}, B(&fmax));
+  push(OpId::Fmin, "fmin", {Leaf({3, 4}), Leaf({4})}, B(&fmin));
   // Losses: weighted mean with an ignored row (its target is out of range on purpose), and
   // per-row losses of a transposed input.
   push(OpId::NllLoss, "nll_loss_weighted_mean", {Leaf({4, 5})}, L([](auto& x) {

@@ -1827,6 +1827,23 @@ TEST(Factories, ArangeLinspaceEyeFull) {
   EXPECT_EQ(tensor({1.0}).dtype(), kFloat32);
 }
 
+// torch.tensor / torch.full infer the dtype from the Python values; so do the C++ literals
+// (float32 for integer literals was a porting trap).
+TEST(Factories, LiteralsAndFillValuesKeepTheirKindAsInPyTorch) {
+  EXPECT_EQ(tensor({1, 2, 3}).dtype(), kInt64);
+  EXPECT_EQ(tensor({1, 2, 3}).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(tensor({1.0, 2.5}).dtype(), kFloat32);
+  // A mixed list ({1, 2.5}) does not compile (ambiguous): write 1.0 as Python would make it float.
+  EXPECT_EQ(tensor({true, false}).dtype(), kBool);
+  EXPECT_EQ(tensor({1, 2}, kFloat64).dtype(), kFloat64);  // a given dtype wins
+  EXPECT_EQ(full({2}, 3).dtype(), kInt64);
+  EXPECT_EQ(full({2}, true).dtype(), kBool);
+  EXPECT_EQ(full({2}, 3.5).dtype(), kFloat32);
+  EXPECT_EQ(zeros({2}).dtype(), kFloat32);
+  EXPECT_EQ(scalar_tensor(3).dtype(), kFloat32);  // torch.scalar_tensor(3) is float32
+  EXPECT_EQ(linspace(2, 3, 1).item<float>(), 2.0f);
+}
+
 TEST(Factories, ArangeInfersIntegerDtypeFromIntegerBounds) {
   // torch.arange(0, 5) / torch::arange(0, 5) is int64: the dtype follows the arguments.
   EXPECT_EQ(arange(0, 5).dtype(), kInt64);

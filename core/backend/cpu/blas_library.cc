@@ -78,6 +78,10 @@ OpenBlas LoadOpenBlas() {
   } else {
     const std::string want = CoreFor(requested_isa());
     std::lock_guard<std::mutex> lock(g_env_mu);
+    // OpenBLAS starts its thread pool when it loads, sized from OPENBLAS_NUM_THREADS (else the
+    // core count); Anvil runs it single-threaded inside its own pool (below), so it loads with
+    // one thread and starts none.
+    ScopedEnv one_thread("OPENBLAS_NUM_THREADS", "1");
     if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
       lib.core_source = std::string("OPENBLAS_CORETYPE=") + std::getenv("OPENBLAS_CORETYPE") + " in the environment";
       handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);

@@ -1,0 +1,637 @@
+// The Anvil binding of each golden case family (see bindings.h and make_golden.py, whose
+// functions write the cases these run).
+#include "tests/conformance/bindings.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "core/nn/nn.h"
+#include "core/optim/optimizer.h"
+#include "core/optim/scheduler.h"
+
+namespace anvil::conformance {
+namespace {
+
+using json = nlohmann::json;
+namespace F = nn::functional;
+
+Result One(Tensor t) { return Result{{std::move(t)}, {}}; }
+
+[[noreturn]] void NoBinding(const std::string& what) {
+  throw std::invalid_argument("the conformance bindings do not know " + what);
+}
+
+// A Python number from the attributes, as the Scalar PyTorch's call received: its kind
+// ("int", "float", "bool") decides type promotion.
+Scalar ScalarOf(const json& v, const std::string& kind) {
+  if (kind == "bool" || v.is_boolean()) return Scalar(v.get<bool>());
+  if (kind == "int" || (kind.empty() && v.is_number_integer())) return Scalar(v.get<int64_t>());
+  return Scalar(v.get<double>());
+}
+
+// A number that may be infinite or NaN (JSON has neither: make_golden.py sends "inf").
+double Num(const json& v) {
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return v.get<double>();
+}
+
+std::string Kind(const json& a) { return a.contains("kind") ? a.at("kind").get<std::string>() : std::string(); }
+
+ScalarType DtypeOf(const std::string& name) {
+  static const std::map<std::string, ScalarType> names = {
+      {"bool", kBool},       {"uint8", kUInt8},       {"int8", kInt8},       {"int16", kInt16},
+      {"int32", kInt32},     {"int64", kInt64},       {"float16", kFloat16}, {"bfloat16", kBFloat16},
+      {"float32", kFloat32}, {"float64", kFloat64}};
+  const auto it = names.find(name);
+  if (it == names.end()) NoBinding("the dtype " + name);
+  return it->second;
+}
+
+IntArray Dims(const json& v) {
+  IntArray d;
+  if (v.is_null()) return d;
+  for (const auto& x : v) d.push_back(x.get<int64_t>());
+  return d;
+}
+
+F::Reduction ReductionOf(const json& a) {
+  const std::string r = a.at("reduction").get<std::string>();
+  if (r == "none") return F::Reduction::kNone;
+  if (r == "sum") return F::Reduction::kSum;
+  return F::Reduction::kMean;
+}
+
+std::optional<Scalar> OptScalar(const json& v, const std::string& kind) {
+  if (v.is_null()) return std::nullopt;
+  return ScalarOf(v, kind);
+}
+
+// ---- element-wise ----
+
+Tensor Unary(const std::string& op, const Tensor& x) {
+  static const std::map<std::string, Tensor (*)(const Tensor&)> fns = {
+      {"neg", neg},     {"abs", abs},         {"sign", sign},       {"exp", exp},
+      {"expm1", expm1}, {"log", log},         {"log1p", log1p},     {"sqrt", sqrt},
+      {"rsqrt", rsqrt}, {"reciprocal", reciprocal}, {"sin", sin},   {"cos", cos},
+      {"tanh", tanh},   {"sigmoid", sigmoid}, {"relu", relu},       {"erf", erf},
+      {"floor", floor}, {"ceil", ceil},       {"round", round},     {"trunc", trunc},
+      {"square", square}, {"isnan", isnan},   {"isfinite", isfinite}, {"logical_not", logical_not},
+      {"silu", silu}};
+  const auto it = fns.find(op);
+  if (it == fns.end()) NoBinding("the unary op " + op);
+  return it->second(x);
+}
+
+Tensor Binary(const std::string& op, const Tensor& a, const Tensor& b) {
+  static const std::map<std::string, Tensor (*)(const Tensor&, const Tensor&)> fns = {
+      {"mul", mul}, {"div", div}, {"maximum", maximum}, {"minimum", minimum},
+      {"remainder", remainder}, {"atan2", atan2}, {"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le},
+      {"gt", gt}, {"ge", ge}, {"logical_and", logical_and}, {"logical_or", logical_or},
+      {"logical_xor", logical_xor}, {"fmax", fmax}, {"fmin", fmin}, {"fmod", fmod},
+      {"floor_divide", floor_divide}};
+  if (op == "add") return add(a, b);
+  if (op == "sub") return sub(a, b);
+  if (op == "pow") return pow(a, b);
+  const auto it = fns.find(op);
+  if (it == fns.end()) NoBinding("the binary op " + op);
+  return it->second(a, b);
+}
+
+Tensor BinaryScalar(const std::string& op, const Tensor& a, const Scalar& s) {
+  if (op == "add") return a + s;
+  if (op == "sub") return a - s;
+  if (op == "mul") return a * s;
+  if (op == "div") return a / s;
+  NoBinding("the binary op " + op + " with a Python number");
+}
+
+Result Activation(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string op = a.at("op").get<std::string>();
+  if (op == "silu") return One(silu(in[0]));
+  if (op == "gelu") return One(gelu(in[0], a.contains("approximate") ? a.at("approximate").get<std::string>() : "none"));
+  if (op == "leaky_relu") return One(leaky_relu(in[0], a.at("slope").get<double>()));
+  if (op == "elu") return One(elu(in[0], a.at("alpha").get<double>()));
+  if (op == "softplus") return One(softplus(in[0], a.at("beta").get<double>(), a.at("threshold").get<double>()));
+  NoBinding("the activation " + op);
+}
+
+// ---- reductions ----
+
+Result Reduce(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string op = a.at("op").get<std::string>();
+  const Tensor& x = in[0];
+  const bool all_dims = a.at("dim").is_null();
+  const IntArray dims = Dims(a.at("dim"));
+  const bool keep = a.value("keepdim", false);
+  if (op == "sum") return One(sum(x, dims, keep));
+  if (op == "mean") return One(mean(x, dims, keep));
+  if (op == "prod") return One(prod(x, dims, keep));
+  if (op == "amax") return One(amax(x, dims, keep));
+  if (op == "amin") return One(amin(x, dims, keep));
+  if (op == "logsumexp") {
+    IntArray d = dims;
+    if (all_dims) {
+      for (int64_t i = 0; i < x.dim(); ++i) d.push_back(i);
+    }
+    return One(logsumexp(x, d, keep));
+  }
+  if (op == "var") return One(var(x, dims, a.at("correction").get<int64_t>(), keep));
+  if (op == "std") return One(anvil::std(x, dims, a.at("correction").get<int64_t>(), keep));
+  if (op == "norm") return One(norm(x, Num(a.at("p")), dims, keep));
+  if (op == "all") return One(all(x, dims, keep));
+  if (op == "any") return One(any(x, dims, keep));
+  if (op == "argmax" || op == "argmin") {
+    const std::optional<int64_t> d = all_dims ? std::nullopt : std::optional<int64_t>(dims[0]);
+    return One(op == "argmax" ? argmax(x, d, keep) : argmin(x, d, keep));
+  }
+  if (op == "max_dim" || op == "min_dim") {
+    auto [v, i] = op == "max_dim" ? max(x, dims[0], keep) : min(x, dims[0], keep);
+    return Result{{v, i}, {}};
+  }
+  if (op == "max_all") return One(max(x));
+  if (op == "min_all") return One(min(x));
+  if (op == "cumsum") return One(cumsum(x, dims[0]));
+  NoBinding("the reduction " + op);
+}
+
+// ---- losses ----
+
+Result Loss(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string op = a.at("op").get<std::string>();
+  const F::Reduction r = ReductionOf(a);
+  if (op == "mse_loss") return One(F::mse_loss(in[0], in[1], r));
+  if (op == "l1_loss") return One(F::l1_loss(in[0], in[1], r));
+  if (op == "smooth_l1_loss") return One(F::smooth_l1_loss(in[0], in[1], r, a.at("beta").get<double>()));
+  if (op == "huber_loss") return One(F::huber_loss(in[0], in[1], r, a.at("delta").get<double>()));
+  NoBinding("the loss " + op);
+}
+
+Result CrossEntropy(const Case& c, const std::vector<Tensor>& in, bool nll) {
+  const json& a = c.attrs();
+  F::CrossEntropyOptions o;
+  o.reduction = ReductionOf(a);
+  o.label_smoothing = a.value("label_smoothing", 0.0);
+  if (a.value("weight", false)) o.weight = in[2];
+  return One(nll ? F::nll_loss(in[0], in[1], o) : F::cross_entropy(in[0], in[1], o));
+}
+
+Result KlDiv(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string r = a.at("reduction").get<std::string>();
+  const F::KLReduction kr = r == "none"  ? F::KLReduction::kNone
+                            : r == "sum" ? F::KLReduction::kSum
+                            : r == "mean" ? F::KLReduction::kMean
+                                          : F::KLReduction::kBatchMean;
+  return One(F::kl_div(in[0], in[1], kr, a.at("log_target").get<bool>()));
+}
+
+// ---- nn layers: built from the case's attributes, PyTorch's state dict loaded by name ----
+
+std::shared_ptr<nn::Module> MakeModule(const json& a) {
+  using A2 = std::array<int64_t, 2>;
+  const std::string type = a.at("type").get<std::string>();
+  const auto pair = [&](const char* key) { return A2{a.at(key)[0].get<int64_t>(), a.at(key)[1].get<int64_t>()}; };
+  if (type == "Linear") {
+    return std::make_shared<nn::Linear>(a.at("in").get<int64_t>(), a.at("out").get<int64_t>(), a.at("bias").get<bool>());
+  }
+  if (type == "Conv2d") {
+    nn::ConvOptions o;
+    o.stride = pair("stride");
+    o.padding = pair("padding");
+    o.dilation = pair("dilation");
+    o.groups = a.at("groups").get<int64_t>();
+    o.bias = a.at("bias").get<bool>();
+    return std::make_shared<nn::Conv2d>(a.at("in").get<int64_t>(), a.at("out").get<int64_t>(), pair("kernel"), o);
+  }
+  if (type == "Conv1d") {
+    nn::Conv1dOptions o;
+    o.stride = a.at("stride").get<int64_t>();
+    o.padding = a.at("padding").get<int64_t>();
+    o.dilation = a.at("dilation").get<int64_t>();
+    o.groups = a.at("groups").get<int64_t>();
+    o.bias = a.at("bias").get<bool>();
+    return std::make_shared<nn::Conv1d>(a.at("in").get<int64_t>(), a.at("out").get<int64_t>(),
+                                        a.at("kernel").get<int64_t>(), o);
+  }
+  if (type == "BatchNorm2d") return std::make_shared<nn::BatchNorm2d>(a.at("features").get<int64_t>());
+  if (type == "BatchNorm1d") return std::make_shared<nn::BatchNorm1d>(a.at("features").get<int64_t>());
+  if (type == "LayerNorm") return std::make_shared<nn::LayerNorm>(Dims(a.at("shape")));
+  if (type == "GroupNorm") {
+    return std::make_shared<nn::GroupNorm>(a.at("groups").get<int64_t>(), a.at("channels").get<int64_t>());
+  }
+  if (type == "Embedding") {
+    return std::make_shared<nn::Embedding>(a.at("num").get<int64_t>(), a.at("dim").get<int64_t>(),
+                                           a.at("padding_idx").get<int64_t>());
+  }
+  if (type == "MaxPool2d") {
+    if (a.value("ceil_mode", false)) return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"), true);
+    return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"));
+  }
+  if (type == "AvgPool2d") {
+    return std::make_shared<nn::AvgPool2d>(pair("kernel"), pair("stride"), pair("padding"),
+                                           a.at("count_include_pad").get<bool>());
+  }
+  if (type == "AdaptiveAvgPool2d") return std::make_shared<nn::AdaptiveAvgPool2d>(pair("size"));
+  if (type == "Dropout") return std::make_shared<nn::Dropout>(a.at("p").get<double>());
+  if (type == "ReLU") return std::make_shared<nn::ReLU>();
+  if (type == "GELU") return std::make_shared<nn::GELU>();
+  if (type == "SiLU") return std::make_shared<nn::SiLU>();
+  if (type == "Tanh") return std::make_shared<nn::Tanh>();
+  if (type == "Sigmoid") return std::make_shared<nn::Sigmoid>();
+  if (type == "LeakyReLU") return std::make_shared<nn::LeakyReLU>(a.at("slope").get<double>());
+  if (type == "Softmax") return std::make_shared<nn::Softmax>(a.at("dim").get<int64_t>());
+  if (type == "LogSoftmax") return std::make_shared<nn::LogSoftmax>(a.at("dim").get<int64_t>());
+  if (type == "Flatten") return std::make_shared<nn::Flatten>();
+  if (type == "Identity") return std::make_shared<nn::Identity>();
+  if (type == "Sequential") {
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(4, 6), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(6, 2)});
+  }
+  if (type == "LSTM" || type == "GRU") {
+    nn::RNNOptions o;
+    o.num_layers = a.at("layers").get<int64_t>();
+    o.batch_first = a.at("batch_first").get<bool>();
+    const int64_t in = a.at("in").get<int64_t>(), hidden = a.at("hidden").get<int64_t>();
+    if (type == "LSTM") return std::make_shared<nn::LSTM>(in, hidden, o);
+    return std::make_shared<nn::GRU>(in, hidden, o);
+  }
+  if (type == "MultiheadAttention") {
+    return std::make_shared<nn::MultiheadAttention>(a.at("dim").get<int64_t>(), a.at("heads").get<int64_t>(), 0.0,
+                                                    true);
+  }
+  NoBinding("the module " + type);
+}
+
+Result Module(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  std::shared_ptr<nn::Module> m = MakeModule(a);
+  // PyTorch's state dict, every key by PyTorch's name: strict loading fails on any mismatch.
+  nn::StateDict state;
+  for (const auto& key : c.meta.at("extra")) state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
+  m->load_state_dict(state, /*strict=*/true);
+  m->train(a.at("train").get<bool>());
+  Result r;
+  const std::string type = a.at("type").get<std::string>();
+  if (type == "LSTM" || type == "GRU") {
+    auto* rnn = dynamic_cast<nn::RNNBase*>(m.get());
+    nn::RNNOutput o = rnn->forward_all(in[0]);
+    r.outputs = {o.output, o.h_n};
+    if (o.c_n.defined()) r.outputs.push_back(o.c_n);
+  } else if (type == "MultiheadAttention") {
+    auto* mha = dynamic_cast<nn::MultiheadAttention*>(m.get());
+    r.outputs = {mha->attend(in[0], in[1], in[2], a.value("mask", false) ? in[3] : Tensor())};
+  } else {
+    r.outputs = {m->forward(in[0])};
+  }
+  // Parameter gradients of sum(output 0) (PyTorch: output[0].backward(ones)).
+  if (c.meta.contains("param_grads")) {
+    std::vector<Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& [name, p] : m->named_parameters()) {
+      params.push_back(p);
+      names.push_back(name);
+    }
+    const std::vector<Tensor> grads =
+        autograd::grad({r.outputs[0]}, params, {ones_like(r.outputs[0])}, /*retain_graph=*/true, false, true);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string key = "pgrad." + names[i];
+      if (!c.has(key)) {
+        r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
+        continue;
+      }
+      r.extra.push_back({"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]),
+                         c.get(key)});
+    }
+  }
+  return r;
+}
+
+// ---- optimizers: 10 steps from PyTorch's initial parameters with its gradients ----
+
+optim::Options OptimOptions(const json& o) {
+  optim::Options out;
+  for (const auto& [k, v] : o.items()) {
+    if (k == "betas") {
+      out["beta1"] = v[0].get<double>();
+      out["beta2"] = v[1].get<double>();
+    } else if (v.is_boolean()) {
+      out[k] = v.get<bool>() ? 1.0 : 0.0;
+    } else {
+      out[k] = v.get<double>();
+    }
+  }
+  return out;
+}
+
+Result Optim(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  std::vector<Tensor> params;
+  for (const Tensor& t : in) params.push_back(t.detach().clone().requires_grad_(true));
+  const std::string type = a.at("type").get<std::string>();
+  const optim::Options opts = OptimOptions(a.at("options"));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (type == "SGD") opt = std::make_unique<optim::SGD>(params, opts);
+  else if (type == "Adam") opt = std::make_unique<optim::Adam>(params, opts);
+  else if (type == "AdamW") opt = std::make_unique<optim::AdamW>(params, opts);
+  else if (type == "RMSprop") opt = std::make_unique<optim::RMSprop>(params, opts);
+  else NoBinding("the optimizer " + type);
+  std::vector<Tensor> rows;
+  const int64_t steps = a.at("steps").get<int64_t>();
+  for (int64_t t = 0; t < steps; ++t) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].set_grad(c.get("x.g" + std::to_string(t) + "." + std::to_string(i)));
+    }
+    opt->step();
+    std::vector<Tensor> flat;
+    for (const Tensor& p : params) flat.push_back(p.detach().reshape({-1}));
+    rows.push_back(cat(flat));
+  }
+  return One(stack(rows));
+}
+
+// ---- LR schedules: the rate (and momentum) before each of the steps ----
+
+Result Sched(const Case& c, const std::vector<Tensor>&) {
+  const json& a = c.attrs();
+  const json& o = a.at("options");
+  const std::string type = a.at("type").get<std::string>();
+  Tensor p = zeros({1}).requires_grad_(true);
+  optim::Options so{{"lr", 0.1}};
+  if (!a.at("momentum").is_null()) so["momentum"] = a.at("momentum").get<double>();
+  optim::SGD opt({p}, so);
+  std::unique_ptr<optim::LRScheduler> s;
+  if (type == "StepLR") {
+    s = std::make_unique<optim::StepLR>(opt, o.at("step_size").get<int64_t>(), o.at("gamma").get<double>());
+  } else if (type == "MultiStepLR") {
+    std::vector<int64_t> ms;
+    for (const auto& m : o.at("milestones")) ms.push_back(m.get<int64_t>());
+    s = std::make_unique<optim::MultiStepLR>(opt, ms, o.at("gamma").get<double>());
+  } else if (type == "ExponentialLR") {
+    s = std::make_unique<optim::ExponentialLR>(opt, o.at("gamma").get<double>());
+  } else if (type == "CosineAnnealingLR") {
+    s = std::make_unique<optim::CosineAnnealingLR>(opt, o.at("T_max").get<int64_t>(), o.at("eta_min").get<double>());
+  } else if (type == "OneCycleLR") {
+    optim::OneCycleOptions oc;
+    oc.pct_start = o.value("pct_start", 0.3);
+    oc.div_factor = o.value("div_factor", 25.0);
+    oc.final_div_factor = o.value("final_div_factor", 1e4);
+    oc.cycle_momentum = o.value("cycle_momentum", true);
+    s = std::make_unique<optim::OneCycleLR>(opt, o.at("max_lr").get<double>(), o.at("total_steps").get<int64_t>(), oc);
+  } else {
+    NoBinding("the schedule " + type);
+  }
+  const int64_t steps = a.at("steps").get<int64_t>();
+  std::vector<double> lrs, moms;
+  for (int64_t t = 0; t < steps; ++t) {
+    lrs.push_back(opt.lr());
+    const auto& g = opt.param_groups()[0].options;
+    moms.push_back(g.count("momentum") ? g.at("momentum") : 0.0);
+    p.set_grad(zeros({1}));
+    opt.step();
+    s->step();
+  }
+  return Result{{tensor(lrs), tensor(moms)}, {}};
+}
+
+// ---- indexing ----
+
+std::vector<TensorIndex> IndexSpec(const json& spec, const std::vector<Tensor>& in) {
+  std::vector<TensorIndex> idx;
+  for (const auto& it : spec) {
+    const std::string k = it.at("kind").get<std::string>();
+    if (k == "int") {
+      idx.emplace_back(it.at("v").get<int64_t>());
+    } else if (k == "slice") {
+      const auto opt = [&](const char* key) -> std::optional<int64_t> {
+        if (!it.contains(key) || it.at(key).is_null()) return std::nullopt;
+        return it.at(key).get<int64_t>();
+      };
+      idx.emplace_back(Slice(opt("start"), opt("stop"), opt("step").value_or(1)));
+    } else if (k == "none") {
+      idx.emplace_back(None);
+    } else if (k == "ellipsis") {
+      idx.emplace_back(Ellipsis);
+    } else if (k == "tensor") {
+      idx.emplace_back(in.at(it.at("input").get<size_t>()));
+    }
+  }
+  return idx;
+}
+
+Result IndexGet(const Case& c, const std::vector<Tensor>& in) {
+  return One(in[0].index(IndexSpec(c.attrs().at("spec"), in)));
+}
+
+Result IndexSet(const Case& c, const std::vector<Tensor>& in) {
+  // Inputs: x, v, then the index tensors (input 1 of the spec is the case's input 2).
+  std::vector<Tensor> shifted(in.begin() + 1, in.end());
+  Tensor y = in[0].clone();
+  y.index_put_(IndexSpec(c.attrs().at("spec"), shifted), in[1]);
+  return One(y);
+}
+
+Tensor ApplyChain(Tensor t, const json& chain) {
+  for (const auto& step : chain) {
+    const std::string op = step[0].get<std::string>();
+    if (op == "transpose") t = t.transpose(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "t") t = t.t();
+    else if (op == "narrow") t = t.narrow(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>());
+    else if (op == "select") t = t.select(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "unsqueeze") t = t.unsqueeze(step[1].get<int64_t>());
+    else if (op == "squeeze") t = t.squeeze(step[1].get<int64_t>());
+    else if (op == "expand") t = t.expand(Dims(step[1]));
+    else if (op == "view") t = t.view(Dims(step[1]));
+    else if (op == "reshape") t = t.reshape(Dims(step[1]));
+    else if (op == "permute") t = t.permute(Dims(step[1]));
+    else if (op == "flatten") t = t.flatten(step[1].get<int64_t>());
+    else if (op == "movedim") t = t.movedim(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "unflatten") t = t.unflatten(step[1].get<int64_t>(), Dims(step[2]));
+    else if (op == "slice") t = t.slice(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>(), step[4].get<int64_t>());
+    else if (op == "as_strided") t = t.as_strided(Dims(step[1]), Dims(step[2]), step[3].get<int64_t>());
+    else if (op == "split") t = t.split(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
+    else if (op == "chunk") t = t.chunk(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
+    else NoBinding("the view " + op);
+  }
+  return t;
+}
+
+// ---- factories ----
+
+Result Factory(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string op = a.at("op").get<std::string>();
+  const std::string kind = Kind(a);
+  if (op == "full") return One(full(Dims(a.at("size")), ScalarOf(a.at("value"), kind)));
+  if (op == "tensor") {
+    const json& v = a.at("values");
+    if (kind == "int") return One(tensor(v.get<std::vector<int64_t>>()));
+    if (kind == "bool") {
+      std::vector<uint8_t> b;
+      for (const auto& x : v) b.push_back(x.get<bool>() ? 1 : 0);
+      return One(tensor(b).to(kBool));
+    }
+    return One(tensor(v.get<std::vector<float>>()));
+  }
+  if (op == "arange") {
+    return One(arange(ScalarOf(a.at("start"), kind), ScalarOf(a.at("end"), kind), ScalarOf(a.at("step"), kind)));
+  }
+  if (op == "linspace") {
+    return One(linspace(a.at("start").get<double>(), a.at("end").get<double>(), a.at("steps").get<int64_t>()));
+  }
+  if (op == "eye") return One(eye(a.at("n").get<int64_t>(), a.at("m").get<int64_t>()));
+  if (op == "zeros") return One(zeros(Dims(a.at("size"))));
+  if (op == "ones_like") return One(ones_like(in[0]));
+  if (op == "full_like") return One(full_like(in[0], a.at("value").get<double>()));
+  NoBinding("the factory " + op);
+}
+
+std::map<std::string, Binding> Make() {
+  std::map<std::string, Binding> b;
+  b["binary"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(Binary(c.attrs().at("op").get<std::string>(), in[0], in[1]));
+  };
+  b["binary_scalar"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    return One(BinaryScalar(a.at("op").get<std::string>(), in[0], ScalarOf(a.at("scalar"), Kind(a))));
+  };
+  b["add_alpha"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(add(in[0], in[1], ScalarOf(c.attrs().at("alpha"), Kind(c.attrs()))));
+  };
+  b["sub_alpha"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(sub(in[0], in[1], ScalarOf(c.attrs().at("alpha"), Kind(c.attrs()))));
+  };
+  b["where"] = [](const Case&, const std::vector<Tensor>& in) { return One(where(in[0], in[1], in[2])); };
+  b["where_scalar"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(where(in[0], in[1], Scalar(c.attrs().at("scalar").get<double>())));
+  };
+  b["unary"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(Unary(c.attrs().at("op").get<std::string>(), in[0]));
+  };
+  b["activation"] = Activation;
+  b["pow_scalar"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(pow(in[0], ScalarOf(c.attrs().at("exponent"), Kind(c.attrs()))));
+  };
+  b["clamp"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    return One(clamp(in[0], OptScalar(a.at("min"), Kind(a)), OptScalar(a.at("max"), Kind(a))));
+  };
+  b["clamp_tensor"] = [](const Case&, const std::vector<Tensor>& in) { return One(clamp(in[0], in[1], in[2])); };
+  b["div_mode"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(div(in[0], in[1], c.attrs().at("mode").get<std::string>()));
+  };
+  b["lerp"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(lerp(in[0], in[1], c.attrs().at("weight").get<double>()));
+  };
+  b["addcmul"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(addcmul(in[0], in[1], in[2], c.attrs().at("value").get<double>()));
+  };
+  b["addcdiv"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(addcdiv(in[0], in[1], in[2], c.attrs().at("value").get<double>()));
+  };
+  b["to"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(in[0].to(DtypeOf(c.attrs().at("dtype").get<std::string>())));
+  };
+  b["reduce"] = Reduce;
+  b["sum_dtype"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(sum(in[0], {}, false, DtypeOf(c.attrs().at("dtype").get<std::string>())));
+  };
+  b["loss"] = Loss;
+  b["bce"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const Tensor w = c.attrs().value("weight", false) ? in[2] : Tensor();
+    return One(F::binary_cross_entropy(in[0], in[1], w, ReductionOf(c.attrs())));
+  };
+  b["bce_logits"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    const Tensor w = a.value("weight", false) ? in[2] : Tensor();
+    const Tensor pw = a.value("pos_weight", false) ? in[2] : Tensor();
+    return One(F::binary_cross_entropy_with_logits(in[0], in[1], w, pw, ReductionOf(a)));
+  };
+  b["cross_entropy"] = [](const Case& c, const std::vector<Tensor>& in) { return CrossEntropy(c, in, false); };
+  b["nll_loss"] = [](const Case& c, const std::vector<Tensor>& in) { return CrossEntropy(c, in, true); };
+  b["kl_div"] = KlDiv;
+  b["module"] = Module;
+  b["optim"] = Optim;
+  b["sched"] = Sched;
+  b["index"] = IndexGet;
+  b["index_put"] = IndexSet;
+  b["index_put_acc"] = [](const Case&, const std::vector<Tensor>& in) {
+    return One(index_put(in[0], {in[1]}, in[2], /*accumulate=*/true));
+  };
+  b["gather"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(gather(in[0], c.attrs().at("dim").get<int64_t>(), in[1]));
+  };
+  b["scatter"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
+  };
+  b["scatter_add"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(scatter_add(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
+  };
+  b["scatter_reduce"] = [](const Case&, const std::vector<Tensor>&) -> Result { NoBinding("scatter_reduce"); };
+  b["index_select"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(index_select(in[0], c.attrs().at("dim").get<int64_t>(), in[1]));
+  };
+  b["index_add"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(index_add(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2], c.attrs().at("alpha").get<double>()));
+  };
+  b["masked_fill"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(masked_fill(in[0], in[1], c.attrs().at("value").get<double>()));
+  };
+  b["masked_select"] = [](const Case&, const std::vector<Tensor>& in) { return One(masked_select(in[0], in[1])); };
+  b["nonzero"] = [](const Case&, const std::vector<Tensor>& in) { return One(nonzero(in[0])); };
+  b["sort"] = [](const Case& c, const std::vector<Tensor>& in) {
+    auto [v, i] = sort(in[0], -1, c.attrs().at("descending").get<bool>());
+    return Result{{v, i}, {}};
+  };
+  b["topk"] = [](const Case& c, const std::vector<Tensor>& in) {
+    auto [v, i] = topk(in[0], c.attrs().at("k").get<int64_t>(), -1, c.attrs().at("largest").get<bool>());
+    return Result{{v, i}, {}};
+  };
+  b["one_hot"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(one_hot(in[0], c.attrs().at("classes").get<int64_t>()));
+  };
+  b["cat"] = [](const Case& c, const std::vector<Tensor>& in) { return One(cat(in, c.attrs().at("dim").get<int64_t>())); };
+  b["stack"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(stack(in, c.attrs().at("dim").get<int64_t>()));
+  };
+  b["pad"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    return One(F::pad(in[0], a.at("pads").get<std::vector<int64_t>>(), a.at("value").get<double>()));
+  };
+  b["view_chain"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(ApplyChain(in[0], c.attrs().at("chain")).contiguous() * 1.0);
+  };
+  b["view_inplace"] = [](const Case& c, const std::vector<Tensor>& in) {
+    Tensor base = in[0].clone();
+    Tensor v = ApplyChain(base, c.attrs().at("chain"));
+    v.mul_(2.0).add_(1.0);
+    return One(base);
+  };
+  b["factory"] = Factory;
+  return b;
+}
+
+}  // namespace
+
+Tensor Case::get(const std::string& key) const {
+  const Tensor* t = file->find(name + "/" + key);
+  if (t == nullptr) throw std::invalid_argument("golden case " + name + " has no tensor " + key);
+  return t->clone();
+}
+
+const std::map<std::string, Binding>& bindings() {
+  static const std::map<std::string, Binding> b = Make();
+  return b;
+}
+
+}  // namespace anvil::conformance

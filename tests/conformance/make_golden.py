@@ -1,0 +1,917 @@
+"""Writes the PyTorch conformance golden files (tests/conformance/golden/*.safetensors).
+
+Each case runs one PyTorch call on fixed inputs and records its inputs, outputs, dtypes,
+shapes, the gradients of chosen inputs for a fixed upstream gradient, or the fact that
+PyTorch raised. tests/conformance/conformance_test.cc runs the same call in Anvil and
+compares. Run with PyTorch 2.x and the `safetensors` package (not needed by `make test`):
+
+    .venv-bench/bin/python tests/conformance/make_golden.py [OUT_DIR]
+
+Layout of a golden file: tensors "<case>/in<i>", "<case>/out<i>", "<case>/gout<i>" (the
+upstream gradient of output i), "<case>/grad<i>" (the gradient of input i) and
+"<case>/x.<name>" (extra tensors: a module's state dict, an optimizer's gradients); the
+safetensors metadata maps "<case>" to a JSON object:
+    call       the PyTorch call, as text (what the case is)
+    fn, attrs  which Anvil binding runs it, with what options (conformance_test.cc)
+    n_in, n_out, grad (input indices), gout_of (output indices), grad_none (inputs whose
+    PyTorch gradient is None), extra (names), raises (PyTorch's message or null),
+    rtol, atol
+and "__torch__" to the PyTorch version. Files are written whole to a temporary name and
+renamed.
+"""
+import json
+import math
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+warnings.filterwarnings("ignore")
+torch.use_deterministic_algorithms(True)
+
+F32, F64, I64, I32, I16, I8, U8, BOOL, F16, BF16 = (torch.float32, torch.float64, torch.int64, torch.int32,
+                                                    torch.int16, torch.int8, torch.uint8, torch.bool, torch.float16,
+                                                    torch.bfloat16)
+SPECIAL = [-math.inf, -2.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.5, math.inf, math.nan]
+
+
+class Suite:
+    def __init__(self):
+        self.groups = {}
+        self.gen = torch.Generator().manual_seed(1234)
+
+    def randn(self, *shape, dtype=F32):
+        return torch.randn(tuple(shape), generator=self.gen, dtype=torch.float64).to(dtype)
+
+    def rand(self, *shape, dtype=F32):
+        return torch.rand(tuple(shape), generator=self.gen, dtype=torch.float64).to(dtype)
+
+    def randint(self, low, high, shape, dtype=I64):
+        return torch.randint(low, high, tuple(shape), generator=self.gen).to(dtype)
+
+    def case(self, group, name, call, fn, attrs, inputs, run, grad=(), rtol=1e-5, atol=1e-6, extra=None):
+        tensors, meta = self.groups.setdefault(group, ({}, {}))
+        assert name not in meta, name
+        extra = extra or {}
+        ins = [t.detach().clone() for t in inputs]
+        for i in grad:
+            ins[i].requires_grad_(True)
+        raises = None
+        outs = []
+        try:
+            out = run(*ins)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        except Exception as e:  # noqa: BLE001 - any PyTorch error is a "raises" case
+            raises = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        record = {"call": call, "fn": fn, "attrs": attrs, "n_in": len(inputs), "n_out": len(outs), "grad": [],
+                  "gout_of": [], "grad_none": [], "extra": sorted(extra), "raises": raises, "rtol": rtol, "atol": atol}
+        for i, t in enumerate(inputs):
+            tensors[f"{name}/in{i}"] = t.detach().contiguous().clone()
+        for k, t in extra.items():
+            tensors[f"{name}/x.{k}"] = t.detach().contiguous().clone()
+        if raises is None:
+            for i, o in enumerate(outs):
+                tensors[f"{name}/out{i}"] = o.detach().contiguous().clone()
+            if grad:
+                diff = [i for i, o in enumerate(outs) if o.requires_grad and o.dtype.is_floating_point]
+                gouts = [self.randn(*outs[i].shape, dtype=outs[i].dtype) for i in diff]
+                grads = torch.autograd.grad([outs[i] for i in diff], [ins[i] for i in grad], gouts, allow_unused=True)
+                record["gout_of"] = diff
+                record["grad"] = list(grad)
+                for i, g in zip(diff, gouts):
+                    tensors[f"{name}/gout{i}"] = g.contiguous()
+                for i, g in zip(grad, grads):
+                    if g is None:
+                        record["grad_none"].append(i)
+                    else:
+                        tensors[f"{name}/grad{i}"] = g.detach().contiguous().clone()
+        meta[name] = json.dumps(finite_json(record), sort_keys=True, allow_nan=False)
+
+    def write(self, out_dir):
+        os.makedirs(out_dir, exist_ok=True)
+        total = 0
+        for group, (tensors, meta) in sorted(self.groups.items()):
+            meta = dict(meta)
+            meta["__torch__"] = torch.__version__.split("+")[0]
+            path = os.path.join(out_dir, f"{group}.safetensors")
+            tmp = path + ".tmp"
+            save_file(tensors, tmp, metadata=meta)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            total += len(meta) - 1
+            print(f"{group}: {len(meta) - 1} cases, {os.path.getsize(path)} bytes")
+        print(f"total: {total} cases, PyTorch {torch.__version__}")
+
+
+def finite_json(v):
+    """JSON has no inf or NaN: they travel as the strings "inf", "-inf" and "nan"."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: finite_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite_json(x) for x in v]
+    return v
+
+
+def dtype_name(d):
+    return str(d).replace("torch.", "")
+
+
+# ---------------------------------------------------------------- type promotion
+def promotion(s):
+    pairs = [(F32, F32), (I64, F32), (I32, I64), (BOOL, I64), (BOOL, F32), (U8, I8), (I16, I32), (F32, F64),
+             (F16, F32), (BF16, F32), (F16, BF16), (U8, BOOL), (I8, F16), (BF16, I64)]
+    ops = ["add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt"]
+
+    def sample(dt, shape):
+        if dt == BOOL:
+            return s.randint(0, 2, shape).bool()
+        if dt.is_floating_point:
+            return s.randn(*shape).to(dt)
+        return s.randint(1, 5, shape).to(dt)
+
+    for a, b in pairs:
+        for op in ops:
+            if op == "sub" and BOOL in (a, b):
+                continue  # PyTorch refuses bool subtraction; covered below as a raises case
+            x, y = sample(a, (3,)), sample(b, (3,))
+            s.case("promotion", f"{op}.{dtype_name(a)}.{dtype_name(b)}", f"torch.{op}(a, b)", "binary", {"op": op},
+                   [x, y], lambda x, y, op=op: getattr(torch, op)(x, y))
+    # 0-dim tensors take part by category only; a dimensioned tensor's dtype wins within it.
+    zero_dim = [(I64, F32, (3,), ()), (F64, F32, (), (3,)), (F32, F64, (3,), ()), (I64, I32, (), (3,)),
+                (F64, F16, (), (2, 2)), (I64, U8, (), (3,)), (BOOL, I64, (3,), ()), (F32, I64, (), (3,))]
+    for a, b, sa, sb in zero_dim:
+        for op in ["add", "mul", "div"]:
+            x, y = sample(a, sa), sample(b, sb)
+            s.case("promotion", f"{op}.0dim.{dtype_name(a)}{list(sa)}.{dtype_name(b)}{list(sb)}",
+                   f"torch.{op}(a, b) with shapes {list(sa)}, {list(sb)}", "binary", {"op": op}, [x, y],
+                   lambda x, y, op=op: getattr(torch, op)(x, y))
+    # Wrapped Python numbers: a float scalar makes an integer tensor float (the default dtype),
+    # an int scalar never changes a float tensor's dtype, a bool scalar changes nothing.
+    scalars = [("int", 2), ("float", 2.5), ("bool", True), ("float", -0.5), ("int", -3)]
+    for dt in [I64, I32, U8, F16, BF16, F32, F64, BOOL]:
+        for kind, v in scalars:
+            for op in ["add", "mul", "div"]:
+                if dt == BOOL and op == "add" and kind == "bool":
+                    continue
+                x = sample(dt, (3,))
+                s.case("promotion", f"{op}.scalar.{dtype_name(dt)}.{kind}{v}", f"torch.{op}(t, {v!r})",
+                       "binary_scalar", {"op": op, "scalar": v, "kind": kind}, [x],
+                       lambda x, op=op, v=v: getattr(torch, op)(x, v))
+    # alpha: an integer tensor refuses a float alpha; a bool tensor refuses subtraction.
+    s.case("promotion", "add.alpha_float_int", "torch.add(int_a, int_b, alpha=2.5)", "add_alpha", {"alpha": 2.5,
+           "kind": "float"}, [torch.tensor([1, 2]), torch.tensor([3, 4])], lambda x, y: torch.add(x, y, alpha=2.5))
+    s.case("promotion", "add.alpha_int_int", "torch.add(int_a, int_b, alpha=2)", "add_alpha", {"alpha": 2,
+           "kind": "int"}, [torch.tensor([1, 2]), torch.tensor([3, 4])], lambda x, y: torch.add(x, y, alpha=2))
+    s.case("promotion", "add.alpha_float_float", "torch.add(a, b, alpha=2.5)", "add_alpha", {"alpha": 2.5,
+           "kind": "float"}, [s.randn(3), s.randn(3)], lambda x, y: torch.add(x, y, alpha=2.5), grad=(0, 1))
+    s.case("promotion", "sub.alpha_float_float", "torch.sub(a, b, alpha=0.5)", "sub_alpha", {"alpha": 0.5,
+           "kind": "float"}, [s.randn(3), s.randn(3)], lambda x, y: torch.sub(x, y, alpha=0.5), grad=(0, 1))
+    s.case("promotion", "sub.bool_bool", "torch.sub(bool_a, bool_b)", "binary", {"op": "sub"},
+           [torch.tensor([True, False]), torch.tensor([False, False])], lambda x, y: torch.sub(x, y))
+    s.case("promotion", "result_type.i64_0dim_f16", "torch.result_type(int64 [3], float16 0-dim)", "binary",
+           {"op": "add"}, [torch.tensor([1, 2, 3]), torch.tensor(0.5, dtype=F16)], lambda x, y: x + y)
+    s.case("promotion", "where.f32_i64", "torch.where(c, f32, i64)", "where", {}, [torch.tensor([True, False, True]),
+           s.randn(3), torch.tensor([1, 2, 3])], lambda c, x, y: torch.where(c, x, y))
+    s.case("promotion", "where.bool_scalar", "torch.where(c, f16, 2.5)", "where_scalar", {"scalar": 2.5},
+           [torch.tensor([True, False]), s.randn(2).half()], lambda c, x: torch.where(c, x, 2.5))
+
+
+# ---------------------------------------------------------------- element-wise
+UNARY = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
+         "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc", "square", "isnan", "isfinite", "logical_not"]
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "elu": lambda x: F.elu(x, 1.5),
+               "softplus": lambda x: F.softplus(x, 2.0, 5.0)}
+ACT_ATTRS = {"silu": {}, "gelu": {}, "gelu_tanh": {"approximate": "tanh"}, "leaky_relu": {"slope": 0.1},
+             "elu": {"alpha": 1.5}, "softplus": {"beta": 2.0, "threshold": 5.0}}
+
+
+def elementwise(s):
+    special = torch.tensor(SPECIAL)
+    for op in UNARY:
+        fn = getattr(torch, op)
+        diff = op not in ("isnan", "isfinite", "logical_not", "sign", "floor", "ceil", "round", "trunc")
+        s.case("elementwise", f"{op}.special", f"torch.{op}(x), x = {SPECIAL}", "unary", {"op": op}, [special],
+               fn, grad=(0,) if diff else ())
+        s.case("elementwise", f"{op}.random", f"torch.{op}(x), x ~ N(0, 1) [2, 3]", "unary", {"op": op},
+               [s.randn(2, 3)], fn, grad=(0,) if diff else ())
+        if op not in ("isnan", "isfinite", "logical_not"):
+            s.case("elementwise", f"{op}.int64", f"torch.{op}(int64 tensor)", "unary", {"op": op},
+                   [torch.tensor([-2, 0, 3])], fn)
+        s.case("elementwise", f"{op}.empty", f"torch.{op}(empty [0, 3])", "unary", {"op": op}, [torch.zeros(0, 3)], fn)
+    for name, fn in ACTIVATIONS.items():
+        s.case("elementwise", f"{name}.special", f"F.{name}(x), x = {SPECIAL}", "activation",
+               dict(ACT_ATTRS[name], op=name.replace("_tanh", "")), [special], fn, grad=(0,))
+        s.case("elementwise", f"{name}.wide", f"F.{name}(x), x = linspace(-30, 30, 13)", "activation",
+               dict(ACT_ATTRS[name], op=name.replace("_tanh", "")), [torch.linspace(-30, 30, 13)], fn, grad=(0,))
+    # pow: tensor ** scalar at 0 and negatives (its gradient at 0).
+    for e in [2.0, 0.5, -1.0, 0.0, 3.0, 1.5]:
+        s.case("elementwise", f"pow.scalar{e}", f"torch.pow(x, {e})", "pow_scalar", {"exponent": e},
+               [torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0])], lambda x, e=e: torch.pow(x, e), grad=(0,))
+    s.case("elementwise", "pow.int_int", "torch.pow(int64, 2)", "pow_scalar", {"exponent": 2, "kind": "int"},
+           [torch.tensor([-3, 0, 4])], lambda x: torch.pow(x, 2))
+    s.case("elementwise", "pow.tensor", "torch.pow(a, b)", "binary", {"op": "pow"},
+           [torch.tensor([0.0, 0.5, 2.0, 3.0]), torch.tensor([2.0, 0.0, -1.0, 0.5])], torch.pow, grad=(0, 1))
+    # clamp: gradient exactly at the bounds (0 for scalar bounds, 0.5 for tensor bounds).
+    x = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0, math.nan])
+    for lo, hi in [(-1.0, 1.0), (None, 1.0), (-1.0, None), (1.0, -1.0)]:
+        s.case("elementwise", f"clamp.{lo}.{hi}", f"torch.clamp(x, {lo}, {hi})", "clamp", {"min": lo, "max": hi},
+               [x], lambda x, lo=lo, hi=hi: torch.clamp(x, lo, hi), grad=(0,))
+    s.case("elementwise", "clamp.tensor_bounds", "torch.clamp(x, min=t_lo, max=t_hi)", "clamp_tensor", {},
+           [x, torch.full((6,), -1.0), torch.full((6,), 1.0)], lambda x, a, b: torch.clamp(x, a, b), grad=(0, 1, 2))
+    s.case("elementwise", "clamp.int", "torch.clamp(int64, 0, 2)", "clamp", {"min": 0, "max": 2, "kind": "int"},
+           [torch.tensor([-3, 1, 5])], lambda x: torch.clamp(x, 0, 2))
+    # binary ops' gradients: ties and NaNs for maximum/minimum, zeros for div and atan2.
+    a = torch.tensor([1.0, math.nan, 2.0, 3.0, -1.0])
+    b = torch.tensor([1.0, 1.0, math.nan, 2.0, 4.0])
+    for op in ["maximum", "minimum", "fmax", "fmin"]:
+        s.case("elementwise", f"{op}.ties_nan", f"torch.{op}(a, b) with ties and NaN", "binary", {"op": op}, [a, b],
+               getattr(torch, op), grad=(0, 1))
+    for op in ["add", "sub", "mul", "div", "atan2", "remainder", "fmod", "floor_divide"]:
+        x, y = s.randn(2, 3), s.randn(3)
+        diff = (0, 1) if op not in ("floor_divide",) else ()
+        s.case("elementwise", f"{op}.broadcast", f"torch.{op}(a [2, 3], b [3])", "binary", {"op": op}, [x, y],
+               getattr(torch, op), grad=diff)
+    ints = (torch.tensor([7, -7, 7, -7, 0]), torch.tensor([2, 2, -2, -2, 3]))
+    for op in ["remainder", "fmod", "floor_divide", "div"]:
+        s.case("elementwise", f"{op}.int_signs", f"torch.{op}(int a, int b) over the signs", "binary", {"op": op},
+               list(ints), getattr(torch, op))
+    fl = (torch.tensor([7.5, -7.5, 7.5, -7.5, 0.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, 0.0]))
+    for mode in ["trunc", "floor"]:
+        s.case("elementwise", f"div.{mode}.float", f"torch.div(a, b, rounding_mode='{mode}')", "div_mode",
+               {"mode": mode}, list(fl), lambda x, y, m=mode: torch.div(x, y, rounding_mode=m))
+        s.case("elementwise", f"div.{mode}.int", f"torch.div(int a, int b, rounding_mode='{mode}')", "div_mode",
+               {"mode": mode}, list(ints), lambda x, y, m=mode: torch.div(x, y, rounding_mode=m))
+    s.case("elementwise", "div.int_by_zero", "torch.div(int a, 0) (true division: inf/nan)", "binary", {"op": "div"},
+           [torch.tensor([1, 0, -1]), torch.tensor([0, 0, 0])], torch.div)
+    s.case("elementwise", "div.float_by_zero", "torch.div(a, 0.)", "binary", {"op": "div"},
+           [torch.tensor([1.0, 0.0, -1.0]), torch.tensor([0.0, 0.0, 0.0])], torch.div, grad=(0, 1))
+    for op in ["logical_and", "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge"]:
+        s.case("elementwise", f"{op}.nan", f"torch.{op}(a, b) with NaN", "binary", {"op": op}, [a, b],
+               getattr(torch, op))
+    s.case("elementwise", "where.grad", "torch.where(c, a, b)", "where", {},
+           [torch.tensor([True, False, True]), s.randn(3), s.randn(3)], torch.where, grad=(1, 2))
+    s.case("elementwise", "lerp", "torch.lerp(a, b, 0.3)", "lerp", {"weight": 0.3}, [s.randn(4), s.randn(4)],
+           lambda x, y: torch.lerp(x, y, 0.3), grad=(0, 1))
+    s.case("elementwise", "addcmul", "torch.addcmul(a, b, c, value=0.5)", "addcmul", {"value": 0.5},
+           [s.randn(4), s.randn(4), s.randn(4)], lambda x, y, z: torch.addcmul(x, y, z, value=0.5), grad=(0, 1, 2))
+    s.case("elementwise", "addcdiv", "torch.addcdiv(a, b, c, value=0.5)", "addcdiv", {"value": 0.5},
+           [s.randn(4), s.randn(4), s.rand(4) + 0.5], lambda x, y, z: torch.addcdiv(x, y, z, value=0.5), grad=(0, 1, 2))
+    for dt in [I64, F64, F16, BF16, BOOL]:
+        s.case("elementwise", f"to.f32.{dtype_name(dt)}", f"x.to({dtype_name(dt)})", "to", {"dtype": dtype_name(dt)},
+               [torch.tensor([-1.7, -0.5, 0.0, 0.5, 2.6, 300.25])], lambda x, dt=dt: x.to(dt))
+    s.case("elementwise", "to.grad", "x.to(float64)", "to", {"dtype": "float64"}, [s.randn(3)],
+           lambda x: x.to(F64), grad=(0,))
+
+
+# ---------------------------------------------------------------- reductions
+def reductions(s):
+    def run(op, attrs):
+        dim, keep = attrs.get("dim"), attrs.get("keepdim", False)
+
+        def f(x):
+            if op in ("sum", "mean", "prod", "amax", "amin", "logsumexp", "all", "any"):
+                fn = getattr(torch, op)
+                if dim is None:
+                    if op == "logsumexp":
+                        return torch.logsumexp(x, dim=tuple(range(x.dim())))
+                    if op in ("amax", "amin"):
+                        return fn(x)
+                    return fn(x)
+                if op == "prod":
+                    return torch.prod(x, dim[0], keepdim=keep)
+                if op in ("all", "any"):
+                    return fn(x, dim=tuple(dim), keepdim=keep)
+                return fn(x, dim=tuple(dim), keepdim=keep)
+            if op in ("var", "std"):
+                c = attrs.get("correction", 1)
+                return getattr(torch, op)(x, dim=None if dim is None else tuple(dim), correction=c, keepdim=keep)
+            if op == "norm":
+                return torch.linalg.vector_norm(x, ord=attrs["p"], dim=None if dim is None else tuple(dim),
+                                                keepdim=keep)
+            if op in ("argmax", "argmin"):
+                return getattr(torch, op)(x, dim=None if dim is None else dim[0], keepdim=keep)
+            if op in ("max_dim", "min_dim"):
+                r = getattr(torch, op[:3])(x, dim[0], keepdim=keep)
+                return r.values, r.indices
+            if op in ("max_all", "min_all"):
+                return getattr(torch, op[:3])(x)
+            if op == "cumsum":
+                return torch.cumsum(x, dim[0])
+            raise ValueError(op)
+        return f
+
+    float_ops = ["sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "norm2", "norm1", "norminf",
+                 "normninf", "norm0", "norm3", "argmax", "argmin", "max_dim", "min_dim", "max_all", "min_all",
+                 "cumsum", "all", "any"]
+    inputs = {
+        "random": s.randn(3, 4),
+        "nan": torch.tensor([[1.0, math.nan, 3.0, 0.5], [2.0, -1.0, 4.0, -3.0], [math.nan, 1.0, 2.0, 3.0]]),
+        "inf": torch.tensor([[1.0, math.inf, 3.0, 0.5], [-math.inf, -1.0, 4.0, -3.0], [0.0, 1.0, 2.0, 3.0]]),
+        "zeros": torch.tensor([[2.0, 0.0, 3.0, 1.0], [0.0, 0.0, 3.0, 1.0], [1.0, 2.0, 3.0, 4.0]]),
+        "ties": torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, -1.0, 2.0], [5.0, 5.0, 5.0, 5.0]]),
+        "empty": torch.zeros(0, 4),
+    }
+    for op in float_ops:
+        base, p = op, None
+        attrs_base = {}
+        if op.startswith("norm"):
+            base = "norm"
+            p = {"norm2": 2.0, "norm1": 1.0, "norminf": math.inf, "normninf": -math.inf, "norm0": 0.0,
+                 "norm3": 3.0}[op]
+            attrs_base["p"] = p
+        for iname, x in inputs.items():
+            dims = [None, [1], [0]]
+            if base in ("var", "std", "sum", "mean", "amax", "logsumexp"):
+                dims.append([0, 1])
+            if base in ("max_dim", "min_dim", "cumsum"):
+                dims = [[1], [0]]
+            if base in ("max_all", "min_all"):
+                dims = [None]
+            for dim in dims:
+                for keep in ([False, True] if dim is not None and base not in ("cumsum",) else [False]):
+                    attrs = dict(attrs_base, op=base, dim=dim, keepdim=keep)
+                    if base in ("var", "std"):
+                        for c in [0, 1, 2]:
+                            a2 = dict(attrs, correction=c)
+                            s.case("reductions", f"{op}.{iname}.d{dim}.k{int(keep)}.c{c}",
+                                   f"torch.{base}(x[{iname}], dim={dim}, correction={c}, keepdim={keep})", "reduce",
+                                   a2, [x], run(base, a2), grad=(0,))
+                        continue
+                    diff = base not in ("argmax", "argmin", "all", "any")
+                    call = f"torch.{base}(x[{iname}], dim={dim}, keepdim={keep}{', p=' + str(p) if p is not None else ''})"
+                    s.case("reductions", f"{op}.{iname}.d{dim}.k{int(keep)}", call, "reduce", attrs, [x],
+                           run(base, attrs), grad=(0,) if diff else ())
+    # integer and bool inputs: sum/prod promote to int64, mean refuses.
+    for dt in [I32, U8, BOOL, I64]:
+        x = s.randint(0, 3, (2, 3)).to(dt)
+        for op in ["sum", "prod", "mean", "amax", "cumsum"]:
+            attrs = {"op": op, "dim": [1] if op in ("cumsum", "prod") else None, "keepdim": False}
+            s.case("reductions", f"{op}.{dtype_name(dt)}", f"torch.{op}({dtype_name(dt)} tensor)", "reduce", attrs,
+                   [x], run(op, attrs))
+    # prod with zeros: the gradient is the product of the others.
+    for name, v in [("one_zero", [2.0, 0.0, 3.0]), ("two_zeros", [0.0, 0.0, 3.0]), ("no_zero", [2.0, -1.5, 3.0])]:
+        attrs = {"op": "prod", "dim": None, "keepdim": False}
+        s.case("reductions", f"prod.grad.{name}", f"torch.prod({v})", "reduce", attrs, [torch.tensor(v)],
+               run("prod", attrs), grad=(0,))
+        attrs = {"op": "prod", "dim": [1], "keepdim": False}
+        s.case("reductions", f"prod.grad_dim.{name}", f"torch.prod([{v}, {v[::-1]}], dim=1)", "reduce", attrs,
+               [torch.tensor([v, v[::-1]])], run("prod", attrs), grad=(0,))
+    s.case("reductions", "sum.dtype_f64", "torch.sum(f32, dtype=float64)", "sum_dtype", {"dtype": "float64"},
+           [s.randn(5)], lambda x: torch.sum(x, dtype=F64), grad=(0,))
+    s.case("reductions", "mean.int_raises", "torch.mean(int64 tensor)", "reduce", {"op": "mean", "dim": None,
+           "keepdim": False}, [torch.tensor([1, 2])], lambda x: torch.mean(x))
+
+
+# ---------------------------------------------------------------- losses
+def losses(s):
+    reductions_ = ["none", "mean", "sum"]
+    x, t = s.randn(4, 3), s.randn(4, 3)
+    for red in reductions_:
+        for name, fn, extra in [("mse_loss", F.mse_loss, {}), ("l1_loss", F.l1_loss, {}),
+                                ("smooth_l1_loss", F.smooth_l1_loss, {"beta": 0.5}),
+                                ("huber_loss", F.huber_loss, {"delta": 0.5})]:
+            s.case("losses", f"{name}.{red}", f"F.{name}(x, t, reduction='{red}', {extra})", "loss",
+                   dict(extra, op=name, reduction=red), [x, t], lambda a, b, fn=fn, red=red, extra=extra:
+                   fn(a, b, reduction=red, **extra), grad=(0, 1))
+    # boundary points: equal input and target (|d| = 0, the kink of l1/smooth_l1/huber), +-1, +-inf
+    xb = torch.tensor([0.0, 1.0, -1.0, 0.5, 2.0, math.inf])
+    tb = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.5, 0.0])
+    for name, fn, extra in [("mse_loss", F.mse_loss, {}), ("l1_loss", F.l1_loss, {}),
+                            ("smooth_l1_loss", F.smooth_l1_loss, {"beta": 1.0}),
+                            ("huber_loss", F.huber_loss, {"delta": 1.0}),
+                            ("smooth_l1_loss_beta0", F.smooth_l1_loss, {"beta": 0.0})]:
+        op = name.replace("_beta0", "")
+        s.case("losses", f"{name}.boundary", f"F.{op}(x, t, reduction='sum', {extra}) at |x - t| in {{0, 0.5, 1, 2}}, inf",
+               "loss", dict(extra, op=op, reduction="sum"), [xb, tb],
+               lambda a, b, fn=fn, extra=extra: fn(a, b, reduction="sum", **extra), grad=(0, 1))
+    s.case("losses", "mse_loss.broadcast", "F.mse_loss(x [4, 3], t [3]) (PyTorch warns and broadcasts)", "loss",
+           {"op": "mse_loss", "reduction": "mean"}, [s.randn(4, 3), s.randn(3)], lambda a, b: F.mse_loss(a, b),
+           grad=(0,))
+    # binary cross-entropy: probabilities at 0 and 1, with and without weights.
+    p = torch.tensor([0.0, 1.0, 0.5, 0.2, 1.0, 0.0, 0.999])
+    y = torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.3])
+    w = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0, 1.0, 3.0])
+    for red in reductions_:
+        s.case("losses", f"bce.boundary.{red}", f"F.binary_cross_entropy(p, y, reduction='{red}') at p in {{0, 1}}",
+               "bce", {"reduction": red}, [p, y], lambda a, b, red=red: F.binary_cross_entropy(a, b, reduction=red),
+               grad=(0,))
+        s.case("losses", f"bce.weight.{red}", f"F.binary_cross_entropy(p, y, weight=w, reduction='{red}')",
+               "bce", {"reduction": red, "weight": True}, [p, y, w],
+               lambda a, b, c, red=red: F.binary_cross_entropy(a, b, weight=c, reduction=red), grad=(0,))
+    s.case("losses", "bce.outside_raises", "F.binary_cross_entropy(1.5, 1)", "bce", {"reduction": "mean"},
+           [torch.tensor([1.5]), torch.tensor([1.0])], lambda a, b: F.binary_cross_entropy(a, b))
+    # with logits: 0, +-1, +-30 and +-inf logits; weight and pos_weight.
+    z = torch.tensor([0.0, 0.0, 0.0, 1.0, -1.0, 30.0, -30.0, 100.0])
+    yz = torch.tensor([0.0, 1.0, 0.3, 1.0, 0.0, 0.0, 1.0, 1.0])
+    wz = torch.linspace(0.5, 2.0, 8)
+    pw = torch.tensor([2.0])
+    for red in reductions_:
+        s.case("losses", f"bce_logits.{red}", f"F.binary_cross_entropy_with_logits(z, y, reduction='{red}')",
+               "bce_logits", {"reduction": red}, [z, yz],
+               lambda a, b, red=red: F.binary_cross_entropy_with_logits(a, b, reduction=red), grad=(0, 1))
+        s.case("losses", f"bce_logits.pos_weight.{red}",
+               f"F.binary_cross_entropy_with_logits(z, y, pos_weight=[2.], reduction='{red}')", "bce_logits",
+               {"reduction": red, "pos_weight": True}, [z, yz, pw],
+               lambda a, b, c, red=red: F.binary_cross_entropy_with_logits(a, b, pos_weight=c, reduction=red),
+               grad=(0, 1))
+        s.case("losses", f"bce_logits.weight.{red}",
+               f"F.binary_cross_entropy_with_logits(z, y, weight=w, reduction='{red}')", "bce_logits",
+               {"reduction": red, "weight": True}, [z, yz, wz],
+               lambda a, b, c, red=red: F.binary_cross_entropy_with_logits(a, b, weight=c, reduction=red), grad=(0,))
+    s.case("losses", "bce_logits.zeros_sum", "F.binary_cross_entropy_with_logits(zeros(3), [0, 1, .3], 'sum')",
+           "bce_logits", {"reduction": "sum"}, [torch.zeros(3), torch.tensor([0.0, 1.0, 0.3])],
+           lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="sum"), grad=(0,))
+    # cross-entropy and nll: class weights, ignore_index, label smoothing, every reduction.
+    logits = s.randn(5, 4)
+    target = torch.tensor([0, 3, 1, 3, 2])
+    target_ign = torch.tensor([0, -100, 1, 3, -100])
+    cw = torch.tensor([1.0, 2.0, 0.5, 1.5])
+    for red in reductions_:
+        for ls in [0.0, 0.2]:
+            for weighted in [False, True]:
+                for tname, tt in [("plain", target), ("ignore", target_ign)]:
+                    ins = [logits, tt] + ([cw] if weighted else [])
+                    attrs = {"reduction": red, "label_smoothing": ls, "weight": weighted}
+
+                    def ce(a, b, c=None, red=red, ls=ls):
+                        return F.cross_entropy(a, b, weight=c, reduction=red, label_smoothing=ls)
+                    s.case("losses", f"cross_entropy.{red}.ls{ls}.w{int(weighted)}.{tname}",
+                           f"F.cross_entropy(logits, {tname} targets, weight={'w' if weighted else None}, "
+                           f"reduction='{red}', label_smoothing={ls})", "cross_entropy", attrs, ins, ce, grad=(0,))
+            lp = F.log_softmax(logits, 1)
+        for weighted in [False, True]:
+            ins = [lp, target_ign] + ([cw] if weighted else [])
+            s.case("losses", f"nll_loss.{red}.w{int(weighted)}", f"F.nll_loss(logp, targets, reduction='{red}')",
+                   "nll_loss", {"reduction": red, "weight": weighted}, ins,
+                   lambda a, b, c=None, red=red: F.nll_loss(a, b, weight=c, reduction=red), grad=(0,))
+    s.case("losses", "cross_entropy.all_ignored_mean", "F.cross_entropy(x, all -100) (0/0: nan)", "cross_entropy",
+           {"reduction": "mean", "label_smoothing": 0.0, "weight": False}, [logits, torch.full((5,), -100)],
+           lambda a, b: F.cross_entropy(a, b), grad=(0,))
+    s.case("losses", "cross_entropy.probs", "F.cross_entropy(x, class probabilities)", "cross_entropy",
+           {"reduction": "mean", "label_smoothing": 0.0, "weight": False}, [logits, F.softmax(s.randn(5, 4), 1)],
+           lambda a, b: F.cross_entropy(a, b), grad=(0,))
+    s.case("losses", "cross_entropy.target_out_of_range", "F.cross_entropy(x, target 7 of 4 classes)",
+           "cross_entropy", {"reduction": "mean", "label_smoothing": 0.0, "weight": False},
+           [logits, torch.tensor([0, 7, 1, 2, 3])], lambda a, b: F.cross_entropy(a, b))
+    # kl_div
+    inp = F.log_softmax(s.randn(3, 4), 1)
+    tgt = F.softmax(s.randn(3, 4), 1)
+    tgt0 = torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    for red in ["none", "sum", "mean", "batchmean"]:
+        for lt in [False, True]:
+            tt = tgt.log() if lt else tgt
+            s.case("losses", f"kl_div.{red}.log{int(lt)}", f"F.kl_div(logp, q, reduction='{red}', log_target={lt})",
+                   "kl_div", {"reduction": red, "log_target": lt}, [inp, tt],
+                   lambda a, b, red=red, lt=lt: F.kl_div(a, b, reduction=red, log_target=lt), grad=(0, 1))
+        s.case("losses", f"kl_div.{red}.zero_target", f"F.kl_div(logp, q with zeros, reduction='{red}')", "kl_div",
+               {"reduction": red, "log_target": False}, [inp, tgt0],
+               lambda a, b, red=red: F.kl_div(a, b, reduction=red), grad=(0,))
+
+
+# ---------------------------------------------------------------- nn layers
+def state(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def layer_case(s, name, call, module, attrs, x, grad=True, train=False, rtol=1e-5, atol=1e-5, extra_inputs=()):
+    torch.manual_seed(0)
+    module.train(train)
+    st = state(module)
+    params = [k for k, p in module.named_parameters()]
+
+    def run(x, *rest):
+        m = module
+        m.load_state_dict(st)
+        out = m(x, *rest)
+
+        def flat(o):  # LSTM: (output, (h_n, c_n)) -> output, h_n, c_n
+            if isinstance(o, (tuple, list)):
+                return [y for z in o if z is not None for y in flat(z)]
+            return [o]
+        outs = flat(out)
+        return tuple(outs) if len(outs) > 1 else outs[0]
+
+    # The parameters' gradients come back as extra outputs: run once more through a wrapper.
+    s.case("nn", name, call, "module", dict(attrs, train=train, params=params), [x, *extra_inputs], run,
+           grad=(0,) if grad and x.dtype.is_floating_point else (), rtol=rtol, atol=atol, extra=st)
+    if grad and params:
+        module.load_state_dict(st)
+        module.zero_grad()
+        out = module(x.clone().requires_grad_(x.dtype.is_floating_point), *extra_inputs)
+        out = out[0] if isinstance(out, tuple) else out
+        g = torch.ones_like(out)
+        out.backward(g)
+        tensors, meta = s.groups["nn"]
+        rec = json.loads(meta[name])
+        rec["param_grads"] = params
+        for k, p in module.named_parameters():
+            tensors[f"{name}/pgrad.{k}"] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+        meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+
+
+def nn_layers(s):
+    torch.manual_seed(3)
+    layer_case(s, "Linear", "nn.Linear(5, 3)", torch.nn.Linear(5, 3), {"type": "Linear", "in": 5, "out": 3,
+               "bias": True}, s.randn(4, 5))
+    layer_case(s, "Linear.nobias", "nn.Linear(5, 3, bias=False)", torch.nn.Linear(5, 3, bias=False),
+               {"type": "Linear", "in": 5, "out": 3, "bias": False}, s.randn(2, 4, 5))
+    layer_case(s, "Conv2d", "nn.Conv2d(2, 3, 3, padding=1)", torch.nn.Conv2d(2, 3, 3, padding=1),
+               {"type": "Conv2d", "in": 2, "out": 3, "kernel": [3, 3], "stride": [1, 1], "padding": [1, 1],
+                "dilation": [1, 1], "groups": 1, "bias": True}, s.randn(2, 2, 5, 5), atol=1e-4)
+    layer_case(s, "Conv2d.strided_groups", "nn.Conv2d(4, 4, (3, 2), stride=2, groups=2, dilation=(1, 2))",
+               torch.nn.Conv2d(4, 4, (3, 2), stride=2, groups=2, dilation=(1, 2)),
+               {"type": "Conv2d", "in": 4, "out": 4, "kernel": [3, 2], "stride": [2, 2], "padding": [0, 0],
+                "dilation": [1, 2], "groups": 2, "bias": True}, s.randn(1, 4, 7, 8), atol=1e-4)
+    layer_case(s, "Conv1d", "nn.Conv1d(3, 2, 3, stride=2, padding=1)", torch.nn.Conv1d(3, 2, 3, stride=2, padding=1),
+               {"type": "Conv1d", "in": 3, "out": 2, "kernel": 3, "stride": 2, "padding": 1, "dilation": 1,
+                "groups": 1, "bias": True}, s.randn(2, 3, 9), atol=1e-4)
+    for train in [True, False]:
+        bn = torch.nn.BatchNorm2d(3)
+        with torch.no_grad():
+            bn.weight.copy_(s.rand(3) + 0.5)
+            bn.bias.copy_(s.randn(3))
+            bn.running_mean.copy_(s.randn(3))
+            bn.running_var.copy_(s.rand(3) + 0.5)
+        layer_case(s, f"BatchNorm2d.train{int(train)}", f"nn.BatchNorm2d(3), train={train}", bn,
+                   {"type": "BatchNorm2d", "features": 3}, s.randn(4, 3, 2, 2), train=train, atol=1e-4)
+        bn1 = torch.nn.BatchNorm1d(4)
+        layer_case(s, f"BatchNorm1d.train{int(train)}", f"nn.BatchNorm1d(4), train={train}", bn1,
+                   {"type": "BatchNorm1d", "features": 4}, s.randn(6, 4), train=train, atol=1e-4)
+    ln = torch.nn.LayerNorm([3, 4])
+    with torch.no_grad():
+        ln.weight.copy_(s.randn(3, 4))
+        ln.bias.copy_(s.randn(3, 4))
+    layer_case(s, "LayerNorm", "nn.LayerNorm([3, 4])", ln, {"type": "LayerNorm", "shape": [3, 4]}, s.randn(2, 3, 4),
+               atol=1e-4)
+    gn = torch.nn.GroupNorm(2, 4)
+    layer_case(s, "GroupNorm", "nn.GroupNorm(2, 4)", gn, {"type": "GroupNorm", "groups": 2, "channels": 4},
+               s.randn(2, 4, 3), atol=1e-4)
+    emb = torch.nn.Embedding(6, 3, padding_idx=1)
+    layer_case(s, "Embedding", "nn.Embedding(6, 3, padding_idx=1)", emb, {"type": "Embedding", "num": 6, "dim": 3,
+               "padding_idx": 1}, torch.tensor([[0, 1, 5], [1, 2, 2]]), grad=True)
+    for mode in [False, True]:
+        layer_case(s, f"MaxPool2d.ceil{int(mode)}", f"nn.MaxPool2d(2, stride=2, ceil_mode={mode})",
+                   torch.nn.MaxPool2d(2, stride=2, ceil_mode=mode), {"type": "MaxPool2d", "kernel": [2, 2],
+                   "stride": [2, 2], "padding": [0, 0], "ceil_mode": mode}, s.randn(1, 2, 5, 5))
+    layer_case(s, "MaxPool2d.padded", "nn.MaxPool2d(3, stride=2, padding=1)", torch.nn.MaxPool2d(3, 2, 1),
+               {"type": "MaxPool2d", "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": False},
+               s.randn(1, 1, 6, 6))
+    for cip in [True, False]:
+        layer_case(s, f"AvgPool2d.cip{int(cip)}", f"nn.AvgPool2d(3, stride=2, padding=1, count_include_pad={cip})",
+                   torch.nn.AvgPool2d(3, 2, 1, count_include_pad=cip), {"type": "AvgPool2d", "kernel": [3, 3],
+                   "stride": [2, 2], "padding": [1, 1], "count_include_pad": cip}, s.randn(1, 2, 5, 5))
+    layer_case(s, "AdaptiveAvgPool2d", "nn.AdaptiveAvgPool2d((2, 3))", torch.nn.AdaptiveAvgPool2d((2, 3)),
+               {"type": "AdaptiveAvgPool2d", "size": [2, 3]}, s.randn(1, 2, 5, 7))
+    layer_case(s, "Dropout.eval", "nn.Dropout(0.5).eval()", torch.nn.Dropout(0.5), {"type": "Dropout", "p": 0.5},
+               s.randn(3, 4))
+    for name, mod, attrs in [("ReLU", torch.nn.ReLU(), {}), ("GELU", torch.nn.GELU(), {}),
+                             ("SiLU", torch.nn.SiLU(), {}), ("Tanh", torch.nn.Tanh(), {}),
+                             ("Sigmoid", torch.nn.Sigmoid(), {}), ("LeakyReLU", torch.nn.LeakyReLU(0.2),
+                                                                    {"slope": 0.2}),
+                             ("Softmax", torch.nn.Softmax(dim=1), {"dim": 1}),
+                             ("LogSoftmax", torch.nn.LogSoftmax(dim=0), {"dim": 0}),
+                             ("Flatten", torch.nn.Flatten(), {}), ("Identity", torch.nn.Identity(), {})]:
+        layer_case(s, name, f"nn.{name}({attrs})", mod, dict(attrs, type=name), s.randn(3, 4, 2))
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+    layer_case(s, "Sequential", "nn.Sequential(Linear(4, 6), ReLU(), Linear(6, 2))", seq, {"type": "Sequential"},
+               s.randn(3, 4))
+    for kind in ["LSTM", "GRU", "RNN"]:
+        torch.manual_seed(5)
+        rnn = getattr(torch.nn, kind)(3, 4, num_layers=2, batch_first=True)
+        layer_case(s, kind, f"nn.{kind}(3, 4, num_layers=2, batch_first=True)", rnn,
+                   {"type": kind, "in": 3, "hidden": 4, "layers": 2, "batch_first": True}, s.randn(2, 5, 3),
+                   atol=1e-4)
+    class Attention(torch.nn.MultiheadAttention):  # the attended values only, state dict keys unchanged
+        def forward(self, q, k, v, key_padding_mask=None):
+            return super().forward(q, k, v, key_padding_mask=key_padding_mask, need_weights=False)[0]
+
+    torch.manual_seed(6)
+    mha = Attention(8, 2, batch_first=True)
+    q = s.randn(2, 3, 8)
+    layer_case(s, "MultiheadAttention", "nn.MultiheadAttention(8, 2, batch_first=True)(q, q, q)", mha,
+               {"type": "MultiheadAttention", "dim": 8, "heads": 2}, q, atol=1e-4, extra_inputs=(q, q))
+    mask = torch.tensor([[False, True, False], [True, True, True]])  # batch 1: every key is padding
+    layer_case(s, "MultiheadAttention.all_keys_masked",
+               "nn.MultiheadAttention(8, 2, batch_first=True)(q, q, q, key_padding_mask) with a row all padding "
+               "(training mode: zeros there)", mha, {"type": "MultiheadAttention", "dim": 8, "heads": 2, "mask": True},
+               q, atol=1e-4, extra_inputs=(q, q, mask), train=True)
+
+
+# ---------------------------------------------------------------- optimizers
+def optimizers(s):
+    configs = [
+        ("SGD", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9}),
+        ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+        ("SGD", {"lr": 0.1, "momentum": 0.9, "dampening": 0.5}),
+        ("Adam", {"lr": 0.01}), ("Adam", {"lr": 0.01, "weight_decay": 0.1}),
+        ("Adam", {"lr": 0.01, "amsgrad": True}), ("Adam", {"lr": 0.01, "betas": [0.5, 0.9], "eps": 1e-6}),
+        ("AdamW", {"lr": 0.01}), ("AdamW", {"lr": 0.01, "weight_decay": 0.1, "amsgrad": True}),
+        ("RMSprop", {"lr": 0.01}), ("RMSprop", {"lr": 0.01, "momentum": 0.9, "centered": True}),
+        ("RMSprop", {"lr": 0.01, "alpha": 0.9, "weight_decay": 0.1}),
+    ]
+    for kind, opts in configs:
+        p0 = [s.randn(3, 2), s.randn(4)]
+        grads = [[s.randn(3, 2), s.randn(4)] for _ in range(10)]
+        params = [p.clone().requires_grad_() for p in p0]
+        kw = dict(opts)
+        if "betas" in kw:
+            kw["betas"] = tuple(kw["betas"])
+        opt = getattr(torch.optim, kind)(params, **kw)
+        traj = []
+        for g in grads:
+            for p, gi in zip(params, g):
+                p.grad = gi.clone()
+            opt.step()
+            traj.append(torch.cat([p.detach().reshape(-1) for p in params]))
+        extra = {f"g{t}.{i}": g for t, gs in enumerate(grads) for i, g in enumerate(gs)}
+        name = kind + "." + ".".join(f"{k}{v}" for k, v in sorted(opts.items())).replace(" ", "")
+        traj_t = torch.stack(traj)
+        s.case("optim", name, f"torch.optim.{kind}(params, {opts}), 10 steps", "optim",
+               {"type": kind, "options": opts, "steps": 10}, p0, lambda *a, t=traj_t: t, rtol=1e-5, atol=1e-6,
+               extra=extra)
+
+
+# ---------------------------------------------------------------- LR schedules
+def schedules(s):
+    def seq(make, steps=50, lr=0.1, momentum=None):
+        p = torch.zeros(1, requires_grad=True)
+        kw = {"lr": lr}
+        if momentum is not None:
+            kw["momentum"] = momentum
+        opt = torch.optim.SGD([p], **kw)
+        sch = make(opt)
+        lrs, moms = [], []
+        for _ in range(steps):
+            lrs.append(opt.param_groups[0]["lr"])
+            moms.append(opt.param_groups[0].get("momentum", 0.0))
+            opt.step()
+            sch.step()
+        return torch.tensor(lrs, dtype=F64), torch.tensor(moms, dtype=F64)
+
+    S = torch.optim.lr_scheduler
+    configs = [
+        ("StepLR", {"step_size": 7, "gamma": 0.5}, lambda o: S.StepLR(o, 7, 0.5)),
+        ("MultiStepLR", {"milestones": [5, 12, 30], "gamma": 0.3}, lambda o: S.MultiStepLR(o, [5, 12, 30], 0.3)),
+        ("ExponentialLR", {"gamma": 0.95}, lambda o: S.ExponentialLR(o, 0.95)),
+        ("CosineAnnealingLR", {"T_max": 20, "eta_min": 0.001}, lambda o: S.CosineAnnealingLR(o, 20, 0.001)),
+        ("CosineAnnealingLR.Tmax50", {"T_max": 50, "eta_min": 0.0}, lambda o: S.CosineAnnealingLR(o, 50)),
+        ("OneCycleLR", {"max_lr": 1.0, "total_steps": 50}, lambda o: S.OneCycleLR(o, 1.0, total_steps=50)),
+        ("OneCycleLR.pct", {"max_lr": 0.5, "total_steps": 50, "pct_start": 0.25, "div_factor": 10.0,
+                            "final_div_factor": 100.0},
+         lambda o: S.OneCycleLR(o, 0.5, total_steps=50, pct_start=0.25, div_factor=10.0, final_div_factor=100.0)),
+        ("OneCycleLR.fractional_peak", {"max_lr": 1.0, "total_steps": 30, "pct_start": 0.25},
+         lambda o: S.OneCycleLR(o, 1.0, total_steps=30, pct_start=0.25)),
+        ("OneCycleLR.no_momentum_cycle", {"max_lr": 1.0, "total_steps": 50, "cycle_momentum": False},
+         lambda o: S.OneCycleLR(o, 1.0, total_steps=50, cycle_momentum=False)),
+    ]
+    for name, opts, make in configs:
+        steps = opts.get("total_steps", 50)
+        mom = 0.9 if name.startswith("OneCycleLR") else None
+        lrs, moms = seq(make, steps=steps, momentum=mom)
+        kind = name.split(".")[0]
+        s.case("sched", name, f"torch.optim.lr_scheduler.{kind}(SGD(lr=0.1{', momentum=0.9' if mom else ''}), "
+               f"{opts}), {steps} steps", "sched", {"type": kind, "options": opts, "steps": steps,
+                                                    "momentum": mom}, [],
+               lambda l=lrs, m=moms: (l, m), rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------- indexing
+def indexing(s):
+    x = torch.arange(60.0).reshape(3, 4, 5)
+
+    def spec_to_py(spec, tensors):
+        out = []
+        for it in spec:
+            k = it["kind"]
+            if k == "int":
+                out.append(it["v"])
+            elif k == "slice":
+                out.append(slice(it.get("start"), it.get("stop"), it.get("step")))
+            elif k == "none":
+                out.append(None)
+            elif k == "ellipsis":
+                out.append(Ellipsis)
+            elif k == "tensor":
+                out.append(tensors[it["input"] - 1])
+        return tuple(out)
+
+    def I(v):
+        return {"kind": "int", "v": v}
+
+    def Sl(start=None, stop=None, step=None):
+        return {"kind": "slice", "start": start, "stop": stop, "step": step}
+
+    N, E = {"kind": "none"}, {"kind": "ellipsis"}
+
+    def T(i):
+        return {"kind": "tensor", "input": i}
+    idx_a = torch.tensor([2, 0, -1])
+    idx_b = torch.tensor([[1], [3]])
+    mask = torch.tensor([True, False, True, True])
+    specs = [
+        ("int", [I(1)], []), ("neg_int", [I(-1), I(-2)], []), ("slice", [Sl(1, None)], []),
+        ("slice_step", [Sl(None, None, 2), Sl(1, 4, 2)], []), ("slice_neg", [Sl(-2, None), Sl(None, -1)], []),
+        ("slice_oob", [Sl(1, 100), Sl(-100, 2)], []), ("none", [N, I(0)], []), ("ellipsis", [E, I(2)], []),
+        ("ellipsis_none", [I(0), E, N], []), ("tensor", [T(1)], [idx_a]), ("tensor_dim1", [Sl(), T(1)], [idx_a]),
+        ("two_tensors_broadcast", [T(1), T(2)], [torch.tensor([0, 2]), idx_b]),
+        ("separated_tensors", [T(1), Sl(), T(2)], [torch.tensor([0, 2]), torch.tensor([1, 4])]),
+        ("tensor_slice_none", [T(1), N, Sl(1, 3)], [idx_a]), ("mask", [Sl(), T(1)], [mask]),
+        ("mask_first", [T(1)], [torch.tensor([True, False, True])]),
+        ("int_and_tensor", [I(1), T(1)], [torch.tensor([3, 0])]),
+        ("ellipsis_tensor", [E, T(1)], [torch.tensor([4, 0, 1])]),
+        ("oob_raises", [T(1)], [torch.tensor([3])]),
+        ("too_many_raises", [I(0), I(0), I(0), I(0)], []),
+    ]
+    for name, spec, tens in specs:
+        s.case("indexing", f"get.{name}", f"x[{spec}]", "index", {"spec": spec}, [x, *tens],
+               lambda x, *t, spec=spec: x[spec_to_py(spec, t)], grad=(0,))
+    for name, spec, tens in specs[:18]:
+        def setter(x, v, *t, spec=spec):
+            y = x.clone()
+            y[spec_to_py(spec, t)] = v
+            return y
+        target_shape = x[spec_to_py(spec, tens)].shape
+        s.case("indexing", f"set.{name}", f"y = x.clone(); y[{spec}] = v", "index_put", {"spec": spec},
+               [x, s.randn(*target_shape), *tens], setter, grad=(0, 1))
+    s.case("indexing", "index_put.accumulate", "x.index_put((i,), v, accumulate=True) with repeats", "index_put_acc", {},
+           [torch.zeros(5), torch.tensor([1, 1, 3, 1]), torch.tensor([1.0, 2.0, 3.0, 4.0])],
+           lambda x, i, v: x.index_put((i,), v, accumulate=True), grad=(0, 2))
+    src = s.randn(3, 4)
+    ind = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 1]])
+    s.case("indexing", "gather", "torch.gather(x, 0, idx)", "gather", {"dim": 0}, [src, ind],
+           lambda a, i: torch.gather(a, 0, i), grad=(0,))
+    s.case("indexing", "gather.dim1", "torch.gather(x, 1, idx)", "gather", {"dim": 1}, [src, ind[:, :3].t()],
+           lambda a, i: torch.gather(a, 1, i), grad=(0,))
+    s.case("indexing", "scatter", "torch.scatter(x, 0, idx, src)", "scatter", {"dim": 0},
+           [torch.zeros(3, 4), torch.tensor([[0, 1, 2, 0]]), s.randn(1, 4)],
+           lambda a, i, v: torch.scatter(a, 0, i, v), grad=(0, 2))
+    s.case("indexing", "scatter_add", "torch.scatter_add(x, 0, idx, src)", "scatter_add", {"dim": 0},
+           [s.randn(3, 4), ind, s.randn(2, 4)], lambda a, i, v: torch.scatter_add(a, 0, i, v), grad=(0, 2))
+    for red in ["sum", "prod", "mean", "amax", "amin"]:
+        for incl in [True, False]:
+            s.case("indexing", f"scatter_reduce.{red}.self{int(incl)}",
+                   f"torch.scatter_reduce(x, 0, idx, src, '{red}', include_self={incl})", "scatter_reduce",
+                   {"dim": 0, "reduce": red, "include_self": incl}, [s.randn(3, 4), ind, s.randn(2, 4)],
+                   lambda a, i, v, red=red, incl=incl: torch.scatter_reduce(a, 0, i, v, red, include_self=incl))
+    s.case("indexing", "index_select", "torch.index_select(x, 1, idx)", "index_select", {"dim": 1},
+           [src, torch.tensor([3, 0, 3])], lambda a, i: torch.index_select(a, 1, i), grad=(0,))
+    s.case("indexing", "index_add", "torch.index_add(x, 0, idx, src, alpha=2)", "index_add", {"dim": 0, "alpha": 2.0},
+           [s.randn(3, 2), torch.tensor([0, 2, 0]), s.randn(3, 2)],
+           lambda a, i, v: torch.index_add(a, 0, i, v, alpha=2), grad=(0, 2))
+    s.case("indexing", "masked_fill", "x.masked_fill(mask, -1.5)", "masked_fill", {"value": -1.5},
+           [src, src > 0], lambda a, m: a.masked_fill(m, -1.5), grad=(0,))
+    s.case("indexing", "masked_select", "torch.masked_select(x, mask)", "masked_select", {}, [src, src > 0],
+           lambda a, m: torch.masked_select(a, m), grad=(0,))
+    s.case("indexing", "nonzero", "torch.nonzero(x)", "nonzero", {}, [torch.tensor([[0, 1], [2, 0], [3, 3]])],
+           torch.nonzero)
+    ns = torch.tensor([3.0, math.nan, -1.0, 3.0, -math.inf, 0.0])
+    for desc in [False, True]:
+        s.case("indexing", f"sort.desc{int(desc)}", f"torch.sort(x with nan, ties, descending={desc}, stable=True)",
+               "sort", {"descending": desc}, [ns], lambda a, d=desc: torch.sort(a, descending=d, stable=True),
+               grad=(0,))
+    s.case("indexing", "topk", "torch.topk(x, 3)", "topk", {"k": 3, "largest": True}, [s.randn(2, 6)],
+           lambda a: torch.topk(a, 3), grad=(0,))
+    s.case("indexing", "topk.smallest", "torch.topk(x, 2, largest=False)", "topk", {"k": 2, "largest": False},
+           [s.randn(2, 6)], lambda a: torch.topk(a, 2, largest=False), grad=(0,))
+    s.case("indexing", "one_hot", "F.one_hot(t, 5)", "one_hot", {"classes": 5}, [torch.tensor([0, 4, 2])],
+           lambda t: F.one_hot(t, 5))
+    s.case("indexing", "cat", "torch.cat([a, b], 1)", "cat", {"dim": 1}, [s.randn(2, 3), s.randn(2, 1)],
+           lambda a, b: torch.cat([a, b], 1), grad=(0, 1))
+    s.case("indexing", "cat.promote", "torch.cat([int64, float32])", "cat", {"dim": 0},
+           [torch.tensor([1, 2]), s.randn(2)], lambda a, b: torch.cat([a, b]))
+    s.case("indexing", "stack", "torch.stack([a, b], 1)", "stack", {"dim": 1}, [s.randn(2, 3), s.randn(2, 3)],
+           lambda a, b: torch.stack([a, b], 1), grad=(0, 1))
+    for pads in [[1, 2], [1, 0, 2, 1], [-1, 1], [-1, -1, 0, 2]]:
+        s.case("indexing", f"pad.{pads}", f"F.pad(x, {pads}, value=0.5)", "pad", {"pads": pads, "value": 0.5},
+               [s.randn(2, 3, 4)], lambda a, p=pads: F.pad(a, p, value=0.5), grad=(0,))
+
+
+# ---------------------------------------------------------------- views
+def views(s):
+    x = s.randn(3, 4)
+    chains = [
+        ("transpose", [["transpose", 0, 1]]), ("t_narrow", [["t"], ["narrow", 0, 1, 2]]),
+        ("select", [["select", 1, 2]]), ("unsqueeze_expand", [["unsqueeze", 0], ["expand", [2, 3, 4]]]),
+        ("view", [["view", [2, 6]]]), ("reshape_t", [["t"], ["reshape", [12]]]),
+        ("permute", [["view", [3, 2, 2]], ["permute", [2, 0, 1]]]), ("flatten", [["view", [3, 2, 2]], ["flatten", 1]]),
+        ("squeeze", [["unsqueeze", 1], ["squeeze", 1]]), ("slice_step", [["slice", 1, 0, 4, 2]]),
+        ("diagonal_like", [["as_strided", [3], [5], 0]]), ("split", [["split", 2, 1, 1]]),
+        ("chunk", [["chunk", 3, 0, 2]]), ("movedim", [["view", [3, 2, 2]], ["movedim", 0, 2]]),
+        ("unflatten", [["unflatten", 1, [2, 2]]]),
+    ]
+
+    def apply(t, chain):
+        for step in chain:
+            op, args = step[0], step[1:]
+            if op == "slice":
+                d, a, b, st = args
+                t = t[(slice(None),) * d + (slice(a, b, st),)]
+            elif op == "split":
+                size, d, k = args
+                t = torch.split(t, size, d)[k]
+            elif op == "chunk":
+                n, d, k = args
+                t = torch.chunk(t, n, d)[k]
+            elif op == "as_strided":
+                t = t.as_strided(*args)
+            elif op == "expand":
+                t = t.expand(*args[0])
+            elif op in ("view", "reshape"):
+                t = getattr(t, op)(*args[0])
+            elif op == "permute":
+                t = t.permute(*args[0])
+            elif op == "unflatten":
+                t = t.unflatten(args[0], args[1])
+            else:
+                t = getattr(t, op)(*args)
+        return t
+
+    for name, chain in chains:
+        s.case("views", f"view.{name}", f"x.{chain}", "view_chain", {"chain": chain}, [x],
+               lambda t, c=chain: apply(t, c).contiguous() * 1.0, grad=(0,))
+        if name not in ("unsqueeze_expand",):
+            def inplace(base, c=chain):
+                b = base.clone()
+                v = apply(b, c)
+                v.mul_(2.0).add_(1.0)
+                return b
+            s.case("views", f"inplace.{name}", f"b = x.clone(); b.{chain}.mul_(2).add_(1); b", "view_inplace",
+                   {"chain": chain}, [x], inplace, grad=(0,))
+    s.case("views", "inplace.expand_raises", "x.unsqueeze(0).expand(2, 3, 4).add_(1)", "view_inplace",
+           {"chain": [["unsqueeze", 0], ["expand", [2, 3, 4]]]}, [x],
+           lambda base: apply(base.clone(), [["unsqueeze", 0], ["expand", [2, 3, 4]]]).mul_(2.0))
+    s.case("views", "view.noncontiguous_raises", "x.t().view(12)", "view_chain", {"chain": [["t"], ["view", [12]]]},
+           [x], lambda t: t.t().view(12))
+
+
+# ---------------------------------------------------------------- factories
+def factories(s):
+    cases = [
+        ("full.int", "torch.full((2,), 3)", {"op": "full", "size": [2], "value": 3, "kind": "int"},
+         lambda: torch.full((2,), 3)),
+        ("full.float", "torch.full((2,), 3.5)", {"op": "full", "size": [2], "value": 3.5, "kind": "float"},
+         lambda: torch.full((2,), 3.5)),
+        ("full.bool", "torch.full((2,), True)", {"op": "full", "size": [2], "value": True, "kind": "bool"},
+         lambda: torch.full((2,), True)),
+        ("tensor.ints", "torch.tensor([1, 2, 3])", {"op": "tensor", "values": [1, 2, 3], "kind": "int"},
+         lambda: torch.tensor([1, 2, 3])),
+        ("tensor.floats", "torch.tensor([1., 2.5])", {"op": "tensor", "values": [1.0, 2.5], "kind": "float"},
+         lambda: torch.tensor([1.0, 2.5])),
+        ("tensor.bools", "torch.tensor([True, False])", {"op": "tensor", "values": [True, False], "kind": "bool"},
+         lambda: torch.tensor([True, False])),
+        ("arange.int", "torch.arange(5)", {"op": "arange", "start": 0, "end": 5, "step": 1, "kind": "int"},
+         lambda: torch.arange(5)),
+        ("arange.float_step", "torch.arange(0, 1, 0.25)", {"op": "arange", "start": 0, "end": 1, "step": 0.25,
+                                                            "kind": "float"}, lambda: torch.arange(0, 1, 0.25)),
+        ("arange.neg", "torch.arange(5, 0, -2)", {"op": "arange", "start": 5, "end": 0, "step": -2, "kind": "int"},
+         lambda: torch.arange(5, 0, -2)),
+        ("linspace", "torch.linspace(-1, 1, 5)", {"op": "linspace", "start": -1.0, "end": 1.0, "steps": 5},
+         lambda: torch.linspace(-1, 1, 5)),
+        ("linspace.one", "torch.linspace(2, 3, 1)", {"op": "linspace", "start": 2.0, "end": 3.0, "steps": 1},
+         lambda: torch.linspace(2, 3, 1)),
+        ("eye", "torch.eye(2, 3)", {"op": "eye", "n": 2, "m": 3}, lambda: torch.eye(2, 3)),
+        ("zeros", "torch.zeros(2, 0)", {"op": "zeros", "size": [2, 0]}, lambda: torch.zeros(2, 0)),
+        ("ones_like_int", "torch.ones_like(int tensor)", {"op": "ones_like"}, None),
+        ("full_like_float_into_int", "torch.full_like(int tensor, 2.7)", {"op": "full_like", "value": 2.7}, None),
+    ]
+    for name, call, attrs, fn in cases:
+        if fn is None:
+            t = torch.tensor([1, 2, 3])
+            f = (lambda a: torch.ones_like(a)) if attrs["op"] == "ones_like" else (lambda a: torch.full_like(a, 2.7))
+            s.case("factories", name, call, "factory", attrs, [t], f)
+        else:
+            s.case("factories", name, call, "factory", attrs, [], fn)
+
+
+def safetensors_edge(out_dir):
+    """A file the reference writer made where every second tensor is empty: 0-byte entries
+    share a start offset with their neighbours, and a reader must accept them."""
+    tensors = {}
+    for i in range(40):
+        tensors[f"t{i:03d}"] = torch.zeros(0) if i % 2 else torch.full((i + 1,), float(i))
+    tensors["scalar"] = torch.tensor(7.0)
+    tensors["empty2d"] = torch.zeros(3, 0, dtype=I64)
+    path = os.path.join(out_dir, "edge_empty_tensors.safetensors")
+    save_file(tensors, path + ".tmp", metadata={"__torch__": torch.__version__.split("+")[0]})
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+    s = Suite()
+    for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
+                  factories):
+        group(s)
+    s.write(out_dir)
+    safetensors_edge(out_dir)
+
+
+if __name__ == "__main__":
+    main()
