@@ -1,4 +1,4 @@
-// GRU and LSTM: see rnn.h.
+// RNN (Elman), GRU and LSTM: see rnn.h.
 #include "core/nn/rnn.h"
 
 #include <cmath>
@@ -15,6 +15,8 @@ RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hi
   ANVIL_CHECK(input_size > 0 && hidden_size > 0 && o.num_layers >= 1, type,
               ": expected positive input_size, hidden_size and num_layers");
   ANVIL_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, type, ": expected dropout in [0, 1), got ", o.dropout);
+  ANVIL_CHECK(o.nonlinearity == "tanh" || o.nonlinearity == "relu", type,
+              ": unknown nonlinearity '", o.nonlinearity, "' (expected 'tanh' or 'relu')");
   weights_.resize(static_cast<size_t>(4 * o.num_layers));
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   for (int64_t l = 0; l < o.num_layers; ++l) {
@@ -62,7 +64,9 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tens
     for (int64_t t = 0; t < T; ++t) {
       const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
       const Tensor gx = gi[t];
-      if (lstm) {
+      if (gates_ == 1) {  // Elman
+        h = options_.nonlinearity == "relu" ? relu(gx + gh) : tanh(gx + gh);
+      } else if (lstm) {
         const Tensor g = gx + gh;
         const Tensor i = sigmoid(g.narrow(1, 0, H)), f = sigmoid(g.narrow(1, H, H));
         const Tensor gg = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));

@@ -21,6 +21,7 @@ struct RNNOptions {
   bool batch_first = false;
   double dropout = 0.0;  // between layers
   bool bias = true;
+  std::string nonlinearity = "tanh";  // the Elman RNN's: "tanh" or "relu" (LSTM and GRU ignore it)
 };
 
 struct RNNOutput {
@@ -47,6 +48,13 @@ class RNNBase : public Module {
   // Per layer: weight_ih, weight_hh, bias_ih, bias_hh (registered members need stable
   // addresses: the vector is sized once in the constructor).
   std::vector<Tensor> weights_;
+};
+
+// The Elman RNN: h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh), act tanh or relu.
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, const RNNOptions& options = {})
+      : RNNBase("RNN", 1, input_size, hidden_size, options) {}
 };
 
 class GRU : public RNNBase {

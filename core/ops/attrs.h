@@ -48,6 +48,10 @@ struct OptimizerStepAttrs {
   bool amsgrad = false;
 };
 
+// How scatter_reduce combines a source element with its destination (mean is a sum and a
+// count, in ops/indexing.cc).
+enum ScatterReduceMode : int64_t { kScatterSum = 0, kScatterProd = 1, kScatterAmax = 2, kScatterAmin = 3 };
+
 struct OpAttrs {
   IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0];
                              // Im2Col/Col2Im: WindowParams packed (see ops/im2col.cc)
@@ -62,6 +66,7 @@ struct OpAttrs {
   bool has_alpha = true;     // Clamp: lower bound present
   bool has_beta = true;      // Clamp: upper bound present
   int64_t dim = 0;           // gather/scatter/index_select/index_add dim
+  int64_t mode = 0;          // ScatterReduce: ScatterReduceMode (sum, prod, amax, amin)
   ScalarType dtype = kFloat32;  // Cast target
   ViewFn view;               // View rows
   Geometry geometry;         // StridedScatterAdd: window in a contiguous buffer of `dims` sizes

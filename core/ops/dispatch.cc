@@ -103,6 +103,10 @@ void check_inplace_allowed(const Tensor& self, const char* name) {
                 ": a leaf tensor that requires grad is being used in an in-place operation. "
                 "Wrap the update in NoGradGuard (as optimizers do), or clone() the tensor first.");
     if (self.is_view()) {
+      ANVIL_CHECK(!(self.impl()->view_info()->multi_output && self.requires_grad()), name,
+                  ": this view is one of several that one call returned (split, chunk, unbind) and is being "
+                  "modified in place; autograd cannot track such writes (PyTorch refuses them too). Replace "
+                  "the in-place op by an out-of-place one, or clone() the view first.");
       Tensor base(self.impl()->view_info()->base);
       AutogradMeta* bm = base.impl()->autograd();
       ANVIL_CHECK(!(bm && bm->requires_grad && !bm->grad_fn), name,

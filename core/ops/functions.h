@@ -213,6 +213,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// PyTorch's scatter_reduce: reduce "sum", "prod", "mean", "amax" or "amin"; include_self = false
+// leaves the destination's own value out where a source lands. Not differentiable yet.
+Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                      bool include_self = true);
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
                  Scalar alpha = 1);
 // Advanced indexing: x[i0, i1, ...] with optional (undefined = full slice) index tensors,

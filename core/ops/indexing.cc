@@ -1,6 +1,7 @@
 // Indexing ops: gather/scatter, index_select/index_add, advanced indexing (index/index_put
 // with lists of index tensors, bool masks included), masked ops, nonzero, one_hot, cat.
 #include <algorithm>
+#include <limits>
 
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
@@ -91,6 +92,52 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   CheckIndex(index, "scatter_add");
   return dispatch1(OpId::ScatterAdd, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, DimAttrs(dim));
 }
+namespace {
+// The identity of amax (the dtype's lowest value) or amin (its highest).
+Scalar ExtremeOf(ScalarType t, bool lowest) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  switch (t) {
+    case kBool: return Scalar(!lowest);
+    case kUInt8: return lowest ? Scalar(0) : Scalar(255);
+    case kInt8: return lowest ? Scalar(-128) : Scalar(127);
+    case kInt16: return lowest ? Scalar(-32768) : Scalar(32767);
+    case kInt32: return Scalar(int64_t{lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max()});
+    case kInt64: return Scalar(lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max());
+    default: return Scalar(lowest ? -kInf : kInf);
+  }
+}
+}  // namespace
+
+Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                      bool include_self) {
+  CheckIndex(index, "scatter_reduce");
+  ANVIL_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "scatter_reduce: reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
+  ANVIL_CHECK_TYPE(src.dtype() == x.dtype(), "scatter_reduce(): Expected self.dtype to be equal to src.dtype, got ",
+                   x.dtype(), " and ", src.dtype());
+  const TensorOptions opts = TensorOptions(x.dtype()).with_device(x.device());
+  // Without include_self the elements that receive a source start from the reduction's
+  // identity, so only the sources count there.
+  Tensor hit;
+  Tensor base = x;
+  if (!include_self) {
+    hit = scatter(zeros(x.sizes(), TensorOptions(kBool).with_device(x.device())), dim, index, Scalar(true));
+    Scalar identity = 0;
+    if (reduce == "prod") identity = 1;
+    if (reduce == "amax" || reduce == "amin") identity = ExtremeOf(x.dtype(), /*lowest=*/reduce == "amax");
+    base = where(hit, full({}, identity, opts), x);
+  }
+  OpAttrs a = DimAttrs(dim);
+  a.mode = reduce == "prod" ? kScatterProd : reduce == "amax" ? kScatterAmax : reduce == "amin" ? kScatterAmin : kScatterSum;
+  Tensor out = dispatch1(OpId::ScatterReduce, {base, index, src}, a);
+  if (reduce != "mean") return out;
+  // mean: the sum over the count of what was summed (the element itself with include_self);
+  // untouched elements keep their value. Integers divide rounding down, as PyTorch's.
+  const Tensor start = include_self ? ones(x.sizes(), opts) : where(hit, Scalar(0), Scalar(1)).to(x.dtype());
+  const Tensor count = scatter_add(start, dim, index, ones(index.sizes(), opts));
+  return is_floating_point(x.dtype()) ? out / count : floor_divide(out, count);
+}
+
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
   CheckIndex(index, "index_add");
   OpAttrs a = DimAttrs(dim);

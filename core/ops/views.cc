@@ -176,6 +176,7 @@ Tensor make_view(OpId op, const Tensor& input, const ViewFn& fn) {
   std::optional<Geometry> rel;
   if (parent) {
     vi->base = parent->base;
+    vi->multi_output = parent->multi_output;
     if (parent->rel_valid) {
       rel = apply_view(fn, {parent->rel_sizes, parent->rel_strides, parent->rel_offset});
     }
@@ -434,7 +435,10 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
 std::vector<Tensor> Tensor::unbind(int64_t d) const {
   d = wrap_dim(d, dim(), "unbind");
   std::vector<Tensor> out;
-  for (int64_t i = 0; i < size(d); ++i) out.push_back(select(d, i));
+  for (int64_t i = 0; i < size(d); ++i) {
+    out.push_back(select(d, i));
+    out.back().impl()->view_info()->multi_output = true;
+  }
   return out;
 }
 
@@ -449,6 +453,7 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, IntArray sizes, int64_t d)
   int64_t start = 0;
   for (int64_t s : sizes) {
     out.push_back(x.narrow(d, start, s));
+    out.back().impl()->view_info()->multi_output = true;
     start += s;
   }
   return out;

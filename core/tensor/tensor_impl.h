@@ -36,6 +36,10 @@ struct ViewInfo {
   int64_t rel_offset = 0;
   bool rel_valid = true;           // false when the window cannot be expressed that way
   uint64_t grad_fn_version = 0;    // storage version when grad_fn was last (re)built
+  // One of several views a single call returned (split, chunk, unbind), or a view of one:
+  // autograd cannot rebase such a view's history onto its siblings', so in-place writes to
+  // it are refused while it requires grad (PyTorch's rule).
+  bool multi_output = false;
 };
 
 struct AutogradMeta {

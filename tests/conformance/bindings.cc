@@ -258,12 +258,13 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
     return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
         std::make_shared<nn::Linear>(4, 6), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(6, 2)});
   }
-  if (type == "LSTM" || type == "GRU") {
+  if (type == "LSTM" || type == "GRU" || type == "RNN") {
     nn::RNNOptions o;
     o.num_layers = a.at("layers").get<int64_t>();
     o.batch_first = a.at("batch_first").get<bool>();
     const int64_t in = a.at("in").get<int64_t>(), hidden = a.at("hidden").get<int64_t>();
     if (type == "LSTM") return std::make_shared<nn::LSTM>(in, hidden, o);
+    if (type == "RNN") return std::make_shared<nn::RNN>(in, hidden, o);
     return std::make_shared<nn::GRU>(in, hidden, o);
   }
   if (type == "MultiheadAttention") {
@@ -283,7 +284,7 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
   m->train(a.at("train").get<bool>());
   Result r;
   const std::string type = a.at("type").get<std::string>();
-  if (type == "LSTM" || type == "GRU") {
+  if (type == "LSTM" || type == "GRU" || type == "RNN") {
     auto* rnn = dynamic_cast<nn::RNNBase*>(m.get());
     nn::RNNOutput o = rnn->forward_all(in[0]);
     r.outputs = {o.output, o.h_n};
@@ -577,7 +578,11 @@ std::map<std::string, Binding> Make() {
   b["scatter_add"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(scatter_add(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
   };
-  b["scatter_reduce"] = [](const Case&, const std::vector<Tensor>&) -> Result { NoBinding("scatter_reduce"); };
+  b["scatter_reduce"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    return One(scatter_reduce(in[0], a.at("dim").get<int64_t>(), in[1], in[2], a.at("reduce").get<std::string>(),
+                              a.at("include_self").get<bool>()));
+  };
   b["index_select"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(index_select(in[0], c.attrs().at("dim").get<int64_t>(), in[1]));
   };

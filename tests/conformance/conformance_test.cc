@@ -45,21 +45,6 @@ const std::map<std::string, std::string>& KnownGaps() {
   static const std::map<std::string, std::string> m = {
       {"elementwise/gelu.special",
        "deliberate: gelu(inf) is inf in Anvil (the limit of x * Phi(x)); PyTorch 2.x's vectorised CPU kernel gives NaN"},
-      {"nn/RNN", "gap: Anvil has LSTM and GRU but no Elman nn.RNN (tanh) layer yet"},
-      {"indexing/scatter_reduce.amax.self0", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.amax.self1", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.amin.self0", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.amin.self1", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.mean.self0", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.mean.self1", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.prod.self0", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.prod.self1", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.sum.self0", "gap: scatter_reduce is not in the op table yet"},
-      {"indexing/scatter_reduce.sum.self1", "gap: scatter_reduce is not in the op table yet"},
-      {"views/inplace.chunk",
-       "gap: PyTorch refuses in-place writes to one of several views split/chunk returned (autograd cannot "
-       "rebase them); Anvil allows it and its gradient is right, but code relying on it will not port back"},
-      {"views/inplace.split", "gap: as views/inplace.chunk"},
       {"reductions/prod.inf.dNone.k0", kProdInf},
       {"reductions/prod.inf.d[0].k0", kProdInf},
       {"reductions/prod.inf.d[0].k1", kProdInf},
@@ -165,15 +150,15 @@ std::string Run(const Case& c) {
   const double rtol = c.meta.at("rtol").get<double>(), atol = c.meta.at("atol").get<double>();
   const int64_t n_in = c.meta.at("n_in").get<int64_t>();
   std::vector<Tensor> inputs;
-  std::set<int64_t> grad_of;
+  std::set<int64_t> grad_of, requires_grad;
   for (const auto& g : c.meta.at("grad")) grad_of.insert(g.get<int64_t>());
+  for (const auto& g : c.meta.value("requires_grad", c.meta.at("grad"))) requires_grad.insert(g.get<int64_t>());
   const bool raises = !c.meta.at("raises").is_null();
   for (int64_t i = 0; i < n_in; ++i) {
     Tensor t = c.get("in" + std::to_string(i));
-    if (grad_of.count(i)) t.requires_grad_(true);
+    if (requires_grad.count(i)) t.requires_grad_(true);
     inputs.push_back(t);
   }
-  // PyTorch's "raises" cases list no gradients; the inputs it would differentiate are float.
   Result r;
   try {
     r = it->second(c, inputs);

@@ -13,7 +13,8 @@ upstream gradient of output i), "<case>/grad<i>" (the gradient of input i) and
 safetensors metadata maps "<case>" to a JSON object:
     call       the PyTorch call, as text (what the case is)
     fn, attrs  which Anvil binding runs it, with what options (conformance_test.cc)
-    n_in, n_out, grad (input indices), gout_of (output indices), grad_none (inputs whose
+    n_in, n_out, requires_grad (input indices; also where PyTorch raised), grad (input
+    indices whose gradients were recorded), gout_of (output indices), grad_none (inputs whose
     PyTorch gradient is None), extra (names), raises (PyTorch's message or null),
     rtol, atol
 and "__torch__" to the PyTorch version. Files are written whole to a temporary name and
@@ -67,6 +68,7 @@ class Suite:
         except Exception as e:  # noqa: BLE001 - any PyTorch error is a "raises" case
             raises = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         record = {"call": call, "fn": fn, "attrs": attrs, "n_in": len(inputs), "n_out": len(outs), "grad": [],
+                  "requires_grad": list(grad),
                   "gout_of": [], "grad_none": [], "extra": sorted(extra), "raises": raises, "rtol": rtol, "atol": atol}
         for i, t in enumerate(inputs):
             tensors[f"{name}/in{i}"] = t.detach().contiguous().clone()

@@ -161,6 +161,20 @@ TEST(CudaParity, NonDifferentiableRowsAndOtherDtypesMatchTheCpu) {
       {"float64", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) { return (exp(x.to(kFloat64)) / y.to(kFloat64)).to(kFloat32); }},
       {"cast_bool_uint8", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return (x > 0.0).to(kUInt8).to(kInt64) * 3; }},
       {"cumsum", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return cumsum(x, 0); }},
+      {"fmod_fmax_fmin", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) {
+         return fmod(x * 5, y + 3) + fmax(x, y) - fmin(x, y);
+       }},
+      {"div_rounding", [](const Tensor& x, const Tensor& y, const Tensor& i, const Tensor& j) {
+         return div(x * 7, y + 3, "floor") + div(x * 7, y + 3, "trunc") + floor_divide(i, j).to(kFloat32);
+       }},
+      {"scatter_reduce", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
+         const Tensor idx = remainder(arange(35).reshape({5, 7}), full({}, 3)).narrow(0, 0, 3);
+         const Tensor src = x.narrow(0, 0, 3);
+         return scatter_reduce(zeros({3, 7}, TensorOptions(kFloat32).with_device(x.device())), 0, idx.to(x.device()),
+                               src, "prod", false) +
+                scatter_reduce(x.narrow(0, 0, 3), 0, idx.to(x.device()), src, "amax") +
+                scatter_reduce(x.narrow(0, 0, 3), 0, idx.to(x.device()), src, "mean", false);
+       }},
   };
   for (const auto& [name, f] : cases) {
     SCOPED_TRACE(name);

@@ -103,6 +103,52 @@ void ScatterKernel(const KernelCall& c) {
   });
 }
 
+// scatter_reduce's step: out = self; out[..idx..] = combine(out[..idx..], src), in the loop's
+// (serial) order, as PyTorch's CPU kernel.
+template <typename T>
+T CombineScatter(int64_t mode, T cur, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return mode == kScatterSum || mode == kScatterAmax ? (cur || v) : (cur && v);
+  } else {
+    using M = opmath_t<T>;
+    const M a = M(cur), b = M(v);
+    switch (mode) {
+      case kScatterSum: return T(a + b);
+      case kScatterProd: return T(a * b);
+      case kScatterAmax: return (b != b) ? v : (a > b || a != a ? cur : v);
+      default: return (b != b) ? v : (a < b || a != a ? cur : v);
+    }
+  }
+}
+
+void ScatterReduceKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (idx.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter_reduce");
+  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  IntArray st = out.strides();
+  if (!st.empty()) st[d] = 0;
+  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
+  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
+  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
+  const int64_t mode = c.attrs.mode;
+  ANVIL_DISPATCH_ALL(self.dtype(), "scatter_reduce", [&] {
+    StridedLoop<3> loop;
+    loop.Build({&outr, &srcr, &idx});
+    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step);
+        *dst = CombineScatter<scalar_t>(mode, *dst, *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]));
+      }
+    });
+  });
+}
+
 void IndexSelectKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor idx = AsInt64(c.inputs[1]).reshape({-1});
@@ -319,6 +365,7 @@ void RegisterIndexKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Gather)] = &GatherKernel;
   t[static_cast<int>(OpId::Scatter)] = &ScatterKernel<false>;
   t[static_cast<int>(OpId::ScatterAdd)] = &ScatterKernel<true>;
+  t[static_cast<int>(OpId::ScatterReduce)] = &ScatterReduceKernel;
   t[static_cast<int>(OpId::IndexSelect)] = &IndexSelectKernel;
   t[static_cast<int>(OpId::IndexAdd)] = &IndexAddKernel;
   t[static_cast<int>(OpId::Index)] = &IndexKernel;

@@ -176,7 +176,8 @@ void Read(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc) {
 
 // ---- colliding writes ----
 
-enum class Combine { kAssign, kAdd, kAddScaled };
+// kMul, kMax, kMin: scatter_reduce's prod, amax and amin (a NaN source wins max and min).
+enum class Combine { kAssign, kAdd, kAddScaled, kMul, kMax, kMin };
 
 // The CPU kernels' arithmetic, step for step (each step rounds to T, as the CPU's does).
 template <typename T, Combine C>
@@ -190,8 +191,17 @@ __device__ __forceinline__ T Apply(T cur, T v, double alpha) {
     } else {
       return T(M(cur) + M(v));
     }
-  } else {
+  } else if constexpr (C == Combine::kAddScaled) {
     return T(M(cur) + M(alpha) * M(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return C == Combine::kMax ? (cur || v) : (cur && v);
+  } else if constexpr (C == Combine::kMul) {
+    return T(M(cur) * M(v));
+  } else {
+    const M a = M(cur), b = M(v);
+    if (b != b) return v;
+    if (a != a) return cur;
+    return C == Combine::kMax ? (a > b ? cur : v) : (a < b ? cur : v);
   }
 }
 
@@ -280,7 +290,10 @@ void Write(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc, co
   const Tensor& src = *ops[0];
   const int64_t n = src.numel();
   if (n == 0) return;
-  if constexpr (C == Combine::kAssign || kHasAtomicAdd<T>) {
+  // Only plain writes and sums have a direct (unordered) path; products and extrema always
+  // take the sorted one.
+  if constexpr (C == Combine::kAssign ||
+                ((C == Combine::kAdd || C == Combine::kAddScaled) && kHasAtomicAdd<T>)) {
     if (!deterministic_index_accumulate()) {
       LaunchElementwise<2 + K>(ops, DirectBody<T, C, K>{loc, alpha});
       return;
@@ -361,6 +374,32 @@ void ScatterKernel(const KernelCall& c) {
       Write<decltype(tag), Combine::kAssign, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
     });
   }
+}
+
+// scatter_reduce's step, in the CPU's serial order (the sorted path: no atomics).
+void ScatterReduceKernel(const KernelCall& c) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (idx.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter_reduce");
+  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  CheckIndices({{idx, size, d, false}});
+  IntArray st = out.strides();
+  if (!st.empty()) st[d] = 0;
+  const Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
+  const Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
+  const Locate<1> loc{{size}, {(out.dim() == 0 ? 0 : out.stride(d)) * out.element_size()}};
+  ANVIL_DISPATCH_ALL(self.dtype(), "scatter_reduce", [&] {
+    switch (c.attrs.mode) {
+      case kScatterSum: Write<scalar_t, Combine::kAdd, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+      case kScatterProd: Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+      case kScatterAmax: Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+      default: Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+    }
+  });
 }
 
 void IndexSelectKernel(const KernelCall& c) {
@@ -497,6 +536,7 @@ void RegisterIndexKernels(KernelTable& t) {
   t[static_cast<int>(OpId::Gather)] = &GatherKernel;
   t[static_cast<int>(OpId::Scatter)] = &ScatterKernel<false>;
   t[static_cast<int>(OpId::ScatterAdd)] = &ScatterKernel<true>;
+  t[static_cast<int>(OpId::ScatterReduce)] = &ScatterReduceKernel;
   t[static_cast<int>(OpId::IndexSelect)] = &IndexSelectKernel;
   t[static_cast<int>(OpId::IndexAdd)] = &IndexAddKernel;
   t[static_cast<int>(OpId::Index)] = &IndexKernel;
