@@ -137,7 +137,9 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
     o.scheduler_per_step = true;
   } else if (s.name() == "onecycle") {
     const double max_lr = s.max_lr() > 0 ? s.max_lr() : spec.optimizer().lr();
-    plan.scheduler = std::make_shared<optim::OneCycleLR>(*plan.optimizer, max_lr, plan.total_steps);
+    optim::OneCycleOptions oc;
+    oc.cycle_momentum = s.has_cycle_momentum() ? s.cycle_momentum() : true;
+    plan.scheduler = std::make_shared<optim::OneCycleLR>(*plan.optimizer, max_lr, plan.total_steps, oc);
     o.scheduler_per_step = true;
   } else if (s.name() == "warmup_cosine") {
     plan.scheduler =

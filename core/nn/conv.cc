@@ -29,9 +29,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     if (before < 0 || after < 0) {
       const int64_t n = y.size(dim);
       const int64_t start = before < 0 ? -before : 0, stop = after < 0 ? n + after : n;
-      ANVIL_CHECK(stop - start + std::max<int64_t>(before, 0) + std::max<int64_t>(after, 0) >= 0, "pad: padding (",
-                  pads[2 * k], ", ", pads[2 * k + 1], ") of dim ", dim, " of size ", n,
-                  " leaves a negative size");
+      ANVIL_CHECK(start <= stop, "pad: negative padding (", pads[2 * k], ", ", pads[2 * k + 1], ") crops more than dim ",
+                  dim, "'s size ", n);
       y = y.narrow(dim, std::min(start, n), std::max<int64_t>(stop - start, 0));
       before = std::max<int64_t>(before, 0);
       after = std::max<int64_t>(after, 0);

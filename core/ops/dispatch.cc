@@ -24,12 +24,12 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
 
 void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
                std::vector<Tensor>& outputs, const OpAttrs& attrs) {
-  detail::trace_op(op);
   KernelFn fn = backend_for(dev).kernel(op);
   if (fn == nullptr) {
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",
                                              dev));
   }
+  detail::trace_op(op);
   NoGradGuard no_grad;  // kernels may compose tensor ops internally: never record them
   fn(KernelCall{op, inputs, outputs, attrs});
 }

@@ -206,32 +206,36 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   return Binary(OpId::TruncDivide, a, b);
 }
 namespace {
-// clamp with tensor bounds, with PyTorch 2.x's gradients: x takes it inside the bounds (and
-// where it is NaN), a bound where x is beyond it, and at a bound the two split it in half.
+// clamp with tensor bounds, with PyTorch 2.x's gradients: x takes it strictly inside the
+// bounds (and where it is NaN, or sits on both bounds at once), a bound where x is beyond it,
+// and x and a bound it touches split it in half. With lo > hi the result is hi, which takes
+// it all. (One bound alone is maximum or minimum.)
 struct ClampTensors : autograd::Function<ClampTensors> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor x, Tensor lo, Tensor hi) {
     ctx->save_for_backward({x, lo, hi});
-    Tensor y = lo.defined() ? maximum(x, lo) : x;
-    return hi.defined() ? minimum(y, hi) : y;
+    return minimum(maximum(x, lo), hi);
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
     const std::vector<Tensor> s = ctx->get_saved_variables();
     const Tensor &x = s[0], &lo = s[1], &hi = s[2];
-    const auto share = [&](const Tensor& beyond, const Tensor& at) {
-      return where(beyond, g[0], where(at, g[0] * 0.5, Scalar(0.0)));
-    };
-    Tensor wx = ones_like(g[0]);
-    Tensor glo, ghi;
-    if (lo.defined()) {
-      wx = wx * where(x < lo, Scalar(0.0), where(x == lo, Scalar(0.5), Scalar(1.0)));
-      if (ctx->needs_input_grad(1)) glo = autograd::sum_to(share(x < lo, x == lo), lo.sizes());
+    const Tensor zero = zeros_like(g[0]);
+    const Tensor half = g[0] * 0.5;
+    const Tensor crossed = gt(lo, hi);
+    const Tensor both = logical_and(eq(x, lo), eq(x, hi));
+    const Tensor at_lo = logical_and(eq(x, lo), logical_not(both));
+    const Tensor at_hi = logical_and(eq(x, hi), logical_not(both));
+    const Tensor below = lt(x, lo), above = gt(x, hi);
+    Tensor gx, glo, ghi;
+    if (ctx->needs_input_grad(0)) {
+      const Tensor w = where(logical_or(below, above), zero, where(logical_or(at_lo, at_hi), half, g[0]));
+      gx = autograd::sum_to(where(crossed, zero, w), x.sizes());
     }
-    if (hi.defined()) {
-      wx = wx * where(x > hi, Scalar(0.0), where(x == hi, Scalar(0.5), Scalar(1.0)));
-      if (ctx->needs_input_grad(2)) ghi = autograd::sum_to(share(x > hi, x == hi), hi.sizes());
+    if (ctx->needs_input_grad(1)) {
+      glo = autograd::sum_to(where(crossed, zero, where(below, g[0], where(at_lo, half, zero))), lo.sizes());
     }
-    Tensor gx;
-    if (ctx->needs_input_grad(0)) gx = autograd::sum_to(g[0] * wx, x.sizes());
+    if (ctx->needs_input_grad(2)) {
+      ghi = autograd::sum_to(where(crossed, g[0], where(above, g[0], where(at_hi, half, zero))), hi.sizes());
+    }
     return {gx, glo, ghi};
   }
 };
@@ -239,6 +243,11 @@ struct ClampTensors : autograd::Function<ClampTensors> {
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
   ANVIL_CHECK(lo.defined() || hi.defined(), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  // One bound is maximum / minimum, gradients included (as PyTorch's: a tie splits, against a
+  // NaN both sides take it); integers have no gradients.
+  if (!lo.defined()) return minimum(x, hi);
+  if (!hi.defined()) return maximum(x, lo);
+  if (!is_floating_point(result_type(x, lo))) return minimum(maximum(x, lo), hi);
   return ClampTensors::apply(x, lo, hi);
 }
 Tensor eq(const Tensor& a, const Tensor& b) { return Binary(OpId::Eq, a, b); }

@@ -279,6 +279,9 @@ struct MinimumF {
 struct RemainderF {  // Python's %, the result takes the divisor's sign
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);  // a % -1 traps for the smallest a
+      }
       T r = static_cast<T>(a % b);
       if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
       return r;
@@ -289,9 +292,18 @@ struct RemainderF {  // Python's %, the result takes the divisor's sign
     }
   }
 };
+// -a in two's complement, defined for the smallest value too (it stays itself).
+template <typename T>
+ANVIL_INLINE T NegateWrapping(T a) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(a)));
+}
 struct FmodF {  // C's fmod: the result takes the dividend's sign (truncated division)
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);  // a % -1 traps for the smallest a
+      }
       return static_cast<T>(a % b);
     } else {
       return std::fmod(a, b);
@@ -301,6 +313,9 @@ struct FmodF {  // C's fmod: the result takes the dividend's sign (truncated div
 struct FloorDivideF {  // a / b rounded down (Python's //)
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return NegateWrapping(a);  // the smallest a / -1 traps; PyTorch wraps
+      }
       T q = static_cast<T>(a / b);
       if ((a % b != 0) && ((a < 0) != (b < 0))) q = static_cast<T>(q - 1);
       return q;
@@ -319,6 +334,9 @@ struct FloorDivideF {  // a / b rounded down (Python's //)
 struct TruncDivideF {  // a / b rounded toward zero
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return NegateWrapping(a);
+      }
       return static_cast<T>(a / b);
     } else {
       return std::trunc(a / b);

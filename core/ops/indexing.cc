@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -111,6 +112,9 @@ Scalar ExtremeOf(ScalarType t, bool lowest) {
 Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                       bool include_self) {
   CheckIndex(index, "scatter_reduce");
+  ANVIL_CHECK(!GradMode::is_enabled() || !(x.requires_grad() || src.requires_grad()),
+              "scatter_reduce is not differentiable in Anvil yet (PyTorch's is); call it under NoGradGuard or on "
+              "detached tensors");
   ANVIL_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
               "scatter_reduce: reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
   ANVIL_CHECK_TYPE(src.dtype() == x.dtype(), "scatter_reduce(): Expected self.dtype to be equal to src.dtype, got ",
@@ -125,7 +129,10 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
     Scalar identity = 0;
     if (reduce == "prod") identity = 1;
     if (reduce == "amax" || reduce == "amin") identity = ExtremeOf(x.dtype(), /*lowest=*/reduce == "amax");
-    base = where(hit, full({}, identity, opts), x);
+    // The identity as an exact integer where it is one (a double would round INT64_MAX).
+    const Tensor id = identity.is_floating_point() ? full({}, identity, opts)
+                                                    : tensor(std::vector<int64_t>{identity.to_int()}).reshape({}).to(x.dtype());
+    base = where(hit, id.to(x.device()), x);
   }
   OpAttrs a = DimAttrs(dim);
   a.mode = reduce == "prod" ? kScatterProd : reduce == "amax" ? kScatterAmax : reduce == "amin" ? kScatterAmin : kScatterSum;

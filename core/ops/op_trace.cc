@@ -10,9 +10,12 @@ std::atomic<OpTrace*> g_op_trace{nullptr};
 
 OpTrace::OpTrace() {
   OpTrace* expected = nullptr;
-  ANVIL_CHECK(detail::g_op_trace.compare_exchange_strong(expected, this), "an OpTrace is already running");
+  ANVIL_CHECK(detail::g_op_trace.compare_exchange_strong(expected, this, std::memory_order_acq_rel),
+              "an OpTrace is already running");
 }
 
-OpTrace::~OpTrace() { detail::g_op_trace.store(nullptr); }
+OpTrace::~OpTrace() { detail::g_op_trace.store(nullptr, std::memory_order_release); }
+
+OpTrace* OpTrace::current() { return detail::g_op_trace.load(std::memory_order_acquire); }
 
 }  // namespace anvil

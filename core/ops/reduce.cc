@@ -52,7 +52,8 @@ namespace {
 struct ExtremumAll : autograd::Function<ExtremumAll> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor x, bool is_max) {
     Tensor out = is_max ? amax(x) : amin(x);
-    ctx->save_for_backward({x, out});
+    // Saved detached: the output itself would hold its own node alive (a reference cycle).
+    ctx->save_for_backward({x, out.detach()});
     return out;
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
@@ -99,12 +100,13 @@ namespace {
 // equal) the gradient is 0, not g / (2 * 0) times zero deviations (NaN).
 struct StdOfVar : autograd::Function<StdOfVar> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor v) {
-    Tensor s = sqrt(v);
-    ctx->save_for_backward({s});
-    return s;
+    // The input is saved, not the output (which would hold its own node alive); backward
+    // takes the root again, differentiably, so second derivatives hold.
+    ctx->save_for_backward({v});
+    return sqrt(v);
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
-    const Tensor s = ctx->get_saved_variables()[0];
+    const Tensor s = sqrt(ctx->get_saved_variables()[0]);
     return {where(s == Scalar(0.0), Scalar(0.0), g[0] / (s * 2.0))};
   }
 };
@@ -116,7 +118,7 @@ struct NormInf : autograd::Function<NormInf> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor x, IntArray dims, bool keepdim, bool largest) {
     const Tensor a = abs(x);
     const Tensor out = largest ? amax(a, dims, true) : amin(a, dims, true);
-    ctx->save_for_backward({x, out});
+    ctx->save_for_backward({x, out.detach()});  // detached: no cycle through the output's node
     return keepdim ? out : (largest ? amax(a, dims, false) : amin(a, dims, false));
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {

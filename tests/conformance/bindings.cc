@@ -21,7 +21,7 @@ namespace F = nn::functional;
 Result One(Tensor t) { return Result{{std::move(t)}, {}}; }
 
 [[noreturn]] void NoBinding(const std::string& what) {
-  throw std::invalid_argument("the conformance bindings do not know " + what);
+  throw BindingError("the conformance bindings do not know " + what);
 }
 
 // A Python number from the attributes, as the Scalar PyTorch's call received: its kind
@@ -267,6 +267,15 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
     if (type == "RNN") return std::make_shared<nn::RNN>(in, hidden, o);
     return std::make_shared<nn::GRU>(in, hidden, o);
   }
+  if (type == "TransformerEncoderLayer") {
+    nn::TransformerEncoderOptions o;
+    o.dim_feedforward = a.at("ff").get<int64_t>();
+    o.dropout = 0.0;
+    o.batch_first = true;
+    o.norm_first = a.at("norm_first").get<bool>();
+    o.gelu = a.at("gelu").get<bool>();
+    return std::make_shared<nn::TransformerEncoderLayer>(a.at("dim").get<int64_t>(), a.at("heads").get<int64_t>(), o);
+  }
   if (type == "MultiheadAttention") {
     return std::make_shared<nn::MultiheadAttention>(a.at("dim").get<int64_t>(), a.at("heads").get<int64_t>(), 0.0,
                                                     true);
@@ -405,6 +414,25 @@ Result Sched(const Case& c, const std::vector<Tensor>&) {
   return Result{{tensor(lrs), tensor(moms)}, {}};
 }
 
+Result Plateau(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  Tensor p = zeros({1}).requires_grad_(true);
+  optim::SGD opt({p}, {{"lr", 0.1}});
+  optim::ReduceLROnPlateau s(opt, a.at("mode").get<std::string>() == "max" ? optim::ReduceLROnPlateau::Mode::kMax
+                                                                         : optim::ReduceLROnPlateau::Mode::kMin,
+                             a.at("factor").get<double>(), a.at("patience").get<int64_t>(),
+                             a.at("threshold").get<double>(), a.at("cooldown").get<int64_t>(),
+                             a.at("min_lr").get<double>());
+  std::vector<double> lrs;
+  for (double m : in[0].to_vector<double>()) {
+    p.set_grad(zeros({1}));
+    opt.step();
+    s.step(m);
+    lrs.push_back(opt.lr());
+  }
+  return One(tensor(lrs));
+}
+
 // ---- indexing ----
 
 std::vector<TensorIndex> IndexSpec(const json& spec, const std::vector<Tensor>& in) {
@@ -527,7 +555,13 @@ std::map<std::string, Binding> Make() {
     const json& a = c.attrs();
     return One(clamp(in[0], OptScalar(a.at("min"), Kind(a)), OptScalar(a.at("max"), Kind(a))));
   };
-  b["clamp_tensor"] = [](const Case&, const std::vector<Tensor>& in) { return One(clamp(in[0], in[1], in[2])); };
+  b["clamp_tensor"] = [](const Case& c, const std::vector<Tensor>& in) {
+    // attrs "min": false / "max": false: that bound is absent (the one given is input 1).
+    const json& a = c.attrs();
+    if (!a.value("min", true)) return One(clamp(in[0], Tensor(), in[1]));
+    if (!a.value("max", true)) return One(clamp(in[0], in[1], Tensor()));
+    return One(clamp(in[0], in[1], in[2]));
+  };
   b["div_mode"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(div(in[0], in[1], c.attrs().at("mode").get<std::string>()));
   };
@@ -564,6 +598,7 @@ std::map<std::string, Binding> Make() {
   b["module"] = Module;
   b["optim"] = Optim;
   b["sched"] = Sched;
+  b["plateau"] = Plateau;
   b["index"] = IndexGet;
   b["index_put"] = IndexSet;
   b["index_put_acc"] = [](const Case&, const std::vector<Tensor>& in) {
@@ -630,7 +665,7 @@ std::map<std::string, Binding> Make() {
 
 Tensor Case::get(const std::string& key) const {
   const Tensor* t = file->find(name + "/" + key);
-  if (t == nullptr) throw std::invalid_argument("golden case " + name + " has no tensor " + key);
+  if (t == nullptr) throw BindingError("golden case " + name + " has no tensor " + key);
   return t->clone();
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct Extra {
 struct Result {
   std::vector<Tensor> outputs;
   std::vector<Extra> extra;
+};
+
+// A case the bindings cannot run (unknown fn, op or attribute): always a failure, even where
+// PyTorch raised.
+struct BindingError : std::logic_error {
+  using std::logic_error::logic_error;
 };
 
 // `inputs` are the case's inputs, those it differentiates already requiring grad.

@@ -227,6 +227,14 @@ def elementwise(s):
                [x], lambda x, lo=lo, hi=hi: torch.clamp(x, lo, hi), grad=(0,))
     s.case("elementwise", "clamp.tensor_bounds", "torch.clamp(x, min=t_lo, max=t_hi)", "clamp_tensor", {},
            [x, torch.full((6,), -1.0), torch.full((6,), 1.0)], lambda x, a, b: torch.clamp(x, a, b), grad=(0, 1, 2))
+    s.case("elementwise", "clamp.tensor_min_only", "torch.clamp(x, min=t_lo)", "clamp_tensor", {"max": False},
+           [x, torch.full((6,), -1.0)], lambda x, a: torch.clamp(x, min=a), grad=(0, 1))
+    s.case("elementwise", "clamp.tensor_max_only", "torch.clamp(x, max=t_hi)", "clamp_tensor", {"min": False},
+           [x, torch.full((6,), 1.0)], lambda x, b: torch.clamp(x, max=b), grad=(0, 1))
+    s.case("elementwise", "clamp.tensor_crossed_and_equal",
+           "torch.clamp(x, lo, hi) with lo > hi, and x == lo == hi", "clamp_tensor", {},
+           [torch.tensor([0.0, 1.0, 2.0, 1.0]), torch.tensor([1.0, 1.0, 3.0, 0.5]), torch.tensor([0.5, 1.0, 2.5, 2.0])],
+           lambda x, a, b: torch.clamp(x, a, b), grad=(0, 1, 2))
     s.case("elementwise", "clamp.int", "torch.clamp(int64, 0, 2)", "clamp", {"min": 0, "max": 2, "kind": "int"},
            [torch.tensor([-3, 1, 5])], lambda x: torch.clamp(x, 0, 2))
     # binary ops' gradients: ties and NaNs for maximum/minimum, zeros for div and atan2.
@@ -599,6 +607,15 @@ def nn_layers(s):
     q = s.randn(2, 3, 8)
     layer_case(s, "MultiheadAttention", "nn.MultiheadAttention(8, 2, batch_first=True)(q, q, q)", mha,
                {"type": "MultiheadAttention", "dim": 8, "heads": 2}, q, atol=1e-4, extra_inputs=(q, q))
+    for norm_first, act in [(False, "relu"), (True, "gelu")]:
+        torch.manual_seed(8)
+        enc = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, activation=act,
+                                               batch_first=True, norm_first=norm_first)
+        layer_case(s, f"TransformerEncoderLayer.{'pre' if norm_first else 'post'}_{act}",
+                   f"nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0, activation='{act}', "
+                   f"batch_first=True, norm_first={norm_first})", enc,
+                   {"type": "TransformerEncoderLayer", "dim": 8, "heads": 2, "ff": 16, "norm_first": norm_first,
+                    "gelu": act == "gelu"}, s.randn(2, 3, 8), atol=1e-4, train=True)
     mask = torch.tensor([[False, True, False], [True, True, True]])  # batch 1: every key is padding
     layer_case(s, "MultiheadAttention.all_keys_masked",
                "nn.MultiheadAttention(8, 2, batch_first=True)(q, q, q, key_padding_mask) with a row all padding "
@@ -684,6 +701,31 @@ def schedules(s):
                lambda l=lrs, m=moms: (l, m), rtol=1e-9, atol=1e-12)
 
 
+    # ReduceLROnPlateau: the rate after each of 50 metric values (improving, then a noisy plateau).
+    metrics = [1.0 / (1 + t) if t < 15 else 0.06 + 0.001 * ((t * 7) % 5) for t in range(50)]
+    for mode, factor, patience, cooldown, thr, min_lr in [("min", 0.5, 3, 0, 1e-4, 0.0),
+                                                         ("min", 0.1, 2, 2, 0.01, 0.002),
+                                                         ("max", 0.5, 4, 1, 1e-4, 0.0)]:
+        vals = metrics if mode == "min" else [-v for v in metrics]
+
+        def plateau(m, mode=mode, factor=factor, patience=patience, cooldown=cooldown, thr=thr, min_lr=min_lr):
+            p = torch.zeros(1, requires_grad=True)
+            opt = torch.optim.SGD([p], lr=0.1)
+            sch = S.ReduceLROnPlateau(opt, mode, factor=factor, patience=patience, threshold=thr, cooldown=cooldown,
+                                      min_lr=min_lr)
+            lrs = []
+            for v in m.tolist():
+                opt.step()
+                sch.step(v)
+                lrs.append(opt.param_groups[0]["lr"])
+            return torch.tensor(lrs, dtype=F64)
+        opts = {"mode": mode, "factor": factor, "patience": patience, "cooldown": cooldown, "threshold": thr,
+                "min_lr": min_lr}
+        s.case("sched", f"ReduceLROnPlateau.{mode}.f{factor}.p{patience}.c{cooldown}",
+               f"torch.optim.lr_scheduler.ReduceLROnPlateau(SGD(lr=0.1), {opts}) over 50 metrics", "plateau", opts,
+               [torch.tensor(vals, dtype=F64)], plateau, rtol=1e-9, atol=1e-12)
+
+
 # ---------------------------------------------------------------- indexing
 def indexing(s):
     x = torch.arange(60.0).reshape(3, 4, 5)
@@ -762,6 +804,12 @@ def indexing(s):
                    f"torch.scatter_reduce(x, 0, idx, src, '{red}', include_self={incl})", "scatter_reduce",
                    {"dim": 0, "reduce": red, "include_self": incl}, [s.randn(3, 4), ind, s.randn(2, 4)],
                    lambda a, i, v, red=red, incl=incl: torch.scatter_reduce(a, 0, i, v, red, include_self=incl))
+    for red in ["amax", "amin", "prod", "sum", "mean"]:
+        s.case("indexing", f"scatter_reduce.int64.{red}",
+               f"torch.scatter_reduce(int64 x, 0, idx, int64 src, '{red}', include_self=False)", "scatter_reduce",
+               {"dim": 0, "reduce": red, "include_self": False},
+               [s.randint(-9, 9, (3, 4)), ind, s.randint(-9, 9, (2, 4))],
+               lambda a, i, v, red=red: torch.scatter_reduce(a, 0, i, v, red, include_self=False))
     s.case("indexing", "index_select", "torch.index_select(x, 1, idx)", "index_select", {"dim": 1},
            [src, torch.tensor([3, 0, 3])], lambda a, i: torch.index_select(a, 1, i), grad=(0,))
     s.case("indexing", "index_add", "torch.index_add(x, 0, idx, src, alpha=2)", "index_add", {"dim": 0, "alpha": 2.0},

@@ -54,6 +54,19 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   }
 }
 
+// The same through a kernel chosen beforehand: the row blocks of one product split over the
+// pool all run the kernel chosen for the whole product, so its bits never depend on the
+// thread count (a block's size alone could pick another kernel: gemm.cc's small products).
+template <typename T>
+void GemmBlock(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_with(kernel, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    Gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
 // What a linear layer adds around its product, applied by the thread that computes each
 // block of output rows while they are in its cache: the bias seeds the rows before the GEMM
 // accumulates onto them (beta = 1), and linear_relu's relu runs on them after. A plain
@@ -138,13 +151,14 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
     return;
   }
   const int64_t step = (m + threads - 1) / threads;
+  const GemmKernel kernel = gemm_kernel_for(m, n, k);
   parallel_for(0, threads, 1, [&](int64_t tb, int64_t te) {
     for (int64_t t = tb; t < te; ++t) {
       const int64_t r0 = t * step, r1 = std::min(m, r0 + step);
       if (r0 >= r1) continue;
       const T* a_rows = !A.trans ? a + r0 * A.ld : a + r0;
       const T beta = ep.seed(c, r0, r1, n);
-      Gemm<T>(A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
+      GemmBlock<T>(kernel, A.trans, B.trans, r1 - r0, n, k, a_rows, A.ld, b, B.ld, beta, c + r0 * n, n);
       ep.finish(c + r0 * n, (r1 - r0) * n);
     }
   });
