@@ -217,6 +217,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 // leaves the destination's own value out where a source lands. Not differentiable yet.
 Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                       bool include_self = true);
+// The older spelling, Tensor.scatter(dim, index, src, reduce="add" | "multiply").
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce);
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
                  Scalar alpha = 1);
 // Advanced indexing: x[i0, i1, ...] with optional (undefined = full slice) index tensors,

@@ -145,6 +145,13 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
   return is_floating_point(x.dtype()) ? out / count : floor_divide(out, count);
 }
 
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce) {
+  ANVIL_CHECK(reduce == "add" || reduce == "multiply", "scatter: reduce argument must be either add or multiply, got ",
+              reduce);
+  return scatter_reduce(x, dim, index, src.dtype() == x.dtype() ? src : src.to(x.dtype()),
+                        reduce == "add" ? "sum" : "prod", /*include_self=*/true);
+}
+
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
   CheckIndex(index, "index_add");
   OpAttrs a = DimAttrs(dim);

@@ -610,6 +610,9 @@ std::map<std::string, Binding> Make() {
   b["scatter"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
   };
+  b["scatter_legacy_reduce"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2], c.attrs().at("reduce").get<std::string>()));
+  };
   b["scatter_add"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(scatter_add(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
   };

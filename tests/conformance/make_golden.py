@@ -804,6 +804,10 @@ def indexing(s):
                    f"torch.scatter_reduce(x, 0, idx, src, '{red}', include_self={incl})", "scatter_reduce",
                    {"dim": 0, "reduce": red, "include_self": incl}, [s.randn(3, 4), ind, s.randn(2, 4)],
                    lambda a, i, v, red=red, incl=incl: torch.scatter_reduce(a, 0, i, v, red, include_self=incl))
+    for red in ["add", "multiply"]:
+        s.case("indexing", f"scatter.reduce_{red}", f"x.scatter(0, idx, src, reduce='{red}')", "scatter_legacy_reduce",
+               {"dim": 0, "reduce": red}, [s.randn(3, 4), ind, s.randn(2, 4)],
+               lambda a, i, v, red=red: a.scatter(0, i, v, reduce=red))
     for red in ["amax", "amin", "prod", "sum", "mean"]:
         s.case("indexing", f"scatter_reduce.int64.{red}",
                f"torch.scatter_reduce(int64 x, 0, idx, int64 src, '{red}', include_self=False)", "scatter_reduce",
