@@ -138,14 +138,18 @@ template Tensor tensor(const std::vector<bool>&, std::optional<IntArray>, Tensor
 Tensor tensor(std::initializer_list<double> data, TensorOptions o) {
   return tensor(std::vector<double>(data), std::nullopt, o);
 }
+// The sizes are given explicitly: GCC 12 at -O3 warns that an empty std::optional<IntArray>
+// temporary "may be used uninitialized" here (a false positive that -Werror would make fatal).
 Tensor tensor(std::initializer_list<int> data, TensorOptions o) {
   if (!o.dtype_given) o.with_dtype(kInt64);
-  return tensor(std::vector<int64_t>(data.begin(), data.end()), std::nullopt, o);
+  const std::vector<int64_t> values(data.begin(), data.end());
+  return tensor(values, IntArray{static_cast<int64_t>(values.size())}, o);
 }
 Tensor tensor(std::initializer_list<bool> data, TensorOptions o) {
   if (!o.dtype_given) o.with_dtype(kBool);
-  std::vector<uint8_t> bytes(data.begin(), data.end());
-  return tensor(bytes, std::nullopt, TensorOptions(kUInt8).with_device(o.device)).to(o.dtype);
+  const std::vector<uint8_t> bytes(data.begin(), data.end());
+  return tensor(bytes, IntArray{static_cast<int64_t>(bytes.size())}, TensorOptions(kUInt8).with_device(o.device))
+      .to(o.dtype);
 }
 
 Tensor from_blob(void* data, IntArray sizes, ScalarType dtype, std::function<void(void*)> deleter, Device device) {
