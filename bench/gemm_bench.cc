@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/harness.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernel_info.h"
@@ -138,36 +139,11 @@ int Child() {
   return 0;
 }
 
-std::vector<std::string> Split(const std::string& line) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t tab = line.find('\t', start);
-    out.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-    if (tab == std::string::npos) break;
-    start = tab + 1;
-  }
-  if (!out.empty() && !out.back().empty() && out.back().back() == '\n') out.back().pop_back();
-  return out;
-}
-
-std::vector<std::vector<std::string>> RunLines(const std::string& cmd) {
-  std::vector<std::vector<std::string>> lines;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return lines;
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) lines.push_back(Split(buf));
-  pclose(p);
-  return lines;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--child") return Child();
-  std::string python = argc > 1 ? argv[1] : "";
-  if (python.empty() && std::getenv("ANVIL_BENCH_PYTHON") != nullptr) python = std::getenv("ANVIL_BENCH_PYTHON");
-  if (python.empty()) python = ANVIL_BENCH_VENV_PYTHON;
+  const std::string python = argc > 1 ? std::string(argv[1]) : anvil::bench::PyTorch2Python();
   const std::string self = "/proc/self/exe";
   char exe[4096] = {};
   const ssize_t len = readlink(self.c_str(), exe, sizeof(exe) - 1);
@@ -183,7 +159,7 @@ int main(int argc, char** argv) {
   // PyTorch 2.x (its own MKL sgemm), same shapes, one thread.
   std::map<std::string, std::string> peer;
   std::string peer_version = "n/a";
-  if (access(python.c_str(), X_OK) == 0) {
+  if (!python.empty() && access(python.c_str(), X_OK) == 0) {
     // The shapes go to the script in a file (one "name\tm\tn\tk\tta\ttb" line each), so this
     // list is the only one.
     char path[] = "/tmp/anvil-gemm-shapes-XXXXXX";
@@ -195,7 +171,7 @@ int main(int argc, char** argv) {
       }
       std::fclose(f);
     }
-    for (const auto& l : RunLines(python + " " + ANVIL_BENCH_GEMM_PEER + " " + path + " 2>/dev/null")) {
+    for (const auto& l : anvil::bench::RunLines(python + " " + ANVIL_BENCH_GEMM_PEER + " " + path + " 2>/dev/null")) {
       if (l.size() >= 2 && l[0] == "version") peer_version = l[1];
       if (l.size() >= 3 && l[0] == "row") peer[l[1]] = l[2];
     }
@@ -205,7 +181,7 @@ int main(int argc, char** argv) {
   const anvil::CpuIsa detected = anvil::detected_isa();
   for (int lv = static_cast<int>(detected); lv >= 0; --lv) {
     const std::string level(anvil::isa_name(static_cast<anvil::CpuIsa>(lv)));
-    const auto lines = RunLines("ANVIL_CPU_ISA=" + level + " ANVIL_LOG_LEVEL=warning " + me + " --child");
+    const auto lines = anvil::bench::RunLines("ANVIL_CPU_ISA=" + level + " ANVIL_LOG_LEVEL=warning " + me + " --child");
     std::vector<std::string> names;
     std::map<std::string, std::map<std::string, std::pair<std::string, std::string>>> cells;  // shape -> kernel
     std::map<std::string, std::pair<std::string, std::string>> automatic;  // shape -> GFLOP/s, kernel

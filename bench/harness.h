@@ -229,28 +229,36 @@ struct PeerRun {
   }
 };
 
+// The lines a command prints on stdout, each split at its tabs (the peers' protocol).
+inline std::vector<std::vector<std::string>> RunLines(const std::string& cmd) {
+  std::vector<std::vector<std::string>> lines;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return lines;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) {
+    std::string line(buf);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    std::vector<std::string> fields;
+    for (size_t start = 0;;) {
+      const size_t tab = line.find('\t', start);
+      fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    lines.push_back(std::move(fields));
+  }
+  pclose(p);
+  return lines;
+}
+
 inline PeerRun RunPeerScript(const std::string& script, const std::string& args) {
   PeerRun run;
   const std::string python = PyTorch2Python();
   if (python.empty()) return run;
-  const std::string cmd = python + " " + script + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return run;
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) {
-    std::string line(buf);
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    std::vector<std::string> f;
-    for (size_t start = 0;;) {
-      const size_t tab = line.find('\t', start);
-      f.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-      if (tab == std::string::npos) break;
-      start = tab + 1;
-    }
+  for (const auto& f : RunLines(python + " " + script + " " + args + " 2>/dev/null")) {
     if (f.size() == 2 && f[0] == "version") run.version = f[1];
     if (f.size() == 4 && f[0] == "row") run.ms[{f[1], f[2]}] = std::atof(f[3].c_str());
   }
-  pclose(p);
   return run;
 }
 

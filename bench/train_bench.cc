@@ -45,17 +45,11 @@ std::string g_pytorch2_version = "2.x";
 double PyTorch2Ms(const std::string& row, int threads, int rounds) {
   const std::string python = PyTorch2Python();
   if (python.empty()) return kNaN;
-  const std::string cmd = python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) + " " +
-                          std::to_string(rounds) + " 2>/dev/null";
   double ms = kNaN;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof(line), p) != nullptr) {
-      std::string l(line);
-      if (l.rfind("version\t", 0) == 0) g_pytorch2_version = l.substr(8, l.find('\n') - 8);
-      if (l.rfind("ms\t", 0) == 0) ms = std::atof(l.c_str() + 3);
-    }
-    pclose(p);
+  for (const auto& f : RunLines(python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) + " " +
+                                std::to_string(rounds) + " 2>/dev/null")) {
+    if (f.size() == 2 && f[0] == "version") g_pytorch2_version = f[1];
+    if (f.size() == 2 && f[0] == "ms") ms = std::atof(f[1].c_str());
   }
   return ms;
 }

@@ -163,48 +163,48 @@ Grads PowB(Ctx& c, const Grads& g) {
   }
   return r;
 }
+// g split between the two inputs of a broadcasting binary op by weights (each computed only
+// when its input needs a gradient), reduced to each input's shape.
+template <typename WeightA, typename WeightB>
+Grads SplitBetween(Ctx& c, const Tensor& g, WeightA weight_a, WeightB weight_b) {
+  Grads r(2);
+  if (c.needs_input_grad(0)) r[0] = sum_to(g * weight_a().to(g.dtype()), c.input(0).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g * weight_b().to(g.dtype()), c.input(1).sizes);
+  return r;
+}
 Grads MaxMinB(Ctx& c, const Grads& g, bool is_max) {
   // PyTorch's rule: a tie splits the gradient in half; otherwise the side that is not beaten
   // takes it, so where either input is NaN (no order) both do.
   Tensor a = c.saved_input(0), b = c.saved_input(1);
-  Tensor tie = a == b;
-  Tensor a_beaten = is_max ? a < b : a > b;
-  Tensor b_beaten = is_max ? a > b : a < b;
   const auto weight = [&](const Tensor& beaten) {
-    return where(tie, Scalar(0.5), where(beaten, Scalar(0.0), Scalar(1.0))).to(g[0].dtype());
+    return where(a == b, Scalar(0.5), where(beaten, Scalar(0.0), Scalar(1.0)));
   };
-  Grads r(2);
-  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * weight(a_beaten), c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * weight(b_beaten), c.input(1).sizes);
-  return r;
+  return SplitBetween(c, g[0], [&] { return weight(is_max ? a < b : a > b); },
+                      [&] { return weight(is_max ? a > b : a < b); });
 }
 // fmax / fmin: the winner takes the gradient, a tie splits it, and against a NaN the number
 // takes it all (PyTorch's rule).
 Grads FmaxFminB(Ctx& c, const Grads& g, bool is_max) {
   Tensor a = c.saved_input(0), b = c.saved_input(1);
-  Tensor a_wins = logical_or(is_max ? a > b : a < b, isnan(b));
-  Tensor wa = where(a == b, Scalar(0.5), where(a_wins, Scalar(1.0), Scalar(0.0))).to(g[0].dtype());
-  Grads r(2);
-  if (c.needs_input_grad(0)) r[0] = sum_to(g[0] * wa, c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * (1 - wa), c.input(1).sizes);
-  return r;
+  const Tensor wa = where(a == b, Scalar(0.5), where(logical_or(is_max ? a > b : a < b, isnan(b)), Scalar(1.0),
+                                                    Scalar(0.0)));
+  return SplitBetween(c, g[0], [&] { return wa; }, [&] { return 1 - wa; });
 }
 Grads FmaxB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, true); }
 Grads FminB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, false); }
-Grads FmodB(Ctx& c, const Grads& g) {
-  Grads r(2);
-  if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * trunc(c.saved_input(0) / c.saved_input(1)), c.input(1).sizes);
-  return r;
-}
 Grads MaximumB(Ctx& c, const Grads& g) { return MaxMinB(c, g, true); }
 Grads MinimumB(Ctx& c, const Grads& g) { return MaxMinB(c, g, false); }
-Grads RemainderB(Ctx& c, const Grads& g) {
+// a - round(a / b) b: d/da = 1, d/db = -round(a / b), with remainder's floor or fmod's trunc.
+Grads RemainderOfB(Ctx& c, const Grads& g, Tensor (*round_quotient)(const Tensor&)) {
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(-g[0] * floor(c.saved_input(0) / c.saved_input(1)), c.input(1).sizes);
+  if (c.needs_input_grad(1)) {
+    r[1] = sum_to(-g[0] * round_quotient(c.saved_input(0) / c.saved_input(1)), c.input(1).sizes);
+  }
   return r;
 }
+Grads RemainderB(Ctx& c, const Grads& g) { return RemainderOfB(c, g, &anvil::floor); }
+Grads FmodB(Ctx& c, const Grads& g) { return RemainderOfB(c, g, &anvil::trunc); }
 Grads Atan2B(Ctx& c, const Grads& g) {
   Tensor y = c.saved_input(0), x = c.saved_input(1);
   Tensor den = x * x + y * y;

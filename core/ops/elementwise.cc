@@ -177,32 +177,16 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::Minimum, 
 Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
 Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
 
-namespace {
-// Integer division by zero has no value: an error, as PyTorch's.
-void CheckIntegerDivisor(const Tensor& a, const Tensor& b, const char* op) {
-  const ScalarType rt = result_type(a, b);
-  if (is_floating_point(rt)) return;
-  ANVIL_CHECK(!eq(b, wrap_scalar(Scalar(0), b.device())).any().item<bool>(), "ZeroDivisionError: integer ", op,
-              " by zero");
-}
-}  // namespace
 
-Tensor fmod(const Tensor& a, const Tensor& b) {
-  CheckIntegerDivisor(a, b, "fmod");
-  return Binary(OpId::Fmod, a, b);
-}
+Tensor fmod(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmod, a, b); }
 Tensor fmax(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmax, a, b); }
 Tensor fmin(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmin, a, b); }
-Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  CheckIntegerDivisor(a, b, "division");
-  return Binary(OpId::FloorDivide, a, b);
-}
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return Binary(OpId::FloorDivide, a, b); }
 Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   if (mode.empty() || mode == "true") return div(a, b);
   if (mode == "floor") return floor_divide(a, b);
   ANVIL_CHECK(mode == "trunc", "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", mode,
               "'");
-  CheckIntegerDivisor(a, b, "division");
   return Binary(OpId::TruncDivide, a, b);
 }
 namespace {

@@ -119,7 +119,14 @@ struct NormInf : autograd::Function<NormInf> {
     const Tensor a = abs(x);
     const Tensor out = largest ? amax(a, dims, true) : amin(a, dims, true);
     ctx->save_for_backward({x, out.detach()});  // detached: no cycle through the output's node
-    return keepdim ? out : (largest ? amax(a, dims, false) : amin(a, dims, false));
+    if (keepdim) return out;
+    std::vector<bool> reduced(static_cast<size_t>(x.dim()), dims.empty());
+    for (int64_t d : dims) reduced[static_cast<size_t>(wrap_dim(d, x.dim(), "norm"))] = true;
+    IntArray sizes;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (!reduced[static_cast<size_t>(d)]) sizes.push_back(x.size(d));
+    }
+    return out.reshape(sizes);  // the same values without the kept dims: no second reduction
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
     const std::vector<Tensor> s = ctx->get_saved_variables();
@@ -132,8 +139,9 @@ struct NormInf : autograd::Function<NormInf> {
     }
     const Tensor count = reduced.empty() ? hit : sum(hit, reduced, true);
     const Tensor gk = g[0].reshape(out.sizes());
-    return {sign(x) * hit * where(count == Scalar(0.0), Scalar(0.0), gk / where(count == Scalar(0.0), Scalar(1.0), count)),
-            Tensor(), Tensor(), Tensor()};
+    // A slice with no hit (a NaN result) has count 0 and hit 0 throughout: dividing by 1 there
+    // gives it no gradient.
+    return {sign(x) * hit * (gk / clamp(count, 1.0, std::nullopt)), Tensor(), Tensor(), Tensor()};
   }
 };
 }  // namespace

@@ -2033,3 +2033,17 @@ TEST(Reductions, LongSumRepeatableForAFixedThreadCount) {
     for (int r = 0; r < 5; ++r) EXPECT_EQ(d.sum().item<double>(), first);
   }
 }
+
+// Every row that divides integers checks its divisor in the kernel (the ANVIL_DIVIDING rows),
+// in-place forms included; float division by zero is IEEE's inf / nan, not an error.
+TEST(Division, IntegerDivisionByZeroIsAnErrorForEveryDividingRow) {
+  const Tensor a = tensor({7, -7, 3}), zero = tensor({2, 0, 1});
+  EXPECT_THAT(ErrorOf([&] { remainder(a, zero); }), HasSubstr("ZeroDivisionError: integer remainder by zero"));
+  EXPECT_THAT(ErrorOf([&] { fmod(a, zero); }), HasSubstr("ZeroDivisionError: integer fmod by zero"));
+  EXPECT_THAT(ErrorOf([&] { floor_divide(a, zero); }), HasSubstr("ZeroDivisionError: integer floor_divide by zero"));
+  EXPECT_THAT(ErrorOf([&] { div(a, zero, "trunc"); }), HasSubstr("ZeroDivisionError: integer trunc_divide by zero"));
+  Tensor b = a.clone();
+  EXPECT_THAT(ErrorOf([&] { b.remainder_(zero); }), HasSubstr("ZeroDivisionError"));
+  EXPECT_EQ(fmod(a, tensor({2, -4, 1})).to_vector<int64_t>(), (std::vector<int64_t>{1, -3, 0}));
+  EXPECT_TRUE(std::isinf(div(a.to(kFloat32), zero.to(kFloat32), "floor").to_vector<float>()[1]));
+}

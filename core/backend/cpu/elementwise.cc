@@ -31,34 +31,29 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   }
 }
 
-// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
-struct CpuLoops {
-  template <typename T, typename F>
-  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
-  template <typename T, typename F>
-  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
-};
-
-void CheckNoZeroDivisor(const Tensor& b) {
-  ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {
-    if constexpr (std::is_integral_v<scalar_t>) {
+// Integer division by zero has no value: an error, as PyTorch's.
+void CheckNoZeroDivisor(const Tensor& b, OpId op) {
+  ANVIL_DISPATCH_ALL(b.dtype(), "division", [&] {
+    if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>) {
       StridedLoop<1> loop;
       loop.Build({&b});
       bool zero = false;
       loop.Run(0, loop.numel(), [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t j = 0; j < n; ++j) zero |= *reinterpret_cast<scalar_t*>(p[0] + j * st[0]) == 0;
       });
-      ANVIL_CHECK(!zero, "ZeroDivisionError: integer remainder by zero");
+      ANVIL_CHECK(!zero, "ZeroDivisionError: integer ", op_name(op), " by zero");
     }
   });
 }
 
-void RemainderKernel(const KernelCall& c) {
-  CheckNoZeroDivisor(c.inputs[1]);
-  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "remainder", [&] {
-    Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], fn::RemainderF{});
-  });
-}
+// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
+struct CpuLoops {
+  static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }
+  template <typename T, typename F>
+  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
+  template <typename T, typename F>
+  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
+};
 
 void WhereKernel(const KernelCall& c) {
   const Tensor &cond = c.inputs[0], &x = c.inputs[1], &y = c.inputs[2];
@@ -136,7 +131,6 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
 
 void RegisterElementwiseKernels(KernelTable& t) {
   elementwise_kernels::Register<CpuLoops>(t);
-  t[static_cast<int>(OpId::Remainder)] = &RemainderKernel;
   t[static_cast<int>(OpId::Where)] = &WhereKernel;
   t[static_cast<int>(OpId::Cast)] = &CastKernel;
   t[static_cast<int>(OpId::Clone)] = &CloneKernel;

@@ -8,6 +8,7 @@
 // results are deterministic.
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "core/backend/advanced_index.h"
 #include "core/backend/cpu/kernels.h"
@@ -68,85 +69,81 @@ void GatherKernel(const KernelCall& c) {
   });
 }
 
+// out = self, then combine(&out[..idx..], src) for every source element in the loop's serial
+// order (as PyTorch's CPU kernels): scatter, scatter_add and scatter_reduce differ only in
+// `combine`, a generic lambda taking (scalar_t* dst, scalar_t v).
+template <typename Combine>
+void ScatterWith(const KernelCall& c, const char* name, Combine combine) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (idx.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), name);
+  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  IntArray st = out.strides();
+  if (!st.empty()) st[d] = 0;
+  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
+  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
+  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
+  ANVIL_DISPATCH_ALL(self.dtype(), name, [&] {
+    StridedLoop<3> loop;
+    loop.Build({&outr, &srcr, &idx});
+    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
+        combine(reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step),
+                *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]));
+      }
+    });
+  });
+}
+
 // scatter / scatter_add: out = self; out[..idx..] (+)= src (or value when keepdim).
 template <bool Add>
 void ScatterKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter");
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
-  ANVIL_DISPATCH_ALL(self.dtype(), "scatter", [&] {
-    StridedLoop<3> loop;
-    loop.Build({&outr, &srcr, &idx});
-    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
-        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step);
-        const scalar_t v = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]);
-        if constexpr (Add) {
-          if constexpr (std::is_same_v<scalar_t, bool>) *dst = *dst || v;
-          else *dst = scalar_t(opmath_t<scalar_t>(*dst) + opmath_t<scalar_t>(v));
-        } else {
-          *dst = v;
-        }
-      }
-    });
-  });
-}
-
-// scatter_reduce's step: out = self; out[..idx..] = combine(out[..idx..], src), in the loop's
-// (serial) order, as PyTorch's CPU kernel.
-template <typename T>
-T CombineScatter(int64_t mode, T cur, T v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return mode == kScatterSum || mode == kScatterAmax ? (cur || v) : (cur && v);
-  } else {
-    using M = opmath_t<T>;
-    const M a = M(cur), b = M(v);
-    switch (mode) {
-      case kScatterSum: return T(a + b);
-      case kScatterProd: return T(a * b);
-      case kScatterAmax: return (b != b) ? v : (a > b || a != a ? cur : v);
-      default: return (b != b) ? v : (a < b || a != a ? cur : v);
+  ScatterWith(c, "scatter", [](auto* dst, auto v) {
+    using T = std::remove_reference_t<decltype(*dst)>;
+    if constexpr (!Add) {
+      *dst = v;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      *dst = *dst || v;
+    } else {
+      *dst = T(opmath_t<T>(*dst) + opmath_t<T>(v));
     }
-  }
+  });
 }
 
+// scatter_reduce's step (attrs.mode), chosen once per call, not per element. A NaN source
+// wins amax and amin, and so does a NaN already there.
 void ScatterReduceKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter_reduce");
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
-  const int64_t mode = c.attrs.mode;
-  ANVIL_DISPATCH_ALL(self.dtype(), "scatter_reduce", [&] {
-    StridedLoop<3> loop;
-    loop.Build({&outr, &srcr, &idx});
-    loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
-        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0] + i * step);
-        *dst = CombineScatter<scalar_t>(mode, *dst, *reinterpret_cast<const scalar_t*>(p[1] + j * s[1]));
+  const auto extremum = [](bool is_max) {
+    return [is_max](auto* dst, auto v) {
+      using T = std::remove_reference_t<decltype(*dst)>;
+      if constexpr (std::is_same_v<T, bool>) {
+        *dst = is_max ? (*dst || v) : (*dst && v);
+      } else {
+        using M = opmath_t<T>;
+        const M a = M(*dst), b = M(v);
+        if (b != b || (a == a && (is_max ? b > a : b < a))) *dst = v;
       }
-    });
-  });
+    };
+  };
+  switch (c.attrs.mode) {
+    case kScatterSum: return ScatterKernel<true>(c);
+    case kScatterProd:
+      return ScatterWith(c, "scatter_reduce", [](auto* dst, auto v) {
+        using T = std::remove_reference_t<decltype(*dst)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          *dst = *dst && v;
+        } else {
+          *dst = T(opmath_t<T>(*dst) * opmath_t<T>(v));
+        }
+      });
+    case kScatterAmax: return ScatterWith(c, "scatter_reduce", extremum(true));
+    default: return ScatterWith(c, "scatter_reduce", extremum(false));
+  }
 }
 
 void IndexSelectKernel(const KernelCall& c) {

@@ -63,14 +63,6 @@ void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   else LaunchElementwise<3>({&out, &a, &b}, BinaryBody<T, T, F>{f});
 }
 
-// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
-struct CudaLoops {
-  template <typename T, typename F>
-  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
-  template <typename T, typename F>
-  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
-};
-
 template <typename T>
 struct FlagZeroBody {
   int* flag;
@@ -79,26 +71,28 @@ struct FlagZeroBody {
   }
 };
 
-// Integer remainder by zero is an error on the CPU; the GPU says the same, at the price of
-// one device-to-host read for integer remainders only.
-void CheckNoZeroDivisor(const Tensor& b) {
-  ANVIL_DISPATCH_ALL(b.dtype(), "remainder", [&] {
+// Integer division by zero is an error on the CPU; the GPU says the same, at the price of one
+// device-to-host read for integer divisions only.
+void CheckNoZeroDivisor(const Tensor& b, OpId op) {
+  ANVIL_DISPATCH_ALL(b.dtype(), "division", [&] {
     if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>) {
       const int device = b.device().index;
       DeviceGuard guard(device);
       Tensor flag = zeros({1}, TensorOptions(kInt32).with_device(b.device()));
       LaunchElementwise<1>({&b}, FlagZeroBody<scalar_t>{flag.data_ptr<int>()});
-      ANVIL_CHECK(flag.item<int>() == 0, "ZeroDivisionError: integer remainder by zero");
+      ANVIL_CHECK(flag.item<int>() == 0, "ZeroDivisionError: integer ", op_name(op), " by zero");
     }
   });
 }
 
-void RemainderKernel(const KernelCall& c) {
-  CheckNoZeroDivisor(c.inputs[1]);
-  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "remainder", [&] {
-    Binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], fn::RemainderF{});
-  });
-}
+// The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
+struct CudaLoops {
+  static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }
+  template <typename T, typename F>
+  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
+  template <typename T, typename F>
+  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
+};
 
 void WhereKernel(const KernelCall& c) {
   ANVIL_DISPATCH_ALL(c.inputs[1].dtype(), "where", [&] {
@@ -126,7 +120,6 @@ void CloneKernel(const KernelCall& c) { CastKernel(c); }
 
 void RegisterElementwiseKernels(KernelTable& t) {
   elementwise_kernels::Register<CudaLoops>(t);
-  t[static_cast<int>(OpId::Remainder)] = &RemainderKernel;
   t[static_cast<int>(OpId::Where)] = &WhereKernel;
   t[static_cast<int>(OpId::Cast)] = &CastKernel;
   t[static_cast<int>(OpId::Clone)] = &CloneKernel;

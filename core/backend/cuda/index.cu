@@ -348,57 +348,57 @@ void GatherKernel(const KernelCall& c) {
   Read<1>({&out, &xr, &idx}, loc);
 }
 
+// out = self, then `write(srcr, outr, idx, loc)` combines the source window into out: the
+// setup scatter, scatter_add and scatter_reduce share.
+template <typename WriteFn>
+void ScatterWith(const KernelCall& c, const char* name, WriteFn write) {
+  const Tensor& self = c.inputs[0];
+  const Tensor idx = AsInt64(c.inputs[1]);
+  const Tensor& src = c.inputs[2];
+  const Tensor& out = c.outputs[0];
+  InitFromSelf(self, out);
+  if (idx.numel() == 0) return;
+  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), name);
+  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  CheckIndices({{idx, size, d, false}});
+  IntArray st = out.strides();
+  if (!st.empty()) st[d] = 0;
+  const Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
+  const Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
+  const Locate<1> loc{{size}, {(out.dim() == 0 ? 0 : out.stride(d)) * out.element_size()}};
+  write(srcr, outr, idx, loc);
+}
+
 // scatter / scatter_add: out = self; out[..idx..] (+)= src.
 template <bool Add>
 void ScatterKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter");
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  CheckIndices({{idx, size, d, false}});
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  const Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  const Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const Locate<1> loc{{size}, {(out.dim() == 0 ? 0 : out.stride(d)) * out.element_size()}};
-  if constexpr (Add) {
-    ANVIL_DISPATCH_ALL(self.dtype(), "scatter_add", [&] {
-      Write<scalar_t, Combine::kAdd, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
-    });
-  } else {
-    BySize(out.element_size(), [&](auto tag) {
-      Write<decltype(tag), Combine::kAssign, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
-    });
-  }
+  ScatterWith(c, "scatter", [&](const Tensor& srcr, const Tensor& outr, const Tensor& idx, const Locate<1>& loc) {
+    const Tensor& out = c.outputs[0];
+    if constexpr (Add) {
+      ANVIL_DISPATCH_ALL(out.dtype(), "scatter_add", [&] {
+        Write<scalar_t, Combine::kAdd, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
+      });
+    } else {
+      BySize(out.element_size(), [&](auto tag) {
+        Write<decltype(tag), Combine::kAssign, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
+      });
+    }
+  });
 }
 
-// scatter_reduce's step, in the CPU's serial order (the sorted path: no atomics).
+// scatter_reduce's step: sum as scatter_add; prod, amax and amin in the CPU's serial order on
+// the sorted path (Write has no atomic form for them).
 void ScatterReduceKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), "scatter_reduce");
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  CheckIndices({{idx, size, d, false}});
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  const Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  const Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const Locate<1> loc{{size}, {(out.dim() == 0 ? 0 : out.stride(d)) * out.element_size()}};
-  ANVIL_DISPATCH_ALL(self.dtype(), "scatter_reduce", [&] {
-    switch (c.attrs.mode) {
-      case kScatterSum: Write<scalar_t, Combine::kAdd, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-      case kScatterProd: Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-      case kScatterAmax: Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-      default: Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-    }
+  if (c.attrs.mode == kScatterSum) return ScatterKernel<true>(c);
+  ScatterWith(c, "scatter_reduce", [&](const Tensor& srcr, const Tensor& outr, const Tensor& idx, const Locate<1>& loc) {
+    const Tensor& out = c.outputs[0];
+    ANVIL_DISPATCH_ALL(out.dtype(), "scatter_reduce", [&] {
+      switch (c.attrs.mode) {
+        case kScatterProd: Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+        case kScatterAmax: Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+        default: Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
+      }
+    });
   });
 }
 
