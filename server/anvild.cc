@@ -49,7 +49,11 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     else if (key == "max_queue") o.batching.max_queue = value.get<size_t>();
     else if (key == "max_pending_jobs") o.max_pending_jobs = value.get<int64_t>();
     else if (key == "max_loaded_models") o.max_loaded_models = value.get<size_t>();
-    else if (key == "max_message_mb") o.max_message_bytes = value.get<int>() << 20;
+    else if (key == "max_predict_message_mb" || key == "max_message_mb") {
+      o.limits.predict_message_bytes = value.get<int64_t>() << 20;
+    } else if (key == "max_training_message_mb") o.limits.training_message_bytes = value.get<int64_t>() << 20;
+    else if (key == "max_concurrent_predicts") o.limits.max_concurrent_predicts = value.get<int>();
+    else if (key == "reflection") o.reflection = value.get<bool>();
     else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
 }
@@ -94,8 +98,8 @@ int main(int argc, char** argv) {
   bool no_batching = false;
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
-                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_message_mb, devices, "
-                                     "serving_device)");
+                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_predict_message_mb, "
+                                     "max_training_message_mb, max_concurrent_predicts, reflection, devices, serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
   std::string metrics_address = "127.0.0.1:9464";
@@ -112,6 +116,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
   app.add_option("--max-delay-us", max_delay_us, "dynamic batching: extra wait for more rows (default 0: batch whatever queued while the model was busy)");
   app.add_flag("--no-batching", no_batching, "run every Predict on its own");
+  int64_t predict_mb = -1, training_mb = -1;
+  int concurrent_predicts = -1;
+  app.add_option("--max-predict-message-mb", predict_mb, "largest PredictRequest in MiB (default 64)");
+  app.add_option("--max-training-message-mb", training_mb, "largest Training request (a job spec) in MiB (default 4)");
+  app.add_option("--max-concurrent-predicts", concurrent_predicts,
+                 "Predicts running at once (default 256; up to 1024 more wait, beyond that RESOURCE_EXHAUSTED)");
+  bool reflection = false;
+  app.add_flag("--reflection", reflection, "serve gRPC reflection (the whole schema, to any client; default off)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -134,6 +146,10 @@ int main(int argc, char** argv) {
     if (max_batch > 0) o.batching.max_batch = max_batch;
     if (max_delay_us >= 0) o.batching.max_delay = std::chrono::microseconds(max_delay_us);
     if (no_batching) o.batching.enabled = false;
+    if (predict_mb > 0) o.limits.predict_message_bytes = predict_mb << 20;
+    if (training_mb > 0) o.limits.training_message_bytes = training_mb << 20;
+    if (concurrent_predicts > 0) o.limits.max_concurrent_predicts = concurrent_predicts;
+    if (reflection) o.reflection = true;
     set_log_level(parse_log_level(log_level));
     // The engine's lines (the CPU and kernels at start) go through this log.
     anvil::set_log_sink([](anvil::LogSeverity severity, const std::string& message) {

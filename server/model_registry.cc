@@ -78,9 +78,27 @@ ModelRow ModelRegistry::register_archive(const std::string& name, const std::str
 ModelRow ModelRegistry::find_row(const std::string& name, const std::string& version) const {
   const int64_t v = ParseVersion(version);
   std::optional<ModelRow> row = store_.get_model(name, v);
-  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "model \"", name, "\"",
-                      v > 0 ? " version " + std::to_string(v) : std::string(), " is not registered");
+  if (!row.has_value()) {
+    // A model its job will register once it succeeds is not ready yet: FAILED_PRECONDITION
+    // (retry later), where a name nothing will ever register is NOT_FOUND.
+    if (std::optional<JobRow> job = pending_job_for(name)) {
+      throw ServiceError(StatusCode::FAILED_PRECONDITION,
+                         detail::StrCat("model \"", echo(name), "\" is not ready: job ", job->id, " that registers it is ",
+                                        job_state_name(job->state), "; predict after it succeeds"));
+    }
+    throw ServiceError(StatusCode::NOT_FOUND, detail::StrCat("model \"", echo(name), "\"",
+                                                             v > 0 ? " version " + std::to_string(v) : std::string(),
+                                                             " is not registered"));
+  }
   return *row;
+}
+
+std::optional<JobRow> ModelRegistry::pending_job_for(const std::string& name) const {
+  for (JobRow& job : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
+    const Json spec = Json::parse(job.spec_json, nullptr, /*allow_exceptions=*/false);
+    if (spec.is_object() && spec.value("register_model", spec.value("name", "")) == name) return std::move(job);
+  }
+  return std::nullopt;
 }
 
 bool ModelRegistry::knows(const std::string& name) const {

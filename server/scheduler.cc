@@ -194,7 +194,7 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
 JobRow Scheduler::cancel(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<JobRow> row = store_.get_job(job_id);
-  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", job_id, "\" does not exist");
+  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(job_id), "\" does not exist");
   ANVIL_SERVICE_CHECK(!is_terminal(row->state), StatusCode::FAILED_PRECONDITION, "job ", job_id, " already ended (",
                       job_state_name(row->state), ")");
   auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job_id == job_id; });

@@ -2,9 +2,12 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "core/backend/registry.h"
 #include "core/data/datasets/digits.h"
@@ -51,6 +54,17 @@ Device ServingDevice(const std::string& spec) {
   if (d.is_cuda()) backend_for(d);
   return d;
 }
+
+// Removes the reflection plugin from one builder.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const auto& p) { return p->name() == "proto_server_reflection"; }),
+                   plugins->end());
+  }
+};
 
 }  // namespace
 
@@ -102,24 +116,46 @@ void AnvilServer::start() {
   serving_ = make_serving_service(*state_);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection hands out the whole schema to anyone who asks: only on request. (Linking the
+  // plugin registers it for every builder of the process; the option takes it out again.)
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  // No SO_REUSEPORT: with it gRPC opens one listener per poller, and for port 0 each of them
+  // binds its own ephemeral port (a second, unlogged port serving the whole API); it would
+  // also let another process bind the same port and take a share of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  // gRPC has one receive limit per server: the larger of the two; the Training service checks
+  // its own, smaller one on each request.
+  const RequestLimits& limits = options_.limits;
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::max(limits.predict_message_bytes, limits.training_message_bytes)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::max<int64_t>(limits.predict_message_bytes, 4 << 20)));
   builder.RegisterService(training_.get());
   builder.RegisterService(serving_.get());
   server_ = builder.BuildAndStart();
   ANVIL_CHECK(server_ != nullptr && port_ > 0, "anvild: cannot listen on ", options_.address,
               " (in use, or not a valid address)");
-  server_->GetHealthCheckService()->SetServingStatus(true);
+  SetHealth(true);
+}
+
+void AnvilServer::SetHealth(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);  // the server as a whole ("")
+  for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
 }
 
 void AnvilServer::shutdown(std::chrono::milliseconds grace) {
   if (!server_ || stopped_.exchange(true)) return;
-  server_->GetHealthCheckService()->SetServingStatus(false);
-  state_->draining = true;
+  SetHealth(false);
+  const auto until = std::chrono::steady_clock::now() + grace;
+  state_->draining = true;  // new Predicts and submits get UNAVAILABLE from here on
   state_->scheduler->drain(grace);
+  // Predicts already admitted finish (their batches still run): only new ones are refused.
+  while (state_->predicts_in_flight.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   state_->hub.close_all();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   // Workers joined before the registry closes: a job that still ends now registers its model.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "server/batcher.h"
+#include "server/request_limits.h"
 
 namespace anvil::server {
 
@@ -27,8 +28,9 @@ struct ServerOptions {
   BatchingOptions batching;
   int64_t max_pending_jobs = 1000;
   size_t max_loaded_models = 32;         // resident model versions (least recently used unloaded)
-  int max_message_bytes = 64 << 20;
+  RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
+  bool reflection = false;               // gRPC server reflection (hands out the whole schema)
 };
 
 class Store;
@@ -57,6 +59,8 @@ class AnvilServer {
   struct State;  // shared with the services
 
  private:
+  void SetHealth(bool serving);  // the server's and each named service's health status
+
   ServerOptions options_;
   std::unique_ptr<State> state_;
   std::unique_ptr<grpc::Service> training_, serving_;

@@ -4,14 +4,18 @@
 #include <fstream>
 #include <functional>
 
+#include <grpcpp/impl/codegen/proto_buffer_reader.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/bounded_executor.h"
 #include "server/state.h"
 #include "server/status.h"
+#include "server/wire_scan.h"
 
 namespace anvil::server {
 namespace {
@@ -21,35 +25,81 @@ using grpc::ServerContext;
 using grpc::Status;
 using grpc::StatusCode;
 
-class ServingService final : public v1::Serving::Service {
+// Predict takes its request as raw bytes (a raw callback method): the bytes are scanned for
+// counts before protobuf parses them (server/wire_scan.h), and the work runs on a bounded
+// pool, not on gRPC's threads, so a flood of calls queues in bounded memory or is refused.
+class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v1::Serving::Service> {
  public:
-  explicit ServingService(AnvilServer::State& s) : s_(s) {}
+  explicit ServingService(AnvilServer::State& s)
+      : s_(s), pool_(s.options.limits.max_concurrent_predicts, s.options.limits.max_predict_queue) {}
 
-  Status Predict(ServerContext* ctx, const v1::PredictRequest* req, v1::PredictResponse* resp) override {
-    if (s_.metrics == nullptr) return PredictImpl(ctx, req, resp);
-    // Per-model series only for registered names: an unknown name must not mint new series.
-    const std::string model = s_.registry->knows(req->model()) ? req->model() : "(unknown)";
-    metrics::Gauge& in_flight = s_.metrics->predict_in_flight.with({model});
-    in_flight.inc();
-    const auto t0 = std::chrono::steady_clock::now();
-    const Status st = PredictImpl(ctx, req, resp);
-    in_flight.dec();
-    s_.metrics->predict_latency.with({model}).observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).inc();
-    return st;
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    // Counted before the draining check (the drain sets the flag, then waits for the count):
+    // every Predict admitted here is answered before the server stops.
+    s_.predicts_in_flight.fetch_add(1);
+    if (s_.draining.load()) {
+      Finish(reactor, Status(StatusCode::UNAVAILABLE, "the server is shutting down"));
+      return reactor;
+    }
+    const bool queued = pool_.try_submit([this, ctx, request, response, reactor] {
+      Finish(reactor, PredictRaw(ctx, *request, response));
+    });
+    if (!queued) {
+      Finish(reactor, Status(StatusCode::RESOURCE_EXHAUSTED,
+                             detail::StrCat("too many Predicts at once (", s_.options.limits.max_concurrent_predicts,
+                                            " running and ", s_.options.limits.max_predict_queue,
+                                            " queued); retry with backoff")));
+    }
+    return reactor;
   }
 
-  Status PredictImpl(ServerContext* ctx, const v1::PredictRequest* req, v1::PredictResponse* resp) {
-    return Guard([&] {
+  Status PredictRaw(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+    v1::PredictRequest req;
+    const Status parsed = Guard([&] {
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      grpc::ByteBuffer bytes(request);  // shares the slices: readers consume their own copy
+      {
+        grpc::ProtoBufferReader reader(&bytes);
+        scan_predict_request(reader, s_.options.limits);
+      }
+      grpc::ByteBuffer again(request);
+      grpc::ProtoBufferReader reader(&again);
+      ANVIL_SERVICE_CHECK(req.ParseFromZeroCopyStream(&reader), StatusCode::INVALID_ARGUMENT,
+                          "PredictRequest: malformed wire data; expected an anvil.v1.PredictRequest");
+    });
+    if (!parsed.ok()) return parsed;
+    v1::PredictResponse resp;
+    Status st;
+    if (s_.metrics == nullptr) {
+      st = PredictImpl(ctx, req, resp);
+    } else {
+      // Per-model series only for registered names: an unknown name must not mint new series.
+      const std::string model = s_.registry->knows(req.model()) ? req.model() : "(unknown)";
+      metrics::Gauge& in_flight = s_.metrics->predict_in_flight.with({model});
+      in_flight.inc();
+      const auto t0 = std::chrono::steady_clock::now();
+      st = PredictImpl(ctx, req, resp);
+      in_flight.dec();
+      s_.metrics->predict_latency.with({model}).observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).inc();
+    }
+    if (!st.ok()) return st;
+    bool own = false;
+    return grpc::SerializationTraits<v1::PredictResponse>::Serialize(resp, response, &own);
+  }
+
+  Status PredictImpl(grpc::CallbackServerContext* ctx, const v1::PredictRequest& req, v1::PredictResponse& resp) {
+    return Guard([&] {
       // The request's deadline on the batcher's clock (gRPC's is wall-clock time).
       Batcher::Clock::time_point deadline = Batcher::Clock::time_point::max();
       const auto wall_deadline = ctx->deadline();
       if (wall_deadline != std::chrono::system_clock::time_point::max()) {
         deadline = Batcher::Clock::now() + (wall_deadline - std::chrono::system_clock::now());
       }
-      *resp = s_.registry->predict(*req, deadline);
+      resp = s_.registry->predict(req, deadline);
     });
   }
 
@@ -153,7 +203,13 @@ class ServingService final : public v1::Serving::Service {
     return guarded({s_.data_root, s_.options.datasets_dir}, std::forward<F>(f));
   }
 
+  void Finish(grpc::ServerUnaryReactor* reactor, const Status& st) {
+    reactor->Finish(st);
+    s_.predicts_in_flight.fetch_sub(1);
+  }
+
   AnvilServer::State& s_;
+  BoundedExecutor pool_;  // last: joined first, while the state it uses is alive
 };
 
 }  // namespace

@@ -27,6 +27,7 @@ struct AnvilServer::State {
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
+  std::atomic<int64_t> predicts_in_flight{0};  // admitted Predicts not yet answered (the drain waits for them)
   std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 

@@ -31,6 +31,14 @@ std::string grpc_code_name(grpc::StatusCode code) {
   return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
 }
 
+std::string echo(std::string_view value, size_t max) {
+  if (value.size() <= max) return std::string(value);
+  size_t cut = max >= 3 ? max - 3 : 0;  // room for the three bytes of "…"
+  // Back off continuation bytes (10xxxxxx): never split a UTF-8 sequence.
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(value.substr(0, cut)) + "\u2026";
+}
+
 std::string scrub_paths(std::string message, const std::string& root) {
   if (root.empty()) return message;
   for (size_t at = message.find(root); at != std::string::npos; at = message.find(root, at)) {

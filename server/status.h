@@ -9,6 +9,7 @@
 
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/util/error.h"
@@ -44,6 +45,14 @@ std::string grpc_code_name(grpc::StatusCode code);
 // `message` with every occurrence of `root` (an absolute directory) replaced by "<data>".
 std::string scrub_paths(std::string message, const std::string& root);
 
+// `value` as an error message may echo it: at most `max` bytes (cut on a UTF-8 boundary, "…"
+// marking the cut), so a client's 1 MiB name cannot turn NOT_FOUND into a failure to send the
+// status itself (gRPC's metadata limit).
+std::string echo(std::string_view value, size_t max = 128);
+
+// The longest status message an RPC returns; longer ones are cut (see echo).
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
+
 // Runs an RPC body: OK when it returns, else the status of what it threw, its message
 // scrubbed of the server's directories (`roots`). Every RPC handler goes through this.
 template <typename F>
@@ -55,6 +64,7 @@ grpc::Status guarded(const std::vector<std::string>& roots, F&& body) {
     const grpc::Status st = current_exception_status(grpc::StatusCode::INVALID_ARGUMENT);
     std::string message = st.error_message();
     for (const std::string& root : roots) message = scrub_paths(std::move(message), root);
+    if (message.size() > kMaxStatusMessageBytes) message = echo(message, kMaxStatusMessageBytes);
     return grpc::Status(st.error_code(), message);
   }
 }

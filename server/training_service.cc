@@ -1,6 +1,9 @@
 // The Training service: SubmitJob, GetJob, ListJobs, CancelJob, StreamMetrics, GetServerInfo.
 #include <google/protobuf/util/json_util.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/job_spec.h"
@@ -40,6 +43,10 @@ class TrainingService final : public v1::Training::Service {
   Status SubmitJob(ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     return Guard([&] {
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      const int64_t bytes = static_cast<int64_t>(req->ByteSizeLong());
+      ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
+                          "SubmitJobRequest: ", bytes, " bytes; the Training service takes at most ",
+                          s_.options.limits.training_message_bytes, " (anvild --max-training-message-mb)");
       const v1::JobSpec spec = validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices()});
       if (req->dry_run()) {
         // Build the whole plan (data, model, optimizer) without training: catches a model
@@ -92,7 +99,17 @@ class TrainingService final : public v1::Training::Service {
   Status CancelJob(ServerContext*, const v1::CancelJobRequest* req, v1::Job* resp) override {
     return Guard([&] {
       ANVIL_SERVICE_CHECK(!req->job_id().empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
-      *resp = Scheduler::to_job(s_.scheduler->cancel(req->job_id()));
+      JobRow row = s_.scheduler->cancel(req->job_id());
+      // A running job stops at its next step: wait briefly for it, so the reply says how it
+      // ended rather than RUNNING (a step longer than this still answers RUNNING, with the
+      // reason saying the cancel is under way).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (!is_terminal(row.state) && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (std::optional<JobRow> now = s_.store->get_job(row.id)) row = std::move(*now);
+      }
+      if (!is_terminal(row.state)) row.reason = "cancelling: the job stops at its next step";
+      *resp = Scheduler::to_job(row);
     });
   }
 
@@ -170,7 +187,7 @@ class TrainingService final : public v1::Training::Service {
   JobRow Find(const std::string& id) {
     ANVIL_SERVICE_CHECK(!id.empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
     std::optional<JobRow> row = s_.store->get_job(id);
-    ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", id, "\" does not exist");
+    ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(id), "\" does not exist");
     return *row;
   }
 

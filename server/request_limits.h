@@ -1,0 +1,27 @@
+// Per-request resource bounds: what one call may make the server hold, checked before the
+// work (or the allocation) it would cause. Every limit is named in the error it produces.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace anvil::server {
+
+struct RequestLimits {
+  // The largest message the Training service takes (a JobSpec with its model_json): gRPC's own
+  // default. The Serving service's Predict takes larger ones (batches of images).
+  int64_t training_message_bytes = 4 << 20;
+  int64_t predict_message_bytes = 64 << 20;
+  // A PredictRequest, checked on the wire before it is parsed: an empty Tensor is 2 bytes on
+  // the wire and ~100 in memory, so counts, not bytes, bound what parsing costs.
+  int max_predict_inputs = 16;
+  int max_tensor_dims = 32;
+  int64_t max_wire_fields = 1 << 16;  // fields of any kind in one request, nested ones included
+  size_t max_name_bytes = 1024;       // a model name, version or tensor name
+  // Predicts admitted at once (each holds its request and a worker thread); more wait in a
+  // queue of max_predict_queue, beyond which they are refused with RESOURCE_EXHAUSTED.
+  int max_concurrent_predicts = 256;
+  int max_predict_queue = 1024;
+};
+
+}  // namespace anvil::server
