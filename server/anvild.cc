@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -25,6 +26,28 @@
 using namespace anvil::server;
 
 namespace {
+
+// "8G", "512M", "64k" or a byte count; "0" = no limit.
+int64_t ParseBytes(const std::string& text, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "k" || unit == "K" || unit == "KiB") scale = 1024.0;
+  else if (unit == "m" || unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) used = 0;
+  if (used == 0 || v < 0) {
+    throw anvil::Error(std::string(flag) + ": expected a size such as 8G, 512M or a byte count, got \"" + text + "\"");
+  }
+  return static_cast<int64_t>(v * scale);
+}
 
 void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log_level) {
   std::ifstream in(path);
@@ -54,6 +77,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     } else if (key == "max_training_message_mb") o.limits.training_message_bytes = value.get<int64_t>() << 20;
     else if (key == "max_concurrent_predicts") o.limits.max_concurrent_predicts = value.get<int>();
     else if (key == "reflection") o.reflection = value.get<bool>();
+    else if (key == "max_job_memory") o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
+    else if (key == "max_crash_resumes") o.max_crash_resumes = value.get<int>();
     else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
 }
@@ -99,7 +124,8 @@ int main(int argc, char** argv) {
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
                                      "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_predict_message_mb, "
-                                     "max_training_message_mb, max_concurrent_predicts, reflection, devices, serving_device)");
+                                     "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_crash_resumes, devices, "
+                                     "serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
   std::string metrics_address = "127.0.0.1:9464";
@@ -124,6 +150,15 @@ int main(int argc, char** argv) {
                  "Predicts running at once (default 256; up to 1024 more wait, beyond that RESOURCE_EXHAUSTED)");
   bool reflection = false;
   app.add_flag("--reflection", reflection, "serve gRPC reflection (the whole schema, to any client; default off)");
+  std::string max_job_memory;
+  app.add_option("--max-job-memory", max_job_memory,
+                 "memory one job may need, estimated from its spec before it is queued: 8G, 512M, ... (default: half "
+                 "of what the process may use; 0: no limit)");
+  int max_crash_resumes = -1;
+  app.add_option("--max-crash-resumes", max_crash_resumes,
+                 "resumes of a job the server died under before it is FAILED (default 2)");
+  bool repair = false;
+  app.add_flag("--repair", repair, "report what is wrong with the data dir's job store and what to do; changes nothing");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -150,6 +185,12 @@ int main(int argc, char** argv) {
     if (training_mb > 0) o.limits.training_message_bytes = training_mb << 20;
     if (concurrent_predicts > 0) o.limits.max_concurrent_predicts = concurrent_predicts;
     if (reflection) o.reflection = true;
+    if (!max_job_memory.empty()) o.max_job_memory = ParseBytes(max_job_memory, "--max-job-memory");
+    if (max_crash_resumes >= 0) o.max_crash_resumes = max_crash_resumes;
+    if (repair) {
+      std::fputs(AnvilServer::repair_report(o.data_dir).c_str(), stdout);
+      return 0;
+    }
     set_log_level(parse_log_level(log_level));
     // The engine's lines (the CPU and kernels at start) go through this log.
     anvil::set_log_sink([](anvil::LogSeverity severity, const std::string& message) {

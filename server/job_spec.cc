@@ -6,6 +6,7 @@
 
 #include "core/models/spec.h"
 #include "server/status.h"
+#include "workers/job_memory.h"
 
 namespace anvil::server {
 namespace {
@@ -84,7 +85,7 @@ void ValidateSchedule(v1::ScheduleSpec* s) {
   CheckRange("schedule.warmup_steps", s->warmup_steps(), 0, 100'000'000);
 }
 
-void ValidateModel(const v1::JobSpec& spec) {
+void ValidateModel(const v1::JobSpec& spec, const SpecContext& ctx) {
   SPEC_CHECK(spec.model_preset().empty() != spec.model_json().empty(),
              "model: expected exactly one of \"model_preset\" (", Join(kPresets), ") or \"model_json\", got ",
              spec.model_preset().empty() ? "neither" : "both");
@@ -93,10 +94,17 @@ void ValidateModel(const v1::JobSpec& spec) {
                spec.model_preset(), "\"");
     return;
   }
+  // Checked and priced without building it: nothing the spec asks for is allocated here.
+  models::ModelCost cost;
   try {
-    models::build_model(spec.model_json());
+    cost = models::estimate_model(spec.model_json());
   } catch (const Error& e) {
     throw ServiceError(StatusCode::INVALID_ARGUMENT, std::string("spec.model_json: ") + e.what());
+  }
+  try {
+    workers::check_job_memory(cost, spec, ctx.max_job_memory);
+  } catch (const Error& e) {
+    throw ServiceError(StatusCode::RESOURCE_EXHAUSTED, std::string("spec: ") + e.what());
   }
 }
 
@@ -151,7 +159,6 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
              spec.name(), "\"");
   SPEC_CHECK(spec.client_job_id().size() <= 128, "client_job_id: expected at most 128 characters, got ",
              spec.client_job_id().size());
-  ValidateModel(spec);
   ValidateDataset(spec.mutable_dataset(), ctx);
   if (spec.batch_size() == 0) spec.set_batch_size(64);
   CheckRange("batch_size", spec.batch_size(), 1, 65536);
@@ -160,6 +167,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   CheckRange("max_steps", spec.max_steps(), 0, int64_t{1} << 40);
   ValidateOptimizer(spec.mutable_optimizer());
   ValidateSchedule(spec.mutable_schedule());
+  ValidateModel(spec, ctx);  // after the batch size and optimizer: they enter its memory estimate
   if (spec.loss().empty()) spec.set_loss("cross_entropy");
   SPEC_CHECK(kLosses.count(spec.loss()), "loss: expected one of ", Join(kLosses), ", got \"", spec.loss(), "\"");
   ValidateDevice(&spec, ctx);

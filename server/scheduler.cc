@@ -137,6 +137,25 @@ void Scheduler::recover() {
   std::lock_guard<std::mutex> lock(mu_);
   for (JobRow row : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
     bool resume = false;
+    if (row.state == JobState::kRunning) {
+      // RUNNING at start: the process died under this job (a drain leaves INTERRUPTED). A job
+      // that takes the server down with it must not do so on every restart.
+      ++row.crashes;
+      if (row.crashes > options_.max_crash_resumes) {
+        row.state = JobState::kFailed;
+        row.reason = detail::StrCat("the server stopped while running it ", row.crashes,
+                                    " times; not resumed again (anvild --max-crash-resumes ",
+                                    options_.max_crash_resumes, ")");
+        row.finished_ms = unix_millis();
+        store_.update_job(row);
+        log(LogLevel::kWarning, "job ", row.id, ": ", row.reason);
+        v1::MetricEvent e;
+        e.set_state(v1::FAILED);
+        e.set_message(row.reason);
+        Record(row, e);
+        continue;
+      }
+    }
     if (row.state != JobState::kQueued) {
       const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
       const int64_t step = CheckpointStep(checkpoint);
@@ -145,6 +164,8 @@ void Scheduler::recover() {
       store_.truncate_metrics_after(row.id, row.step);
       row.state = JobState::kQueued;
       row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
+      if (row.crashes > 0) row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
+                                                        options_.max_crash_resumes, " times)");
       store_.update_job(row);
       v1::MetricEvent e;
       e.set_state(v1::QUEUED);
@@ -302,6 +323,7 @@ void Scheduler::DispatchLocked() {
     job.datasets_dir = options_.datasets_dir;
     job.job_dir = (fs::path(options_.data_root) / "jobs" / row->id).string();
     job.resume = it->resume;
+    job.memory_budget = options_.max_job_memory;
     slot->job_id = row->id;
     slot->worker->run(std::move(job));
     it = queue_.erase(it);

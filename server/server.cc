@@ -15,6 +15,7 @@
 #include "server/state.h"
 #include "server/status.h"
 #include "server/status_page.h"
+#include "workers/job_memory.h"
 #include "workers/worker.h"
 
 namespace anvil::server {
@@ -66,7 +67,46 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
   }
 };
 
+int64_t count_entries(const fs::path& dir) {
+  std::error_code ec;
+  int64_t n = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
 }  // namespace
+
+std::string AnvilServer::repair_report(const std::string& data_dir) {
+  const fs::path root = fs::absolute(data_dir);
+  const fs::path db = root / "anvil.db";
+  std::string out = "anvild --repair: the job store " + db.string() + "\n";
+  const int64_t folders = count_entries(root / "jobs");
+  std::error_code ec;
+  if (!fs::exists(db)) {
+    return out + "  absent: a start creates an empty store (" + std::to_string(folders) +
+           " job folder(s) under jobs/ would have no jobs)\nNothing was changed.\n";
+  }
+  const auto size = fs::file_size(db, ec);
+  out += "  size: " + (ec ? "unreadable (" + ec.message() + ")" : std::to_string(size) + " bytes") + "\n";
+  bool opens = false;
+  if (!ec && size > 0) {
+    try {
+      Store store(db.string());
+      opens = true;
+      out += "  opens: schema version " + std::to_string(Store::kSchemaVersion) + ", " +
+             std::to_string(store.list_jobs().size()) + " job(s), " + std::to_string(store.list_models().size()) +
+             " model version(s)\n";
+    } catch (const std::exception& e) {
+      out += std::string("  does not open: ") + e.what() + "\n";
+    }
+  }
+  out += "  job folders under jobs/: " + std::to_string(folders) + "\n";
+  if (opens) return out + "The store is healthy: nothing to repair. Nothing was changed.\n";
+  return out + "To start again, stop anvild and move the store aside (keep it: it may be recoverable with sqlite3's "
+               ".recover):\n  mv " + db.string() + " " + db.string() + ".broken\n"
+               "The next start then creates an empty store; the job folders stay on disk but no job or model refers "
+               "to them (their checkpoints and model archives can be copied out). Nothing was changed.\n";
+}
 
 AnvilServer::AnvilServer(ServerOptions options) : options_(std::move(options)) {}
 
@@ -91,11 +131,30 @@ void AnvilServer::start() {
       log(LogLevel::kInfo, "no GPU metrics: ", why_not);
     }
   }
-  s->store = std::make_unique<Store>((fs::path(s->data_root) / "anvil.db").string());
+  const fs::path db = fs::path(s->data_root) / "anvil.db";
+  std::error_code ec;
+  // SQLite takes a 0-byte file for a new, empty database: starting on one would forget every
+  // job and model while their folders stay behind. Refuse; an operator decides.
+  ANVIL_CHECK(!fs::exists(db) || fs::file_size(db, ec) > 0 || ec, "the job store ", db.string(),
+              " is empty (0 bytes): it was truncated or never written, and starting would orphan ",
+              count_entries(fs::path(s->data_root) / "jobs"), " job folder(s) under jobs/. Restore it from a backup, or "
+              "run `anvild --repair` for the options");
+  try {
+    s->store = std::make_unique<Store>(db.string());
+  } catch (const Error& e) {
+    throw Error(detail::StrCat(e.what(), "; run `anvild --repair` for the options"));
+  }
   const Device serving = ServingDevice(options_.serving_device);
   s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get(),
                                                 options_.max_loaded_models, serving);
-  SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs};
+  if (s->options.max_job_memory < 0) {
+    std::string basis;
+    s->options.max_job_memory = workers::default_job_memory_budget(&basis);
+    log(LogLevel::kInfo, "job memory budget ", workers::format_bytes(s->options.max_job_memory), ": ", basis,
+        " (--max-job-memory)");
+  }
+  SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs, s->options.max_job_memory,
+                      options_.max_crash_resumes};
   std::vector<WorkerFactory> factories;
   for (const Device d : WorkerDevices(options_.devices)) {
     factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });

@@ -31,6 +31,12 @@ struct ServerOptions {
   RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
   bool reflection = false;               // gRPC server reflection (hands out the whole schema)
+  // Bytes one job may hold (estimated from its spec: workers/job_memory.h); -1: half of what the
+  // process may use (physical memory, cgroup, RLIMIT_AS); 0: no limit.
+  int64_t max_job_memory = -1;
+  // A job the server died under (RUNNING at start) resumes at most this often, then FAILS:
+  // a job that kills the process cannot make it die on every restart.
+  int max_crash_resumes = 2;
 };
 
 class Store;
@@ -54,6 +60,9 @@ class AnvilServer {
   // on the next start), queued predictions and metric streams ended with UNAVAILABLE, then
   // the gRPC server stops. Idempotent.
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(8));
+  // What is wrong with the data dir's job store, if anything, and what an operator can do;
+  // changes nothing (anvild --repair).
+  static std::string repair_report(const std::string& data_dir);
   void wait();
 
   struct State;  // shared with the services

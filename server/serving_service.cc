@@ -59,6 +59,11 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     v1::PredictRequest req;
     const Status parsed = Guard([&] {
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      // gRPC's receive limit is the larger of the two services': Predict's own applies here.
+      const int64_t size = static_cast<int64_t>(request.Length());
+      ANVIL_SERVICE_CHECK(size <= s_.options.limits.predict_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
+                          "PredictRequest: ", size, " bytes; the server takes at most ",
+                          s_.options.limits.predict_message_bytes, " (anvild --max-predict-message-mb)");
       grpc::ByteBuffer bytes(request);  // shares the slices: readers consume their own copy
       {
         grpc::ProtoBufferReader reader(&bytes);

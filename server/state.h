@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "server/metrics/gpu_metrics.h"
@@ -27,7 +28,8 @@ struct AnvilServer::State {
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> predicts_in_flight{0};  // admitted Predicts not yet answered (the drain waits for them)
+  std::atomic<int64_t> predicts_in_flight{0};
+  std::mutex dry_runs;  // one dry run (which builds the whole plan) at a time  // admitted Predicts not yet answered (the drain waits for them)
   std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 

@@ -69,9 +69,12 @@ CREATE TABLE models (
 );
 )sql";
 
+// Version 2: how often the server died while a job ran (the crash-loop guard).
+constexpr const char* kSchemaV2 = "ALTER TABLE jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;";
+
 #define ANVIL_JOB_COLUMNS                                                                                   \
   "id, name, client_job_id, spec_json, state, reason, priority, device, created_ms, started_ms, finished_ms, " \
-  "step, epoch, checkpoint, model_name, model_version, seq"
+  "step, epoch, checkpoint, model_name, model_version, seq, crashes"
 #define ANVIL_METRIC_COLUMNS "job_id, seq, step, kind, payload_json, time_ms"
 #define ANVIL_MODEL_COLUMNS "name, version, job_id, path, signature_json, created_ms"
 
@@ -186,6 +189,7 @@ JobRow read_job(const Query& q) {
   r.model_name = q.text(14);
   r.model_version = q.integer(15);
   r.seq = q.integer(16);
+  r.crashes = q.integer(17);
   return r;
 }
 
@@ -261,7 +265,7 @@ struct Store::Impl {
           update_job(db, p, "update a job",
                      "UPDATE jobs SET state = ?2, reason = ?3, priority = ?4, device = ?5, started_ms = ?6, "
                      "finished_ms = ?7, step = ?8, epoch = ?9, checkpoint = ?10, model_name = ?11, "
-                     "model_version = ?12 WHERE id = ?1"),
+                     "model_version = ?12, crashes = ?13 WHERE id = ?1"),
           bump_metric_seq(db, p, "advance a job's metric seq",
                           "UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = ?1"),
           read_metric_seq(db, p, "read a job's metric seq", "SELECT metric_seq FROM jobs WHERE id = ?1"),
@@ -332,6 +336,7 @@ struct Store::Impl {
       ANVIL_CHECK(q.next() && q.integer(0) == 0, "job store: expected an Anvil store or an empty database, got a ",
                   "database with tables but no schema_version table (database ", path, ")");
       exec("create the schema", kSchemaV1);
+      exec("create the schema (version 2)", kSchemaV2);
       Statement insert(db.get(), path, "record the schema version", "INSERT INTO schema_version (version) VALUES (?1)");
       Query(insert).bind(1, Store::kSchemaVersion).run();
     } else {
@@ -341,8 +346,12 @@ struct Store::Impl {
       ANVIL_CHECK(version <= Store::kSchemaVersion, "job store: the database has schema version ", version,
                   ", newer than version ", Store::kSchemaVersion,
                   " that this build understands; run a newer Anvil (database ", path, ")");
-      ANVIL_CHECK(version == Store::kSchemaVersion, "job store: expected schema version ", Store::kSchemaVersion,
-                  ", got ", version, " (database ", path, ")");
+      ANVIL_CHECK(version >= 1, "job store: expected schema version ", Store::kSchemaVersion, ", got ", version,
+                  " (database ", path, ")");
+      if (version == 1) {  // in the same transaction: a failed migration leaves version 1 intact
+        exec("migrate the schema to version 2", kSchemaV2);
+        exec("record the schema version", "UPDATE schema_version SET version = 2");
+      }
     }
     tx.commit();
   }
@@ -461,7 +470,7 @@ void Store::update_job(const JobRow& row) {
     Query q(m.st->update_job);
     q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
     q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
-    q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version);
+    q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
     q.run();
   }
   ANVIL_CHECK(sqlite3_changes(m.db.get()) == 1, "update_job: expected an existing job id, got '", row.id,

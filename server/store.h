@@ -56,6 +56,7 @@ struct JobRow {
   std::string model_name;             // registered model on success
   int64_t model_version = 0;
   int64_t seq = 0;                    // insertion order (assigned by the store), for FIFO and listing
+  int64_t crashes = 0;                // starts that found it RUNNING: the server died while it ran
 };
 
 // One event of a job's metric stream.
@@ -82,7 +83,8 @@ struct ModelRow {
 class Store {
  public:
   // The schema version this code reads and writes.
-  static constexpr int64_t kSchemaVersion = 1;
+  // Version 2 added jobs.crashes; a version 1 store is migrated when opened.
+  static constexpr int64_t kSchemaVersion = 2;
 
   // Opens `db_path`, creating the file and the schema when missing. Refuses a database whose
   // schema is newer than kSchemaVersion (written by a newer Anvil) or that is not an Anvil store.
@@ -106,7 +108,7 @@ class Store {
   // restart); empty `states` = none.
   std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const;
   // Writes every mutable field: state, reason, priority, device, started_ms, finished_ms, step,
-  // epoch, checkpoint, model_name, model_version. What a submit fixed (name, client_job_id,
+  // epoch, checkpoint, model_name, model_version, crashes. What a submit fixed (name, client_job_id,
   // spec_json, created_ms, seq) is kept as stored. Throws if the id does not exist.
   void update_job(const JobRow& row);
 

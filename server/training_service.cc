@@ -40,19 +40,24 @@ class TrainingService final : public v1::Training::Service {
  public:
   explicit TrainingService(AnvilServer::State& s) : s_(s) {}
 
-  Status SubmitJob(ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+  Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     return Guard([&] {
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
       const int64_t bytes = static_cast<int64_t>(req->ByteSizeLong());
       ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
                           "SubmitJobRequest: ", bytes, " bytes; the Training service takes at most ",
                           s_.options.limits.training_message_bytes, " (anvild --max-training-message-mb)");
-      const v1::JobSpec spec = validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices()});
+      const v1::JobSpec spec = validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       if (req->dry_run()) {
         // Build the whole plan (data, model, optimizer) without training: catches a model
         // that does not fit the data before anything is queued.
+        std::lock_guard<std::mutex> one_at_a_time(s_.dry_runs);
+        // The client's deadline passed (or it gave up) while this waited: no work for nobody.
+        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), StatusCode::CANCELLED,
+                            "the call ended (deadline or cancel) while the dry run waited for another");
         try {
-          workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, ""}, /*seed_generator=*/false);
+          workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
+                                 /*seed_generator=*/false);
         } catch (const Error& e) {
           throw ServiceError(StatusCode::INVALID_ARGUMENT, scrub_paths(std::string("spec: ") + e.what(), s_.data_root));
         }

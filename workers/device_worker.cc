@@ -112,7 +112,7 @@ class DeviceWorker final : public Worker {
     try {
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
-      JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_});
+      JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_, job.memory_budget});
       train::Trainer trainer(plan.model.module, plan.optimizer, plan.options, plan.loss);
       if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
       data::DataLoader train_loader(plan.train_set, plan.train_loader);

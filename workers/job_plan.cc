@@ -5,6 +5,7 @@
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
+#include "workers/job_memory.h"
 
 namespace anvil::workers {
 namespace {
@@ -116,6 +117,9 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   const std::string json =
       spec.model_json().empty() ? models::preset_spec(spec.model_preset(), x0.sizes(), std::max<int64_t>(outputs, 2))
                                 : spec.model_json();
+  // Priced before it is built: a model that cannot fit fails here with the estimate, not later
+  // with the OOM killer.
+  check_job_memory(models::estimate_model(json), spec, paths.memory_budget);
   plan.model = models::build_model(json);
   ANVIL_CHECK(plan.model.input_shape == x0.sizes(), "model: its input shape ", shape_str(plan.model.input_shape),
               " does not match the dataset's samples ", shape_str(x0.sizes()));

@@ -23,6 +23,7 @@ struct PlanPaths {
   std::string datasets_dir;  // where built-in dataset files live (digits.csv.gz)
   std::string checkpoint;    // absolute path of this job's checkpoint file
   Device device = kCPU;      // where the model trains: moved there before its optimizer is built
+  int64_t memory_budget = 0; // bytes (workers/job_memory.h): checked before the model is built; 0 = no limit
 };
 
 struct JobPlan {

@@ -20,6 +20,7 @@ struct RunJob {
   std::string datasets_dir;    // built-in dataset files
   std::string job_dir;         // absolute: checkpoint and model archive go here
   bool resume = false;         // continue from job_dir's checkpoint when there is one
+  int64_t memory_budget = 0;   // bytes the job may hold (estimated before it is built); 0 = no limit
 };
 
 struct WorkerEvent {

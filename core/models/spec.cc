@@ -3,6 +3,7 @@
 #include "core/models/spec.h"
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,11 +18,39 @@ namespace {
 using Json = nlohmann::ordered_json;
 using ModulePtr = std::shared_ptr<nn::Module>;
 
+// Saturating arithmetic for the cost estimate: sizes from a hostile spec must not overflow
+// into a small (accepted) figure.
+constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() / 4;
+int64_t SatAdd(int64_t a, int64_t b) { return a > kHuge - b ? kHuge : a + b; }
+int64_t SatMul(int64_t a, int64_t b) { return a != 0 && b > kHuge / a ? kHuge : a * b; }
+int64_t SatProd(std::initializer_list<int64_t> xs) {
+  int64_t r = 1;
+  for (int64_t x : xs) r = SatMul(r, x);
+  return r;
+}
+int64_t Numel(const IntArray& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n = SatMul(n, d);
+  return n;
+}
+
 
 // The context of one layer while it is built: where it is, for error messages.
 struct Layer {
   const Json& j;
   std::string where;  // "layer 3 (conv2d)"
+  ModelCost* cost;    // what the layer adds: parameters, buffers, activations per sample
+  bool dry;           // estimate only: check and infer shapes, build (allocate) nothing
+
+  // The module, or null in a dry walk (its parameters are never allocated).
+  template <typename M, typename... Args>
+  ModulePtr Make(Args&&... args) const {
+    if (dry) return nullptr;
+    return std::make_shared<M>(std::forward<Args>(args)...);
+  }
+  void Params(int64_t n) const { cost->parameters = SatAdd(cost->parameters, n); }
+  void Buffers(int64_t n) const { cost->buffers = SatAdd(cost->buffers, n); }
+  void Saved(int64_t n) const { cost->activations_per_sample = SatAdd(cost->activations_per_sample, n); }
 
   [[noreturn]] void Fail(const std::string& what) const { throw Error("model spec: " + where + ": " + what); }
   void Keys(std::initializer_list<const char*> allowed) const {
@@ -84,34 +113,35 @@ struct Built {
   IntArray shape;
 };
 
-Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input);
+Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input, ModelCost* cost,
+                    bool dry);
 
 Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input) {
   const std::string type = L.j["type"].get<std::string>();
+  // Every layer's output is kept for the backward pass (an upper bound: views share storage).
+  L.Saved(Numel(in));
   auto act = [&](ModulePtr m) {
     L.Keys({});
     return Built{std::move(m), in};
   };
-  if (type == "relu") return act(std::make_shared<nn::ReLU>());
-  if (type == "gelu") return act(std::make_shared<nn::GELU>());
-  if (type == "tanh") return act(std::make_shared<nn::Tanh>());
-  if (type == "sigmoid") return act(std::make_shared<nn::Sigmoid>());
-  if (type == "silu") return act(std::make_shared<nn::SiLU>());
+  if (type == "relu") return act(L.Make<nn::ReLU>());
+  if (type == "gelu") return act(L.Make<nn::GELU>());
+  if (type == "tanh") return act(L.Make<nn::Tanh>());
+  if (type == "sigmoid") return act(L.Make<nn::Sigmoid>());
+  if (type == "silu") return act(L.Make<nn::SiLU>());
   if (type == "leakyrelu") {
     L.Keys({"negative_slope"});
-    return {std::make_shared<nn::LeakyReLU>(L.Real("negative_slope", 0.01)), in};
+    return {L.Make<nn::LeakyReLU>(L.Real("negative_slope", 0.01)), in};
   }
   if (type == "dropout") {
     L.Keys({"p"});
     const double p = L.Real("p", 0.5);
     if (p < 0 || p >= 1) L.Fail("'p' must be in [0, 1)");
-    return {std::make_shared<nn::Dropout>(p), in};
+    return {L.Make<nn::Dropout>(p), in};
   }
   if (type == "flatten") {
     L.Keys({});
-    int64_t n = 1;
-    for (int64_t s : in) n *= s;
-    return {std::make_shared<nn::Flatten>(), {n}};
+    return {L.Make<nn::Flatten>(), {Numel(in)}};
   }
   if (type == "unflatten") {  // [F] -> "shape" (e.g. a flat 64-feature row into [1, 8, 8])
     L.Keys({"shape"});
@@ -129,14 +159,16 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       L.Fail("expects a flat input of " + std::to_string(n) + " features for shape " + shape_str(out) + ", got shape " +
              shape_str(in));
     }
-    return {std::make_shared<nn::Unflatten>(1, out), out};
+    return {L.Make<nn::Unflatten>(1, out), out};
   }
   if (type == "linear") {
     L.Keys({"out_features", "bias"});
     if (in.empty()) L.Fail("expects at least one dim, got a scalar input");
     IntArray out = in;
     out.back() = L.Int("out_features");
-    return {std::make_shared<nn::Linear>(in.back(), out.back(), L.Bool("bias", true)), out};
+    const bool bias = L.Bool("bias", true);
+    L.Params(SatAdd(SatMul(in.back(), out.back()), bias ? out.back() : 0));
+    return {L.Make<nn::Linear>(in.back(), out.back(), bias), out};
   }
   if (type == "conv2d" || type == "conv1d") {
     L.Keys({"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"});
@@ -176,11 +208,12 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       out_hw[static_cast<size_t>(d)] = same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
     }
     const bool bias = L.Bool("bias", true);
+    L.Params(SatAdd(SatProd({oc, in[0] / groups, k[0], k[1]}), bias ? oc : 0));
     if (two_d) {
-      return {std::make_shared<nn::Conv2d>(in[0], oc, k, nn::ConvOptions{stride, pad, dil, groups, bias, same}),
+      return {L.Make<nn::Conv2d>(in[0], oc, k, nn::ConvOptions{stride, pad, dil, groups, bias, same}),
               {oc, out_hw[0], out_hw[1]}};
     }
-    return {std::make_shared<nn::Conv1d>(in[0], oc, k[1], nn::Conv1dOptions{stride[1], pad[1], dil[1], groups, bias, same}),
+    return {L.Make<nn::Conv1d>(in[0], oc, k[1], nn::Conv1dOptions{stride[1], pad[1], dil[1], groups, bias, same}),
             {oc, out_hw[1]}};
   }
   if (type == "maxpool2d" || type == "avgpool2d") {
@@ -190,14 +223,14 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     const int64_t sh = s[0] > 0 ? s[0] : k[0], sw = s[1] > 0 ? s[1] : k[1];
     if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1]) L.Fail("the window does not fit the input " + shape_str(in));
     const IntArray out{in[0], (in[1] + 2 * p[0] - k[0]) / sh + 1, (in[2] + 2 * p[1] - k[1]) / sw + 1};
-    if (type == "maxpool2d") return {std::make_shared<nn::MaxPool2d>(k, s, p), out};
-    return {std::make_shared<nn::AvgPool2d>(k, s, p), out};
+    if (type == "maxpool2d") return {L.Make<nn::MaxPool2d>(k, s, p), out};
+    return {L.Make<nn::AvgPool2d>(k, s, p), out};
   }
   if (type == "adaptiveavgpool2d") {
     L.Keys({"output_size"});
     L.Rank(in, 3, "[C, H, W]");
     const auto o = L.Pair("output_size", 1);
-    return {std::make_shared<nn::AdaptiveAvgPool2d>(o), {in[0], o[0], o[1]}};
+    return {L.Make<nn::AdaptiveAvgPool2d>(o), {in[0], o[0], o[1]}};
   }
   if (type == "batchnorm1d" || type == "batchnorm2d") {
     L.Keys({"eps", "momentum"});
@@ -205,33 +238,39 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (two_d) L.Rank(in, 3, "[C, H, W]");
     else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
     const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
-    if (two_d) return {std::make_shared<nn::BatchNorm2d>(in[0], eps, momentum), in};
-    return {std::make_shared<nn::BatchNorm1d>(in[0], eps, momentum), in};
+    L.Params(SatMul(2, in[0]));
+    L.Buffers(SatAdd(SatMul(2, in[0]), 1));
+    if (two_d) return {L.Make<nn::BatchNorm2d>(in[0], eps, momentum), in};
+    return {L.Make<nn::BatchNorm1d>(in[0], eps, momentum), in};
   }
   if (type == "layernorm") {
     L.Keys({"eps"});
     if (in.empty()) L.Fail("expects at least one dim");
-    return {std::make_shared<nn::LayerNorm>(IntArray{in.back()}, L.Real("eps", 1e-5)), in};
+    L.Params(SatMul(2, in.back()));
+    return {L.Make<nn::LayerNorm>(IntArray{in.back()}, L.Real("eps", 1e-5)), in};
   }
   if (type == "groupnorm") {
     L.Keys({"num_groups", "eps"});
     if (in.empty()) L.Fail("expects input [C, ...]");
     const int64_t g = L.Int("num_groups");
     if (in[0] % g != 0) L.Fail("num_groups = " + std::to_string(g) + " must divide the " + std::to_string(in[0]) + " channels");
-    return {std::make_shared<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
+    L.Params(SatMul(2, in[0]));
+    return {L.Make<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
   }
   if (type == "embedding") {
     L.Keys({"num_embeddings", "embedding_dim", "padding_idx"});
     if (!first) L.Fail("must be the first layer (its input is integer token ids)");
     L.Rank(in, 1, "[T] (token ids)");
     *int_input = true;
-    const int64_t d = L.Int("embedding_dim");
-    return {std::make_shared<nn::Embedding>(L.Int("num_embeddings"), d, L.Int("padding_idx", -1, -1)), {in[0], d}};
+    const int64_t d = L.Int("embedding_dim"), n = L.Int("num_embeddings");
+    L.Params(SatMul(n, d));
+    return {L.Make<nn::Embedding>(n, d, L.Int("padding_idx", -1, -1)), {in[0], d}};
   }
   if (type == "positional") {
     L.Keys({});
     L.Rank(in, 2, "[T, E]");
-    return {std::make_shared<LearnedPositions>(in[0], in[1]), in};
+    L.Params(SatMul(in[0], in[1]));
+    return {L.Make<LearnedPositions>(in[0], in[1]), in};
   }
   if (type == "gru" || type == "lstm") {
     L.Keys({"hidden_size", "num_layers", "dropout", "return"});
@@ -240,10 +279,17 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     const int64_t h = L.Int("hidden_size");
     const std::string ret = L.j.value("return", std::string("last"));
     if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
+    const int64_t gates = type == "gru" ? 3 : 4;
+    for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer
+      L.Params(SatMul(gates, SatAdd(SatMul(h, SatAdd(l == 0 ? in[1] : h, h)), SatMul(2, h))));
+    }
+    L.Saved(SatProd({in[0], gates, h, o.num_layers, 2}));  // the gates of every step
+    const IntArray out = ret == "last" ? IntArray{h} : IntArray{in[0], h};
+    if (L.dry) return {nullptr, out};
     std::shared_ptr<nn::RNNBase> rnn;
     if (type == "gru") rnn = std::make_shared<nn::GRU>(in[1], h, o);
     else rnn = std::make_shared<nn::LSTM>(in[1], h, o);
-    return {std::make_shared<SequenceEncoder>(rnn, ret == "last"), ret == "last" ? IntArray{h} : IntArray{in[0], h}};
+    return {std::make_shared<SequenceEncoder>(rnn, ret == "last"), out};
   }
   if (type == "transformer_encoder") {
     L.Keys({"nhead", "dim_feedforward", "dropout", "num_layers", "norm_first", "activation"});
@@ -254,8 +300,16 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (activation != "relu" && activation != "gelu") L.Fail("'activation' must be \"relu\" or \"gelu\"");
     const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", 4 * in[1]), L.Real("dropout", 0.1), true,
                                           L.Bool("norm_first", false), activation == "gelu"};
+    const int64_t layers = L.Int("num_layers", 1), e = in[1], f = o.dim_feedforward, t = in[0];
+    // Per layer: attention in/out projections, the two feed-forward linears, two norms.
+    const int64_t per_layer = SatAdd(SatAdd(SatMul(4, SatMul(e, e)), SatMul(4, e)),
+                                     SatAdd(SatAdd(SatMul(2, SatMul(e, f)), SatAdd(f, e)), SatMul(4, e)));
+    L.Params(SatMul(layers, per_layer));
+    // Saved per layer: q, k, v, the attention weights per head, the feed-forward hidden.
+    L.Saved(SatMul(layers, SatAdd(SatAdd(SatMul(t, SatMul(6, e)), SatMul(t, f)), SatProd({2, heads, t, t}))));
+    if (L.dry) return {nullptr, in};
     auto stack = std::make_shared<nn::Sequential>();
-    for (int64_t i = 0; i < L.Int("num_layers", 1); ++i) stack->push_back(std::make_shared<nn::TransformerEncoderLayer>(in[1], heads, o));
+    for (int64_t i = 0; i < layers; ++i) stack->push_back(std::make_shared<nn::TransformerEncoderLayer>(e, heads, o));
     return {stack, in};
   }
   if (type == "mean_pool") {
@@ -265,42 +319,54 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (d >= static_cast<int64_t>(in.size())) L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + shape_str(in));
     IntArray out = in;
     out.erase(out.begin() + d);
-    return {std::make_shared<MeanPool>(d + 1), out};
+    return {L.Make<MeanPool>(d + 1), out};
   }
   if (type == "residual") {
     L.Keys({"layers"});
     if (!L.j.contains("layers") || !L.j["layers"].is_array() || L.j["layers"].empty()) L.Fail("'layers' must be a non-empty list");
+    // Each level recurses: bounded, so a hostile spec cannot overflow the stack.
+    if (++L.cost->depth > kMaxModelNesting) {
+      L.Fail(detail::StrCat("nested more than ", kMaxModelNesting, " residuals deep"));
+    }
     bool inner_int = false;
-    Built body = BuildSequence(L.j["layers"], in, L.where + " > ", &inner_int);
+    Built body = BuildSequence(L.j["layers"], in, L.where + " > ", &inner_int, L.cost, L.dry);
     ModulePtr shortcut;
     if (body.shape != in) {
       // Match the shortcut to the body: a 1x1 strided convolution for images, else a linear map.
       if (in.size() == 3 && body.shape.size() == 3 && in[1] % body.shape[1] == 0 && in[2] % body.shape[2] == 0) {
         const int64_t s = in[1] / body.shape[1];
-        shortcut = std::make_shared<nn::Conv2d>(in[0], body.shape[0], std::array<int64_t, 2>{1, 1},
-                                                nn::ConvOptions{.stride = {s, in[2] / body.shape[2]}});
+        L.Params(SatAdd(SatMul(in[0], body.shape[0]), body.shape[0]));
+        shortcut = L.Make<nn::Conv2d>(in[0], body.shape[0], std::array<int64_t, 2>{1, 1},
+                                      nn::ConvOptions{.stride = {s, in[2] / body.shape[2]}});
       } else if (in.size() == 1 && body.shape.size() == 1) {
-        shortcut = std::make_shared<nn::Linear>(in[0], body.shape[0]);
+        L.Params(SatAdd(SatMul(in[0], body.shape[0]), body.shape[0]));
+        shortcut = L.Make<nn::Linear>(in[0], body.shape[0]);
       } else {
         L.Fail("cannot add the input " + shape_str(in) + " to the body's output " + shape_str(body.shape));
       }
     }
+    --L.cost->depth;
+    if (L.dry) return {nullptr, body.shape};
     return {std::make_shared<Residual>(body.module, shortcut), body.shape};
   }
   L.Fail("unknown layer type '" + type + "'");
 }
 
-Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input) {
-  auto seq = std::make_shared<nn::Sequential>();
+Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefix, bool* int_input, ModelCost* cost,
+                    bool dry) {
+  auto seq = dry ? nullptr : std::make_shared<nn::Sequential>();
   for (size_t i = 0; i < layers.size(); ++i) {
     const Json& j = layers[i];
+    if (++cost->layers > kMaxModelLayers) {
+      throw Error(detail::StrCat("model spec: more than ", kMaxModelLayers, " layers (nested ones included)"));
+    }
     const std::string where = prefix + "layer " + std::to_string(i);
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
       throw Error("model spec: " + where + ": expected an object with a \"type\"");
     }
-    const Layer L{j, where + " (" + j["type"].get<std::string>() + ")"};
+    const Layer L{j, where + " (" + j["type"].get<std::string>() + ")", cost, dry};
     Built b = BuildLayer(L, shape, prefix.empty() && i == 0, int_input);
-    seq->push_back(b.module);
+    if (seq) seq->push_back(b.module);
     shape = b.shape;
   }
   return {seq, shape};
@@ -308,8 +374,19 @@ Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefi
 
 }  // namespace
 
-BuiltModel build_model(const std::string& text) {
+namespace {
+
+// The parsed spec's top level, checked: the input shape and the layer list.
+struct ParsedSpec {
   Json spec;
+  IntArray input;
+};
+
+ParsedSpec ParseSpec(const std::string& text) {
+  ANVIL_CHECK(text.size() <= kMaxModelSpecBytes, "model spec: ", text.size(), " bytes; expected at most ",
+              kMaxModelSpecBytes);
+  ParsedSpec p;
+  Json& spec = p.spec;
   try {
     spec = Json::parse(text);
   } catch (const std::exception& e) {
@@ -322,15 +399,34 @@ BuiltModel build_model(const std::string& text) {
   }
   ANVIL_CHECK(spec.contains("input_shape") && spec["input_shape"].is_array() && !spec["input_shape"].empty(),
               "model spec: 'input_shape' (the shape of one sample, without the batch dim) is required");
-  IntArray input;
   for (const auto& d : spec["input_shape"]) {
     ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0, "model spec: 'input_shape' entries must be positive integers");
-    input.push_back(d.get<int64_t>());
+    p.input.push_back(d.get<int64_t>());
   }
   ANVIL_CHECK(spec.contains("layers") && spec["layers"].is_array() && !spec["layers"].empty(),
               "model spec: 'layers' must be a non-empty list");
+  return p;
+}
+
+}  // namespace
+
+ModelCost estimate_model(const std::string& text) {
+  const ParsedSpec p = ParseSpec(text);
+  ModelCost cost;
   bool int_input = false;
-  Built b = BuildSequence(spec["layers"], input, "", &int_input);
+  cost.activations_per_sample = Numel(p.input);
+  const Built b = BuildSequence(p.spec["layers"], p.input, "", &int_input, &cost, /*dry=*/true);
+  cost.activations_per_sample = SatAdd(cost.activations_per_sample, Numel(b.shape));
+  return cost;
+}
+
+BuiltModel build_model(const std::string& text) {
+  const ParsedSpec p = ParseSpec(text);
+  const Json& spec = p.spec;
+  const IntArray& input = p.input;
+  bool int_input = false;
+  ModelCost cost;
+  Built b = BuildSequence(spec["layers"], input, "", &int_input, &cost, /*dry=*/false);
   BuiltModel out;
   out.module = b.module;
   out.input_shape = input;

@@ -32,6 +32,26 @@ struct BuiltModel {
   ScalarType input_dtype = kFloat32;  // int64 when the first layer is an embedding
 };
 
+// Bounds on a spec, so that checking one costs little whatever a client sends: the text's
+// size and the number of layers (nested ones included). Checking is linear in both.
+inline constexpr size_t kMaxModelSpecBytes = 1 << 20;
+inline constexpr int64_t kMaxModelLayers = 10000;
+inline constexpr int kMaxModelNesting = 32;  // residuals inside residuals (each level recurses)
+
+// What a model costs, in elements (float32: 4 bytes each), from its spec alone.
+struct ModelCost {
+  int64_t layers = 0;
+  int64_t parameters = 0;
+  int64_t buffers = 0;                 // running statistics (batch norm)
+  int64_t activations_per_sample = 0;  // kept for the backward pass of one sample (an upper bound)
+  int depth = 0;                       // residual nesting while walking
+};
+
+// Checks the spec as build_model does (every layer, key and shape) and counts its cost, without
+// building or allocating anything: a spec with 10^12 parameters is priced, not attempted.
+// Counts saturate instead of overflowing.
+ModelCost estimate_model(const std::string& json_spec);
+
 // Builds from a JSON spec text; throws anvil::Error naming the layer on any mistake.
 BuiltModel build_model(const std::string& json_spec);
 

@@ -14,7 +14,7 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) :
 }
 
 void Sequential::push_back(std::shared_ptr<Module> module) {
-  register_module(std::to_string(layers_.size()), module);
+  AppendIndexedChild(module);
   layers_.push_back(std::move(module));
 }
 
@@ -64,7 +64,7 @@ ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) :
 }
 
 void ModuleList::push_back(std::shared_ptr<Module> module) {
-  register_module(std::to_string(items_.size()), module);
+  AppendIndexedChild(module);
   items_.push_back(std::move(module));
 }
 

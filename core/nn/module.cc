@@ -62,6 +62,12 @@ void Module::RegisterChild(std::string name, std::shared_ptr<Module> module) {
   children_.emplace_back(std::move(name), std::move(module));
 }
 
+void Module::AppendIndexedChild(std::shared_ptr<Module> module) {
+  ANVIL_CHECK(module != nullptr, type_name_, ": submodule ", children_.size(), " is null");
+  ANVIL_CHECK(module.get() != this, type_name_, ": a module cannot contain itself");
+  children_.emplace_back(std::to_string(children_.size()), std::move(module));
+}
+
 template <typename F>
 void Module::VisitSlots(const std::string& prefix, const F& f) const {
   for (const auto& p : parameters_) f(Join(prefix, p.name), p.tensor, true);

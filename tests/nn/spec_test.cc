@@ -96,3 +96,53 @@ TEST(SpecTest, EveryPresetBuildsRunsAndBackpropagates) {
 
 }  // namespace
 }  // namespace anvil::models
+
+namespace anvil::models {
+namespace {
+
+// The estimate prices a spec without building it: its parameter and buffer counts must be
+// exactly what the built module holds, for every layer type and preset.
+TEST(SpecCostTest, EstimateCountsExactlyWhatTheBuiltModelHolds) {
+  std::vector<std::string> specs = {
+      R"({"input_shape": [3, 12, 12], "layers": [
+          {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "groups": 1, "padding": 1},
+          {"type": "batchnorm2d"}, {"type": "relu"},
+          {"type": "conv2d", "out_channels": 8, "kernel_size": [3, 1], "groups": 4, "bias": false},
+          {"type": "groupnorm", "num_groups": 2}, {"type": "maxpool2d", "kernel_size": 2},
+          {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 16, "kernel_size": 3, "stride": 1, "padding": 1}]},
+          {"type": "adaptiveavgpool2d", "output_size": 2}, {"type": "flatten"},
+          {"type": "residual", "layers": [{"type": "linear", "out_features": 10}]},
+          {"type": "layernorm"}, {"type": "linear", "out_features": 5, "bias": false}]})",
+      R"({"input_shape": [4, 20], "layers": [{"type": "conv1d", "out_channels": 6, "kernel_size": 5},
+          {"type": "batchnorm1d"}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})",
+      R"({"input_shape": [7, 5], "layers": [{"type": "lstm", "hidden_size": 6, "num_layers": 2},
+          {"type": "linear", "out_features": 2}]})",
+      R"({"input_shape": [9, 5], "layers": [{"type": "gru", "hidden_size": 4, "return": "sequence"},
+          {"type": "transformer_encoder", "nhead": 2, "dim_feedforward": 12, "num_layers": 2},
+          {"type": "mean_pool"}, {"type": "linear", "out_features": 2}]})",
+      preset_spec("mlp", {1, 8, 8}, 10),
+      preset_spec("lenet5", {1, 28, 28}, 10),
+      preset_spec("resnet", {3, 32, 32}, 10),
+      preset_spec("gru", {12}, 4, 50),
+      preset_spec("transformer", {12}, 4, 50),
+  };
+  for (const std::string& spec : specs) {
+    const ModelCost cost = estimate_model(spec);
+    const BuiltModel built = build_model(spec);
+    int64_t params = 0, buffers = 0;
+    for (const Tensor& p : built.module->parameters()) params += p.numel();
+    for (const Tensor& b : built.module->buffers()) buffers += b.numel();
+    EXPECT_EQ(cost.parameters, params) << spec;
+    EXPECT_EQ(cost.buffers, buffers) << spec;
+    EXPECT_GT(cost.activations_per_sample, 0);
+  }
+}
+
+TEST(SpecCostTest, HugeSizesSaturateInsteadOfOverflowing) {
+  const ModelCost cost = estimate_model(R"({"input_shape": [4000000000], "layers": [
+      {"type": "linear", "out_features": 4000000000}, {"type": "linear", "out_features": 4000000000}]})");
+  EXPECT_GT(cost.parameters, int64_t{1} << 60);  // not wrapped around to a small number
+}
+
+}  // namespace
+}  // namespace anvil::models

@@ -13,6 +13,7 @@
 
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/status.h"
+#include "server/store.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -55,6 +56,22 @@ class FaultTest : public ServerFixture {
     const v1::Job job = Submit(BlobsSpec(1));
     Stream(job.id());
     ASSERT_EQ(Get(job.id()).state(), v1::SUCCEEDED);
+  }
+
+  // The job's state messages, read from its stream for `seconds` (the job keeps running).
+  std::vector<std::string> StateMessages(const std::string& id, double seconds) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000)));
+    v1::StreamMetricsRequest req;
+    req.set_job_id(id);
+    auto reader = training_->StreamMetrics(&ctx, req);
+    std::vector<std::string> out;
+    v1::MetricEvent e;
+    while (reader->Read(&e)) {
+      if (e.event_case() == v1::MetricEvent::kState) out.push_back(e.message());
+    }
+    reader->Finish();
+    return out;
   }
 
   bool Serving() {
@@ -300,6 +317,147 @@ TEST_F(FaultTest, APredictFloodBeyondTheQueueIsResourceExhausted) {
   EXPECT_GE(ok, 4);
   EXPECT_GE(exhausted, 1);
   EXPECT_TRUE(Serving());
+}
+
+
+// A model_json of `layers` (a JSON array body) on the blobs data ([2] inputs).
+std::string ModelJson(const std::string& layers) { return R"({"input_shape": [2], "layers": [)" + layers + "]}"; }
+
+TEST_F(FaultTest, AJobThatCannotFitIsRefusedAtSubmitWithTheEstimate) {
+  Stop();
+  ServerOptions o;
+  o.max_job_memory = int64_t{1} << 30;
+  Start(o);
+  v1::JobSpec spec = BlobsSpec();
+  spec.set_model_preset("");
+  spec.set_model_json(ModelJson(R"({"type": "flatten"}, {"type": "linear", "out_features": 20000},
+      {"type": "linear", "out_features": 20000}, {"type": "linear", "out_features": 10})"));
+  const int64_t rss_before = RssBytes();
+  grpc::Status st;
+  Submit(spec, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("the job needs about"));
+  EXPECT_THAT(st.error_message(), HasSubstr("adamw state"));
+  EXPECT_THAT(st.error_message(), HasSubstr("--max-job-memory"));
+  // 10^12 parameters: priced, never allocated.
+  spec.set_model_json(ModelJson(R"({"type": "linear", "out_features": 1000000000000})"));
+  Submit(spec, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("TiB"));
+  EXPECT_LT(RssBytes() - rss_before, int64_t{64} << 20);  // the 400M-parameter model was never built
+  // A dry run prices the same way, and so does a preset once the data gives its size.
+  v1::SubmitJobRequest dry;
+  *dry.mutable_spec() = spec;
+  dry.set_dry_run(true);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(training_->SubmitJob(&ctx, dry, &resp).error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  // A model that fits is accepted and trains.
+  spec.set_model_json(ModelJson(R"({"type": "linear", "out_features": 16}, {"type": "relu"},
+      {"type": "linear", "out_features": 4})"));  // blobs has 4 classes
+  spec.set_epochs(1);
+  const v1::Job job = Submit(spec);
+  Stream(job.id());
+  EXPECT_EQ(Get(job.id()).state(), v1::SUCCEEDED) << Get(job.id()).reason();
+}
+
+TEST_F(FaultTest, ModelSpecsAreBoundedInLayersAndBytes) {
+  auto relus = [](int n) {
+    std::string layers = R"({"type": "linear", "out_features": 3})";
+    for (int i = 0; i < n; ++i) layers += R"(, {"type": "relu"})";
+    return layers;
+  };
+  v1::JobSpec spec = BlobsSpec();
+  spec.set_model_preset("");
+  grpc::Status st;
+  v1::SubmitJobRequest req;
+  v1::SubmitJobResponse resp;
+  req.set_dry_run(true);
+  // 9999 layers: within the bound, checked without building anything.
+  spec.set_model_json(ModelJson(relus(9998)));
+  *req.mutable_spec() = spec;
+  {
+    grpc::ClientContext ctx;
+    st = training_->SubmitJob(&ctx, req, &resp);
+  }
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  spec.set_model_json(ModelJson(relus(10000)));
+  Submit(spec, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("more than 10000 layers"));
+  // Nested layers count too: a residual inside a residual ...
+  std::string nested = R"({"type": "relu"})";
+  for (int i = 0; i < 10001; ++i) nested = R"({"type": "residual", "layers": [)" + nested + "]}";
+  spec.set_model_json(ModelJson(nested));
+  Submit(spec, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("nested more than 32 residuals deep"));
+  // Beyond 1 MiB of text: refused before it is parsed.
+  spec.set_model_json(ModelJson(relus(9000) + std::string(1 << 20, ' ')));
+  Submit(spec, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("expected at most 1048576"));
+}
+
+TEST_F(FaultTest, AJobTheServerDiesUnderIsResumedTwiceThenFailed) {
+  v1::JobSpec spec = BlobsSpec(100000);
+  spec.set_name("crasher");
+  const v1::Job job = Submit(spec);
+  while (Get(job.id()).state() != v1::RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Stop();
+  // A process that died leaves its job RUNNING (a drain leaves INTERRUPTED): write that state,
+  // as a crash would have left it, and start again, three times.
+  for (int start = 1; start <= 3; ++start) {
+    {
+      Store store((root_ / "data" / "anvil.db").string());
+      JobRow row = *store.get_job(job.id());
+      row.state = JobState::kRunning;
+      store.update_job(row);
+    }
+    Start();
+    const v1::Job now = Get(job.id());
+    if (start <= 2) {
+      EXPECT_NE(now.state(), v1::FAILED) << start;
+      // The reason of the resume, as recorded in the job's event stream.
+      bool said = false;
+      for (const std::string& m : StateMessages(job.id(), 0.5)) {
+        said = said || m.find("the server stopped under it " + std::to_string(start) + " of at most 2") !=
+                           std::string::npos;
+      }
+      EXPECT_TRUE(said) << start;
+    } else {
+      EXPECT_EQ(now.state(), v1::FAILED);
+      EXPECT_THAT(now.reason(), HasSubstr("the server stopped while running it 3 times"));
+    }
+    Stop();
+  }
+}
+
+TEST_F(FaultTest, AnEmptyStoreFileRefusesToStart) {
+  const v1::Job job = Submit(BlobsSpec(1));
+  Stream(job.id());
+  Stop();
+  const fs::path db = root_ / "data" / "anvil.db";
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+  std::ofstream(db, std::ios::trunc).close();
+  ServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.data_dir = (root_ / "data").string();
+  AnvilServer server(o);
+  try {
+    server.start();
+    ADD_FAILURE() << "started on a 0-byte store";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is empty (0 bytes)"));
+    EXPECT_THAT(e.what(), HasSubstr("1 job folder(s)"));
+    EXPECT_THAT(e.what(), HasSubstr("anvild --repair"));
+  }
+  const std::string report = AnvilServer::repair_report(o.data_dir);
+  EXPECT_THAT(report, HasSubstr("size: 0 bytes"));
+  EXPECT_THAT(report, HasSubstr("mv "));
+  EXPECT_THAT(report, HasSubstr("Nothing was changed"));
+  EXPECT_EQ(fs::file_size(db), 0u);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ class ServerFixture : public ::testing::Test {
     o.metrics_address = "127.0.0.1:0";
     o.data_dir = (root_ / "data").string();
     o.limits.predict_message_bytes = std::min<int64_t>(o.limits.predict_message_bytes, 1 << 20);
-    o.limits.training_message_bytes = std::min<int64_t>(o.limits.training_message_bytes, 1 << 20);
+    o.limits.training_message_bytes = std::min<int64_t>(o.limits.training_message_bytes, 2 << 20);
     o.export_chunk_bytes = 4096;  // exports of tens of KiB span many chunks
     server_ = std::make_unique<AnvilServer>(o);
     server_->start();

@@ -93,7 +93,7 @@ TEST_F(StoreTest, CreatesSchemaAndDataSurvivesReopening) {
     store.register_model({"mnist", 0, id, "models/mnist/1", "{}", 0});
   }
   ASSERT_TRUE(std::filesystem::exists(path_));
-  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "1");
+  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "2");
   EXPECT_EQ(RawSql(path_, "PRAGMA journal_mode"), "wal");  // WAL is persistent in the file
   EXPECT_EQ(RawSql(path_, "SELECT state FROM jobs WHERE name = 'first'"), "QUEUED");
 
@@ -413,8 +413,28 @@ TEST_F(StoreTest, NewerSchemaIsRefused) {
   RawSql(path_, "UPDATE schema_version SET version = 999");
   const std::string msg = ErrorOf([&] { Store store(path_); });
   EXPECT_THAT(msg, HasSubstr("schema version 999"));
-  EXPECT_THAT(msg, HasSubstr("newer than version 1"));
+  EXPECT_THAT(msg, HasSubstr("newer than version 2"));
   EXPECT_THAT(msg, HasSubstr(path_));
+}
+
+TEST_F(StoreTest, VersionOneStoreIsMigratedKeepingItsJobs) {
+  std::string id;
+  {
+    Store store(path_);
+    id = store.insert_job(Job("old")).first.id;
+  }
+  // Back to what version 1 wrote: no crashes column.
+  RawSql(path_, "ALTER TABLE jobs DROP COLUMN crashes");
+  RawSql(path_, "UPDATE schema_version SET version = 1");
+  Store store(path_);
+  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "2");
+  std::optional<JobRow> row = store.get_job(id);
+  ASSERT_TRUE(row.has_value());
+  EXPECT_EQ(row->name, "old");
+  EXPECT_EQ(row->crashes, 0);
+  row->crashes = 3;
+  store.update_job(*row);
+  EXPECT_EQ(store.get_job(id)->crashes, 3);
 }
 
 TEST_F(StoreTest, ForeignDatabaseAndUnopenablePathAreRefused) {
