@@ -9,8 +9,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -110,6 +112,27 @@ int WaitForSignal() {
   return b;
 }
 
+// Each connection holds an fd: the soft limit (often 1024) is raised to the hard one, and the
+// hard one to 65536 where the process may (root). `wanted` > 0 sets the soft limit instead
+// (also lower: the fault suite floods a small table).
+void SetOpenFileLimit(int64_t wanted) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (wanted <= 0) {
+    if (r.rlim_max != RLIM_INFINITY && r.rlim_max < 65536) {
+      rlimit raised{65536, 65536};
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
+    }
+    r.rlim_cur = r.rlim_max;
+  } else {
+    r.rlim_cur = std::min<rlim_t>(static_cast<rlim_t>(wanted), r.rlim_max);
+  }
+  ::setrlimit(RLIMIT_NOFILE, &r);
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  log(LogLevel::kInfo, "open files: up to ", static_cast<int64_t>(r.rlim_cur), " (hard limit ",
+      r.rlim_max == RLIM_INFINITY ? std::string("none") : std::to_string(r.rlim_max), ")");
+}
+
 void FromEnv(const char* name, std::string& target) {
   if (const char* v = std::getenv(name); v != nullptr && *v != '\0') target = v;
 }
@@ -157,6 +180,9 @@ int main(int argc, char** argv) {
   int max_crash_resumes = -1;
   app.add_option("--max-crash-resumes", max_crash_resumes,
                  "resumes of a job the server died under before it is FAILED (default 2)");
+  int64_t max_open_files = 0;
+  app.add_option("--max-open-files", max_open_files,
+                 "the fd limit (each connection holds one; default: as high as the process may)");
   bool repair = false;
   app.add_flag("--repair", repair, "report what is wrong with the data dir's job store and what to do; changes nothing");
   CLI11_PARSE(app, argc, argv);
@@ -198,6 +224,7 @@ int main(int argc, char** argv) {
     });
     anvil::log_cpu_kernel_summary_once();
 
+    SetOpenFileLimit(max_open_files);
     InstallSignalPipe();
     AnvilServer server(o);
     server.start();

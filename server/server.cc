@@ -1,9 +1,5 @@
 #include "server/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/impl/server_builder_option.h>
-#include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +7,7 @@
 
 #include "core/backend/registry.h"
 #include "core/data/datasets/digits.h"
+#include "server/grpc_front.h"
 #include "server/log.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -55,17 +52,6 @@ Device ServingDevice(const std::string& spec) {
   if (d.is_cuda()) backend_for(d);
   return d;
 }
-
-// Removes the reflection plugin from one builder.
-class WithoutReflection final : public grpc::ServerBuilderOption {
- public:
-  void UpdateArguments(grpc::ChannelArguments*) override {}
-  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
-                                  [](const auto& p) { return p->name() == "proto_server_reflection"; }),
-                   plugins->end());
-  }
-};
 
 int64_t count_entries(const fs::path& dir) {
   std::error_code ec;
@@ -171,43 +157,25 @@ void AnvilServer::start() {
                       [store] { return std::make_pair(std::string("application/json"), status_json(*store)); });
   }
   state_ = std::move(s);
-  training_ = make_training_service(*state_);
-  serving_ = make_serving_service(*state_);
-
-  grpc::EnableDefaultHealthCheckService(true);
-  // Reflection hands out the whole schema to anyone who asks: only on request. (Linking the
-  // plugin registers it for every builder of the process; the option takes it out again.)
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
-  // No SO_REUSEPORT: with it gRPC opens one listener per poller, and for port 0 each of them
-  // binds its own ephemeral port (a second, unlogged port serving the whole API); it would
-  // also let another process bind the same port and take a share of the connections.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
-  // gRPC has one receive limit per server: the larger of the two; the Training service checks
-  // its own, smaller one on each request.
-  const RequestLimits& limits = options_.limits;
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::max(limits.predict_message_bytes, limits.training_message_bytes)));
-  builder.SetMaxSendMessageSize(static_cast<int>(std::max<int64_t>(limits.predict_message_bytes, 4 << 20)));
-  builder.RegisterService(training_.get());
-  builder.RegisterService(serving_.get());
-  server_ = builder.BuildAndStart();
-  ANVIL_CHECK(server_ != nullptr && port_ > 0, "anvild: cannot listen on ", options_.address,
-              " (in use, or not a valid address)");
-  SetHealth(true);
-}
-
-void AnvilServer::SetHealth(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving);  // the server as a whole ("")
-  for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
+  GrpcFrontOptions fo;
+  fo.address = options_.address;
+  fo.limits = options_.limits;
+  fo.reflection = options_.reflection;
+  State* state = state_.get();
+  front_ = std::make_unique<GrpcFront>(fo, [state] {
+    std::vector<std::unique_ptr<grpc::Service>> services;
+    services.push_back(make_training_service(*state));
+    services.push_back(make_serving_service(*state));
+    return services;
+  });
+  front_->start();
+  port_ = front_->port();
+  front_->set_health(true);
 }
 
 void AnvilServer::shutdown(std::chrono::milliseconds grace) {
-  if (!server_ || stopped_.exchange(true)) return;
-  SetHealth(false);
+  if (!front_ || stopped_.exchange(true)) return;
+  front_->set_health(false);
   const auto until = std::chrono::steady_clock::now() + grace;
   state_->draining = true;  // new Predicts and submits get UNAVAILABLE from here on
   state_->scheduler->drain(grace);
@@ -216,7 +184,7 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   state_->hub.close_all();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  front_->shutdown(std::chrono::seconds(1));
   // Workers joined before the registry closes: a job that still ends now registers its model.
   state_->scheduler.reset();
   state_->registry->close();
@@ -226,7 +194,7 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
 int AnvilServer::metrics_port() const { return state_ && state_->http ? state_->http->port() : 0; }
 
 void AnvilServer::wait() {
-  if (server_) server_->Wait();
+  if (front_) front_->wait();
 }
 
 }  // namespace anvil::server

@@ -43,6 +43,7 @@ class Store;
 class MetricsHub;
 class ModelRegistry;
 class Scheduler;
+class GrpcFront;
 
 class AnvilServer {
  public:
@@ -68,12 +69,10 @@ class AnvilServer {
   struct State;  // shared with the services
 
  private:
-  void SetHealth(bool serving);  // the server's and each named service's health status
 
   ServerOptions options_;
   std::unique_ptr<State> state_;
-  std::unique_ptr<grpc::Service> training_, serving_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcFront> front_;
   int port_ = 0;
   std::atomic<bool> stopped_{false};
 };

@@ -1,0 +1,78 @@
+// The gRPC side of anvild: one grpc::Server with the Training and Serving services, health and
+// (on request) reflection, the receive limits, and a watchdog over its listening socket.
+//
+// Why the watchdog: gRPC 1.51 (Debian 12's) stops accepting for good after one accept4()
+// failure such as EMFILE (the fd limit reached under a connection flood; the CVE-2023-4785
+// class, fixed upstream in 1.58.3 with a retry). The kernel keeps queueing connections that
+// nobody accepts. The watchdog reads the listening socket's accept queue from /proc every
+// `probe_interval`: a queue that stays non-empty over several probes means nobody accepts,
+// and the server is rebuilt on the same port (existing calls get a short grace; the old
+// server's services stay alive until the front stops). Once fds are free again, accepting
+// resumes within about two seconds.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/service_type.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/request_limits.h"
+
+namespace anvil::server {
+
+struct GrpcFrontOptions {
+  std::string address;  // "host:port"; port 0 picks one (kept across rebuilds)
+  RequestLimits limits;
+  bool reflection = false;
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // null: insecure
+  std::chrono::milliseconds probe_interval{500};
+  int stuck_probes = 4;  // consecutive probes with a non-empty accept queue before a rebuild
+};
+
+class GrpcFront {
+ public:
+  // Makes the services for each (re)build of the server.
+  using ServiceFactory = std::function<std::vector<std::unique_ptr<grpc::Service>>()>;
+
+  GrpcFront(GrpcFrontOptions options, ServiceFactory services);
+  ~GrpcFront();
+
+  // Binds and starts; throws when the address cannot be bound.
+  void start();
+  int port() const { return port_; }
+  void set_health(bool serving);
+  // Stops accepting and ends calls after `grace`; then wait() returns. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+  void wait();
+  int rebuilds() const { return rebuilds_.load(); }
+
+ private:
+  std::unique_ptr<grpc::Server> Build(const std::string& address, int* port);
+  void Watch();
+  int64_t AcceptQueueLength() const;  // -1 when the listening socket is not found
+
+  GrpcFrontOptions options_;
+  ServiceFactory make_services_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  // Rebuilt-away servers and their services, kept until the front stops (calls may still run).
+  std::vector<std::unique_ptr<grpc::Server>> retired_servers_;
+  std::vector<std::unique_ptr<grpc::Service>> retired_services_;
+  int port_ = 0;
+  bool serving_ = false;
+  bool stopped_ = false;
+  std::atomic<int> rebuilds_{0};
+  std::thread watchdog_;
+};
+
+}  // namespace anvil::server

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A connection flood against a real anvild (ctest label "fault"):
+#   1. `ulimit -n 1024` and 1,100 connections held open at once, then closed: anvild raised its
+#      own fd limit at start, so nothing failed and it answers at once.
+#   2. the fd table made small on purpose (--max-open-files 200) and 300 connections: accept4()
+#      fails with EMFILE, gRPC 1.51's listener stops for good, and the watchdog rebuilds it:
+#      once the flood's connections close, health answers SERVING again within seconds.
+#   connection_flood_test.sh BUILD_DIR
+set -euo pipefail
+source "$(dirname "$0")/anvild_lib.sh" "$1" flood
+
+flood() {  # flood PORT COUNT: open COUNT connections at once, hold them 2 s, close them
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import socket, sys, time
+port, count = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for _ in range(count):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        held.append(s)
+    except OSError:
+        pass
+time.sleep(2)
+for s in held:
+    s.close()
+print(f"held {len(held)} connections")
+PY
+}
+
+healthy_within() {  # healthy_within SECONDS
+  local until=$((SECONDS + $1))
+  while ((SECONDS < until)); do
+    "${build}/client/anvil" --server "127.0.0.1:${grpc_port}" health > /dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+# 1. The operator's ulimit of 1024.
+(ulimit -n 1024; exec "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" \
+  --data-dir "${work}/data1" > "${work}/anvild.log" 2>&1) &
+pids+=($!)
+for _ in $(seq 100); do
+  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+  [[ -n "${grpc_port}" ]] && break
+  sleep 0.1
+done
+[[ -n "${grpc_port}" ]] || fail "anvild did not start"
+grep -q "open files: up to" "${work}/anvild.log" || fail "the fd limit is not logged"
+flood "${grpc_port}" 1100
+healthy_within 10 || fail "after 1,100 connections under ulimit -n 1024 the server does not answer"
+if grep -q "Failed accept4" "${work}/anvild.log"; then
+  # Only where the process may not raise its limit (not root): then the watchdog must have acted.
+  grep -q "accepting again" "${work}/anvild.log" || fail "accept4 failed and the listener was not restarted"
+fi
+echo "ok: 1,100 connections under ulimit -n 1024"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+
+# 2. A deliberately small fd table: the listener dies and is rebuilt.
+"${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data2" \
+  --max-open-files 200 > "${work}/anvild.log" 2>&1 &
+pids+=($!)
+grpc_port=""
+for _ in $(seq 100); do
+  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+  [[ -n "${grpc_port}" ]] && break
+  sleep 0.1
+done
+[[ -n "${grpc_port}" ]] || fail "anvild did not start"
+flood "${grpc_port}" 300
+grep -q "Failed accept4" "${work}/anvild.log" || fail "the flood did not exhaust the fd table (the test proves nothing)"
+healthy_within 15 || fail "the listener did not come back after the fds were freed"
+grep -q "accepting again" "${work}/anvild.log" || fail "no restart of the listener was logged"
+grep -E "Failed accept4|stopped accepting|accepting again" "${work}/anvild.log" | head -4
+echo "ok: accept4 EMFILE, listener rebuilt, serving again"
