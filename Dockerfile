@@ -37,17 +37,24 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_TESTS=
 
 FROM ${RUNTIME_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
+# openssl: the entrypoint makes a development certificate when none is mounted.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /var/lib/anvil --create-home anvil
 COPY --from=builder /opt/anvil/lib /opt/anvil/lib
 COPY --from=builder /src/build/server/anvild /src/build/client/anvil /usr/local/bin/
 COPY --from=builder /opt/anvil/datasets /opt/anvil/datasets
+COPY scripts/dev-ca.sh /usr/local/bin/anvil-dev-ca
+COPY scripts/docker-entrypoint.sh /usr/local/bin/anvil-entrypoint
 USER anvil
 ENV LD_LIBRARY_PATH=/opt/anvil/lib \
     ANVILD_ADDRESS=0.0.0.0:50051 \
     ANVILD_METRICS_ADDRESS=0.0.0.0:9464 \
     ANVILD_DATA_DIR=/var/lib/anvil \
-    ANVILD_DATASETS_DIR=/opt/anvil/datasets
+    ANVILD_DATASETS_DIR=/opt/anvil/datasets \
+    ANVILD_TLS_CERT=/var/lib/anvil/tls/server.pem \
+    ANVILD_TLS_KEY=/var/lib/anvil/tls/server.key
 VOLUME /var/lib/anvil
 EXPOSE 50051 9464
-HEALTHCHECK --interval=10s --timeout=5s --start-period=10s CMD ["anvil", "--server", "127.0.0.1:50051", "health"]
-ENTRYPOINT ["anvild"]
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s \
+  CMD ["anvil", "--server", "localhost:50051", "--tls-ca", "/var/lib/anvil/tls/ca.pem", "health"]
+ENTRYPOINT ["anvil-entrypoint"]

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -22,14 +23,27 @@
 #include "client/progress.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "server/tokens.h"
 
 namespace {
 
 using namespace anvil;
 
+// The bearer token every call carries ("" = none): --token or $ANVIL_TOKEN.
+std::string g_token;
+
+std::string ReadFileOrFail(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(std::string(flag) + ": cannot read \"" + path + "\"");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 struct Cli {
   std::string server = "127.0.0.1:50051";
   bool json = false;
+  // TLS: the CA that signed the server's certificate; a client certificate for mutual TLS;
+  // the name the server's certificate is for, when it differs from the address's host.
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Training::Stub> training;
   std::unique_ptr<v1::Serving::Stub> serving;
@@ -38,7 +52,18 @@ struct Cli {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);
     args.SetMaxSendMessageSize(256 << 20);
-    channel = grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (!tls_ca.empty() || !tls_cert.empty()) {
+      grpc::SslCredentialsOptions ssl;
+      if (!tls_ca.empty()) ssl.pem_root_certs = ReadFileOrFail(tls_ca, "--tls-ca");
+      if (!tls_cert.empty()) {
+        ssl.pem_cert_chain = ReadFileOrFail(tls_cert, "--tls-cert");
+        ssl.pem_private_key = ReadFileOrFail(tls_key, "--tls-key");
+      }
+      creds = grpc::SslCredentials(ssl);
+      if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
+    }
+    channel = grpc::CreateCustomChannel(server, creds, args);
     training = v1::Training::NewStub(channel);
     serving = v1::Serving::NewStub(channel);
   }
@@ -75,6 +100,7 @@ std::string ToJson(const google::protobuf::Message& m) {
 
 std::unique_ptr<grpc::ClientContext> Ctx(double seconds = 30) {
   auto c = std::make_unique<grpc::ClientContext>();
+  if (!g_token.empty()) c->AddMetadata("authorization", "Bearer " + g_token);
   if (seconds > 0) c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000)));
   return c;
 }
@@ -147,6 +173,12 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   app.add_option("--server", cli.server, "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER)")->envname("ANVIL_SERVER");
   app.add_flag("--json", cli.json, "machine-readable output");
+  app.add_option("--token", g_token, "bearer token for a server that requires one (or $ANVIL_TOKEN)")->envname("ANVIL_TOKEN");
+  app.add_option("--tls-ca", cli.tls_ca, "connect over TLS, trusting this CA (PEM) for the server's certificate")
+      ->envname("ANVIL_TLS_CA");
+  app.add_option("--tls-cert", cli.tls_cert, "mutual TLS: this client's certificate (PEM)")->envname("ANVIL_TLS_CERT");
+  app.add_option("--tls-key", cli.tls_key, "mutual TLS: this client's private key (PEM)")->envname("ANVIL_TLS_KEY");
+  app.add_option("--tls-server-name", cli.tls_server_name, "the name on the server's certificate, if not the host");
 
   std::string spec_path, job_id, model_ref, input_path, out_path, format = "native", state_filter;
   bool watch = false, dry_run = false;
@@ -179,10 +211,45 @@ int Run(int argc, char** argv) {
   auto* health_cmd = app.add_subcommand("health", "check that the server is serving");
   health_cmd->add_flag("-v,--verbose", verbose, "also print the server's version, CPU, ISA level, GEMM kernel and devices");
 
+  // Tokens are managed on the server's machine, in its token file (no server call).
+  std::string token_name, token_scopes = "train,serve", token_file, data_dir = "anvil-data";
+  auto* token_cmd = app.add_subcommand("token", "create, list or revoke bearer tokens in anvild's token file");
+  token_cmd->require_subcommand(1);
+  token_cmd->add_option("--data-dir", data_dir, "anvild's data dir (the file is <data-dir>/tokens.json)");
+  token_cmd->add_option("--tokens", token_file, "the token file itself (anvild --tokens)");
+  auto* token_create = token_cmd->add_subcommand("create", "add a token and print it (shown only this once)");
+  token_create->add_option("--name", token_name, "a name for the token (to list or revoke it)")->required();
+  token_create->add_option("--scope", token_scopes, "comma-separated: train, serve, admin (default train,serve)");
+  auto* token_list = token_cmd->add_subcommand("list", "list the tokens' names and scopes");
+  auto* token_revoke = token_cmd->add_subcommand("revoke", "remove a token");
+  token_revoke->add_option("name", token_name)->required();
+  for (CLI::App* sub : {token_create, token_list, token_revoke}) sub->fallthrough();  // --data-dir after the verb
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (app.got_subcommand("token")) {
+    const std::string file = token_file.empty() ? data_dir + "/tokens.json" : token_file;
+    if (token_cmd->got_subcommand("create")) {
+      std::vector<server::Scope> scopes;
+      std::stringstream list(token_scopes);
+      for (std::string s; std::getline(list, s, ',');) scopes.push_back(server::parse_scope(s));
+      std::printf("%s\n", server::create_token(file, token_name, scopes).c_str());
+      std::fprintf(stderr, "token \"%s\" (%s) added to %s; anvild takes it up within a second. It is shown only "
+                           "now: pass it with --token or $ANVIL_TOKEN.\n", token_name.c_str(), token_scopes.c_str(),
+                   file.c_str());
+    } else if (token_cmd->got_subcommand("list")) {
+      for (const server::TokenEntry& e : server::read_token_file(file)) {
+        std::string scopes;
+        for (server::Scope s : e.scopes) scopes += (scopes.empty() ? "" : ",") + server::scope_name(s);
+        std::printf("%-24s %s\n", e.name.c_str(), scopes.c_str());
+      }
+    } else if (!server::revoke_token(file, token_name)) {
+      throw Failure(4, "token \"" + token_name + "\" is not in " + file);
+    }
+    return 0;
   }
   cli.Connect();
 

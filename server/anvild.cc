@@ -4,8 +4,12 @@
 //
 // Settings come from (later wins) built-in defaults, the JSON config file, the environment
 // (ANVILD_ADDRESS, ANVILD_DATA_DIR, ANVILD_DATASETS_DIR, ANVILD_LOG_LEVEL, ANVILD_DEVICES,
-// ANVILD_SERVING_DEVICE) and the flags.
-// SIGTERM / SIGINT drain: running jobs are checkpointed and resume on the next start.
+// ANVILD_SERVING_DEVICE, ANVILD_TLS_CERT, ANVILD_TLS_KEY, ANVILD_TLS_CLIENT_CA, ANVILD_TOKENS) and
+// the flags.
+// SIGTERM / SIGINT drain: running jobs are checkpointed and resume on the next start; calls
+// already admitted finish, new ones get UNAVAILABLE.
+// Security (docs/security.md): a non-loopback address needs TLS or tokens (or --insecure);
+// reflection only with --reflection.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -81,6 +85,11 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     else if (key == "reflection") o.reflection = value.get<bool>();
     else if (key == "max_job_memory") o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
     else if (key == "max_crash_resumes") o.max_crash_resumes = value.get<int>();
+    else if (key == "tls_cert") o.tls_cert = value.get<std::string>();
+    else if (key == "tls_key") o.tls_key = value.get<std::string>();
+    else if (key == "tls_client_ca") o.tls_client_ca = value.get<std::string>();
+    else if (key == "tokens") o.tokens_file = value.get<std::string>();
+    else if (key == "insecure") o.insecure = value.get<bool>();
     else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
 }
@@ -180,6 +189,15 @@ int main(int argc, char** argv) {
   int max_crash_resumes = -1;
   app.add_option("--max-crash-resumes", max_crash_resumes,
                  "resumes of a job the server died under before it is FAILED (default 2)");
+  std::string tls_cert, tls_key, tls_client_ca, tokens_file;
+  app.add_option("--tls-cert", tls_cert, "TLS: the server's certificate chain (PEM)");
+  app.add_option("--tls-key", tls_key, "TLS: the server's private key (PEM)");
+  app.add_option("--tls-client-ca", tls_client_ca, "mutual TLS: accept only clients with a certificate signed by this CA (PEM)");
+  app.add_option("--tokens", tokens_file,
+                 "bearer-token file (default <data-dir>/tokens.json; `anvil token create` adds tokens; tokens in it "
+                 "turn authentication on)");
+  bool insecure = false;
+  app.add_flag("--insecure", insecure, "allow a non-loopback address with neither TLS nor tokens");
   int64_t max_open_files = 0;
   app.add_option("--max-open-files", max_open_files,
                  "the fd limit (each connection holds one; default: as high as the process may)");
@@ -198,6 +216,10 @@ int main(int argc, char** argv) {
     FromEnv("ANVILD_DEVICES", o.devices);
     FromEnv("ANVILD_SERVING_DEVICE", o.serving_device);
     FromEnv("ANVILD_LOG_LEVEL", log_level);
+    FromEnv("ANVILD_TLS_CERT", o.tls_cert);
+    FromEnv("ANVILD_TLS_KEY", o.tls_key);
+    FromEnv("ANVILD_TLS_CLIENT_CA", o.tls_client_ca);
+    FromEnv("ANVILD_TOKENS", o.tokens_file);
     if (!address.empty()) o.address = address;
     if (!data_dir.empty()) o.data_dir = data_dir;
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
@@ -211,6 +233,11 @@ int main(int argc, char** argv) {
     if (training_mb > 0) o.limits.training_message_bytes = training_mb << 20;
     if (concurrent_predicts > 0) o.limits.max_concurrent_predicts = concurrent_predicts;
     if (reflection) o.reflection = true;
+    if (!tls_cert.empty()) o.tls_cert = tls_cert;
+    if (!tls_key.empty()) o.tls_key = tls_key;
+    if (!tls_client_ca.empty()) o.tls_client_ca = tls_client_ca;
+    if (!tokens_file.empty()) o.tokens_file = tokens_file;
+    if (insecure) o.insecure = true;
     if (!max_job_memory.empty()) o.max_job_memory = ParseBytes(max_job_memory, "--max-job-memory");
     if (max_crash_resumes >= 0) o.max_crash_resumes = max_crash_resumes;
     if (repair) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/backend/registry.h"
@@ -51,6 +53,30 @@ Device ServingDevice(const std::string& spec) {
   const Device d(spec);
   if (d.is_cuda()) backend_for(d);
   return d;
+}
+
+bool IsLoopback(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0 || host.rfind("ipv4:127.", 0) == 0 ||
+         host == "unix" || address.rfind("unix:", 0) == 0;
+}
+
+std::string ReadPem(const std::string& path, const char* flag) {
+  ANVIL_CHECK(!path.empty(), "anvild: ", flag, " is required with TLS (--tls-cert and --tls-key go together)");
+  std::ifstream in(path);
+  ANVIL_CHECK(in.good(), "anvild: ", flag, " ", path, ": cannot read it");
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ANVIL_CHECK(pem.find("-----BEGIN ") != std::string::npos, "anvild: ", flag, " ", path, ": expected a PEM file");
+  return pem;
+}
+
+std::shared_ptr<grpc::ServerCredentials> TlsCredentials(const ServerOptions& o) {
+  grpc::SslServerCredentialsOptions ssl(o.tls_client_ca.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_key_cert_pairs.push_back({ReadPem(o.tls_key, "--tls-key"), ReadPem(o.tls_cert, "--tls-cert")});
+  if (!o.tls_client_ca.empty()) ssl.pem_root_certs = ReadPem(o.tls_client_ca, "--tls-client-ca");
+  return grpc::SslServerCredentials(ssl);
 }
 
 int64_t count_entries(const fs::path& dir) {
@@ -157,8 +183,24 @@ void AnvilServer::start() {
                       [store] { return std::make_pair(std::string("application/json"), status_json(*store)); });
   }
   state_ = std::move(s);
+  state_->tokens = std::make_unique<TokenSet>(
+      options_.tokens_file.empty() ? (fs::path(state_->data_root) / "tokens.json").string() : options_.tokens_file);
+  const bool tls = !options_.tls_cert.empty() || !options_.tls_key.empty();
+  const bool tokens = state_->tokens->enabled();
+  if (!state_->tokens->error().empty()) log(LogLevel::kError, "token file: ", state_->tokens->error(), " (no token is accepted)");
+  if (!IsLoopback(options_.address)) {
+    ANVIL_CHECK(tls || tokens || options_.insecure, "anvild: listening on ", options_.address,
+                " (not loopback) with neither TLS (--tls-cert/--tls-key) nor tokens (anvil token create) would let "
+                "anyone who reaches the port train, predict and export; add one, or pass --insecure");
+    if (!tls && !tokens) log(LogLevel::kWarning, "listening on ", options_.address, " with no TLS and no tokens (--insecure)");
+    else if (!tls) log(LogLevel::kWarning, "tokens on ", options_.address, " travel unencrypted without TLS");
+  }
+  log(LogLevel::kInfo, "transport ", tls ? (options_.tls_client_ca.empty() ? "TLS" : "mutual TLS") : "plaintext",
+      ", tokens ", tokens ? "required (" + state_->tokens->path() + ")" : std::string("off"),
+      ", reflection ", options_.reflection ? "on" : "off");
   GrpcFrontOptions fo;
   fo.address = options_.address;
+  if (tls) fo.credentials = TlsCredentials(options_);
   fo.limits = options_.limits;
   fo.reflection = options_.reflection;
   State* state = state_.get();

@@ -31,6 +31,14 @@ struct ServerOptions {
   RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
   bool reflection = false;               // gRPC server reflection (hands out the whole schema)
+  // Transport security: PEM files. With tls_client_ca every client must present a certificate
+  // signed by it (mTLS).
+  std::string tls_cert, tls_key, tls_client_ca;
+  // Bearer tokens (server/tokens.h); "" = <data_dir>/tokens.json. A file with tokens in it
+  // turns authentication on; no file or an empty one leaves it off.
+  std::string tokens_file;
+  // Needed to listen on a non-loopback address with neither TLS nor tokens.
+  bool insecure = false;
   // Bytes one job may hold (estimated from its spec: workers/job_memory.h); -1: half of what the
   // process may use (physical memory, cgroup, RLIMIT_AS); 0: no limit.
   int64_t max_job_memory = -1;

@@ -12,6 +12,7 @@
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/auth.h"
 #include "server/bounded_executor.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -58,6 +59,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   Status PredictRaw(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
     v1::PredictRequest req;
     const Status parsed = Guard([&] {
+      Auth(*ctx, Scope::kServe, "Predict");
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
       // gRPC's receive limit is the larger of the two services': Predict's own applies here.
       const int64_t size = static_cast<int64_t>(request.Length());
@@ -108,8 +110,9 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     });
   }
 
-  Status ListModels(ServerContext*, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {
+  Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kServe, "ListModels");
       for (const ModelRow& row : s_.store->list_models(req->name())) {
         try {
           *resp->add_models() = s_.registry->describe_row(row);
@@ -124,8 +127,9 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     });
   }
 
-  Status GetModel(ServerContext*, const v1::GetModelRequest* req, v1::Model* resp) override {
+  Status GetModel(ServerContext* ctx, const v1::GetModelRequest* req, v1::Model* resp) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kServe, "GetModel");
       ANVIL_SERVICE_CHECK(!req->name().empty(), StatusCode::INVALID_ARGUMENT, "name: expected a model name");
       *resp = s_.registry->describe(*s_.registry->get(req->name(), req->version()));
     });
@@ -135,6 +139,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   // carries the size and SHA-256 of everything sent.
   Status Export(ServerContext* ctx, const v1::ExportRequest* req, grpc::ServerWriter<v1::ExportChunk>* writer) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kServe, "Export");
       ANVIL_SERVICE_CHECK(!req->model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
       ANVIL_SERVICE_CHECK(req->format() != v1::ONNX, StatusCode::UNIMPLEMENTED,
                           "format ONNX: not available in this build yet (use NATIVE or SAFETENSORS)");
@@ -206,6 +211,10 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   template <typename F>
   Status Guard(F&& f) {
     return guarded({s_.data_root, s_.options.datasets_dir}, std::forward<F>(f));
+  }
+
+  void Auth(const grpc::ServerContextBase& ctx, Scope scope, const char* method) {
+    authorize(s_.tokens.get(), ctx, scope, method);
   }
 
   void Finish(grpc::ServerUnaryReactor* reactor, const Status& st) {

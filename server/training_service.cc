@@ -6,6 +6,7 @@
 
 #include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_spec.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -42,6 +43,7 @@ class TrainingService final : public v1::Training::Service {
 
   Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "SubmitJob");
       ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
       const int64_t bytes = static_cast<int64_t>(req->ByteSizeLong());
       ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
@@ -73,12 +75,16 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status GetJob(ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override {
-    return Guard([&] { *resp = Scheduler::to_job(Find(req->job_id())); });
+  Status GetJob(ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* resp) override {
+    return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "GetJob");
+      *resp = Scheduler::to_job(Find(req->job_id()));
+    });
   }
 
-  Status ListJobs(ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+  Status ListJobs(ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "ListJobs");
       std::vector<JobState> states;
       for (int s : req->states()) states.push_back(FromWire(static_cast<v1::JobState>(s)));
       ANVIL_SERVICE_CHECK(req->limit() >= 0, StatusCode::INVALID_ARGUMENT, "limit: expected >= 0, got ", req->limit());
@@ -86,8 +92,9 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status GetServerInfo(ServerContext*, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) override {
+  Status GetServerInfo(ServerContext* ctx, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) override {
     return Guard([&] {
+      Auth(*ctx, std::nullopt, "GetServerInfo");
       const CpuKernelInfo cpu = cpu_kernel_info();
       resp->set_version(ANVIL_VERSION_STRING);
       resp->set_cpu_model(cpu.model);
@@ -101,8 +108,9 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status CancelJob(ServerContext*, const v1::CancelJobRequest* req, v1::Job* resp) override {
+  Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "CancelJob");
       ANVIL_SERVICE_CHECK(!req->job_id().empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
       JobRow row = s_.scheduler->cancel(req->job_id());
       // A running job stops at its next step: wait briefly for it, so the reply says how it
@@ -125,6 +133,7 @@ class TrainingService final : public v1::Training::Service {
   Status StreamMetrics(ServerContext* ctx, const v1::StreamMetricsRequest* req,
                        grpc::ServerWriter<v1::MetricEvent>* writer) override {
     return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "StreamMetrics");
       const JobRow job = Find(req->job_id());
       ANVIL_SERVICE_CHECK(req->from_step() >= 0, StatusCode::INVALID_ARGUMENT, "from_step: expected >= 0, got ",
                           req->from_step());
@@ -194,6 +203,10 @@ class TrainingService final : public v1::Training::Service {
     std::optional<JobRow> row = s_.store->get_job(id);
     ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(id), "\" does not exist");
     return *row;
+  }
+
+  void Auth(const grpc::ServerContextBase& ctx, std::optional<Scope> scope, const char* method) {
+    authorize(s_.tokens.get(), ctx, scope, method);
   }
 
   template <typename F>

@@ -18,7 +18,7 @@ namespace anvil {
 
 std::string errno_message(int err) { return std::generic_category().message(err); }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+AtomicFile::AtomicFile(std::string path, unsigned mode) : path_(std::move(path)) {
   std::vector<char> tmp(path_.begin(), path_.end());
   const std::string suffix = ".tmp.XXXXXX";
   tmp.insert(tmp.end(), suffix.begin(), suffix.end());
@@ -26,7 +26,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   fd_ = mkstemp(tmp.data());
   ANVIL_CHECK(fd_ >= 0, path_, ": cannot create a temporary file next to it: ", errno_message(errno));
   tmp_path_ = tmp.data();
-  fchmod(fd_, 0644);  // mkstemp makes 0600; written files are meant to be readable
+  fchmod(fd_, static_cast<mode_t>(mode));  // mkstemp makes 0600; most written files are meant to be readable
 }
 
 AtomicFile::~AtomicFile() {

@@ -15,8 +15,8 @@ namespace anvil {
 
 class AtomicFile {
  public:
-  // Creates the temporary file next to `path`, with permissions 0644.
-  explicit AtomicFile(std::string path);
+  // Creates the temporary file next to `path`, with permissions `mode` (0600 for secrets).
+  explicit AtomicFile(std::string path, unsigned mode = 0644);
   ~AtomicFile();  // removes the temporary file unless committed
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

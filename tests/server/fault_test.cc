@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <iterator>
 #include <future>
 #include <set>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/status.h"
 #include "server/store.h"
+#include "server/tokens.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -458,6 +461,128 @@ TEST_F(FaultTest, AnEmptyStoreFileRefusesToStart) {
   EXPECT_THAT(report, HasSubstr("mv "));
   EXPECT_THAT(report, HasSubstr("Nothing was changed"));
   EXPECT_EQ(fs::file_size(db), 0u);
+}
+
+// --- Authentication and transport security -----------------------------------------------
+
+grpc::Status CallWithToken(v1::Training::Stub& training, const std::string& token) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", token);
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  return training.ListJobs(&ctx, req, &resp);
+}
+
+TEST_F(FaultTest, TokensWithScopesAreEnforcedAndHealthStaysOpen) {
+  Stop();
+  const std::string file = (root_ / "data" / "tokens.json").string();
+  fs::create_directories(root_ / "data");
+  const std::string trainer = create_token(file, "trainer", {Scope::kTrain});
+  const std::string server_token = create_token(file, "server", {Scope::kServe});
+  const std::string admin = create_token(file, "ops", {Scope::kAdmin});
+  EXPECT_EQ(fs::status(file).permissions() & fs::perms::others_read, fs::perms::none);  // 0600
+  // The file holds hashes only: no token text in it.
+  std::ifstream in(file);
+  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content.find(trainer.substr(6)), std::string::npos);
+  Start();
+
+  grpc::Status st = CallWithToken(*training_, "");
+  EXPECT_EQ(st.error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(st.error_message(), HasSubstr("expected a bearer token"));
+  EXPECT_EQ(CallWithToken(*training_, "Bearer anvil_0000").error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(CallWithToken(*training_, "Basic " + trainer).error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(CallWithToken(*training_, "Bearer " + trainer).ok());
+  EXPECT_TRUE(CallWithToken(*training_, "Bearer " + admin).ok());
+  st = CallWithToken(*training_, "Bearer " + server_token);
+  EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("lacks the \"train\" scope"));
+  // Predict (the raw path) checks too.
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + trainer);
+    v1::PredictResponse resp;
+    EXPECT_EQ(serving_->Predict(&ctx, PredictOf("m", randn({1, 2})), &resp).error_code(), StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::PredictResponse resp;
+    EXPECT_EQ(serving_->Predict(&ctx, PredictOf("m", randn({1, 2})), &resp).error_code(), StatusCode::UNAUTHENTICATED);
+  }
+  // Health needs no token.
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext hctx;
+  grpc::health::v1::HealthCheckResponse hresp;
+  EXPECT_TRUE(health->Check(&hctx, grpc::health::v1::HealthCheckRequest(), &hresp).ok());
+  // A revoked token stops working while the server runs (the file is re-read within a second).
+  ASSERT_TRUE(revoke_token(file, "trainer"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_EQ(CallWithToken(*training_, "Bearer " + trainer).error_code(), StatusCode::UNAUTHENTICATED);
+  // A corrupted file fails closed: no token is accepted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::ofstream(file, std::ios::trunc) << "{ not json";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  st = CallWithToken(*training_, "Bearer " + admin);
+  EXPECT_EQ(st.error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(st.error_message(), HasSubstr("cannot read its token file"));
+}
+
+TEST_F(FaultTest, ANonLoopbackAddressNeedsTlsTokensOrInsecure) {
+  Stop();
+  ServerOptions o;
+  o.address = "0.0.0.0:0";
+  o.data_dir = (root_ / "data").string();
+  {
+    AnvilServer server(o);
+    try {
+      server.start();
+      ADD_FAILURE() << "listened on 0.0.0.0 with no TLS and no tokens";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), HasSubstr("--insecure"));
+    }
+  }
+  o.insecure = true;
+  AnvilServer server(o);
+  EXPECT_NO_THROW(server.start());
+  server.shutdown(std::chrono::seconds(2));
+}
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_F(FaultTest, MutualTlsRefusesClientsWithoutACertificate) {
+  Stop();
+  const fs::path ca = root_ / "ca";
+  ASSERT_EQ(std::system(("'" ANVIL_SOURCE_DIR "/scripts/dev-ca.sh' '" + ca.string() + "' > /dev/null").c_str()), 0);
+  ServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.metrics_address = "";
+  o.data_dir = (root_ / "data").string();
+  o.tls_cert = (ca / "server.pem").string();
+  o.tls_key = (ca / "server.key").string();
+  o.tls_client_ca = (ca / "ca.pem").string();
+  AnvilServer server(o);
+  server.start();
+  const std::string target = "localhost:" + std::to_string(server.port());
+  auto call = [&](std::shared_ptr<grpc::ChannelCredentials> creds) {
+    auto stub = v1::Training::NewStub(grpc::CreateChannel(target, creds));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ListJobsResponse resp;
+    return stub->ListJobs(&ctx, v1::ListJobsRequest(), &resp);
+  };
+  grpc::SslCredentialsOptions with_cert;
+  with_cert.pem_root_certs = ReadAll(ca / "ca.pem");
+  with_cert.pem_cert_chain = ReadAll(ca / "client.pem");
+  with_cert.pem_private_key = ReadAll(ca / "client.key");
+  EXPECT_TRUE(call(grpc::SslCredentials(with_cert)).ok());
+  grpc::SslCredentialsOptions no_cert;
+  no_cert.pem_root_certs = with_cert.pem_root_certs;
+  EXPECT_FALSE(call(grpc::SslCredentials(no_cert)).ok());
+  EXPECT_FALSE(call(grpc::InsecureChannelCredentials()).ok());
+  server.shutdown(std::chrono::seconds(2));
 }
 
 }  // namespace

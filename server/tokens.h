@@ -1,0 +1,67 @@
+// Bearer tokens with scopes. A token is 32 random bytes shown once, as "anvil_" + 64 hex
+// digits, when it is created; the token file keeps only its SHA-256, its name and its scopes
+// (JSON, written atomically with mode 0600), so a leaked file grants nothing.
+//
+//   train  submit, list, watch and cancel jobs (the Training service)
+//   serve  predict, list, describe and export models (the Serving service)
+//   admin  both
+//
+// The server reloads the file when it changes (checked at most once a second), so tokens
+// created or revoked while it runs take effect without a restart.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anvil::server {
+
+enum class Scope { kTrain, kServe, kAdmin };
+
+std::string scope_name(Scope s);
+// "train", "serve" or "admin"; throws anvil::Error naming the valid ones.
+Scope parse_scope(const std::string& name);
+
+struct TokenEntry {
+  std::string name;
+  std::string sha256;  // of the whole token text, lowercase hex
+  std::vector<Scope> scopes;
+  int64_t created_unix_ms = 0;
+  bool allows(Scope needed) const;
+};
+
+// The token file's entries; an absent file has none. Throws anvil::Error for a malformed one.
+std::vector<TokenEntry> read_token_file(const std::string& path);
+// Adds a token named `name` (unique in the file) with `scopes` and returns the token text.
+std::string create_token(const std::string& path, const std::string& name, const std::vector<Scope>& scopes);
+// Removes the token named `name`; false when there is none.
+bool revoke_token(const std::string& path, const std::string& name);
+
+// The server's view of the file: which entry a presented token is, if any.
+class TokenSet {
+ public:
+  explicit TokenSet(std::string path);
+  // True when the file holds at least one token (or exists but cannot be read): then every
+  // call must present a valid one.
+  bool enabled();
+  // Why the file is unusable ("" when it is fine).
+  std::string error();
+  // The entry whose hash matches `token` (compared in constant time), or nullopt.
+  std::optional<TokenEntry> find(const std::string& token);
+  const std::string& path() const { return path_; }
+
+ private:
+  void ReloadIfChanged();
+
+  std::string path_;
+  std::string error_;  // why the file could not be read: then no token is accepted (fail closed)
+  std::mutex mu_;
+  std::vector<TokenEntry> entries_;
+  std::chrono::steady_clock::time_point checked_{};
+  int64_t mtime_ns_ = -1, size_ = -1;
+};
+
+}  // namespace anvil::server
