@@ -43,7 +43,9 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
   }
   const std::string path = (fs::path(paths.data_root) / d.path()).string();
   if (fs::is_directory(path)) {
-    auto images = std::make_shared<data::ImageFolder>(path);
+    data::ImageFolderOptions image_options;
+    image_options.confine_to = paths.data_root;  // checked again at every open, not only at submit
+    auto images = std::make_shared<data::ImageFolder>(path, image_options);
     out.labels = images->classes();
     out.num_classes = static_cast<int64_t>(out.labels.size());
     out.all = std::make_shared<data::MapDataset>(images, std::make_shared<data::ToTensor>());
@@ -52,6 +54,7 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
   ANVIL_CHECK(EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
               "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
   data::CsvOptions options;
+  options.confine_to = paths.data_root;
   if (!d.label_column().empty()) {
     const std::string& c = d.label_column();
     const bool numeric = c.find_first_not_of("-0123456789") == std::string::npos;

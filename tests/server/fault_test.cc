@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/data/datasets/image_folder.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/status.h"
 #include "server/store.h"
@@ -461,6 +462,49 @@ TEST_F(FaultTest, AnEmptyStoreFileRefusesToStart) {
   EXPECT_THAT(report, HasSubstr("mv "));
   EXPECT_THAT(report, HasSubstr("Nothing was changed"));
   EXPECT_EQ(fs::file_size(db), 0u);
+}
+
+TEST_F(FaultTest, ADatasetSwappedForASymlinkWhileQueuedIsRefusedWhenOpened) {
+  const fs::path data = root_ / "data";
+  const fs::path outside = root_ / "outside";
+  const Tensor pixels = zeros({8, 8, 3}, kUInt8);
+  for (const fs::path& dir : {data / "pets", outside}) {
+    for (const char* cls : {"cat", "dog"}) {
+      fs::create_directories(dir / cls);
+      for (int i = 0; i < 4; ++i) data::write_png((dir / cls / (std::to_string(i) + ".png")).string(), pixels);
+    }
+  }
+  // The worker is busy, so the image job waits in the queue after its submit-time checks.
+  v1::JobSpec busy = BlobsSpec(100000);
+  busy.set_name("busy");
+  const v1::Job first = Submit(busy);
+  v1::JobSpec spec;
+  spec.set_name("pets");
+  spec.set_model_preset("mlp");
+  spec.mutable_dataset()->set_path("pets");
+  spec.set_epochs(1);
+  const v1::Job job = Submit(spec);
+  ASSERT_EQ(Get(job.id()).state(), v1::QUEUED);
+  fs::rename(data / "pets", root_ / "pets-moved");
+  fs::create_directory_symlink(outside, data / "pets");
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(first.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(training_->CancelJob(&ctx, cancel, &cancelled).ok());
+  Stream(job.id());
+  const v1::Job after = Get(job.id());
+  EXPECT_EQ(after.state(), v1::FAILED);
+  EXPECT_THAT(after.reason(), HasSubstr("leads outside"));
+  // A symlink inside a class folder pointing out fails the job the same way.
+  fs::remove(data / "pets");
+  fs::rename(root_ / "pets-moved", data / "pets");
+  fs::create_symlink(outside / "cat" / "0.png", data / "pets" / "cat" / "stolen.png");
+  spec.set_name("pets2");
+  const v1::Job second = Submit(spec);
+  Stream(second.id());
+  EXPECT_EQ(Get(second.id()).state(), v1::FAILED);
+  EXPECT_THAT(Get(second.id()).reason(), HasSubstr("a symbolic link leading outside"));
 }
 
 // --- Authentication and transport security -----------------------------------------------

@@ -131,7 +131,7 @@ bool DetectHeader(const std::vector<std::string>& first, const std::vector<std::
 }  // namespace
 
 CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(path)) {
-  const std::string content = file_io::ReadFile(path_, /*gunzip=*/true);
+  const std::string content = file_io::ReadFile(path_, /*gunzip=*/true, options.confine_to);
   const std::vector<Line> lines = SplitLines(content, path_);
   ANVIL_CHECK(!lines.empty(), path_, ": empty file");
   const char delim = options.delimiter.value_or(DefaultDelimiter(path_));

@@ -46,6 +46,8 @@ struct CsvOptions {
   // regression (float32) otherwise. Integer-valued regression targets (counts, prices in
   // whole units) therefore need kRegression.
   Target target = Target::kAuto;
+  // A directory the file must be opened beneath (a server's data root; core/util/confined_open.h).
+  std::string confine_to;
 };
 
 class CsvDataset : public Dataset {

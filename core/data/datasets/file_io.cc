@@ -1,5 +1,6 @@
 #include "core/data/datasets/file_io.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,13 +13,31 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "core/util/confined_open.h"
 #include "core/util/file.h"
 
 namespace anvil::data::file_io {
 
-GzReader::GzReader(std::string path) : path_(std::move(path)) {
+int OpenRegularBeneath(const std::string& confine_to, const std::string& path) {
+  const int fd = open_beneath(confine_to, path, O_RDONLY | O_NONBLOCK);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+GzReader::GzReader(std::string path, const std::string& confine_to) : path_(std::move(path)) {
   errno = 0;
-  file_ = gzopen(path_.c_str(), "rb");
+  if (confine_to.empty()) {
+    file_ = gzopen(path_.c_str(), "rb");
+  } else {
+    const int fd = OpenRegularBeneath(confine_to, path_);
+    file_ = gzdopen(fd, "rb");
+    if (file_ == nullptr) ::close(fd);
+  }
   // gzopen sets errno when the open itself fails; errno 0 means zlib ran out of memory.
   ANVIL_CHECK(file_ != nullptr, path_,
               ": cannot open: ", errno != 0 ? errno_message(errno) : std::string("out of memory"));
@@ -68,10 +87,10 @@ size_t GzReader::SkipToEnd() {
 
 bool GzReader::compressed() const { return gzdirect(file_) == 0; }
 
-std::string ReadFile(const std::string& path, bool gunzip) {
+std::string ReadFile(const std::string& path, bool gunzip, const std::string& confine_to) {
   std::string data;
   if (gunzip) {
-    GzReader reader(path);
+    GzReader reader(path, confine_to);
     size_t size = 0;
     for (;;) {
       data.resize(std::max<size_t>(size * 2, 1 << 16));
@@ -83,7 +102,14 @@ std::string ReadFile(const std::string& path, bool gunzip) {
     data.resize(size);
     return data;
   }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::FILE* f = nullptr;
+  if (confine_to.empty()) {
+    f = std::fopen(path.c_str(), "rb");
+  } else {
+    const int fd = OpenRegularBeneath(confine_to, path);
+    f = ::fdopen(fd, "rb");
+    if (f == nullptr) ::close(fd);
+  }
   ANVIL_CHECK(f != nullptr, path, ": cannot open: ", errno_message(errno));
   char buf[1 << 16];
   size_t got = 0;

@@ -19,7 +19,9 @@ namespace anvil::data::file_io {
 // content, not the name). Throws on open failure naming the path and the system's reason.
 class GzReader {
  public:
-  explicit GzReader(std::string path);
+  // With `confine_to` (a directory), the file is opened beneath it (core/util/confined_open.h)
+  // and must be a regular file.
+  explicit GzReader(std::string path, const std::string& confine_to = "");
   ~GzReader();
   GzReader(const GzReader&) = delete;
   GzReader& operator=(const GzReader&) = delete;
@@ -39,7 +41,12 @@ class GzReader {
 };
 
 // The whole content of `path`, gunzipped when `gunzip` and the content is gzip-compressed.
-std::string ReadFile(const std::string& path, bool gunzip);
+// With `confine_to`, opened beneath that directory and required to be a regular file.
+std::string ReadFile(const std::string& path, bool gunzip, const std::string& confine_to = "");
+
+// An fd for reading `path` beneath `confine_to`, refused unless it is a regular file (a FIFO
+// or device would block or never end).
+int OpenRegularBeneath(const std::string& confine_to, const std::string& path);
 
 // Writes `bytes` to `path` (gzip-compressed when `gzip`) through a temporary file in the same
 // folder that is renamed over `path` only once complete, so readers never see a partial file

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "core/data/datasets/file_io.h"
+#include "core/util/confined_open.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
 
@@ -52,10 +53,10 @@ void AppendBytes(void* context, void* data, int size) {
 
 }  // namespace
 
-Tensor read_image(const std::string& path, int channels) {
+Tensor read_image(const std::string& path, int channels, const std::string& confine_to) {
   ANVIL_CHECK(channels >= 0 && channels <= 4,
               "read_image: channels must be 0 (as stored) or 1 to 4, got ", channels);
-  const std::string bytes = file_io::ReadFile(path, /*gunzip=*/false);
+  const std::string bytes = file_io::ReadFile(path, /*gunzip=*/false, confine_to);
   ANVIL_CHECK(bytes.size() <= static_cast<size_t>(INT_MAX), path,
               ": cannot decode image: file too large (", bytes.size(), " bytes)");
   int w = 0, h = 0, stored = 0;
@@ -87,7 +88,7 @@ void write_bmp(const std::string& path, const Tensor& image) {
 }
 
 ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
-    : root_(std::move(root)), channels_(options.channels) {
+    : root_(std::move(root)), channels_(options.channels), confine_to_(options.confine_to) {
   ANVIL_CHECK(channels_ >= 0 && channels_ <= 4,
               "ImageFolder: channels must be 0 (as stored) or 1 to 4, got ", channels_);
   std::vector<std::string> extensions;
@@ -100,6 +101,10 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   std::error_code ec;
   ANVIL_CHECK(fs::is_directory(root_, ec), "ImageFolder: ", root_,
               fs::exists(root_, ec) ? ": not a folder" : ": no such folder");
+  // The folder itself as the kernel resolves it now (a symlink swapped in after a submit
+  // check included) must lie inside the confinement.
+  ANVIL_CHECK(confine_to_.empty() || opens_beneath(confine_to_, root_), "ImageFolder: ", root_,
+              ": leads outside ", confine_to_, " (a symbolic link?)");
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(root_)) {
       if (entry.is_directory() && !IsHidden(entry.path())) {
@@ -113,8 +118,9 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
     std::vector<std::string> empty_classes;
     for (size_t k = 0; k < classes_.size(); ++k) {
       std::vector<std::string> paths;
-      const auto opts = fs::directory_options::follow_directory_symlink |
-                        fs::directory_options::skip_permission_denied;
+      const auto opts = confine_to_.empty() ? fs::directory_options::follow_directory_symlink |
+                                                  fs::directory_options::skip_permission_denied
+                                            : fs::directory_options::skip_permission_denied;
       for (auto it = fs::recursive_directory_iterator(fs::path(root_) / classes_[k], opts);
            it != fs::recursive_directory_iterator(); ++it) {
         if (IsHidden(it->path())) {
@@ -124,6 +130,8 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
         if (!it->is_regular_file()) continue;
         const std::string ext = Lower(it->path().extension().string());
         if (std::find(extensions.begin(), extensions.end(), ext) != extensions.end()) {
+          ANVIL_CHECK(confine_to_.empty() || !it->is_symlink() || opens_beneath(confine_to_, it->path().string()),
+                      it->path().string(), ": a symbolic link leading outside ", confine_to_, " (refused)");
           paths.push_back(it->path().string());
         }
       }
@@ -150,7 +158,7 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
 Example ImageFolder::get(int64_t index) const {
   CheckIndex(index);
   const Sample& s = samples_[static_cast<size_t>(index)];
-  return Example{{Example::kInput, read_image(s.path, channels_)},
+  return Example{{Example::kInput, read_image(s.path, channels_, confine_to_)},
                  {Example::kTarget, scalar_tensor(s.label, kInt64)}};
 }
 

@@ -37,6 +37,10 @@ struct ImageFolderOptions {
   std::vector<std::string> extensions = {"png", "jpg", "jpeg", "bmp"};
   // Whether a class folder without any image is allowed (it still gets a class index).
   bool allow_empty_classes = false;
+  // A directory the folder and every image must stay inside (a server's data root): the walk
+  // follows no directory symlink, a file symlink leading out is an error, and each image is
+  // opened beneath it when read (core/util/confined_open.h). "" = no confinement.
+  std::string confine_to;
 };
 
 class ImageFolder : public Dataset {
@@ -59,13 +63,14 @@ class ImageFolder : public Dataset {
   };
   std::string root_;
   int channels_;
+  std::string confine_to_;
   std::vector<std::string> classes_;
   std::vector<Sample> samples_;
 };
 
 // Decodes an image file (PNG, JPEG, BMP, ... anything stb_image reads) into uint8 [H, W, C]
 // with `channels` channels (0: as stored). Errors name the path and the decoder's reason.
-Tensor read_image(const std::string& path, int channels = 3);
+Tensor read_image(const std::string& path, int channels = 3, const std::string& confine_to = "");
 
 // Writes a uint8 image [H, W, C] (C in 1..4) or [H, W] (gray) as PNG or BMP (lossless; BMP
 // stores 1 and 2 channels expanded to RGB and drops alpha except with 4 channels). For
