@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/train/checkpoint.h"
 #include "core/util/clock.h"
 #include "server/log.h"
 #include "server/status.h"
@@ -158,8 +159,14 @@ void Scheduler::recover() {
     }
     if (row.state != JobState::kQueued) {
       const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
-      const int64_t step = CheckpointStep(checkpoint);
-      resume = step >= 0;
+      // The newest generation with a readable header gives the step; the worker verifies the
+      // whole file and falls back further, or fails the job when none verifies.
+      int64_t step = -1;
+      const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
+      for (const std::string& g : generations) {
+        if ((step = CheckpointStep(g)) >= 0) break;
+      }
+      resume = !generations.empty();
       row.step = std::max<int64_t>(step, 0);
       store_.truncate_metrics_after(row.id, row.step);
       row.state = JobState::kQueued;
@@ -365,8 +372,11 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       if (row.started_ms == 0) row.started_ms = unix_millis();
       row.device = e.message;
       row.step = e.step;
+      // A resume from an older checkpoint replays steps the stream already holds.
+      store_.truncate_metrics_after(row.id, e.step);
       event.set_state(v1::RUNNING);
-      event.set_message("on " + e.message + (e.step > 0 ? ", from step " + std::to_string(e.step) : ""));
+      event.set_message("on " + e.message + (e.step > 0 ? ", from step " + std::to_string(e.step) : "") +
+                        (e.detail.empty() ? "" : " (" + e.detail + ")"));
       break;
     case WorkerEvent::Kind::kStep: {
       row.step = e.step;

@@ -12,6 +12,7 @@
 
 #include "core/backend/registry.h"
 #include "core/util/clock.h"
+#include "core/util/log.h"
 #include "core/models/archive.h"
 #include "workers/job_plan.h"
 #include "workers/worker.h"
@@ -105,6 +106,30 @@ class DeviceWorker final : public Worker {
     }
   }
 
+  // Resumes from the newest checkpoint generation that verifies; each one that does not is
+  // named in the returned note. When generations exist and none verifies, the job fails:
+  // a silent restart from step 0 would throw the training away unseen.
+  static std::string Resume(train::Trainer& trainer, data::DataLoader& loader, const std::string& checkpoint,
+                            int keep) {
+    const std::vector<std::string> candidates = train::existing_checkpoints(checkpoint, keep);
+    std::string failures;
+    for (const std::string& c : candidates) {
+      try {
+        trainer.resume(c, loader);
+        if (failures.empty()) return "";
+        const std::string note = "resumed from an older checkpoint, " + fs::path(c).filename().string() + " at step " +
+                                 std::to_string(trainer.step()) + ": " + failures;
+        engine_log(LogSeverity::kWarning, note);
+        return note;
+      } catch (const Error& e) {
+        failures += (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
+      }
+    }
+    ANVIL_CHECK(candidates.empty(), "DATA_LOSS: no checkpoint of this job verifies (", failures,
+                "); not restarting from step 0. Submit it again to train from scratch");
+    return "";
+  }
+
   // Runs the job; returns its terminal event (not yet emitted).
   WorkerEvent Run(const RunJob& job) {
     WorkerEvent base;
@@ -117,13 +142,15 @@ class DeviceWorker final : public Worker {
       if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
       data::DataLoader train_loader(plan.train_set, plan.train_loader);
       data::DataLoader val_loader(plan.val_set, plan.val_loader);
-      if (job.resume && fs::exists(checkpoint)) trainer.resume(checkpoint, train_loader);
+      std::string resumed_note;
+      if (job.resume) resumed_note = Resume(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
 
       WorkerEvent started = base;
       started.kind = WorkerEvent::Kind::kStarted;
       started.message = name_;
       started.step = trainer.step();
       started.total_steps = plan.total_steps;
+      started.detail = resumed_note;
       Emit(started);
 
       trainer.set_callbacks({

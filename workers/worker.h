@@ -31,6 +31,7 @@ struct WorkerEvent {
   train::StepMetrics step_metrics;    // kStep
   train::EpochMetrics epoch_metrics;  // kEpoch
   std::string message;                // kFailed: the reason; kStarted: the device
+  std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint
   std::string path;                   // kCheckpoint: the checkpoint; kSucceeded: the model archive
   // kSucceeded: what the registry needs.
   std::vector<int64_t> input_shape, output_shape;

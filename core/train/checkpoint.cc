@@ -1,11 +1,15 @@
 // Training checkpoints: see checkpoint.h.
 #include "core/train/checkpoint.h"
 
+#include <algorithm>
+#include <filesystem>
+
 #include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "core/ops/functions.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
 #include "core/util/file.h"
@@ -157,6 +161,48 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
 
 void load_model_from_checkpoint(const std::string& path, nn::Module& model) {
   model.load_state_dict(ModelState(Read(path)));
+}
+
+std::string checkpoint_generation(const std::string& path, int generation) {
+  if (generation == 0) return path;
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + "." + std::to_string(generation) + p.extension().string())).string();
+}
+
+void rotate_checkpoints(const std::string& path, int keep) {
+  if (keep <= 1) return;
+  std::error_code ec;
+  std::filesystem::remove(checkpoint_generation(path, keep - 1), ec);
+  for (int g = keep - 2; g >= 0; --g) {
+    const std::string from = checkpoint_generation(path, g);
+    if (std::filesystem::exists(from, ec)) std::filesystem::rename(from, checkpoint_generation(path, g + 1), ec);
+  }
+}
+
+std::vector<std::string> existing_checkpoints(const std::string& path, int keep) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (int g = 0; g < std::max(keep, 1); ++g) {
+    const std::string p = checkpoint_generation(path, g);
+    if (std::filesystem::exists(p, ec)) out.push_back(p);
+  }
+  return out;
+}
+
+bool all_finite(const nn::Module& model, const optim::Optimizer& optimizer) {
+  auto finite = [](const Tensor& t) {
+    if (!t.defined() || !is_floating_point(t.dtype()) || t.numel() == 0) return true;
+    return all(isfinite(t.detach())).item<bool>();
+  };
+  for (const Tensor& p : model.parameters()) {
+    if (!finite(p)) return false;
+  }
+  for (const auto& [index, ps] : optimizer.state_dict().params) {
+    for (const auto& [name, t] : ps.buffers) {
+      if (!finite(t)) return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace anvil::train

@@ -54,4 +54,17 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
 // Only the model's tensors (e.g. to serve a trained model), with the same checks.
 void load_model_from_checkpoint(const std::string& path, nn::Module& model);
 
+// Generations: the newest checkpoint is `path`, the one before it `path` with ".1" before the
+// extension ("checkpoint.1.safetensors"), then ".2"... `keep` of them in all.
+std::string checkpoint_generation(const std::string& path, int generation);
+// Before a new checkpoint is written at `path`: generation g becomes g + 1 (renames, each
+// atomic), the oldest falls off. A crash in between leaves every kept file whole.
+void rotate_checkpoints(const std::string& path, int keep);
+// The generations that exist, newest first.
+std::vector<std::string> existing_checkpoints(const std::string& path, int keep);
+
+// Whether every tensor of the model and the optimizer's state is finite (a checkpoint of a
+// run that diverged would resume into NaN).
+bool all_finite(const nn::Module& model, const optim::Optimizer& optimizer);
+
 }  // namespace anvil::train

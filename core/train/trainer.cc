@@ -9,6 +9,8 @@
 #include "core/ops/functions.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
+#include "core/util/fault_point.h"
+#include "core/util/log.h"
 
 namespace anvil::train {
 namespace {
@@ -70,8 +72,17 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
 
 void Trainer::checkpoint(data::DataLoader& train) {
   if (options_.checkpoint_path.empty()) return;
+  // A diverged state is not worth resuming: the last all-finite checkpoint stays the newest.
+  if (!all_finite(*model_, *optimizer_)) {
+    engine_log(LogSeverity::kWarning, detail::StrCat("not checkpointing step ", step_,
+                                                     ": a weight or optimizer buffer is not finite; the last "
+                                                     "checkpoint stays ", last_checkpoint_));
+    return;
+  }
   TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
                   scheduler_ ? scheduler_->last_step() : -1, history_, {}};
+  rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
+  fault_point("checkpoint:rotated");
   save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
   last_checkpoint_ = options_.checkpoint_path + " (step " + std::to_string(step_) + ")";
   if (callbacks_.on_checkpoint) callbacks_.on_checkpoint(options_.checkpoint_path, step_);

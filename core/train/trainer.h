@@ -46,6 +46,7 @@ struct TrainerOptions {
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;  // 0: only at epoch ends
   bool checkpoint_every_epoch = true;
+  int checkpoint_keep = 2;  // generations kept (train/checkpoint.h): a corrupt newest falls back
   // Batch field names.
   std::string input_key = "input";
   std::string target_key = "target";
@@ -111,7 +112,8 @@ class Trainer {
   // Restores a checkpoint written by this trainer: model, optimizer, scheduler, RNG, step,
   // history and the train loader's position (fit() then continues from there).
   void resume(const std::string& path, data::DataLoader& train);
-  // Writes a checkpoint of the current state (no-op without options.checkpoint_path): a
+  // Writes a checkpoint of the current state (no-op without options.checkpoint_path; skipped,
+  // keeping the last one, when a weight or optimizer buffer is not finite): a
   // worker stopped for a restart saves its progress with it after fit() returns.
   void checkpoint(data::DataLoader& train);
 

@@ -1,6 +1,8 @@
 // Atomic file writes: see file.h.
 #include "core/util/file.h"
 
+#include "core/util/fault_point.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,12 +51,15 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   ANVIL_CHECK(!committed_, path_, ": committed twice");
+  fault_point("atomic_file:written");
   ANVIL_CHECK(fsync(fd_) == 0, path_, ": fsync failed: ", errno_message(errno));
+  fault_point("atomic_file:synced");
   ANVIL_CHECK(close(fd_) == 0, path_, ": close failed: ", errno_message(errno));
   fd_ = -1;
   ANVIL_CHECK(std::rename(tmp_path_.c_str(), path_.c_str()) == 0, path_,
               ": cannot rename the temporary file into place: ", errno_message(errno));
   committed_ = true;
+  fault_point("atomic_file:renamed");
   // The rename is durable only once the folder's entry is on disk too.
   const auto slash = path_.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash));

@@ -27,6 +27,11 @@ using ::testing::HasSubstr;
 using grpc::StatusCode;
 
 class FaultTest : public ServerFixture {
+ public:
+  using ServerFixture::BlobsSpec;
+  using ServerFixture::Stop;
+  using ServerFixture::Submit;
+
  protected:
   // One unary call with hand-made wire bytes to `method` ("/anvil.v1.Serving/Predict").
   grpc::Status RawCall(const std::string& method, const std::string& bytes, std::string* reply = nullptr) {
@@ -505,6 +510,67 @@ TEST_F(FaultTest, ADatasetSwappedForASymlinkWhileQueuedIsRefusedWhenOpened) {
   Stream(second.id());
   EXPECT_EQ(Get(second.id()).state(), v1::FAILED);
   EXPECT_THAT(Get(second.id()).reason(), HasSubstr("a symbolic link leading outside"));
+}
+
+// --- Checkpoints with generations -----------------------------------------------------------
+
+// A job that checkpoints every 5 steps, run until it has written at least two checkpoints,
+// then drained (INTERRUPTED: it resumes on the next start).
+v1::Job InterruptedAfterTwoCheckpoints(FaultTest& t, const fs::path& job_dir) {
+  v1::JobSpec spec = FaultTest::BlobsSpec(100000);
+  spec.set_name("ckpt");
+  spec.mutable_checkpoint()->set_every_steps(5);
+  const v1::Job job = t.Submit(spec);
+  const fs::path older = job_dir / job.id() / "checkpoint.1.safetensors";
+  for (int i = 0; i < 3000 && !fs::exists(older); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(fs::exists(older));
+  t.Stop();
+  return job;
+}
+
+void FlipByte(const fs::path& p, size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+TEST_F(FaultTest, ACorruptNewestCheckpointFallsBackToThePreviousOne) {
+  const fs::path jobs = root_ / "data" / "jobs";
+  const v1::Job job = InterruptedAfterTwoCheckpoints(*this, jobs);
+  const fs::path newest = jobs / job.id() / "checkpoint.safetensors";
+  FlipByte(newest, 20);  // inside the JSON header
+  Start();
+  for (int i = 0; i < 2000 && Get(job.id()).state() != v1::RUNNING; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  bool fell_back = false;
+  for (const std::string& m : StateMessages(job.id(), 0.5)) {
+    fell_back = fell_back || m.find("resumed from an older checkpoint, checkpoint.1.safetensors") != std::string::npos;
+  }
+  EXPECT_TRUE(fell_back);
+  EXPECT_EQ(Get(job.id()).state(), v1::RUNNING);
+}
+
+TEST_F(FaultTest, EveryCheckpointCorruptFailsTheJobInsteadOfRestartingFromZero) {
+  const fs::path jobs = root_ / "data" / "jobs";
+  const v1::Job job = InterruptedAfterTwoCheckpoints(*this, jobs);
+  // The newest emptied, the previous one with a header-length bomb (2^60 bytes).
+  std::ofstream(jobs / job.id() / "checkpoint.safetensors", std::ios::trunc).close();
+  {
+    std::fstream f(jobs / job.id() / "checkpoint.1.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t bomb = uint64_t{1} << 60;
+    f.write(reinterpret_cast<const char*>(&bomb), 8);
+  }
+  Start();
+  Stream(job.id());
+  const v1::Job after = Get(job.id());
+  EXPECT_EQ(after.state(), v1::FAILED);
+  EXPECT_THAT(after.reason(), HasSubstr("DATA_LOSS: no checkpoint of this job verifies"));
+  EXPECT_THAT(after.reason(), HasSubstr("checkpoint.1.safetensors is unusable"));
 }
 
 // --- Authentication and transport security -----------------------------------------------
