@@ -152,7 +152,7 @@ void AnvilServer::start() {
               count_entries(fs::path(s->data_root) / "jobs"), " job folder(s) under jobs/. Restore it from a backup, or "
               "run `anvild --repair` for the options");
   try {
-    s->store = std::make_unique<Store>(db.string());
+    s->store = std::make_unique<Store>(db.string(), options_.store_max_pages);
   } catch (const Error& e) {
     throw Error(detail::StrCat(e.what(), "; run `anvild --repair` for the options"));
   }

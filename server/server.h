@@ -45,6 +45,7 @@ struct ServerOptions {
   // A job the server died under (RUNNING at start) resumes at most this often, then FAILS:
   // a job that kills the process cannot make it die on every restart.
   int max_crash_resumes = 2;
+  int64_t store_max_pages = 0;  // caps the job store's size (SQLite pages); 0 = the disk's size
 };
 
 class Store;

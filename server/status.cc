@@ -10,6 +10,13 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
   } catch (const ServiceError& e) {
     return grpc::Status(e.code(), e.what());
   } catch (const StoreError& e) {
+    switch (e.kind()) {
+      case StoreError::Kind::kFull:
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("the server's disk is full: ") + e.what());
+      case StoreError::Kind::kIo:
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("the server cannot reach its store: ") + e.what());
+      case StoreError::Kind::kOther: break;
+    }
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   } catch (const anvil::Error& e) {
     return grpc::Status(engine_code, e.what());

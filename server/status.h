@@ -1,7 +1,8 @@
 // Errors that carry their gRPC status code. Service code throws ServiceError where the code
 // is known (bad input, unknown model...) and the RPC boundary turns any exception into a
 // grpc::Status with current_exception_status(): a ServiceError keeps its code, a StoreError
-// (the database failed) is INTERNAL, another anvil::Error from the engine becomes
+// (the database failed) is RESOURCE_EXHAUSTED for a full disk, UNAVAILABLE for an I/O error,
+// else INTERNAL, another anvil::Error from the engine becomes
 // INVALID_ARGUMENT (it rejected the request's content), and anything else is INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
 #pragma once
 

@@ -18,8 +18,14 @@ constexpr std::array<std::string_view, 6> kStateNames = {"QUEUED",    "RUNNING",
                                                          "FAILED",    "CANCELLED", "INTERRUPTED"};
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, std::string_view what) {
+  const int code = db ? (sqlite3_extended_errcode(db) & 0xff) : SQLITE_NOMEM;
+  const StoreError::Kind kind = code == SQLITE_FULL   ? StoreError::Kind::kFull
+                                : code == SQLITE_IOERR || code == SQLITE_CANTOPEN ? StoreError::Kind::kIo
+                                                                                  : StoreError::Kind::kOther;
   throw StoreError(detail::StrCat("job store: ", what, " failed: ", db ? sqlite3_errmsg(db) : "out of memory",
-                             " (database ", path, ")"));
+                                  kind == StoreError::Kind::kFull ? " (free space on the data dir's volume)" : "",
+                                  " (database ", path, ")"),
+                   kind);
 }
 
 // Version 1. `jobs.metric_seq` is the last seq handed out for the job's metric stream; it
@@ -293,7 +299,7 @@ struct Store::Impl {
   };
   std::unique_ptr<Statements> st;
 
-  explicit Impl(std::string db_path) : path(std::move(db_path)) {
+  explicit Impl(std::string db_path, int64_t max_pages) : path(std::move(db_path)) {
     sqlite3* raw = nullptr;
     const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     db.reset(raw);  // the handle must be closed even when opening failed
@@ -304,6 +310,10 @@ struct Store::Impl {
     exec("set synchronous mode", "PRAGMA synchronous = NORMAL");
     set_wal();
     ensure_schema();
+    if (max_pages > 0) {
+      const std::string pragma = "PRAGMA max_page_count = " + std::to_string(max_pages);
+      exec("cap the database size", pragma.c_str());
+    }
     st = std::make_unique<Statements>(raw, path);
   }
 
@@ -377,7 +387,7 @@ struct Store::Impl {
   }
 };
 
-Store::Store(const std::string& db_path) : impl_(std::make_unique<Impl>(db_path)) {}
+Store::Store(const std::string& db_path, int64_t max_pages) : impl_(std::make_unique<Impl>(db_path, max_pages)) {}
 Store::~Store() = default;
 
 const std::string& Store::path() const { return impl_->path; }

@@ -29,7 +29,14 @@ namespace anvil::server {
 // INTERNAL, not INVALID_ARGUMENT, since the request was fine.
 class StoreError : public Error {
  public:
-  using Error::Error;
+  // kFull: the disk (or the database's size cap) is full: RESOURCE_EXHAUSTED, with the reason.
+  // kIo: the file could not be read or written: UNAVAILABLE. kOther: INTERNAL.
+  enum class Kind { kOther, kFull, kIo };
+  explicit StoreError(const std::string& message, Kind kind = Kind::kOther) : Error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled, kInterrupted };
@@ -88,7 +95,9 @@ class Store {
 
   // Opens `db_path`, creating the file and the schema when missing. Refuses a database whose
   // schema is newer than kSchemaVersion (written by a newer Anvil) or that is not an Anvil store.
-  explicit Store(const std::string& db_path);
+  // `max_pages` > 0 caps the database's size in pages (SQLite's max_page_count): a write
+  // beyond it fails as a full disk does (the tests use it to make one).
+  explicit Store(const std::string& db_path, int64_t max_pages = 0);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

@@ -33,12 +33,14 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
 namespace anvil::server::metrics {
 namespace {
 
-void Send(mg_connection* conn, int code, const char* reason, const std::string& type, const std::string& body) {
+// A HEAD request gets the headers only.
+void Send(mg_connection* conn, int code, const char* reason, const std::string& type, const std::string& body,
+          bool head = false, const char* extra_headers = "") {
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-            "Connection: close\r\n\r\n",
-            code, reason, type.c_str(), body.size());
-  mg_write(conn, body.data(), body.size());
+            "%sConnection: close\r\n\r\n",
+            code, reason, type.c_str(), body.size(), extra_headers);
+  if (!head) mg_write(conn, body.data(), body.size());
 }
 
 }  // namespace
@@ -49,17 +51,24 @@ int HttpEndpoint::Dispatch(mg_connection* conn, void* data) {
   auto* self = static_cast<HttpEndpoint*>(data);
   const mg_request_info* info = mg_get_request_info(conn);
   const std::string path = info != nullptr && info->local_uri != nullptr ? info->local_uri : "";
+  const std::string method = info != nullptr && info->request_method != nullptr ? info->request_method : "";
+  if (method != "GET" && method != "HEAD") {
+    Send(conn, 405, "Method Not Allowed", "text/plain; charset=utf-8", "only GET and HEAD are served\n", false,
+         "Allow: GET, HEAD\r\n");
+    return 405;
+  }
+  const bool head = method == "HEAD";
   if (path == "/metrics") {
-    Send(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", self->registry_.render());
+    Send(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", self->registry_.render(), head);
     return 200;
   }
   const auto page = self->pages_.find(path);
   if (page != self->pages_.end()) {
     const auto [type, body] = (*page->second)();
-    Send(conn, 200, "OK", type, body);
+    Send(conn, 200, "OK", type, body, head);
     return 200;
   }
-  Send(conn, 404, "Not Found", "text/plain; charset=utf-8", "not found: try /metrics or /\n");
+  Send(conn, 404, "Not Found", "text/plain; charset=utf-8", "not found: try /metrics or /\n", head);
   return 404;
 }
 
@@ -67,7 +76,10 @@ void HttpEndpoint::add_page(const std::string& path, Page page) { pages_[path] =
 
 HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : registry_(registry) {
   // civetweb takes "host:port"; "127.0.0.1:0" lets the system choose the port.
-  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
+  // Threads enough that idle or half-open connections cannot take them all (each holds one
+  // until its request arrives), and a request timeout that drops such connections.
+  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "16", "request_timeout_ms", "5000",
+                           nullptr};
   // Zeroed callbacks with room to spare: the library may know more callbacks than its header.
   static_assert(sizeof(mg_callbacks) <= 1024);
   alignas(alignof(std::max_align_t)) static const unsigned char kNoCallbacks[1024] = {};

@@ -24,6 +24,7 @@ namespace anvil::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using grpc::StatusCode;
 
 class FaultTest : public ServerFixture {
@@ -571,6 +572,82 @@ TEST_F(FaultTest, EveryCheckpointCorruptFailsTheJobInsteadOfRestartingFromZero) 
   EXPECT_EQ(after.state(), v1::FAILED);
   EXPECT_THAT(after.reason(), HasSubstr("DATA_LOSS: no checkpoint of this job verifies"));
   EXPECT_THAT(after.reason(), HasSubstr("checkpoint.1.safetensors is unusable"));
+}
+
+TEST_F(FaultTest, AFullDiskIsResourceExhaustedWithTheReasonAndTheServerKeepsServing) {
+  Stop();
+  ServerOptions o;
+  o.store_max_pages = 24;  // a store that fills after a few jobs, as a full disk does
+  Start(o);
+  grpc::Status st;
+  int accepted = 0;
+  v1::JobSpec spec = BlobsSpec(1);
+  spec.set_model_json(std::string(2000, ' ') + R"({"input_shape": [2], "layers": [{"type": "linear", "out_features": 4}]})");
+  spec.set_model_preset("");
+  for (int i = 0; i < 200; ++i) {
+    spec.set_name("fill-" + std::to_string(i));
+    Submit(spec, &st);
+    if (!st.ok()) break;
+    ++accepted;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("the server's disk is full"));
+  EXPECT_THAT(st.error_message(), Not(HasSubstr(root_.string())));  // no server paths
+  // Reads still work.
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse jobs;
+  EXPECT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+}
+
+// --- The metrics and status endpoint --------------------------------------------------------
+
+// Sends `request` raw to the metrics port; the whole response (the server closes).
+std::string RawHttp(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    (void)!::write(fd, request.data(), request.size());
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return response;
+}
+
+TEST_F(FaultTest, IdleConnectionsDoNotBlockMetricsAndOnlyGetIsServed) {
+  const int port = server_->metrics_port();
+  // Idle, half-open connections that never send a request.
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string status;
+  const std::string body = HttpGet(port, "/metrics", &status);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_THAT(status, HasSubstr("200"));
+  EXPECT_THAT(body, HasSubstr("anvil_"));
+  EXPECT_LT(seconds, 2.0);  // was ~30 s with two idle connections and two threads
+  for (int fd : idle) ::close(fd);
+  for (const char* method : {"POST", "PUT", "DELETE"}) {
+    const std::string r = RawHttp(port, std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_THAT(r, HasSubstr("405 Method Not Allowed")) << method;
+    EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
+  }
+  const std::string head = RawHttp(port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(head, HasSubstr("200 OK"));
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");  // headers only
 }
 
 // --- Authentication and transport security -----------------------------------------------
