@@ -3,12 +3,14 @@ SHELL := /bin/bash
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
 TSAN_DIR  ?= build-tsan
+FUZZ_DIR  ?= build-fuzz
+FUZZ_SECONDS ?= 60
 DATA_DIR  ?= data
 JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-test deps-bench data peers bench-peers build test test-asan test-tsan demo bench format clean
+.PHONY: all deps deps-test deps-fuzz deps-bench data peers bench-peers build test test-asan test-tsan fuzz demo bench format clean
 
 all: build
 
@@ -17,6 +19,9 @@ deps:
 
 deps-test: deps
 	@scripts/install-deps.sh test
+
+deps-fuzz: deps
+	@scripts/install-deps.sh fuzz
 
 deps-bench: deps
 	@scripts/install-deps.sh bench
@@ -55,9 +60,9 @@ test-asan: deps-test data
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF \
 	  -DANVIL_BUILD_EXAMPLES=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_conformance_tests \
-	  anvil_server_tests
+	  anvil_server_tests anvil_fault_tests anvild anvil
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|server' --timeout 900
+	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|server|fault' --timeout 900
 
 # The data pipeline's tests under ThreadSanitizer: the DataLoader is where threads meet.
 test-tsan: deps data
@@ -66,6 +71,18 @@ test-tsan: deps data
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target anvil_data_tests
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L data --timeout 900
+
+# libFuzzer (clang 14, ASan + UBSan) over every parser of untrusted input: the wire tensors,
+# job and model specs, safetensors, model archives, CSV and IDX; FUZZ_SECONDS each (CI: 60),
+# from the seed corpora in fuzz/corpus. A finding fails the target (reproducer in
+# $(FUZZ_DIR)/findings/).
+fuzz: deps-fuzz
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF -DANVIL_BUILD_TESTS=OFF \
+	  -DANVIL_BUILD_EXAMPLES=OFF -DANVIL_BUILD_FUZZERS=ON
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_job_spec fuzz_model_spec fuzz_safetensors \
+	  fuzz_model_archive fuzz_csv fuzz_idx
+	scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 # anvild on ./anvil-data, the digits CNN trained through the service, predictions, an export.
 demo: build data

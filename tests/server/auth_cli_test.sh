@@ -38,6 +38,12 @@ out=$("${anvil[@]}" "${tls[@]}" --token "${serve}" jobs 2>&1) && fail "jobs with
 grep -q "lacks the \"train\" scope" <<< "${out}" || fail "scope message: ${out}"
 ANVIL_TOKEN="${train}" "${anvil[@]}" "${tls[@]}" jobs > /dev/null || fail "jobs with the train token"
 "${anvil[@]}" "${tls[@]}" health > /dev/null || fail "health needs no token"
+# The Python client carries the same options: a job, its stream, a prediction and an export.
+both=$("${anvil[@]}" token create --data-dir "${work}/data" --name ci-both --scope train,serve 2> /dev/null)
+sleep 1.2
+/usr/bin/python3 "${src}/examples/python/anvil_client.py" --server "localhost:${grpc_port}" --stubs "${build}/python" \
+  --tls-ca "${work}/ca/ca.pem" --token "${both}" --name py-auth > "${work}/py.log" 2>&1 \
+  || { cat "${work}/py.log" >&2; fail "the Python client over TLS with a token"; }
 "${anvil[@]}" token revoke --data-dir "${work}/data" ci-train
 sleep 1.2
 if "${anvil[@]}" "${tls[@]}" --token "${train}" jobs > /dev/null 2>&1; then fail "a revoked token still works"; fi
