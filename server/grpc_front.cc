@@ -5,6 +5,9 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -35,9 +38,19 @@ std::string HostOf(const std::string& address) { return address.substr(0, addres
 }  // namespace
 
 GrpcFront::GrpcFront(GrpcFrontOptions options, ServiceFactory services)
-    : options_(std::move(options)), make_services_(std::move(services)) {}
+    : options_(std::move(options)), make_services_(std::move(services)) {
+  proc_fds_ = ::opendir("/proc/self/fd");
+  tcp_tables_[0] = ::open("/proc/self/net/tcp", O_RDONLY | O_CLOEXEC);
+  tcp_tables_[1] = ::open("/proc/self/net/tcp6", O_RDONLY | O_CLOEXEC);
+}
 
-GrpcFront::~GrpcFront() { shutdown(std::chrono::seconds(1)); }
+GrpcFront::~GrpcFront() {
+  shutdown(std::chrono::seconds(1));
+  if (proc_fds_ != nullptr) ::closedir(proc_fds_);
+  for (int fd : tcp_tables_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
 
 std::unique_ptr<grpc::Server> GrpcFront::Build(const std::string& address, int* port) {
   grpc::EnableDefaultHealthCheckService(true);
@@ -112,15 +125,28 @@ void GrpcFront::wait() {
 int64_t GrpcFront::AcceptQueueLength() const {
   // The sockets this process owns (by inode), then their rows in the TCP tables: for a
   // listening socket (state 0A) the rx_queue column is the accept queue's length.
+  // No new fd is opened here: the fd table may be full.
+  if (proc_fds_ == nullptr) return -1;
   std::set<std::string> inodes;
-  std::error_code ec;
-  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code link_ec;
-    const std::string target = fs::read_symlink(it->path(), link_ec).string();
-    if (!link_ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  ::rewinddir(proc_fds_);
+  char target[64];
+  while (const dirent* e = ::readdir(proc_fds_)) {
+    const ssize_t n = ::readlinkat(::dirfd(proc_fds_), e->d_name, target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string t(target, static_cast<size_t>(n));
+    if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
   }
-  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
-    std::ifstream in(table);
+  for (int fd : tcp_tables_) {
+    if (fd < 0) continue;
+    std::string text;
+    char buf[16384];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(fd, buf, sizeof(buf), at);
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      at += n;
+    }
+    std::istringstream in(text);
     std::string line;
     std::getline(in, line);  // the header
     while (std::getline(in, line)) {

@@ -11,6 +11,7 @@
 // resumes within about two seconds.
 #pragma once
 
+#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/service_type.h>
 
@@ -58,6 +59,11 @@ class GrpcFront {
   std::unique_ptr<grpc::Server> Build(const std::string& address, int* port);
   void Watch();
   int64_t AcceptQueueLength() const;  // -1 when the listening socket is not found
+
+  // Opened once at start and reused: when the flood has used up every fd, the watchdog can
+  // still look (a directory stream rewound, the TCP tables re-read from offset 0).
+  DIR* proc_fds_ = nullptr;
+  int tcp_tables_[2] = {-1, -1};
 
   GrpcFrontOptions options_;
   ServiceFactory make_services_;

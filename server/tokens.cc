@@ -137,6 +137,8 @@ void TokenSet::ReloadIfChanged() {
     entries_.clear();
     mtime_ns_ = 0;
     size_ = -1;
+    // Removed while authentication was on: fail closed (an operator restarts to turn it off).
+    if (had_tokens_) error_ = "the token file " + path_ + " was removed";
     return;
   }
   const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -148,6 +150,7 @@ void TokenSet::ReloadIfChanged() {
   try {
     entries_ = read_token_file(path_);
     error_.clear();
+    had_tokens_ = had_tokens_ || !entries_.empty();
   } catch (const std::exception& e) {
     entries_.clear();
     error_ = e.what();
@@ -157,7 +160,7 @@ void TokenSet::ReloadIfChanged() {
 bool TokenSet::enabled() {
   std::lock_guard<std::mutex> lock(mu_);
   ReloadIfChanged();
-  return !entries_.empty() || !error_.empty();
+  return !entries_.empty() || !error_.empty() || had_tokens_;
 }
 
 std::string TokenSet::error() {

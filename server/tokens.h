@@ -44,7 +44,8 @@ bool revoke_token(const std::string& path, const std::string& name);
 class TokenSet {
  public:
   explicit TokenSet(std::string path);
-  // True when the file holds at least one token (or exists but cannot be read): then every
+  // True when the file holds at least one token, held one since the start (revoking the last
+  // token or removing the file never turns authentication off), or cannot be read: then every
   // call must present a valid one.
   bool enabled();
   // Why the file is unusable ("" when it is fine).
@@ -58,6 +59,7 @@ class TokenSet {
 
   std::string path_;
   std::string error_;  // why the file could not be read: then no token is accepted (fail closed)
+  bool had_tokens_ = false;  // once on, authentication stays on until a restart
   std::mutex mu_;
   std::vector<TokenEntry> entries_;
   std::chrono::steady_clock::time_point checked_{};

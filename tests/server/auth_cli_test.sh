@@ -19,7 +19,7 @@ for _ in $(seq 100); do
 done
 [[ -n "${grpc_port}" ]] || fail "anvild did not start"
 grep -q "transport TLS" "${work}/anvild.log" || fail "the transport is not logged as TLS"
-tls=(--server "localhost:${grpc_port}" --tls-ca "${work}/ca/ca.pem")
+tls=(--server "127.0.0.1:${grpc_port}" --tls-ca "${work}/ca/ca.pem")  # an IP literal: no DNS lookup
 
 # No tokens yet: TLS alone.
 "${anvil[@]}" "${tls[@]}" jobs > /dev/null || fail "jobs over TLS without tokens configured"
@@ -41,7 +41,7 @@ ANVIL_TOKEN="${train}" "${anvil[@]}" "${tls[@]}" jobs > /dev/null || fail "jobs 
 # The Python client carries the same options: a job, its stream, a prediction and an export.
 both=$("${anvil[@]}" token create --data-dir "${work}/data" --name ci-both --scope train,serve 2> /dev/null)
 sleep 1.2
-/usr/bin/python3 "${src}/examples/python/anvil_client.py" --server "localhost:${grpc_port}" --stubs "${build}/python" \
+/usr/bin/python3 "${src}/examples/python/anvil_client.py" --server "127.0.0.1:${grpc_port}" --stubs "${build}/python" \
   --tls-ca "${work}/ca/ca.pem" --token "${both}" --name py-auth > "${work}/py.log" 2>&1 \
   || { cat "${work}/py.log" >&2; fail "the Python client over TLS with a token"; }
 "${anvil[@]}" token revoke --data-dir "${work}/data" ci-train
