@@ -66,7 +66,12 @@ Tensor decode_tensor(const v1::Tensor& wire) {
   ANVIL_SERVICE_CHECK(count * item == raw_size, StatusCode::INVALID_ARGUMENT, "tensor '", name, "': shape ",
                       shape_str(shape), " of ", wire_dtype_name(wire.dtype()), " needs ", count * item, " bytes (",
                       count, " x ", item, "), got ", raw_size);
-  Tensor t = empty(shape, TensorOptions(dtype));
+  Tensor t;
+  try {
+    t = empty(shape, TensorOptions(dtype));
+  } catch (const Error& e) {  // a shape with a zero dim whose other dims overflow the strides
+    throw ServiceError(StatusCode::INVALID_ARGUMENT, detail::StrCat("tensor '", name, "': ", e.what()));
+  }
   if (raw_size > 0) std::memcpy(t.data_ptr(), wire.raw().data(), static_cast<size_t>(raw_size));
   return t;
 }

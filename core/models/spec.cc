@@ -74,6 +74,11 @@ struct Layer {
     if (v < min) Fail(std::string("'") + key + "' must be >= " + std::to_string(min) + ", got " + std::to_string(v));
     return v;
   }
+  std::string Str(const char* key, const std::string& fallback) const {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_string()) Fail(std::string("'") + key + "' must be a string");
+    return j[key].get<std::string>();
+  }
   double Real(const char* key, double fallback) const {
     if (!j.contains(key)) return fallback;
     if (!j[key].is_number()) Fail(std::string("'") + key + "' must be a number");
@@ -277,7 +282,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Rank(in, 2, "[T, F]");
     const nn::RNNOptions o{L.Int("num_layers", 1), true, L.Real("dropout", 0.0), true};
     const int64_t h = L.Int("hidden_size");
-    const std::string ret = L.j.value("return", std::string("last"));
+    const std::string ret = L.Str("return", "last");
     if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
     const int64_t gates = type == "gru" ? 3 : 4;
     for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer
@@ -296,7 +301,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Rank(in, 2, "[T, E]");
     const int64_t heads = L.Int("nhead");
     if (in[1] % heads != 0) L.Fail("nhead = " + std::to_string(heads) + " must divide the embedding size " + std::to_string(in[1]));
-    const std::string activation = L.j.value("activation", std::string("relu"));
+    const std::string activation = L.Str("activation", "relu");
     if (activation != "relu" && activation != "gelu") L.Fail("'activation' must be \"relu\" or \"gelu\"");
     const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", 4 * in[1]), L.Real("dropout", 0.1), true,
                                           L.Bool("norm_first", false), activation == "gelu"};
@@ -410,7 +415,9 @@ ParsedSpec ParseSpec(const std::string& text) {
 
 }  // namespace
 
-ModelCost estimate_model(const std::string& text) {
+namespace {
+
+ModelCost EstimateModel(const std::string& text) {
   const ParsedSpec p = ParseSpec(text);
   ModelCost cost;
   bool int_input = false;
@@ -420,7 +427,7 @@ ModelCost estimate_model(const std::string& text) {
   return cost;
 }
 
-BuiltModel build_model(const std::string& text) {
+BuiltModel BuildModel(const std::string& text) {
   const ParsedSpec p = ParseSpec(text);
   const Json& spec = p.spec;
   const IntArray& input = p.input;
@@ -444,6 +451,27 @@ BuiltModel build_model(const std::string& text) {
   normal["output_shape"] = b.shape;
   out.spec = normal.dump();
   return out;
+}
+
+}  // namespace
+
+// A JSON value of the wrong type met anywhere the layer code reads one (found by the model-spec
+// fuzzer): a spec error like any other, never an internal error.
+template <typename F>
+auto WithJsonErrors(F&& f) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("model spec: a field has the wrong type: ") + e.what());
+  }
+}
+
+ModelCost estimate_model(const std::string& text) {
+  return WithJsonErrors([&] { return EstimateModel(text); });
+}
+
+BuiltModel build_model(const std::string& text) {
+  return WithJsonErrors([&] { return BuildModel(text); });
 }
 
 std::string preset_names() { return "mlp, lenet5, resnet, gru, transformer"; }

@@ -1,5 +1,6 @@
 #include "core/tensor/tensor_impl.h"
 
+#include "core/tensor/tensor.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -9,7 +10,11 @@ IntArray contiguous_strides(const IntArray& sizes) {
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    // A zero-size dim leaves numel 0 but not the strides: [0, 2^40, 2^40] overflows them
+    // (PyTorch refuses it too: "Storage size calculation overflowed").
+    if (i > 0 && __builtin_mul_overflow(s, std::max<int64_t>(sizes[i], 1), &s)) [[unlikely]] {
+      throw Error(detail::StrCat("shape ", shape_str(sizes), " is too large: its strides overflow int64"));
+    }
   }
   return strides;
 }

@@ -146,3 +146,24 @@ TEST(SpecCostTest, HugeSizesSaturateInsteadOfOverflowing) {
 
 }  // namespace
 }  // namespace anvil::models
+
+namespace anvil::models {
+namespace {
+
+// Found by the model-spec fuzzer: a field of the wrong JSON type where a layer reads a string
+// was an uncaught JSON type error (INTERNAL at the service); now a spec error naming it.
+TEST(SpecCostTest, FieldsOfTheWrongJsonTypeAreSpecErrors) {
+  const std::string spec = R"({"input_shape": [5, 3], "layers": [{"type": "gru", "hidden_size": 4, "return": 5}]})";
+  for (int dry = 0; dry < 2; ++dry) {
+    try {
+      if (dry) estimate_model(spec);
+      else build_model(spec);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'return' must be a string"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anvil::models

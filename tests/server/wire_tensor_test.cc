@@ -77,6 +77,18 @@ TEST(WireTensor, ShapeProductOverflowIsRefusedWithoutAllocating) {
   EXPECT_EQ(CodeOf([&] { decode_tensor(wide); }), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Found by the wire-tensor fuzzer: zero elements (a zero dim) but strides that overflow int64.
+TEST(WireTensor, AZeroDimWithHugeOtherDimsIsInvalidArgument) {
+  v1::Tensor wire;
+  wire.set_dtype(v1::FLOAT32);
+  wire.add_shape(0);
+  wire.add_shape(int64_t{1} << 40);
+  wire.add_shape(int64_t{1} << 40);
+  std::string msg;
+  EXPECT_EQ(CodeOf([&] { decode_tensor(wire); }, &msg), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(msg, HasSubstr("strides overflow"));
+}
+
 TEST(WireTensor, NegativeDimsAndUnknownDtypesAreRefused) {
   v1::Tensor wire;
   wire.set_dtype(v1::FLOAT32);
