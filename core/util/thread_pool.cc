@@ -37,15 +37,16 @@ class ThreadPool {
 
   // Runs chunk_fn(0..n-1); returns when all are done. Caller holds run_mu_.
   void Run(int64_t n, const std::function<void(int64_t)>& fn) {
+    uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       fn_ = &fn;
       num_chunks_.store(n, std::memory_order_relaxed);
-      // Chunk 0 is the caller's (below); workers take the rest.
-      next_.store(1, std::memory_order_relaxed);
       done_.store(0, std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      gen = ++generation_;
+      // Chunk 0 is the caller's (below); workers take the rest.
+      next_.store(Tagged(gen, 1), std::memory_order_relaxed);
       published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
@@ -53,8 +54,8 @@ class ThreadPool {
     // the same cores: a GEMM's first rows and the element-wise op that reads them next stay
     // in the caller's cache instead of crossing to the other core's.
     t_in_region = true;
-    if (n > 0) RunChunk(0);
-    Work();
+    if (n > 0) RunChunk(fn, n, 0);
+    Work(gen, fn, n);
     // Spin briefly, then sleep: most chunks finish within microseconds of each other.
     for (int spin = 0; done_.load(std::memory_order_acquire) < num_chunks_; ++spin) {
       if (spin > 2000) {
@@ -76,25 +77,39 @@ class ThreadPool {
   std::mutex run_mu;  // one parallel region at a time
 
  private:
-  void RunChunk(int64_t c) {
+  // The next chunk index, tagged with its region's generation (low 32 bits of each): a worker
+  // still leaving region G cannot claim a chunk of region G + 1 with G's function (found by
+  // ThreadSanitizer when a job's kernels and a served model's ran at once: the worker read
+  // fn_ and the chunk counters of a region it had not been woken for).
+  static uint64_t Tagged(uint64_t gen, int64_t index) {
+    return (gen << 32) | static_cast<uint64_t>(index & 0xffffffff);
+  }
+
+  void RunChunk(const std::function<void(int64_t)>& fn, int64_t n, int64_t c) {
     try {
-      (*fn_)(c);
+      fn(c);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
     }
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks_) {
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
       std::lock_guard<std::mutex> lock(mu_);
       done_cv_.notify_all();
     }
   }
 
-  void Work() {
+  // Claims and runs chunks of region `gen` (whose function and size the caller passes) until
+  // none is left or another region has begun.
+  void Work(uint64_t gen, const std::function<void(int64_t)>& fn, int64_t n) {
     t_in_region = true;
+    uint64_t v = next_.load(std::memory_order_acquire);
     while (true) {
-      const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
-      if (c >= num_chunks_) break;
-      RunChunk(c);
+      if ((v >> 32) != (gen & 0xffffffff)) break;
+      const int64_t c = static_cast<int64_t>(v & 0xffffffff);
+      if (c >= n) break;
+      if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      RunChunk(fn, n, c);
+      v = next_.load(std::memory_order_acquire);
     }
     t_in_region = false;
   }
@@ -116,13 +131,17 @@ class ThreadPool {
           CpuRelax();
         }
       }
+      const std::function<void(int64_t)>* fn = nullptr;
+      int64_t n = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
         if (stop_) return;
         seen = generation_;
+        fn = fn_;  // this region's, read under the lock; valid until its last chunk is done
+        n = num_chunks_.load(std::memory_order_relaxed);
       }
-      Work();
+      Work(seen, *fn, n);
     }
   }
 
@@ -150,7 +169,7 @@ class ThreadPool {
   bool stop_ = false;
   std::exception_ptr error_;
   std::atomic<uint64_t> published_{0};  // generation_, readable without the lock
-  std::atomic<int64_t> next_{0};
+  std::atomic<uint64_t> next_{0};  // Tagged(generation, next chunk index)
   std::atomic<int64_t> done_{0};
 };
 
