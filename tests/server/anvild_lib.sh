@@ -3,6 +3,8 @@
 #                                         fail, and cleanup of every pid in `pids`
 #   start_anvild [ENV=VALUE...]           starts anvild on free ports, with the given
 #                                         environment; sets grpc_port and metrics_port
+#   wait_for_grpc_port                    for an anvild started by the caller with its log in
+#                                         ${work}/anvild.log: sets grpc_port once it listens
 build="$(cd "$1" && pwd)"
 work="$(mktemp -d "/tmp/anvil-$2-XXXXXX")"
 pids=()
@@ -13,6 +15,16 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "${work}/anvild.log" ]] && tail -20 "${work}/anvild.log" >&2; exit 1; }
+
+wait_for_grpc_port() {
+  grpc_port=""
+  for _ in $(seq 100); do
+    grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+    [[ -n "${grpc_port}" ]] && return 0
+    sleep 0.1
+  done
+  fail "anvild did not start"
+}
 
 start_anvild() {
   env "$@" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \

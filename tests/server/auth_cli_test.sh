@@ -12,12 +12,7 @@ anvil=("${build}/client/anvil")
 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data" \
   --tls-cert "${work}/ca/server.pem" --tls-key "${work}/ca/server.key" > "${work}/anvild.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do
-  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  [[ -n "${grpc_port}" ]] && break
-  sleep 0.1
-done
-[[ -n "${grpc_port}" ]] || fail "anvild did not start"
+wait_for_grpc_port
 grep -q "transport TLS" "${work}/anvild.log" || fail "the transport is not logged as TLS"
 tls=(--server "127.0.0.1:${grpc_port}" --tls-ca "${work}/ca/ca.pem")  # an IP literal: no DNS lookup
 

@@ -40,12 +40,7 @@ healthy_within() {  # healthy_within SECONDS
 (ulimit -n 1024; exec "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" \
   --data-dir "${work}/data1" > "${work}/anvild.log" 2>&1) &
 pids+=($!)
-for _ in $(seq 100); do
-  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  [[ -n "${grpc_port}" ]] && break
-  sleep 0.1
-done
-[[ -n "${grpc_port}" ]] || fail "anvild did not start"
+wait_for_grpc_port
 grep -q "open files: up to" "${work}/anvild.log" || fail "the fd limit is not logged"
 flood "${grpc_port}" 1100
 healthy_within 30 || fail "after 1,100 connections under ulimit -n 1024 the server does not answer"
@@ -60,13 +55,7 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data2" \
   --max-open-files 200 > "${work}/anvild.log" 2>&1 &
 pids+=($!)
-grpc_port=""
-for _ in $(seq 100); do
-  grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-  [[ -n "${grpc_port}" ]] && break
-  sleep 0.1
-done
-[[ -n "${grpc_port}" ]] || fail "anvild did not start"
+wait_for_grpc_port
 flood "${grpc_port}" 300
 grep -q "Failed accept4" "${work}/anvild.log" || fail "the flood did not exhaust the fd table (the test proves nothing)"
 healthy_within 30 || fail "the listener did not come back after the fds were freed"

@@ -602,23 +602,6 @@ TEST_F(FaultTest, AFullDiskIsResourceExhaustedWithTheReasonAndTheServerKeepsServ
 
 // --- The metrics and status endpoint --------------------------------------------------------
 
-// Sends `request` raw to the metrics port; the whole response (the server closes).
-std::string RawHttp(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    (void)!::write(fd, request.data(), request.size());
-    char buf[65536];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return response;
-}
-
 TEST_F(FaultTest, IdleConnectionsDoNotBlockMetricsAndOnlyGetIsServed) {
   const int port = server_->metrics_port();
   // Idle, half-open connections that never send a request.

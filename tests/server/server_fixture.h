@@ -148,9 +148,9 @@ class ServerFixture : public ::testing::Test {
     return bytes;
   }
 
-  // GET http://127.0.0.1:<port><path>: the body, or "" on failure (a plain socket: no client
-  // library needed).
-  static std::string HttpGet(int port, const std::string& path, std::string* status_line = nullptr) {
+  // Sends `request` as is to 127.0.0.1:<port> and returns the whole response (the server
+  // closes): a plain socket, no client library needed.
+  static std::string RawHttp(int port, const std::string& request) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -158,12 +158,18 @@ class ServerFixture : public ::testing::Test {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string response;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-      (void)!::write(fd, req.data(), req.size());
+      (void)!::write(fd, request.data(), request.size());
       char buf[65536];
       for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
     }
     ::close(fd);
+    return response;
+  }
+
+  // GET http://127.0.0.1:<port><path>: the body, or "" on failure.
+  static std::string HttpGet(int port, const std::string& path, std::string* status_line = nullptr) {
+    const std::string response =
+        RawHttp(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     if (status_line != nullptr) *status_line = response.substr(0, response.find("\r\n"));
     const size_t body = response.find("\r\n\r\n");
     return body == std::string::npos ? "" : response.substr(body + 4);
