@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-predict-message-mb", predict_mb, "largest PredictRequest in MiB (default 64)");
   app.add_option("--max-training-message-mb", training_mb, "largest Training request (a job spec) in MiB (default 4)");
   app.add_option("--max-concurrent-predicts", concurrent_predicts,
-                 "Predicts running at once (default 256; up to 1024 more wait, beyond that RESOURCE_EXHAUSTED)");
+                 "Predicts running at once (default 64; up to 1024 more wait, beyond that RESOURCE_EXHAUSTED)");
   bool reflection = false;
   app.add_flag("--reflection", reflection, "serve gRPC reflection (the whole schema, to any client; default off)");
   std::string max_job_memory;

@@ -20,7 +20,7 @@ struct RequestLimits {
   size_t max_name_bytes = 1024;       // a model name, version or tensor name
   // Predicts admitted at once (each holds its request and a worker thread); more wait in a
   // queue of max_predict_queue, beyond which they are refused with RESOURCE_EXHAUSTED.
-  int max_concurrent_predicts = 256;
+  int max_concurrent_predicts = 64;  // twice a full batch (32): enough for the batcher to fill batches
   int max_predict_queue = 1024;
 };
 

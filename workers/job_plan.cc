@@ -126,6 +126,14 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   plan.model = models::build_model(json);
   ANVIL_CHECK(plan.model.input_shape == x0.sizes(), "model: its input shape ", shape_str(plan.model.input_shape),
               " does not match the dataset's samples ", shape_str(x0.sizes()));
+  // Cross-entropy needs a logit per class: a smaller head would fail at the first batch whose
+  // target is past it, with the loss's bounds error instead of this.
+  if (classification && spec.loss() == "cross_entropy") {
+    const IntArray& out = plan.model.output_shape;
+    ANVIL_CHECK(out.size() == 1 && out[0] >= d.num_classes, "model: its output ", shape_str(out),
+                " per sample cannot score the dataset's ", d.num_classes, " classes (cross_entropy needs [",
+                d.num_classes, "]: a last linear layer with out_features ", d.num_classes, ")");
+  }
 
   // On the training device before the optimizer takes the parameters (to() replaces them).
   if (paths.device != kCPU) plan.model.module->to(paths.device);

@@ -373,7 +373,7 @@ TEST_F(FaultTest, AJobThatCannotFitIsRefusedAtSubmitWithTheEstimate) {
 
 TEST_F(FaultTest, ModelSpecsAreBoundedInLayersAndBytes) {
   auto relus = [](int n) {
-    std::string layers = R"({"type": "linear", "out_features": 3})";
+    std::string layers = R"({"type": "linear", "out_features": 4})";  // blobs has 4 classes
     for (int i = 0; i < n; ++i) layers += R"(, {"type": "relu"})";
     return layers;
   };

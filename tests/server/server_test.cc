@@ -203,6 +203,15 @@ TEST_F(ServerTest, JobCallsAndTheirStatusCodes) {
     EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(st.error_message(), HasSubstr("input shape [3] does not match the dataset's samples [2]"));
   }
+  // A head with fewer outputs than the dataset's classes (blobs has 4): caught before training.
+  dry.mutable_spec()->set_model_json(R"({"input_shape": [2], "layers": [{"type": "linear", "out_features": 3}]})");
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobResponse resp;
+    st = training_->SubmitJob(&ctx, dry, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("cannot score the dataset's 4 classes"));
+  }
   *dry.mutable_spec() = BlobsSpec();
   {
     grpc::ClientContext ctx;
