@@ -46,8 +46,8 @@ $(BUILD_DIR)/build.ninja:
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Every test but the soak (label soak: `make soak`; its flatness bound does not hold yet, see
-# tests/server/soak_test.sh).
+# Every test but the soak (label soak: `make soak`; its flatness bound does not hold yet:
+# docs/security.md, "Staying up").
 test: deps-test build data peers
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600 -LE soak
 
