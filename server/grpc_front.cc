@@ -35,6 +35,13 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
+// The server's health, as a whole ("") and for each named service.
+void ApplyHealth(grpc::Server& server, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  health->SetServingStatus(serving);
+  for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
+}
+
 }  // namespace
 
 GrpcFront::GrpcFront(GrpcFrontOptions options, ServiceFactory services)
@@ -91,10 +98,7 @@ void GrpcFront::start() {
 void GrpcFront::set_health(bool serving) {
   std::lock_guard<std::mutex> lock(mu_);
   serving_ = serving;
-  if (!server_) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving);  // the server as a whole ("")
-  for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
+  if (server_) ApplyHealth(*server_, serving);
 }
 
 void GrpcFront::shutdown(std::chrono::milliseconds grace) {
@@ -191,10 +195,7 @@ void GrpcFront::Watch() {
       continue;
     }
     ++rebuilds_;
-    const bool serving = serving_;
-    grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-    health->SetServingStatus(serving);
-    for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
+    ApplyHealth(*server_, serving_);
     log(LogLevel::kInfo, "gRPC listener on port ", port_, " accepting again");
   }
 }

@@ -37,13 +37,7 @@ std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
   urandom.read(raw.data(), static_cast<std::streamsize>(bytes));
   ANVIL_CHECK(urandom.gcount() == static_cast<std::streamsize>(bytes), "tokens: cannot read /dev/urandom");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return hex_encode(raw);
 }
 
 // Equal strings compare in time independent of where they differ.
@@ -160,7 +154,7 @@ void TokenSet::ReloadIfChanged() {
 bool TokenSet::enabled() {
   std::lock_guard<std::mutex> lock(mu_);
   ReloadIfChanged();
-  return !entries_.empty() || !error_.empty() || had_tokens_;
+  return RequiredLocked();
 }
 
 std::string TokenSet::error() {
@@ -169,15 +163,18 @@ std::string TokenSet::error() {
   return error_;
 }
 
-std::optional<TokenEntry> TokenSet::find(const std::string& token) {
+TokenSet::Verdict TokenSet::check(const std::string* token) {
   std::lock_guard<std::mutex> lock(mu_);
   ReloadIfChanged();
-  const std::string hash = sha256_hex(token);
-  std::optional<TokenEntry> found;
+  Verdict v;
+  v.required = RequiredLocked();
+  v.file_error = error_;
+  if (!v.required || token == nullptr) return v;
+  const std::string hash = sha256_hex(*token);
   for (const TokenEntry& e : entries_) {
-    if (ConstantTimeEqual(e.sha256, hash)) found = e;  // no early exit
+    if (ConstantTimeEqual(e.sha256, hash)) v.entry = e;  // no early exit
   }
-  return found;
+  return v;
 }
 
 }  // namespace anvil::server

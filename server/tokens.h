@@ -50,12 +50,20 @@ class TokenSet {
   bool enabled();
   // Why the file is unusable ("" when it is fine).
   std::string error();
-  // The entry whose hash matches `token` (compared in constant time), or nullopt.
-  std::optional<TokenEntry> find(const std::string& token);
+  // What one call needs, under one lock and one reload check: whether a token is required,
+  // why the file is unusable ("" when fine), and the entry whose hash matches `token`
+  // (compared in constant time; nullptr: none was presented).
+  struct Verdict {
+    bool required = false;
+    std::string file_error;
+    std::optional<TokenEntry> entry;
+  };
+  Verdict check(const std::string* token);
   const std::string& path() const { return path_; }
 
  private:
   void ReloadIfChanged();
+  bool RequiredLocked() const { return !entries_.empty() || !error_.empty() || had_tokens_; }
 
   std::string path_;
   std::string error_;  // why the file could not be read: then no token is accepted (fail closed)

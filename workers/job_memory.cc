@@ -6,16 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <limits>
 
 #include "core/util/error.h"
+#include "core/util/saturating.h"
 
 namespace anvil::workers {
 namespace {
-
-constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() / 4;
-int64_t SatAdd(int64_t a, int64_t b) { return a > kHuge - b ? kHuge : a + b; }
-int64_t SatMul(int64_t a, int64_t b) { return a != 0 && b > kHuge / a ? kHuge : a * b; }
 
 int64_t OptimizerSlots(const v1::OptimizerSpec& o) {
   if (o.name() == "adam" || o.name() == "adamw" || o.name().empty()) return 2;
@@ -26,7 +22,7 @@ int64_t OptimizerSlots(const v1::OptimizerSpec& o) {
 }  // namespace
 
 int64_t JobMemory::total() const {
-  return SatAdd(SatAdd(SatAdd(weights, gradients), SatAdd(optimizer_state, activations)), checkpoint);
+  return sat_add(sat_add(sat_add(weights, gradients), sat_add(optimizer_state, activations)), checkpoint);
 }
 
 std::string format_bytes(int64_t bytes) {
@@ -49,14 +45,14 @@ std::string JobMemory::describe(const std::string& optimizer) const {
 JobMemory estimate_job_memory(const models::ModelCost& cost, const v1::JobSpec& spec) {
   constexpr int64_t kFloat = 4;
   JobMemory m;
-  m.weights = SatMul(kFloat, SatAdd(cost.parameters, cost.buffers));
-  m.gradients = SatMul(kFloat, cost.parameters);
-  m.optimizer_state = SatMul(SatMul(kFloat, cost.parameters), OptimizerSlots(spec.optimizer()));
+  m.weights = sat_mul(kFloat, sat_add(cost.parameters, cost.buffers));
+  m.gradients = sat_mul(kFloat, cost.parameters);
+  m.optimizer_state = sat_mul(sat_mul(kFloat, cost.parameters), OptimizerSlots(spec.optimizer()));
   const int64_t batch = std::max<int64_t>(spec.batch_size(), 1);
   // Forward values and their gradients in the backward pass.
-  m.activations = SatMul(SatMul(2 * kFloat, cost.activations_per_sample), batch);
+  m.activations = sat_mul(sat_mul(2 * kFloat, cost.activations_per_sample), batch);
   // A checkpoint serialises weights and optimizer state into one buffer before it is written.
-  m.checkpoint = SatAdd(m.weights, m.optimizer_state);
+  m.checkpoint = sat_add(m.weights, m.optimizer_state);
   return m;
 }
 

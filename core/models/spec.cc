@@ -3,7 +3,6 @@
 #include "core/models/spec.h"
 
 #include <functional>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,6 +10,7 @@
 #include "core/models/layers.h"
 #include "core/nn/nn.h"
 #include "core/util/error.h"
+#include "core/util/saturating.h"
 
 namespace anvil::models {
 namespace {
@@ -18,19 +18,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 using ModulePtr = std::shared_ptr<nn::Module>;
 
-// Saturating arithmetic for the cost estimate: sizes from a hostile spec must not overflow
-// into a small (accepted) figure.
-constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() / 4;
-int64_t SatAdd(int64_t a, int64_t b) { return a > kHuge - b ? kHuge : a + b; }
-int64_t SatMul(int64_t a, int64_t b) { return a != 0 && b > kHuge / a ? kHuge : a * b; }
-int64_t SatProd(std::initializer_list<int64_t> xs) {
-  int64_t r = 1;
-  for (int64_t x : xs) r = SatMul(r, x);
-  return r;
-}
 int64_t Numel(const IntArray& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n = SatMul(n, d);
+  for (int64_t d : shape) n = sat_mul(n, d);
   return n;
 }
 
@@ -48,9 +38,9 @@ struct Layer {
     if (dry) return nullptr;
     return std::make_shared<M>(std::forward<Args>(args)...);
   }
-  void Params(int64_t n) const { cost->parameters = SatAdd(cost->parameters, n); }
-  void Buffers(int64_t n) const { cost->buffers = SatAdd(cost->buffers, n); }
-  void Saved(int64_t n) const { cost->activations_per_sample = SatAdd(cost->activations_per_sample, n); }
+  void Params(int64_t n) const { cost->parameters = sat_add(cost->parameters, n); }
+  void Buffers(int64_t n) const { cost->buffers = sat_add(cost->buffers, n); }
+  void Saved(int64_t n) const { cost->activations_per_sample = sat_add(cost->activations_per_sample, n); }
 
   [[noreturn]] void Fail(const std::string& what) const { throw Error("model spec: " + where + ": " + what); }
   void Keys(std::initializer_list<const char*> allowed) const {
@@ -172,7 +162,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     IntArray out = in;
     out.back() = L.Int("out_features");
     const bool bias = L.Bool("bias", true);
-    L.Params(SatAdd(SatMul(in.back(), out.back()), bias ? out.back() : 0));
+    L.Params(sat_add(sat_mul(in.back(), out.back()), bias ? out.back() : 0));
     return {L.Make<nn::Linear>(in.back(), out.back(), bias), out};
   }
   if (type == "conv2d" || type == "conv1d") {
@@ -213,7 +203,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       out_hw[static_cast<size_t>(d)] = same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
     }
     const bool bias = L.Bool("bias", true);
-    L.Params(SatAdd(SatProd({oc, in[0] / groups, k[0], k[1]}), bias ? oc : 0));
+    L.Params(sat_add(sat_prod({oc, in[0] / groups, k[0], k[1]}), bias ? oc : 0));
     if (two_d) {
       return {L.Make<nn::Conv2d>(in[0], oc, k, nn::ConvOptions{stride, pad, dil, groups, bias, same}),
               {oc, out_hw[0], out_hw[1]}};
@@ -243,15 +233,15 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (two_d) L.Rank(in, 3, "[C, H, W]");
     else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
     const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
-    L.Params(SatMul(2, in[0]));
-    L.Buffers(SatAdd(SatMul(2, in[0]), 1));
+    L.Params(sat_mul(2, in[0]));
+    L.Buffers(sat_add(sat_mul(2, in[0]), 1));
     if (two_d) return {L.Make<nn::BatchNorm2d>(in[0], eps, momentum), in};
     return {L.Make<nn::BatchNorm1d>(in[0], eps, momentum), in};
   }
   if (type == "layernorm") {
     L.Keys({"eps"});
     if (in.empty()) L.Fail("expects at least one dim");
-    L.Params(SatMul(2, in.back()));
+    L.Params(sat_mul(2, in.back()));
     return {L.Make<nn::LayerNorm>(IntArray{in.back()}, L.Real("eps", 1e-5)), in};
   }
   if (type == "groupnorm") {
@@ -259,7 +249,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (in.empty()) L.Fail("expects input [C, ...]");
     const int64_t g = L.Int("num_groups");
     if (in[0] % g != 0) L.Fail("num_groups = " + std::to_string(g) + " must divide the " + std::to_string(in[0]) + " channels");
-    L.Params(SatMul(2, in[0]));
+    L.Params(sat_mul(2, in[0]));
     return {L.Make<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
   }
   if (type == "embedding") {
@@ -268,13 +258,13 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Rank(in, 1, "[T] (token ids)");
     *int_input = true;
     const int64_t d = L.Int("embedding_dim"), n = L.Int("num_embeddings");
-    L.Params(SatMul(n, d));
+    L.Params(sat_mul(n, d));
     return {L.Make<nn::Embedding>(n, d, L.Int("padding_idx", -1, -1)), {in[0], d}};
   }
   if (type == "positional") {
     L.Keys({});
     L.Rank(in, 2, "[T, E]");
-    L.Params(SatMul(in[0], in[1]));
+    L.Params(sat_mul(in[0], in[1]));
     return {L.Make<LearnedPositions>(in[0], in[1]), in};
   }
   if (type == "gru" || type == "lstm") {
@@ -286,9 +276,9 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
     const int64_t gates = type == "gru" ? 3 : 4;
     for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer
-      L.Params(SatMul(gates, SatAdd(SatMul(h, SatAdd(l == 0 ? in[1] : h, h)), SatMul(2, h))));
+      L.Params(sat_mul(gates, sat_add(sat_mul(h, sat_add(l == 0 ? in[1] : h, h)), sat_mul(2, h))));
     }
-    L.Saved(SatProd({in[0], gates, h, o.num_layers, 2}));  // the gates of every step
+    L.Saved(sat_prod({in[0], gates, h, o.num_layers, 2}));  // the gates of every step
     const IntArray out = ret == "last" ? IntArray{h} : IntArray{in[0], h};
     if (L.dry) return {nullptr, out};
     std::shared_ptr<nn::RNNBase> rnn;
@@ -307,11 +297,11 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
                                           L.Bool("norm_first", false), activation == "gelu"};
     const int64_t layers = L.Int("num_layers", 1), e = in[1], f = o.dim_feedforward, t = in[0];
     // Per layer: attention in/out projections, the two feed-forward linears, two norms.
-    const int64_t per_layer = SatAdd(SatAdd(SatMul(4, SatMul(e, e)), SatMul(4, e)),
-                                     SatAdd(SatAdd(SatMul(2, SatMul(e, f)), SatAdd(f, e)), SatMul(4, e)));
-    L.Params(SatMul(layers, per_layer));
+    const int64_t per_layer = sat_add(sat_add(sat_mul(4, sat_mul(e, e)), sat_mul(4, e)),
+                                     sat_add(sat_add(sat_mul(2, sat_mul(e, f)), sat_add(f, e)), sat_mul(4, e)));
+    L.Params(sat_mul(layers, per_layer));
     // Saved per layer: q, k, v, the attention weights per head, the feed-forward hidden.
-    L.Saved(SatMul(layers, SatAdd(SatAdd(SatMul(t, SatMul(6, e)), SatMul(t, f)), SatProd({2, heads, t, t}))));
+    L.Saved(sat_mul(layers, sat_add(sat_add(sat_mul(t, sat_mul(6, e)), sat_mul(t, f)), sat_prod({2, heads, t, t}))));
     if (L.dry) return {nullptr, in};
     auto stack = std::make_shared<nn::Sequential>();
     for (int64_t i = 0; i < layers; ++i) stack->push_back(std::make_shared<nn::TransformerEncoderLayer>(e, heads, o));
@@ -340,11 +330,11 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       // Match the shortcut to the body: a 1x1 strided convolution for images, else a linear map.
       if (in.size() == 3 && body.shape.size() == 3 && in[1] % body.shape[1] == 0 && in[2] % body.shape[2] == 0) {
         const int64_t s = in[1] / body.shape[1];
-        L.Params(SatAdd(SatMul(in[0], body.shape[0]), body.shape[0]));
+        L.Params(sat_add(sat_mul(in[0], body.shape[0]), body.shape[0]));
         shortcut = L.Make<nn::Conv2d>(in[0], body.shape[0], std::array<int64_t, 2>{1, 1},
                                       nn::ConvOptions{.stride = {s, in[2] / body.shape[2]}});
       } else if (in.size() == 1 && body.shape.size() == 1) {
-        L.Params(SatAdd(SatMul(in[0], body.shape[0]), body.shape[0]));
+        L.Params(sat_add(sat_mul(in[0], body.shape[0]), body.shape[0]));
         shortcut = L.Make<nn::Linear>(in[0], body.shape[0]);
       } else {
         L.Fail("cannot add the input " + shape_str(in) + " to the body's output " + shape_str(body.shape));
@@ -423,7 +413,7 @@ ModelCost EstimateModel(const std::string& text) {
   bool int_input = false;
   cost.activations_per_sample = Numel(p.input);
   const Built b = BuildSequence(p.spec["layers"], p.input, "", &int_input, &cost, /*dry=*/true);
-  cost.activations_per_sample = SatAdd(cost.activations_per_sample, Numel(b.shape));
+  cost.activations_per_sample = sat_add(cost.activations_per_sample, Numel(b.shape));
   return cost;
 }
 

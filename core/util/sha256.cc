@@ -14,6 +14,17 @@
 #include "core/util/file.h"
 
 namespace anvil {
+std::string hex_encode(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * bytes.size(), '0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    out[2 * i] = kDigits[b >> 4];
+    out[2 * i + 1] = kDigits[b & 0xf];
+  }
+  return out;
+}
+
 namespace {
 
 // First 32 bits of the fractional parts of the cube roots of the first 64 primes (4.2.2).
@@ -49,13 +60,7 @@ void store_be32(uint32_t v, uint8_t* p) {
 }
 
 std::string to_hex(const std::array<uint8_t, 32>& bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(64, '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 0xf];
-  }
-  return out;
+  return hex_encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace

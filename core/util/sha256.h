@@ -35,6 +35,8 @@ class Sha256 {
   bool finished_ = false;
 };
 
+// `bytes` as lowercase hex, two digits per byte.
+std::string hex_encode(std::string_view bytes);
 // The hex digest of `bytes`.
 std::string sha256_hex(std::string_view bytes);
 // The hex digest of the file at `path`, read in 1 MiB chunks so large files need no large
