@@ -103,6 +103,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"optimizer", {{"name", optimizer.name()}, {"groups", os.groups}, {"param_steps", params}}},
       {"model_aliases", sd.aliases},
       {"history", history},
+      {"history_stride", state.history_stride},
+      {"history_pending", state.history_pending},
       {"extra", state.extra},
   };
   const std::string state_json = j.dump();
@@ -154,6 +156,8 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   s.rng = {j.at("rng")[0].get<uint64_t>(), j.at("rng")[1].get<uint64_t>()};
   s.scheduler_step = j.at("scheduler_step").get<int64_t>();
   for (const auto& m : j.at("history")) s.history.push_back({m[0].get<int64_t>(), m[1].get<std::string>(), m[2].get<double>()});
+  s.history_stride = j.value("history_stride", int64_t{1});  // absent before histories were bounded
+  s.history_pending = j.value("history_pending", int64_t{0});
   s.extra = j.at("extra").get<std::map<std::string, std::string>>();
   default_generator().set_state(s.rng.first, s.rng.second);
   return s;

@@ -23,14 +23,9 @@
 #include "core/data/dataloader.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
+#include "core/train/metric_history.h"
 
 namespace anvil::train {
-
-struct MetricPoint {
-  int64_t step = 0;
-  std::string name;  // "train_loss", "val_accuracy", ...
-  double value = 0;
-};
 
 // The non-tensor state of a run.
 struct TrainingState {
@@ -39,8 +34,10 @@ struct TrainingState {
   uint64_t loader_seed = 0;          // must match the loader of the resumed run
   std::pair<uint64_t, uint64_t> rng{0, 0};  // the default generator's (seed, offset)
   int64_t scheduler_step = -1;       // -1: no scheduler
-  std::vector<MetricPoint> history;
+  std::vector<MetricPoint> history;  // a MetricHistory's sample ...
   std::map<std::string, std::string> extra;  // caller-defined (e.g. best metric so far)
+  int64_t history_stride = 1;   // ... with its stride and pending groups
+  int64_t history_pending = 0;
 };
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& optimizer,

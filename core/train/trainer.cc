@@ -29,7 +29,8 @@ nn::StateDict CloneState(const nn::Module& m) {
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer, TrainerOptions options,
                  LossFn loss)
-    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), loss_(std::move(loss)) {
+    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), loss_(std::move(loss)),
+      history_(options_.history_max_points) {
   ANVIL_CHECK(model_ != nullptr && optimizer_ != nullptr, "Trainer: the model and the optimizer are required");
   const TrainerOptions& o = options_;
   ANVIL_CHECK(o.epochs >= 1, "Trainer: expected epochs >= 1, got ", o.epochs);
@@ -80,7 +81,8 @@ void Trainer::checkpoint(data::DataLoader& train) {
     return;
   }
   TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
-                  scheduler_ ? scheduler_->last_step() : -1, history_, {}};
+                  scheduler_ ? scheduler_->last_step() : -1, history_.points(), {},
+                  history_.stride(), history_.pending()};
   rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
   fault_point("checkpoint:rotated");
   save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
@@ -95,7 +97,7 @@ void Trainer::resume(const std::string& path, data::DataLoader& train) {
   train.set_position(s.loader);
   if (scheduler_ && s.scheduler_step >= 0) scheduler_->set_step(s.scheduler_step);
   step_ = s.step;
-  history_ = s.history;
+  history_.restore(s.history, s.history_stride, s.history_pending);
   last_checkpoint_ = path + " (step " + std::to_string(step_) + ")";
 }
 
@@ -139,9 +141,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.samples_per_second = secs > 0 ? static_cast<double>(interval_samples) / secs : 0.0;
     m.step_seconds = secs / static_cast<double>(lv.size());
     m.data_wait_ratio = train.stats().wait_ratio();
-    history_.push_back({step_, "train_loss", m.loss});
-    history_.push_back({step_, "grad_norm", m.grad_norm});
-    history_.push_back({step_, "lr", m.lr});
+    history_.record(step_, "train_loss", m.loss);
+    history_.record(step_, "grad_norm", m.grad_norm);
+    history_.record(step_, "lr", m.lr);
     if (callbacks_.on_step) callbacks_.on_step(m);
     losses.clear();
     norms.clear();
@@ -188,7 +190,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         result.status = TrainResult::Status::kCancelled;
         result.steps = step_;
         result.epochs = train.epoch();
-        result.history = history_;
+        result.history = history_.points();
         return result;
       }
       std::optional<data::Example> batch = train.next();
@@ -205,7 +207,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         result.status = TrainResult::Status::kMaxSteps;
         result.steps = step_;
         result.epochs = train.epoch();
-        result.history = history_;
+        result.history = history_.points();
         return result;
       }
     }
@@ -228,8 +230,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       const auto [vl, va] = evaluate(*validation);
       em.val_loss = vl;
       em.val_accuracy = va;
-      history_.push_back({step_, "val_loss", vl});
-      if (va) history_.push_back({step_, "val_accuracy", *va});
+      history_.record(step_, "val_loss", vl);
+      if (va) history_.record(step_, "val_accuracy", *va);
     }
     if (scheduler_ && !o.scheduler_per_step) scheduler_->step();
     std::optional<double> monitored;
@@ -260,7 +262,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   result.steps = step_;
   result.epochs = train.epoch();
   result.best_metric = best;
-  result.history = history_;
+  result.history = history_.points();
   return result;
 }
 

@@ -46,6 +46,9 @@ struct TrainerOptions {
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;  // 0: only at epoch ends
   bool checkpoint_every_epoch = true;
+  // Points of metric history kept in memory and in each checkpoint (train/metric_history.h):
+  // an even sample of the whole run once it has more.
+  size_t history_max_points = MetricHistory::kDefaultMaxPoints;
   int checkpoint_keep = 2;  // generations kept (train/checkpoint.h): a corrupt newest falls back
   // Batch field names.
   std::string input_key = "input";
@@ -118,7 +121,8 @@ class Trainer {
   void checkpoint(data::DataLoader& train);
 
   int64_t step() const { return step_; }
-  const std::vector<MetricPoint>& history() const { return history_; }
+  // An even sample of the run's metrics, at most options.history_max_points points.
+  const std::vector<MetricPoint>& history() const { return history_.points(); }
 
  private:
   // Where training runs: the device of the model's parameters (batches are moved there;
@@ -134,7 +138,7 @@ class Trainer {
   LossFn loss_;
   Callbacks callbacks_;
   int64_t step_ = 0;
-  std::vector<MetricPoint> history_;
+  MetricHistory history_;
 };
 
 }  // namespace anvil::train

@@ -109,22 +109,29 @@ TEST(TrainerTest, CancellationStopsAtTheNextStep) {
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3, 4, 5}));
 }
 
+// Trains 3 epochs of 10 steps (stopping after `stop_at`, resuming from `resume_from`) and
+// returns the train losses of the history.
+std::vector<double> ResumableRun(int64_t stop_at, const std::string& resume_from, const std::string& ckpt,
+                                 size_t history_max_points = MetricHistory::kDefaultMaxPoints) {
+  manual_seed(4);
+  auto model = Mlp();
+  auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
+  Trainer t(model, opt, {.epochs = 3, .max_steps = stop_at, .metric_interval = 1, .checkpoint_path = ckpt,
+                         .checkpoint_every_steps = 5, .history_max_points = history_max_points});
+  t.set_scheduler(std::make_shared<optim::CosineAnnealingLR>(*opt, 100));
+  data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 9});
+  if (!resume_from.empty()) t.resume(resume_from, loader);
+  t.fit(loader);
+  std::vector<double> losses;
+  for (const auto& p : t.history()) {
+    if (p.name == "train_loss") losses.push_back(p.value);
+  }
+  return losses;
+}
+
 TEST(TrainerTest, ResumeContinuesTheSameRun) {
-  auto run = [](int64_t stop_at, const std::string& resume_from, const std::string& ckpt) {
-    manual_seed(4);
-    auto model = Mlp();
-    auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
-    Trainer t(model, opt, {.epochs = 3, .max_steps = stop_at, .metric_interval = 1, .checkpoint_path = ckpt,
-                           .checkpoint_every_steps = 5});
-    t.set_scheduler(std::make_shared<optim::CosineAnnealingLR>(*opt, 100));
-    data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 9});
-    if (!resume_from.empty()) t.resume(resume_from, loader);
-    t.fit(loader);
-    std::vector<double> losses;
-    for (const auto& p : t.history()) {
-      if (p.name == "train_loss") losses.push_back(p.value);
-    }
-    return losses;
+  const auto run = [](int64_t stop_at, const std::string& resume_from, const std::string& ckpt) {
+    return ResumableRun(stop_at, resume_from, ckpt);
   };
   const std::string ckpt = ::testing::TempDir() + "/resume_trainer.ckpt";
   const auto full = run(-1, "", ::testing::TempDir() + "/unused.ckpt");
@@ -132,6 +139,21 @@ TEST(TrainerTest, ResumeContinuesTheSameRun) {
   const auto resumed = run(-1, ckpt, ::testing::TempDir() + "/after.ckpt");
   ASSERT_EQ(full.size(), 30u);
   EXPECT_EQ(resumed, full);  // the restored history plus the continued steps, bitwise
+}
+
+TEST(TrainerTest, ABoundedHistoryIsCheckpointedAndResumedWithItsSample) {
+  // 30 steps of 3 values in 16 points: thinned three times; the checkpoint at step 15 carries
+  // the sample's stride, so the resumed run keeps exactly the uninterrupted run's points.
+  const std::string ckpt = ::testing::TempDir() + "/bounded_history.ckpt";
+  const auto full = ResumableRun(-1, "", ::testing::TempDir() + "/bounded_unused.ckpt", 16);
+  ResumableRun(15, "", ckpt, 16);
+  const auto resumed = ResumableRun(-1, ckpt, ::testing::TempDir() + "/bounded_after.ckpt", 16);
+  EXPECT_LE(full.size() * 3, 16u);
+  EXPECT_GE(full.size(), 2u);
+  EXPECT_EQ(resumed, full);
+  const auto unbounded = ResumableRun(-1, "", ::testing::TempDir() + "/bounded_unused2.ckpt");
+  ASSERT_EQ(unbounded.size(), 30u);
+  EXPECT_EQ(full.front(), unbounded.front());  // the sample is of the same curve, from its start
 }
 
 }  // namespace
