@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/util/clock.h"
+#include "core/util/fault_point.h"
 #include "core/ops/functions.h"
 #include "core/util/sha256.h"
 #include "server/status.h"
@@ -203,6 +204,7 @@ v1::Model ModelRegistry::describe_row(const ModelRow& row) { return describe(*ge
 v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
   ANVIL_SERVICE_CHECK(!request.model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
   std::shared_ptr<ServedModel> m = get(request.model(), request.version());
+  fault_point("serving:predict");
   const models::BuiltModel& b = m->loaded.built;
   ANVIL_SERVICE_CHECK(request.inputs_size() == 1, StatusCode::INVALID_ARGUMENT, "inputs: model \"", m->row.name,
                       "\" takes exactly one input tensor (\"input\"), got ", request.inputs_size());

@@ -18,6 +18,10 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
       case StoreError::Kind::kOther: break;
     }
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  } catch (const anvil::InternalError& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());  // a bug of the server's, not the request's
+  } catch (const anvil::OutOfMemoryError& e) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
   } catch (const anvil::Error& e) {
     return grpc::Status(engine_code, e.what());
   } catch (const std::bad_alloc&) {

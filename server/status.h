@@ -2,8 +2,9 @@
 // is known (bad input, unknown model...) and the RPC boundary turns any exception into a
 // grpc::Status with current_exception_status(): a ServiceError keeps its code, a StoreError
 // (the database failed) is RESOURCE_EXHAUSTED for a full disk, UNAVAILABLE for an I/O error,
-// else INTERNAL, another anvil::Error from the engine becomes
-// INVALID_ARGUMENT (it rejected the request's content), and anything else is INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
+// else INTERNAL; an anvil::InternalError (a broken invariant: a bug, not the caller's fault)
+// is INTERNAL, an OutOfMemoryError RESOURCE_EXHAUSTED, another anvil::Error from the engine
+// INVALID_ARGUMENT (it rejected the request's content), and anything else INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
 #pragma once
 
 #include <grpcpp/support/status.h>

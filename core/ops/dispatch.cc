@@ -69,7 +69,7 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
   ANVIL_INTERNAL_ASSERT(info.kind != OpKind::View, "views go through make_view");
   const Device dev = CommonDevice(op, inputs);
   std::vector<Tensor> outputs;
-  if (info.kind != OpKind::Fill && op != OpId::Nonzero) {
+  if (info.infer != InferFamily::Dynamic) {
     for (TensorSpec& s : infer_specs(op, inputs, attrs)) {
       outputs.push_back(empty(std::move(s.sizes), TensorOptions(s.dtype).with_device(dev)));
     }

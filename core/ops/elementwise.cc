@@ -17,10 +17,10 @@ OpAttrs Attrs() { return OpAttrs{}; }
 
 Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) {
   ANVIL_CHECK(x.defined(), op_name(op), ": got an undefined tensor");
-  if (op_info(op).infer == "UnaryFloat" && !x.is_floating_point()) {
+  if (op_info(op).infer == InferFamily::UnaryFloat && !x.is_floating_point()) {
     return dispatch1(op, {x.to(default_dtype())}, a);
   }
-  ANVIL_CHECK_TYPE(!(x.dtype() == kBool && op_info(op).infer == "UnaryKeep"), op_name(op),
+  ANVIL_CHECK_TYPE(!(x.dtype() == kBool && op_info(op).infer == InferFamily::UnaryKeep), op_name(op),
                    ": not supported for bool tensors");
   return dispatch1(op, {x}, a);
 }
@@ -28,7 +28,7 @@ Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) {
 Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Attrs()) {
   ANVIL_CHECK(a.defined() && b.defined(), op_name(op), ": got an undefined tensor");
   ScalarType rt = result_type(a, b);
-  if (op_info(op).infer == "BinaryFloat" && !is_floating_point(rt)) rt = default_dtype();
+  if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
   ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub), "Subtraction, the `-` operator, with two "
                    "bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
   return dispatch1(op, {a.dtype() == rt ? a : a.to(rt), b.dtype() == rt ? b : b.to(rt)}, at);
@@ -37,7 +37,7 @@ Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Att
 Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs& at,
                       const char* name) {
   ScalarType rt = result_type(self, other);
-  if (op_info(op).infer == "BinaryFloat" && !is_floating_point(rt)) rt = default_dtype();
+  if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
   ANVIL_CHECK_TYPE(Category(rt) <= Category(self.dtype()), name, ": result type ", rt,
                    " can't be cast to the desired output type ", self.dtype());
   Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());

@@ -61,42 +61,47 @@ void CheckIndexTensor(const Tensor& index, const char* op) {
 std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, const OpAttrs& a) {
   const OpInfo& info = op_info(op);
   const char* name = info.name.data();
-  switch (op) {
-    case OpId::LogicalNot:
-    case OpId::IsNan:
-    case OpId::IsFinite:
+  switch (info.infer) {
+    case InferFamily::UnaryKeep:
+    case InferFamily::UnaryFloat:
+    case InferFamily::UnaryPow:  // the wrappers cast the input to the computing dtype first
+    case InferFamily::Clone:
+    case InferFamily::CumSum:
+      return {{in[0].sizes(), in[0].dtype()}};
+    case InferFamily::UnaryBool:
       return {{in[0].sizes(), kBool}};
-    case OpId::Cast:
+    case InferFamily::BinaryArith:
+    case InferFamily::BinaryFloat:  // promoted by the wrappers: both operands arrive in one dtype
+    case InferFamily::BinaryCompare:
+    case InferFamily::BinaryLogical: {
+      CheckSameDtype(in, 2, op);
+      const bool to_bool = info.infer == InferFamily::BinaryCompare || info.infer == InferFamily::BinaryLogical;
+      return {{broadcast_shapes(in[0].sizes(), in[1].sizes()), to_bool ? kBool : in[0].dtype()}};
+    }
+    case InferFamily::Cast:
       return {{in[0].sizes(), a.dtype}};
-    case OpId::Where: {
+    case InferFamily::Where: {
       ANVIL_CHECK_TYPE(in[0].dtype() == kBool, "where: expected a bool condition, got ", in[0].dtype());
       IntArray s = broadcast_shapes(broadcast_shapes(in[0].sizes(), in[1].sizes()), in[2].sizes());
       return {{s, in[1].dtype()}};
     }
-    case OpId::Sum:
-    case OpId::Mean:
-    case OpId::Prod:
-    case OpId::Amax:
-    case OpId::Amin:
-    case OpId::Var:
-    case OpId::Norm:
-    case OpId::LogSumExp: {
-      if (op == OpId::Amax || op == OpId::Amin) CheckNonEmptyReduction(in[0], a.dims, name);
+    case InferFamily::ReduceSum:
+    case InferFamily::ReduceFloat:
       return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
-    }
-    case OpId::All:
-    case OpId::Any:
+    case InferFamily::ReduceKeep:
+      CheckNonEmptyReduction(in[0], a.dims, name);
+      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
+    case InferFamily::ReduceBool:
       return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), kBool}};
-    case OpId::Argmax:
-    case OpId::Argmin:
-    case OpId::MaxDim:
-    case OpId::MinDim: {
+    case InferFamily::ReduceArg:
+      CheckNonEmptyReduction(in[0], a.dims, name);
+      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), kInt64}};
+    case InferFamily::ReduceIndexed: {
       CheckNonEmptyReduction(in[0], a.dims, name);
       IntArray s = ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name);
-      if (op == OpId::Argmax || op == OpId::Argmin) return {{s, kInt64}};
       return {{s, in[0].dtype()}, {s, kInt64}};
     }
-    case OpId::Mm: {
+    case InferFamily::Mm: {
       ANVIL_CHECK(in[0].dim() == 2 && in[1].dim() == 2, "mm: expected 2-D matrices, got ",
                   shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
       ANVIL_CHECK(in[0].size(1) == in[1].size(0), "mm: shapes ", shape_str(in[0].sizes()), " and ",
@@ -105,8 +110,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, 2, op);
       return {{{in[0].size(0), in[1].size(1)}, in[0].dtype()}};
     }
-    case OpId::Linear:
-    case OpId::LinearRelu: {
+    case InferFamily::Linear: {
       // linear() folds batch dims into rows and checks the shapes with the user's names.
       ANVIL_INTERNAL_ASSERT(in[0].dim() == 2 && in[1].dim() == 2 && in[2].dim() == 1 &&
                                 in[0].size(1) == in[1].size(1) && in[2].size(0) == in[1].size(0),
@@ -115,7 +119,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, 3, op);
       return {{{in[0].size(0), in[1].size(0)}, in[0].dtype()}};
     }
-    case OpId::Bmm: {
+    case InferFamily::Bmm: {
       ANVIL_CHECK(in[0].dim() == 3 && in[1].dim() == 3, "bmm: expected 3-D batches, got ",
                   shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
       ANVIL_CHECK(in[0].size(0) == in[1].size(0) && in[0].size(2) == in[1].size(1), "bmm: shapes ",
@@ -124,7 +128,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, 2, op);
       return {{{in[0].size(0), in[0].size(1), in[1].size(2)}, in[0].dtype()}};
     }
-    case OpId::Cat: {
+    case InferFamily::Cat: {
       const Tensor& first = in[0];
       const int64_t d = wrap_dim(a.dims[0], first.dim(), "cat");
       IntArray out = first.sizes();
@@ -143,7 +147,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype(in, in.size(), op);
       return {{out, first.dtype()}};
     }
-    case OpId::IndexSelect: {
+    case InferFamily::IndexSelect: {
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape ",
                   shape_str(in[1].sizes()));
@@ -152,7 +156,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       if (!s.empty()) s[d] = in[1].numel();
       return {{s, in[0].dtype()}};
     }
-    case OpId::Gather: {
+    case InferFamily::Gather: {
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() == in[0].dim(), "gather: index must have as many dims as input (",
                   in[0].dim(), "), got ", in[1].dim());
@@ -163,8 +167,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       }
       return {{in[1].sizes(), in[0].dtype()}};
     }
-    case OpId::Scatter:
-    case OpId::ScatterAdd: {
+    case InferFamily::Scatter: {  // scatter, scatter_add, scatter_reduce
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() == in[0].dim(), name, ": index must have as many dims as self (",
                   in[0].dim(), "), got ", in[1].dim());
@@ -181,7 +184,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype({in[0], in[2]}, 2, op);
       return {{in[0].sizes(), in[0].dtype()}};
     }
-    case OpId::IndexAdd: {
+    case InferFamily::IndexAdd: {
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() <= 1, "index_add: expected a 1-D index, got ", shape_str(in[1].sizes()));
       const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
@@ -192,7 +195,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckSameDtype({in[0], in[2]}, 2, op);
       return {{in[0].sizes(), in[0].dtype()}};
     }
-    case OpId::Index: {
+    case InferFamily::Index: {
       // inputs: self, then one (already broadcast, int64) index per entry of indexed_dims.
       const Tensor& self = in[0];
       const IntArray& idims = a.indexed_dims;
@@ -212,14 +215,14 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       }
       return {{out, self.dtype()}};
     }
-    case OpId::IndexPut:
+    case InferFamily::IndexPut:
       return {{in[0].sizes(), in[0].dtype()}};
-    case OpId::Sort:
+    case InferFamily::Sort:
       return {{in[0].sizes(), in[0].dtype()}, {in[0].sizes(), kInt64}};
-    case OpId::StridedScatterAdd:
+    case InferFamily::StridedScatter:
       return {{a.dims, in[0].dtype()}};
-    case OpId::Im2Col:
-    case OpId::Col2Im: {
+    case InferFamily::Im2Col:
+    case InferFamily::Col2Im: {
       // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (ops/im2col.cc)
       const auto& d = a.dims;
       const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
@@ -229,7 +232,8 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   " windows) for output ", d[10], "x", d[11], ", got ", in[0].size(2));
       return {{{in[0].size(0), in[0].size(1) / (d[0] * d[1]), d[10], d[11]}, in[0].dtype()}};
     }
-    case OpId::NllLoss: {
+    case InferFamily::NllLoss: {
+      if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
       ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(), "nll_loss: expected floating-point "
                   "log-probabilities of shape [rows, classes], got ", in[0].dtype(), " ", shape_str(in[0].sizes()));
       ANVIL_CHECK_TYPE(in[1].dtype() == kInt64, "nll_loss: expected int64 class indices, got ", in[1].dtype());
@@ -243,17 +247,13 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       const IntArray loss = a.dims[0] == 0 ? IntArray{in[0].size(0)} : IntArray{};
       return {{loss, in[0].dtype()}, {IntArray{}, in[0].dtype()}};
     }
-    case OpId::SoftmaxBackward:
-    case OpId::LogSoftmaxBackward:
+    case InferFamily::SoftmaxLike:
+      if (op == OpId::Softmax || op == OpId::LogSoftmax) return {{in[0].sizes(), in[0].dtype()}};
       ANVIL_CHECK(in[0].sizes() == in[1].sizes() && in[0].dtype() == in[1].dtype(), name,
                   ": expected a gradient and an output of one shape and dtype, got ", in[0].dtype(), " ",
                   shape_str(in[0].sizes()), " and ", in[1].dtype(), " ", shape_str(in[1].sizes()));
       return {{in[0].sizes(), in[0].dtype()}};
-    case OpId::NllLossBackward:
-      return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
-    case OpId::Conv2d:
-    case OpId::Conv2dInputGrad:
-    case OpId::Conv2dWeightGrad: {
+    case InferFamily::Conv2d: {
       // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W, groups} (ops/im2col.cc)
       const auto& d = a.dims;
       const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
@@ -265,21 +265,14 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       if (op == OpId::Conv2dInputGrad) return {{{in[0].size(0), in[1].size(1) * d[12], d[10], d[11]}, in[0].dtype()}};
       return {{{in[0].size(1), in[1].size(1) / d[12], d[0], d[1]}, in[0].dtype()}};
     }
-    default:
+    case InferFamily::ViewGeom:
+    case InferFamily::Dynamic:
+    case InferFamily::Foreach:
       break;
   }
-  switch (info.kind) {
-    case OpKind::Unary:
-      return {{in[0].sizes(), in[0].dtype()}};
-    case OpKind::Binary: {
-      CheckSameDtype(in, 2, op);
-      IntArray s = broadcast_shapes(in[0].sizes(), in[1].sizes());
-      const bool to_bool = (op >= OpId::Eq && op <= OpId::LogicalXor);
-      return {{s, to_bool ? kBool : in[0].dtype()}};
-    }
-    default:
-      return {{in[0].sizes(), in[0].dtype()}};  // Clone, CumSum, Softmax, LogSoftmax
-  }
+  ANVIL_INTERNAL_ASSERT(false, name, ": its outputs are not inferred (views take their geometry from their ViewFn, ",
+                        "the kernels of dynamic rows size their own outputs, fused steps have none)");
+  return {};
 }
 
 IntArray broadcast_shapes(const IntArray& a, const IntArray& b) {

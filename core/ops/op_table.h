@@ -19,6 +19,49 @@ constexpr int kNumOps = static_cast<int>(OpId::kCount);
 // outputs, no autograd.
 enum class OpKind : int8_t { Unary, Binary, Ternary, Reduce, Matmul, Index, View, Fill, Foreach, Other };
 
+// How a row's outputs are inferred and its inputs validated (ops/infer.cc switches over it with
+// no default: a new family without a case does not compile).
+enum class InferFamily : int8_t {
+  UnaryKeep,      // same shape and dtype (bool refused where it has no meaning)
+  UnaryFloat,     // same shape; integer inputs compute in float32
+  UnaryPow,       // pow(tensor, scalar): same shape, the promoted dtype
+  UnaryBool,      // same shape, bool
+  BinaryArith,    // broadcast shape, the common dtype
+  BinaryFloat,    // broadcast shape, the common dtype; integers promote to the default float
+  BinaryCompare,  // broadcast shape, bool
+  BinaryLogical,  // broadcast shape, bool
+  Where,
+  Cast,
+  Clone,
+  ReduceSum,      // reduced shape, the input's dtype
+  ReduceFloat,    // reduced shape, floating point
+  ReduceKeep,     // reduced shape, the input's dtype, no identity: non-empty reduced dims
+  ReduceIndexed,  // values and int64 indices, non-empty reduced dims
+  ReduceArg,      // int64 indices, non-empty reduced dims
+  ReduceBool,
+  CumSum,
+  Mm,
+  Bmm,
+  Linear,
+  SoftmaxLike,
+  NllLoss,
+  Cat,
+  IndexSelect,
+  Gather,
+  Scatter,
+  IndexAdd,
+  Index,
+  IndexPut,
+  Sort,
+  ViewGeom,       // views: geometry from their ViewFn (ops/views.cc), never inferred here
+  StridedScatter,
+  Im2Col,
+  Col2Im,
+  Conv2d,
+  Dynamic,        // outputs sized by the kernel itself (nonzero, fills)
+  Foreach,        // in place over tensor lists, no outputs
+};
+
 // What backward needs (NOTE in op_table.def).
 enum SaveMask : uint32_t { I0 = 1, I1 = 2, I2 = 4, IR = 8, IA = 16, O0 = 32, O1 = 64 };
 
@@ -30,7 +73,7 @@ struct OpInfo {
   bool differentiable;
   uint32_t saves;
   std::string_view onnx;
-  std::string_view infer;  // inference family ("UnaryFloat": integer inputs compute in float32)
+  InferFamily infer;
 };
 
 const OpInfo& op_info(OpId op);

@@ -34,6 +34,13 @@ class OutOfMemoryError : public Error {
  public:
   using Error::Error;
 };
+// A broken invariant inside Anvil (ANVIL_INTERNAL_ASSERT): a bug here, never the caller's
+// fault. The service answers it with INTERNAL, where the other errors are the caller's
+// (INVALID_ARGUMENT and friends). The message says where (file:line and the condition).
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
 
 namespace detail {
 template <typename... Args>

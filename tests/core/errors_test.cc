@@ -153,6 +153,21 @@ TEST(Errors, GatherScatterOutOfRange) {
   Raises<Error>([&] { (void)gather(x, 1, I64({0, 0})); });
 }
 
+// Regression test (was an engine bug): scatter_reduce's index was not checked against src
+// and self as scatter's is, so an index larger than src read past src's storage. PyTorch:
+// "Expected index [...] to be smaller than self [...] apart from dimension 0 and to be
+// smaller size than src [...]".
+TEST(Errors, ScatterReduceIndexLargerThanSrcOrSelfIsRejected) {
+  const Tensor index = I64({0, 1, 0, 1, 0, 1}, IntArray{3, 2});
+  std::string m = Raises<Error>([&] { (void)scatter_reduce(zeros({2, 2}), 0, index, Iota({2, 2}), "sum"); });
+  EXPECT_THAT(m, AllOf(HasSubstr("scatter_reduce"), HasSubstr("larger than src")));
+  m = Raises<Error>([&] { (void)scatter_reduce(zeros({4, 1}), 0, index, Iota({3, 2}), "amax"); });
+  EXPECT_THAT(m, AllOf(HasSubstr("scatter_reduce"), HasSubstr("larger than self")));
+  // The same shapes PyTorch accepts still work: index [3, 2] into self [2, 2] along dim 0.
+  const Tensor ok = scatter_reduce(zeros({2, 2}), 0, index, Iota({3, 2}), "sum");
+  EXPECT_EQ(ok.sizes(), (IntArray{2, 2}));
+}
+
 // Regression test (was an engine bug).
 TEST(Errors, NegativeIndexToGatherScatterIndexSelectIsRejected) {
   // PyTorch wraps negative indices only in x[idx] (advanced indexing). gather, scatter(_add),

@@ -574,6 +574,22 @@ TEST_F(FaultTest, EveryCheckpointCorruptFailsTheJobInsteadOfRestartingFromZero) 
   EXPECT_THAT(after.reason(), HasSubstr("checkpoint.1.safetensors is unusable"));
 }
 
+// A broken invariant inside the server is not the client's fault: INTERNAL (not
+// INVALID_ARGUMENT), with where it happened, and the server keeps serving.
+TEST_F(FaultTest, AnInternalErrorIsInternalAndSaysWhere) {
+  TrainBlobs();
+  ASSERT_TRUE(Serving());
+  ::setenv("ANVIL_FAULT_POINT", "serving:predict=internal", 1);
+  v1::PredictResponse resp;
+  const grpc::Status st = Predict(PredictOf("blobs-mlp", randn({2, 2})), &resp);
+  ::unsetenv("ANVIL_FAULT_POINT");
+  EXPECT_EQ(st.error_code(), StatusCode::INTERNAL) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("internal error at "));
+  EXPECT_THAT(st.error_message(), HasSubstr("model_registry.cc:"));  // where
+  EXPECT_THAT(st.error_message(), HasSubstr("a bug in Anvil"));
+  EXPECT_TRUE(Serving());
+}
+
 TEST_F(FaultTest, AFullDiskIsResourceExhaustedWithTheReasonAndTheServerKeepsServing) {
   Stop();
   ServerOptions o;
