@@ -7,8 +7,9 @@ constexpr bool Yes = true;
 constexpr bool No = false;
 
 constexpr OpInfo kOps[] = {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, onnx) \
-  {OpId::Id, name, OpKind::kind, outs, grad, static_cast<uint32_t>(saves), onnx, InferFamily::infer},
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, onnx)                                \
+  {OpId::Id, name, OpKind::kind, outs, grad, static_cast<uint32_t>(saves), onnx, InferFamily::infer, \
+   AutocastPolicy::autocast},
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 };

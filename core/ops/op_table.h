@@ -8,7 +8,7 @@
 namespace anvil {
 
 enum class OpId : int16_t {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, onnx) Id,
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, onnx) Id,
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
   kCount
@@ -62,6 +62,15 @@ enum class InferFamily : int8_t {
   Foreach,        // in place over tensor lists, no outputs
 };
 
+// What automatic mixed precision does with a row's floating-point inputs (NOTE in
+// op_table.def; PyTorch's CUDA autocast op lists are the reference).
+enum class AutocastPolicy : int8_t {
+  LowerPrecision,  // cast to the region's lower-precision dtype (float16 / bfloat16)
+  Float32,         // cast to float32: the op's accuracy needs it
+  Widest,          // cast to the widest floating dtype among the inputs
+  NoCast,          // run in the dtypes that came
+};
+
 // What backward needs (NOTE in op_table.def).
 enum SaveMask : uint32_t { I0 = 1, I1 = 2, I2 = 4, IR = 8, IA = 16, O0 = 32, O1 = 64 };
 
@@ -74,6 +83,7 @@ struct OpInfo {
   uint32_t saves;
   std::string_view onnx;
   InferFamily infer;
+  AutocastPolicy autocast;
 };
 
 const OpInfo& op_info(OpId op);
