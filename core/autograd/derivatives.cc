@@ -524,11 +524,10 @@ Grads Conv2dB(Ctx& c, const Grads& g) {
     if (c.needs_input_grad(0)) r[0] = dispatch1(OpId::Conv2dInputGrad, {gc, w}, a);
     if (c.needs_input_grad(1)) r[1] = dispatch1(OpId::Conv2dWeightGrad, {gc, x}, a);
   } else {
-    const int64_t N = g[0].size(0), OC = g[0].size(1), L = g[0].size(2) * g[0].size(3), G = a.dims[12];
+    const int64_t N = g[0].size(0), OC = g[0].size(1), L = g[0].size(2) * g[0].size(3), G = a.window.groups;
     const int64_t K = w.size(1) * w.size(2) * w.size(3);
     const Tensor gg = g[0].reshape({N, G, OC / G, L});
-    OpAttrs window = a;
-    window.dims.pop_back();  // im2col/col2im take the window without groups
+    const OpAttrs& window = a;  // im2col/col2im read the window and ignore its groups
     if (c.needs_input_grad(0)) {
       const Tensor cols = matmul(w.reshape({1, G, OC / G, K}).transpose(-1, -2), gg);  // [N, G, K, L]
       r[0] = dispatch1(OpId::Col2Im, {cols.reshape({N, G * K, L})}, window);

@@ -14,6 +14,7 @@
 
 #include "core/nn/init.h"
 #include "core/ops/functions.h"
+#include "core/ops/window_args.h"
 #include "core/util/error.h"
 
 namespace anvil::nn {
@@ -81,7 +82,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   const int64_t Hp = input.size(2) + top + bottom, Wp = input.size(3) + left + right;
   ANVIL_CHECK(Hp >= dh * (KH - 1) + 1 && Wp >= dw * (KW - 1) + 1, "conv2d: the (dilated) kernel ", KH, "x", KW,
               " is larger than the padded input ", Hp, "x", Wp);
-  const int64_t OH = (Hp - dh * (KH - 1) - 1) / sh + 1, OW = (Wp - dw * (KW - 1) - 1) / sw + 1;
+  const int64_t OH = window_output_size(Hp, 0, 0, KH, sh, dh), OW = window_output_size(Wp, 0, 0, KW, sw, dw);
   const int64_t K = (C / G) * KH * KW;
   if (input.device().is_cpu() && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
     return convolution(input, weight, bias, wp, G);  // the fused op: columns per image, in cache

@@ -8,6 +8,7 @@
 
 #include "core/tensor/dtype.h"
 #include "core/tensor/tensor_impl.h"
+#include "core/ops/window_args.h"
 
 namespace anvil {
 
@@ -53,8 +54,7 @@ struct OptimizerStepAttrs {
 enum ScatterReduceMode : int64_t { kScatterSum = 0, kScatterProd = 1, kScatterAmax = 2, kScatterAmin = 3 };
 
 struct OpAttrs {
-  IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0];
-                             // Im2Col/Col2Im: WindowParams packed (see ops/im2col.cc)
+  IntArray dims;             // reduction dims (empty = all), cat/softmax/cumsum dim in dims[0]
   bool keepdim = false;      // reductions; also: IndexPut accumulate, Sort descending,
                              // Gelu tanh approximation, Scatter "use value"
   double alpha = 1;          // Add/Sub alpha, PowScalar exponent, Clamp min, LeakyRelu slope,
@@ -73,6 +73,7 @@ struct OpAttrs {
   uint64_t seed = 0, offset = 0;  // random fills: Philox key and counter
   IntArray indexed_dims;     // Index/IndexPut: which dims of self the index tensors address
   OptimizerStepAttrs optim;  // SgdStep/AdamStep
+  WindowArgs window;         // Im2Col, Col2Im, Conv2d and its gradient rows
 };
 
 }  // namespace anvil

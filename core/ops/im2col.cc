@@ -1,6 +1,6 @@
-// im2col / col2im / convolution: the wrappers that check arguments and pack WindowParams into
-// OpAttrs.dims as {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (H, W: the image size, for
-// col2im and for im2col's backward); the convolution rows append {groups}.
+// im2col / col2im / convolution: the wrappers that check arguments and turn WindowParams into
+// the rows' WindowArgs (with the image size, for col2im and for im2col's backward, and the
+// convolution's groups).
 #include <string>
 
 #include "core/ops/dispatch.h"
@@ -10,10 +10,11 @@
 namespace anvil {
 namespace {
 
-OpAttrs Pack(const WindowParams& p, int64_t H, int64_t W) {
+OpAttrs Pack(const WindowParams& p, int64_t H, int64_t W, int64_t groups = 1) {
   OpAttrs a;
-  a.dims = {p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.padding[0], p.padding[1],
-            p.padding[2], p.padding[3], p.dilation[0], p.dilation[1], H, W};
+  a.window = {.kernel_h = p.kernel[0], .kernel_w = p.kernel[1], .stride_h = p.stride[0], .stride_w = p.stride[1],
+              .pad_top = p.padding[0], .pad_bottom = p.padding[1], .pad_left = p.padding[2], .pad_right = p.padding[3],
+              .dilation_h = p.dilation[0], .dilation_w = p.dilation[1], .height = H, .width = W, .groups = groups};
   return a;
 }
 
@@ -61,8 +62,7 @@ Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   ANVIL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "convolution: expected bias [",
               weight.size(0), "]");
   Check(p, x.size(2), x.size(3), "convolution");
-  OpAttrs a = Pack(p, x.size(2), x.size(3));
-  a.dims.push_back(groups);
+  const OpAttrs a = Pack(p, x.size(2), x.size(3), groups);
   if (bias.defined()) return dispatch1(OpId::Conv2d, {x, weight, bias}, a);
   return dispatch1(OpId::Conv2d, {x, weight}, a);
 }

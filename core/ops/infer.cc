@@ -223,14 +223,12 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{a.dims, in[0].dtype()}};
     case InferFamily::Im2Col:
     case InferFamily::Col2Im: {
-      // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W} (ops/im2col.cc)
-      const auto& d = a.dims;
-      const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
-      const int64_t OW = (d[11] + d[6] + d[7] - d[9] * (d[1] - 1) - 1) / d[3] + 1;
-      if (op == OpId::Im2Col) return {{{in[0].size(0), in[0].size(1) * d[0] * d[1], OH * OW}, in[0].dtype()}};
+      const WindowArgs& w = a.window;
+      const int64_t OH = w.out_h(), OW = w.out_w(), taps = w.kernel_h * w.kernel_w;
+      if (op == OpId::Im2Col) return {{{in[0].size(0), in[0].size(1) * taps, OH * OW}, in[0].dtype()}};
       ANVIL_CHECK(in[0].size(2) == OH * OW, "col2im: expected ", OH * OW, " columns (", OH, "x", OW,
-                  " windows) for output ", d[10], "x", d[11], ", got ", in[0].size(2));
-      return {{{in[0].size(0), in[0].size(1) / (d[0] * d[1]), d[10], d[11]}, in[0].dtype()}};
+                  " windows) for output ", w.height, "x", w.width, ", got ", in[0].size(2));
+      return {{{in[0].size(0), in[0].size(1) / taps, w.height, w.width}, in[0].dtype()}};
     }
     case InferFamily::NllLoss: {
       if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
@@ -254,16 +252,16 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   shape_str(in[0].sizes()), " and ", in[1].dtype(), " ", shape_str(in[1].sizes()));
       return {{in[0].sizes(), in[0].dtype()}};
     case InferFamily::Conv2d: {
-      // dims = {KH, KW, SH, SW, PT, PB, PL, PR, DH, DW, H, W, groups} (ops/im2col.cc)
-      const auto& d = a.dims;
-      const int64_t OH = (d[10] + d[4] + d[5] - d[8] * (d[0] - 1) - 1) / d[2] + 1;
-      const int64_t OW = (d[11] + d[6] + d[7] - d[9] * (d[1] - 1) - 1) / d[3] + 1;
+      const WindowArgs& w = a.window;
+      const int64_t OH = w.out_h(), OW = w.out_w();
       if (op == OpId::Conv2d) return {{{in[0].size(0), in[1].size(0), OH, OW}, in[0].dtype()}};
       // The gradient rows take the output gradient first: [N, OC, OH, OW].
       ANVIL_CHECK(in[0].dim() == 4 && in[0].size(2) == OH && in[0].size(3) == OW, op_name(op),
                   ": expected an output gradient with ", OH, "x", OW, " positions, got ", shape_str(in[0].sizes()));
-      if (op == OpId::Conv2dInputGrad) return {{{in[0].size(0), in[1].size(1) * d[12], d[10], d[11]}, in[0].dtype()}};
-      return {{{in[0].size(1), in[1].size(1) / d[12], d[0], d[1]}, in[0].dtype()}};
+      if (op == OpId::Conv2dInputGrad) {
+        return {{{in[0].size(0), in[1].size(1) * w.groups, w.height, w.width}, in[0].dtype()}};
+      }
+      return {{{in[0].size(1), in[1].size(1) / w.groups, w.kernel_h, w.kernel_w}, in[0].dtype()}};
     }
     case InferFamily::ViewGeom:
     case InferFamily::Dynamic:

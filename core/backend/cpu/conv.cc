@@ -29,16 +29,15 @@ struct ConvShape {
   bool direct;  // 1x1, stride 1, no padding: columns = the image itself
 };
 
-ConvShape MakeShape(const IntArray& d, int64_t N, int64_t C, int64_t OC) {
+ConvShape MakeShape(const WindowArgs& w, int64_t N, int64_t C, int64_t OC) {
   ConvShape s;
-  s.g = MakeGeom(d, N, C);
+  s.g = MakeGeom(w, N, C);
   s.OC = OC;
-  s.G = d[12];
+  s.G = w.groups;
   s.OCg = OC / s.G;
   s.K = (C / s.G) * s.g.KH * s.g.KW;
   s.L = s.g.OH * s.g.OW;
-  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && d[4] == 0 && d[5] == 0 && d[6] == 0 &&
-             d[7] == 0;
+  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && !w.padded();
   return s;
 }
 
@@ -114,7 +113,7 @@ void Conv2dForward(const KernelCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, x.size(0), x.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), w.size(0));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const T* px = x.data_ptr<T>();
@@ -143,7 +142,7 @@ template <typename T>
 void Conv2dInputGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, out.size(0), out.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.window, out.size(0), out.size(1), w.size(0));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, gy.dtype());
   const T* pg = gy.data_ptr<T>();
@@ -173,7 +172,7 @@ template <typename T>
 void Conv2dWeightGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, x.size(0), x.size(1), gy.size(1));
+  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), gy.size(1));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const Tensor partials = zeros({std::max<int64_t>(split.tasks, 1), s.OC * s.K}, TensorOptions(x.dtype()));
@@ -216,12 +215,12 @@ struct PaddedImage {
   int64_t PT, PL, Hp, Wp, plane, wide, size;
   std::vector<int64_t> offsets;  // [G * K]: row (c, i, j) of group grp at offsets[grp * K + (c*KH + i)*KW + j]
 
-  PaddedImage(const IntArray& d, const ConvShape& s) {
+  PaddedImage(const WindowArgs& w, const ConvShape& s) {
     const Geom& g = s.g;
-    PT = d[4];
-    PL = d[6];
-    Hp = g.H + d[4] + d[5];
-    Wp = g.W + d[6] + d[7];
+    PT = w.pad_top;
+    PL = w.pad_left;
+    Hp = g.H + w.pad_top + w.pad_bottom;
+    Wp = g.W + w.pad_left + w.pad_right;
     plane = Hp * Wp;
     wide = g.OH * Wp;
     size = g.C * plane + (g.KW - 1) * g.DW + 16;
@@ -254,7 +253,7 @@ void Conv2dForwardImplicit(const KernelCall& call, const ConvShape& s) {
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
   const Geom& g = s.g;
-  const PaddedImage pi(call.attrs.dims, s);
+  const PaddedImage pi(call.attrs.window, s);
   const BatchSplit split = SplitBatch(g.N);
   const int64_t per_task = pi.size + s.OCg * pi.wide;
   const Tensor scratch = zeros({split.tasks, per_task});  // the padding stays zero across images
@@ -292,10 +291,10 @@ void Conv2dForwardImplicit(const KernelCall& call, const ConvShape& s) {
 // swapped in their channel dims and flipped in space. No columns, no col2im. Returns false
 // when a padding would be negative (padding wider than the dilated kernel).
 bool Conv2dInputGradImplicit(const KernelCall& call, const ConvShape& s) {
-  const IntArray& d = call.attrs.dims;
+  const WindowArgs& win = call.attrs.window;
   const Geom& g = s.g;
   const int64_t eh = (g.KH - 1) * g.DH, ew = (g.KW - 1) * g.DW;
-  const int64_t pt = eh - d[4], pb = eh - d[5], pl = ew - d[6], pr = ew - d[7];
+  const int64_t pt = eh - win.pad_top, pb = eh - win.pad_bottom, pl = ew - win.pad_left, pr = ew - win.pad_right;
   if (pt < 0 || pb < 0 || pl < 0 || pr < 0) return false;
   const Tensor w = call.inputs[1].contiguous();
   const int64_t Cg = g.C / s.G;
@@ -315,11 +314,13 @@ bool Conv2dInputGradImplicit(const KernelCall& call, const ConvShape& s) {
     }
   }
   OpAttrs attrs = call.attrs;
-  attrs.dims = {g.KH, g.KW, 1, 1, pt, pb, pl, pr, g.DH, g.DW, g.OH, g.OW, s.G};
+  attrs.window = {.kernel_h = g.KH, .kernel_w = g.KW, .pad_top = pt, .pad_bottom = pb, .pad_left = pl,
+                  .pad_right = pr, .dilation_h = g.DH, .dilation_w = g.DW, .height = g.OH, .width = g.OW,
+                  .groups = s.G};
   const std::vector<Tensor> inputs = {call.inputs[0], flipped};
   std::vector<Tensor>& outputs = call.outputs;
   const KernelCall as_forward{OpId::Conv2d, inputs, outputs, attrs};
-  Conv2dForwardImplicit(as_forward, MakeShape(attrs.dims, g.N, s.OC, g.C));
+  Conv2dForwardImplicit(as_forward, MakeShape(attrs.window, g.N, s.OC, g.C));
   return true;
 }
 
@@ -348,7 +349,7 @@ void Conv2dWeightGradAvx512(const KernelCall& call, const ConvShape& s) {
   // Stride 1: A is the implicit column matrix of the padded image, and g^T is laid out over
   // the same wide positions (zero rows where x >= OW). Otherwise explicit columns.
   const bool implicit = g.SH == 1 && g.SW == 1;
-  const PaddedImage pi(call.attrs.dims, s);
+  const PaddedImage pi(call.attrs.window, s);
   const int64_t positions = implicit ? pi.wide : s.L;
   const int64_t a_size = implicit ? pi.size : (s.direct ? 0 : g.C * g.KH * g.KW * s.L);
   const int64_t per_task = a_size + positions * s.OCg + s.OC * s.K;  // A, g^T, partial [G, K, OCg]
@@ -415,21 +416,21 @@ void ByDtype(const KernelCall& call) {
 bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
 void Conv2dKernel(const KernelCall& c) {
-  if (Avx512Float(c) && c.attrs.dims[2] == 1 && c.attrs.dims[3] == 1) {
-    return Conv2dForwardImplicit(c, MakeShape(c.attrs.dims, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
+  if (Avx512Float(c) && c.attrs.window.stride_h == 1 && c.attrs.window.stride_w == 1) {
+    return Conv2dForwardImplicit(c, MakeShape(c.attrs.window, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
   }
   ByDtype<&Conv2dForward<float>, &Conv2dForward<double>>(c);
 }
 void Conv2dInputGradKernel(const KernelCall& c) {
-  if (Avx512Float(c) && c.attrs.dims[2] == 1 && c.attrs.dims[3] == 1 &&
-      Conv2dInputGradImplicit(c, MakeShape(c.attrs.dims, c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
+  if (Avx512Float(c) && c.attrs.window.stride_h == 1 && c.attrs.window.stride_w == 1 &&
+      Conv2dInputGradImplicit(c, MakeShape(c.attrs.window, c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
     return;
   }
   ByDtype<&Conv2dInputGrad<float>, &Conv2dInputGrad<double>>(c);
 }
 void Conv2dWeightGradKernel(const KernelCall& c) {
   if (Avx512Float(c)) {
-    const ConvShape s = MakeShape(c.attrs.dims, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+    const ConvShape s = MakeShape(c.attrs.window, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
     return Conv2dWeightGradAvx512(c, s);
   }
   ByDtype<&Conv2dWeightGrad<float>, &Conv2dWeightGrad<double>>(c);

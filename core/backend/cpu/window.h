@@ -1,24 +1,16 @@
-// Window geometry and the per-plane im2col / col2im loops, shared by the Im2Col/Col2Im kernels
-// and the fused convolution kernels (dims layout: ops/im2col.cc).
+// The per-plane im2col / col2im loops, shared by the Im2Col/Col2Im kernels and the fused
+// convolution kernels (the geometry: backend/common/window_geom.h).
 #pragma once
 
 #include <algorithm>
 
-#include "core/ops/attrs.h"
+#include "core/backend/common/window_geom.h"
 #include "core/ops/functors.h"
 
 namespace anvil::cpu {
 
-struct Geom {
-  int64_t N, C, H, W, KH, KW, SH, SW, PT, PL, DH, DW, OH, OW;
-};
-
-inline Geom MakeGeom(const IntArray& d, int64_t N, int64_t C) {
-  Geom g{N, C, d[10], d[11], d[0], d[1], d[2], d[3], d[4], d[6], d[8], d[9], 0, 0};
-  g.OH = (g.H + d[4] + d[5] - g.DH * (g.KH - 1) - 1) / g.SH + 1;
-  g.OW = (g.W + d[6] + d[7] - g.DW * (g.KW - 1) - 1) / g.SW + 1;
-  return g;
-}
+using backend::Geom;
+using backend::MakeGeom;
 
 // The output columns ox whose input column x0 + ox * SW lies inside [0, W): [lo, hi).
 inline void ValidColumns(const Geom& g, int64_t x0, int64_t& lo, int64_t& hi) {

@@ -17,7 +17,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "core/backend/cpu/window.h"
+#include "core/backend/common/window_geom.h"
 #include "core/backend/cuda/blas.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
@@ -26,8 +26,8 @@
 namespace anvil::cuda {
 namespace {
 
-using cpu::Geom;
-using cpu::MakeGeom;
+using backend::Geom;
+using backend::MakeGeom;
 
 // Where column element (image n, row r = (c * KH + i) * KW + j, column l = oy * OW + ox)
 // lives: n * image_stride + r * row_stride + l. The op's own layout is [N, rows, L]; the weight
@@ -101,7 +101,7 @@ void Col2Im(const T* cols, T* image, const Geom& g, int64_t images, ColLayout la
 void Im2ColRowKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.dims, in.size(0), in.size(1));
+  const Geom g = MakeGeom(c.attrs.window, in.size(0), in.size(1));
   const int device = out.device().index;
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
@@ -114,7 +114,7 @@ void Im2ColRowKernel(const KernelCall& c) {
 void Col2ImRowKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.dims, out.size(0), out.size(1));
+  const Geom g = MakeGeom(c.attrs.window, out.size(0), out.size(1));
   const int device = out.device().index;
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
@@ -132,17 +132,16 @@ struct ConvShape {
   bool direct;                     // 1x1, stride 1, no padding: columns = the image itself
 };
 
-ConvShape MakeShape(const IntArray& d, int64_t N, int64_t C, int64_t OC) {
+ConvShape MakeShape(const WindowArgs& w, int64_t N, int64_t C, int64_t OC) {
   ConvShape s;
-  s.g = MakeGeom(d, N, C);
+  s.g = MakeGeom(w, N, C);
   s.OC = OC;
-  s.G = d[12];
+  s.G = w.groups;
   s.OCg = OC / s.G;
   s.K = (C / s.G) * s.g.KH * s.g.KW;
   s.L = s.g.OH * s.g.OW;
   s.rows = C * s.g.KH * s.g.KW;
-  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && d[4] == 0 && d[5] == 0 &&
-             d[6] == 0 && d[7] == 0;
+  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && !w.padded();
   return s;
 }
 
@@ -203,7 +202,7 @@ void Conv2dForward(const KernelCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, x.size(0), x.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), w.size(0));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;
@@ -244,7 +243,7 @@ template <typename T>
 void Conv2dInputGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, out.size(0), out.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.window, out.size(0), out.size(1), w.size(0));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;
@@ -275,7 +274,7 @@ template <typename T>
 void Conv2dWeightGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.dims, x.size(0), x.size(1), gy.size(1));
+  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), gy.size(1));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;
