@@ -314,7 +314,9 @@ void Scheduler::DispatchLocked() {
     const v1::JobSpec spec = SpecOf(*row);
     Slot* slot = nullptr;
     for (Slot& s : slots_) {
-      if (s.job_id.empty() && s.worker->idle() && DeviceFits(spec.device(), s.worker->device())) {
+      // The slot is the one record of "busy": a worker is idle before its terminal event
+      // arrives (workers/worker.h), which is when the slot is freed.
+      if (s.job_id.empty() && DeviceFits(spec.device(), s.worker->device())) {
         slot = &s;
         break;
       }
@@ -338,16 +340,22 @@ void Scheduler::DispatchLocked() {
 }
 
 void Scheduler::OnEvent(const WorkerEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The store is written and a succeeded job's model loaded without the scheduler's lock, so
+  // submissions, cancels and the other workers' events never wait behind SQLite or a model
+  // load. The job's row needs no lock: its events come one at a time from its worker's
+  // thread, and while it is placed nothing else writes it (cancel() only asks the worker).
+  // The slots and the queue are the lock's: taken only to free the slot and place the next job.
   const bool ends = e.kind == WorkerEvent::Kind::kSucceeded || e.kind == WorkerEvent::Kind::kFailed ||
                     e.kind == WorkerEvent::Kind::kCancelled || e.kind == WorkerEvent::Kind::kInterrupted;
-  // Whatever happens below, a worker whose job ended is free again.
+  // Whatever happens below, a worker whose job ended is free again (after its row is written:
+  // a drain that sees every slot free sees every row final).
   struct FreeSlot {
     Scheduler& s;
     const WorkerEvent& e;
     bool ends;
     ~FreeSlot() {
       if (!ends) return;
+      std::lock_guard<std::mutex> lock(s.mu_);
       for (Slot& slot : s.slots_) {
         if (slot.job_id == e.job_id) slot.job_id.clear();
       }

@@ -8,7 +8,9 @@
 // those steps, so every step appears in the stream exactly once.
 //
 // Thread-safety: all public methods may be called from any thread; worker events arrive on
-// the workers' threads.
+// the workers' threads and are handled without the scheduler's lock except to free a slot
+// (the store and the registry are thread-safe), so a slow SQLite write or model load in one
+// worker's event holds up neither submissions nor the other workers.
 #pragma once
 
 #include <condition_variable>

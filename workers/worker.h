@@ -47,7 +47,9 @@ class Worker {
  public:
   virtual ~Worker() = default;
   virtual const std::string& device() const = 0;
-  // False while a job runs (between run() and its terminal event).
+  // False while a job runs: from run() until just before its terminal event is sent (a
+  // worker is idle again before that event arrives, so the scheduler, which keeps the one
+  // record of which worker is busy, may hand it the next job while handling the event).
   virtual bool idle() const = 0;
   // Starts a job; the worker must be idle. Events arrive on the sink from the worker's thread.
   virtual void run(RunJob job) = 0;

@@ -1,0 +1,301 @@
+// The scheduler against fake workers: queueing, priorities, placement, cancellation, worker
+// failures, quotas and the drain, in milliseconds and without training anything. The fake
+// records what the scheduler asks of it; the test plays the worker's events.
+#include "server/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/status.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+using workers::WorkerEvent;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// What a fake worker was asked to do, shared with the test (the scheduler owns the worker).
+struct FakeLog {
+  std::mutex mu;
+  std::vector<std::string> runs;                      // job ids, in order
+  std::vector<std::pair<std::string, bool>> stops;    // (job id, interrupt)
+  bool busy = false;
+  workers::EventSink sink;
+};
+
+class FakeWorker final : public workers::Worker {
+ public:
+  FakeWorker(std::string device, std::shared_ptr<FakeLog> log) : device_(std::move(device)), log_(std::move(log)) {}
+  const std::string& device() const override { return device_; }
+  bool idle() const override {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    return !log_->busy;
+  }
+  void run(workers::RunJob job) override {  // called with the scheduler's lock held: record only
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->runs.push_back(job.job_id);
+    log_->busy = true;
+  }
+  void stop(const std::string& job_id, bool interrupt) override {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->stops.emplace_back(job_id, interrupt);
+  }
+  void shutdown() override {}
+
+ private:
+  std::string device_;
+  std::shared_ptr<FakeLog> log_;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) / ("scheduler-" + std::to_string(::getpid()) + "-" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    store_ = std::make_unique<Store>((root_ / "anvil.db").string());
+    registry_ = std::make_unique<ModelRegistry>(*store_, root_.string(), BatchingOptions{});
+  }
+  void TearDown() override {
+    scheduler_.reset();
+    registry_.reset();
+    store_.reset();
+    fs::remove_all(root_);
+  }
+
+  // A scheduler over fake workers on `devices`; logs_[i] is the i-th worker's.
+  void Start(const std::vector<std::string>& devices, int64_t max_pending = 1000) {
+    std::vector<WorkerFactory> factories;
+    for (const std::string& d : devices) {
+      auto log = std::make_shared<FakeLog>();
+      logs_.push_back(log);
+      factories.push_back([d, log](workers::EventSink sink) {
+        log->sink = std::move(sink);
+        return std::make_unique<FakeWorker>(d, log);
+      });
+    }
+    SchedulerOptions o{root_.string(), (root_ / "datasets").string(), max_pending, 0, 2};
+    scheduler_ = std::make_unique<Scheduler>(*store_, hub_, *registry_, o, factories);
+    scheduler_->recover();
+  }
+
+  std::string Submit(const std::string& name, int64_t priority = 0, const std::string& device = "cpu",
+                     const std::string& client_job_id = "") {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.set_priority(static_cast<int32_t>(priority));
+    spec.set_device(device);
+    spec.set_client_job_id(client_job_id);
+    return scheduler_->submit(spec).first.id;
+  }
+
+  // The worker's side: an event for `job` on worker `w` (from the test's thread, as a
+  // worker's thread would send it).
+  void Emit(size_t w, const std::string& job, WorkerEvent::Kind kind, const std::string& message = "") {
+    WorkerEvent e;
+    e.kind = kind;
+    e.job_id = job;
+    e.message = kind == WorkerEvent::Kind::kStarted ? "fake-device-" + std::to_string(w) : message;  // started: the device
+    const bool ends = kind == WorkerEvent::Kind::kSucceeded || kind == WorkerEvent::Kind::kFailed ||
+                      kind == WorkerEvent::Kind::kCancelled || kind == WorkerEvent::Kind::kInterrupted;
+    if (ends) {
+      std::lock_guard<std::mutex> lock(logs_[w]->mu);
+      logs_[w]->busy = false;  // the real worker is idle before its terminal event is delivered
+    }
+    logs_[w]->sink(e);
+  }
+
+  std::vector<std::string> Runs(size_t w) {
+    std::lock_guard<std::mutex> lock(logs_[w]->mu);
+    return logs_[w]->runs;
+  }
+  JobState State(const std::string& id) { return store_->get_job(id)->state; }
+  std::string Reason(const std::string& id) { return store_->get_job(id)->reason; }
+
+  fs::path root_;
+  std::unique_ptr<Store> store_;
+  MetricsHub hub_;
+  std::unique_ptr<ModelRegistry> registry_;
+  std::vector<std::shared_ptr<FakeLog>> logs_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, HigherPriorityRunsFirstAndEqualPrioritiesInSubmissionOrder) {
+  Start({"cpu"});
+  const std::string a = Submit("a");  // placed at once: the worker is idle
+  const std::string b = Submit("b", 0), c = Submit("c", 5), d = Submit("d", 5), e = Submit("e", 1);
+  EXPECT_THAT(Runs(0), ElementsAre(a));
+  EXPECT_EQ(State(b), JobState::kQueued);
+  for (const std::string& finished : {a, c, d, e}) {
+    Emit(0, finished, WorkerEvent::Kind::kStarted);
+    Emit(0, finished, WorkerEvent::Kind::kCancelled, "done");
+  }
+  EXPECT_THAT(Runs(0), ElementsAre(a, c, d, e, b));
+}
+
+TEST_F(SchedulerTest, JobsArePlacedOnAWorkerWhoseDeviceFits) {
+  Start({"cpu", "cuda:0", "cuda:1"});
+  const std::string g1 = Submit("g1", 0, "cuda");
+  const std::string c1 = Submit("c1", 0, "cpu");
+  const std::string g2 = Submit("g2", 0, "cuda:1");
+  const std::string g3 = Submit("g3", 0, "cuda");  // both GPUs busy: waits
+  const std::string any = Submit("any", 0, "any");  // every worker busy: waits
+  EXPECT_THAT(Runs(0), ElementsAre(c1));
+  EXPECT_THAT(Runs(1), ElementsAre(g1));
+  EXPECT_THAT(Runs(2), ElementsAre(g2));
+  EXPECT_EQ(State(g3), JobState::kQueued);
+  Emit(0, c1, WorkerEvent::Kind::kFailed, "boom");  // the CPU frees: "any" fits it, g3 does not
+  EXPECT_THAT(Runs(0), ElementsAre(c1, any));
+  EXPECT_EQ(State(g3), JobState::kQueued);
+  Emit(2, g2, WorkerEvent::Kind::kCancelled, "done");
+  EXPECT_THAT(Runs(2), ElementsAre(g2, g3));
+}
+
+TEST_F(SchedulerTest, CancellingAQueuedJobEndsItWithoutRunningIt) {
+  Start({"cpu"});
+  const std::string a = Submit("a"), b = Submit("b");
+  const JobRow row = scheduler_->cancel(b);
+  EXPECT_EQ(row.state, JobState::kCancelled);
+  EXPECT_EQ(State(b), JobState::kCancelled);
+  EXPECT_THAT(Reason(b), HasSubstr("before it started"));
+  Emit(0, a, WorkerEvent::Kind::kCancelled, "done");
+  EXPECT_THAT(Runs(0), ElementsAre(a));  // b never ran
+}
+
+TEST_F(SchedulerTest, CancellingARunningJobAsksItsWorkerAndEndsOnTheWorkersWord) {
+  Start({"cpu"});
+  const std::string a = Submit("a");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  EXPECT_EQ(State(a), JobState::kRunning);
+  scheduler_->cancel(a);
+  {
+    std::lock_guard<std::mutex> lock(logs_[0]->mu);
+    ASSERT_EQ(logs_[0]->stops.size(), 1u);
+    EXPECT_EQ(logs_[0]->stops[0], std::make_pair(a, false));
+  }
+  EXPECT_EQ(State(a), JobState::kRunning);  // until the worker says it stopped
+  Emit(0, a, WorkerEvent::Kind::kCancelled, "cancelled at step 3");
+  EXPECT_EQ(State(a), JobState::kCancelled);
+  EXPECT_EQ(Reason(a), "cancelled at step 3");
+  // An ended job cannot be cancelled again.
+  try {
+    scheduler_->cancel(a);
+    ADD_FAILURE() << "cancelling an ended job succeeded";
+  } catch (const ServiceError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+}
+
+TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
+  Start({"cpu"});
+  const std::string a = Submit("a"), b = Submit("b");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  Emit(0, a, WorkerEvent::Kind::kFailed, "training loss became nan at step 7 (epoch 0)");
+  EXPECT_EQ(State(a), JobState::kFailed);
+  EXPECT_EQ(Reason(a), "training loss became nan at step 7 (epoch 0)");
+  EXPECT_GT(store_->get_job(a)->finished_ms, 0);
+  EXPECT_THAT(Runs(0), ElementsAre(a, b));
+}
+
+TEST_F(SchedulerTest, ASucceededJobWhoseArchiveCannotBeRegisteredFails) {
+  Start({"cpu"});
+  const std::string a = Submit("a");
+  WorkerEvent e;
+  e.kind = WorkerEvent::Kind::kSucceeded;
+  e.job_id = a;
+  e.path = (root_ / "jobs" / a / "model.anvil").string();  // never written
+  {
+    std::lock_guard<std::mutex> lock(logs_[0]->mu);
+    logs_[0]->busy = false;
+  }
+  logs_[0]->sink(e);
+  EXPECT_EQ(State(a), JobState::kFailed);
+  EXPECT_THAT(Reason(a), HasSubstr("registering the model failed"));
+  EXPECT_THAT(Reason(a), ::testing::Not(HasSubstr(root_.string())));  // no server paths
+}
+
+TEST_F(SchedulerTest, TheQuotaCountsQueuedAndRunningJobsAndIdempotentRetriesPassIt) {
+  Start({"cpu"}, /*max_pending=*/2);
+  const std::string a = Submit("a", 0, "cpu", "client-a");
+  Submit("b");
+  try {
+    Submit("c");
+    ADD_FAILURE() << "a third pending job was accepted";
+  } catch (const ServiceError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(e.what(), HasSubstr("2 queued or running jobs"));
+  }
+  EXPECT_EQ(Submit("a", 0, "cpu", "client-a"), a);  // the same job, not a new one
+  Emit(0, a, WorkerEvent::Kind::kCancelled, "done");
+  EXPECT_NO_THROW(Submit("c"));
+}
+
+TEST_F(SchedulerTest, TheDrainInterruptsRunningJobsAndRefusesNewOnes) {
+  Start({"cpu", "cpu"});
+  const std::string a = Submit("a"), b = Submit("b"), c = Submit("c");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  Emit(1, b, WorkerEvent::Kind::kStarted);
+  std::thread worker_side([&] {
+    // The workers report their interruption while drain() waits.
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l0(logs_[0]->mu);
+        std::lock_guard<std::mutex> l1(logs_[1]->mu);
+        if (!logs_[0]->stops.empty() && !logs_[1]->stops.empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    Emit(0, a, WorkerEvent::Kind::kInterrupted);
+    Emit(1, b, WorkerEvent::Kind::kInterrupted);
+  });
+  scheduler_->drain(std::chrono::seconds(10));
+  worker_side.join();
+  EXPECT_EQ(logs_[0]->stops[0], std::make_pair(a, true));
+  EXPECT_EQ(State(a), JobState::kInterrupted);
+  EXPECT_EQ(State(b), JobState::kInterrupted);
+  EXPECT_EQ(State(c), JobState::kQueued);  // not started during the drain
+  EXPECT_THAT(Runs(0), ElementsAre(a));
+  EXPECT_THAT(Runs(1), ElementsAre(b));
+  try {
+    Submit("d");
+    ADD_FAILURE() << "a job was accepted during the drain";
+  } catch (const ServiceError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE);
+  }
+}
+
+TEST_F(SchedulerTest, EveryStateChangeIsOneOrderedEventInTheStore) {
+  Start({"cpu"});
+  const std::string a = Submit("a");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  WorkerEvent step;
+  step.kind = WorkerEvent::Kind::kStep;
+  step.job_id = a;
+  step.step = 10;
+  step.step_metrics.loss = 0.25;
+  logs_[0]->sink(step);
+  Emit(0, a, WorkerEvent::Kind::kFailed, "out of data");
+  std::vector<std::string> kinds;
+  int64_t last_seq = 0;
+  for (const MetricRow& m : store_->metrics(a, 0)) {
+    EXPECT_GT(m.seq, last_seq);
+    last_seq = m.seq;
+    kinds.push_back(m.kind);
+  }
+  EXPECT_THAT(kinds, ElementsAre("state", "state", "step", "state"));  // QUEUED, RUNNING, step 10, FAILED
+  EXPECT_EQ(store_->get_job(a)->step, 10);
+}
+
+}  // namespace
+}  // namespace anvil::server
