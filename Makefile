@@ -10,7 +10,7 @@ JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-test deps-fuzz deps-bench data peers bench-peers build test test-asan test-tsan fuzz soak demo bench format clean
+.PHONY: all deps deps-test deps-fuzz deps-lint deps-bench data peers bench-peers build test test-asan test-tsan fuzz soak demo bench format format-check clean
 
 all: build
 
@@ -22,6 +22,9 @@ deps-test: deps
 
 deps-fuzz: deps
 	@scripts/install-deps.sh fuzz
+
+deps-lint:
+	@scripts/install-deps.sh lint
 
 deps-bench: deps
 	@scripts/install-deps.sh bench
@@ -112,8 +115,12 @@ bench: deps-bench bench-peers
 	cmake --build build-bench -j $(JOBS)
 	bench/run.sh build-bench
 
-format:
-	find core tests bench examples -name '*.h' -o -name '*.cc' | xargs clang-format -i
+# Every tracked C++ file (scripts/check-format.sh); CI runs format-check first.
+format: deps-lint
+	scripts/check-format.sh --fix
+
+format-check: deps-lint
+	scripts/check-format.sh
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) build-bench

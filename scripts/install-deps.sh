@@ -6,6 +6,7 @@
 #                           Chromium (loads the status page headless)
 #   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
 #   install-deps.sh fuzz    plus clang 14 and its libFuzzer/sanitizer runtimes (make fuzz)
+#   install-deps.sh lint    clang-format 14 only (make format, make format-check)
 set -euo pipefail
 # libblis4 and libdnnl2: float32 GEMM candidates beside OpenBLAS, loaded at run time
 # (core/backend/cpu/gemm.h); the tests run every candidate.
@@ -16,8 +17,10 @@ build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 lib
 test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)
+lint_pkgs=(clang-format-14)
 
 want=("${build_pkgs[@]}")
+[[ "${1:-build}" == "lint" ]] && want=("${lint_pkgs[@]}")
 [[ "${1:-build}" == "test" || "${1:-build}" == "bench" ]] && want+=("${test_pkgs[@]}")
 [[ "${1:-build}" == "bench" ]] && want+=("${bench_pkgs[@]}")
 [[ "${1:-build}" == "fuzz" ]] && want+=("${fuzz_pkgs[@]}")

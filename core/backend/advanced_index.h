@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/backend/cpu/loops.h"
+#include "core/backend/common/strided_loop.h"
 
 namespace anvil {
 
@@ -42,15 +42,15 @@ inline AdvancedIndexPlan PlanAdvancedIndex(const Tensor& self, const std::vector
     rs.push_back(result.size(p));
     rst.push_back(result.stride(p));
   }
-  plan.result_view = cpu::RawWindow(result, rs, rst, result.storage_offset());
+  plan.result_view = backend::RawWindow(result, rs, rst, result.storage_offset());
   IntArray sst(nb, 0);
   for (int64_t k : rest) sst.push_back(self.stride(k));
-  plan.self_window = cpu::RawWindow(self, rs, sst, self.storage_offset());
+  plan.self_window = backend::RawWindow(self, rs, sst, self.storage_offset());
   for (size_t k = 0; k < indices.size(); ++k) {
     const Tensor& ix = indices[k];
     IntArray ist(ix.strides());
     ist.resize(rs.size(), 0);
-    plan.idx.push_back(cpu::RawWindow(ix, rs, ist, ix.storage_offset()));
+    plan.idx.push_back(backend::RawWindow(ix, rs, ist, ix.storage_offset()));
     plan.self_strides.push_back(self.stride(idims[k]) * self.element_size());
     plan.self_sizes.push_back(self.size(idims[k]));
   }

@@ -2,22 +2,54 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
-#include <cstring>
+#include <mutex>
 
 #include "core/util/error.h"
 
 namespace anvil {
+namespace {
+
+struct Armed {
+  std::mutex mu;
+  std::string spec;
+  std::atomic<bool> any{false};
+  Armed() {
+    if (const char* e = std::getenv("ANVIL_FAULT_POINT")) spec = e;
+    any = !spec.empty();
+  }
+};
+
+Armed& State() {
+  static Armed armed;
+  return armed;
+}
+
+}  // namespace
+
+void set_fault_point(const std::string& spec) {
+  Armed& a = State();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.spec = spec;
+  a.any.store(!spec.empty(), std::memory_order_release);
+}
 
 void fault_point(const char* name, std::source_location where) {
-  const char* wanted = std::getenv("ANVIL_FAULT_POINT");
-  if (wanted == nullptr) return;
-  const size_t n = std::strlen(name);
-  if (std::strncmp(wanted, name, n) != 0) return;
-  if (wanted[n] == '\0') ::_exit(kFaultPointExitCode);
-  if (std::strcmp(wanted + n, "=internal") == 0) {
+  Armed& a = State();
+  if (!a.any.load(std::memory_order_acquire)) return;
+  std::string spec;
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    spec = a.spec;
+  }
+  const std::string_view n(name);
+  if (spec.compare(0, n.size(), n) != 0) return;
+  const std::string_view rest = std::string_view(spec).substr(n.size());
+  if (rest.empty()) ::_exit(kFaultPointExitCode);
+  if (rest == "=internal") {
     detail::ThrowInternal(where.file_name(), static_cast<int>(where.line()), name,
-                          "(fault point: ANVIL_FAULT_POINT asked for an internal error here)");
+                          "(fault point: an internal error was asked for here)");
   }
 }
 

@@ -103,7 +103,7 @@ TEST(CheckpointGenerations, CrashChild) {
   const std::string point = std::getenv("ANVIL_CRASH_CHILD_POINT");
   SmallRun r(path);
   r.Save(1);
-  ::setenv("ANVIL_FAULT_POINT", point.c_str(), 1);
+  set_fault_point(point);
   r.Save(2);
   ::_exit(0);  // the point was not reached
 }

@@ -18,6 +18,7 @@
 #include "server/status.h"
 #include "server/store.h"
 #include "server/tokens.h"
+#include "core/util/fault_point.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -579,10 +580,10 @@ TEST_F(FaultTest, EveryCheckpointCorruptFailsTheJobInsteadOfRestartingFromZero) 
 TEST_F(FaultTest, AnInternalErrorIsInternalAndSaysWhere) {
   TrainBlobs();
   ASSERT_TRUE(Serving());
-  ::setenv("ANVIL_FAULT_POINT", "serving:predict=internal", 1);
+  set_fault_point("serving:predict=internal");
   v1::PredictResponse resp;
   const grpc::Status st = Predict(PredictOf("blobs-mlp", randn({2, 2})), &resp);
-  ::unsetenv("ANVIL_FAULT_POINT");
+  set_fault_point("");
   EXPECT_EQ(st.error_code(), StatusCode::INTERNAL) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("internal error at "));
   EXPECT_THAT(st.error_message(), HasSubstr("model_registry.cc:"));  // where

@@ -29,7 +29,7 @@ namespace {
 
 std::atomic<bool> g_deterministic{true};
 
-using cpu::RawWindow;
+using backend::RawWindow;
 
 constexpr int kMaxIndexTensors = 6;
 

@@ -1,5 +1,5 @@
 // Element-wise launches for CUDA kernels. The host lays the operands out exactly as the CPU
-// does (cpu::StridedLoop: inputs broadcast to the output, dimensions coalesced, byte
+// does (backend::StridedLoop: inputs broadcast to the output, dimensions coalesced, byte
 // strides), the struct travels to the device by value, and each thread turns its linear
 // index into one byte offset per operand (PyTorch's OffsetCalculator idea). A fully
 // contiguous launch skips the index arithmetic.
@@ -9,7 +9,7 @@
 
 #include <array>
 
-#include "core/backend/cpu/loops.h"
+#include "core/backend/common/strided_loop.h"
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/runtime.h"
 
@@ -26,8 +26,8 @@ inline unsigned GridFor(int64_t n) {
 template <int N>
 struct Offsets {
   int ndim;
-  int64_t sizes[cpu::kMaxDims];     // innermost first
-  int64_t strides[N][cpu::kMaxDims];  // bytes
+  int64_t sizes[backend::kMaxDims];     // innermost first
+  int64_t strides[N][backend::kMaxDims];  // bytes
   char* base[N];
 
   __device__ __forceinline__ void at(int64_t linear, char* (&p)[N]) const {
@@ -63,10 +63,10 @@ __global__ void FlatKernel(Offsets<N> o, int64_t n, Body body) {
   }
 }
 
-// The device-side view of operands laid out by cpu::StridedLoop (ops[0] is the output).
+// The device-side view of operands laid out by backend::StridedLoop (ops[0] is the output).
 template <int N>
 Offsets<N> MakeOffsets(const std::array<const Tensor*, N>& ops) {
-  cpu::StridedLoop<N> loop;
+  backend::StridedLoop<N> loop;
   loop.Build(ops);
   Offsets<N> o{};
   o.ndim = loop.ndim;

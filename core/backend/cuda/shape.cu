@@ -31,8 +31,8 @@ struct ScatterPlan {
   int np = 0, ns = 0;
   int64_t p_count = 1, s_count = 1;
   // Innermost first; strides in elements.
-  int64_t p_size[cpu::kMaxDims], p_out[cpu::kMaxDims], p_src[cpu::kMaxDims];
-  int64_t s_size[cpu::kMaxDims], s_out[cpu::kMaxDims], s_src[cpu::kMaxDims];
+  int64_t p_size[backend::kMaxDims], p_out[backend::kMaxDims], p_src[backend::kMaxDims];
+  int64_t s_size[backend::kMaxDims], s_out[backend::kMaxDims], s_src[backend::kMaxDims];
 };
 
 // window sizes/strides and src's element strides broadcast to the window (0 on broadcast
@@ -103,7 +103,7 @@ __global__ void ScatterAddKernel(ScatterPlan plan, const T* src, T* out) {
       o += i * plan.p_out[d];
       s += i * plan.p_src[d];
     }
-    int64_t idx[cpu::kMaxDims] = {};
+    int64_t idx[backend::kMaxDims] = {};
     for (int64_t k = 0; k < plan.s_count; ++k) {
       out[o] = T(M(out[o]) + M(src[s]));
       for (int d = 0; d < plan.ns; ++d) {  // odometer step, innermost first
@@ -129,7 +129,7 @@ void StridedScatterAddKernel(const KernelCall& c) {
   // The output is freshly allocated and contiguous (as the CPU kernel assumes too).
   ANVIL_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
   const int64_t nd = static_cast<int64_t>(g.sizes.size());
-  ANVIL_INTERNAL_ASSERT(nd <= cpu::kMaxDims && src.dim() <= nd, "strided_scatter_add: window of ",
+  ANVIL_INTERNAL_ASSERT(nd <= backend::kMaxDims && src.dim() <= nd, "strided_scatter_add: window of ",
                         nd, " dims for a source of ", src.dim());
   const int64_t window =
       std::accumulate(g.sizes.begin(), g.sizes.end(), int64_t{1}, std::multiplies<>());

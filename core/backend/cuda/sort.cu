@@ -168,7 +168,7 @@ __global__ void NonzeroFlagsKernel(const T* x, int64_t n, int64_t* flags) {
 
 struct Sizes {
   int ndim;
-  int64_t size[cpu::kMaxDims];
+  int64_t size[backend::kMaxDims];
 };
 
 // Hit i (flags[i] set) is row ends[i] - 1 of the output: its coordinates, last dim fastest.
@@ -191,7 +191,7 @@ void NonzeroKernel(const KernelCall& c) {
   const Tensor x = c.inputs[0].contiguous();
   const int64_t nd = x.dim();
   const int64_t n = x.numel();
-  ANVIL_CHECK(nd <= cpu::kMaxDims, "nonzero: at most ", cpu::kMaxDims, " dims, got ", nd);
+  ANVIL_CHECK(nd <= backend::kMaxDims, "nonzero: at most ", backend::kMaxDims, " dims, got ", nd);
   int64_t count = 0;
   Tensor flags, ends;
   const int device = x.device().index;

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The layers' include rules (ctest "anvil_layering_test", label core). Every header is reached
+# from the repository root, so the compiler cannot refuse an include across layers; this
+# test does, naming each offending line:
+#   core/      the engine: includes nothing of server/, workers/ or client/
+#   workers/   includes nothing of server/ or client/
+#   core/backend/cuda/  includes nothing of core/backend/cpu/ (shared host logic lives in
+#              core/backend/common/ and core/ops/)
+#   core/backend/common/  includes no backend (cpu/ or cuda/)
+#   client/    talks to the service over gRPC only: nothing of server/ or workers/, except
+#              server/tokens.h (`anvil token` edits the server's token file offline)
+#   SOURCE_DIR defaults to the repository this script is in.
+set -euo pipefail
+root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
+cd "${root}"
+status=0
+check() {  # check FOLDER REGEX WHY [ALLOWED_REGEX]
+  local hits
+  hits=$(grep -rnE --include='*.h' --include='*.cc' --include='*.cu' --include='*.cuh' --include='*.def' \
+    "^[[:space:]]*#[[:space:]]*include[[:space:]]+\"($2)" "$1" || true)
+  [[ -n "${4:-}" && -n "${hits}" ]] && hits=$(grep -vE "$4" <<< "${hits}" || true)
+  if [[ -n "${hits}" ]]; then
+    echo "FAIL: $1 $3:" >&2
+    echo "${hits}" >&2
+    status=1
+  fi
+}
+check core 'server/|workers/|client/' "must not include the service's layers"
+check workers 'server/|client/' "must not include the server or the client"
+check core/backend/cuda 'core/backend/cpu/' "must not include the CPU backend (shared logic: core/backend/common/)"
+check core/backend/common 'core/backend/(cpu|cuda)/' "must not include a backend"
+check client 'server/|workers/' "must reach the service over gRPC only" '"server/tokens\.h"' 
+[[ ${status} -eq 0 ]] && echo "ok: layering"
+exit ${status}
