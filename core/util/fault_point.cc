@@ -35,7 +35,7 @@ void set_fault_point(const std::string& spec) {
   a.any.store(!spec.empty(), std::memory_order_release);
 }
 
-void fault_point(const char* name, std::source_location where) {
+void fault_point(const char* name, const char* file, int line) {
   Armed& a = State();
   if (!a.any.load(std::memory_order_acquire)) return;
   std::string spec;
@@ -48,7 +48,7 @@ void fault_point(const char* name, std::source_location where) {
   const std::string_view rest = std::string_view(spec).substr(n.size());
   if (rest.empty()) ::_exit(kFaultPointExitCode);
   if (rest == "=internal") {
-    detail::ThrowInternal(where.file_name(), static_cast<int>(where.line()), name,
+    detail::ThrowInternal(file, line, name,
                           "(fault point: an internal error was asked for here)");
   }
 }

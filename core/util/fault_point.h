@@ -10,15 +10,16 @@
 // Disarmed (always, outside those tests), a point costs one atomic load.
 #pragma once
 
-#include <source_location>
 #include <string>
 
 namespace anvil {
 
 inline constexpr int kFaultPointExitCode = 86;
 
-// Acts as the armed spec asks when it names `name`; otherwise returns.
-void fault_point(const char* name, std::source_location where = std::source_location::current());
+// Acts as the armed spec asks when it names `name`; otherwise returns. `file` and `line` are
+// the caller's (the compilers' builtins: std::source_location needs a newer clang than the
+// fuzz build's).
+void fault_point(const char* name, const char* file = __builtin_FILE(), int line = __builtin_LINE());
 
 // Arms `spec` ("" disarms), replacing ANVIL_FAULT_POINT's; thread-safe (setenv is not, while
 // other threads may be reaching points).
