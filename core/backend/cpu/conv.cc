@@ -23,23 +23,8 @@
 namespace anvil::cpu {
 namespace {
 
-struct ConvShape {
-  Geom g;  // N, C (input channels), H, W, window, OH, OW
-  int64_t OC, G, OCg, K, L;
-  bool direct;  // 1x1, stride 1, no padding: columns = the image itself
-};
-
-ConvShape MakeShape(const WindowArgs& w, int64_t N, int64_t C, int64_t OC) {
-  ConvShape s;
-  s.g = MakeGeom(w, N, C);
-  s.OC = OC;
-  s.G = w.groups;
-  s.OCg = OC / s.G;
-  s.K = (C / s.G) * s.g.KH * s.g.KW;
-  s.L = s.g.OH * s.g.OW;
-  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && !w.padded();
-  return s;
-}
+using backend::ConvShape;
+constexpr auto MakeShape = backend::MakeConvShape;
 
 template <typename T>
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,

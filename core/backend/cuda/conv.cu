@@ -126,24 +126,8 @@ void Col2ImRowKernel(const KernelCall& c) {
 
 // ---- convolution ----
 
-struct ConvShape {
-  Geom g;                          // N, C (input channels), H, W, window, OH, OW
-  int64_t OC, G, OCg, K, L, rows;  // K = C / G * KH * KW per group; rows = C * KH * KW
-  bool direct;                     // 1x1, stride 1, no padding: columns = the image itself
-};
-
-ConvShape MakeShape(const WindowArgs& w, int64_t N, int64_t C, int64_t OC) {
-  ConvShape s;
-  s.g = MakeGeom(w, N, C);
-  s.OC = OC;
-  s.G = w.groups;
-  s.OCg = OC / s.G;
-  s.K = (C / s.G) * s.g.KH * s.g.KW;
-  s.L = s.g.OH * s.g.OW;
-  s.rows = C * s.g.KH * s.g.KW;
-  s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && !w.padded();
-  return s;
-}
+using backend::ConvShape;
+constexpr auto MakeShape = backend::MakeConvShape;
 
 // Images per chunk: column buffers of at most ~256 MiB (one image at least), and images * L
 // within cuBLAS's 32-bit dimensions (the weight gradient's reduction length).
