@@ -2,6 +2,7 @@
 #include "core/train/checkpoint.h"
 
 #include <algorithm>
+#include <bit>
 #include <filesystem>
 
 #include <zlib.h>
@@ -93,6 +94,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       tensors.emplace_back("optim/" + std::to_string(index) + "/" + buffer, t.detach().to(kCPU));
     }
   }
+  for (const auto& [k, t] : state.best_weights.tensors) tensors.emplace_back("best/" + k, t.detach().to(kCPU));
   Json history = Json::array();
   for (const auto& m : state.history) history.push_back({m.step, m.name, m.value});
   const Json j = {
@@ -105,6 +107,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"history", history},
       {"history_stride", state.history_stride},
       {"history_pending", state.history_pending},
+      // The best value as its IEEE-754 bits: exact, and JSON has no infinity.
+      {"early_stopping", {{"best_bits", state.best_metric ? Json(std::bit_cast<uint64_t>(*state.best_metric)) : Json(nullptr)},
+                          {"bad_epochs", state.bad_epochs}}},
       {"extra", state.extra},
   };
   const std::string state_json = j.dump();
@@ -158,6 +163,14 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   for (const auto& m : j.at("history")) s.history.push_back({m[0].get<int64_t>(), m[1].get<std::string>(), m[2].get<double>()});
   s.history_stride = j.value("history_stride", int64_t{1});  // absent before histories were bounded
   s.history_pending = j.value("history_pending", int64_t{0});
+  if (j.contains("early_stopping")) {  // absent before early stopping was checkpointed
+    const Json& es = j.at("early_stopping");
+    if (!es.at("best_bits").is_null()) s.best_metric = std::bit_cast<double>(es.at("best_bits").get<uint64_t>());
+    s.bad_epochs = es.at("bad_epochs").get<int64_t>();
+  }
+  for (const auto& [name, t] : p.file.tensors) {
+    if (name.rfind("best/", 0) == 0) s.best_weights.tensors.emplace_back(name.substr(5), t);
+  }
   s.extra = j.at("extra").get<std::map<std::string, std::string>>();
   default_generator().set_state(s.rng.first, s.rng.second);
   return s;

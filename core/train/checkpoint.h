@@ -2,10 +2,12 @@
 // safetensors file written atomically (temporary file, fsync, rename, fsync of the folder).
 //
 //   model tensors       "model/<state_dict key>" (aliases of shared modules in the metadata)
+//   best weights        "best/<state_dict key>": early stopping's best epoch (restore_best_weights)
 //   optimizer buffers   "optim/<parameter index>/<buffer>" (momentum, Adam moments, ...)
 //   everything else     metadata "anvil.state": JSON with the step, the optimizer's groups
 //                       and per-parameter step counts, the scheduler step, the engine's
-//                       random generator, the loader position and seed, the metric history
+//                       random generator, the loader position and seed, the metric history,
+//                       early stopping's best value (IEEE bits) and bad-epoch count
 //   integrity           metadata "anvil.crc32": CRC-32 of the tensor data and the state JSON
 //
 // Loading checks the format, the checksum, and every key and shape against the live model
@@ -16,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +41,11 @@ struct TrainingState {
   std::map<std::string, std::string> extra;  // caller-defined (e.g. best metric so far)
   int64_t history_stride = 1;   // ... with its stride and pending groups
   int64_t history_pending = 0;
+  // Early stopping: the best monitored value so far, epochs since it, and the weights it had
+  // (tensors "best/<key>"; empty unless restore_best_weights).
+  std::optional<double> best_metric;
+  int64_t bad_epochs = 0;
+  nn::StateDict best_weights;
 };
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& optimizer,

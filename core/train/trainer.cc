@@ -82,7 +82,7 @@ void Trainer::checkpoint(data::DataLoader& train) {
   }
   TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
                   scheduler_ ? scheduler_->last_step() : -1, history_.points(), {},
-                  history_.stride(), history_.pending()};
+                  history_.stride(), history_.pending(), best_, bad_epochs_, best_state_};
   rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
   fault_point("checkpoint:rotated");
   save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
@@ -98,6 +98,10 @@ void Trainer::resume(const std::string& path, data::DataLoader& train) {
   if (scheduler_ && s.scheduler_step >= 0) scheduler_->set_step(s.scheduler_step);
   step_ = s.step;
   history_.restore(s.history, s.history_stride, s.history_pending);
+  best_ = s.best_metric;
+  bad_epochs_ = s.bad_epochs;
+  best_state_ = s.best_weights;
+  early_stopping_resumed_ = true;
   last_checkpoint_ = path + " (step " + std::to_string(step_) + ")";
 }
 
@@ -106,9 +110,15 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   TrainResult result;
   const std::vector<Tensor> params = model_->parameters();
   const bool lower_is_better = o.monitor != "val_accuracy";
-  std::optional<double> best;
-  nn::StateDict best_state;
-  int64_t bad_epochs = 0;
+  if (!early_stopping_resumed_) {
+    best_.reset();
+    bad_epochs_ = 0;
+    best_state_ = {};
+  }
+  early_stopping_resumed_ = false;
+  std::optional<double>& best = best_;
+  nn::StateDict& best_state = best_state_;
+  int64_t& bad_epochs = bad_epochs_;
 
   // Per-step values of the current metric interval, kept as tensors until the next read.
   std::vector<Tensor> losses, norms;

@@ -139,6 +139,13 @@ class Trainer {
   Callbacks callbacks_;
   int64_t step_ = 0;
   MetricHistory history_;
+  // Early stopping's state, checkpointed with the rest, so a resumed run stops at the epoch
+  // the uninterrupted one does and restores the same best weights. fit() starts it afresh
+  // unless resume() just restored it.
+  std::optional<double> best_;
+  int64_t bad_epochs_ = 0;
+  nn::StateDict best_state_;
+  bool early_stopping_resumed_ = false;
 };
 
 }  // namespace anvil::train

@@ -156,5 +156,40 @@ TEST(TrainerTest, ABoundedHistoryIsCheckpointedAndResumedWithItsSample) {
   EXPECT_EQ(full.front(), unbounded.front());  // the sample is of the same curve, from its start
 }
 
+// Early stopping across a resume: only epoch 0 counts as an improvement (min_delta is huge),
+// patience 2, so the run stops after epoch 3 and puts epoch 0's weights back. Interrupted at
+// the end of epoch 1's steps, the resumed run must stop at the same epoch with the same
+// weights: the best value, the bad-epoch count and the best weights travel in the checkpoint.
+TEST(TrainerTest, EarlyStoppingContinuesAcrossAResume) {
+  struct Outcome {
+    TrainResult result;
+    std::vector<Tensor> weights;
+  };
+  const auto run = [](int64_t stop_at, const std::string& resume_from, const std::string& ckpt) {
+    manual_seed(6);
+    auto model = Mlp();
+    auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
+    Trainer t(model, opt, {.epochs = 10, .max_steps = stop_at, .monitor = "train_loss", .patience = 2,
+                           .min_delta = 1e9, .checkpoint_path = ckpt});
+    data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .seed = 3});
+    if (!resume_from.empty()) t.resume(resume_from, loader);
+    Outcome o{t.fit(loader), {}};
+    for (const Tensor& p : model->parameters()) o.weights.push_back(p.detach().clone());
+    return o;
+  };
+  const std::string dir = ::testing::TempDir();
+  const Outcome full = run(-1, "", dir + "/early_full.ckpt");
+  ASSERT_EQ(full.result.status, TrainResult::Status::kEarlyStopped);
+  ASSERT_EQ(full.result.epochs, 4);
+  run(20, "", dir + "/early_stop.ckpt");  // 2 epochs of 10 steps, then checkpointed
+  const Outcome resumed = run(-1, dir + "/early_stop.ckpt", dir + "/early_after.ckpt");
+  EXPECT_EQ(resumed.result.status, TrainResult::Status::kEarlyStopped);
+  EXPECT_EQ(resumed.result.epochs, full.result.epochs);
+  ASSERT_TRUE(resumed.result.best_metric.has_value());
+  EXPECT_EQ(*resumed.result.best_metric, *full.result.best_metric);
+  ASSERT_EQ(resumed.weights.size(), full.weights.size());
+  for (size_t i = 0; i < full.weights.size(); ++i) EXPECT_TRUE(equal(resumed.weights[i], full.weights[i])) << i;
+}
+
 }  // namespace
 }  // namespace anvil::train
