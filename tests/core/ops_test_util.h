@@ -37,12 +37,6 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
   }
 }
 
-// Restores the thread count at scope exit.
-struct ThreadsGuard {
-  int saved = get_num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
-
 // Naive matrix product in double of a [n, k] and b [k, m] given as row-major vectors.
 inline std::vector<double> NaiveMm(const std::vector<double>& a, const std::vector<double>& b, int64_t n,
                             int64_t k, int64_t m) {

@@ -16,17 +16,14 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "tests/core/test_util.h"
 #include "core/tensor/allocator.h"
 
 using namespace anvil;
+using anvil::test::ThreadsGuard;
 using ::testing::HasSubstr;
 
 namespace {
-
-struct ThreadsGuard {
-  int saved = get_num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
 
 // Runs parallel_for over [begin, end) and checks every index is visited exactly once and
 // every chunk lies inside the range.

@@ -52,4 +52,10 @@ std::string Raises(const std::function<void()>& f) {
   return "";
 }
 
+// Restores the thread count at scope exit.
+struct ThreadsGuard {
+  int saved = get_num_threads();
+  ~ThreadsGuard() { set_num_threads(saved); }
+};
+
 }  // namespace anvil::test

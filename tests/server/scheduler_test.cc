@@ -102,10 +102,12 @@ class SchedulerTest : public ::testing::Test {
 
   // The worker's side: an event for `job` on worker `w` (from the test's thread, as a
   // worker's thread would send it).
-  void Emit(size_t w, const std::string& job, WorkerEvent::Kind kind, const std::string& message = "") {
+  void Emit(size_t w, const std::string& job, WorkerEvent::Kind kind, const std::string& message = "",
+            const std::string& path = "") {
     WorkerEvent e;
     e.kind = kind;
     e.job_id = job;
+    e.path = path;
     e.message = kind == WorkerEvent::Kind::kStarted ? "fake-device-" + std::to_string(w) : message;  // started: the device
     const bool ends = kind == WorkerEvent::Kind::kSucceeded || kind == WorkerEvent::Kind::kFailed ||
                       kind == WorkerEvent::Kind::kCancelled || kind == WorkerEvent::Kind::kInterrupted;
@@ -211,15 +213,7 @@ TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
 TEST_F(SchedulerTest, ASucceededJobWhoseArchiveCannotBeRegisteredFails) {
   Start({"cpu"});
   const std::string a = Submit("a");
-  WorkerEvent e;
-  e.kind = WorkerEvent::Kind::kSucceeded;
-  e.job_id = a;
-  e.path = (root_ / "jobs" / a / "model.anvil").string();  // never written
-  {
-    std::lock_guard<std::mutex> lock(logs_[0]->mu);
-    logs_[0]->busy = false;
-  }
-  logs_[0]->sink(e);
+  Emit(0, a, WorkerEvent::Kind::kSucceeded, "", (root_ / "jobs" / a / "model.anvil").string());  // never written
   EXPECT_EQ(State(a), JobState::kFailed);
   EXPECT_THAT(Reason(a), HasSubstr("registering the model failed"));
   EXPECT_THAT(Reason(a), ::testing::Not(HasSubstr(root_.string())));  // no server paths
