@@ -22,7 +22,7 @@ using Ctx = BackwardCtx;
 Tensor Zeros(const TensorMeta& m) { return zeros(m.sizes, TensorOptions(m.dtype).with_device(m.device)); }
 
 // The reduced gradient broadcast back over the input's shape.
-Tensor ExpandReduced(const Tensor& g, const TensorMeta& in, const OpAttrs& a) {
+Tensor ExpandReduced(const Tensor& g, const TensorMeta& in, const ReduceArgs& a) {
   const int64_t nd = static_cast<int64_t>(in.sizes.size());
   Tensor r = g;
   if (!a.keepdim && nd > 0) {
@@ -39,7 +39,7 @@ Tensor ExpandReduced(const Tensor& g, const TensorMeta& in, const OpAttrs& a) {
   return r.expand(in.sizes);
 }
 
-int64_t ReducedCount(const TensorMeta& in, const OpAttrs& a) {
+int64_t ReducedCount(const TensorMeta& in, const ReduceArgs& a) {
   if (a.dims.empty()) return numel_of(in.sizes);
   int64_t n = 1;
   for (int64_t d : a.dims) n *= in.sizes.empty() ? 1 : in.sizes[wrap_dim(d, in.sizes.size(), "reduce")];
@@ -78,15 +78,15 @@ Grads ReluB(Ctx& c, const Grads& g) { return {relu_backward(g[0], c.saved_output
 // Linear in the gradient; the result only selects (its derivative is zero almost everywhere).
 Grads ReluBackwardB(Ctx& c, const Grads& g) { return {relu_backward(g[0], c.saved_input(1)), Tensor()}; }
 Grads LeakyReluB(Ctx& c, const Grads& g) {
-  return {where(c.saved_input(0) > 0, g[0], g[0] * c.attrs().alpha)};
+  return {where(c.saved_input(0) > 0, g[0], g[0] * c.args<LeakyReluArgs>().negative_slope)};
 }
 Grads EluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  return {where(x <= 0, g[0] * exp(x) * c.attrs().alpha, g[0])};  // a NaN input passes the gradient, as PyTorch's
+  return {where(x <= 0, g[0] * exp(x) * c.args<EluArgs>().alpha, g[0])};  // a NaN input passes the gradient, as PyTorch's
 }
 Grads GeluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  if (c.attrs().keepdim) {  // tanh approximation
+  if (c.args<GeluArgs>().tanh_approximation) {
     const double k = std::sqrt(2.0 / M_PI);
     Tensor x2 = x * x;
     Tensor t = tanh((x + x2 * x * 0.044715) * k);
@@ -104,7 +104,7 @@ Grads SiluB(Ctx& c, const Grads& g) {
 }
 Grads SoftplusB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  const double beta = c.attrs().alpha, thr = c.attrs().beta;
+  const double beta = c.args<SoftplusArgs>().beta, thr = c.args<SoftplusArgs>().threshold;
   return {where(x * beta > thr, g[0], g[0] * sigmoid(x * beta))};
 }
 Grads ErfB(Ctx& c, const Grads& g) {
@@ -112,18 +112,18 @@ Grads ErfB(Ctx& c, const Grads& g) {
   return {g[0] * exp(-(x * x)) * (2.0 / std::sqrt(M_PI))};
 }
 Grads PowScalarB(Ctx& c, const Grads& g) {
-  const double e = c.attrs().alpha;
+  const double e = c.args<PowScalarArgs>().exponent;
   if (e == 0) return {zeros_like(g[0])};
   return {g[0] * pow(c.saved_input(0), e - 1) * e};
 }
 Grads ClampB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  const auto& a = c.attrs();
+  const ClampArgs& a = c.args<ClampArgs>();
   // Strictly inside the bounds, as PyTorch 2.x: exactly at a scalar bound the gradient is 0
   // (a NaN input gets none either).
   Tensor keep = ones_like(x).to(kBool);
-  if (a.has_alpha) keep = keep & (x > Scalar(a.alpha));
-  if (a.has_beta) keep = keep & (x < Scalar(a.beta));
+  if (a.min) keep = keep & (x > Scalar(*a.min));
+  if (a.max) keep = keep & (x < Scalar(*a.max));
   return {where(keep, g[0], Scalar(0.0))};
 }
 
@@ -131,13 +131,13 @@ Grads ClampB(Ctx& c, const Grads& g) {
 Grads AddB(Ctx& c, const Grads& g) {
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(c.attrs().alpha == 1 ? g[0] : g[0] * c.attrs().alpha, c.input(1).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(c.args<ScaleArgs>().alpha == 1 ? g[0] : g[0] * c.args<ScaleArgs>().alpha, c.input(1).sizes);
   return r;
 }
 Grads SubB(Ctx& c, const Grads& g) {
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * -c.attrs().alpha, c.input(1).sizes);
+  if (c.needs_input_grad(1)) r[1] = sum_to(g[0] * -c.args<ScaleArgs>().alpha, c.input(1).sizes);
   return r;
 }
 Grads MulB(Ctx& c, const Grads& g) {
@@ -224,38 +224,38 @@ Grads CastB(Ctx& c, const Grads& g) { return {g[0].to(c.input(0).dtype)}; }
 Grads CloneB(Ctx&, const Grads& g) { return {g[0]}; }
 
 // ---- reductions ----
-Grads SumB(Ctx& c, const Grads& g) { return {ExpandReduced(g[0], c.input(0), c.attrs())}; }
+Grads SumB(Ctx& c, const Grads& g) { return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>())}; }
 Grads MeanB(Ctx& c, const Grads& g) {
-  return {ExpandReduced(g[0], c.input(0), c.attrs()) / static_cast<double>(ReducedCount(c.input(0), c.attrs()))};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) / static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()))};
 }
 Grads ProdB(Ctx& c, const Grads& g) {
   // d prod / d x_i = the product of the others: prod / x_i where the slice has no zero; where
   // it has one, the product of the nonzeros at the zero and 0 elsewhere; with two, 0.
   Tensor x = c.saved_input(0);
-  OpAttrs keep = c.attrs();
+  ReduceArgs keep = c.args<ReduceArgs>();
   keep.keepdim = true;
   const Tensor is_zero = x == Scalar(0.0);
   const Tensor zeros_in_slice = ExpandReduced(sum(is_zero, keep.dims, true), c.input(0), keep);
   const Tensor nonzero_prod = ExpandReduced(prod(where(is_zero, Scalar(1.0), x), keep.dims, true), c.input(0), keep);
-  const Tensor gx = ExpandReduced(g[0], c.input(0), c.attrs());
+  const Tensor gx = ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>());
   const Tensor others = where(zeros_in_slice == Scalar(0), nonzero_prod / where(is_zero, Scalar(1.0), x),
                               where(logical_and(zeros_in_slice == Scalar(1), is_zero), nonzero_prod, Scalar(0.0)));
   return {gx * others};
 }
 Grads AmaxAminB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  Tensor hit = (x == ExpandReduced(c.saved_output(0), c.input(0), c.attrs())).to(x.dtype());
-  OpAttrs keep = c.attrs();
+  Tensor hit = (x == ExpandReduced(c.saved_output(0), c.input(0), c.args<ReduceArgs>())).to(x.dtype());
+  ReduceArgs keep = c.args<ReduceArgs>();
   keep.keepdim = true;
   Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), keep);
-  return {ExpandReduced(g[0], c.input(0), c.attrs()) * hit / count};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * hit / count};
 }
 Grads MaxMinDimB(Ctx& c, const Grads& g) {
   const auto& in = c.input(0);
-  const int64_t d = wrap_dim(c.attrs().dims[0], std::max<size_t>(in.sizes.size(), 1), "max");
+  const int64_t d = wrap_dim(c.args<ReduceArgs>().dims[0], std::max<size_t>(in.sizes.size(), 1), "max");
   Tensor idx = c.saved_output(1);
   Tensor gv = g[0];
-  if (!c.attrs().keepdim && !in.sizes.empty()) {
+  if (!c.args<ReduceArgs>().keepdim && !in.sizes.empty()) {
     idx = idx.unsqueeze(d);
     gv = gv.unsqueeze(d);
   }
@@ -264,19 +264,19 @@ Grads MaxMinDimB(Ctx& c, const Grads& g) {
 }
 Grads VarB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  const double n = static_cast<double>(ReducedCount(c.input(0), c.attrs()));
-  Tensor mu = mean(x, c.attrs().dims, true);
-  return {ExpandReduced(g[0], c.input(0), c.attrs()) * (x - mu) * (2.0 / (n - c.attrs().alpha))};
+  const double n = static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()));
+  Tensor mu = mean(x, c.args<ReduceArgs>().dims, true);
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * (x - mu) * (2.0 / (n - c.args<ReduceArgs>().correction))};
 }
 Grads NormB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  Tensor out = ExpandReduced(c.saved_output(0), c.input(0), c.attrs());
-  Tensor ge = ExpandReduced(g[0], c.input(0), c.attrs());
-  const double p = c.attrs().alpha;
+  Tensor out = ExpandReduced(c.saved_output(0), c.input(0), c.args<ReduceArgs>());
+  Tensor ge = ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>());
+  const double p = c.args<ReduceArgs>().p;
   if (p == 1) return {ge * sign(x)};
   if (std::isinf(p)) {
     Tensor hit = (abs(x) == out).to(x.dtype());
-    OpAttrs keep = c.attrs();
+    ReduceArgs keep = c.args<ReduceArgs>();
     Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), [&] { keep.keepdim = true; return keep; }());
     return {ge * sign(x) * hit / count};
   }
@@ -286,10 +286,10 @@ Grads NormB(Ctx& c, const Grads& g) {
 }
 Grads LogSumExpB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  return {ExpandReduced(g[0], c.input(0), c.attrs()) * exp(x - ExpandReduced(c.saved_output(0), c.input(0), c.attrs()))};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * exp(x - ExpandReduced(c.saved_output(0), c.input(0), c.args<ReduceArgs>()))};
 }
 Grads CumSumB(Ctx& c, const Grads& g) {
-  const int64_t d = c.attrs().dims[0];
+  const int64_t d = c.args<DimArgs>().dim;
   if (g[0].dim() == 0) return {g[0]};
   return {sum(g[0], {d}, true) - cumsum(g[0], d) + g[0]};
 }
@@ -349,14 +349,14 @@ bool SoftmaxGradKernel(const Tensor& g, const Tensor& y) {
 }
 Grads SoftmaxB(Ctx& c, const Grads& g) {
   Tensor y = c.saved_output(0);
-  const int64_t d = c.attrs().dims[0];
+  const int64_t d = c.args<DimArgs>().dim;
   if (y.dim() == 0) return {zeros_like(g[0])};
   if (SoftmaxGradKernel(g[0], y)) return {dispatch1(OpId::SoftmaxBackward, {g[0], y}, c.attrs())};
   return {y * (g[0] - sum(g[0] * y, {d}, true))};
 }
 Grads LogSoftmaxB(Ctx& c, const Grads& g) {
   Tensor y = c.saved_output(0);
-  const int64_t d = c.attrs().dims[0];
+  const int64_t d = c.args<DimArgs>().dim;
   if (y.dim() == 0) return {zeros_like(g[0])};
   if (SoftmaxGradKernel(g[0], y)) return {dispatch1(OpId::LogSoftmaxBackward, {g[0], y}, c.attrs())};
   return {g[0] - exp(y) * sum(g[0], {d}, true)};
@@ -369,26 +369,26 @@ Grads NllLossB(Ctx& c, const Grads& g) {
   if (!c.needs_input_grad(0) || !g[0].defined()) return r;
   const Tensor target = c.saved_input(1), total_weight = c.saved_output(1);
   const bool weighted = c.num_inputs() > 2;
-  const OpAttrs& a = c.attrs();
+  const NllLossArgs& a = c.args<NllLossArgs>();
   if (!GradMode::is_enabled()) {
-    OpAttrs with_classes = a;
-    with_classes.dims.push_back(c.input(0).sizes[1]);
+    NllLossArgs with_classes = a;
+    with_classes.num_classes = c.input(0).sizes[1];
     std::vector<Tensor> in{g[0], target, total_weight};
     if (weighted) in.push_back(c.saved_input(2));
     r[0] = dispatch1(OpId::NllLossBackward, in, with_classes);
     return r;
   }
-  const Tensor counted = target != a.dims[1];
+  const Tensor counted = target != a.ignore_index;
   const Tensor safe_target = where(counted, target, int64_t{0});
   Tensor w = counted.to(c.input(0).dtype);
   if (weighted) w = w * index_select(c.saved_input(2), 0, safe_target);
   Tensor coef = -w * g[0];  // g[0]: one per row (reduction none) or a scalar
-  if (a.dims[0] == nll::kMean) coef = coef / total_weight;
+  if (a.reduction == nll::kMean) coef = coef / total_weight;
   r[0] = scatter(Zeros(c.input(0)), 1, safe_target.unsqueeze(1), coef.unsqueeze(1));
   return r;
 }
 Grads CatB(Ctx& c, const Grads& g) {
-  const int64_t d = wrap_dim(c.attrs().dims[0], g[0].dim(), "cat");
+  const int64_t d = wrap_dim(c.args<DimArgs>().dim, g[0].dim(), "cat");
   Grads r(c.num_inputs());
   int64_t start = 0;
   for (int i = 0; i < c.num_inputs(); ++i) {
@@ -403,38 +403,38 @@ Grads CatB(Ctx& c, const Grads& g) {
 // Places `g` (shaped like index) into zeros shaped like `full`, at the leading corner.
 Tensor PadTo(const Tensor& g, const IntArray& full) {
   if (g.sizes() == full) return g;
-  OpAttrs a;
-  a.dims = full;
-  a.geometry = {g.sizes(), contiguous_strides(full), 0};
-  return dispatch1(OpId::StridedScatterAdd, {g.contiguous()}, a);
+  return dispatch1(OpId::StridedScatterAdd, {g.contiguous()},
+                   StridedScatterArgs{full, {g.sizes(), contiguous_strides(full), 0}});
 }
 Grads IndexSelectB(Ctx& c, const Grads& g) {
   Tensor idx = c.saved_input(1);
-  return {index_add(Zeros(c.input(0)), c.attrs().dim, idx.reshape({-1}), g[0]), Tensor()};
+  return {index_add(Zeros(c.input(0)), c.args<IndexArgs>().dim, idx.reshape({-1}), g[0]), Tensor()};
 }
 Grads GatherB(Ctx& c, const Grads& g) {
-  return {scatter_add(Zeros(c.input(0)), c.attrs().dim, c.saved_input(1), g[0]), Tensor()};
+  return {scatter_add(Zeros(c.input(0)), c.args<IndexArgs>().dim, c.saved_input(1), g[0]), Tensor()};
 }
 Grads ScatterB(Ctx& c, const Grads& g) {
   Tensor idx = c.saved_input(1);
   Grads r(3);
-  if (c.needs_input_grad(0)) r[0] = scatter(g[0], c.attrs().dim, idx, Scalar(0.0));
-  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], c.attrs().dim, idx), c.input(2).sizes);
+  const int64_t dim = c.args<ScatterArgs>().dim;
+  if (c.needs_input_grad(0)) r[0] = scatter(g[0], dim, idx, Scalar(0.0));
+  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], dim, idx), c.input(2).sizes);
   return r;
 }
 Grads ScatterAddB(Ctx& c, const Grads& g) {
   Tensor idx = c.saved_input(1);
   Grads r(3);
   if (c.needs_input_grad(0)) r[0] = g[0];
-  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], c.attrs().dim, idx), c.input(2).sizes);
+  if (c.needs_input_grad(2)) r[2] = PadTo(gather(g[0], c.args<ScatterArgs>().dim, idx), c.input(2).sizes);
   return r;
 }
 Grads IndexAddB(Ctx& c, const Grads& g) {
   Grads r(3);
   if (c.needs_input_grad(0)) r[0] = g[0];
   if (c.needs_input_grad(2)) {
-    Tensor sel = index_select(g[0], c.attrs().dim, c.saved_input(1).reshape({-1}));
-    r[2] = (c.attrs().alpha == 1 ? sel : sel * c.attrs().alpha).reshape(c.input(2).sizes);
+    const IndexArgs& a = c.args<IndexArgs>();
+    Tensor sel = index_select(g[0], a.dim, c.saved_input(1).reshape({-1}));
+    r[2] = (a.alpha == 1 ? sel : sel * a.alpha).reshape(c.input(2).sizes);
   }
   return r;
 }
@@ -447,8 +447,8 @@ Grads IndexB(Ctx& c, const Grads& g) {
   std::vector<Tensor> in{Zeros(c.input(0))};
   for (Tensor& t : SavedIndices(c, 1, c.num_inputs())) in.push_back(t);
   in.push_back(g[0]);
-  OpAttrs a = c.attrs();
-  a.keepdim = true;  // accumulate: repeated indices add up
+  AdvancedIndexArgs a = c.args<AdvancedIndexArgs>();
+  a.accumulate = true;  // repeated indices add up
   Grads r(c.num_inputs());
   r[0] = dispatch1(OpId::IndexPut, in, a);
   return r;
@@ -458,14 +458,13 @@ Grads IndexPutB(Ctx& c, const Grads& g) {
   std::vector<Tensor> idx = SavedIndices(c, 1, n - 1);
   Grads r(n);
   if (c.needs_input_grad(0)) {
-    if (c.attrs().keepdim) {
+    if (c.args<AdvancedIndexArgs>().accumulate) {
       r[0] = g[0];
     } else {
       std::vector<Tensor> in{g[0]};
       in.insert(in.end(), idx.begin(), idx.end());
       in.push_back(Zeros(c.input(n - 1)));
-      OpAttrs a = c.attrs();
-      r[0] = dispatch1(OpId::IndexPut, in, a);
+      r[0] = dispatch1(OpId::IndexPut, in, c.attrs());
     }
   }
   if (c.needs_input_grad(n - 1)) {
@@ -478,13 +477,13 @@ Grads IndexPutB(Ctx& c, const Grads& g) {
 Grads SortB(Ctx& c, const Grads& g) {
   const auto& in = c.input(0);
   if (in.sizes.empty()) return {g[0]};
-  return {scatter(Zeros(in), c.attrs().dim, c.saved_output(1), g[0])};
+  return {scatter(Zeros(in), c.args<SortArgs>().dim, c.saved_output(1), g[0])};
 }
 
 // ---- views ----
 Grads ViewB(Ctx& c, const Grads& g) { return {g[0].reshape(c.input(0).sizes)}; }
 Grads PermuteB(Ctx& c, const Grads& g) {
-  const IntArray& perm = c.attrs().view.sizes;
+  const IntArray& perm = c.args<ViewArgs>().fn.sizes;
   IntArray inv(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
   return {g[0].permute(inv)};
@@ -492,19 +491,17 @@ Grads PermuteB(Ctx& c, const Grads& g) {
 Grads ExpandB(Ctx& c, const Grads& g) { return {sum_to(g[0], c.input(0).sizes)}; }
 Grads AsStridedB(Ctx& c, const Grads& g) {
   const IntArray& in = c.input(0).sizes;
-  auto geom = apply_view(c.attrs().view, {in, contiguous_strides(in), 0});
+  auto geom = apply_view(c.args<ViewArgs>().fn, {in, contiguous_strides(in), 0});
   ANVIL_INTERNAL_ASSERT(geom.has_value(), "view backward geometry");
-  OpAttrs a;
-  a.dims = in;
-  a.geometry = *geom;
-  return {dispatch1(OpId::StridedScatterAdd, {g[0].contiguous()}, a)};
+  return {dispatch1(OpId::StridedScatterAdd, {g[0].contiguous()}, StridedScatterArgs{in, *geom})};
 }
 Grads StridedScatterAddB(Ctx& c, const Grads& g) {
   ViewFn fn;
   fn.kind = ViewFn::Strided;
-  fn.sizes = c.attrs().geometry.sizes;
-  fn.strides = c.attrs().geometry.strides;
-  fn.start = c.attrs().geometry.offset;
+  const Geometry& window = c.args<StridedScatterArgs>().window;
+  fn.sizes = window.sizes;
+  fn.strides = window.strides;
+  fn.start = window.offset;
   return {make_view(OpId::AsStrided, g[0].contiguous(), fn)};
 }
 
@@ -524,7 +521,7 @@ Grads Conv2dB(Ctx& c, const Grads& g) {
     if (c.needs_input_grad(0)) r[0] = dispatch1(OpId::Conv2dInputGrad, {gc, w}, a);
     if (c.needs_input_grad(1)) r[1] = dispatch1(OpId::Conv2dWeightGrad, {gc, x}, a);
   } else {
-    const int64_t N = g[0].size(0), OC = g[0].size(1), L = g[0].size(2) * g[0].size(3), G = a.window.groups;
+    const int64_t N = g[0].size(0), OC = g[0].size(1), L = g[0].size(2) * g[0].size(3), G = a.get<WindowArgs>().groups;
     const int64_t K = w.size(1) * w.size(2) * w.size(3);
     const Tensor gg = g[0].reshape({N, G, OC / G, L});
     const OpAttrs& window = a;  // im2col/col2im read the window and ignore its groups

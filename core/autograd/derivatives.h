@@ -14,6 +14,11 @@ class BackwardCtx {
  public:
   explicit BackwardCtx(OpNode& node) : node_(node) {}
   const OpAttrs& attrs() const { return node_.attrs(); }
+  // The row's typed arguments (core/ops/op_args.h).
+  template <typename T>
+  const T& args() const {
+    return node_.attrs().get<T>();
+  }
   const TensorMeta& input(int i) const { return node_.input_meta()[i]; }
   int num_inputs() const { return static_cast<int>(node_.input_meta().size()); }
   Tensor saved_input(int i) const { return node_.saved_input(i); }

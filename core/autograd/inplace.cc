@@ -40,10 +40,8 @@ class CopySlices final : public Node {
       out[1] = sum_to(in_window, src_meta_.sizes).to(src_meta_.dtype);
     }
     if (next_edges_[0].valid()) {
-      OpAttrs attrs;
-      attrs.dims = base_meta_.sizes;
-      attrs.geometry = window_;
-      out[0] = g - dispatch1(OpId::StridedScatterAdd, {in_window.contiguous()}, attrs);
+      out[0] = g - dispatch1(OpId::StridedScatterAdd, {in_window.contiguous()},
+                             StridedScatterArgs{base_meta_.sizes, window_});
     }
     return out;
   }
@@ -64,9 +62,7 @@ void copy_with_history(Tensor& self, const Tensor& src, const char* name) {
   if (r.sizes() != self.sizes()) r = r.expand(self.sizes());
   {
     NoGradGuard no_grad;
-    OpAttrs attrs;
-    attrs.dtype = self.dtype();
-    if (r.numel() > 0) dispatch_into(OpId::Cast, {r}, self, attrs);
+    if (r.numel() > 0) dispatch_into(OpId::Cast, {r}, self, CastArgs{self.dtype()});
   }
   self.storage()->bump_version(name);
 

@@ -44,7 +44,7 @@ namespace anvil::elementwise_kernels {
 template <typename B>
 void Gelu(const KernelCall& c) {
   ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
-    if (c.attrs.keepdim) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
+    if (c.attrs.get<GeluArgs>().tanh_approximation) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
     else B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
   });
 }
@@ -52,8 +52,8 @@ void Gelu(const KernelCall& c) {
 template <typename B>
 void PowScalar(const KernelCall& c) {
   ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
-    if (c.attrs.alpha == 2.0) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
-    else B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.alpha});
+    if (c.attrs.get<PowScalarArgs>().exponent == 2.0) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
+    else B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.get<PowScalarArgs>().exponent});
   });
 }
 

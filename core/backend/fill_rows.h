@@ -20,40 +20,43 @@ T FillValue(double v) {
 template <typename Gen>
 void Arange(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
+  const ArangeArgs& a = c.attrs.get<ArangeArgs>();
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "arange", [&] {
-    Gen::template run<scalar_t>(out, fn::ArangeDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.gamma,
-                                                               c.attrs.keepdim, out.numel()});
+    Gen::template run<scalar_t>(out, fn::ArangeDraw<scalar_t>{a.start, a.step, a.end, a.symmetric, out.numel()});
   });
 }
 
 template <typename Gen>
 void Uniform(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
+  const UniformArgs& a = c.attrs.get<UniformArgs>();
   ANVIL_DISPATCH_FLOATING(out.dtype(), "uniform_", [&] {
     Gen::template run<scalar_t>(out,
-                                fn::UniformDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
+                                fn::UniformDraw<scalar_t>{a.low, a.high, a.philox.seed, a.philox.offset});
   });
 }
 
 template <typename Gen>
 void Normal(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
+  const NormalArgs& a = c.attrs.get<NormalArgs>();
   ANVIL_DISPATCH_FLOATING(out.dtype(), "normal_", [&] {
     Gen::template run<scalar_t>(out,
-                                fn::NormalDraw<scalar_t>{c.attrs.alpha, c.attrs.beta, c.attrs.seed, c.attrs.offset});
+                                fn::NormalDraw<scalar_t>{a.mean, a.std, a.philox.seed, a.philox.offset});
   });
 }
 
-// inputs[0]: probabilities (broadcast to out), or none (attrs.alpha = p). The probabilities
+// inputs[0]: probabilities (broadcast to out), or none (BernoulliArgs::p). The probabilities
 // are made contiguous float64 on out's device first, so element i reads p[i].
 template <typename Gen>
 void Bernoulli(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
+  const BernoulliArgs& a = c.attrs.get<BernoulliArgs>();
   const bool has_p = !c.inputs.empty();
   Tensor p = has_p ? c.inputs[0].to(kFloat64).expand(out.sizes()).contiguous() : Tensor();
   const double* pp = has_p ? p.data_ptr<double>() : nullptr;
   ANVIL_DISPATCH_ALL(out.dtype(), "bernoulli", [&] {
-    Gen::template run<scalar_t>(out, fn::BernoulliDraw<scalar_t>{c.attrs.seed, c.attrs.offset, pp, c.attrs.alpha});
+    Gen::template run<scalar_t>(out, fn::BernoulliDraw<scalar_t>{a.philox.seed, a.philox.offset, pp, a.p});
   });
 }
 

@@ -24,6 +24,7 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
 
 void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
                std::vector<Tensor>& outputs, const OpAttrs& attrs) {
+  check_op_args(op, attrs);
   KernelFn fn = backend_for(dev).kernel(op);
   if (fn == nullptr) {
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",
@@ -33,6 +34,16 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
   NoGradGuard no_grad;  // kernels may compose tensor ops internally: never record them
   fn(KernelCall{op, inputs, outputs, attrs});
 }
+
+}  // namespace
+
+void check_op_args(OpId op, const OpAttrs& attrs) {
+  const OpInfo& info = op_info(op);
+  ANVIL_INTERNAL_ASSERT(attrs.empty() || attrs.index() == info.args, op_name(op), " takes ",
+                        op_args_name(info.args), ", the call passed ", op_args_name(attrs.index()));
+}
+
+namespace {
 
 bool HasInternalOverlap(const Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -158,8 +169,7 @@ Tensor& copy_into(Tensor& self, const Tensor& src_in, const char* name) {
     src = src.detach().to(self.device());
   }
   CheckNoPartialOverlap(self, src, name);
-  OpAttrs attrs;
-  attrs.dtype = self.dtype();
+  const OpAttrs attrs = CastArgs{self.dtype()};
   if (!history) {
     ANVIL_CHECK(broadcast_shapes(src.sizes(), self.sizes()) == self.sizes(), name,
                 ": source of shape ", shape_str(src.sizes()),

@@ -38,6 +38,9 @@ void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
 Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others,
                    const OpAttrs& attrs, const char* name);
 
+// Checks that `attrs` holds the argument struct of `op`'s row (or nothing: the row's defaults).
+void check_op_args(OpId op, const OpAttrs& attrs);
+
 // Shape/dtype inference for a row (exposed for tests).
 std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& inputs,
                                     const OpAttrs& attrs);

@@ -44,21 +44,15 @@ Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs&
   return inplace_op(op, self, {o}, at, name);
 }
 
-OpAttrs ClampAttrs(const std::optional<Scalar>& lo, const std::optional<Scalar>& hi, const char* name) {
+ClampArgs ClampBounds(const std::optional<Scalar>& lo, const std::optional<Scalar>& hi, const char* name) {
   ANVIL_CHECK(lo || hi, name, ": at least one of 'min' or 'max' must not be None");
-  OpAttrs a;
-  a.has_alpha = lo.has_value();
-  a.has_beta = hi.has_value();
-  a.alpha = lo ? lo->to_double() : 0;
-  a.beta = hi ? hi->to_double() : 0;
+  ClampArgs a;
+  if (lo) a.min = lo->to_double();
+  if (hi) a.max = hi->to_double();
   return a;
 }
 
-OpAttrs Alpha(Scalar alpha) {
-  OpAttrs a;
-  a.alpha = alpha.to_double();
-  return a;
-}
+ScaleArgs Alpha(Scalar alpha) { return {alpha.to_double()}; }
 
 }  // namespace
 
@@ -124,30 +118,25 @@ Tensor square(const Tensor& x) { return pow(x, 2); }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   ANVIL_CHECK(approximate == "none" || approximate == "tanh",
               "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
-  OpAttrs a;
-  a.keepdim = approximate == "tanh";
-  return Unary(OpId::Gelu, x, a);
+  return Unary(OpId::Gelu, x, GeluArgs{.tanh_approximation = approximate == "tanh"});
 }
 Tensor relu_backward(const Tensor& grad, const Tensor& result) { return Binary(OpId::ReluBackward, grad, result); }
-Tensor leaky_relu(const Tensor& x, double slope) { return Unary(OpId::LeakyRelu, x, Alpha(slope)); }
-Tensor elu(const Tensor& x, double alpha) { return Unary(OpId::Elu, x, Alpha(alpha)); }
+Tensor leaky_relu(const Tensor& x, double slope) { return Unary(OpId::LeakyRelu, x, LeakyReluArgs{slope}); }
+Tensor elu(const Tensor& x, double alpha) { return Unary(OpId::Elu, x, EluArgs{alpha}); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  OpAttrs a;
-  a.alpha = beta;
-  a.beta = threshold;
-  return Unary(OpId::Softplus, x, a);
+  return Unary(OpId::Softplus, x, SoftplusArgs{beta, threshold});
 }
 Tensor pow(const Tensor& x, Scalar e) {
   if (!e.is_floating_point() && x.is_floating_point() == false) {
     ANVIL_CHECK(e.to_int() >= 0, "Integers to negative integer powers are not allowed.");
   }
   Tensor base = (e.is_floating_point() && !x.is_floating_point()) ? x.to(default_dtype()) : x;
-  return dispatch1(OpId::PowScalar, {base}, Alpha(e));
+  return dispatch1(OpId::PowScalar, {base}, PowScalarArgs{e.to_double()});
 }
 Tensor pow(const Tensor& x, const Tensor& e) { return Binary(OpId::Pow, x, e); }
 Tensor pow(Scalar base, const Tensor& e) { return Binary(OpId::Pow, wrap_scalar(base, e.device()), e); }
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  const OpAttrs a = ClampAttrs(lo, hi, "clamp");
+  const OpAttrs a = ClampBounds(lo, hi, "clamp");
   const bool float_bound = (lo && lo->is_floating_point()) || (hi && hi->is_floating_point());
   return Unary(OpId::Clamp, float_bound && !x.is_floating_point() ? x.to(default_dtype()) : x, a);
 }
@@ -312,9 +301,9 @@ Tensor& Tensor::mul_(const Tensor& o) { return BinaryInplace(OpId::Mul, *this, o
 Tensor& Tensor::mul_(Scalar o) { return mul_(wrap_scalar(o, device())); }
 Tensor& Tensor::div_(const Tensor& o) { return BinaryInplace(OpId::Div, *this, o, Attrs(), "div_"); }
 Tensor& Tensor::div_(Scalar o) { return div_(wrap_scalar(o, device())); }
-Tensor& Tensor::pow_(Scalar e) { return inplace_op(OpId::PowScalar, *this, {}, Alpha(e), "pow_"); }
+Tensor& Tensor::pow_(Scalar e) { return inplace_op(OpId::PowScalar, *this, {}, PowScalarArgs{e.to_double()}, "pow_"); }
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  return inplace_op(OpId::Clamp, *this, {}, ClampAttrs(lo, hi, "clamp_"), "clamp_");
+  return inplace_op(OpId::Clamp, *this, {}, ClampBounds(lo, hi, "clamp_"), "clamp_");
 }
 #define ANVIL_UNARY_INPLACE(fn, Id) \
   Tensor& Tensor::fn() { return inplace_op(OpId::Id, *this, {}, Attrs(), #fn); }
@@ -356,9 +345,7 @@ Tensor& FillImpl(Tensor& self, Scalar value, const char* name) {
   if (GradMode::is_enabled() && self.requires_grad()) {
     return copy_into(self, full(self.sizes(), value, TensorOptions(self.dtype()).with_device(self.device())), name);
   }
-  OpAttrs a;
-  a.alpha = value.to_double();
-  dispatch_into(OpId::Fill, {}, self, a);
+  dispatch_into(OpId::Fill, {}, self, FillArgs{value.to_double()});
   self.storage()->bump_version(name);
   return self;
 }

@@ -23,12 +23,9 @@ void FillWith(Tensor& t, OpId op, const OpAttrs& a) {
 }
 
 // Reserves Philox blocks for `n` elements (4 per block for float draws, 2 for the rest).
-OpAttrs RandomAttrs(int64_t n, int per_block) {
+PhiloxArgs RandomAttrs(int64_t n, int per_block) {
   auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>((n + per_block - 1) / per_block));
-  OpAttrs a;
-  a.seed = seed;
-  a.offset = offset;
-  return a;
+  return PhiloxArgs{seed, offset};
 }
 
 }  // namespace
@@ -55,9 +52,7 @@ Tensor full(IntArray sizes, Scalar value, TensorOptions o) {
   // Without a dtype the value's kind decides, as torch.full's: int64, bool or the default.
   if (!o.dtype_given && !value.is_floating_point()) o.with_dtype(value.is_bool() ? kBool : kInt64);
   Tensor t = empty(std::move(sizes), TensorOptions(o.dtype).with_device(o.device));
-  OpAttrs a;
-  a.alpha = value.to_double();
-  FillWith(t, OpId::Fill, a);
+  FillWith(t, OpId::Fill, FillArgs{value.to_double()});
   return Finish(t, o);
 }
 Tensor zeros(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 0.0, o); }
@@ -83,21 +78,18 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
     o.dtype = integral ? kInt64 : default_dtype();
   }
   Tensor t = empty({n}, TensorOptions(o.dtype).with_device(o.device));
-  OpAttrs a;
-  a.alpha = s;
-  a.beta = st;
-  FillWith(t, OpId::Arange, a);
+  FillWith(t, OpId::Arange, ArangeArgs{.start = s, .step = st});
   return Finish(t, o);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   ANVIL_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
   Tensor t = empty({steps}, TensorOptions(o.dtype).with_device(o.device));
-  OpAttrs a;
-  a.alpha = start;
-  a.beta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
-  a.keepdim = true;  // symmetric fill: the second half counts back from `end`, exactly
-  a.gamma = steps == 1 ? start : end;  // one step is the start, as PyTorch's
+  ArangeArgs a;
+  a.start = start;
+  a.step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+  a.symmetric = true;  // the second half counts back from `end`, exactly
+  a.end = steps == 1 ? start : end;  // one step is the start, as PyTorch's
   FillWith(t, OpId::Arange, a);
   return Finish(t, o);
 }
@@ -166,10 +158,7 @@ void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 Tensor& Tensor::uniform_(double from, double to) {
   ANVIL_CHECK(from <= to, "uniform_: expects from <= to, got from=", from, " to=", to);
   check_inplace_allowed(*this, "uniform_");
-  OpAttrs a = RandomAttrs(numel(), dtype() == kFloat64 ? 2 : 4);
-  a.alpha = from;
-  a.beta = to;
-  FillWith(*this, OpId::Uniform, a);
+  FillWith(*this, OpId::Uniform, UniformArgs{from, to, RandomAttrs(numel(), dtype() == kFloat64 ? 2 : 4)});
   storage()->bump_version("uniform_");
   return *this;
 }
@@ -177,10 +166,7 @@ Tensor& Tensor::uniform_(double from, double to) {
 Tensor& Tensor::normal_(double mean, double std) {
   ANVIL_CHECK(std >= 0, "normal_: expects std >= 0.0, got std=", std);
   check_inplace_allowed(*this, "normal_");
-  OpAttrs a = RandomAttrs(numel(), 2);
-  a.alpha = mean;
-  a.beta = std;
-  FillWith(*this, OpId::Normal, a);
+  FillWith(*this, OpId::Normal, NormalArgs{mean, std, RandomAttrs(numel(), 2)});
   storage()->bump_version("normal_");
   return *this;
 }
@@ -188,9 +174,7 @@ Tensor& Tensor::normal_(double mean, double std) {
 Tensor& Tensor::bernoulli_(double p) {
   ANVIL_CHECK(p >= 0 && p <= 1, "bernoulli_: expects 0 <= p <= 1, got p=", p);
   check_inplace_allowed(*this, "bernoulli_");
-  OpAttrs a = RandomAttrs(numel(), 2);
-  a.alpha = p;
-  FillWith(*this, OpId::Bernoulli, a);
+  FillWith(*this, OpId::Bernoulli, BernoulliArgs{p, RandomAttrs(numel(), 2)});
   storage()->bump_version("bernoulli_");
   return *this;
 }
@@ -232,7 +216,7 @@ Tensor randperm(int64_t n, TensorOptions o) {
 
 Tensor bernoulli(const Tensor& p) {
   Tensor out = empty(p.sizes(), TensorOptions(p.dtype()).with_device(p.device()));
-  OpAttrs a = RandomAttrs(out.numel(), 2);
+  const BernoulliArgs a{.philox = RandomAttrs(out.numel(), 2)};
   if (out.numel() == 0) return out;
   NoGradGuard no_grad;
   std::vector<Tensor> outs{out};

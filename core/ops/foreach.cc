@@ -70,22 +70,20 @@ bool fused_step_supported(const Tensor& param, const Tensor& grad) {
 }
 
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const OptimizerStepAttrs& a) {
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& a) {
   const char* op = "_fused_sgd_";
   ANVIL_CHECK(a.momentum != 0.0 || momentum_buffers.empty(), op, ": momentum buffers given with momentum 0");
   std::vector<Tensor> inputs = a.momentum != 0.0
                                    ? Flatten(op, params, {{"grads", &grads}, {"momentum_buffers", &momentum_buffers}})
                                    : Flatten(op, params, {{"grads", &grads}});
-  OpAttrs attrs;
-  attrs.optim = a;
-  dispatch_foreach(OpId::SgdStep, inputs, attrs);
+  dispatch_foreach(OpId::SgdStep, inputs, a);
   BumpVersions(params, op);
   BumpVersions(momentum_buffers, op);
 }
 
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepAttrs& a) {
+                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepArgs& a) {
   const char* op = "_fused_adam_";
   ANVIL_CHECK(a.amsgrad || max_exp_avg_sqs.empty(), op, ": max_exp_avg_sqs given without amsgrad");
   ANVIL_CHECK(a.bias_correction1 > 0.0 && a.bias_correction2 > 0.0, op, ": bias corrections must be > 0, got ",
@@ -94,9 +92,7 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
       a.amsgrad ? Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs},
                                        {"max_exp_avg_sqs", &max_exp_avg_sqs}})
                 : Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}});
-  OpAttrs attrs;
-  attrs.optim = a;
-  dispatch_foreach(OpId::AdamStep, inputs, attrs);
+  dispatch_foreach(OpId::AdamStep, inputs, a);
   BumpVersions(params, op);
   BumpVersions(exp_avgs, op);
   BumpVersions(exp_avg_sqs, op);

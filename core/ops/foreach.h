@@ -22,11 +22,11 @@ bool fused_step_supported(const Tensor& param, const Tensor& grad);
 
 // SGD: momentum_buffers is empty when attrs.momentum == 0.
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const OptimizerStepAttrs& attrs);
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& attrs);
 
 // Adam / AdamW: max_exp_avg_sqs is empty unless attrs.amsgrad.
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepAttrs& attrs);
+                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepArgs& attrs);
 
 }  // namespace anvil

@@ -10,12 +10,10 @@
 namespace anvil {
 namespace {
 
-OpAttrs Pack(const WindowParams& p, int64_t H, int64_t W, int64_t groups = 1) {
-  OpAttrs a;
-  a.window = {.kernel_h = p.kernel[0], .kernel_w = p.kernel[1], .stride_h = p.stride[0], .stride_w = p.stride[1],
+WindowArgs Pack(const WindowParams& p, int64_t H, int64_t W, int64_t groups = 1) {
+  return {.kernel_h = p.kernel[0], .kernel_w = p.kernel[1], .stride_h = p.stride[0], .stride_w = p.stride[1],
               .pad_top = p.padding[0], .pad_bottom = p.padding[1], .pad_left = p.padding[2], .pad_right = p.padding[3],
               .dilation_h = p.dilation[0], .dilation_w = p.dilation[1], .height = H, .width = W, .groups = groups};
-  return a;
 }
 
 void Check(const WindowParams& p, int64_t H, int64_t W, const char* who) {

@@ -11,11 +11,8 @@
 namespace anvil {
 namespace {
 
-OpAttrs DimAttrs(int64_t dim) {
-  OpAttrs a;
-  a.dim = dim;
-  return a;
-}
+IndexArgs DimAttrs(int64_t dim) { return IndexArgs{.dim = dim}; }
+ScatterArgs ScatterDim(int64_t dim) { return ScatterArgs{.dim = dim}; }
 
 void CheckIndex(const Tensor& index, const char* op) {
   ANVIL_CHECK_TYPE(index.dtype() == kInt64 || index.dtype() == kInt32, op,
@@ -84,14 +81,14 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   CheckIndex(index, "scatter");
-  return dispatch1(OpId::Scatter, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, DimAttrs(dim));
+  return dispatch1(OpId::Scatter, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, ScatterDim(dim));
 }
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value) {
   return scatter(x, dim, index, full(index.sizes(), value, TensorOptions(x.dtype()).with_device(x.device())));
 }
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   CheckIndex(index, "scatter_add");
-  return dispatch1(OpId::ScatterAdd, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, DimAttrs(dim));
+  return dispatch1(OpId::ScatterAdd, {x, index, src.dtype() == x.dtype() ? src : src.to(x.dtype())}, ScatterDim(dim));
 }
 namespace {
 // The identity of amax (the dtype's lowest value) or amin (its highest).
@@ -134,7 +131,7 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
                                                     : tensor(std::vector<int64_t>{identity.to_int()}).reshape({}).to(x.dtype());
     base = where(hit, id.to(x.device()), x);
   }
-  OpAttrs a = DimAttrs(dim);
+  ScatterArgs a = ScatterDim(dim);
   a.mode = reduce == "prod" ? kScatterProd : reduce == "amax" ? kScatterAmax : reduce == "amin" ? kScatterAmin : kScatterSum;
   Tensor out = dispatch1(OpId::ScatterReduce, {base, index, src}, a);
   if (reduce != "mean") return out;
@@ -154,22 +151,22 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
   CheckIndex(index, "index_add");
-  OpAttrs a = DimAttrs(dim);
+  IndexArgs a = DimAttrs(dim);
   a.alpha = alpha.to_double();
   return dispatch1(OpId::IndexAdd, {x, index, source.dtype() == x.dtype() ? source : source.to(x.dtype())}, a);
 }
 
 Tensor& Tensor::scatter_(int64_t dim, const Tensor& index, const Tensor& src) {
   CheckIndex(index, "scatter_");
-  return inplace_op(OpId::Scatter, *this, {index, src.to(dtype())}, DimAttrs(dim), "scatter_");
+  return inplace_op(OpId::Scatter, *this, {index, src.to(dtype())}, ScatterDim(dim), "scatter_");
 }
 Tensor& Tensor::scatter_add_(int64_t dim, const Tensor& index, const Tensor& src) {
   CheckIndex(index, "scatter_add_");
-  return inplace_op(OpId::ScatterAdd, *this, {index, src.to(dtype())}, DimAttrs(dim), "scatter_add_");
+  return inplace_op(OpId::ScatterAdd, *this, {index, src.to(dtype())}, ScatterDim(dim), "scatter_add_");
 }
 Tensor& Tensor::index_add_(int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
   CheckIndex(index, "index_add_");
-  OpAttrs a = DimAttrs(dim);
+  IndexArgs a = DimAttrs(dim);
   a.alpha = alpha.to_double();
   return inplace_op(OpId::IndexAdd, *this, {index, source.to(dtype())}, a, "index_add_");
 }
@@ -179,13 +176,11 @@ Tensor index(const Tensor& x, const std::vector<Tensor>& indices) {
   if (p.indices.empty()) return x;
   std::vector<Tensor> inputs{x};
   inputs.insert(inputs.end(), p.indices.begin(), p.indices.end());
-  OpAttrs a;
-  a.indexed_dims = p.dims;
-  return dispatch1(OpId::Index, inputs, a);
+  return dispatch1(OpId::Index, inputs, AdvancedIndexArgs{.indexed_dims = p.dims});
 }
 
 namespace {
-std::vector<Tensor> PutInputs(const Tensor& x, const Prepared& p, const Tensor& values, OpAttrs& a) {
+std::vector<Tensor> PutInputs(const Tensor& x, const Prepared& p, const Tensor& values, AdvancedIndexArgs& a) {
   std::vector<Tensor> probe{x};
   probe.insert(probe.end(), p.indices.begin(), p.indices.end());
   a.indexed_dims = p.dims;
@@ -201,16 +196,15 @@ std::vector<Tensor> PutInputs(const Tensor& x, const Prepared& p, const Tensor& 
 Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate) {
   Prepared p = Prepare(x, indices);
   ANVIL_CHECK(!p.indices.empty(), "index_put: expected at least one index tensor");
-  OpAttrs a;
-  a.keepdim = accumulate;
-  return dispatch1(OpId::IndexPut, PutInputs(x, p, values, a), a);
+  AdvancedIndexArgs a{.accumulate = accumulate};
+  const std::vector<Tensor> inputs = PutInputs(x, p, values, a);  // fills a.indexed_dims
+  return dispatch1(OpId::IndexPut, inputs, a);
 }
 
 Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate) {
   Prepared p = Prepare(x, indices);
   ANVIL_CHECK(!p.indices.empty(), "index_put_: expected at least one index tensor");
-  OpAttrs a;
-  a.keepdim = accumulate;
+  AdvancedIndexArgs a{.accumulate = accumulate};
   std::vector<Tensor> in = PutInputs(x, p, values, a);
   return inplace_op(OpId::IndexPut, x, std::vector<Tensor>(in.begin() + 1, in.end()), a, "index_put_");
 }
@@ -255,9 +249,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     parts.push_back(t.dtype() == dt ? t : t.to(dt));
   }
   if (parts.empty()) return tensors[0];
-  OpAttrs a;
-  a.dims = {dim};
-  return dispatch1(OpId::Cat, parts, a);
+  return dispatch1(OpId::Cat, parts, DimArgs{dim});
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {

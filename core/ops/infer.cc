@@ -59,6 +59,7 @@ void CheckIndexTensor(const Tensor& index, const char* op) {
 }  // namespace
 
 std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, const OpAttrs& a) {
+  check_op_args(op, a);
   const OpInfo& info = op_info(op);
   const char* name = info.name.data();
   switch (info.infer) {
@@ -79,26 +80,35 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{broadcast_shapes(in[0].sizes(), in[1].sizes()), to_bool ? kBool : in[0].dtype()}};
     }
     case InferFamily::Cast:
-      return {{in[0].sizes(), a.dtype}};
+      return {{in[0].sizes(), a.get<CastArgs>().dtype}};
     case InferFamily::Where: {
       ANVIL_CHECK_TYPE(in[0].dtype() == kBool, "where: expected a bool condition, got ", in[0].dtype());
       IntArray s = broadcast_shapes(broadcast_shapes(in[0].sizes(), in[1].sizes()), in[2].sizes());
       return {{s, in[1].dtype()}};
     }
     case InferFamily::ReduceSum:
-    case InferFamily::ReduceFloat:
-      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
-    case InferFamily::ReduceKeep:
-      CheckNonEmptyReduction(in[0], a.dims, name);
-      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), in[0].dtype()}};
-    case InferFamily::ReduceBool:
-      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), kBool}};
-    case InferFamily::ReduceArg:
-      CheckNonEmptyReduction(in[0], a.dims, name);
-      return {{ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name), kInt64}};
+    case InferFamily::ReduceFloat: {
+      const ReduceArgs& r = a.get<ReduceArgs>();
+      return {{ReducedSizes(in[0].sizes(), r.dims, r.keepdim, name), in[0].dtype()}};
+    }
+    case InferFamily::ReduceKeep: {
+      const ReduceArgs& r = a.get<ReduceArgs>();
+      CheckNonEmptyReduction(in[0], r.dims, name);
+      return {{ReducedSizes(in[0].sizes(), r.dims, r.keepdim, name), in[0].dtype()}};
+    }
+    case InferFamily::ReduceBool: {
+      const ReduceArgs& r = a.get<ReduceArgs>();
+      return {{ReducedSizes(in[0].sizes(), r.dims, r.keepdim, name), kBool}};
+    }
+    case InferFamily::ReduceArg: {
+      const ReduceArgs& r = a.get<ReduceArgs>();
+      CheckNonEmptyReduction(in[0], r.dims, name);
+      return {{ReducedSizes(in[0].sizes(), r.dims, r.keepdim, name), kInt64}};
+    }
     case InferFamily::ReduceIndexed: {
-      CheckNonEmptyReduction(in[0], a.dims, name);
-      IntArray s = ReducedSizes(in[0].sizes(), a.dims, a.keepdim, name);
+      const ReduceArgs& r = a.get<ReduceArgs>();
+      CheckNonEmptyReduction(in[0], r.dims, name);
+      IntArray s = ReducedSizes(in[0].sizes(), r.dims, r.keepdim, name);
       return {{s, in[0].dtype()}, {s, kInt64}};
     }
     case InferFamily::Mm: {
@@ -130,7 +140,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     }
     case InferFamily::Cat: {
       const Tensor& first = in[0];
-      const int64_t d = wrap_dim(a.dims[0], first.dim(), "cat");
+      const int64_t d = wrap_dim(a.get<DimArgs>().dim, first.dim(), "cat");
       IntArray out = first.sizes();
       out[d] = 0;
       for (size_t i = 0; i < in.size(); ++i) {
@@ -152,7 +162,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       ANVIL_CHECK(in[1].dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape ",
                   shape_str(in[1].sizes()));
       IntArray s = in[0].sizes();
-      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       if (!s.empty()) s[d] = in[1].numel();
       return {{s, in[0].dtype()}};
     }
@@ -160,7 +170,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() == in[0].dim(), "gather: index must have as many dims as input (",
                   in[0].dim(), "), got ", in[1].dim());
-      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       for (int64_t k = 0; k < in[0].dim(); ++k) {
         ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), "gather: index ", shape_str(in[1].sizes()),
                     " is larger than input ", shape_str(in[0].sizes()), " in dim ", k);
@@ -173,7 +183,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   in[0].dim(), "), got ", in[1].dim());
       ANVIL_CHECK(in[2].dim() == in[0].dim(), name, ": src must have as many dims as self (",
                   in[0].dim(), "), got ", in[2].dim());
-      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      const int64_t d = wrap_dim(a.get<ScatterArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       for (int64_t k = 0; k < in[0].dim(); ++k) {
         ANVIL_CHECK(in[1].size(k) <= in[2].size(k), name, ": index ", shape_str(in[1].sizes()),
                     " is larger than src ", shape_str(in[2].sizes()), " in dim ", k);
@@ -187,7 +197,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case InferFamily::IndexAdd: {
       CheckIndexTensor(in[1], name);
       ANVIL_CHECK(in[1].dim() <= 1, "index_add: expected a 1-D index, got ", shape_str(in[1].sizes()));
-      const int64_t d = wrap_dim(a.dim, std::max<int64_t>(in[0].dim(), 1), name);
+      const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       IntArray expect = in[0].sizes();
       if (!expect.empty()) expect[d] = in[1].numel();
       ANVIL_CHECK(in[2].sizes() == expect, "index_add: expected source of shape ", shape_str(expect),
@@ -198,7 +208,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case InferFamily::Index: {
       // inputs: self, then one (already broadcast, int64) index per entry of indexed_dims.
       const Tensor& self = in[0];
-      const IntArray& idims = a.indexed_dims;
+      const IntArray& idims = a.get<AdvancedIndexArgs>().indexed_dims;
       IntArray bshape = in[1].sizes();
       bool adjacent = true;
       for (size_t k = 1; k < idims.size(); ++k) adjacent &= idims[k] == idims[k - 1] + 1;
@@ -220,10 +230,10 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case InferFamily::Sort:
       return {{in[0].sizes(), in[0].dtype()}, {in[0].sizes(), kInt64}};
     case InferFamily::StridedScatter:
-      return {{a.dims, in[0].dtype()}};
+      return {{a.get<StridedScatterArgs>().sizes, in[0].dtype()}};
     case InferFamily::Im2Col:
     case InferFamily::Col2Im: {
-      const WindowArgs& w = a.window;
+      const WindowArgs& w = a.get<WindowArgs>();
       const int64_t OH = w.out_h(), OW = w.out_w(), taps = w.kernel_h * w.kernel_w;
       if (op == OpId::Im2Col) return {{{in[0].size(0), in[0].size(1) * taps, OH * OW}, in[0].dtype()}};
       ANVIL_CHECK(in[0].size(2) == OH * OW, "col2im: expected ", OH * OW, " columns (", OH, "x", OW,
@@ -231,7 +241,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{{in[0].size(0), in[0].size(1) / taps, w.height, w.width}, in[0].dtype()}};
     }
     case InferFamily::NllLoss: {
-      if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.dims[2]}, in[0].dtype()}};
+      if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.get<NllLossArgs>().num_classes}, in[0].dtype()}};
       ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(), "nll_loss: expected floating-point "
                   "log-probabilities of shape [rows, classes], got ", in[0].dtype(), " ", shape_str(in[0].sizes()));
       ANVIL_CHECK_TYPE(in[1].dtype() == kInt64, "nll_loss: expected int64 class indices, got ", in[1].dtype());
@@ -242,7 +252,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                     "nll_loss: expected class weights of shape [", in[0].size(1), "] and dtype ", in[0].dtype(),
                     ", got ", in[2].dtype(), " ", shape_str(in[2].sizes()));
       }
-      const IntArray loss = a.dims[0] == 0 ? IntArray{in[0].size(0)} : IntArray{};
+      const IntArray loss = a.get<NllLossArgs>().reduction == nll::kNone ? IntArray{in[0].size(0)} : IntArray{};
       return {{loss, in[0].dtype()}, {IntArray{}, in[0].dtype()}};
     }
     case InferFamily::SoftmaxLike:
@@ -252,7 +262,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   shape_str(in[0].sizes()), " and ", in[1].dtype(), " ", shape_str(in[1].sizes()));
       return {{in[0].sizes(), in[0].dtype()}};
     case InferFamily::Conv2d: {
-      const WindowArgs& w = a.window;
+      const WindowArgs& w = a.get<WindowArgs>();
       const int64_t OH = w.out_h(), OW = w.out_w();
       if (op == OpId::Conv2d) return {{{in[0].size(0), in[1].size(0), OH, OW}, in[0].dtype()}};
       // The gradient rows take the output gradient first: [N, OC, OH, OW].

@@ -22,8 +22,9 @@ std::array<Tensor, 2> nll_loss_rows(const Tensor& log_probs, const Tensor& targe
                        std::to_string(C) + ") or ignore_index " + std::to_string(ignore_index));
     }
   }
-  OpAttrs a;
-  a.dims = {reduction, ignore_index};
+  NllLossArgs a;
+  a.reduction = static_cast<nll::Reduction>(reduction);
+  a.ignore_index = ignore_index;
   std::vector<Tensor> in{log_probs, target};
   if (weight.defined()) in.push_back(weight);
   std::vector<Tensor> out = dispatch(OpId::NllLoss, in, a);

@@ -8,7 +8,7 @@
 
 namespace anvil::nll {
 
-// OpAttrs::dims[0] of the NllLoss rows.
+// NllLossArgs::reduction (core/ops/op_args.h).
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
 // Optional per-class weights: data == nullptr means every class weighs 1.

@@ -8,7 +8,7 @@
 namespace anvil {
 
 enum class OpId : int16_t {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, onnx) Id,
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, onnx) Id,
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
   kCount
@@ -84,6 +84,7 @@ struct OpInfo {
   std::string_view onnx;
   InferFamily infer;
   AutocastPolicy autocast;
+  uint8_t args;  // the index in OpArgs (core/ops/attrs.h) of the row's argument struct
 };
 
 const OpInfo& op_info(OpId op);

@@ -37,7 +37,7 @@ struct SgdStepF {
   T lr, weight_decay, momentum, one_minus_dampening;
   bool has_weight_decay, has_momentum, first_step, nesterov;  // the flags of step(), in order
 
-  static SgdStepF make(const OptimizerStepAttrs& a) {
+  static SgdStepF make(const OptimizerStepArgs& a) {
     return {static_cast<T>(a.lr), static_cast<T>(a.weight_decay), static_cast<T>(a.momentum),
             static_cast<T>(1.0 - a.dampening), a.weight_decay != 0.0, a.momentum != 0.0, a.first_step, a.nesterov};
   }
@@ -72,7 +72,7 @@ struct AdamStepF {
   T inv_sqrt_bias_correction2, eps, neg_step_size;
   bool has_weight_decay, decoupled, amsgrad;  // the flags of step(), in order
 
-  static AdamStepF make(const OptimizerStepAttrs& a) {
+  static AdamStepF make(const OptimizerStepArgs& a) {
     return {static_cast<T>(1.0 - a.lr * a.weight_decay), static_cast<T>(a.weight_decay),
             static_cast<T>(1.0 - a.beta1), static_cast<T>(a.beta2), static_cast<T>(1.0 - a.beta2),
             static_cast<T>(1.0 / std::sqrt(a.bias_correction2)), static_cast<T>(a.eps),

@@ -9,12 +9,7 @@
 namespace anvil {
 namespace {
 
-OpAttrs ReduceAttrs(IntArray dims, bool keepdim) {
-  OpAttrs a;
-  a.dims = std::move(dims);
-  a.keepdim = keepdim;
-  return a;
-}
+ReduceArgs ReduceAttrs(IntArray dims, bool keepdim) { return ReduceArgs{.dims = std::move(dims), .keepdim = keepdim}; }
 
 Tensor RequireFloat(const Tensor& x, const char* op) {
   ANVIL_CHECK_TYPE(x.is_floating_point(), op,
@@ -91,8 +86,8 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return dispatch1(OpId::Argmin, {x}, ReduceAttrs({*dim}, keepdim));
 }
 Tensor var(const Tensor& x, IntArray dims, int64_t correction, bool keepdim) {
-  OpAttrs a = ReduceAttrs(std::move(dims), keepdim);
-  a.alpha = static_cast<double>(correction);
+  ReduceArgs a = ReduceAttrs(std::move(dims), keepdim);
+  a.correction = static_cast<double>(correction);
   return dispatch1(OpId::Var, {RequireFloat(x, "var")}, a);
 }
 namespace {
@@ -168,8 +163,8 @@ Tensor norm(const Tensor& x, double p, IntArray dims, bool keepdim) {
   if (p == 0) return CountNonzero::apply(xf, dims, keepdim);
   if (std::isinf(p)) return NormInf::apply(xf, dims, keepdim, p > 0);
   if (p < 0) return pow(sum(pow(abs(xf), p), dims, keepdim), 1.0 / p);
-  OpAttrs a = ReduceAttrs(std::move(dims), keepdim);
-  a.alpha = p;
+  ReduceArgs a = ReduceAttrs(std::move(dims), keepdim);
+  a.p = p;
   return dispatch1(OpId::Norm, {RequireFloat(x, "norm")}, a);
 }
 Tensor logsumexp(const Tensor& x, IntArray dims, bool keepdim) {
@@ -183,23 +178,20 @@ Tensor any(const Tensor& x, IntArray dims, bool keepdim) {
   return dispatch1(OpId::Any, {x}, ReduceAttrs(std::move(dims), keepdim));
 }
 Tensor cumsum(const Tensor& x, int64_t dim) {
-  return dispatch1(OpId::CumSum, {IntToLong(x)}, ReduceAttrs({dim}, false));
+  return dispatch1(OpId::CumSum, {IntToLong(x)}, DimArgs{dim});
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
-  return dispatch1(OpId::Softmax, {in}, ReduceAttrs({dim}, false));
+  return dispatch1(OpId::Softmax, {in}, DimArgs{dim});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
-  return dispatch1(OpId::LogSoftmax, {in}, ReduceAttrs({dim}, false));
+  return dispatch1(OpId::LogSoftmax, {in}, DimArgs{dim});
 }
 
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
-  OpAttrs a;
-  a.dim = dim;
-  a.keepdim = descending;
-  auto r = dispatch(OpId::Sort, {x}, a);
+  auto r = dispatch(OpId::Sort, {x}, SortArgs{dim, descending});
   return {r[0], r[1]};
 }
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {

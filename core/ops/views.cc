@@ -194,10 +194,7 @@ Tensor make_view(OpId op, const Tensor& input, const ViewFn& fn) {
   vi->grad_fn_version = input._version();
   impl->set_view_info(std::move(vi));
   std::vector<Tensor> outs{Tensor(impl)};
-  OpAttrs attrs;
-  attrs.view = fn;
-  attrs.dims = input.sizes();
-  autograd::record_op(op, attrs, {input}, outs);
+  autograd::record_op(op, ViewArgs{fn, input.sizes()}, {input}, outs);
   return outs[0];
 }
 

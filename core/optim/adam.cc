@@ -81,7 +81,7 @@ void Adam::step() {
       p.addcdiv_(m, denom, -lr / bc1);
     }
     for (const FusedBucket& b : buckets) {
-      OptimizerStepAttrs a;
+      OptimizerStepArgs a;
       a.lr = lr;
       a.weight_decay = wd;
       a.beta1 = b1;

@@ -70,7 +70,7 @@ void SGD::step() {
       p.add_(g, -lr);
     }
     for (const FusedBucket& b : buckets) {
-      OptimizerStepAttrs a;
+      OptimizerStepArgs a;
       a.lr = lr;
       a.weight_decay = wd;
       a.momentum = momentum;

@@ -97,9 +97,7 @@ Tensor& Tensor::detach_() {
 
 Tensor Tensor::to(ScalarType t, bool /*non_blocking*/, bool copy) const {
   if (t == dtype() && !copy) return *this;
-  OpAttrs a;
-  a.dtype = t;
-  return dispatch1(OpId::Cast, {*this}, a);
+  return dispatch1(OpId::Cast, {*this}, CastArgs{t});
 }
 
 Tensor Tensor::to(Device d, bool non_blocking, bool copy) const {

@@ -214,7 +214,7 @@ TEST(FusedOptimTest, ParametersAtDifferentStepCountsGetTheirOwnBiasCorrection) {
 
 TEST(FusedOptimTest, FusedCallsRejectMismatchedLists) {
   Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
-  OptimizerStepAttrs a;
+  OptimizerStepArgs a;
   a.lr = 0.1;
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {}, {}, a); }), HasSubstr("expected 1 exp_avg_sqs (one per parameter), got 0"));
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {zeros({4}, kFloat64)}, {m}, {v}, {}, a); }),

@@ -98,7 +98,7 @@ void Conv2dForward(const KernelCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), w.size(0));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const T* px = x.data_ptr<T>();
@@ -127,7 +127,7 @@ template <typename T>
 void Conv2dInputGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, out.size(0), out.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), out.size(0), out.size(1), w.size(0));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, gy.dtype());
   const T* pg = gy.data_ptr<T>();
@@ -157,7 +157,7 @@ template <typename T>
 void Conv2dWeightGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), gy.size(1));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), gy.size(1));
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const Tensor partials = zeros({std::max<int64_t>(split.tasks, 1), s.OC * s.K}, TensorOptions(x.dtype()));
@@ -238,7 +238,7 @@ void Conv2dForwardImplicit(const KernelCall& call, const ConvShape& s) {
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
   const Geom& g = s.g;
-  const PaddedImage pi(call.attrs.window, s);
+  const PaddedImage pi(call.attrs.get<WindowArgs>(), s);
   const BatchSplit split = SplitBatch(g.N);
   const int64_t per_task = pi.size + s.OCg * pi.wide;
   const Tensor scratch = zeros({split.tasks, per_task});  // the padding stays zero across images
@@ -276,7 +276,7 @@ void Conv2dForwardImplicit(const KernelCall& call, const ConvShape& s) {
 // swapped in their channel dims and flipped in space. No columns, no col2im. Returns false
 // when a padding would be negative (padding wider than the dilated kernel).
 bool Conv2dInputGradImplicit(const KernelCall& call, const ConvShape& s) {
-  const WindowArgs& win = call.attrs.window;
+  const WindowArgs& win = call.attrs.get<WindowArgs>();
   const Geom& g = s.g;
   const int64_t eh = (g.KH - 1) * g.DH, ew = (g.KW - 1) * g.DW;
   const int64_t pt = eh - win.pad_top, pb = eh - win.pad_bottom, pl = ew - win.pad_left, pr = ew - win.pad_right;
@@ -298,14 +298,14 @@ bool Conv2dInputGradImplicit(const KernelCall& call, const ConvShape& s) {
       }
     }
   }
-  OpAttrs attrs = call.attrs;
-  attrs.window = {.kernel_h = g.KH, .kernel_w = g.KW, .pad_top = pt, .pad_bottom = pb, .pad_left = pl,
+  const WindowArgs flipped_window = {.kernel_h = g.KH, .kernel_w = g.KW, .pad_top = pt, .pad_bottom = pb, .pad_left = pl,
                   .pad_right = pr, .dilation_h = g.DH, .dilation_w = g.DW, .height = g.OH, .width = g.OW,
                   .groups = s.G};
+  const OpAttrs attrs = flipped_window;
   const std::vector<Tensor> inputs = {call.inputs[0], flipped};
   std::vector<Tensor>& outputs = call.outputs;
   const KernelCall as_forward{OpId::Conv2d, inputs, outputs, attrs};
-  Conv2dForwardImplicit(as_forward, MakeShape(attrs.window, g.N, s.OC, g.C));
+  Conv2dForwardImplicit(as_forward, MakeShape(flipped_window, g.N, s.OC, g.C));
   return true;
 }
 
@@ -334,7 +334,7 @@ void Conv2dWeightGradAvx512(const KernelCall& call, const ConvShape& s) {
   // Stride 1: A is the implicit column matrix of the padded image, and g^T is laid out over
   // the same wide positions (zero rows where x >= OW). Otherwise explicit columns.
   const bool implicit = g.SH == 1 && g.SW == 1;
-  const PaddedImage pi(call.attrs.window, s);
+  const PaddedImage pi(call.attrs.get<WindowArgs>(), s);
   const int64_t positions = implicit ? pi.wide : s.L;
   const int64_t a_size = implicit ? pi.size : (s.direct ? 0 : g.C * g.KH * g.KW * s.L);
   const int64_t per_task = a_size + positions * s.OCg + s.OC * s.K;  // A, g^T, partial [G, K, OCg]
@@ -401,21 +401,21 @@ void ByDtype(const KernelCall& call) {
 bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
 void Conv2dKernel(const KernelCall& c) {
-  if (Avx512Float(c) && c.attrs.window.stride_h == 1 && c.attrs.window.stride_w == 1) {
-    return Conv2dForwardImplicit(c, MakeShape(c.attrs.window, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
+  if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1) {
+    return Conv2dForwardImplicit(c, MakeShape(c.attrs.get<WindowArgs>(), c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
   }
   ByDtype<&Conv2dForward<float>, &Conv2dForward<double>>(c);
 }
 void Conv2dInputGradKernel(const KernelCall& c) {
-  if (Avx512Float(c) && c.attrs.window.stride_h == 1 && c.attrs.window.stride_w == 1 &&
-      Conv2dInputGradImplicit(c, MakeShape(c.attrs.window, c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
+  if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1 &&
+      Conv2dInputGradImplicit(c, MakeShape(c.attrs.get<WindowArgs>(), c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
     return;
   }
   ByDtype<&Conv2dInputGrad<float>, &Conv2dInputGrad<double>>(c);
 }
 void Conv2dWeightGradKernel(const KernelCall& c) {
   if (Avx512Float(c)) {
-    const ConvShape s = MakeShape(c.attrs.window, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+    const ConvShape s = MakeShape(c.attrs.get<WindowArgs>(), c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
     return Conv2dWeightGradAvx512(c, s);
   }
   ByDtype<&Conv2dWeightGrad<float>, &Conv2dWeightGrad<double>>(c);

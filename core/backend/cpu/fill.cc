@@ -28,7 +28,7 @@ void Generate(const Tensor& out, const F& f) {
 
 void FillKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
-  const double v = c.attrs.alpha;
+  const double v = c.attrs.get<FillArgs>().value;
   ANVIL_DISPATCH_ALL(out.dtype(), "fill", [&] {
     const scalar_t value = fill_rows::FillValue<scalar_t>(v);
     if (out.is_contiguous()) {  // the common case (zeros, ones, full): a plain vectorised fill

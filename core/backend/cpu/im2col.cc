@@ -11,7 +11,7 @@ namespace {
 void Im2ColKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.window, in.size(0), in.size(1));
+  const Geom g = MakeGeom(c.attrs.get<WindowArgs>(), in.size(0), in.size(1));
   ANVIL_DISPATCH_FLOATING(in.dtype(), "im2col", [&] {
     const scalar_t* src = in.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();
@@ -25,7 +25,7 @@ void Im2ColKernel(const KernelCall& c) {
 void Col2ImKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.window, out.size(0), out.size(1));
+  const Geom g = MakeGeom(c.attrs.get<WindowArgs>(), out.size(0), out.size(1));
   ANVIL_DISPATCH_FLOATING(in.dtype(), "col2im", [&] {
     const scalar_t* src = in.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();

@@ -50,7 +50,7 @@ void GatherKernel(const KernelCall& c) {
   const Tensor idx = AsInt64(c.inputs[1]);
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(x.dim(), 1), "gather");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, std::max<int64_t>(x.dim(), 1), "gather");
   const int64_t size = x.dim() == 0 ? 1 : x.size(d);
   IntArray st = x.strides();
   if (!st.empty()) st[d] = 0;
@@ -80,7 +80,7 @@ void ScatterWith(const KernelCall& c, const char* name, Combine combine) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(self, out);
   if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), name);
+  const int64_t d = wrap_dim(c.attrs.get<ScatterArgs>().dim, std::max<int64_t>(self.dim(), 1), name);
   const int64_t size = self.dim() == 0 ? 1 : self.size(d);
   IntArray st = out.strides();
   if (!st.empty()) st[d] = 0;
@@ -130,7 +130,7 @@ void ScatterReduceKernel(const KernelCall& c) {
       }
     };
   };
-  switch (c.attrs.mode) {
+  switch (c.attrs.get<ScatterArgs>().mode) {
     case kScatterSum: return ScatterKernel<true>(c);
     case kScatterProd:
       return ScatterWith(c, "scatter_reduce", [](auto* dst, auto v) {
@@ -156,7 +156,7 @@ void IndexSelectKernel(const KernelCall& c) {
     InitFromSelf(x, out);
     return;
   }
-  const int64_t d = wrap_dim(c.attrs.dim, x.dim(), "index_select");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, x.dim(), "index_select");
   const int64_t size = x.size(d);
   const int64_t* ip = idx.contiguous().data_ptr<int64_t>();
   if (d == 0 && x.is_contiguous()) {
@@ -202,7 +202,7 @@ void IndexAddKernel(const KernelCall& c) {
   if (src.numel() == 0) return;
   Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
   Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
-  const int64_t d = wrap_dim(c.attrs.dim, o.dim(), "index_add");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, o.dim(), "index_add");
   const int64_t size = o.size(d);
   IntArray st = o.strides();
   st[d] = 0;
@@ -211,7 +211,7 @@ void IndexAddKernel(const KernelCall& c) {
   ist[d] = 1;
   Tensor ir = RawWindow(idx, s.sizes(), ist, idx.storage_offset());
   const int64_t step = o.stride(d) * o.element_size();
-  const double alpha = c.attrs.alpha;
+  const double alpha = c.attrs.get<IndexArgs>().alpha;
   ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
     using M = opmath_t<scalar_t>;
     StridedLoop<3> loop;
@@ -282,8 +282,8 @@ void IndexKernel(const KernelCall& c) {
   const Tensor& self = c.inputs[0];
   std::vector<Tensor> idx(c.inputs.begin() + 1, c.inputs.end());
   if (c.outputs[0].numel() == 0) return;
-  AdvIndex plan = PlanAdvancedIndex(self, idx, c.attrs.indexed_dims, c.outputs[0]);
-  AdvDispatch<false>(plan, c.attrs.indexed_dims, self.dtype(), false);
+  AdvIndex plan = PlanAdvancedIndex(self, idx, c.attrs.get<AdvancedIndexArgs>().indexed_dims, c.outputs[0]);
+  AdvDispatch<false>(plan, c.attrs.get<AdvancedIndexArgs>().indexed_dims, self.dtype(), false);
 }
 
 // inputs: self, indices..., values (already broadcast to the indexing result's shape).
@@ -294,8 +294,8 @@ void IndexPutKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(self, out);
   if (values.numel() == 0) return;
-  AdvIndex plan = PlanAdvancedIndex(out, idx, c.attrs.indexed_dims, values);
-  AdvDispatch<true>(plan, c.attrs.indexed_dims, self.dtype(), c.attrs.keepdim);
+  AdvIndex plan = PlanAdvancedIndex(out, idx, c.attrs.get<AdvancedIndexArgs>().indexed_dims, values);
+  AdvDispatch<true>(plan, c.attrs.get<AdvancedIndexArgs>().indexed_dims, self.dtype(), c.attrs.get<AdvancedIndexArgs>().accumulate);
 }
 
 void NonzeroKernel(const KernelCall& c) {
@@ -322,9 +322,9 @@ void NonzeroKernel(const KernelCall& c) {
 
 void SortKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
-  const bool desc = c.attrs.keepdim;
+  const bool desc = c.attrs.get<SortArgs>().descending;
   Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
-  const int64_t d = wrap_dim(c.attrs.dim, xs.dim(), "sort");
+  const int64_t d = wrap_dim(c.attrs.get<SortArgs>().dim, xs.dim(), "sort");
   Tensor xm = xs.movedim(d, -1).contiguous();
   const int64_t len = xm.size(-1);
   const int64_t rows = len == 0 ? 0 : xm.numel() / len;

@@ -23,7 +23,8 @@ void NllLossKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& target = c.inputs[1];
   const int64_t rows = x.size(0), classes = x.size(1);
-  const int64_t reduction = c.attrs.dims[0], ignore_index = c.attrs.dims[1];
+  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
+  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   ANVIL_DISPATCH_FLOATING(x.dtype(), "nll_loss", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
@@ -56,7 +57,8 @@ void NllLossBackwardKernel(const KernelCall& c) {
   const Tensor& target = c.inputs[1];
   const Tensor& out = c.outputs[0];  // [rows, classes], fresh and contiguous
   const int64_t rows = out.size(0), classes = out.size(1);
-  const int64_t reduction = c.attrs.dims[0], ignore_index = c.attrs.dims[1];
+  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
+  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   ANVIL_DISPATCH_FLOATING(out.dtype(), "nll_loss_backward", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;

@@ -46,7 +46,7 @@ struct Lists {
 
 template <typename T>
 void SgdStep(const KernelCall& c) {
-  const auto f = fn::SgdStepF<T>::make(c.attrs.optim);
+  const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const Lists<T> l(c.inputs, f.has_momentum ? 3 : 2);
   fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
     parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
@@ -62,7 +62,7 @@ void SgdStep(const KernelCall& c) {
 
 template <typename T>
 void AdamStep(const KernelCall& c) {
-  const auto f = fn::AdamStepF<T>::make(c.attrs.optim);
+  const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const Lists<T> l(c.inputs, f.amsgrad ? 5 : 4);
   fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
     parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {

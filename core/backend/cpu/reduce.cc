@@ -99,7 +99,7 @@ void ForEachRow(const Layout& l, const RowFn& row) {
 enum class Kind { Sum, Mean, Prod, Amax, Amin, All, Any, Norm, Var, LogSumExp };
 
 template <typename T, Kind K>
-void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
+void Reduce(const Layout& l, const Tensor& out, const ReduceArgs& a) {
   using M = opmath_t<T>;
   const T* x = l.x.data_ptr<T>();
   const int64_t red = l.red, inner = l.inner;
@@ -168,7 +168,7 @@ void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
         }
         return best;
       } else if constexpr (K == Kind::Norm) {
-        const double pn = a.alpha;
+        const double pn = a.p;
         if (std::isinf(pn)) {
           double m = 0;
           for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(M(p[i]))));
@@ -194,7 +194,7 @@ void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
           const double d = static_cast<double>(M(p[i])) - mean;
           ss += d * d;
         }
-        const double denom = static_cast<double>(n) - a.alpha;
+        const double denom = static_cast<double>(n) - a.correction;
         return M(denom <= 0 ? std::numeric_limits<double>::quiet_NaN() : ss / denom);
       } else {  // LogSumExp
         M m = M(p[0]);
@@ -248,16 +248,17 @@ void Reduce(const Layout& l, const Tensor& out, const OpAttrs& a) {
 template <Kind K>
 void ReduceKernel(const KernelCall& c) {
   const bool allow_inner = K != Kind::Norm && K != Kind::Var && K != Kind::LogSumExp;
-  Layout l = MakeLayout(c.inputs[0], c.attrs.dims, allow_inner);
+  const ReduceArgs& args = c.attrs.get<ReduceArgs>();
+  Layout l = MakeLayout(c.inputs[0], args.dims, allow_inner);
   const Tensor& out = c.outputs[0];
   if constexpr (K == Kind::All || K == Kind::Any) {
-    ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] { Reduce<scalar_t, K>(l, out, args); });
   } else if constexpr (K == Kind::Amax || K == Kind::Amin) {
-    ANVIL_DISPATCH_ALL(l.x.dtype(), "amax/amin", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "amax/amin", [&] { Reduce<scalar_t, K>(l, out, args); });
   } else if constexpr (K == Kind::Mean || K == Kind::Norm || K == Kind::Var || K == Kind::LogSumExp) {
-    ANVIL_DISPATCH_FLOATING(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+    ANVIL_DISPATCH_FLOATING(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, args); });
   } else {
-    ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, c.attrs); });
+    ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "reduce", [&] { Reduce<scalar_t, K>(l, out, args); });
   }
 }
 
@@ -300,7 +301,7 @@ void ArgReduceInnerRows(const T* x, int64_t b, int64_t e, int64_t red, int64_t i
 // row across the inner run, so the compare-and-select vectorises and no transposed copy is made.
 template <bool IsMax, bool WantValues>
 void ArgReduceKernel(const KernelCall& c) {
-  Layout l = MakeLayout(c.inputs[0], c.attrs.dims, true);
+  Layout l = MakeLayout(c.inputs[0], c.attrs.get<ReduceArgs>().dims, true);
   const Tensor& idx_out = c.outputs[WantValues ? 1 : 0];
   int64_t* oi_ptr = idx_out.data_ptr<int64_t>();
   if (l.inner > 1) {
@@ -338,7 +339,7 @@ void ArgReduceKernel(const KernelCall& c) {
 }
 
 void CumSumKernel(const KernelCall& c) {
-  const int64_t d = wrap_dim(c.attrs.dims[0], std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
   Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
   Tensor xm = x.movedim(d, -1).contiguous();
   Tensor tmp = empty_like(xm);

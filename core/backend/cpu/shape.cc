@@ -12,7 +12,7 @@
 namespace anvil::cpu {
 namespace {
 
-void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.dims[0], CopyInto); }
+void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.get<DimArgs>().dim, CopyInto); }
 
 // Rows shorter than a vector (a classifier's 10 logits) leave every per-row loop scalar and
 // make exp the cost (~40 ns a row at 10 classes). These paths take a block of rows at once:
@@ -79,7 +79,7 @@ void SoftmaxKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
   if (x.numel() == 0) return;
-  const shape_rows::SoftmaxRows layout(x, out, c.attrs.dims[0], Log ? "log_softmax" : "softmax");
+  const shape_rows::SoftmaxRows layout(x, out, c.attrs.get<DimArgs>().dim, Log ? "log_softmax" : "softmax");
   const Tensor& xm = layout.in;
   const Tensor& om = layout.out;
   const int64_t len = layout.len, rows = layout.rows;
@@ -145,7 +145,7 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (g.numel() == 0) return;
   const char* name = Log ? "log_softmax_backward" : "softmax_backward";
-  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.dims[0], name);
+  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.get<DimArgs>().dim, name);
   const int64_t len = layout.len, rows = layout.rows;
   ANVIL_DISPATCH_FLOATING(g.dtype(), name, [&] {
     using T = scalar_t;
@@ -179,11 +179,11 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   layout.finish(out, CopyInto);
 }
 
-// out = zeros(attrs.dims); out.as_strided(attrs.geometry) += src  (serial: windows overlap).
+// out = zeros(sizes); out.as_strided(window) += src  (serial: windows overlap).
 void StridedScatterAddKernel(const KernelCall& c) {
   const Tensor& src = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  const Geometry& g = c.attrs.geometry;
+  const Geometry& g = c.attrs.get<StridedScatterArgs>().window;
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "strided_scatter_add", [&] {
     std::fill(out.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + out.numel(), scalar_t(0));
     Tensor w = RawWindow(out, g.sizes, g.strides, out.storage_offset() + g.offset);

@@ -101,7 +101,7 @@ void Col2Im(const T* cols, T* image, const Geom& g, int64_t images, ColLayout la
 void Im2ColRowKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.window, in.size(0), in.size(1));
+  const Geom g = MakeGeom(c.attrs.get<WindowArgs>(), in.size(0), in.size(1));
   const int device = out.device().index;
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
@@ -114,7 +114,7 @@ void Im2ColRowKernel(const KernelCall& c) {
 void Col2ImRowKernel(const KernelCall& c) {
   const Tensor in = c.inputs[0].contiguous();
   const Tensor& out = c.outputs[0];
-  const Geom g = MakeGeom(c.attrs.window, out.size(0), out.size(1));
+  const Geom g = MakeGeom(c.attrs.get<WindowArgs>(), out.size(0), out.size(1));
   const int device = out.device().index;
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
@@ -186,7 +186,7 @@ void Conv2dForward(const KernelCall& call) {
   const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), w.size(0));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;
@@ -227,7 +227,7 @@ template <typename T>
 void Conv2dInputGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, out.size(0), out.size(1), w.size(0));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), out.size(0), out.size(1), w.size(0));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;
@@ -258,7 +258,7 @@ template <typename T>
 void Conv2dWeightGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.window, x.size(0), x.size(1), gy.size(1));
+  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), gy.size(1));
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;

@@ -37,7 +37,7 @@ struct Constant {
 
 void FillKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
-  const double v = c.attrs.alpha;
+  const double v = c.attrs.get<FillArgs>().value;
   ANVIL_DISPATCH_ALL(out.dtype(), "fill", [&] {
     const scalar_t value = fill_rows::FillValue<scalar_t>(v);
     if (v == 0 && out.is_contiguous() && !std::signbit(v)) {  // zeros: all bits 0 in every dtype

@@ -338,7 +338,7 @@ void GatherKernel(const KernelCall& c) {
   const Tensor idx = AsInt64(c.inputs[1]);
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(x.dim(), 1), "gather");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, std::max<int64_t>(x.dim(), 1), "gather");
   const int64_t size = x.dim() == 0 ? 1 : x.size(d);
   CheckIndices({{idx, size, d, false}});
   IntArray st = x.strides();
@@ -358,7 +358,7 @@ void ScatterWith(const KernelCall& c, const char* name, WriteFn write) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(self, out);
   if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dim, std::max<int64_t>(self.dim(), 1), name);
+  const int64_t d = wrap_dim(c.attrs.get<ScatterArgs>().dim, std::max<int64_t>(self.dim(), 1), name);
   const int64_t size = self.dim() == 0 ? 1 : self.size(d);
   CheckIndices({{idx, size, d, false}});
   IntArray st = out.strides();
@@ -389,11 +389,11 @@ void ScatterKernel(const KernelCall& c) {
 // scatter_reduce's step: sum as scatter_add; prod, amax and amin in the CPU's serial order on
 // the sorted path (Write has no atomic form for them).
 void ScatterReduceKernel(const KernelCall& c) {
-  if (c.attrs.mode == kScatterSum) return ScatterKernel<true>(c);
+  if (c.attrs.get<ScatterArgs>().mode == kScatterSum) return ScatterKernel<true>(c);
   ScatterWith(c, "scatter_reduce", [&](const Tensor& srcr, const Tensor& outr, const Tensor& idx, const Locate<1>& loc) {
     const Tensor& out = c.outputs[0];
     ANVIL_DISPATCH_ALL(out.dtype(), "scatter_reduce", [&] {
-      switch (c.attrs.mode) {
+      switch (c.attrs.get<ScatterArgs>().mode) {
         case kScatterProd: Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
         case kScatterAmax: Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
         default: Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
@@ -414,7 +414,7 @@ void IndexSelectKernel(const KernelCall& c) {
     InitFromSelf(x, out);
     return;
   }
-  const int64_t d = wrap_dim(c.attrs.dim, x.dim(), "index_select");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, x.dim(), "index_select");
   const int64_t size = x.size(d);
   CheckIndices({{idx, size, d, false}});
   IntArray st = x.strides();
@@ -437,7 +437,7 @@ void IndexAddKernel(const KernelCall& c) {
   if (src.numel() == 0) return;
   const Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
   const Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
-  const int64_t d = wrap_dim(c.attrs.dim, o.dim(), "index_add");
+  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, o.dim(), "index_add");
   const int64_t size = o.size(d);
   CheckIndices({{idx, size, d, false}});
   IntArray st = o.strides();
@@ -448,7 +448,7 @@ void IndexAddKernel(const KernelCall& c) {
   const Tensor ir = RawWindow(idx, s.sizes(), ist, idx.storage_offset());
   const Locate<1> loc{{size}, {o.stride(d) * o.element_size()}};
   ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
-    Write<scalar_t, Combine::kAddScaled, 1>({&s, &outr, &ir}, loc, out, c.attrs.alpha);
+    Write<scalar_t, Combine::kAddScaled, 1>({&s, &outr, &ir}, loc, out, c.attrs.get<IndexArgs>().alpha);
   });
 }
 
@@ -512,7 +512,7 @@ void Advanced(const Tensor& self, std::vector<Tensor> idx, const IntArray& idims
 void IndexKernel(const KernelCall& c) {
   if (c.outputs[0].numel() == 0) return;
   Advanced(c.inputs[0], std::vector<Tensor>(c.inputs.begin() + 1, c.inputs.end()),
-           c.attrs.indexed_dims, c.outputs[0], false, false);
+           c.attrs.get<AdvancedIndexArgs>().indexed_dims, c.outputs[0], false, false);
 }
 
 // inputs: self, indices..., values (already broadcast to the indexing result's shape).
@@ -521,8 +521,8 @@ void IndexPutKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(c.inputs[0], out);
   if (values.numel() == 0) return;
-  Advanced(out, std::vector<Tensor>(c.inputs.begin() + 1, c.inputs.end() - 1), c.attrs.indexed_dims,
-           values, true, c.attrs.keepdim);
+  Advanced(out, std::vector<Tensor>(c.inputs.begin() + 1, c.inputs.end() - 1), c.attrs.get<AdvancedIndexArgs>().indexed_dims,
+           values, true, c.attrs.get<AdvancedIndexArgs>().accumulate);
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ void NllLoss(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& target = c.inputs[1];
   const int64_t rows = x.size(0), classes = x.size(1);
-  const int64_t reduction = c.attrs.dims[0], ignore_index = c.attrs.dims[1];
+  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
+  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   const int device = x.device().index;
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(x.dtype(), "nll_loss", [&] {
@@ -88,7 +89,8 @@ void NllLossBackward(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const int64_t rows = out.size(0), classes = out.size(1);
   if (out.numel() == 0) return;
-  const int64_t reduction = c.attrs.dims[0], ignore_index = c.attrs.dims[1];
+  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
+  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   const int device = out.device().index;
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(out.dtype(), "nll_loss_backward", [&] {

@@ -29,7 +29,7 @@ struct AdamBody {
 
 template <typename T>
 void Sgd(const KernelCall& c) {
-  const auto f = fn::SgdStepF<T>::make(c.attrs.optim);
+  const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const int device = c.inputs[0].device().index;
   fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
     const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f};
@@ -43,7 +43,7 @@ void Sgd(const KernelCall& c) {
 
 template <typename T>
 void Adam(const KernelCall& c) {
-  const auto f = fn::AdamStepF<T>::make(c.attrs.optim);
+  const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const int device = c.inputs[0].device().index;
   fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
     const AdamBody<T, kWd, kDecoupled, kAmsgrad> body{f};

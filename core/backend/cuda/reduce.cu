@@ -446,7 +446,7 @@ template <Kind K>
 void ReduceKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const Layout l = MakeLayout(c.inputs[0], c.attrs.dims);
+  const Layout l = MakeLayout(c.inputs[0], c.attrs.get<ReduceArgs>().dims);
   if constexpr (K == Kind::All || K == Kind::Any) {
     ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] {
       RunReduce(AllAnyOp<scalar_t, K == Kind::All>{out.data_ptr<bool>()}, l);
@@ -461,19 +461,19 @@ void ReduceKernel(const KernelCall& c) {
       else RunReduce(ProdOp<scalar_t>{out.data_ptr<scalar_t>()}, l);
     });
   } else {
-    const OpAttrs& a = c.attrs;
+    const ReduceArgs& a = c.attrs.get<ReduceArgs>();
     ANVIL_DISPATCH_FLOATING(l.x.dtype(), "reduce", [&] {
       scalar_t* o = out.data_ptr<scalar_t>();
       if constexpr (K == Kind::Mean) {
         RunReduce(SumOp<scalar_t, true>{o}, l);
       } else if constexpr (K == Kind::Norm) {
-        const NormMode mode = std::isinf(a.alpha) ? NormMode::kInf
-                              : a.alpha == 2  ? NormMode::kTwo
-                              : a.alpha == 1  ? NormMode::kOne
+        const NormMode mode = std::isinf(a.p) ? NormMode::kInf
+                              : a.p == 2  ? NormMode::kTwo
+                              : a.p == 1  ? NormMode::kOne
                                               : NormMode::kP;
-        RunReduce(NormOp<scalar_t>{o, mode, a.alpha}, l);
+        RunReduce(NormOp<scalar_t>{o, mode, a.p}, l);
       } else if constexpr (K == Kind::Var) {
-        RunReduce(VarOp<scalar_t>{o, a.alpha}, l);
+        RunReduce(VarOp<scalar_t>{o, a.correction}, l);
       } else {
         RunReduce(LseOp<scalar_t>{o}, l);
       }
@@ -485,7 +485,7 @@ template <bool kMax, bool kWantValues>
 void ArgReduceKernel(const KernelCall& c) {
   const Tensor& idx_out = c.outputs[kWantValues ? 1 : 0];
   if (idx_out.numel() == 0) return;
-  const Layout l = MakeLayout(c.inputs[0], c.attrs.dims);
+  const Layout l = MakeLayout(c.inputs[0], c.attrs.get<ReduceArgs>().dims);
   ANVIL_DISPATCH_ALL(l.x.dtype(), "argmax", [&] {
     scalar_t* values = kWantValues ? c.outputs[0].data_ptr<scalar_t>() : nullptr;
     RunReduce(ArgOp<scalar_t, kMax>{idx_out.data_ptr<int64_t>(), values}, l);
@@ -563,7 +563,7 @@ __global__ void CumSumRowsKernel(const T* in, T* out, int64_t rows, int64_t len)
 void CumSumKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.dims[0], std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
   Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
   // Scan straight into the output when both are contiguous along the last dim.
   const bool direct = d == x.dim() - 1 && x.is_contiguous() && out.is_contiguous();

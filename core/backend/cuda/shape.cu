@@ -12,7 +12,7 @@ namespace anvil::cuda {
 namespace {
 
 // One strided copy per input into its window of the output.
-void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.dims[0], CopyBits); }
+void CatKernel(const KernelCall& c) { shape_rows::Cat(c.outputs[0], c.inputs, c.attrs.get<DimArgs>().dim, CopyBits); }
 
 // NOTE [ Deterministic strided scatter-add ]
 // out = zeros(dims); out.as_strided(geometry) += src. The CPU adds the window's elements
@@ -121,7 +121,7 @@ __global__ void ScatterAddKernel(ScatterPlan plan, const T* src, T* out) {
 void StridedScatterAddKernel(const KernelCall& c) {
   const Tensor& src = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  const Geometry& g = c.attrs.geometry;
+  const Geometry& g = c.attrs.get<StridedScatterArgs>().window;
   if (out.numel() == 0) return;
   const int device = out.device().index;
   DeviceGuard guard(device);

@@ -157,7 +157,7 @@ void SoftmaxKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
   if (x.numel() == 0) return;
-  const shape_rows::SoftmaxRows layout(x, out, c.attrs.dims[0], kLog ? "log_softmax" : "softmax");
+  const shape_rows::SoftmaxRows layout(x, out, c.attrs.get<DimArgs>().dim, kLog ? "log_softmax" : "softmax");
   const Tensor& xm = layout.in;
   const Tensor& om = layout.out;
   const int64_t len = layout.len, rows = layout.rows;
@@ -218,7 +218,7 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (g.numel() == 0) return;
   const char* name = kLog ? "log_softmax_backward" : "softmax_backward";
-  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.dims[0], name);
+  const shape_rows::SoftmaxGradRows layout(g, c.inputs[1], out, c.attrs.get<DimArgs>().dim, name);
   const int64_t len = layout.len, rows = layout.rows;
   const int device = out.device().index;
   {

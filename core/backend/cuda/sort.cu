@@ -138,9 +138,9 @@ void SortRows(const Tensor& x, int64_t rows, int64_t len, bool descending, const
 
 void SortKernel(const KernelCall& c) {
   const Tensor& x = c.inputs[0];
-  const bool descending = c.attrs.keepdim;
+  const bool descending = c.attrs.get<SortArgs>().descending;
   const Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
-  const int64_t d = wrap_dim(c.attrs.dim, xs.dim(), "sort");
+  const int64_t d = wrap_dim(c.attrs.get<SortArgs>().dim, xs.dim(), "sort");
   const Tensor xm = xs.movedim(d, -1).contiguous();
   const int64_t len = xm.size(-1);
   const int64_t rows = len == 0 ? 0 : xm.numel() / len;
