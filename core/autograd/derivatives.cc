@@ -18,6 +18,8 @@ namespace {
 
 using Grads = std::vector<Tensor>;
 using Ctx = BackwardCtx;
+constexpr bool Yes = true;
+constexpr bool No = false;
 
 Tensor Zeros(const TensorMeta& m) { return zeros(m.sizes, TensorOptions(m.dtype).with_device(m.device)); }
 
@@ -538,31 +540,61 @@ Grads Conv2dB(Ctx& c, const Grads& g) {
   return r;
 }
 
+// Each differentiable row's rule, by row: RuleOf<OpId::X>::fn. The table below asks for it
+// for every Grad = Yes row of op_table.def, so a differentiable row without a rule does not
+// compile, and a rule for a row that is not differentiable is refused here too.
+constexpr bool kDifferentiable[] = {
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) grad,
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+};
+
+template <OpId>
+constexpr bool kHasNoRule = false;
+template <OpId op>
+struct RuleOf {
+  static_assert(kHasNoRule<op>, "this row of op_table.def has Grad = Yes but no backward rule: add RULE(Id, fn) below");
+};
+#define RULE(Id, rule)                                                                                 \
+  template <>                                                                                          \
+  struct RuleOf<OpId::Id> {                                                                            \
+    static_assert(kDifferentiable[static_cast<int>(OpId::Id)], #Id " has a rule but Grad = No in the table"); \
+    static constexpr BackwardFn fn = &rule;                                                            \
+  };
+RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
+RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
+RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
+RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB) RULE(LeakyRelu, LeakyReluB)
+RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
+RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
+RULE(Round, ZeroB) RULE(Trunc, ZeroB)
+RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
+RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB)
+RULE(Atan2, Atan2B) RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB)
+RULE(Cast, CastB) RULE(Clone, CloneB)
+RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
+RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
+RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
+RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB)
+RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
+RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
+RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
+RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
+RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
+RULE(StridedScatterAdd, StridedScatterAddB) RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB)
+RULE(Conv2d, Conv2dB)
+#undef RULE
+
 struct RuleTable {
   BackwardFn rules[kNumOps] = {};
   RuleTable() {
-#define RULE(Id, fn) rules[static_cast<int>(OpId::Id)] = &fn;
-    RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
-    RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
-    RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
-    RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB) RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB)
-    RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
-    RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
-    RULE(Round, ZeroB) RULE(Trunc, ZeroB)
-    RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
-    RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB)
-    RULE(Atan2, Atan2B) RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB) RULE(Cast, CastB) RULE(Clone, CloneB)
-    RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
-    RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
-    RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
-    RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
-    RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
-    RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
-    RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
-    RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
-    RULE(StridedScatterAdd, StridedScatterAddB) RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB)
-    RULE(Conv2d, Conv2dB)
-#undef RULE
+#define ANVIL_RULE_SLOT_Yes(Id) rules[static_cast<int>(OpId::Id)] = RuleOf<OpId::Id>::fn;
+#define ANVIL_RULE_SLOT_No(Id)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_RULE_SLOT_##grad(Id)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_RULE_SLOT_Yes
+#undef ANVIL_RULE_SLOT_No
   }
 };
 

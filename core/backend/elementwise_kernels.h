@@ -1,45 +1,61 @@
-// The element-wise rows' kernels (core/ops/elementwise_rows.def, plus gelu and pow with a
-// scalar), written once for every backend. A backend supplies the loops:
+// The element-wise rows' kernels, written once for every backend: every row of the op table
+// whose Kernel column is Functor, FunctorAll or Dividing runs its functor fn::<Id>F
+// (core/ops/functors.h) through a backend's loops; gelu and pow with a scalar are written out
+// below. A backend supplies
 //   B::unary<T>(out, x, f)      out = f(x) computed in opmath_t<T>, out bool when f returns bool
 //   B::binary<T>(out, a, b, f)  out = f(a, b), a and b broadcast to out
-//   B::check_divisor(b, op)     throws if an integer b holds a zero (the ANVIL_DIVIDING rows)
+//   B::check_divisor(b, op)     throws if an integer b holds a zero (the Dividing rows)
 // and registers the rows with extra logic itself (where, casts).
 #pragma once
+
+#include <type_traits>
 
 #include "core/backend/registry.h"
 #include "core/ops/functors.h"
 
 namespace anvil::elementwise_kernels {
 
-#define ANVIL_UNARY(Name, DISPATCH, MAKE)                                                                \
+// A row's functor, built from its Args struct (default-constructed when the row has none).
+template <typename F, typename Args>
+F MakeFunctor(const OpAttrs& a) {
+  if constexpr (std::is_same_v<Args, NoArgs>) {
+    return F{};
+  } else {
+    return F::from(a.get<Args>());
+  }
+}
+
+// The dtypes a Functor row runs over, by its Infer family (NOTE in op_table.def).
+#define ANVIL_EW_DISPATCH_UnaryKeep ANVIL_DISPATCH_NUMERIC
+#define ANVIL_EW_DISPATCH_UnaryFloat ANVIL_DISPATCH_FLOATING
+#define ANVIL_EW_DISPATCH_UnaryBool ANVIL_DISPATCH_ALL
+#define ANVIL_EW_DISPATCH_BinaryArith ANVIL_DISPATCH_NUMERIC
+#define ANVIL_EW_DISPATCH_BinaryFloat ANVIL_DISPATCH_FLOATING
+#define ANVIL_EW_DISPATCH_BinaryCompare ANVIL_DISPATCH_ALL
+#define ANVIL_EW_DISPATCH_BinaryLogical ANVIL_DISPATCH_ALL
+
+#define ANVIL_EW_Unary(Id, DISPATCH, Args, kDividing)                                                    \
   template <typename B>                                                                                  \
-  void Name(const KernelCall& c) {                                                                       \
-    const auto& a = c.attrs;                                                                             \
-    (void)a;                                                                                             \
-    auto f = MAKE;                                                                                       \
-    DISPATCH(c.inputs[0].dtype(), #Name, [&] { B::template unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
+  void Id(const KernelCall& c) {                                                                         \
+    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                                \
+    DISPATCH(c.inputs[0].dtype(), #Id, [&] { B::template unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
   }
-#define ANVIL_BINARY(Name, DISPATCH, MAKE)                                                       \
+#define ANVIL_EW_Binary(Id, DISPATCH, Args, kDividing)                                           \
   template <typename B>                                                                          \
-  void Name(const KernelCall& c) {                                                               \
-    const auto& a = c.attrs;                                                                     \
-    (void)a;                                                                                     \
-    auto f = MAKE;                                                                               \
-    DISPATCH(c.inputs[0].dtype(), #Name,                                                         \
+  void Id(const KernelCall& c) {                                                                 \
+    if constexpr (kDividing) B::check_divisor(c.inputs[1], c.op);                                \
+    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                        \
+    DISPATCH(c.inputs[0].dtype(), #Id,                                                           \
              [&] { B::template binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });  \
   }
-#define ANVIL_DIVIDING(Name, DISPATCH, MAKE)                                                     \
-  template <typename B>                                                                          \
-  void Name(const KernelCall& c) {                                                               \
-    B::check_divisor(c.inputs[1], c.op);                                                         \
-    auto f = MAKE;                                                                               \
-    DISPATCH(c.inputs[0].dtype(), #Name,                                                         \
-             [&] { B::template binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });  \
-  }
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-#undef ANVIL_DIVIDING
+#define ANVIL_EW_KERNEL_Functor(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_EW_DISPATCH_##infer, Args, false)
+#define ANVIL_EW_KERNEL_FunctorAll(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_DISPATCH_ALL, Args, false)
+#define ANVIL_EW_KERNEL_Dividing(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_EW_DISPATCH_##infer, Args, true)
+#define ANVIL_EW_KERNEL_Own(Id, kind, infer, Args)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) \
+  ANVIL_EW_KERNEL_##kernel(Id, kind, infer, args)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
 
 template <typename B>
 void Gelu(const KernelCall& c) {
@@ -59,15 +75,20 @@ void PowScalar(const KernelCall& c) {
 
 template <typename B>
 void Register(KernelTable& t) {
-#define ANVIL_UNARY(Name, ...) t[static_cast<int>(OpId::Name)] = &Name<B>;
-#define ANVIL_BINARY(Name, ...) t[static_cast<int>(OpId::Name)] = &Name<B>;
-#define ANVIL_DIVIDING(Name, ...) t[static_cast<int>(OpId::Name)] = &Name<B>;
-#include "core/ops/elementwise_rows.def"
-#undef ANVIL_UNARY
-#undef ANVIL_BINARY
-#undef ANVIL_DIVIDING
+#define ANVIL_EW_SLOT_Functor(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
+#define ANVIL_EW_SLOT_FunctorAll(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
+#define ANVIL_EW_SLOT_Dividing(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
+#define ANVIL_EW_SLOT_Own(Id)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_EW_SLOT_##kernel(Id)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
   t[static_cast<int>(OpId::Gelu)] = &Gelu<B>;
   t[static_cast<int>(OpId::PowScalar)] = &PowScalar<B>;
 }
 
 }  // namespace anvil::elementwise_kernels
+
+#undef ANVIL_EW_SLOT_Functor
+#undef ANVIL_EW_SLOT_FunctorAll
+#undef ANVIL_EW_SLOT_Dividing
+#undef ANVIL_EW_SLOT_Own

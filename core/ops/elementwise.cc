@@ -85,33 +85,22 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
   return *r;
 }
 
-#define ANVIL_UNARY(fn, Id) \
-  Tensor fn(const Tensor& x) { return Unary(OpId::Id, x); }
-ANVIL_UNARY(neg, Neg)
-ANVIL_UNARY(abs, Abs)
-ANVIL_UNARY(sign, Sign)
-ANVIL_UNARY(exp, Exp)
-ANVIL_UNARY(expm1, Expm1)
-ANVIL_UNARY(log, Log)
-ANVIL_UNARY(log1p, Log1p)
-ANVIL_UNARY(sqrt, Sqrt)
-ANVIL_UNARY(rsqrt, Rsqrt)
-ANVIL_UNARY(reciprocal, Reciprocal)
-ANVIL_UNARY(sin, Sin)
-ANVIL_UNARY(cos, Cos)
-ANVIL_UNARY(tanh, Tanh)
-ANVIL_UNARY(sigmoid, Sigmoid)
-ANVIL_UNARY(relu, Relu)
-ANVIL_UNARY(silu, Silu)
-ANVIL_UNARY(erf, Erf)
-ANVIL_UNARY(floor, Floor)
-ANVIL_UNARY(ceil, Ceil)
-ANVIL_UNARY(round, Round)
-ANVIL_UNARY(trunc, Trunc)
-ANVIL_UNARY(logical_not, LogicalNot)
-ANVIL_UNARY(isnan, IsNan)
-ANVIL_UNARY(isfinite, IsFinite)
-#undef ANVIL_UNARY
+// The unary rows whose Api column generates them (op_table.def): the function, the method
+// and (Inplace) the in-place method.
+#define ANVIL_API_FnMethodInplace(Id, name)                                         \
+  Tensor name(const Tensor& x) { return Unary(OpId::Id, x); }                       \
+  Tensor Tensor::name() const { return Unary(OpId::Id, *this); }                    \
+  Tensor& Tensor::name##_() { return inplace_op(OpId::Id, *this, {}, {}, #name "_"); }
+#define ANVIL_API_FnMethod(Id, name)                              \
+  Tensor name(const Tensor& x) { return Unary(OpId::Id, x); }     \
+  Tensor Tensor::name() const { return Unary(OpId::Id, *this); }
+#define ANVIL_API_Hand(Id, name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(Id, name)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_API_FnMethodInplace
+#undef ANVIL_API_FnMethod
+#undef ANVIL_API_Hand
 
 Tensor square(const Tensor& x) { return pow(x, 2); }
 
@@ -305,30 +294,6 @@ Tensor& Tensor::pow_(Scalar e) { return inplace_op(OpId::PowScalar, *this, {}, P
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   return inplace_op(OpId::Clamp, *this, {}, ClampBounds(lo, hi, "clamp_"), "clamp_");
 }
-#define ANVIL_UNARY_INPLACE(fn, Id) \
-  Tensor& Tensor::fn() { return inplace_op(OpId::Id, *this, {}, Attrs(), #fn); }
-ANVIL_UNARY_INPLACE(neg_, Neg)
-ANVIL_UNARY_INPLACE(abs_, Abs)
-ANVIL_UNARY_INPLACE(sign_, Sign)
-ANVIL_UNARY_INPLACE(exp_, Exp)
-ANVIL_UNARY_INPLACE(expm1_, Expm1)
-ANVIL_UNARY_INPLACE(log_, Log)
-ANVIL_UNARY_INPLACE(log1p_, Log1p)
-ANVIL_UNARY_INPLACE(sqrt_, Sqrt)
-ANVIL_UNARY_INPLACE(rsqrt_, Rsqrt)
-ANVIL_UNARY_INPLACE(reciprocal_, Reciprocal)
-ANVIL_UNARY_INPLACE(sin_, Sin)
-ANVIL_UNARY_INPLACE(cos_, Cos)
-ANVIL_UNARY_INPLACE(tanh_, Tanh)
-ANVIL_UNARY_INPLACE(sigmoid_, Sigmoid)
-ANVIL_UNARY_INPLACE(relu_, Relu)
-ANVIL_UNARY_INPLACE(silu_, Silu)
-ANVIL_UNARY_INPLACE(erf_, Erf)
-ANVIL_UNARY_INPLACE(floor_, Floor)
-ANVIL_UNARY_INPLACE(ceil_, Ceil)
-ANVIL_UNARY_INPLACE(round_, Round)
-ANVIL_UNARY_INPLACE(trunc_, Trunc)
-#undef ANVIL_UNARY_INPLACE
 
 Tensor& Tensor::pow_(const Tensor& e) { return BinaryInplace(OpId::Pow, *this, e, Attrs(), "pow_"); }
 Tensor& Tensor::remainder_(const Tensor& o) { return BinaryInplace(OpId::Remainder, *this, o, Attrs(), "remainder_"); }

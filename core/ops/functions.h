@@ -66,33 +66,17 @@ Tensor randn_like(const Tensor& t);
 void manual_seed(uint64_t seed);
 
 // ---- element-wise ----
-#define ANVIL_DECLARE_UNARY(fn) Tensor fn(const Tensor& x);
-ANVIL_DECLARE_UNARY(neg)
-ANVIL_DECLARE_UNARY(abs)
-ANVIL_DECLARE_UNARY(sign)
-ANVIL_DECLARE_UNARY(exp)
-ANVIL_DECLARE_UNARY(expm1)
-ANVIL_DECLARE_UNARY(log)
-ANVIL_DECLARE_UNARY(log1p)
-ANVIL_DECLARE_UNARY(sqrt)
-ANVIL_DECLARE_UNARY(rsqrt)
-ANVIL_DECLARE_UNARY(reciprocal)
-ANVIL_DECLARE_UNARY(sin)
-ANVIL_DECLARE_UNARY(cos)
-ANVIL_DECLARE_UNARY(tanh)
-ANVIL_DECLARE_UNARY(sigmoid)
-ANVIL_DECLARE_UNARY(relu)
-ANVIL_DECLARE_UNARY(silu)
-ANVIL_DECLARE_UNARY(erf)
-ANVIL_DECLARE_UNARY(floor)
-ANVIL_DECLARE_UNARY(ceil)
-ANVIL_DECLARE_UNARY(round)
-ANVIL_DECLARE_UNARY(trunc)
-ANVIL_DECLARE_UNARY(logical_not)
-ANVIL_DECLARE_UNARY(isnan)
-ANVIL_DECLARE_UNARY(isfinite)
-ANVIL_DECLARE_UNARY(square)
-#undef ANVIL_DECLARE_UNARY
+// The unary rows whose Api column generates them (op_table.def): `Tensor name(const Tensor&)`.
+#define ANVIL_API_FnMethodInplace(name) Tensor name(const Tensor& x);
+#define ANVIL_API_FnMethod(name) Tensor name(const Tensor& x);
+#define ANVIL_API_Hand(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_API_FnMethodInplace
+#undef ANVIL_API_FnMethod
+#undef ANVIL_API_Hand
+Tensor square(const Tensor& x);
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // relu's backward in one pass: grad where result > 0, else 0 (PyTorch's threshold_backward).

@@ -1,6 +1,8 @@
 // Element-wise math, shared by the CPU and CUDA backends (__host__ __device__), so the
 // CPU tests exercise exactly the arithmetic the GPU runs. Functors take and return the
-// op-math type (float for 16-bit floats); parameters are members.
+// op-math type (float for 16-bit floats); parameters are members. A row of the op table whose
+// Kernel column is Functor runs fn::<Id>F, built by `from(args)` from the row's Args struct
+// when it has one.
 //
 // Numerics: ExpF on float is a range-reduced polynomial (max error ~1 ulp) that compilers
 // vectorise, where std::exp would be a scalar libm call per element. Everything built on
@@ -139,10 +141,20 @@ struct ReluBackwardF {
 };
 struct LeakyReluF {
   double slope;
+  template <typename Args> static LeakyReluF from(const Args& a) {
+    LeakyReluF f;
+    f.slope = a.negative_slope;
+    return f;
+  }
   template <typename T> ANVIL_INLINE T operator()(T x) const { return x > T(0) ? x : T(x * T(slope)); }
 };
 struct EluF {
   double alpha;
+  template <typename Args> static EluF from(const Args& a) {
+    EluF f;
+    f.alpha = a.alpha;
+    return f;
+  }
   template <typename T> ANVIL_INLINE T operator()(T x) const {
     return x > T(0) ? x : T(T(alpha) * (Exp(x) - T(1)));
   }
@@ -163,6 +175,7 @@ struct GeluF {
 struct SiluF { template <typename T> ANVIL_INLINE T operator()(T x) const { return x * Sigmoid(x); } };
 struct SoftplusF {
   double beta, threshold;
+  template <typename Args> static SoftplusF from(const Args& a) { return {a.beta, a.threshold}; }
   template <typename T> ANVIL_INLINE T operator()(T x) const {
     const T bx = x * T(beta);
     return bx > T(threshold) ? x : T(std::log1p(Exp(bx)) / T(beta));
@@ -185,6 +198,9 @@ struct SquareF { template <typename T> ANVIL_INLINE T operator()(T x) const { re
 struct ClampF {
   double lo, hi;
   bool has_lo, has_hi;
+  template <typename Args> static ClampF from(const Args& a) {
+    return {a.min.value_or(0), a.max.value_or(0), a.min.has_value(), a.max.has_value()};
+  }
   template <typename T> ANVIL_INLINE T operator()(T x) const {
     if (x != x) return x;
     if (has_lo && x < T(lo)) x = T(lo);
@@ -223,6 +239,11 @@ struct IsFiniteF {
 // ---- binary ----
 struct AddF {
   double alpha;
+  template <typename Args> static AddF from(const Args& a) {
+    AddF f;
+    f.alpha = a.alpha;
+    return f;
+  }
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     // No alpha == 1 special case: a branch would stop vectorisation, and a + 1 * b == a + b.
     if constexpr (std::is_same_v<T, bool>) return a || (alpha != 0 && b);
@@ -231,6 +252,11 @@ struct AddF {
 };
 struct SubF {
   double alpha;
+  template <typename Args> static SubF from(const Args& a) {
+    SubF f;
+    f.alpha = a.alpha;
+    return f;
+  }
   template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
     return T(a - T(alpha) * b);
   }

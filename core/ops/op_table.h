@@ -8,7 +8,7 @@
 namespace anvil {
 
 enum class OpId : int16_t {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, onnx) Id,
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) Id,
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
   kCount
@@ -71,6 +71,12 @@ enum class AutocastPolicy : int8_t {
   NoCast,          // run in the dtypes that came
 };
 
+// Who writes a row's kernel (NOTE in op_table.def).
+enum class KernelSource : int8_t { Functor, FunctorAll, Dividing, Own };
+
+// What API is generated from a row (NOTE in op_table.def).
+enum class ApiForm : int8_t { FnMethodInplace, FnMethod, Hand };
+
 // What backward needs (NOTE in op_table.def).
 enum SaveMask : uint32_t { I0 = 1, I1 = 2, I2 = 4, IR = 8, IA = 16, O0 = 32, O1 = 64 };
 
@@ -85,6 +91,8 @@ struct OpInfo {
   InferFamily infer;
   AutocastPolicy autocast;
   uint8_t args;  // the index in OpArgs (core/ops/attrs.h) of the row's argument struct
+  KernelSource kernel;
+  ApiForm api;
 };
 
 const OpInfo& op_info(OpId op);

@@ -313,17 +313,7 @@ Tensor Tensor::mul(const Tensor& o) const { return anvil::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return anvil::div(*this, o); }
 Tensor Tensor::pow(Scalar e) const { return anvil::pow(*this, e); }
 Tensor Tensor::pow(const Tensor& e) const { return anvil::pow(*this, e); }
-Tensor Tensor::neg() const { return anvil::neg(*this); }
-Tensor Tensor::abs() const { return anvil::abs(*this); }
-Tensor Tensor::exp() const { return anvil::exp(*this); }
-Tensor Tensor::log() const { return anvil::log(*this); }
-Tensor Tensor::sqrt() const { return anvil::sqrt(*this); }
-Tensor Tensor::rsqrt() const { return anvil::rsqrt(*this); }
-Tensor Tensor::sigmoid() const { return anvil::sigmoid(*this); }
-Tensor Tensor::tanh() const { return anvil::tanh(*this); }
-Tensor Tensor::relu() const { return anvil::relu(*this); }
 Tensor Tensor::square() const { return anvil::square(*this); }
-Tensor Tensor::reciprocal() const { return anvil::reciprocal(*this); }
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return anvil::clamp(*this, lo, hi); }
 Tensor Tensor::sum() const { return anvil::sum(*this); }
 Tensor Tensor::sum(IntArray d, bool k) const { return anvil::sum(*this, std::move(d), k); }

@@ -173,16 +173,19 @@ class Tensor {
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
   Tensor& zero_();
   Tensor& fill_(Scalar value);
-  // Unary in-place forms (PyTorch's x.exp_() etc.).
-#define ANVIL_UNARY_INPLACE_DECL(fn) Tensor& fn##_();
-  ANVIL_UNARY_INPLACE_DECL(neg) ANVIL_UNARY_INPLACE_DECL(abs) ANVIL_UNARY_INPLACE_DECL(sign)
-  ANVIL_UNARY_INPLACE_DECL(exp) ANVIL_UNARY_INPLACE_DECL(expm1) ANVIL_UNARY_INPLACE_DECL(log)
-  ANVIL_UNARY_INPLACE_DECL(log1p) ANVIL_UNARY_INPLACE_DECL(sqrt) ANVIL_UNARY_INPLACE_DECL(rsqrt)
-  ANVIL_UNARY_INPLACE_DECL(reciprocal) ANVIL_UNARY_INPLACE_DECL(sin) ANVIL_UNARY_INPLACE_DECL(cos)
-  ANVIL_UNARY_INPLACE_DECL(tanh) ANVIL_UNARY_INPLACE_DECL(sigmoid) ANVIL_UNARY_INPLACE_DECL(relu)
-  ANVIL_UNARY_INPLACE_DECL(silu) ANVIL_UNARY_INPLACE_DECL(erf) ANVIL_UNARY_INPLACE_DECL(floor)
-  ANVIL_UNARY_INPLACE_DECL(ceil) ANVIL_UNARY_INPLACE_DECL(round) ANVIL_UNARY_INPLACE_DECL(trunc)
-#undef ANVIL_UNARY_INPLACE_DECL
+  // The unary rows whose Api column generates them (core/ops/op_table.def): x.exp(), and
+  // the in-place x.exp_() where the column says Inplace.
+#define ANVIL_API_FnMethodInplace(name) \
+  Tensor name() const;                  \
+  Tensor& name##_();
+#define ANVIL_API_FnMethod(name) Tensor name() const;
+#define ANVIL_API_Hand(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_API_FnMethodInplace
+#undef ANVIL_API_FnMethod
+#undef ANVIL_API_Hand
   Tensor& pow_(const Tensor& exponent);
   Tensor& remainder_(const Tensor& other);
   Tensor& lerp_(const Tensor& end, Scalar weight);
@@ -203,17 +206,7 @@ class Tensor {
   Tensor div(const Tensor& o) const;
   Tensor pow(Scalar e) const;
   Tensor pow(const Tensor& e) const;
-  Tensor neg() const;
-  Tensor abs() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor sigmoid() const;
-  Tensor tanh() const;
-  Tensor relu() const;
   Tensor square() const;
-  Tensor reciprocal() const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
   Tensor sum() const;
   Tensor sum(IntArray dims, bool keepdim = false) const;
