@@ -5,6 +5,7 @@
 #include "core/autograd/derivatives.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/autograd/grad_mode.h"
@@ -103,6 +104,11 @@ Grads SiluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
   Tensor s = sigmoid(x);
   return {g[0] * s * (x * (1 - s) + 1)};
+}
+// PyTorch's hardswish_backward: 0 below -3, x / 3 + 1/2 on [-3, 3], 1 above.
+Grads HardswishB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  return {where(x < -3.0, Scalar(0.0), where(x <= 3.0, g[0] * (x / 3.0 + 0.5), g[0]))};
 }
 Grads SoftplusB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -294,6 +300,31 @@ Grads CumSumB(Ctx& c, const Grads& g) {
   const int64_t d = c.args<DimArgs>().dim;
   if (g[0].dim() == 0) return {g[0]};
   return {sum(g[0], {d}, true) - cumsum(g[0], d) + g[0]};
+}
+// d y_j / d x_i = exp(x_i - y_j) for j >= i, so grad_i = sum_{j>=i} g_j exp(x_i - y_j): a
+// reversed logcumsumexp of log|g| - y, split by the sign of g so the logs are defined
+// (TensorFlow's and PyTorch's formula), then exp(. + x). Composed of differentiable ops, so
+// second derivatives follow.
+Tensor Flip(const Tensor& t, int64_t d) {
+  const int64_t n = t.size(d);
+  return index_select(t, d, arange(n - 1, -1, -1, TensorOptions(kInt64).with_device(t.device())));
+}
+Grads LogCumSumExpB(Ctx& c, const Grads& g) {
+  const Tensor x = c.saved_input(0), y = c.saved_output(0);
+  if (g[0].dim() == 0 || g[0].numel() == 0) return {g[0]};
+  const int64_t d = wrap_dim(c.args<DimArgs>().dim, g[0].dim(), "logcumsumexp");
+  // The dtype's lowest finite value stands for log(0): with -inf, the second derivative
+  // would meet -inf - -inf.
+  const ScalarType dt = g[0].dtype();
+  const Scalar lowest = dt == kFloat64   ? std::numeric_limits<double>::lowest()
+                        : dt == kFloat16  ? -65504.0
+                        : dt == kBFloat16 ? -3.3895313892515355e38
+                                          : static_cast<double>(std::numeric_limits<float>::lowest());
+  const Tensor log_abs = log(abs(g[0]));
+  auto reversed_lcse = [&](const Tensor& t) { return Flip(logcumsumexp(Flip(t, d), d), d); };
+  const Tensor pos = exp(reversed_lcse(where(g[0] > 0.0, log_abs, lowest) - y) + x);
+  const Tensor neg = exp(reversed_lcse(where(g[0] < 0.0, log_abs, lowest) - y) + x);
+  return {pos - neg};
 }
 
 // ---- linear algebra, softmax ----
@@ -565,7 +596,7 @@ RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Ex
 RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
 RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
 RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB) RULE(LeakyRelu, LeakyReluB)
-RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
+RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Hardswish, HardswishB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
 RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
 RULE(Round, ZeroB) RULE(Trunc, ZeroB)
 RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
@@ -574,7 +605,7 @@ RULE(Atan2, Atan2B) RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(W
 RULE(Cast, CastB) RULE(Clone, CloneB)
 RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
 RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
-RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
+RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB) RULE(LogCumSumExp, LogCumSumExpB)
 RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB)
 RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
 RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)

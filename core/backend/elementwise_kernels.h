@@ -28,6 +28,7 @@ F MakeFunctor(const OpAttrs& a) {
 // The dtypes a Functor row runs over, by its Infer family (NOTE in op_table.def).
 #define ANVIL_EW_DISPATCH_UnaryKeep ANVIL_DISPATCH_NUMERIC
 #define ANVIL_EW_DISPATCH_UnaryFloat ANVIL_DISPATCH_FLOATING
+#define ANVIL_EW_DISPATCH_UnaryFloating ANVIL_DISPATCH_FLOATING
 #define ANVIL_EW_DISPATCH_UnaryBool ANVIL_DISPATCH_ALL
 #define ANVIL_EW_DISPATCH_BinaryArith ANVIL_DISPATCH_NUMERIC
 #define ANVIL_EW_DISPATCH_BinaryFloat ANVIL_DISPATCH_FLOATING

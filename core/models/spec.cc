@@ -124,6 +124,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
   if (type == "tanh") return act(L.Make<nn::Tanh>());
   if (type == "sigmoid") return act(L.Make<nn::Sigmoid>());
   if (type == "silu") return act(L.Make<nn::SiLU>());
+  if (type == "hardswish") return act(L.Make<nn::Hardswish>());
   if (type == "leakyrelu") {
     L.Keys({"negative_slope"});
     return {L.Make<nn::LeakyReLU>(L.Real("negative_slope", 0.01)), in};

@@ -8,7 +8,7 @@
 //               {"type": "flatten"}, {"type": "linear", "out_features": 10}]}
 //
 // Layer types: linear, conv1d, conv2d, maxpool2d, avgpool2d, adaptiveavgpool2d, batchnorm1d,
-// batchnorm2d, layernorm, groupnorm, dropout, relu, gelu, tanh, sigmoid, silu, leakyrelu,
+// batchnorm2d, layernorm, groupnorm, dropout, relu, gelu, tanh, sigmoid, silu, hardswish, leakyrelu,
 // flatten, unflatten ({"shape": [1, 8, 8]}: a flat row into a sample shape), embedding,
 // residual (its "layers" run on x and are added to x; a 1x1 convolution or
 // linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the

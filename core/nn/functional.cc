@@ -43,6 +43,7 @@ Tensor relu(const Tensor& x) { return anvil::relu(x); }
 Tensor sigmoid(const Tensor& x) { return anvil::sigmoid(x); }
 Tensor tanh(const Tensor& x) { return anvil::tanh(x); }
 Tensor silu(const Tensor& x) { return anvil::silu(x); }
+Tensor hardswish(const Tensor& x) { return anvil::hardswish(x); }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   ANVIL_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected p in [0, 1], got ", p);

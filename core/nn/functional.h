@@ -27,6 +27,7 @@ Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
+Tensor hardswish(const Tensor& x);
 
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training;
 // the identity otherwise. There is deliberately no default for `training`.

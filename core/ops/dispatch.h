@@ -41,6 +41,10 @@ Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others,
 // Checks that `attrs` holds the argument struct of `op`'s row (or nothing: the row's defaults).
 void check_op_args(OpId op, const OpAttrs& attrs);
 
+// A unary row's call as users make it: an integer input of a float-valued row (Infer
+// UnaryFloat) computes in the default float dtype; bool is refused where it has no meaning.
+Tensor unary_op(OpId op, const Tensor& x, const OpAttrs& attrs = {});
+
 // Shape/dtype inference for a row (exposed for tests).
 std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& inputs,
                                     const OpAttrs& attrs);

@@ -15,7 +15,9 @@ int Category(ScalarType t) { return t == kBool ? 0 : (is_integral(t, false) ? 1 
 
 OpAttrs Attrs() { return OpAttrs{}; }
 
-Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) {
+}  // namespace
+
+Tensor unary_op(OpId op, const Tensor& x, const OpAttrs& a) {
   ANVIL_CHECK(x.defined(), op_name(op), ": got an undefined tensor");
   if (op_info(op).infer == InferFamily::UnaryFloat && !x.is_floating_point()) {
     return dispatch1(op, {x.to(default_dtype())}, a);
@@ -24,6 +26,10 @@ Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) {
                    ": not supported for bool tensors");
   return dispatch1(op, {x}, a);
 }
+
+namespace {
+
+Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) { return unary_op(op, x, a); }
 
 Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Attrs()) {
   ANVIL_CHECK(a.defined() && b.defined(), op_name(op), ": got an undefined tensor");
@@ -85,22 +91,6 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
   return *r;
 }
 
-// The unary rows whose Api column generates them (op_table.def): the function, the method
-// and (Inplace) the in-place method.
-#define ANVIL_API_FnMethodInplace(Id, name)                                         \
-  Tensor name(const Tensor& x) { return Unary(OpId::Id, x); }                       \
-  Tensor Tensor::name() const { return Unary(OpId::Id, *this); }                    \
-  Tensor& Tensor::name##_() { return inplace_op(OpId::Id, *this, {}, {}, #name "_"); }
-#define ANVIL_API_FnMethod(Id, name)                              \
-  Tensor name(const Tensor& x) { return Unary(OpId::Id, x); }     \
-  Tensor Tensor::name() const { return Unary(OpId::Id, *this); }
-#define ANVIL_API_Hand(Id, name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(Id, name)
-#include "core/ops/op_table.def"
-#undef ANVIL_OP
-#undef ANVIL_API_FnMethodInplace
-#undef ANVIL_API_FnMethod
-#undef ANVIL_API_Hand
 
 Tensor square(const Tensor& x) { return pow(x, 2); }
 

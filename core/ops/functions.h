@@ -66,15 +66,18 @@ Tensor randn_like(const Tensor& t);
 void manual_seed(uint64_t seed);
 
 // ---- element-wise ----
-// The unary rows whose Api column generates them (op_table.def): `Tensor name(const Tensor&)`.
+// The rows whose Api column generates their function (op_table.def; defined in
+// core/ops/generated_api.cc): `Tensor name(const Tensor&)`, or `(const Tensor&, int64_t dim)`.
 #define ANVIL_API_FnMethodInplace(name) Tensor name(const Tensor& x);
 #define ANVIL_API_FnMethod(name) Tensor name(const Tensor& x);
+#define ANVIL_API_FnDim(name) Tensor name(const Tensor& x, int64_t dim);
 #define ANVIL_API_Hand(name)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_API_FnMethodInplace
 #undef ANVIL_API_FnMethod
+#undef ANVIL_API_FnDim
 #undef ANVIL_API_Hand
 Tensor square(const Tensor& x);
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");

@@ -78,6 +78,17 @@ ANVIL_INLINE T Erf(T x) {
   }
 }
 
+// log(exp(a) + exp(b)) without overflow: max + log1p(exp(min - max)). Equal infinities give
+// themselves (inf - inf would be NaN); a NaN operand gives NaN. logcumsumexp's step on both
+// backends.
+template <typename T>
+ANVIL_INLINE T LogAddExp(T a, T b) {
+  if (a != a || b != b) return a != a ? a : b;
+  const T hi = a < b ? b : a, lo = a < b ? a : b;
+  if (hi == lo && !(hi - hi == T(0))) return hi;  // both +inf or both -inf
+  return hi + T(std::log1p(std::exp(lo - hi)));
+}
+
 template <typename T>
 ANVIL_INLINE T Sigmoid(T x) {
   return T(1) / (T(1) + Exp(-x));
@@ -173,6 +184,14 @@ struct GeluF {
   }
 };
 struct SiluF { template <typename T> ANVIL_INLINE T operator()(T x) const { return x * Sigmoid(x); } };
+// x * relu6(x + 3) / 6 (MobileNetV3). Written with selects, so a NaN stays NaN.
+struct HardswishF {
+  template <typename T> ANVIL_INLINE T operator()(T x) const {
+    const T r = x + T(3);
+    const T relu6 = r < T(0) ? T(0) : (r > T(6) ? T(6) : r);
+    return x * relu6 / T(6);
+  }
+};
 struct SoftplusF {
   double beta, threshold;
   template <typename Args> static SoftplusF from(const Args& a) { return {a.beta, a.threshold}; }

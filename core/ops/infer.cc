@@ -69,6 +69,9 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     case InferFamily::Clone:
     case InferFamily::CumSum:
       return {{in[0].sizes(), in[0].dtype()}};
+    case InferFamily::UnaryFloating:
+      ANVIL_CHECK_TYPE(in[0].is_floating_point(), name, ": expected a floating-point tensor, got ", in[0].dtype());
+      return {{in[0].sizes(), in[0].dtype()}};
     case InferFamily::UnaryBool:
       return {{in[0].sizes(), kBool}};
     case InferFamily::BinaryArith:

@@ -24,6 +24,7 @@ enum class OpKind : int8_t { Unary, Binary, Ternary, Reduce, Matmul, Index, View
 enum class InferFamily : int8_t {
   UnaryKeep,      // same shape and dtype (bool refused where it has no meaning)
   UnaryFloat,     // same shape; integer inputs compute in float32
+  UnaryFloating,  // same shape; floating inputs only (PyTorch's activations refuse integers)
   UnaryPow,       // pow(tensor, scalar): same shape, the promoted dtype
   UnaryBool,      // same shape, bool
   BinaryArith,    // broadcast shape, the common dtype
@@ -75,7 +76,7 @@ enum class AutocastPolicy : int8_t {
 enum class KernelSource : int8_t { Functor, FunctorAll, Dividing, Own };
 
 // What API is generated from a row (NOTE in op_table.def).
-enum class ApiForm : int8_t { FnMethodInplace, FnMethod, Hand };
+enum class ApiForm : int8_t { FnMethodInplace, FnMethod, FnDim, Hand };
 
 // What backward needs (NOTE in op_table.def).
 enum SaveMask : uint32_t { I0 = 1, I1 = 2, I2 = 4, IR = 8, IA = 16, O0 = 32, O1 = 64 };

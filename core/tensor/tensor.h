@@ -173,18 +173,20 @@ class Tensor {
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
   Tensor& zero_();
   Tensor& fill_(Scalar value);
-  // The unary rows whose Api column generates them (core/ops/op_table.def): x.exp(), and
-  // the in-place x.exp_() where the column says Inplace.
+  // The rows whose Api column generates them (core/ops/op_table.def): x.exp(), the in-place
+  // x.exp_() where the column says Inplace, x.logcumsumexp(dim) for FnDim.
 #define ANVIL_API_FnMethodInplace(name) \
   Tensor name() const;                  \
   Tensor& name##_();
 #define ANVIL_API_FnMethod(name) Tensor name() const;
+#define ANVIL_API_FnDim(name) Tensor name(int64_t dim) const;
 #define ANVIL_API_Hand(name)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_API_FnMethodInplace
 #undef ANVIL_API_FnMethod
+#undef ANVIL_API_FnDim
 #undef ANVIL_API_Hand
   Tensor& pow_(const Tensor& exponent);
   Tensor& remainder_(const Tensor& other);

@@ -77,14 +77,20 @@ std::optional<Scalar> OptScalar(const json& v, const std::string& kind) {
 // ---- element-wise ----
 
 Tensor Unary(const std::string& op, const Tensor& x) {
+  // Every row whose function the table generates, and square (composed).
   static const std::map<std::string, Tensor (*)(const Tensor&)> fns = {
-      {"neg", neg},     {"abs", abs},         {"sign", sign},       {"exp", exp},
-      {"expm1", expm1}, {"log", log},         {"log1p", log1p},     {"sqrt", sqrt},
-      {"rsqrt", rsqrt}, {"reciprocal", reciprocal}, {"sin", sin},   {"cos", cos},
-      {"tanh", tanh},   {"sigmoid", sigmoid}, {"relu", relu},       {"erf", erf},
-      {"floor", floor}, {"ceil", ceil},       {"round", round},     {"trunc", trunc},
-      {"square", square}, {"isnan", isnan},   {"isfinite", isfinite}, {"logical_not", logical_not},
-      {"silu", silu}};
+#define ANVIL_BIND_FnMethodInplace(name) {#name, static_cast<Tensor (*)(const Tensor&)>(&name)},
+#define ANVIL_BIND_FnMethod(name) {#name, static_cast<Tensor (*)(const Tensor&)>(&name)},
+#define ANVIL_BIND_FnDim(name)
+#define ANVIL_BIND_Hand(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_BIND_##api(name)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_BIND_FnMethodInplace
+#undef ANVIL_BIND_FnMethod
+#undef ANVIL_BIND_FnDim
+#undef ANVIL_BIND_Hand
+      {"square", square}};
   const auto it = fns.find(op);
   if (it == fns.end()) NoBinding("the unary op " + op);
   return it->second(x);
@@ -249,6 +255,7 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
   if (type == "SiLU") return std::make_shared<nn::SiLU>();
   if (type == "Tanh") return std::make_shared<nn::Tanh>();
   if (type == "Sigmoid") return std::make_shared<nn::Sigmoid>();
+  if (type == "Hardswish") return std::make_shared<nn::Hardswish>();
   if (type == "LeakyReLU") return std::make_shared<nn::LeakyReLU>(a.at("slope").get<double>());
   if (type == "Softmax") return std::make_shared<nn::Softmax>(a.at("dim").get<int64_t>());
   if (type == "LogSoftmax") return std::make_shared<nn::LogSoftmax>(a.at("dim").get<int64_t>());
@@ -578,6 +585,28 @@ std::map<std::string, Binding> Make() {
     return One(in[0].to(DtypeOf(c.attrs().at("dtype").get<std::string>())));
   };
   b["reduce"] = Reduce;
+  // Every row with a generated (x, dim) function.
+  b["dim_op"] = [](const Case& c, const std::vector<Tensor>& in) {
+    static const std::map<std::string, Tensor (*)(const Tensor&, int64_t)> fns = {
+#define ANVIL_BIND_FnDim(name) {#name, static_cast<Tensor (*)(const Tensor&, int64_t)>(&name)},
+#define ANVIL_BIND_Other(name)
+#define ANVIL_BIND_FnMethodInplace ANVIL_BIND_Other
+#define ANVIL_BIND_FnMethod ANVIL_BIND_Other
+#define ANVIL_BIND_Hand ANVIL_BIND_Other
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_BIND_##api(name)
+#include "core/ops/op_table.def"
+#undef ANVIL_OP
+#undef ANVIL_BIND_FnDim
+#undef ANVIL_BIND_Other
+#undef ANVIL_BIND_FnMethodInplace
+#undef ANVIL_BIND_FnMethod
+#undef ANVIL_BIND_Hand
+    };
+    const std::string op = c.attrs().at("op").get<std::string>();
+    const auto it = fns.find(op);
+    if (it == fns.end()) NoBinding("the (x, dim) op " + op);
+    return One(it->second(in[0], c.attrs().at("dim").get<int64_t>()));
+  };
   b["sum_dtype"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(sum(in[0], {}, false, DtypeOf(c.attrs().at("dtype").get<std::string>())));
   };

@@ -184,9 +184,26 @@ def promotion(s):
            [torch.tensor([True, False]), s.randn(2).half()], lambda c, x: torch.where(c, x, 2.5))
 
 
+# ---------------------------------------------------------------- the op table
+def table_rows():
+    """The rows of core/ops/op_table.def as dicts of its columns, so that a row the table
+    generates an API for (Api FnMethod*, FnDim) gets its cases here without an edit."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "core", "ops", "op_table.def")
+    cols = ["id", "name", "kind", "infer", "outs", "grad", "saves", "autocast", "args", "kernel", "api", "onnx"]
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("ANVIL_OP("):
+                parts = [p.strip() for p in line.strip()[len("ANVIL_OP("):-1].split(",")]
+                rows.append(dict(zip(cols, parts)))
+    return rows
+
+
+def torch_fn(name):
+    return getattr(torch, name, None) or getattr(F, name)
+
+
 # ---------------------------------------------------------------- element-wise
-UNARY = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
-         "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc", "square", "isnan", "isfinite", "logical_not"]
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "elu": lambda x: F.elu(x, 1.5),
                "softplus": lambda x: F.softplus(x, 2.0, 5.0)}
@@ -194,11 +211,19 @@ ACT_ATTRS = {"silu": {}, "gelu": {}, "gelu_tanh": {"approximate": "tanh"}, "leak
              "elu": {"alpha": 1.5}, "softplus": {"beta": 2.0, "threshold": 5.0}}
 
 
+# The unary rows with a generated function (and square, composed); those with a PyTorch
+# activation counterpart of their own are cased with the activations below.
+UNARY = [r["name"] for r in table_rows() if r["api"] in ("FnMethodInplace", "FnMethod") and r["name"] not in ACTIVATIONS]
+UNARY.append("square")
+UNARY_GRAD = {r["name"] for r in table_rows() if r["grad"] == "Yes"} | {"square"}
+ZERO_GRAD = {"sign", "floor", "ceil", "round", "trunc"}  # piecewise constant: gradient 0 almost everywhere
+
+
 def elementwise(s):
     special = torch.tensor(SPECIAL)
     for op in UNARY:
-        fn = getattr(torch, op)
-        diff = op not in ("isnan", "isfinite", "logical_not", "sign", "floor", "ceil", "round", "trunc")
+        fn = torch_fn(op)
+        diff = op in UNARY_GRAD and op not in ZERO_GRAD
         s.case("elementwise", f"{op}.special", f"torch.{op}(x), x = {SPECIAL}", "unary", {"op": op}, [special],
                fn, grad=(0,) if diff else ())
         s.case("elementwise", f"{op}.random", f"torch.{op}(x), x ~ N(0, 1) [2, 3]", "unary", {"op": op},
@@ -358,6 +383,16 @@ def reductions(s):
                     call = f"torch.{base}(x[{iname}], dim={dim}, keepdim={keep}{', p=' + str(p) if p is not None else ''})"
                     s.case("reductions", f"{op}.{iname}.d{dim}.k{int(keep)}", call, "reduce", attrs, [x],
                            run(base, attrs), grad=(0,) if diff else ())
+    # The rows with a generated (x, dim) function (Api FnDim in the table): every input above
+    # along both dims, a 0-dim and an int64 tensor.
+    for row in [r for r in table_rows() if r["api"] == "FnDim"]:
+        name = row["name"]
+        for iname, x in dict(inputs, scalar=torch.tensor(1.5), int64=torch.tensor([[1, 2], [3, 4]])).items():
+            for dim in ([0] if x.dim() == 0 else [1, 0, -1]):
+                diff = row["grad"] == "Yes" and x.dtype.is_floating_point
+                s.case("reductions", f"{name}.{iname}.d{dim}", f"torch.{name}(x[{iname}], {dim})", "dim_op",
+                       {"op": name, "dim": dim}, [x], lambda t, d=dim, f=torch_fn(name): f(t, d),
+                       grad=(0,) if diff else ())
     # integer and bool inputs: sum/prod promote to int64, mean refuses.
     for dt in [I32, U8, BOOL, I64]:
         x = s.randint(0, 3, (2, 3)).to(dt)
@@ -587,7 +622,8 @@ def nn_layers(s):
                                                                     {"slope": 0.2}),
                              ("Softmax", torch.nn.Softmax(dim=1), {"dim": 1}),
                              ("LogSoftmax", torch.nn.LogSoftmax(dim=0), {"dim": 0}),
-                             ("Flatten", torch.nn.Flatten(), {}), ("Identity", torch.nn.Identity(), {})]:
+                             ("Flatten", torch.nn.Flatten(), {}), ("Identity", torch.nn.Identity(), {}),
+                             ("Hardswish", torch.nn.Hardswish(), {})]:
         layer_case(s, name, f"nn.{name}({attrs})", mod, dict(attrs, type=name), s.randn(3, 4, 2))
     seq = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
     layer_case(s, "Sequential", "nn.Sequential(Linear(4, 6), ReLU(), Linear(6, 2))", seq, {"type": "Sequential"},

@@ -51,6 +51,7 @@ OpSamples MakeOpSamples() {
       {OpId::Sin, "sin", &sin, false},       {OpId::Cos, "cos", &cos, false},
       {OpId::Tanh, "tanh", &tanh, false},    {OpId::Sigmoid, "sigmoid", &sigmoid, false},
       {OpId::Relu, "relu", &relu, false},    {OpId::Silu, "silu", &silu, false},
+      {OpId::Hardswish, "hardswish", &hardswish, false},
       {OpId::Erf, "erf", &erf, false},       {OpId::Sign, "sign", &sign, false},
       {OpId::Floor, "floor", &floor, false}, {OpId::Ceil, "ceil", &ceil, false},
       {OpId::Round, "round", &round, false}, {OpId::Trunc, "trunc", &trunc, false},
@@ -112,6 +113,9 @@ OpSamples MakeOpSamples() {
   push(OpId::Norm, "norm3", {Leaf({6})}, L([](auto& x) { return norm(x[0], 3); }));
   push(OpId::LogSumExp, "logsumexp", {LeafT({3, 4})}, L([](auto& x) { return logsumexp(x[0], {1}); }));
   push(OpId::CumSum, "cumsum", {Leaf({3, 4})}, L([](auto& x) { return cumsum(x[0], 1); }));
+  push(OpId::LogCumSumExp, "logcumsumexp_dim1", {Leaf({3, 4})}, L([](auto& x) { return logcumsumexp(x[0], 1); }));
+  push(OpId::LogCumSumExp, "logcumsumexp_dim0_noncontig", {LeafT({4, 3})},
+       L([](auto& x) { return x[0].logcumsumexp(0); }));
   push(OpId::Mm, "mm_transposed", {LeafT({3, 4}), Leaf({4, 2})}, B(&mm));
   push(OpId::Mm, "mm_weight_transposed", {Leaf({3, 4}), LeafT({4, 2})}, B(&mm));  // Linear's x @ W.t()
   push(OpId::Linear, "linear", {Leaf({3, 4}), Leaf({2, 4}), Leaf({2})},

@@ -25,6 +25,18 @@ TEST(SpecTest, InfersSizesLayerByLayer) {
   EXPECT_THAT(m.spec, HasSubstr("\"output_shape\":[10]"));
 }
 
+TEST(SpecTest, HardswishIsALayerType) {
+  const BuiltModel m = build_model(R"({"input_shape": [4], "layers": [{"type": "hardswish"}]})");
+  const Tensor x = tensor(std::vector<float>{-4, -1.5, 1, 4});
+  // x * relu6(x + 3) / 6: 0, -0.375, 0.6667, 4.
+  const std::vector<double> y = (*m.module)(x).to_vector<double>();
+  ASSERT_EQ(y.size(), 4u);
+  EXPECT_NEAR(y[0], 0.0, 1e-7);
+  EXPECT_NEAR(y[1], -1.5 * 1.5 / 6, 1e-6);
+  EXPECT_NEAR(y[2], 4.0 / 6, 1e-6);
+  EXPECT_NEAR(y[3], 4.0, 1e-6);
+}
+
 TEST(SpecTest, UnflattenTurnsRowsIntoImagesAndItsOwnSpecRebuilds) {
   const BuiltModel m = build_model(R"({"input_shape": [64], "layers": [{"type": "unflatten", "shape": [1, 8, 8]},
       {"type": "conv2d", "out_channels": 2, "kernel_size": 3}, {"type": "flatten"}]})");

@@ -492,21 +492,37 @@ void ArgReduceKernel(const KernelCall& c) {
   });
 }
 
-// ---- cumsum ----
-// Floating types scan in double, integers in their own type (wrapping like the CPU's).
+// ---- cumsum, logcumsumexp: one scan, two operators ----
+// Floating types scan in double for cumsum (integers in their own type, wrapping like the
+// CPU's) and in opmath_t for logcumsumexp, whose log-add-exp step keeps the running value
+// near the elements' scale.
+
+template <typename T>
+struct SumScan {
+  using Acc = SumAcc<T>;
+  __device__ static Acc identity() { return Acc(0); }
+  __device__ static Acc combine(Acc a, Acc b) { return a + b; }
+};
+
+template <typename T>
+struct LogAddExpScan {
+  using Acc = opmath_t<T>;
+  __device__ static Acc identity() { return -std::numeric_limits<Acc>::infinity(); }
+  __device__ static Acc combine(Acc a, Acc b) { return fn::LogAddExp(a, b); }
+};
 
 constexpr int kScanItems = 4;  // consecutive elements per thread per tile
 
 // Rows of at most 64 elements: one thread per row, sequential.
-template <typename T>
-__global__ void CumSumShortRowsKernel(const T* in, T* out, int64_t rows, int64_t len) {
+template <typename T, typename Op>
+__global__ void ScanShortRowsKernel(const T* in, T* out, int64_t rows, int64_t len) {
   using M = opmath_t<T>;
-  using A = SumAcc<T>;
+  using A = typename Op::Acc;
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
        r += int64_t(gridDim.x) * blockDim.x) {
-    A acc = 0;
+    A acc = Op::identity();
     for (int64_t i = 0; i < len; ++i) {
-      acc += A(M(in[r * len + i]));
+      acc = Op::combine(acc, A(M(in[r * len + i])));
       out[r * len + i] = T(M(acc));
     }
   }
@@ -514,45 +530,46 @@ __global__ void CumSumShortRowsKernel(const T* in, T* out, int64_t rows, int64_t
 
 // A block per row, walking it in tiles of kBlock * kScanItems: each thread scans its
 // consecutive items, a warp scan (shuffles) and the per-warp totals give each thread its
-// prefix, and the tile's total carries into the next tile.
-template <typename T>
-__global__ void CumSumRowsKernel(const T* in, T* out, int64_t rows, int64_t len) {
+// prefix, and the tile's total carries into the next tile. Op is associative, so the
+// regrouping gives the sequential scan's values up to rounding.
+template <typename T, typename Op>
+__global__ void ScanRowsKernel(const T* in, T* out, int64_t rows, int64_t len) {
   using M = opmath_t<T>;
-  using A = SumAcc<T>;
+  using A = typename Op::Acc;
   __shared__ A warp_totals[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = in + r * len;
     T* y = out + r * len;
-    A carry = 0;
+    A carry = Op::identity();
     for (int64_t tile = 0; tile < len; tile += int64_t(kBlock) * kScanItems) {
       const int64_t base = tile + int64_t(threadIdx.x) * kScanItems;
       A v[kScanItems];
-      A run = 0;
+      A run = Op::identity();
 #pragma unroll
       for (int k = 0; k < kScanItems; ++k) {
-        if (base + k < len) run += A(M(x[base + k]));
+        if (base + k < len) run = Op::combine(run, A(M(x[base + k])));
         v[k] = run;
       }
       A incl = run;
 #pragma unroll
       for (int off = 1; off < 32; off *= 2) {
         const A o = Shfl<A, true>(incl, off);
-        if (lane >= off) incl += o;
+        if (lane >= off) incl = Op::combine(o, incl);
       }
       A excl = Shfl<A, true>(incl, 1);
-      if (lane == 0) excl = 0;
+      if (lane == 0) excl = Op::identity();
       if (lane == 31) warp_totals[warp] = incl;
       __syncthreads();
       A prefix = carry, total = carry;
       for (int w = 0; w < kWarps; ++w) {
-        if (w < warp) prefix += warp_totals[w];
-        total += warp_totals[w];
+        if (w < warp) prefix = Op::combine(prefix, warp_totals[w]);
+        total = Op::combine(total, warp_totals[w]);
       }
-      prefix += excl;
+      prefix = Op::combine(prefix, excl);
 #pragma unroll
       for (int k = 0; k < kScanItems; ++k) {
-        if (base + k < len) y[base + k] = T(M(prefix + v[k]));
+        if (base + k < len) y[base + k] = T(M(Op::combine(prefix, v[k])));
       }
       carry = total;
       __syncthreads();  // warp_totals is rewritten by the next tile
@@ -560,10 +577,12 @@ __global__ void CumSumRowsKernel(const T* in, T* out, int64_t rows, int64_t len)
   }
 }
 
-void CumSumKernel(const KernelCall& c) {
+// Scans `c.inputs[0]` along DimArgs::dim into the output with Op, over the dtypes of DISPATCH.
+template <template <typename> class Op, bool kFloatingOnly>
+void ScanKernel(const KernelCall& c, const char* name) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), name);
   Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
   // Scan straight into the output when both are contiguous along the last dim.
   const bool direct = d == x.dim() - 1 && x.is_contiguous() && out.is_contiguous();
@@ -575,19 +594,28 @@ void CumSumKernel(const KernelCall& c) {
   {
     DeviceGuard guard(device);
     cudaStream_t stream = current_stream(device);
-    ANVIL_DISPATCH_NUMERIC(xm.dtype(), "cumsum", [&] {
+    auto launch = [&](auto tag) {
+      using scalar_t = decltype(tag);
       const scalar_t* in = xm.data_ptr<scalar_t>();
       scalar_t* o = ym.data_ptr<scalar_t>();
       if (len <= 64) {
-        CumSumShortRowsKernel<scalar_t><<<GridFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
+        ScanShortRowsKernel<scalar_t, Op<scalar_t>><<<GridFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
       } else {
-        CumSumRowsKernel<scalar_t><<<BlocksFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
+        ScanRowsKernel<scalar_t, Op<scalar_t>><<<BlocksFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
       }
       ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+    };
+    if constexpr (kFloatingOnly) {
+      ANVIL_DISPATCH_FLOATING(xm.dtype(), name, [&] { launch(scalar_t{}); });
+    } else {
+      ANVIL_DISPATCH_NUMERIC(xm.dtype(), name, [&] { launch(scalar_t{}); });
+    }
   }
   if (!direct) CopyBits(out, ym.movedim(-1, d).reshape(out.sizes()));
 }
+
+void CumSumKernel(const KernelCall& c) { ScanKernel<SumScan, false>(c, "cumsum"); }
+void LogCumSumExpKernel(const KernelCall& c) { ScanKernel<LogAddExpScan, true>(c, "logcumsumexp"); }
 
 }  // namespace
 
