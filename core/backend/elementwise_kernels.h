@@ -5,7 +5,7 @@
 //   B::unary<T>(out, x, f)      out = f(x) computed in opmath_t<T>, out bool when f returns bool
 //   B::binary<T>(out, a, b, f)  out = f(a, b), a and b broadcast to out
 //   B::check_divisor(b, op)     throws if an integer b holds a zero (the Dividing rows)
-// and registers the rows with extra logic itself (where, casts).
+// and its own where, cast and clone kernels, which Register puts in their rows.
 #pragma once
 
 #include <type_traits>
@@ -14,6 +14,21 @@
 #include "core/ops/functors.h"
 
 namespace anvil::elementwise_kernels {
+
+// Declares `struct Name`, a backend's loops for these rows, from the Unary<T>(out, x, f),
+// Binary<T>(out, a, b, f) and CheckNoZeroDivisor(b, op) of the namespace it is expanded in.
+#define ANVIL_ELEMENTWISE_LOOPS(Name)                                                            \
+  struct Name {                                                                                  \
+    static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }           \
+    template <typename T, typename F>                                                            \
+    static void unary(const Tensor& out, const Tensor& x, const F& f) {                          \
+      Unary<T>(out, x, f);                                                                       \
+    }                                                                                            \
+    template <typename T, typename F>                                                            \
+    static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {        \
+      Binary<T>(out, a, b, f);                                                                   \
+    }                                                                                            \
+  };
 
 // A row's functor, built from its Args struct (default-constructed when the row has none).
 template <typename F, typename Args>
@@ -74,8 +89,16 @@ void PowScalar(const KernelCall& c) {
   });
 }
 
+// The element-wise rows each backend writes itself.
+struct OwnKernels {
+  KernelFn where, cast, clone;
+};
+
 template <typename B>
-void Register(KernelTable& t) {
+void Register(KernelTable& t, const OwnKernels& own) {
+  t[static_cast<int>(OpId::Where)] = own.where;
+  t[static_cast<int>(OpId::Cast)] = own.cast;
+  t[static_cast<int>(OpId::Clone)] = own.clone;
 #define ANVIL_EW_SLOT_Functor(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
 #define ANVIL_EW_SLOT_FunctorAll(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
 #define ANVIL_EW_SLOT_Dividing(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;

@@ -16,4 +16,21 @@ nll::ClassWeights<T> Weights(const KernelCall& c, size_t index) {
   return {c.inputs[index].data_ptr<T>(), c.inputs[index].stride(0)};
 }
 
+// A call's operands, sizes and arguments, as both rows read them: for NllLoss, the
+// log-probabilities and targets with rows x classes of the former; for NllLossBackward, the
+// loss's gradient and the targets, with rows x classes of the gradient it writes.
+struct Operands {
+  const Tensor& in;
+  const Tensor& target;
+  int64_t rows, classes, reduction, ignore_index;
+};
+inline Operands ForwardOperands(const KernelCall& c) {
+  const NllLossArgs& a = c.attrs.get<NllLossArgs>();
+  return {c.inputs[0], c.inputs[1], c.inputs[0].size(0), c.inputs[0].size(1), a.reduction, a.ignore_index};
+}
+inline Operands BackwardOperands(const KernelCall& c) {
+  const NllLossArgs& a = c.attrs.get<NllLossArgs>();
+  return {c.inputs[0], c.inputs[1], c.outputs[0].size(0), c.outputs[0].size(1), a.reduction, a.ignore_index};
+}
+
 }  // namespace anvil::nll_rows

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/backend/registry.h"
 #include "core/ops/window_args.h"
 
 namespace anvil::backend {
@@ -36,6 +37,21 @@ inline ConvShape MakeConvShape(const WindowArgs& w, int64_t N, int64_t C, int64_
   s.rows = C * s.g.KH * s.g.KW;
   s.direct = s.g.KH == 1 && s.g.KW == 1 && s.g.SH == 1 && s.g.SW == 1 && !w.padded();
   return s;
+}
+
+// Conv2d's operands as its forward kernels read them: input, weight and bias (undefined when
+// absent) made contiguous, and the call's shape.
+struct ConvForwardOperands {
+  Tensor x, w, b;
+  ConvShape s;
+};
+inline ConvForwardOperands MakeConvForwardOperands(const KernelCall& call) {
+  ConvForwardOperands o;
+  o.x = call.inputs[0].contiguous();
+  o.w = call.inputs[1].contiguous();
+  o.b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
+  o.s = MakeConvShape(call.attrs.get<WindowArgs>(), o.x.size(0), o.x.size(1), o.w.size(0));
+  return o;
 }
 
 }  // namespace anvil::backend

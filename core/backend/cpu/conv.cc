@@ -95,10 +95,9 @@ T* ScratchFor(const Tensor& scratch, int64_t task) {
 
 template <typename T>
 void Conv2dForward(const KernelCall& call) {
-  const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
-  const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
-  const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), w.size(0));
+  const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
+  const Tensor &x = op.x, &w = op.w, &b = op.b, &out = call.outputs[0];
+  const ConvShape& s = op.s;
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const T* px = x.data_ptr<T>();

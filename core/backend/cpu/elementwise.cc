@@ -47,13 +47,7 @@ void CheckNoZeroDivisor(const Tensor& b, OpId op) {
 }
 
 // The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
-struct CpuLoops {
-  static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }
-  template <typename T, typename F>
-  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
-  template <typename T, typename F>
-  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
-};
+ANVIL_ELEMENTWISE_LOOPS(CpuLoops)
 
 void WhereKernel(const KernelCall& c) {
   const Tensor &cond = c.inputs[0], &x = c.inputs[1], &y = c.inputs[2];
@@ -130,10 +124,7 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
 }
 
 void RegisterElementwiseKernels(KernelTable& t) {
-  elementwise_kernels::Register<CpuLoops>(t);
-  t[static_cast<int>(OpId::Where)] = &WhereKernel;
-  t[static_cast<int>(OpId::Cast)] = &CastKernel;
-  t[static_cast<int>(OpId::Clone)] = &CloneKernel;
+  elementwise_kernels::Register<CpuLoops>(t, {&WhereKernel, &CastKernel, &CloneKernel});
 }
 
 }  // namespace anvil::cpu

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/backend/advanced_index.h"
+#include "core/backend/common/index_plan.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
@@ -38,7 +39,7 @@ inline int64_t CheckIndex(int64_t i, int64_t size, int64_t dim) {
   return i;
 }
 
-Tensor AsInt64(const Tensor& idx) { return idx.dtype() == kInt64 ? idx : idx.to(kInt64); }
+using backend::AsInt64;
 
 // Copies self into out unless out is self (in-place form).
 void InitFromSelf(const Tensor& self, const Tensor& out) {
@@ -46,17 +47,12 @@ void InitFromSelf(const Tensor& self, const Tensor& out) {
 }
 
 void GatherKernel(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, std::max<int64_t>(x.dim(), 1), "gather");
-  const int64_t size = x.dim() == 0 ? 1 : x.size(d);
-  IntArray st = x.strides();
-  if (!st.empty()) st[d] = 0;
-  Tensor xr = RawWindow(x, idx.sizes(), st, x.storage_offset());
-  const int64_t step = (x.dim() == 0 ? 0 : x.stride(d)) * x.element_size();
-  ANVIL_DISPATCH_ALL(x.dtype(), "gather", [&] {
+  const backend::DimWindow w = backend::MakeDimWindow(c.inputs[0], c.inputs[1], c.attrs.get<IndexArgs>().dim, "gather");
+  const Tensor &idx = w.index, &xr = w.window;
+  const int64_t d = w.dim, size = w.size, step = w.step;
+  ANVIL_DISPATCH_ALL(out.dtype(), "gather", [&] {
     StridedLoop<3> loop;
     loop.Build({&out, &xr, &idx});
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
@@ -74,20 +70,12 @@ void GatherKernel(const KernelCall& c) {
 // `combine`, a generic lambda taking (scalar_t* dst, scalar_t v).
 template <typename Combine>
 void ScatterWith(const KernelCall& c, const char* name, Combine combine) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.get<ScatterArgs>().dim, std::max<int64_t>(self.dim(), 1), name);
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const int64_t step = (out.dim() == 0 ? 0 : out.stride(d)) * out.element_size();
-  ANVIL_DISPATCH_ALL(self.dtype(), name, [&] {
+  InitFromSelf(c.inputs[0], c.outputs[0]);
+  const std::optional<backend::ScatterPlan> plan = backend::PlanScatter(c, name);
+  if (!plan) return;
+  const Tensor &idx = plan->out.index, &outr = plan->out.window, &srcr = plan->src_window;
+  const int64_t d = plan->out.dim, size = plan->out.size, step = plan->out.step;
+  ANVIL_DISPATCH_ALL(c.inputs[0].dtype(), name, [&] {
     StridedLoop<3> loop;
     loop.Build({&outr, &srcr, &idx});
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
@@ -359,14 +347,9 @@ void SortKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterIndexKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Gather)] = &GatherKernel;
-  t[static_cast<int>(OpId::Scatter)] = &ScatterKernel<false>;
-  t[static_cast<int>(OpId::ScatterAdd)] = &ScatterKernel<true>;
-  t[static_cast<int>(OpId::ScatterReduce)] = &ScatterReduceKernel;
-  t[static_cast<int>(OpId::IndexSelect)] = &IndexSelectKernel;
-  t[static_cast<int>(OpId::IndexAdd)] = &IndexAddKernel;
-  t[static_cast<int>(OpId::Index)] = &IndexKernel;
-  t[static_cast<int>(OpId::IndexPut)] = &IndexPutKernel;
+#define ANVIL_INDEX_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#include "core/backend/index_rows.def"
+#undef ANVIL_INDEX_ROW
   t[static_cast<int>(OpId::Nonzero)] = &NonzeroKernel;
   t[static_cast<int>(OpId::Sort)] = &SortKernel;
 }

@@ -5,6 +5,7 @@
 // see docs/design.md, "Machine facts").
 #include <algorithm>
 
+#include "core/backend/common/matmul_shape.h"
 #include "core/backend/cpu/blas_library.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/kernels.h"
@@ -187,9 +188,9 @@ void NaiveMatmul(const Tensor& a, const Tensor& b, const Tensor& out) {
 void MatmulKernel(const KernelCall& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   const Tensor& out = c.outputs[0];
-  const bool batched = out.dim() == 3;
-  const int64_t batch = batched ? out.size(0) : 1;
-  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  const backend::MatmulShape shape = backend::MakeMatmulShape(c);
+  const bool batched = shape.batched;
+  const int64_t batch = shape.batch, m = shape.m, n = shape.n, k = shape.k;
   if (out.numel() == 0) return;
   const ScalarType dt = a.dtype();
   if (dt == kFloat16 || dt == kBFloat16) {
@@ -253,10 +254,9 @@ void LinearKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterLinalgKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Linear)] = &LinearKernel<false>;
-  t[static_cast<int>(OpId::LinearRelu)] = &LinearKernel<true>;
-  t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
-  t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
+#define ANVIL_LINALG_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#include "core/backend/linalg_rows.def"
+#undef ANVIL_LINALG_ROW
 }
 
 }  // namespace anvil::cpu

@@ -20,11 +20,9 @@ void CheckTarget(int64_t t, int64_t classes, int64_t ignore_index) {
 }
 
 void NllLossKernel(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& target = c.inputs[1];
-  const int64_t rows = x.size(0), classes = x.size(1);
-  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
-  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
+  const nll_rows::Operands op = nll_rows::ForwardOperands(c);
+  const Tensor &x = op.in, &target = op.target;
+  const int64_t rows = op.rows, classes = op.classes, reduction = op.reduction, ignore_index = op.ignore_index;
   ANVIL_DISPATCH_FLOATING(x.dtype(), "nll_loss", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
@@ -53,12 +51,10 @@ void NllLossKernel(const KernelCall& c) {
 }
 
 void NllLossBackwardKernel(const KernelCall& c) {
-  const Tensor& g = c.inputs[0];
-  const Tensor& target = c.inputs[1];
+  const nll_rows::Operands op = nll_rows::BackwardOperands(c);
+  const Tensor &g = op.in, &target = op.target;
+  const int64_t rows = op.rows, classes = op.classes, reduction = op.reduction, ignore_index = op.ignore_index;
   const Tensor& out = c.outputs[0];  // [rows, classes], fresh and contiguous
-  const int64_t rows = out.size(0), classes = out.size(1);
-  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
-  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   ANVIL_DISPATCH_FLOATING(out.dtype(), "nll_loss_backward", [&] {
     using T = scalar_t;
     using M = opmath_t<T>;

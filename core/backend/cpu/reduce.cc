@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "core/backend/common/reduce_layout.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/ops/functions.h"
@@ -17,41 +18,12 @@
 namespace anvil::cpu {
 namespace {
 
-struct Layout {
-  Tensor x;  // contiguous, viewed as [outer, red, inner]
-  int64_t outer = 1, red = 1, inner = 1;
-};
+using Layout = backend::ReduceLayout;
 
-Layout MakeLayout(const Tensor& in, const IntArray& dims_in, bool allow_inner) {
-  const int64_t nd = in.dim();
-  Layout l;
-  if (nd == 0) {
-    l.x = in.contiguous();
-    return l;
-  }
-  std::vector<bool> reduce(nd, dims_in.empty());
-  for (int64_t d : dims_in) reduce[wrap_dim(d, nd, "reduce")] = true;
-  int64_t first = -1, last = -1;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (reduce[d]) {
-      if (first < 0) first = d;
-      last = d;
-    }
-  }
-  bool block = first >= 0;
-  for (int64_t d = first; block && d <= last; ++d) block = reduce[d];
-  if (block && in.is_contiguous() && (allow_inner || last == nd - 1)) {
-    l.x = in;
-    for (int64_t d = 0; d < first; ++d) l.outer *= in.size(d);
-    for (int64_t d = first; d <= last; ++d) l.red *= in.size(d);
-    for (int64_t d = last + 1; d < nd; ++d) l.inner *= in.size(d);
-    return l;
-  }
-  IntArray perm;
-  for (int64_t d = 0; d < nd; ++d) if (!reduce[d]) { perm.push_back(d); l.outer *= in.size(d); }
-  for (int64_t d = 0; d < nd; ++d) if (reduce[d]) { perm.push_back(d); l.red *= in.size(d); }
-  l.x = in.permute(perm).contiguous();
-  return l;
+// The no-copy [outer, red, inner] form when the kernel can walk columns (allow_inner) or the
+// reduced block is innermost.
+Layout MakeLayout(const Tensor& in, const IntArray& dims, bool allow_inner) {
+  return backend::MakeReduceLayout(in, dims, [&](int64_t, int64_t, int64_t inner) { return allow_inner || inner == 1; });
 }
 
 // Sum of n contiguous values: 64 independent lanes per 4096-element block (eight vector

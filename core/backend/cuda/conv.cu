@@ -183,10 +183,9 @@ void Zero(const Tensor& t, cudaStream_t stream) {
 // out [N, OC, OH, OW] = bias + W · columns, per image and group.
 template <typename T>
 void Conv2dForward(const KernelCall& call) {
-  const Tensor x = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
-  const Tensor b = call.inputs.size() > 2 ? call.inputs[2].contiguous() : Tensor();
-  const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), w.size(0));
+  const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
+  const Tensor &x = op.x, &w = op.w, &b = op.b, &out = call.outputs[0];
+  const ConvShape& s = op.s;
   if (out.numel() == 0) return;
   const Geom& g = s.g;
   const int device = out.device().index;

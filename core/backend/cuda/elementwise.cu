@@ -86,13 +86,7 @@ void CheckNoZeroDivisor(const Tensor& b, OpId op) {
 }
 
 // The loops behind the shared element-wise rows (core/backend/elementwise_kernels.h).
-struct CudaLoops {
-  static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }
-  template <typename T, typename F>
-  static void unary(const Tensor& out, const Tensor& x, const F& f) { Unary<T>(out, x, f); }
-  template <typename T, typename F>
-  static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { Binary<T>(out, a, b, f); }
-};
+ANVIL_ELEMENTWISE_LOOPS(CudaLoops)
 
 void WhereKernel(const KernelCall& c) {
   ANVIL_DISPATCH_ALL(c.inputs[1].dtype(), "where", [&] {
@@ -119,10 +113,7 @@ void CloneKernel(const KernelCall& c) { CastKernel(c); }
 }  // namespace
 
 void RegisterElementwiseKernels(KernelTable& t) {
-  elementwise_kernels::Register<CudaLoops>(t);
-  t[static_cast<int>(OpId::Where)] = &WhereKernel;
-  t[static_cast<int>(OpId::Cast)] = &CastKernel;
-  t[static_cast<int>(OpId::Clone)] = &CloneKernel;
+  elementwise_kernels::Register<CudaLoops>(t, {&WhereKernel, &CastKernel, &CloneKernel});
 }
 
 }  // namespace anvil::cuda

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/backend/advanced_index.h"
+#include "core/backend/common/index_plan.h"
 #include "core/backend/cuda/index_options.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
@@ -37,7 +38,7 @@ TensorOptions On(const Tensor& t, ScalarType dtype) {
   return TensorOptions(dtype).with_device(t.device());
 }
 
-Tensor AsInt64(const Tensor& idx) { return idx.dtype() == kInt64 ? idx : idx.to(kInt64); }
+using backend::AsInt64;
 
 // Grid-stride loop over n elements, row-major over ops[0]'s shape, with the linear position.
 template <int N, typename Body>
@@ -334,39 +335,23 @@ void Write(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc, co
 
 // gather/scatter/index_select/index_add take indices as they are (no wrapping), as on the CPU.
 void GatherKernel(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, std::max<int64_t>(x.dim(), 1), "gather");
-  const int64_t size = x.dim() == 0 ? 1 : x.size(d);
-  CheckIndices({{idx, size, d, false}});
-  IntArray st = x.strides();
-  if (!st.empty()) st[d] = 0;
-  const Tensor xr = RawWindow(x, idx.sizes(), st, x.storage_offset());
-  const Locate<1> loc{{size}, {(x.dim() == 0 ? 0 : x.stride(d)) * x.element_size()}};
-  Read<1>({&out, &xr, &idx}, loc);
+  const backend::DimWindow w = backend::MakeDimWindow(c.inputs[0], c.inputs[1], c.attrs.get<IndexArgs>().dim, "gather");
+  CheckIndices({{w.index, w.size, w.dim, false}});
+  Read<1>({&out, &w.window, &w.index}, Locate<1>{{w.size}, {w.step}});
 }
 
 // out = self, then `write(srcr, outr, idx, loc)` combines the source window into out: the
 // setup scatter, scatter_add and scatter_reduce share.
 template <typename WriteFn>
 void ScatterWith(const KernelCall& c, const char* name, WriteFn write) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]);
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (idx.numel() == 0) return;
-  const int64_t d = wrap_dim(c.attrs.get<ScatterArgs>().dim, std::max<int64_t>(self.dim(), 1), name);
-  const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  CheckIndices({{idx, size, d, false}});
-  IntArray st = out.strides();
-  if (!st.empty()) st[d] = 0;
-  const Tensor outr = RawWindow(out, idx.sizes(), st, out.storage_offset());
-  const Tensor srcr = RawWindow(src, idx.sizes(), src.strides(), src.storage_offset());
-  const Locate<1> loc{{size}, {(out.dim() == 0 ? 0 : out.stride(d)) * out.element_size()}};
-  write(srcr, outr, idx, loc);
+  InitFromSelf(c.inputs[0], c.outputs[0]);
+  const std::optional<backend::ScatterPlan> plan = backend::PlanScatter(c, name);
+  if (!plan) return;
+  const backend::DimWindow& w = plan->out;
+  CheckIndices({{w.index, w.size, w.dim, false}});
+  write(plan->src_window, w.window, w.index, Locate<1>{{w.size}, {w.step}});
 }
 
 // scatter / scatter_add: out = self; out[..idx..] (+)= src.
@@ -533,14 +518,9 @@ void set_deterministic_index_accumulate(bool deterministic) {
 bool deterministic_index_accumulate() { return g_deterministic.load(); }
 
 void RegisterIndexKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Gather)] = &GatherKernel;
-  t[static_cast<int>(OpId::Scatter)] = &ScatterKernel<false>;
-  t[static_cast<int>(OpId::ScatterAdd)] = &ScatterKernel<true>;
-  t[static_cast<int>(OpId::ScatterReduce)] = &ScatterReduceKernel;
-  t[static_cast<int>(OpId::IndexSelect)] = &IndexSelectKernel;
-  t[static_cast<int>(OpId::IndexAdd)] = &IndexAddKernel;
-  t[static_cast<int>(OpId::Index)] = &IndexKernel;
-  t[static_cast<int>(OpId::IndexPut)] = &IndexPutKernel;
+#define ANVIL_INDEX_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#include "core/backend/index_rows.def"
+#undef ANVIL_INDEX_ROW
   RegisterSortKernels(t);
 }
 

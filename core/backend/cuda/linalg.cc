@@ -1,5 +1,6 @@
 // mm and bmm on cuBLAS (GemmStridedBatched): operands whose last two dims are row- or
 // column-major go in as they are (a transposed view is a transpose flag, not a copy).
+#include "core/backend/common/matmul_shape.h"
 #include "core/backend/cuda/blas.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/ops/dispatch.h"
@@ -33,9 +34,8 @@ MatArg AsBlas(const Tensor& m) {
 void MatmulKernel(const KernelCall& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   const Tensor& out = c.outputs[0];
-  const bool batched = out.dim() == 3;
-  const int64_t batch = batched ? out.size(0) : 1;
-  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  const backend::MatmulShape shape = backend::MakeMatmulShape(c);
+  const int64_t batch = shape.batch, m = shape.m, n = shape.n, k = shape.k;
   if (out.numel() == 0) return;
   if (k == 0) {  // an empty sum: zeros
     Tensor o = out;
@@ -77,10 +77,9 @@ void LinearKernel(const KernelCall& c) {
 }  // namespace
 
 void RegisterLinalgKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Linear)] = &LinearKernel<false>;
-  t[static_cast<int>(OpId::LinearRelu)] = &LinearKernel<true>;
-  t[static_cast<int>(OpId::Mm)] = &MatmulKernel;
-  t[static_cast<int>(OpId::Bmm)] = &MatmulKernel;
+#define ANVIL_LINALG_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#include "core/backend/linalg_rows.def"
+#undef ANVIL_LINALG_ROW
 }
 
 }  // namespace anvil::cuda

@@ -66,11 +66,9 @@ __global__ void NllLossBackwardKernel(const T* g, int64_t sg, const int64_t* tar
 }
 
 void NllLoss(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& target = c.inputs[1];
-  const int64_t rows = x.size(0), classes = x.size(1);
-  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
-  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
+  const nll_rows::Operands op = nll_rows::ForwardOperands(c);
+  const Tensor &x = op.in, &target = op.target;
+  const int64_t rows = op.rows, classes = op.classes, reduction = op.reduction, ignore_index = op.ignore_index;
   const int device = x.device().index;
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(x.dtype(), "nll_loss", [&] {
@@ -84,13 +82,11 @@ void NllLoss(const KernelCall& c) {
 }
 
 void NllLossBackward(const KernelCall& c) {
-  const Tensor& g = c.inputs[0];
-  const Tensor& target = c.inputs[1];
+  const nll_rows::Operands op = nll_rows::BackwardOperands(c);
+  const Tensor &g = op.in, &target = op.target;
+  const int64_t rows = op.rows, classes = op.classes, reduction = op.reduction, ignore_index = op.ignore_index;
   const Tensor& out = c.outputs[0];
-  const int64_t rows = out.size(0), classes = out.size(1);
   if (out.numel() == 0) return;
-  const NllLossArgs& args = c.attrs.get<NllLossArgs>();
-  const int64_t reduction = args.reduction, ignore_index = args.ignore_index;
   const int device = out.device().index;
   DeviceGuard guard(device);
   ANVIL_DISPATCH_FLOATING(out.dtype(), "nll_loss_backward", [&] {

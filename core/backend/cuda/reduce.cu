@@ -17,6 +17,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/backend/common/reduce_layout.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
 #include "core/ops/functions.h"
@@ -347,48 +348,15 @@ inline unsigned BlocksFor(int64_t tasks) {
 
 // ---- host side ----
 
-struct Layout {
-  Tensor x;  // contiguous, viewed as [outer, red, inner]
-  int64_t outer = 1, red = 1, inner = 1;
-};
+using Layout = backend::ReduceLayout;
 
-// The CPU's MakeLayout, except that the no-copy [outer, red, inner] form with inner > 1 is
-// kept only when it gives the column kernel enough columns or short rows to walk; a few
-// long columns are transposed into rows that can be split over blocks instead.
+// The no-copy [outer, red, inner] form with inner > 1 is kept only when it gives the column
+// kernel enough columns or short rows to walk; a few long columns are transposed into rows
+// that can be split over blocks instead.
 Layout MakeLayout(const Tensor& in, const IntArray& dims) {
-  const int64_t nd = in.dim();
-  Layout l;
-  if (nd == 0) {
-    l.x = in.contiguous();
-    return l;
-  }
-  std::vector<bool> reduce(nd, dims.empty());
-  for (int64_t d : dims) reduce[wrap_dim(d, nd, "reduce")] = true;
-  int64_t first = -1, last = -1;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (reduce[d]) {
-      if (first < 0) first = d;
-      last = d;
-    }
-  }
-  bool block = first >= 0;
-  for (int64_t d = first; block && d <= last; ++d) block = reduce[d];
-  if (block && in.is_contiguous()) {
-    int64_t outer = 1, red = 1, inner = 1;
-    for (int64_t d = 0; d < first; ++d) outer *= in.size(d);
-    for (int64_t d = first; d <= last; ++d) red *= in.size(d);
-    for (int64_t d = last + 1; d < nd; ++d) inner *= in.size(d);
-    if (inner == 1 || outer * inner >= 4096 || red <= 4096) {
-      l.x = in;
-      l.outer = outer, l.red = red, l.inner = inner;
-      return l;
-    }
-  }
-  IntArray perm;
-  for (int64_t d = 0; d < nd; ++d) if (!reduce[d]) { perm.push_back(d); l.outer *= in.size(d); }
-  for (int64_t d = 0; d < nd; ++d) if (reduce[d]) { perm.push_back(d); l.red *= in.size(d); }
-  l.x = in.permute(perm).contiguous();
-  return l;
+  return backend::MakeReduceLayout(in, dims, [](int64_t outer, int64_t red, int64_t inner) {
+    return inner == 1 || outer * inner >= 4096 || red <= 4096;
+  });
 }
 
 template <typename Op>
