@@ -6,8 +6,8 @@
 
 namespace anvil::server {
 
-Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer, Device device)
-    : module_(std::move(module)), options_(options), observer_(std::move(observer)), device_(device) {}
+Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer, Runner runner)
+    : module_(std::move(module)), options_(options), observer_(std::move(observer)), runner_(std::move(runner)) {}
 
 Batcher::~Batcher() { close(); }
 
@@ -111,11 +111,13 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
   try {
     std::vector<Tensor> inputs;
     for (const auto& r : live) inputs.push_back(r->input);
+    Tensor batch = inputs.size() == 1 ? inputs[0] : cat(inputs, 0);
     Tensor out;
-    {
+    if (runner_) {
+      out = runner_(module_, std::move(batch));
+    } else {
       InferenceMode no_grad;
-      const Tensor batch = inputs.size() == 1 ? inputs[0] : cat(inputs, 0);
-      out = module_->forward(batch.to(device_)).to(kCPU);
+      out = module_->forward(batch);
     }
     int64_t row = 0;
     for (auto& r : live) {

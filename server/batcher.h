@@ -44,9 +44,14 @@ class Batcher {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The module runs on `device`: each batch's input moves there and its output back.
+  // Runs one batch: the module's output for the batch's input [rows, ...], on the CPU. The
+  // server passes its serving worker's (workers/serving_worker.h: the forward runs on the
+  // thread that owns the model's device); without one the batch runs on the leader's thread,
+  // on the CPU.
+  using Runner = std::function<Tensor(const std::shared_ptr<nn::Module>& module, Tensor input)>;
+
   Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {},
-          Device device = kCPU);
+          Runner runner = {});
   ~Batcher();
 
   // The module's output for `input` [n, ...]; blocks. Throws ServiceError.
@@ -80,7 +85,7 @@ class Batcher {
   std::shared_ptr<nn::Module> module_;
   const BatchingOptions options_;
   const BatchObserver observer_;
-  const Device device_;
+  const Runner runner_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a leader waiting out max_delay for rows
   std::deque<std::shared_ptr<Request>> queue_;

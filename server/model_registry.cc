@@ -1,5 +1,7 @@
 #include "server/model_registry.h"
 
+#include "core/models/serving.h"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -46,7 +48,12 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 
 ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
                              metrics::ServiceMetrics* metrics, size_t max_loaded, Device device)
-    : store_(store), data_root_(std::move(data_root)), batching_(batching), device_(device), metrics_(metrics),
+    : store_(store),
+      data_root_(std::move(data_root)),
+      batching_(batching),
+      device_(device),
+      worker_(std::make_shared<workers::ServingWorker>(device)),
+      metrics_(metrics),
       max_loaded_(std::max<size_t>(max_loaded, 1)) {}
 
 void ModelRegistry::EvictLocked() {
@@ -169,8 +176,12 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
     observer.on_depth = [&depth](int64_t n) { depth.set(static_cast<double>(n)); };
   }
-  if (device_ != kCPU) m->loaded.built.module->to(device_);
-  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer), device_);
+  if (device_ != kCPU) worker_->run(workers::PlaceModule{m->loaded.built.module});
+  m->batcher = std::make_unique<Batcher>(
+      m->loaded.built.module, batching_, std::move(observer),
+      [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
+        return worker->run(workers::ForwardBatch{module, std::move(input)});
+      });
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   m->last_used = ++tick_;
@@ -234,16 +245,17 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
   if (request.top_k() > 0) {
     ANVIL_SERVICE_CHECK(out.dim() == 2, StatusCode::INVALID_ARGUMENT, "top_k: model \"", m->row.name,
                         "\" is not a classifier (output ", shape_str(out.sizes()), ")");
-    const int64_t k = std::min<int64_t>(request.top_k(), out.size(1));
-    const Tensor probs = softmax(out.to(kFloat32), 1);
-    auto [values, indices] = topk(probs, k, 1);
-    const auto labels = m->loaded.info.labels;
+    const models::TopClasses top = models::top_classes(out, request.top_k());
+    const int64_t k = top.classes.size(1);
+    const int64_t* classes = top.classes.data_ptr<int64_t>();
+    const float* probabilities = top.probabilities.data_ptr<float>();
+    const std::vector<std::string>& labels = m->loaded.info.labels;
     for (int64_t r = 0; r < out.size(0); ++r) {
       v1::TopK* t = response.add_top_k();
       for (int64_t j = 0; j < k; ++j) {
-        const int64_t cls = indices[r][j].item<int64_t>();
+        const int64_t cls = classes[r * k + j];
         t->add_classes(cls);
-        t->add_probabilities(values[r][j].item<float>());
+        t->add_probabilities(probabilities[r * k + j]);
         t->add_labels(cls < static_cast<int64_t>(labels.size()) ? labels[cls] : std::to_string(cls));
       }
     }

@@ -19,6 +19,7 @@
 #include "server/batcher.h"
 #include "server/metrics/service_metrics.h"
 #include "server/store.h"
+#include "workers/serving_worker.h"
 
 namespace anvil::server {
 
@@ -34,7 +35,8 @@ class ModelRegistry {
   // `metrics` may be null.
   // At most `max_loaded` versions stay resident; the least recently used one is unloaded
   // (and reloaded from its archive on its next use). `metrics` may be null.
-  // Served models run on `device` (inputs move there and outputs back per batch).
+  // Served models run on `device`, on a serving worker that owns it (workers/serving_worker.h):
+  // models are placed there and every batch runs there, off the gRPC threads.
   ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
                 metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32, Device device = kCPU);
   ~ModelRegistry();
@@ -72,6 +74,9 @@ class ModelRegistry {
   const std::string data_root_;
   const BatchingOptions batching_;
   const Device device_;
+  // The thread that owns device_ for serving; each batcher's runner holds it too, so a batch
+  // still running at shutdown finishes.
+  std::shared_ptr<workers::ServingWorker> worker_;
   metrics::ServiceMetrics* metrics_;
   const size_t max_loaded_;
   std::atomic<int64_t> tick_{0};

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "core/models/serving.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -147,38 +148,27 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                           "format: expected NATIVE or SAFETENSORS, got ", v1::ExportFormat_Name(req->format()));
       std::shared_ptr<ServedModel> m = s_.registry->get(req->model(), req->version());
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
-      // The bytes come from a reader: NATIVE streams the archive from disk (any size, never
-      // whole in memory), SAFETENSORS serialises the loaded weights.
-      std::function<size_t(char*, size_t)> read;
-      std::ifstream file;
-      std::string bytes;
-      size_t at = 0;
+      // The bytes come from the engine (core/models/serving.h); this handler checks the
+      // archive against the store's record and streams.
+      const std::string path = (fs::path(s_.data_root) / m->row.path).string();
       std::string stored;
       if (req->format() == v1::NATIVE) {
-        const std::string path = (fs::path(s_.data_root) / m->row.path).string();
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
         stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
         ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, StatusCode::DATA_LOSS, "model \"",
                             m->row.name, "\" version ", m->row.version, ": its archive changed on disk since it was "
                             "registered (SHA-256 mismatch)");
-        file.open(path, std::ios::binary);
-        ANVIL_SERVICE_CHECK(file.good(), StatusCode::DATA_LOSS, "model \"", m->row.name, "\": its archive is unreadable");
-        read = [&](char* out, size_t n) {
-          file.read(out, static_cast<std::streamsize>(n));
-          return static_cast<size_t>(file.gcount());
-        };
-        file_name += ".anvil";
-      } else {
-        bytes = io::serialize_safetensors(m->loaded.built.module->state_dict().tensors,
-                                          {{"format", "pt"}, {"anvil.model", m->row.name}});
-        read = [&](char* out, size_t n) {
-          const size_t k = std::min(n, bytes.size() - at);
-          std::memcpy(out, bytes.data() + at, k);
-          at += k;
-          return k;
-        };
-        file_name += ".safetensors";
       }
+      std::unique_ptr<models::ExportPayload> payload;
+      try {
+        payload = models::open_export(
+            req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors,
+            file_name, path, *m->loaded.built.module, m->row.name);
+      } catch (const Error& e) {
+        throw ServiceError(StatusCode::DATA_LOSS, "model \"" + m->row.name + "\": " + e.what());
+      }
+      file_name = payload->file_name();
+      auto read = [&](char* out, size_t n) { return payload->read(out, n); };
       Sha256 hash;
       std::string buffer(static_cast<size_t>(s_.options.export_chunk_bytes), '\0');
       int64_t total = 0;
