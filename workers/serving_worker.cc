@@ -16,13 +16,23 @@ struct ServingWorker::Pending {
   std::condition_variable finished;
 };
 
-ServingWorker::ServingWorker(Device device) : device_(device), thread_([this] { Loop(); }) {}
+ServingWorker::ServingWorker(Device device, Mode mode)
+    : device_(device), own_thread_(mode == Mode::kOwnThread || !device.is_cpu()) {
+  if (own_thread_) thread_ = std::thread([this] { Loop(); });
+}
 
 ServingWorker::~ServingWorker() { shutdown(); }
 
 void ServingWorker::Submit(const std::shared_ptr<Pending>& p) {
   std::unique_lock<std::mutex> lock(mu_);
   ANVIL_CHECK(!quit_, "serving worker on ", device_.str(), ": shut down");
+  if (!own_thread_) {
+    ++stats_.commands;
+    lock.unlock();
+    Execute(*p);
+    if (p->error) std::rethrow_exception(p->error);
+    return;
+  }
   queue_.push_back(p);
   cv_.notify_one();
   p->finished.wait(lock, [&] { return p->done; });
@@ -53,23 +63,27 @@ void ServingWorker::Loop() {
     std::shared_ptr<Pending> p = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    try {
-      if (auto* f = std::get_if<ForwardBatch>(&p->command)) {
-        InferenceMode no_grad;
-        p->output = f->module->forward(f->input.to(device_)).to(kCPU);
-      } else {
-        std::get<PlaceModule>(p->command).module->to(device_);
-        synchronize(device_);
-      }
-    } catch (...) {
-      p->error = std::current_exception();
-    }
-    p->command = {};  // release the module and the input before the reply
+    Execute(*p);
     lock.lock();
     ++stats_.commands;
     p->done = true;
     p->finished.notify_one();
   }
+}
+
+void ServingWorker::Execute(Pending& p) {
+  try {
+    if (auto* f = std::get_if<ForwardBatch>(&p.command)) {
+      InferenceMode no_grad;
+      p.output = f->module->forward(f->input.to(device_)).to(kCPU);
+    } else {
+      std::get<PlaceModule>(p.command).module->to(device_);
+      synchronize(device_);
+    }
+  } catch (...) {
+    p.error = std::current_exception();
+  }
+  p.command = {};  // release the module and the input before the reply
 }
 
 void ServingWorker::shutdown() {

@@ -1,8 +1,13 @@
-// The serving side of a device: one thread that owns the device (on a GPU, a stream of its
-// own) and runs the model work sent to it, each command with its reply. Like the training
-// worker (worker.h) its boundary is a message interface: the server hands it a batch and
-// waits for the batch's output, so a model's forward passes, like its placement on the
-// device, run on the thread that owns the device and never on a gRPC thread.
+// The serving side of a device: it runs the model work sent to it, each command with its
+// reply. Like the training worker (worker.h) its boundary is a message interface: the server
+// hands it a batch and waits for the batch's output.
+//
+// On a GPU one thread owns the device and a stream of its own: a model's placement and every
+// forward pass run there, never on a gRPC thread, ordered among themselves and overlapping
+// with the training workers' streams. On the CPU there is no stream to own, and a hand-off to
+// another thread cost 15-20 us per batch and ~10 % of the throughput at 64 clients in the
+// serving benchmark (bench/RESULTS.md), so a command runs on the caller's thread (models
+// then also run concurrently, as before); kOwnThread asks for the thread anyway.
 #pragma once
 
 #include <condition_variable>
@@ -30,12 +35,14 @@ struct PlaceModule {
 
 class ServingWorker {
  public:
-  explicit ServingWorker(Device device);
+  enum class Mode { kByDevice, kOwnThread };
+  explicit ServingWorker(Device device, Mode mode = Mode::kByDevice);
   ~ServingWorker();
   ServingWorker(const ServingWorker&) = delete;
   ServingWorker& operator=(const ServingWorker&) = delete;
 
   Device device() const { return device_; }
+  bool own_thread() const { return own_thread_; }
 
   // Each blocks until the worker's thread has run the command; an error it raised is
   // rethrown here. After shutdown() they throw anvil::Error.
@@ -55,7 +62,10 @@ class ServingWorker {
   void Submit(const std::shared_ptr<Pending>& p);
   void Loop();
 
+  void Execute(Pending& p);
+
   const Device device_;
+  const bool own_thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> queue_;

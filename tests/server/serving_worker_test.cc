@@ -38,7 +38,7 @@ class ThreadProbe : public nn::Module {
 };
 
 TEST(ServingWorker, ForwardsRunOnTheWorkersThreadInInferenceMode) {
-  ServingWorker worker(kCPU);
+  ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
   const Tensor y = worker.run(ForwardBatch{probe, tensor(std::vector<float>{1, 2})});
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{3, 6}));
@@ -50,7 +50,7 @@ TEST(ServingWorker, ForwardsRunOnTheWorkersThreadInInferenceMode) {
 }
 
 TEST(ServingWorker, AnErrorReachesTheCallerAndTheWorkerKeepsServing) {
-  ServingWorker worker(kCPU);
+  ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
   EXPECT_THROW(
       {
@@ -66,7 +66,7 @@ TEST(ServingWorker, AnErrorReachesTheCallerAndTheWorkerKeepsServing) {
 }
 
 TEST(ServingWorker, ConcurrentCallersEachGetTheirOwnReplyAndShutdownRefusesNewWork) {
-  ServingWorker worker(kCPU);
+  ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
   std::atomic<int> right{0};
   std::vector<std::thread> callers;
@@ -86,7 +86,7 @@ TEST(ServingWorker, ConcurrentCallersEachGetTheirOwnReplyAndShutdownRefusesNewWo
 }
 
 TEST(ServingWorker, ABatcherWithTheWorkersRunnerRunsEveryForwardThere) {
-  auto worker = std::make_shared<ServingWorker>(kCPU);
+  auto worker = std::make_shared<ServingWorker>(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
   server::Batcher b(probe, {.enabled = true, .max_batch = 16}, {},
                     [worker](const std::shared_ptr<nn::Module>& m, Tensor x) {
@@ -104,6 +104,19 @@ TEST(ServingWorker, ABatcherWithTheWorkersRunnerRunsEveryForwardThere) {
   for (auto& t : callers) t.join();
   EXPECT_EQ(right.load(), 4);
   ASSERT_EQ(probe->threads.size(), 1u);
+}
+
+TEST(ServingWorker, OnTheCpuACommandRunsOnTheCallersThreadAndStillRefusesAfterShutdown) {
+  ServingWorker worker(kCPU);
+  EXPECT_FALSE(worker.own_thread());
+  auto probe = std::make_shared<ThreadProbe>();
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{2})}).to_vector<float>(), (std::vector<float>{6}));
+  ASSERT_EQ(probe->threads.size(), 1u);
+  EXPECT_EQ(*probe->threads.begin(), std::this_thread::get_id());
+  EXPECT_FALSE(probe->grad_enabled.at(0));
+  EXPECT_THROW(worker.run(ForwardBatch{probe, tensor(std::vector<float>{-1})}), Error);
+  worker.shutdown();
+  EXPECT_THROW(worker.run(ForwardBatch{probe, tensor(std::vector<float>{1})}), Error);
 }
 
 TEST(TopClasses, AreTheSoftmaxsLargestProbabilitiesInOrder) {
