@@ -137,10 +137,12 @@ int Orchestrate(const std::string& self) {
   const std::string peer = std::string("/usr/bin/python3 ") + ANVIL_BENCH_PEER_SCRIPT;
   const bool have_peer = std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0;
   std::printf("Data pipeline: Anvil DataLoader (threads) vs torch.utils.data.DataLoader (processes)\n");
-  std::printf("peer: %s\n\n", have_peer ? Run("/usr/bin/python3 -c 'import torch; print(\"torch \" + torch.__version__)'").c_str()
-                                        : "n/a (install python3-torch python3-torchvision: make deps-bench)");
+  std::printf("peer: %s\n\n",
+              have_peer ? Run("/usr/bin/python3 -c 'import torch; print(\"torch \" + torch.__version__)'").c_str()
+                        : "n/a (install python3-torch python3-torchvision: make deps-bench)");
   std::printf("### Resident memory, 1 GiB in-memory dataset, batch 256, mid-epoch\n\n");
-  std::printf("| workers | anvil RSS MiB | anvil growth | torch RSS sum MiB | torch PSS sum MiB | torch PSS growth |\n");
+  std::printf(
+      "| workers | anvil RSS MiB | anvil growth | torch RSS sum MiB | torch PSS sum MiB | torch PSS growth |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|\n");
   double anvil0 = 0, torch0 = 0;
   for (int w : {0, 1, 2, 4, 8}) {
@@ -158,12 +160,16 @@ int Orchestrate(const std::string& self) {
   }
   const std::string dir = (std::filesystem::temp_directory_path() / "anvil_bench_png").string();
   WriteImages(dir);
-  std::printf("\n### Throughput: PNG %dx%d decode -> CHW float -> RandomCrop %d -> flip -> Normalize, "
-              "batch %d, %d images\n\n", kImageSide, kImageSide, kCrop, kBatch, kImages);
-  std::printf("Speed-up is over 0 workers with 1 intra-op thread: the cost of the pipeline on one core. With\n"
-              "0 workers and 2 threads the element-wise steps already use both cores (intra-op), and the\n"
-              "loop has no training step to overlap with, so that row is a bound, not the usual case.\n\n");
-  std::printf("| workers | intra-op threads | anvil img/s | anvil speed-up | torch img/s | torch speed-up | anvil/torch |\n");
+  std::printf(
+      "\n### Throughput: PNG %dx%d decode -> CHW float -> RandomCrop %d -> flip -> Normalize, "
+      "batch %d, %d images\n\n",
+      kImageSide, kImageSide, kCrop, kBatch, kImages);
+  std::printf(
+      "Speed-up is over 0 workers with 1 intra-op thread: the cost of the pipeline on one core. With\n"
+      "0 workers and 2 threads the element-wise steps already use both cores (intra-op), and the\n"
+      "loop has no training step to overlap with, so that row is a bound, not the usual case.\n\n");
+  std::printf(
+      "| workers | intra-op threads | anvil img/s | anvil speed-up | torch img/s | torch speed-up | anvil/torch |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   double a0 = 0, t0 = 0;
   for (auto [w, threads] : {std::pair{0, 1}, {0, 2}, {1, 2}, {2, 2}}) {

@@ -38,8 +38,9 @@ Result TrainAnvil(const std::string& preset, const std::string& dir) {
   const auto m = models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
   const int64_t epochs = 40;
   auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
-  train::Trainer trainer(m.module, opt, {.epochs = epochs, .metric_interval = 50, .scheduler_per_step = true,
-                                         .checkpoint_every_epoch = false});
+  train::Trainer trainer(
+      m.module, opt,
+      {.epochs = epochs, .metric_interval = 50, .scheduler_per_step = true, .checkpoint_every_epoch = false});
   data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .num_workers = 1, .seed = 1});
   data::DataLoader test_loader(split[1], {.batch_size = 512});
   trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
@@ -72,12 +73,14 @@ int main(int argc, char** argv) {
   }
   std::printf("# Digits presets end to end, Anvil vs PyTorch (%d threads, %s)\n\n%s\n\n", threads,
               bench::CpuModel().c_str(), bench::KernelLine().c_str());
-  std::printf("| preset | anvil s | anvil steps/s | anvil accuracy | torch s | torch steps/s | torch accuracy | time ratio |\n");
+  std::printf(
+      "| preset | anvil s | anvil steps/s | anvil accuracy | torch s | torch steps/s | torch accuracy | time ratio "
+      "|\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string preset : {"mlp", "lenet5"}) {
     const Result a = TrainAnvil(preset, dir);
-    const std::string cmd = std::string("/usr/bin/python3 ") + ANVIL_BENCH_DIGITS_PEER + " " + file + " " + preset + " " +
-                            std::to_string(threads) + " 2>/dev/null";
+    const std::string cmd = std::string("/usr/bin/python3 ") + ANVIL_BENCH_DIGITS_PEER + " " + file + " " + preset +
+                            " " + std::to_string(threads) + " 2>/dev/null";
     std::string json;
     if (FILE* p = popen(cmd.c_str(), "r")) {
       char buf[512];
@@ -87,7 +90,8 @@ int main(int argc, char** argv) {
     const double ts = Field(json, "seconds"), tacc = Field(json, "accuracy"), tsteps = Field(json, "steps");
     if (ts > 0) {
       std::printf("| %s | %.2f | %.0f | %.2f %% | %.2f | %.0f | %.2f %% | %.2f |\n", preset.c_str(), a.seconds,
-                  static_cast<double>(a.steps) / a.seconds, 100 * a.accuracy, ts, tsteps / ts, 100 * tacc, a.seconds / ts);
+                  static_cast<double>(a.steps) / a.seconds, 100 * a.accuracy, ts, tsteps / ts, 100 * tacc,
+                  a.seconds / ts);
     } else {
       std::printf("| %s | %.2f | %.0f | %.2f %% | n/a | n/a | n/a | n/a |\n", preset.c_str(), a.seconds,
                   static_cast<double>(a.steps) / a.seconds, 100 * a.accuracy);

@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
-#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
@@ -155,8 +155,7 @@ inline Row Measure(const Case& c, const Options& opt) {
         [&] {
           TimeBatch(*s.side, 1);
           once = TimeBatch(*s.side, 1);
-          s.calls = static_cast<int>(
-              std::clamp(std::ceil(opt.batch_ms / std::max(once, 1e-6)), 1.0, 100000.0));
+          s.calls = static_cast<int>(std::clamp(std::ceil(opt.batch_ms / std::max(once, 1e-6)), 1.0, 100000.0));
           TimeBatch(*s.side, s.calls);
         },
         &s.result->error);
@@ -165,8 +164,7 @@ inline Row Measure(const Case& c, const Options& opt) {
     for (int k = 0; k < 2; ++k) {
       State& s = states[(r + k) % 2];  // A B, then B A, ...
       if (!s.live) continue;
-      s.live = Guarded([&] { s.samples.push_back(TimeBatch(*s.side, s.calls)); },
-                       &s.result->error);
+      s.live = Guarded([&] { s.samples.push_back(TimeBatch(*s.side, s.calls)); }, &s.result->error);
     }
   }
   for (State& s : states) {
@@ -282,15 +280,13 @@ class Table {
     std::string a = r.anvil.error.empty() ? FormatMs(r.anvil.ms) : "error";
     std::string t = r.torch.error.empty() ? FormatMs(r.torch.ms) : "error";
     if (!r.mismatch.empty()) a += " (!)";
-    std::printf("| %s | %s | %s | %s | %s |\n", r.op.c_str(), r.size.c_str(), a.c_str(),
-                t.c_str(), FormatRatio(r.anvil.ms, r.torch.ms).c_str());
+    std::printf("| %s | %s | %s | %s | %s |\n", r.op.c_str(), r.size.c_str(), a.c_str(), t.c_str(),
+                FormatRatio(r.anvil.ms, r.torch.ms).c_str());
     std::fflush(stdout);
     return r;
   }
 
-  bool Wanted(const std::string& op) const {
-    return opt_.filter.empty() || op.find(opt_.filter) != std::string::npos;
-  }
+  bool Wanted(const std::string& op) const { return opt_.filter.empty() || op.find(opt_.filter) != std::string::npos; }
 
   void AddNote(std::string note) { notes_.push_back(std::move(note)); }
 

@@ -41,8 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/anvil.h"
 #include "bench/harness.h"
+#include "core/anvil.h"
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
 #include <torch/torch.h>
@@ -123,14 +123,12 @@ void BenchSgemm(Table& table, [[maybe_unused]] const Options& opt) {
     c.torch.run = [&] { t_out = torch::mm(ta, tb); };
     ShareBlasThreads(&c.torch, opt.threads);
     // Sums of n products: the error bound grows with n.
-    c.check = [&] {
-      return Compare(a_out, t_out, 1e-3, 1e-4 * std::sqrt(static_cast<double>(n)));
-    };
+    c.check = [&] { return Compare(a_out, t_out, 1e-3, 1e-4 * std::sqrt(static_cast<double>(n))); };
 #endif
     const Row& r = table.Run(c);
     const double gflop = 2.0 * n * n * n / 1e9;
-    table.AddNote("mm " + std::to_string(n) + ": anvil " + Fixed(gflop / r.anvil.ms * 1e3, 1) +
-                  " GFLOP/s, libtorch " + Fixed(gflop / r.torch.ms * 1e3, 1) + " GFLOP/s");
+    table.AddNote("mm " + std::to_string(n) + ": anvil " + Fixed(gflop / r.anvil.ms * 1e3, 1) + " GFLOP/s, libtorch " +
+                  Fixed(gflop / r.torch.ms * 1e3, 1) + " GFLOP/s");
   }
 }
 
@@ -160,12 +158,15 @@ void BenchElementwise(Table& table, const Options& /*opt*/) {
 #endif
   // Anvil has no out= variants, so both peers run out of place: each call allocates its
   // result and frees the previous one, which is what user code like `c = a + b` pays.
-  RunOutOfPlace(table, "add", size, [&] { return anvil::add(a, b); },
-                ANVIL_BENCH_PEER([&] { return torch::add(ta, tb); }), 1e-6, 1e-6);
-  RunOutOfPlace(table, "mul", size, [&] { return anvil::mul(a, b); },
-                ANVIL_BENCH_PEER([&] { return torch::mul(ta, tb); }), 1e-6, 1e-6);
-  RunOutOfPlace(table, "gelu", size, [&] { return anvil::gelu(a); },
-                ANVIL_BENCH_PEER([&] { return torch::gelu(ta); }), 1e-5, 1e-6);
+  RunOutOfPlace(
+      table, "add", size, [&] { return anvil::add(a, b); }, ANVIL_BENCH_PEER([&] { return torch::add(ta, tb); }), 1e-6,
+      1e-6);
+  RunOutOfPlace(
+      table, "mul", size, [&] { return anvil::mul(a, b); }, ANVIL_BENCH_PEER([&] { return torch::mul(ta, tb); }), 1e-6,
+      1e-6);
+  RunOutOfPlace(
+      table, "gelu", size, [&] { return anvil::gelu(a); }, ANVIL_BENCH_PEER([&] { return torch::gelu(ta); }), 1e-5,
+      1e-6);
 
   // The same addition in place: no allocation on either side, so this row is the kernel
   // and memory bandwidth alone, and the gap to the `add` row is the allocator's share.
@@ -196,12 +197,14 @@ void BenchReductions(Table& table, const Options& /*opt*/) {
   const torch::Tensor tx = ToTorch(x);
 #endif
   // A sum of 4M normal samples is about +-2000; summation order changes the last bits.
-  RunOutOfPlace(table, "sum (all)", size, [&] { return anvil::sum(x); },
-                ANVIL_BENCH_PEER([&] { return tx.sum(); }), 1e-4, 1e-2);
-  RunOutOfPlace(table, "softmax(dim=1)", size, [&] { return anvil::softmax(x, 1); },
-                ANVIL_BENCH_PEER([&] { return torch::softmax(tx, 1); }), 1e-4, 1e-7);
-  RunOutOfPlace(table, "logsumexp(dim=1)", size, [&] { return anvil::logsumexp(x, {1}); },
-                ANVIL_BENCH_PEER([&] { return torch::logsumexp(tx, {1}); }), 1e-5, 1e-5);
+  RunOutOfPlace(
+      table, "sum (all)", size, [&] { return anvil::sum(x); }, ANVIL_BENCH_PEER([&] { return tx.sum(); }), 1e-4, 1e-2);
+  RunOutOfPlace(
+      table, "softmax(dim=1)", size, [&] { return anvil::softmax(x, 1); },
+      ANVIL_BENCH_PEER([&] { return torch::softmax(tx, 1); }), 1e-4, 1e-7);
+  RunOutOfPlace(
+      table, "logsumexp(dim=1)", size, [&] { return anvil::logsumexp(x, {1}); },
+      ANVIL_BENCH_PEER([&] { return torch::logsumexp(tx, {1}); }), 1e-5, 1e-5);
 }
 
 void BenchGatherScatter(Table& table, const Options& /*opt*/) {
@@ -299,18 +302,16 @@ void BenchAdvancedIndexing(Table& table, const Options& /*opt*/) {
     };
     c.check = [&]() -> std::string {
       if (a_sum == t_sum) return "";
-      return "sum of looked-up values " + std::to_string(a_sum) + " vs " +
-             std::to_string(t_sum);
+      return "sum of looked-up values " + std::to_string(a_sum) + " vs " + std::to_string(t_sum);
     };
 #endif
     const Row& r = table.Run(c);
     const double us_a = r.anvil.ms * 1e3 / kPoints, us_t = r.torch.ms * 1e3 / kPoints;
-    table.AddNote("adv. index loop: anvil " + Fixed(us_a, 3) + " us/element, libtorch " +
-                  Fixed(us_t, 3) + " us/element");
+    table.AddNote("adv. index loop: anvil " + Fixed(us_a, 3) + " us/element, libtorch " + Fixed(us_t, 3) +
+                  " us/element");
     if (vec) {
-      table.AddNote("adv. index, vectorised over loop speed-up: anvil " +
-                    Fixed(r.anvil.ms / vec_anvil, 0) + "x, libtorch " +
-                    Fixed(r.torch.ms / vec_torch, 0) + "x");
+      table.AddNote("adv. index, vectorised over loop speed-up: anvil " + Fixed(r.anvil.ms / vec_anvil, 0) +
+                    "x, libtorch " + Fixed(r.torch.ms / vec_torch, 0) + "x");
     }
   }
 }
@@ -384,8 +385,8 @@ void BenchAutograd(Table& table, const Options& /*opt*/) {
     };
 #endif
     const Row& r = table.Run(c);
-    table.AddNote("op chain, fwd+bwd: anvil " + Fixed(r.anvil.ms * 1e3 / kChainOps, 2) +
-                  " us/op, libtorch " + Fixed(r.torch.ms * 1e3 / kChainOps, 2) + " us/op");
+    table.AddNote("op chain, fwd+bwd: anvil " + Fixed(r.anvil.ms * 1e3 / kChainOps, 2) + " us/op, libtorch " +
+                  Fixed(r.torch.ms * 1e3 / kChainOps, 2) + " us/op");
   }
 }
 
@@ -406,13 +407,14 @@ void PrintPreamble(const Options& opt) {
 #else
   std::printf("- libtorch: not built in (peer column n/a)\n");
 #endif
-  for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "GLIBC_TUNABLES",
-                           "OMP_NUM_THREADS", "ANVIL_NUM_THREADS"}) {
+  for (const char* name :
+       {"OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "ANVIL_NUM_THREADS"}) {
     std::printf("- %s=%s\n", name, EnvOr(name, "(unset)"));
   }
-  std::printf("- method: median of %d interleaved rounds, batches of >= %.0f ms, after "
-              "warm-up; sgemm: libtorch's OpenBLAS gets %d threads during its calls\n\n",
-              opt.rounds, opt.batch_ms, opt.threads);
+  std::printf(
+      "- method: median of %d interleaved rounds, batches of >= %.0f ms, after "
+      "warm-up; sgemm: libtorch's OpenBLAS gets %d threads during its calls\n\n",
+      opt.rounds, opt.batch_ms, opt.threads);
   std::fflush(stdout);
 }
 
@@ -456,8 +458,7 @@ int main(int argc, char** argv) {
   // Each group builds its inputs, runs its rows and frees them before the next, so the
   // process never holds more than one group's data.
   const std::vector<std::function<void(Table&, const Options&)>> groups = {
-      BenchSgemm,      BenchElementwise,      BenchReductions,
-      BenchGatherScatter, BenchAdvancedIndexing, BenchAutograd};
+      BenchSgemm, BenchElementwise, BenchReductions, BenchGatherScatter, BenchAdvancedIndexing, BenchAutograd};
   for (const auto& group : groups) {
     std::string error;
     if (!Guarded([&] { group(table, opt); }, &error)) {

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend/cpu/kernel_info.h"
 #include "core/anvil.h"
+#include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/server.h"
 #include "server/wire_tensor.h"
@@ -195,7 +195,8 @@ int main() {
 
   std::printf("# Predict, digits MLP [1, 1, 8, 8] float32 (256 bytes), %.0f s per row\n\n- kernels: %s\n\n", seconds,
               cpu_kernel_summary().c_str());
-  std::printf("| model | mode | clients | requests/s | p50 us | p99 us | errors |\n|---|---|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| model | mode | clients | requests/s | p50 us | p99 us | errors |\n|---|---|---:|---:|---:|---:|---:|\n");
   for (const Row& row : rows) {
     std::printf("| %s | %s | %d | %.0f | %.0f | %.0f | %lld |\n", row.model.c_str(), row.mode.c_str(), row.clients,
                 row.r.rps, row.r.p50_us, row.r.p99_us, static_cast<long long>(row.r.errors));
@@ -208,8 +209,10 @@ int main() {
   };
   const double on = find("digits MLP", "batching on", 64), off = find("digits MLP", "batching off", 64),
                ceiling = find("digits MLP", "echo", 64);
-  std::printf("\nDigits MLP at 64 clients: batching on = %.0f %% of echo (goal >= 60 %%), %.2fx batching off "
-              "(goal >= 3x)\n", 100.0 * on / std::max(ceiling, 1.0), on / std::max(off, 1.0));
+  std::printf(
+      "\nDigits MLP at 64 clients: batching on = %.0f %% of echo (goal >= 60 %%), %.2fx batching off "
+      "(goal >= 3x)\n",
+      100.0 * on / std::max(ceiling, 1.0), on / std::max(off, 1.0));
   std::printf("Wide MLP at 64 clients: batching on = %.2fx batching off\n",
               find("wide MLP", "batching on", 64) / std::max(find("wide MLP", "batching off", 64), 1.0));
   fs::remove_all(root);

@@ -46,8 +46,8 @@ double PyTorch2Ms(const std::string& row, int threads, int rounds) {
   const std::string python = PyTorch2Python();
   if (python.empty()) return kNaN;
   double ms = kNaN;
-  for (const auto& f : RunLines(python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) + " " +
-                                std::to_string(rounds) + " 2>/dev/null")) {
+  for (const auto& f : RunLines(python + " " + ANVIL_BENCH_TRAIN_PEER + " " + row + " " + std::to_string(threads) +
+                                " " + std::to_string(rounds) + " 2>/dev/null")) {
     if (f.size() == 2 && f[0] == "version") g_pytorch2_version = f[1];
     if (f.size() == 2 && f[0] == "ms") ms = std::atof(f[1].c_str());
   }
@@ -61,9 +61,11 @@ void AddPeer2(const Row& r, const std::string& name, const std::string& size, co
 
 void PrintPeer2Table() {
   if (g_peer2_rows.empty()) return;
-  std::printf("\n## Beside PyTorch %s (Python, same threads, run right after each row)\n\n", g_pytorch2_version.c_str());
-  std::printf("| op | size | anvil ms | libtorch ms | PyTorch %s ms | anvil / PyTorch %s |\n|---|---|---:|---:|---:|---:|\n",
-              g_pytorch2_version.c_str(), g_pytorch2_version.c_str());
+  std::printf("\n## Beside PyTorch %s (Python, same threads, run right after each row)\n\n",
+              g_pytorch2_version.c_str());
+  std::printf(
+      "| op | size | anvil ms | libtorch ms | PyTorch %s ms | anvil / PyTorch %s |\n|---|---|---:|---:|---:|---:|\n",
+      g_pytorch2_version.c_str(), g_pytorch2_version.c_str());
   for (const Peer2Row& r : g_peer2_rows) {
     std::printf("| %s | %s | %s | %s | %s | %s |\n", r.name.c_str(), r.size.c_str(), Fixed(r.anvil_ms, 3).c_str(),
                 Fixed(r.torch_ms, 3).c_str(), std::isnan(r.pytorch2_ms) ? "n/a" : Fixed(r.pytorch2_ms, 3).c_str(),
@@ -86,8 +88,8 @@ AnvilModel Lenet5() {
       std::make_shared<nn::Conv2d>(1, 6, A{5, 5}, nn::ConvOptions{.padding = {2, 2}}), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::MaxPool2d>(A{2, 2}), std::make_shared<nn::Conv2d>(6, 16, A{5, 5}),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(A{2, 2}), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(16 * 5 * 5, 120), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(120, 84),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(84, 10)});
+      std::make_shared<nn::Linear>(16 * 5 * 5, 120), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(120, 84), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(84, 10)});
 }
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
@@ -121,8 +123,8 @@ void TrainStepRow(Table& table, const Options& options, const std::string& peer_
                   const std::string& size, const AnvilModel& model, const anvil::Tensor& x, const anvil::Tensor& y,
                   const std::function<void*()>& make_torch_model [[maybe_unused]]) {
   if (!table.Wanted(name)) return;
-  auto opt = std::make_shared<anvil::optim::SGD>(model->parameters(),
-                                                 anvil::optim::Options{{"lr", 1e-3}, {"momentum", 0.9}});
+  auto opt =
+      std::make_shared<anvil::optim::SGD>(model->parameters(), anvil::optim::Options{{"lr", 1e-3}, {"momentum", 0.9}});
   Case c{name, size};
   // The loss of each side's first step: both start from the same weights and data, so these
   // agree; later steps differ because the sides run different numbers of steps.
@@ -239,14 +241,14 @@ int main(int argc, char** argv) {
     std::vector<int64_t> widths;
     int64_t batch;
   };
-  for (const MlpRow& m : {MlpRow{{64, 128, 128, 10}, 64}, MlpRow{{64, 128, 128, 10}, 256}, MlpRow{{784, 256, 10}, 128}}) {
+  for (const MlpRow& m :
+       {MlpRow{{64, 128, 128, 10}, 64}, MlpRow{{64, 128, 128, 10}, 256}, MlpRow{{784, 256, 10}, 128}}) {
     std::string arch = "MLP";
     for (size_t i = 0; i < m.widths.size(); ++i) arch += (i ? "-" : " ") + std::to_string(m.widths[i]);
     auto model = Mlp(m.widths);
     const std::string peer_row = m.widths[0] == 784 ? "mlp784" : m.batch == 64 ? "mlp64" : "mlp256";
     TrainStepRow(table, opt, peer_row, arch + " step", "batch " + std::to_string(m.batch), model,
-                 anvil::randn({m.batch, m.widths[0]}),
-                 anvil::randint(0, 10, {m.batch}), [&]() -> void* {
+                 anvil::randn({m.batch, m.widths[0]}), anvil::randint(0, 10, {m.batch}), [&]() -> void* {
 #ifdef ANVIL_BENCH_HAVE_TORCH
                    return new torch::nn::Sequential(TorchMlp(m.widths));
 #else

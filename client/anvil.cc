@@ -77,16 +77,21 @@ class Failure : public std::runtime_error {
 
 int ExitCodeOf(const grpc::Status& s) {
   switch (s.error_code()) {
-    case grpc::StatusCode::NOT_FOUND: return 4;
+    case grpc::StatusCode::NOT_FOUND:
+      return 4;
     case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return 5;
-    case grpc::StatusCode::INVALID_ARGUMENT: return 2;
-    default: return 1;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 5;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return 2;
+    default:
+      return 1;
   }
 }
 
 void Check(const grpc::Status& s, const std::string& what) {
-  if (!s.ok()) throw Failure(ExitCodeOf(s), what + ": " + s.error_message() + " (" + std::to_string(s.error_code()) + ")");
+  if (!s.ok())
+    throw Failure(ExitCodeOf(s), what + ": " + s.error_message() + " (" + std::to_string(s.error_code()) + ")");
 }
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -101,7 +106,8 @@ std::string ToJson(const google::protobuf::Message& m) {
 std::unique_ptr<grpc::ClientContext> Ctx(double seconds = 30) {
   auto c = std::make_unique<grpc::ClientContext>();
   if (!g_token.empty()) c->AddMetadata("authorization", "Bearer " + g_token);
-  if (seconds > 0) c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000)));
+  if (seconds > 0)
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000)));
   return c;
 }
 
@@ -114,10 +120,11 @@ void SplitModel(const std::string& ref, std::string& name, std::string& version)
 std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
 
 void PrintJob(const v1::Job& j) {
-  std::printf("%-18s %-12s %-11s step %-6lld epoch %-4lld %s%s\n", j.id().c_str(), j.name().c_str(),
-              StateName(j.state()).c_str(), static_cast<long long>(j.step()), static_cast<long long>(j.epoch()),
-              j.model_name().empty() ? "" : ("model " + j.model_name() + ":" + std::to_string(j.model_version())).c_str(),
-              j.reason().empty() ? "" : ("  (" + j.reason() + ")").c_str());
+  std::printf(
+      "%-18s %-12s %-11s step %-6lld epoch %-4lld %s%s\n", j.id().c_str(), j.name().c_str(),
+      StateName(j.state()).c_str(), static_cast<long long>(j.step()), static_cast<long long>(j.epoch()),
+      j.model_name().empty() ? "" : ("model " + j.model_name() + ":" + std::to_string(j.model_version())).c_str(),
+      j.reason().empty() ? "" : ("  (" + j.reason() + ")").c_str());
 }
 
 // Follows a job's metrics to its end, reconnecting (from the next step) when the stream
@@ -158,7 +165,8 @@ v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
     }
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) Check(st, "watch " + id);
     if (++retries > 60) {
-      throw Failure(5, "watch " + id + ": gave up reconnecting (" + (st.ok() ? "the stream ended early" : st.error_message()) + ")");
+      throw Failure(5, "watch " + id + ": gave up reconnecting (" +
+                           (st.ok() ? "the stream ended early" : st.error_message()) + ")");
     }
     std::fputs(progress.finish().c_str(), stdout);
     std::fprintf(stderr, "stream interrupted (%s); reconnecting from step %lld...\n", st.error_message().c_str(),
@@ -171,9 +179,11 @@ int Run(int argc, char** argv) {
   Cli cli;
   CLI::App app{"anvil: submit training jobs to anvild, watch them, and use the models they produce"};
   app.require_subcommand(1);
-  app.add_option("--server", cli.server, "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER)")->envname("ANVIL_SERVER");
+  app.add_option("--server", cli.server, "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER)")
+      ->envname("ANVIL_SERVER");
   app.add_flag("--json", cli.json, "machine-readable output");
-  app.add_option("--token", g_token, "bearer token for a server that requires one (or $ANVIL_TOKEN)")->envname("ANVIL_TOKEN");
+  app.add_option("--token", g_token, "bearer token for a server that requires one (or $ANVIL_TOKEN)")
+      ->envname("ANVIL_TOKEN");
   app.add_option("--tls-ca", cli.tls_ca, "connect over TLS, trusting this CA (PEM) for the server's certificate")
       ->envname("ANVIL_TLS_CA");
   app.add_option("--tls-cert", cli.tls_cert, "mutual TLS: this client's certificate (PEM)")->envname("ANVIL_TLS_CERT");
@@ -201,15 +211,18 @@ int Run(int argc, char** argv) {
   model->add_option("model", model_ref, "NAME[:VERSION]")->required();
   auto* predict = app.add_subcommand("predict", "run a model on inputs from a file");
   predict->add_option("model", model_ref, "NAME[:VERSION]")->required();
-  predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")->required();
+  predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")
+      ->required();
   predict->add_option("--top-k", top_k, "classes to show per sample (default 3)");
   auto* exp = app.add_subcommand("export", "download a model file");
   exp->add_option("model", model_ref, "NAME[:VERSION]")->required();
-  exp->add_option("--format", format, "native, safetensors or onnx")->check(CLI::IsMember({"native", "safetensors", "onnx"}));
+  exp->add_option("--format", format, "native, safetensors or onnx")
+      ->check(CLI::IsMember({"native", "safetensors", "onnx"}));
   exp->add_option("-o,--output", out_path, "file to write")->required();
   bool verbose = false;
   auto* health_cmd = app.add_subcommand("health", "check that the server is serving");
-  health_cmd->add_flag("-v,--verbose", verbose, "also print the server's version, CPU, ISA level, GEMM kernel and devices");
+  health_cmd->add_flag("-v,--verbose", verbose,
+                       "also print the server's version, CPU, ISA level, GEMM kernel and devices");
 
   // Tokens are managed on the server's machine, in its token file (no server call).
   std::string token_name, token_scopes = "train,serve", token_file, data_dir = "anvil-data";
@@ -237,9 +250,10 @@ int Run(int argc, char** argv) {
       std::stringstream list(token_scopes);
       for (std::string s; std::getline(list, s, ',');) scopes.push_back(server::parse_scope(s));
       std::printf("%s\n", server::create_token(file, token_name, scopes).c_str());
-      std::fprintf(stderr, "token \"%s\" (%s) added to %s; anvild takes it up within a second. It is shown only "
-                           "now: pass it with --token or $ANVIL_TOKEN.\n", token_name.c_str(), token_scopes.c_str(),
-                   file.c_str());
+      std::fprintf(stderr,
+                   "token \"%s\" (%s) added to %s; anvild takes it up within a second. It is shown only "
+                   "now: pass it with --token or $ANVIL_TOKEN.\n",
+                   token_name.c_str(), token_scopes.c_str(), file.c_str());
     } else if (token_cmd->got_subcommand("list")) {
       for (const server::TokenEntry& e : server::read_token_file(file)) {
         std::string scopes;
@@ -313,8 +327,10 @@ int Run(int argc, char** argv) {
     req.set_job_id(job_id);
     v1::Job resp;
     Check(cli.training->CancelJob(Ctx().get(), req, &resp), "cancel " + job_id);
-    if (cli.json) std::printf("%s\n", ToJson(resp).c_str());
-    else std::printf("cancelling %s\n", job_id.c_str());
+    if (cli.json)
+      std::printf("%s\n", ToJson(resp).c_str());
+    else
+      std::printf("cancelling %s\n", job_id.c_str());
     return 0;
   }
   if (app.got_subcommand("models")) {
@@ -362,7 +378,8 @@ int Run(int argc, char** argv) {
     for (int r = 0; r < resp.top_k_size(); ++r) {
       const v1::TopK& t = resp.top_k(r);
       std::printf("sample %d:", r);
-      for (int j = 0; j < t.classes_size(); ++j) std::printf("  %s (%.1f%%)", t.labels(j).c_str(), 100.0 * t.probabilities(j));
+      for (int j = 0; j < t.classes_size(); ++j)
+        std::printf("  %s (%.1f%%)", t.labels(j).c_str(), 100.0 * t.probabilities(j));
       std::printf("\n");
     }
     return 0;
@@ -395,7 +412,8 @@ int Run(int argc, char** argv) {
     Check(st, "export " + model_ref);
     if (announced != total) {
       std::remove(tmp.c_str());
-      throw Failure(6, "export: received " + std::to_string(total) + " bytes, the server sent " + std::to_string(announced));
+      throw Failure(
+          6, "export: received " + std::to_string(total) + " bytes, the server sent " + std::to_string(announced));
     }
     std::string cmd = "sha256sum '" + tmp + "'";
     std::string local;
@@ -423,12 +441,14 @@ int Run(int argc, char** argv) {
       Check(cli.training->GetServerInfo(Ctx(5).get(), v1::GetServerInfoRequest(), &info), "health");
       std::string devices;
       for (const std::string& d : info.devices()) devices += (devices.empty() ? "" : ", ") + d;
-      std::printf("version:  %s\ncpu:      %s\nfeatures: %s\nisa:      %s%s\ngemm:     %s\nthreads:  %d (%d CPUs "
-                  "available)\ndevices:  %s\n",
-                  info.version().c_str(), info.cpu_model().c_str(), info.cpu_features().c_str(), info.isa().c_str(),
-                  info.isa() == info.detected_isa() ? "" : (" (lowered by ANVIL_CPU_ISA; the CPU has " +
-                                                            info.detected_isa() + ")").c_str(),
-                  info.gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
+      std::printf(
+          "version:  %s\ncpu:      %s\nfeatures: %s\nisa:      %s%s\ngemm:     %s\nthreads:  %d (%d CPUs "
+          "available)\ndevices:  %s\n",
+          info.version().c_str(), info.cpu_model().c_str(), info.cpu_features().c_str(), info.isa().c_str(),
+          info.isa() == info.detected_isa()
+              ? ""
+              : (" (lowered by ANVIL_CPU_ISA; the CPU has " + info.detected_isa() + ")").c_str(),
+          info.gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
     }
     return serving ? 0 : 5;
   }

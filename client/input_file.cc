@@ -1,10 +1,9 @@
 #include "client/input_file.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
@@ -95,7 +94,8 @@ v1::Tensor read_input_file(const std::string& path, const std::vector<int64_t>& 
       Flatten(sample, values, path + " sample " + std::to_string(samples));
       if (static_cast<int64_t>(values.size() - before) != per_sample) {
         throw std::runtime_error(path + " sample " + std::to_string(samples) + ": expected " +
-                                 std::to_string(per_sample) + " numbers, got " + std::to_string(values.size() - before));
+                                 std::to_string(per_sample) + " numbers, got " +
+                                 std::to_string(values.size() - before));
       }
       ++samples;
     }

@@ -44,22 +44,26 @@ int main(int argc, char** argv) {
     data::DataLoader test(split[1], {.batch_size = 256});
     auto opt = std::make_shared<optim::AdamW>(model->parameters(), optim::Options{{"lr", 3e-3}});
     train::Trainer trainer(model, opt,
-                           {.epochs = epochs, .metric_interval = 10, .scheduler_per_step = true,
+                           {.epochs = epochs,
+                            .metric_interval = 10,
+                            .scheduler_per_step = true,
                             .checkpoint_path = dir + "/digits-cnn.ckpt"});
     trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train.size()));
     trainer.set_callbacks({
-        .on_step = [](const train::StepMetrics& m) {
-          if (m.step % 60 == 0) {
-            std::printf("  step %4lld  loss %.4f  grad-norm %.3f  lr %.2e  %6.0f samples/s  data-wait %4.1f %%\n",
-                        static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.samples_per_second,
-                        100.0 * m.data_wait_ratio);
-          }
-        },
-        .on_epoch = [](const train::EpochMetrics& m) {
-          std::printf("epoch %2lld  train loss %.4f  test loss %.4f  test accuracy %.2f %%\n",
-                      static_cast<long long>(m.epoch + 1), m.train_loss, m.val_loss.value_or(0),
-                      100.0 * m.val_accuracy.value_or(0));
-        },
+        .on_step =
+            [](const train::StepMetrics& m) {
+              if (m.step % 60 == 0) {
+                std::printf("  step %4lld  loss %.4f  grad-norm %.3f  lr %.2e  %6.0f samples/s  data-wait %4.1f %%\n",
+                            static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.samples_per_second,
+                            100.0 * m.data_wait_ratio);
+              }
+            },
+        .on_epoch =
+            [](const train::EpochMetrics& m) {
+              std::printf("epoch %2lld  train loss %.4f  test loss %.4f  test accuracy %.2f %%\n",
+                          static_cast<long long>(m.epoch + 1), m.train_loss, m.val_loss.value_or(0),
+                          100.0 * m.val_accuracy.value_or(0));
+            },
     });
     const auto start = std::chrono::steady_clock::now();
     const train::TrainResult r = trainer.fit(train, &test);

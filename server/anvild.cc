@@ -10,18 +10,17 @@
 // already admitted finish, new ones get UNAVAILABLE.
 // Security (docs/security.md): a non-loopback address needs TLS or tokens (or --insecure);
 // reflection only with --reflection.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/backend/cpu/kernel_info.h"
@@ -44,11 +43,16 @@ int64_t ParseBytes(const std::string& text, const char* flag) {
   }
   const std::string unit = text.substr(used);
   double scale = 1;
-  if (unit == "k" || unit == "K" || unit == "KiB") scale = 1024.0;
-  else if (unit == "m" || unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) used = 0;
+  if (unit == "k" || unit == "K" || unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "M" || unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "G" || unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "T" || unit == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    used = 0;
   if (used == 0 || v < 0) {
     throw anvil::Error(std::string(flag) + ": expected a size such as 8G, 512M or a byte count, got \"" + text + "\"");
   }
@@ -65,32 +69,56 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
     throw anvil::Error("--config " + path + ": not valid JSON: " + e.what());
   }
   for (const auto& [key, value] : j.items()) {
-    if (key == "address") o.address = value.get<std::string>();
-    else if (key == "data_dir") o.data_dir = value.get<std::string>();
-    else if (key == "metrics_address") o.metrics_address = value.get<std::string>();
-    else if (key == "datasets_dir") o.datasets_dir = value.get<std::string>();
-    else if (key == "devices") o.devices = value.get<std::string>();
-    else if (key == "serving_device") o.serving_device = value.get<std::string>();
-    else if (key == "log_level") log_level = value.get<std::string>();
-    else if (key == "max_batch") o.batching.max_batch = value.get<int64_t>();
-    else if (key == "max_delay_us") o.batching.max_delay = std::chrono::microseconds(value.get<int64_t>());
-    else if (key == "batching") o.batching.enabled = value.get<bool>();
-    else if (key == "max_queue") o.batching.max_queue = value.get<size_t>();
-    else if (key == "max_pending_jobs") o.max_pending_jobs = value.get<int64_t>();
-    else if (key == "max_loaded_models") o.max_loaded_models = value.get<size_t>();
+    if (key == "address")
+      o.address = value.get<std::string>();
+    else if (key == "data_dir")
+      o.data_dir = value.get<std::string>();
+    else if (key == "metrics_address")
+      o.metrics_address = value.get<std::string>();
+    else if (key == "datasets_dir")
+      o.datasets_dir = value.get<std::string>();
+    else if (key == "devices")
+      o.devices = value.get<std::string>();
+    else if (key == "serving_device")
+      o.serving_device = value.get<std::string>();
+    else if (key == "log_level")
+      log_level = value.get<std::string>();
+    else if (key == "max_batch")
+      o.batching.max_batch = value.get<int64_t>();
+    else if (key == "max_delay_us")
+      o.batching.max_delay = std::chrono::microseconds(value.get<int64_t>());
+    else if (key == "batching")
+      o.batching.enabled = value.get<bool>();
+    else if (key == "max_queue")
+      o.batching.max_queue = value.get<size_t>();
+    else if (key == "max_pending_jobs")
+      o.max_pending_jobs = value.get<int64_t>();
+    else if (key == "max_loaded_models")
+      o.max_loaded_models = value.get<size_t>();
     else if (key == "max_predict_message_mb" || key == "max_message_mb") {
       o.limits.predict_message_bytes = value.get<int64_t>() << 20;
-    } else if (key == "max_training_message_mb") o.limits.training_message_bytes = value.get<int64_t>() << 20;
-    else if (key == "max_concurrent_predicts") o.limits.max_concurrent_predicts = value.get<int>();
-    else if (key == "reflection") o.reflection = value.get<bool>();
-    else if (key == "max_job_memory") o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
-    else if (key == "max_crash_resumes") o.max_crash_resumes = value.get<int>();
-    else if (key == "tls_cert") o.tls_cert = value.get<std::string>();
-    else if (key == "tls_key") o.tls_key = value.get<std::string>();
-    else if (key == "tls_client_ca") o.tls_client_ca = value.get<std::string>();
-    else if (key == "tokens") o.tokens_file = value.get<std::string>();
-    else if (key == "insecure") o.insecure = value.get<bool>();
-    else throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
+    } else if (key == "max_training_message_mb")
+      o.limits.training_message_bytes = value.get<int64_t>() << 20;
+    else if (key == "max_concurrent_predicts")
+      o.limits.max_concurrent_predicts = value.get<int>();
+    else if (key == "reflection")
+      o.reflection = value.get<bool>();
+    else if (key == "max_job_memory")
+      o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
+    else if (key == "max_crash_resumes")
+      o.max_crash_resumes = value.get<int>();
+    else if (key == "tls_cert")
+      o.tls_cert = value.get<std::string>();
+    else if (key == "tls_key")
+      o.tls_key = value.get<std::string>();
+    else if (key == "tls_client_ca")
+      o.tls_client_ca = value.get<std::string>();
+    else if (key == "tokens")
+      o.tokens_file = value.get<std::string>();
+    else if (key == "insecure")
+      o.insecure = value.get<bool>();
+    else
+      throw anvil::Error("--config " + path + ": unknown setting \"" + key + "\"");
   }
 }
 
@@ -154,10 +182,12 @@ int main(int argc, char** argv) {
   int64_t max_delay_us = -1, max_batch = -1;
   bool no_batching = false;
   CLI::App app{"anvild: the Anvil training and serving server"};
-  app.add_option("--config", config, "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
-                                     "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_predict_message_mb, "
-                                     "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_crash_resumes, devices, "
-                                     "serving_device)");
+  app.add_option(
+      "--config", config,
+      "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
+      "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_predict_message_mb, "
+      "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_crash_resumes, devices, "
+      "serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
   std::string metrics_address = "127.0.0.1:9464";
@@ -172,7 +202,9 @@ int main(int argc, char** argv) {
   app.add_option("--serving-device", serving_device,
                  "where served models run: \"auto\" (cuda:0 when there is a GPU; the default), cpu or cuda:N");
   app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
-  app.add_option("--max-delay-us", max_delay_us, "dynamic batching: extra wait for more rows (default 0: batch whatever queued while the model was busy)");
+  app.add_option(
+      "--max-delay-us", max_delay_us,
+      "dynamic batching: extra wait for more rows (default 0: batch whatever queued while the model was busy)");
   app.add_flag("--no-batching", no_batching, "run every Predict on its own");
   int64_t predict_mb = -1, training_mb = -1;
   int concurrent_predicts = -1;
@@ -192,7 +224,8 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key, tls_client_ca, tokens_file;
   app.add_option("--tls-cert", tls_cert, "TLS: the server's certificate chain (PEM)");
   app.add_option("--tls-key", tls_key, "TLS: the server's private key (PEM)");
-  app.add_option("--tls-client-ca", tls_client_ca, "mutual TLS: accept only clients with a certificate signed by this CA (PEM)");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "mutual TLS: accept only clients with a certificate signed by this CA (PEM)");
   app.add_option("--tokens", tokens_file,
                  "bearer-token file (default <data-dir>/tokens.json; `anvil token create` adds tokens; tokens in it "
                  "turn authentication on)");
@@ -202,7 +235,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-open-files", max_open_files,
                  "the fd limit (each connection holds one; default: as high as the process may)");
   bool repair = false;
-  app.add_flag("--repair", repair, "report what is wrong with the data dir's job store and what to do; changes nothing");
+  app.add_flag("--repair", repair,
+               "report what is wrong with the data dir's job store and what to do; changes nothing");
   CLI11_PARSE(app, argc, argv);
 
   try {

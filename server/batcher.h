@@ -27,9 +27,9 @@ namespace anvil::server {
 
 struct BatchingOptions {
   bool enabled = true;
-  int64_t max_batch = 32;                      // rows
-  std::chrono::microseconds max_delay{0};      // extra wait for more rows; 0: batch what is queued
-  size_t max_queue = 4096;                     // requests
+  int64_t max_batch = 32;                  // rows
+  std::chrono::microseconds max_delay{0};  // extra wait for more rows; 0: batch what is queued
+  size_t max_queue = 4096;                 // requests
 };
 
 // Optional observers (metrics): rows per forward, each request's wait before its batch ran,
@@ -50,8 +50,7 @@ class Batcher {
   // on the CPU.
   using Runner = std::function<Tensor(const std::shared_ptr<nn::Module>& module, Tensor input)>;
 
-  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {},
-          Runner runner = {});
+  Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {}, Runner runner = {});
   ~Batcher();
 
   // The module's output for `input` [n, ...]; blocks. Throws ServiceError.

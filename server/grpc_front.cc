@@ -1,11 +1,10 @@
 #include "server/grpc_front.h"
 
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>

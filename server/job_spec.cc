@@ -38,9 +38,9 @@ void CheckFinite(const char* field, double value, double lo, double hi) {
 }
 
 void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
-  SPEC_CHECK(d->name().empty() != d->path().empty(), "dataset: expected exactly one of \"name\" (a built-in: ",
-             Join(kBuiltinDatasets), ") or \"path\" (inside the server's data root), got ",
-             d->name().empty() ? "neither" : "both");
+  SPEC_CHECK(d->name().empty() != d->path().empty(),
+             "dataset: expected exactly one of \"name\" (a built-in: ", Join(kBuiltinDatasets),
+             ") or \"path\" (inside the server's data root), got ", d->name().empty() ? "neither" : "both");
   if (!d->name().empty()) {
     SPEC_CHECK(kBuiltinDatasets.count(d->name()), "dataset.name: expected one of ", Join(kBuiltinDatasets), ", got \"",
                d->name(), "\"");
@@ -58,8 +58,8 @@ void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
 
 void ValidateOptimizer(v1::OptimizerSpec* o) {
   if (o->name().empty()) o->set_name("adamw");
-  SPEC_CHECK(kOptimizers.count(o->name()), "optimizer.name: expected one of ", Join(kOptimizers), ", got \"",
-             o->name(), "\"");
+  SPEC_CHECK(kOptimizers.count(o->name()), "optimizer.name: expected one of ", Join(kOptimizers), ", got \"", o->name(),
+             "\"");
   if (o->lr() == 0) o->set_lr(1e-3);
   CheckFinite("optimizer.lr", o->lr(), 1e-12, 10.0);
   CheckFinite("optimizer.weight_decay", o->weight_decay(), 0.0, 1.0);
@@ -121,8 +121,8 @@ void ValidateDevice(v1::JobSpec* spec, const SpecContext& ctx) {
   if (d == "cuda") known = any_cuda;
   std::string list;
   for (const std::string& have : ctx.devices) list += (list.empty() ? "" : ", ") + have;
-  SPEC_CHECK(d == "cuda" || d.rfind("cuda:", 0) == 0, "device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"any\", got \"",
-             d, "\"");
+  SPEC_CHECK(d == "cuda" || d.rfind("cuda:", 0) == 0,
+             "device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"any\", got \"", d, "\"");
   ANVIL_SERVICE_CHECK(known, StatusCode::INVALID_ARGUMENT, "spec.device: \"", d,
                       "\" is not a device of this server (it has: ", list, ")");
 }
@@ -146,7 +146,8 @@ std::string resolve_inside_root(const std::string& root, const std::string& rela
   const fs::path canonical_root = fs::weakly_canonical(fs::path(root), ec);
   const fs::path resolved = fs::weakly_canonical(canonical_root / relative, ec);
   ANVIL_SERVICE_CHECK(!ec, StatusCode::INVALID_ARGUMENT, field, ": cannot resolve \"", relative, "\"");
-  const auto [root_end, _] = std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
+  const auto [root_end, _] =
+      std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
   ANVIL_SERVICE_CHECK(root_end == canonical_root.end(), StatusCode::PERMISSION_DENIED, field, ": \"", relative,
                       "\" leads outside the server's data root");
   return resolved.string();

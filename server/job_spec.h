@@ -12,9 +12,9 @@
 namespace anvil::server {
 
 struct SpecContext {
-  std::string data_root;              // absolute; dataset paths must resolve inside it
-  std::vector<std::string> devices;   // this server's devices: "cpu", "cuda:0", ...
-  int64_t max_job_memory = 0;         // bytes per job; 0 = no limit (RESOURCE_EXHAUSTED beyond)
+  std::string data_root;             // absolute; dataset paths must resolve inside it
+  std::vector<std::string> devices;  // this server's devices: "cpu", "cuda:0", ...
+  int64_t max_job_memory = 0;        // bytes per job; 0 = no limit (RESOURCE_EXHAUSTED beyond)
 };
 
 // The spec with defaults filled in; throws ServiceError.

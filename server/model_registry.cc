@@ -1,16 +1,14 @@
 #include "server/model_registry.h"
 
-#include "core/models/serving.h"
-
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
+#include "core/models/serving.h"
+#include "core/ops/functions.h"
 #include "core/util/clock.h"
 #include "core/util/fault_point.h"
-#include "core/ops/functions.h"
 #include "core/util/sha256.h"
 #include "server/status.h"
 #include "server/wire_tensor.h"
@@ -90,13 +88,14 @@ ModelRow ModelRegistry::find_row(const std::string& name, const std::string& ver
     // A model its job will register once it succeeds is not ready yet: FAILED_PRECONDITION
     // (retry later), where a name nothing will ever register is NOT_FOUND.
     if (std::optional<JobRow> job = pending_job_for(name)) {
-      throw ServiceError(StatusCode::FAILED_PRECONDITION,
-                         detail::StrCat("model \"", echo(name), "\" is not ready: job ", job->id, " that registers it is ",
-                                        job_state_name(job->state), "; predict after it succeeds"));
+      throw ServiceError(
+          StatusCode::FAILED_PRECONDITION,
+          detail::StrCat("model \"", echo(name), "\" is not ready: job ", job->id, " that registers it is ",
+                         job_state_name(job->state), "; predict after it succeeds"));
     }
-    throw ServiceError(StatusCode::NOT_FOUND, detail::StrCat("model \"", echo(name), "\"",
-                                                             v > 0 ? " version " + std::to_string(v) : std::string(),
-                                                             " is not registered"));
+    throw ServiceError(StatusCode::NOT_FOUND,
+                       detail::StrCat("model \"", echo(name), "\"",
+                                      v > 0 ? " version " + std::to_string(v) : std::string(), " is not registered"));
   }
   return *row;
 }
@@ -177,11 +176,10 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     observer.on_depth = [&depth](int64_t n) { depth.set(static_cast<double>(n)); };
   }
   if (device_ != kCPU) worker_->run(workers::PlaceModule{m->loaded.built.module});
-  m->batcher = std::make_unique<Batcher>(
-      m->loaded.built.module, batching_, std::move(observer),
-      [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
-        return worker->run(workers::ForwardBatch{module, std::move(input)});
-      });
+  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
+                                         [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
+                                           return worker->run(workers::ForwardBatch{module, std::move(input)});
+                                         });
   std::lock_guard<std::mutex> lock(mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   m->last_used = ++tick_;
@@ -210,7 +208,9 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   return out;
 }
 
-v1::Model ModelRegistry::describe_row(const ModelRow& row) { return describe(*get(row.name, std::to_string(row.version))); }
+v1::Model ModelRegistry::describe_row(const ModelRow& row) {
+  return describe(*get(row.name, std::to_string(row.version)));
+}
 
 v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
   ANVIL_SERVICE_CHECK(!request.model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
@@ -220,8 +220,8 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
   ANVIL_SERVICE_CHECK(request.inputs_size() == 1, StatusCode::INVALID_ARGUMENT, "inputs: model \"", m->row.name,
                       "\" takes exactly one input tensor (\"input\"), got ", request.inputs_size());
   const v1::Tensor& wire = request.inputs(0);
-  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", StatusCode::INVALID_ARGUMENT,
-                      "inputs: model \"", m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
+  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", StatusCode::INVALID_ARGUMENT, "inputs: model \"",
+                      m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
   ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"",
                       m->row.name, "\" expects dtype ", wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ",
                       wire_dtype_name(wire.dtype()));
@@ -234,7 +234,8 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
   expected_str += "]";
   ANVIL_SERVICE_CHECK(shape_ok, StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"", m->row.name, "\" expects shape ",
                       expected_str, ", got ", shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
-  ANVIL_SERVICE_CHECK(request.top_k() >= 0, StatusCode::INVALID_ARGUMENT, "top_k: expected >= 0, got ", request.top_k());
+  ANVIL_SERVICE_CHECK(request.top_k() >= 0, StatusCode::INVALID_ARGUMENT, "top_k: expected >= 0, got ",
+                      request.top_k());
   Tensor input = decode_tensor(wire);
   Tensor out = m->batcher->run(std::move(input), deadline);
 

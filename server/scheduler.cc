@@ -36,12 +36,18 @@ v1::JobSpec SpecOf(const JobRow& row) {
 
 v1::JobState ToWire(JobState s) {
   switch (s) {
-    case JobState::kQueued: return v1::QUEUED;
-    case JobState::kRunning: return v1::RUNNING;
-    case JobState::kSucceeded: return v1::SUCCEEDED;
-    case JobState::kFailed: return v1::FAILED;
-    case JobState::kCancelled: return v1::CANCELLED;
-    case JobState::kInterrupted: return v1::INTERRUPTED;
+    case JobState::kQueued:
+      return v1::QUEUED;
+    case JobState::kRunning:
+      return v1::RUNNING;
+    case JobState::kSucceeded:
+      return v1::SUCCEEDED;
+    case JobState::kFailed:
+      return v1::FAILED;
+    case JobState::kCancelled:
+      return v1::CANCELLED;
+    case JobState::kInterrupted:
+      return v1::INTERRUPTED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }
@@ -144,9 +150,9 @@ void Scheduler::recover() {
       ++row.crashes;
       if (row.crashes > options_.max_crash_resumes) {
         row.state = JobState::kFailed;
-        row.reason = detail::StrCat("the server stopped while running it ", row.crashes,
-                                    " times; not resumed again (anvild --max-crash-resumes ",
-                                    options_.max_crash_resumes, ")");
+        row.reason =
+            detail::StrCat("the server stopped while running it ", row.crashes,
+                           " times; not resumed again (anvild --max-crash-resumes ", options_.max_crash_resumes, ")");
         row.finished_ms = unix_millis();
         store_.update_job(row);
         log(LogLevel::kWarning, "job ", row.id, ": ", row.reason);
@@ -158,7 +164,8 @@ void Scheduler::recover() {
       }
     }
     if (row.state != JobState::kQueued) {
-      const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
+      const std::string checkpoint =
+          (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
       // The newest generation with a readable header gives the step; the worker verifies the
       // whole file and falls back further, or fails the job when none verifies.
       int64_t step = -1;
@@ -171,8 +178,9 @@ void Scheduler::recover() {
       store_.truncate_metrics_after(row.id, row.step);
       row.state = JobState::kQueued;
       row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
-      if (row.crashes > 0) row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
-                                                        options_.max_crash_resumes, " times)");
+      if (row.crashes > 0)
+        row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
+                                     options_.max_crash_resumes, " times)");
       store_.update_job(row);
       v1::MetricEvent e;
       e.set_state(v1::QUEUED);
@@ -186,7 +194,8 @@ void Scheduler::recover() {
 
 std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
-  ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE, "the server is shutting down; submit again after it restarts");
+  ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE,
+                      "the server is shutting down; submit again after it restarts");
   if (!spec.client_job_id().empty()) {
     // An idempotent retry must succeed even when the queue is full.
     if (std::optional<JobRow> r = store_.get_job_by_client_id(spec.client_job_id())) {

@@ -30,8 +30,8 @@
 namespace anvil::server {
 
 struct SchedulerOptions {
-  std::string data_root;     // absolute
-  std::string datasets_dir;  // built-in dataset files
+  std::string data_root;            // absolute
+  std::string datasets_dir;         // built-in dataset files
   int64_t max_pending_jobs = 1000;  // queued + running; beyond: RESOURCE_EXHAUSTED
   int64_t max_job_memory = 0;       // bytes per job (workers/job_memory.h); 0 = no limit
   int max_crash_resumes = 2;        // resumes of a job the server died under, before it FAILS

@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -114,10 +113,13 @@ std::string AnvilServer::repair_report(const std::string& data_dir) {
   }
   out += "  job folders under jobs/: " + std::to_string(folders) + "\n";
   if (opens) return out + "The store is healthy: nothing to repair. Nothing was changed.\n";
-  return out + "To start again, stop anvild and move the store aside (keep it: it may be recoverable with sqlite3's "
-               ".recover):\n  mv " + db.string() + " " + db.string() + ".broken\n"
-               "The next start then creates an empty store; the job folders stay on disk but no job or model refers "
-               "to them (their checkpoints and model archives can be copied out). Nothing was changed.\n";
+  return out +
+         "To start again, stop anvild and move the store aside (keep it: it may be recoverable with sqlite3's "
+         ".recover):\n  mv " +
+         db.string() + " " + db.string() +
+         ".broken\n"
+         "The next start then creates an empty store; the job folders stay on disk but no job or model refers "
+         "to them (their checkpoints and model archives can be copied out). Nothing was changed.\n";
 }
 
 AnvilServer::AnvilServer(ServerOptions options) : options_(std::move(options)) {}
@@ -132,7 +134,8 @@ void AnvilServer::start() {
   if (s->options.datasets_dir.empty()) s->options.datasets_dir = data::default_data_dir();
   // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
   s->options.datasets_dir = fs::absolute(s->options.datasets_dir).lexically_normal().string();
-  while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/') s->options.datasets_dir.pop_back();
+  while (s->options.datasets_dir.size() > 1 && s->options.datasets_dir.back() == '/')
+    s->options.datasets_dir.pop_back();
   if (!options_.metrics_address.empty()) {
     s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
     std::string why_not;
@@ -149,7 +152,8 @@ void AnvilServer::start() {
   // job and model while their folders stay behind. Refuse; an operator decides.
   ANVIL_CHECK(!fs::exists(db) || fs::file_size(db, ec) > 0 || ec, "the job store ", db.string(),
               " is empty (0 bytes): it was truncated or never written, and starting would orphan ",
-              count_entries(fs::path(s->data_root) / "jobs"), " job folder(s) under jobs/. Restore it from a backup, or "
+              count_entries(fs::path(s->data_root) / "jobs"),
+              " job folder(s) under jobs/. Restore it from a backup, or "
               "run `anvild --repair` for the options");
   try {
     s->store = std::make_unique<Store>(db.string(), options_.store_max_pages);
@@ -171,8 +175,8 @@ void AnvilServer::start() {
   for (const Device d : WorkerDevices(options_.devices)) {
     factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
   }
-  s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories),
-                                             s->metrics.get());
+  s->scheduler =
+      std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories), s->metrics.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();
   if (s->metrics) {
@@ -187,17 +191,20 @@ void AnvilServer::start() {
       options_.tokens_file.empty() ? (fs::path(state_->data_root) / "tokens.json").string() : options_.tokens_file);
   const bool tls = !options_.tls_cert.empty() || !options_.tls_key.empty();
   const bool tokens = state_->tokens->enabled();
-  if (!state_->tokens->error().empty()) log(LogLevel::kError, "token file: ", state_->tokens->error(), " (no token is accepted)");
+  if (!state_->tokens->error().empty())
+    log(LogLevel::kError, "token file: ", state_->tokens->error(), " (no token is accepted)");
   if (!IsLoopback(options_.address)) {
     ANVIL_CHECK(tls || tokens || options_.insecure, "anvild: listening on ", options_.address,
                 " (not loopback) with neither TLS (--tls-cert/--tls-key) nor tokens (anvil token create) would let "
                 "anyone who reaches the port train, predict and export; add one, or pass --insecure");
-    if (!tls && !tokens) log(LogLevel::kWarning, "listening on ", options_.address, " with no TLS and no tokens (--insecure)");
-    else if (!tls) log(LogLevel::kWarning, "tokens on ", options_.address, " travel unencrypted without TLS");
+    if (!tls && !tokens)
+      log(LogLevel::kWarning, "listening on ", options_.address, " with no TLS and no tokens (--insecure)");
+    else if (!tls)
+      log(LogLevel::kWarning, "tokens on ", options_.address, " travel unencrypted without TLS");
   }
   log(LogLevel::kInfo, "transport ", tls ? (options_.tls_client_ca.empty() ? "TLS" : "mutual TLS") : "plaintext",
-      ", tokens ", tokens ? "required (" + state_->tokens->path() + ")" : std::string("off"),
-      ", reflection ", options_.reflection ? "on" : "off");
+      ", tokens ", tokens ? "required (" + state_->tokens->path() + ")" : std::string("off"), ", reflection ",
+      options_.reflection ? "on" : "off");
   GrpcFrontOptions fo;
   fo.address = options_.address;
   if (tls) fo.credentials = TlsCredentials(options_);

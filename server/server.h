@@ -18,19 +18,19 @@ namespace anvil::server {
 
 struct ServerOptions {
   std::string address = "127.0.0.1:50051";
-  std::string metrics_address;           // Prometheus /metrics over HTTP ("127.0.0.1:9464"); "" = off
-  std::string data_dir = "anvil-data";   // made absolute at start; created when missing
-  std::string datasets_dir;              // built-in dataset files; default: data::default_data_dir()
+  std::string metrics_address;          // Prometheus /metrics over HTTP ("127.0.0.1:9464"); "" = off
+  std::string data_dir = "anvil-data";  // made absolute at start; created when missing
+  std::string datasets_dir;             // built-in dataset files; default: data::default_data_dir()
   // Workers: "auto" = one per CUDA device plus the CPU; or a list such as "cuda:0,cpu".
   std::string devices = "auto";
   // Where served models run: "auto" = cuda:0 when there is a GPU, else the CPU.
   std::string serving_device = "auto";
   BatchingOptions batching;
   int64_t max_pending_jobs = 1000;
-  size_t max_loaded_models = 32;         // resident model versions (least recently used unloaded)
+  size_t max_loaded_models = 32;  // resident model versions (least recently used unloaded)
   RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
-  bool reflection = false;               // gRPC server reflection (hands out the whole schema)
+  bool reflection = false;  // gRPC server reflection (hands out the whole schema)
   // Transport security: PEM files. With tls_client_ca every client must present a certificate
   // signed by it (mTLS).
   std::string tls_cert, tls_key, tls_client_ca;
@@ -78,7 +78,6 @@ class AnvilServer {
   struct State;  // shared with the services
 
  private:
-
   ServerOptions options_;
   std::unique_ptr<State> state_;
   std::unique_ptr<GrpcFront> front_;

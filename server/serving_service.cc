@@ -1,11 +1,11 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
+#include <grpcpp/impl/codegen/proto_buffer_reader.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-
-#include <grpcpp/impl/codegen/proto_buffer_reader.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
@@ -45,9 +45,8 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       Finish(reactor, Status(StatusCode::UNAVAILABLE, "the server is shutting down"));
       return reactor;
     }
-    const bool queued = pool_.try_submit([this, ctx, request, response, reactor] {
-      Finish(reactor, PredictRaw(ctx, *request, response));
-    });
+    const bool queued = pool_.try_submit(
+        [this, ctx, request, response, reactor] { Finish(reactor, PredictRaw(ctx, *request, response)); });
     if (!queued) {
       Finish(reactor, Status(StatusCode::RESOURCE_EXHAUSTED,
                              detail::StrCat("too many Predicts at once (", s_.options.limits.max_concurrent_predicts,
@@ -138,7 +137,8 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
 
   // Streams the file in chunks (any size, far beyond the message limit); the last message
   // carries the size and SHA-256 of everything sent.
-  Status Export(ServerContext* ctx, const v1::ExportRequest* req, grpc::ServerWriter<v1::ExportChunk>* writer) override {
+  Status Export(ServerContext* ctx, const v1::ExportRequest* req,
+                grpc::ServerWriter<v1::ExportChunk>* writer) override {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "Export");
       ANVIL_SERVICE_CHECK(!req->model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
@@ -156,14 +156,15 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
         stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
         ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, StatusCode::DATA_LOSS, "model \"",
-                            m->row.name, "\" version ", m->row.version, ": its archive changed on disk since it was "
+                            m->row.name, "\" version ", m->row.version,
+                            ": its archive changed on disk since it was "
                             "registered (SHA-256 mismatch)");
       }
       std::unique_ptr<models::ExportPayload> payload;
       try {
         payload = models::open_export(
-            req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors,
-            file_name, path, *m->loaded.built.module, m->row.name);
+            req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors, file_name,
+            path, *m->loaded.built.module, m->row.name);
       } catch (const Error& e) {
         throw ServiceError(StatusCode::DATA_LOSS, "model \"" + m->row.name + "\": " + e.what());
       }

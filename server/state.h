@@ -31,7 +31,9 @@ struct AnvilServer::State {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> predicts_in_flight{0};
   std::mutex dry_runs;
-  std::unique_ptr<TokenSet> tokens;  // null: no token file configured (no authentication)  // one dry run (which builds the whole plan) at a time  // admitted Predicts not yet answered (the drain waits for them)
+  std::unique_ptr<TokenSet>
+      tokens;  // null: no token file configured (no authentication)  // one dry run (which builds the whole plan) at a
+               // time  // admitted Predicts not yet answered (the drain waits for them)
   std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 

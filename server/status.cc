@@ -12,10 +12,13 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
   } catch (const StoreError& e) {
     switch (e.kind()) {
       case StoreError::Kind::kFull:
-        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("the server's disk is full: ") + e.what());
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            std::string("the server's disk is full: ") + e.what());
       case StoreError::Kind::kIo:
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("the server cannot reach its store: ") + e.what());
-      case StoreError::Kind::kOther: break;
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            std::string("the server cannot reach its store: ") + e.what());
+      case StoreError::Kind::kOther:
+        break;
     }
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   } catch (const anvil::InternalError& e) {
@@ -34,10 +37,11 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
 }
 
 std::string grpc_code_name(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
+  static const char* kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
 }

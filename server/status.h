@@ -4,7 +4,8 @@
 // (the database failed) is RESOURCE_EXHAUSTED for a full disk, UNAVAILABLE for an I/O error,
 // else INTERNAL; an anvil::InternalError (a broken invariant: a bug, not the caller's fault)
 // is INTERNAL, an OutOfMemoryError RESOURCE_EXHAUSTED, another anvil::Error from the engine
-// INVALID_ARGUMENT (it rejected the request's content), and anything else INTERNAL. Messages must not contain absolute server paths (see relative_to_root).
+// INVALID_ARGUMENT (it rejected the request's content), and anything else INTERNAL. Messages must not contain absolute
+// server paths (see relative_to_root).
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -30,11 +31,11 @@ class ServiceError : public std::exception {
 };
 
 // Throws ServiceError(code, StrCat(parts...)) when `cond` is false.
-#define ANVIL_SERVICE_CHECK(cond, code, ...)                                                 \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      throw ::anvil::server::ServiceError(code, ::anvil::detail::StrCat(__VA_ARGS__));       \
-    }                                                                                        \
+#define ANVIL_SERVICE_CHECK(cond, code, ...)                                           \
+  do {                                                                                 \
+    if (!(cond)) [[unlikely]] {                                                        \
+      throw ::anvil::server::ServiceError(code, ::anvil::detail::StrCat(__VA_ARGS__)); \
+    }                                                                                  \
   } while (0)
 
 // The status for the exception being handled (call inside a catch block only). `engine_code`

@@ -14,12 +14,12 @@
 namespace anvil::server {
 namespace {
 
-constexpr std::array<std::string_view, 6> kStateNames = {"QUEUED",    "RUNNING",   "SUCCEEDED",
-                                                         "FAILED",    "CANCELLED", "INTERRUPTED"};
+constexpr std::array<std::string_view, 6> kStateNames = {"QUEUED", "RUNNING",   "SUCCEEDED",
+                                                         "FAILED", "CANCELLED", "INTERRUPTED"};
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, std::string_view what) {
   const int code = db ? (sqlite3_extended_errcode(db) & 0xff) : SQLITE_NOMEM;
-  const StoreError::Kind kind = code == SQLITE_FULL   ? StoreError::Kind::kFull
+  const StoreError::Kind kind = code == SQLITE_FULL                               ? StoreError::Kind::kFull
                                 : code == SQLITE_IOERR || code == SQLITE_CANTOPEN ? StoreError::Kind::kIo
                                                                                   : StoreError::Kind::kOther;
   throw StoreError(detail::StrCat("job store: ", what, " failed: ", db ? sqlite3_errmsg(db) : "out of memory",
@@ -78,7 +78,7 @@ CREATE TABLE models (
 // Version 2: how often the server died while a job ran (the crash-loop guard).
 constexpr const char* kSchemaV2 = "ALTER TABLE jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;";
 
-#define ANVIL_JOB_COLUMNS                                                                                   \
+#define ANVIL_JOB_COLUMNS                                                                                      \
   "id, name, client_job_id, spec_json, state, reason, priority, device, created_ms, started_ms, finished_ms, " \
   "step, epoch, checkpoint, model_name, model_version, seq, crashes"
 #define ANVIL_METRIC_COLUMNS "job_id, seq, step, kind, payload_json, time_ms"
@@ -263,10 +263,12 @@ struct Store::Impl {
                      "created_ms, started_ms, finished_ms, step, epoch, checkpoint, model_name, model_version) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
           list_jobs(db, p, "list jobs",
-                    "SELECT " ANVIL_JOB_COLUMNS " FROM jobs WHERE ?1 OR state IN (?2, ?3, ?4, ?5, ?6, ?7) "
+                    "SELECT " ANVIL_JOB_COLUMNS
+                    " FROM jobs WHERE ?1 OR state IN (?2, ?3, ?4, ?5, ?6, ?7) "
                     "ORDER BY seq DESC LIMIT ?8"),
           jobs_in_states(db, p, "list jobs by state",
-                         "SELECT " ANVIL_JOB_COLUMNS " FROM jobs WHERE state IN (?1, ?2, ?3, ?4, ?5, ?6) "
+                         "SELECT " ANVIL_JOB_COLUMNS
+                         " FROM jobs WHERE state IN (?1, ?2, ?3, ?4, ?5, ?6) "
                          "ORDER BY seq ASC"),
           update_job(db, p, "update a job",
                      "UPDATE jobs SET state = ?2, reason = ?3, priority = ?4, device = ?5, started_ms = ?6, "
@@ -278,7 +280,8 @@ struct Store::Impl {
           insert_metric(db, p, "append a metric event",
                         "INSERT INTO metrics (" ANVIL_METRIC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
           metrics(db, p, "read metric events",
-                  "SELECT " ANVIL_METRIC_COLUMNS " FROM metrics WHERE job_id = ?1 AND step >= ?2 AND seq > ?3 "
+                  "SELECT " ANVIL_METRIC_COLUMNS
+                  " FROM metrics WHERE job_id = ?1 AND step >= ?2 AND seq > ?3 "
                   "ORDER BY seq LIMIT ?4"),
           truncate_metrics(db, p, "truncate metric events",
                            "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2 AND kind IN ('step', 'epoch')"),
@@ -291,7 +294,8 @@ struct Store::Impl {
           model_latest(db, p, "read a model's latest version",
                        "SELECT " ANVIL_MODEL_COLUMNS " FROM models WHERE name = ?1 ORDER BY version DESC LIMIT 1"),
           list_models(db, p, "list models",
-                      "SELECT " ANVIL_MODEL_COLUMNS " FROM models WHERE ?1 = '' OR name = ?1 "
+                      "SELECT " ANVIL_MODEL_COLUMNS
+                      " FROM models WHERE ?1 = '' OR name = ?1 "
                       "ORDER BY name, version") {}
     Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;

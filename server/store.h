@@ -50,20 +50,20 @@ JobState parse_job_state(std::string_view name);
 bool is_terminal(JobState state);
 
 struct JobRow {
-  std::string id;                     // assigned by insert_job when empty: "job-" + 12 random lowercase hex chars
-  std::string name, client_job_id;    // client_job_id empty = none; unique when non-empty
-  std::string spec_json;              // the validated spec, as JSON text
+  std::string id;                   // assigned by insert_job when empty: "job-" + 12 random lowercase hex chars
+  std::string name, client_job_id;  // client_job_id empty = none; unique when non-empty
+  std::string spec_json;            // the validated spec, as JSON text
   JobState state = JobState::kQueued;
-  std::string reason;                 // failure / cancel reason
-  int64_t priority = 0;               // higher runs first
-  std::string device;                 // requested ("cpu", "cuda:0", "any"), then the placed device once running
+  std::string reason;    // failure / cancel reason
+  int64_t priority = 0;  // higher runs first
+  std::string device;    // requested ("cpu", "cuda:0", "any"), then the placed device once running
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0;  // unix ms; 0 = not yet
-  int64_t step = 0, epoch = 0;        // progress
-  std::string checkpoint;             // path relative to the data dir of the latest checkpoint, "" = none
-  std::string model_name;             // registered model on success
+  int64_t step = 0, epoch = 0;                              // progress
+  std::string checkpoint;  // path relative to the data dir of the latest checkpoint, "" = none
+  std::string model_name;  // registered model on success
   int64_t model_version = 0;
-  int64_t seq = 0;                    // insertion order (assigned by the store), for FIFO and listing
-  int64_t crashes = 0;                // starts that found it RUNNING: the server died while it ran
+  int64_t seq = 0;      // insertion order (assigned by the store), for FIFO and listing
+  int64_t crashes = 0;  // starts that found it RUNNING: the server died while it ran
 };
 
 // One event of a job's metric stream.
@@ -72,19 +72,19 @@ struct MetricRow {
   // 1, 2, 3... per job, assigned by append_metric. Never reused, even after
   // truncate_metrics_after, so a follower's after_seq cursor stays valid across a resume.
   int64_t seq = 0;
-  int64_t step = 0;                   // training step the event belongs to
-  std::string kind;                   // "step", "epoch", "state", ...
-  std::string payload_json;           // the event as JSON text
-  int64_t time_ms = 0;                // unix ms; append_metric sets the current time when 0
+  int64_t step = 0;          // training step the event belongs to
+  std::string kind;          // "step", "epoch", "state", ...
+  std::string payload_json;  // the event as JSON text
+  int64_t time_ms = 0;       // unix ms; append_metric sets the current time when 0
 };
 
 struct ModelRow {
   std::string name;
-  int64_t version = 0;                // assigned by register_model: 1 + the highest existing version of `name`
+  int64_t version = 0;  // assigned by register_model: 1 + the highest existing version of `name`
   std::string job_id;
-  std::string path;                   // relative to the data dir
-  std::string signature_json;         // input/output dtypes and shapes, labels
-  int64_t created_ms = 0;             // unix ms; register_model sets the current time when 0
+  std::string path;            // relative to the data dir
+  std::string signature_json;  // input/output dtypes and shapes, labels
+  int64_t created_ms = 0;      // unix ms; register_model sets the current time when 0
 };
 
 class Store {

@@ -52,9 +52,12 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
 
 std::string scope_name(Scope s) {
   switch (s) {
-    case Scope::kTrain: return "train";
-    case Scope::kServe: return "serve";
-    case Scope::kAdmin: return "admin";
+    case Scope::kTrain:
+      return "train";
+    case Scope::kServe:
+      return "serve";
+    case Scope::kAdmin:
+      return "admin";
   }
   return "?";
 }

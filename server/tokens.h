@@ -66,7 +66,7 @@ class TokenSet {
   bool RequiredLocked() const { return !entries_.empty() || !error_.empty() || had_tokens_; }
 
   std::string path_;
-  std::string error_;  // why the file could not be read: then no token is accepted (fail closed)
+  std::string error_;        // why the file could not be read: then no token is accepted (fail closed)
   bool had_tokens_ = false;  // once on, authentication stays on until a restart
   std::mutex mu_;
   std::vector<TokenEntry> entries_;

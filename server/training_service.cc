@@ -21,12 +21,18 @@ using grpc::StatusCode;
 
 JobState FromWire(v1::JobState s) {
   switch (s) {
-    case v1::QUEUED: return JobState::kQueued;
-    case v1::RUNNING: return JobState::kRunning;
-    case v1::SUCCEEDED: return JobState::kSucceeded;
-    case v1::FAILED: return JobState::kFailed;
-    case v1::CANCELLED: return JobState::kCancelled;
-    case v1::INTERRUPTED: return JobState::kInterrupted;
+    case v1::QUEUED:
+      return JobState::kQueued;
+    case v1::RUNNING:
+      return JobState::kRunning;
+    case v1::SUCCEEDED:
+      return JobState::kSucceeded;
+    case v1::FAILED:
+      return JobState::kFailed;
+    case v1::CANCELLED:
+      return JobState::kCancelled;
+    case v1::INTERRUPTED:
+      return JobState::kInterrupted;
     default:
       throw ServiceError(StatusCode::INVALID_ARGUMENT, "states: unknown job state " + v1::JobState_Name(s));
   }
@@ -49,7 +55,8 @@ class TrainingService final : public v1::Training::Service {
       ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
                           "SubmitJobRequest: ", bytes, " bytes; the Training service takes at most ",
                           s_.options.limits.training_message_bytes, " (anvild --max-training-message-mb)");
-      const v1::JobSpec spec = validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+      const v1::JobSpec spec =
+          validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       if (req->dry_run()) {
         // Build the whole plan (data, model, optimizer) without training: catches a model
         // that does not fit the data before anything is queued.

@@ -18,8 +18,8 @@ constexpr uint32_t kRequestModel = 1, kRequestVersion = 2, kRequestInputs = 3;
 constexpr uint32_t kTensorName = 1, kTensorShape = 3;
 
 [[noreturn]] void Malformed(const char* where) {
-  throw ServiceError(StatusCode::INVALID_ARGUMENT,
-                     detail::StrCat("PredictRequest: malformed wire data (", where, "); expected an anvil.v1.PredictRequest"));
+  throw ServiceError(StatusCode::INVALID_ARGUMENT, detail::StrCat("PredictRequest: malformed wire data (", where,
+                                                                  "); expected an anvil.v1.PredictRequest"));
 }
 
 class Scanner {

@@ -13,32 +13,51 @@ using grpc::StatusCode;
 
 ScalarType from_wire_dtype(v1::DType dtype, const std::string& tensor_name) {
   switch (dtype) {
-    case v1::FLOAT32: return kFloat32;
-    case v1::FLOAT64: return kFloat64;
-    case v1::FLOAT16: return kFloat16;
-    case v1::BFLOAT16: return kBFloat16;
-    case v1::INT64: return kInt64;
-    case v1::INT32: return kInt32;
-    case v1::UINT8: return kUInt8;
-    case v1::BOOL: return kBool;
+    case v1::FLOAT32:
+      return kFloat32;
+    case v1::FLOAT64:
+      return kFloat64;
+    case v1::FLOAT16:
+      return kFloat16;
+    case v1::BFLOAT16:
+      return kBFloat16;
+    case v1::INT64:
+      return kInt64;
+    case v1::INT32:
+      return kInt32;
+    case v1::UINT8:
+      return kUInt8;
+    case v1::BOOL:
+      return kBool;
     default:
       throw ServiceError(StatusCode::INVALID_ARGUMENT,
-                         "tensor '" + tensor_name + "': expected a dtype (FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT64, "
-                                                    "INT32, UINT8 or BOOL), got " + v1::DType_Name(dtype));
+                         "tensor '" + tensor_name +
+                             "': expected a dtype (FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT64, "
+                             "INT32, UINT8 or BOOL), got " +
+                             v1::DType_Name(dtype));
   }
 }
 
 v1::DType to_wire_dtype(ScalarType dtype) {
   switch (dtype) {
-    case kFloat32: return v1::FLOAT32;
-    case kFloat64: return v1::FLOAT64;
-    case kFloat16: return v1::FLOAT16;
-    case kBFloat16: return v1::BFLOAT16;
-    case kInt64: return v1::INT64;
-    case kInt32: return v1::INT32;
-    case kUInt8: return v1::UINT8;
-    case kBool: return v1::BOOL;
-    default: throw ServiceError(StatusCode::INTERNAL, detail::StrCat("dtype ", dtype, " has no wire form"));
+    case kFloat32:
+      return v1::FLOAT32;
+    case kFloat64:
+      return v1::FLOAT64;
+    case kFloat16:
+      return v1::FLOAT16;
+    case kBFloat16:
+      return v1::BFLOAT16;
+    case kInt64:
+      return v1::INT64;
+    case kInt32:
+      return v1::INT32;
+    case kUInt8:
+      return v1::UINT8;
+    case kBool:
+      return v1::BOOL;
+    default:
+      throw ServiceError(StatusCode::INTERNAL, detail::StrCat("dtype ", dtype, " has no wire form"));
   }
 }
 

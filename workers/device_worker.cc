@@ -3,17 +3,17 @@
 // work on a stream of its own (DeviceStreamScope). Stop requests only set flags the Trainer
 // polls between steps, so they are safe from any thread.
 #include <atomic>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "core/backend/registry.h"
+#include "core/models/archive.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
-#include "core/models/archive.h"
 #include "workers/job_plan.h"
 #include "workers/worker.h"
 
@@ -122,7 +122,8 @@ class DeviceWorker final : public Worker {
         engine_log(LogSeverity::kWarning, note);
         return note;
       } catch (const Error& e) {
-        failures += (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
+        failures +=
+            (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
       }
     }
     ANVIL_CHECK(candidates.empty(), "DATA_LOSS: no checkpoint of this job verifies (", failures,

@@ -28,10 +28,14 @@ int64_t JobMemory::total() const {
 std::string format_bytes(int64_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof(buf), "%.1f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof(buf), "%.0f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof(buf), "%.0f KiB", b / 1024.0);
+  if (b >= 1024.0 * 1024 * 1024 * 1024)
+    std::snprintf(buf, sizeof(buf), "%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof(buf), "%.1f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof(buf), "%.0f MiB", b / (1024.0 * 1024));
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f KiB", b / 1024.0);
   return buf;
 }
 
@@ -59,9 +63,9 @@ JobMemory estimate_job_memory(const models::ModelCost& cost, const v1::JobSpec& 
 void check_job_memory(const models::ModelCost& cost, const v1::JobSpec& spec, int64_t budget_bytes) {
   if (budget_bytes <= 0) return;
   const JobMemory m = estimate_job_memory(cost, spec);
-  ANVIL_CHECK(m.total() <= budget_bytes, "the job needs ", m.describe(spec.optimizer().name()), " (",
-              cost.parameters, " parameters, batch ", spec.batch_size(), "); this server allows ",
-              format_bytes(budget_bytes), " per job (anvild --max-job-memory)");
+  ANVIL_CHECK(m.total() <= budget_bytes, "the job needs ", m.describe(spec.optimizer().name()), " (", cost.parameters,
+              " parameters, batch ", spec.batch_size(), "); this server allows ", format_bytes(budget_bytes),
+              " per job (anvild --max-job-memory)");
 }
 
 int64_t default_job_memory_budget(std::string* basis) {

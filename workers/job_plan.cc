@@ -51,8 +51,9 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
     out.all = std::make_shared<data::MapDataset>(images, std::make_shared<data::ToTensor>());
     return out;
   }
-  ANVIL_CHECK(EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
-              "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
+  ANVIL_CHECK(
+      EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
+      "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
   data::CsvOptions options;
   options.confine_to = paths.data_root;
   if (!d.label_column().empty()) {
@@ -117,9 +118,9 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   ANVIL_CHECK(spec.loss() != "cross_entropy" || classification,
               "loss: cross_entropy needs class labels, but the dataset's targets are real numbers (use \"mse\")");
   const int64_t outputs = classification ? d.num_classes : 1;
-  const std::string json =
-      spec.model_json().empty() ? models::preset_spec(spec.model_preset(), x0.sizes(), std::max<int64_t>(outputs, 2))
-                                : spec.model_json();
+  const std::string json = spec.model_json().empty()
+                               ? models::preset_spec(spec.model_preset(), x0.sizes(), std::max<int64_t>(outputs, 2))
+                               : spec.model_json();
   // Priced before it is built: a model that cannot fit fails here with the estimate, not later
   // with the OOM killer.
   check_job_memory(models::estimate_model(json), spec, paths.memory_budget);

@@ -19,11 +19,11 @@
 namespace anvil::workers {
 
 struct PlanPaths {
-  std::string data_root;     // absolute; the spec's dataset path is relative to it
-  std::string datasets_dir;  // where built-in dataset files live (digits.csv.gz)
-  std::string checkpoint;    // absolute path of this job's checkpoint file
-  Device device = kCPU;      // where the model trains: moved there before its optimizer is built
-  int64_t memory_budget = 0; // bytes (workers/job_memory.h): checked before the model is built; 0 = no limit
+  std::string data_root;      // absolute; the spec's dataset path is relative to it
+  std::string datasets_dir;   // where built-in dataset files live (digits.csv.gz)
+  std::string checkpoint;     // absolute path of this job's checkpoint file
+  Device device = kCPU;       // where the model trains: moved there before its optimizer is built
+  int64_t memory_budget = 0;  // bytes (workers/job_memory.h): checked before the model is built; 0 = no limit
 };
 
 struct JobPlan {

@@ -15,12 +15,12 @@ namespace anvil::workers {
 
 struct RunJob {
   std::string job_id;
-  v1::JobSpec spec;            // validated
-  std::string data_root;       // absolute
-  std::string datasets_dir;    // built-in dataset files
-  std::string job_dir;         // absolute: checkpoint and model archive go here
-  bool resume = false;         // continue from job_dir's checkpoint when there is one
-  int64_t memory_budget = 0;   // bytes the job may hold (estimated before it is built); 0 = no limit
+  v1::JobSpec spec;           // validated
+  std::string data_root;      // absolute
+  std::string datasets_dir;   // built-in dataset files
+  std::string job_dir;        // absolute: checkpoint and model archive go here
+  bool resume = false;        // continue from job_dir's checkpoint when there is one
+  int64_t memory_budget = 0;  // bytes the job may hold (estimated before it is built); 0 = no limit
 };
 
 struct WorkerEvent {

@@ -60,9 +60,9 @@ void Gemm(int64_t n, ScalarType dt, const char* name, int reps) {
   const cudaDataType_t t = dt == kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
   const double peer_ms = TimeMs(
       [&] {
-        ANVIL_CUBLAS_CHECK(cuda::cublas().gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, b.data_ptr(), t,
-                                        int(n), a.data_ptr(), t, int(n), &beta, c.data_ptr(), t, int(n),
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        ANVIL_CUBLAS_CHECK(cuda::cublas().gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha,
+                                               b.data_ptr(), t, int(n), a.data_ptr(), t, int(n), &beta, c.data_ptr(), t,
+                                               int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       },
       3, reps);
   Row(name, flops / anvil_ms / 1e9, flops / peer_ms / 1e9, "TFLOP/s");
@@ -120,18 +120,24 @@ int main(int argc, char** argv) {
     const Tensor x = randn({512, 1024}).to(CUDA(0)), y = randint(0, 10, {512}).to(CUDA(0));
     const auto [ms, mallocs] = TrainStep(mlp, x, y, reps);
     std::printf("%-34s %12.3f %12s  %-8s\n", "mlp train step 512x1024-4096-4096-10", ms, "torch_step.py", "ms");
-    std::printf("%-34s %12lld %12d  %-8s\n", "device mallocs, 100 steady steps", static_cast<long long>(mallocs), 0, "count");
+    std::printf("%-34s %12lld %12d  %-8s\n", "device mallocs, 100 steady steps", static_cast<long long>(mallocs), 0,
+                "count");
   }
   {
-    nn::Sequential cnn{std::make_shared<nn::Conv2d>(3, 32, std::array<int64_t, 2>{3, 3}, nn::ConvOptions{.same = true}),
-                       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}),
-                       std::make_shared<nn::Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, nn::ConvOptions{.same = true}),
-                       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}),
-                       std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64 * 8 * 8, 10)};
+    nn::Sequential cnn{
+        std::make_shared<nn::Conv2d>(3, 32, std::array<int64_t, 2>{3, 3}, nn::ConvOptions{.same = true}),
+        std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}),
+        std::make_shared<nn::Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, nn::ConvOptions{.same = true}),
+        std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}),
+        std::make_shared<nn::Flatten>(),
+        std::make_shared<nn::Linear>(64 * 8 * 8, 10)};
     const Tensor x = randn({256, 3, 32, 32}).to(CUDA(0)), y = randint(0, 10, {256}).to(CUDA(0));
     const auto [ms, mallocs] = TrainStep(cnn, x, y, reps);
     std::printf("%-34s %12.3f %12s  %-8s\n", "cnn train step 256x3x32x32", ms, "torch_step.py", "ms");
-    std::printf("%-34s %12lld %12d  %-8s\n", "cnn device mallocs, 100 steps", static_cast<long long>(mallocs), 0, "count");
+    std::printf("%-34s %12lld %12d  %-8s\n", "cnn device mallocs, 100 steps", static_cast<long long>(mallocs), 0,
+                "count");
   }
   return 0;
 }

@@ -49,7 +49,6 @@ int64_t ReducedCount(const TensorMeta& in, const ReduceArgs& a) {
   return n;
 }
 
-
 // ---- unary ----
 Grads NegB(Ctx&, const Grads& g) { return {-g[0]}; }
 Grads AbsB(Ctx& c, const Grads& g) { return {g[0] * sign(c.saved_input(0))}; }
@@ -85,7 +84,8 @@ Grads LeakyReluB(Ctx& c, const Grads& g) {
 }
 Grads EluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  return {where(x <= 0, g[0] * exp(x) * c.args<EluArgs>().alpha, g[0])};  // a NaN input passes the gradient, as PyTorch's
+  return {
+      where(x <= 0, g[0] * exp(x) * c.args<EluArgs>().alpha, g[0])};  // a NaN input passes the gradient, as PyTorch's
 }
 Grads GeluB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -139,7 +139,8 @@ Grads ClampB(Ctx& c, const Grads& g) {
 Grads AddB(Ctx& c, const Grads& g) {
   Grads r(2);
   if (c.needs_input_grad(0)) r[0] = sum_to(g[0], c.input(0).sizes);
-  if (c.needs_input_grad(1)) r[1] = sum_to(c.args<ScaleArgs>().alpha == 1 ? g[0] : g[0] * c.args<ScaleArgs>().alpha, c.input(1).sizes);
+  if (c.needs_input_grad(1))
+    r[1] = sum_to(c.args<ScaleArgs>().alpha == 1 ? g[0] : g[0] * c.args<ScaleArgs>().alpha, c.input(1).sizes);
   return r;
 }
 Grads SubB(Ctx& c, const Grads& g) {
@@ -187,16 +188,17 @@ Grads MaxMinB(Ctx& c, const Grads& g, bool is_max) {
   const auto weight = [&](const Tensor& beaten) {
     return where(a == b, Scalar(0.5), where(beaten, Scalar(0.0), Scalar(1.0)));
   };
-  return SplitBetween(c, g[0], [&] { return weight(is_max ? a < b : a > b); },
-                      [&] { return weight(is_max ? a > b : a < b); });
+  return SplitBetween(
+      c, g[0], [&] { return weight(is_max ? a < b : a > b); }, [&] { return weight(is_max ? a > b : a < b); });
 }
 // fmax / fmin: the winner takes the gradient, a tie splits it, and against a NaN the number
 // takes it all (PyTorch's rule).
 Grads FmaxFminB(Ctx& c, const Grads& g, bool is_max) {
   Tensor a = c.saved_input(0), b = c.saved_input(1);
-  const Tensor wa = where(a == b, Scalar(0.5), where(logical_or(is_max ? a > b : a < b, isnan(b)), Scalar(1.0),
-                                                    Scalar(0.0)));
-  return SplitBetween(c, g[0], [&] { return wa; }, [&] { return 1 - wa; });
+  const Tensor wa =
+      where(a == b, Scalar(0.5), where(logical_or(is_max ? a > b : a < b, isnan(b)), Scalar(1.0), Scalar(0.0)));
+  return SplitBetween(
+      c, g[0], [&] { return wa; }, [&] { return 1 - wa; });
 }
 Grads FmaxB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, true); }
 Grads FminB(Ctx& c, const Grads& g) { return FmaxFminB(c, g, false); }
@@ -234,7 +236,8 @@ Grads CloneB(Ctx&, const Grads& g) { return {g[0]}; }
 // ---- reductions ----
 Grads SumB(Ctx& c, const Grads& g) { return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>())}; }
 Grads MeanB(Ctx& c, const Grads& g) {
-  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) / static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()))};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) /
+          static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()))};
 }
 Grads ProdB(Ctx& c, const Grads& g) {
   // d prod / d x_i = the product of the others: prod / x_i where the slice has no zero; where
@@ -274,7 +277,8 @@ Grads VarB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
   const double n = static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()));
   Tensor mu = mean(x, c.args<ReduceArgs>().dims, true);
-  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * (x - mu) * (2.0 / (n - c.args<ReduceArgs>().correction))};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * (x - mu) *
+          (2.0 / (n - c.args<ReduceArgs>().correction))};
 }
 Grads NormB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -285,7 +289,10 @@ Grads NormB(Ctx& c, const Grads& g) {
   if (std::isinf(p)) {
     Tensor hit = (abs(x) == out).to(x.dtype());
     ReduceArgs keep = c.args<ReduceArgs>();
-    Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), [&] { keep.keepdim = true; return keep; }());
+    Tensor count = ExpandReduced(sum(hit, keep.dims, true), c.input(0), [&] {
+      keep.keepdim = true;
+      return keep;
+    }());
     return {ge * sign(x) * hit / count};
   }
   Tensor safe = where(out == 0, Scalar(1.0), out);
@@ -294,7 +301,8 @@ Grads NormB(Ctx& c, const Grads& g) {
 }
 Grads LogSumExpB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
-  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) * exp(x - ExpandReduced(c.saved_output(0), c.input(0), c.args<ReduceArgs>()))};
+  return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) *
+          exp(x - ExpandReduced(c.saved_output(0), c.input(0), c.args<ReduceArgs>()))};
 }
 Grads CumSumB(Ctx& c, const Grads& g) {
   const int64_t d = c.args<DimArgs>().dim;
@@ -316,7 +324,7 @@ Grads LogCumSumExpB(Ctx& c, const Grads& g) {
   // The dtype's lowest finite value stands for log(0): with -inf, the second derivative
   // would meet -inf - -inf.
   const ScalarType dt = g[0].dtype();
-  const Scalar lowest = dt == kFloat64   ? std::numeric_limits<double>::lowest()
+  const Scalar lowest = dt == kFloat64    ? std::numeric_limits<double>::lowest()
                         : dt == kFloat16  ? -65504.0
                         : dt == kBFloat16 ? -3.3895313892515355e38
                                           : static_cast<double>(std::numeric_limits<float>::lowest());
@@ -586,34 +594,33 @@ template <OpId op>
 struct RuleOf {
   static_assert(kHasNoRule<op>, "this row of op_table.def has Grad = Yes but no backward rule: add RULE(Id, fn) below");
 };
-#define RULE(Id, rule)                                                                                 \
-  template <>                                                                                          \
-  struct RuleOf<OpId::Id> {                                                                            \
+#define RULE(Id, rule)                                                                                        \
+  template <>                                                                                                 \
+  struct RuleOf<OpId::Id> {                                                                                   \
     static_assert(kDifferentiable[static_cast<int>(OpId::Id)], #Id " has a rule but Grad = No in the table"); \
-    static constexpr BackwardFn fn = &rule;                                                            \
+    static constexpr BackwardFn fn = &rule;                                                                   \
   };
+// clang-format off
 RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
 RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
 RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
-RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB) RULE(LeakyRelu, LeakyReluB)
-RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB) RULE(Hardswish, HardswishB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB)
-RULE(PowScalar, PowScalarB) RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB)
-RULE(Round, ZeroB) RULE(Trunc, ZeroB)
+RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB)
+RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB)
+RULE(Hardswish, HardswishB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB) RULE(PowScalar, PowScalarB)
+RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB) RULE(Round, ZeroB) RULE(Trunc, ZeroB)
 RULE(Add, AddB) RULE(Sub, SubB) RULE(Mul, MulB) RULE(Div, DivB) RULE(Pow, PowB)
-RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB)
-RULE(Atan2, Atan2B) RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB)
-RULE(Cast, CastB) RULE(Clone, CloneB)
-RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
+RULE(Maximum, MaximumB) RULE(Minimum, MinimumB) RULE(Remainder, RemainderB) RULE(Atan2, Atan2B)
+RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB) RULE(Cast, CastB)
+RULE(Clone, CloneB) RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
 RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
-RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB) RULE(LogCumSumExp, LogCumSumExpB)
-RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB) RULE(Bmm, BmmB) RULE(NllLoss, NllLossB)
-RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
-RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB)
-RULE(Scatter, ScatterB) RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB)
-RULE(Index, IndexB) RULE(IndexPut, IndexPutB) RULE(Sort, SortB)
-RULE(View, ViewB) RULE(Permute, PermuteB) RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB)
-RULE(StridedScatterAdd, StridedScatterAddB) RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB)
-RULE(Conv2d, Conv2dB)
+RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
+RULE(LogCumSumExp, LogCumSumExpB) RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB)
+RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
+RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB) RULE(Scatter, ScatterB)
+RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB) RULE(Index, IndexB)
+RULE(IndexPut, IndexPutB) RULE(Sort, SortB) RULE(View, ViewB) RULE(Permute, PermuteB)
+RULE(Expand, ExpandB) RULE(AsStrided, AsStridedB) RULE(StridedScatterAdd, StridedScatterAddB)
+RULE(Im2Col, Im2ColB) RULE(Col2Im, Col2ImB) RULE(Conv2d, Conv2dB)
 #undef RULE
 
 struct RuleTable {
@@ -628,6 +635,7 @@ struct RuleTable {
 #undef ANVIL_RULE_SLOT_No
   }
 };
+// clang-format on
 
 const RuleTable& Rules() {
   static const RuleTable table;

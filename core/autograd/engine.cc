@@ -42,8 +42,8 @@ struct Capture {
   std::vector<Tensor> results;
 };
 
-void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph,
-         bool create_graph, Capture* capture) {
+void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph, bool create_graph,
+         Capture* capture) {
   // 1. Dependencies over the reachable graph (and, for grad(), which nodes lead to a capture).
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> order;
@@ -148,13 +148,14 @@ void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, 
 }
 
 std::vector<Tensor> RootGrads(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {
-  ANVIL_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ",
-              grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
+  ANVIL_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ", grad_outputs.size(),
+              " gradients for ", outputs.size(), " outputs");
   std::vector<Tensor> g;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& o = outputs[i];
     ANVIL_CHECK(o.defined(), "backward: output ", i, " is undefined");
-    ANVIL_CHECK(o.requires_grad(), "element ", i, " of tensors does not require grad and does not have a "
+    ANVIL_CHECK(o.requires_grad(), "element ", i,
+                " of tensors does not require grad and does not have a "
                 "grad_fn (was it computed under NoGradGuard, or from tensors that do not require grad?)");
     Tensor gi = i < grad_outputs.size() ? grad_outputs[i] : Tensor();
     if (!gi.defined()) {
@@ -191,8 +192,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
-                         bool create_graph, bool allow_unused) {
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph, bool create_graph,
+                         bool allow_unused) {
   std::vector<Tensor> g = RootGrads(outputs, grad_outputs);
   std::vector<Edge> roots;
   for (const Tensor& o : outputs) roots.push_back(gradient_edge(o));

@@ -18,8 +18,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 // With create_graph the results carry history (for higher-order derivatives).
 // allow_unused=false raises if an input is not reachable from the outputs.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs = {},
-                         std::optional<bool> retain_graph = {}, bool create_graph = false,
-                         bool allow_unused = false);
+                         const std::vector<Tensor>& grad_outputs = {}, std::optional<bool> retain_graph = {},
+                         bool create_graph = false, bool allow_unused = false);
 
 }  // namespace anvil::autograd

@@ -25,9 +25,8 @@ std::vector<Tensor> CustomNode::apply(std::vector<Tensor>&& grads) {
   std::vector<Tensor> out(next_edges_.size());
   size_t tensor_args = 0;
   for (int m : arg_to_edge_) tensor_args += m >= 0;
-  ANVIL_CHECK(by_arg.size() == arg_to_edge_.size() || by_arg.size() == tensor_args, name(),
-              ": backward returned ", by_arg.size(), " gradients, expected one per forward argument (",
-              arg_to_edge_.size(), ")");
+  ANVIL_CHECK(by_arg.size() == arg_to_edge_.size() || by_arg.size() == tensor_args, name(), ": backward returned ",
+              by_arg.size(), " gradients, expected one per forward argument (", arg_to_edge_.size(), ")");
   const bool per_tensor = by_arg.size() == tensor_args && by_arg.size() != arg_to_edge_.size();
   for (size_t a = 0, t = 0; a < arg_to_edge_.size(); ++a) {
     const int e = arg_to_edge_[a];

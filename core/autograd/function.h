@@ -106,11 +106,15 @@ struct Function {
       result = Derived::forward(&node->ctx, std::forward<Args>(args)...);
     }
     std::vector<Tensor> outputs;
-    if constexpr (std::is_same_v<R, Tensor>) outputs = {result};
-    else outputs = result;
+    if constexpr (std::is_same_v<R, Tensor>)
+      outputs = {result};
+    else
+      outputs = result;
     detail::WireCustomNode(node, tensor_args, outputs);
-    if constexpr (std::is_same_v<R, Tensor>) return outputs[0];
-    else return outputs;
+    if constexpr (std::is_same_v<R, Tensor>)
+      return outputs[0];
+    else
+      return outputs;
   }
 };
 

@@ -77,9 +77,8 @@ GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
           go.reshape({-1}).select(0, j).fill_(1);
         }
         // An output that does not depend on anything that requires grad has a zero Jacobian.
-        std::vector<Tensor> ga = outs[oi].requires_grad()
-                                     ? grad({outs[oi]}, {x}, {go}, true, false, true)
-                                     : std::vector<Tensor>{Tensor()};
+        std::vector<Tensor> ga =
+            outs[oi].requires_grad() ? grad({outs[oi]}, {x}, {go}, true, false, true) : std::vector<Tensor>{Tensor()};
         std::vector<double> row = ga[0].defined() ? ga[0].to_vector<double>() : std::vector<double>(x.numel(), 0.0);
         for (int64_t k = 0; k < x.numel(); ++k) {
           const double a = row[k], nm = num[k][j];
@@ -101,9 +100,9 @@ GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
   res.ok = !(worst > 0);
   std::ostringstream os;
   os << (res.ok ? "gradcheck passed" : "Jacobian mismatch") << " for output " << res.output_index
-     << " with respect to input " << res.input_index << ": worst element (input element "
-     << res.input_element << ", output element " << res.output_element << ") numerical " << res.numerical
-     << ", analytical " << res.analytical << " (atol " << opt.atol << ", rtol " << opt.rtol << ")";
+     << " with respect to input " << res.input_index << ": worst element (input element " << res.input_element
+     << ", output element " << res.output_element << ") numerical " << res.numerical << ", analytical "
+     << res.analytical << " (atol " << opt.atol << ", rtol " << opt.rtol << ")";
   res.message = os.str();
   if (!res.ok && opt.raise_exception) throw Error(res.message);
   return res;
@@ -115,14 +114,16 @@ GradcheckResult gradgradcheck(const TensorFn& fn, const std::vector<Tensor>& inp
   std::vector<Tensor> vs;
   for (const Tensor& o : outs0) vs.push_back(randn(o.sizes(), kFloat64).requires_grad_(true));
   std::vector<Tensor> diff;
-  for (const Tensor& x : inputs) if (x.defined() && x.requires_grad()) diff.push_back(x);
+  for (const Tensor& x : inputs)
+    if (x.defined() && x.requires_grad()) diff.push_back(x);
   const size_t n_in = inputs.size();
   TensorFn first = [&](const std::vector<Tensor>& args) {
     std::vector<Tensor> xs(args.begin(), args.begin() + n_in);
     std::vector<Tensor> v(args.begin() + n_in, args.end());
     std::vector<Tensor> o = Outputs(fn, xs);
     std::vector<Tensor> d;
-    for (const Tensor& x : xs) if (x.defined() && x.requires_grad()) d.push_back(x);
+    for (const Tensor& x : xs)
+      if (x.defined() && x.requires_grad()) d.push_back(x);
     std::vector<Tensor> g = grad(o, d, v, true, true, true);
     std::vector<Tensor> r;
     for (size_t i = 0; i < g.size(); ++i) r.push_back(g[i].defined() ? g[i] : zeros_like(d[i]));

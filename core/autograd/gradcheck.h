@@ -34,8 +34,7 @@ using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Compares d fn(inputs) / d inputs (by backward) against central differences for every
 // input that requires grad. Throws (raise_exception) or returns the worst element.
-GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
-                          const GradcheckOptions& options = {});
+GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
 
 // Checks second derivatives: gradcheck of (inputs, v) -> grad(fn(inputs), inputs, v,
 // create_graph=true) with random v.

@@ -60,9 +60,8 @@ Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner) const {
     std::ostringstream os;
     os << "one of the variables needed for gradient computation has been modified by an "
           "inplace operation: ["
-       << data_.dtype() << " " << shape_str(data_.sizes()) << "]"
-       << (is_output_ ? ", output " : ", input ") << "of " << owner->name()
-       << ", is at version " << now << "; expected version " << saved_version_
+       << data_.dtype() << " " << shape_str(data_.sizes()) << "]" << (is_output_ ? ", output " : ", input ") << "of "
+       << owner->name() << ", is at version " << now << "; expected version " << saved_version_
        << " instead. It was saved by " << owner->name() << " and last modified by "
        << (writer ? writer : "an in-place op")
        << ". Hint: clone() the tensor before modifying it in place, or use the "
@@ -80,8 +79,7 @@ Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner) const {
 
 // ---- OpNode ----
 
-OpNode::OpNode(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs)
-    : op_(op), attrs_(attrs) {
+OpNode::OpNode(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs) : op_(op), attrs_(attrs) {
   input_meta_.reserve(inputs.size());
   next_edges_.reserve(inputs.size());
   for (const Tensor& t : inputs) {
@@ -107,14 +105,12 @@ void OpNode::save(const std::vector<Tensor>& inputs, const std::vector<Tensor>& 
 }
 
 Tensor OpNode::saved_input(int i) {
-  ANVIL_INTERNAL_ASSERT(i < static_cast<int>(saved_inputs_.size()),
-                        "input ", i, " of ", name(), " was not saved");
+  ANVIL_INTERNAL_ASSERT(i < static_cast<int>(saved_inputs_.size()), "input ", i, " of ", name(), " was not saved");
   return saved_inputs_[i].unpack(shared_from_this());
 }
 
 Tensor OpNode::saved_output(int i) {
-  ANVIL_INTERNAL_ASSERT(i < static_cast<int>(saved_outputs_.size()),
-                        "output ", i, " of ", name(), " was not saved");
+  ANVIL_INTERNAL_ASSERT(i < static_cast<int>(saved_outputs_.size()), "output ", i, " of ", name(), " was not saved");
   return saved_outputs_[i].unpack(shared_from_this());
 }
 
@@ -134,8 +130,8 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
   }
   BackwardCtx ctx(*this);
   std::vector<Tensor> result = backward_rule(op_)(ctx, grads);
-  ANVIL_INTERNAL_ASSERT(result.size() == next_edges_.size(), name(), " returned ",
-                        result.size(), " gradients for ", next_edges_.size(), " inputs");
+  ANVIL_INTERNAL_ASSERT(result.size() == next_edges_.size(), name(), " returned ", result.size(), " gradients for ",
+                        next_edges_.size(), " inputs");
   return result;
 }
 
@@ -226,8 +222,7 @@ void set_history(std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node
   }
 }
 
-void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
-               std::vector<Tensor>& outputs) {
+void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
   const OpInfo& info = op_info(op);
   if (!info.differentiable || !GradMode::is_enabled() || !any_requires_grad(inputs)) return;
   auto node = std::make_shared<OpNode>(op, attrs, inputs);
@@ -237,8 +232,7 @@ void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
   node->save(inputs, outputs);
   if (AnomalyMode::is_enabled()) {
     node->forward_context = detail::StrCat("forward op '", info.name, "' on inputs ",
-                                           inputs.empty() ? std::string("()")
-                                                          : shape_str(inputs[0].sizes()));
+                                           inputs.empty() ? std::string("()") : shape_str(inputs[0].sizes()));
   }
 }
 

@@ -84,9 +84,7 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   std::vector<Edge>& mutable_next_edges() { return next_edges_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
-  void add_pre_hook(uint32_t output_nr, GradHook hook) {
-    pre_hooks_.push_back({output_nr, std::move(hook)});
-  }
+  void add_pre_hook(uint32_t output_nr, GradHook hook) { pre_hooks_.push_back({output_nr, std::move(hook)}); }
   std::vector<std::pair<uint32_t, GradHook>>& pre_hooks() { return pre_hooks_; }
   // Anomaly mode: a description of where the forward op ran.
   std::string forward_context;
@@ -122,7 +120,7 @@ class OpNode final : public Node {
   OpId op_;
   OpAttrs attrs_;
   std::vector<TensorMeta> input_meta_;
-  std::vector<SavedVariable> saved_inputs_;   // indexed by input; empty when not saved
+  std::vector<SavedVariable> saved_inputs_;  // indexed by input; empty when not saved
   std::vector<SavedVariable> saved_outputs_;
   bool released_ = false;
 };
@@ -148,7 +146,6 @@ void set_history(std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node
 bool any_requires_grad(const std::vector<Tensor>& tensors);
 
 // Records an op-table op on the tape if grad mode is on and an input requires grad.
-void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
-               std::vector<Tensor>& outputs);
+void record_op(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
 
 }  // namespace anvil::autograd

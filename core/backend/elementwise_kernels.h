@@ -17,17 +17,17 @@ namespace anvil::elementwise_kernels {
 
 // Declares `struct Name`, a backend's loops for these rows, from the Unary<T>(out, x, f),
 // Binary<T>(out, a, b, f) and CheckNoZeroDivisor(b, op) of the namespace it is expanded in.
-#define ANVIL_ELEMENTWISE_LOOPS(Name)                                                            \
-  struct Name {                                                                                  \
-    static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }           \
-    template <typename T, typename F>                                                            \
-    static void unary(const Tensor& out, const Tensor& x, const F& f) {                          \
-      Unary<T>(out, x, f);                                                                       \
-    }                                                                                            \
-    template <typename T, typename F>                                                            \
-    static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {        \
-      Binary<T>(out, a, b, f);                                                                   \
-    }                                                                                            \
+#define ANVIL_ELEMENTWISE_LOOPS(Name)                                                     \
+  struct Name {                                                                           \
+    static void check_divisor(const Tensor& b, OpId op) { CheckNoZeroDivisor(b, op); }    \
+    template <typename T, typename F>                                                     \
+    static void unary(const Tensor& out, const Tensor& x, const F& f) {                   \
+      Unary<T>(out, x, f);                                                                \
+    }                                                                                     \
+    template <typename T, typename F>                                                     \
+    static void binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) { \
+      Binary<T>(out, a, b, f);                                                            \
+    }                                                                                     \
   };
 
 // A row's functor, built from its Args struct (default-constructed when the row has none).
@@ -50,19 +50,19 @@ F MakeFunctor(const OpAttrs& a) {
 #define ANVIL_EW_DISPATCH_BinaryCompare ANVIL_DISPATCH_ALL
 #define ANVIL_EW_DISPATCH_BinaryLogical ANVIL_DISPATCH_ALL
 
-#define ANVIL_EW_Unary(Id, DISPATCH, Args, kDividing)                                                    \
-  template <typename B>                                                                                  \
-  void Id(const KernelCall& c) {                                                                         \
-    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                                \
+#define ANVIL_EW_Unary(Id, DISPATCH, Args, kDividing)                                                       \
+  template <typename B>                                                                                     \
+  void Id(const KernelCall& c) {                                                                            \
+    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                                   \
     DISPATCH(c.inputs[0].dtype(), #Id, [&] { B::template unary<scalar_t>(c.outputs[0], c.inputs[0], f); }); \
   }
-#define ANVIL_EW_Binary(Id, DISPATCH, Args, kDividing)                                           \
-  template <typename B>                                                                          \
-  void Id(const KernelCall& c) {                                                                 \
-    if constexpr (kDividing) B::check_divisor(c.inputs[1], c.op);                                \
-    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                        \
-    DISPATCH(c.inputs[0].dtype(), #Id,                                                           \
-             [&] { B::template binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); });  \
+#define ANVIL_EW_Binary(Id, DISPATCH, Args, kDividing)                                          \
+  template <typename B>                                                                         \
+  void Id(const KernelCall& c) {                                                                \
+    if constexpr (kDividing) B::check_divisor(c.inputs[1], c.op);                               \
+    const auto f = MakeFunctor<fn::Id##F, Args>(c.attrs);                                       \
+    DISPATCH(c.inputs[0].dtype(), #Id,                                                          \
+             [&] { B::template binary<scalar_t>(c.outputs[0], c.inputs[0], c.inputs[1], f); }); \
   }
 #define ANVIL_EW_KERNEL_Functor(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_EW_DISPATCH_##infer, Args, false)
 #define ANVIL_EW_KERNEL_FunctorAll(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_DISPATCH_ALL, Args, false)
@@ -76,16 +76,20 @@ F MakeFunctor(const OpAttrs& a) {
 template <typename B>
 void Gelu(const KernelCall& c) {
   ANVIL_DISPATCH_FLOATING(c.inputs[0].dtype(), "gelu", [&] {
-    if (c.attrs.get<GeluArgs>().tanh_approximation) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
-    else B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
+    if (c.attrs.get<GeluArgs>().tanh_approximation)
+      B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<true>{});
+    else
+      B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::GeluF<false>{});
   });
 }
 
 template <typename B>
 void PowScalar(const KernelCall& c) {
   ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "pow", [&] {
-    if (c.attrs.get<PowScalarArgs>().exponent == 2.0) B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
-    else B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.get<PowScalarArgs>().exponent});
+    if (c.attrs.get<PowScalarArgs>().exponent == 2.0)
+      B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::SquareF{});
+    else
+      B::template unary<scalar_t>(c.outputs[0], c.inputs[0], fn::PowScalarF{c.attrs.get<PowScalarArgs>().exponent});
   });
 }
 

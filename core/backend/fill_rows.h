@@ -13,8 +13,10 @@ namespace anvil::fill_rows {
 // The fill value as T: nonzero is true for bool; other types convert through opmath_t<T>.
 template <typename T>
 T FillValue(double v) {
-  if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return static_cast<T>(static_cast<opmath_t<T>>(v));
+  if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else
+    return static_cast<T>(static_cast<opmath_t<T>>(v));
 }
 
 template <typename Gen>
@@ -31,8 +33,7 @@ void Uniform(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const UniformArgs& a = c.attrs.get<UniformArgs>();
   ANVIL_DISPATCH_FLOATING(out.dtype(), "uniform_", [&] {
-    Gen::template run<scalar_t>(out,
-                                fn::UniformDraw<scalar_t>{a.low, a.high, a.philox.seed, a.philox.offset});
+    Gen::template run<scalar_t>(out, fn::UniformDraw<scalar_t>{a.low, a.high, a.philox.seed, a.philox.offset});
   });
 }
 
@@ -41,8 +42,7 @@ void Normal(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   const NormalArgs& a = c.attrs.get<NormalArgs>();
   ANVIL_DISPATCH_FLOATING(out.dtype(), "normal_", [&] {
-    Gen::template run<scalar_t>(out,
-                                fn::NormalDraw<scalar_t>{a.mean, a.std, a.philox.seed, a.philox.offset});
+    Gen::template run<scalar_t>(out, fn::NormalDraw<scalar_t>{a.mean, a.std, a.philox.seed, a.philox.offset});
   });
 }
 

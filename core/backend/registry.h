@@ -34,8 +34,8 @@ class Backend {
   virtual Allocator* allocator(Device device) = 0;
   // Copies raw bytes between this backend's memory and the host (or within the device).
   // non_blocking: see Tensor::to.
-  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                          size_t nbytes, bool non_blocking) = 0;
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                          bool non_blocking) = 0;
   virtual int device_count() const = 0;
   KernelFn kernel(OpId op) const { return kernels_[static_cast<int>(op)]; }
 

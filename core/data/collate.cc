@@ -9,7 +9,6 @@
 namespace anvil::data {
 namespace {
 
-
 std::string Keys(const Example& ex) {
   std::string s = "[";
   const auto keys = ex.keys();
@@ -51,10 +50,11 @@ Example CollateLevel(const std::vector<const Example*>& samples, const std::stri
       ANVIL_CHECK(field.nested == nullptr, "collate: field '", name,
                   "' is a tensor in sample 0 but a nested example in sample ", s);
       const Tensor& t = field.tensor;
-      ANVIL_CHECK(t.dtype() == t0.dtype(), "collate: field '", name, "' is ", t.dtype(), " in sample ", s,
-                  " but ", t0.dtype(), " in sample 0");
-      ANVIL_CHECK(t.sizes() == t0.sizes(), "collate: field '", name, "' has shape ", shape_str(t), " in sample ",
-                  s, " but ", shape_str(t0), " in sample 0; resize or crop to one size in a transform, "
+      ANVIL_CHECK(t.dtype() == t0.dtype(), "collate: field '", name, "' is ", t.dtype(), " in sample ", s, " but ",
+                  t0.dtype(), " in sample 0");
+      ANVIL_CHECK(t.sizes() == t0.sizes(), "collate: field '", name, "' has shape ", shape_str(t), " in sample ", s,
+                  " but ", shape_str(t0),
+                  " in sample 0; resize or crop to one size in a transform, "
                   "or pass a custom collate (e.g. one that pads)");
       parts.push_back(t);
     }

@@ -86,7 +86,7 @@ struct DataLoader::State {
   std::shared_ptr<IterableDataset> iterable;    // iterable
   std::shared_ptr<BatchSampler> batch_sampler;  // map-style only
   CollateFn collate;
-  bool pin = false;  // pin_memory, with a device to pin for
+  bool pin = false;                  // pin_memory, with a device to pin for
   std::vector<std::thread> threads;  // touched by the consumer thread only
 
   // Iterable only: serialises reading the stream. Lock order: stream_mu before mu.
@@ -101,9 +101,9 @@ struct DataLoader::State {
   bool active = false;  // a pass is running
   uint64_t generation = 0;
   int64_t epoch = 0;
-  int64_t start_batch = 0;  // where the next pass starts; during a pass, where it started
+  int64_t start_batch = 0;                    // where the next pass starts; during a pass, where it started
   std::vector<std::vector<int64_t>> batches;  // map-style: batches[k - start_batch]
-  int64_t end_batch = 0;  // first id past the pass (iterable: INT64_MAX until the end is read)
+  int64_t end_batch = 0;                      // first id past the pass (iterable: INT64_MAX until the end is read)
   int64_t next_claim = 0;
   int64_t next_deliver = 0;
   std::map<int64_t, Slot> ready;
@@ -178,8 +178,8 @@ std::optional<Slot> DataLoader::State::Build(const DataLoaderOptions& opt, int64
     slot.batch = collate(samples);
     if (pin) slot.batch = PinExample(*slot.batch);
   } catch (const std::exception& e) {
-    slot.error = std::make_exception_ptr(current < 0 ? Wrap(e, k, -1, worker, "")
-                                                     : Wrap(e, k, current, worker, "sample"));
+    slot.error =
+        std::make_exception_ptr(current < 0 ? Wrap(e, k, -1, worker, "") : Wrap(e, k, current, worker, "sample"));
   }
   return slot;
 }
@@ -188,9 +188,7 @@ void DataLoader::State::WorkerLoop(const DataLoaderOptions& opt, int id) {
   WorkerInfoScope info_scope(WorkerInfo{id, opt.num_workers, MixKey(opt.seed, static_cast<uint64_t>(id))});
   SerialGuard serial;  // never take the intra-op pool from the training thread
   const int64_t max_in_flight = int64_t{opt.num_workers} * opt.prefetch_factor;
-  auto claimable = [&] {
-    return active && next_claim < end_batch && next_claim < next_deliver + max_in_flight;
-  };
+  auto claimable = [&] { return active && next_claim < end_batch && next_claim < next_deliver + max_in_flight; };
   std::unique_lock<std::mutex> lock(mu);
   while (true) {
     work_cv.wait(lock, [&] { return stop || claimable(); });
@@ -304,9 +302,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> map_dataset, std::shared_p
   ANVIL_CHECK(map_dataset != nullptr || iterable != nullptr, "DataLoader: the dataset is null");
   ANVIL_CHECK(o.num_workers >= 0, "DataLoader: expected num_workers >= 0, got ", o.num_workers);
   ANVIL_CHECK(o.prefetch_factor >= 1, "DataLoader: expected prefetch_factor >= 1, got ", o.prefetch_factor);
-  ANVIL_CHECK(o.timeout.count() >= 0, "DataLoader: expected a non-negative timeout, got ", o.timeout.count(),
-              " ms");
-  ANVIL_CHECK(!(o.shuffle && o.sampler), "DataLoader: sampler and shuffle are mutually exclusive (the sampler "
+  ANVIL_CHECK(o.timeout.count() >= 0, "DataLoader: expected a non-negative timeout, got ", o.timeout.count(), " ms");
+  ANVIL_CHECK(!(o.shuffle && o.sampler),
+              "DataLoader: sampler and shuffle are mutually exclusive (the sampler "
               "decides the order; use a RandomSampler to shuffle)");
   if (o.batch_sampler) {
     ANVIL_CHECK(o.batch_size == 1 && !o.shuffle && !o.sampler && !o.drop_last,
@@ -404,8 +402,8 @@ std::optional<Example> DataLoader::next() {
         s.EndPass(/*finished=*/false);
         throw DataLoaderError("DataLoader: timed out after " + std::to_string(options_.timeout.count()) +
                                   " ms waiting for batch " + std::to_string(k) + " of epoch " +
-                                  std::to_string(s.epoch) + " (num_workers=" +
-                                  std::to_string(options_.num_workers) + ")",
+                                  std::to_string(s.epoch) + " (num_workers=" + std::to_string(options_.num_workers) +
+                                  ")",
                               k, -1, -1);
       }
     } else {
@@ -441,7 +439,8 @@ std::optional<Example> DataLoader::next() {
 bool DataLoader::pins_memory() const { return state_->pin; }
 
 int64_t DataLoader::size() const {
-  ANVIL_CHECK(state_->batch_sampler != nullptr, "DataLoader: the number of batches of an iterable dataset is "
+  ANVIL_CHECK(state_->batch_sampler != nullptr,
+              "DataLoader: the number of batches of an iterable dataset is "
               "unknown until its stream ends");
   return state_->batch_sampler->size();
 }
@@ -459,8 +458,10 @@ LoaderPosition DataLoader::position() const {
 }
 
 void DataLoader::set_position(LoaderPosition position) {
-  ANVIL_CHECK(position.epoch >= 0 && position.batch >= 0, "DataLoader: expected a non-negative epoch and batch, "
-              "got epoch ", position.epoch, " batch ", position.batch);
+  ANVIL_CHECK(position.epoch >= 0 && position.batch >= 0,
+              "DataLoader: expected a non-negative epoch and batch, "
+              "got epoch ",
+              position.epoch, " batch ", position.batch);
   std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->active) state_->EndPass(/*finished=*/false);
   state_->epoch = position.epoch;

@@ -51,10 +51,10 @@ namespace anvil::data {
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;    // a RandomSampler keyed by (seed, epoch); exclusive with sampler
-  bool drop_last = false;  // drop a last batch shorter than batch_size
-  int num_workers = 0;     // 0: batches are built on the consumer's thread, when asked for
-  int prefetch_factor = 2; // batches in flight per worker
+  bool shuffle = false;     // a RandomSampler keyed by (seed, epoch); exclusive with sampler
+  bool drop_last = false;   // drop a last batch shorter than batch_size
+  int num_workers = 0;      // 0: batches are built on the consumer's thread, when asked for
+  int prefetch_factor = 2;  // batches in flight per worker
   // Keep the worker threads alive between passes (they are cheap threads, not processes, so
   // this mostly matters for per-worker state kept through worker_info()).
   bool persistent_workers = false;
@@ -90,10 +90,10 @@ class DataLoaderError : public Error {
 
 struct LoaderStats {
   int64_t epoch = 0;
-  int64_t batches = 0;             // delivered in the current (or last) pass
-  double last_wait_seconds = 0;    // the consumer's wait for the latest batch
-  double wait_seconds = 0;         // summed over the pass
-  double elapsed_seconds = 0;      // since the pass started
+  int64_t batches = 0;           // delivered in the current (or last) pass
+  double last_wait_seconds = 0;  // the consumer's wait for the latest batch
+  double wait_seconds = 0;       // summed over the pass
+  double elapsed_seconds = 0;    // since the pass started
   double batches_per_second() const { return elapsed_seconds > 0 ? batches / elapsed_seconds : 0.0; }
   // Fraction of the pass the consumer spent blocked on data.
   double wait_ratio() const { return elapsed_seconds > 0 ? wait_seconds / elapsed_seconds : 0.0; }

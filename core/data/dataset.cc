@@ -15,8 +15,8 @@ Dataset::~Dataset() = default;
 IterableDataset::~IterableDataset() = default;
 
 void Dataset::CheckIndex(int64_t index) const {
-  ANVIL_CHECK_INDEX(index >= 0 && index < size(), name(), ": index ", index, " is out of range for ",
-                    size(), " samples");
+  ANVIL_CHECK_INDEX(index >= 0 && index < size(), name(), ": index ", index, " is out of range for ", size(),
+                    " samples");
 }
 
 // ---- TensorDataset ----
@@ -26,9 +26,10 @@ TensorDataset::TensorDataset(std::vector<std::pair<std::string, Tensor>> fields)
   for (const auto& [name, t] : fields_) {
     ANVIL_CHECK(t.defined() && t.dim() >= 1, "TensorDataset: field '", name,
                 "' must have at least one dim (the sample dim)");
-    ANVIL_CHECK(t.size(0) == fields_[0].second.size(0), "TensorDataset: every tensor must have the same "
-                "number of rows; '", fields_[0].first, "' has ", fields_[0].second.size(0), " and '", name,
-                "' has ", t.size(0));
+    ANVIL_CHECK(t.size(0) == fields_[0].second.size(0),
+                "TensorDataset: every tensor must have the same "
+                "number of rows; '",
+                fields_[0].first, "' has ", fields_[0].second.size(0), " and '", name, "' has ", t.size(0));
   }
   n_ = fields_[0].second.size(0);
 }
@@ -69,9 +70,7 @@ Example Subset::get(int64_t index) const {
   return base_->get(indices_[static_cast<size_t>(index)]);
 }
 
-std::string Subset::name() const {
-  return "Subset(" + std::to_string(indices_.size()) + " of " + base_->name() + ")";
-}
+std::string Subset::name() const { return "Subset(" + std::to_string(indices_.size()) + " of " + base_->name() + ")"; }
 
 // ---- ConcatDataset ----
 
@@ -107,8 +106,7 @@ MapDataset::MapDataset(std::shared_ptr<const Dataset> base, Fn fn, std::string d
   ANVIL_CHECK(static_cast<bool>(fn_), "MapDataset: the function is empty");
 }
 
-MapDataset::MapDataset(std::shared_ptr<const Dataset> base, std::shared_ptr<Transform> transform,
-                       std::string field)
+MapDataset::MapDataset(std::shared_ptr<const Dataset> base, std::shared_ptr<Transform> transform, std::string field)
     : base_(std::move(base)) {
   ANVIL_CHECK(base_ != nullptr, "MapDataset: the base dataset is null");
   ANVIL_CHECK(transform != nullptr, "MapDataset: the transform is null");
@@ -145,8 +143,8 @@ std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset>
     ANVIL_CHECK(lengths[i] >= 0, "random_split: lengths[", i, "] = ", lengths[i], " is negative");
     total += lengths[i];
   }
-  ANVIL_CHECK(total == dataset->size(), "random_split: the lengths sum to ", total, " but ", dataset->name(),
-              " has ", dataset->size(), " samples");
+  ANVIL_CHECK(total == dataset->size(), "random_split: the lengths sum to ", total, " but ", dataset->name(), " has ",
+              dataset->size(), " samples");
   // A stream of its own (1) so a split never shares draws with a sampler seeded alike.
   const std::vector<int64_t> perm = random_permutation(total, seed, /*stream=*/1);
   std::vector<std::shared_ptr<Subset>> out;
@@ -164,8 +162,8 @@ std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset>
   ANVIL_CHECK(!fractions.empty(), "random_split: expected at least one fraction");
   double sum = 0.0;
   for (size_t i = 0; i < fractions.size(); ++i) {
-    ANVIL_CHECK(fractions[i] >= 0.0 && fractions[i] <= 1.0, "random_split: fractions[", i, "] = ",
-                fractions[i], " is outside [0, 1]");
+    ANVIL_CHECK(fractions[i] >= 0.0 && fractions[i] <= 1.0, "random_split: fractions[", i, "] = ", fractions[i],
+                " is outside [0, 1]");
     sum += fractions[i];
   }
   ANVIL_CHECK(std::abs(sum - 1.0) <= 1e-6, "random_split: the fractions sum to ", sum, ", expected 1");

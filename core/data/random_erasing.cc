@@ -20,8 +20,8 @@ RandomErasing::RandomErasing(Options options, uint64_t seed) : RandomTransform(s
   const Options& o = options_;
   ANVIL_CHECK(o.p >= 0.0 && o.p <= 1.0, "RandomErasing: expected p in [0, 1], got ", o.p);
   ANVIL_CHECK(o.scale.first > 0.0 && o.scale.first <= o.scale.second && o.scale.second <= 1.0,
-              "RandomErasing: expected 0 < scale.min <= scale.max <= 1, got (", o.scale.first, ", ",
-              o.scale.second, ")");
+              "RandomErasing: expected 0 < scale.min <= scale.max <= 1, got (", o.scale.first, ", ", o.scale.second,
+              ")");
   ANVIL_CHECK(o.ratio.first > 0.0 && o.ratio.first <= o.ratio.second,
               "RandomErasing: expected 0 < ratio.min <= ratio.max, got (", o.ratio.first, ", ", o.ratio.second, ")");
   ANVIL_CHECK(o.random_value || !o.value.empty(), "RandomErasing: expected a fill value (or random_value)");

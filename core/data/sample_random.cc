@@ -16,9 +16,7 @@ thread_local uint64_t t_counter = 0;  // draws taken so far in the current sampl
 
 const WorkerInfo* worker_info() { return t_worker; }
 
-WorkerInfoScope::WorkerInfoScope(const WorkerInfo& info) : previous_(t_worker), info_(info) {
-  t_worker = &info_;
-}
+WorkerInfoScope::WorkerInfoScope(const WorkerInfo& info) : previous_(t_worker), info_(info) { t_worker = &info_; }
 WorkerInfoScope::~WorkerInfoScope() { t_worker = previous_; }
 
 SampleRandomScope::SampleRandomScope(uint64_t key)

@@ -41,10 +41,9 @@ RandomSampler::RandomSampler(int64_t n, bool replacement, std::optional<int64_t>
     : n_(n), replacement_(replacement), num_samples_(num_samples.value_or(n)), seed_(seed) {
   ANVIL_CHECK(n >= 0, "RandomSampler: expected a non-negative dataset size, got ", n);
   ANVIL_CHECK(!num_samples.has_value() || *num_samples > 0,
-              "RandomSampler: expected num_samples to be a positive integer, got ",
-              num_samples.value_or(0));
-  ANVIL_CHECK(n > 0 || num_samples_ == 0, "RandomSampler: expected a non-empty dataset to draw ",
-              num_samples_, " samples from, got dataset size 0");
+              "RandomSampler: expected num_samples to be a positive integer, got ", num_samples.value_or(0));
+  ANVIL_CHECK(n > 0 || num_samples_ == 0, "RandomSampler: expected a non-empty dataset to draw ", num_samples_,
+              " samples from, got dataset size 0");
 }
 
 std::vector<int64_t> RandomSampler::indices() {
@@ -85,11 +84,10 @@ WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_
     if (w > 0.0) ++positive;
     cumulative_.push_back(total);
   }
-  ANVIL_CHECK(total > 0.0, "WeightedRandomSampler: expected at least one positive weight, got all ",
-              weights_.size(), " weights zero");
+  ANVIL_CHECK(total > 0.0, "WeightedRandomSampler: expected at least one positive weight, got all ", weights_.size(),
+              " weights zero");
   ANVIL_CHECK(replacement || num_samples <= positive, "WeightedRandomSampler: without replacement expected ",
-              "num_samples <= the number of positive weights (", positive, "), got num_samples = ",
-              num_samples);
+              "num_samples <= the number of positive weights (", positive, "), got num_samples = ", num_samples);
 }
 
 std::vector<int64_t> WeightedRandomSampler::indices() {
@@ -167,8 +165,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
       drop_last_(drop_last) {
   ANVIL_CHECK(dataset_size >= 0, "DistributedSampler: expected a non-negative dataset size, got ", dataset_size);
   ANVIL_CHECK(num_replicas >= 1, "DistributedSampler: expected num_replicas >= 1, got ", num_replicas);
-  ANVIL_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: expected rank in [0, ", num_replicas,
-              "), got ", rank);
+  ANVIL_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: expected rank in [0, ", num_replicas, "), got ",
+              rank);
   // drop_last rounds down to a multiple of num_replicas; otherwise round up and pad.
   num_samples_ = drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
 }

@@ -64,8 +64,7 @@ class RandomSampler : public Sampler {
 // remaining indices, so no index repeats and zero-weight indices never appear.
 class WeightedRandomSampler : public Sampler {
  public:
-  WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement = true,
-                        uint64_t seed = 0);
+  WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement = true, uint64_t seed = 0);
   std::vector<int64_t> indices() override;
   int64_t size() const override { return num_samples_; }
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }
@@ -118,8 +117,8 @@ class BatchSampler {
 // Every rank gets the same number of indices, so collective ops stay in lockstep.
 class DistributedSampler : public Sampler {
  public:
-  DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank, bool shuffle = true,
-                     uint64_t seed = 0, bool drop_last = false);
+  DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
   std::vector<int64_t> indices() override;
   int64_t size() const override { return num_samples_; }
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }

@@ -21,11 +21,9 @@ std::string Join(const std::vector<double>& v) {
   return os.str();
 }
 
-
 // The channel dim of a CHW or NCHW input; `who` names the transform in the error.
 int64_t ChannelDim(const Tensor& x, const char* who) {
-  ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, who, ": expected a CHW or NCHW tensor, got ",
-              x.dim(), " dims");
+  ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, who, ": expected a CHW or NCHW tensor, got ", x.dim(), " dims");
   return x.dim() - 3;
 }
 
@@ -37,13 +35,14 @@ Tensor PerChannel(const std::vector<double>& v, const Tensor& like) {
 
 void CheckChannels(const Tensor& x, int64_t cdim, size_t expected, const char* who) {
   ANVIL_CHECK(x.size(cdim) == static_cast<int64_t>(expected), who, ": expected ", expected,
-              " channels (one per mean/std entry), got ", x.size(cdim), " channels in a tensor of "
-              "shape ", shape_str(x.sizes()));
+              " channels (one per mean/std entry), got ", x.size(cdim),
+              " channels in a tensor of "
+              "shape ",
+              shape_str(x.sizes()));
 }
 
 void CheckSpatial(const Tensor& x, const char* who) {
-  ANVIL_CHECK(x.dim() >= 2, who, ": expected a tensor with at least 2 dims (..., H, W), got ",
-              x.dim());
+  ANVIL_CHECK(x.dim() >= 2, who, ": expected a tensor with at least 2 dims (..., H, W), got ", x.dim());
 }
 
 }  // namespace
@@ -52,8 +51,7 @@ Transform::~Transform() = default;
 
 // ---- Compose / Lambda ----
 
-Compose::Compose(std::vector<std::shared_ptr<Transform>> transforms)
-    : transforms_(std::move(transforms)) {
+Compose::Compose(std::vector<std::shared_ptr<Transform>> transforms) : transforms_(std::move(transforms)) {
   for (size_t i = 0; i < transforms_.size(); ++i) {
     ANVIL_CHECK(transforms_[i] != nullptr, "Compose: transform ", i, " is null");
   }
@@ -71,8 +69,7 @@ std::string Compose::name() const {
   return s + ")";
 }
 
-Lambda::Lambda(std::function<Tensor(const Tensor&)> fn, std::string name)
-    : fn_(std::move(fn)), name_(std::move(name)) {
+Lambda::Lambda(std::function<Tensor(const Tensor&)> fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {
   ANVIL_CHECK(static_cast<bool>(fn_), "Lambda: the function is empty");
 }
 
@@ -81,8 +78,7 @@ Tensor Lambda::operator()(const Tensor& x) const { return fn_(x); }
 // ---- ToTensor ----
 
 Tensor ToTensor::operator()(const Tensor& x) const {
-  ANVIL_CHECK(x.dim() == 2 || x.dim() == 3, "ToTensor: expected an HW or HWC array, got ",
-              x.dim(), " dims");
+  ANVIL_CHECK(x.dim() == 2 || x.dim() == 3, "ToTensor: expected an HW or HWC array, got ", x.dim(), " dims");
   Tensor chw = x.dim() == 2 ? x.unsqueeze(0) : x.permute({2, 0, 1});
   // copy=true: the result never aliases the caller's array, even for float32 HW input.
   Tensor y = chw.to(kFloat32, /*non_blocking=*/false, /*copy=*/true).contiguous();
@@ -94,11 +90,10 @@ Tensor ToTensor::operator()(const Tensor& x) const {
 
 // ---- Normalize / BandScale ----
 
-Normalize::Normalize(std::vector<double> mean, std::vector<double> std)
-    : mean_(std::move(mean)), std_(std::move(std)) {
+Normalize::Normalize(std::vector<double> mean, std::vector<double> std) : mean_(std::move(mean)), std_(std::move(std)) {
   ANVIL_CHECK(!mean_.empty(), "Normalize: mean is empty");
-  ANVIL_CHECK(mean_.size() == std_.size(), "Normalize: expected mean and std of the same length, got ",
-              mean_.size(), " and ", std_.size());
+  ANVIL_CHECK(mean_.size() == std_.size(), "Normalize: expected mean and std of the same length, got ", mean_.size(),
+              " and ", std_.size());
   for (size_t i = 0; i < std_.size(); ++i) {
     ANVIL_CHECK(std_[i] != 0.0, "Normalize: std[", i, "] is zero; dividing by it would give inf/nan");
   }
@@ -106,36 +101,33 @@ Normalize::Normalize(std::vector<double> mean, std::vector<double> std)
 
 Tensor Normalize::operator()(const Tensor& x) const {
   const int64_t cdim = ChannelDim(x, "Normalize");
-  ANVIL_CHECK(x.is_floating_point(), "Normalize: expected a floating-point tensor (apply ToTensor "
-              "first), got ", x.dtype());
+  ANVIL_CHECK(x.is_floating_point(),
+              "Normalize: expected a floating-point tensor (apply ToTensor "
+              "first), got ",
+              x.dtype());
   CheckChannels(x, cdim, mean_.size(), "Normalize");
   return (x - PerChannel(mean_, x)) / PerChannel(std_, x);
 }
 
-std::string Normalize::name() const {
-  return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")";
-}
+std::string Normalize::name() const { return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")"; }
 
 BandScale::BandScale(std::vector<double> scale, std::vector<double> offset)
     : scale_(std::move(scale)), offset_(std::move(offset)) {
   ANVIL_CHECK(!scale_.empty(), "BandScale: scale is empty");
-  ANVIL_CHECK(scale_.size() == offset_.size(),
-              "BandScale: expected scale and offset of the same length, got ", scale_.size(),
-              " and ", offset_.size());
+  ANVIL_CHECK(scale_.size() == offset_.size(), "BandScale: expected scale and offset of the same length, got ",
+              scale_.size(), " and ", offset_.size());
 }
 
 Tensor BandScale::operator()(const Tensor& x) const {
   const int64_t cdim = ChannelDim(x, "BandScale");
   const Tensor xf = x.is_floating_point() ? x : x.to(kFloat32);
-  ANVIL_CHECK(xf.size(cdim) == static_cast<int64_t>(scale_.size()), "BandScale: expected ",
-              scale_.size(), " bands (one per scale/offset entry), got ", xf.size(cdim),
-              " bands in a tensor of shape ", shape_str(xf.sizes()));
+  ANVIL_CHECK(xf.size(cdim) == static_cast<int64_t>(scale_.size()), "BandScale: expected ", scale_.size(),
+              " bands (one per scale/offset entry), got ", xf.size(cdim), " bands in a tensor of shape ",
+              shape_str(xf.sizes()));
   return xf * PerChannel(scale_, xf) + PerChannel(offset_, xf);
 }
 
-std::string BandScale::name() const {
-  return "BandScale(scale=" + Join(scale_) + ", offset=" + Join(offset_) + ")";
-}
+std::string BandScale::name() const { return "BandScale(scale=" + Join(scale_) + ", offset=" + Join(offset_) + ")"; }
 
 // ---- random transforms ----
 
@@ -166,9 +158,7 @@ Tensor RandomHorizontalFlip::operator()(const Tensor& x) const {
   return index_select(x, x.dim() - 1, tensor(rev).to(x.device()));
 }
 
-std::string RandomHorizontalFlip::name() const {
-  return "RandomHorizontalFlip(p=" + std::to_string(p_) + ")";
-}
+std::string RandomHorizontalFlip::name() const { return "RandomHorizontalFlip(p=" + std::to_string(p_) + ")"; }
 
 CenterCrop::CenterCrop(int64_t h, int64_t w) : h_(h), w_(w) {
   ANVIL_CHECK(h > 0 && w > 0, "CenterCrop: expected a positive size, got ", h, "x", w);
@@ -177,17 +167,14 @@ CenterCrop::CenterCrop(int64_t h, int64_t w) : h_(h), w_(w) {
 Tensor CenterCrop::operator()(const Tensor& x) const {
   CheckSpatial(x, "CenterCrop");
   const int64_t H = x.size(-2), W = x.size(-1);
-  ANVIL_CHECK(h_ <= H && w_ <= W, "CenterCrop: crop ", h_, "x", w_, " does not fit in a ", H, "x",
-              W, " input");
+  ANVIL_CHECK(h_ <= H && w_ <= W, "CenterCrop: crop ", h_, "x", w_, " does not fit in a ", H, "x", W, " input");
   // nearbyint rounds half to even in the default rounding mode, matching Python's round().
   const auto top = static_cast<int64_t>(std::nearbyint(static_cast<double>(H - h_) / 2.0));
   const auto left = static_cast<int64_t>(std::nearbyint(static_cast<double>(W - w_) / 2.0));
   return x.narrow(x.dim() - 2, top, h_).narrow(x.dim() - 1, left, w_).contiguous();
 }
 
-std::string CenterCrop::name() const {
-  return "CenterCrop(" + std::to_string(h_) + ", " + std::to_string(w_) + ")";
-}
+std::string CenterCrop::name() const { return "CenterCrop(" + std::to_string(h_) + ", " + std::to_string(w_) + ")"; }
 
 RandomCrop::RandomCrop(int64_t h, int64_t w, int64_t padding, uint64_t seed)
     : RandomTransform(seed), h_(h), w_(w), padding_(padding) {
@@ -199,8 +186,8 @@ Tensor RandomCrop::operator()(const Tensor& x) const {
   CheckSpatial(x, "RandomCrop");
   const int64_t hd = x.dim() - 2, wd = x.dim() - 1;
   const int64_t H = x.size(hd) + 2 * padding_, W = x.size(wd) + 2 * padding_;
-  ANVIL_CHECK(h_ <= H && w_ <= W, "RandomCrop: crop ", h_, "x", w_, " does not fit in a ", H, "x",
-              W, " input (after padding ", padding_, ")");
+  ANVIL_CHECK(h_ <= H && w_ <= W, "RandomCrop: crop ", h_, "x", w_, " does not fit in a ", H, "x", W,
+              " input (after padding ", padding_, ")");
   const auto r = NextDraw();
   // 64 bits per coordinate keeps the modulo bias below 2^-40 for any realistic image size.
   const uint64_t top_bits = (uint64_t{r[0]} << 32) | r[1];
@@ -219,8 +206,7 @@ Tensor RandomCrop::operator()(const Tensor& x) const {
 }
 
 std::string RandomCrop::name() const {
-  return "RandomCrop(" + std::to_string(h_) + ", " + std::to_string(w_) +
-         ", padding=" + std::to_string(padding_) + ")";
+  return "RandomCrop(" + std::to_string(h_) + ", " + std::to_string(w_) + ", padding=" + std::to_string(padding_) + ")";
 }
 
 }  // namespace anvil::data

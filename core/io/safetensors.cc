@@ -2,13 +2,12 @@
 #include "core/io/safetensors.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
-#include <bit>
 #include <nlohmann/json.hpp>
 
 #include "core/ops/functions.h"
-
 #include "core/util/error.h"
 #include "core/util/file.h"
 
@@ -25,7 +24,8 @@ ScalarType DtypeFromName(const std::string& name, const std::string& where) {
   for (const auto& [dt, n] : kDtypeNames) {
     if (name == n) return dt;
   }
-  throw Error(where + ": unsupported dtype '" + name + "' (supported: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  throw Error(where + ": unsupported dtype '" + name +
+              "' (supported: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
 }
 
 uint64_t ReadLE64(const char* p) {
@@ -62,7 +62,8 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
     ANVIL_CHECK(t.defined(), "safetensors: tensor '", name, "' is undefined");
     const Tensor c = t.detach().to(kCPU).contiguous();
     const auto bytes = static_cast<uint64_t>(c.numel() * itemsize(c.dtype()));
-    header[name] = {{"dtype", safetensors_dtype_name(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", safetensors_dtype_name(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(c);
   }
@@ -84,7 +85,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 }
 
 Safetensors parse_safetensors(std::string_view bytes, const std::string& source) {
-  ANVIL_CHECK(bytes.size() >= 8, source, ": not a safetensors file: ", bytes.size(), " bytes, fewer than the 8-byte "
+  ANVIL_CHECK(bytes.size() >= 8, source, ": not a safetensors file: ", bytes.size(),
+              " bytes, fewer than the 8-byte "
               "header length");
   const uint64_t n = ReadLE64(bytes.data());
   ANVIL_CHECK(n <= bytes.size() - 8, source, ": truncated or not a safetensors file: the header length says ", n,
@@ -135,15 +137,14 @@ Safetensors parse_safetensors(std::string_view bytes, const std::string& source)
     ANVIL_CHECK(numel <= std::numeric_limits<uint64_t>::max() / size, where, ": byte size overflows");
     ANVIL_CHECK(e.begin <= e.end && e.end <= data.size(), where, ": data_offsets [", e.begin, ", ", e.end,
                 "] fall outside the ", data.size(), " data bytes (truncated file?)");
-    ANVIL_CHECK(e.end - e.begin == numel * size, where, ": holds ", e.end - e.begin, " bytes but its shape and dtype need ",
-                numel * size);
+    ANVIL_CHECK(e.end - e.begin == numel * size, where, ": holds ", e.end - e.begin,
+                " bytes but its shape and dtype need ", numel * size);
     entries.push_back(std::move(e));
   }
   // By start, then end: an empty tensor shares its start with the next one (the reference
   // writer puts [k, k] right before [k, k + n]) and must sort before it.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   for (size_t i = 1; i < entries.size(); ++i) {
     ANVIL_CHECK(entries[i].begin >= entries[i - 1].end, source, ": tensors '", entries[i - 1].name, "' and '",
                 entries[i].name, "' overlap");

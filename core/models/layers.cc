@@ -32,8 +32,10 @@ LearnedPositions::LearnedPositions(int64_t length, int64_t dim) : Module("Learne
 }
 
 Tensor LearnedPositions::forward(const Tensor& x) {
-  ANVIL_CHECK(x.dim() == 3 && x.size(1) <= weight.size(0) && x.size(2) == weight.size(1), "LearnedPositions: expected "
-              "[B, T <= ", weight.size(0), ", ", weight.size(1), "] input");
+  ANVIL_CHECK(x.dim() == 3 && x.size(1) <= weight.size(0) && x.size(2) == weight.size(1),
+              "LearnedPositions: expected "
+              "[B, T <= ",
+              weight.size(0), ", ", weight.size(1), "] input");
   return x + weight.narrow(0, 0, x.size(1));
 }
 

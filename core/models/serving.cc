@@ -22,7 +22,8 @@ namespace {
 
 class ArchiveFile final : public ExportPayload {
  public:
-  ArchiveFile(std::string name, const std::string& path) : ExportPayload(std::move(name)), file_(path, std::ios::binary) {
+  ArchiveFile(std::string name, const std::string& path)
+      : ExportPayload(std::move(name)), file_(path, std::ios::binary) {
     ANVIL_CHECK(file_.good(), "export: the model archive is unreadable");
   }
   size_t read(char* out, size_t n) override {
@@ -55,9 +56,9 @@ std::unique_ptr<ExportPayload> open_export(ExportFormat format, const std::strin
                                            const std::string& archive_path, const nn::Module& module,
                                            const std::string& model_name) {
   if (format == ExportFormat::kNative) return std::make_unique<ArchiveFile>(base_name + ".anvil", archive_path);
-  return std::make_unique<Bytes>(base_name + ".safetensors",
-                                 io::serialize_safetensors(module.state_dict().tensors,
-                                                           {{"format", "pt"}, {"anvil.model", model_name}}));
+  return std::make_unique<Bytes>(
+      base_name + ".safetensors",
+      io::serialize_safetensors(module.state_dict().tensors, {{"format", "pt"}, {"anvil.model", model_name}}));
 }
 
 }  // namespace anvil::models

@@ -24,7 +24,6 @@ int64_t Numel(const IntArray& shape) {
   return n;
 }
 
-
 // The context of one layer while it is built: where it is, for error messages.
 struct Layer {
   const Json& j;
@@ -180,8 +179,10 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     bool same = false;
     if (L.j.contains("padding") && L.j["padding"].is_string()) {
       const auto p = L.j["padding"].get<std::string>();
-      if (p == "same") same = true;
-      else if (p != "valid") L.Fail("'padding' must be an integer, a pair, \"same\" or \"valid\", got \"" + p + "\"");
+      if (p == "same")
+        same = true;
+      else if (p != "valid")
+        L.Fail("'padding' must be an integer, a pair, \"same\" or \"valid\", got \"" + p + "\"");
     } else {
       pad = L.Pair("padding", 0, 0);
     }
@@ -201,7 +202,8 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
         L.Fail("the kernel " + std::to_string(k[0]) + "x" + std::to_string(k[1]) + " does not fit the input " +
                shape_str(in));
       }
-      out_hw[static_cast<size_t>(d)] = same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
+      out_hw[static_cast<size_t>(d)] =
+          same ? spatial[static_cast<size_t>(d)] : (padded - span) / stride[static_cast<size_t>(d)] + 1;
     }
     const bool bias = L.Bool("bias", true);
     L.Params(sat_add(sat_prod({oc, in[0] / groups, k[0], k[1]}), bias ? oc : 0));
@@ -217,7 +219,8 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Rank(in, 3, "[C, H, W]");
     const auto k = L.Pair("kernel_size", std::nullopt), s = L.Pair("stride", 0, 0), p = L.Pair("padding", 0, 0);
     const int64_t sh = s[0] > 0 ? s[0] : k[0], sw = s[1] > 0 ? s[1] : k[1];
-    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1]) L.Fail("the window does not fit the input " + shape_str(in));
+    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1])
+      L.Fail("the window does not fit the input " + shape_str(in));
     const IntArray out{in[0], (in[1] + 2 * p[0] - k[0]) / sh + 1, (in[2] + 2 * p[1] - k[1]) / sw + 1};
     if (type == "maxpool2d") return {L.Make<nn::MaxPool2d>(k, s, p), out};
     return {L.Make<nn::AvgPool2d>(k, s, p), out};
@@ -231,8 +234,10 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
   if (type == "batchnorm1d" || type == "batchnorm2d") {
     L.Keys({"eps", "momentum"});
     const bool two_d = type == "batchnorm2d";
-    if (two_d) L.Rank(in, 3, "[C, H, W]");
-    else if (in.size() != 1 && in.size() != 2) L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
+    if (two_d)
+      L.Rank(in, 3, "[C, H, W]");
+    else if (in.size() != 1 && in.size() != 2)
+      L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
     const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
     L.Params(sat_mul(2, in[0]));
     L.Buffers(sat_add(sat_mul(2, in[0]), 1));
@@ -249,7 +254,8 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Keys({"num_groups", "eps"});
     if (in.empty()) L.Fail("expects input [C, ...]");
     const int64_t g = L.Int("num_groups");
-    if (in[0] % g != 0) L.Fail("num_groups = " + std::to_string(g) + " must divide the " + std::to_string(in[0]) + " channels");
+    if (in[0] % g != 0)
+      L.Fail("num_groups = " + std::to_string(g) + " must divide the " + std::to_string(in[0]) + " channels");
     L.Params(sat_mul(2, in[0]));
     return {L.Make<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
   }
@@ -283,15 +289,18 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     const IntArray out = ret == "last" ? IntArray{h} : IntArray{in[0], h};
     if (L.dry) return {nullptr, out};
     std::shared_ptr<nn::RNNBase> rnn;
-    if (type == "gru") rnn = std::make_shared<nn::GRU>(in[1], h, o);
-    else rnn = std::make_shared<nn::LSTM>(in[1], h, o);
+    if (type == "gru")
+      rnn = std::make_shared<nn::GRU>(in[1], h, o);
+    else
+      rnn = std::make_shared<nn::LSTM>(in[1], h, o);
     return {std::make_shared<SequenceEncoder>(rnn, ret == "last"), out};
   }
   if (type == "transformer_encoder") {
     L.Keys({"nhead", "dim_feedforward", "dropout", "num_layers", "norm_first", "activation"});
     L.Rank(in, 2, "[T, E]");
     const int64_t heads = L.Int("nhead");
-    if (in[1] % heads != 0) L.Fail("nhead = " + std::to_string(heads) + " must divide the embedding size " + std::to_string(in[1]));
+    if (in[1] % heads != 0)
+      L.Fail("nhead = " + std::to_string(heads) + " must divide the embedding size " + std::to_string(in[1]));
     const std::string activation = L.Str("activation", "relu");
     if (activation != "relu" && activation != "gelu") L.Fail("'activation' must be \"relu\" or \"gelu\"");
     const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", 4 * in[1]), L.Real("dropout", 0.1), true,
@@ -299,7 +308,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     const int64_t layers = L.Int("num_layers", 1), e = in[1], f = o.dim_feedforward, t = in[0];
     // Per layer: attention in/out projections, the two feed-forward linears, two norms.
     const int64_t per_layer = sat_add(sat_add(sat_mul(4, sat_mul(e, e)), sat_mul(4, e)),
-                                     sat_add(sat_add(sat_mul(2, sat_mul(e, f)), sat_add(f, e)), sat_mul(4, e)));
+                                      sat_add(sat_add(sat_mul(2, sat_mul(e, f)), sat_add(f, e)), sat_mul(4, e)));
     L.Params(sat_mul(layers, per_layer));
     // Saved per layer: q, k, v, the attention weights per head, the feed-forward hidden.
     L.Saved(sat_mul(layers, sat_add(sat_add(sat_mul(t, sat_mul(6, e)), sat_mul(t, f)), sat_prod({2, heads, t, t}))));
@@ -312,14 +321,16 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Keys({"dim"});
     if (in.empty()) L.Fail("expects at least one dim");
     const int64_t d = L.Int("dim", 0, 0);
-    if (d >= static_cast<int64_t>(in.size())) L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + shape_str(in));
+    if (d >= static_cast<int64_t>(in.size()))
+      L.Fail("'dim' " + std::to_string(d) + " is out of range for shape " + shape_str(in));
     IntArray out = in;
     out.erase(out.begin() + d);
     return {L.Make<MeanPool>(d + 1), out};
   }
   if (type == "residual") {
     L.Keys({"layers"});
-    if (!L.j.contains("layers") || !L.j["layers"].is_array() || L.j["layers"].empty()) L.Fail("'layers' must be a non-empty list");
+    if (!L.j.contains("layers") || !L.j["layers"].is_array() || L.j["layers"].empty())
+      L.Fail("'layers' must be a non-empty list");
     // Each level recurses: bounded, so a hostile spec cannot overflow the stack.
     if (++L.cost->depth > kMaxModelNesting) {
       L.Fail(detail::StrCat("nested more than ", kMaxModelNesting, " residuals deep"));
@@ -396,7 +407,8 @@ ParsedSpec ParseSpec(const std::string& text) {
   ANVIL_CHECK(spec.contains("input_shape") && spec["input_shape"].is_array() && !spec["input_shape"].empty(),
               "model spec: 'input_shape' (the shape of one sample, without the batch dim) is required");
   for (const auto& d : spec["input_shape"]) {
-    ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0, "model spec: 'input_shape' entries must be positive integers");
+    ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0,
+                "model spec: 'input_shape' entries must be positive integers");
     p.input.push_back(d.get<int64_t>());
   }
   ANVIL_CHECK(spec.contains("layers") && spec["layers"].is_array() && !spec["layers"].empty(),
@@ -435,8 +447,8 @@ BuiltModel BuildModel(const std::string& text) {
   if (spec.contains("output_shape")) {
     IntArray stated;
     for (const auto& d : spec["output_shape"]) stated.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-    ANVIL_CHECK(stated == b.shape, "model spec: 'output_shape' ", shape_str(stated), " differs from the layers' output ",
-                shape_str(b.shape));
+    ANVIL_CHECK(stated == b.shape, "model spec: 'output_shape' ", shape_str(stated),
+                " differs from the layers' output ", shape_str(b.shape));
   }
   Json normal = spec;
   normal["output_shape"] = b.shape;
@@ -482,7 +494,10 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
     add({{"type", "conv2d"}, {"out_channels", 6}, {"kernel_size", 5}, {"padding", "same"}});
     add({{"type", "relu"}});
     add({{"type", "maxpool2d"}, {"kernel_size", 2}});
-    add({{"type", "conv2d"}, {"out_channels", 16}, {"kernel_size", 5}, {"padding", in[1] >= 20 ? Json(0) : Json("same")}});
+    add({{"type", "conv2d"},
+         {"out_channels", 16},
+         {"kernel_size", 5},
+         {"padding", in[1] >= 20 ? Json(0) : Json("same")}});
     add({{"type", "relu"}});
     add({{"type", "maxpool2d"}, {"kernel_size", 2}});
     add({{"type", "flatten"}});
@@ -496,11 +511,17 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
     add({{"type", "batchnorm2d"}});
     add({{"type", "relu"}});
     auto block = [&](int64_t channels, int64_t stride) {
-      Json body = Json::array({{{"type", "conv2d"}, {"out_channels", channels}, {"kernel_size", 3}, {"stride", stride}, {"padding", 1}, {"bias", false}},
-                               {{"type", "batchnorm2d"}},
-                               {{"type", "relu"}},
-                               {{"type", "conv2d"}, {"out_channels", channels}, {"kernel_size", 3}, {"padding", 1}, {"bias", false}},
-                               {{"type", "batchnorm2d"}}});
+      Json body = Json::array(
+          {{{"type", "conv2d"},
+            {"out_channels", channels},
+            {"kernel_size", 3},
+            {"stride", stride},
+            {"padding", 1},
+            {"bias", false}},
+           {{"type", "batchnorm2d"}},
+           {{"type", "relu"}},
+           {{"type", "conv2d"}, {"out_channels", channels}, {"kernel_size", 3}, {"padding", 1}, {"bias", false}},
+           {{"type", "batchnorm2d"}}});
       add({{"type", "residual"}, {"layers", body}});
       add({{"type", "relu"}});
     };
@@ -517,7 +538,11 @@ std::string preset_spec(const std::string& name, const IntArray& in, int64_t cla
       add({{"type", "gru"}, {"hidden_size", 64}});
     } else {
       add({{"type", "positional"}});
-      add({{"type", "transformer_encoder"}, {"nhead", 4}, {"dim_feedforward", 128}, {"num_layers", 2}, {"dropout", 0.1}});
+      add({{"type", "transformer_encoder"},
+           {"nhead", 4},
+           {"dim_feedforward", 128},
+           {"num_layers", 2},
+           {"dropout", 0.1}});
       add({{"type", "mean_pool"}});
     }
   } else {

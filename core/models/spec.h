@@ -26,9 +26,9 @@ namespace anvil::models {
 
 struct BuiltModel {
   std::shared_ptr<nn::Module> module;
-  IntArray input_shape;   // without the batch dim
-  IntArray output_shape;  // without the batch dim
-  std::string spec;       // the normalised JSON spec (inferred sizes filled in)
+  IntArray input_shape;               // without the batch dim
+  IntArray output_shape;              // without the batch dim
+  std::string spec;                   // the normalised JSON spec (inferred sizes filled in)
   ScalarType input_dtype = kFloat32;  // int64 when the first layer is an embedding
 };
 

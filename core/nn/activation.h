@@ -8,10 +8,10 @@
 
 namespace anvil::nn {
 
-#define ANVIL_ACTIVATION_MODULE(Name, fn)                               \
-  class Name : public Module {                                          \
-   public:                                                              \
-    Name() : Module(#Name) {}                                           \
+#define ANVIL_ACTIVATION_MODULE(Name, fn)                                  \
+  class Name : public Module {                                             \
+   public:                                                                 \
+    Name() : Module(#Name) {}                                              \
     Tensor forward(const Tensor& x) override { return functional::fn(x); } \
   };
 ANVIL_ACTIVATION_MODULE(ReLU, relu)

@@ -9,7 +9,6 @@
 #include "core/nn/conv.h"
 
 #include <algorithm>
-
 #include <cmath>
 
 #include "core/nn/init.h"
@@ -30,8 +29,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
     if (before < 0 || after < 0) {
       const int64_t n = y.size(dim);
       const int64_t start = before < 0 ? -before : 0, stop = after < 0 ? n + after : n;
-      ANVIL_CHECK(start <= stop, "pad: negative padding (", pads[2 * k], ", ", pads[2 * k + 1], ") crops more than dim ",
-                  dim, "'s size ", n);
+      ANVIL_CHECK(start <= stop, "pad: negative padding (", pads[2 * k], ", ", pads[2 * k + 1],
+                  ") crops more than dim ", dim, "'s size ", n);
       y = y.narrow(dim, std::min(start, n), std::max<int64_t>(stop - start, 0));
       before = std::max<int64_t>(before, 0);
       after = std::max<int64_t>(after, 0);
@@ -60,8 +59,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   ANVIL_CHECK(weight.dim() == 4, "conv2d: expected weight [OC, C / groups, KH, KW], got ", shape_str(weight.sizes()));
   const int64_t N = input.size(0), C = input.size(1), G = p.groups;
   const int64_t OC = weight.size(0), KH = weight.size(2), KW = weight.size(3);
-  ANVIL_CHECK(G >= 1 && C % G == 0 && OC % G == 0, "conv2d: groups = ", G, " must divide both the input channels (",
-              C, ") and the output channels (", OC, ")");
+  ANVIL_CHECK(G >= 1 && C % G == 0 && OC % G == 0, "conv2d: groups = ", G, " must divide both the input channels (", C,
+              ") and the output channels (", OC, ")");
   ANVIL_CHECK(weight.size(1) == C / G, "conv2d: weight ", shape_str(weight.sizes()), " expects ", weight.size(1) * G,
               " input channels, but the input ", shape_str(input.sizes()), " has ", C);
   ANVIL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), "conv2d: expected bias [", OC, "], got ",
@@ -140,8 +139,9 @@ std::string Conv2d::extra_repr() const {
   return std::to_string(in_channels) + ", " + std::to_string(out_channels) + ", kernel_size=(" +
          std::to_string(kernel_[0]) + ", " + std::to_string(kernel_[1]) + "), stride=(" +
          std::to_string(options_.stride[0]) + ", " + std::to_string(options_.stride[1]) + ")" +
-         (options_.same ? ", padding=same" : ", padding=(" + std::to_string(options_.padding[0]) + ", " +
-                                                 std::to_string(options_.padding[1]) + ")") +
+         (options_.same ? ", padding=same"
+                        : ", padding=(" + std::to_string(options_.padding[0]) + ", " +
+                              std::to_string(options_.padding[1]) + ")") +
          (options_.groups > 1 ? ", groups=" + std::to_string(options_.groups) : "");
 }
 
@@ -163,8 +163,8 @@ Tensor Conv1d::forward(const Tensor& x) {
 }
 
 std::string Conv1d::extra_repr() const {
-  return std::to_string(in_channels) + ", " + std::to_string(out_channels) + ", kernel_size=" + std::to_string(kernel_) +
-         ", stride=" + std::to_string(options_.stride);
+  return std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+         ", kernel_size=" + std::to_string(kernel_) + ", stride=" + std::to_string(options_.stride);
 }
 
 }  // namespace anvil::nn

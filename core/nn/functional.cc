@@ -12,12 +12,14 @@
 namespace anvil::nn::functional {
 namespace {
 
-
 Tensor Reduce(const Tensor& x, Reduction r) {
   switch (r) {
-    case Reduction::kNone: return x;
-    case Reduction::kSum: return x.sum();
-    case Reduction::kMean: return x.mean();
+    case Reduction::kNone:
+      return x;
+    case Reduction::kSum:
+      return x.sum();
+    case Reduction::kMean:
+      return x.mean();
   }
   return x;
 }
@@ -26,7 +28,8 @@ Tensor Reduce(const Tensor& x, Reduction r) {
 // would silently compare every input with every target, so differing shapes are an error.
 void CheckSameShape(const Tensor& input, const Tensor& target, const char* loss) {
   ANVIL_CHECK(input.sizes() == target.sizes(), loss, ": input shape ", shape_str(input), " and target shape ",
-              shape_str(target), " differ; broadcasting them would compare every input with every target. "
+              shape_str(target),
+              " differ; broadcasting them would compare every input with every target. "
               "Reshape one of them (e.g. input.squeeze(-1) or target.unsqueeze(-1))");
 }
 
@@ -84,9 +87,12 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
-  ANVIL_CHECK(log_probs.dim() >= 1, "nll_loss: expected input of shape [N, C] or [N, C, d...], got ", shape_str(log_probs));
-  ANVIL_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kInt32, "nll_loss: expected int64 class indices as "
-                   "the target, got ", target.dtype());
+  ANVIL_CHECK(log_probs.dim() >= 1, "nll_loss: expected input of shape [N, C] or [N, C, d...], got ",
+              shape_str(log_probs));
+  ANVIL_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kInt32,
+                   "nll_loss: expected int64 class indices as "
+                   "the target, got ",
+                   target.dtype());
   // Flatten to [M, C] rows and [M] targets: classes on dim 1 (or dim 0 without a batch).
   const bool batched = log_probs.dim() >= 2;
   const int64_t C = batched ? log_probs.size(1) : log_probs.size(0);
@@ -117,8 +123,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   const int64_t C = logits.size(cdim);
   const Tensor logp = log_softmax(logits, cdim);
   if (target.is_floating_point()) {
-    ANVIL_CHECK(target.sizes() == logits.sizes(), "cross_entropy: a floating-point target holds class probabilities "
-                "and must have the logits' shape ", shape_str(logits), ", got ", shape_str(target),
+    ANVIL_CHECK(target.sizes() == logits.sizes(),
+                "cross_entropy: a floating-point target holds class probabilities "
+                "and must have the logits' shape ",
+                shape_str(logits), ", got ", shape_str(target),
                 "; for class indices pass an int64 tensor of shape [N]");
     Tensor t = target;
     if (o.label_smoothing > 0) t = t * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(C);
@@ -126,9 +134,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     if (o.weight.defined()) terms = terms * ClassWeight(o.weight, logits.dim(), cdim, logp.dtype());
     const Tensor per_sample = -terms.sum({cdim});
     switch (o.reduction) {
-      case Reduction::kNone: return per_sample;
-      case Reduction::kSum: return per_sample.sum();
-      case Reduction::kMean: return per_sample.mean();  // over samples, as PyTorch does
+      case Reduction::kNone:
+        return per_sample;
+      case Reduction::kSum:
+        return per_sample.sum();
+      case Reduction::kMean:
+        return per_sample.mean();  // over samples, as PyTorch does
     }
   }
   const Tensor nll = nll_loss(logp, target, o);
@@ -141,12 +152,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   per_sample = where(valid, per_sample, 0.0);
   Tensor smooth_loss;
   switch (o.reduction) {
-    case Reduction::kNone: smooth_loss = per_sample; break;
-    case Reduction::kSum: smooth_loss = per_sample.sum(); break;
+    case Reduction::kNone:
+      smooth_loss = per_sample;
+      break;
+    case Reduction::kSum:
+      smooth_loss = per_sample.sum();
+      break;
     case Reduction::kMean: {
       Tensor denom = valid.to(logp.dtype()).sum();
       if (o.weight.defined()) {
-        denom = where(valid, index_select(o.weight.to(logp.dtype()), 0, where(valid, target.to(kInt64), int64_t{0}).reshape({-1})).reshape(target.sizes()), 0.0).sum();
+        denom =
+            where(valid,
+                  index_select(o.weight.to(logp.dtype()), 0, where(valid, target.to(kInt64), int64_t{0}).reshape({-1}))
+                      .reshape(target.sizes()),
+                  0.0)
+                .sum();
       }
       smooth_loss = per_sample.sum() / denom;
       break;
@@ -219,10 +239,14 @@ Tensor kl_div(const Tensor& input, const Tensor& target, KLReduction reduction, 
     loss = where(target > 0.0, target * (log(safe) - input), 0.0);
   }
   switch (reduction) {
-    case KLReduction::kNone: return loss;
-    case KLReduction::kSum: return loss.sum();
-    case KLReduction::kMean: return loss.mean();
-    case KLReduction::kBatchMean: return loss.sum() / static_cast<double>(input.dim() > 0 ? input.size(0) : 1);
+    case KLReduction::kNone:
+      return loss;
+    case KLReduction::kSum:
+      return loss.sum();
+    case KLReduction::kMean:
+      return loss.mean();
+    case KLReduction::kBatchMean:
+      return loss.sum() / static_cast<double>(input.dim() > 0 ? input.size(0) : 1);
   }
   return loss;
 }

@@ -8,9 +8,9 @@
 
 #include <array>
 #include <cstdint>
-#include <vector>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/ops/functions.h"
 #include "core/tensor/tensor.h"
@@ -46,7 +46,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
                   double delta = 1.0);
 
 struct CrossEntropyOptions {
-  Tensor weight;             // per-class weights [C], optional
+  Tensor weight;  // per-class weights [C], optional
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::kMean;
@@ -117,8 +117,8 @@ Tensor batch_norm(const Tensor& input, Tensor running_mean, Tensor running_var, 
 Tensor layer_norm(const Tensor& input, const IntArray& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // Normalises [N, C, ...] over groups of C / num_groups channels (and all spatial positions).
-Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
-                  double eps = 1e-5);
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 // Rows of weight [num, dim] at int64 indices; the padding_idx row (if >= 0) gets no gradient.
 Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
 

@@ -16,7 +16,6 @@ std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-
 std::string KeyList(const std::vector<std::string>& keys) {
   std::string s;
   for (size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : "") + ("'" + keys[i] + "'");
@@ -44,7 +43,8 @@ Tensor Module::forward(const Tensor&) {
 void Module::register_parameter(std::string name, Tensor& slot, bool requires_grad) {
   ANVIL_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name_, ": parameter name '", name,
               "' must be non-empty and contain no '.'");
-  for (const auto& p : parameters_) ANVIL_CHECK(p.name != name, type_name_, ": parameter '", name, "' registered twice");
+  for (const auto& p : parameters_)
+    ANVIL_CHECK(p.name != name, type_name_, ": parameter '", name, "' registered twice");
   if (slot.defined()) slot.requires_grad_(requires_grad);
   parameters_.push_back(Slot{std::move(name), &slot});
 }
@@ -99,7 +99,9 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const { return NamedTensors(false, recurse); }
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  return NamedTensors(false, recurse);
+}
 
 std::vector<Tensor> Module::buffers(bool recurse) const {
   std::vector<Tensor> out;
@@ -145,7 +147,8 @@ void Module::train(bool on) {
   for (auto& [n, child] : children_) child->train(on);
 }
 
-void Module::Convert(const std::function<bool(const Tensor&)>& applies, const std::function<Tensor(const Tensor&)>& convert) {
+void Module::Convert(const std::function<bool(const Tensor&)>& applies,
+                     const std::function<Tensor(const Tensor&)>& convert) {
   std::set<const TensorImpl*> done;  // a shared tensor is converted once
   VisitSlots("", [&](const std::string&, Tensor* t, bool is_param) {
     if (!t->defined() || done.count(t->impl()) || !applies(*t)) return;

@@ -11,7 +11,6 @@ namespace anvil::nn {
 namespace functional {
 namespace {
 
-
 // [C] -> [1, C, 1, ...] to broadcast over input of rank `dim`.
 Tensor PerChannel(const Tensor& v, int64_t dim) {
   IntArray shape(static_cast<size_t>(dim), 1);
@@ -53,8 +52,8 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 
 Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, const Tensor& bias, double eps) {
   const auto k = static_cast<int64_t>(shape.size());
-  ANVIL_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(shape), " has more dims than the input ",
-              shape_str(x.sizes()));
+  ANVIL_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(shape),
+              " has more dims than the input ", shape_str(x.sizes()));
   for (int64_t i = 0; i < k; ++i) {
     ANVIL_CHECK(x.size(x.dim() - k + i) == shape[static_cast<size_t>(i)], "layer_norm: expected the input to end in ",
                 shape_str(shape), ", got ", shape_str(x.sizes()));
@@ -89,8 +88,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
   const Tensor flat = indices.reshape({-1}).to(kInt64);
   if (flat.numel() > 0) {
     const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
-    ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), "embedding: index ", lo < 0 ? lo : hi,
-                      " is out of range for ", weight.size(0), " embeddings");
+    ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), "embedding: index ", lo < 0 ? lo : hi, " is out of range for ",
+                      weight.size(0), " embeddings");
   }
   Tensor rows = index_select(weight, 0, flat);
   if (padding_idx >= 0) {

@@ -12,7 +12,6 @@ namespace anvil::nn {
 namespace functional {
 namespace {
 
-
 // The pooling windows of x [N, C, H, W] as [N, C, KH * KW, OH * OW] (im2col columns), with
 // padding that reads `fill`; also returns OH and OW.
 Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const char* who, int64_t* oh, int64_t* ow) {
@@ -21,8 +20,8 @@ Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const ch
   const auto [ph, pw] = p.padding;
   ANVIL_CHECK(kh > 0 && kw > 0 && sh > 0 && sw > 0, who, ": expected a positive kernel and stride");
   ANVIL_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, who,
-              ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh,
-              ", ", kw, ")");
+              ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh, ", ",
+              kw, ")");
   const int64_t H = x.size(2) + 2 * ph, W = x.size(3) + 2 * pw;
   ANVIL_CHECK(H >= kh && W >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", H, "x", W);
   // PyTorch's pooling_output_shape: with ceil_mode one more window where a partial one is
@@ -40,8 +39,8 @@ Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const ch
   const bool explicit_pad = (fill != 0.0 && (ph > 0 || pw > 0)) || extra_h > 0 || extra_w > 0;
   ANVIL_CHECK(!explicit_pad || fill != 0.0 || (extra_h <= 0 && extra_w <= 0), who,
               ": ceil_mode is supported for max pooling only");
-  const Tensor src = explicit_pad ? pad(x, {pw, pw + std::max<int64_t>(extra_w, 0), ph, ph + std::max<int64_t>(extra_h, 0)}, fill)
-                                  : x;
+  const Tensor src =
+      explicit_pad ? pad(x, {pw, pw + std::max<int64_t>(extra_w, 0), ph, ph + std::max<int64_t>(extra_h, 0)}, fill) : x;
   const int64_t ip = explicit_pad ? 0 : ph, jp = explicit_pad ? 0 : pw;
   const Tensor cols = im2col(src, {{kh, kw}, {sh, sw}, {ip, ip, jp, jp}, {1, 1}});
   return cols.view({x.size(0), x.size(1), kh * kw, *oh * *ow});
@@ -116,8 +115,8 @@ MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> strid
     : Module("MaxPool2d"), params_{kernel, stride, padding, true, ceil_mode} {}
 
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding) +
-         (params_.ceil_mode ? ", ceil_mode=True" : "");
+  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) +
+         ", padding=" + Pair(params_.padding) + (params_.ceil_mode ? ", ceil_mode=True" : "");
 }
 
 AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
@@ -125,7 +124,8 @@ AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> strid
     : Module("AvgPool2d"), params_{kernel, stride, padding, count_include_pad} {}
 
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) +
+         ", padding=" + Pair(params_.padding);
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + Pair(size_); }

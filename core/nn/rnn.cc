@@ -15,8 +15,8 @@ RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hi
   ANVIL_CHECK(input_size > 0 && hidden_size > 0 && o.num_layers >= 1, type,
               ": expected positive input_size, hidden_size and num_layers");
   ANVIL_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, type, ": expected dropout in [0, 1), got ", o.dropout);
-  ANVIL_CHECK(o.nonlinearity == "tanh" || o.nonlinearity == "relu", type,
-              ": unknown nonlinearity '", o.nonlinearity, "' (expected 'tanh' or 'relu')");
+  ANVIL_CHECK(o.nonlinearity == "tanh" || o.nonlinearity == "relu", type, ": unknown nonlinearity '", o.nonlinearity,
+              "' (expected 'tanh' or 'relu')");
   weights_.resize(static_cast<size_t>(4 * o.num_layers));
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   for (int64_t l = 0; l < o.num_layers; ++l) {
@@ -93,8 +93,8 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tens
 }
 
 std::string RNNBase::extra_repr() const {
-  return std::to_string(input_) + ", " + std::to_string(hidden_) + ", num_layers=" +
-         std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "");
+  return std::to_string(input_) + ", " + std::to_string(hidden_) +
+         ", num_layers=" + std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "");
 }
 
 }  // namespace anvil::nn

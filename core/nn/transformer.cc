@@ -65,7 +65,8 @@ std::string MultiheadAttention::extra_repr() const {
 
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& o)
     : Module("TransformerEncoderLayer"), options_(o) {
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, o.dropout, o.batch_first));
+  self_attn =
+      register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, o.dropout, o.batch_first));
   linear1 = register_module("linear1", std::make_shared<Linear>(d_model, o.dim_feedforward));
   linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward, d_model));
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(IntArray{d_model}));
@@ -75,7 +76,9 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
 Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_padding_mask) {
   const double p = options_.dropout;
   const bool train = is_training();
-  auto sa = [&](const Tensor& t) { return functional::dropout(self_attn->attend(t, t, t, key_padding_mask), p, train); };
+  auto sa = [&](const Tensor& t) {
+    return functional::dropout(self_attn->attend(t, t, t, key_padding_mask), p, train);
+  };
   auto ff = [&](const Tensor& t) {
     const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
     return functional::dropout(linear2->forward(functional::dropout(hidden, p, train)), p, train);
@@ -89,8 +92,8 @@ Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_paddin
 }
 
 std::string TransformerEncoderLayer::extra_repr() const {
-  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) + ", dropout=" + std::to_string(options_.dropout) +
-         (options_.norm_first ? ", norm_first=true" : "");
+  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) +
+         ", dropout=" + std::to_string(options_.dropout) + (options_.norm_first ? ", norm_first=true" : "");
 }
 
 }  // namespace anvil::nn

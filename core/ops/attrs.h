@@ -28,9 +28,12 @@ constexpr size_t op_args_index() {
   constexpr size_t kIndex = [] {
     size_t i = 0;
     bool found = false;
-#define ANVIL_ARGS_INDEX(U) \
-  if (!found) {             \
-    if (std::is_same_v<T, U>) found = true; else ++i; \
+#define ANVIL_ARGS_INDEX(U)   \
+  if (!found) {               \
+    if (std::is_same_v<T, U>) \
+      found = true;           \
+    else                      \
+      ++i;                    \
   }
     ANVIL_OP_ARGS(ANVIL_ARGS_INDEX)
 #undef ANVIL_ARGS_INDEX

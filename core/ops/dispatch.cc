@@ -16,19 +16,18 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     ANVIL_CHECK(inputs[i].defined(), op_name(op), ": input ", i, " is an undefined tensor");
     ANVIL_CHECK(inputs[i].device() == dev,
-                "Expected all tensors to be on the same device, but found at least two devices, ",
-                dev, " and ", inputs[i].device(), " (", op_name(op), ", input ", i, ")");
+                "Expected all tensors to be on the same device, but found at least two devices, ", dev, " and ",
+                inputs[i].device(), " (", op_name(op), ", input ", i, ")");
   }
   return dev;
 }
 
-void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
-               std::vector<Tensor>& outputs, const OpAttrs& attrs) {
+void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+               const OpAttrs& attrs) {
   check_op_args(op, attrs);
   KernelFn fn = backend_for(dev).kernel(op);
   if (fn == nullptr) {
-    throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ",
-                                             dev));
+    throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ", dev));
   }
   detail::trace_op(op);
   NoGradGuard no_grad;  // kernels may compose tensor ops internally: never record them
@@ -39,8 +38,8 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs,
 
 void check_op_args(OpId op, const OpAttrs& attrs) {
   const OpInfo& info = op_info(op);
-  ANVIL_INTERNAL_ASSERT(attrs.empty() || attrs.index() == info.args, op_name(op), " takes ",
-                        op_args_name(info.args), ", the call passed ", op_args_name(attrs.index()));
+  ANVIL_INTERNAL_ASSERT(attrs.empty() || attrs.index() == info.args, op_name(op), " takes ", op_args_name(info.args),
+                        ", the call passed ", op_args_name(attrs.index()));
 }
 
 namespace {
@@ -56,8 +55,7 @@ bool HasInternalOverlap(const Tensor& t) {
 // must be the very same window, or the op would read elements it already overwrote.
 void CheckNoPartialOverlap(const Tensor& self, const Tensor& in, const char* name) {
   if (!in.defined() || !in.is_alias_of(self) || in.numel() == 0 || self.numel() == 0) return;
-  if (in.sizes() == self.sizes() && in.strides() == self.strides() &&
-      in.storage_offset() == self.storage_offset()) {
+  if (in.sizes() == self.sizes() && in.strides() == self.strides() && in.storage_offset() == self.storage_offset()) {
     return;
   }
   auto extent = [](const Tensor& t) {
@@ -97,12 +95,10 @@ void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs&
   RunKernel(op, dev, inputs, no_outputs, attrs);
 }
 
-void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
-                   const OpAttrs& attrs) {
+void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out, const OpAttrs& attrs) {
   // Fills have no inputs: the output's device decides.
   const Device dev = inputs.empty() ? out.device() : CommonDevice(op, inputs);
-  ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(),
-              " but inputs are on ", dev);
+  ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(), " but inputs are on ", dev);
   std::vector<Tensor> outputs{out};
   RunKernel(op, dev, inputs, outputs, attrs);
 }
@@ -131,8 +127,7 @@ void check_inplace_allowed(const Tensor& self, const char* name) {
               ") refers to a single memory location. clone() the tensor first.");
 }
 
-Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, const OpAttrs& attrs,
-                   const char* name) {
+Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, const OpAttrs& attrs, const char* name) {
   check_inplace_allowed(self, name);
   std::vector<Tensor> inputs{self};
   inputs.insert(inputs.end(), others.begin(), others.end());
@@ -142,8 +137,7 @@ Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, con
               " doesn't match the broadcast shape ", shape_str(spec.sizes));
   ANVIL_CHECK_TYPE(spec.dtype == self.dtype(), name, ": result type ", spec.dtype,
                    " can't be cast to the desired output type ", self.dtype());
-  const bool history = GradMode::is_enabled() && op_info(op).differentiable &&
-                       autograd::any_requires_grad(inputs);
+  const bool history = GradMode::is_enabled() && op_info(op).differentiable && autograd::any_requires_grad(inputs);
   if (!history) {
     dispatch_into(op, inputs, self, attrs);
     self.storage()->bump_version(name);
@@ -171,9 +165,8 @@ Tensor& copy_into(Tensor& self, const Tensor& src_in, const char* name) {
   CheckNoPartialOverlap(self, src, name);
   const OpAttrs attrs = CastArgs{self.dtype()};
   if (!history) {
-    ANVIL_CHECK(broadcast_shapes(src.sizes(), self.sizes()) == self.sizes(), name,
-                ": source of shape ", shape_str(src.sizes()),
-                " cannot be broadcast to the destination shape ", shape_str(self.sizes()));
+    ANVIL_CHECK(broadcast_shapes(src.sizes(), self.sizes()) == self.sizes(), name, ": source of shape ",
+                shape_str(src.sizes()), " cannot be broadcast to the destination shape ", shape_str(self.sizes()));
     if (src.numel() > 0) dispatch_into(OpId::Cast, {src}, self, attrs);
     self.storage()->bump_version(name);
     return self;

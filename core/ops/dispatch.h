@@ -28,15 +28,13 @@ void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs&
 
 // Runs `op`'s kernel writing into `self` (inputs[0] is self), with no autograd recording.
 // Callers go through inplace_op, which handles autograd.
-void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out,
-                   const OpAttrs& attrs);
+void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out, const OpAttrs& attrs);
 
 // An in-place op `self.op_(others...)`: checks that self may be written (not a leaf that
 // requires grad, no internal overlap, the result fits self's shape and dtype), then either
 // runs the kernel into self (no history needed) or computes out of place and copies into
 // self with history (rebasing a view's base: NOTE [ View tracking ]). Bumps the version.
-Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others,
-                   const OpAttrs& attrs, const char* name);
+Tensor& inplace_op(OpId op, Tensor& self, const std::vector<Tensor>& others, const OpAttrs& attrs, const char* name);
 
 // Checks that `attrs` holds the argument struct of `op`'s row (or nothing: the row's defaults).
 void check_op_args(OpId op, const OpAttrs& attrs);
@@ -46,8 +44,7 @@ void check_op_args(OpId op, const OpAttrs& attrs);
 Tensor unary_op(OpId op, const Tensor& x, const OpAttrs& attrs = {});
 
 // Shape/dtype inference for a row (exposed for tests).
-std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& inputs,
-                                    const OpAttrs& attrs);
+std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);
 
 // Checks that an in-place write into `self` is allowed (leaf/overlap rules).
 void check_inplace_allowed(const Tensor& self, const char* name);

@@ -35,13 +35,13 @@ Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Att
   ANVIL_CHECK(a.defined() && b.defined(), op_name(op), ": got an undefined tensor");
   ScalarType rt = result_type(a, b);
   if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
-  ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub), "Subtraction, the `-` operator, with two "
+  ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub),
+                   "Subtraction, the `-` operator, with two "
                    "bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
   return dispatch1(op, {a.dtype() == rt ? a : a.to(rt), b.dtype() == rt ? b : b.to(rt)}, at);
 }
 
-Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs& at,
-                      const char* name) {
+Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs& at, const char* name) {
   ScalarType rt = result_type(self, other);
   if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
   ANVIL_CHECK_TYPE(Category(rt) <= Category(self.dtype()), name, ": result type ", rt,
@@ -85,18 +85,19 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
     if (!cls[c]) continue;
     ScalarType lower = *cls[c];
     if (c == 2 && is_floating_point(lower)) lower = default_dtype();
-    if (!r) r = lower;
-    else if (Category(lower) > Category(*r)) r = is_floating_point(lower) && c == 2 ? default_dtype() : promote_types(*r, lower);
+    if (!r)
+      r = lower;
+    else if (Category(lower) > Category(*r))
+      r = is_floating_point(lower) && c == 2 ? default_dtype() : promote_types(*r, lower);
   }
   return *r;
 }
 
-
 Tensor square(const Tensor& x) { return pow(x, 2); }
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
-  ANVIL_CHECK(approximate == "none" || approximate == "tanh",
-              "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  ANVIL_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
+              approximate, "'");
   return Unary(OpId::Gelu, x, GeluArgs{.tanh_approximation = approximate == "tanh"});
 }
 Tensor relu_backward(const Tensor& grad, const Tensor& result) { return Binary(OpId::ReluBackward, grad, result); }
@@ -144,7 +145,6 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return Binary(OpId::Maximum, 
 Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::Minimum, a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
 Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
-
 
 Tensor fmod(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmod, a, b); }
 Tensor fmax(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmax, a, b); }

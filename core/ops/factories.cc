@@ -34,18 +34,24 @@ Tensor empty(IntArray sizes, TensorOptions o) {
   const int64_t n = numel_of(sizes);
   IntArray strides = contiguous_strides(sizes);
   Storage s = make_storage(static_cast<size_t>(n * itemsize(o.dtype)), o.device);
-  return Finish(Tensor(std::make_shared<TensorImpl>(std::move(s), std::move(sizes), std::move(strides), 0, o.dtype)), o);
+  return Finish(Tensor(std::make_shared<TensorImpl>(std::move(s), std::move(sizes), std::move(strides), 0, o.dtype)),
+                o);
 }
 
 Tensor empty_strided(IntArray sizes, IntArray strides, TensorOptions o) {
-  ANVIL_CHECK(sizes.size() == strides.size(), "empty_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
+  ANVIL_CHECK(sizes.size() == strides.size(), "empty_strided: ", sizes.size(), " sizes but ", strides.size(),
+              " strides");
   int64_t extent = 1;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) { extent = 0; break; }
+    if (sizes[i] == 0) {
+      extent = 0;
+      break;
+    }
     extent += (sizes[i] - 1) * strides[i];
   }
   Storage s = make_storage(static_cast<size_t>(extent * itemsize(o.dtype)), o.device);
-  return Finish(Tensor(std::make_shared<TensorImpl>(std::move(s), std::move(sizes), std::move(strides), 0, o.dtype)), o);
+  return Finish(Tensor(std::make_shared<TensorImpl>(std::move(s), std::move(sizes), std::move(strides), 0, o.dtype)),
+                o);
 }
 
 Tensor full(IntArray sizes, Scalar value, TensorOptions o) {
@@ -60,7 +66,9 @@ Tensor ones(IntArray sizes, TensorOptions o) { return full(std::move(sizes), 1.0
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
 Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
-Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device())); }
+Tensor full_like(const Tensor& t, Scalar v) {
+  return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device()));
+}
 Tensor scalar_tensor(Scalar v, TensorOptions o) {
   if (!o.dtype_given) o.with_dtype(default_dtype());  // torch.scalar_tensor(3) is float32
   return full({}, v, o);
@@ -71,7 +79,8 @@ Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
   const double s = start.to_double(), e = end.to_double(), st = step.to_double();
   ANVIL_CHECK(st != 0, "arange: step must be nonzero");
-  ANVIL_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound and larger bound inconsistent with step sign");
+  ANVIL_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+              "arange: upper bound and larger bound inconsistent with step sign");
   const int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
   if (!o.dtype_given) {  // torch.arange: integer bounds and step give int64
     const bool integral = !start.is_floating_point() && !end.is_floating_point() && !step.is_floating_point();
@@ -88,7 +97,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   ArangeArgs a;
   a.start = start;
   a.step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
-  a.symmetric = true;  // the second half counts back from `end`, exactly
+  a.symmetric = true;                // the second half counts back from `end`, exactly
   a.end = steps == 1 ? start : end;  // one step is the start, as PyTorch's
   FillWith(t, OpId::Arange, a);
   return Finish(t, o);
@@ -107,8 +116,8 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 template <typename T>
 Tensor tensor(const std::vector<T>& data, std::optional<IntArray> sizes, TensorOptions o) {
   IntArray shape = sizes.value_or(IntArray{static_cast<int64_t>(data.size())});
-  ANVIL_CHECK(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor: shape ", shape_str(shape),
-              " needs ", numel_of(shape), " values, got ", data.size());
+  ANVIL_CHECK(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor: shape ", shape_str(shape), " needs ",
+              numel_of(shape), " values, got ", data.size());
   Tensor t = empty(shape, TensorOptions(CppTypeToScalarType<T>::value));
   if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data_ptr<bool>();
@@ -146,7 +155,8 @@ Tensor tensor(std::initializer_list<bool> data, TensorOptions o) {
 
 Tensor from_blob(void* data, IntArray sizes, ScalarType dtype, std::function<void(void*)> deleter, Device device) {
   const int64_t n = numel_of(sizes);
-  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(n * itemsize(dtype)), device, std::move(deleter));
+  auto storage =
+      std::make_shared<StorageImpl>(data, static_cast<size_t>(n * itemsize(dtype)), device, std::move(deleter));
   IntArray strides = contiguous_strides(sizes);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
 }

@@ -38,8 +38,8 @@ std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, s
   for (size_t i = 0; i < params.size(); ++i) check("params", i, params[i]);
   flat.insert(flat.end(), params.begin(), params.end());
   for (const NamedList& l : lists) {
-    ANVIL_CHECK(l.tensors->size() == params.size(), op, ": expected ", params.size(), " ", l.name, " (one per parameter), got ",
-                l.tensors->size());
+    ANVIL_CHECK(l.tensors->size() == params.size(), op, ": expected ", params.size(), " ", l.name,
+                " (one per parameter), got ", l.tensors->size());
     for (size_t i = 0; i < params.size(); ++i) check(l.name, i, (*l.tensors)[i]);
     flat.insert(flat.end(), l.tensors->begin(), l.tensors->end());
   }
@@ -89,8 +89,11 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   ANVIL_CHECK(a.bias_correction1 > 0.0 && a.bias_correction2 > 0.0, op, ": bias corrections must be > 0, got ",
               a.bias_correction1, " and ", a.bias_correction2);
   std::vector<Tensor> inputs =
-      a.amsgrad ? Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs},
-                                       {"max_exp_avg_sqs", &max_exp_avg_sqs}})
+      a.amsgrad ? Flatten(op, params,
+                          {{"grads", &grads},
+                           {"exp_avgs", &exp_avgs},
+                           {"exp_avg_sqs", &exp_avg_sqs},
+                           {"max_exp_avg_sqs", &max_exp_avg_sqs}})
                 : Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}});
   dispatch_foreach(OpId::AdamStep, inputs, a);
   BumpVersions(params, op);

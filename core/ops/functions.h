@@ -19,10 +19,20 @@ struct TensorOptions {
   bool requires_grad = false;
   TensorOptions() = default;
   TensorOptions(ScalarType d) : dtype(d), dtype_given(true) {}  // NOLINT
-  TensorOptions(Device dev) : device(dev) {}  // NOLINT
-  TensorOptions& with_dtype(ScalarType d) { dtype = d; dtype_given = true; return *this; }
-  TensorOptions& with_device(Device d) { device = d; return *this; }
-  TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
+  TensorOptions(Device dev) : device(dev) {}                    // NOLINT
+  TensorOptions& with_dtype(ScalarType d) {
+    dtype = d;
+    dtype_given = true;
+    return *this;
+  }
+  TensorOptions& with_device(Device d) {
+    device = d;
+    return *this;
+  }
+  TensorOptions& with_requires_grad(bool r = true) {
+    requires_grad = r;
+    return *this;
+  }
 };
 
 // ---- factories ----
@@ -52,8 +62,8 @@ Tensor tensor(std::initializer_list<int> data, TensorOptions opts = {});
 Tensor tensor(std::initializer_list<bool> data, TensorOptions opts = {});
 // Wraps external memory without copying; `deleter` (may be empty) runs when no tensor uses
 // it any more.
-Tensor from_blob(void* data, IntArray sizes, ScalarType dtype,
-                 std::function<void(void*)> deleter = {}, Device device = kCPU);
+Tensor from_blob(void* data, IntArray sizes, ScalarType dtype, std::function<void(void*)> deleter = {},
+                 Device device = kCPU);
 
 // ---- random (from the seedable Philox generator; core/tensor/random.h) ----
 Tensor rand(IntArray sizes, TensorOptions opts = {});
@@ -134,8 +144,7 @@ ScalarType result_type(const Tensor& a, const Tensor& b);
 Tensor wrap_scalar(Scalar s, Device device = kCPU);
 
 // ---- reductions (dims empty = all dims) ----
-Tensor sum(const Tensor& x, IntArray dims = {}, bool keepdim = false,
-           std::optional<ScalarType> dtype = {});
+Tensor sum(const Tensor& x, IntArray dims = {}, bool keepdim = false, std::optional<ScalarType> dtype = {});
 Tensor mean(const Tensor& x, IntArray dims = {}, bool keepdim = false);
 Tensor prod(const Tensor& x, IntArray dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, IntArray dims = {}, bool keepdim = false);
@@ -206,22 +215,18 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
                       bool include_self = true);
 // The older spelling, Tensor.scatter(dim, index, src, reduce="add" | "multiply").
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce);
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
-                 Scalar alpha = 1);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha = 1);
 // Advanced indexing: x[i0, i1, ...] with optional (undefined = full slice) index tensors,
 // broadcast together (PyTorch's semantics for where the indexed dims land).
 Tensor index(const Tensor& x, const std::vector<Tensor>& indices);
-Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
-                 bool accumulate = false);
-Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
-                   bool accumulate = false);
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false);
+Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor masked_select(const Tensor& x, const Tensor& mask);
 Tensor nonzero(const Tensor& x);
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
-std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1,
-                                bool largest = true, bool sorted = true);
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
 // ---- convolution windows (torch.nn.functional.unfold / fold) ----
@@ -241,8 +246,7 @@ Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const Wind
 // A 2-D convolution (cross-correlation) of x [N, C, H, W] with weight [OC, C / groups, KH, KW]
 // and an optional bias [OC]: one fused op (per image: im2col into a reused buffer, then
 // GEMMs), so the columns never leave the cache. Checked arguments: nn::functional::conv2d.
-Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p,
-                   int64_t groups);
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p, int64_t groups);
 
 // ---- shape ----
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);

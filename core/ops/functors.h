@@ -44,8 +44,10 @@ ANVIL_INLINE float exp_f32(float x) {
 
 template <typename T>
 ANVIL_INLINE T Exp(T x) {
-  if constexpr (std::is_same_v<T, float>) return exp_f32(x);
-  else return std::exp(x);
+  if constexpr (std::is_same_v<T, float>)
+    return exp_f32(x);
+  else
+    return std::exp(x);
 }
 
 template <typename T>
@@ -118,55 +120,133 @@ ANVIL_INLINE T Tanh(T x) {
 }
 
 // ---- unary ----
-struct NegF { template <typename T> ANVIL_INLINE T operator()(T x) const { return -x; } };
+struct NegF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return -x;
+  }
+};
 struct AbsF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return x;
-    else return x < T(0) ? T(-x) : x;
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>)
+      return x;
+    else
+      return x < T(0) ? T(-x) : x;
   }
 };
 struct SignF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_same_v<T, bool>) return x;
-    else return T((T(0) < x) - (x < T(0)));
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x;
+    else
+      return T((T(0) < x) - (x < T(0)));
   }
 };
-struct ExpF { template <typename T> ANVIL_INLINE T operator()(T x) const { return Exp(x); } };
-struct Expm1F { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::expm1(x); } };
-struct LogF { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::log(x); } };
-struct Log1pF { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::log1p(x); } };
-struct SqrtF { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::sqrt(x); } };
-struct RsqrtF { template <typename T> ANVIL_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
-struct ReciprocalF { template <typename T> ANVIL_INLINE T operator()(T x) const { return T(1) / x; } };
-struct SinF { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::sin(x); } };
-struct CosF { template <typename T> ANVIL_INLINE T operator()(T x) const { return std::cos(x); } };
-struct TanhF { template <typename T> ANVIL_INLINE T operator()(T x) const { return Tanh(x); } };
-struct SigmoidF { template <typename T> ANVIL_INLINE T operator()(T x) const { return Sigmoid(x); } };
+struct ExpF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return Exp(x);
+  }
+};
+struct Expm1F {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::expm1(x);
+  }
+};
+struct LogF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::log(x);
+  }
+};
+struct Log1pF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::log1p(x);
+  }
+};
+struct SqrtF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::sqrt(x);
+  }
+};
+struct RsqrtF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return T(1) / std::sqrt(x);
+  }
+};
+struct ReciprocalF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return T(1) / x;
+  }
+};
+struct SinF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::sin(x);
+  }
+};
+struct CosF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::cos(x);
+  }
+};
+struct TanhF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return Tanh(x);
+  }
+};
+struct SigmoidF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return Sigmoid(x);
+  }
+};
 struct ReluF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const { return x > T(0) ? x : (x != x ? x : T(0)); }
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return x > T(0) ? x : (x != x ? x : T(0));
+  }
 };
 // relu's gradient from its result: a NaN result passes no gradient, like where(y > 0, g, 0).
 struct ReluBackwardF {
   // As PyTorch's threshold_backward: zero where y <= 0, so a NaN passes the gradient.
-  template <typename T> ANVIL_INLINE T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
+  template <typename T>
+  ANVIL_INLINE T operator()(T g, T y) const {
+    return y <= T(0) ? T(0) : g;
+  }
 };
 struct LeakyReluF {
   double slope;
-  template <typename Args> static LeakyReluF from(const Args& a) {
+  template <typename Args>
+  static LeakyReluF from(const Args& a) {
     LeakyReluF f;
     f.slope = a.negative_slope;
     return f;
   }
-  template <typename T> ANVIL_INLINE T operator()(T x) const { return x > T(0) ? x : T(x * T(slope)); }
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return x > T(0) ? x : T(x * T(slope));
+  }
 };
 struct EluF {
   double alpha;
-  template <typename Args> static EluF from(const Args& a) {
+  template <typename Args>
+  static EluF from(const Args& a) {
     EluF f;
     f.alpha = a.alpha;
     return f;
   }
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     return x > T(0) ? x : T(T(alpha) * (Exp(x) - T(1)));
   }
 };
@@ -174,7 +254,8 @@ struct EluF {
 // loop body stops the compiler from vectorising it.
 template <bool kTanh>
 struct GeluF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     if constexpr (kTanh) {
       const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
       return T(0.5) * x * (T(1) + Tanh(inner));
@@ -183,10 +264,16 @@ struct GeluF {
     }
   }
 };
-struct SiluF { template <typename T> ANVIL_INLINE T operator()(T x) const { return x * Sigmoid(x); } };
+struct SiluF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return x * Sigmoid(x);
+  }
+};
 // x * relu6(x + 3) / 6 (MobileNetV3). Written with selects, so a NaN stays NaN.
 struct HardswishF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     const T r = x + T(3);
     const T relu6 = r < T(0) ? T(0) : (r > T(6) ? T(6) : r);
     return x * relu6 / T(6);
@@ -194,16 +281,26 @@ struct HardswishF {
 };
 struct SoftplusF {
   double beta, threshold;
-  template <typename Args> static SoftplusF from(const Args& a) { return {a.beta, a.threshold}; }
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename Args>
+  static SoftplusF from(const Args& a) {
+    return {a.beta, a.threshold};
+  }
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     const T bx = x * T(beta);
     return bx > T(threshold) ? x : T(std::log1p(Exp(bx)) / T(beta));
   }
 };
-struct ErfF { template <typename T> ANVIL_INLINE T operator()(T x) const { return Erf(x); } };
+struct ErfF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return Erf(x);
+  }
+};
 struct PowScalarF {
   double e;
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     if constexpr (std::is_integral_v<T>) {
       T r = 1;
       for (int64_t i = 0; i < static_cast<int64_t>(e); ++i) r = static_cast<T>(r * x);
@@ -213,14 +310,21 @@ struct PowScalarF {
     }
   }
 };
-struct SquareF { template <typename T> ANVIL_INLINE T operator()(T x) const { return T(x * x); } };
+struct SquareF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return T(x * x);
+  }
+};
 struct ClampF {
   double lo, hi;
   bool has_lo, has_hi;
-  template <typename Args> static ClampF from(const Args& a) {
+  template <typename Args>
+  static ClampF from(const Args& a) {
     return {a.min.value_or(0), a.max.value_or(0), a.min.has_value(), a.max.has_value()};
   }
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
     if (x != x) return x;
     if (has_lo && x < T(lo)) x = T(lo);
     if (has_hi && x > T(hi)) x = T(hi);
@@ -228,66 +332,112 @@ struct ClampF {
   }
 };
 struct FloorF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_integral_v<T>) return x; else return std::floor(x);
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return x;
+    else
+      return std::floor(x);
   }
 };
 struct CeilF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_integral_v<T>) return x; else return std::ceil(x);
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return x;
+    else
+      return std::ceil(x);
   }
 };
 struct RoundF {  // half to even, like PyTorch
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_integral_v<T>) return x; else return std::nearbyint(x);
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return x;
+    else
+      return std::nearbyint(x);
   }
 };
 struct TruncF {
-  template <typename T> ANVIL_INLINE T operator()(T x) const {
-    if constexpr (std::is_integral_v<T>) return x; else return std::trunc(x);
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return x;
+    else
+      return std::trunc(x);
   }
 };
-struct LogicalNotF { template <typename T> ANVIL_INLINE bool operator()(T x) const { return !static_cast<bool>(x); } };
-struct IsNanF { template <typename T> ANVIL_INLINE bool operator()(T x) const { return x != x; } };
+struct LogicalNotF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T x) const {
+    return !static_cast<bool>(x);
+  }
+};
+struct IsNanF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T x) const {
+    return x != x;
+  }
+};
 struct IsFiniteF {
-  template <typename T> ANVIL_INLINE bool operator()(T x) const {
-    if constexpr (std::is_integral_v<T>) return true; else return std::isfinite(x);
+  template <typename T>
+  ANVIL_INLINE bool operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return true;
+    else
+      return std::isfinite(x);
   }
 };
 
 // ---- binary ----
 struct AddF {
   double alpha;
-  template <typename Args> static AddF from(const Args& a) {
+  template <typename Args>
+  static AddF from(const Args& a) {
     AddF f;
     f.alpha = a.alpha;
     return f;
   }
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     // No alpha == 1 special case: a branch would stop vectorisation, and a + 1 * b == a + b.
-    if constexpr (std::is_same_v<T, bool>) return a || (alpha != 0 && b);
-    else return T(a + T(alpha) * b);
+    if constexpr (std::is_same_v<T, bool>)
+      return a || (alpha != 0 && b);
+    else
+      return T(a + T(alpha) * b);
   }
 };
 struct SubF {
   double alpha;
-  template <typename Args> static SubF from(const Args& a) {
+  template <typename Args>
+  static SubF from(const Args& a) {
     SubF f;
     f.alpha = a.alpha;
     return f;
   }
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     return T(a - T(alpha) * b);
   }
 };
 struct MulF {
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_same_v<T, bool>) return a && b; else return T(a * b);
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return a && b;
+    else
+      return T(a * b);
   }
 };
-struct DivF { template <typename T> ANVIL_INLINE T operator()(T a, T b) const { return a / b; } };
+struct DivF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
+    return a / b;
+  }
+};
 struct PowF {
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_same_v<T, bool>) {
       return a || !b;
     } else if constexpr (std::is_integral_v<T>) {
@@ -310,19 +460,26 @@ struct PowF {
   }
 };
 struct MaximumF {
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) { if (a != a || b != b) return a + b; }
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a || b != b) return a + b;
+    }
     return a > b ? a : b;
   }
 };
 struct MinimumF {
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) { if (a != a || b != b) return a + b; }
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a || b != b) return a + b;
+    }
     return a < b ? a : b;
   }
 };
 struct RemainderF {  // Python's %, the result takes the divisor's sign
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if constexpr (std::is_signed_v<T>) {
         if (b == T(-1)) return T(0);  // a % -1 traps for the smallest a
@@ -344,7 +501,8 @@ ANVIL_INLINE T NegateWrapping(T a) {
   return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(a)));
 }
 struct FmodF {  // C's fmod: the result takes the dividend's sign (truncated division)
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if constexpr (std::is_signed_v<T>) {
         if (b == T(-1)) return T(0);  // a % -1 traps for the smallest a
@@ -356,7 +514,8 @@ struct FmodF {  // C's fmod: the result takes the dividend's sign (truncated div
   }
 };
 struct FloorDivideF {  // a / b rounded down (Python's //)
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if constexpr (std::is_signed_v<T>) {
         if (b == T(-1)) return NegateWrapping(a);  // the smallest a / -1 traps; PyTorch wraps
@@ -377,7 +536,8 @@ struct FloorDivideF {  // a / b rounded down (Python's //)
   }
 };
 struct TruncDivideF {  // a / b rounded toward zero
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if constexpr (std::is_signed_v<T>) {
         if (b == T(-1)) return NegateWrapping(a);
@@ -389,7 +549,8 @@ struct TruncDivideF {  // a / b rounded toward zero
   }
 };
 struct FmaxF {  // maximum that ignores a NaN (NaN only when both are)
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (a != a) return b;
       if (b != b) return a;
@@ -398,7 +559,8 @@ struct FmaxF {  // maximum that ignores a NaN (NaN only when both are)
   }
 };
 struct FminF {
-  template <typename T> ANVIL_INLINE T operator()(T a, T b) const {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (a != a) return b;
       if (b != b) return a;
@@ -406,15 +568,65 @@ struct FminF {
     return a < b ? a : b;
   }
 };
-struct Atan2F { template <typename T> ANVIL_INLINE T operator()(T a, T b) const { return std::atan2(a, b); } };
-struct EqF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a == b; } };
-struct NeF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a != b; } };
-struct LtF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a < b; } };
-struct LeF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a <= b; } };
-struct GtF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a > b; } };
-struct GeF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return a >= b; } };
-struct LogicalAndF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return bool(a) && bool(b); } };
-struct LogicalOrF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return bool(a) || bool(b); } };
-struct LogicalXorF { template <typename T> ANVIL_INLINE bool operator()(T a, T b) const { return bool(a) != bool(b); } };
+struct Atan2F {
+  template <typename T>
+  ANVIL_INLINE T operator()(T a, T b) const {
+    return std::atan2(a, b);
+  }
+};
+struct EqF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a == b;
+  }
+};
+struct NeF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a != b;
+  }
+};
+struct LtF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a < b;
+  }
+};
+struct LeF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+struct GtF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a > b;
+  }
+};
+struct GeF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return a >= b;
+  }
+};
+struct LogicalAndF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return bool(a) && bool(b);
+  }
+};
+struct LogicalOrF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return bool(a) || bool(b);
+  }
+};
+struct LogicalXorF {
+  template <typename T>
+  ANVIL_INLINE bool operator()(T a, T b) const {
+    return bool(a) != bool(b);
+  }
+};
 
 }  // namespace anvil::fn

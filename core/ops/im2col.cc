@@ -11,9 +11,19 @@ namespace anvil {
 namespace {
 
 WindowArgs Pack(const WindowParams& p, int64_t H, int64_t W, int64_t groups = 1) {
-  return {.kernel_h = p.kernel[0], .kernel_w = p.kernel[1], .stride_h = p.stride[0], .stride_w = p.stride[1],
-              .pad_top = p.padding[0], .pad_bottom = p.padding[1], .pad_left = p.padding[2], .pad_right = p.padding[3],
-              .dilation_h = p.dilation[0], .dilation_w = p.dilation[1], .height = H, .width = W, .groups = groups};
+  return {.kernel_h = p.kernel[0],
+          .kernel_w = p.kernel[1],
+          .stride_h = p.stride[0],
+          .stride_w = p.stride[1],
+          .pad_top = p.padding[0],
+          .pad_bottom = p.padding[1],
+          .pad_left = p.padding[2],
+          .pad_right = p.padding[3],
+          .dilation_h = p.dilation[0],
+          .dilation_w = p.dilation[1],
+          .height = H,
+          .width = W,
+          .groups = groups};
 }
 
 void Check(const WindowParams& p, int64_t H, int64_t W, const char* who) {
@@ -23,8 +33,8 @@ void Check(const WindowParams& p, int64_t H, int64_t W, const char* who) {
   for (int64_t pad : p.padding) ANVIL_CHECK(pad >= 0, who, ": padding must be non-negative, got ", pad);
   const int64_t eh = p.dilation[0] * (p.kernel[0] - 1) + 1, ew = p.dilation[1] * (p.kernel[1] - 1) + 1;
   ANVIL_CHECK(H + p.padding[0] + p.padding[1] >= eh && W + p.padding[2] + p.padding[3] >= ew, who,
-              ": the (dilated) kernel ", eh, "x", ew, " does not fit the padded input ", H + p.padding[0] + p.padding[1],
-              "x", W + p.padding[2] + p.padding[3]);
+              ": the (dilated) kernel ", eh, "x", ew, " does not fit the padded input ",
+              H + p.padding[0] + p.padding[1], "x", W + p.padding[2] + p.padding[3]);
 }
 
 }  // namespace
@@ -45,10 +55,10 @@ Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const Wind
   return dispatch1(OpId::Col2Im, {cols}, Pack(p, output_size[0], output_size[1]));
 }
 
-Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p,
-                   int64_t groups) {
-  ANVIL_CHECK(x.dim() == 4 && weight.dim() == 4, "convolution: expected input [N, C, H, W] and weight [OC, C / groups, ",
-              "KH, KW], got ", x.dim(), " and ", weight.dim(), " dims");
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p, int64_t groups) {
+  ANVIL_CHECK(x.dim() == 4 && weight.dim() == 4,
+              "convolution: expected input [N, C, H, W] and weight [OC, C / groups, ", "KH, KW], got ", x.dim(),
+              " and ", weight.dim(), " dims");
   ANVIL_CHECK(x.is_floating_point() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
               "convolution: expected floating-point input, weight and bias of one dtype, got ", x.dtype(), " and ",
               weight.dtype());

@@ -33,16 +33,18 @@ Prepared Prepare(const Tensor& x, const std::vector<Tensor>& raw) {
       const int64_t at = static_cast<int64_t>(expanded.size());
       ANVIL_CHECK_INDEX(at + t.dim() <= x.dim(), "too many indices for tensor of dimension ", x.dim());
       for (int64_t k = 0; k < t.dim(); ++k) {
-        ANVIL_CHECK_INDEX(t.size(k) == x.size(at + k), "The shape of the mask ", shape_str(t.sizes()),
-                          " at index ", k, " does not match the shape of the indexed tensor ",
-                          shape_str(x.sizes()), " at index ", at + k);
+        ANVIL_CHECK_INDEX(t.size(k) == x.size(at + k), "The shape of the mask ", shape_str(t.sizes()), " at index ", k,
+                          " does not match the shape of the indexed tensor ", shape_str(x.sizes()), " at index ",
+                          at + k);
       }
       Tensor nz = nonzero(t);
       for (int64_t k = 0; k < t.dim(); ++k) expanded.push_back(nz.select(1, k));
     } else {
       if (t.defined()) {
-        ANVIL_CHECK_TYPE(is_integral(t.dtype(), false), "tensors used as indices must be long, int, byte "
-                         "or bool tensors, got ", t.dtype());
+        ANVIL_CHECK_TYPE(is_integral(t.dtype(), false),
+                         "tensors used as indices must be long, int, byte "
+                         "or bool tensors, got ",
+                         t.dtype());
       }
       expanded.push_back(t);
     }
@@ -95,13 +97,20 @@ namespace {
 Scalar ExtremeOf(ScalarType t, bool lowest) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   switch (t) {
-    case kBool: return Scalar(!lowest);
-    case kUInt8: return lowest ? Scalar(0) : Scalar(255);
-    case kInt8: return lowest ? Scalar(-128) : Scalar(127);
-    case kInt16: return lowest ? Scalar(-32768) : Scalar(32767);
-    case kInt32: return Scalar(int64_t{lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max()});
-    case kInt64: return Scalar(lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max());
-    default: return Scalar(lowest ? -kInf : kInf);
+    case kBool:
+      return Scalar(!lowest);
+    case kUInt8:
+      return lowest ? Scalar(0) : Scalar(255);
+    case kInt8:
+      return lowest ? Scalar(-128) : Scalar(127);
+    case kInt16:
+      return lowest ? Scalar(-32768) : Scalar(32767);
+    case kInt32:
+      return Scalar(int64_t{lowest ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max()});
+    case kInt64:
+      return Scalar(lowest ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max());
+    default:
+      return Scalar(lowest ? -kInf : kInf);
   }
 }
 }  // namespace
@@ -127,12 +136,16 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
     if (reduce == "prod") identity = 1;
     if (reduce == "amax" || reduce == "amin") identity = ExtremeOf(x.dtype(), /*lowest=*/reduce == "amax");
     // The identity as an exact integer where it is one (a double would round INT64_MAX).
-    const Tensor id = identity.is_floating_point() ? full({}, identity, opts)
-                                                    : tensor(std::vector<int64_t>{identity.to_int()}).reshape({}).to(x.dtype());
+    const Tensor id = identity.is_floating_point()
+                          ? full({}, identity, opts)
+                          : tensor(std::vector<int64_t>{identity.to_int()}).reshape({}).to(x.dtype());
     base = where(hit, id.to(x.device()), x);
   }
   ScatterArgs a = ScatterDim(dim);
-  a.mode = reduce == "prod" ? kScatterProd : reduce == "amax" ? kScatterAmax : reduce == "amin" ? kScatterAmin : kScatterSum;
+  a.mode = reduce == "prod"   ? kScatterProd
+           : reduce == "amax" ? kScatterAmax
+           : reduce == "amin" ? kScatterAmin
+                              : kScatterSum;
   Tensor out = dispatch1(OpId::ScatterReduce, {base, index, src}, a);
   if (reduce != "mean") return out;
   // mean: the sum over the count of what was summed (the element itself with include_self);
@@ -185,9 +198,10 @@ std::vector<Tensor> PutInputs(const Tensor& x, const Prepared& p, const Tensor& 
   probe.insert(probe.end(), p.indices.begin(), p.indices.end());
   a.indexed_dims = p.dims;
   const IntArray shape = infer_specs(OpId::Index, probe, a)[0].sizes;
-  ANVIL_CHECK(broadcast_shapes(values.sizes(), shape) == shape, "index_put_: shape mismatch: value tensor "
-              "of shape ", shape_str(values.sizes()), " cannot be broadcast to indexing result of shape ",
-              shape_str(shape));
+  ANVIL_CHECK(broadcast_shapes(values.sizes(), shape) == shape,
+              "index_put_: shape mismatch: value tensor "
+              "of shape ",
+              shape_str(values.sizes()), " cannot be broadcast to indexing result of shape ", shape_str(shape));
   probe.push_back((values.dtype() == x.dtype() ? values : values.to(x.dtype())).expand(shape));
   return probe;
 }
@@ -210,7 +224,8 @@ Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& 
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  ANVIL_CHECK_TYPE(mask.dtype() == kBool, "masked_fill only supports boolean masks, but got mask with dtype ", mask.dtype());
+  ANVIL_CHECK_TYPE(mask.dtype() == kBool, "masked_fill only supports boolean masks, but got mask with dtype ",
+                   mask.dtype());
   return where(mask, wrap_scalar(value, x.device()).to(x.dtype()), x);
 }
 

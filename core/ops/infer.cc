@@ -23,8 +23,10 @@ IntArray ReducedSizes(const IntArray& sizes, const IntArray& dims, bool keepdim,
   }
   IntArray out;
   for (int64_t i = 0; i < nd; ++i) {
-    if (!reduce[i]) out.push_back(sizes[i]);
-    else if (keepdim) out.push_back(1);
+    if (!reduce[i])
+      out.push_back(sizes[i]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -46,8 +48,8 @@ void CheckNonEmptyReduction(const Tensor& x, const IntArray& dims, const char* o
   }
   for (int64_t d : dims) {
     const int64_t w = wrap_dim(d, x.dim(), op);
-    ANVIL_CHECK_INDEX(x.size(w) > 0, op, "(): Expected reduction dim ", w,
-                      " to have non-zero size, got shape ", shape_str(x.sizes()));
+    ANVIL_CHECK_INDEX(x.size(w) > 0, op, "(): Expected reduction dim ", w, " to have non-zero size, got shape ",
+                      shape_str(x.sizes()));
   }
 }
 
@@ -115,11 +117,10 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{s, in[0].dtype()}, {s, kInt64}};
     }
     case InferFamily::Mm: {
-      ANVIL_CHECK(in[0].dim() == 2 && in[1].dim() == 2, "mm: expected 2-D matrices, got ",
-                  shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
+      ANVIL_CHECK(in[0].dim() == 2 && in[1].dim() == 2, "mm: expected 2-D matrices, got ", shape_str(in[0].sizes()),
+                  " and ", shape_str(in[1].sizes()));
       ANVIL_CHECK(in[0].size(1) == in[1].size(0), "mm: shapes ", shape_str(in[0].sizes()), " and ",
-                  shape_str(in[1].sizes()), " cannot be multiplied (", in[0].size(1), " != ",
-                  in[1].size(0), ")");
+                  shape_str(in[1].sizes()), " cannot be multiplied (", in[0].size(1), " != ", in[1].size(0), ")");
       CheckSameDtype(in, 2, op);
       return {{{in[0].size(0), in[1].size(1)}, in[0].dtype()}};
     }
@@ -133,8 +134,8 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       return {{{in[0].size(0), in[1].size(0)}, in[0].dtype()}};
     }
     case InferFamily::Bmm: {
-      ANVIL_CHECK(in[0].dim() == 3 && in[1].dim() == 3, "bmm: expected 3-D batches, got ",
-                  shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()));
+      ANVIL_CHECK(in[0].dim() == 3 && in[1].dim() == 3, "bmm: expected 3-D batches, got ", shape_str(in[0].sizes()),
+                  " and ", shape_str(in[1].sizes()));
       ANVIL_CHECK(in[0].size(0) == in[1].size(0) && in[0].size(2) == in[1].size(1), "bmm: shapes ",
                   shape_str(in[0].sizes()), " and ", shape_str(in[1].sizes()),
                   " cannot be multiplied (batch sizes and inner dimensions must match)");
@@ -148,12 +149,12 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       out[d] = 0;
       for (size_t i = 0; i < in.size(); ++i) {
         const Tensor& t = in[i];
-        ANVIL_CHECK(t.dim() == first.dim(), "cat: expected every tensor to have ", first.dim(),
-                    " dims, got ", t.dim(), " for tensor ", i);
+        ANVIL_CHECK(t.dim() == first.dim(), "cat: expected every tensor to have ", first.dim(), " dims, got ", t.dim(),
+                    " for tensor ", i);
         for (int64_t k = 0; k < t.dim(); ++k) {
-          ANVIL_CHECK(k == d || t.size(k) == first.size(k), "cat: sizes of tensors must match except in dimension ",
-                      d, ". Expected size ", first.size(k), " but got size ", t.size(k),
-                      " for tensor number ", i, " in the list");
+          ANVIL_CHECK(k == d || t.size(k) == first.size(k), "cat: sizes of tensors must match except in dimension ", d,
+                      ". Expected size ", first.size(k), " but got size ", t.size(k), " for tensor number ", i,
+                      " in the list");
         }
         out[d] += t.size(d);
       }
@@ -162,8 +163,7 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     }
     case InferFamily::IndexSelect: {
       CheckIndexTensor(in[1], name);
-      ANVIL_CHECK(in[1].dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape ",
-                  shape_str(in[1].sizes()));
+      ANVIL_CHECK(in[1].dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape ", shape_str(in[1].sizes()));
       IntArray s = in[0].sizes();
       const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       if (!s.empty()) s[d] = in[1].numel();
@@ -171,8 +171,8 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     }
     case InferFamily::Gather: {
       CheckIndexTensor(in[1], name);
-      ANVIL_CHECK(in[1].dim() == in[0].dim(), "gather: index must have as many dims as input (",
-                  in[0].dim(), "), got ", in[1].dim());
+      ANVIL_CHECK(in[1].dim() == in[0].dim(), "gather: index must have as many dims as input (", in[0].dim(), "), got ",
+                  in[1].dim());
       const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       for (int64_t k = 0; k < in[0].dim(); ++k) {
         ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), "gather: index ", shape_str(in[1].sizes()),
@@ -182,17 +182,16 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     }
     case InferFamily::Scatter: {  // scatter, scatter_add, scatter_reduce
       CheckIndexTensor(in[1], name);
-      ANVIL_CHECK(in[1].dim() == in[0].dim(), name, ": index must have as many dims as self (",
-                  in[0].dim(), "), got ", in[1].dim());
-      ANVIL_CHECK(in[2].dim() == in[0].dim(), name, ": src must have as many dims as self (",
-                  in[0].dim(), "), got ", in[2].dim());
+      ANVIL_CHECK(in[1].dim() == in[0].dim(), name, ": index must have as many dims as self (", in[0].dim(), "), got ",
+                  in[1].dim());
+      ANVIL_CHECK(in[2].dim() == in[0].dim(), name, ": src must have as many dims as self (", in[0].dim(), "), got ",
+                  in[2].dim());
       const int64_t d = wrap_dim(a.get<ScatterArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       for (int64_t k = 0; k < in[0].dim(); ++k) {
-        ANVIL_CHECK(in[1].size(k) <= in[2].size(k), name, ": index ", shape_str(in[1].sizes()),
-                    " is larger than src ", shape_str(in[2].sizes()), " in dim ", k);
-        ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), name, ": index ",
-                    shape_str(in[1].sizes()), " is larger than self ", shape_str(in[0].sizes()),
-                    " in dim ", k);
+        ANVIL_CHECK(in[1].size(k) <= in[2].size(k), name, ": index ", shape_str(in[1].sizes()), " is larger than src ",
+                    shape_str(in[2].sizes()), " in dim ", k);
+        ANVIL_CHECK(k == d || in[1].size(k) <= in[0].size(k), name, ": index ", shape_str(in[1].sizes()),
+                    " is larger than self ", shape_str(in[0].sizes()), " in dim ", k);
       }
       CheckSameDtype({in[0], in[2]}, 2, op);
       return {{in[0].sizes(), in[0].dtype()}};
@@ -203,8 +202,8 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
       const int64_t d = wrap_dim(a.get<IndexArgs>().dim, std::max<int64_t>(in[0].dim(), 1), name);
       IntArray expect = in[0].sizes();
       if (!expect.empty()) expect[d] = in[1].numel();
-      ANVIL_CHECK(in[2].sizes() == expect, "index_add: expected source of shape ", shape_str(expect),
-                  ", got ", shape_str(in[2].sizes()));
+      ANVIL_CHECK(in[2].sizes() == expect, "index_add: expected source of shape ", shape_str(expect), ", got ",
+                  shape_str(in[2].sizes()));
       CheckSameDtype({in[0], in[2]}, 2, op);
       return {{in[0].sizes(), in[0].dtype()}};
     }
@@ -245,8 +244,10 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
     }
     case InferFamily::NllLoss: {
       if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.get<NllLossArgs>().num_classes}, in[0].dtype()}};
-      ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(), "nll_loss: expected floating-point "
-                  "log-probabilities of shape [rows, classes], got ", in[0].dtype(), " ", shape_str(in[0].sizes()));
+      ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(),
+                  "nll_loss: expected floating-point "
+                  "log-probabilities of shape [rows, classes], got ",
+                  in[0].dtype(), " ", shape_str(in[0].sizes()));
       ANVIL_CHECK_TYPE(in[1].dtype() == kInt64, "nll_loss: expected int64 class indices, got ", in[1].dtype());
       ANVIL_CHECK(in[1].dim() == 1 && in[1].size(0) == in[0].size(0), "nll_loss: expected ", in[0].size(0),
                   " targets (one per row), got shape ", shape_str(in[1].sizes()));

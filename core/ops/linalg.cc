@@ -12,8 +12,8 @@ namespace anvil {
 namespace {
 
 void CheckSameDtype(const Tensor& a, const Tensor& b, const char* op) {
-  ANVIL_CHECK_TYPE(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, but got ",
-                   a.dtype(), " and ", b.dtype());
+  ANVIL_CHECK_TYPE(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, but got ", a.dtype(),
+                   " and ", b.dtype());
 }
 
 }  // namespace
@@ -66,8 +66,8 @@ std::array<Tensor, 2> mm_pair(const Tensor& a0, const Tensor& b0, const Tensor& 
 
 Tensor dot(const Tensor& a, const Tensor& b) {
   ANVIL_CHECK(a.dim() == 1 && b.dim() == 1, "dot: expected 1-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
-  ANVIL_CHECK(a.size(0) == b.size(0), "dot: inconsistent tensor size, expected tensor [", a.size(0),
-              "] and src [", b.size(0), "] to have the same number of elements");
+  ANVIL_CHECK(a.size(0) == b.size(0), "dot: inconsistent tensor size, expected tensor [", a.size(0), "] and src [",
+              b.size(0), "] to have the same number of elements");
   CheckSameDtype(a, b, "dot");
   return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
 }
@@ -99,8 +99,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ANVIL_CHECK(b2.size(-2) == k, "matmul: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
               " cannot be multiplied (", k, " != ", b2.size(-2), ")");
   IntArray ea = batch, eb = batch;
-  ea.push_back(n); ea.push_back(k);
-  eb.push_back(k); eb.push_back(m);
+  ea.push_back(n);
+  ea.push_back(k);
+  eb.push_back(k);
+  eb.push_back(m);
   const int64_t nb = numel_of(batch);
   Tensor r = bmm(a2.expand(ea).reshape({nb, n, k}), b2.expand(eb).reshape({nb, k, m}));
   IntArray out = batch;
@@ -121,9 +123,9 @@ namespace {
 void CheckLinearShapes(const Tensor& x, const Tensor& weight) {
   ANVIL_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ",
               shape_str(weight.sizes()));
-  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input has ",
-              x.dim() >= 1 ? x.size(-1) : 0, " features (shape ", shape_str(x.sizes()),
-              ") but the weight expects ", weight.size(1), " (weight shape ", shape_str(weight.sizes()), ")");
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input has ", x.dim() >= 1 ? x.size(-1) : 0,
+              " features (shape ", shape_str(x.sizes()), ") but the weight expects ", weight.size(1), " (weight shape ",
+              shape_str(weight.sizes()), ")");
 }
 
 // Whether a bias fits the linear rows: the [out_features] vector it is in nn::Linear. Other
@@ -138,8 +140,8 @@ Tensor LinearRow(OpId op, const Tensor& x, const Tensor& weight, const Tensor& b
   CheckSameDtype(x, weight, name);
   CheckSameDtype(x, bias, name);
   ANVIL_CHECK(x.device() == weight.device() && x.device() == bias.device(), name,
-              ": expected the input, weight and bias on one device, got ", x.device(), ", ", weight.device(),
-              " and ", bias.device());
+              ": expected the input, weight and bias on one device, got ", x.device(), ", ", weight.device(), " and ",
+              bias.device());
   const Tensor rows = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
   const Tensor y = dispatch1(op, {rows, weight, bias}, OpAttrs{});
   if (x.dim() == 2) return y;

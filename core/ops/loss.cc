@@ -18,8 +18,9 @@ std::array<Tensor, 2> nll_loss_rows(const Tensor& log_probs, const Tensor& targe
     const Tensor bad = (target != ignore_index) & ((target < 0) | (target >= C));
     if (bad.any().item<bool>()) {
       const int64_t value = target.masked_select(bad)[0].item<int64_t>();
-      throw IndexError("nll_loss: target " + std::to_string(value) + " is out of bounds: expected class indices in [0, " +
-                       std::to_string(C) + ") or ignore_index " + std::to_string(ignore_index));
+      throw IndexError("nll_loss: target " + std::to_string(value) +
+                       " is out of bounds: expected class indices in [0, " + std::to_string(C) + ") or ignore_index " +
+                       std::to_string(ignore_index));
     }
   }
   NllLossArgs a;

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/tensor/dtype.h"
-#include "core/tensor/tensor_impl.h"
 #include "core/ops/nll_loss.h"
 #include "core/ops/window_args.h"
+#include "core/tensor/dtype.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace anvil {
 
@@ -114,8 +114,8 @@ struct Geometry {
 struct ViewFn {
   enum Kind : int8_t { Reshape, Permute, Expand, Narrow, Select, Slice, Diagonal, Unfold, Strided };
   Kind kind = Reshape;
-  IntArray sizes;    // Reshape/Expand/Strided: target sizes; Permute: the permutation
-  IntArray strides;  // Strided only
+  IntArray sizes;             // Reshape/Expand/Strided: target sizes; Permute: the permutation
+  IntArray strides;           // Strided only
   int64_t dim = 0, dim2 = 1;  // Narrow/Select/Slice/Unfold: dim; Diagonal: dim1, dim2
   int64_t start = 0;          // Narrow/Slice start, Select index, Diagonal offset, Strided offset
   int64_t length = 0;         // Narrow/Slice length, Unfold size
@@ -170,9 +170,9 @@ struct BernoulliArgs {
 // resolved for the step being taken: bias corrections are those of its step count.
 struct OptimizerStepArgs {
   double lr = 0, weight_decay = 0;
-  double momentum = 0, dampening = 0;  // SGD
-  bool nesterov = false;               // SGD
-  bool first_step = false;             // SGD: the momentum buffers hold nothing yet
+  double momentum = 0, dampening = 0;                 // SGD
+  bool nesterov = false;                              // SGD
+  bool first_step = false;                            // SGD: the momentum buffers hold nothing yet
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;      // Adam
   double bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
   bool decoupled = false;  // AdamW: p *= 1 - lr * wd instead of adding wd * p to the gradient
@@ -181,10 +181,33 @@ struct OptimizerStepArgs {
 
 // Every argument struct, in the order of OpAttrs's variant (the table's Args column names
 // one of them per row).
-#define ANVIL_OP_ARGS(X)                                                                          \
-  X(NoArgs) X(ScaleArgs) X(PowScalarArgs) X(ClampArgs) X(LeakyReluArgs) X(EluArgs) X(GeluArgs)   \
-  X(SoftplusArgs) X(CastArgs) X(ReduceArgs) X(DimArgs) X(NllLossArgs) X(IndexArgs) X(ScatterArgs) \
-  X(AdvancedIndexArgs) X(SortArgs) X(ViewArgs) X(StridedScatterArgs) X(WindowArgs) X(FillArgs)    \
-  X(ArangeArgs) X(UniformArgs) X(NormalArgs) X(BernoulliArgs) X(OptimizerStepArgs)
+// clang-format off
+#define ANVIL_OP_ARGS(X) \
+  X(NoArgs) \
+  X(ScaleArgs) \
+  X(PowScalarArgs) \
+  X(ClampArgs) \
+  X(LeakyReluArgs) \
+  X(EluArgs) \
+  X(GeluArgs) \
+  X(SoftplusArgs) \
+  X(CastArgs) \
+  X(ReduceArgs) \
+  X(DimArgs) \
+  X(NllLossArgs) \
+  X(IndexArgs) \
+  X(ScatterArgs) \
+  X(AdvancedIndexArgs) \
+  X(SortArgs) \
+  X(ViewArgs) \
+  X(StridedScatterArgs) \
+  X(WindowArgs) \
+  X(FillArgs) \
+  X(ArangeArgs) \
+  X(UniformArgs) \
+  X(NormalArgs) \
+  X(BernoulliArgs) \
+  X(OptimizerStepArgs)
+// clang-format on
 
 }  // namespace anvil

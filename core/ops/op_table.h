@@ -54,13 +54,13 @@ enum class InferFamily : int8_t {
   Index,
   IndexPut,
   Sort,
-  ViewGeom,       // views: geometry from their ViewFn (ops/views.cc), never inferred here
+  ViewGeom,  // views: geometry from their ViewFn (ops/views.cc), never inferred here
   StridedScatter,
   Im2Col,
   Col2Im,
   Conv2d,
-  Dynamic,        // outputs sized by the kernel itself (nonzero, fills)
-  Foreach,        // in place over tensor lists, no outputs
+  Dynamic,  // outputs sized by the kernel itself (nonzero, fills)
+  Foreach,  // in place over tensor lists, no outputs
 };
 
 // What automatic mixed precision does with a row's floating-point inputs (NOTE in

@@ -38,8 +38,14 @@ struct SgdStepF {
   bool has_weight_decay, has_momentum, first_step, nesterov;  // the flags of step(), in order
 
   static SgdStepF make(const OptimizerStepArgs& a) {
-    return {static_cast<T>(a.lr), static_cast<T>(a.weight_decay), static_cast<T>(a.momentum),
-            static_cast<T>(1.0 - a.dampening), a.weight_decay != 0.0, a.momentum != 0.0, a.first_step, a.nesterov};
+    return {static_cast<T>(a.lr),
+            static_cast<T>(a.weight_decay),
+            static_cast<T>(a.momentum),
+            static_cast<T>(1.0 - a.dampening),
+            a.weight_decay != 0.0,
+            a.momentum != 0.0,
+            a.first_step,
+            a.nesterov};
   }
 
   // buf is not touched without momentum.
@@ -66,17 +72,24 @@ struct SgdStepF {
 
 template <typename T>
 struct AdamStepF {
-  T one_minus_lr_wd;      // AdamW: the decay factor
-  T weight_decay;         // Adam: L2 added to the gradient
+  T one_minus_lr_wd;  // AdamW: the decay factor
+  T weight_decay;     // Adam: L2 added to the gradient
   T one_minus_beta1, beta2, one_minus_beta2;
   T inv_sqrt_bias_correction2, eps, neg_step_size;
   bool has_weight_decay, decoupled, amsgrad;  // the flags of step(), in order
 
   static AdamStepF make(const OptimizerStepArgs& a) {
-    return {static_cast<T>(1.0 - a.lr * a.weight_decay), static_cast<T>(a.weight_decay),
-            static_cast<T>(1.0 - a.beta1), static_cast<T>(a.beta2), static_cast<T>(1.0 - a.beta2),
-            static_cast<T>(1.0 / std::sqrt(a.bias_correction2)), static_cast<T>(a.eps),
-            static_cast<T>(-a.lr / a.bias_correction1), a.weight_decay != 0.0, a.decoupled, a.amsgrad};
+    return {static_cast<T>(1.0 - a.lr * a.weight_decay),
+            static_cast<T>(a.weight_decay),
+            static_cast<T>(1.0 - a.beta1),
+            static_cast<T>(a.beta2),
+            static_cast<T>(1.0 - a.beta2),
+            static_cast<T>(1.0 / std::sqrt(a.bias_correction2)),
+            static_cast<T>(a.eps),
+            static_cast<T>(-a.lr / a.bias_correction1),
+            a.weight_decay != 0.0,
+            a.decoupled,
+            a.amsgrad};
   }
 
   // vmax is not touched without AMSGrad.

@@ -22,8 +22,8 @@ struct ArangeDraw {
   bool symmetric;
   int64_t n;
   ANVIL_INLINE T operator()(int64_t i) const {
-    const double v = (symmetric && i >= n / 2) ? end - step * static_cast<double>(n - 1 - i)
-                                               : start + step * static_cast<double>(i);
+    const double v =
+        (symmetric && i >= n / 2) ? end - step * static_cast<double>(n - 1 - i) : start + step * static_cast<double>(i);
     return static_cast<T>(static_cast<opmath_t<T>>(v));
   }
 };

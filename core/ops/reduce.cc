@@ -13,14 +13,11 @@ ReduceArgs ReduceAttrs(IntArray dims, bool keepdim) { return ReduceArgs{.dims = 
 
 Tensor RequireFloat(const Tensor& x, const char* op) {
   ANVIL_CHECK_TYPE(x.is_floating_point(), op,
-                   "(): could not infer output dtype. Input dtype must be a floating point dtype. Got: ",
-                   x.dtype());
+                   "(): could not infer output dtype. Input dtype must be a floating point dtype. Got: ", x.dtype());
   return x;
 }
 
-Tensor IntToLong(const Tensor& x) {
-  return is_integral(x.dtype(), true) && x.dtype() != kInt64 ? x.to(kInt64) : x;
-}
+Tensor IntToLong(const Tensor& x) { return is_integral(x.dtype(), true) && x.dtype() != kInt64 ? x.to(kInt64) : x; }
 
 }  // namespace
 
@@ -60,12 +57,14 @@ struct ExtremumAll : autograd::Function<ExtremumAll> {
 }  // namespace
 
 Tensor max(const Tensor& x) {
-  ANVIL_CHECK(x.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. "
+  ANVIL_CHECK(x.numel() > 0,
+              "max(): Expected reduction dim to be specified for input.numel() == 0. "
               "Specify the reduction dim with the 'dim' argument.");
   return ExtremumAll::apply(x, true);
 }
 Tensor min(const Tensor& x) {
-  ANVIL_CHECK(x.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. "
+  ANVIL_CHECK(x.numel() > 0,
+              "min(): Expected reduction dim to be specified for input.numel() == 0. "
               "Specify the reduction dim with the 'dim' argument.");
   return ExtremumAll::apply(x, false);
 }
@@ -177,9 +176,7 @@ Tensor all(const Tensor& x, IntArray dims, bool keepdim) {
 Tensor any(const Tensor& x, IntArray dims, bool keepdim) {
   return dispatch1(OpId::Any, {x}, ReduceAttrs(std::move(dims), keepdim));
 }
-Tensor cumsum(const Tensor& x, int64_t dim) {
-  return dispatch1(OpId::CumSum, {IntToLong(x)}, DimArgs{dim});
-}
+Tensor cumsum(const Tensor& x, int64_t dim) { return dispatch1(OpId::CumSum, {IntToLong(x)}, DimArgs{dim}); }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
@@ -194,14 +191,11 @@ std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
   auto r = dispatch(OpId::Sort, {x}, SortArgs{dim, descending});
   return {r[0], r[1]};
 }
-Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
-  return std::get<1>(sort(x, dim, descending));
-}
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) { return std::get<1>(sort(x, dim, descending)); }
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "topk");
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
-  ANVIL_CHECK_INDEX(k >= 0 && k <= n, "topk: k (", k, ") is out of range for dimension ", d,
-                    " of size ", n);
+  ANVIL_CHECK_INDEX(k >= 0 && k <= n, "topk: k (", k, ") is out of range for dimension ", d, " of size ", n);
   if (x.dim() == 0) {
     auto [v, i] = sort(x, d, largest);
     return {v, i};

@@ -14,8 +14,7 @@ namespace {
 
 // PyTorch's computeStride: strides for viewing (sizes, strides) as `shape` without a copy,
 // or nullopt when some new dimension would span two non-contiguous chunks.
-std::optional<IntArray> ComputeStride(const IntArray& sizes, const IntArray& strides,
-                                      const IntArray& shape) {
+std::optional<IntArray> ComputeStride(const IntArray& sizes, const IntArray& strides, const IntArray& shape) {
   if (sizes.empty()) return IntArray(shape.size(), 1);
   const int64_t numel = numel_of(sizes);
   IntArray out(shape.size());
@@ -61,12 +60,11 @@ IntArray InferSize(IntArray shape, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    ANVIL_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape),
-                " is invalid for input of size ", numel);
+    ANVIL_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape), " is invalid for input of size ",
+                numel);
     shape[infer] = numel / known;
   }
-  ANVIL_CHECK(numel_of(shape) == numel, op, ": shape ", shape_str(shape),
-              " is invalid for input of size ", numel);
+  ANVIL_CHECK(numel_of(shape) == numel, op, ": shape ", shape_str(shape), " is invalid for input of size ", numel);
   return shape;
 }
 
@@ -96,8 +94,10 @@ std::optional<Geometry> apply_view(const ViewFn& fn, const Geometry& in) {
       out.sizes = fn.sizes;
       out.strides.assign(nn, 0);
       for (int64_t i = nn - 1, j = nd - 1; i >= 0; --i, --j) {
-        if (j >= 0 && in.sizes[j] == fn.sizes[i]) out.strides[i] = in.strides[j];
-        else if (j >= 0 && in.sizes[j] != 1) return std::nullopt;  // validated by the caller
+        if (j >= 0 && in.sizes[j] == fn.sizes[i])
+          out.strides[i] = in.strides[j];
+        else if (j >= 0 && in.sizes[j] != 1)
+          return std::nullopt;  // validated by the caller
       }
       return out;
     }
@@ -163,13 +163,12 @@ Tensor make_view(OpId op, const Tensor& input, const ViewFn& fn) {
   ANVIL_CHECK(input.defined(), op_name(op), ": input is an undefined tensor");
   detail::trace_op(op);
   auto g = apply_view(fn, {input.sizes(), input.strides(), input.storage_offset()});
-  ANVIL_CHECK(g.has_value(), "view size ", shape_str(fn.sizes),
-              " is not compatible with input tensor's size ", shape_str(input.sizes()),
-              " and stride ", shape_str(input.strides()),
+  ANVIL_CHECK(g.has_value(), "view size ", shape_str(fn.sizes), " is not compatible with input tensor's size ",
+              shape_str(input.sizes()), " and stride ", shape_str(input.strides()),
               " (at least one dimension spans across two contiguous subspaces). Use "
               ".reshape(...) instead.");
-  auto impl = std::make_shared<TensorImpl>(input.storage(), std::move(g->sizes),
-                                           std::move(g->strides), g->offset, input.dtype());
+  auto impl = std::make_shared<TensorImpl>(input.storage(), std::move(g->sizes), std::move(g->strides), g->offset,
+                                           input.dtype());
   // NOTE [ View tracking ]: place the view in its root base.
   auto vi = std::make_shared<ViewInfo>();
   const auto& parent = input.impl()->view_info();
@@ -214,8 +213,7 @@ Tensor Tensor::reshape(IntArray sizes) const {
 }
 
 Tensor Tensor::permute(IntArray dims) const {
-  ANVIL_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: expected ", dim(),
-              " dims, got ", shape_str(dims));
+  ANVIL_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: expected ", dim(), " dims, got ", shape_str(dims));
   std::vector<bool> seen(dim(), false);
   for (auto& d : dims) {
     d = wrap_dim(d, dim(), "permute");
@@ -247,15 +245,15 @@ Tensor Tensor::movedim(int64_t src, int64_t dst) const {
   src = wrap_dim(src, dim(), "movedim");
   dst = wrap_dim(dst, dim(), "movedim");
   IntArray order;
-  for (int64_t i = 0; i < dim(); ++i) if (i != src) order.push_back(i);
+  for (int64_t i = 0; i < dim(); ++i)
+    if (i != src) order.push_back(i);
   order.insert(order.begin() + dst, src);
   return permute(order);
 }
 
 Tensor Tensor::expand(IntArray sizes) const {
-  ANVIL_CHECK(static_cast<int64_t>(sizes.size()) >= dim(), "expand: the number of sizes provided (",
-              sizes.size(), ") must be greater or equal to the number of dimensions in the tensor (",
-              dim(), ")");
+  ANVIL_CHECK(static_cast<int64_t>(sizes.size()) >= dim(), "expand: the number of sizes provided (", sizes.size(),
+              ") must be greater or equal to the number of dimensions in the tensor (", dim(), ")");
   const int64_t lead = static_cast<int64_t>(sizes.size()) - dim();
   for (int64_t i = 0; i < static_cast<int64_t>(sizes.size()); ++i) {
     const int64_t j = i - lead;
@@ -263,10 +261,9 @@ Tensor Tensor::expand(IntArray sizes) const {
       ANVIL_CHECK(j >= 0, "expand: -1 is not allowed in a leading, non-existing dimension");
       sizes[i] = size(j);
     }
-    ANVIL_CHECK(j < 0 || size(j) == sizes[i] || size(j) == 1, "expand: the expanded size ",
-                sizes[i], " must match the existing size ", size(j),
-                " at non-singleton dimension ", i, ". Target sizes: ", shape_str(sizes),
-                ". Tensor sizes: ", shape_str(this->sizes()));
+    ANVIL_CHECK(j < 0 || size(j) == sizes[i] || size(j) == 1, "expand: the expanded size ", sizes[i],
+                " must match the existing size ", size(j), " at non-singleton dimension ", i,
+                ". Target sizes: ", shape_str(sizes), ". Tensor sizes: ", shape_str(this->sizes()));
   }
   if (sizes == this->sizes()) return *this;
   ViewFn fn;
@@ -280,8 +277,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = size(d);
   if (start < 0) start += n;
-  ANVIL_CHECK_INDEX(start >= 0 && length >= 0 && start + length <= n, "narrow: start (", start,
-                    ") + length (", length, ") exceeds dimension size (", n, ") of dim ", d);
+  ANVIL_CHECK_INDEX(start >= 0 && length >= 0 && start + length <= n, "narrow: start (", start, ") + length (", length,
+                    ") exceeds dimension size (", n, ") of dim ", d);
   ViewFn fn;
   fn.kind = ViewFn::Narrow;
   fn.dim = d;
@@ -290,8 +287,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   return make_view(OpId::AsStrided, *this, fn);
 }
 
-Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
-                     int64_t step) const {
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
   ANVIL_CHECK(dim() > 0, "slice() cannot be applied to a 0-dim tensor");
   ANVIL_CHECK(step > 0, "slice: step must be positive, got ", step);
   d = wrap_dim(d, dim(), "slice");
@@ -314,8 +310,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   ANVIL_CHECK_INDEX(dim() > 0, "select() cannot be applied to a 0-dim tensor");
   d = wrap_dim(d, dim(), "select");
   const int64_t n = size(d);
-  ANVIL_CHECK_INDEX(index >= -n && index < n, "select(): index ", index,
-                    " out of range for tensor of size ", shape_str(sizes()), " at dimension ", d);
+  ANVIL_CHECK_INDEX(index >= -n && index < n, "select(): index ", index, " out of range for tensor of size ",
+                    shape_str(sizes()), " at dimension ", d);
   if (index < 0) index += n;
   ViewFn fn;
   fn.kind = ViewFn::Select;
@@ -326,7 +322,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 
 Tensor Tensor::squeeze() const {
   IntArray s;
-  for (int64_t v : sizes()) if (v != 1) s.push_back(v);
+  for (int64_t v : sizes())
+    if (v != 1) s.push_back(v);
   return s.size() == sizes().size() ? *this : view(s);
 }
 
@@ -385,8 +382,7 @@ Tensor Tensor::unfold(int64_t d, int64_t size_, int64_t step) const {
   const int64_t nd = std::max<int64_t>(dim(), 1);
   d = wrap_dim(d, nd, "unfold");
   const int64_t n = dim() == 0 ? 1 : size(d);
-  ANVIL_CHECK(size_ <= n, "unfold: maximum size for tensor at dimension ", d, " is ", n,
-              " but size is ", size_);
+  ANVIL_CHECK(size_ <= n, "unfold: maximum size for tensor at dimension ", d, " is ", n, " but size is ", size_);
   ANVIL_CHECK(step > 0, "unfold: step is ", step, " but must be > 0");
   ViewFn fn;
   fn.kind = ViewFn::Unfold;
@@ -397,21 +393,23 @@ Tensor Tensor::unfold(int64_t d, int64_t size_, int64_t step) const {
 }
 
 Tensor Tensor::as_strided(IntArray sizes_, IntArray strides_, std::optional<int64_t> offset) const {
-  ANVIL_CHECK(sizes_.size() == strides_.size(), "as_strided: got ", sizes_.size(), " sizes but ",
-              strides_.size(), " strides");
+  ANVIL_CHECK(sizes_.size() == strides_.size(), "as_strided: got ", sizes_.size(), " sizes but ", strides_.size(),
+              " strides");
   const int64_t off = offset.value_or(storage_offset());
   int64_t max_index = off;
   for (size_t i = 0; i < sizes_.size(); ++i) {
-    ANVIL_CHECK(sizes_[i] >= 0 && strides_[i] >= 0, "as_strided: negative size or stride in sizes ",
-                shape_str(sizes_), ", strides ", shape_str(strides_));
-    if (sizes_[i] == 0) { max_index = -1; break; }
+    ANVIL_CHECK(sizes_[i] >= 0 && strides_[i] >= 0, "as_strided: negative size or stride in sizes ", shape_str(sizes_),
+                ", strides ", shape_str(strides_));
+    if (sizes_[i] == 0) {
+      max_index = -1;
+      break;
+    }
     max_index += (sizes_[i] - 1) * strides_[i];
   }
   const int64_t capacity = static_cast<int64_t>(storage()->nbytes()) / element_size();
-  ANVIL_CHECK_INDEX(max_index < capacity, "as_strided: setStorage: sizes ", shape_str(sizes_),
-                    ", strides ", shape_str(strides_), ", storage offset ", off,
-                    " require a storage of ", max_index + 1, " elements, but it has only ",
-                    capacity);
+  ANVIL_CHECK_INDEX(max_index < capacity, "as_strided: setStorage: sizes ", shape_str(sizes_), ", strides ",
+                    shape_str(strides_), ", storage offset ", off, " require a storage of ", max_index + 1,
+                    " elements, but it has only ", capacity);
   ANVIL_CHECK(!requires_grad() || is_contiguous(),
               "as_strided on a non-contiguous tensor that requires grad is not supported: its "
               "gradient layout would be ambiguous. Call contiguous() first.");
@@ -423,12 +421,8 @@ Tensor Tensor::as_strided(IntArray sizes_, IntArray strides_, std::optional<int6
   return make_view(OpId::AsStrided, *this, fn);
 }
 
-std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
-  return anvil::split(*this, split_size, d);
-}
-std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
-  return anvil::chunk(*this, chunks, d);
-}
+std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const { return anvil::split(*this, split_size, d); }
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const { return anvil::chunk(*this, chunks, d); }
 std::vector<Tensor> Tensor::unbind(int64_t d) const {
   d = wrap_dim(d, dim(), "unbind");
   std::vector<Tensor> out;
@@ -443,9 +437,8 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, IntArray sizes, int64_t d)
   d = wrap_dim(d, x.dim(), "split_with_sizes");
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  ANVIL_CHECK(total == x.size(d), "split_with_sizes expects split_sizes to sum exactly to ",
-              x.size(d), " (input tensor's size at dimension ", d, "), but got split_sizes=",
-              shape_str(sizes));
+  ANVIL_CHECK(total == x.size(d), "split_with_sizes expects split_sizes to sum exactly to ", x.size(d),
+              " (input tensor's size at dimension ", d, "), but got split_sizes=", shape_str(sizes));
   std::vector<Tensor> out;
   int64_t start = 0;
   for (int64_t s : sizes) {
@@ -472,8 +465,6 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t d) {
   return split(x, std::max<int64_t>(size, 1), d);
 }
 
-Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
-  return x.flatten(start_dim, end_dim);
-}
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) { return x.flatten(start_dim, end_dim); }
 
 }  // namespace anvil

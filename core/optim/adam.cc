@@ -12,22 +12,24 @@ namespace anvil::optim {
 namespace {
 
 Options AdamDefaults(double weight_decay) {
-  return {{"lr", 1e-3},  {"beta1", 0.9},   {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay},
+  return {{"lr", 1e-3},     {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay},
           {"amsgrad", 0.0}, {"fused", 1.0}};
 }
 
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, Options options) : Adam({ParamGroup{std::move(params), {}}}, std::move(options)) {}
+Adam::Adam(std::vector<Tensor> params, Options options)
+    : Adam({ParamGroup{std::move(params), {}}}, std::move(options)) {}
 Adam::Adam(std::vector<ParamGroup> groups, Options defaults) : Adam(std::move(groups), std::move(defaults), false) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled)
-    : Optimizer(std::move(groups), WithOverrides(AdamDefaults(decoupled ? 1e-2 : 0.0), defaults, decoupled ? "AdamW" : "Adam")),
+    : Optimizer(std::move(groups),
+                WithOverrides(AdamDefaults(decoupled ? 1e-2 : 0.0), defaults, decoupled ? "AdamW" : "Adam")),
       decoupled_(decoupled) {
   for (const auto& g : param_groups()) {
     const Options& o = g.options;
-    ANVIL_CHECK(o.at("beta1") >= 0.0 && o.at("beta1") < 1.0 && o.at("beta2") >= 0.0 && o.at("beta2") < 1.0,
-                name(), ": expected betas in [0, 1), got (", o.at("beta1"), ", ", o.at("beta2"), ")");
+    ANVIL_CHECK(o.at("beta1") >= 0.0 && o.at("beta1") < 1.0 && o.at("beta2") >= 0.0 && o.at("beta2") < 1.0, name(),
+                ": expected betas in [0, 1), got (", o.at("beta1"), ", ", o.at("beta2"), ")");
     ANVIL_CHECK(o.at("eps") >= 0.0, name(), ": expected eps >= 0, got ", o.at("eps"));
   }
 }
@@ -104,9 +106,13 @@ RMSprop::RMSprop(std::vector<Tensor> params, Options options)
     : RMSprop({ParamGroup{std::move(params), {}}}, std::move(options)) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, Options defaults)
-    : Optimizer(std::move(groups), WithOverrides({{"lr", 1e-2}, {"alpha", 0.99}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                                          {"momentum", 0.0}, {"centered", 0.0}},
-                                         defaults, "RMSprop")) {}
+    : Optimizer(std::move(groups), WithOverrides({{"lr", 1e-2},
+                                                  {"alpha", 0.99},
+                                                  {"eps", 1e-8},
+                                                  {"weight_decay", 0.0},
+                                                  {"momentum", 0.0},
+                                                  {"centered", 0.0}},
+                                                 defaults, "RMSprop")) {}
 
 void RMSprop::step() {
   NoGradGuard no_grad;

@@ -18,7 +18,8 @@ struct FusedBucket {
   // params, grads, then the optimizer's state lists; unused lists stay empty.
   std::array<std::vector<Tensor>, 5> lists;
 
-  FusedBucket& add(const Tensor& p, const Tensor& g, const Tensor& s0 = {}, const Tensor& s1 = {}, const Tensor& s2 = {}) {
+  FusedBucket& add(const Tensor& p, const Tensor& g, const Tensor& s0 = {}, const Tensor& s1 = {},
+                   const Tensor& s2 = {}) {
     lists[0].push_back(p);
     lists[1].push_back(g);
     if (s0.defined()) lists[2].push_back(s0);

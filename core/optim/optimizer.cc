@@ -45,7 +45,8 @@ void Optimizer::add_param_group(ParamGroup group) {
   for (const auto& p : group.params) {
     ANVIL_CHECK(p.defined() && p.is_leaf(), "optimizer: can only optimize leaf tensors (parameters)");
     ANVIL_CHECK(p.is_floating_point(), "optimizer: can only optimize floating-point tensors, got ", p.dtype());
-    ANVIL_CHECK(seen.insert(p.impl()).second, "optimizer: a parameter appears in more than one group (or twice); "
+    ANVIL_CHECK(seen.insert(p.impl()).second,
+                "optimizer: a parameter appears in more than one group (or twice); "
                 "it would be updated twice per step");
   }
   groups_.push_back(std::move(group));
@@ -100,8 +101,10 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
     for (const auto& p : g.params) flat.push_back(&p);
   }
   for (const auto& [index, ps] : s.params) {
-    ANVIL_CHECK(index >= 0 && index < static_cast<int64_t>(flat.size()), "optimizer load_state_dict: state for "
-                "parameter ", index, " but the optimizer has ", flat.size(), " parameters");
+    ANVIL_CHECK(index >= 0 && index < static_cast<int64_t>(flat.size()),
+                "optimizer load_state_dict: state for "
+                "parameter ",
+                index, " but the optimizer has ", flat.size(), " parameters");
     for (const auto& [k, t] : ps.buffers) {
       ANVIL_CHECK(t.sizes() == flat[static_cast<size_t>(index)]->sizes(), "optimizer load_state_dict: buffer '", k,
                   "' of parameter ", index, " does not match the parameter's shape");
@@ -117,7 +120,8 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
     copy.step = ps.step;
     const Tensor& param = *flat[static_cast<size_t>(index)];
     // Buffers live where their parameter does (a checkpoint read on the CPU resumes a GPU job).
-    for (const auto& [k, t] : ps.buffers) copy.buffers[k] = t.device() == param.device() ? t.clone() : t.to(param.device());
+    for (const auto& [k, t] : ps.buffers)
+      copy.buffers[k] = t.device() == param.device() ? t.clone() : t.to(param.device());
     state_[param.impl()] = std::move(copy);
   }
 }

@@ -42,7 +42,8 @@ std::vector<double> LRScheduler::get_last_lr() const {
   return out;
 }
 
-StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
+    : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
   ANVIL_CHECK(step_size > 0, "StepLR: expected step_size > 0, got ", step_size);
   Start();
 }
@@ -73,14 +74,16 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_m
 }
 
 double CosineAnnealingLR::lr_at(int64_t t, double base) const {
-  return eta_min_ + (base - eta_min_) * (1.0 + std::cos(std::numbers::pi * static_cast<double>(t) /
-                                                        static_cast<double>(t_max_))) / 2.0;
+  return eta_min_ + (base - eta_min_) *
+                        (1.0 + std::cos(std::numbers::pi * static_cast<double>(t) / static_cast<double>(t_max_))) / 2.0;
 }
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps, double min_lr)
     : LRScheduler(opt), warmup_(warmup_steps), total_(total_steps), min_lr_(min_lr) {
-  ANVIL_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, "WarmupCosineLR: expected 0 <= warmup_steps < "
-              "total_steps, got ", warmup_steps, " and ", total_steps);
+  ANVIL_CHECK(warmup_steps >= 0 && total_steps > warmup_steps,
+              "WarmupCosineLR: expected 0 <= warmup_steps < "
+              "total_steps, got ",
+              warmup_steps, " and ", total_steps);
   Start();
 }
 
@@ -91,8 +94,13 @@ double WarmupCosineLR::lr_at(int64_t t, double base) const {
 }
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleOptions& o)
-    : LRScheduler(opt), max_lr_(max_lr), initial_(max_lr / o.div_factor), final_(max_lr / o.div_factor / o.final_div_factor),
-      total_(total_steps), peak_step_(o.pct_start * static_cast<double>(total_steps) - 1.0), options_(o) {
+    : LRScheduler(opt),
+      max_lr_(max_lr),
+      initial_(max_lr / o.div_factor),
+      final_(max_lr / o.div_factor / o.final_div_factor),
+      total_(total_steps),
+      peak_step_(o.pct_start * static_cast<double>(total_steps) - 1.0),
+      options_(o) {
   ANVIL_CHECK(total_steps > 1 && o.pct_start > 0.0 && o.pct_start < 1.0 && peak_step_ > 0.0 &&
                   peak_step_ < static_cast<double>(total_steps - 1),
               "OneCycleLR: expected total_steps > 1 and 0 < pct_start < 1 leaving both phases non-empty, got "
@@ -109,8 +117,9 @@ OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, double div_factor,
                        double final_div_factor)
-    : OneCycleLR(opt, max_lr, total_steps,
-                 OneCycleOptions{.pct_start = pct_start, .div_factor = div_factor, .final_div_factor = final_div_factor}) {}
+    : OneCycleLR(
+          opt, max_lr, total_steps,
+          OneCycleOptions{.pct_start = pct_start, .div_factor = div_factor, .final_div_factor = final_div_factor}) {}
 
 // start -> peak over [0, peak_step], peak -> end over [peak_step, total - 1], cosine.
 double OneCycleLR::Phase(int64_t t, double start, double peak, double end) const {
@@ -132,7 +141,12 @@ void OneCycleLR::on_apply(std::vector<ParamGroup>& groups, int64_t t) {
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, Mode mode, double factor, int64_t patience, double threshold,
                                      int64_t cooldown, double min_lr)
-    : optimizer_(opt), mode_(mode), factor_(factor), threshold_(threshold), min_lr_(min_lr), patience_(patience),
+    : optimizer_(opt),
+      mode_(mode),
+      factor_(factor),
+      threshold_(threshold),
+      min_lr_(min_lr),
+      patience_(patience),
       cooldown_(cooldown),
       best_(mode == Mode::kMin ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity()) {
   ANVIL_CHECK(factor > 0.0 && factor < 1.0, "ReduceLROnPlateau: expected 0 < factor < 1, got ", factor);

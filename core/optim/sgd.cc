@@ -11,8 +11,12 @@
 namespace anvil::optim {
 namespace {
 Options SgdDefaults() {
-  return {{"lr", std::numeric_limits<double>::quiet_NaN()}, {"momentum", 0.0}, {"dampening", 0.0},
-          {"weight_decay", 0.0}, {"nesterov", 0.0}, {"fused", 1.0}};
+  return {{"lr", std::numeric_limits<double>::quiet_NaN()},
+          {"momentum", 0.0},
+          {"dampening", 0.0},
+          {"weight_decay", 0.0},
+          {"nesterov", 0.0},
+          {"fused", 1.0}};
 }
 }  // namespace
 

@@ -55,9 +55,8 @@ class CachingCpuAllocator final : public Allocator {
     }
     if (p == nullptr) {
       AllocatorStats s = stats();
-      throw OutOfMemoryError(detail::StrCat("CPU out of memory: tried to allocate ", size,
-                                            " bytes; ", s.allocated_bytes,
-                                            " bytes allocated by tensors"));
+      throw OutOfMemoryError(detail::StrCat("CPU out of memory: tried to allocate ", size, " bytes; ",
+                                            s.allocated_bytes, " bytes allocated by tensors"));
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_system_allocs;

@@ -15,17 +15,17 @@
 namespace anvil {
 
 struct AllocatorStats {
-  int64_t allocated_bytes = 0;   // handed out and not yet returned
-  int64_t cached_bytes = 0;      // returned, kept for reuse
+  int64_t allocated_bytes = 0;  // handed out and not yet returned
+  int64_t cached_bytes = 0;     // returned, kept for reuse
   int64_t peak_allocated_bytes = 0;
-  int64_t num_allocs = 0;        // calls to allocate
-  int64_t num_cache_hits = 0;    // served from the cache
-  int64_t num_system_allocs = 0; // served by the operating system (the driver, on a GPU)
+  int64_t num_allocs = 0;         // calls to allocate
+  int64_t num_cache_hits = 0;     // served from the cache
+  int64_t num_system_allocs = 0;  // served by the operating system (the driver, on a GPU)
   // Caching device allocators only (0 elsewhere):
-  int64_t active_blocks = 0;      // handed out, or freed but still in use by another stream
-  int64_t largest_free_block = 0; // the biggest request the cache can serve without the driver
-  double fragmentation = 0;       // 1 - largest free block / cached bytes
-  int64_t num_ooms = 0;           // out-of-memory errors raised
+  int64_t active_blocks = 0;       // handed out, or freed but still in use by another stream
+  int64_t largest_free_block = 0;  // the biggest request the cache can serve without the driver
+  double fragmentation = 0;        // 1 - largest free block / cached bytes
+  int64_t num_ooms = 0;            // out-of-memory errors raised
 };
 
 class Allocator {

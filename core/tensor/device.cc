@@ -12,8 +12,7 @@ Device::Device(const std::string& spec) {
   if (spec.rfind("cuda", 0) == 0) {
     int idx = 0;
     if (spec.size() > 4) {
-      ANVIL_CHECK(spec[4] == ':' && spec.size() > 5 &&
-                      spec.find_first_not_of("0123456789", 5) == std::string::npos,
+      ANVIL_CHECK(spec[4] == ':' && spec.size() > 5 && spec.find_first_not_of("0123456789", 5) == std::string::npos,
                   "Device: expected 'cpu', 'cuda' or 'cuda:N', got '", spec, "'");
       idx = std::stoi(spec.substr(5));
     }
@@ -23,9 +22,7 @@ Device::Device(const std::string& spec) {
   throw Error("Device: expected 'cpu', 'cuda' or 'cuda:N', got '" + spec + "'");
 }
 
-std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 

@@ -4,16 +4,26 @@ namespace anvil {
 
 std::string_view dtype_name(ScalarType t) {
   switch (t) {
-    case kBool: return "bool";
-    case kUInt8: return "uint8";
-    case kInt8: return "int8";
-    case kInt16: return "int16";
-    case kInt32: return "int32";
-    case kInt64: return "int64";
-    case kFloat16: return "float16";
-    case kBFloat16: return "bfloat16";
-    case kFloat32: return "float32";
-    case kFloat64: return "float64";
+    case kBool:
+      return "bool";
+    case kUInt8:
+      return "uint8";
+    case kInt8:
+      return "int8";
+    case kInt16:
+      return "int16";
+    case kInt32:
+      return "int32";
+    case kInt64:
+      return "int64";
+    case kFloat16:
+      return "float16";
+    case kBFloat16:
+      return "bfloat16";
+    case kFloat32:
+      return "float32";
+    case kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -23,9 +33,8 @@ std::ostream& operator<<(std::ostream& os, ScalarType t) { return os << dtype_na
 ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
   // Mirrors PyTorch's table for these ten types.
-  constexpr ScalarType b1 = kBool, u1 = kUInt8, i1 = kInt8, i2 = kInt16, i4 = kInt32,
-                       i8 = kInt64, f2 = kFloat16, bf = kBFloat16, f4 = kFloat32,
-                       f8 = kFloat64;
+  constexpr ScalarType b1 = kBool, u1 = kUInt8, i1 = kInt8, i2 = kInt16, i4 = kInt32, i8 = kInt64, f2 = kFloat16,
+                       bf = kBFloat16, f4 = kFloat32, f8 = kFloat64;
   static constexpr ScalarType table[kNumScalarTypes][kNumScalarTypes] = {
       /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8 */
       /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8},

@@ -83,9 +83,11 @@ ScalarType default_dtype();
 
 template <typename T>
 struct CppTypeToScalarType;
-#define ANVIL_CPP_TO_DTYPE(T, D) \
-  template <>                    \
-  struct CppTypeToScalarType<T> { static constexpr ScalarType value = D; };
+#define ANVIL_CPP_TO_DTYPE(T, D)           \
+  template <>                              \
+  struct CppTypeToScalarType<T> {          \
+    static constexpr ScalarType value = D; \
+  };
 ANVIL_CPP_TO_DTYPE(bool, kBool)
 ANVIL_CPP_TO_DTYPE(uint8_t, kUInt8)
 ANVIL_CPP_TO_DTYPE(int8_t, kInt8)
@@ -122,43 +124,41 @@ using opmath_t = typename OpMath<T>::type;
     using scalar_t = T;             \
     return __VA_ARGS__();           \
   }
-#define ANVIL_FLOATING_CASES(...)                                                        \
-  ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)                                \
-  ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)                               \
-  ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__)                        \
+#define ANVIL_FLOATING_CASES(...)                                 \
+  ANVIL_DTYPE_CASE(::anvil::kFloat32, float, __VA_ARGS__)         \
+  ANVIL_DTYPE_CASE(::anvil::kFloat64, double, __VA_ARGS__)        \
+  ANVIL_DTYPE_CASE(::anvil::kFloat16, ::anvil::Half, __VA_ARGS__) \
   ANVIL_DTYPE_CASE(::anvil::kBFloat16, ::anvil::BFloat16, __VA_ARGS__)
-#define ANVIL_INTEGRAL_CASES(...)                                                        \
-  ANVIL_DTYPE_CASE(::anvil::kInt64, int64_t, __VA_ARGS__)                                \
-  ANVIL_DTYPE_CASE(::anvil::kInt32, int32_t, __VA_ARGS__)                                \
-  ANVIL_DTYPE_CASE(::anvil::kInt16, int16_t, __VA_ARGS__)                                \
-  ANVIL_DTYPE_CASE(::anvil::kInt8, int8_t, __VA_ARGS__)                                  \
+#define ANVIL_INTEGRAL_CASES(...)                         \
+  ANVIL_DTYPE_CASE(::anvil::kInt64, int64_t, __VA_ARGS__) \
+  ANVIL_DTYPE_CASE(::anvil::kInt32, int32_t, __VA_ARGS__) \
+  ANVIL_DTYPE_CASE(::anvil::kInt16, int16_t, __VA_ARGS__) \
+  ANVIL_DTYPE_CASE(::anvil::kInt8, int8_t, __VA_ARGS__)   \
   ANVIL_DTYPE_CASE(::anvil::kUInt8, uint8_t, __VA_ARGS__)
-#define ANVIL_DISPATCH_FLOATING(TYPE, NAME, ...)                                         \
-  [&] {                                                                                  \
-    switch (TYPE) {                                                                      \
-      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
-      default:                                                                           \
-        throw ::anvil::TypeError(::anvil::detail::StrCat(                                \
-            NAME, ": expected a floating-point tensor, got ", TYPE));                    \
-    }                                                                                    \
+#define ANVIL_DISPATCH_FLOATING(TYPE, NAME, ...)                                                                   \
+  [&] {                                                                                                            \
+    switch (TYPE) {                                                                                                \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                                            \
+      default:                                                                                                     \
+        throw ::anvil::TypeError(::anvil::detail::StrCat(NAME, ": expected a floating-point tensor, got ", TYPE)); \
+    }                                                                                                              \
   }()
-#define ANVIL_DISPATCH_ALL(TYPE, NAME, ...)                                              \
-  [&] {                                                                                  \
-    switch (TYPE) {                                                                      \
-      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
-      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                  \
-      ANVIL_DTYPE_CASE(::anvil::kBool, bool, __VA_ARGS__)                                \
-    }                                                                                    \
+#define ANVIL_DISPATCH_ALL(TYPE, NAME, ...)                                                \
+  [&] {                                                                                    \
+    switch (TYPE) {                                                                        \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                    \
+      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                    \
+      ANVIL_DTYPE_CASE(::anvil::kBool, bool, __VA_ARGS__)                                  \
+    }                                                                                      \
     throw ::anvil::TypeError(::anvil::detail::StrCat(NAME, ": unsupported dtype ", TYPE)); \
   }()
 // All types but bool (arithmetic that PyTorch refuses on bool, like subtraction).
-#define ANVIL_DISPATCH_NUMERIC(TYPE, NAME, ...)                                          \
-  [&] {                                                                                  \
-    switch (TYPE) {                                                                      \
-      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                  \
-      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                  \
-      default:                                                                           \
-        throw ::anvil::TypeError(                                                        \
-            ::anvil::detail::StrCat(NAME, ": not supported for dtype ", TYPE));          \
-    }                                                                                    \
+#define ANVIL_DISPATCH_NUMERIC(TYPE, NAME, ...)                                                      \
+  [&] {                                                                                              \
+    switch (TYPE) {                                                                                  \
+      ANVIL_FLOATING_CASES(__VA_ARGS__)                                                              \
+      ANVIL_INTEGRAL_CASES(__VA_ARGS__)                                                              \
+      default:                                                                                       \
+        throw ::anvil::TypeError(::anvil::detail::StrCat(NAME, ": not supported for dtype ", TYPE)); \
+    }                                                                                                \
   }()

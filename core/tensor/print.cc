@@ -156,8 +156,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   const bool default_type = t.dtype() == kFloat32 || t.dtype() == kInt64 || t.dtype() == kBool;
   if (!default_type) os << ", dtype=" << t.dtype();
   if (!t.device().is_cpu()) os << ", device='" << t.device() << "'";
-  if (auto fn = t.grad_fn()) os << ", grad_fn=<" << fn->name() << ">";
-  else if (t.requires_grad()) os << ", requires_grad=True";
+  if (auto fn = t.grad_fn())
+    os << ", grad_fn=<" << fn->name() << ">";
+  else if (t.requires_grad())
+    os << ", requires_grad=True";
   return os << ")";
 }
 

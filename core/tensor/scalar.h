@@ -18,9 +18,9 @@ class Scalar {
   Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}  // NOLINT
   template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
   Scalar(T v) : kind_(Kind::Float), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}  // NOLINT
-  Scalar(bool v) : kind_(Kind::Bool), i_(v), d_(v) {}  // NOLINT
-  Scalar(Half v) : Scalar(static_cast<float>(v)) {}  // NOLINT
-  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}  // NOLINT
+  Scalar(bool v) : kind_(Kind::Bool), i_(v), d_(v) {}                                           // NOLINT
+  Scalar(Half v) : Scalar(static_cast<float>(v)) {}                                             // NOLINT
+  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}                                         // NOLINT
 
   Kind kind() const { return kind_; }
   bool is_floating_point() const { return kind_ == Kind::Float; }
@@ -29,15 +29,17 @@ class Scalar {
   double to_double() const { return d_; }
   int64_t to_int() const { return kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_; }
   // The dtype this scalar has as a "wrapped number": int64, float32 (the default) or bool.
-  ScalarType dtype() const {
-    return kind_ == Kind::Float ? default_dtype() : (kind_ == Kind::Int ? kInt64 : kBool);
-  }
+  ScalarType dtype() const { return kind_ == Kind::Float ? default_dtype() : (kind_ == Kind::Int ? kInt64 : kBool); }
   template <typename T>
   T to() const {
-    if constexpr (std::is_same_v<T, bool>) return d_ != 0;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
-    else if constexpr (std::is_same_v<T, double>) return d_;
-    else return T(static_cast<float>(d_));
+    if constexpr (std::is_same_v<T, bool>)
+      return d_ != 0;
+    else if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(to_int());
+    else if constexpr (std::is_same_v<T, double>)
+      return d_;
+    else
+      return T(static_cast<float>(d_));
   }
 
  private:

@@ -48,8 +48,8 @@ class StorageImpl {
   void* data_;
   size_t nbytes_;
   Device device_;
-  Allocator* allocator_;                  // null when wrapping external memory
-  std::function<void(void*)> deleter_;    // for external memory
+  Allocator* allocator_;                // null when wrapping external memory
+  std::function<void(void*)> deleter_;  // for external memory
   std::atomic<uint64_t> version_{0};
   std::atomic<const char*> last_writer_{nullptr};
 };

@@ -18,8 +18,8 @@ namespace anvil {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
-  ANVIL_CHECK_INDEX(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [",
-                    -n, ", ", n - 1, "], but got ", dim, ")");
+  ANVIL_CHECK_INDEX(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [", -n, ", ", n - 1,
+                    "], but got ", dim, ")");
   return dim < 0 ? dim + n : dim;
 }
 
@@ -47,8 +47,10 @@ T Tensor::item() const {
   Tensor c = to(kCPU).contiguous();
   return ANVIL_DISPATCH_ALL(dtype(), "item", [&]() -> T {
     const scalar_t v = *static_cast<const scalar_t*>(c.data_ptr());
-    if constexpr (std::is_same_v<T, bool>) return static_cast<double>(opmath_t<scalar_t>(v)) != 0;
-    else return static_cast<T>(static_cast<opmath_t<scalar_t>>(v));
+    if constexpr (std::is_same_v<T, bool>)
+      return static_cast<double>(opmath_t<scalar_t>(v)) != 0;
+    else
+      return static_cast<T>(static_cast<opmath_t<scalar_t>>(v));
   });
 }
 template float Tensor::item<float>() const;
@@ -127,8 +129,10 @@ Tensor Tensor::pin_memory() const {
   if (is_pinned()) return *this;
   Allocator* pinned = pinned_memory_allocator();
   if (pinned == nullptr) {
-    throw NotImplementedError(detail::StrCat("pin_memory: page-locked memory is for copies to a GPU, and there is "
-                                             "none: ", cuda_unavailable_reason()));
+    throw NotImplementedError(
+        detail::StrCat("pin_memory: page-locked memory is for copies to a GPU, and there is "
+                       "none: ",
+                       cuda_unavailable_reason()));
   }
   const Tensor src = contiguous();
   auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(nbytes()), pinned);
@@ -149,13 +153,15 @@ bool Tensor::requires_grad() const {
 Tensor& Tensor::requires_grad_(bool r) {
   AutogradMeta& m = impl_->autograd_mut();
   if (!r) {
-    ANVIL_CHECK(m.grad_fn == nullptr, "you can only change requires_grad flags of leaf variables. If you want "
+    ANVIL_CHECK(m.grad_fn == nullptr,
+                "you can only change requires_grad flags of leaf variables. If you want "
                 "to use a computed variable in a subgraph that doesn't require differentiation use "
                 "var_no_grad = var.detach().");
     m.requires_grad = false;
     return *this;
   }
-  ANVIL_CHECK(m.grad_fn == nullptr, "requires_grad_: only leaf tensors can be marked; this one is the "
+  ANVIL_CHECK(m.grad_fn == nullptr,
+              "requires_grad_: only leaf tensors can be marked; this one is the "
               "result of an op (it already requires grad)");
   ANVIL_CHECK_TYPE(is_floating_point(), "only Tensors of floating point dtype can require gradients, got ", dtype());
   m.requires_grad = true;
@@ -217,8 +223,10 @@ void Tensor::retain_grad() const {
   grad_fn()->add_pre_hook(output_nr(), [weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
       auto& m = impl->autograd_mut();
-      if (!m.grad) m.grad = g.detach().clone().impl_ptr();
-      else m.grad = (Tensor(m.grad) + g.detach()).impl_ptr();
+      if (!m.grad)
+        m.grad = g.detach().clone().impl_ptr();
+      else
+        m.grad = (Tensor(m.grad) + g.detach()).impl_ptr();
     }
     return Tensor();
   });

@@ -95,8 +95,7 @@ class Tensor {
   Tensor t() const;
   Tensor mT() const { return transpose(-2, -1); }
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
-  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
-               int64_t step = 1) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor expand(IntArray sizes) const;
   Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
@@ -253,15 +252,13 @@ class Tensor {
 // One entry of a Tensor::index list.
 class TensorIndex {
  public:
-  TensorIndex(int64_t i) : v_(i) {}  // NOLINT
-  TensorIndex(int i) : v_(int64_t{i}) {}  // NOLINT
-  TensorIndex(Slice s) : v_(s) {}  // NOLINT
+  TensorIndex(int64_t i) : v_(i) {}                    // NOLINT
+  TensorIndex(int i) : v_(int64_t{i}) {}               // NOLINT
+  TensorIndex(Slice s) : v_(s) {}                      // NOLINT
   TensorIndex(EllipsisIndex) : v_(EllipsisIndex{}) {}  // NOLINT
-  TensorIndex(NoneIndex) : v_(NoneIndex{}) {}  // NOLINT
-  TensorIndex(Tensor t) : v_(std::move(t)) {}  // NOLINT
-  const std::variant<int64_t, Slice, EllipsisIndex, NoneIndex, Tensor>& value() const {
-    return v_;
-  }
+  TensorIndex(NoneIndex) : v_(NoneIndex{}) {}          // NOLINT
+  TensorIndex(Tensor t) : v_(std::move(t)) {}          // NOLINT
+  const std::variant<int64_t, Slice, EllipsisIndex, NoneIndex, Tensor>& value() const { return v_; }
 
  private:
   std::variant<int64_t, Slice, EllipsisIndex, NoneIndex, Tensor> v_;
@@ -299,7 +296,7 @@ Tensor operator>(const Tensor& a, Scalar b);
 Tensor operator>=(const Tensor& a, Scalar b);
 Tensor operator&(const Tensor& a, const Tensor& b);  // logical and (bool tensors)
 Tensor operator|(const Tensor& a, const Tensor& b);  // logical or
-Tensor operator~(const Tensor& a);  // logical not
+Tensor operator~(const Tensor& a);                   // logical not
 Tensor& operator+=(Tensor& a, const Tensor& b);
 Tensor& operator-=(Tensor& a, const Tensor& b);
 Tensor& operator*=(Tensor& a, const Tensor& b);
@@ -316,8 +313,8 @@ inline std::string shape_str(const Tensor& t) { return shape_str(t.sizes()); }
 
 template <typename T>
 T* Tensor::data_ptr() const {
-  ANVIL_CHECK_TYPE(CppTypeToScalarType<T>::value == dtype(), "data_ptr<",
-                   CppTypeToScalarType<T>::value, ">: tensor has dtype ", dtype());
+  ANVIL_CHECK_TYPE(CppTypeToScalarType<T>::value == dtype(), "data_ptr<", CppTypeToScalarType<T>::value,
+                   ">: tensor has dtype ", dtype());
   return static_cast<T*>(impl_->data());
 }
 

@@ -29,8 +29,7 @@ int64_t numel_of(const IntArray& sizes) {
   return n;
 }
 
-TensorImpl::TensorImpl(Storage storage, IntArray sizes, IntArray strides, int64_t offset,
-                       ScalarType dtype)
+TensorImpl::TensorImpl(Storage storage, IntArray sizes, IntArray strides, int64_t offset, ScalarType dtype)
     : storage_(std::move(storage)),
       sizes_(std::move(sizes)),
       strides_(std::move(strides)),

@@ -34,8 +34,8 @@ struct ViewInfo {
   std::shared_ptr<class TensorImpl> base;  // the root (never itself a view)
   IntArray rel_sizes, rel_strides;
   int64_t rel_offset = 0;
-  bool rel_valid = true;           // false when the window cannot be expressed that way
-  uint64_t grad_fn_version = 0;    // storage version when grad_fn was last (re)built
+  bool rel_valid = true;         // false when the window cannot be expressed that way
+  uint64_t grad_fn_version = 0;  // storage version when grad_fn was last (re)built
   // One of several views a single call returned (split, chunk, unbind), or a view of one:
   // autograd cannot rebase such a view's history onto its siblings', so in-place writes to
   // it are refused while it requires grad (PyTorch's rule).
@@ -67,9 +67,7 @@ class TensorImpl {
   ScalarType dtype() const { return dtype_; }
   Device device() const { return storage_->device(); }
   bool is_contiguous() const { return contiguous_; }
-  void* data() const {
-    return static_cast<char*>(storage_->data()) + offset_ * itemsize(dtype_);
-  }
+  void* data() const { return static_cast<char*>(storage_->data()) + offset_ * itemsize(dtype_); }
 
   // Changes the window (used by in-place shape ops like squeeze_/resize of fresh outputs).
   void set_geometry(IntArray sizes, IntArray strides, int64_t offset);

@@ -1,12 +1,11 @@
 // Training checkpoints: see checkpoint.h.
 #include "core/train/checkpoint.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <bit>
 #include <filesystem>
-
-#include <zlib.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
@@ -108,8 +107,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"history_stride", state.history_stride},
       {"history_pending", state.history_pending},
       // The best value as its IEEE-754 bits: exact, and JSON has no infinity.
-      {"early_stopping", {{"best_bits", state.best_metric ? Json(std::bit_cast<uint64_t>(*state.best_metric)) : Json(nullptr)},
-                          {"bad_epochs", state.bad_epochs}}},
+      {"early_stopping",
+       {{"best_bits", state.best_metric ? Json(std::bit_cast<uint64_t>(*state.best_metric)) : Json(nullptr)},
+        {"bad_epochs", state.bad_epochs}}},
       {"extra", state.extra},
   };
   const std::string state_json = j.dump();
@@ -117,8 +117,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   uint32_t data_crc = 0;
   for (const auto& [name, t] : tensors) {
     const Tensor c = t.detach().contiguous();
-    data_crc = Crc32({static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * itemsize(c.dtype()))},
-                     data_crc);
+    data_crc =
+        Crc32({static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * itemsize(c.dtype()))}, data_crc);
   }
   const uint32_t crc = Crc32(state_json, data_crc);
   io::save_safetensors(path, tensors,
@@ -130,8 +130,10 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   const Json& j = p.state;
   // Optimizer state first, checked against the live optimizer before anything is written.
   optim::OptimizerState os;
-  ANVIL_CHECK(j.at("optimizer").at("name").get<std::string>() == optimizer.name(), path, ": the checkpoint was written "
-              "by ", j.at("optimizer").at("name").get<std::string>(), ", not ", optimizer.name());
+  ANVIL_CHECK(j.at("optimizer").at("name").get<std::string>() == optimizer.name(), path,
+              ": the checkpoint was written "
+              "by ",
+              j.at("optimizer").at("name").get<std::string>(), ", not ", optimizer.name());
   for (const auto& g : j.at("optimizer").at("groups")) os.groups.push_back(g.get<optim::Options>());
   for (const auto& [index, step] : j.at("optimizer").at("param_steps").items()) {
     os.params[std::stoll(index)].step = step.get<int64_t>();
@@ -160,7 +162,8 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   s.loader_seed = j.at("loader").at("seed").get<uint64_t>();
   s.rng = {j.at("rng")[0].get<uint64_t>(), j.at("rng")[1].get<uint64_t>()};
   s.scheduler_step = j.at("scheduler_step").get<int64_t>();
-  for (const auto& m : j.at("history")) s.history.push_back({m[0].get<int64_t>(), m[1].get<std::string>(), m[2].get<double>()});
+  for (const auto& m : j.at("history"))
+    s.history.push_back({m[0].get<int64_t>(), m[1].get<std::string>(), m[2].get<double>()});
   s.history_stride = j.value("history_stride", int64_t{1});  // absent before histories were bounded
   s.history_pending = j.value("history_pending", int64_t{0});
   if (j.contains("early_stopping")) {  // absent before early stopping was checkpointed

@@ -32,14 +32,14 @@ namespace anvil::train {
 
 // The non-tensor state of a run.
 struct TrainingState {
-  int64_t step = 0;                  // optimizer steps taken
-  data::LoaderPosition loader;       // the next batch to train on
-  uint64_t loader_seed = 0;          // must match the loader of the resumed run
-  std::pair<uint64_t, uint64_t> rng{0, 0};  // the default generator's (seed, offset)
-  int64_t scheduler_step = -1;       // -1: no scheduler
-  std::vector<MetricPoint> history;  // a MetricHistory's sample ...
+  int64_t step = 0;                          // optimizer steps taken
+  data::LoaderPosition loader;               // the next batch to train on
+  uint64_t loader_seed = 0;                  // must match the loader of the resumed run
+  std::pair<uint64_t, uint64_t> rng{0, 0};   // the default generator's (seed, offset)
+  int64_t scheduler_step = -1;               // -1: no scheduler
+  std::vector<MetricPoint> history;          // a MetricHistory's sample ...
   std::map<std::string, std::string> extra;  // caller-defined (e.g. best metric so far)
-  int64_t history_stride = 1;   // ... with its stride and pending groups
+  int64_t history_stride = 1;                // ... with its stride and pending groups
   int64_t history_pending = 0;
   // Early stopping: the best monitored value so far, epochs since it, and the weights it had
   // (tensors "best/<key>"; empty unless restore_best_weights).

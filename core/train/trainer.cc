@@ -29,7 +29,10 @@ nn::StateDict CloneState(const nn::Module& m) {
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer, TrainerOptions options,
                  LossFn loss)
-    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), loss_(std::move(loss)),
+    : model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      options_(std::move(options)),
+      loss_(std::move(loss)),
       history_(options_.history_max_points) {
   ANVIL_CHECK(model_ != nullptr && optimizer_ != nullptr, "Trainer: the model and the optimizer are required");
   const TrainerOptions& o = options_;
@@ -77,12 +80,22 @@ void Trainer::checkpoint(data::DataLoader& train) {
   if (!all_finite(*model_, *optimizer_)) {
     engine_log(LogSeverity::kWarning, detail::StrCat("not checkpointing step ", step_,
                                                      ": a weight or optimizer buffer is not finite; the last "
-                                                     "checkpoint stays ", last_checkpoint_));
+                                                     "checkpoint stays ",
+                                                     last_checkpoint_));
     return;
   }
-  TrainingState s{step_, train.position(), train.options().seed, default_generator().get_state(),
-                  scheduler_ ? scheduler_->last_step() : -1, history_.points(), {},
-                  history_.stride(), history_.pending(), best_, bad_epochs_, best_state_};
+  TrainingState s{step_,
+                  train.position(),
+                  train.options().seed,
+                  default_generator().get_state(),
+                  scheduler_ ? scheduler_->last_step() : -1,
+                  history_.points(),
+                  {},
+                  history_.stride(),
+                  history_.pending(),
+                  best_,
+                  bad_epochs_,
+                  best_state_};
   rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
   fault_point("checkpoint:rotated");
   save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
@@ -173,8 +186,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     int64_t micro = 0;
     optimizer_->zero_grad();
     auto optimizer_step = [&]() {
-      Tensor norm = o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm)
-                                         : optim::grad_norm(params);
+      Tensor norm =
+          o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
       if (o.clip_grad_value > 0) optim::clip_grad_value_(params, o.clip_grad_value);
       optimizer_->step();
       optimizer_->zero_grad();
@@ -204,7 +217,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         return result;
       }
       std::optional<data::Example> batch = train.next();
-      if (!batch) break;  // the loader advanced its epoch
+      if (!batch) break;                                                         // the loader advanced its epoch
       const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
       const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key].to(device, /*non_blocking=*/true));
       (o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
@@ -249,7 +262,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     if (o.monitor == "val_loss") monitored = em.val_loss;
     if (o.monitor == "val_accuracy") monitored = em.val_accuracy;
     if (monitored) {
-      const bool improved = !best || (lower_is_better ? *monitored < *best - o.min_delta : *monitored > *best + o.min_delta);
+      const bool improved =
+          !best || (lower_is_better ? *monitored < *best - o.min_delta : *monitored > *best + o.min_delta);
       if (improved) {
         best = monitored;
         bad_epochs = 0;

@@ -39,7 +39,7 @@ struct TrainerOptions {
   bool scheduler_per_step = false;  // step the scheduler every optimizer step (else per epoch)
   // Early stopping on a validation metric ("val_loss": lower is better, "val_accuracy": higher).
   std::string monitor = "val_loss";
-  int64_t patience = -1;            // epochs without improvement before stopping; -1: off
+  int64_t patience = -1;  // epochs without improvement before stopping; -1: off
   double min_delta = 0.0;
   bool restore_best_weights = true;
   // Checkpoints (atomic, resumable); empty path: none.
@@ -58,8 +58,8 @@ struct TrainerOptions {
 // One interval of training steps, published every metric_interval steps.
 struct StepMetrics {
   int64_t step = 0, epoch = 0;
-  double loss = 0;            // mean over the interval
-  double grad_norm = 0;       // mean over the interval (before clipping)
+  double loss = 0;       // mean over the interval
+  double grad_norm = 0;  // mean over the interval (before clipping)
   double lr = 0;
   double samples_per_second = 0;
   double data_wait_ratio = 0;  // time blocked on the loader / wall time, this epoch so far

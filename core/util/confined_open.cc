@@ -50,7 +50,8 @@ int WalkNoFollow(int dirfd, const std::string& rel, int flags, const std::string
     const int next = ::openat(current.fd, part.c_str(), f | O_CLOEXEC);
     if (next < 0) {
       const int err = errno;
-      ANVIL_CHECK(err != ELOOP && err != ENOTDIR, shown, ": a symbolic link on the way (refused: this system has no openat2)");
+      ANVIL_CHECK(err != ELOOP && err != ENOTDIR, shown,
+                  ": a symbolic link on the way (refused: this system has no openat2)");
       throw Error(shown + ": cannot open: " + errno_message(err));
     }
     if (last) return next;

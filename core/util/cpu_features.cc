@@ -98,9 +98,9 @@ CpuFeatures Probe() {
 
   const bool osxsave = Bit(r1.c, 27);
   const uint64_t xcr0 = osxsave ? Xgetbv0() : 0;
-  const bool os_ymm = (xcr0 & 0x6) == 0x6;            // SSE + AVX state
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;              // SSE + AVX state
   const bool os_zmm = os_ymm && (xcr0 & 0xE0) == 0xE0;  // opmask + zmm_hi256 + hi16_zmm
-  const bool os_tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
+  const bool os_tiles = (xcr0 & 0x60000) == 0x60000;    // XTILECFG + XTILEDATA
 
   f.fma = os_ymm && Bit(r1.c, 12);
   f.movbe = Bit(r1.c, 22);
@@ -201,10 +201,14 @@ const CpuFeatures& cpu_features() {
 
 std::string_view isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kGeneric: return "generic";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-    case CpuIsa::kAmx: return "amx";
+    case CpuIsa::kGeneric:
+      return "generic";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAmx:
+      return "amx";
   }
   return "unknown";
 }

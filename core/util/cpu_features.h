@@ -21,11 +21,10 @@ struct CpuFeatures {
 
   // x86-64-v3 (the build baseline): AVX, AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE, with the OS
   // saving ymm state.
-  bool avx = false, avx2 = false, fma = false, f16c = false, bmi1 = false, bmi2 = false, lzcnt = false,
-       movbe = false;
+  bool avx = false, avx2 = false, fma = false, f16c = false, bmi1 = false, bmi2 = false, lzcnt = false, movbe = false;
   // AVX-512 (counted only with the OS saving zmm and opmask state).
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512cd = false,
-       avx512_vnni = false, avx512_bf16 = false, avx512_fp16 = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512cd = false, avx512_vnni = false,
+       avx512_bf16 = false, avx512_fp16 = false;
   bool avx_vnni = false;  // the VEX-encoded VNNI (Alder Lake, Zen 5)
   // AMX (counted only with the OS saving tile state and this process permitted to use it).
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;

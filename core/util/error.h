@@ -55,19 +55,19 @@ std::string StrCat(const Args&... args) {
 }  // namespace anvil
 
 // Throws `type` with the concatenated message when `cond` is false.
-#define ANVIL_CHECK_T(type, cond, ...)                          \
-  do {                                                          \
-    if (!(cond)) [[unlikely]] {                                 \
-      throw type(::anvil::detail::StrCat(__VA_ARGS__));         \
-    }                                                           \
+#define ANVIL_CHECK_T(type, cond, ...)                  \
+  do {                                                  \
+    if (!(cond)) [[unlikely]] {                         \
+      throw type(::anvil::detail::StrCat(__VA_ARGS__)); \
+    }                                                   \
   } while (0)
 #define ANVIL_CHECK(cond, ...) ANVIL_CHECK_T(::anvil::Error, cond, __VA_ARGS__)
 #define ANVIL_CHECK_INDEX(cond, ...) ANVIL_CHECK_T(::anvil::IndexError, cond, __VA_ARGS__)
 #define ANVIL_CHECK_TYPE(cond, ...) ANVIL_CHECK_T(::anvil::TypeError, cond, __VA_ARGS__)
-#define ANVIL_INTERNAL_ASSERT(cond, ...)                                                  \
-  do {                                                                                    \
-    if (!(cond)) [[unlikely]] {                                                           \
-      ::anvil::detail::ThrowInternal(__FILE__, __LINE__, #cond,                           \
+#define ANVIL_INTERNAL_ASSERT(cond, ...)                                                      \
+  do {                                                                                        \
+    if (!(cond)) [[unlikely]] {                                                               \
+      ::anvil::detail::ThrowInternal(__FILE__, __LINE__, #cond,                               \
                                      ::anvil::detail::StrCat("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                                     \
+    }                                                                                         \
   } while (0)

@@ -48,8 +48,7 @@ void fault_point(const char* name, const char* file, int line) {
   const std::string_view rest = std::string_view(spec).substr(n.size());
   if (rest.empty()) ::_exit(kFaultPointExitCode);
   if (rest == "=internal") {
-    detail::ThrowInternal(file, line, name,
-                          "(fault point: an internal error was asked for here)");
+    detail::ThrowInternal(file, line, name, "(fault point: an internal error was asked for here)");
   }
 }
 

@@ -1,8 +1,6 @@
 // Atomic file writes: see file.h.
 #include "core/util/file.h"
 
-#include "core/util/fault_point.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "core/util/fault_point.h"
 
 namespace anvil {
 

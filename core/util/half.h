@@ -71,10 +71,10 @@ struct Half {
     uint32_t u = detail::FloatBits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+    if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
     if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-    if (a < 0x38800000u) {  // result is subnormal or zero
-      if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest
+    if (a < 0x38800000u) {                                               // result is subnormal or zero
+      if (a < 0x33000000u) return static_cast<uint16_t>(sign);           // below half the smallest
       uint32_t e = a >> 23;
       uint32_t m = (a & 0x7fffffu) | 0x800000u;
       uint32_t shift = 126 - e;  // half subnormal = m * 2^(e-126), shift in [14, 24]

@@ -169,7 +169,7 @@ class ThreadPool {
   bool stop_ = false;
   std::exception_ptr error_;
   std::atomic<uint64_t> published_{0};  // generation_, readable without the lock
-  std::atomic<uint64_t> next_{0};  // Tagged(generation, next chunk index)
+  std::atomic<uint64_t> next_{0};       // Tagged(generation, next chunk index)
   std::atomic<int64_t> done_{0};
 };
 

@@ -40,7 +40,7 @@ class SerialGuard {
 namespace detail {
 void RunParallel(int64_t num_chunks, const std::function<void(int64_t)>& chunk_fn);
 bool serial_forced();
-}
+}  // namespace detail
 
 // Calls f(chunk_begin, chunk_end) over [begin, end). Ranges shorter than `grain` (or a pool
 // of one thread) run inline on the caller.

@@ -100,14 +100,17 @@ std::unique_ptr<GpuMetrics> GpuMetrics::Open(Registry& registry, const std::stri
 }
 
 GpuMetrics::GpuMetrics(std::shared_ptr<Nvml> nvml, Registry& registry) : nvml_(std::move(nvml)) {
-  Family<Gauge>& utilization = registry.gauge(
-      "anvil_gpu_utilization_ratio", "Share of the last sample period (NVML) in which a kernel ran on the GPU.", {"gpu"});
-  Family<Gauge>& used = registry.gauge("anvil_gpu_memory_used_bytes", "GPU memory in use by all processes (NVML).", {"gpu"});
+  Family<Gauge>& utilization =
+      registry.gauge("anvil_gpu_utilization_ratio",
+                     "Share of the last sample period (NVML) in which a kernel ran on the GPU.", {"gpu"});
+  Family<Gauge>& used =
+      registry.gauge("anvil_gpu_memory_used_bytes", "GPU memory in use by all processes (NVML).", {"gpu"});
   Family<Gauge>& total = registry.gauge("anvil_gpu_memory_total_bytes", "GPU memory installed (NVML).", {"gpu"});
   Family<Gauge>& info = registry.gauge("anvil_gpu_info", "The GPU's model name; the value is 1.", {"gpu", "name"});
   for (size_t i = 0; i < nvml_->devices.size(); ++i) {
     char name[96] = {0};
-    if (nvml_->name(nvml_->devices[i], name, sizeof(name) - 1) == kNvmlSuccess) info.with({std::to_string(i), name}).set(1);
+    if (nvml_->name(nvml_->devices[i], name, sizeof(name) - 1) == kNvmlSuccess)
+      info.with({std::to_string(i), name}).set(1);
   }
   registry.add_collector([nvml = nvml_, &utilization, &used, &total] {
     for (size_t i = 0; i < nvml->devices.size(); ++i) {

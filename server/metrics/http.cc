@@ -3,14 +3,14 @@
 #include <arpa/inet.h>
 #include <civetweb.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <thread>
 
 #include "core/util/error.h"
@@ -72,14 +72,16 @@ int HttpEndpoint::Dispatch(mg_connection* conn, void* data) {
   return 404;
 }
 
-void HttpEndpoint::add_page(const std::string& path, Page page) { pages_[path] = std::make_unique<Page>(std::move(page)); }
+void HttpEndpoint::add_page(const std::string& path, Page page) {
+  pages_[path] = std::make_unique<Page>(std::move(page));
+}
 
 HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : registry_(registry) {
   // civetweb takes "host:port"; "127.0.0.1:0" lets the system choose the port.
   // Threads enough that idle or half-open connections cannot take them all (each holds one
   // until its request arrives), and a request timeout that drops such connections.
-  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "16", "request_timeout_ms", "5000",
-                           nullptr};
+  const char* options[] = {"listening_ports",    address.c_str(), "num_threads", "16",
+                           "request_timeout_ms", "5000",          nullptr};
   // Zeroed callbacks with room to spare: the library may know more callbacks than its header.
   static_assert(sizeof(mg_callbacks) <= 1024);
   alignas(alignof(std::max_align_t)) static const unsigned char kNoCallbacks[1024] = {};
@@ -88,8 +90,8 @@ HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : reg
   char text[256] = {0};
   mg_error_data error{&code, text, sizeof(text)};
   ctx_ = mg_start2(&init, &error);
-  ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (", text[0] != '\0' ? text : "in use, or not host:port",
-              ")");
+  ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (",
+              text[0] != '\0' ? text : "in use, or not host:port", ")");
   mg_set_request_handler(ctx_, "/", Dispatch, this);
   mg_server_port ports[1];
   if (mg_get_server_ports(ctx_, 1, ports) == 1) port_ = ports[0].port;

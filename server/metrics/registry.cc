@@ -126,10 +126,14 @@ void Registry::add_collector(std::function<void()> collector) {
 std::string escape_label_value(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -154,15 +158,18 @@ namespace {
 std::string EscapeHelp(const std::string& h) {
   std::string out;
   for (char c : h) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
 
-std::string LabelSet(const std::vector<std::string>& names, const LabelValues& values, const std::string& extra_name = "",
-                     const std::string& extra_value = "") {
+std::string LabelSet(const std::vector<std::string>& names, const LabelValues& values,
+                     const std::string& extra_name = "", const std::string& extra_value = "") {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i) {
     out += (out.empty() ? "" : ",") + names[i] + "=\"" + escape_label_value(values[i]) + "\"";

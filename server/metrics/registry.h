@@ -71,7 +71,10 @@ template <typename M>
 class Family {
  public:
   Family(std::string name, std::string help, std::vector<std::string> label_names, std::vector<double> bounds = {})
-      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)), bounds_(std::move(bounds)) {}
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        label_names_(std::move(label_names)),
+        bounds_(std::move(bounds)) {}
 
   // The child for these label values (one per label name, in order); created on first use.
   M& with(const LabelValues& values = {});

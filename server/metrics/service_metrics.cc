@@ -42,7 +42,8 @@ void CollectProcess(Counter& cpu, Gauge& rss) {
 ServiceMetrics::ServiceMetrics(Registry& r)
     : job_loss(r.gauge("anvil_job_loss", "Latest loss of a job (mean over the last interval for train).",
                        {"job", "name", "split"})),
-      job_grad_norm(r.gauge("anvil_job_grad_norm", "Gradient norm before clipping, mean over the last interval.", kJob)),
+      job_grad_norm(
+          r.gauge("anvil_job_grad_norm", "Gradient norm before clipping, mean over the last interval.", kJob)),
       job_learning_rate(r.gauge("anvil_job_learning_rate", "Current learning rate.", kJob)),
       job_step(r.gauge("anvil_job_step", "Optimizer steps done.", kJob)),
       job_epoch(r.gauge("anvil_job_epoch", "Epochs done.", kJob)),
@@ -55,24 +56,24 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                    exponential_buckets(0.0001, 2, 16))),
       jobs(r.gauge("anvil_jobs", "Jobs by state.", {"state"})),
       jobs_finished(r.counter("anvil_jobs_finished_total", "Jobs that ended, by outcome.", {"outcome"})),
-      predict_requests(r.counter("anvil_predict_requests_total", "Predict requests by model and status code.",
-                                 {"model", "code"})),
+      predict_requests(
+          r.counter("anvil_predict_requests_total", "Predict requests by model and status code.", {"model", "code"})),
       predict_latency(r.histogram("anvil_predict_latency_seconds", "Predict latency in the server.", {"model"},
                                   exponential_buckets(0.00005, 2, 18))),
-      predict_queue(r.histogram("anvil_predict_queue_seconds", "Time a request waited before its batch ran.",
-                                {"model"}, exponential_buckets(0.00001, 2, 18))),
+      predict_queue(r.histogram("anvil_predict_queue_seconds", "Time a request waited before its batch ran.", {"model"},
+                                exponential_buckets(0.00001, 2, 18))),
       predict_batch_rows(r.histogram("anvil_predict_batch_rows", "Rows per model forward (dynamic batching).",
                                      {"model"}, exponential_buckets(1, 2, 10))),
       predict_in_flight(r.gauge("anvil_predict_in_flight", "Predict requests being served.", {"model"})),
-      predict_queue_depth(r.gauge("anvil_predict_queue_depth", "Requests waiting for a model's next batch.",
-                                  {"model"})),
+      predict_queue_depth(
+          r.gauge("anvil_predict_queue_depth", "Requests waiting for a model's next batch.", {"model"})),
       models_loaded(r.gauge("anvil_models_loaded", "Model versions loaded for serving.")),
-      device_busy_seconds(r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.",
-                                    {"device"})),
-      device_busy_ratio(r.gauge("anvil_device_busy_ratio", "Share of the last minute a device's worker ran a job.",
-                                {"device"})),
-      allocator_allocated(r.gauge("anvil_allocator_allocated_bytes", "Bytes handed out by a device's allocator.",
-                                  {"device"})),
+      device_busy_seconds(
+          r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.", {"device"})),
+      device_busy_ratio(
+          r.gauge("anvil_device_busy_ratio", "Share of the last minute a device's worker ran a job.", {"device"})),
+      allocator_allocated(
+          r.gauge("anvil_allocator_allocated_bytes", "Bytes handed out by a device's allocator.", {"device"})),
       allocator_reserved(r.gauge("anvil_allocator_reserved_bytes",
                                  "Bytes held by a device's allocator (handed out + cached).", {"device"})),
       allocator_active_blocks(r.gauge("anvil_allocator_active_blocks",
@@ -89,8 +90,8 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       allocator_device_mallocs(r.counter("anvil_allocator_device_mallocs_total",
                                          "Device allocations (and page mappings) made by a GPU's allocator.",
                                          {"device"})),
-      allocator_ooms(r.counter("anvil_allocator_ooms_total", "Out-of-memory errors raised by a GPU's allocator.",
-                               {"device"})),
+      allocator_ooms(
+          r.counter("anvil_allocator_ooms_total", "Out-of-memory errors raised by a GPU's allocator.", {"device"})),
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {

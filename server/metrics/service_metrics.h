@@ -18,7 +18,7 @@ class ServiceMetrics {
   Registry& registry() { return registry_; }
 
   // Training, per job (labels job, name).
-  Family<Gauge>& job_loss;            // + split = train | val
+  Family<Gauge>& job_loss;  // + split = train | val
   Family<Gauge>& job_grad_norm;
   Family<Gauge>& job_learning_rate;
   Family<Gauge>& job_step;
@@ -27,8 +27,8 @@ class ServiceMetrics {
   Family<Gauge>& job_data_wait_ratio;
   Family<Gauge>& job_val_accuracy;
   Family<Histogram>& job_step_seconds;
-  Family<Gauge>& jobs;                // by state (a collector counts them)
-  Family<Counter>& jobs_finished;     // by outcome
+  Family<Gauge>& jobs;             // by state (a collector counts them)
+  Family<Counter>& jobs_finished;  // by outcome
   // Serving, per model.
   Family<Counter>& predict_requests;  // model, code
   Family<Histogram>& predict_latency;
@@ -67,9 +67,9 @@ class ServiceMetrics {
   struct Busy {
     bool busy = false;
     std::chrono::steady_clock::time_point since;
-    double seconds = 0;                        // completed busy intervals
+    double seconds = 0;  // completed busy intervals
     std::chrono::steady_clock::time_point window_start;
-    double window_start_seconds = 0;           // busy seconds at window_start
+    double window_start_seconds = 0;  // busy seconds at window_start
   };
   std::map<std::string, Busy> busy_;
   double BusySecondsLocked(Busy& b, std::chrono::steady_clock::time_point now) const;

@@ -47,9 +47,8 @@ std::string Kind(const json& a) { return a.contains("kind") ? a.at("kind").get<s
 
 ScalarType DtypeOf(const std::string& name) {
   static const std::map<std::string, ScalarType> names = {
-      {"bool", kBool},       {"uint8", kUInt8},       {"int8", kInt8},       {"int16", kInt16},
-      {"int32", kInt32},     {"int64", kInt64},       {"float16", kFloat16}, {"bfloat16", kBFloat16},
-      {"float32", kFloat32}, {"float64", kFloat64}};
+      {"bool", kBool},   {"uint8", kUInt8},     {"int8", kInt8},         {"int16", kInt16},     {"int32", kInt32},
+      {"int64", kInt64}, {"float16", kFloat16}, {"bfloat16", kBFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
   const auto it = names.find(name);
   if (it == names.end()) NoBinding("the dtype " + name);
   return it->second;
@@ -97,12 +96,25 @@ Tensor Unary(const std::string& op, const Tensor& x) {
 }
 
 Tensor Binary(const std::string& op, const Tensor& a, const Tensor& b) {
-  static const std::map<std::string, Tensor (*)(const Tensor&, const Tensor&)> fns = {
-      {"mul", mul}, {"div", div}, {"maximum", maximum}, {"minimum", minimum},
-      {"remainder", remainder}, {"atan2", atan2}, {"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le},
-      {"gt", gt}, {"ge", ge}, {"logical_and", logical_and}, {"logical_or", logical_or},
-      {"logical_xor", logical_xor}, {"fmax", fmax}, {"fmin", fmin}, {"fmod", fmod},
-      {"floor_divide", floor_divide}};
+  static const std::map<std::string, Tensor (*)(const Tensor&, const Tensor&)> fns = {{"mul", mul},
+                                                                                      {"div", div},
+                                                                                      {"maximum", maximum},
+                                                                                      {"minimum", minimum},
+                                                                                      {"remainder", remainder},
+                                                                                      {"atan2", atan2},
+                                                                                      {"eq", eq},
+                                                                                      {"ne", ne},
+                                                                                      {"lt", lt},
+                                                                                      {"le", le},
+                                                                                      {"gt", gt},
+                                                                                      {"ge", ge},
+                                                                                      {"logical_and", logical_and},
+                                                                                      {"logical_or", logical_or},
+                                                                                      {"logical_xor", logical_xor},
+                                                                                      {"fmax", fmax},
+                                                                                      {"fmin", fmin},
+                                                                                      {"fmod", fmod},
+                                                                                      {"floor_divide", floor_divide}};
   if (op == "add") return add(a, b);
   if (op == "sub") return sub(a, b);
   if (op == "pow") return pow(a, b);
@@ -123,7 +135,8 @@ Result Activation(const Case& c, const std::vector<Tensor>& in) {
   const json& a = c.attrs();
   const std::string op = a.at("op").get<std::string>();
   if (op == "silu") return One(silu(in[0]));
-  if (op == "gelu") return One(gelu(in[0], a.contains("approximate") ? a.at("approximate").get<std::string>() : "none"));
+  if (op == "gelu")
+    return One(gelu(in[0], a.contains("approximate") ? a.at("approximate").get<std::string>() : "none"));
   if (op == "leaky_relu") return One(leaky_relu(in[0], a.at("slope").get<double>()));
   if (op == "elu") return One(elu(in[0], a.at("alpha").get<double>()));
   if (op == "softplus") return One(softplus(in[0], a.at("beta").get<double>(), a.at("threshold").get<double>()));
@@ -195,8 +208,8 @@ Result CrossEntropy(const Case& c, const std::vector<Tensor>& in, bool nll) {
 Result KlDiv(const Case& c, const std::vector<Tensor>& in) {
   const json& a = c.attrs();
   const std::string r = a.at("reduction").get<std::string>();
-  const F::KLReduction kr = r == "none"  ? F::KLReduction::kNone
-                            : r == "sum" ? F::KLReduction::kSum
+  const F::KLReduction kr = r == "none"   ? F::KLReduction::kNone
+                            : r == "sum"  ? F::KLReduction::kSum
                             : r == "mean" ? F::KLReduction::kMean
                                           : F::KLReduction::kBatchMean;
   return One(F::kl_div(in[0], in[1], kr, a.at("log_target").get<bool>()));
@@ -209,7 +222,8 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
   const std::string type = a.at("type").get<std::string>();
   const auto pair = [&](const char* key) { return A2{a.at(key)[0].get<int64_t>(), a.at(key)[1].get<int64_t>()}; };
   if (type == "Linear") {
-    return std::make_shared<nn::Linear>(a.at("in").get<int64_t>(), a.at("out").get<int64_t>(), a.at("bias").get<bool>());
+    return std::make_shared<nn::Linear>(a.at("in").get<int64_t>(), a.at("out").get<int64_t>(),
+                                        a.at("bias").get<bool>());
   }
   if (type == "Conv2d") {
     nn::ConvOptions o;
@@ -241,7 +255,8 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
                                            a.at("padding_idx").get<int64_t>());
   }
   if (type == "MaxPool2d") {
-    if (a.value("ceil_mode", false)) return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"), true);
+    if (a.value("ceil_mode", false))
+      return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"), true);
     return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"));
   }
   if (type == "AvgPool2d") {
@@ -295,7 +310,8 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
   std::shared_ptr<nn::Module> m = MakeModule(a);
   // PyTorch's state dict, every key by PyTorch's name: strict loading fails on any mismatch.
   nn::StateDict state;
-  for (const auto& key : c.meta.at("extra")) state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
+  for (const auto& key : c.meta.at("extra"))
+    state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
   m->load_state_dict(state, /*strict=*/true);
   m->train(a.at("train").get<bool>());
   Result r;
@@ -327,8 +343,8 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
         r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
         continue;
       }
-      r.extra.push_back({"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]),
-                         c.get(key)});
+      r.extra.push_back(
+          {"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]), c.get(key)});
     }
   }
   return r;
@@ -358,11 +374,16 @@ Result Optim(const Case& c, const std::vector<Tensor>& in) {
   const std::string type = a.at("type").get<std::string>();
   const optim::Options opts = OptimOptions(a.at("options"));
   std::unique_ptr<optim::Optimizer> opt;
-  if (type == "SGD") opt = std::make_unique<optim::SGD>(params, opts);
-  else if (type == "Adam") opt = std::make_unique<optim::Adam>(params, opts);
-  else if (type == "AdamW") opt = std::make_unique<optim::AdamW>(params, opts);
-  else if (type == "RMSprop") opt = std::make_unique<optim::RMSprop>(params, opts);
-  else NoBinding("the optimizer " + type);
+  if (type == "SGD")
+    opt = std::make_unique<optim::SGD>(params, opts);
+  else if (type == "Adam")
+    opt = std::make_unique<optim::Adam>(params, opts);
+  else if (type == "AdamW")
+    opt = std::make_unique<optim::AdamW>(params, opts);
+  else if (type == "RMSprop")
+    opt = std::make_unique<optim::RMSprop>(params, opts);
+  else
+    NoBinding("the optimizer " + type);
   std::vector<Tensor> rows;
   const int64_t steps = a.at("steps").get<int64_t>();
   for (int64_t t = 0; t < steps; ++t) {
@@ -425,8 +446,9 @@ Result Plateau(const Case& c, const std::vector<Tensor>& in) {
   const json& a = c.attrs();
   Tensor p = zeros({1}).requires_grad_(true);
   optim::SGD opt({p}, {{"lr", 0.1}});
-  optim::ReduceLROnPlateau s(opt, a.at("mode").get<std::string>() == "max" ? optim::ReduceLROnPlateau::Mode::kMax
-                                                                         : optim::ReduceLROnPlateau::Mode::kMin,
+  optim::ReduceLROnPlateau s(opt,
+                             a.at("mode").get<std::string>() == "max" ? optim::ReduceLROnPlateau::Mode::kMax
+                                                                      : optim::ReduceLROnPlateau::Mode::kMin,
                              a.at("factor").get<double>(), a.at("patience").get<int64_t>(),
                              a.at("threshold").get<double>(), a.at("cooldown").get<int64_t>(),
                              a.at("min_lr").get<double>());
@@ -480,24 +502,42 @@ Result IndexSet(const Case& c, const std::vector<Tensor>& in) {
 Tensor ApplyChain(Tensor t, const json& chain) {
   for (const auto& step : chain) {
     const std::string op = step[0].get<std::string>();
-    if (op == "transpose") t = t.transpose(step[1].get<int64_t>(), step[2].get<int64_t>());
-    else if (op == "t") t = t.t();
-    else if (op == "narrow") t = t.narrow(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>());
-    else if (op == "select") t = t.select(step[1].get<int64_t>(), step[2].get<int64_t>());
-    else if (op == "unsqueeze") t = t.unsqueeze(step[1].get<int64_t>());
-    else if (op == "squeeze") t = t.squeeze(step[1].get<int64_t>());
-    else if (op == "expand") t = t.expand(Dims(step[1]));
-    else if (op == "view") t = t.view(Dims(step[1]));
-    else if (op == "reshape") t = t.reshape(Dims(step[1]));
-    else if (op == "permute") t = t.permute(Dims(step[1]));
-    else if (op == "flatten") t = t.flatten(step[1].get<int64_t>());
-    else if (op == "movedim") t = t.movedim(step[1].get<int64_t>(), step[2].get<int64_t>());
-    else if (op == "unflatten") t = t.unflatten(step[1].get<int64_t>(), Dims(step[2]));
-    else if (op == "slice") t = t.slice(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>(), step[4].get<int64_t>());
-    else if (op == "as_strided") t = t.as_strided(Dims(step[1]), Dims(step[2]), step[3].get<int64_t>());
-    else if (op == "split") t = t.split(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
-    else if (op == "chunk") t = t.chunk(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
-    else NoBinding("the view " + op);
+    if (op == "transpose")
+      t = t.transpose(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "t")
+      t = t.t();
+    else if (op == "narrow")
+      t = t.narrow(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>());
+    else if (op == "select")
+      t = t.select(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "unsqueeze")
+      t = t.unsqueeze(step[1].get<int64_t>());
+    else if (op == "squeeze")
+      t = t.squeeze(step[1].get<int64_t>());
+    else if (op == "expand")
+      t = t.expand(Dims(step[1]));
+    else if (op == "view")
+      t = t.view(Dims(step[1]));
+    else if (op == "reshape")
+      t = t.reshape(Dims(step[1]));
+    else if (op == "permute")
+      t = t.permute(Dims(step[1]));
+    else if (op == "flatten")
+      t = t.flatten(step[1].get<int64_t>());
+    else if (op == "movedim")
+      t = t.movedim(step[1].get<int64_t>(), step[2].get<int64_t>());
+    else if (op == "unflatten")
+      t = t.unflatten(step[1].get<int64_t>(), Dims(step[2]));
+    else if (op == "slice")
+      t = t.slice(step[1].get<int64_t>(), step[2].get<int64_t>(), step[3].get<int64_t>(), step[4].get<int64_t>());
+    else if (op == "as_strided")
+      t = t.as_strided(Dims(step[1]), Dims(step[2]), step[3].get<int64_t>());
+    else if (op == "split")
+      t = t.split(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
+    else if (op == "chunk")
+      t = t.chunk(step[1].get<int64_t>(), step[2].get<int64_t>()).at(step[3].get<size_t>());
+    else
+      NoBinding("the view " + op);
   }
   return t;
 }
@@ -640,7 +680,8 @@ std::map<std::string, Binding> Make() {
     return One(scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
   };
   b["scatter_legacy_reduce"] = [](const Case& c, const std::vector<Tensor>& in) {
-    return One(scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2], c.attrs().at("reduce").get<std::string>()));
+    return One(
+        scatter(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2], c.attrs().at("reduce").get<std::string>()));
   };
   b["scatter_add"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(scatter_add(in[0], c.attrs().at("dim").get<int64_t>(), in[1], in[2]));
@@ -672,7 +713,9 @@ std::map<std::string, Binding> Make() {
   b["one_hot"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(one_hot(in[0], c.attrs().at("classes").get<int64_t>()));
   };
-  b["cat"] = [](const Case& c, const std::vector<Tensor>& in) { return One(cat(in, c.attrs().at("dim").get<int64_t>())); };
+  b["cat"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(cat(in, c.attrs().at("dim").get<int64_t>()));
+  };
   b["stack"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(stack(in, c.attrs().at("dim").get<int64_t>()));
   };

@@ -2,10 +2,9 @@
 // runs the same call as the PyTorch one the case names, on the case's inputs and attributes.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>

@@ -44,7 +44,8 @@ constexpr const char* kProdInf =
 const std::map<std::string, std::string>& KnownGaps() {
   static const std::map<std::string, std::string> m = {
       {"elementwise/gelu.special",
-       "deliberate: gelu(inf) is inf in Anvil (the limit of x * Phi(x)); PyTorch 2.x's vectorised CPU kernel gives NaN"},
+       "deliberate: gelu(inf) is inf in Anvil (the limit of x * Phi(x)); PyTorch 2.x's vectorised CPU kernel gives "
+       "NaN"},
       {"reductions/prod.inf.dNone.k0", kProdInf},
       {"reductions/prod.inf.d[0].k0", kProdInf},
       {"reductions/prod.inf.d[0].k1", kProdInf},
@@ -128,7 +129,7 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
   const std::vector<double> g = got.detach().contiguous().to(kFloat64).to_vector<double>();
   const std::vector<double> w = want.contiguous().to(kFloat64).to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
-    const bool ok = std::isnan(w[i]) ? std::isnan(g[i])
+    const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
                     : std::isinf(w[i]) ? g[i] == w[i]
                                        : std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
     if (!ok) {
@@ -219,8 +220,8 @@ std::string Run(const Case& c) {
     const Tensor& g = grads[k++];
     if (none.count(i)) {
       // PyTorch: no path to this input. Anvil may give none or zeros.
-      if (g.defined() && g.ne(zeros_like(g)).any().item<bool>()) return "gradient of input " + std::to_string(i) +
-                                                                        " is nonzero; PyTorch has none";
+      if (g.defined() && g.ne(zeros_like(g)).any().item<bool>())
+        return "gradient of input " + std::to_string(i) + " is nonzero; PyTorch has none";
       continue;
     }
     const Tensor want = c.get("grad" + std::to_string(i));
@@ -240,12 +241,14 @@ std::vector<std::string> RunGroup(const std::string& group, int* ran) {
     std::string diff = Run(c);
     if (const std::string* why = Lookup(AnvilRaises(), id)) {
       // Deliberate: PyTorch computes, Anvil must refuse.
-      if (diff.rfind("raised: ", 0) != 0) failures.push_back(id + " [" + call + "]: expected Anvil to refuse (" + *why + ")");
+      if (diff.rfind("raised: ", 0) != 0)
+        failures.push_back(id + " [" + call + "]: expected Anvil to refuse (" + *why + ")");
       ++*ran;
       continue;
     }
     if (const std::string* why = Lookup(KnownGaps(), id)) {
-      if (diff.empty()) failures.push_back(id + " [" + call + "]: passes now; take it off the known gaps (" + *why + ")");
+      if (diff.empty())
+        failures.push_back(id + " [" + call + "]: passes now; take it off the known gaps (" + *why + ")");
       ++*ran;
       continue;
     }

@@ -42,9 +42,9 @@ TEST(DefineByRun, ValuesAreMaterialisedImmediately) {
 
 TEST(VersionCounter, InplaceOnSavedTensorRaisesNamingBothOps) {
   Tensor a = randn({2, 3}, kFloat64).requires_grad_();
-  Tensor b = a * 2;       // b has history
-  Tensor c = b.sigmoid(); // sigmoid saves its output c
-  c.mul_(2);              // ... which is then modified in place
+  Tensor b = a * 2;        // b has history
+  Tensor c = b.sigmoid();  // sigmoid saves its output c
+  c.mul_(2);               // ... which is then modified in place
   std::string msg = ErrorOf([&] { c.sum().backward(); });
   EXPECT_THAT(msg, HasSubstr("modified by an inplace operation"));
   EXPECT_THAT(msg, HasSubstr("SigmoidBackward"));  // the op that saved it
@@ -109,7 +109,7 @@ TEST(Inplace, ViewHistoryAfterWriteIsAWindowOfTheBase) {
   Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
   Tensor base = x.clone();
   Tensor v = base.narrow(0, 0, 2);
-  v.mul_(3);  // base[0:2] *= 3 through the view
+  v.mul_(3);                 // base[0:2] *= 3 through the view
   (v * v).sum().backward();  // uses the view after the write
   // v = 3 * x[0:2]  ->  d/dx sum(v^2) = 2 * v * 3 = 18 x
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{18, 36, 0}));
@@ -168,7 +168,10 @@ TEST(Hooks, TensorHookSeesAndReplacesGradient) {
   Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
   Tensor y = x * 3;
   Tensor seen;
-  y.register_hook([&](const Tensor& g) { seen = g.clone(); return g * 10; });
+  y.register_hook([&](const Tensor& g) {
+    seen = g.clone();
+    return g * 10;
+  });
   y.sum().backward();
   EXPECT_EQ(seen.to_vector<double>(), (std::vector<double>{1, 1}));
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{30, 30}));
@@ -227,8 +230,9 @@ TEST(CustomFunction, BackwardIsUsedAndPassesGradcheck) {
   Tensor x = tensor({1.0, -2.0}, kFloat64).requires_grad_();
   Cube::apply(x, 2.0).sum().backward();
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{6, 24}));
-  auto r = autograd::gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{Cube::apply(in[0], 0.5)}; },
-                               {randn({4}, kFloat64).requires_grad_()});
+  auto r =
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{Cube::apply(in[0], 0.5)}; },
+                          {randn({4}, kFloat64).requires_grad_()});
   EXPECT_TRUE(r.ok) << r.message;
 }
 

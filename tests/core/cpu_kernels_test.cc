@@ -149,9 +149,9 @@ void CheckGemm(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_
         ref += av * bv;
         mag += std::fabs(av * bv);
       }
-      ASSERT_NEAR(c[i * ldc + j], ref, 1e-6 * (mag + 1)) << cpu::gemm_kernel_name(kernel) << " ta=" << ta
-                                                          << " tb=" << tb << " " << m << "x" << n << "x" << k
-                                                          << " beta=" << beta << " at (" << i << ", " << j << ")";
+      ASSERT_NEAR(c[i * ldc + j], ref, 1e-6 * (mag + 1))
+          << cpu::gemm_kernel_name(kernel) << " ta=" << ta << " tb=" << tb << " " << m << "x" << n << "x" << k
+          << " beta=" << beta << " at (" << i << ", " << j << ")";
     }
     // The padding between rows of C is never written.
     for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]);
@@ -221,7 +221,9 @@ TEST(GemmCandidates, TheSelectedOneRunsAtTheLevelWhenAnyCan) {
 // level when any candidate can), and the product sgemm computes through it is right.
 TEST(GemmCandidates, SmallProductsTakeAKernelThatRunsAtTheLevel) {
   const CpuIsa level = std::min(cpu::active_isa(), CpuIsa::kAvx512);
-  struct Dims { int64_t m, n, k; };
+  struct Dims {
+    int64_t m, n, k;
+  };
   for (const Dims d : {Dims{32, 10, 84}, Dims{6, 784, 25}, Dims{32, 84, 120}, Dims{512, 512, 512}}) {
     SCOPED_TRACE(std::to_string(d.m) + "x" + std::to_string(d.n) + "x" + std::to_string(d.k));
     const cpu::GemmKernel k = cpu::gemm_kernel_for(d.m, d.n, d.k);
@@ -280,8 +282,8 @@ TEST(GemmCandidates, AForcedCandidateThatCannotRunSaysWhy) {
   if (cpu::isa_at_least(CpuIsa::kAvx512)) {
     cpu::ScopedIsa lower(CpuIsa::kAvx2);
     float a = 1, b = 1, c = 0;
-    const std::string msg =
-        test::ErrorOf([&] { cpu::sgemm_with(GemmKernel::kAnvilAvx512, false, false, 1, 1, 1, &a, 1, &b, 1, 0, &c, 1); });
+    const std::string msg = test::ErrorOf(
+        [&] { cpu::sgemm_with(GemmKernel::kAnvilAvx512, false, false, 1, 1, 1, &a, 1, &b, 1, 0, &c, 1); });
     EXPECT_NE(msg.find("avx512"), std::string::npos) << msg;
     EXPECT_NE(msg.find("avx2"), std::string::npos) << msg;
   }
@@ -325,8 +327,8 @@ OpResults RunOps() {
                                const char* what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " at " << i << ", ISA "
-                                                                    << isa_name(cpu::active_isa());
+      ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
+          << what << " at " << i << ", ISA " << isa_name(cpu::active_isa());
     }
   };
   expect_close(r.mm, ref_mm, 2e-5, "mm");
@@ -340,9 +342,8 @@ OpResults RunOps() {
 TEST(CpuIsaLevels, OpsAgreeWithFloat64AndAcrossEveryLevel) {
   const OpResults top = RunOps();
   // A forced anvil-avx512 refuses to run below its level (GemmCandidates tests that).
-  const int lowest = GemmForced() && std::string(std::getenv("ANVIL_GEMM")) == "anvil-avx512"
-                         ? static_cast<int>(CpuIsa::kAvx512)
-                         : 0;
+  const int lowest =
+      GemmForced() && std::string(std::getenv("ANVIL_GEMM")) == "anvil-avx512" ? static_cast<int>(CpuIsa::kAvx512) : 0;
   for (int lv = static_cast<int>(cpu::active_isa()) - 1; lv >= lowest; --lv) {
     cpu::ScopedIsa level(static_cast<CpuIsa>(lv));
     const OpResults r = RunOps();

@@ -132,7 +132,7 @@ TEST(CudaCachingAllocator, SteadyTrainingLoopMakesNoDeviceCalls) {
   for (int iter = 0; iter < 101; ++iter) {
     std::vector<void*> acts, grads;
     for (size_t bytes : act_sizes) acts.push_back(alloc.allocate(bytes, kS1));  // forward
-    for (size_t i = act_sizes.size(); i-- > 0;) {  // backward frees as it goes
+    for (size_t i = act_sizes.size(); i-- > 0;) {                               // backward frees as it goes
       grads.push_back(alloc.allocate(act_sizes[i], kS1));
       alloc.deallocate(acts[i]);
       if (i % 3 == 0) {  // some gradients die early, out of order
@@ -517,8 +517,7 @@ TEST(CudaCachingAllocator, ConcurrentStreamsNeverGetOverlappingBlocks) {
         std::lock_guard<std::mutex> lock(mu);
         auto next = live.lower_bound(A(p));
         EXPECT_TRUE(next == live.end() || next->first >= A(p) + bytes);
-        EXPECT_TRUE(next == live.begin() ||
-                    std::prev(next)->first + std::prev(next)->second <= A(p));
+        EXPECT_TRUE(next == live.begin() || std::prev(next)->first + std::prev(next)->second <= A(p));
         live[A(p)] = bytes;
         mine.emplace_back(p, bytes);
       } else if (!mine.empty()) {

@@ -22,8 +22,8 @@ using namespace anvil;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
+#define SKIP_WITHOUT_GPU()                                                                            \
+  do {                                                                                                \
     if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason(); \
   } while (0)
 
@@ -142,32 +142,35 @@ TEST(CudaParity, NonDifferentiableRowsAndOtherDtypesMatchTheCpu) {
   using F = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&)>;
   const std::vector<std::pair<const char*, F>> cases = {
       {"eq", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) { return eq(round(x), round(y)); }},
-      {"lt_logical", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) { return logical_xor(lt(x, y), x > 0.5); }},
-      {"isnan_isfinite", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
-         return logical_and(isfinite(log(x)), logical_not(isnan(x)));
-       }},
+      {"lt_logical",
+       [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) { return logical_xor(lt(x, y), x > 0.5); }},
+      {"isnan_isfinite", [](const Tensor& x, const Tensor&, const Tensor&,
+                            const Tensor&) { return logical_and(isfinite(log(x)), logical_not(isnan(x))); }},
       {"argmax", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return argmax(x, 1); }},
       {"argmin_t", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return argmin(x.t(), 0); }},
-      {"all_any", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
-         return logical_or(all(x > -3.0, {1}), any(x > 1.0, {1}));
-       }},
+      {"all_any", [](const Tensor& x, const Tensor&, const Tensor&,
+                     const Tensor&) { return logical_or(all(x > -3.0, {1}), any(x > 1.0, {1})); }},
       {"nonzero", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return nonzero(x > 0.3); }},
-      {"int_arith", [](const Tensor&, const Tensor&, const Tensor& i, const Tensor& j) { return remainder(i * 3 - j, j) + abs(i); }},
+      {"int_arith",
+       [](const Tensor&, const Tensor&, const Tensor& i, const Tensor& j) { return remainder(i * 3 - j, j) + abs(i); }},
       {"int_sum", [](const Tensor&, const Tensor&, const Tensor& i, const Tensor&) { return sum(i, {0}); }},
-      {"half", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return (sigmoid(x.to(kFloat16)) * 2).to(kFloat32); }},
-      {"bfloat16_mm", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
-         return mm(x.to(kBFloat16), x.t().to(kBFloat16)).to(kFloat32);
-       }},
-      {"float64", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) { return (exp(x.to(kFloat64)) / y.to(kFloat64)).to(kFloat32); }},
-      {"cast_bool_uint8", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return (x > 0.0).to(kUInt8).to(kInt64) * 3; }},
+      {"half", [](const Tensor& x, const Tensor&, const Tensor&,
+                  const Tensor&) { return (sigmoid(x.to(kFloat16)) * 2).to(kFloat32); }},
+      {"bfloat16_mm", [](const Tensor& x, const Tensor&, const Tensor&,
+                         const Tensor&) { return mm(x.to(kBFloat16), x.t().to(kBFloat16)).to(kFloat32); }},
+      {"float64", [](const Tensor& x, const Tensor& y, const Tensor&,
+                     const Tensor&) { return (exp(x.to(kFloat64)) / y.to(kFloat64)).to(kFloat32); }},
+      {"cast_bool_uint8", [](const Tensor& x, const Tensor&, const Tensor&,
+                             const Tensor&) { return (x > 0.0).to(kUInt8).to(kInt64) * 3; }},
       {"cumsum", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) { return cumsum(x, 0); }},
-      {"fmod_fmax_fmin", [](const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) {
-         return fmod(x * 5, y + 3) + fmax(x, y) - fmin(x, y);
-       }},
-      {"div_rounding", [](const Tensor& x, const Tensor& y, const Tensor& i, const Tensor& j) {
+      {"fmod_fmax_fmin", [](const Tensor& x, const Tensor& y, const Tensor&,
+                            const Tensor&) { return fmod(x * 5, y + 3) + fmax(x, y) - fmin(x, y); }},
+      {"div_rounding",
+       [](const Tensor& x, const Tensor& y, const Tensor& i, const Tensor& j) {
          return div(x * 7, y + 3, "floor") + div(x * 7, y + 3, "trunc") + floor_divide(i, j).to(kFloat32);
        }},
-      {"scatter_reduce", [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
+      {"scatter_reduce",
+       [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
          const Tensor idx = remainder(arange(35).reshape({5, 7}), full({}, 3)).narrow(0, 0, 3);
          const Tensor src = x.narrow(0, 0, 3);
          return scatter_reduce(zeros({3, 7}, TensorOptions(kFloat32).with_device(x.device())), 0, idx.to(x.device()),

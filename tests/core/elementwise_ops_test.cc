@@ -1,6 +1,6 @@
-// Forward values of the element-wise ops (core/ops/elementwise.cc): broadcasting, type promotion, non-contiguous inputs, unary and binary math, where, division,
-// against references that do not come from the engine: float64 std:: math, naive loops,
-// hand-worked examples (many from PyTorch's documentation) and PyTorch's documented semantics.
+// Forward values of the element-wise ops (core/ops/elementwise.cc): broadcasting, type promotion, non-contiguous
+// inputs, unary and binary math, where, division, against references that do not come from the engine: float64 std::
+// math, naive loops, hand-worked examples (many from PyTorch's documentation) and PyTorch's documented semantics.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -81,7 +81,7 @@ TEST(TypePromotion, IntTensorWithScalars) {
   EXPECT_EQ(Vals(f), (std::vector<double>{2.5, 5, 7.5}));
   EXPECT_EQ((i + true).dtype(), kInt64);
   Tensor i32 = i.to(kInt32);
-  EXPECT_EQ((i32 + 5).dtype(), kInt32);   // int scalar never widens
+  EXPECT_EQ((i32 + 5).dtype(), kInt32);  // int scalar never widens
   EXPECT_EQ((i32 * 1.5).dtype(), kFloat32);
   Tensor i8 = tensor(std::vector<int8_t>{1, 2});
   EXPECT_EQ((i8 * 2.5).dtype(), kFloat32);
@@ -214,8 +214,8 @@ TEST(TypePromotion, InPlaceKeepsSelfDtype) {
   f.mul_(I64({2, 3}));
   EXPECT_EQ(Vals(f), (std::vector<double>{3, 7.5}));
   Tensor i = I64({1, 2});
-  EXPECT_THROW(i.add_(1.5), Error);   // float result can't go into an int tensor
-  EXPECT_THROW(i.div_(2), Error);     // true division gives float
+  EXPECT_THROW(i.add_(1.5), Error);  // float result can't go into an int tensor
+  EXPECT_THROW(i.div_(2), Error);    // true division gives float
   i.add_(3);
   EXPECT_EQ(Longs(i), (std::vector<int64_t>{4, 5}));
 }
@@ -223,9 +223,9 @@ TEST(TypePromotion, InPlaceKeepsSelfDtype) {
 // ====================================================================== non-contiguous inputs
 
 TEST(NonContiguous, TransposedOperands) {
-  Tensor a = Iota({3, 4});      // a[i][j] = 4i + j
-  Tensor b = Iota({4, 3});      // b[i][j] = 3i + j
-  Tensor s = a.t() + b;         // [4, 3]: a[j][i] + b[i][j]
+  Tensor a = Iota({3, 4});  // a[i][j] = 4i + j
+  Tensor b = Iota({4, 3});  // b[i][j] = 3i + j
+  Tensor s = a.t() + b;     // [4, 3]: a[j][i] + b[i][j]
   std::vector<double> want;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 3; ++j) want.push_back(4.0 * j + i + 3.0 * i + j);
@@ -326,8 +326,8 @@ TEST(NonContiguous, IndexingAndInPlaceOnStridedViews) {
 
 namespace {
 
-const std::vector<double> kUnaryInputs = {-20, -10, -5, -3, -2, -1, -0.5, -0.1, -1e-3, -1e-6, -1e-20, 0,
-                                          1e-20, 1e-6, 1e-3, 0.1, 0.5, 1, 2, 3, 5, 10, 20};
+const std::vector<double> kUnaryInputs = {-20,   -10,  -5,   -3,  -2,  -1, -0.5, -0.1, -1e-3, -1e-6, -1e-20, 0,
+                                          1e-20, 1e-6, 1e-3, 0.1, 0.5, 1,  2,    3,    5,     10,    20};
 
 struct UnaryCase {
   std::string name;
@@ -347,8 +347,8 @@ std::vector<UnaryCase> UnaryCases() {
       {"sigmoid", [](const Tensor& t) { return sigmoid(t); }, RefSigmoid, 0, 0},
       // erf: absolute accuracy here; relative accuracy near 0 has its own test below.
       {"erf", [](const Tensor& t) { return erf(t); }, [](double x) { return std::erf(x); }, 2e-7, 0},
-      {"gelu", [](const Tensor& t) { return gelu(t); },
-       [rs2](double x) { return 0.5 * x * std::erfc(-x * rs2); }, 1e-6, 1e-15},
+      {"gelu", [](const Tensor& t) { return gelu(t); }, [rs2](double x) { return 0.5 * x * std::erfc(-x * rs2); }, 1e-6,
+       1e-15},
       {"gelu_tanh", [](const Tensor& t) { return gelu(t, "tanh"); },
        [c](double x) { return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))); }, 1e-6, 1e-15},
       {"silu", [](const Tensor& t) { return silu(t); }, [](double x) { return x * RefSigmoid(x); }, 0, 0},
@@ -359,10 +359,9 @@ std::vector<UnaryCase> UnaryCases() {
       {"sin", [](const Tensor& t) { return sin(t); }, [](double x) { return std::sin(x); }, 0, 0},
       {"cos", [](const Tensor& t) { return cos(t); }, [](double x) { return std::cos(x); }, 0, 0},
       {"expm1", [](const Tensor& t) { return expm1(t); }, [](double x) { return std::expm1(x); }, 0, 0},
-      {"leaky_relu", [](const Tensor& t) { return leaky_relu(t, 0.1); },
-       [](double x) { return x > 0 ? x : 0.1 * x; }, 0, 0},
-      {"elu", [](const Tensor& t) { return elu(t); }, [](double x) { return x > 0 ? x : std::expm1(x); },
-       1e-7, 1e-15},
+      {"leaky_relu", [](const Tensor& t) { return leaky_relu(t, 0.1); }, [](double x) { return x > 0 ? x : 0.1 * x; },
+       0, 0},
+      {"elu", [](const Tensor& t) { return elu(t); }, [](double x) { return x > 0 ? x : std::expm1(x); }, 1e-7, 1e-15},
   };
 }
 

@@ -17,10 +17,7 @@ using ::testing::HasSubstr;
 
 using namespace anvil::test;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 // ---------------------------------------------------------------- shapes
 

@@ -126,9 +126,7 @@ class FakeDeviceMemory : public cuda::DeviceMemoryProvider {
     uint64_t& done = completed_[it->second.stream];
     done = std::max(done, it->second.seq);
   }
-  void destroy_event(cuda::EventId event) override {
-    EXPECT_EQ(events_.erase(event), 1u) << "event destroyed twice";
-  }
+  void destroy_event(cuda::EventId event) override { EXPECT_EQ(events_.erase(event), 1u) << "event destroyed twice"; }
 
   size_t total_bytes() const override { return capacity_; }
 

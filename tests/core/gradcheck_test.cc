@@ -85,7 +85,9 @@ TEST(GradcheckTable, RandomBroadcastShapes) {
   };
   using Bin = Tensor (*)(const Tensor&, const Tensor&);
   const std::pair<const char*, Bin> ops[] = {
-      {"mul", &mul}, {"maximum", &maximum}, {"atan2", &atan2},
+      {"mul", &mul},
+      {"maximum", &maximum},
+      {"atan2", &atan2},
       {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
       {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
       {"div", [](const Tensor& a, const Tensor& b) { return div(a, b.abs() + 0.5); }},
@@ -100,8 +102,8 @@ TEST(GradcheckTable, RandomBroadcastShapes) {
     for (const auto& [name, f] : ops) {
       Tensor a = leaf(draw(full), trial % 2 == 0), b = leaf(draw(full), trial % 3 == 0);
       SCOPED_TRACE(std::string(name) + " " + shape_str(a.sizes()) + " x " + shape_str(b.sizes()));
-      auto r = gradcheck([f = f](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x[0], x[1])}; },
-                         {a, b}, {1e-6, 1e-5, 1e-3, false});
+      auto r = gradcheck([f = f](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x[0], x[1])}; }, {a, b},
+                         {1e-6, 1e-5, 1e-3, false});
       EXPECT_TRUE(r.ok) << r.message;
       ++checked;
     }

@@ -2,6 +2,8 @@
 // (NOTE [ Pinned staging ]), on a fake provider: real host memory under a byte cap, and events
 // that complete when the test says the GPU has got there. A block the GPU may still read is
 // never handed out again; idle blocks are reused instead of page-locking new memory.
+#include "core/backend/cuda/host_block_cache.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +14,6 @@
 #include <set>
 #include <thread>
 
-#include "core/backend/cuda/host_block_cache.h"
 #include "core/util/error.h"
 
 namespace anvil::cuda {
@@ -86,7 +87,7 @@ TEST(HostBlockCache, ABlockTheGpuMayStillReadIsNotReusedUntilItsCopyHasRun) {
   FakeHostMemory mem(size_t{64} << 20);
   HostBlockCache cache(&mem);
   void* a = cache.allocate(10000);
-  std::memset(a, 1, 10000);  // real, writable host memory
+  std::memset(a, 1, 10000);                   // real, writable host memory
   ASSERT_TRUE(cache.record_use(a, kStream));  // a copy from it is queued
   cache.deallocate(a);
   EXPECT_EQ(cache.stats().pending_blocks, 1);
@@ -165,7 +166,8 @@ TEST(HostBlockCache, RunningOutFreesIdleBlocksOfOtherSizesThenFailsClearly) {
     cache.allocate(4096);
     FAIL() << "expected an out-of-memory error";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("out of page-locked host memory: tried to allocate 4096 bytes with 1048576 bytes in use"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("out of page-locked host memory: tried to allocate 4096 bytes with 1048576 bytes in use"));
     EXPECT_THAT(e.what(), HasSubstr("pin_memory=false"));
   }
   cache.deallocate(big);

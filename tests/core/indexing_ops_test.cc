@@ -10,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>

@@ -18,16 +18,16 @@ struct UnaryPair {
 
 TEST(Inplace, UnaryFormsMatchOutOfPlaceAndBumpTheVersion) {
   const UnaryPair ops[] = {
-      {"neg_", &Tensor::neg_, &neg, false},          {"abs_", &Tensor::abs_, &abs, false},
-      {"sign_", &Tensor::sign_, &sign, false},       {"exp_", &Tensor::exp_, &exp, false},
-      {"expm1_", &Tensor::expm1_, &expm1, false},    {"log_", &Tensor::log_, &log, true},
-      {"log1p_", &Tensor::log1p_, &log1p, true},     {"sqrt_", &Tensor::sqrt_, &sqrt, true},
-      {"rsqrt_", &Tensor::rsqrt_, &rsqrt, true},     {"reciprocal_", &Tensor::reciprocal_, &reciprocal, true},
-      {"sin_", &Tensor::sin_, &sin, false},          {"cos_", &Tensor::cos_, &cos, false},
-      {"tanh_", &Tensor::tanh_, &tanh, false},       {"sigmoid_", &Tensor::sigmoid_, &sigmoid, false},
-      {"relu_", &Tensor::relu_, &relu, false},       {"silu_", &Tensor::silu_, &silu, false},
-      {"erf_", &Tensor::erf_, &erf, false},          {"floor_", &Tensor::floor_, &floor, false},
-      {"ceil_", &Tensor::ceil_, &ceil, false},       {"round_", &Tensor::round_, &round, false},
+      {"neg_", &Tensor::neg_, &neg, false},       {"abs_", &Tensor::abs_, &abs, false},
+      {"sign_", &Tensor::sign_, &sign, false},    {"exp_", &Tensor::exp_, &exp, false},
+      {"expm1_", &Tensor::expm1_, &expm1, false}, {"log_", &Tensor::log_, &log, true},
+      {"log1p_", &Tensor::log1p_, &log1p, true},  {"sqrt_", &Tensor::sqrt_, &sqrt, true},
+      {"rsqrt_", &Tensor::rsqrt_, &rsqrt, true},  {"reciprocal_", &Tensor::reciprocal_, &reciprocal, true},
+      {"sin_", &Tensor::sin_, &sin, false},       {"cos_", &Tensor::cos_, &cos, false},
+      {"tanh_", &Tensor::tanh_, &tanh, false},    {"sigmoid_", &Tensor::sigmoid_, &sigmoid, false},
+      {"relu_", &Tensor::relu_, &relu, false},    {"silu_", &Tensor::silu_, &silu, false},
+      {"erf_", &Tensor::erf_, &erf, false},       {"floor_", &Tensor::floor_, &floor, false},
+      {"ceil_", &Tensor::ceil_, &ceil, false},    {"round_", &Tensor::round_, &round, false},
       {"trunc_", &Tensor::trunc_, &trunc, false},
   };
   manual_seed(3);

@@ -10,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,7 +71,9 @@ TEST(Linalg, MmPairSideBySideMatchesFloat64) {
   {
     NoGradGuard no_grad;
     const Tensor big = randn({96, 700});
-    EXPECT_THAT(ErrorOf([&] { mm_pair(big, randn({700, 96}), big, randn({699, 96})); }),
+    EXPECT_THAT(ErrorOf([&] {
+                  mm_pair(big, randn({700, 96}), big, randn({699, 96}));
+                }),
                 HasSubstr("cannot be multiplied"));
   }
   set_num_threads(previous);
@@ -89,8 +91,8 @@ TEST(Linalg, LinearBackwardSideBySideMatchesFloat64AndStaysDifferentiable) {
   const Tensor xi = x.detach().requires_grad_();
   (linear(xi, w) * up).sum().backward();
   const Tensor up64 = up.to(kFloat64), w64 = w.detach().to(kFloat64), x64 = x.to(kFloat64);
-  const Tensor ref_dx = (up64.unsqueeze(2) * w64.unsqueeze(0)).sum({1});      // up w
-  const Tensor ref_dw = (up64.unsqueeze(2) * x64.unsqueeze(1)).sum({0});      // up^T x
+  const Tensor ref_dx = (up64.unsqueeze(2) * w64.unsqueeze(0)).sum({1});  // up w
+  const Tensor ref_dw = (up64.unsqueeze(2) * x64.unsqueeze(1)).sum({0});  // up^T x
   EXPECT_TRUE(allclose(xi.grad().to(kFloat64), ref_dx, 1e-4, 1e-4));
   EXPECT_TRUE(allclose(w.grad().to(kFloat64), ref_dw, 1e-4, 1e-4));
   // Double backward: d/dw of sum((d loss / d x)^2) with loss = sum(linear(x, w) * up) is
@@ -210,7 +212,8 @@ TEST(Matmul, LinearRowMatchesFloat64AndTheComposedGradients) {
                    std::to_string(k.out));
       const int64_t in = k.x.back();
       const Tensor x = randn(k.x, dt).requires_grad_();
-      const Tensor w = (k.weight_transposed ? randn({in, k.out}, dt).t() : randn({k.out, in}, dt)).detach().requires_grad_();
+      const Tensor w =
+          (k.weight_transposed ? randn({in, k.out}, dt).t() : randn({k.out, in}, dt)).detach().requires_grad_();
       const Tensor b = randn({k.out}, dt).requires_grad_();
       const Tensor y = linear(x, w, b);
       ASSERT_NE(y.grad_fn(), nullptr);

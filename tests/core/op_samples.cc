@@ -41,24 +41,40 @@ OpSamples MakeOpSamples() {
     s[op].push_back({std::move(name), std::move(in), std::move(fn), second});
   };
   // Unary: contiguous and transposed inputs.
-  struct U1 { OpId op; const char* name; Tensor (*f)(const Tensor&); bool positive; };
+  struct U1 {
+    OpId op;
+    const char* name;
+    Tensor (*f)(const Tensor&);
+    bool positive;
+  };
   const U1 unary[] = {
-      {OpId::Neg, "neg", &neg, false},       {OpId::Abs, "abs", &abs, false},
-      {OpId::Exp, "exp", &exp, false},       {OpId::Expm1, "expm1", &expm1, false},
-      {OpId::Log, "log", &log, true},        {OpId::Log1p, "log1p", &log1p, true},
-      {OpId::Sqrt, "sqrt", &sqrt, true},     {OpId::Rsqrt, "rsqrt", &rsqrt, true},
+      {OpId::Neg, "neg", &neg, false},
+      {OpId::Abs, "abs", &abs, false},
+      {OpId::Exp, "exp", &exp, false},
+      {OpId::Expm1, "expm1", &expm1, false},
+      {OpId::Log, "log", &log, true},
+      {OpId::Log1p, "log1p", &log1p, true},
+      {OpId::Sqrt, "sqrt", &sqrt, true},
+      {OpId::Rsqrt, "rsqrt", &rsqrt, true},
       {OpId::Reciprocal, "reciprocal", &reciprocal, true},
-      {OpId::Sin, "sin", &sin, false},       {OpId::Cos, "cos", &cos, false},
-      {OpId::Tanh, "tanh", &tanh, false},    {OpId::Sigmoid, "sigmoid", &sigmoid, false},
-      {OpId::Relu, "relu", &relu, false},    {OpId::Silu, "silu", &silu, false},
+      {OpId::Sin, "sin", &sin, false},
+      {OpId::Cos, "cos", &cos, false},
+      {OpId::Tanh, "tanh", &tanh, false},
+      {OpId::Sigmoid, "sigmoid", &sigmoid, false},
+      {OpId::Relu, "relu", &relu, false},
+      {OpId::Silu, "silu", &silu, false},
       {OpId::Hardswish, "hardswish", &hardswish, false},
-      {OpId::Erf, "erf", &erf, false},       {OpId::Sign, "sign", &sign, false},
-      {OpId::Floor, "floor", &floor, false}, {OpId::Ceil, "ceil", &ceil, false},
-      {OpId::Round, "round", &round, false}, {OpId::Trunc, "trunc", &trunc, false},
+      {OpId::Erf, "erf", &erf, false},
+      {OpId::Sign, "sign", &sign, false},
+      {OpId::Floor, "floor", &floor, false},
+      {OpId::Ceil, "ceil", &ceil, false},
+      {OpId::Round, "round", &round, false},
+      {OpId::Trunc, "trunc", &trunc, false},
   };
   for (const U1& u : unary) {
     push(u.op, u.name, {u.positive ? Pos({3, 4}) : Leaf({3, 4})}, U(u.f));
-    push(u.op, std::string(u.name) + "_noncontig", {u.positive ? Pos({4, 3}).t().detach().requires_grad_() : LeafT({3, 4})}, U(u.f));
+    push(u.op, std::string(u.name) + "_noncontig",
+         {u.positive ? Pos({4, 3}).t().detach().requires_grad_() : LeafT({3, 4})}, U(u.f));
   }
   push(OpId::LeakyRelu, "leaky_relu", {Leaf({5})}, L([](auto& x) { return leaky_relu(x[0], 0.2); }));
   push(OpId::Elu, "elu", {Leaf({5})}, L([](auto& x) { return elu(x[0], 1.3); }));
@@ -85,16 +101,17 @@ OpSamples MakeOpSamples() {
   // Losses: weighted mean with an ignored row (its target is out of range on purpose), and
   // per-row losses of a transposed input.
   push(OpId::NllLoss, "nll_loss_weighted_mean", {Leaf({4, 5})}, L([](auto& x) {
-        const Tensor w = tensor(std::vector<double>{1.0, 2.0, 0.5, 3.0, 1.5}).to(g_sample_device);
-        return nll_loss_rows(x[0], Idx({1, 0, -100, 4}), w, 1, -100)[0];
-      }));
-  push(OpId::NllLoss, "nll_loss_none", {LeafT({4, 5})},
-       L([](auto& x) { return nll_loss_rows(x[0], Idx({2, 2, 0, 3}), Tensor(), 0, -100)[0]; }));
+         const Tensor w = tensor(std::vector<double>{1.0, 2.0, 0.5, 3.0, 1.5}).to(g_sample_device);
+         return nll_loss_rows(x[0], Idx({1, 0, -100, 4}), w, 1, -100)[0];
+       }));
+  push(OpId::NllLoss, "nll_loss_none", {LeafT({4, 5})}, L([](auto& x) {
+         return nll_loss_rows(x[0], Idx({2, 2, 0, 3}), Tensor(), 0, -100)[0];
+       }));
   push(OpId::ReluBackward, "relu_backward", {Leaf({3, 4}), LeafT({3, 4})}, B(&relu_backward));
   push(OpId::Where, "where", {Leaf({3, 1}), Leaf({4})}, L([](auto& x) {
-        Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4}).to(g_sample_device);
-        return where(cond, x[0], x[1]);
-      }));
+         Tensor cond = tensor(std::vector<bool>{true, false, true, false}, IntArray{4}).to(g_sample_device);
+         return where(cond, x[0], x[1]);
+       }));
   push(OpId::Cast, "to_float32_and_back", {Leaf({3})}, L([](auto& x) { return (x[0] * 1.0).to(kFloat64); }));
   push(OpId::Clone, "clone", {LeafT({2, 3})}, L([](auto& x) { return x[0].clone() * x[0]; }));
   // Reductions.
@@ -133,27 +150,31 @@ OpSamples MakeOpSamples() {
   push(OpId::Cat, "cat", {Leaf({2, 3}), LeafT({1, 3})}, L([](auto& x) { return cat({x[0], x[1]}, 0); }));
   push(OpId::Cat, "stack", {Leaf({2, 3}), Leaf({2, 3})}, L([](auto& x) { return stack({x[0], x[1]}, 1); }));
   // Indexing.
-  push(OpId::IndexSelect, "index_select_repeats", {LeafT({4, 3})}, L([](auto& x) { return index_select(x[0], 0, Idx({3, 0, 3})); }));
-  push(OpId::Gather, "gather", {Leaf({3, 4})}, L([](auto& x) { return gather(x[0], 1, Idx({0, 3, 3, 1, 2, 2}, {3, 2})); }));
+  push(OpId::IndexSelect, "index_select_repeats", {LeafT({4, 3})}, L([](auto& x) {
+         return index_select(x[0], 0, Idx({3, 0, 3}));
+       }));
+  push(OpId::Gather, "gather", {Leaf({3, 4})}, L([](auto& x) {
+         return gather(x[0], 1, Idx({0, 3, 3, 1, 2, 2}, {3, 2}));
+       }));
   push(OpId::Scatter, "scatter", {Leaf({3, 4}), Leaf({3, 3})}, L([](auto& x) {
-        return scatter(x[0], 1, Idx({0, 1, 2, 3}, {2, 2}), x[1]);
-      }));
+         return scatter(x[0], 1, Idx({0, 1, 2, 3}, {2, 2}), x[1]);
+       }));
   push(OpId::ScatterAdd, "scatter_add_repeats", {Leaf({3, 4}), Leaf({2, 3})}, L([](auto& x) {
-        return scatter_add(x[0], 1, Idx({0, 0, 2, 3}, {2, 2}), x[1]);
-      }));
-  push(OpId::IndexAdd, "index_add", {Leaf({4, 3}), Leaf({2, 3})}, L([](auto& x) { return index_add(x[0], 0, Idx({1, 1}), x[1], 2.0); }));
+         return scatter_add(x[0], 1, Idx({0, 0, 2, 3}, {2, 2}), x[1]);
+       }));
+  push(OpId::IndexAdd, "index_add", {Leaf({4, 3}), Leaf({2, 3})}, L([](auto& x) {
+         return index_add(x[0], 0, Idx({1, 1}), x[1], 2.0);
+       }));
   push(OpId::Index, "advanced_index", {Leaf({4, 5, 3})}, L([](auto& x) {
-        return index(x[0], {Idx({0, 3, 3}), Tensor(), Idx({2, 0, 2})});
-      }));
-  push(OpId::Index, "bool_mask", {LeafT({3, 4})}, L([](auto& x) {
-        return x[0].index({x[0].detach() > 0});
-      }));
+         return index(x[0], {Idx({0, 3, 3}), Tensor(), Idx({2, 0, 2})});
+       }));
+  push(OpId::Index, "bool_mask", {LeafT({3, 4})}, L([](auto& x) { return x[0].index({x[0].detach() > 0}); }));
   push(OpId::IndexPut, "index_put_accumulate", {Leaf({4, 3}), Leaf({3, 3})}, L([](auto& x) {
-        return index_put(x[0], {Idx({1, 1, 2})}, x[1], true);
-      }));
+         return index_put(x[0], {Idx({1, 1, 2})}, x[1], true);
+       }));
   push(OpId::IndexPut, "index_put_overwrite", {Leaf({4, 3}), Leaf({3})}, L([](auto& x) {
-        return index_put(x[0], {Idx({0, 2})}, x[1]);
-      }));
+         return index_put(x[0], {Idx({0, 2})}, x[1]);
+       }));
   push(OpId::Sort, "sort", {LeafT({3, 4})}, L([](auto& x) { return std::get<0>(sort(x[0], 1, true)); }));
   push(OpId::Sort, "topk", {Leaf({7})}, L([](auto& x) { return std::get<0>(topk(x[0], 3)); }));
   // Views.
@@ -166,22 +187,22 @@ OpSamples MakeOpSamples() {
   push(OpId::AsStrided, "diagonal", {Leaf({4, 4})}, L([](auto& x) { return x[0].diagonal(1); }));
   push(OpId::AsStrided, "unfold_overlapping", {Leaf({7})}, L([](auto& x) { return x[0].unfold(0, 3, 2); }));
   push(OpId::AsStrided, "as_strided", {Leaf({6})}, L([](auto& x) { return x[0].as_strided({2, 2}, {1, 2}); }));
-  push(OpId::StridedScatterAdd, "view_backward_twice", {Leaf({5})}, L([](auto& x) {
-        return x[0].narrow(0, 1, 3) * x[0].narrow(0, 0, 3);
-      }));
+  push(OpId::StridedScatterAdd, "view_backward_twice", {Leaf({5})},
+       L([](auto& x) { return x[0].narrow(0, 1, 3) * x[0].narrow(0, 0, 3); }));
   push(OpId::Im2Col, "im2col_stride_pad_dilation", {Leaf({2, 2, 5, 4})}, L([](auto& x) {
-        return im2col(x[0], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}) * 1.5;
-      }));
+         return im2col(x[0], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}) * 1.5;
+       }));
   push(OpId::Col2Im, "col2im_overlapping", {Leaf({1, 2 * 4, 6})}, L([](auto& x) {
-        return col2im(x[0], {3, 4}, {{2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}}) * 1.5;
-      }));
+         return col2im(x[0], {3, 4}, {{2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}}) * 1.5;
+       }));
   push(OpId::Conv2d, "conv2d_groups_stride_pad_dilation_bias", {Leaf({3, 4, 5, 6}), Leaf({6, 2, 2, 3}), Leaf({6})},
-       L([](auto& x) { return convolution(x[0], x[1], x[2], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}, 2); }));
+       L([](auto& x) {
+         return convolution(x[0], x[1], x[2], {{2, 3}, {2, 1}, {1, 0, 2, 1}, {1, 2}}, 2);
+       }));
   push(OpId::Conv2d, "conv2d_1x1_direct", {Leaf({2, 3, 3, 2}), Leaf({4, 3, 1, 1})},
        L([](auto& x) { return convolution(x[0], x[1], Tensor(), {}, 1); }));
   return s;
 }
-
 
 void set_sample_device(Device device) { g_sample_device = device; }
 Device sample_device() { return g_sample_device; }

@@ -5,41 +5,103 @@
 // name. Every row whose user-facing name is on a list must carry that list's policy; a row on
 // no list runs as its inputs come, except the rows that are not user-facing ops (fused or
 // gradient kernels), which follow the op they belong to.
+#include "core/ops/op_table.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 #include <string>
 
-#include "core/ops/op_table.h"
-
 namespace anvil {
 namespace {
 
 const std::set<std::string>& PyTorchLowerPrecision() {
-  static const std::set<std::string> ops = {
-      "__matmul__", "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "chain_matmul", "multi_dot",
-      "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-      "GRUCell", "linear", "LSTMCell", "matmul", "mm", "mv", "prelu", "RNNCell"};
+  static const std::set<std::string> ops = {"__matmul__",
+                                            "addbmm",
+                                            "addmm",
+                                            "addmv",
+                                            "addr",
+                                            "baddbmm",
+                                            "bmm",
+                                            "chain_matmul",
+                                            "multi_dot",
+                                            "conv1d",
+                                            "conv2d",
+                                            "conv3d",
+                                            "conv_transpose1d",
+                                            "conv_transpose2d",
+                                            "conv_transpose3d",
+                                            "GRUCell",
+                                            "linear",
+                                            "LSTMCell",
+                                            "matmul",
+                                            "mm",
+                                            "mv",
+                                            "prelu",
+                                            "RNNCell"};
   return ops;
 }
 
 const std::set<std::string>& PyTorchFloat32() {
-  static const std::set<std::string> ops = {
-      "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin", "binary_cross_entropy_with_logits",
-      "cosh", "cosine_embedding_loss", "cdist", "cosine_similarity", "cross_entropy", "cumprod", "cumsum",
-      "dist", "erfinv", "exp", "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss",
-      "layer_norm", "log", "log_softmax", "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss",
-      "multilabel_margin_loss", "multi_margin_loss", "nll_loss", "norm", "normalize", "pdist",
-      "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh", "smooth_l1_loss",
-      "soft_margin_loss", "softmax", "softmin", "softplus", "sum", "renorm", "tan", "triplet_margin_loss"};
+  static const std::set<std::string> ops = {"__pow__",
+                                            "__rdiv__",
+                                            "__rpow__",
+                                            "__rtruediv__",
+                                            "acos",
+                                            "asin",
+                                            "binary_cross_entropy_with_logits",
+                                            "cosh",
+                                            "cosine_embedding_loss",
+                                            "cdist",
+                                            "cosine_similarity",
+                                            "cross_entropy",
+                                            "cumprod",
+                                            "cumsum",
+                                            "dist",
+                                            "erfinv",
+                                            "exp",
+                                            "expm1",
+                                            "group_norm",
+                                            "hinge_embedding_loss",
+                                            "kl_div",
+                                            "l1_loss",
+                                            "layer_norm",
+                                            "log",
+                                            "log_softmax",
+                                            "log10",
+                                            "log1p",
+                                            "log2",
+                                            "margin_ranking_loss",
+                                            "mse_loss",
+                                            "multilabel_margin_loss",
+                                            "multi_margin_loss",
+                                            "nll_loss",
+                                            "norm",
+                                            "normalize",
+                                            "pdist",
+                                            "poisson_nll_loss",
+                                            "pow",
+                                            "prod",
+                                            "reciprocal",
+                                            "rsqrt",
+                                            "sinh",
+                                            "smooth_l1_loss",
+                                            "soft_margin_loss",
+                                            "softmax",
+                                            "softmin",
+                                            "softplus",
+                                            "sum",
+                                            "renorm",
+                                            "tan",
+                                            "triplet_margin_loss"};
   return ops;
 }
 
 const std::set<std::string>& PyTorchWidest() {
-  static const std::set<std::string> ops = {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot",
-                                            "grid_sample", "index_put", "scatter_add", "tensordot",
-                                            "cat", "stack", "index_copy"};
+  static const std::set<std::string> ops = {"addcdiv", "addcmul",     "atan2",     "bilinear",    "cross",
+                                            "dot",     "grid_sample", "index_put", "scatter_add", "tensordot",
+                                            "cat",     "stack",       "index_copy"};
   return ops;
 }
 
@@ -53,10 +115,14 @@ const std::map<OpId, AutocastPolicy>& KernelOnlyRows() {
 
 const char* PolicyName(AutocastPolicy p) {
   switch (p) {
-    case AutocastPolicy::LowerPrecision: return "LowerPrecision";
-    case AutocastPolicy::Float32: return "Float32";
-    case AutocastPolicy::Widest: return "Widest";
-    case AutocastPolicy::NoCast: return "NoCast";
+    case AutocastPolicy::LowerPrecision:
+      return "LowerPrecision";
+    case AutocastPolicy::Float32:
+      return "Float32";
+    case AutocastPolicy::Widest:
+      return "Widest";
+    case AutocastPolicy::NoCast:
+      return "NoCast";
   }
   return "?";
 }

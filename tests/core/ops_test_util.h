@@ -29,7 +29,7 @@ inline bool Close(double got, double want, double rtol, double atol) {
 }
 
 inline void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rtol = 1e-6,
-                 double atol = 1e-6, const std::string& what = "") {
+                        double atol = 1e-6, const std::string& what = "") {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(Close(got[i], want[i], rtol, atol))
@@ -38,8 +38,8 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
 }
 
 // Naive matrix product in double of a [n, k] and b [k, m] given as row-major vectors.
-inline std::vector<double> NaiveMm(const std::vector<double>& a, const std::vector<double>& b, int64_t n,
-                            int64_t k, int64_t m) {
+inline std::vector<double> NaiveMm(const std::vector<double>& a, const std::vector<double>& b, int64_t n, int64_t k,
+                                   int64_t m) {
   std::vector<double> c(n * m, 0.0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j) {
@@ -49,6 +49,5 @@ inline std::vector<double> NaiveMm(const std::vector<double>& a, const std::vect
     }
   return c;
 }
-
 
 }  // namespace anvil::ops_test

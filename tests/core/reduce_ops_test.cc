@@ -10,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,11 +66,12 @@ TEST(Reductions, SumMeanProdOverEachDim) {
     ExpectClose(Vals(x.sum({d})), Reduce3(xv, d, RSum), 1e-12, 1e-12, "sum dim " + std::to_string(d));
     ExpectClose(Vals(x.mean({d})), Reduce3(xv, d, RMean), 1e-12, 1e-12, "mean dim " + std::to_string(d));
     ExpectClose(Vals(prod(x, {d})),
-                Reduce3(xv, d, [](const std::vector<double>& v) {
-                  double p = 1;
-                  for (double e : v) p *= e;
-                  return p;
-                }),
+                Reduce3(xv, d,
+                        [](const std::vector<double>& v) {
+                          double p = 1;
+                          for (double e : v) p *= e;
+                          return p;
+                        }),
                 1e-12, 1e-12, "prod dim " + std::to_string(d));
   }
   EXPECT_EQ(x.sum({1}).sizes(), (IntArray{2, 4}));
@@ -362,8 +363,8 @@ TEST(Softmax, StableForLargeInputs) {
   Tensor x = F32({1000, 1001, 1002, -1000, -1001, -1002}, IntArray{2, 3});
   std::vector<double> s = Vals(softmax(x, 1));
   const double z = 1 + std::exp(1.0) + std::exp(2.0);
-  ExpectClose(s, {1 / z, std::exp(1.0) / z, std::exp(2.0) / z, std::exp(2.0) / z, std::exp(1.0) / z, 1 / z},
-              1e-5, 1e-7, "softmax large");
+  ExpectClose(s, {1 / z, std::exp(1.0) / z, std::exp(2.0) / z, std::exp(2.0) / z, std::exp(1.0) / z, 1 / z}, 1e-5, 1e-7,
+              "softmax large");
   std::vector<double> l = Vals(log_softmax(x, 1));
   for (double v : l) EXPECT_TRUE(std::isfinite(v));
   EXPECT_NEAR(l[2], 2 - std::log(z), 1e-4);

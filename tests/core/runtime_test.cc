@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/anvil.h"
-#include "tests/core/test_util.h"
 #include "core/tensor/allocator.h"
+#include "tests/core/test_util.h"
 
 using namespace anvil;
 using anvil::test::ThreadsGuard;
@@ -38,8 +38,7 @@ void ExpectExactCover(int64_t begin, int64_t end, int64_t grain) {
   EXPECT_EQ(bad_chunks.load(), 0) << "grain " << grain;
   int64_t wrong = 0;
   for (auto& h : hits) wrong += h.load() != 1;
-  EXPECT_EQ(wrong, 0) << "range [" << begin << ", " << end << ") grain " << grain << " threads "
-                      << get_num_threads();
+  EXPECT_EQ(wrong, 0) << "range [" << begin << ", " << end << ") grain " << grain << " threads " << get_num_threads();
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // safetensors: round trips for every dtype, the header layout the format specifies (checked
 // byte by byte here, independently of the reader), corrupt and truncated files, and
 // interoperability with the reference Python implementation when it is installed.
+#include "core/io/safetensors.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,15 +12,14 @@
 #include <fstream>
 
 #include "core/anvil.h"
-#include "core/io/safetensors.h"
 #include "core/util/file.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::io {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
+using ::testing::HasSubstr;
 
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
@@ -102,12 +103,13 @@ TEST(Safetensors, InteroperatesWithTheReferenceImplementation) {
   Tensor idx = tensor(std::vector<int64_t>{5, -2, 7});
   save_safetensors(ours, {{"w", w}, {"idx", idx}});
   const std::string script = TempPath("interop.py");
-  std::ofstream(script) << "import sys, numpy as np\n"
-                           "from safetensors.numpy import load_file, save_file\n"
-                           "t = load_file(sys.argv[1])\n"
-                           "assert t['w'].dtype == np.float32 and t['w'].shape == (3, 4)\n"
-                           "assert t['idx'].tolist() == [5, -2, 7]\n"
-                           "save_file({'w2': t['w'] * 2, 'h': np.arange(6, dtype=np.float16).reshape(2, 3)}, sys.argv[2])\n";
+  std::ofstream(script)
+      << "import sys, numpy as np\n"
+         "from safetensors.numpy import load_file, save_file\n"
+         "t = load_file(sys.argv[1])\n"
+         "assert t['w'].dtype == np.float32 and t['w'].shape == (3, 4)\n"
+         "assert t['idx'].tolist() == [5, -2, 7]\n"
+         "save_file({'w2': t['w'] * 2, 'h': np.arange(6, dtype=np.float16).reshape(2, 3)}, sys.argv[2])\n";
   ASSERT_EQ(std::system((python + " " + script + " " + ours + " " + theirs).c_str()), 0);
   const Safetensors back = load_safetensors(theirs);
   EXPECT_TRUE(equal(*back.find("w2"), w * 2.0));

@@ -5,11 +5,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 #include "core/util/error.h"
 #include "core/util/file.h"
@@ -18,8 +18,8 @@
 namespace anvil {
 namespace {
 
-using ::testing::HasSubstr;
 using test::Raises;
+using ::testing::HasSubstr;
 
 TEST(Sha256, FipsExampleMessages) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

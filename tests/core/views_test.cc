@@ -27,7 +27,6 @@ int64_t ByteOffset(const Tensor& view, const Tensor& base) {
   return static_cast<const char*>(view.data_ptr()) - static_cast<const char*>(base.data_ptr());
 }
 
-
 }  // namespace
 
 // ---------------------------------------------------------------- view / reshape
@@ -106,8 +105,8 @@ TEST(Views, ReshapeOfTransposedCopies) {
 
 TEST(Views, ReshapeOfTransposedIsAViewWhenStridesAllow) {
   Tensor x = Iota({3, 4});
-  Tensor t = x.t();                  // [4, 3] strides [1, 4]
-  Tensor r = t.reshape({4, 1, 3});   // only inserts a size-1 dim: expressible with strides
+  Tensor t = x.t();                 // [4, 3] strides [1, 4]
+  Tensor r = t.reshape({4, 1, 3});  // only inserts a size-1 dim: expressible with strides
   EXPECT_TRUE(r.is_alias_of(x));
   EXPECT_EQ(r.sizes(), (IntArray{4, 1, 3}));
   EXPECT_EQ(Vals(r), Vals(t));

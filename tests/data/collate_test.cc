@@ -1,19 +1,20 @@
 // default_collate: stacking, nesting and the errors for mismatched samples.
+#include "core/data/collate.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/data/collate.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::data {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
 using test::Iota;
 using test::Vals;
+using ::testing::HasSubstr;
 
 TEST(CollateTest, StacksEachFieldAlongANewLeadingDim) {
   std::vector<Example> samples;

@@ -1,8 +1,10 @@
 // Files opened beneath a root: the checks happen when a file is opened, so symlinks made or
 // swapped in after a path was first checked cannot lead a reader out of the root.
+#include "core/util/confined_open.h"
+
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +14,6 @@
 #include "core/anvil.h"
 #include "core/data/datasets/csv.h"
 #include "core/data/datasets/image_folder.h"
-#include "core/util/confined_open.h"
 
 namespace anvil {
 namespace {

@@ -1,11 +1,13 @@
 // DataLoader: determinism for any worker count, epochs, bounded prefetch, errors with the
 // sample index, prompt shutdown, timeouts, resume positions, iterable datasets and stats.
+#include "core/data/dataloader.h"
+
+#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <dirent.h>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "core/backend/registry.h"
-#include "core/data/dataloader.h"
 #include "core/data/philox_stream.h"
 #include "core/data/sample_random.h"
 #include "core/util/thread_pool.h"
@@ -23,22 +24,25 @@
 namespace anvil::data {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
 using test::Vals;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 // Sample i is an 8x8 single-channel image filled with i and target i. get() sleeps a
 // pseudo-random 0-`jitter_us` microseconds so that workers finish out of order.
 class SlowDataset : public Dataset {
  public:
-  explicit SlowDataset(int64_t n, int jitter_us = 300, int64_t fail_at = -1) : n_(n), jitter_us_(jitter_us), fail_at_(fail_at) {}
+  explicit SlowDataset(int64_t n, int jitter_us = 300, int64_t fail_at = -1)
+      : n_(n), jitter_us_(jitter_us), fail_at_(fail_at) {}
   int64_t size() const override { return n_; }
   Example get(int64_t i) const override {
     CheckIndex(i);
     gets.fetch_add(1);
     if (i == fail_at_) throw Error("bad record in shard 3");
-    if (jitter_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(MixKey(99, static_cast<uint64_t>(i)) % static_cast<uint64_t>(jitter_us_)));
+    if (jitter_us_ > 0)
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(MixKey(99, static_cast<uint64_t>(i)) % static_cast<uint64_t>(jitter_us_)));
     if (const WorkerInfo* w = worker_info()) {
       std::lock_guard<std::mutex> lock(mu);
       worker_ids.insert(w->id);
@@ -160,7 +164,8 @@ TEST(DataLoaderTest, StagedCopiesToTheGpuDoNotReadTheSourceLater) {
       on_gpu.push_back(host.to(CUDA(0)));
     }
     for (int i = 0; i < 20; ++i) {
-      EXPECT_EQ(on_gpu[static_cast<size_t>(i)].sum().item<double>(), double{1 << 16} * i) << "pinned=" << pinned << " " << i;
+      EXPECT_EQ(on_gpu[static_cast<size_t>(i)].sum().item<double>(), double{1 << 16} * i)
+          << "pinned=" << pinned << " " << i;
     }
   }
 }
@@ -232,8 +237,9 @@ TEST(DataLoaderTest, WorkerExceptionCarriesSampleIndexAndMessage) {
 
 TEST(DataLoaderTest, CollateErrorsNameTheBatch) {
   auto ds = std::make_shared<SlowDataset>(8, 0);
-  DataLoader loader(ds, {.batch_size = 4, .num_workers = 1,
-                         .collate = [](std::vector<Example>&) -> Example { throw Error("ragged"); }});
+  DataLoader loader(ds, {.batch_size = 4, .num_workers = 1, .collate = [](std::vector<Example>&) -> Example {
+                           throw Error("ragged");
+                         }});
   EXPECT_THAT(ErrorOf([&] { loader.next(); }), HasSubstr("collating batch 0 (worker 0) failed: ragged"));
 }
 
@@ -365,7 +371,8 @@ class CountingStream : public IterableDataset {
     return Example{{"input", full({4, 4}, static_cast<double>(v))}, {"target", scalar_tensor(v, kInt64)}};
   }
   Example process(Example raw) const override {
-    std::this_thread::sleep_for(std::chrono::microseconds(MixKey(1, static_cast<uint64_t>(raw["target"].item<int64_t>())) % 300));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(MixKey(1, static_cast<uint64_t>(raw["target"].item<int64_t>())) % 300));
     raw.set("input", flip_(raw["input"]));
     return raw;
   }

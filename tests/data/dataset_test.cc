@@ -1,5 +1,7 @@
 // Example, the dataset combinators (TensorDataset, Subset, ConcatDataset, MapDataset) and
 // random_split.
+#include "core/data/dataset.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,18 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "core/data/dataset.h"
 #include "core/data/example.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::data {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
 using test::Iota;
 using test::Raises;
 using test::Vals;
+using ::testing::HasSubstr;
 
 std::shared_ptr<TensorDataset> Rows(int64_t n) {
   return std::make_shared<TensorDataset>(Iota({n, 3}), arange(n, kInt64));
@@ -55,7 +56,9 @@ TEST(TensorDatasetTest, SamplesAreRowViewsSharingStorage) {
 }
 
 TEST(TensorDatasetTest, RejectsRowCountMismatchAndBadIndices) {
-  EXPECT_THAT(ErrorOf([] { TensorDataset(Iota({4, 3}), arange(5, kInt64)); }),
+  EXPECT_THAT(ErrorOf([] {
+                TensorDataset(Iota({4, 3}), arange(5, kInt64));
+              }),
               HasSubstr("'input' has 4 and 'target' has 5"));
   TensorDataset ds(Iota({4, 3}), arange(4, kInt64));
   EXPECT_THAT(Raises<IndexError>([&] { ds.get(4); }), HasSubstr("index 4 is out of range for 4 samples"));
@@ -111,9 +114,13 @@ TEST(RandomSplitTest, FractionsHandOutTheRemainderInOrder) {
   EXPECT_EQ(parts[0]->size(), 4);
   EXPECT_EQ(parts[1]->size(), 3);
   EXPECT_EQ(parts[2]->size(), 3);
-  EXPECT_THAT(ErrorOf([] { random_split(Rows(10), std::vector<int64_t>{5, 4}, 0); }),
+  EXPECT_THAT(ErrorOf([] {
+                random_split(Rows(10), std::vector<int64_t>{5, 4}, 0);
+              }),
               HasSubstr("lengths sum to 9 but"));
-  EXPECT_THAT(ErrorOf([] { random_split(Rows(10), std::vector<double>{0.5, 0.4}, 0); }),
+  EXPECT_THAT(ErrorOf([] {
+                random_split(Rows(10), std::vector<double>{0.5, 0.4}, 0);
+              }),
               HasSubstr("fractions sum to 0.9"));
 }
 

@@ -46,9 +46,8 @@ class TempFolderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ =
-        fs::path(::testing::TempDir()) / ("anvil_datasets_" + std::string(info->test_suite_name()) +
-                                          "_" + info->name() + "_" + std::to_string(getpid()));
+    dir_ = fs::path(::testing::TempDir()) / ("anvil_datasets_" + std::string(info->test_suite_name()) + "_" +
+                                             info->name() + "_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -65,8 +64,7 @@ class TempFolderTest : public ::testing::Test {
     const std::string path = Path(name);
     gzFile f = gzopen(path.c_str(), "wb");
     EXPECT_NE(f, nullptr);
-    EXPECT_EQ(gzwrite(f, content.data(), static_cast<unsigned>(content.size())),
-              static_cast<int>(content.size()));
+    EXPECT_EQ(gzwrite(f, content.data(), static_cast<unsigned>(content.size())), static_cast<int>(content.size()));
     EXPECT_EQ(gzclose(f), Z_OK);
     return path;
   }
@@ -112,8 +110,7 @@ TEST_F(CsvDatasetTest, HeaderAutoDetectedAndLastColumnIsTheClass) {
 
 TEST_F(CsvDatasetTest, StringClassesWithoutHeaderAreDataInSortedNameOrder) {
   // Every row has a non-numeric field, so no row looks like a header.
-  const std::string path =
-      Write("iris.csv", "5.1,3.5,setosa\n4.9,3.0,virginica\n6.0,2.2,versicolor\n5.0,3.6,setosa\n");
+  const std::string path = Write("iris.csv", "5.1,3.5,setosa\n4.9,3.0,virginica\n6.0,2.2,versicolor\n5.0,3.6,setosa\n");
   CsvDataset ds(path);
   ASSERT_EQ(ds.size(), 4);
   EXPECT_THAT(ds.classes(), ElementsAre("setosa", "versicolor", "virginica"));
@@ -193,9 +190,8 @@ TEST_F(CsvDatasetTest, RegressionTargets) {
 }
 
 TEST_F(CsvDatasetTest, TsvQuotingCrlfAndTrailingBlankLines) {
-  const std::string tsv = Write(
-      "t.TSV",
-      "\xEF\xBB\xBF\"f 1\"\tf2\tkind\r\n 1.5 \t\"2\"\t\"a \"\"b\"\"\"\r\n3\t4\tc\r\n\r\n\n  \n");
+  const std::string tsv =
+      Write("t.TSV", "\xEF\xBB\xBF\"f 1\"\tf2\tkind\r\n 1.5 \t\"2\"\t\"a \"\"b\"\"\"\r\n3\t4\tc\r\n\r\n\n  \n");
   CsvDataset ds(tsv);
   ASSERT_EQ(ds.size(), 2);
   EXPECT_THAT(ds.feature_names(), ElementsAre("f 1", "f2"));
@@ -232,11 +228,9 @@ TEST_F(CsvDatasetTest, ExplicitHeaderChoice) {
   const std::string text = Write("t.csv", "a,b,c\n1,2,0\n");
   CsvOptions no;
   no.header = CsvOptions::Header::kNo;
-  EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(text, no); }),
-              HasSubstr("t.csv:1:1: expected a number, got 'a'"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(text, no); }), HasSubstr("t.csv:1:1: expected a number, got 'a'"));
   const std::string only = Write("o.csv", "a,b\n");
-  EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(only, yes); }),
-              HasSubstr("o.csv: no data rows after the header"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(only, yes); }), HasSubstr("o.csv: no data rows after the header"));
 }
 
 TEST_F(CsvDatasetTest, ErrorsNameFileLineAndColumn) {
@@ -244,18 +238,14 @@ TEST_F(CsvDatasetTest, ErrorsNameFileLineAndColumn) {
     const std::string path = Write(name, content);
     return Raises<anvil::Error>([&] { CsvDataset{path}; });
   };
-  EXPECT_THAT(error("iris.csv", "a,b,c\n1,2,0\n1,abc,1\n"),
-              HasSubstr("iris.csv:3:2: expected a number, got 'abc'"));
-  EXPECT_THAT(error("data.csv", "a,b,c\n1,2,0\n1,2\n"),
-              HasSubstr("data.csv:3: expected 3 fields, got 2"));
-  EXPECT_THAT(error("wide.csv", "1,2,0\n1,2,3,4\n"),
-              HasSubstr("wide.csv:2: expected 3 fields, got 4"));
+  EXPECT_THAT(error("iris.csv", "a,b,c\n1,2,0\n1,abc,1\n"), HasSubstr("iris.csv:3:2: expected a number, got 'abc'"));
+  EXPECT_THAT(error("data.csv", "a,b,c\n1,2,0\n1,2\n"), HasSubstr("data.csv:3: expected 3 fields, got 2"));
+  EXPECT_THAT(error("wide.csv", "1,2,0\n1,2,3,4\n"), HasSubstr("wide.csv:2: expected 3 fields, got 4"));
   EXPECT_THAT(error("empty.csv", ""), HasSubstr("empty.csv: empty file"));
   EXPECT_THAT(error("blank.csv", "\n\r\n  \n"), HasSubstr("blank.csv: empty file"));
   EXPECT_THAT(error("hole.csv", "a,b,c\n1,,0\n"), HasSubstr("hole.csv:2:2: empty field"));
   EXPECT_THAT(error("gap.csv", "1,2,0\n\n1,2,0\n"), HasSubstr("gap.csv:2: blank line"));
-  EXPECT_THAT(error("quote.csv", "1,2,0\n1,\"2,0\n"),
-              HasSubstr("quote.csv:2:2: unterminated quoted field"));
+  EXPECT_THAT(error("quote.csv", "1,2,0\n1,\"2,0\n"), HasSubstr("quote.csv:2:2: unterminated quoted field"));
   EXPECT_THAT(error("after.csv", "1,2,0\n1,\"2\"x,0\n"),
               HasSubstr("after.csv:2:2: unexpected text after the closing quote"));
   EXPECT_THAT(error("one.csv", "1\n2\n"), HasSubstr("one.csv:1: expected at least 2 fields"));
@@ -279,15 +269,13 @@ std::string IdxBytes(uint8_t type, const std::vector<uint32_t>& sizes, const std
 }
 
 TEST_F(IdxTest, ReadsHandWrittenBigEndianFiles) {
-  const std::string u8 =
-      Write("u8", IdxBytes(0x08, {2, 3}, std::string("\x01\x02\x03\xFD\xFE\xFF")));
+  const std::string u8 = Write("u8", IdxBytes(0x08, {2, 3}, std::string("\x01\x02\x03\xFD\xFE\xFF")));
   const Tensor a = read_idx(u8);
   EXPECT_EQ(a.dtype(), anvil::kUInt8);
   EXPECT_EQ(a.sizes(), (anvil::IntArray{2, 3}));
   EXPECT_THAT(Vals(a), ElementsAre(1, 2, 3, 253, 254, 255));
 
-  const std::string i32 =
-      Write("i32", IdxBytes(0x0C, {2}, std::string("\x01\x02\x03\x04\xFF\xFF\xFF\xFE", 8)));
+  const std::string i32 = Write("i32", IdxBytes(0x0C, {2}, std::string("\x01\x02\x03\x04\xFF\xFF\xFF\xFE", 8)));
   const Tensor b = read_idx(i32);
   EXPECT_EQ(b.dtype(), anvil::kInt32);
   EXPECT_THAT(Vals(b), ElementsAre(0x01020304, -2));
@@ -296,8 +284,7 @@ TEST_F(IdxTest, ReadsHandWrittenBigEndianFiles) {
   const Tensor c = read_idx(Write("f32", IdxBytes(0x0D, {1}, std::string("\x3F\xC0\x00\x00", 4))));
   EXPECT_EQ(c.dtype(), anvil::kFloat32);
   EXPECT_THAT(Vals(c), ElementsAre(1.5));
-  const Tensor d =
-      read_idx(Write("f64", IdxBytes(0x0E, {1}, std::string("\xC0\0\0\0\0\0\0\0", 8))));
+  const Tensor d = read_idx(Write("f64", IdxBytes(0x0E, {1}, std::string("\xC0\0\0\0\0\0\0\0", 8))));
   EXPECT_EQ(d.dtype(), anvil::kFloat64);
   EXPECT_THAT(Vals(d), ElementsAre(-2.0));
   const Tensor e = read_idx(Write("i16", IdxBytes(0x0B, {2}, std::string("\x12\x34\xFF\xFE", 4))));
@@ -307,16 +294,15 @@ TEST_F(IdxTest, ReadsHandWrittenBigEndianFiles) {
 
 TEST_F(IdxTest, WriteProducesTheSpecifiedBytes) {
   write_idx(Path("w"), anvil::tensor(std::vector<int32_t>{0x01020304, -2}, anvil::IntArray{1, 2}));
-  EXPECT_EQ(ReadBytes(Path("w")),
-            IdxBytes(0x0C, {1, 2}, std::string("\x01\x02\x03\x04\xFF\xFF\xFF\xFE", 8)));
+  EXPECT_EQ(ReadBytes(Path("w")), IdxBytes(0x0C, {1, 2}, std::string("\x01\x02\x03\x04\xFF\xFF\xFF\xFE", 8)));
   // No temporary file is left behind by the atomic write.
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
 TEST_F(IdxTest, RoundTripsEveryDtypePlainAndGzip) {
   const std::vector<double> values = {0, 1, -1, 100, -128, 127, 0x1234, -30000};
-  for (anvil::ScalarType dt : {anvil::kUInt8, anvil::kInt8, anvil::kInt16, anvil::kInt32,
-                               anvil::kFloat32, anvil::kFloat64}) {
+  for (anvil::ScalarType dt :
+       {anvil::kUInt8, anvil::kInt8, anvil::kInt16, anvil::kInt32, anvil::kFloat32, anvil::kFloat64}) {
     Tensor t = F64(values, anvil::IntArray{2, 2, 2});
     if (dt == anvil::kFloat32 || dt == anvil::kFloat64) t = t * 1.25 + 1e-3;
     if (dt == anvil::kInt32) t = t * 65536;
@@ -350,11 +336,9 @@ TEST_F(IdxTest, ErrorsNameTheFile) {
   EXPECT_THAT(error("magic", std::string("\x01\x02\x08\x01\0\0\0\0", 8)),
               AllOf(HasSubstr("magic: not an IDX file: bad magic 0x01 0x02")));
   EXPECT_THAT(error("short", std::string("\0\0", 2)), HasSubstr("short: not an IDX file"));
-  EXPECT_THAT(error("type", IdxBytes(0x0A, {1}, "x")),
-              HasSubstr("type: unknown IDX element type code 0x0A"));
-  EXPECT_THAT(
-      error("header", std::string("\0\0\x08\x03\0\0\0\x01", 8)),
-      HasSubstr("header: truncated header: declares 3 dimensions (12 bytes of sizes) but only 4"));
+  EXPECT_THAT(error("type", IdxBytes(0x0A, {1}, "x")), HasSubstr("type: unknown IDX element type code 0x0A"));
+  EXPECT_THAT(error("header", std::string("\0\0\x08\x03\0\0\0\x01", 8)),
+              HasSubstr("header: truncated header: declares 3 dimensions (12 bytes of sizes) but only 4"));
   EXPECT_THAT(error("trunc", IdxBytes(0x08, {10}, "abcd")),
               AllOf(HasSubstr("trunc: truncated"), HasSubstr("uint8[10] = 10 bytes of data"),
                     HasSubstr("only 4 bytes follow")));
@@ -371,8 +355,7 @@ TEST_F(IdxTest, ErrorsNameTheFile) {
   // A gzip file cut short: zlib's partial output must not pass for the whole file.
   write_idx(Path("cut.gz"), Iota({64, 64}, anvil::kFloat32), /*gzip=*/true);
   const std::string gz = ReadBytes(Path("cut.gz"));
-  EXPECT_THAT(error("cut.gz", gz.substr(0, gz.size() / 2)),
-              AllOf(HasSubstr("cut.gz"), HasSubstr("truncated")));
+  EXPECT_THAT(error("cut.gz", gz.substr(0, gz.size() / 2)), AllOf(HasSubstr("cut.gz"), HasSubstr("truncated")));
   const std::string missing = Path("absent-ubyte");
   EXPECT_THAT(Raises<anvil::Error>([&] { read_idx(missing); }),
               AllOf(HasSubstr(missing), HasSubstr("No such file or directory")));
@@ -398,14 +381,12 @@ TEST_F(IdxTest, DatasetPairsImagesWithLabels) {
   Raises<anvil::IndexError>([&] { ds.get(5); });
 
   write_idx(Path("lbl4"), anvil::tensor(std::vector<uint8_t>{1, 2, 3, 4}));
-  EXPECT_THAT(Raises<anvil::Error>([&] { IdxDataset(Path("img"), Path("lbl4")); }),
-              HasSubstr("holds 5 images but"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { IdxDataset(Path("img"), Path("lbl4")); }), HasSubstr("holds 5 images but"));
   write_idx(Path("lblf"), F32({1, 2, 3, 4, 5}));
   EXPECT_THAT(Raises<anvil::TypeError>([&] { IdxDataset(Path("img"), Path("lblf")); }),
               HasSubstr("expected integer class labels, got dtype float32"));
   write_idx(Path("lbl2d"), anvil::tensor(std::vector<uint8_t>(10, 1), anvil::IntArray{5, 2}));
-  EXPECT_THAT(Raises<anvil::Error>([&] { IdxDataset(Path("img"), Path("lbl2d")); }),
-              HasSubstr("expected labels [N]"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { IdxDataset(Path("img"), Path("lbl2d")); }), HasSubstr("expected labels [N]"));
   write_idx(Path("lblneg"), anvil::tensor(std::vector<int8_t>{0, 1, -1, 2, 3}));
   EXPECT_THAT(Raises<anvil::Error>([&] { IdxDataset(Path("img"), Path("lblneg")); }),
               HasSubstr("must be non-negative, found -1"));
@@ -424,13 +405,10 @@ TEST_F(IdxTest, MnistFindsPlainOrGzipFilesAndListsWhatItTried) {
   fs::create_directories(dir_ / "MNIST" / "raw");
   write_idx((dir_ / "MNIST" / "raw" / "t10k-images-idx3-ubyte").string(), images);
   const std::string msg = Raises<anvil::Error>([&] { mnist(dir_.string(), /*train=*/false); });
-  EXPECT_THAT(msg,
-              AllOf(HasSubstr("cannot find t10k-labels-idx1-ubyte"),
-                    HasSubstr(Path("t10k-labels-idx1-ubyte") + " "),
-                    HasSubstr(Path("t10k-labels-idx1-ubyte.gz")),
-                    HasSubstr((dir_ / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz").string())));
-  write_idx((dir_ / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").string(),
-            anvil::tensor(std::vector<uint8_t>{0, 1, 2}));
+  EXPECT_THAT(msg, AllOf(HasSubstr("cannot find t10k-labels-idx1-ubyte"),
+                         HasSubstr(Path("t10k-labels-idx1-ubyte") + " "), HasSubstr(Path("t10k-labels-idx1-ubyte.gz")),
+                         HasSubstr((dir_ / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz").string())));
+  write_idx((dir_ / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").string(), anvil::tensor(std::vector<uint8_t>{0, 1, 2}));
   EXPECT_EQ(mnist(dir_.string(), false).size(), 3);
 }
 
@@ -444,8 +422,7 @@ Tensor TestImage(int64_t h, int64_t w, int64_t c, int salt) {
   std::vector<uint8_t> px;
   for (int64_t y = 0; y < h; ++y) {
     for (int64_t x = 0; x < w; ++x) {
-      for (int64_t k = 0; k < c; ++k)
-        px.push_back(static_cast<uint8_t>(y * 37 + x * 11 + k * 85 + salt * 29));
+      for (int64_t k = 0; k < c; ++k) px.push_back(static_cast<uint8_t>(y * 37 + x * 11 + k * 85 + salt * 29));
     }
   }
   return anvil::tensor(px, anvil::IntArray{h, w, c});
@@ -524,8 +501,7 @@ TEST_F(ImageFolderTest, ConcurrentReadsMatchSequentialOnes) {
   fs::create_directories(dir_ / "c0");
   fs::create_directories(dir_ / "c1");
   for (int i = 0; i < 6; ++i) {
-    write_png(Path("c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".png"),
-              TestImage(8 + i, 5, 3, i));
+    write_png(Path("c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".png"), TestImage(8 + i, 5, 3, i));
   }
   Write("c1/broken.png", "garbage");
   const ImageFolder ds(dir_.string());
@@ -533,8 +509,7 @@ TEST_F(ImageFolderTest, ConcurrentReadsMatchSequentialOnes) {
   std::vector<Tensor> reference;
   std::vector<std::string> errors(static_cast<size_t>(ds.size()));
   for (int64_t i = 0; i < ds.size(); ++i) {
-    errors[static_cast<size_t>(i)] =
-        ErrorOf([&] { reference.push_back(ds.get(i)[Example::kInput]); });
+    errors[static_cast<size_t>(i)] = ErrorOf([&] { reference.push_back(ds.get(i)[Example::kInput]); });
     if (!errors[static_cast<size_t>(i)].empty()) reference.emplace_back();
   }
   std::vector<int> mismatches(4, 0);
@@ -546,8 +521,7 @@ TEST_F(ImageFolderTest, ConcurrentReadsMatchSequentialOnes) {
           Tensor x;
           const std::string err = ErrorOf([&] { x = ds.get(i)[Example::kInput]; });
           const auto k = static_cast<size_t>(i);
-          if (err != errors[k] || (err.empty() && !x.equal(reference[k])))
-            ++mismatches[static_cast<size_t>(t)];
+          if (err != errors[k] || (err.empty() && !x.equal(reference[k]))) ++mismatches[static_cast<size_t>(t)];
         }
       }
     });
@@ -563,8 +537,7 @@ TEST_F(ImageFolderTest, Errors) {
   Write("file", "x");
   EXPECT_THAT(Raises<anvil::Error>([&] { ImageFolder{Path("file")}; }), HasSubstr("not a folder"));
   fs::create_directories(dir_ / "empty_root");
-  EXPECT_THAT(Raises<anvil::Error>([&] { ImageFolder{Path("empty_root")}; }),
-              HasSubstr("no class folders"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { ImageFolder{Path("empty_root")}; }), HasSubstr("no class folders"));
   fs::create_directories(dir_ / "r" / "a");
   fs::create_directories(dir_ / "r" / "b");
   Write("r/a/readme.txt", "x");
@@ -598,8 +571,7 @@ using DigitsTest = TempFolderTest;
 // when neither has it.
 std::string DigitsDir() {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv("ANVIL_DATA_DIR"); env != nullptr && *env != '\0')
-    dirs.push_back(env);
+  if (const char* env = std::getenv("ANVIL_DATA_DIR"); env != nullptr && *env != '\0') dirs.push_back(env);
   dirs.push_back(ANVIL_TEST_DATA_DIR);
   for (const std::string& d : dirs) {
     if (fs::is_regular_file(fs::path(d) / "digits.csv.gz")) return d;
@@ -623,8 +595,7 @@ std::vector<std::vector<int>> ReadGzRows(const std::string& path) {
     std::vector<int> row;
     std::istringstream fields(line);
     std::string field;
-    while (std::getline(fields, field, ','))
-      row.push_back(static_cast<int>(std::lround(std::stod(field))));
+    while (std::getline(fields, field, ',')) row.push_back(static_cast<int>(std::lround(std::stod(field))));
     rows.push_back(row);
   }
   return rows;
@@ -634,8 +605,7 @@ TEST_F(DigitsTest, LoadsTheFetchedFile) {
   const std::string dir = DigitsDir();
   if (dir.empty()) {
     GTEST_SKIP() << "digits.csv.gz not found in $ANVIL_DATA_DIR or " << ANVIL_TEST_DATA_DIR
-                 << "; fetch it with scripts/fetch-data.sh " << ANVIL_TEST_DATA_DIR
-                 << " (or make data)";
+                 << "; fetch it with scripts/fetch-data.sh " << ANVIL_TEST_DATA_DIR << " (or make data)";
   }
   const Digits ds(dir);
   ASSERT_EQ(ds.size(), 1797);
@@ -679,8 +649,7 @@ TEST_F(DigitsTest, LoadsTheFetchedFile) {
 }
 
 // A file in the digits layout: 1797 rows of 64 pixel values and a label.
-std::string DigitsCsv(int rows, int bad_row = -1, const std::string& bad_field = "",
-                      int bad_col = 0) {
+std::string DigitsCsv(int rows, int bad_row = -1, const std::string& bad_field = "", int bad_col = 0) {
   std::string s;
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < 65; ++c) {
@@ -699,25 +668,20 @@ TEST_F(DigitsTest, ValidatesTheFile) {
 
   EXPECT_THAT(Raises<anvil::Error>([&] { Digits(WriteGz("short.csv.gz", DigitsCsv(1000))); }),
               HasSubstr("short.csv.gz: expected 1797 rows, got 1000"));
-  EXPECT_THAT(
-      Raises<anvil::Error>([&] { Digits(WriteGz("px.csv.gz", DigitsCsv(1797, 11, "17", 4))); }),
-      HasSubstr("px.csv.gz:12:5: expected a pixel value 0..16, got 17"));
-  EXPECT_THAT(
-      Raises<anvil::Error>([&] { Digits(WriteGz("lbl.csv.gz", DigitsCsv(1797, 0, "10", 64))); }),
-      HasSubstr("lbl.csv.gz:1:65: expected a digit 0..9, got 10"));
-  EXPECT_THAT(
-      Raises<anvil::Error>([&] { Digits(WriteGz("txt.csv.gz", DigitsCsv(1797, 6, "x", 2))); }),
-      HasSubstr("txt.csv.gz:7:3: expected a number, got 'x'"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { Digits(WriteGz("px.csv.gz", DigitsCsv(1797, 11, "17", 4))); }),
+              HasSubstr("px.csv.gz:12:5: expected a pixel value 0..16, got 17"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { Digits(WriteGz("lbl.csv.gz", DigitsCsv(1797, 0, "10", 64))); }),
+              HasSubstr("lbl.csv.gz:1:65: expected a digit 0..9, got 10"));
+  EXPECT_THAT(Raises<anvil::Error>([&] { Digits(WriteGz("txt.csv.gz", DigitsCsv(1797, 6, "x", 2))); }),
+              HasSubstr("txt.csv.gz:7:3: expected a number, got 'x'"));
   EXPECT_THAT(Raises<anvil::Error>([&] { Digits(WriteGz("narrow.csv.gz", "1,2,3\n")); }),
               HasSubstr("narrow.csv.gz:1: expected 65 fields"));
 }
 
 TEST_F(DigitsTest, MissingFileSaysHowToFetchIt) {
   const std::string msg = Raises<anvil::Error>([&] { find_digits(dir_.string()); });
-  EXPECT_THAT(msg, AllOf(HasSubstr(Path("digits.csv.gz")),
-                         HasSubstr("scripts/fetch-data.sh " + dir_.string())));
-  EXPECT_THAT(Raises<anvil::Error>([&] { Digits{dir_.string()}; }),
-              HasSubstr("scripts/fetch-data.sh"));
+  EXPECT_THAT(msg, AllOf(HasSubstr(Path("digits.csv.gz")), HasSubstr("scripts/fetch-data.sh " + dir_.string())));
+  EXPECT_THAT(Raises<anvil::Error>([&] { Digits{dir_.string()}; }), HasSubstr("scripts/fetch-data.sh"));
   EXPECT_THAT(Raises<anvil::Error>([&] { Digits{Path("elsewhere/digits.csv.gz")}; }),
               HasSubstr("scripts/fetch-data.sh"));
   WriteGz("digits.csv.gz", DigitsCsv(1797));
@@ -789,8 +753,7 @@ TEST(SyntheticTest, BlobsShapesBalanceAndClusterStatistics) {
       const double mean = sum[idx] / m;
       const double sd = std::sqrt(sq[idx] / m - mean * mean);
       // Five standard errors: a false failure has probability ~1e-6 per coordinate.
-      EXPECT_NEAR(mean, centers[idx], 5 * std_dev / std::sqrt(m))
-          << "class " << c << " feature " << j;
+      EXPECT_NEAR(mean, centers[idx], 5 * std_dev / std::sqrt(m)) << "class " << c << " feature " << j;
       EXPECT_NEAR(sd, std_dev, 0.1 * std_dev) << "class " << c << " feature " << j;
     }
   }
@@ -799,10 +762,8 @@ TEST(SyntheticTest, BlobsShapesBalanceAndClusterStatistics) {
 TEST(SyntheticTest, SpiralsAreInterleavedRotatedArms) {
   const int64_t n = 600, k = 3;
   const TensorDataset noisy = make_spirals(n, k, 0.05, 3);
-  EXPECT_TRUE(
-      noisy.field(Example::kInput).equal(make_spirals(n, k, 0.05, 3).field(Example::kInput)));
-  EXPECT_FALSE(
-      noisy.field(Example::kInput).equal(make_spirals(n, k, 0.05, 4).field(Example::kInput)));
+  EXPECT_TRUE(noisy.field(Example::kInput).equal(make_spirals(n, k, 0.05, 3).field(Example::kInput)));
+  EXPECT_FALSE(noisy.field(Example::kInput).equal(make_spirals(n, k, 0.05, 4).field(Example::kInput)));
   EXPECT_EQ(noisy.field(Example::kInput).sizes(), (anvil::IntArray{n, 2}));
   EXPECT_EQ(noisy.get(0)[Example::kTarget].dtype(), anvil::kInt64);
 
@@ -819,15 +780,13 @@ TEST(SyntheticTest, SpiralsAreInterleavedRotatedArms) {
     const double r0 = std::hypot(x0, y0);
     EXPECT_GT(r0, 0.0);
     EXPECT_LE(r0, 1.0);
-    const double r_next =
-        std::hypot(x[static_cast<size_t>(2 * (i + k))], x[static_cast<size_t>(2 * (i + k) + 1)]);
+    const double r_next = std::hypot(x[static_cast<size_t>(2 * (i + k))], x[static_cast<size_t>(2 * (i + k) + 1)]);
     EXPECT_GT(r_next, r0);
     for (int64_t c = 1; c < k; ++c) {
       const double a = 2 * std::numbers::pi * static_cast<double>(c) / static_cast<double>(k);
       EXPECT_EQ(y[static_cast<size_t>(i + c)], c);
       EXPECT_NEAR(x[static_cast<size_t>(2 * (i + c))], x0 * std::cos(a) - y0 * std::sin(a), 1e-5);
-      EXPECT_NEAR(x[static_cast<size_t>(2 * (i + c) + 1)], x0 * std::sin(a) + y0 * std::cos(a),
-                  1e-5);
+      EXPECT_NEAR(x[static_cast<size_t>(2 * (i + c) + 1)], x0 * std::sin(a) + y0 * std::cos(a), 1e-5);
     }
   }
 }

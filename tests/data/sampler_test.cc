@@ -1,6 +1,8 @@
 // Data-pipeline samplers (torch.utils.data semantics): visiting order, reproducibility per
 // (seed, epoch), weighted draw frequencies, batching, and DistributedSampler sharding and
 // padding. Reference values are hand-computed from the definitions.
+#include "core/data/sampler.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "core/data/sampler.h"
 #include "core/util/error.h"
 #include "tests/core/test_util.h"
 
@@ -156,13 +157,19 @@ TEST(WeightedRandomSamplerTest, WithoutReplacementFirstDrawFollowsWeights) {
 }
 
 TEST(WeightedRandomSamplerTest, RejectsBadWeights) {
-  EXPECT_THAT(ErrorOf([] { WeightedRandomSampler({1.0, -1.0}, 3); }),
+  EXPECT_THAT(ErrorOf([] {
+                WeightedRandomSampler({1.0, -1.0}, 3);
+              }),
               AllOf(HasSubstr("expected non-negative"), HasSubstr("weights[1] = -1")));
-  EXPECT_THAT(ErrorOf([] { WeightedRandomSampler({0.0, 0.0, 0.0}, 3); }),
+  EXPECT_THAT(ErrorOf([] {
+                WeightedRandomSampler({0.0, 0.0, 0.0}, 3);
+              }),
               AllOf(HasSubstr("expected at least one positive weight"), HasSubstr("all 3 weights zero")));
   EXPECT_THAT(ErrorOf([] { WeightedRandomSampler({}, 3); }), HasSubstr("expected at least one weight"));
   EXPECT_THAT(ErrorOf([] { WeightedRandomSampler({1.0}, 0); }), HasSubstr("positive integer, got 0"));
-  EXPECT_THAT(ErrorOf([] { WeightedRandomSampler({1.0, 0.0, 2.0}, 3, false); }),
+  EXPECT_THAT(ErrorOf([] {
+                WeightedRandomSampler({1.0, 0.0, 2.0}, 3, false);
+              }),
               AllOf(HasSubstr("number of positive weights (2)"), HasSubstr("got num_samples = 3")));
 }
 

@@ -2,6 +2,8 @@
 // per-channel Normalize and BandScale, flips and crops, reproducibility of the random ones
 // per (seed, call index), composition order and errors. Reference values are hand-computed
 // from the definitions.
+#include "core/data/transforms.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/data/transforms.h"
 #include "core/ops/functions.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
@@ -103,13 +104,14 @@ TEST(Normalize, PerChannelOnNchw) {
 }
 
 TEST(Normalize, Errors) {
-  EXPECT_THAT(ErrorOf([] { Normalize({0, 0}, {1, 1})(zeros({3, 2, 2})); }),
+  EXPECT_THAT(ErrorOf([] {
+                Normalize({0, 0}, {1, 1})(zeros({3, 2, 2}));
+              }),
               AllOf(HasSubstr("expected 2 channels"), HasSubstr("got 3")));
   EXPECT_THAT(ErrorOf([] { Normalize({0, 0}, {1, 0}); }), HasSubstr("std[1] is zero"));
   EXPECT_THAT(ErrorOf([] { Normalize({0, 0}, {1}); }), HasSubstr("same length"));
   EXPECT_THAT(ErrorOf([] { Normalize({0}, {1})(zeros({1, 2})); }), HasSubstr("CHW or NCHW"));
-  EXPECT_THAT(ErrorOf([] { Normalize({0}, {1})(zeros({1, 1, 1}, kInt32)); }),
-              HasSubstr("floating-point"));
+  EXPECT_THAT(ErrorOf([] { Normalize({0}, {1})(zeros({1, 1, 1}, kInt32)); }), HasSubstr("floating-point"));
 }
 
 // ---- BandScale ----
@@ -126,7 +128,9 @@ TEST(BandScale, BatchedAndErrors) {
   Tensor y = BandScale({10, 100}, {1, 0})(x);
   EXPECT_EQ(y.dtype(), kFloat64);
   EXPECT_THAT(Vals(y), ElementsAre(11.0, 200.0, 31.0, 400.0));
-  EXPECT_THAT(ErrorOf([] { BandScale({1, 1}, {0, 0})(zeros({3, 1, 1})); }),
+  EXPECT_THAT(ErrorOf([] {
+                BandScale({1, 1}, {0, 0})(zeros({3, 1, 1}));
+              }),
               AllOf(HasSubstr("expected 2 bands"), HasSubstr("got 3")));
   EXPECT_THAT(ErrorOf([] { BandScale({1, 1}, {0}); }), HasSubstr("same length"));
 }
@@ -226,13 +230,12 @@ TEST(Compose, AppliesInOrder) {
 
 TEST(Compose, ToTensorThenNormalize) {
   std::vector<uint8_t> hwc = {0, 255, 51, 102};  // H=1, W=2, C=2
-  Compose pipe({std::make_shared<ToTensor>(), std::make_shared<Normalize>(std::vector<double>{0.5, 0.5},
-                                                                          std::vector<double>{0.5, 0.25})});
+  Compose pipe({std::make_shared<ToTensor>(),
+                std::make_shared<Normalize>(std::vector<double>{0.5, 0.5}, std::vector<double>{0.5, 0.25})});
   Tensor y = pipe(tensor(hwc, IntArray{1, 2, 2}));
   // Channel 0 = [0, 0.2] -> [-1, -0.6]; channel 1 = [1, 0.4] -> [2, -0.4].
   EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-6), std::vector<double>{-1, -0.6, 2, -0.4}));
 }
-
 
 // ---- Resize ----
 
@@ -253,7 +256,8 @@ std::vector<double> ReferenceResize(const std::vector<double>& in, int64_t H, in
       coord(y, H, h, &y0, &y1, &fy);
       coord(x, W, w, &x0, &x1, &fx);
       auto at = [&](int64_t r, int64_t c) { return in[static_cast<size_t>(r * W + c)]; };
-      out.push_back((1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) + fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1)));
+      out.push_back((1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) +
+                    fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1)));
     }
   }
   return out;
@@ -265,8 +269,7 @@ TEST(Resize, MatchesFloat64ReferenceUpAndDown) {
     Tensor y = Resize(h, w)(x);
     ASSERT_EQ(y.sizes(), (IntArray{2, h, w}));
     for (int64_t c = 0; c < 2; ++c) {
-      EXPECT_THAT(Vals(y[c]), Pointwise(DoubleNear(1e-12), ReferenceResize(Vals(x[c]), 7, 9, h, w)))
-          << h << "x" << w;
+      EXPECT_THAT(Vals(y[c]), Pointwise(DoubleNear(1e-12), ReferenceResize(Vals(x[c]), 7, 9, h, w))) << h << "x" << w;
     }
   }
 }
@@ -304,7 +307,8 @@ TEST(RandomErasing, ErasesOneRectangleWithinScaleAndRatio) {
     EXPECT_TRUE(equal(window, full_like(window, -5.0)));
     // Everything else is untouched.
     EXPECT_EQ((y != x).sum().item<int64_t>(), 3 * h * w);
-    const double area = static_cast<double>(h * w) / (32.0 * 40.0), aspect = static_cast<double>(h) / static_cast<double>(w);
+    const double area = static_cast<double>(h * w) / (32.0 * 40.0),
+                 aspect = static_cast<double>(h) / static_cast<double>(w);
     EXPECT_GE(area, 0.02 * 0.7);
     EXPECT_LE(area, 0.33 * 1.3);
     EXPECT_GE(aspect, 0.3 * 0.7);

@@ -39,9 +39,8 @@ struct SmallRun {
     TrainerOptions o;
     o.checkpoint_path = path;
     o.checkpoint_keep = 2;
-    trainer = std::make_unique<Trainer>(model, opt, o, [](const Tensor& y, const Tensor& t) {
-      return nn::F::cross_entropy(y, t);
-    });
+    trainer = std::make_unique<Trainer>(model, opt, o,
+                                        [](const Tensor& y, const Tensor& t) { return nn::F::cross_entropy(y, t); });
   }
   void Mark(float v) {
     NoGradGuard no_grad;
@@ -77,8 +76,7 @@ TEST(CheckpointGenerations, TheLastTwoAreKeptNewestFirst) {
   r.Save(1);
   r.Save(2);
   r.Save(3);
-  EXPECT_EQ(existing_checkpoints(path, 2),
-            (std::vector<std::string>{path, checkpoint_generation(path, 1)}));
+  EXPECT_EQ(existing_checkpoints(path, 2), (std::vector<std::string>{path, checkpoint_generation(path, 1)}));
   EXPECT_EQ(Holds(path), 3);
   EXPECT_EQ(Holds(checkpoint_generation(path, 1)), 2);
   EXPECT_FALSE(fs::exists(checkpoint_generation(path, 2)));
@@ -112,7 +110,8 @@ TEST(CheckpointGenerations, CrashAtEveryStepLeavesAVerifiedGeneration) {
   for (const char* point : {"checkpoint:rotated", "atomic_file:written", "atomic_file:synced", "atomic_file:renamed"}) {
     const std::string dir = Dir(std::string("crash-") + (std::strchr(point, ':') + 1));
     const std::string filter = "--gtest_filter=CheckpointGenerations.CrashChild";
-    const std::string env_dir = "ANVIL_CRASH_CHILD_DIR=" + dir, env_point = std::string("ANVIL_CRASH_CHILD_POINT=") + point;
+    const std::string env_dir = "ANVIL_CRASH_CHILD_DIR=" + dir,
+                      env_point = std::string("ANVIL_CRASH_CHILD_POINT=") + point;
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
     env_strings.push_back(env_dir);

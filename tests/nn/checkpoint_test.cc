@@ -1,5 +1,7 @@
 // Training checkpoints: a resumed run reproduces the uninterrupted run's losses bitwise;
 // corrupt, truncated and mismatched files are reported and nothing is half-loaded.
+#include "core/train/checkpoint.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,14 +13,13 @@
 #include "core/nn/nn.h"
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
-#include "core/train/checkpoint.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::train {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
+using ::testing::HasSubstr;
 
 std::shared_ptr<nn::Sequential> Model() {
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
@@ -40,8 +41,8 @@ struct TrainingRun {
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}, {"weight_decay", 1e-4}});
     sched = std::make_unique<optim::CosineAnnealingLR>(*opt, 40);
     auto ds = std::make_shared<data::TensorDataset>(data::make_blobs(200, 3, 4, 1.5, 7));
-    loader = std::make_unique<data::DataLoader>(ds, data::DataLoaderOptions{.batch_size = 16, .shuffle = true,
-                                                                            .num_workers = 2, .seed = 5});
+    loader = std::make_unique<data::DataLoader>(
+        ds, data::DataLoaderOptions{.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 5});
   }
   // One optimizer step; starts the next epoch when one ends.
   double Step() {
@@ -56,7 +57,9 @@ struct TrainingRun {
     return loss.item<double>();
   }
   TrainingState State() const {
-    return {step, loader->position(), 5, default_generator().get_state(), sched->last_step(), {{step, "loss", 0.5}}, {{"k", "v"}}};
+    return {
+        step,        loader->position(), 5, default_generator().get_state(), sched->last_step(), {{step, "loss", 0.5}},
+        {{"k", "v"}}};
   }
 };
 
@@ -103,13 +106,14 @@ TEST(CheckpointTest, CorruptOrTruncatedFilesAreReportedAndNothingIsLoaded) {
   std::string flipped = bytes;
   flipped[flipped.size() - 10] ^= 0x40;  // one bit in the last tensor's data
   std::ofstream(Path("flipped.ckpt"), std::ios::binary) << flipped;
-  EXPECT_THAT(ErrorOf([&] { load_checkpoint(Path("flipped.ckpt"), *b.model, *b.opt); }), HasSubstr("checksum mismatch"));
+  EXPECT_THAT(ErrorOf([&] { load_checkpoint(Path("flipped.ckpt"), *b.model, *b.opt); }),
+              HasSubstr("checksum mismatch"));
   std::ofstream(Path("short.ckpt"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   EXPECT_THAT(ErrorOf([&] { load_checkpoint(Path("short.ckpt"), *b.model, *b.opt); }), HasSubstr("truncated"));
   EXPECT_TRUE(equal(b.model->parameters()[0], before));
   // A checkpoint of another architecture: the key and both shapes are named.
-  nn::Sequential other{std::make_shared<nn::Linear>(4, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
-                       std::make_shared<nn::Linear>(16, 3)};
+  nn::Sequential other{std::make_shared<nn::Linear>(4, 16), std::make_shared<nn::ReLU>(),
+                       std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(16, 3)};
   EXPECT_THAT(ErrorOf([&] { load_model_from_checkpoint(path, other); }),
               HasSubstr("size mismatch for '0.weight': the checkpoint has [32, 4], the module has [16, 4]"));
   // The same file loads into a matching model.

@@ -101,14 +101,17 @@ TEST(CudaTraining, FusedOptimizerStepsMatchTheCpu) {
     std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)> make;
   };
   const std::vector<Case> cases{
-      {"sgd nesterov", [](std::vector<Tensor> p) {
-         return std::make_unique<optim::SGD>(p, optim::Options{{"lr", 0.1}, {"momentum", 0.9}, {"nesterov", 1.0},
-                                                               {"weight_decay", 1e-2}});
+      {"sgd nesterov",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(
+             p, optim::Options{{"lr", 0.1}, {"momentum", 0.9}, {"nesterov", 1.0}, {"weight_decay", 1e-2}});
        }},
-      {"adam", [](std::vector<Tensor> p) {
+      {"adam",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::Adam>(p, optim::Options{{"lr", 1e-2}, {"weight_decay", 1e-2}});
        }},
-      {"adamw amsgrad", [](std::vector<Tensor> p) {
+      {"adamw amsgrad",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::AdamW>(p, optim::Options{{"lr", 1e-2}, {"amsgrad", 1.0}});
        }},
   };

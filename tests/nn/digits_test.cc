@@ -11,9 +11,9 @@
 #include "core/data/data.h"
 #include "core/models/spec.h"
 #include "core/nn/nn.h"
+#include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
 #include "core/train/trainer.h"
-#include "core/optim/optimizer.h"
 
 namespace anvil::nn {
 namespace {
@@ -70,12 +70,17 @@ TEST(DigitsTest, LenetStyleCnnReachesNinetyEightPercent) {
   auto digits = std::make_shared<data::Digits>(DigitsDir());
   auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
   Sequential model{std::make_shared<Conv2d>(1, 32, std::array<int64_t, 2>{3, 3}, ConvOptions{.same = true}),
-                   std::make_shared<BatchNorm2d>(32), std::make_shared<ReLU>(),
+                   std::make_shared<BatchNorm2d>(32),
+                   std::make_shared<ReLU>(),
                    std::make_shared<MaxPool2d>(std::array<int64_t, 2>{2, 2}),
                    std::make_shared<Conv2d>(32, 64, std::array<int64_t, 2>{3, 3}, ConvOptions{.same = true}),
-                   std::make_shared<BatchNorm2d>(64), std::make_shared<ReLU>(),
-                   std::make_shared<MaxPool2d>(std::array<int64_t, 2>{2, 2}), std::make_shared<Flatten>(),
-                   std::make_shared<Linear>(64 * 2 * 2, 128), std::make_shared<ReLU>(), std::make_shared<Dropout>(0.25),
+                   std::make_shared<BatchNorm2d>(64),
+                   std::make_shared<ReLU>(),
+                   std::make_shared<MaxPool2d>(std::array<int64_t, 2>{2, 2}),
+                   std::make_shared<Flatten>(),
+                   std::make_shared<Linear>(64 * 2 * 2, 128),
+                   std::make_shared<ReLU>(),
+                   std::make_shared<Dropout>(0.25),
                    std::make_shared<Linear>(128, 10)};
   optim::Adam opt(model.parameters(), {{"lr", 2e-3}});
   data::DataLoader loader(split[0], {.batch_size = 64, .shuffle = true, .num_workers = 1, .seed = 1});
@@ -105,11 +110,13 @@ TEST(DigitsTest, PresetsReachTheirTargetsThroughTheTrainer) {
         std::make_shared<data::Digits>(DigitsDir(), data::DigitsOptions{.as_image = image}),
         std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale"));
     auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
-    const models::BuiltModel m = models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
+    const models::BuiltModel m =
+        models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
     // The recipe the service uses by default: AdamW with a one-cycle schedule.
     const int64_t epochs = 40;
     auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
-    train::Trainer trainer(m.module, opt, {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false});
+    train::Trainer trainer(m.module, opt,
+                           {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false});
     data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .num_workers = 1, .seed = 1});
     trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
     data::DataLoader test_loader(split[1], {.batch_size = 256});

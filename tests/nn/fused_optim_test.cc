@@ -18,11 +18,13 @@
 namespace anvil::optim {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
+using ::testing::HasSubstr;
 
 // The gradient of parameter k, element i, at step t.
-double Grad(int k, int t, int64_t i) { return std::sin(1.3 * t + 0.7 * static_cast<double>(i % 1000) + k) * (1.0 + 0.1 * t); }
+double Grad(int k, int t, int64_t i) {
+  return std::sin(1.3 * t + 0.7 * static_cast<double>(i % 1000) + k) * (1.0 + 0.1 * t);
+}
 double Start(int k, int64_t i) { return std::cos(0.3 * static_cast<double>(i % 977) + k); }
 
 const std::vector<IntArray> kShapes{{3}, {257, 129}, {0, 4}, {70001}, {5, 7}};
@@ -48,7 +50,8 @@ void SetGrads(std::vector<Tensor>& params, int t) {
   for (size_t k = 0; k < params.size(); ++k) {
     Tensor& p = params[k];
     std::vector<float> g(static_cast<size_t>(p.numel()));
-    for (int64_t i = 0; i < p.numel(); ++i) g[static_cast<size_t>(i)] = static_cast<float>(Grad(static_cast<int>(k), t, i));
+    for (int64_t i = 0; i < p.numel(); ++i)
+      g[static_cast<size_t>(i)] = static_cast<float>(Grad(static_cast<int>(k), t, i));
     p.set_grad(tensor(g, p.sizes()));
   }
 }
@@ -77,7 +80,8 @@ std::vector<std::vector<double>> Reference(const Rule& rule, int steps, bool wit
       double xi = start[i];
       std::vector<double> state(3, 0.0);
       for (int t = 1; t <= steps; ++t) {
-        rule(xi, static_cast<double>(static_cast<float>(Grad(static_cast<int>(k), t, static_cast<int64_t>(i)))), state, t);
+        rule(xi, static_cast<double>(static_cast<float>(Grad(static_cast<int>(k), t, static_cast<int64_t>(i)))), state,
+             t);
       }
       x[i] = xi;
     }
@@ -110,12 +114,15 @@ std::vector<Case> Cases() {
     return o;
   };
   std::vector<Case> cases;
-  cases.push_back({"sgd", [=](std::vector<Tensor> p, bool f) { return std::make_unique<SGD>(p, with({{"lr", 0.1}}, f)); },
+  cases.push_back({"sgd",
+                   [=](std::vector<Tensor> p, bool f) {
+                     return std::make_unique<SGD>(p, with({{"lr", 0.1}}, f));
+                   },
                    [](double& x, double g, std::vector<double>&, int) { x -= 0.1 * g; }});
   cases.push_back({"sgd momentum dampening weight decay",
                    [=](std::vector<Tensor> p, bool f) {
-                     return std::make_unique<SGD>(p, with({{"lr", 0.05}, {"momentum", 0.9}, {"dampening", 0.25},
-                                                           {"weight_decay", 0.01}}, f));
+                     return std::make_unique<SGD>(
+                         p, with({{"lr", 0.05}, {"momentum", 0.9}, {"dampening", 0.25}, {"weight_decay", 0.01}}, f));
                    },
                    [](double& x, double g, std::vector<double>& s, int t) {
                      g += 0.01 * x;
@@ -150,7 +157,10 @@ std::vector<Case> Cases() {
                      return std::make_unique<Adam>(p, with({{"lr", 0.01}, {"weight_decay", 0.1}}, f));
                    },
                    adam_rule(false, false, 0.1)});
-  cases.push_back({"adamw", [=](std::vector<Tensor> p, bool f) { return std::make_unique<AdamW>(p, with({{"lr", 0.01}}, f)); },
+  cases.push_back({"adamw",
+                   [=](std::vector<Tensor> p, bool f) {
+                     return std::make_unique<AdamW>(p, with({{"lr", 0.01}}, f));
+                   },
                    adam_rule(true, false, 0.01)});
   cases.push_back({"adamw amsgrad",
                    [=](std::vector<Tensor> p, bool f) {
@@ -196,14 +206,16 @@ TEST(FusedOptimTest, ParametersAtDifferentStepCountsGetTheirOwnBiasCorrection) {
   // b has no gradient in step 1, so at step 2 a is at t=2 and b at t=1.
   std::vector<std::vector<double>> results;
   for (bool fused : {true, false}) {
-    Tensor a = tensor(std::vector<float>{1.0f, -2.0f}).requires_grad_(), b = tensor(std::vector<float>{0.5f}).requires_grad_();
+    Tensor a = tensor(std::vector<float>{1.0f, -2.0f}).requires_grad_(),
+           b = tensor(std::vector<float>{0.5f}).requires_grad_();
     Adam opt({a, b}, {{"lr", 0.1}, {"fused", fused ? 1.0 : 0.0}});
     a.set_grad(tensor(std::vector<float>{0.3f, -0.1f}));
     opt.step();
     a.set_grad(tensor(std::vector<float>{0.2f, 0.4f}));
     b.set_grad(tensor(std::vector<float>{-0.7f}));
     opt.step();
-    results.push_back({a.detach().to_vector<double>()[0], a.detach().to_vector<double>()[1], b.detach().to_vector<double>()[0]});
+    results.push_back(
+        {a.detach().to_vector<double>()[0], a.detach().to_vector<double>()[1], b.detach().to_vector<double>()[0]});
     EXPECT_EQ(opt.state_dict().params.at(0).step, 2);
     EXPECT_EQ(opt.state_dict().params.at(1).step, 1);
   }
@@ -216,7 +228,8 @@ TEST(FusedOptimTest, FusedCallsRejectMismatchedLists) {
   Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
   OptimizerStepArgs a;
   a.lr = 0.1;
-  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {}, {}, a); }), HasSubstr("expected 1 exp_avg_sqs (one per parameter), got 0"));
+  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {}, {}, a); }),
+              HasSubstr("expected 1 exp_avg_sqs (one per parameter), got 0"));
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {zeros({4}, kFloat64)}, {m}, {v}, {}, a); }),
               HasSubstr("expected grads[0] to be float32 or float64 like its parameter (float32), got float64"));
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {zeros({5})}, {m}, {v}, {}, a); }),

@@ -13,16 +13,17 @@
 namespace anvil::nn {
 namespace {
 
+using test::ErrorOf;
+using test::Vals;
 using ::testing::DoubleNear;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-using test::ErrorOf;
-using test::Vals;
 
 // Direct convolution: out[n, o, y, x] = b[o] + sum_{c in group, i, j} w[o, c, i, j] *
 // in[n, g*Cg + c, y*sh - ph + i*dh, x*sw - pw + j*dw] (zero outside).
-std::vector<double> DirectConv(const Tensor& in, const Tensor& w, const Tensor& b, int64_t sh, int64_t sw, int64_t ph_top,
-                               int64_t pw_left, int64_t dh, int64_t dw, int64_t G, int64_t OH, int64_t OW) {
+std::vector<double> DirectConv(const Tensor& in, const Tensor& w, const Tensor& b, int64_t sh, int64_t sw,
+                               int64_t ph_top, int64_t pw_left, int64_t dh, int64_t dw, int64_t G, int64_t OH,
+                               int64_t OW) {
   const int64_t N = in.size(0), C = in.size(1), H = in.size(2), W = in.size(3);
   const int64_t OC = w.size(0), Cg = C / G, KH = w.size(2), KW = w.size(3);
   const auto iv = Vals(in), wv = Vals(w);
@@ -60,7 +61,8 @@ TEST(Conv2dTest, MatchesDirectConvolution) {
     const int64_t OH = (9 + 2 * k.ph - k.dh * (k.KH - 1) - 1) / k.sh + 1;
     const int64_t OW = (8 + 2 * k.pw - k.dw * (k.KW - 1) - 1) / k.sw + 1;
     ASSERT_EQ(y.sizes(), (IntArray{2, k.OC, OH, OW}));
-    EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-10), DirectConv(x, w, b, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.G, OH, OW)));
+    EXPECT_THAT(Vals(y),
+                Pointwise(DoubleNear(1e-10), DirectConv(x, w, b, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.G, OH, OW)));
   }
 }
 
@@ -163,7 +165,9 @@ TEST(PoolTest, MaxPoolMatchesLoopsAndRoutesGradToTheMax) {
   // Each window sends 1 to exactly one element: the gradient sums to the window count.
   EXPECT_EQ(x.grad().sum().item<double>(), static_cast<double>(y.numel()));
   auto r = autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{F::max_pool2d(in[0], {.kernel = {2, 2}})}; },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{F::max_pool2d(in[0], {.kernel = {2, 2}})};
+      },
       {randn({1, 2, 4, 4}, kFloat64).requires_grad_()});
   EXPECT_TRUE(r.ok) << r.message;
 }
@@ -171,7 +175,9 @@ TEST(PoolTest, MaxPoolMatchesLoopsAndRoutesGradToTheMax) {
 TEST(PoolTest, AvgPoolWithAndWithoutPaddingCountAndAdaptive) {
   Tensor x = randn({1, 1, 4, 4}, kFloat64);
   const auto xv = Vals(x);
-  auto at = [&](int64_t r, int64_t c) { return (r < 0 || r >= 4 || c < 0 || c >= 4) ? 0.0 : xv[static_cast<size_t>(r * 4 + c)]; };
+  auto at = [&](int64_t r, int64_t c) {
+    return (r < 0 || r >= 4 || c < 0 || c >= 4) ? 0.0 : xv[static_cast<size_t>(r * 4 + c)];
+  };
   Tensor inc = F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
   Tensor exc = F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false});
   // Top-left window covers rows/cols -1..1: 4 real elements of 9.

@@ -12,10 +12,10 @@
 namespace anvil::nn {
 namespace {
 
-using ::testing::HasSubstr;
+using F::Reduction;
 using test::ErrorOf;
 using test::Vals;
-using F::Reduction;
+using ::testing::HasSubstr;
 
 // log-softmax of row r of a [N, C] float64 tensor, by the definition.
 std::vector<double> LogSoftmaxRow(const std::vector<double>& v, int64_t C, int64_t r) {
@@ -149,20 +149,30 @@ TEST(LossTest, CrossEntropyWithProbabilitiesAndSpatialTargets) {
 
 TEST(LossTest, CrossEntropyErrorsSayWhatWasExpected) {
   Tensor logits = randn({4, 10});
-  EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, tensor(std::vector<int64_t>{1, 2, 10, 3})); }),
+  EXPECT_THAT(ErrorOf([&] {
+                F::cross_entropy(logits, tensor(std::vector<int64_t>{1, 2, 10, 3}));
+              }),
               HasSubstr("target 10 is out of bounds: expected class indices in [0, 10)"));
   // One-hot floats of the wrong shape (here [4, 9]).
-  EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, zeros({4, 9})); }),
+  EXPECT_THAT(ErrorOf([&] {
+                F::cross_entropy(logits, zeros({4, 9}));
+              }),
               HasSubstr("must have the logits' shape [4, 10], got [4, 9]"));
-  EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, zeros({4, 1}, kInt64)); }),
+  EXPECT_THAT(ErrorOf([&] {
+                F::cross_entropy(logits, zeros({4, 1}, kInt64));
+              }),
               HasSubstr("expected a target of shape [4]"));
   F::CrossEntropyOptions nine_weights{.weight = ones({9})};
-  EXPECT_THAT(ErrorOf([&] { F::cross_entropy(logits, tensor(std::vector<int64_t>{1, 2, 3, 4}), nine_weights); }),
+  EXPECT_THAT(ErrorOf([&] {
+                F::cross_entropy(logits, tensor(std::vector<int64_t>{1, 2, 3, 4}), nine_weights);
+              }),
               HasSubstr("expected class weights of shape [10]"));
 }
 
 TEST(LossTest, BinaryCrossEntropyRejectsLogitsAndWithLogitsIsStable) {
-  EXPECT_THAT(ErrorOf([] { F::binary_cross_entropy(tensor({-2.0, 0.5}), tensor({0.0, 1.0})); }),
+  EXPECT_THAT(ErrorOf([] {
+                F::binary_cross_entropy(tensor({-2.0, 0.5}), tensor({0.0, 1.0}));
+              }),
               HasSubstr("use binary_cross_entropy_with_logits"));
   Tensor x = tensor(std::vector<double>{-1000, -3, 0, 2.5, 1000});
   Tensor t = tensor(std::vector<double>{1, 0, 1, 0.3, 0});

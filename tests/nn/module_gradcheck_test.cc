@@ -34,18 +34,43 @@ std::vector<Entry> Entries() {
       {"batchnorm1d_train", bn1, [bn1](const Tensor& x) { return (*bn1)(x); }, {5, 4}},
       {"groupnorm", gn, [gn](const Tensor& x) { return (*gn)(x); }, {2, 4, 3}},
       {"conv1d", conv1, [conv1](const Tensor& x) { return (*conv1)(x); }, {2, 2, 7}},
-      {"avg_pool2d_pad", nullptr, [](const Tensor& x) { return F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}); }, {1, 2, 5, 5}},
-      {"adaptive_avg_pool2d", nullptr, [](const Tensor& x) { return F::adaptive_avg_pool2d(x, {2, 3}); }, {1, 2, 5, 4}},
+      {"avg_pool2d_pad",
+       nullptr,
+       [](const Tensor& x) {
+         return F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false});
+       },
+       {1, 2, 5, 5}},
+      {"adaptive_avg_pool2d",
+       nullptr,
+       [](const Tensor& x) {
+         return F::adaptive_avg_pool2d(x, {2, 3});
+       },
+       {1, 2, 5, 4}},
       {"gru_two_layers", gru, [gru](const Tensor& x) { return gru->forward_all(x).h_n; }, {3, 2, 3}},
-      {"cross_entropy_smoothing", lin, [lin, y_idx](const Tensor& x) { return F::cross_entropy((*lin)(x), y_idx, {.label_smoothing = 0.2}); }, {4, 5}},
-      {"nll_weighted", lin, [lin, y_idx](const Tensor& x) {
+      {"cross_entropy_smoothing",
+       lin,
+       [lin, y_idx](const Tensor& x) { return F::cross_entropy((*lin)(x), y_idx, {.label_smoothing = 0.2}); },
+       {4, 5}},
+      {"nll_weighted",
+       lin,
+       [lin, y_idx](const Tensor& x) {
          return F::nll_loss(log_softmax((*lin)(x), 1), y_idx, {.weight = tensor(std::vector<double>{1.0, 2.0, 0.5})});
-       }, {4, 5}},
+       },
+       {4, 5}},
       // Targets are fixed tensors: a target computed from x would move under the finite
       // differences while its gradient is (rightly) zero.
-      {"huber", nullptr, [t = randn({6}, kFloat64)](const Tensor& x) { return F::huber_loss(x, t, F::Reduction::kMean, 0.4); }, {6}},
-      {"kl_div", nullptr, [t = softmax(randn({3, 4}, kFloat64), 1)](const Tensor& x) { return F::kl_div(log_softmax(x, 1), t); }, {3, 4}},
-      {"bce", nullptr, [t = rand({5}, kFloat64)](const Tensor& x) { return F::binary_cross_entropy(sigmoid(x), t); }, {5}},
+      {"huber",
+       nullptr,
+       [t = randn({6}, kFloat64)](const Tensor& x) { return F::huber_loss(x, t, F::Reduction::kMean, 0.4); },
+       {6}},
+      {"kl_div",
+       nullptr,
+       [t = softmax(randn({3, 4}, kFloat64), 1)](const Tensor& x) { return F::kl_div(log_softmax(x, 1), t); },
+       {3, 4}},
+      {"bce",
+       nullptr,
+       [t = rand({5}, kFloat64)](const Tensor& x) { return F::binary_cross_entropy(sigmoid(x), t); },
+       {5}},
   };
 }
 

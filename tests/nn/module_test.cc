@@ -14,10 +14,10 @@
 namespace anvil::nn {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using test::ErrorOf;
 using test::Vals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 std::vector<std::string> Names(const std::vector<std::pair<std::string, Tensor>>& v) {
   std::vector<std::string> out;
@@ -165,7 +165,8 @@ TEST(ContainerTest, SequentialRunsLinearThenReluAsOneOpWithTheLayersValuesAndGra
     EXPECT_TRUE(equal(fused, layered));
     const auto params = seq->parameters();
     ASSERT_EQ(params.size(), fused_grads.size());
-    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(equal(fused_grads[i], params[i].grad())) << "parameter " << i;
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(equal(fused_grads[i], params[i].grad())) << "parameter " << i;
   }
   Sequential two{std::make_shared<Linear>(4, 2), std::make_shared<ReLU>()};
   EXPECT_EQ(two(randn({3, 4})).grad_fn()->name(), "LinearReluBackward");

@@ -12,9 +12,9 @@
 namespace anvil::optim {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
 using test::Vals;
+using ::testing::HasSubstr;
 
 // The gradient the tests feed at step t for element i: fixed, varied, with sign changes.
 double Grad(int t, size_t i) { return std::sin(1.3 * t + 0.7 * static_cast<double>(i)) * (1.0 + 0.1 * t); }
@@ -105,7 +105,10 @@ TEST(OptimTest, GroupsOptionsAndStateDict) {
   opt.step();
   EXPECT_NEAR(Vals(a)[0], 0.5 - 0.1, 1e-12);
   EXPECT_NEAR(Vals(b)[0], 0.5 - 0.01, 1e-12);
-  EXPECT_THAT(ErrorOf([&] { SGD({a}, {{"lr", 0.1}, {"weight_dacay", 0.1}}); }), HasSubstr("unknown option 'weight_dacay'"));
+  EXPECT_THAT(ErrorOf([&] {
+                SGD({a}, {{"lr", 0.1}, {"weight_dacay", 0.1}});
+              }),
+              HasSubstr("unknown option 'weight_dacay'"));
   EXPECT_THAT(ErrorOf([&] { SGD({a}, {}); }), HasSubstr("'lr' is required"));
   EXPECT_THAT(ErrorOf([&] { SGD({a, a}, {{"lr", 1.0}}); }), HasSubstr("more than one group"));
   // Saving and loading the momentum buffers continues the same trajectory.

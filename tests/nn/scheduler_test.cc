@@ -1,5 +1,7 @@
 // Learning-rate schedules: step-by-step values against recurrences or landmarks of the
 // published schedules, resumption by set_step, and ReduceLROnPlateau's state machine.
+#include "core/optim/scheduler.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <numbers>
 
 #include "core/anvil.h"
-#include "core/optim/scheduler.h"
 
 namespace anvil::optim {
 namespace {
@@ -101,12 +102,12 @@ TEST(SchedulerTest, ReduceOnPlateauWaitsPatienceThenCoolsDown) {
   Fixture f;
   ReduceLROnPlateau s(f.opt, ReduceLROnPlateau::Mode::kMin, 0.5, /*patience=*/2, 1e-4, /*cooldown=*/1);
   EXPECT_FALSE(s.step(1.0));
-  EXPECT_FALSE(s.step(0.9));    // improved
-  EXPECT_FALSE(s.step(0.95));   // bad 1
-  EXPECT_FALSE(s.step(0.9));    // bad 2 (equal is not an improvement)
-  EXPECT_TRUE(s.step(0.91));    // bad 3 > patience: halve
+  EXPECT_FALSE(s.step(0.9));   // improved
+  EXPECT_FALSE(s.step(0.95));  // bad 1
+  EXPECT_FALSE(s.step(0.9));   // bad 2 (equal is not an improvement)
+  EXPECT_TRUE(s.step(0.91));   // bad 3 > patience: halve
   EXPECT_DOUBLE_EQ(f.opt.lr(), 0.25);
-  EXPECT_FALSE(s.step(1.0));    // cooldown: not counted
+  EXPECT_FALSE(s.step(1.0));  // cooldown: not counted
   EXPECT_FALSE(s.step(1.0));
   EXPECT_FALSE(s.step(1.0));
   EXPECT_TRUE(s.step(1.0));

@@ -17,7 +17,8 @@ using test::Vals;
 double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 // Row r of W [R, C] dotted with v, plus b[r].
-double Affine(const std::vector<double>& W, int64_t C, int64_t r, const std::vector<double>& v, const std::vector<double>& b) {
+double Affine(const std::vector<double>& W, int64_t C, int64_t r, const std::vector<double>& v,
+              const std::vector<double>& b) {
   double s = b.empty() ? 0.0 : b[static_cast<size_t>(r)];
   for (int64_t j = 0; j < C; ++j) s += W[static_cast<size_t>(r * C + j)] * v[static_cast<size_t>(j)];
   return s;
@@ -41,7 +42,8 @@ TEST(RnnTest, GruAndLstmMatchTheirEquations) {
         auto gi = [&](int64_t g) { return Affine(Wi, F, g * H + u, xt, bi); };
         auto gh = [&](int64_t g) { return Affine(Wh, H, g * H + u, h, bh); };
         if (lstm) {
-          const double i = Sig(gi(0) + gh(0)), f = Sig(gi(1) + gh(1)), g = std::tanh(gi(2) + gh(2)), o = Sig(gi(3) + gh(3));
+          const double i = Sig(gi(0) + gh(0)), f = Sig(gi(1) + gh(1)), g = std::tanh(gi(2) + gh(2)),
+                       o = Sig(gi(3) + gh(3));
           cn[static_cast<size_t>(u)] = f * c[static_cast<size_t>(u)] + i * g;
           hn[static_cast<size_t>(u)] = o * std::tanh(cn[static_cast<size_t>(u)]);
         } else {
@@ -96,14 +98,17 @@ TEST(AttentionTest, MatchesPerHeadScaledDotProductAndHonoursPaddingMask) {
         double mx = -1e300, sum = 0;
         for (int64_t u = 0; u < T; ++u) {
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[static_cast<size_t>(t)][static_cast<size_t>(h * D + d)] * k[static_cast<size_t>(u)][static_cast<size_t>(h * D + d)];
+          for (int64_t d = 0; d < D; ++d)
+            dot += q[static_cast<size_t>(t)][static_cast<size_t>(h * D + d)] *
+                   k[static_cast<size_t>(u)][static_cast<size_t>(h * D + d)];
           s[static_cast<size_t>(u)] = dot / std::sqrt(static_cast<double>(D));
           mx = std::max(mx, s[static_cast<size_t>(u)]);
         }
         for (double& e : s) sum += (e = std::exp(e - mx));
         for (int64_t u = 0; u < T; ++u)
           for (int64_t d = 0; d < D; ++d)
-            ctx[static_cast<size_t>(h * D + d)] += s[static_cast<size_t>(u)] / sum * v[static_cast<size_t>(u)][static_cast<size_t>(h * D + d)];
+            ctx[static_cast<size_t>(h * D + d)] +=
+                s[static_cast<size_t>(u)] / sum * v[static_cast<size_t>(u)][static_cast<size_t>(h * D + d)];
       }
       for (int64_t r = 0; r < E; ++r) {
         EXPECT_NEAR(yv[static_cast<size_t>((b * T + t) * E + r)], Affine(Wo, E, r, ctx, bo), 1e-12);

@@ -1,17 +1,18 @@
 // Model specs: shape inference, errors that name the layer, and every preset building,
 // running forward and backward.
+#include "core/models/spec.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/anvil.h"
-#include "core/models/spec.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::models {
 namespace {
 
-using ::testing::HasSubstr;
 using test::ErrorOf;
+using ::testing::HasSubstr;
 
 TEST(SpecTest, InfersSizesLayerByLayer) {
   const BuiltModel m = build_model(R"({"input_shape": [1, 8, 8], "layers": [
@@ -53,34 +54,43 @@ TEST(SpecTest, UnflattenTurnsRowsIntoImagesAndItsOwnSpecRebuilds) {
   EXPECT_TRUE(allclose((*image.module)(x.reshape({3, 1, 8, 8})), y));
   // The normalised spec (with output_shape) builds again; a wrong output_shape does not.
   EXPECT_EQ(build_model(m.spec).output_shape, m.output_shape);
-  EXPECT_THAT(ErrorOf([] {
-                build_model(R"({"input_shape": [4], "output_shape": [3], "layers": [{"type": "relu"}]})");
-              }),
-              HasSubstr("'output_shape' [3] differs from the layers' output [4]"));
-  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [60], "layers": [{"type": "unflatten", "shape": [1, 8, 8]}]})"); }),
-              HasSubstr("expects a flat input of 64 features for shape [1, 8, 8], got shape [60]"));
+  EXPECT_THAT(
+      ErrorOf([] { build_model(R"({"input_shape": [4], "output_shape": [3], "layers": [{"type": "relu"}]})"); }),
+      HasSubstr("'output_shape' [3] differs from the layers' output [4]"));
+  EXPECT_THAT(
+      ErrorOf([] { build_model(R"({"input_shape": [60], "layers": [{"type": "unflatten", "shape": [1, 8, 8]}]})"); }),
+      HasSubstr("expects a flat input of 64 features for shape [1, 8, 8], got shape [60]"));
 }
 
 TEST(SpecTest, ErrorsNameTheLayerAndWhatWasExpected) {
-  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [64], "layers": [{"type": "linear", "out_feature": 10}]})"); }),
-              HasSubstr("layer 0 (linear): unknown key 'out_feature'"));
-  EXPECT_THAT(ErrorOf([] {
-                build_model(R"({"input_shape": [64], "layers": [{"type": "relu"}, {"type": "conv2d", "out_channels": 3, "kernel_size": 3}]})");
-              }),
-              HasSubstr("layer 1 (conv2d): expects input [C, H, W], got shape [64]"));
-  EXPECT_THAT(ErrorOf([] {
-                build_model(R"({"input_shape": [1, 4, 4], "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 5}]})");
-              }),
-              HasSubstr("does not fit the input [1, 4, 4]"));
+  EXPECT_THAT(
+      ErrorOf([] { build_model(R"({"input_shape": [64], "layers": [{"type": "linear", "out_feature": 10}]})"); }),
+      HasSubstr("layer 0 (linear): unknown key 'out_feature'"));
+  EXPECT_THAT(
+      ErrorOf([] {
+        build_model(
+            R"({"input_shape": [64], "layers": [{"type": "relu"}, {"type": "conv2d", "out_channels": 3, "kernel_size": 3}]})");
+      }),
+      HasSubstr("layer 1 (conv2d): expects input [C, H, W], got shape [64]"));
+  EXPECT_THAT(
+      ErrorOf([] {
+        build_model(
+            R"({"input_shape": [1, 4, 4], "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 5}]})");
+      }),
+      HasSubstr("does not fit the input [1, 4, 4]"));
   EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [4], "layers": [{"type": "transformer"}]})"); }),
               HasSubstr("unknown layer type 'transformer'"));
   EXPECT_THAT(ErrorOf([] { build_model("{not json"); }), HasSubstr("not valid JSON"));
   EXPECT_THAT(ErrorOf([] { build_model(R"({"layers": []})"); }), HasSubstr("'input_shape'"));
+  EXPECT_THAT(
+      ErrorOf([] {
+        build_model(R"({"input_shape": [3, 8, 8], "layers": [{"type": "residual", "layers": [{"type": "flatten"}]}]})");
+      }),
+      HasSubstr("layer 0 (residual): cannot add the input [3, 8, 8] to the body's output [192]"));
   EXPECT_THAT(ErrorOf([] {
-                build_model(R"({"input_shape": [3, 8, 8], "layers": [{"type": "residual", "layers": [{"type": "flatten"}]}]})");
+                preset_spec("vgg", {1, 8, 8}, 10);
               }),
-              HasSubstr("layer 0 (residual): cannot add the input [3, 8, 8] to the body's output [192]"));
-  EXPECT_THAT(ErrorOf([] { preset_spec("vgg", {1, 8, 8}, 10); }), HasSubstr("presets: mlp, lenet5, resnet, gru, transformer"));
+              HasSubstr("presets: mlp, lenet5, resnet, gru, transformer"));
 }
 
 TEST(SpecTest, EveryPresetBuildsRunsAndBackpropagates) {
@@ -89,9 +99,9 @@ TEST(SpecTest, EveryPresetBuildsRunsAndBackpropagates) {
     IntArray input;
     int64_t vocab;
   };
-  for (const Case& c : {Case{"mlp", {64}, 0}, Case{"mlp", {1, 8, 8}, 0}, Case{"lenet5", {1, 8, 8}, 0},
-                        Case{"lenet5", {1, 28, 28}, 0}, Case{"resnet", {3, 16, 16}, 0}, Case{"gru", {12}, 50},
-                        Case{"transformer", {12}, 50}}) {
+  for (const Case& c :
+       {Case{"mlp", {64}, 0}, Case{"mlp", {1, 8, 8}, 0}, Case{"lenet5", {1, 8, 8}, 0}, Case{"lenet5", {1, 28, 28}, 0},
+        Case{"resnet", {3, 16, 16}, 0}, Case{"gru", {12}, 50}, Case{"transformer", {12}, 50}}) {
     const BuiltModel m = build_model(preset_spec(c.name, c.input, 7, c.vocab));
     EXPECT_EQ(m.output_shape, (IntArray{7})) << c.name;
     IntArray batch{3};
@@ -168,8 +178,10 @@ TEST(SpecCostTest, FieldsOfTheWrongJsonTypeAreSpecErrors) {
   const std::string spec = R"({"input_shape": [5, 3], "layers": [{"type": "gru", "hidden_size": 4, "return": 5}]})";
   for (int dry = 0; dry < 2; ++dry) {
     try {
-      if (dry) estimate_model(spec);
-      else build_model(spec);
+      if (dry)
+        estimate_model(spec);
+      else
+        build_model(spec);
       ADD_FAILURE() << "accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("'return' must be a string"), std::string::npos) << e.what();

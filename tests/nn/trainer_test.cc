@@ -1,13 +1,14 @@
 // The Trainer: accumulation equals one big batch, non-finite losses name their step and the
 // last good checkpoint, early stopping restores the best weights, cancellation, and resuming
 // through a checkpoint continues the same run.
+#include "core/train/trainer.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/anvil.h"
 #include "core/data/data.h"
 #include "core/nn/nn.h"
-#include "core/train/trainer.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::train {
@@ -35,7 +36,8 @@ TEST(TrainerTest, AccumulatingMicroBatchesEqualsOneBigBatch) {
       return ex;
     });
     auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.5}, {"momentum", 0.9}});
-    Trainer t(model, opt, {.epochs = 1, .max_steps = 3, .accumulation_steps = accumulation, .checkpoint_every_epoch = false});
+    Trainer t(model, opt,
+              {.epochs = 1, .max_steps = 3, .accumulation_steps = accumulation, .checkpoint_every_epoch = false});
     data::DataLoader loader(ds, {.batch_size = batch});
     const TrainResult r = t.fit(loader);
     EXPECT_EQ(r.steps, 3);
@@ -54,7 +56,8 @@ TEST(TrainerTest, NonFiniteLossNamesTheStepAndLastGoodCheckpoint) {
     Tensor l = nn::F::cross_entropy(out, target);
     return ++calls == 7 ? l * NAN : l;
   };
-  Trainer t(model, opt, {.epochs = 5, .metric_interval = 4, .checkpoint_path = path, .checkpoint_every_steps = 2}, loss);
+  Trainer t(model, opt, {.epochs = 5, .metric_interval = 4, .checkpoint_path = path, .checkpoint_every_steps = 2},
+            loss);
   data::DataLoader loader(Blobs(400), {.batch_size = 8});
   try {
     t.fit(loader);
@@ -77,7 +80,8 @@ TEST(TrainerTest, EarlyStoppingRestoresTheBestWeights) {
   std::vector<Tensor> best_weights;
   t.set_callbacks({.on_epoch = [&](const EpochMetrics& m) {
     if (m.improved) best_weights = model->parameters();
-    if (m.improved) for (auto& w : best_weights) w = w.clone();
+    if (m.improved)
+      for (auto& w : best_weights) w = w.clone();
   }});
   data::DataLoader train(Blobs(300), {.batch_size = 16, .shuffle = true, .seed = 2});
   data::DataLoader val(Blobs(100, 8), {.batch_size = 50});
@@ -116,8 +120,13 @@ std::vector<double> ResumableRun(int64_t stop_at, const std::string& resume_from
   manual_seed(4);
   auto model = Mlp();
   auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
-  Trainer t(model, opt, {.epochs = 3, .max_steps = stop_at, .metric_interval = 1, .checkpoint_path = ckpt,
-                         .checkpoint_every_steps = 5, .history_max_points = history_max_points});
+  Trainer t(model, opt,
+            {.epochs = 3,
+             .max_steps = stop_at,
+             .metric_interval = 1,
+             .checkpoint_path = ckpt,
+             .checkpoint_every_steps = 5,
+             .history_max_points = history_max_points});
   t.set_scheduler(std::make_shared<optim::CosineAnnealingLR>(*opt, 100));
   data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 9});
   if (!resume_from.empty()) t.resume(resume_from, loader);
@@ -169,8 +178,13 @@ TEST(TrainerTest, EarlyStoppingContinuesAcrossAResume) {
     manual_seed(6);
     auto model = Mlp();
     auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
-    Trainer t(model, opt, {.epochs = 10, .max_steps = stop_at, .monitor = "train_loss", .patience = 2,
-                           .min_delta = 1e9, .checkpoint_path = ckpt});
+    Trainer t(model, opt,
+              {.epochs = 10,
+               .max_steps = stop_at,
+               .monitor = "train_loss",
+               .patience = 2,
+               .min_delta = 1e9,
+               .checkpoint_path = ckpt});
     data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .seed = 3});
     if (!resume_from.empty()) t.resume(resume_from, loader);
     Outcome o{t.fit(loader), {}};

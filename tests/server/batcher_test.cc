@@ -1,5 +1,7 @@
 // Dynamic batching: concurrent requests share forwards, each caller gets exactly its rows,
 // deadlines and queue limits are enforced, and close() fails what is queued.
+#include "server/batcher.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 
 #include "core/anvil.h"
 #include "core/nn/nn.h"
-#include "server/batcher.h"
 #include "server/status.h"
 
 namespace anvil::server {

@@ -7,26 +7,26 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <iterator>
 #include <future>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "core/data/datasets/image_folder.h"
+#include "core/util/fault_point.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/status.h"
 #include "server/store.h"
 #include "server/tokens.h"
-#include "core/util/fault_point.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
 namespace {
 
+using grpc::StatusCode;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using grpc::StatusCode;
 
 class FaultTest : public ServerFixture {
  public:
@@ -103,7 +103,9 @@ void PutVarint(std::string& out, uint64_t v) {
 TEST_F(FaultTest, MillionsOfEmptyTensorsAreRefusedBeforeParsing) {
   TrainBlobs();
   // ~1 MiB: field 1 (model), then 500k empty `inputs` entries (tag 0x1a, length 0).
-  std::string bytes = "\x0a\x09" "blobs-mlp";
+  std::string bytes =
+      "\x0a\x09"
+      "blobs-mlp";
   for (int i = 0; i < 500000; ++i) bytes += std::string("\x1a\x00", 2);
   const int64_t rss_before = RssBytes();
   const grpc::Status st = RawCall("/anvil.v1.Serving/Predict", bytes);
@@ -121,7 +123,10 @@ TEST_F(FaultTest, MillionsOfShapeEntriesAreRefusedBeforeParsing) {
   std::string tensor = "\x1a";  // field 3 (shape), packed
   PutVarint(tensor, dims.size());
   tensor += dims;
-  std::string bytes = "\x0a\x09" "blobs-mlp" "\x1a";
+  std::string bytes =
+      "\x0a\x09"
+      "blobs-mlp"
+      "\x1a";
   PutVarint(bytes, tensor.size());
   bytes += tensor;
   const grpc::Status st = RawCall("/anvil.v1.Serving/Predict", bytes);
@@ -254,7 +259,8 @@ std::set<int> ListeningPorts() {
       std::istringstream f(line);
       std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
       f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-      if (state == "0A" && inodes.count(inode) > 0) ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
+      if (state == "0A" && inodes.count(inode) > 0)
+        ports.insert(std::stoi(local.substr(local.rfind(':') + 1), nullptr, 16));
     }
   }
   return ports;
@@ -329,7 +335,6 @@ TEST_F(FaultTest, APredictFloodBeyondTheQueueIsResourceExhausted) {
   EXPECT_GE(exhausted, 1);
   EXPECT_TRUE(Serving());
 }
-
 
 // A model_json of `layers` (a JSON array body) on the blobs data ([2] inputs).
 std::string ModelJson(const std::string& layers) { return R"({"input_shape": [2], "layers": [)" + layers + "]}"; }
@@ -432,8 +437,8 @@ TEST_F(FaultTest, AJobTheServerDiesUnderIsResumedTwiceThenFailed) {
       // The reason of the resume, as recorded in the job's event stream.
       bool said = false;
       for (const std::string& m : StateMessages(job.id(), 0.5)) {
-        said = said || m.find("the server stopped under it " + std::to_string(start) + " of at most 2") !=
-                           std::string::npos;
+        said = said ||
+               m.find("the server stopped under it " + std::to_string(start) + " of at most 2") != std::string::npos;
       }
       EXPECT_TRUE(said) << start;
     } else {
@@ -599,7 +604,8 @@ TEST_F(FaultTest, AFullDiskIsResourceExhaustedWithTheReasonAndTheServerKeepsServ
   grpc::Status st;
   int accepted = 0;
   v1::JobSpec spec = BlobsSpec(1);
-  spec.set_model_json(std::string(2000, ' ') + R"({"input_shape": [2], "layers": [{"type": "linear", "out_features": 4}]})");
+  spec.set_model_json(std::string(2000, ' ') +
+                      R"({"input_shape": [2], "layers": [{"type": "linear", "out_features": 4}]})");
   spec.set_model_preset("");
   for (int i = 0; i < 200; ++i) {
     spec.set_name("fill-" + std::to_string(i));
@@ -641,7 +647,8 @@ TEST_F(FaultTest, IdleConnectionsDoNotBlockMetricsAndOnlyGetIsServed) {
   EXPECT_LT(seconds, 2.0);  // was ~30 s with two idle connections and two threads
   for (int fd : idle) ::close(fd);
   for (const char* method : {"POST", "PUT", "DELETE"}) {
-    const std::string r = RawHttp(port, std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    const std::string r =
+        RawHttp(port, std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
     EXPECT_THAT(r, HasSubstr("405 Method Not Allowed")) << method;
     EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
   }
@@ -689,7 +696,8 @@ TEST_F(FaultTest, TokensWithScopesAreEnforcedAndHealthStaysOpen) {
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", "Bearer " + trainer);
     v1::PredictResponse resp;
-    EXPECT_EQ(serving_->Predict(&ctx, PredictOf("m", randn({1, 2})), &resp).error_code(), StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(serving_->Predict(&ctx, PredictOf("m", randn({1, 2})), &resp).error_code(),
+              StatusCode::PERMISSION_DENIED);
   }
   {
     grpc::ClientContext ctx;

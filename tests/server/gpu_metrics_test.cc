@@ -1,12 +1,12 @@
 // GPU metrics through NVML loaded at run time: a fake driver library gives known values;
 // without the library (or when it fails) the GPU families are absent, never zero.
+#include "server/metrics/gpu_metrics.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <regex>
-
-#include "server/metrics/gpu_metrics.h"
 
 namespace anvil::server::metrics {
 namespace {

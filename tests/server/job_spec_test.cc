@@ -1,5 +1,7 @@
 // Spec validation: the defaults a minimal spec gets, and one refused case per field, each
 // with the status code and a message naming the field.
+#include "server/job_spec.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <fstream>
 #include <functional>
 
-#include "server/job_spec.h"
 #include "server/status.h"
 
 namespace anvil::server {
@@ -86,19 +87,43 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
       {"no model", [](auto& s) { s.clear_model_preset(); }, kInvalid, "spec.model: expected exactly one"},
       {"two models", [](auto& s) { s.set_model_json("{}"); }, kInvalid, "got both"},
       {"preset", [](auto& s) { s.set_model_preset("vgg"); }, kInvalid, "spec.model_preset"},
-      {"model_json", [](auto& s) { s.clear_model_preset(); s.set_model_json("{\"layers\": 3}"); }, kInvalid,
-       "spec.model_json"},
+      {"model_json",
+       [](auto& s) {
+         s.clear_model_preset();
+         s.set_model_json("{\"layers\": 3}");
+       },
+       kInvalid, "spec.model_json"},
       {"no dataset", [](auto& s) { s.mutable_dataset()->clear_name(); }, kInvalid, "spec.dataset"},
       {"dataset name", [](auto& s) { s.mutable_dataset()->set_name("imagenet"); }, kInvalid, "spec.dataset.name"},
-      {"traversal", [](auto& s) { s.mutable_dataset()->clear_name(); s.mutable_dataset()->set_path("../../etc/passwd"); },
+      {"traversal",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("../../etc/passwd");
+       },
        kDenied, "outside the server's data root"},
-      {"sibling dir", [](auto& s) { s.mutable_dataset()->clear_name(); s.mutable_dataset()->set_path("../outside-secret"); },
+      {"sibling dir",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("../outside-secret");
+       },
        kDenied, "outside"},
-      {"absolute", [](auto& s) { s.mutable_dataset()->clear_name(); s.mutable_dataset()->set_path("/etc/passwd"); },
+      {"absolute",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("/etc/passwd");
+       },
        kDenied, "relative"},
-      {"url", [](auto& s) { s.mutable_dataset()->clear_name(); s.mutable_dataset()->set_path("http://x/y.csv"); },
+      {"url",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("http://x/y.csv");
+       },
        kDenied, "URLs"},
-      {"missing file", [](auto& s) { s.mutable_dataset()->clear_name(); s.mutable_dataset()->set_path("nope.csv"); },
+      {"missing file",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("nope.csv");
+       },
        kInvalid, "does not exist"},
       {"validation_fraction", [](auto& s) { s.mutable_dataset()->set_validation_fraction(0.95); }, kInvalid,
        "validation_fraction"},

@@ -46,7 +46,7 @@ TEST(MetricsRegistry, RendersCountersGaugesAndHistogramsExactly) {
 TEST(MetricsRegistry, FormatsValuesExactly) {
   EXPECT_EQ(format_value(3), "3");
   EXPECT_EQ(format_value(0.1), "0.1");
-  EXPECT_EQ(format_value(1e-7), "1e-07");  // the shortest text that reads back exactly
+  EXPECT_EQ(format_value(1e-7), "1e-07");                    // the shortest text that reads back exactly
   EXPECT_EQ(std::stod(format_value(1.0 / 3.0)), 1.0 / 3.0);  // reads back exactly
   EXPECT_EQ(format_value(std::nan("")), "NaN");
   EXPECT_EQ(format_value(-INFINITY), "-Inf");
@@ -66,8 +66,8 @@ TEST(MetricsRegistry, CollectorsRunBeforeRenderAndChildrenCanBeRemoved) {
   g.remove_matching("job", "j2");
   EXPECT_THAT(r.render(), ::testing::Not(HasSubstr("j2")));
   EXPECT_EQ(&r.gauge("app_jobs", "Jobs.", {"job", "state"}), &g);  // registering again returns the family
-  EXPECT_THROW(r.counter("app_jobs", "x"), anvil::Error);                   // ... of the same type only
-  EXPECT_THROW(g.with({"only one"}), anvil::Error);                           // label count checked
+  EXPECT_THROW(r.counter("app_jobs", "x"), anvil::Error);          // ... of the same type only
+  EXPECT_THROW(g.with({"only one"}), anvil::Error);                // label count checked
 }
 
 TEST(MetricsRegistry, ConcurrentUpdatesAreExact) {

@@ -20,15 +20,15 @@ namespace anvil::server {
 namespace {
 
 namespace fs = std::filesystem;
-using workers::WorkerEvent;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using workers::WorkerEvent;
 
 // What a fake worker was asked to do, shared with the test (the scheduler owns the worker).
 struct FakeLog {
   std::mutex mu;
-  std::vector<std::string> runs;                      // job ids, in order
-  std::vector<std::pair<std::string, bool>> stops;    // (job id, interrupt)
+  std::vector<std::string> runs;                    // job ids, in order
+  std::vector<std::pair<std::string, bool>> stops;  // (job id, interrupt)
   bool busy = false;
   workers::EventSink sink;
 };
@@ -108,7 +108,8 @@ class SchedulerTest : public ::testing::Test {
     e.kind = kind;
     e.job_id = job;
     e.path = path;
-    e.message = kind == WorkerEvent::Kind::kStarted ? "fake-device-" + std::to_string(w) : message;  // started: the device
+    e.message =
+        kind == WorkerEvent::Kind::kStarted ? "fake-device-" + std::to_string(w) : message;  // started: the device
     const bool ends = kind == WorkerEvent::Kind::kSucceeded || kind == WorkerEvent::Kind::kFailed ||
                       kind == WorkerEvent::Kind::kCancelled || kind == WorkerEvent::Kind::kInterrupted;
     if (ends) {
@@ -151,7 +152,7 @@ TEST_F(SchedulerTest, JobsArePlacedOnAWorkerWhoseDeviceFits) {
   const std::string g1 = Submit("g1", 0, "cuda");
   const std::string c1 = Submit("c1", 0, "cpu");
   const std::string g2 = Submit("g2", 0, "cuda:1");
-  const std::string g3 = Submit("g3", 0, "cuda");  // both GPUs busy: waits
+  const std::string g3 = Submit("g3", 0, "cuda");   // both GPUs busy: waits
   const std::string any = Submit("any", 0, "any");  // every worker busy: waits
   EXPECT_THAT(Runs(0), ElementsAre(c1));
   EXPECT_THAT(Runs(1), ElementsAre(g1));

@@ -2,11 +2,10 @@
 // helpers the service tests share (submit, stream, predict, export, plain HTTP).
 #pragma once
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,8 +30,8 @@ namespace fs = std::filesystem;
 class ServerFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("anvil-server-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() / ("anvil-server-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
     Start();
@@ -81,8 +80,10 @@ class ServerFixture : public ::testing::Test {
     *req.mutable_spec() = spec;
     v1::SubmitJobResponse resp;
     grpc::Status st = training_->SubmitJob(&ctx, req, &resp);
-    if (status) *status = st;
-    else EXPECT_TRUE(st.ok()) << st.error_message();
+    if (status)
+      *status = st;
+    else
+      EXPECT_TRUE(st.ok()) << st.error_message();
     if (created) *created = resp.created();
     return resp.job();
   }
@@ -99,8 +100,10 @@ class ServerFixture : public ::testing::Test {
     v1::MetricEvent e;
     while (reader->Read(&e)) events.push_back(e);
     grpc::Status st = reader->Finish();
-    if (status) *status = st;
-    else EXPECT_TRUE(st.ok()) << st.error_message();
+    if (status)
+      *status = st;
+    else
+      EXPECT_TRUE(st.ok()) << st.error_message();
     return events;
   }
 
@@ -194,6 +197,5 @@ class ServerFixture : public ::testing::Test {
   std::unique_ptr<v1::Training::Stub> training_;
   std::unique_ptr<v1::Serving::Stub> serving_;
 };
-
 
 }  // namespace anvil::server

@@ -2,11 +2,12 @@
 // documented status codes, bad inputs, idempotent submission, stream semantics, and a drain
 // and restart that resumes a job from its checkpoint to the same weights as an uninterrupted
 // run.
+#include "server/server.h"
+
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,7 +27,6 @@
 #include "core/models/archive.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
-#include "server/server.h"
 #include "server/wire_tensor.h"
 #include "tests/server/server_fixture.h"
 
@@ -34,8 +34,8 @@ namespace anvil::server {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using grpc::StatusCode;
+using ::testing::HasSubstr;
 
 class ServerTest : public ServerFixture {};
 
@@ -348,14 +348,33 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Predict(PredictOf("blobs-mlp", randn({3, 2})), &resp).ok());
   EXPECT_FALSE(Predict(PredictOf("blobs-mlp", randn({3, 5})), &resp).ok());
   const std::string text = HttpGet(server_->metrics_port(), "/metrics");
-  for (const char* family :
-       {"anvil_job_loss", "anvil_job_grad_norm", "anvil_job_learning_rate", "anvil_job_step", "anvil_job_epoch",
-        "anvil_job_samples_per_second", "anvil_job_data_wait_ratio", "anvil_job_val_accuracy_ratio",
-        "anvil_job_step_duration_seconds", "anvil_jobs", "anvil_jobs_finished_total", "anvil_predict_requests_total",
-        "anvil_predict_latency_seconds", "anvil_predict_queue_seconds", "anvil_predict_batch_rows",
-        "anvil_predict_in_flight", "anvil_predict_queue_depth", "anvil_models_loaded", "anvil_device_busy_seconds_total", "anvil_device_busy_ratio",
-        "anvil_allocator_allocated_bytes", "anvil_allocator_reserved_bytes", "process_cpu_seconds_total",
-        "process_resident_memory_bytes", "process_start_time_seconds", "anvil_build_info", "anvil_cpu_info"}) {
+  for (const char* family : {"anvil_job_loss",
+                             "anvil_job_grad_norm",
+                             "anvil_job_learning_rate",
+                             "anvil_job_step",
+                             "anvil_job_epoch",
+                             "anvil_job_samples_per_second",
+                             "anvil_job_data_wait_ratio",
+                             "anvil_job_val_accuracy_ratio",
+                             "anvil_job_step_duration_seconds",
+                             "anvil_jobs",
+                             "anvil_jobs_finished_total",
+                             "anvil_predict_requests_total",
+                             "anvil_predict_latency_seconds",
+                             "anvil_predict_queue_seconds",
+                             "anvil_predict_batch_rows",
+                             "anvil_predict_in_flight",
+                             "anvil_predict_queue_depth",
+                             "anvil_models_loaded",
+                             "anvil_device_busy_seconds_total",
+                             "anvil_device_busy_ratio",
+                             "anvil_allocator_allocated_bytes",
+                             "anvil_allocator_reserved_bytes",
+                             "process_cpu_seconds_total",
+                             "process_resident_memory_bytes",
+                             "process_start_time_seconds",
+                             "anvil_build_info",
+                             "anvil_cpu_info"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + family + " ")) << family;
   }
   EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"OK\"} 5"));
@@ -476,7 +495,8 @@ TEST_F(ServerTest, ManySubscribersSeeTheSameStream) {
   ASSERT_GT(seen[0].size(), 100u);
   for (int r = 1; r < 4; ++r) {
     ASSERT_EQ(seen[r].size(), seen[0].size());
-    for (size_t i = 0; i < seen[0].size(); ++i) EXPECT_EQ(seen[r][i].SerializeAsString(), seen[0][i].SerializeAsString());
+    for (size_t i = 0; i < seen[0].size(); ++i)
+      EXPECT_EQ(seen[r][i].SerializeAsString(), seen[0][i].SerializeAsString());
   }
 }
 
@@ -489,7 +509,8 @@ TEST_F(ServerTest, QueuedJobsStartByPriorityThenFifo) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::vector<std::string> ids;
-  for (const auto& [name, priority] : std::vector<std::pair<std::string, int>>{{"low-a", 0}, {"high", 5}, {"low-b", 0}}) {
+  for (const auto& [name, priority] :
+       std::vector<std::pair<std::string, int>>{{"low-a", 0}, {"high", 5}, {"low-b", 0}}) {
     v1::JobSpec s = BlobsSpec(1);
     s.set_name(name);
     s.set_priority(priority);
@@ -568,7 +589,7 @@ TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
   ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &first).ok());  // loads blobs-mlp, unloads other
   ASSERT_TRUE(Predict(PredictOf("other", x), &b).ok());          // and back
   ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &again).ok());
-  EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());      // the reloaded model is the same
+  EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());  // the reloaded model is the same
   EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_models_loaded 1\n"));
 }
 

@@ -2,6 +2,8 @@
 // device), replies carry the output or the module's error, the worker keeps serving after an
 // error, and a batcher given the worker's runner runs every forward there. Also the engine's
 // top-classes function the Predict handler converts.
+#include "workers/serving_worker.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +16,6 @@
 #include "core/anvil.h"
 #include "core/models/serving.h"
 #include "server/batcher.h"
-#include "workers/serving_worker.h"
 
 namespace anvil::workers {
 namespace {
@@ -121,9 +122,9 @@ TEST(ServingWorker, OnTheCpuACommandRunsOnTheCallersThreadAndStillRefusesAfterSh
 
 TEST(TopClasses, AreTheSoftmaxsLargestProbabilitiesInOrder) {
   // Rows of logits with known softmax: log(p) for p = (0.1, 0.6, 0.3) and (0.5, 0.2, 0.3).
-  const Tensor logits =
-      tensor(std::vector<double>{std::log(0.1), std::log(0.6), std::log(0.3), std::log(0.5), std::log(0.2), std::log(0.3)},
-             IntArray{2, 3});
+  const Tensor logits = tensor(
+      std::vector<double>{std::log(0.1), std::log(0.6), std::log(0.3), std::log(0.5), std::log(0.2), std::log(0.3)},
+      IntArray{2, 3});
   const models::TopClasses top = models::top_classes(logits, 2);
   EXPECT_EQ(top.classes.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 0, 2}));
   const std::vector<float> p = top.probabilities.to_vector<float>();

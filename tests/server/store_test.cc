@@ -244,8 +244,8 @@ TEST_F(StoreTest, UpdateJobRoundTripsEveryMutableField) {
 
 TEST(JobState, NamesRoundTripAndBadNamesAreRefused) {
   const std::pair<JobState, const char*> all[] = {
-      {JobState::kQueued, "QUEUED"},       {JobState::kRunning, "RUNNING"},     {JobState::kSucceeded, "SUCCEEDED"},
-      {JobState::kFailed, "FAILED"},       {JobState::kCancelled, "CANCELLED"}, {JobState::kInterrupted, "INTERRUPTED"},
+      {JobState::kQueued, "QUEUED"}, {JobState::kRunning, "RUNNING"},     {JobState::kSucceeded, "SUCCEEDED"},
+      {JobState::kFailed, "FAILED"}, {JobState::kCancelled, "CANCELLED"}, {JobState::kInterrupted, "INTERRUPTED"},
   };
   for (const auto& [state, name] : all) {
     EXPECT_EQ(job_state_name(state), name);

@@ -1,5 +1,7 @@
 // Tensors on the wire: round trips for every dtype, and each way a request can lie about its
 // bytes is refused before anything is allocated.
+#include "server/wire_tensor.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 
 #include "core/anvil.h"
 #include "server/status.h"
-#include "server/wire_tensor.h"
 
 namespace anvil::server {
 namespace {

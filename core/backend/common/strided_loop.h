@@ -17,15 +17,14 @@ constexpr int kMaxDims = 16;
 // A raw window onto t's storage: no autograd, no checks, no view tracking. For kernels only
 // (it is safe on pool threads, where recording ops would race).
 inline Tensor RawWindow(const Tensor& t, IntArray sizes, IntArray strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides),
-                                             offset, t.dtype()));
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
 }
 // N operands (operand 0 is the output) laid over the output's shape.
 template <int N>
 struct StridedLoop {
   int ndim = 0;
-  int64_t sizes[kMaxDims];                 // innermost first after Build
-  int64_t strides[N][kMaxDims];            // bytes
+  int64_t sizes[kMaxDims];       // innermost first after Build
+  int64_t strides[N][kMaxDims];  // bytes
   char* base[N];
 
   // Inputs are broadcast to out's shape (stride 0 on broadcast dims).

@@ -15,8 +15,8 @@ struct Geom {
 };
 
 inline Geom MakeGeom(const WindowArgs& w, int64_t N, int64_t C) {
-  return {N,          C,          w.height,     w.width,    w.kernel_h, w.kernel_w, w.stride_h,
-          w.stride_w, w.pad_top,  w.pad_left,   w.dilation_h, w.dilation_w, w.out_h(), w.out_w()};
+  return {N,          C,         w.height,   w.width,      w.kernel_h,   w.kernel_w, w.stride_h,
+          w.stride_w, w.pad_top, w.pad_left, w.dilation_h, w.dilation_w, w.out_h(),  w.out_w()};
 }
 
 // A convolution call's shape: the window geometry plus the GEMM sizes per group.

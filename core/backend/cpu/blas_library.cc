@@ -50,8 +50,10 @@ bool Resolve(void* handle, const char* name, Fn& out) {
 // The OpenBLAS core whose kernels fit an ISA level ("" = let OpenBLAS detect).
 std::string CoreFor(CpuIsa level) {
   switch (level) {
-    case CpuIsa::kGeneric: return "";
-    case CpuIsa::kAvx2: return "Haswell";
+    case CpuIsa::kGeneric:
+      return "";
+    case CpuIsa::kAvx2:
+      return "Haswell";
     case CpuIsa::kAvx512:
     case CpuIsa::kAmx:
       // Cooperlake is SkylakeX plus the AVX512-BF16 kernels (sbgemm); same float32 kernels.
@@ -149,8 +151,8 @@ Loaded<Blis> LoadBlis() {
   void (*set_threads)(int64_t) = nullptr;
   void (*init)() = nullptr;
   if (!(Resolve(handle, "bli_sgemm", lib.sgemm) && Resolve(handle, "bli_arch_string", arch_string) &&
-        Resolve(handle, "bli_init", init) &&
-        Resolve(handle, "bli_arch_query_id", arch_query) && Resolve(handle, "bli_thread_set_num_threads", set_threads))) {
+        Resolve(handle, "bli_init", init) && Resolve(handle, "bli_arch_query_id", arch_query) &&
+        Resolve(handle, "bli_thread_set_num_threads", set_threads))) {
     out.why = "libblis.so.4 lacks bli_sgemm or its arch queries";
     return out;
   }
@@ -198,10 +200,18 @@ Loaded<OneDnn> LoadOneDnn() {
   // dnnl_cpu_isa_t values (oneapi/dnnl/dnnl_types.h): cap its JIT at the requested level.
   constexpr int kAvx2 = 0x7, kAvx512Core = 0x27, kAll = 0x0;
   switch (requested_isa()) {
-    case CpuIsa::kGeneric: set_max_isa(kAll); break;  // generic: the library as it detects
-    case CpuIsa::kAvx2: set_max_isa(kAvx2); break;
-    case CpuIsa::kAvx512: set_max_isa(cpu_features().avx512_bf16 ? 0xe7 : kAvx512Core); break;
-    case CpuIsa::kAmx: set_max_isa(kAll); break;
+    case CpuIsa::kGeneric:
+      set_max_isa(kAll);
+      break;  // generic: the library as it detects
+    case CpuIsa::kAvx2:
+      set_max_isa(kAvx2);
+      break;
+    case CpuIsa::kAvx512:
+      set_max_isa(cpu_features().avx512_bf16 ? 0xe7 : kAvx512Core);
+      break;
+    case CpuIsa::kAmx:
+      set_max_isa(kAll);
+      break;
   }
   const Version* v = version();
   lib.version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);

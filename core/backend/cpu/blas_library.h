@@ -26,15 +26,15 @@ namespace anvil::cpu::blas {
 struct OpenBlas {
   void (*sgemm)(int order, int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
                 int ldb, float beta, float* c, int ldc) = nullptr;
-  void (*dgemm)(int order, int ta, int tb, int m, int n, int k, double alpha, const double* a, int lda,
-                const double* b, int ldb, double beta, double* c, int ldc) = nullptr;
+  void (*dgemm)(int order, int ta, int tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
+                int ldb, double beta, double* c, int ldc) = nullptr;
   void (*sgemv)(int order, int trans, int m, int n, float alpha, const float* a, int lda, const float* x, int incx,
                 float beta, float* y, int incy) = nullptr;
-  void (*dgemv)(int order, int trans, int m, int n, double alpha, const double* a, int lda, const double* x,
-                int incx, double beta, double* y, int incy) = nullptr;
-  std::string core;                   // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
+  void (*dgemv)(int order, int trans, int m, int n, double alpha, const double* a, int lda, const double* x, int incx,
+                double beta, double* y, int incy) = nullptr;
+  std::string core;                    // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
   CpuIsa core_isa = CpuIsa::kGeneric;  // the ISA level of that core's kernels
-  std::string core_source;            // why this core: "set by Anvil", "OPENBLAS_CORETYPE in the environment", ...
+  std::string core_source;             // why this core: "set by Anvil", "OPENBLAS_CORETYPE in the environment", ...
 };
 // CBLAS constants, for the fields above.
 inline constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
@@ -59,7 +59,7 @@ struct OneDnn {
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = nullptr;
   void (*omp_set_num_threads)(int) = nullptr;  // its OpenMP runtime's, when it has one
   int (*omp_get_max_threads)() = nullptr;
-  std::string version;                         // "2.6.3"
+  std::string version;  // "2.6.3"
 };
 const OneDnn* onednn(std::string* why = nullptr);
 

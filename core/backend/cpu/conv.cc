@@ -39,8 +39,8 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 // C[m, n] = beta * C + A B with A(i, p) = a[i * ars + p * acs] (row- or column-major) and B,
 // C row-major, on the GEMM chosen for this CPU (core/backend/cpu/gemm.h).
 template <typename T>
-void GemmStrided(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb,
-                 T beta, T* c, int64_t ldc) {
+void GemmStrided(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T beta,
+                 T* c, int64_t ldc) {
   if (acs == 1) {
     Gemm<T>(false, false, m, n, k, a, ars, b, ldb, beta, c, ldc);
   } else {
@@ -57,8 +57,8 @@ void SplitColumns(int64_t n, int64_t work_per_column, const F& f) {
 }
 
 template <typename T>
-void GemmColumns(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb,
-                 T beta, T* c, int64_t ldc) {
+void GemmColumns(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T beta,
+                 T* c, int64_t ldc) {
   SplitColumns(n, m * k, [&](int64_t j0, int64_t j1) {
     GemmStrided<T>(m, j1 - j0, k, a, ars, acs, b + j0, ldb, beta, c + j0, ldc);
   });
@@ -169,8 +169,8 @@ void Conv2dWeightGrad(const KernelCall& call) {
       for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
         const T* cols = Columns(px + n * s.g.C * s.g.H * s.g.W, ScratchFor<T>(scratch, t), s);
         for (int64_t grp = 0; grp < s.G; ++grp) {
-          Gemm<T>(false, true, s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, cols + grp * s.K * s.L,
-                  s.L, T(1), acc + grp * s.OCg * s.K, s.K);
+          Gemm<T>(false, true, s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, cols + grp * s.K * s.L, s.L,
+                  T(1), acc + grp * s.OCg * s.K, s.K);
         }
       }
     }
@@ -297,9 +297,17 @@ bool Conv2dInputGradImplicit(const KernelCall& call, const ConvShape& s) {
       }
     }
   }
-  const WindowArgs flipped_window = {.kernel_h = g.KH, .kernel_w = g.KW, .pad_top = pt, .pad_bottom = pb, .pad_left = pl,
-                  .pad_right = pr, .dilation_h = g.DH, .dilation_w = g.DW, .height = g.OH, .width = g.OW,
-                  .groups = s.G};
+  const WindowArgs flipped_window = {.kernel_h = g.KH,
+                                     .kernel_w = g.KW,
+                                     .pad_top = pt,
+                                     .pad_bottom = pb,
+                                     .pad_left = pl,
+                                     .pad_right = pr,
+                                     .dilation_h = g.DH,
+                                     .dilation_w = g.DW,
+                                     .height = g.OH,
+                                     .width = g.OW,
+                                     .groups = s.G};
   const OpAttrs attrs = flipped_window;
   const std::vector<Tensor> inputs = {call.inputs[0], flipped};
   std::vector<Tensor>& outputs = call.outputs;
@@ -390,8 +398,8 @@ void Conv2dWeightGradAvx512(const KernelCall& call, const ConvShape& s) {
 template <void (*F32)(const KernelCall&), void (*F64)(const KernelCall&)>
 void ByDtype(const KernelCall& call) {
   const ScalarType dt = call.inputs[0].dtype();
-  ANVIL_CHECK_TYPE(dt == kFloat32 || dt == kFloat64, op_name(call.op), ": the CPU kernel takes float32 or float64, got ",
-                   dt);
+  ANVIL_CHECK_TYPE(dt == kFloat32 || dt == kFloat64, op_name(call.op),
+                   ": the CPU kernel takes float32 or float64, got ", dt);
   (dt == kFloat32 ? F32 : F64)(call);
 }
 
@@ -401,20 +409,23 @@ bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 &
 
 void Conv2dKernel(const KernelCall& c) {
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1) {
-    return Conv2dForwardImplicit(c, MakeShape(c.attrs.get<WindowArgs>(), c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
+    return Conv2dForwardImplicit(
+        c, MakeShape(c.attrs.get<WindowArgs>(), c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
   }
   ByDtype<&Conv2dForward<float>, &Conv2dForward<double>>(c);
 }
 void Conv2dInputGradKernel(const KernelCall& c) {
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1 &&
-      Conv2dInputGradImplicit(c, MakeShape(c.attrs.get<WindowArgs>(), c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
+      Conv2dInputGradImplicit(
+          c, MakeShape(c.attrs.get<WindowArgs>(), c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
     return;
   }
   ByDtype<&Conv2dInputGrad<float>, &Conv2dInputGrad<double>>(c);
 }
 void Conv2dWeightGradKernel(const KernelCall& c) {
   if (Avx512Float(c)) {
-    const ConvShape s = MakeShape(c.attrs.get<WindowArgs>(), c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+    const ConvShape s =
+        MakeShape(c.attrs.get<WindowArgs>(), c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
     return Conv2dWeightGradAvx512(c, s);
   }
   ByDtype<&Conv2dWeightGrad<float>, &Conv2dWeightGrad<double>>(c);

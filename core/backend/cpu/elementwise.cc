@@ -1,8 +1,8 @@
 // CPU kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
 // shared functors in core/ops/functors.h.
 #include "core/backend/cpu/kernels.h"
-#include "core/backend/elementwise_kernels.h"
 #include "core/backend/cpu/loops.h"
+#include "core/backend/elementwise_kernels.h"
 #include "core/ops/functors.h"
 
 namespace anvil::cpu {
@@ -105,10 +105,14 @@ void CastKernel(const KernelCall& c) {
     ANVIL_DISPATCH_ALL(out.dtype(), "to", [&] {
       using Out = scalar_t;
       ElementwiseKernel<Out, In, 1>(out, {&x}, [](In v) {
-        if constexpr (std::is_same_v<Out, bool>) return static_cast<float>(v) != 0.0f;
-        else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>) return Out(static_cast<float>(v));
-        else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) return Out(static_cast<float>(v));
-        else return static_cast<Out>(v);
+        if constexpr (std::is_same_v<Out, bool>)
+          return static_cast<float>(v) != 0.0f;
+        else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
+          return Out(static_cast<float>(v));
+        else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>)
+          return Out(static_cast<float>(v));
+        else
+          return static_cast<Out>(v);
       });
     });
   });

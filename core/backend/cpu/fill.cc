@@ -43,7 +43,9 @@ void FillKernel(const KernelCall& c) {
 // Element i of out = f(i), for the shared fill rows (core/backend/fill_rows.h).
 struct CpuGenerate {
   template <typename T, typename F>
-  static void run(const Tensor& out, const F& f) { Generate<T>(out, f); }
+  static void run(const Tensor& out, const F& f) {
+    Generate<T>(out, f);
+  }
 };
 
 }  // namespace

@@ -30,10 +30,13 @@ const std::vector<GemmKernel>& Preference(CpuIsa level) {
   static const std::vector<K> avx2 = {K::kOneDnn, K::kOpenBlas, K::kBlis};
   static const std::vector<K> avx512 = {K::kOneDnn, K::kOpenBlas, K::kAnvilAvx512, K::kBlis};
   switch (level) {
-    case CpuIsa::kGeneric: return generic;
-    case CpuIsa::kAvx2: return avx2;
+    case CpuIsa::kGeneric:
+      return generic;
+    case CpuIsa::kAvx2:
+      return avx2;
     case CpuIsa::kAvx512:
-    case CpuIsa::kAmx: return avx512;  // AMX tiles do not take float32
+    case CpuIsa::kAmx:
+      return avx512;  // AMX tiles do not take float32
   }
   return generic;
 }
@@ -54,8 +57,7 @@ bool SmallProduct(CpuIsa level, int64_t m, int64_t n, int64_t k) {
   return false;
 }
 
-constexpr GemmKernel kAll[] = {GemmKernel::kAnvilAvx512, GemmKernel::kOpenBlas, GemmKernel::kBlis,
-                               GemmKernel::kOneDnn};
+constexpr GemmKernel kAll[] = {GemmKernel::kAnvilAvx512, GemmKernel::kOpenBlas, GemmKernel::kBlis, GemmKernel::kOneDnn};
 
 CpuIsa BlisIsa(const std::string& arch) {
   if (arch == "skx" || arch == "knl") return CpuIsa::kAvx512;
@@ -210,8 +212,10 @@ void Run(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
   }
   switch (kernel) {
     case GemmKernel::kAnvilAvx512:
-      ANVIL_CHECK(isa_at_least(CpuIsa::kAvx512), "GEMM kernel anvil-avx512 needs the avx512 ISA level; this process "
-                  "runs at ", isa_name(active_isa()));
+      ANVIL_CHECK(isa_at_least(CpuIsa::kAvx512),
+                  "GEMM kernel anvil-avx512 needs the avx512 ISA level; this process "
+                  "runs at ",
+                  isa_name(active_isa()));
       AnvilSgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
       return;
     case GemmKernel::kOpenBlas:
@@ -249,10 +253,14 @@ void Run(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
 
 std::string gemm_kernel_name(GemmKernel kernel) {
   switch (kernel) {
-    case GemmKernel::kAnvilAvx512: return "anvil-avx512";
-    case GemmKernel::kOpenBlas: return "openblas";
-    case GemmKernel::kBlis: return "blis";
-    case GemmKernel::kOneDnn: return "onednn";
+    case GemmKernel::kAnvilAvx512:
+      return "anvil-avx512";
+    case GemmKernel::kOpenBlas:
+      return "openblas";
+    case GemmKernel::kBlis:
+      return "blis";
+    case GemmKernel::kOneDnn:
+      return "onednn";
   }
   return "unknown";
 }
@@ -291,8 +299,8 @@ std::string selected_gemm_description() {
   return d;
 }
 
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c, int64_t ldc) {
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+           float beta, float* c, int64_t ldc) {
   Run(gemm_kernel_for(m, n, k), ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -25,8 +25,8 @@ enum class GemmKernel { kAnvilAvx512, kOpenBlas, kBlis, kOneDnn };
 
 // Row-major C[m, n] = A B + beta C with beta 0 (C is only written) or 1, where A is [m, k]
 // (or [k, m] stored when ta: A^T is given) and B is [k, n] (or [n, k] when tb).
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c, int64_t ldc);
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+           float beta, float* c, int64_t ldc);
 // The same through one named candidate (tests and benchmarks compare them); throws when it
 // is not available here.
 void sgemm_with(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -37,10 +37,10 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, i
 
 struct GemmCandidate {
   GemmKernel kernel;
-  std::string name;         // "anvil-avx512", "openblas", "blis", "onednn"
-  bool available = false;   // it can run on this CPU, at the active level
+  std::string name;               // "anvil-avx512", "openblas", "blis", "onednn"
+  bool available = false;         // it can run on this CPU, at the active level
   CpuIsa isa = CpuIsa::kGeneric;  // the level its kernels run at here
-  std::string detail;       // the library's core or version, or why it is unavailable
+  std::string detail;             // the library's core or version, or why it is unavailable
 };
 std::vector<GemmCandidate> gemm_candidates();
 

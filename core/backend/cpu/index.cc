@@ -21,13 +21,13 @@ namespace {
 
 // Out of line: keeps the message formatting out of the hot loops that check indices.
 [[noreturn]] __attribute__((noinline)) void ThrowOutOfBounds(int64_t i, int64_t size, int64_t dim) {
-  throw IndexError(detail::StrCat("index ", i, " is out of bounds for dimension ", dim,
-                                  " with size ", size));
+  throw IndexError(detail::StrCat("index ", i, " is out of bounds for dimension ", dim, " with size ", size));
 }
 
 inline int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
   const int64_t w = i < 0 ? i + size : i;
-  if (w < 0 || w >= size) [[unlikely]] ThrowOutOfBounds(i, size, dim);
+  if (w < 0 || w >= size) [[unlikely]]
+    ThrowOutOfBounds(i, size, dim);
   return w;
 }
 
@@ -35,7 +35,8 @@ inline int64_t WrapIndex(int64_t i, int64_t size, int64_t dim) {
 // errors, not "from the end" (only advanced indexing wraps, as in PyTorch), so e.g. an
 // ignore label of -1 can never silently pick the last class.
 inline int64_t CheckIndex(int64_t i, int64_t size, int64_t dim) {
-  if (i < 0 || i >= size) [[unlikely]] ThrowOutOfBounds(i, size, dim);
+  if (i < 0 || i >= size) [[unlikely]]
+    ThrowOutOfBounds(i, size, dim);
   return i;
 }
 
@@ -58,8 +59,7 @@ void GatherKernel(const KernelCall& c) {
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
         const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
-        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
-            *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
+        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
       }
     });
   });
@@ -119,7 +119,8 @@ void ScatterReduceKernel(const KernelCall& c) {
     };
   };
   switch (c.attrs.get<ScatterArgs>().mode) {
-    case kScatterSum: return ScatterKernel<true>(c);
+    case kScatterSum:
+      return ScatterKernel<true>(c);
     case kScatterProd:
       return ScatterWith(c, "scatter_reduce", [](auto* dst, auto v) {
         using T = std::remove_reference_t<decltype(*dst)>;
@@ -129,8 +130,10 @@ void ScatterReduceKernel(const KernelCall& c) {
           *dst = T(opmath_t<T>(*dst) * opmath_t<T>(v));
         }
       });
-    case kScatterAmax: return ScatterWith(c, "scatter_reduce", extremum(true));
-    default: return ScatterWith(c, "scatter_reduce", extremum(false));
+    case kScatterAmax:
+      return ScatterWith(c, "scatter_reduce", extremum(true));
+    default:
+      return ScatterWith(c, "scatter_reduce", extremum(false));
   }
 }
 
@@ -174,8 +177,7 @@ void IndexSelectKernel(const KernelCall& c) {
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
         const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
-        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) =
-            *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
+        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
       }
     });
   });
@@ -228,16 +230,18 @@ void AdvLoop(const AdvIndex& plan, const IntArray& idims, bool accumulate) {
     for (int64_t j = 0; j < n; ++j) {
       int64_t off = 0;
       for (int k = 0; k < K; ++k) {
-        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2 + k] + j * s[2 + k]),
-                                    plan.self_sizes[k], idims[k]);
+        const int64_t i =
+            WrapIndex(*reinterpret_cast<const int64_t*>(p[2 + k] + j * s[2 + k]), plan.self_sizes[k], idims[k]);
         off += i * plan.self_strides[k];
       }
       T* r = reinterpret_cast<T*>(p[0] + j * s[0]);
       T* v = reinterpret_cast<T*>(p[1] + j * s[1] + off);
       if constexpr (Put) {
         if (accumulate) {
-          if constexpr (std::is_same_v<T, bool>) *v = *v || *r;
-          else *v = T(opmath_t<T>(*v) + opmath_t<T>(*r));
+          if constexpr (std::is_same_v<T, bool>)
+            *v = *v || *r;
+          else
+            *v = T(opmath_t<T>(*v) + opmath_t<T>(*r));
         } else {
           *v = *r;
         }
@@ -246,20 +250,28 @@ void AdvLoop(const AdvIndex& plan, const IntArray& idims, bool accumulate) {
       }
     }
   };
-  if constexpr (Put) loop.Run(0, loop.numel(), body);
-  else loop.ParallelRun(body);
+  if constexpr (Put)
+    loop.Run(0, loop.numel(), body);
+  else
+    loop.ParallelRun(body);
 }
 
 template <bool Put>
 void AdvDispatch(const AdvIndex& plan, const IntArray& idims, ScalarType dt, bool accumulate) {
   ANVIL_DISPATCH_ALL(dt, "index", [&] {
     switch (plan.idx.size()) {
-      case 1: return AdvLoop<1, Put, scalar_t>(plan, idims, accumulate);
-      case 2: return AdvLoop<2, Put, scalar_t>(plan, idims, accumulate);
-      case 3: return AdvLoop<3, Put, scalar_t>(plan, idims, accumulate);
-      case 4: return AdvLoop<4, Put, scalar_t>(plan, idims, accumulate);
-      case 5: return AdvLoop<5, Put, scalar_t>(plan, idims, accumulate);
-      case 6: return AdvLoop<6, Put, scalar_t>(plan, idims, accumulate);
+      case 1:
+        return AdvLoop<1, Put, scalar_t>(plan, idims, accumulate);
+      case 2:
+        return AdvLoop<2, Put, scalar_t>(plan, idims, accumulate);
+      case 3:
+        return AdvLoop<3, Put, scalar_t>(plan, idims, accumulate);
+      case 4:
+        return AdvLoop<4, Put, scalar_t>(plan, idims, accumulate);
+      case 5:
+        return AdvLoop<5, Put, scalar_t>(plan, idims, accumulate);
+      case 6:
+        return AdvLoop<6, Put, scalar_t>(plan, idims, accumulate);
       default:
         throw NotImplementedError("advanced indexing with more than 6 index tensors");
     }
@@ -283,7 +295,8 @@ void IndexPutKernel(const KernelCall& c) {
   InitFromSelf(self, out);
   if (values.numel() == 0) return;
   AdvIndex plan = PlanAdvancedIndex(out, idx, c.attrs.get<AdvancedIndexArgs>().indexed_dims, values);
-  AdvDispatch<true>(plan, c.attrs.get<AdvancedIndexArgs>().indexed_dims, self.dtype(), c.attrs.get<AdvancedIndexArgs>().accumulate);
+  AdvDispatch<true>(plan, c.attrs.get<AdvancedIndexArgs>().indexed_dims, self.dtype(),
+                    c.attrs.get<AdvancedIndexArgs>().accumulate);
 }
 
 void NonzeroKernel(const KernelCall& c) {

@@ -7,15 +7,15 @@
 namespace anvil {
 
 struct CpuKernelInfo {
-  std::string model;          // the CPU's brand string ("AMD EPYC", "Intel(R) Xeon(R) Processor")
-  std::string vendor;         // "AuthenticAMD"
+  std::string model;   // the CPU's brand string ("AMD EPYC", "Intel(R) Xeon(R) Processor")
+  std::string vendor;  // "AuthenticAMD"
   int family = 0, model_id = 0;
-  std::string features;       // "AVX2 FMA ... AVX512-BF16"
-  std::string isa;            // the level the kernels run at ("avx512")
-  std::string detected_isa;   // the CPU's own level (isa differs when ANVIL_CPU_ISA lowers it)
-  std::string gemm;           // "anvil-avx512", "openblas (SkylakeX)"
-  int threads = 1;            // the engine's intra-op threads
-  int available_cpus = 1;     // the process's CPU affinity (and cgroup quota)
+  std::string features;      // "AVX2 FMA ... AVX512-BF16"
+  std::string isa;           // the level the kernels run at ("avx512")
+  std::string detected_isa;  // the CPU's own level (isa differs when ANVIL_CPU_ISA lowers it)
+  std::string gemm;          // "anvil-avx512", "openblas (SkylakeX)"
+  int threads = 1;           // the engine's intra-op threads
+  int available_cpus = 1;    // the process's CPU affinity (and cgroup quota)
 };
 
 // Loads the BLAS library the float32 GEMM uses, if not loaded yet. Throws anvil::Error for a

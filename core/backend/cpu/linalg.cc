@@ -18,8 +18,7 @@ namespace {
 
 // Batch slice `i` of a 3-D operand (a raw window: safe on pool threads).
 Tensor BatchSlice(const Tensor& t, int64_t i) {
-  return RawWindow(t, {t.size(1), t.size(2)}, {t.stride(1), t.stride(2)},
-                   t.storage_offset() + i * t.stride(0));
+  return RawWindow(t, {t.size(1), t.size(2)}, {t.stride(1), t.stride(2)}, t.storage_offset() + i * t.stride(0));
 }
 
 struct MatArg {
@@ -46,8 +45,8 @@ MatArg AsBlas(const Tensor& m) {
 
 // C = A B (beta 0) or C += A B (beta 1: C holds a linear layer's bias rows).
 template <typename T>
-void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T beta, T* c, int64_t ldc) {
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+          T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
     sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
@@ -116,8 +115,8 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep
         gemv(blas::kRowMajor, blas::kTrans, static_cast<int>(k), static_cast<int>(j1 - j0), T(1), b + j0,
              static_cast<int>(B.ld), a, 1, beta, c + j0, 1);
       } else {  // B^T is stored n x k row-major (a Linear weight): c = W a over rows j0..j1
-        gemv(blas::kRowMajor, blas::kNoTrans, static_cast<int>(j1 - j0), static_cast<int>(k), T(1),
-             b + j0 * B.ld, static_cast<int>(B.ld), a, 1, beta, c + j0, 1);
+        gemv(blas::kRowMajor, blas::kNoTrans, static_cast<int>(j1 - j0), static_cast<int>(k), T(1), b + j0 * B.ld,
+             static_cast<int>(B.ld), a, 1, beta, c + j0, 1);
       }
       ep.finish(c + j0, j1 - j0);
     }
@@ -132,8 +131,8 @@ void GemvParallel(const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep
 // C[m,n] = A[m,k] B[k,n] with the epilogue's bias and relu, rows of C split over the pool
 // when the product is large.
 template <typename T>
-void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep, T* c,
-                  int64_t m, int64_t n, int64_t k) {
+void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, const Epilogue<T>& ep, T* c, int64_t m,
+                  int64_t n, int64_t k) {
   if (k == 0) {
     if (ep.seed(c, 0, m, n) == T(0)) std::fill(c, c + m * n, T(0));
     ep.finish(c, m * n);
@@ -178,7 +177,8 @@ void NaiveMatmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         opmath_t<T> s = 0;
-        for (int64_t p = 0; p < k; ++p) s += opmath_t<T>(pa[(bi * m + i) * k + p]) * opmath_t<T>(pb[(bi * k + p) * n + j]);
+        for (int64_t p = 0; p < k; ++p)
+          s += opmath_t<T>(pa[(bi * m + i) * k + p]) * opmath_t<T>(pb[(bi * k + p) * n + j]);
         pc[(bi * m + i) * n + j] = T(s);
       }
     }
@@ -216,8 +216,8 @@ void MatmulKernel(const KernelCall& c) {
       parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t bi = b0; bi < b1; ++bi) {
           MatArg A = AsBlas(BatchSlice(a, bi)), B = AsBlas(BatchSlice(b, bi));
-          GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()),
-                          {}, pc + bi * m * n, m, n, k);
+          GemmParallel<T>(A, B, static_cast<const T*>(A.t.data_ptr()), static_cast<const T*>(B.t.data_ptr()), {},
+                          pc + bi * m * n, m, n, k);
         }
       });
     }

@@ -57,8 +57,7 @@ void ElementwiseKernel(const Tensor& out, const std::array<const Tensor*, NIn>& 
         for (int64_t j = 0; j < n; ++j) o[j] = v;
       } else {
         for (int64_t j = 0; j < n; ++j) {
-          *reinterpret_cast<Out*>(p[0] + j * st[0]) =
-              fl(*reinterpret_cast<const In*>(p[1] + j * st[1]));
+          *reinterpret_cast<Out*>(p[0] + j * st[0]) = fl(*reinterpret_cast<const In*>(p[1] + j * st[1]));
         }
       }
     } else if constexpr (NIn == 2) {
@@ -75,8 +74,7 @@ void ElementwiseKernel(const Tensor& out, const std::array<const Tensor*, NIn>& 
       } else {
         for (int64_t j = 0; j < n; ++j) {
           *reinterpret_cast<Out*>(p[0] + j * st[0]) =
-              fl(*reinterpret_cast<const In*>(p[1] + j * st[1]),
-                *reinterpret_cast<const In*>(p[2] + j * st[2]));
+              fl(*reinterpret_cast<const In*>(p[1] + j * st[1]), *reinterpret_cast<const In*>(p[2] + j * st[2]));
         }
       }
     } else {

@@ -2,11 +2,12 @@
 // parameter is read and written once, with the shared per-element math of
 // core/ops/optimizer_step.h. The lists are walked as one long range split across the pool, so
 // a model of many small tensors and one of a few large ones both use every thread.
+#include "core/ops/optimizer_step.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "core/backend/cpu/kernels.h"
-#include "core/ops/optimizer_step.h"
 #include "core/util/thread_pool.h"
 
 namespace anvil::cpu {
@@ -48,34 +49,40 @@ template <typename T>
 void SgdStep(const KernelCall& c) {
   const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const Lists<T> l(c.inputs, f.has_momentum ? 3 : 2);
-  fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
-    parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-      ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-        T* __restrict p = l.ptr(0, i);
-        const T* __restrict g = l.ptr(1, i);
-        T* __restrict buf = kMomentum ? l.ptr(2, i) : nullptr;
-        for (int64_t j = lo; j < hi; ++j) f.template step<kWd, kMomentum, kFirst, kNesterov>(p[j], g[j], kMomentum ? buf + j : nullptr);
-      });
-    });
-  }, f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
+  fn::dispatch_flags(
+      [&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
+        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+            T* __restrict p = l.ptr(0, i);
+            const T* __restrict g = l.ptr(1, i);
+            T* __restrict buf = kMomentum ? l.ptr(2, i) : nullptr;
+            for (int64_t j = lo; j < hi; ++j)
+              f.template step<kWd, kMomentum, kFirst, kNesterov>(p[j], g[j], kMomentum ? buf + j : nullptr);
+          });
+        });
+      },
+      f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
 }
 
 template <typename T>
 void AdamStep(const KernelCall& c) {
   const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const Lists<T> l(c.inputs, f.amsgrad ? 5 : 4);
-  fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
-    parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-      ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-        T* __restrict p = l.ptr(0, i);
-        const T* __restrict g = l.ptr(1, i);
-        T* __restrict m = l.ptr(2, i);
-        T* __restrict v = l.ptr(3, i);
-        T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
-        for (int64_t j = lo; j < hi; ++j) f.template step<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j], kAmsgrad ? vmax + j : nullptr);
-      });
-    });
-  }, f.has_weight_decay, f.decoupled, f.amsgrad);
+  fn::dispatch_flags(
+      [&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
+        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+            T* __restrict p = l.ptr(0, i);
+            const T* __restrict g = l.ptr(1, i);
+            T* __restrict m = l.ptr(2, i);
+            T* __restrict v = l.ptr(3, i);
+            T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
+            for (int64_t j = lo; j < hi; ++j)
+              f.template step<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j], kAmsgrad ? vmax + j : nullptr);
+          });
+        });
+      },
+      f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
 // The rows take float32 or float64 lists (ops/foreach.cc checks).

@@ -5,9 +5,8 @@
 // Partial results are combined in a fixed order, so results do not depend on timing.
 #include <cmath>
 #include <limits>
-#include <numeric>
-
 #include <memory>
+#include <numeric>
 
 #include "core/backend/common/reduce_layout.h"
 #include "core/backend/cpu/kernels.h"
@@ -23,7 +22,8 @@ using Layout = backend::ReduceLayout;
 // The no-copy [outer, red, inner] form when the kernel can walk columns (allow_inner) or the
 // reduced block is innermost.
 Layout MakeLayout(const Tensor& in, const IntArray& dims, bool allow_inner) {
-  return backend::MakeReduceLayout(in, dims, [&](int64_t, int64_t, int64_t inner) { return allow_inner || inner == 1; });
+  return backend::MakeReduceLayout(in, dims,
+                                   [&](int64_t, int64_t, int64_t inner) { return allow_inner || inner == 1; });
 }
 
 // Sum of n contiguous values: 64 independent lanes per 4096-element block (eight vector
@@ -64,8 +64,9 @@ double SumContiguous(const T* x, int64_t n) {
 // Row reduction with a parallel split inside the row when there are few rows.
 template <typename T, typename RowFn>
 void ForEachRow(const Layout& l, const RowFn& row) {
-  parallel_for(0, l.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(l.red, 1)),
-               [&](int64_t b, int64_t e) { for (int64_t o = b; o < e; ++o) row(o); });
+  parallel_for(0, l.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(l.red, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) row(o);
+  });
 }
 
 enum class Kind { Sum, Mean, Prod, Amax, Amin, All, Any, Norm, Var, LogSumExp };
@@ -102,10 +103,14 @@ void Reduce(const Layout& l, const Tensor& out, const ReduceArgs& a) {
             const T* row = base + r * inner;
             for (int64_t j = 0; j < inner; ++j) {
               const M v = M(row[j]);
-              if constexpr (K == Kind::Sum || K == Kind::Mean) acc[j] += v;
-              else if constexpr (K == Kind::Prod) acc[j] *= v;
-              else if constexpr (K == Kind::Amax) acc[j] = (v > acc[j] || v != v) ? v : acc[j];
-              else if constexpr (K == Kind::Amin) acc[j] = (v < acc[j] || v != v) ? v : acc[j];
+              if constexpr (K == Kind::Sum || K == Kind::Mean)
+                acc[j] += v;
+              else if constexpr (K == Kind::Prod)
+                acc[j] *= v;
+              else if constexpr (K == Kind::Amax)
+                acc[j] = (v > acc[j] || v != v) ? v : acc[j];
+              else if constexpr (K == Kind::Amin)
+                acc[j] = (v < acc[j] || v != v) ? v : acc[j];
             }
           }
           for (int64_t j = 0; j < inner; ++j) {
@@ -148,7 +153,10 @@ void Reduce(const Layout& l, const Tensor& out, const ReduceArgs& a) {
         }
         double s = 0;
         if (pn == 2) {
-          for (int64_t i = 0; i < n; ++i) { const double v = static_cast<double>(M(p[i])); s += v * v; }
+          for (int64_t i = 0; i < n; ++i) {
+            const double v = static_cast<double>(M(p[i]));
+            s += v * v;
+          }
           return M(std::sqrt(s));
         }
         if (pn == 1) {
@@ -282,9 +290,9 @@ void ArgReduceKernel(const KernelCall& c) {
       const T* x = l.x.data_ptr<T>();
       T* ov = WantValues ? c.outputs[0].data_ptr<T>() : nullptr;
       const int64_t red = l.red, inner = l.inner;
-      parallel_for(0, l.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(red * inner, 1)), [&](int64_t b, int64_t e) {
-        ArgReduceInnerRows<T, IsMax, WantValues>(x, b, e, red, inner, oi_ptr, ov);
-      });
+      parallel_for(
+          0, l.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(red * inner, 1)),
+          [&](int64_t b, int64_t e) { ArgReduceInnerRows<T, IsMax, WantValues>(x, b, e, red, inner, oi_ptr, ov); });
     });
     return;
   }

@@ -30,7 +30,7 @@ template <int MR, bool kTwoVectors = true>
 __attribute__((target("avx512f"))) void MicroKernel(int64_t kc, const float* pa, const int64_t* a_rows, int64_t acs,
                                                     const float* b, const int64_t* b_offsets, float* c, int64_t ldc,
                                                     float beta, int rows, __mmask16 m0, __mmask16 m1) {
-#define ANVIL_DECL(i) \
+#define ANVIL_DECL(i)                                            \
   __m512 x##i = _mm512_setzero_ps(), y##i = _mm512_setzero_ps(); \
   const float* r##i = pa + (i < MR ? a_rows[i < MR ? i : 0] : 0);
   ANVIL_ROWS12(ANVIL_DECL)
@@ -40,27 +40,27 @@ __attribute__((target("avx512f"))) void MicroKernel(int64_t kc, const float* pa,
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, bp);
     const __m512 b1 = kTwoVectors ? _mm512_maskz_loadu_ps(m1, bp + 16) : _mm512_setzero_ps();
     const int64_t ap = p * acs;
-#define ANVIL_STEP(i)                                \
-  if constexpr (i < MR) {                            \
-    const __m512 av = _mm512_set1_ps(r##i[ap]);      \
-    x##i = _mm512_fmadd_ps(av, b0, x##i);            \
+#define ANVIL_STEP(i)                                                \
+  if constexpr (i < MR) {                                            \
+    const __m512 av = _mm512_set1_ps(r##i[ap]);                      \
+    x##i = _mm512_fmadd_ps(av, b0, x##i);                            \
     if constexpr (kTwoVectors) y##i = _mm512_fmadd_ps(av, b1, y##i); \
   }
     ANVIL_ROWS12(ANVIL_STEP)
 #undef ANVIL_STEP
   }
   const bool accumulate = beta != 0.0f;
-#define ANVIL_STORE(i)                                                                   \
-  if constexpr (i < MR) {                                                                \
-    if (i < rows) {                                                                      \
-      float* ci = c + i * ldc;                                                           \
-      if (accumulate) {                                                                  \
-        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));                       \
+#define ANVIL_STORE(i)                                                                             \
+  if constexpr (i < MR) {                                                                          \
+    if (i < rows) {                                                                                \
+      float* ci = c + i * ldc;                                                                     \
+      if (accumulate) {                                                                            \
+        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));                                 \
         if constexpr (kTwoVectors) y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16)); \
-      }                                                                                  \
-      _mm512_mask_storeu_ps(ci, m0, x##i);                                               \
-      if constexpr (kTwoVectors) _mm512_mask_storeu_ps(ci + 16, m1, y##i);              \
-    }                                                                                    \
+      }                                                                                            \
+      _mm512_mask_storeu_ps(ci, m0, x##i);                                                         \
+      if constexpr (kTwoVectors) _mm512_mask_storeu_ps(ci + 16, m1, y##i);                         \
+    }                                                                                              \
   }
   ANVIL_ROWS12(ANVIL_STORE)
 #undef ANVIL_STORE
@@ -69,16 +69,19 @@ __attribute__((target("avx512f"))) void MicroKernel(int64_t kc, const float* pa,
 #undef ANVIL_ROWS12
 
 using TileFn = void (*)(int64_t, const float*, const int64_t*, int64_t, const float*, const int64_t*, float*, int64_t,
-                       float, int, __mmask16, __mmask16);
+                        float, int, __mmask16, __mmask16);
 
 // The tile for `mr` rows (12, 8 or 4) and 32 or, when at most 16 columns are left, 16
 // columns (no FMAs spent on masked-off lanes).
 TileFn PickTile(int mr, int64_t columns) {
   const bool two = columns > 16;
   switch (mr) {
-    case 12: return two ? &MicroKernel<12, true> : &MicroKernel<12, false>;
-    case 8: return two ? &MicroKernel<8, true> : &MicroKernel<8, false>;
-    default: return two ? &MicroKernel<4, true> : &MicroKernel<4, false>;
+    case 12:
+      return two ? &MicroKernel<12, true> : &MicroKernel<12, false>;
+    case 8:
+      return two ? &MicroKernel<8, true> : &MicroKernel<8, false>;
+    default:
+      return two ? &MicroKernel<4, true> : &MicroKernel<4, false>;
   }
 }
 

@@ -192,7 +192,8 @@ void StridedScatterAddKernel(const KernelCall& c) {
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
         auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * s[0]);
-        *dst = scalar_t(opmath_t<scalar_t>(*dst) + opmath_t<scalar_t>(*reinterpret_cast<const scalar_t*>(p[1] + j * s[1])));
+        *dst = scalar_t(opmath_t<scalar_t>(*dst) +
+                        opmath_t<scalar_t>(*reinterpret_cast<const scalar_t*>(p[1] + j * s[1])));
       }
     });
   });

@@ -53,10 +53,14 @@ thread_local std::array<cublasHandle_t, 64> tls_handles{};
 
 template <typename T>
 cudaDataType_t DataType() {
-  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
-  else if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
-  else if constexpr (std::is_same_v<T, Half>) return CUDA_R_16F;
-  else return CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, float>)
+    return CUDA_R_32F;
+  else if constexpr (std::is_same_v<T, double>)
+    return CUDA_R_64F;
+  else if constexpr (std::is_same_v<T, Half>)
+    return CUDA_R_16F;
+  else
+    return CUDA_R_16BF;
 }
 
 int CheckedInt(int64_t v, const char* what) {
@@ -92,7 +96,7 @@ void GemmStridedBatched(int device, bool trans_a, bool trans_b, int64_t m, int64
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t dt = DataType<T>();
   const bool is_double = std::is_same_v<T, double>;
-  const cublasComputeType_t compute = is_double ? CUBLAS_COMPUTE_64F
+  const cublasComputeType_t compute = is_double                                    ? CUBLAS_COMPUTE_64F
                                       : (std::is_same_v<T, float> && allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                    : CUBLAS_COMPUTE_32F;
   const double alpha64 = 1.0, beta64 = beta;
@@ -105,8 +109,8 @@ void GemmStridedBatched(int device, bool trans_a, bool trans_b, int64_t m, int64
       CheckedInt(ldc, "stride"), stride_c, CheckedInt(batch, "batch"), compute, CUBLAS_GEMM_DEFAULT));
 }
 
-#define ANVIL_GEMM_INSTANCE(T)                                                                                    \
-  template void GemmStridedBatched<T>(int, bool, bool, int64_t, int64_t, int64_t, const T*, int64_t, int64_t,      \
+#define ANVIL_GEMM_INSTANCE(T)                                                                                \
+  template void GemmStridedBatched<T>(int, bool, bool, int64_t, int64_t, int64_t, const T*, int64_t, int64_t, \
                                       const T*, int64_t, int64_t, float, T*, int64_t, int64_t, int64_t);
 ANVIL_GEMM_INSTANCE(float)
 ANVIL_GEMM_INSTANCE(double)

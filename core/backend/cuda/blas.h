@@ -21,11 +21,11 @@ struct CublasApi {
   // The 32-bit-size overloads (the C symbols).
   cublasStatus_t (*gemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                                          const void*, const void*, cudaDataType, int, long long, const void*,
-                                         cudaDataType, int, long long, const void*, void*, cudaDataType, int,
-                                         long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
-  cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                         const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
-                         cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+                                         cudaDataType, int, long long, const void*, void*, cudaDataType, int, long long,
+                                         int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                         cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
+                         cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };

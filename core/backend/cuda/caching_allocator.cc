@@ -85,8 +85,7 @@ size_t CachingAllocator::allocation_size(size_t size) {
   return RoundUp(size, kRoundLarge);
 }
 
-CachingAllocator::CachingAllocator(DeviceMemoryProvider* provider, Options options,
-                                   int device_index)
+CachingAllocator::CachingAllocator(DeviceMemoryProvider* provider, Options options, int device_index)
     : provider_(provider), options_(options), device_index_(device_index) {
   ANVIL_INTERNAL_ASSERT(provider_ != nullptr);
 }
@@ -156,8 +155,7 @@ void CachingAllocator::deallocate(void* ptr) {
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = allocated_.find(AsAddr(ptr));
-  ANVIL_INTERNAL_ASSERT(it != allocated_.end(), "record_stream(", ptr,
-                        "): not a live allocation of this allocator");
+  ANVIL_INTERNAL_ASSERT(it != allocated_.end(), "record_stream(", ptr, "): not a live allocation of this allocator");
   Block* block = it->second;
   if (stream == block->pool->stream) return;  // its own stream orders reuse already
   auto& uses = block->stream_uses;
@@ -174,8 +172,7 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   Stats s = stats_;
   s.largest_free_block = static_cast<int64_t>(LargestFreeBlock());
   const int64_t unused = s.reserved_bytes - s.allocated_bytes;
-  s.fragmentation =
-      s.largest_free_block == 0 ? 0.0 : 1.0 - double(s.largest_free_block) / double(unused);
+  s.fragmentation = s.largest_free_block == 0 ? 0.0 : 1.0 - double(s.largest_free_block) / double(unused);
   return s;
 }
 
@@ -415,10 +412,9 @@ void CachingAllocator::ThrowOutOfMemory(size_t size) {
   const size_t reserved = stats_.reserved_bytes;
   const size_t largest = LargestFreeBlock();
   std::string message =
-      detail::StrCat("CUDA out of memory on cuda:", device_index_, ": tried to allocate ",
-                     FormatBytes(size), "; ", FormatBytes(allocated), " allocated, ",
-                     FormatBytes(reserved), " reserved, largest free block ", FormatBytes(largest),
-                     ", device total ", FormatBytes(provider_->total_bytes()));
+      detail::StrCat("CUDA out of memory on cuda:", device_index_, ": tried to allocate ", FormatBytes(size), "; ",
+                     FormatBytes(allocated), " allocated, ", FormatBytes(reserved), " reserved, largest free block ",
+                     FormatBytes(largest), ", device total ", FormatBytes(provider_->total_bytes()));
   // Enough memory is cached, just not in one piece: the case expandable segments solve.
   if (!options_.expandable_segments && reserved - allocated >= size) {
     message +=

@@ -83,8 +83,7 @@ class CachingAllocator {
   static size_t allocation_size(size_t size);
 
   // `provider` is borrowed. `device_index` only names the device in messages.
-  explicit CachingAllocator(DeviceMemoryProvider* provider, Options options = {},
-                            int device_index = 0);
+  explicit CachingAllocator(DeviceMemoryProvider* provider, Options options = {}, int device_index = 0);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;

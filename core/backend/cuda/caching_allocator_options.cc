@@ -29,28 +29,26 @@ CachingAllocator::Options CachingAllocator::parse_options(std::string_view conf)
     const size_t colon = entry.find(':');
     const std::string_view key = Trim(entry.substr(0, colon));
     if (key != "expandable_segments" && key != "max_split_size_mb") {
-      throw std::invalid_argument(detail::StrCat(
-          "ANVIL_CUDA_ALLOC_CONF: unknown key '", key,
-          "'; accepted keys: expandable_segments (true|false), max_split_size_mb (integer > 20)"));
+      throw std::invalid_argument(
+          detail::StrCat("ANVIL_CUDA_ALLOC_CONF: unknown key '", key,
+                         "'; accepted keys: expandable_segments (true|false), max_split_size_mb (integer > 20)"));
     }
-    const std::string_view value =
-        colon == std::string_view::npos ? std::string_view() : Trim(entry.substr(colon + 1));
+    const std::string_view value = colon == std::string_view::npos ? std::string_view() : Trim(entry.substr(colon + 1));
     if (key == "expandable_segments") {
       if (value == "true" || value == "True") {
         options.expandable_segments = true;
       } else if (value == "false" || value == "False") {
         options.expandable_segments = false;
       } else {
-        throw std::invalid_argument(detail::StrCat(
-            "ANVIL_CUDA_ALLOC_CONF: expandable_segments accepts true or false, got '", value, "'"));
+        throw std::invalid_argument(
+            detail::StrCat("ANVIL_CUDA_ALLOC_CONF: expandable_segments accepts true or false, got '", value, "'"));
       }
       continue;
     }
     // Limits at or under the 20 MiB large segment would leave those segments unsplittable.
     size_t mb = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mb);
-    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || mb <= 20 ||
-        mb > (SIZE_MAX >> 20)) {
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || mb <= 20 || mb > (SIZE_MAX >> 20)) {
       throw std::invalid_argument(
           detail::StrCat("ANVIL_CUDA_ALLOC_CONF: max_split_size_mb accepts an integer number of ",
                          "MiB greater than 20, got '", value, "'"));

@@ -40,8 +40,7 @@ struct ColLayout {
 template <typename T>
 __global__ void Im2ColKernel(const T* image, T* cols, Geom g, int64_t images, ColLayout layout) {
   const int64_t L = g.OH * g.OW, rows = g.C * g.KH * g.KW, total = images * rows * L;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t l = t % L, r = (t / L) % rows, n = t / (L * rows);
     const int64_t ox = l % g.OW, oy = l / g.OW;
     const int64_t j = r % g.KW, i = (r / g.KW) % g.KH, c = r / (g.KW * g.KH);
@@ -60,10 +59,8 @@ template <typename T>
 __global__ void Col2ImKernel(const T* cols, T* image, Geom g, int64_t images, ColLayout layout) {
   using M = opmath_t<T>;
   const int64_t total = images * g.C * g.H * g.W;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t x = t % g.W, y = (t / g.W) % g.H, c = (t / (g.W * g.H)) % g.C,
-                  n = t / (g.W * g.H * g.C);
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = t % g.W, y = (t / g.W) % g.H, c = (t / (g.W * g.H)) % g.C, n = t / (g.W * g.H * g.C);
     const T* base = cols + n * layout.image_stride + c * g.KH * g.KW * layout.row_stride;
     T acc = T(0);
     for (int64_t i = 0; i < g.KH; ++i) {
@@ -81,8 +78,7 @@ __global__ void Col2ImKernel(const T* cols, T* image, Geom g, int64_t images, Co
 }
 
 template <typename T>
-void Im2Col(const T* image, T* cols, const Geom& g, int64_t images, ColLayout layout,
-            cudaStream_t stream) {
+void Im2Col(const T* image, T* cols, const Geom& g, int64_t images, ColLayout layout, cudaStream_t stream) {
   const int64_t total = images * g.C * g.KH * g.KW * g.OH * g.OW;
   if (total == 0) return;
   Im2ColKernel<T><<<GridFor(total), kBlock, 0, stream>>>(image, cols, g, images, layout);
@@ -90,8 +86,7 @@ void Im2Col(const T* image, T* cols, const Geom& g, int64_t images, ColLayout la
 }
 
 template <typename T>
-void Col2Im(const T* cols, T* image, const Geom& g, int64_t images, ColLayout layout,
-            cudaStream_t stream) {
+void Col2Im(const T* cols, T* image, const Geom& g, int64_t images, ColLayout layout, cudaStream_t stream) {
   const int64_t total = images * g.C * g.H * g.W;
   if (total == 0) return;
   Col2ImKernel<T><<<GridFor(total), kBlock, 0, stream>>>(cols, image, g, images, layout);
@@ -106,8 +101,7 @@ void Im2ColRowKernel(const KernelCall& c) {
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
   ANVIL_DISPATCH_FLOATING(in.dtype(), "im2col", [&] {
-    Im2Col(in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g, g.N, {rows * L, L},
-           current_stream(device));
+    Im2Col(in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g, g.N, {rows * L, L}, current_stream(device));
   });
 }
 
@@ -119,8 +113,7 @@ void Col2ImRowKernel(const KernelCall& c) {
   DeviceGuard guard(device);
   const int64_t rows = g.C * g.KH * g.KW, L = g.OH * g.OW;
   ANVIL_DISPATCH_FLOATING(in.dtype(), "col2im", [&] {
-    Col2Im(in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g, g.N, {rows * L, L},
-           current_stream(device));
+    Col2Im(in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g, g.N, {rows * L, L}, current_stream(device));
   });
 }
 
@@ -150,28 +143,24 @@ struct Operand {
 // C(n, g) = beta * C(n, g) + op(A(n, g)) op(B(n, g)) for n < images, g < groups: batched over
 // the larger of the two, one cuBLAS call per entry of the smaller.
 template <typename T>
-void GemmImagesGroups(int device, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      Operand<const T> a, Operand<const T> b, float beta, Operand<T> c,
-                      int64_t images, int64_t groups) {
+void GemmImagesGroups(int device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, Operand<const T> a,
+                      Operand<const T> b, float beta, Operand<T> c, int64_t images, int64_t groups) {
   if (images >= groups) {
     for (int64_t g = 0; g < groups; ++g) {
-      GemmStridedBatched<T>(device, ta, tb, m, n, k, a.p + g * a.per_group, a.ld, a.per_image,
-                            b.p + g * b.per_group, b.ld, b.per_image, beta, c.p + g * c.per_group,
-                            c.ld, c.per_image, images);
+      GemmStridedBatched<T>(device, ta, tb, m, n, k, a.p + g * a.per_group, a.ld, a.per_image, b.p + g * b.per_group,
+                            b.ld, b.per_image, beta, c.p + g * c.per_group, c.ld, c.per_image, images);
     }
   } else {
     for (int64_t i = 0; i < images; ++i) {
-      GemmStridedBatched<T>(device, ta, tb, m, n, k, a.p + i * a.per_image, a.ld, a.per_group,
-                            b.p + i * b.per_image, b.ld, b.per_group, beta, c.p + i * c.per_image,
-                            c.ld, c.per_group, groups);
+      GemmStridedBatched<T>(device, ta, tb, m, n, k, a.p + i * a.per_image, a.ld, a.per_group, b.p + i * b.per_image,
+                            b.ld, b.per_group, beta, c.p + i * c.per_image, c.ld, c.per_group, groups);
     }
   }
 }
 
 template <typename T>
 __global__ void BiasFillKernel(T* out, const T* bias, int64_t n, int64_t channels, int64_t plane) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n;
-       t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
     out[t] = bias[(t / plane) % channels];
   }
 }
@@ -194,8 +183,7 @@ void Conv2dForward(const KernelCall& call) {
   T* po = out.data_ptr<T>();
   // The bias first and the GEMMs add onto it (beta = 1), as on the CPU.
   if (b.defined()) {
-    BiasFillKernel<T>
-        <<<GridFor(out.numel()), kBlock, 0, stream>>>(po, b.data_ptr<T>(), out.numel(), s.OC, s.L);
+    BiasFillKernel<T><<<GridFor(out.numel()), kBlock, 0, stream>>>(po, b.data_ptr<T>(), out.numel(), s.OC, s.L);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   } else if (s.K == 0) {
     Zero(out, stream);
@@ -203,8 +191,7 @@ void Conv2dForward(const KernelCall& call) {
   if (s.K == 0) return;  // no input channels: the bias (or zero) is the whole result
   const int64_t chunk = ImagesPerChunk(s, sizeof(T));
   const Tensor cols =
-      s.direct ? Tensor()
-               : empty({chunk * s.rows * s.L}, TensorOptions(x.dtype()).with_device(x.device()));
+      s.direct ? Tensor() : empty({chunk * s.rows * s.L}, TensorOptions(x.dtype()).with_device(x.device()));
   const T* px = x.data_ptr<T>();
   const T* pw = w.data_ptr<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
@@ -235,8 +222,7 @@ void Conv2dInputGrad(const KernelCall& call) {
   if (s.OCg == 0) return Zero(out, stream);  // no output channels: nothing flows back
   const int64_t chunk = ImagesPerChunk(s, sizeof(T));
   const Tensor cols =
-      s.direct ? Tensor()
-               : empty({chunk * s.rows * s.L}, TensorOptions(gy.dtype()).with_device(gy.device()));
+      s.direct ? Tensor() : empty({chunk * s.rows * s.L}, TensorOptions(gy.dtype()).with_device(gy.device()));
   const T* pg = gy.data_ptr<T>();
   const T* pw = w.data_ptr<T>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
@@ -272,13 +258,11 @@ void Conv2dWeightGrad(const KernelCall& call) {
   const Geom gy_geom{g.N, s.OC, g.OH, g.OW, 1, 1, 1, 1, 0, 0, 1, 1, g.OH, g.OW};
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0), width = nb * s.L;
-    Im2Col(gy.data_ptr<T>() + n0 * s.OC * s.L, gy_t.data_ptr<T>(), gy_geom, nb, {s.L, width},
-           stream);
-    Im2Col(x.data_ptr<T>() + n0 * g.C * g.H * g.W, cols_t.data_ptr<T>(), g, nb, {s.L, width},
-           stream);
-    GemmStridedBatched<T>(device, false, true, s.OCg, s.K, width, gy_t.data_ptr<T>(), width,
-                          s.OCg * width, cols_t.data_ptr<T>(), width, s.K * width,
-                          n0 == 0 ? 0.0f : 1.0f, out.data_ptr<T>(), s.K, s.OCg * s.K, s.G);
+    Im2Col(gy.data_ptr<T>() + n0 * s.OC * s.L, gy_t.data_ptr<T>(), gy_geom, nb, {s.L, width}, stream);
+    Im2Col(x.data_ptr<T>() + n0 * g.C * g.H * g.W, cols_t.data_ptr<T>(), g, nb, {s.L, width}, stream);
+    GemmStridedBatched<T>(device, false, true, s.OCg, s.K, width, gy_t.data_ptr<T>(), width, s.OCg * width,
+                          cols_t.data_ptr<T>(), width, s.K * width, n0 == 0 ? 0.0f : 1.0f, out.data_ptr<T>(), s.K,
+                          s.OCg * s.K, s.G);
   }
 }
 
@@ -286,8 +270,7 @@ void Conv2dWeightGrad(const KernelCall& call) {
 // float32), so they run here too.
 template <template <typename> class F>
 void ByDtype(const KernelCall& call) {
-  ANVIL_DISPATCH_FLOATING(call.inputs[0].dtype(), op_name(call.op),
-                          [&] { F<scalar_t>::Run(call); });
+  ANVIL_DISPATCH_FLOATING(call.inputs[0].dtype(), op_name(call.op), [&] { F<scalar_t>::Run(call); });
 }
 
 template <typename T>

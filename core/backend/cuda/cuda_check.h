@@ -13,20 +13,20 @@ namespace anvil::cuda {
 
 }  // namespace anvil::cuda
 
-#define ANVIL_CUDA_CHECK(expr)                                                        \
-  do {                                                                                \
-    const cudaError_t anvil_cuda_error_ = (expr);                                     \
-    if (anvil_cuda_error_ != cudaSuccess) {                                           \
-      ::anvil::cuda::ThrowCudaError(anvil_cuda_error_, #expr, __FILE__, __LINE__);    \
-    }                                                                                 \
+#define ANVIL_CUDA_CHECK(expr)                                                     \
+  do {                                                                             \
+    const cudaError_t anvil_cuda_error_ = (expr);                                  \
+    if (anvil_cuda_error_ != cudaSuccess) {                                        \
+      ::anvil::cuda::ThrowCudaError(anvil_cuda_error_, #expr, __FILE__, __LINE__); \
+    }                                                                              \
   } while (0)
 
-#define ANVIL_CUBLAS_CHECK(expr)                                                      \
-  do {                                                                                \
-    const cublasStatus_t anvil_cublas_status_ = (expr);                               \
-    if (anvil_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                              \
+#define ANVIL_CUBLAS_CHECK(expr)                                                        \
+  do {                                                                                  \
+    const cublasStatus_t anvil_cublas_status_ = (expr);                                 \
+    if (anvil_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                \
       ::anvil::cuda::ThrowCublasError(anvil_cublas_status_, #expr, __FILE__, __LINE__); \
-    }                                                                                 \
+    }                                                                                   \
   } while (0)
 
 // After every kernel launch: a bad configuration is reported at the launch, not at some

@@ -35,8 +35,8 @@ class CudaDeviceMemory final : public DeviceMemoryProvider {
   const int device_;
   size_t total_ = 0;
   size_t granularity_ = size_t{2} << 20;
-  Driver* driver_ = nullptr;                       // null until expandable segments are used
-  std::map<uintptr_t, uint64_t> page_handles_;     // mapped page address -> physical allocation
+  Driver* driver_ = nullptr;                    // null until expandable segments are used
+  std::map<uintptr_t, uint64_t> page_handles_;  // mapped page address -> physical allocation
   Driver& GetDriver();
 };
 

@@ -42,25 +42,33 @@ struct CastBody {
   __device__ __forceinline__ void operator()(char** p) const {
     const In v = *reinterpret_cast<const In*>(p[1]);
     Out& o = *reinterpret_cast<Out*>(p[0]);
-    if constexpr (std::is_same_v<Out, bool>) o = static_cast<float>(v) != 0.0f;
-    else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>) o = Out(static_cast<float>(v));
-    else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) o = Out(static_cast<float>(v));
-    else o = static_cast<Out>(v);
+    if constexpr (std::is_same_v<Out, bool>)
+      o = static_cast<float>(v) != 0.0f;
+    else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
+      o = Out(static_cast<float>(v));
+    else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>)
+      o = Out(static_cast<float>(v));
+    else
+      o = static_cast<Out>(v);
   }
 };
 
 template <typename T, typename F>
 void Unary(const Tensor& out, const Tensor& x, const F& f) {
   using R = decltype(f(opmath_t<T>{}));
-  if constexpr (std::is_same_v<R, bool>) LaunchElementwise<2>({&out, &x}, UnaryBody<bool, T, F>{f});
-  else LaunchElementwise<2>({&out, &x}, UnaryBody<T, T, F>{f});
+  if constexpr (std::is_same_v<R, bool>)
+    LaunchElementwise<2>({&out, &x}, UnaryBody<bool, T, F>{f});
+  else
+    LaunchElementwise<2>({&out, &x}, UnaryBody<T, T, F>{f});
 }
 
 template <typename T, typename F>
 void Binary(const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   using R = decltype(f(opmath_t<T>{}, opmath_t<T>{}));
-  if constexpr (std::is_same_v<R, bool>) LaunchElementwise<3>({&out, &a, &b}, BinaryBody<bool, T, F>{f});
-  else LaunchElementwise<3>({&out, &a, &b}, BinaryBody<T, T, F>{f});
+  if constexpr (std::is_same_v<R, bool>)
+    LaunchElementwise<3>({&out, &a, &b}, BinaryBody<bool, T, F>{f});
+  else
+    LaunchElementwise<3>({&out, &a, &b}, BinaryBody<T, T, F>{f});
 }
 
 template <typename T>

@@ -34,17 +34,14 @@ using backend::RawWindow;
 
 constexpr int kMaxIndexTensors = 6;
 
-TensorOptions On(const Tensor& t, ScalarType dtype) {
-  return TensorOptions(dtype).with_device(t.device());
-}
+TensorOptions On(const Tensor& t, ScalarType dtype) { return TensorOptions(dtype).with_device(t.device()); }
 
 using backend::AsInt64;
 
 // Grid-stride loop over n elements, row-major over ops[0]'s shape, with the linear position.
 template <int N, typename Body>
 __global__ void IndexedKernel(Offsets<N> o, int64_t n, Body body) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     char* p[N];
     o.at(i, p);
     body(i, p);
@@ -78,10 +75,9 @@ void InitFromSelf(const Tensor& self, const Tensor& out) {
 
 // The first bad index in the CPU's loop order, as position * count + which (element by
 // element, the index tensors in order within one element); all ones while none is bad.
-__global__ void FindBadIndexKernel(Offsets<1> o, int64_t n, int64_t size, bool wrap, int64_t which,
-                                   int64_t count, unsigned long long* first) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void FindBadIndexKernel(Offsets<1> o, int64_t n, int64_t size, bool wrap, int64_t which, int64_t count,
+                                   unsigned long long* first) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     char* p[1];
     o.at(i, p);
     const int64_t v = *reinterpret_cast<const int64_t*>(p[0]);
@@ -104,8 +100,8 @@ int64_t ReadInt64(const Tensor& t, int64_t linear, cudaStream_t stream) {
     linear /= t.size(d);
   }
   int64_t v = 0;
-  ANVIL_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const int64_t*>(t.data_ptr()) + offset,
-                                   sizeof(v), cudaMemcpyDeviceToHost, stream));
+  ANVIL_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const int64_t*>(t.data_ptr()) + offset, sizeof(v),
+                                   cudaMemcpyDeviceToHost, stream));
   ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
   return v;
 }
@@ -127,8 +123,7 @@ void CheckIndices(const std::vector<IndexSpec>& specs) {
     const IndexSpec& s = specs[k];
     const int64_t n = s.index.numel();
     if (n == 0) continue;
-    FindBadIndexKernel<<<GridFor(n), kBlock, 0, stream>>>(MakeOffsets<1>({&s.index}), n, s.size,
-                                                          s.wrap, k, count, fp);
+    FindBadIndexKernel<<<GridFor(n), kBlock, 0, stream>>>(MakeOffsets<1>({&s.index}), n, s.size, s.wrap, k, count, fp);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   }
   unsigned long long key = 0;
@@ -137,8 +132,7 @@ void CheckIndices(const std::vector<IndexSpec>& specs) {
   if (key == ~0ull) return;
   const IndexSpec& bad = specs[key % count];
   const int64_t v = ReadInt64(bad.index, static_cast<int64_t>(key / count), stream);
-  throw IndexError(detail::StrCat("index ", v, " is out of bounds for dimension ", bad.dim,
-                                  " with size ", bad.size));
+  throw IndexError(detail::StrCat("index ", v, " is out of bounds for dimension ", bad.dim, " with size ", bad.size));
 }
 
 // ---- locating elements ----
@@ -171,8 +165,7 @@ struct ReadBody {
 
 template <int K>
 void Read(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc) {
-  BySize(ops[0]->element_size(),
-         [&](auto tag) { LaunchElementwise<2 + K>(ops, ReadBody<decltype(tag), K>{loc}); });
+  BySize(ops[0]->element_size(), [&](auto tag) { LaunchElementwise<2 + K>(ops, ReadBody<decltype(tag), K>{loc}); });
 }
 
 // ---- colliding writes ----
@@ -207,8 +200,8 @@ __device__ __forceinline__ T Apply(T cur, T v, double alpha) {
 }
 
 template <typename T>
-constexpr bool kHasAtomicAdd = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                               std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
+constexpr bool kHasAtomicAdd =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
 
 // The opt-in non-deterministic path: unordered plain writes or atomicAdd.
 template <typename T, Combine C, int K>
@@ -250,10 +243,9 @@ struct KeyBody {
 // After a stable sort by destination, the first thread of each run of equal keys applies the
 // whole run in order: a segmented reduction with one fixed order, so no atomics.
 template <typename T, Combine C>
-__global__ void ApplySortedKernel(const uint64_t* keys, const int64_t* sources, int64_t n, T* dst,
-                                  const char* src, double alpha) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n;
-       t += int64_t(gridDim.x) * blockDim.x) {
+__global__ void ApplySortedKernel(const uint64_t* keys, const int64_t* sources, int64_t n, T* dst, const char* src,
+                                  double alpha) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t key = keys[t];
     if (t > 0 && keys[t - 1] == key) continue;  // not the first contribution to this element
     int64_t end = t + 1;
@@ -286,15 +278,13 @@ int KeyBits(const Tensor& dst) {
 // Writes source ops[0] into dst through the window ops[1] and index tensors ops[2..]; `dst`
 // is the tensor whose storage the window covers (its data pointer is the window's).
 template <typename T, Combine C, int K>
-void Write(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc, const Tensor& dst,
-           double alpha) {
+void Write(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc, const Tensor& dst, double alpha) {
   const Tensor& src = *ops[0];
   const int64_t n = src.numel();
   if (n == 0) return;
   // Only plain writes and sums have a direct (unordered) path; products and extrema always
   // take the sorted one.
-  if constexpr (C == Combine::kAssign ||
-                ((C == Combine::kAdd || C == Combine::kAddScaled) && kHasAtomicAdd<T>)) {
+  if constexpr (C == Combine::kAssign || ((C == Combine::kAdd || C == Combine::kAddScaled) && kHasAtomicAdd<T>)) {
     if (!deterministic_index_accumulate()) {
       LaunchElementwise<2 + K>(ops, DirectBody<T, C, K>{loc, alpha});
       return;
@@ -320,14 +310,13 @@ void Write(const std::array<const Tensor*, 2 + K>& ops, const Locate<K>& loc, co
   // cub's radix sort is stable: equal destinations keep the loop order.
   const int end_bit = KeyBits(dst);
   size_t bytes = 0;
-  ANVIL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, sources_in,
-                                                   sources_out, n, 0, end_bit, stream));
+  ANVIL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, sources_in, sources_out, n, 0,
+                                                   end_bit, stream));
   Tensor scratch = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, On(dst, kUInt8));
-  ANVIL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.data_ptr(), bytes, keys_in, keys_out,
-                                                   sources_in, sources_out, n, 0, end_bit, stream));
-  ApplySortedKernel<T, C>
-      <<<GridFor(n), kBlock, 0, stream>>>(keys_out, sources_out, n, static_cast<T*>(dst.data_ptr()),
-                                          static_cast<const char*>(src.data_ptr()), alpha);
+  ANVIL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.data_ptr(), bytes, keys_in, keys_out, sources_in,
+                                                   sources_out, n, 0, end_bit, stream));
+  ApplySortedKernel<T, C><<<GridFor(n), kBlock, 0, stream>>>(keys_out, sources_out, n, static_cast<T*>(dst.data_ptr()),
+                                                             static_cast<const char*>(src.data_ptr()), alpha);
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -375,16 +364,23 @@ void ScatterKernel(const KernelCall& c) {
 // the sorted path (Write has no atomic form for them).
 void ScatterReduceKernel(const KernelCall& c) {
   if (c.attrs.get<ScatterArgs>().mode == kScatterSum) return ScatterKernel<true>(c);
-  ScatterWith(c, "scatter_reduce", [&](const Tensor& srcr, const Tensor& outr, const Tensor& idx, const Locate<1>& loc) {
-    const Tensor& out = c.outputs[0];
-    ANVIL_DISPATCH_ALL(out.dtype(), "scatter_reduce", [&] {
-      switch (c.attrs.get<ScatterArgs>().mode) {
-        case kScatterProd: Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-        case kScatterAmax: Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-        default: Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0); break;
-      }
-    });
-  });
+  ScatterWith(c, "scatter_reduce",
+              [&](const Tensor& srcr, const Tensor& outr, const Tensor& idx, const Locate<1>& loc) {
+                const Tensor& out = c.outputs[0];
+                ANVIL_DISPATCH_ALL(out.dtype(), "scatter_reduce", [&] {
+                  switch (c.attrs.get<ScatterArgs>().mode) {
+                    case kScatterProd:
+                      Write<scalar_t, Combine::kMul, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
+                      break;
+                    case kScatterAmax:
+                      Write<scalar_t, Combine::kMax, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
+                      break;
+                    default:
+                      Write<scalar_t, Combine::kMin, 1>({&srcr, &outr, &idx}, loc, out, 0.0);
+                      break;
+                  }
+                });
+              });
 }
 
 void IndexSelectKernel(const KernelCall& c) {
@@ -455,20 +451,18 @@ void AdvRun(const AdvIndex& plan, const Tensor& target, bool put, bool accumulat
   }
   if (!put) return Read<K>(ops, loc);
   if (accumulate) {
-    ANVIL_DISPATCH_ALL(target.dtype(), "index_put",
-                       [&] { Write<scalar_t, Combine::kAdd, K>(ops, loc, target, 0.0); });
+    ANVIL_DISPATCH_ALL(target.dtype(), "index_put", [&] { Write<scalar_t, Combine::kAdd, K>(ops, loc, target, 0.0); });
   } else {
-    BySize(target.element_size(),
-           [&](auto tag) { Write<decltype(tag), Combine::kAssign, K>(ops, loc, target, 0.0); });
+    BySize(target.element_size(), [&](auto tag) { Write<decltype(tag), Combine::kAssign, K>(ops, loc, target, 0.0); });
   }
 }
 
 // self: the indexed tensor (index's input, index_put's output); result: index's output or
 // index_put's values.
-void Advanced(const Tensor& self, std::vector<Tensor> idx, const IntArray& idims,
-              const Tensor& result, bool put, bool accumulate) {
-  ANVIL_CHECK_T(NotImplementedError, idx.size() <= kMaxIndexTensors,
-                "advanced indexing with more than ", kMaxIndexTensors, " index tensors");
+void Advanced(const Tensor& self, std::vector<Tensor> idx, const IntArray& idims, const Tensor& result, bool put,
+              bool accumulate) {
+  ANVIL_CHECK_T(NotImplementedError, idx.size() <= kMaxIndexTensors, "advanced indexing with more than ",
+                kMaxIndexTensors, " index tensors");
   for (Tensor& t : idx) t = AsInt64(t);
   const AdvIndex plan = PlanAdvancedIndex(self, idx, idims, result);
   std::vector<IndexSpec> specs;
@@ -506,15 +500,13 @@ void IndexPutKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   InitFromSelf(c.inputs[0], out);
   if (values.numel() == 0) return;
-  Advanced(out, std::vector<Tensor>(c.inputs.begin() + 1, c.inputs.end() - 1), c.attrs.get<AdvancedIndexArgs>().indexed_dims,
-           values, true, c.attrs.get<AdvancedIndexArgs>().accumulate);
+  Advanced(out, std::vector<Tensor>(c.inputs.begin() + 1, c.inputs.end() - 1),
+           c.attrs.get<AdvancedIndexArgs>().indexed_dims, values, true, c.attrs.get<AdvancedIndexArgs>().accumulate);
 }
 
 }  // namespace
 
-void set_deterministic_index_accumulate(bool deterministic) {
-  g_deterministic.store(deterministic);
-}
+void set_deterministic_index_accumulate(bool deterministic) { g_deterministic.store(deterministic); }
 bool deterministic_index_accumulate() { return g_deterministic.load(); }
 
 void RegisterIndexKernels(KernelTable& t) {

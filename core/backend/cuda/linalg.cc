@@ -66,9 +66,9 @@ void LinearKernel(const KernelCall& c) {
     ANVIL_DISPATCH_FLOATING(x.dtype(), "linear", [&] {
       using T = scalar_t;
       const MatArg A = AsBlas(x), B = AsBlas(w.t());
-      GemmStridedBatched<T>(out.device().index, A.trans, B.trans, m, n, k, static_cast<const T*>(A.t.data_ptr()),
-                            A.ld, 0, static_cast<const T*>(B.t.data_ptr()), B.ld, 0, 1.0f,
-                            static_cast<T*>(out.data_ptr()), n, m * n, 1);
+      GemmStridedBatched<T>(out.device().index, A.trans, B.trans, m, n, k, static_cast<const T*>(A.t.data_ptr()), A.ld,
+                            0, static_cast<const T*>(B.t.data_ptr()), B.ld, 0, 1.0f, static_cast<T*>(out.data_ptr()), n,
+                            m * n, 1);
     });
   }
   if (Relu) dispatch_into(OpId::Relu, {seeded}, seeded, OpAttrs{});

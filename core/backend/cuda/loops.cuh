@@ -26,7 +26,7 @@ inline unsigned GridFor(int64_t n) {
 template <int N>
 struct Offsets {
   int ndim;
-  int64_t sizes[backend::kMaxDims];     // innermost first
+  int64_t sizes[backend::kMaxDims];       // innermost first
   int64_t strides[N][backend::kMaxDims];  // bytes
   char* base[N];
 

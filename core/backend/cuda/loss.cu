@@ -13,8 +13,8 @@ namespace {
 
 template <typename T>
 __global__ void NllLossForward(const T* x, int64_t sx0, int64_t sx1, const int64_t* target, int64_t st,
-                               nll::ClassWeights<T> weights, T* out, int64_t so, T* total_weight_out, int64_t rows, int64_t classes,
-                               int64_t reduction, int64_t ignore_index) {
+                               nll::ClassWeights<T> weights, T* out, int64_t so, T* total_weight_out, int64_t rows,
+                               int64_t classes, int64_t reduction, int64_t ignore_index) {
   using M = opmath_t<T>;
   __shared__ double loss_part[kBlock];
   __shared__ double weight_part[kBlock];
@@ -76,7 +76,8 @@ void NllLoss(const KernelCall& c) {
     const int64_t so = reduction == nll::kNone ? c.outputs[0].stride(0) : 0;
     NllLossForward<T><<<1, kBlock, 0, current_stream(device)>>>(
         x.data_ptr<T>(), x.stride(0), x.stride(1), target.data_ptr<int64_t>(), target.stride(0),
-        nll_rows::Weights<T>(c, 2), c.outputs[0].data_ptr<T>(), so, c.outputs[1].data_ptr<T>(), rows, classes, reduction, ignore_index);
+        nll_rows::Weights<T>(c, 2), c.outputs[0].data_ptr<T>(), so, c.outputs[1].data_ptr<T>(), rows, classes,
+        reduction, ignore_index);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

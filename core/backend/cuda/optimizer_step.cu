@@ -31,28 +31,32 @@ template <typename T>
 void Sgd(const KernelCall& c) {
   const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const int device = c.inputs[0].device().index;
-  fn::dispatch_flags([&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
-    const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f};
-    if constexpr (kMomentum) {
-      MultiTensorApply<3>(c.inputs, device, body);
-    } else {
-      MultiTensorApply<2>(c.inputs, device, body);
-    }
-  }, f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
+  fn::dispatch_flags(
+      [&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
+        const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f};
+        if constexpr (kMomentum) {
+          MultiTensorApply<3>(c.inputs, device, body);
+        } else {
+          MultiTensorApply<2>(c.inputs, device, body);
+        }
+      },
+      f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
 }
 
 template <typename T>
 void Adam(const KernelCall& c) {
   const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const int device = c.inputs[0].device().index;
-  fn::dispatch_flags([&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
-    const AdamBody<T, kWd, kDecoupled, kAmsgrad> body{f};
-    if constexpr (kAmsgrad) {
-      MultiTensorApply<5>(c.inputs, device, body);
-    } else {
-      MultiTensorApply<4>(c.inputs, device, body);
-    }
-  }, f.has_weight_decay, f.decoupled, f.amsgrad);
+  fn::dispatch_flags(
+      [&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
+        const AdamBody<T, kWd, kDecoupled, kAmsgrad> body{f};
+        if constexpr (kAmsgrad) {
+          MultiTensorApply<5>(c.inputs, device, body);
+        } else {
+          MultiTensorApply<4>(c.inputs, device, body);
+        }
+      },
+      f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
 // The rows take float32 or float64 lists (ops/foreach.cc checks).

@@ -77,8 +77,10 @@ __device__ __forceinline__ S GroupReduce(S s, const Op& op, S* smem) {
 
 template <typename T>
 __device__ __forceinline__ bool IsNan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
 }
 
 // ---- the reductions ----
@@ -102,8 +104,10 @@ struct SumOp {
   __device__ State Combine(State a, State b) const { return a + b; }
   __device__ void Store(State s, int64_t n, int64_t k) const {
     using M = opmath_t<T>;
-    if constexpr (kMean) out[k] = T(M(n == 0 ? Lim<State>::quiet_NaN() : s / State(n)));
-    else out[k] = T(M(s));
+    if constexpr (kMean)
+      out[k] = T(M(n == 0 ? Lim<State>::quiet_NaN() : s / State(n)));
+    else
+      out[k] = T(M(s));
   }
 };
 
@@ -126,8 +130,10 @@ struct MinMaxOp {
   T* out;
   __device__ State Identity() const {
     using L = Lim<State>;
-    if constexpr (std::is_floating_point_v<State>) return kMax ? -L::infinity() : L::infinity();
-    else return kMax ? L::lowest() : L::max();
+    if constexpr (std::is_floating_point_v<State>)
+      return kMax ? -L::infinity() : L::infinity();
+    else
+      return kMax ? L::lowest() : L::max();
   }
   __device__ State Load(T x, int64_t) const { return State(x); }
   __device__ State Combine(State a, State b) const {
@@ -162,10 +168,14 @@ struct NormOp {
   __device__ State Load(T x, int64_t) const {
     const double v = std::fabs(static_cast<double>(opmath_t<T>(x)));
     switch (mode) {
-      case NormMode::kInf: return v != v ? 0.0 : v;
-      case NormMode::kOne: return v;
-      case NormMode::kTwo: return v * v;
-      default: return std::pow(v, p);
+      case NormMode::kInf:
+        return v != v ? 0.0 : v;
+      case NormMode::kOne:
+        return v;
+      case NormMode::kTwo:
+        return v * v;
+      default:
+        return std::pow(v, p);
     }
   }
   __device__ State Combine(State a, State b) const {
@@ -174,8 +184,10 @@ struct NormOp {
   }
   __device__ void Store(State s, int64_t, int64_t k) const {
     using M = opmath_t<T>;
-    if (mode == NormMode::kTwo) s = std::sqrt(s);
-    else if (mode == NormMode::kP) s = std::pow(s, 1.0 / p);
+    if (mode == NormMode::kTwo)
+      s = std::sqrt(s);
+    else if (mode == NormMode::kP)
+      s = std::pow(s, 1.0 / p);
     out[k] = T(M(s));
   }
 };
@@ -225,9 +237,7 @@ struct LseOp {
   using M = opmath_t<T>;
   using State = LseState<M>;
   T* out;
-  __device__ static M Scale(M from, M to) {
-    return from == -Lim<M>::infinity() ? M(0) : fn::Exp(from - to);
-  }
+  __device__ static M Scale(M from, M to) { return from == -Lim<M>::infinity() ? M(0) : fn::Exp(from - to); }
   __device__ State Identity() const { return {-Lim<M>::infinity(), M(0), false, false}; }
   __device__ State Load(T x, int64_t i) const {
     const M v = M(x);
@@ -236,15 +246,18 @@ struct LseOp {
   }
   __device__ State Combine(const State& a, const State& b) const {
     const M m = a.m < b.m ? b.m : a.m;
-    return {m, a.s * Scale(a.m, m) + b.s * Scale(b.m, m), a.nan || b.nan,
-            a.first_nan || b.first_nan};
+    return {m, a.s * Scale(a.m, m) + b.s * Scale(b.m, m), a.nan || b.nan, a.first_nan || b.first_nan};
   }
   __device__ void Store(const State& s, int64_t, int64_t k) const {
     M r;
-    if (s.first_nan) r = Lim<M>::quiet_NaN();
-    else if (s.m == Lim<M>::infinity() || s.m == -Lim<M>::infinity()) r = s.m;
-    else if (s.nan) r = Lim<M>::quiet_NaN();
-    else r = M(static_cast<double>(s.m) + std::log(static_cast<double>(s.s)));
+    if (s.first_nan)
+      r = Lim<M>::quiet_NaN();
+    else if (s.m == Lim<M>::infinity() || s.m == -Lim<M>::infinity())
+      r = s.m;
+    else if (s.nan)
+      r = Lim<M>::quiet_NaN();
+    else
+      r = M(static_cast<double>(s.m) + std::log(static_cast<double>(s.s)));
     out[k] = T(r);
   }
 };
@@ -287,30 +300,33 @@ struct ArgOp {
 // task's state is written there; otherwise Store(state, n, row) (then splits == 1).
 // kStatesIn: the input is a [rows, red] array of states from a first pass.
 template <typename Op, int G, bool kStatesIn>
-__global__ void ReduceRowsKernel(Op op, const void* src, int64_t rows, int64_t red, int64_t splits,
-                                 int64_t chunk, int64_t n, typename Op::State* partial_out) {
+__global__ void ReduceRowsKernel(Op op, const void* src, int64_t rows, int64_t red, int64_t splits, int64_t chunk,
+                                 int64_t n, typename Op::State* partial_out) {
   using S = typename Op::State;
   __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
   S* smem = reinterpret_cast<S*>(smem_raw);
   constexpr int kGroups = kBlock / G;
   const int lane = threadIdx.x % G;
   const int64_t tasks = rows * splits;
-  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < tasks;
-       first += int64_t(gridDim.x) * kGroups) {
+  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < tasks; first += int64_t(gridDim.x) * kGroups) {
     const int64_t task = first + threadIdx.x / G;
     S s = op.Identity();
     if (task < tasks) {
       const int64_t row = task / splits, begin = (task % splits) * chunk;
       const int64_t end = red < begin + chunk ? red : begin + chunk;
       for (int64_t i = begin + lane; i < end; i += G) {
-        if constexpr (kStatesIn) s = op.Combine(s, static_cast<const S*>(src)[row * red + i]);
-        else s = op.Combine(s, op.Load(static_cast<const typename Op::In*>(src)[row * red + i], i));
+        if constexpr (kStatesIn)
+          s = op.Combine(s, static_cast<const S*>(src)[row * red + i]);
+        else
+          s = op.Combine(s, op.Load(static_cast<const typename Op::In*>(src)[row * red + i], i));
       }
     }
     s = GroupReduce<G>(s, op, smem);
     if (task < tasks && lane == 0) {
-      if (partial_out != nullptr) partial_out[task] = s;
-      else op.Store(s, n, task);
+      if (partial_out != nullptr)
+        partial_out[task] = s;
+      else
+        op.Store(s, n, task);
     }
   }
 }
@@ -318,8 +334,7 @@ __global__ void ReduceRowsKernel(Op op, const void* src, int64_t rows, int64_t r
 // [outer, red, inner] with inner > 1: a block per (outer index, 32 adjacent columns); warp
 // w takes rows w, w + 8, ... and the 8 partial states are combined in warp order.
 template <typename Op>
-__global__ void ReduceColumnsKernel(Op op, const typename Op::In* x, int64_t outer, int64_t red,
-                                    int64_t inner) {
+__global__ void ReduceColumnsKernel(Op op, const typename Op::In* x, int64_t outer, int64_t red, int64_t inner) {
   using S = typename Op::State;
   __shared__ alignas(16) unsigned char smem_raw[kBlock * sizeof(S)];
   S* smem = reinterpret_cast<S*>(smem_raw);
@@ -376,8 +391,7 @@ void RunReduce(const Op& op, const Layout& l) {
   }
   if (red <= 1024) {
     const unsigned blocks = BlocksFor((outer + kWarps - 1) / kWarps);
-    ReduceRowsKernel<Op, 32, false><<<blocks, kBlock, 0, stream>>>(op, x, outer, red, 1, red, red,
-                                                                    nullptr);
+    ReduceRowsKernel<Op, 32, false><<<blocks, kBlock, 0, stream>>>(op, x, outer, red, 1, red, red, nullptr);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -391,19 +405,19 @@ void RunReduce(const Op& op, const Layout& l) {
   const int64_t chunk = (red + splits - 1) / splits;
   splits = (red + chunk - 1) / chunk;
   if (splits == 1) {
-    ReduceRowsKernel<Op, kBlock, false><<<BlocksFor(outer), kBlock, 0, stream>>>(
-        op, x, outer, red, 1, red, red, nullptr);
+    ReduceRowsKernel<Op, kBlock, false>
+        <<<BlocksFor(outer), kBlock, 0, stream>>>(op, x, outer, red, 1, red, red, nullptr);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  Tensor partial = empty({outer * splits * static_cast<int64_t>(sizeof(S))},
-                         TensorOptions(kUInt8).with_device(l.x.device()));
+  Tensor partial =
+      empty({outer * splits * static_cast<int64_t>(sizeof(S))}, TensorOptions(kUInt8).with_device(l.x.device()));
   S* p = reinterpret_cast<S*>(partial.data_ptr());
-  ReduceRowsKernel<Op, kBlock, false><<<BlocksFor(outer * splits), kBlock, 0, stream>>>(
-      op, x, outer, red, splits, chunk, red, p);
+  ReduceRowsKernel<Op, kBlock, false>
+      <<<BlocksFor(outer * splits), kBlock, 0, stream>>>(op, x, outer, red, splits, chunk, red, p);
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
-  ReduceRowsKernel<Op, kBlock, true><<<BlocksFor(outer), kBlock, 0, stream>>>(
-      op, p, outer, splits, 1, splits, red, nullptr);
+  ReduceRowsKernel<Op, kBlock, true>
+      <<<BlocksFor(outer), kBlock, 0, stream>>>(op, p, outer, splits, 1, splits, red, nullptr);
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   // `partial` is released to the stream-ordered cache: later work on this stream only.
 }
@@ -416,17 +430,17 @@ void ReduceKernel(const KernelCall& c) {
   if (out.numel() == 0) return;
   const Layout l = MakeLayout(c.inputs[0], c.attrs.get<ReduceArgs>().dims);
   if constexpr (K == Kind::All || K == Kind::Any) {
-    ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any", [&] {
-      RunReduce(AllAnyOp<scalar_t, K == Kind::All>{out.data_ptr<bool>()}, l);
-    });
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "all/any",
+                       [&] { RunReduce(AllAnyOp<scalar_t, K == Kind::All>{out.data_ptr<bool>()}, l); });
   } else if constexpr (K == Kind::Amax || K == Kind::Amin) {
-    ANVIL_DISPATCH_ALL(l.x.dtype(), "amax/amin", [&] {
-      RunReduce(MinMaxOp<scalar_t, K == Kind::Amax>{out.data_ptr<scalar_t>()}, l);
-    });
+    ANVIL_DISPATCH_ALL(l.x.dtype(), "amax/amin",
+                       [&] { RunReduce(MinMaxOp<scalar_t, K == Kind::Amax>{out.data_ptr<scalar_t>()}, l); });
   } else if constexpr (K == Kind::Sum || K == Kind::Prod) {
     ANVIL_DISPATCH_NUMERIC(l.x.dtype(), "reduce", [&] {
-      if constexpr (K == Kind::Sum) RunReduce(SumOp<scalar_t, false>{out.data_ptr<scalar_t>()}, l);
-      else RunReduce(ProdOp<scalar_t>{out.data_ptr<scalar_t>()}, l);
+      if constexpr (K == Kind::Sum)
+        RunReduce(SumOp<scalar_t, false>{out.data_ptr<scalar_t>()}, l);
+      else
+        RunReduce(ProdOp<scalar_t>{out.data_ptr<scalar_t>()}, l);
     });
   } else {
     const ReduceArgs& a = c.attrs.get<ReduceArgs>();
@@ -436,8 +450,8 @@ void ReduceKernel(const KernelCall& c) {
         RunReduce(SumOp<scalar_t, true>{o}, l);
       } else if constexpr (K == Kind::Norm) {
         const NormMode mode = std::isinf(a.p) ? NormMode::kInf
-                              : a.p == 2  ? NormMode::kTwo
-                              : a.p == 1  ? NormMode::kOne
+                              : a.p == 2      ? NormMode::kTwo
+                              : a.p == 1      ? NormMode::kOne
                                               : NormMode::kP;
         RunReduce(NormOp<scalar_t>{o, mode, a.p}, l);
       } else if constexpr (K == Kind::Var) {
@@ -486,8 +500,7 @@ template <typename T, typename Op>
 __global__ void ScanShortRowsKernel(const T* in, T* out, int64_t rows, int64_t len) {
   using M = opmath_t<T>;
   using A = typename Op::Acc;
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
-       r += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
     A acc = Op::identity();
     for (int64_t i = 0; i < len; ++i) {
       acc = Op::combine(acc, A(M(in[r * len + i])));

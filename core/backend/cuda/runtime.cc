@@ -27,8 +27,8 @@ const Probe& GetProbe() {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky error so later calls start clean
       p.reason = e == cudaErrorInsufficientDriver ? "no CUDA driver (or one older than this build's CUDA)"
-                 : e == cudaErrorNoDevice        ? "no CUDA device"
-                                                 : std::string("CUDA is not usable: ") + cudaGetErrorString(e);
+                 : e == cudaErrorNoDevice         ? "no CUDA device"
+                                                  : std::string("CUDA is not usable: ") + cudaGetErrorString(e);
       return p;
     }
     p.count = std::min(n, kMaxDevices);

@@ -37,8 +37,7 @@ struct ScatterPlan {
 
 // window sizes/strides and src's element strides broadcast to the window (0 on broadcast
 // dims). Dims of size 1 are dropped; a size-0 window never reaches here.
-ScatterPlan MakeScatterPlan(const IntArray& sizes, const IntArray& out_strides,
-                            const IntArray& src_strides) {
+ScatterPlan MakeScatterPlan(const IntArray& sizes, const IntArray& out_strides, const IntArray& src_strides) {
   const int nd = static_cast<int>(sizes.size());
   std::vector<int> dims;
   bool negative = false;
@@ -52,8 +51,7 @@ ScatterPlan MakeScatterPlan(const IntArray& sizes, const IntArray& out_strides,
     for (int d : dims) serial[d] = true;  // no non-overlap argument: all in one thread
   } else {
     std::vector<int> order = dims;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return out_strides[a] < out_strides[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return out_strides[a] < out_strides[b]; });
     // extent: the span [0, extent) covered by the dims taken so far.
     int64_t extent = 1;
     size_t serial_end = 0;  // order[0, serial_end) is serial
@@ -62,8 +60,7 @@ ScatterPlan MakeScatterPlan(const IntArray& sizes, const IntArray& out_strides,
       if (out_strides[d] < extent) {
         serial_end = k + 1;
         extent = 1;
-        for (size_t j = 0; j < serial_end; ++j)
-          extent += (sizes[order[j]] - 1) * out_strides[order[j]];
+        for (size_t j = 0; j < serial_end; ++j) extent += (sizes[order[j]] - 1) * out_strides[order[j]];
       } else {
         extent += (sizes[d] - 1) * out_strides[d];
       }
@@ -129,10 +126,9 @@ void StridedScatterAddKernel(const KernelCall& c) {
   // The output is freshly allocated and contiguous (as the CPU kernel assumes too).
   ANVIL_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), stream));
   const int64_t nd = static_cast<int64_t>(g.sizes.size());
-  ANVIL_INTERNAL_ASSERT(nd <= backend::kMaxDims && src.dim() <= nd, "strided_scatter_add: window of ",
-                        nd, " dims for a source of ", src.dim());
-  const int64_t window =
-      std::accumulate(g.sizes.begin(), g.sizes.end(), int64_t{1}, std::multiplies<>());
+  ANVIL_INTERNAL_ASSERT(nd <= backend::kMaxDims && src.dim() <= nd, "strided_scatter_add: window of ", nd,
+                        " dims for a source of ", src.dim());
+  const int64_t window = std::accumulate(g.sizes.begin(), g.sizes.end(), int64_t{1}, std::multiplies<>());
   if (window == 0) return;
   IntArray src_strides(nd, 0);
   const int64_t lead = nd - src.dim();
@@ -142,8 +138,8 @@ void StridedScatterAddKernel(const KernelCall& c) {
   const ScatterPlan plan = MakeScatterPlan(g.sizes, g.strides, src_strides);
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "strided_scatter_add", [&] {
     using T = scalar_t;
-    ScatterAddKernel<T><<<GridFor(plan.p_count), kBlock, 0, stream>>>(plan, src.data_ptr<T>(),
-                                                                      out.data_ptr<T>() + g.offset);
+    ScatterAddKernel<T>
+        <<<GridFor(plan.p_count), kBlock, 0, stream>>>(plan, src.data_ptr<T>(), out.data_ptr<T>() + g.offset);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -123,8 +123,7 @@ __global__ void SoftmaxRowsKernel(const T* x, T* y, int64_t rows, int64_t len) {
   S* smem = reinterpret_cast<S*>(smem_raw);
   constexpr int kGroups = kBlock / G;
   const int lane = threadIdx.x % G;
-  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows;
-       first += int64_t(gridDim.x) * kGroups) {
+  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows; first += int64_t(gridDim.x) * kGroups) {
     const int64_t row = first + threadIdx.x / G;
     const bool valid = row < rows;
     S st{-std::numeric_limits<M>::infinity(), M(0), false};
@@ -173,8 +172,7 @@ void SoftmaxKernel(const KernelCall& c) {
         SoftmaxRowsKernel<T, 32, kLog>
             <<<BlocksFor((rows + kWarps - 1) / kWarps), kBlock, 0, stream>>>(in, o, rows, len);
       } else {
-        SoftmaxRowsKernel<T, kBlock, kLog>
-            <<<BlocksFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
+        SoftmaxRowsKernel<T, kBlock, kLog><<<BlocksFor(rows), kBlock, 0, stream>>>(in, o, rows, len);
       }
       ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
     });

@@ -12,9 +12,7 @@
 namespace anvil::cuda {
 namespace {
 
-TensorOptions On(const Tensor& t, ScalarType dtype) {
-  return TensorOptions(dtype).with_device(t.device());
-}
+TensorOptions On(const Tensor& t, ScalarType dtype) { return TensorOptions(dtype).with_device(t.device()); }
 
 // Scratch memory for cub, from the caching allocator.
 Tensor Scratch(const Tensor& like, size_t bytes) {
@@ -30,8 +28,7 @@ template <typename T>
 struct SortKey {
   using type = std::conditional_t<
       sizeof(T) == 1, uint8_t,
-      std::conditional_t<sizeof(T) == 2, uint16_t,
-                         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+      std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
 };
 
 // Sign-magnitude floats (bits, with the exponent-all-ones pattern `inf` and the sign bit):
@@ -68,10 +65,8 @@ __device__ __forceinline__ typename SortKey<T>::type ToKey(T v) {
 // offsets[i] = i * len (the segment bounds). total = max(n, rows + 1) covers both.
 template <typename T>
 __global__ void PrepareSortKernel(const T* x, int64_t n, int64_t len, int64_t rows, int64_t total,
-                                  typename SortKey<T>::type* keys, int64_t* positions,
-                                  int64_t* offsets) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
+                                  typename SortKey<T>::type* keys, int64_t* positions, int64_t* offsets) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     if (i < n) {
       keys[i] = ToKey(x[i]);
       positions[i] = i % len;
@@ -81,10 +76,8 @@ __global__ void PrepareSortKernel(const T* x, int64_t n, int64_t len, int64_t ro
 }
 
 template <typename T>
-__global__ void GatherRowsKernel(const T* x, const int64_t* positions, int64_t n, int64_t len,
-                                 T* values) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void GatherRowsKernel(const T* x, const int64_t* positions, int64_t n, int64_t len, T* values) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     values[i] = x[(i / len) * len + positions[i]];
   }
 }
@@ -107,32 +100,27 @@ void SortRows(const Tensor& x, int64_t rows, int64_t len, bool descending, const
   int64_t* pos_out = indices.data_ptr<int64_t>();
   int64_t* off = offsets.data_ptr<int64_t>();
   const int64_t total = std::max(n, rows + 1);
-  PrepareSortKernel<T><<<GridFor(total), kBlock, 0, stream>>>(x.data_ptr<T>(), n, len, rows, total,
-                                                              keys_in, pos_in, off);
+  PrepareSortKernel<T>
+      <<<GridFor(total), kBlock, 0, stream>>>(x.data_ptr<T>(), n, len, rows, total, keys_in, pos_in, off);
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   size_t bytes = 0;
   // One row: the device-wide radix sort (stable); several: one segment per row.
   auto sort = [&](void* scratch) {
     if (rows == 1) {
-      return descending
-                 ? cub::DeviceRadixSort::SortPairsDescending(scratch, bytes, keys_in, keys_out,
-                                                             pos_in, pos_out, n, 0,
-                                                             int(sizeof(U) * 8), stream)
-                 : cub::DeviceRadixSort::SortPairs(scratch, bytes, keys_in, keys_out, pos_in,
-                                                   pos_out, n, 0, int(sizeof(U) * 8), stream);
+      return descending ? cub::DeviceRadixSort::SortPairsDescending(scratch, bytes, keys_in, keys_out, pos_in, pos_out,
+                                                                    n, 0, int(sizeof(U) * 8), stream)
+                        : cub::DeviceRadixSort::SortPairs(scratch, bytes, keys_in, keys_out, pos_in, pos_out, n, 0,
+                                                          int(sizeof(U) * 8), stream);
     }
-    return descending ? cub::DeviceSegmentedSort::StableSortPairsDescending(
-                            scratch, bytes, keys_in, keys_out, pos_in, pos_out, n, rows, off,
-                            off + 1, stream)
-                      : cub::DeviceSegmentedSort::StableSortPairs(scratch, bytes, keys_in, keys_out,
-                                                                  pos_in, pos_out, n, rows, off,
-                                                                  off + 1, stream);
+    return descending ? cub::DeviceSegmentedSort::StableSortPairsDescending(scratch, bytes, keys_in, keys_out, pos_in,
+                                                                            pos_out, n, rows, off, off + 1, stream)
+                      : cub::DeviceSegmentedSort::StableSortPairs(scratch, bytes, keys_in, keys_out, pos_in, pos_out, n,
+                                                                  rows, off, off + 1, stream);
   };
   ANVIL_CUDA_CHECK(sort(nullptr));
   Tensor scratch = Scratch(x, bytes);
   ANVIL_CUDA_CHECK(sort(scratch.data_ptr()));
-  GatherRowsKernel<T>
-      <<<GridFor(n), kBlock, 0, stream>>>(x.data_ptr<T>(), pos_out, n, len, values.data_ptr<T>());
+  GatherRowsKernel<T><<<GridFor(n), kBlock, 0, stream>>>(x.data_ptr<T>(), pos_out, n, len, values.data_ptr<T>());
   ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -147,11 +135,9 @@ void SortKernel(const KernelCall& c) {
   if (rows == 0) return;
   const Tensor values = empty(xm.sizes(), On(xm, xm.dtype()));
   const Tensor indices = empty(xm.sizes(), On(xm, kInt64));
-  ANVIL_DISPATCH_ALL(x.dtype(), "sort",
-                     [&] { SortRows<scalar_t>(xm, rows, len, descending, values, indices); });
+  ANVIL_DISPATCH_ALL(x.dtype(), "sort", [&] { SortRows<scalar_t>(xm, rows, len, descending, values, indices); });
   for (int k = 0; k < 2; ++k) {
-    CopyBits(c.outputs[k],
-             (k == 0 ? values : indices).movedim(-1, d).reshape(c.outputs[k].sizes()));
+    CopyBits(c.outputs[k], (k == 0 ? values : indices).movedim(-1, d).reshape(c.outputs[k].sizes()));
   }
 }
 
@@ -159,8 +145,7 @@ void SortKernel(const KernelCall& c) {
 
 template <typename T>
 __global__ void NonzeroFlagsKernel(const T* x, int64_t n, int64_t* flags) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     using M = opmath_t<T>;
     flags[i] = static_cast<M>(x[i]) != M(0) ? 1 : 0;  // NaN counts, -0.0 does not (the CPU's test)
   }
@@ -172,10 +157,8 @@ struct Sizes {
 };
 
 // Hit i (flags[i] set) is row ends[i] - 1 of the output: its coordinates, last dim fastest.
-__global__ void NonzeroCoordsKernel(const int64_t* flags, const int64_t* ends, int64_t n, Sizes s,
-                                    int64_t* out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void NonzeroCoordsKernel(const int64_t* flags, const int64_t* ends, int64_t n, Sizes s, int64_t* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (flags[i] == 0) continue;
     int64_t* row = out + (ends[i] - 1) * s.ndim;
     int64_t rem = i;
@@ -210,8 +193,7 @@ void NonzeroKernel(const KernelCall& c) {
     ANVIL_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, f, e, n, stream));
     Tensor scratch = Scratch(x, bytes);
     ANVIL_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch.data_ptr(), bytes, f, e, n, stream));
-    ANVIL_CUDA_CHECK(
-        cudaMemcpyAsync(&count, e + n - 1, sizeof(count), cudaMemcpyDeviceToHost, stream));
+    ANVIL_CUDA_CHECK(cudaMemcpyAsync(&count, e + n - 1, sizeof(count), cudaMemcpyDeviceToHost, stream));
     ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   Tensor out = empty({count, nd}, On(x, kInt64));
@@ -219,8 +201,8 @@ void NonzeroKernel(const KernelCall& c) {
     Sizes s{};
     s.ndim = static_cast<int>(nd);
     for (int64_t d = 0; d < nd; ++d) s.size[d] = x.size(d);
-    NonzeroCoordsKernel<<<GridFor(n), kBlock, 0, stream>>>(
-        flags.data_ptr<int64_t>(), ends.data_ptr<int64_t>(), n, s, out.data_ptr<int64_t>());
+    NonzeroCoordsKernel<<<GridFor(n), kBlock, 0, stream>>>(flags.data_ptr<int64_t>(), ends.data_ptr<int64_t>(), n, s,
+                                                           out.data_ptr<int64_t>());
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   }
   c.outputs.push_back(out);

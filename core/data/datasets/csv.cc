@@ -40,8 +40,7 @@ std::vector<Line> SplitLines(std::string_view content, const std::string& path) 
   }
   while (!lines.empty() && IsBlank(lines.back().text)) lines.pop_back();
   for (const Line& line : lines) {
-    ANVIL_CHECK(!IsBlank(line.text), path, ":", line.number,
-                ": blank line (only trailing blank lines are allowed)");
+    ANVIL_CHECK(!IsBlank(line.text), path, ":", line.number, ": blank line (only trailing blank lines are allowed)");
   }
   return lines;
 }
@@ -140,16 +139,13 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   const bool label_by_name = std::holds_alternative<std::string>(options.label_column);
   bool header = options.header == CsvOptions::Header::kYes;
   if (options.header == CsvOptions::Header::kAuto) {
-    header = label_by_name ||
-             (lines.size() > 1 && DetectHeader(first, SplitFields(lines[1], delim, path_)));
+    header = label_by_name || (lines.size() > 1 && DetectHeader(first, SplitFields(lines[1], delim, path_)));
   }
-  ANVIL_CHECK(!label_by_name || header, path_, ": label_column '",
-              std::get<std::string>(options.label_column),
+  ANVIL_CHECK(!label_by_name || header, path_, ": label_column '", std::get<std::string>(options.label_column),
               "' is a column name, but the file is read without a header");
 
   const auto num_columns = static_cast<int64_t>(first.size());
-  ANVIL_CHECK(num_columns >= 2, path_,
-              ":1: expected at least 2 fields (features and a target), got ", num_columns);
+  ANVIL_CHECK(num_columns >= 2, path_, ":1: expected at least 2 fields (features and a target), got ", num_columns);
   int64_t label = 0;
   if (label_by_name) {
     const std::string& want = std::get<std::string>(options.label_column);
@@ -163,12 +159,11 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   } else {
     const int64_t index = std::get<int64_t>(options.label_column);
     label = index < 0 ? index + num_columns : index;
-    ANVIL_CHECK(label >= 0 && label < num_columns, path_, ": label_column ", index,
-                " is out of range for ", num_columns, " columns");
+    ANVIL_CHECK(label >= 0 && label < num_columns, path_, ": label_column ", index, " is out of range for ",
+                num_columns, " columns");
   }
   for (int64_t c = 0; c < num_columns; ++c) {
-    const std::string name =
-        header ? first[static_cast<size_t>(c)] : anvil::detail::StrCat("column ", c + 1);
+    const std::string name = header ? first[static_cast<size_t>(c)] : anvil::detail::StrCat("column ", c + 1);
     if (c == label) {
       target_name_ = name;
     } else {
@@ -188,8 +183,8 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   for (int64_t r = 0; r < n; ++r) {
     const Line& line = lines[first_data + static_cast<size_t>(r)];
     std::vector<std::string> fields = (r == 0 && !header) ? first : SplitFields(line, delim, path_);
-    ANVIL_CHECK(static_cast<int64_t>(fields.size()) == num_columns, path_, ":", line.number,
-                ": expected ", num_columns, " fields, got ", fields.size());
+    ANVIL_CHECK(static_cast<int64_t>(fields.size()) == num_columns, path_, ":", line.number, ": expected ", num_columns,
+                " fields, got ", fields.size());
     for (int64_t c = 0; c < num_columns; ++c) {
       std::string& field = fields[static_cast<size_t>(c)];
       ANVIL_CHECK(!field.empty(), path_, ":", line.number, ":", c + 1, ": empty field");
@@ -198,16 +193,14 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
         continue;
       }
       const std::optional<double> v = ParseDouble(field);
-      ANVIL_CHECK(v.has_value(), path_, ":", line.number, ":", c + 1, ": expected a number, got '",
-                  field, "'");
+      ANVIL_CHECK(v.has_value(), path_, ":", line.number, ":", c + 1, ": expected a number, got '", field, "'");
       *out++ = static_cast<float>(*v);
     }
   }
 
   // The target column's kind.
   auto where = [&](int64_t r) {
-    return anvil::detail::StrCat(path_, ":", lines[first_data + static_cast<size_t>(r)].number, ":",
-                                 label + 1, ": ");
+    return anvil::detail::StrCat(path_, ":", lines[first_data + static_cast<size_t>(r)].number, ":", label + 1, ": ");
   };
   bool all_int = true, any_name = false;
   for (const std::string& t : target_text) {
@@ -238,8 +231,7 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
       k = static_cast<int64_t>(classes_.size());
       classes_.push_back(name);
     }
-    for (int64_t r = 0; r < n; ++r)
-      labels[static_cast<size_t>(r)] = index[target_text[static_cast<size_t>(r)]];
+    for (int64_t r = 0; r < n; ++r) labels[static_cast<size_t>(r)] = index[target_text[static_cast<size_t>(r)]];
     num_classes_ = static_cast<int64_t>(classes_.size());
   } else {
     for (int64_t r = 0; r < n; ++r) {
@@ -257,15 +249,14 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
 
 Example CsvDataset::get(int64_t index) const {
   CheckIndex(index);
-  return Example{{Example::kInput, features_.select(0, index)},
-                 {Example::kTarget, targets_.select(0, index)}};
+  return Example{{Example::kInput, features_.select(0, index)}, {Example::kTarget, targets_.select(0, index)}};
 }
 
 std::string CsvDataset::name() const {
   const std::string file = std::filesystem::path(path_).filename().string();
   if (is_classification()) {
-    return anvil::detail::StrCat("CsvDataset(", file, ": ", size(), " samples, ", num_features(),
-                                 " features, ", num_classes_, " classes)");
+    return anvil::detail::StrCat("CsvDataset(", file, ": ", size(), " samples, ", num_features(), " features, ",
+                                 num_classes_, " classes)");
   }
   return anvil::detail::StrCat("CsvDataset(", file, ": ", size(), " samples, ", num_features(),
                                " features, regression)");

@@ -12,8 +12,8 @@
 #include <system_error>
 #include <vector>
 
-#include "core/util/error.h"
 #include "core/util/confined_open.h"
+#include "core/util/error.h"
 #include "core/util/file.h"
 
 namespace anvil::data::file_io {
@@ -59,8 +59,7 @@ size_t GzReader::Read(void* dst, size_t n) {
     if (got < 0) {
       int err = Z_OK;
       const char* msg = gzerror(file_, &err);
-      ANVIL_CHECK(false, path_,
-                  ": read error: ", err == Z_ERRNO ? errno_message(errno) : std::string(msg));
+      ANVIL_CHECK(false, path_, ": read error: ", err == Z_ERRNO ? errno_message(errno) : std::string(msg));
     }
     done += static_cast<size_t>(got);
     if (static_cast<unsigned>(got) < chunk) break;

@@ -53,5 +53,4 @@ int OpenRegularBeneath(const std::string& confine_to, const std::string& path);
 // and a failed write leaves any previous file intact.
 void WriteFileAtomic(const std::string& path, std::string_view bytes, bool gzip);
 
-
 }  // namespace anvil::data::file_io

@@ -21,8 +21,7 @@ struct IdxType {
 };
 constexpr IdxType kIdxTypes[] = {{0x08, kUInt8}, {0x09, kInt8},    {0x0B, kInt16},
                                  {0x0C, kInt32}, {0x0D, kFloat32}, {0x0E, kFloat64}};
-constexpr const char* kIdxTypeList =
-    "0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32 or 0x0E float64";
+constexpr const char* kIdxTypeList = "0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32 or 0x0E float64";
 // Deflate cannot expand data more than about 1032:1; a gzip file declaring more than that
 // many bytes per compressed byte is certainly truncated or corrupt.
 constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -76,31 +75,28 @@ Tensor read_idx(const std::string& path) {
   file_io::GzReader reader(path);
   unsigned char magic[4];
   const size_t got_magic = reader.Read(magic, 4);
-  ANVIL_CHECK(got_magic == 4, path, ": not an IDX file: ", got_magic,
-              " bytes, shorter than the 4-byte magic");
-  ANVIL_CHECK(magic[0] == 0 && magic[1] == 0, path, ": not an IDX file: bad magic ", Hex(magic[0]),
-              " ", Hex(magic[1]), " (expected 0x00 0x00, then type and rank)");
+  ANVIL_CHECK(got_magic == 4, path, ": not an IDX file: ", got_magic, " bytes, shorter than the 4-byte magic");
+  ANVIL_CHECK(magic[0] == 0 && magic[1] == 0, path, ": not an IDX file: bad magic ", Hex(magic[0]), " ", Hex(magic[1]),
+              " (expected 0x00 0x00, then type and rank)");
   const IdxType* type = nullptr;
   for (const IdxType& t : kIdxTypes) {
     if (t.code == magic[2]) type = &t;
   }
-  ANVIL_CHECK(type != nullptr, path, ": unknown IDX element type code ", Hex(magic[2]),
-              " (expected ", kIdxTypeList, ")");
+  ANVIL_CHECK(type != nullptr, path, ": unknown IDX element type code ", Hex(magic[2]), " (expected ", kIdxTypeList,
+              ")");
 
   const int ndim = magic[3];
   std::vector<unsigned char> dim_bytes(static_cast<size_t>(4 * ndim));
   const size_t got_dims = reader.Read(dim_bytes.data(), dim_bytes.size());
-  ANVIL_CHECK(got_dims == dim_bytes.size(), path, ": truncated header: declares ", ndim,
-              " dimensions (", dim_bytes.size(), " bytes of sizes) but only ", got_dims,
-              " bytes follow the magic");
+  ANVIL_CHECK(got_dims == dim_bytes.size(), path, ": truncated header: declares ", ndim, " dimensions (",
+              dim_bytes.size(), " bytes of sizes) but only ", got_dims, " bytes follow the magic");
   IntArray sizes(static_cast<size_t>(ndim));
   uint64_t numel = 1;
   bool overflow = false;
   for (int d = 0; d < ndim; ++d) {
     const uint32_t size = LoadBigEndian32(dim_bytes.data() + 4 * d);
     // The sizes are signed int32 in the format; a top bit set is a corrupt header.
-    ANVIL_CHECK(size <= 0x7FFFFFFFu, path, ": corrupt header: dimension ", d, " has size ",
-                static_cast<int32_t>(size));
+    ANVIL_CHECK(size <= 0x7FFFFFFFu, path, ": corrupt header: dimension ", d, " has size ", static_cast<int32_t>(size));
     sizes[static_cast<size_t>(d)] = size;
     overflow = overflow || __builtin_mul_overflow(numel, uint64_t{size}, &numel);
   }
@@ -124,8 +120,7 @@ Tensor read_idx(const std::string& path) {
   std::error_code ec;
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
   if (!ec) {
-    const uint64_t limit =
-        reader.compressed() ? file_bytes * kMaxDeflateRatio : file_bytes - header_bytes;
+    const uint64_t limit = reader.compressed() ? file_bytes * kMaxDeflateRatio : file_bytes - header_bytes;
     if (overflow || declared > limit) throw truncated(reader.SkipToEnd());
   }
   ANVIL_CHECK(!overflow, path, ": corrupt header: ", shape_str(sizes), " is too large");
@@ -134,8 +129,8 @@ Tensor read_idx(const std::string& path) {
   const size_t got = reader.Read(out.data_ptr(), static_cast<size_t>(declared));
   if (got < declared) throw truncated(got);
   const size_t trailing = reader.SkipToEnd();
-  ANVIL_CHECK(trailing == 0, path, ": ", trailing, " trailing bytes after the declared ",
-              type->dtype, shape_str(sizes), " data (", declared, " bytes)");
+  ANVIL_CHECK(trailing == 0, path, ": ", trailing, " trailing bytes after the declared ", type->dtype, shape_str(sizes),
+              " data (", declared, " bytes)");
   SwapBigEndian(out.data_ptr(), out.numel(), out.element_size());
   return out;
 }
@@ -170,32 +165,29 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
 IdxDataset::IdxDataset(const std::string& images_path, const std::string& labels_path)
     : images_path_(images_path), images_(read_idx(images_path)) {
   const Tensor labels = read_idx(labels_path);
-  ANVIL_CHECK(images_.dim() >= 1, "IdxDataset: ", images_path,
-              ": expected images [N, ...], got a 0-dim tensor");
-  ANVIL_CHECK(labels.dim() == 1, "IdxDataset: ", labels_path, ": expected labels [N], got ",
-              labels.dtype(), shape_str(labels.sizes()));
+  ANVIL_CHECK(images_.dim() >= 1, "IdxDataset: ", images_path, ": expected images [N, ...], got a 0-dim tensor");
+  ANVIL_CHECK(labels.dim() == 1, "IdxDataset: ", labels_path, ": expected labels [N], got ", labels.dtype(),
+              shape_str(labels.sizes()));
   ANVIL_CHECK_TYPE(is_integral(labels.dtype(), /*include_bool=*/false), "IdxDataset: ", labels_path,
                    ": expected integer class labels, got dtype ", labels.dtype());
-  ANVIL_CHECK(labels.size(0) == images_.size(0), "IdxDataset: ", images_path, " holds ",
-              images_.size(0), " images but ", labels_path, " holds ", labels.size(0), " labels");
+  ANVIL_CHECK(labels.size(0) == images_.size(0), "IdxDataset: ", images_path, " holds ", images_.size(0),
+              " images but ", labels_path, " holds ", labels.size(0), " labels");
   labels_ = labels.to(kInt64);
   if (labels_.numel() > 0) {
     const int64_t min_label = labels_.min().item<int64_t>();
-    ANVIL_CHECK(min_label >= 0, "IdxDataset: ", labels_path,
-                ": class labels must be non-negative, found ", min_label);
+    ANVIL_CHECK(min_label >= 0, "IdxDataset: ", labels_path, ": class labels must be non-negative, found ", min_label);
   }
 }
 
 Example IdxDataset::get(int64_t index) const {
   CheckIndex(index);
-  return Example{{Example::kInput, images_.select(0, index)},
-                 {Example::kTarget, labels_.select(0, index)}};
+  return Example{{Example::kInput, images_.select(0, index)}, {Example::kTarget, labels_.select(0, index)}};
 }
 
 std::string IdxDataset::name() const {
   IntArray sample(images_.sizes().begin() + 1, images_.sizes().end());
-  return anvil::detail::StrCat("IdxDataset(", images_path_, ": ", size(), " samples of ",
-                               images_.dtype(), shape_str(sample), ")");
+  return anvil::detail::StrCat("IdxDataset(", images_path_, ": ", size(), " samples of ", images_.dtype(),
+                               shape_str(sample), ")");
 }
 
 IdxDataset mnist(const std::string& root, bool train) {

@@ -10,8 +10,8 @@
 #include <system_error>
 
 #include "core/data/datasets/file_io.h"
-#include "core/util/confined_open.h"
 #include "core/ops/functions.h"
+#include "core/util/confined_open.h"
 #include "core/util/error.h"
 
 namespace anvil::data {
@@ -20,8 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
 
@@ -29,16 +28,14 @@ bool IsHidden(const fs::path& p) { return p.filename().string().starts_with('.')
 
 // Checks an image tensor for the writers and returns it contiguous, with its H, W, C.
 Tensor CheckImage(const char* fn, const Tensor& image, int& h, int& w, int& c) {
-  ANVIL_CHECK_TYPE(image.dtype() == kUInt8, fn, ": expected a uint8 image, got dtype ",
-                   image.dtype());
-  ANVIL_CHECK(image.dim() == 2 || image.dim() == 3, fn,
-              ": expected an image [H, W, C] or [H, W], got ", shape_str(image.sizes()));
-  const int64_t channels = image.dim() == 3 ? image.size(2) : 1;
-  ANVIL_CHECK(channels >= 1 && channels <= 4, fn, ": expected 1 to 4 channels, got ",
+  ANVIL_CHECK_TYPE(image.dtype() == kUInt8, fn, ": expected a uint8 image, got dtype ", image.dtype());
+  ANVIL_CHECK(image.dim() == 2 || image.dim() == 3, fn, ": expected an image [H, W, C] or [H, W], got ",
               shape_str(image.sizes()));
-  ANVIL_CHECK(image.size(0) > 0 && image.size(1) > 0 && image.size(0) <= INT_MAX / 4 &&
-                  image.size(1) <= INT_MAX / 4 / channels,
-              fn, ": cannot write an image of size ", shape_str(image.sizes()));
+  const int64_t channels = image.dim() == 3 ? image.size(2) : 1;
+  ANVIL_CHECK(channels >= 1 && channels <= 4, fn, ": expected 1 to 4 channels, got ", shape_str(image.sizes()));
+  ANVIL_CHECK(
+      image.size(0) > 0 && image.size(1) > 0 && image.size(0) <= INT_MAX / 4 && image.size(1) <= INT_MAX / 4 / channels,
+      fn, ": cannot write an image of size ", shape_str(image.sizes()));
   h = static_cast<int>(image.size(0));
   w = static_cast<int>(image.size(1));
   c = static_cast<int>(channels);
@@ -47,22 +44,19 @@ Tensor CheckImage(const char* fn, const Tensor& image, int& h, int& w, int& c) {
 
 // stb_image_write's callback: appends the encoded bytes to a std::string.
 void AppendBytes(void* context, void* data, int size) {
-  static_cast<std::string*>(context)->append(static_cast<const char*>(data),
-                                             static_cast<size_t>(size));
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
 }
 
 }  // namespace
 
 Tensor read_image(const std::string& path, int channels, const std::string& confine_to) {
-  ANVIL_CHECK(channels >= 0 && channels <= 4,
-              "read_image: channels must be 0 (as stored) or 1 to 4, got ", channels);
+  ANVIL_CHECK(channels >= 0 && channels <= 4, "read_image: channels must be 0 (as stored) or 1 to 4, got ", channels);
   const std::string bytes = file_io::ReadFile(path, /*gunzip=*/false, confine_to);
-  ANVIL_CHECK(bytes.size() <= static_cast<size_t>(INT_MAX), path,
-              ": cannot decode image: file too large (", bytes.size(), " bytes)");
+  ANVIL_CHECK(bytes.size() <= static_cast<size_t>(INT_MAX), path, ": cannot decode image: file too large (",
+              bytes.size(), " bytes)");
   int w = 0, h = 0, stored = 0;
-  stbi_uc* pixels =
-      stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()),
-                            static_cast<int>(bytes.size()), &w, &h, &stored, channels);
+  stbi_uc* pixels = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()),
+                                          static_cast<int>(bytes.size()), &w, &h, &stored, channels);
   ANVIL_CHECK(pixels != nullptr, path, ": cannot decode image: ", stbi_failure_reason());
   const int c = channels != 0 ? channels : stored;
   // The tensor adopts stb's buffer: no copy, freed with stbi_image_free when unused.
@@ -73,8 +67,8 @@ void write_png(const std::string& path, const Tensor& image) {
   int h = 0, w = 0, c = 0;
   const Tensor data = CheckImage("write_png", image, h, w, c);
   std::string bytes;
-  ANVIL_CHECK(stbi_write_png_to_func(AppendBytes, &bytes, w, h, c, data.data_ptr(), w * c) != 0,
-              path, ": PNG encoding failed");
+  ANVIL_CHECK(stbi_write_png_to_func(AppendBytes, &bytes, w, h, c, data.data_ptr(), w * c) != 0, path,
+              ": PNG encoding failed");
   file_io::WriteFileAtomic(path, bytes, /*gzip=*/false);
 }
 
@@ -89,8 +83,8 @@ void write_bmp(const std::string& path, const Tensor& image) {
 
 ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
     : root_(std::move(root)), channels_(options.channels), confine_to_(options.confine_to) {
-  ANVIL_CHECK(channels_ >= 0 && channels_ <= 4,
-              "ImageFolder: channels must be 0 (as stored) or 1 to 4, got ", channels_);
+  ANVIL_CHECK(channels_ >= 0 && channels_ <= 4, "ImageFolder: channels must be 0 (as stored) or 1 to 4, got ",
+              channels_);
   std::vector<std::string> extensions;
   for (const std::string& e : options.extensions) {
     // Appended rather than "." + ...: GCC 12 misreports a -Wrestrict overlap for that form.
@@ -103,16 +97,15 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
               fs::exists(root_, ec) ? ": not a folder" : ": no such folder");
   // The folder itself as the kernel resolves it now (a symlink swapped in after a submit
   // check included) must lie inside the confinement.
-  ANVIL_CHECK(confine_to_.empty() || opens_beneath(confine_to_, root_), "ImageFolder: ", root_,
-              ": leads outside ", confine_to_, " (a symbolic link?)");
+  ANVIL_CHECK(confine_to_.empty() || opens_beneath(confine_to_, root_), "ImageFolder: ", root_, ": leads outside ",
+              confine_to_, " (a symbolic link?)");
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(root_)) {
       if (entry.is_directory() && !IsHidden(entry.path())) {
         classes_.push_back(entry.path().filename().string());
       }
     }
-    ANVIL_CHECK(!classes_.empty(), "ImageFolder: ", root_,
-                ": no class folders (expected root/<class>/<image>)");
+    ANVIL_CHECK(!classes_.empty(), "ImageFolder: ", root_, ": no class folders (expected root/<class>/<image>)");
     std::sort(classes_.begin(), classes_.end());
 
     std::vector<std::string> empty_classes;
@@ -146,8 +139,8 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
     if (!options.allow_empty_classes && !empty_classes.empty()) {
       std::string names;
       for (const std::string& n : empty_classes) names += (names.empty() ? "" : ", ") + n;
-      ANVIL_CHECK(false, "ImageFolder: ", root_, ": class folders without images (extensions ",
-                  ext_list, "): ", names, " (set allow_empty_classes to keep them)");
+      ANVIL_CHECK(false, "ImageFolder: ", root_, ": class folders without images (extensions ", ext_list, "): ", names,
+                  " (set allow_empty_classes to keep them)");
     }
   } catch (const fs::filesystem_error& e) {
     // Rethrown as the engine's error type, so callers catch one kind.
@@ -163,8 +156,7 @@ Example ImageFolder::get(int64_t index) const {
 }
 
 std::string ImageFolder::name() const {
-  return anvil::detail::StrCat("ImageFolder(", root_, ": ", size(), " images, ", classes_.size(),
-                               " classes)");
+  return anvil::detail::StrCat("ImageFolder(", root_, ": ", size(), " images, ", classes_.size(), " classes)");
 }
 
 const std::string& ImageFolder::path(int64_t index) const {

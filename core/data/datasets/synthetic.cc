@@ -55,12 +55,10 @@ Tensor blob_centers(int64_t num_classes, int64_t num_features, uint64_t seed) {
   return tensor(centers, IntArray{num_classes, num_features});
 }
 
-TensorDataset make_blobs(int64_t n, int64_t num_classes, int64_t num_features, double cluster_std,
-                         uint64_t seed) {
+TensorDataset make_blobs(int64_t n, int64_t num_classes, int64_t num_features, double cluster_std, uint64_t seed) {
   CheckCounts("make_blobs", n, num_classes);
   ANVIL_CHECK(cluster_std >= 0, "make_blobs: cluster_std must be >= 0, got ", cluster_std);
-  const std::vector<float> centers =
-      blob_centers(num_classes, num_features, seed).to_vector<float>();
+  const std::vector<float> centers = blob_centers(num_classes, num_features, seed).to_vector<float>();
   std::vector<float> x(static_cast<size_t>(n * num_features));
   std::vector<int64_t> y(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -69,8 +67,7 @@ TensorDataset make_blobs(int64_t n, int64_t num_classes, int64_t num_features, d
     NormalStream normal(s);
     for (int64_t f = 0; f < num_features; ++f) {
       const double c = centers[static_cast<size_t>(k * num_features + f)];
-      x[static_cast<size_t>(i * num_features + f)] =
-          static_cast<float>(c + cluster_std * normal.Next());
+      x[static_cast<size_t>(i * num_features + f)] = static_cast<float>(c + cluster_std * normal.Next());
     }
     y[static_cast<size_t>(i)] = k;
   }
@@ -86,30 +83,22 @@ TensorDataset make_spirals(int64_t n, int64_t num_classes, double noise, uint64_
     const int64_t k = i % num_classes;
     const int64_t count = (n - k + num_classes - 1) / num_classes;  // samples of class k
     const double r = (static_cast<double>(i / num_classes) + 0.5) / static_cast<double>(count);
-    const double angle =
-        2.0 * std::numbers::pi * (static_cast<double>(k) / static_cast<double>(num_classes) + r);
+    const double angle = 2.0 * std::numbers::pi * (static_cast<double>(k) / static_cast<double>(num_classes) + r);
     PhiloxStream s(MixKey(seed, static_cast<uint64_t>(i)), kSampleStream);
     NormalStream normal(s);
     x[static_cast<size_t>(2 * i)] = static_cast<float>(r * std::cos(angle) + noise * normal.Next());
-    x[static_cast<size_t>(2 * i + 1)] =
-        static_cast<float>(r * std::sin(angle) + noise * normal.Next());
+    x[static_cast<size_t>(2 * i + 1)] = static_cast<float>(r * std::sin(angle) + noise * normal.Next());
     y[static_cast<size_t>(i)] = k;
   }
   return TensorDataset(tensor(x, IntArray{n, 2}), tensor(y));
 }
 
-RandomImages::RandomImages(int64_t n, int64_t height, int64_t width, int64_t channels,
-                           int64_t num_classes, uint64_t seed)
-    : n_(n),
-      height_(height),
-      width_(width),
-      channels_(channels),
-      num_classes_(num_classes),
-      seed_(seed) {
+RandomImages::RandomImages(int64_t n, int64_t height, int64_t width, int64_t channels, int64_t num_classes,
+                           uint64_t seed)
+    : n_(n), height_(height), width_(width), channels_(channels), num_classes_(num_classes), seed_(seed) {
   CheckCounts("RandomImages", n, num_classes);
-  ANVIL_CHECK(height >= 1 && width >= 1 && channels >= 1,
-              "RandomImages: height, width and channels must be >= 1, got ", height, "x", width,
-              "x", channels);
+  ANVIL_CHECK(height >= 1 && width >= 1 && channels >= 1, "RandomImages: height, width and channels must be >= 1, got ",
+              height, "x", width, "x", channels);
 }
 
 Example RandomImages::get(int64_t index) const {
@@ -125,9 +114,8 @@ Example RandomImages::get(int64_t index) const {
   };
   // Maps pixel p of `size` onto the grid of `cells` points: the cell index and the fraction.
   auto locate = [](int64_t p, int64_t size, int64_t cells, int64_t& cell, double& frac) {
-    const double pos = size > 1 ? static_cast<double>(p) * static_cast<double>(cells - 1) /
-                                      static_cast<double>(size - 1)
-                                : 0.0;
+    const double pos =
+        size > 1 ? static_cast<double>(p) * static_cast<double>(cells - 1) / static_cast<double>(size - 1) : 0.0;
     cell = std::min<int64_t>(static_cast<int64_t>(pos), std::max<int64_t>(cells - 2, 0));
     frac = pos - static_cast<double>(cell);
   };
@@ -152,13 +140,12 @@ Example RandomImages::get(int64_t index) const {
       }
     }
   }
-  return Example{{Example::kInput, image},
-                 {Example::kTarget, scalar_tensor(index % num_classes_, kInt64)}};
+  return Example{{Example::kInput, image}, {Example::kTarget, scalar_tensor(index % num_classes_, kInt64)}};
 }
 
 std::string RandomImages::name() const {
-  return anvil::detail::StrCat("RandomImages(", n_, " samples, ", height_, "x", width_, "x",
-                               channels_, ", ", num_classes_, " classes)");
+  return anvil::detail::StrCat("RandomImages(", n_, " samples, ", height_, "x", width_, "x", channels_, ", ",
+                               num_classes_, " classes)");
 }
 
 }  // namespace anvil::data

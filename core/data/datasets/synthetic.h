@@ -23,8 +23,7 @@ Tensor blob_centers(int64_t num_classes, int64_t num_features, uint64_t seed);
 // Gaussian blobs: sample i has class i % num_classes (so classes are balanced, sizes
 // differing by at most one) and input = center[class] + cluster_std * N(0, I).
 // input float32 [num_features], target int64 [].
-TensorDataset make_blobs(int64_t n, int64_t num_classes, int64_t num_features, double cluster_std,
-                         uint64_t seed);
+TensorDataset make_blobs(int64_t n, int64_t num_classes, int64_t num_features, double cluster_std, uint64_t seed);
 
 // Interleaved spirals in the plane: class k's arm starts at the origin at angle 2*pi*k/K and
 // makes one full turn out to radius 1; sample i has class i % K and lies at an even spacing
@@ -39,8 +38,7 @@ TensorDataset make_spirals(int64_t n, int64_t num_classes, double noise, uint64_
 // stands in for a large image set in loader and throughput tests.
 class RandomImages : public Dataset {
  public:
-  RandomImages(int64_t n, int64_t height, int64_t width, int64_t channels, int64_t num_classes,
-               uint64_t seed);
+  RandomImages(int64_t n, int64_t height, int64_t width, int64_t channels, int64_t num_classes, uint64_t seed);
   int64_t size() const override { return n_; }
   Example get(int64_t index) const override;
   std::string name() const override;
