@@ -4,11 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 
-#include "core/io/safetensors.h"
 #include "core/models/serving.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"

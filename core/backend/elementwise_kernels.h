@@ -104,8 +104,8 @@ void Register(KernelTable& t, const OwnKernels& own) {
   t[static_cast<int>(OpId::Cast)] = own.cast;
   t[static_cast<int>(OpId::Clone)] = own.clone;
 #define ANVIL_EW_SLOT_Functor(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
-#define ANVIL_EW_SLOT_FunctorAll(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
-#define ANVIL_EW_SLOT_Dividing(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
+#define ANVIL_EW_SLOT_FunctorAll ANVIL_EW_SLOT_Functor
+#define ANVIL_EW_SLOT_Dividing ANVIL_EW_SLOT_Functor
 #define ANVIL_EW_SLOT_Own(Id)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_EW_SLOT_##kernel(Id)
 #include "core/ops/op_table.def"

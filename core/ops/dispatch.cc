@@ -24,7 +24,6 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
 
 void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                const OpAttrs& attrs) {
-  check_op_args(op, attrs);
   KernelFn fn = backend_for(dev).kernel(op);
   if (fn == nullptr) {
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ", dev));
@@ -90,12 +89,14 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
 
 void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   ANVIL_INTERNAL_ASSERT(op_info(op).kind == OpKind::Foreach, op_name(op), " is not a Foreach row");
+  check_op_args(op, attrs);  // dispatch() checks in infer_specs; these two entries skip inference
   const Device dev = CommonDevice(op, inputs);
   std::vector<Tensor> no_outputs;
   RunKernel(op, dev, inputs, no_outputs, attrs);
 }
 
 void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out, const OpAttrs& attrs) {
+  check_op_args(op, attrs);
   // Fills have no inputs: the output's device decides.
   const Device dev = inputs.empty() ? out.device() : CommonDevice(op, inputs);
   ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(), " but inputs are on ", dev);

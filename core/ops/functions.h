@@ -78,8 +78,8 @@ void manual_seed(uint64_t seed);
 // ---- element-wise ----
 // The rows whose Api column generates their function (op_table.def; defined in
 // core/ops/generated_api.cc): `Tensor name(const Tensor&)`, or `(const Tensor&, int64_t dim)`.
-#define ANVIL_API_FnMethodInplace(name) Tensor name(const Tensor& x);
 #define ANVIL_API_FnMethod(name) Tensor name(const Tensor& x);
+#define ANVIL_API_FnMethodInplace ANVIL_API_FnMethod
 #define ANVIL_API_FnDim(name) Tensor name(const Tensor& x, int64_t dim);
 #define ANVIL_API_Hand(name)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)

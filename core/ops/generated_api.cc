@@ -5,13 +5,11 @@
 
 namespace anvil {
 
-#define ANVIL_API_FnMethodInplace(Id, name)                         \
-  Tensor name(const Tensor& x) { return unary_op(OpId::Id, x); }    \
-  Tensor Tensor::name() const { return unary_op(OpId::Id, *this); } \
-  Tensor& Tensor::name##_() { return inplace_op(OpId::Id, *this, {}, {}, #name "_"); }
 #define ANVIL_API_FnMethod(Id, name)                             \
   Tensor name(const Tensor& x) { return unary_op(OpId::Id, x); } \
   Tensor Tensor::name() const { return unary_op(OpId::Id, *this); }
+#define ANVIL_API_FnMethodInplace(Id, name) \
+  ANVIL_API_FnMethod(Id, name) Tensor& Tensor::name##_() { return inplace_op(OpId::Id, *this, {}, {}, #name "_"); }
 #define ANVIL_API_FnDim(Id, name)                                                              \
   Tensor name(const Tensor& x, int64_t dim) { return dispatch1(OpId::Id, {x}, DimArgs{dim}); } \
   Tensor Tensor::name(int64_t dim) const { return dispatch1(OpId::Id, {*this}, DimArgs{dim}); }

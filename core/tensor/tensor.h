@@ -174,10 +174,8 @@ class Tensor {
   Tensor& fill_(Scalar value);
   // The rows whose Api column generates them (core/ops/op_table.def): x.exp(), the in-place
   // x.exp_() where the column says Inplace, x.logcumsumexp(dim) for FnDim.
-#define ANVIL_API_FnMethodInplace(name) \
-  Tensor name() const;                  \
-  Tensor& name##_();
 #define ANVIL_API_FnMethod(name) Tensor name() const;
+#define ANVIL_API_FnMethodInplace(name) ANVIL_API_FnMethod(name) Tensor& name##_();
 #define ANVIL_API_FnDim(name) Tensor name(int64_t dim) const;
 #define ANVIL_API_Hand(name)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)

@@ -78,8 +78,8 @@ std::optional<Scalar> OptScalar(const json& v, const std::string& kind) {
 Tensor Unary(const std::string& op, const Tensor& x) {
   // Every row whose function the table generates, and square (composed).
   static const std::map<std::string, Tensor (*)(const Tensor&)> fns = {
-#define ANVIL_BIND_FnMethodInplace(name) {#name, static_cast<Tensor (*)(const Tensor&)>(&name)},
 #define ANVIL_BIND_FnMethod(name) {#name, static_cast<Tensor (*)(const Tensor&)>(&name)},
+#define ANVIL_BIND_FnMethodInplace ANVIL_BIND_FnMethod
 #define ANVIL_BIND_FnDim(name)
 #define ANVIL_BIND_Hand(name)
 #define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_BIND_##api(name)

@@ -20,6 +20,7 @@ safetensors metadata maps "<case>" to a JSON object:
 and "__torch__" to the PyTorch version. Files are written whole to a temporary name and
 renamed.
 """
+import functools
 import json
 import math
 import os
@@ -185,6 +186,7 @@ def promotion(s):
 
 
 # ---------------------------------------------------------------- the op table
+@functools.lru_cache(maxsize=None)
 def table_rows():
     """The rows of core/ops/op_table.def as dicts of its columns, so that a row the table
     generates an API for (Api FnMethod*, FnDim) gets its cases here without an edit."""
@@ -196,7 +198,7 @@ def table_rows():
             if line.startswith("ANVIL_OP("):
                 parts = [p.strip() for p in line.strip()[len("ANVIL_OP("):-1].split(",")]
                 rows.append(dict(zip(cols, parts)))
-    return rows
+    return tuple(rows)
 
 
 def torch_fn(name):
