@@ -589,7 +589,7 @@ constexpr bool kDifferentiable[] = {
 };
 
 template <OpId>
-constexpr bool kHasNoRule = false;
+[[maybe_unused]] constexpr bool kHasNoRule = false;
 template <OpId op>
 struct RuleOf {
   static_assert(kHasNoRule<op>, "this row of op_table.def has Grad = Yes but no backward rule: add RULE(Id, fn) below");

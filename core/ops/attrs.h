@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include "core/ops/op_args.h"
@@ -21,6 +22,15 @@ using OpArgs = std::variant<
 
 // The name of the argument struct at `index` of OpArgs (for messages).
 std::string_view op_args_name(size_t index);
+
+// Whether T is one of the argument structs (a trait, so it can gate a constructor without
+// the hard error a static_assert would be inside a substitution).
+template <typename T>
+inline constexpr bool kIsOpArgs = false
+#define ANVIL_ARGS_IS(U) || std::is_same_v<T, U>
+    ANVIL_OP_ARGS(ANVIL_ARGS_IS)
+#undef ANVIL_ARGS_IS
+    ;
 
 // The index of T in OpArgs: the value the table's Args column stores for a row.
 template <typename T>
@@ -48,7 +58,7 @@ constexpr size_t op_args_index() {
 class OpAttrs {
  public:
   OpAttrs() = default;
-  template <typename T, typename = std::enable_if_t<(op_args_index<std::decay_t<T>>(), true)>>
+  template <typename T, typename = std::enable_if_t<kIsOpArgs<std::decay_t<T>>>>
   OpAttrs(T&& args) : args_(std::forward<T>(args)) {}  // NOLINT: implicit, so a struct passes as attrs
 
   // The arguments as T: the held struct, or T's defaults when none is held.
