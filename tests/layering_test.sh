@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The layers' include rules (ctest "anvil_layering_test", label core). Every header is reached
-# from the repository root, so the compiler cannot refuse an include across layers; this
-# test does, naming each offending line:
+# The layers' include rules (ctest "anvil_layering_test", label core), over the source tree,
+# naming each offending line. The compiler enforces the rules between targets too (each
+# library sees only its layers' include roots, cmake/AnvilIncludeRoots.cmake; the
+# anvil_layering_* probes check it); this test also covers what one target holds (cuda/
+# beside cpu/, common/) and files no target compiles:
 #   core/      the engine: includes nothing of server/, workers/ or client/
 #   workers/   includes nothing of server/ or client/
 #   core/backend/cuda/  includes nothing of core/backend/cpu/ (shared host logic lives in

@@ -583,7 +583,7 @@ Grads Conv2dB(Ctx& c, const Grads& g) {
 // for every Grad = Yes row of op_table.def, so a differentiable row without a rule does not
 // compile, and a rule for a row that is not differentiable is refused here too.
 constexpr bool kDifferentiable[] = {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) grad,
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) grad,
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 };
@@ -628,7 +628,7 @@ struct RuleTable {
   RuleTable() {
 #define ANVIL_RULE_SLOT_Yes(Id) rules[static_cast<int>(OpId::Id)] = RuleOf<OpId::Id>::fn;
 #define ANVIL_RULE_SLOT_No(Id)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_RULE_SLOT_##grad(Id)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_RULE_SLOT_##grad(Id)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_RULE_SLOT_Yes

@@ -5,7 +5,9 @@
 //   B::unary<T>(out, x, f)      out = f(x) computed in opmath_t<T>, out bool when f returns bool
 //   B::binary<T>(out, a, b, f)  out = f(a, b), a and b broadcast to out
 //   B::check_divisor(b, op)     throws if an integer b holds a zero (the Dividing rows)
-// and its own where, cast and clone kernels, which Register puts in their rows.
+// and defines these rows' slots by expanding core/backend/elementwise_slot_rows.def with
+// ANVIL_ELEMENTWISE_SLOT (and where, cast and clone, which it writes itself, with
+// ANVIL_KERNEL_SLOT).
 #pragma once
 
 #include <type_traits>
@@ -68,7 +70,8 @@ F MakeFunctor(const OpAttrs& a) {
 #define ANVIL_EW_KERNEL_FunctorAll(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_DISPATCH_ALL, Args, false)
 #define ANVIL_EW_KERNEL_Dividing(Id, kind, infer, Args) ANVIL_EW_##kind(Id, ANVIL_EW_DISPATCH_##infer, Args, true)
 #define ANVIL_EW_KERNEL_Own(Id, kind, infer, Args)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) \
+#define ANVIL_EW_KERNEL_NoKernel(Id, kind, infer, Args)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) \
   ANVIL_EW_KERNEL_##kernel(Id, kind, infer, args)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
@@ -93,30 +96,4 @@ void PowScalar(const KernelCall& c) {
   });
 }
 
-// The element-wise rows each backend writes itself.
-struct OwnKernels {
-  KernelFn where, cast, clone;
-};
-
-template <typename B>
-void Register(KernelTable& t, const OwnKernels& own) {
-  t[static_cast<int>(OpId::Where)] = own.where;
-  t[static_cast<int>(OpId::Cast)] = own.cast;
-  t[static_cast<int>(OpId::Clone)] = own.clone;
-#define ANVIL_EW_SLOT_Functor(Id) t[static_cast<int>(OpId::Id)] = &Id<B>;
-#define ANVIL_EW_SLOT_FunctorAll ANVIL_EW_SLOT_Functor
-#define ANVIL_EW_SLOT_Dividing ANVIL_EW_SLOT_Functor
-#define ANVIL_EW_SLOT_Own(Id)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_EW_SLOT_##kernel(Id)
-#include "core/ops/op_table.def"
-#undef ANVIL_OP
-  t[static_cast<int>(OpId::Gelu)] = &Gelu<B>;
-  t[static_cast<int>(OpId::PowScalar)] = &PowScalar<B>;
-}
-
 }  // namespace anvil::elementwise_kernels
-
-#undef ANVIL_EW_SLOT_Functor
-#undef ANVIL_EW_SLOT_FunctorAll
-#undef ANVIL_EW_SLOT_Dividing
-#undef ANVIL_EW_SLOT_Own

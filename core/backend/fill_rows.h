@@ -4,6 +4,7 @@
 // numbers on every device.
 #pragma once
 
+#include "core/backend/kernel_slots.h"
 #include "core/backend/registry.h"
 #include "core/ops/functions.h"
 #include "core/ops/random_draws.h"
@@ -60,13 +61,21 @@ void Bernoulli(const KernelCall& c) {
   });
 }
 
-// Registers the four rows above for a backend.
-template <typename Gen>
-void Register(KernelTable& t) {
-  t[static_cast<int>(OpId::Arange)] = &Arange<Gen>;
-  t[static_cast<int>(OpId::Uniform)] = &Uniform<Gen>;
-  t[static_cast<int>(OpId::Normal)] = &Normal<Gen>;
-  t[static_cast<int>(OpId::Bernoulli)] = &Bernoulli<Gen>;
-}
-
 }  // namespace anvil::fill_rows
+
+// Declares `struct Name`, a backend's generator for these rows, from the Generate<T>(out, f)
+// of the namespace it is expanded in.
+#define ANVIL_FILL_GENERATOR(Name)                   \
+  struct Name {                                      \
+    template <typename T, typename F>                \
+    static void run(const Tensor& out, const F& f) { \
+      Generate<T>(out, f);                           \
+    }                                                \
+  };
+
+// Defines the four rows' kernel slots (core/backend/kernel_slots.h) with generator Gen.
+#define ANVIL_FILL_ROW_SLOTS(Gen)                     \
+  ANVIL_KERNEL_SLOT(Arange, fill_rows::Arange<Gen>)   \
+  ANVIL_KERNEL_SLOT(Uniform, fill_rows::Uniform<Gen>) \
+  ANVIL_KERNEL_SLOT(Normal, fill_rows::Normal<Gen>)   \
+  ANVIL_KERNEL_SLOT(Bernoulli, fill_rows::Bernoulli<Gen>)

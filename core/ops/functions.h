@@ -82,7 +82,7 @@ void manual_seed(uint64_t seed);
 #define ANVIL_API_FnMethodInplace ANVIL_API_FnMethod
 #define ANVIL_API_FnDim(name) Tensor name(const Tensor& x, int64_t dim);
 #define ANVIL_API_Hand(name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_API_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_API_FnMethodInplace

@@ -12,19 +12,20 @@ constexpr bool Yes = true;
 constexpr bool No = false;
 
 constexpr OpInfo kOps[] = {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) \
-  {OpId::Id,                                                                                  \
-   #name,                                                                                     \
-   OpKind::kind,                                                                              \
-   outs,                                                                                      \
-   grad,                                                                                      \
-   static_cast<uint32_t>(saves),                                                              \
-   onnx,                                                                                      \
-   InferFamily::infer,                                                                        \
-   AutocastPolicy::autocast,                                                                  \
-   static_cast<uint8_t>(op_args_index<args>()),                                               \
-   KernelSource::kernel,                                                                      \
-   ApiForm::api},
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx, export_form) \
+  {OpId::Id,                                                                                               \
+   #name,                                                                                                  \
+   OpKind::kind,                                                                                           \
+   outs,                                                                                                   \
+   grad,                                                                                                   \
+   static_cast<uint32_t>(saves),                                                                           \
+   onnx,                                                                                                   \
+   InferFamily::infer,                                                                                     \
+   AutocastPolicy::autocast,                                                                               \
+   static_cast<uint8_t>(op_args_index<args>()),                                                            \
+   KernelSource::kernel,                                                                                   \
+   ApiForm::api,                                                                                           \
+   ExportForm::export_form},
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 };

@@ -8,7 +8,7 @@
 namespace anvil {
 
 enum class OpId : int16_t {
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) Id,
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) Id,
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
   kCount
@@ -73,7 +73,10 @@ enum class AutocastPolicy : int8_t {
 };
 
 // Who writes a row's kernel (NOTE in op_table.def).
-enum class KernelSource : int8_t { Functor, FunctorAll, Dividing, Own };
+enum class KernelSource : int8_t { Functor, FunctorAll, Dividing, Own, NoKernel };
+
+// How a row is exported to ONNX (NOTE in op_table.def).
+enum class ExportForm : int8_t { Node, Hook, NoExport };
 
 // What API is generated from a row (NOTE in op_table.def).
 enum class ApiForm : int8_t { FnMethodInplace, FnMethod, FnDim, Hand };
@@ -94,6 +97,7 @@ struct OpInfo {
   uint8_t args;  // the index in OpArgs (core/ops/attrs.h) of the row's argument struct
   KernelSource kernel;
   ApiForm api;
+  ExportForm export_form;
 };
 
 const OpInfo& op_info(OpId op);

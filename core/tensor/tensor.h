@@ -178,7 +178,7 @@ class Tensor {
 #define ANVIL_API_FnMethodInplace(name) ANVIL_API_FnMethod(name) Tensor& name##_();
 #define ANVIL_API_FnDim(name) Tensor name(int64_t dim) const;
 #define ANVIL_API_Hand(name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_API_##api(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_API_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_API_FnMethodInplace

@@ -82,7 +82,7 @@ Tensor Unary(const std::string& op, const Tensor& x) {
 #define ANVIL_BIND_FnMethodInplace ANVIL_BIND_FnMethod
 #define ANVIL_BIND_FnDim(name)
 #define ANVIL_BIND_Hand(name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_BIND_##api(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_BIND_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_BIND_FnMethodInplace
@@ -633,7 +633,7 @@ std::map<std::string, Binding> Make() {
 #define ANVIL_BIND_FnMethodInplace ANVIL_BIND_Other
 #define ANVIL_BIND_FnMethod ANVIL_BIND_Other
 #define ANVIL_BIND_Hand ANVIL_BIND_Other
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, onnx) ANVIL_BIND_##api(name)
+#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_BIND_##api(name)
 #include "core/ops/op_table.def"
 #undef ANVIL_OP
 #undef ANVIL_BIND_FnDim

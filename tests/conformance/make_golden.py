@@ -191,7 +191,7 @@ def table_rows():
     """The rows of core/ops/op_table.def as dicts of its columns, so that a row the table
     generates an API for (Api FnMethod*, FnDim) gets its cases here without an edit."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "core", "ops", "op_table.def")
-    cols = ["id", "name", "kind", "infer", "outs", "grad", "saves", "autocast", "args", "kernel", "api", "onnx"]
+    cols = ["id", "name", "kind", "infer", "outs", "grad", "saves", "autocast", "args", "kernel", "api", "onnx", "export"]
     rows = []
     with open(path) as f:
         for line in f:

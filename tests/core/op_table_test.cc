@@ -5,6 +5,12 @@
 // name. Every row whose user-facing name is on a list must carry that list's policy; a row on
 // no list runs as its inputs come, except the rows that are not user-facing ops (fused or
 // gradient kernels), which follow the op they belong to.
+//
+// Export: a Node row maps to one operator of the ONNX operator set (ai.onnx, the names of its
+// Operators.md), taking no arguments, since a Node carries none; a NoExport row names none.
+//
+// Kernels: a NoKernel row is a view, every other row has a kernel on the CPU (its slot is
+// filled by the backend's kernel list).
 #include "core/ops/op_table.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +18,9 @@
 #include <map>
 #include <set>
 #include <string>
+
+#include "core/backend/registry.h"
+#include "core/ops/attrs.h"
 
 namespace anvil {
 namespace {
@@ -152,6 +161,78 @@ TEST(OpTable, GradientAndBackwardRowsDoNotAutocast) {
     if (backward_row) {
       EXPECT_EQ(PolicyName(info.autocast), std::string("NoCast")) << "row " << name;
     }
+  }
+}
+
+// ai.onnx operators (onnx/docs/Operators.md) that the table's Node rows may name.
+const std::set<std::string>& OnnxOperators() {
+  static const std::set<std::string> ops = {"Abs",
+                                            "And",
+                                            "Ceil",
+                                            "Cos",
+                                            "Div",
+                                            "Equal",
+                                            "Erf",
+                                            "Exp",
+                                            "Floor",
+                                            "Greater",
+                                            "GreaterOrEqual",
+                                            "HardSwish",
+                                            "Identity",
+                                            "IsNaN",
+                                            "Less",
+                                            "LessOrEqual",
+                                            "Log",
+                                            "MatMul",
+                                            "Max",
+                                            "Min",
+                                            "Mul",
+                                            "Neg",
+                                            "Not",
+                                            "Or",
+                                            "Pow",
+                                            "Reciprocal",
+                                            "Relu",
+                                            "Round",
+                                            "Sigmoid",
+                                            "Sign",
+                                            "Sin",
+                                            "Sqrt",
+                                            "Tanh",
+                                            "Where",
+                                            "Xor"};
+  return ops;
+}
+
+TEST(OpTable, ExportColumnAgreesWithTheOnnxColumn) {
+  int nodes = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(static_cast<OpId>(i));
+    const std::string name(info.name), onnx(info.onnx);
+    switch (info.export_form) {
+      case ExportForm::Node:
+        ++nodes;
+        EXPECT_TRUE(OnnxOperators().count(onnx))
+            << "row " << name << ": Node needs an ONNX operator, got '" << onnx << "'";
+        EXPECT_EQ(info.args, op_args_index<NoArgs>()) << "row " << name << ": a Node row carries no arguments";
+        break;
+      case ExportForm::Hook:
+        break;
+      case ExportForm::NoExport:
+        EXPECT_EQ(onnx, "") << "row " << name << " is NoExport but names an ONNX operator";
+        break;
+    }
+  }
+  EXPECT_GE(nodes, 30);
+}
+
+TEST(OpTable, EveryRowButTheViewsHasACpuKernel) {
+  Backend& cpu = backend_for(kCPU);
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(static_cast<OpId>(i));
+    const bool view = info.kind == OpKind::View;
+    EXPECT_EQ(info.kernel == KernelSource::NoKernel, view) << "row " << info.name << ": NoKernel is for the views";
+    EXPECT_EQ(cpu.kernel(info.id) != nullptr, !view) << "row " << info.name;
   }
 }
 

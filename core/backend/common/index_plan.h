@@ -51,4 +51,36 @@ inline std::optional<ScatterPlan> PlanScatter(const KernelCall& c, const char* n
   return p;
 }
 
+// index_add over an output that already holds self: out[..idx[j]..] += alpha * src[..j..].
+// The output's window is sized like src with dim's stride 0, the index seen along dim of it
+// (stride 1 there, 0 elsewhere); element j of the output's window plus idx[j] * step bytes is
+// the element written. 0-dim out and src are seen as 1-d. nullopt when src is empty.
+struct IndexAddPlan {
+  Tensor idx;         // int64, flat
+  Tensor src;         // at least 1-d
+  Tensor out_window;  // sized like src
+  Tensor idx_window;  // sized like src
+  int64_t dim = 0;    // wrapped
+  int64_t size = 1;   // out's size along dim: indices must lie in [0, size)
+  int64_t step = 0;   // bytes between consecutive positions of dim in out
+};
+inline std::optional<IndexAddPlan> PlanIndexAdd(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  if (c.inputs[2].numel() == 0) return std::nullopt;
+  IndexAddPlan p;
+  p.idx = AsInt64(c.inputs[1]).reshape({-1}).contiguous();
+  const Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
+  p.src = c.inputs[2].dim() == 0 ? c.inputs[2].reshape({1}) : c.inputs[2];
+  p.dim = wrap_dim(c.attrs.get<IndexArgs>().dim, o.dim(), "index_add");
+  p.size = o.size(p.dim);
+  IntArray st = o.strides();
+  st[p.dim] = 0;
+  p.out_window = RawWindow(o, p.src.sizes(), st, o.storage_offset());
+  IntArray ist(p.src.dim(), 0);
+  ist[p.dim] = 1;
+  p.idx_window = RawWindow(p.idx, p.src.sizes(), ist, p.idx.storage_offset());
+  p.step = o.stride(p.dim) * o.element_size();
+  return p;
+}
+
 }  // namespace anvil::backend

@@ -433,10 +433,8 @@ void Conv2dWeightGradKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterConvKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Conv2d)] = &Conv2dKernel;
-  t[static_cast<int>(OpId::Conv2dInputGrad)] = &Conv2dInputGradKernel;
-  t[static_cast<int>(OpId::Conv2dWeightGrad)] = &Conv2dWeightGradKernel;
-}
+ANVIL_KERNEL_SLOT(Conv2d, Conv2dKernel)
+ANVIL_KERNEL_SLOT(Conv2dInputGrad, Conv2dInputGradKernel)
+ANVIL_KERNEL_SLOT(Conv2dWeightGrad, Conv2dWeightGradKernel)
 
 }  // namespace anvil::cpu

@@ -1,5 +1,6 @@
 // CPU kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
 // shared functors in core/ops/functors.h.
+#include "core/backend/common/cast_dispatch.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
 #include "core/backend/elementwise_kernels.h"
@@ -98,22 +99,16 @@ void WhereKernel(const KernelCall& c) {
 // Also the copy_ kernel: writes input (broadcast to the output's shape) converted to the
 // output's dtype, into any output layout.
 void CastKernel(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& out = c.outputs[0];
-  ANVIL_DISPATCH_ALL(x.dtype(), "to", [&] {
-    using In = scalar_t;
-    ANVIL_DISPATCH_ALL(out.dtype(), "to", [&] {
-      using Out = scalar_t;
-      ElementwiseKernel<Out, In, 1>(out, {&x}, [](In v) {
-        if constexpr (std::is_same_v<Out, bool>)
-          return static_cast<float>(v) != 0.0f;
-        else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
-          return Out(static_cast<float>(v));
-        else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>)
-          return Out(static_cast<float>(v));
-        else
-          return static_cast<Out>(v);
-      });
+  backend::DispatchCast(c, [&]<typename In, typename Out>() {
+    ElementwiseKernel<Out, In, 1>(c.outputs[0], {&c.inputs[0]}, [](In v) {
+      if constexpr (std::is_same_v<Out, bool>)
+        return static_cast<float>(v) != 0.0f;
+      else if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
+        return Out(static_cast<float>(v));
+      else if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>)
+        return Out(static_cast<float>(v));
+      else
+        return static_cast<Out>(v);
     });
   });
 }
@@ -127,8 +122,11 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
   CastKernel(KernelCall{OpId::Cast, {src}, outs, OpAttrs{}});
 }
 
-void RegisterElementwiseKernels(KernelTable& t) {
-  elementwise_kernels::Register<CpuLoops>(t, {&WhereKernel, &CastKernel, &CloneKernel});
-}
+#define ANVIL_ELEMENTWISE_SLOT(Id) ANVIL_KERNEL_SLOT(Id, elementwise_kernels::Id<CpuLoops>)
+#include "core/backend/elementwise_slot_rows.def"
+#undef ANVIL_ELEMENTWISE_SLOT
+ANVIL_KERNEL_SLOT(Where, WhereKernel)
+ANVIL_KERNEL_SLOT(Cast, CastKernel)
+ANVIL_KERNEL_SLOT(Clone, CloneKernel)
 
 }  // namespace anvil::cpu

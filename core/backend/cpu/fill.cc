@@ -41,18 +41,11 @@ void FillKernel(const KernelCall& c) {
 }
 
 // Element i of out = f(i), for the shared fill rows (core/backend/fill_rows.h).
-struct CpuGenerate {
-  template <typename T, typename F>
-  static void run(const Tensor& out, const F& f) {
-    Generate<T>(out, f);
-  }
-};
+ANVIL_FILL_GENERATOR(CpuGenerate)
 
 }  // namespace
 
-void RegisterFillKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Fill)] = &FillKernel;
-  fill_rows::Register<CpuGenerate>(t);
-}
+ANVIL_KERNEL_SLOT(Fill, FillKernel)
+ANVIL_FILL_ROW_SLOTS(CpuGenerate)
 
 }  // namespace anvil::cpu

@@ -38,9 +38,7 @@ void Col2ImKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterIm2ColKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Im2Col)] = &Im2ColKernel;
-  t[static_cast<int>(OpId::Col2Im)] = &Col2ImKernel;
-}
+ANVIL_KERNEL_SLOT(Im2Col, Im2ColKernel)
+ANVIL_KERNEL_SLOT(Col2Im, Col2ImKernel)
 
 }  // namespace anvil::cpu

@@ -184,32 +184,18 @@ void IndexSelectKernel(const KernelCall& c) {
 }
 
 void IndexAddKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]).reshape({-1}).contiguous();
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (src.numel() == 0) return;
-  Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
-  Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
-  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, o.dim(), "index_add");
-  const int64_t size = o.size(d);
-  IntArray st = o.strides();
-  st[d] = 0;
-  Tensor outr = RawWindow(o, s.sizes(), st, o.storage_offset());
-  IntArray ist(s.dim(), 0);
-  ist[d] = 1;
-  Tensor ir = RawWindow(idx, s.sizes(), ist, idx.storage_offset());
-  const int64_t step = o.stride(d) * o.element_size();
+  InitFromSelf(c.inputs[0], c.outputs[0]);
+  const auto plan = backend::PlanIndexAdd(c);
+  if (!plan) return;
   const double alpha = c.attrs.get<IndexArgs>().alpha;
-  ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "index_add", [&] {
     using M = opmath_t<scalar_t>;
     StridedLoop<3> loop;
-    loop.Build({&outr, &s, &ir});
+    loop.Build({&plan->out_window, &plan->src, &plan->idx_window});
     loop.Run(0, loop.numel(), [&](char** p, const int64_t* sd, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * sd[2]), size, d);
-        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * sd[0] + i * step);
+        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * sd[2]), plan->size, plan->dim);
+        auto* dst = reinterpret_cast<scalar_t*>(p[0] + j * sd[0] + i * plan->step);
         *dst = scalar_t(M(*dst) + M(alpha) * M(*reinterpret_cast<const scalar_t*>(p[1] + j * sd[1])));
       }
     });
@@ -359,12 +345,10 @@ void SortKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterIndexKernels(KernelTable& t) {
-#define ANVIL_INDEX_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#define ANVIL_INDEX_ROW(row, ...) ANVIL_KERNEL_SLOT(row, __VA_ARGS__)
 #include "core/backend/index_rows.def"
 #undef ANVIL_INDEX_ROW
-  t[static_cast<int>(OpId::Nonzero)] = &NonzeroKernel;
-  t[static_cast<int>(OpId::Sort)] = &SortKernel;
-}
+ANVIL_KERNEL_SLOT(Nonzero, NonzeroKernel)
+ANVIL_KERNEL_SLOT(Sort, SortKernel)
 
 }  // namespace anvil::cpu

@@ -78,9 +78,7 @@ void NllLossBackwardKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterLossKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::NllLoss)] = &NllLossKernel;
-  t[static_cast<int>(OpId::NllLossBackward)] = &NllLossBackwardKernel;
-}
+ANVIL_KERNEL_SLOT(NllLoss, NllLossKernel)
+ANVIL_KERNEL_SLOT(NllLossBackward, NllLossBackwardKernel)
 
 }  // namespace anvil::cpu

@@ -369,10 +369,8 @@ void LogCumSumExpKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterReduceKernels(KernelTable& t) {
-#define ANVIL_REDUCE_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#define ANVIL_REDUCE_ROW(row, ...) ANVIL_KERNEL_SLOT(row, __VA_ARGS__)
 #include "core/backend/reduce_rows.def"
 #undef ANVIL_REDUCE_ROW
-}
 
 }  // namespace anvil::cpu

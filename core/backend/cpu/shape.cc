@@ -201,13 +201,11 @@ void StridedScatterAddKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterShapeKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Cat)] = &CatKernel;
-  t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
-  t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
-  t[static_cast<int>(OpId::SoftmaxBackward)] = &SoftmaxBackwardKernel<false>;
-  t[static_cast<int>(OpId::LogSoftmaxBackward)] = &SoftmaxBackwardKernel<true>;
-  t[static_cast<int>(OpId::StridedScatterAdd)] = &StridedScatterAddKernel;
-}
+ANVIL_KERNEL_SLOT(Cat, CatKernel)
+ANVIL_KERNEL_SLOT(Softmax, SoftmaxKernel<false>)
+ANVIL_KERNEL_SLOT(LogSoftmax, SoftmaxKernel<true>)
+ANVIL_KERNEL_SLOT(SoftmaxBackward, SoftmaxBackwardKernel<false>)
+ANVIL_KERNEL_SLOT(LogSoftmaxBackward, SoftmaxBackwardKernel<true>)
+ANVIL_KERNEL_SLOT(StridedScatterAdd, StridedScatterAddKernel)
 
 }  // namespace anvil::cpu

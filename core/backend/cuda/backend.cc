@@ -61,21 +61,6 @@ class CudaAllocator final : public Allocator {
   CachingAllocator cache_;
 };
 
-KernelTable MakeKernelTable() {
-  KernelTable t{};
-  RegisterElementwiseKernels(t);
-  RegisterFillKernels(t);
-  RegisterReduceKernels(t);
-  RegisterLinalgKernels(t);
-  RegisterSoftmaxKernels(t);
-  RegisterIndexKernels(t);
-  RegisterShapeKernels(t);
-  RegisterConvKernels(t);
-  RegisterOptimizerStepKernels(t);
-  RegisterLossKernels(t);
-  return t;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend() { kernels_ = kernel_table(); }

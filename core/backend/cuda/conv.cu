@@ -288,12 +288,10 @@ struct WeightGrad {
 
 }  // namespace
 
-void RegisterConvKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Im2Col)] = &Im2ColRowKernel;
-  t[static_cast<int>(OpId::Col2Im)] = &Col2ImRowKernel;
-  t[static_cast<int>(OpId::Conv2d)] = &ByDtype<Forward>;
-  t[static_cast<int>(OpId::Conv2dInputGrad)] = &ByDtype<InputGrad>;
-  t[static_cast<int>(OpId::Conv2dWeightGrad)] = &ByDtype<WeightGrad>;
-}
+ANVIL_KERNEL_SLOT(Im2Col, Im2ColRowKernel)
+ANVIL_KERNEL_SLOT(Col2Im, Col2ImRowKernel)
+ANVIL_KERNEL_SLOT(Conv2d, ByDtype<Forward>)
+ANVIL_KERNEL_SLOT(Conv2dInputGrad, ByDtype<InputGrad>)
+ANVIL_KERNEL_SLOT(Conv2dWeightGrad, ByDtype<WeightGrad>)
 
 }  // namespace anvil::cuda

@@ -1,5 +1,6 @@
 // CUDA kernels for the element-wise rows (unary, binary, where, cast/clone), built from the
 // same functors as the CPU kernels (core/ops/elementwise_rows.def, core/ops/functors.h).
+#include "core/backend/common/cast_dispatch.h"
 #include "core/backend/cuda/kernels.h"
 #include "core/backend/cuda/loops.cuh"
 #include "core/backend/elementwise_kernels.h"
@@ -105,14 +106,8 @@ void WhereKernel(const KernelCall& c) {
 // Also the copy_ kernel: the input broadcast to the output's shape, converted to its dtype,
 // into any output layout.
 void CastKernel(const KernelCall& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& out = c.outputs[0];
-  ANVIL_DISPATCH_ALL(x.dtype(), "to", [&] {
-    using In = scalar_t;
-    ANVIL_DISPATCH_ALL(out.dtype(), "to", [&] {
-      using Out = scalar_t;
-      LaunchElementwise<2>({&out, &x}, CastBody<Out, In>{});
-    });
+  backend::DispatchCast(c, [&]<typename In, typename Out>() {
+    LaunchElementwise<2>({&c.outputs[0], &c.inputs[0]}, CastBody<Out, In>{});
   });
 }
 
@@ -120,8 +115,11 @@ void CloneKernel(const KernelCall& c) { CastKernel(c); }
 
 }  // namespace
 
-void RegisterElementwiseKernels(KernelTable& t) {
-  elementwise_kernels::Register<CudaLoops>(t, {&WhereKernel, &CastKernel, &CloneKernel});
-}
+#define ANVIL_ELEMENTWISE_SLOT(Id) ANVIL_KERNEL_SLOT(Id, elementwise_kernels::Id<CudaLoops>)
+#include "core/backend/elementwise_slot_rows.def"
+#undef ANVIL_ELEMENTWISE_SLOT
+ANVIL_KERNEL_SLOT(Where, WhereKernel)
+ANVIL_KERNEL_SLOT(Cast, CastKernel)
+ANVIL_KERNEL_SLOT(Clone, CloneKernel)
 
 }  // namespace anvil::cuda

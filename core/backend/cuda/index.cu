@@ -23,9 +23,6 @@
 
 namespace anvil::cuda {
 
-// sort.cu: nonzero and sort, registered with the other index rows.
-void RegisterSortKernels(KernelTable& t);
-
 namespace {
 
 std::atomic<bool> g_deterministic{true};
@@ -410,26 +407,14 @@ void IndexSelectKernel(const KernelCall& c) {
 
 // out = self; out.index_add_(d, idx, src, alpha): out[..idx[j]..] += alpha * src[..j..].
 void IndexAddKernel(const KernelCall& c) {
-  const Tensor& self = c.inputs[0];
-  const Tensor idx = AsInt64(c.inputs[1]).reshape({-1}).contiguous();
-  const Tensor& src = c.inputs[2];
-  const Tensor& out = c.outputs[0];
-  InitFromSelf(self, out);
-  if (src.numel() == 0) return;
-  const Tensor o = out.dim() == 0 ? RawWindow(out, {1}, {1}, out.storage_offset()) : out;
-  const Tensor s = src.dim() == 0 ? src.reshape({1}) : src;
-  const int64_t d = wrap_dim(c.attrs.get<IndexArgs>().dim, o.dim(), "index_add");
-  const int64_t size = o.size(d);
-  CheckIndices({{idx, size, d, false}});
-  IntArray st = o.strides();
-  st[d] = 0;
-  const Tensor outr = RawWindow(o, s.sizes(), st, o.storage_offset());
-  IntArray ist(s.dim(), 0);
-  ist[d] = 1;
-  const Tensor ir = RawWindow(idx, s.sizes(), ist, idx.storage_offset());
-  const Locate<1> loc{{size}, {o.stride(d) * o.element_size()}};
-  ANVIL_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
-    Write<scalar_t, Combine::kAddScaled, 1>({&s, &outr, &ir}, loc, out, c.attrs.get<IndexArgs>().alpha);
+  InitFromSelf(c.inputs[0], c.outputs[0]);
+  const auto plan = backend::PlanIndexAdd(c);
+  if (!plan) return;
+  CheckIndices({{plan->idx, plan->size, plan->dim, false}});
+  const Locate<1> loc{{plan->size}, {plan->step}};
+  ANVIL_DISPATCH_NUMERIC(c.inputs[0].dtype(), "index_add", [&] {
+    Write<scalar_t, Combine::kAddScaled, 1>({&plan->src, &plan->out_window, &plan->idx_window}, loc, c.outputs[0],
+                                            c.attrs.get<IndexArgs>().alpha);
   });
 }
 
@@ -509,11 +494,8 @@ void IndexPutKernel(const KernelCall& c) {
 void set_deterministic_index_accumulate(bool deterministic) { g_deterministic.store(deterministic); }
 bool deterministic_index_accumulate() { return g_deterministic.load(); }
 
-void RegisterIndexKernels(KernelTable& t) {
-#define ANVIL_INDEX_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#define ANVIL_INDEX_ROW(row, ...) ANVIL_KERNEL_SLOT(row, __VA_ARGS__)
 #include "core/backend/index_rows.def"
 #undef ANVIL_INDEX_ROW
-  RegisterSortKernels(t);
-}
 
 }  // namespace anvil::cuda

@@ -76,10 +76,8 @@ void LinearKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterLinalgKernels(KernelTable& t) {
-#define ANVIL_LINALG_ROW(row, ...) t[static_cast<int>(OpId::row)] = &__VA_ARGS__;
+#define ANVIL_LINALG_ROW(row, ...) ANVIL_KERNEL_SLOT(row, __VA_ARGS__)
 #include "core/backend/linalg_rows.def"
 #undef ANVIL_LINALG_ROW
-}
 
 }  // namespace anvil::cuda

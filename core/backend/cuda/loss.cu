@@ -102,9 +102,7 @@ void NllLossBackward(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterLossKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::NllLoss)] = &NllLoss;
-  t[static_cast<int>(OpId::NllLossBackward)] = &NllLossBackward;
-}
+ANVIL_KERNEL_SLOT(NllLoss, NllLoss)
+ANVIL_KERNEL_SLOT(NllLossBackward, NllLossBackward)
 
 }  // namespace anvil::cuda

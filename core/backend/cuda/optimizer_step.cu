@@ -65,9 +65,7 @@ void AdamKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? Adam<do
 
 }  // namespace
 
-void RegisterOptimizerStepKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::SgdStep)] = &SgdKernel;
-  t[static_cast<int>(OpId::AdamStep)] = &AdamKernel;
-}
+ANVIL_KERNEL_SLOT(SgdStep, SgdKernel)
+ANVIL_KERNEL_SLOT(AdamStep, AdamKernel)
 
 }  // namespace anvil::cuda

@@ -146,9 +146,7 @@ void StridedScatterAddKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterShapeKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Cat)] = &CatKernel;
-  t[static_cast<int>(OpId::StridedScatterAdd)] = &StridedScatterAddKernel;
-}
+ANVIL_KERNEL_SLOT(Cat, CatKernel)
+ANVIL_KERNEL_SLOT(StridedScatterAdd, StridedScatterAddKernel)
 
 }  // namespace anvil::cuda

@@ -241,11 +241,9 @@ void SoftmaxBackwardKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterSoftmaxKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Softmax)] = &SoftmaxKernel<false>;
-  t[static_cast<int>(OpId::LogSoftmax)] = &SoftmaxKernel<true>;
-  t[static_cast<int>(OpId::SoftmaxBackward)] = &SoftmaxBackwardKernel<false>;
-  t[static_cast<int>(OpId::LogSoftmaxBackward)] = &SoftmaxBackwardKernel<true>;
-}
+ANVIL_KERNEL_SLOT(Softmax, SoftmaxKernel<false>)
+ANVIL_KERNEL_SLOT(LogSoftmax, SoftmaxKernel<true>)
+ANVIL_KERNEL_SLOT(SoftmaxBackward, SoftmaxBackwardKernel<false>)
+ANVIL_KERNEL_SLOT(LogSoftmaxBackward, SoftmaxBackwardKernel<true>)
 
 }  // namespace anvil::cuda

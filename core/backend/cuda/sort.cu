@@ -210,9 +210,7 @@ void NonzeroKernel(const KernelCall& c) {
 
 }  // namespace
 
-void RegisterSortKernels(KernelTable& t) {
-  t[static_cast<int>(OpId::Nonzero)] = &NonzeroKernel;
-  t[static_cast<int>(OpId::Sort)] = &SortKernel;
-}
+ANVIL_KERNEL_SLOT(Nonzero, NonzeroKernel)
+ANVIL_KERNEL_SLOT(Sort, SortKernel)
 
 }  // namespace anvil::cuda
