@@ -170,10 +170,10 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   if (metrics_ != nullptr) {
     metrics::Histogram& rows = metrics_->predict_batch_rows.with({row.name});
     metrics::Histogram& queued = metrics_->predict_queue.with({row.name});
-    observer.on_batch = [&rows](int64_t n) { rows.observe(static_cast<double>(n)); };
-    observer.on_queued = [&queued](double s) { queued.observe(s); };
+    observer.on_batch = [&rows](int64_t n) { rows.Observe(static_cast<double>(n)); };
+    observer.on_queued = [&queued](double s) { queued.Observe(s); };
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
-    observer.on_depth = [&depth](int64_t n) { depth.set(static_cast<double>(n)); };
+    observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
   }
   if (device_ != kCPU) worker_->run(workers::PlaceModule{m->loaded.built.module});
   m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
@@ -186,7 +186,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
   std::shared_ptr<ServedModel> result = it->second;  // a concurrent loader may have won: use its copy
   EvictLocked();
-  if (metrics_ != nullptr) metrics_->models_loaded.with().set(static_cast<double>(loaded_.size()));
+  if (metrics_ != nullptr) metrics_->models_loaded.with().Set(static_cast<double>(loaded_.size()));
   int64_t& latest = latest_[row.name];
   if (store_.get_model(row.name, 0)->version == row.version) latest = row.version;
   return result;

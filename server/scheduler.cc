@@ -86,7 +86,7 @@ Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, Sch
       for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded, JobState::kFailed,
                          JobState::kCancelled, JobState::kInterrupted}) {
         const auto it = counts.find(s);
-        metrics_->jobs.with({std::string(job_state_name(s))}).set(it == counts.end() ? 0.0 : double(it->second));
+        metrics_->jobs.with({std::string(job_state_name(s))}).Set(it == counts.end() ? 0.0 : double(it->second));
       }
     });
   }
@@ -273,19 +273,19 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
       m.device_busy(row.device, true);
       break;
     case WorkerEvent::Kind::kStep:
-      m.job_loss.with({row.id, row.name, "train"}).set(e.step_metrics.loss);
-      m.job_grad_norm.with(job).set(e.step_metrics.grad_norm);
-      m.job_learning_rate.with(job).set(e.step_metrics.lr);
-      m.job_step.with(job).set(static_cast<double>(e.step));
-      m.job_samples_per_second.with(job).set(e.step_metrics.samples_per_second);
-      m.job_data_wait_ratio.with(job).set(e.step_metrics.data_wait_ratio);
-      m.job_step_seconds.with(job).observe(e.step_metrics.step_seconds);
+      m.job_loss.with({row.id, row.name, "train"}).Set(e.step_metrics.loss);
+      m.job_grad_norm.with(job).Set(e.step_metrics.grad_norm);
+      m.job_learning_rate.with(job).Set(e.step_metrics.lr);
+      m.job_step.with(job).Set(static_cast<double>(e.step));
+      m.job_samples_per_second.with(job).Set(e.step_metrics.samples_per_second);
+      m.job_data_wait_ratio.with(job).Set(e.step_metrics.data_wait_ratio);
+      m.job_step_seconds.with(job).Observe(e.step_metrics.step_seconds);
       break;
     case WorkerEvent::Kind::kEpoch:
-      m.job_epoch.with(job).set(static_cast<double>(row.epoch));
-      m.job_loss.with({row.id, row.name, "train"}).set(e.epoch_metrics.train_loss);
-      if (e.epoch_metrics.val_loss) m.job_loss.with({row.id, row.name, "val"}).set(*e.epoch_metrics.val_loss);
-      if (e.epoch_metrics.val_accuracy) m.job_val_accuracy.with(job).set(*e.epoch_metrics.val_accuracy);
+      m.job_epoch.with(job).Set(static_cast<double>(row.epoch));
+      m.job_loss.with({row.id, row.name, "train"}).Set(e.epoch_metrics.train_loss);
+      if (e.epoch_metrics.val_loss) m.job_loss.with({row.id, row.name, "val"}).Set(*e.epoch_metrics.val_loss);
+      if (e.epoch_metrics.val_accuracy) m.job_val_accuracy.with(job).Set(*e.epoch_metrics.val_accuracy);
       break;
     case WorkerEvent::Kind::kCheckpoint:
       break;
@@ -295,7 +295,7 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
     case WorkerEvent::Kind::kInterrupted: {
       std::string outcome(job_state_name(row.state));
       for (char& c : outcome) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      m.jobs_finished.with({outcome}).inc();
+      m.jobs_finished.with({outcome}).Increment();
       m.device_busy(row.device, false);
       m.job_ended(row.id);
       break;

@@ -82,13 +82,13 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       // Per-model series only for registered names: an unknown name must not mint new series.
       const std::string model = s_.registry->knows(req.model()) ? req.model() : "(unknown)";
       metrics::Gauge& in_flight = s_.metrics->predict_in_flight.with({model});
-      in_flight.inc();
+      in_flight.Increment();
       const auto t0 = std::chrono::steady_clock::now();
       st = PredictImpl(ctx, req, resp);
-      in_flight.dec();
-      s_.metrics->predict_latency.with({model}).observe(
+      in_flight.Decrement();
+      s_.metrics->predict_latency.with({model}).Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).inc();
+      s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).Increment();
     }
     if (!st.ok()) return st;
     bool own = false;

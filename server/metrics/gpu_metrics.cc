@@ -110,18 +110,18 @@ GpuMetrics::GpuMetrics(std::shared_ptr<Nvml> nvml, Registry& registry) : nvml_(s
   for (size_t i = 0; i < nvml_->devices.size(); ++i) {
     char name[96] = {0};
     if (nvml_->name(nvml_->devices[i], name, sizeof(name) - 1) == kNvmlSuccess)
-      info.with({std::to_string(i), name}).set(1);
+      info.with({std::to_string(i), name}).Set(1);
   }
   registry.add_collector([nvml = nvml_, &utilization, &used, &total] {
     for (size_t i = 0; i < nvml->devices.size(); ++i) {
       const std::string gpu = std::to_string(i);
       // A failing read (a GPU fallen off the bus) leaves the last value rather than a false 0.
       NvmlUtilization u{};
-      if (nvml->utilization(nvml->devices[i], &u) == kNvmlSuccess) utilization.with({gpu}).set(u.gpu / 100.0);
+      if (nvml->utilization(nvml->devices[i], &u) == kNvmlSuccess) utilization.with({gpu}).Set(u.gpu / 100.0);
       NvmlMemory m{};
       if (nvml->memory(nvml->devices[i], &m) == kNvmlSuccess) {
-        used.with({gpu}).set(static_cast<double>(m.used));
-        total.with({gpu}).set(static_cast<double>(m.total));
+        used.with({gpu}).Set(static_cast<double>(m.used));
+        total.with({gpu}).Set(static_cast<double>(m.total));
       }
     }
   });

@@ -1,124 +1,112 @@
 #include "server/metrics/http.h"
 
-#include <arpa/inet.h>
-#include <civetweb.h>
-#include <dlfcn.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <httplib.h>
 
-#include <atomic>
 #include <chrono>
-#include <cstddef>
-#include <thread>
+#include <exception>
 
 #include "core/util/error.h"
-
-// NOTE [ civetweb's thread stacks ]
-// Debian's civetweb is built with a fixed 100 KiB stack per thread (USE_STACK_SIZE), and a
-// thread's static TLS is carved out of its stack. With the CUDA runtime linked in (its TLS
-// block is page-aligned) there was too little left: requests crashed inside civetweb's own
-// code before reaching ours, and a library with a large TLS made mg_start fail outright.
-// This definition interposes on the C library's for the whole process (the executable's
-// symbol wins over libc's for every shared library): requests for stacks under 1 MiB get
-// 1 MiB. Nothing else in the process asks for such small stacks.
-extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
-  using Fn = int (*)(pthread_attr_t*, size_t);
-  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
-  constexpr size_t kMinStack = size_t{1} << 20;
-  return real(attr, size < kMinStack ? kMinStack : size);
-}
 
 namespace anvil::server::metrics {
 namespace {
 
-// A HEAD request gets the headers only.
-void Send(mg_connection* conn, int code, const char* reason, const std::string& type, const std::string& body,
-          bool head = false, const char* extra_headers = "") {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-            "%sConnection: close\r\n\r\n",
-            code, reason, type.c_str(), body.size(), extra_headers);
-  if (!head) mg_write(conn, body.data(), body.size());
+// Threads enough that idle or half-open connections cannot take them all (each holds one
+// until its request arrives or the read times out).
+constexpr int kThreads = 16;
+constexpr time_t kTimeoutSeconds = 5;
+// No request this endpoint serves has a body: a larger one is refused unread.
+constexpr size_t kMaxRequestBytes = 64 * 1024;
+
+void Reply(httplib::Response& res, int status, const std::string& type, const std::string& body) {
+  res.status = status;
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(body, type);
 }
 
 }  // namespace
 
-// Every request comes here (one handler on "/"), and unknown paths get a 404 written here:
-// civetweb's own error page path crashed in Debian's build (mg_send_http_error, SIGSEGV).
-int HttpEndpoint::Dispatch(mg_connection* conn, void* data) {
-  auto* self = static_cast<HttpEndpoint*>(data);
-  const mg_request_info* info = mg_get_request_info(conn);
-  const std::string path = info != nullptr && info->local_uri != nullptr ? info->local_uri : "";
-  const std::string method = info != nullptr && info->request_method != nullptr ? info->request_method : "";
-  if (method != "GET" && method != "HEAD") {
-    Send(conn, 405, "Method Not Allowed", "text/plain; charset=utf-8", "only GET and HEAD are served\n", false,
-         "Allow: GET, HEAD\r\n");
-    return 405;
+HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address)
+    : registry_(registry), server_(std::make_unique<httplib::Server>()) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  std::string host;
+  if (colon != std::string::npos && colon + 1 < address.size()) {
+    host = address.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    try {
+      size_t used = 0;
+      port = std::stoi(address.substr(colon + 1), &used);
+      if (used != address.size() - colon - 1 || port < 0 || port > 65535) port = -1;
+    } catch (const std::exception&) {
+      port = -1;
+    }
   }
-  const bool head = method == "HEAD";
-  if (path == "/metrics") {
-    Send(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", self->registry_.render(), head);
-    return 200;
-  }
-  const auto page = self->pages_.find(path);
-  if (page != self->pages_.end()) {
-    const auto [type, body] = (*page->second)();
-    Send(conn, 200, "OK", type, body, head);
-    return 200;
-  }
-  Send(conn, 404, "Not Found", "text/plain; charset=utf-8", "not found: try /metrics or /\n", head);
-  return 404;
+  ANVIL_CHECK(port >= 0 && !host.empty(), "metrics: cannot listen on ", address, " (expected host:port)");
+
+  server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  server_->set_read_timeout(kTimeoutSeconds, 0);
+  server_->set_write_timeout(kTimeoutSeconds, 0);
+  server_->set_keep_alive_timeout(kTimeoutSeconds);
+  server_->set_payload_max_length(kMaxRequestBytes);
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, "text/plain; version=0.0.4; charset=utf-8", registry_.render());
+  });
+  server_->Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<const Page> page;
+    {
+      std::lock_guard<std::mutex> lock(pages_mu_);
+      const auto it = pages_.find(req.path);
+      if (it != pages_.end()) page = it->second;
+    }
+    if (page == nullptr) {
+      Reply(res, 404, "text/plain; charset=utf-8", "not found: try /metrics or /\n");
+      return;
+    }
+    const auto [type, body] = (*page)();
+    Reply(res, 200, type, body);
+  });
+  const httplib::Server::Handler not_allowed = [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 405, "text/plain; charset=utf-8", "only GET and HEAD are served\n");
+    res.set_header("Allow", "GET, HEAD");
+  };
+  server_->Post(".*", not_allowed);
+  server_->Put(".*", not_allowed);
+  server_->Patch(".*", not_allowed);
+  server_->Delete(".*", not_allowed);
+  server_->Options(".*", not_allowed);
+  // A page that throws is the server's fault, said as such; the endpoint keeps serving.
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    Reply(res, 500, "text/plain; charset=utf-8", "internal error: " + what + "\n");
+  });
+
+  port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  ANVIL_CHECK(port_ > 0, "metrics: cannot listen on ", address, " (in use, or not an address of this machine)");
+  listener_ = std::thread([this] {
+    server_->listen_after_bind();
+    listening_done_ = true;
+  });
 }
 
 void HttpEndpoint::add_page(const std::string& path, Page page) {
-  pages_[path] = std::make_unique<Page>(std::move(page));
-}
-
-HttpEndpoint::HttpEndpoint(Registry& registry, const std::string& address) : registry_(registry) {
-  // civetweb takes "host:port"; "127.0.0.1:0" lets the system choose the port.
-  // Threads enough that idle or half-open connections cannot take them all (each holds one
-  // until its request arrives), and a request timeout that drops such connections.
-  const char* options[] = {"listening_ports",    address.c_str(), "num_threads", "16",
-                           "request_timeout_ms", "5000",          nullptr};
-  // Zeroed callbacks with room to spare: the library may know more callbacks than its header.
-  static_assert(sizeof(mg_callbacks) <= 1024);
-  alignas(alignof(std::max_align_t)) static const unsigned char kNoCallbacks[1024] = {};
-  mg_init_data init{reinterpret_cast<const mg_callbacks*>(kNoCallbacks), this, options};
-  unsigned code = 0;
-  char text[256] = {0};
-  mg_error_data error{&code, text, sizeof(text)};
-  ctx_ = mg_start2(&init, &error);
-  ANVIL_CHECK(ctx_ != nullptr, "metrics: cannot listen on ", address, " (",
-              text[0] != '\0' ? text : "in use, or not host:port", ")");
-  mg_set_request_handler(ctx_, "/", Dispatch, this);
-  mg_server_port ports[1];
-  if (mg_get_server_ports(ctx_, 1, ports) == 1) port_ = ports[0].port;
+  std::lock_guard<std::mutex> lock(pages_mu_);
+  pages_[path] = std::make_shared<const Page>(std::move(page));
 }
 
 HttpEndpoint::~HttpEndpoint() {
-  if (ctx_ == nullptr) return;
-  // civetweb's listener sees the stop flag only when its poll (2 s timeout) returns: stop on
-  // another thread and wake the poll with connections until the stop is done (10 ms, not 2 s).
-  std::atomic<bool> done{false};
-  std::thread stopper([&] {
-    mg_stop(ctx_);
-    done = true;
-  });
-  while (!done.load()) {
-    if (port_ > 0) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(port_));
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-      ::close(fd);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // stop() acts only on a server that is already listening: repeat it until the listener is
+  // out, so a destructor right after the constructor cannot miss it.
+  while (!listening_done_.load()) {
+    server_->stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  stopper.join();
+  listener_.join();
 }
 
 }  // namespace anvil::server::metrics

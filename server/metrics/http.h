@@ -1,16 +1,21 @@
-// The metrics address: an HTTP server (civetweb) serving `/metrics` in the Prometheus text
-// format from a Registry, and any pages added (the status page).
+// The metrics address: an HTTP server (cpp-httplib, Debian's libcpp-httplib-dev) serving
+// `/metrics` in the Prometheus text format from a Registry, and any pages added (the status
+// page). GET and HEAD only; any other method is 405 with `Allow: GET, HEAD`.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "server/metrics/registry.h"
 
-struct mg_context;
-struct mg_connection;
+namespace httplib {
+class Server;
+}
 
 namespace anvil::server::metrics {
 
@@ -25,16 +30,17 @@ class HttpEndpoint {
   int port() const { return port_; }
   Registry& registry() { return registry_; }
 
-  // Serves GET `path` (exactly) with what `page` returns: {content type, body}. Add pages
-  // right after construction, before clients know the address.
+  // Serves GET `path` (exactly) with what `page` returns: {content type, body}.
   using Page = std::function<std::pair<std::string, std::string>()>;
   void add_page(const std::string& path, Page page);
 
  private:
-  static int Dispatch(mg_connection* conn, void* data);
   Registry& registry_;
-  std::map<std::string, std::unique_ptr<Page>> pages_;
-  mg_context* ctx_ = nullptr;
+  std::mutex pages_mu_;
+  std::map<std::string, std::shared_ptr<const Page>> pages_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
+  std::atomic<bool> listening_done_{false};
   int port_ = 0;
 };
 

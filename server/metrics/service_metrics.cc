@@ -30,11 +30,11 @@ void CollectProcess(Counter& cpu, Gauge& rss) {
       if (i == 14) utime = std::stod(f);
       if (i == 15) stime = std::stod(f);
     }
-    cpu.set_total((utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)));
+    advance_to(cpu, (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)));
   }
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;
-  if (statm >> pages >> resident) rss.set(static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+  if (statm >> pages >> resident) rss.Set(static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)));
 }
 
 }  // namespace
@@ -95,16 +95,16 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {
-  r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({ANVIL_VERSION_STRING}).set(1);
+  r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({ANVIL_VERSION_STRING}).Set(1);
   const CpuKernelInfo cpu = cpu_kernel_info();
   r.gauge("anvil_cpu_info",
           "The CPU and the kernels the engine runs on it (ISA level, float32 GEMM, intra-op threads); the value is 1.",
           {"model", "isa", "detected_isa", "gemm", "threads", "features"})
       .with({cpu.model, cpu.isa, cpu.detected_isa, cpu.gemm, std::to_string(cpu.threads), cpu.features})
-      .set(1);
+      .Set(1);
   r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.")
       .with()
-      .set(static_cast<double>(unix_millis()) / 1000.0);
+      .Set(static_cast<double>(unix_millis()) / 1000.0);
   r.add_collector([this] { Collect(); });
 }
 
@@ -129,31 +129,31 @@ void ServiceMetrics::device_busy(const std::string& device, bool busy) {
     const double dt = std::chrono::duration<double>(now - b.since).count();
     b.seconds += dt;
     b.busy = false;
-    device_busy_seconds.with({device}).inc(dt);
+    device_busy_seconds.with({device}).Increment(dt);
   }
 }
 
 void ServiceMetrics::Collect() {
   CollectProcess(process_cpu, process_rss);
   const AllocatorStats cpu = cpu_allocator()->stats();
-  allocator_allocated.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes));
-  allocator_reserved.with({"cpu"}).set(static_cast<double>(cpu.allocated_bytes + cpu.cached_bytes));
+  allocator_allocated.with({"cpu"}).Set(static_cast<double>(cpu.allocated_bytes));
+  allocator_reserved.with({"cpu"}).Set(static_cast<double>(cpu.allocated_bytes + cpu.cached_bytes));
   // Page-locked host memory for copies to the GPUs (NOTE [ Pinned staging ]), when there are any.
   if (const Allocator* pinned = pinned_memory_allocator()) {
     const AllocatorStats p = pinned->stats();
-    allocator_allocated.with({"cpu-pinned"}).set(static_cast<double>(p.allocated_bytes));
-    allocator_reserved.with({"cpu-pinned"}).set(static_cast<double>(p.allocated_bytes + p.cached_bytes));
+    allocator_allocated.with({"cpu-pinned"}).Set(static_cast<double>(p.allocated_bytes));
+    allocator_reserved.with({"cpu-pinned"}).Set(static_cast<double>(p.allocated_bytes + p.cached_bytes));
   }
   for (int i = 0; i < cuda_device_count(); ++i) {
     const Device d = CUDA(i);
     const AllocatorStats g = backend_for(d).allocator(d)->stats();
-    allocator_allocated.with({d.str()}).set(static_cast<double>(g.allocated_bytes));
-    allocator_reserved.with({d.str()}).set(static_cast<double>(g.allocated_bytes + g.cached_bytes));
-    allocator_active_blocks.with({d.str()}).set(static_cast<double>(g.active_blocks));
-    allocator_largest_free.with({d.str()}).set(static_cast<double>(g.largest_free_block));
-    allocator_fragmentation.with({d.str()}).set(g.fragmentation);
-    allocator_device_mallocs.with({d.str()}).set_total(static_cast<double>(g.num_system_allocs));
-    allocator_ooms.with({d.str()}).set_total(static_cast<double>(g.num_ooms));
+    allocator_allocated.with({d.str()}).Set(static_cast<double>(g.allocated_bytes));
+    allocator_reserved.with({d.str()}).Set(static_cast<double>(g.allocated_bytes + g.cached_bytes));
+    allocator_active_blocks.with({d.str()}).Set(static_cast<double>(g.active_blocks));
+    allocator_largest_free.with({d.str()}).Set(static_cast<double>(g.largest_free_block));
+    allocator_fragmentation.with({d.str()}).Set(g.fragmentation);
+    advance_to(allocator_device_mallocs.with({d.str()}), static_cast<double>(g.num_system_allocs));
+    advance_to(allocator_ooms.with({d.str()}), static_cast<double>(g.num_ooms));
   }
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
@@ -161,7 +161,7 @@ void ServiceMetrics::Collect() {
     // The share of a window of 5-60 s; a new window starts every minute.
     const double total = BusySecondsLocked(b, now);
     const double span = std::chrono::duration<double>(now - b.window_start).count();
-    if (span >= 5) device_busy_ratio.with({device}).set(std::min(1.0, (total - b.window_start_seconds) / span));
+    if (span >= 5) device_busy_ratio.with({device}).Set(std::min(1.0, (total - b.window_start_seconds) / span));
     if (span >= 60) {
       b.window_start = now;
       b.window_start_seconds = total;

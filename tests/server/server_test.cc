@@ -377,8 +377,8 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
                              "anvil_cpu_info"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + family + " ")) << family;
   }
-  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"OK\"} 5"));
-  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"INVALID_ARGUMENT\"} 1"));
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{code=\"OK\",model=\"blobs-mlp\"} 5"));
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{code=\"INVALID_ARGUMENT\",model=\"blobs-mlp\"} 1"));
   EXPECT_THAT(text, HasSubstr("anvil_jobs_finished_total{outcome=\"succeeded\"} 1"));
   EXPECT_THAT(text, HasSubstr("anvil_jobs{state=\"SUCCEEDED\"} 1"));
   EXPECT_THAT(text, HasSubstr("anvil_job_epoch{job="));
@@ -444,11 +444,11 @@ TEST_F(ServerTest, PredictRefusesWhenTheQueueIsFullAndHonoursDeadlinesWhileQueue
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   EXPECT_EQ(serving_->Predict(&ctx, PredictOf("blobs-mlp", randn({1, 2})), &resp).error_code(),
             StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_TRUE(scrape_until("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"DEADLINE_EXCEEDED\"} 1\n"))
+  EXPECT_TRUE(scrape_until("anvil_predict_requests_total{code=\"DEADLINE_EXCEEDED\",model=\"blobs-mlp\"} 1\n"))
       << "the server did not answer the expired request itself";
   const std::string text = HttpGet(port, "/metrics");
   EXPECT_THAT(text, HasSubstr("anvil_predict_batch_rows_count{model=\"blobs-mlp\"} 1\n"));  // no forward ran
-  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{model=\"blobs-mlp\",code=\"UNAVAILABLE\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("anvil_predict_requests_total{code=\"UNAVAILABLE\",model=\"blobs-mlp\"} 1\n"));
   // And the model still serves.
   EXPECT_TRUE(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).ok());
 }

@@ -16,8 +16,8 @@ namespace anvil::cuda {
 
 // cuBLAS is loaded with dlopen on the first GEMM instead of being linked: a process that
 // never multiplies on a GPU never loads it (binaries start on machines without it), and its
-// symbols stay local (RTLD_LOCAL). Loaded first into a process, the linked library broke
-// civetweb's thread creation (mg_start failed) in the server.
+// symbols stay local (RTLD_LOCAL). (Linked, it once broke the metrics server's thread
+// creation, when that server ran on small fixed-size thread stacks.)
 const CublasApi& cublas() {
   static const CublasApi api = [] {
     const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
