@@ -2,23 +2,29 @@
 //
 //   anvil [--server HOST:PORT] [--json] COMMAND ...
 //     submit SPEC.json [--watch] [--dry-run]   jobs [--state S]   job ID   watch ID [--from-step N]
-//     cancel ID   models   model NAME[:VERSION]   predict NAME[:VERSION] --input FILE [--top-k K]
+//     cancel ID   models   model NAME[:VERSION]
+//     predict NAME[:VERSION] --input FILE [--top-k K] [--label-column COLUMN]
 //     export NAME[:VERSION] --format native|safetensors|onnx -o FILE   health
 //
-// Exit codes: 0 success; 1 error; 2 bad usage; 3 the watched job failed or was cancelled;
-// 4 not found; 5 server unavailable; 6 the exported file's SHA-256 does not match.
+// Exit codes: one table, client/exit_codes.h (also in `anvil --help`).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
 #include <thread>
 
+#include "client/exit_codes.h"
 #include "client/input_file.h"
 #include "client/progress.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -32,9 +38,17 @@ using namespace anvil;
 // The bearer token every call carries ("" = none): --token or $ANVIL_TOKEN.
 std::string g_token;
 
+class Failure : public std::runtime_error {
+ public:
+  Failure(int code, const std::string& m) : std::runtime_error(m), code(code) {}
+  int code;
+};
+
 std::string ReadFileOrFail(const std::string& path, const char* flag) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(std::string(flag) + ": cannot read \"" + path + "\"");
+  if (!in) {
+    throw Failure(client::kExitBadInput, std::string(flag) + ": cannot read \"" + path + "\": " + std::strerror(errno));
+  }
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
@@ -69,29 +83,12 @@ struct Cli {
   }
 };
 
-class Failure : public std::runtime_error {
- public:
-  Failure(int code, const std::string& m) : std::runtime_error(m), code(code) {}
-  int code;
-};
-
-int ExitCodeOf(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::NOT_FOUND:
-      return 4;
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return 5;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
+// A failed call as one line: what was asked, the server's message and the code's name.
 void Check(const grpc::Status& s, const std::string& what) {
-  if (!s.ok())
-    throw Failure(ExitCodeOf(s), what + ": " + s.error_message() + " (" + std::to_string(s.error_code()) + ")");
+  if (!s.ok()) {
+    throw Failure(client::exit_code_for(s.error_code()),
+                  what + ": " + s.error_message() + " (" + client::status_code_name(s.error_code()) + ")");
+  }
 }
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -118,6 +115,67 @@ void SplitModel(const std::string& ref, std::string& name, std::string& version)
 }
 
 std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
+
+std::string FormatTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string FormatShape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  std::string out = "[";
+  for (int i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + (shape[i] < 0 ? "N" : std::to_string(shape[i]));
+  return out + "]";
+}
+
+// `anvil job ID` without --json: the facts a person looks for, one per line.
+void PrintJobSummary(const v1::Job& j) {
+  std::printf("%s  %s\n", j.id().c_str(), j.name().c_str());
+  std::printf("  state:     %s%s\n", StateName(j.state()).c_str(),
+              j.reason().empty() ? "" : ("  (" + j.reason() + ")").c_str());
+  std::printf("  device:    %s\n", j.device().empty() ? "-" : j.device().c_str());
+  std::printf("  progress:  step %lld, epoch %lld of %lld\n", static_cast<long long>(j.step()),
+              static_cast<long long>(j.epoch()), static_cast<long long>(j.spec().epochs()));
+  std::printf("  created:   %s\n  started:   %s\n  finished:  %s\n", FormatTime(j.created_unix_ms()).c_str(),
+              FormatTime(j.started_unix_ms()).c_str(), FormatTime(j.finished_unix_ms()).c_str());
+  if (!j.model_name().empty()) {
+    std::printf("  model:     %s:%lld\n", j.model_name().c_str(), static_cast<long long>(j.model_version()));
+  }
+}
+
+// `anvil model NAME` without --json.
+void PrintModelSummary(const v1::Model& m) {
+  std::printf("%s:%lld  from job %s, %lld parameters, on %s\n", m.name().c_str(), static_cast<long long>(m.version()),
+              m.job_id().c_str(), static_cast<long long>(m.parameters()),
+              m.device().empty() ? "-" : m.device().c_str());
+  for (const v1::TensorSignature& t : m.inputs()) {
+    std::printf("  input   %-10s %s %s\n", t.name().c_str(), v1::DType_Name(t.dtype()).c_str(),
+                FormatShape(t.shape()).c_str());
+  }
+  for (const v1::TensorSignature& t : m.outputs()) {
+    std::printf("  output  %-10s %s %s\n", t.name().c_str(), v1::DType_Name(t.dtype()).c_str(),
+                FormatShape(t.shape()).c_str());
+  }
+  if (m.labels_size() > 0) {
+    std::string labels;
+    for (int i = 0; i < m.labels_size() && i < 20; ++i) labels += (i ? ", " : "") + m.labels(i);
+    if (m.labels_size() > 20) labels += ", ... (" + std::to_string(m.labels_size()) + ")";
+    std::printf("  classes: %s\n", labels.c_str());
+  }
+  std::printf("  created: %s\n", FormatTime(m.created_unix_ms()).c_str());
+}
+
+// Whether a label cell names the predicted class: its index, or its name.
+bool LabelMatches(const std::string& cell, int64_t cls, const std::string& name) {
+  char* end = nullptr;
+  const double v = std::strtod(cell.c_str(), &end);
+  if (end != cell.c_str() && *end == '\0') return v == static_cast<double>(cls);
+  return cell == name;
+}
 
 void PrintJob(const v1::Job& j) {
   std::printf(
@@ -165,8 +223,8 @@ v1::JobState Watch(Cli& cli, const std::string& id, int64_t from_step) {
     }
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) Check(st, "watch " + id);
     if (++retries > 60) {
-      throw Failure(5, "watch " + id + ": gave up reconnecting (" +
-                           (st.ok() ? "the stream ended early" : st.error_message()) + ")");
+      throw Failure(client::kExitUnavailable, "watch " + id + ": gave up reconnecting (" +
+                                                  (st.ok() ? "the stream ended early" : st.error_message()) + ")");
     }
     std::fputs(progress.finish().c_str(), stdout);
     std::fprintf(stderr, "stream interrupted (%s); reconnecting from step %lld...\n", st.error_message().c_str(),
@@ -179,6 +237,7 @@ int Run(int argc, char** argv) {
   Cli cli;
   CLI::App app{"anvil: submit training jobs to anvild, watch them, and use the models they produce"};
   app.require_subcommand(1);
+  app.footer(client::exit_code_table());
   app.add_option("--server", cli.server, "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER)")
       ->envname("ANVIL_SERVER");
   app.add_flag("--json", cli.json, "machine-readable output");
@@ -190,7 +249,7 @@ int Run(int argc, char** argv) {
   app.add_option("--tls-key", cli.tls_key, "mutual TLS: this client's private key (PEM)")->envname("ANVIL_TLS_KEY");
   app.add_option("--tls-server-name", cli.tls_server_name, "the name on the server's certificate, if not the host");
 
-  std::string spec_path, job_id, model_ref, input_path, out_path, format = "native", state_filter;
+  std::string spec_path, job_id, model_ref, input_path, out_path, format = "native", state_filter, label_column;
   bool watch = false, dry_run = false;
   int64_t from_step = 0, top_k = 3;
   auto* submit = app.add_subcommand("submit", "submit a training job from a JSON spec file");
@@ -198,7 +257,7 @@ int Run(int argc, char** argv) {
   submit->add_flag("--watch", watch, "follow the job until it ends");
   submit->add_flag("--dry-run", dry_run, "validate only");
   auto* jobs = app.add_subcommand("jobs", "list jobs, newest first");
-  jobs->add_option("--state", state_filter, "QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or INTERRUPTED");
+  jobs->add_option("--state", state_filter, "QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or INTERRUPTED (any case)");
   auto* job = app.add_subcommand("job", "show one job");
   job->add_option("id", job_id)->required();
   auto* watch_cmd = app.add_subcommand("watch", "follow a job's progress until it ends");
@@ -213,7 +272,11 @@ int Run(int argc, char** argv) {
   predict->add_option("model", model_ref, "NAME[:VERSION]")->required();
   predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")
       ->required();
-  predict->add_option("--top-k", top_k, "classes to show per sample (default 3)");
+  predict->add_option("--top-k", top_k, "classes to show per sample (default 3)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  predict->add_option("--label-column", label_column,
+                      "CSV: the column holding each sample's true class (index from 0, -1 for the last, or the "
+                      "header's name); it is left out of the input and the accuracy is reported");
   auto* exp = app.add_subcommand("export", "download a model file");
   exp->add_option("model", model_ref, "NAME[:VERSION]")->required();
   exp->add_option("--format", format, "native, safetensors or onnx")
@@ -241,7 +304,7 @@ int Run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? client::kExitOk : client::kExitBadInput;
   }
   if (app.got_subcommand("token")) {
     const std::string file = token_file.empty() ? data_dir + "/tokens.json" : token_file;
@@ -261,7 +324,7 @@ int Run(int argc, char** argv) {
         std::printf("%-24s %s\n", e.name.c_str(), scopes.c_str());
       }
     } else if (!server::revoke_token(file, token_name)) {
-      throw Failure(4, "token \"" + token_name + "\" is not in " + file);
+      throw Failure(client::kExitNotFound, "token \"" + token_name + "\" is not in " + file);
     }
     return 0;
   }
@@ -269,12 +332,13 @@ int Run(int argc, char** argv) {
 
   if (app.got_subcommand("submit")) {
     std::ifstream in(spec_path);
-    if (!in) throw Failure(2, "cannot read \"" + spec_path + "\"");
+    if (!in) throw Failure(client::kExitBadInput, "cannot read \"" + spec_path + "\": " + std::strerror(errno));
     std::stringstream text;
     text << in.rdbuf();
     v1::SubmitJobRequest req;
     const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), req.mutable_spec());
-    if (!parsed.ok()) throw Failure(2, spec_path + ": not a valid JobSpec: " + std::string(parsed.message()));
+    if (!parsed.ok())
+      throw Failure(client::kExitBadInput, spec_path + ": not a valid JobSpec: " + std::string(parsed.message()));
     req.set_dry_run(dry_run);
     v1::SubmitJobResponse resp;
     Check(cli.training->SubmitJob(Ctx().get(), req, &resp), "submit");
@@ -293,15 +357,23 @@ int Run(int argc, char** argv) {
       v1::Job final_job;
       Check(cli.training->GetJob(Ctx().get(), g, &final_job), "job");
       if (!cli.json) PrintJob(final_job);
-      return end == v1::SUCCEEDED ? 0 : 3;
+      return end == v1::SUCCEEDED ? client::kExitOk : client::kExitJobDidNotSucceed;
     }
     return 0;
   }
   if (app.got_subcommand("jobs")) {
     v1::ListJobsRequest req;
     if (!state_filter.empty()) {
+      std::string upper = state_filter;
+      std::transform(upper.begin(), upper.end(), upper.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
       v1::JobState s;
-      if (!v1::JobState_Parse(state_filter, &s)) throw Failure(2, "--state: unknown state \"" + state_filter + "\"");
+      if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) {
+        throw Failure(client::kExitBadInput,
+                      "--state: expected QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or "
+                      "INTERRUPTED, got \"" +
+                          state_filter + "\"");
+      }
       req.add_states(s);
     }
     v1::ListJobsResponse resp;
@@ -310,6 +382,7 @@ int Run(int argc, char** argv) {
       std::printf("%s\n", ToJson(resp).c_str());
     } else {
       for (const v1::Job& j : resp.jobs()) PrintJob(j);
+      if (resp.jobs_size() == 0) std::printf(state_filter.empty() ? "no jobs\n" : "no %s jobs\n", state_filter.c_str());
     }
     return 0;
   }
@@ -318,10 +391,15 @@ int Run(int argc, char** argv) {
     req.set_job_id(job_id);
     v1::Job resp;
     Check(cli.training->GetJob(Ctx().get(), req, &resp), "job " + job_id);
-    std::printf("%s\n", ToJson(resp).c_str());
+    if (cli.json)
+      std::printf("%s\n", ToJson(resp).c_str());
+    else
+      PrintJobSummary(resp);
     return 0;
   }
-  if (app.got_subcommand("watch")) return Watch(cli, job_id, from_step) == v1::SUCCEEDED ? 0 : 3;
+  if (app.got_subcommand("watch")) {
+    return Watch(cli, job_id, from_step) == v1::SUCCEEDED ? client::kExitOk : client::kExitJobDidNotSucceed;
+  }
   if (app.got_subcommand("cancel")) {
     v1::CancelJobRequest req;
     req.set_job_id(job_id);
@@ -343,6 +421,7 @@ int Run(int argc, char** argv) {
         std::printf("%s:%lld  job %s  %lld parameters\n", m.name().c_str(), static_cast<long long>(m.version()),
                     m.job_id().c_str(), static_cast<long long>(m.parameters()));
       }
+      if (resp.models_size() == 0) std::printf("no models\n");
     }
     return 0;
   }
@@ -354,7 +433,10 @@ int Run(int argc, char** argv) {
     req.set_version(version);
     v1::Model resp;
     Check(cli.serving->GetModel(Ctx().get(), req, &resp), "model " + model_ref);
-    std::printf("%s\n", ToJson(resp).c_str());
+    if (cli.json)
+      std::printf("%s\n", ToJson(resp).c_str());
+    else
+      PrintModelSummary(resp);
     return 0;
   }
   if (app.got_subcommand("predict")) {
@@ -368,19 +450,35 @@ int Run(int argc, char** argv) {
     req.set_model(name);
     req.set_version(version);
     req.set_top_k(top_k);
-    *req.add_inputs() = anvil::client::read_input_file(input_path, shape);
+    client::InputFile input;
+    try {
+      input = client::read_input_file(input_path, shape, label_column);
+    } catch (const std::runtime_error& e) {
+      throw Failure(client::kExitBadInput, e.what());
+    }
+    *req.add_inputs() = std::move(input.tensor);
     v1::PredictResponse resp;
     Check(cli.serving->Predict(Ctx().get(), req, &resp), "predict " + model_ref);
     if (cli.json) {
       std::printf("%s\n", ToJson(resp).c_str());
       return 0;
     }
+    int64_t correct = 0;
     for (int r = 0; r < resp.top_k_size(); ++r) {
       const v1::TopK& t = resp.top_k(r);
       std::printf("sample %d:", r);
       for (int j = 0; j < t.classes_size(); ++j)
         std::printf("  %s (%.1f%%)", t.labels(j).c_str(), 100.0 * t.probabilities(j));
+      if (!input.labels.empty() && t.classes_size() > 0) {
+        const bool right = LabelMatches(input.labels[static_cast<size_t>(r)], t.classes(0), t.labels(0));
+        correct += right;
+        std::printf("  label %s%s", input.labels[static_cast<size_t>(r)].c_str(), right ? "" : "  (wrong)");
+      }
       std::printf("\n");
+    }
+    if (!input.labels.empty()) {
+      std::printf("accuracy: %.1f%% (%lld of %d)\n", 100.0 * static_cast<double>(correct) / resp.top_k_size(),
+                  static_cast<long long>(correct), resp.top_k_size());
     }
     return 0;
   }
@@ -393,7 +491,7 @@ int Run(int argc, char** argv) {
     auto reader = cli.serving->Export(ctx.get(), req);
     const std::string tmp = out_path + ".part";
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Failure(1, "cannot write \"" + tmp + "\"");
+    if (!out) throw Failure(client::kExitFailed, "cannot write \"" + tmp + "\": " + std::strerror(errno));
     v1::ExportChunk c;
     int64_t total = 0, announced = -1;
     std::string sha;
@@ -412,8 +510,8 @@ int Run(int argc, char** argv) {
     Check(st, "export " + model_ref);
     if (announced != total) {
       std::remove(tmp.c_str());
-      throw Failure(
-          6, "export: received " + std::to_string(total) + " bytes, the server sent " + std::to_string(announced));
+      throw Failure(client::kExitChecksumMismatch, "export: received " + std::to_string(total) +
+                                                       " bytes, the server sent " + std::to_string(announced));
     }
     std::string cmd = "sha256sum '" + tmp + "'";
     std::string local;
@@ -424,7 +522,8 @@ int Run(int argc, char** argv) {
     }
     if (local != sha) {
       std::remove(tmp.c_str());
-      throw Failure(6, "export: SHA-256 mismatch (server " + sha + ", received " + local + ")");
+      throw Failure(client::kExitChecksumMismatch,
+                    "export: SHA-256 mismatch (server " + sha + ", received " + local + ")");
     }
     std::rename(tmp.c_str(), out_path.c_str());
     std::printf("wrote %s (%lld bytes, sha256 %s)\n", out_path.c_str(), static_cast<long long>(total), sha.c_str());
@@ -450,7 +549,7 @@ int Run(int argc, char** argv) {
               : (" (lowered by ANVIL_CPU_ISA; the CPU has " + info.detected_isa() + ")").c_str(),
           info.gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
     }
-    return serving ? 0 : 5;
+    return serving ? client::kExitOk : client::kExitUnavailable;
   }
   return 2;
 }

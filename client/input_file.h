@@ -1,4 +1,5 @@
-// Predict inputs from files: CSV (one sample per row, numbers only; a header row is skipped),
+// Predict inputs from files: CSV (one sample per row, numbers only; a header row is skipped;
+// with a label column, that column is taken out of each row and returned as the labels),
 // JSON (an array of samples, each a number or a nested array), or an image (PNG, JPEG, BMP:
 // one sample). CSV/JSON samples are flattened and must have the model's input element
 // count. An image is fitted to the input: [C, H, W] models get C channels resized
@@ -13,7 +14,15 @@
 
 namespace anvil::client {
 
-// Throws std::runtime_error naming the file, line/sample and what was expected.
-v1::Tensor read_input_file(const std::string& path, const std::vector<int64_t>& input_shape);
+struct InputFile {
+  v1::Tensor tensor;
+  std::vector<std::string> labels;  // the label column's cell of each sample, if one was named
+};
+
+// `label_column`: "" (none), a 0-based column index (negative counts from the end: -1 is the
+// last column) or a header name, CSV only. Throws std::runtime_error naming the file,
+// line/sample and what was expected.
+InputFile read_input_file(const std::string& path, const std::vector<int64_t>& input_shape,
+                          const std::string& label_column = "");
 
 }  // namespace anvil::client

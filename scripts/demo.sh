@@ -24,9 +24,7 @@ def write(path, part, with_label=True):
             f.write(",".join([f"{float(v) / 16:g}" for v in r[:64]] + ([str(int(float(r[64])))] if with_label else [])) + "\n")
 write(f"{out}/digits-train.csv", rows[:-200])
 write(f"{out}/digits-holdout.csv", rows[-200:])
-write(f"{out}/digits-holdout-inputs.csv", rows[-12:], with_label=False)
-with open(f"{out}/digits-holdout-labels.txt", "w") as f:
-    f.write(" ".join(str(int(float(r[64]))) for r in rows[-12:]) + "\n")
+write(f"{out}/digits-holdout-12.csv", rows[-12:])
 PY
 
 echo "== starting anvild on 127.0.0.1:${port} (data dir ${root}, CPU worker)"
@@ -46,20 +44,8 @@ echo "== submitting examples/specs/digits-cnn.json and watching it"
 "${anvil[@]}" submit examples/specs/digits-cnn.json --watch
 
 echo
-echo "== predicting 12 held-out digits (never seen in training)"
-"${anvil[@]}" --json predict digits-cnn --input "${root}/datasets/digits-holdout-inputs.csv" --top-k 1 \
-  > "${root}/predictions.json"
-python3 - "${root}/predictions.json" "${root}/datasets/digits-holdout-labels.txt" <<'PY'
-import json, sys
-pred = json.load(open(sys.argv[1]))
-truth = open(sys.argv[2]).read().split()
-right = 0
-for i, (t, k) in enumerate(zip(truth, pred["top_k"])):
-    ok = k["labels"][0] == t
-    right += ok
-    print(f"  digit {i:2d}: predicted {k['labels'][0]} ({100 * k['probabilities'][0]:5.1f} %), true {t}  {'ok' if ok else 'MISS'}")
-print(f"  {right}/{len(truth)} correct (model {pred['model']} version {pred['version']})")
-PY
+echo "== predicting 12 held-out digits (never seen in training); the file's digit column is the truth"
+"${anvil[@]}" predict digits-cnn --input "${root}/datasets/digits-holdout-12.csv" --label-column digit --top-k 1
 
 echo
 echo "== exporting"

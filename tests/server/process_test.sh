@@ -32,7 +32,7 @@ start_server() {
 }
 
 job_field() {  # job_field ID FIELD
-  "${cli[@]}" job "$1" | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2', 0))"
+  "${cli[@]}" --json job "$1" | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2', 0))"
 }
 
 wait_for_step() {  # wait_for_step ID STEP
