@@ -303,6 +303,61 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
   }
 }
 
+void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
+  const double now = static_cast<double>(unix_millis()) / 1000.0;
+  tensorboard::EventFile* file = nullptr;
+  try {
+    if (e.kind == WorkerEvent::Kind::kStarted) {
+      auto opened = std::make_unique<tensorboard::EventFile>(
+          (fs::path(options_.data_root) / "jobs" / row.id / "tensorboard").string(), e.step, now);
+      std::lock_guard<std::mutex> lock(tensorboard_mu_);
+      tensorboard_[row.id] = std::move(opened);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(tensorboard_mu_);
+      const auto it = tensorboard_.find(row.id);
+      if (it == tensorboard_.end()) return;
+      file = it->second.get();
+    }
+    switch (e.kind) {
+      case WorkerEvent::Kind::kStep:
+        file->scalars(e.step, now,
+                      {{"train/loss", e.step_metrics.loss},
+                       {"train/grad_norm", e.step_metrics.grad_norm},
+                       {"train/learning_rate", e.step_metrics.lr},
+                       {"train/samples_per_second", e.step_metrics.samples_per_second},
+                       {"train/data_wait_ratio", e.step_metrics.data_wait_ratio},
+                       {"train/step_seconds", e.step_metrics.step_seconds}});
+        return;
+      case WorkerEvent::Kind::kEpoch: {
+        std::vector<std::pair<std::string, double>> values = {{"epoch/train_loss", e.epoch_metrics.train_loss}};
+        if (e.epoch_metrics.val_loss) values.emplace_back("val/loss", *e.epoch_metrics.val_loss);
+        if (e.epoch_metrics.val_accuracy) values.emplace_back("val/accuracy", *e.epoch_metrics.val_accuracy);
+        file->scalars(e.step, now, values);
+        file->flush();
+        return;
+      }
+      case WorkerEvent::Kind::kSucceeded:
+      case WorkerEvent::Kind::kFailed:
+      case WorkerEvent::Kind::kCancelled:
+      case WorkerEvent::Kind::kInterrupted: {
+        std::lock_guard<std::mutex> lock(tensorboard_mu_);
+        tensorboard_.erase(row.id);  // synced and closed
+        return;
+      }
+      case WorkerEvent::Kind::kStarted:
+      case WorkerEvent::Kind::kCheckpoint:
+        return;
+    }
+  } catch (const std::exception& ex) {
+    log(LogLevel::kWarning, "job ", row.id,
+        ": no more TensorBoard curves: ", scrub_paths(ex.what(), options_.data_root));
+    std::lock_guard<std::mutex> lock(tensorboard_mu_);
+    tensorboard_.erase(row.id);
+  }
+}
+
 void Scheduler::Enqueue(const JobRow& row, bool resume) { queue_.push_back({row.priority, row.seq, row.id, resume}); }
 
 void Scheduler::DispatchLocked() {
@@ -471,6 +526,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
         job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());
   }
   UpdateMetrics(e, row);
+  WriteTensorBoard(e, row);
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)

@@ -25,6 +25,7 @@
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
 #include "server/store.h"
+#include "server/tensorboard/event_file.h"
 #include "workers/worker.h"
 
 namespace anvil::server {
@@ -86,6 +87,11 @@ class Scheduler {
   const SchedulerOptions options_;
   metrics::ServiceMetrics* metrics_;
   void UpdateMetrics(const workers::WorkerEvent& e, const JobRow& row);
+  // The job's TensorBoard curves (jobs/<id>/tensorboard/): a failure to write them is logged
+  // and ends that job's file, never the job.
+  void WriteTensorBoard(const workers::WorkerEvent& e, const JobRow& row);
+  std::mutex tensorboard_mu_;  // the map only: one job's events come from one worker thread
+  std::map<std::string, std::unique_ptr<tensorboard::EventFile>> tensorboard_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   std::vector<Queued> queue_;

@@ -215,6 +215,7 @@ void AnvilServer::start() {
     std::vector<std::unique_ptr<grpc::Service>> services;
     services.push_back(make_training_service(*state));
     services.push_back(make_serving_service(*state));
+    services.push_back(make_kserve_service(*state));
     return services;
   });
   front_->start();

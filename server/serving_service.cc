@@ -12,6 +12,7 @@
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/bounded_executor.h"
+#include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
 #include "server/wire_scan.h"
@@ -75,21 +76,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     });
     if (!parsed.ok()) return parsed;
     v1::PredictResponse resp;
-    Status st;
-    if (s_.metrics == nullptr) {
-      st = PredictImpl(ctx, req, resp);
-    } else {
-      // Per-model series only for registered names: an unknown name must not mint new series.
-      const std::string model = s_.registry->knows(req.model()) ? req.model() : "(unknown)";
-      metrics::Gauge& in_flight = s_.metrics->predict_in_flight.with({model});
-      in_flight.Increment();
-      const auto t0 = std::chrono::steady_clock::now();
-      st = PredictImpl(ctx, req, resp);
-      in_flight.Decrement();
-      s_.metrics->predict_latency.with({model}).Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      s_.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).Increment();
-    }
+    const Status st = counted_predict(s_, req.model(), [&] { return PredictImpl(ctx, req, resp); });
     if (!st.ok()) return st;
     bool own = false;
     return grpc::SerializationTraits<v1::PredictResponse>::Serialize(resp, response, &own);

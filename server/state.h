@@ -29,15 +29,15 @@ struct AnvilServer::State {
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> predicts_in_flight{0};
-  std::mutex dry_runs;
-  std::unique_ptr<TokenSet>
-      tokens;  // null: no token file configured (no authentication)  // one dry run (which builds the whole plan) at a
-               // time  // admitted Predicts not yet answered (the drain waits for them)
+  std::atomic<int64_t> predicts_in_flight{0};   // admitted Predicts not yet answered (the drain waits for them)
+  std::mutex dry_runs;                          // one dry run (which builds the whole plan) at a time
+  std::unique_ptr<TokenSet> tokens;             // null: no token file configured (no authentication)
   std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 
 std::unique_ptr<grpc::Service> make_training_service(AnvilServer::State& state);
 std::unique_ptr<grpc::Service> make_serving_service(AnvilServer::State& state);
+// KServe v2 / Open Inference Protocol (inference.GRPCInferenceService) on the same models.
+std::unique_ptr<grpc::Service> make_kserve_service(AnvilServer::State& state);
 
 }  // namespace anvil::server

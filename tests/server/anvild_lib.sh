@@ -5,6 +5,9 @@
 #                                         environment; sets grpc_port and metrics_port
 #   wait_for_grpc_port                    for an anvild started by the caller with its log in
 #                                         ${work}/anvild.log: sets grpc_port once it listens
+#   use_peer_python SOURCE_DIR MODULE...  sets `python` to the peers' venv (.venv, from
+#                                         scripts/install-test-peers.sh), or skips the test
+#                                         (exit 0, saying why) when a module is not there
 build="$(cd "$1" && pwd)"
 work="$(mktemp -d "/tmp/anvil-$2-XXXXXX")"
 pids=()
@@ -15,6 +18,17 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "${work}/anvild.log" ]] && tail -20 "${work}/anvild.log" >&2; exit 1; }
+
+use_peer_python() {
+  python="$1/.venv/bin/python"
+  shift
+  local modules
+  modules=$(IFS=,; echo "$*")
+  if ! "${python}" -c "import ${modules}" 2> /dev/null; then
+    echo "SKIP: ${modules} not installed in the peers' venv (scripts/install-test-peers.sh)"
+    exit 0
+  fi
+}
 
 wait_for_grpc_port() {
   grpc_port=""

@@ -1,0 +1,249 @@
+// The KServe v2 / Open Inference Protocol (proto/inference/grpc_service.proto) over the same
+// models and batcher as anvil.v1.Serving: a ModelInfer is converted to a PredictRequest and
+// run by the model registry, so it is validated, batched with the other requests, counted in
+// the Predict metrics and bounded by the same limits; the outputs come back raw.
+#include <cstring>
+#include <map>
+
+#include "proto/anvil/v1/anvil.pb.h"
+#include "proto/inference/grpc_service.grpc.pb.h"
+#include "server/auth.h"
+#include "server/predict_accounting.h"
+#include "server/state.h"
+#include "server/status.h"
+
+namespace anvil::server {
+namespace {
+
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+
+struct WireType {
+  const char* kserve;          // the protocol's datatype name
+  v1::DType dtype;             // Anvil's
+  inference::DataType triton;  // Triton's model-configuration enum
+  size_t bytes;
+};
+constexpr WireType kTypes[] = {
+    {"FP32", v1::FLOAT32, inference::TYPE_FP32, 4}, {"FP64", v1::FLOAT64, inference::TYPE_FP64, 8},
+    {"FP16", v1::FLOAT16, inference::TYPE_FP16, 2}, {"BF16", v1::BFLOAT16, inference::TYPE_BF16, 2},
+    {"INT64", v1::INT64, inference::TYPE_INT64, 8}, {"INT32", v1::INT32, inference::TYPE_INT32, 4},
+    {"UINT8", v1::UINT8, inference::TYPE_UINT8, 1}, {"BOOL", v1::BOOL, inference::TYPE_BOOL, 1},
+};
+
+const WireType& ByName(const std::string& datatype, const std::string& what) {
+  for (const WireType& t : kTypes) {
+    if (datatype == t.kserve) return t;
+  }
+  throw ServiceError(StatusCode::INVALID_ARGUMENT,
+                     what + ": datatype \"" + datatype +
+                         "\" is not served; expected FP32, FP64, FP16, BF16, INT64, INT32, UINT8 or BOOL");
+}
+
+const WireType& ByDType(v1::DType dtype) {
+  for (const WireType& t : kTypes) {
+    if (dtype == t.dtype) return t;
+  }
+  throw ServiceError(StatusCode::INTERNAL, "a model tensor of dtype " + v1::DType_Name(dtype) + " has no KServe name");
+}
+
+// The elements of a tensor sent in its typed contents field, as raw little-endian bytes.
+template <typename Out, typename Field>
+std::string Pack(const Field& values) {
+  std::string raw(static_cast<size_t>(values.size()) * sizeof(Out), '\0');
+  for (int i = 0; i < values.size(); ++i) {
+    const Out v = static_cast<Out>(values.Get(i));
+    std::memcpy(raw.data() + static_cast<size_t>(i) * sizeof(Out), &v, sizeof(Out));
+  }
+  return raw;
+}
+
+std::string ContentsAsRaw(const inference::InferTensorContents& c, const WireType& t, const std::string& what) {
+  switch (t.dtype) {
+    case v1::FLOAT32:
+      return Pack<float>(c.fp32_contents());
+    case v1::FLOAT64:
+      return Pack<double>(c.fp64_contents());
+    case v1::INT64:
+      return Pack<int64_t>(c.int64_contents());
+    case v1::INT32:
+      return Pack<int32_t>(c.int_contents());
+    case v1::UINT8:
+      return Pack<uint8_t>(c.uint_contents());
+    case v1::BOOL:
+      return Pack<uint8_t>(c.bool_contents());
+    default:
+      throw ServiceError(StatusCode::INVALID_ARGUMENT,
+                         what + ": " + t.kserve + " has no typed contents field; send it in raw_input_contents");
+  }
+}
+
+std::string VersionOf(const std::string& v) { return v.empty() ? "latest" : v; }
+
+class KServeService final : public inference::GRPCInferenceService::Service {
+ public:
+  explicit KServeService(AnvilServer::State& s) : s_(s) {}
+
+  // Liveness and readiness answer without a token, like gRPC health.
+  Status ServerLive(ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* resp) override {
+    resp->set_live(true);
+    return Status::OK;
+  }
+  Status ServerReady(ServerContext*, const inference::ServerReadyRequest*,
+                     inference::ServerReadyResponse* resp) override {
+    resp->set_ready(!s_.draining.load());
+    return Status::OK;
+  }
+
+  Status ModelReady(ServerContext* ctx, const inference::ModelReadyRequest* req,
+                    inference::ModelReadyResponse* resp) override {
+    return Guard([&] {
+      Auth(*ctx, "ModelReady");
+      try {
+        resp->set_ready(!s_.draining.load() && s_.registry->get(req->name(), VersionOf(req->version())) != nullptr);
+      } catch (const ServiceError& e) {
+        if (e.code() != StatusCode::NOT_FOUND && e.code() != StatusCode::FAILED_PRECONDITION) throw;
+        resp->set_ready(false);  // unknown, or its job has not finished
+      }
+    });
+  }
+
+  Status ServerMetadata(ServerContext* ctx, const inference::ServerMetadataRequest*,
+                        inference::ServerMetadataResponse* resp) override {
+    return Guard([&] {
+      Auth(*ctx, "ServerMetadata");
+      resp->set_name("anvil");
+      resp->set_version(ANVIL_VERSION_STRING);
+    });
+  }
+
+  Status ModelMetadata(ServerContext* ctx, const inference::ModelMetadataRequest* req,
+                       inference::ModelMetadataResponse* resp) override {
+    return Guard([&] {
+      Auth(*ctx, "ModelMetadata");
+      const v1::Model m = s_.registry->describe(*s_.registry->get(req->name(), VersionOf(req->version())));
+      resp->set_name(m.name());
+      resp->set_platform("anvil");
+      for (const ModelRow& row : s_.store->list_models(m.name())) resp->add_versions(std::to_string(row.version));
+      for (const v1::TensorSignature& t : m.inputs()) Describe(t, resp->add_inputs());
+      for (const v1::TensorSignature& t : m.outputs()) Describe(t, resp->add_outputs());
+    });
+  }
+
+  Status ModelConfig(ServerContext* ctx, const inference::ModelConfigRequest* req,
+                     inference::ModelConfigResponse* resp) override {
+    return Guard([&] {
+      Auth(*ctx, "ModelConfig");
+      const v1::Model m = s_.registry->describe(*s_.registry->get(req->name(), VersionOf(req->version())));
+      inference::ModelConfig* c = resp->mutable_config();
+      c->set_name(m.name());
+      c->set_platform("anvil");
+      c->set_backend("anvil");
+      // Dims without the batch dimension: requests may carry any number of rows, which the
+      // batcher joins up to this many per forward.
+      c->set_max_batch_size(static_cast<int32_t>(s_.options.batching.max_batch));
+      for (const v1::TensorSignature& t : m.inputs()) {
+        inference::ModelInput* in = c->add_input();
+        in->set_name(t.name());
+        in->set_data_type(ByDType(t.dtype()).triton);
+        for (int i = 1; i < t.shape_size(); ++i) in->add_dims(t.shape(i));
+      }
+      for (const v1::TensorSignature& t : m.outputs()) {
+        inference::ModelOutput* out = c->add_output();
+        out->set_name(t.name());
+        out->set_data_type(ByDType(t.dtype()).triton);
+        for (int i = 1; i < t.shape_size(); ++i) out->add_dims(t.shape(i));
+      }
+    });
+  }
+
+  Status ModelInfer(ServerContext* ctx, const inference::ModelInferRequest* req,
+                    inference::ModelInferResponse* resp) override {
+    // Counted like a Predict (the drain waits for it), in the same metrics.
+    s_.predicts_in_flight.fetch_add(1);
+    const Status st = counted_predict(s_, req->model_name(), [&] {
+      return Guard([&] {
+        Auth(*ctx, "ModelInfer");
+        ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+        Infer(*ctx, *req, *resp);
+      });
+    });
+    s_.predicts_in_flight.fetch_sub(1);
+    return st;
+  }
+
+ private:
+  static void Describe(const v1::TensorSignature& t, inference::ModelMetadataResponse::TensorMetadata* out) {
+    out->set_name(t.name());
+    out->set_datatype(ByDType(t.dtype()).kserve);
+    for (int64_t d : t.shape()) out->add_shape(d);
+  }
+
+  void Infer(ServerContext& ctx, const inference::ModelInferRequest& req, inference::ModelInferResponse& resp) {
+    ANVIL_SERVICE_CHECK(!req.model_name().empty(), StatusCode::INVALID_ARGUMENT, "model_name: expected a model name");
+    const bool raw = req.raw_input_contents_size() > 0;
+    ANVIL_SERVICE_CHECK(!raw || req.raw_input_contents_size() == req.inputs_size(), StatusCode::INVALID_ARGUMENT,
+                        "raw_input_contents: expected one per input (", req.inputs_size(), "), got ",
+                        req.raw_input_contents_size());
+    v1::PredictRequest p;
+    p.set_model(req.model_name());
+    p.set_version(VersionOf(req.model_version()));
+    for (int i = 0; i < req.inputs_size(); ++i) {
+      const auto& in = req.inputs(i);
+      const std::string what = "input \"" + in.name() + "\"";
+      const WireType& t = ByName(in.datatype(), what);
+      v1::Tensor* tensor = p.add_inputs();
+      tensor->set_name(in.name());
+      tensor->set_dtype(t.dtype);
+      for (int64_t d : in.shape()) tensor->add_shape(d);
+      ANVIL_SERVICE_CHECK(!raw || !in.has_contents(), StatusCode::INVALID_ARGUMENT, what,
+                          ": contents and raw_input_contents are exclusive; send one of them");
+      tensor->set_raw(raw ? req.raw_input_contents(i) : ContentsAsRaw(in.contents(), t, what));
+    }
+    // The request's deadline on the batcher's clock (gRPC's is wall-clock time).
+    Batcher::Clock::time_point deadline = Batcher::Clock::time_point::max();
+    if (ctx.deadline() != std::chrono::system_clock::time_point::max()) {
+      deadline = Batcher::Clock::now() + (ctx.deadline() - std::chrono::system_clock::now());
+    }
+    const v1::PredictResponse out = s_.registry->predict(p, deadline);
+    resp.set_model_name(out.model());
+    resp.set_model_version(std::to_string(out.version()));
+    resp.set_id(req.id());
+    std::map<std::string, bool> wanted;
+    for (const auto& o : req.outputs()) wanted[o.name()] = false;
+    for (const v1::Tensor& t : out.outputs()) {
+      if (!wanted.empty()) {
+        const auto it = wanted.find(t.name());
+        if (it == wanted.end()) continue;
+        it->second = true;
+      }
+      inference::ModelInferResponse::InferOutputTensor* o = resp.add_outputs();
+      o->set_name(t.name());
+      o->set_datatype(ByDType(t.dtype()).kserve);
+      for (int64_t d : t.shape()) o->add_shape(d);
+      resp.add_raw_output_contents(t.raw());
+    }
+    for (const auto& [name, found] : wanted) {
+      ANVIL_SERVICE_CHECK(found, StatusCode::INVALID_ARGUMENT, "outputs: the model has no output \"", name, "\"");
+    }
+  }
+
+  template <typename F>
+  Status Guard(F&& f) {
+    return guarded({s_.data_root, s_.options.datasets_dir}, std::forward<F>(f));
+  }
+  void Auth(const grpc::ServerContextBase& ctx, const char* method) {
+    authorize(s_.tokens.get(), ctx, Scope::kServe, method);
+  }
+
+  AnvilServer::State& s_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_kserve_service(AnvilServer::State& state) {
+  return std::make_unique<KServeService>(state);
+}
+
+}  // namespace anvil::server
