@@ -7,6 +7,7 @@
 // synchronous unary calls back to back) it reports requests/s and p50/p99 latency for:
 //   echo            a Serving.Predict that copies the request's tensor into the reply
 //   batching on     anvild, dynamic batching (max batch 64)
+//   KServe v2       the same, through inference.GRPCInferenceService/ModelInfer (raw input)
 //   batching off    anvild, every request run on its own
 // Goals (issue: the service): at 64 clients, batching on >= 60 % of echo's throughput, and
 // batching on >= 3x batching off.
@@ -21,12 +22,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include "core/anvil.h"
 #include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "proto/inference/grpc_service.grpc.pb.h"
 #include "server/server.h"
 #include "server/wire_tensor.h"
 
@@ -50,12 +53,38 @@ struct Result {
   int64_t errors = 0;
 };
 
-Result Load(const std::string& address, int clients, double seconds, const v1::PredictRequest& request) {
-  std::vector<std::unique_ptr<v1::Serving::Stub>> stubs;
+// One client's call, made on its own channel.
+using Call = std::function<grpc::Status()>;
+using CallOn = std::function<Call(std::shared_ptr<grpc::Channel>)>;
+
+CallOn PredictCall(const v1::PredictRequest& request) {
+  return [&request](std::shared_ptr<grpc::Channel> channel) -> Call {
+    std::shared_ptr<v1::Serving::Stub> stub = v1::Serving::NewStub(channel);
+    return [stub, &request] {
+      grpc::ClientContext ctx;
+      v1::PredictResponse resp;
+      return stub->Predict(&ctx, request, &resp);
+    };
+  };
+}
+
+CallOn ModelInferCall(const inference::ModelInferRequest& request) {
+  return [&request](std::shared_ptr<grpc::Channel> channel) -> Call {
+    std::shared_ptr<inference::GRPCInferenceService::Stub> stub = inference::GRPCInferenceService::NewStub(channel);
+    return [stub, &request] {
+      grpc::ClientContext ctx;
+      inference::ModelInferResponse resp;
+      return stub->ModelInfer(&ctx, request, &resp);
+    };
+  };
+}
+
+Result Load(const std::string& address, int clients, double seconds, const CallOn& call_on) {
+  std::vector<Call> calls;
   for (int c = 0; c < clients; ++c) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
-    stubs.push_back(v1::Serving::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    calls.push_back(call_on(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
   }
   std::atomic<bool> measuring{false}, stop{false};
   std::atomic<int64_t> errors{0};
@@ -63,11 +92,9 @@ Result Load(const std::string& address, int clients, double seconds, const v1::P
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      v1::PredictResponse resp;
       while (!stop.load()) {
-        grpc::ClientContext ctx;
         const auto t0 = Clock::now();
-        const grpc::Status st = stubs[c]->Predict(&ctx, request, &resp);
+        const grpc::Status st = calls[c]();
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         if (!measuring.load()) continue;
         if (!st.ok()) ++errors;
@@ -172,6 +199,14 @@ int main() {
   server::encode_tensor(rand({1, 1, 8, 8}), "input", request.add_inputs());
   v1::PredictRequest wide_request = request;
   wide_request.set_model("digits-wide");
+  // The same rows as a KServe ModelInfer: the tensor's bytes in raw_input_contents.
+  inference::ModelInferRequest infer;
+  infer.set_model_name("digits-mlp");
+  auto* in = infer.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  for (int64_t d : request.inputs(0).shape()) in->add_shape(d);
+  infer.add_raw_input_contents(request.inputs(0).raw());
 
   struct Row {
     std::string model, mode;
@@ -181,15 +216,26 @@ int main() {
   std::vector<Row> rows;
   const std::vector<int> concurrency = {1, 8, 64};
   for (int c : concurrency) {
-    rows.push_back({"digits MLP", "echo", c, Load("127.0.0.1:" + std::to_string(echo_port), c, seconds, request)});
+    rows.push_back(
+        {"digits MLP", "echo", c, Load("127.0.0.1:" + std::to_string(echo_port), c, seconds, PredictCall(request))});
   }
-  for (int c : concurrency) rows.push_back({"digits MLP", "batching on", c, Load(address, c, seconds, request)});
-  for (int c : {1, 64}) rows.push_back({"wide MLP", "batching on", c, Load(address, c, seconds, wide_request)});
+  // Predict and ModelInfer alternate per concurrency, so both meet the machine in the same phase.
+  for (int c : concurrency) {
+    rows.push_back({"digits MLP", "batching on", c, Load(address, c, seconds, PredictCall(request))});
+    rows.push_back({"digits MLP", "KServe v2 ModelInfer", c, Load(address, c, seconds, ModelInferCall(infer))});
+  }
+  for (int c : {1, 64}) {
+    rows.push_back({"wide MLP", "batching on", c, Load(address, c, seconds, PredictCall(wide_request))});
+  }
   anvild->shutdown();
   anvild = start_server(false);
   const std::string address_off = "127.0.0.1:" + std::to_string(anvild->port());
-  for (int c : concurrency) rows.push_back({"digits MLP", "batching off", c, Load(address_off, c, seconds, request)});
-  for (int c : {1, 64}) rows.push_back({"wide MLP", "batching off", c, Load(address_off, c, seconds, wide_request)});
+  for (int c : concurrency) {
+    rows.push_back({"digits MLP", "batching off", c, Load(address_off, c, seconds, PredictCall(request))});
+  }
+  for (int c : {1, 64}) {
+    rows.push_back({"wide MLP", "batching off", c, Load(address_off, c, seconds, PredictCall(wide_request))});
+  }
   anvild->shutdown();
   echo_server->Shutdown();
 
@@ -213,6 +259,10 @@ int main() {
       "\nDigits MLP at 64 clients: batching on = %.0f %% of echo (goal >= 60 %%), %.2fx batching off "
       "(goal >= 3x)\n",
       100.0 * on / std::max(ceiling, 1.0), on / std::max(off, 1.0));
+  for (int c : concurrency) {
+    std::printf("Digits MLP at %d clients: KServe ModelInfer = %.2fx Predict\n", c,
+                find("digits MLP", "KServe v2 ModelInfer", c) / std::max(find("digits MLP", "batching on", c), 1.0));
+  }
   std::printf("Wide MLP at 64 clients: batching on = %.2fx batching off\n",
               find("wide MLP", "batching on", 64) / std::max(find("wide MLP", "batching off", 64), 1.0));
   fs::remove_all(root);

@@ -4,7 +4,8 @@
 #   install-deps.sh test    plus the tests' peers: Prometheus (promtool and a real server),
 #                           docker-compose (validates the compose files), Python gRPC,
 #                           Chromium (loads the status page headless)
-#   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`)
+#   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`;
+#                           libb64 for perf_analyzer, bench/kserve_perf_analyzer.sh)
 #   install-deps.sh fuzz    plus clang 14 and its libFuzzer/sanitizer runtimes (make fuzz)
 #   install-deps.sh lint    clang-format 14 only (make format, make format-check)
 set -euo pipefail
@@ -15,7 +16,7 @@ build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 lib
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
             prometheus-cpp-dev libcpp-httplib-dev)
 test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl)
-bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil)
+bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil libb64-0d)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)
 lint_pkgs=(clang-format-14)
 

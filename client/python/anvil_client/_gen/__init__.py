@@ -1,0 +1,1 @@
+"""Stubs generated from proto/anvil/v1/anvil.proto when the package is built (setup.py)."""

@@ -1,0 +1,231 @@
+"""The client: thin, typed wrappers over anvil.v1's Training and Serving services."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+import time
+from typing import Dict, Iterator, List, Optional, Union
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from anvil_client._gen import anvil_pb2 as pb
+from anvil_client._gen import anvil_pb2_grpc as rpc
+
+_DTYPES = {
+    pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.FLOAT16: np.float16, pb.INT64: np.int64,
+    pb.INT32: np.int32, pb.UINT8: np.uint8, pb.BOOL: np.bool_,
+}
+_TERMINAL = {pb.SUCCEEDED, pb.FAILED, pb.CANCELLED}
+
+
+class AnvilError(Exception):
+    """A failed call: `code` is the gRPC status code (grpc.StatusCode), `message` the server's."""
+
+    def __init__(self, what: str, code: grpc.StatusCode, message: str):
+        super().__init__(f"{what}: {message} ({code.name})")
+        self.code, self.message = code, message
+
+
+@dataclasses.dataclass
+class Job:
+    id: str
+    name: str
+    state: str
+    step: int
+    epoch: int
+    reason: str
+    model_name: str
+    model_version: int
+
+    @staticmethod
+    def of(j: pb.Job) -> "Job":
+        return Job(j.id, j.name, pb.JobState.Name(j.state), j.step, j.epoch, j.reason, j.model_name, j.model_version)
+
+
+@dataclasses.dataclass
+class MetricEvent:
+    """One event of a job's stream: a step's metrics, an epoch's, or a state change."""
+    seq: int
+    step: int
+    epoch: int
+    kind: str                       # "step", "epoch" or "state"
+    loss: Optional[float] = None    # step: the interval's training loss; epoch: the epoch's
+    lr: Optional[float] = None
+    grad_norm: Optional[float] = None
+    val_loss: Optional[float] = None
+    val_accuracy: Optional[float] = None
+    state: Optional[str] = None
+    message: str = ""
+
+    @staticmethod
+    def of(e: pb.MetricEvent) -> "MetricEvent":
+        which = e.WhichOneof("event")
+        if which == "step_metrics":
+            m = e.step_metrics
+            return MetricEvent(e.seq, e.step, e.epoch, "step", loss=m.loss, lr=m.lr, grad_norm=m.grad_norm)
+        if which == "epoch_metrics":
+            m = e.epoch_metrics
+            return MetricEvent(e.seq, e.step, e.epoch, "epoch", loss=m.train_loss,
+                               val_loss=m.val_loss if m.has_val_loss else None,
+                               val_accuracy=m.val_accuracy if m.has_val_accuracy else None)
+        return MetricEvent(e.seq, e.step, e.epoch, "state", state=pb.JobState.Name(e.state), message=e.message)
+
+
+@dataclasses.dataclass
+class Prediction:
+    model: str
+    version: int
+    outputs: Dict[str, np.ndarray]
+    top_k: List[List[tuple]]  # per row: (class, label, probability), most probable first
+
+
+def _tensor(name: str, x: np.ndarray) -> pb.Tensor:
+    x = np.ascontiguousarray(x)
+    for code, dtype in _DTYPES.items():
+        if x.dtype == dtype:
+            return pb.Tensor(name=name, dtype=code, shape=list(x.shape), raw=x.astype(x.dtype.newbyteorder("<")).tobytes())
+    raise TypeError(f"predict: arrays of {x.dtype} are not served; use float32, float64, float16, int64, int32, uint8 or bool")
+
+
+def _array(t: pb.Tensor) -> np.ndarray:
+    return np.frombuffer(t.raw, dtype=np.dtype(_DTYPES[t.dtype]).newbyteorder("<")).reshape(list(t.shape))
+
+
+class Client:
+    """anvild at `address`. `token`: a bearer token (or $ANVIL_TOKEN); `tls_ca` (PEM path)
+    connects over TLS, `tls_cert` / `tls_key` add a client certificate."""
+
+    def __init__(self, address: str = "127.0.0.1:50051", token: Optional[str] = None,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 timeout: float = 30.0):
+        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+        if tls_ca or tls_cert:
+            def read(p):
+                with open(p, "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(read(tls_ca) if tls_ca else None,
+                                                 read(tls_key) if tls_key else None,
+                                                 read(tls_cert) if tls_cert else None)
+            self._channel = grpc.secure_channel(address, creds, options)
+        else:
+            self._channel = grpc.insecure_channel(address, options)
+        token = token if token is not None else os.environ.get("ANVIL_TOKEN", "")
+        self._metadata = [("authorization", "Bearer " + token)] if token else []
+        self._timeout = timeout
+        self._training = rpc.TrainingStub(self._channel)
+        self._serving = rpc.ServingStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, what, method, request, timeout=None):
+        try:
+            return method(request, metadata=self._metadata, timeout=timeout or self._timeout)
+        except grpc.RpcError as e:
+            raise AnvilError(what, e.code(), e.details()) from None
+
+    # --- training -------------------------------------------------------------------------
+    def submit(self, spec: Union[dict, pb.JobSpec], dry_run: bool = False) -> Job:
+        """Submits a job (a JobSpec, or a dict of its JSON form)."""
+        if isinstance(spec, dict):
+            spec = json_format.ParseDict(spec, pb.JobSpec())
+        resp = self._call("submit", self._training.SubmitJob, pb.SubmitJobRequest(spec=spec, dry_run=dry_run))
+        return Job.of(resp.job)
+
+    def job(self, job_id: str) -> Job:
+        return Job.of(self._call(f"job {job_id}", self._training.GetJob, pb.GetJobRequest(job_id=job_id)))
+
+    def jobs(self, state: Optional[str] = None) -> List[Job]:
+        req = pb.ListJobsRequest(states=[pb.JobState.Value(state.upper())] if state else [])
+        return [Job.of(j) for j in self._call("jobs", self._training.ListJobs, req).jobs]
+
+    def cancel(self, job_id: str) -> Job:
+        return Job.of(self._call(f"cancel {job_id}", self._training.CancelJob, pb.CancelJobRequest(job_id=job_id)))
+
+    def watch(self, job_id: str, from_step: int = 0, retries: int = 60) -> Iterator[MetricEvent]:
+        """The job's events from `from_step` until it ends. A broken stream is reopened from
+        the step after the last one seen (events already seen are not repeated)."""
+        next_step, last_seq, failures = from_step, 0, 0
+        while True:
+            stream = self._training.StreamMetrics(pb.StreamMetricsRequest(job_id=job_id, from_step=next_step),
+                                                  metadata=self._metadata)
+            ended = False
+            try:
+                for e in stream:
+                    failures = 0
+                    if e.seq <= last_seq:  # a reopened stream replays the state events
+                        continue
+                    last_seq = e.seq
+                    if e.WhichOneof("event") in ("step_metrics", "epoch_metrics"):
+                        next_step = max(next_step, e.step + 1)
+                    event = MetricEvent.of(e)
+                    yield event
+                    if e.WhichOneof("event") == "state" and e.state in _TERMINAL:
+                        ended = True
+                if ended:
+                    return
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    raise AnvilError(f"watch {job_id}", e.code(), e.details()) from None
+            failures += 1
+            if failures > retries:
+                raise AnvilError(f"watch {job_id}", grpc.StatusCode.UNAVAILABLE, "gave up reconnecting")
+            time.sleep(1.0)
+
+    # --- serving --------------------------------------------------------------------------
+    def predict(self, model: str, x: np.ndarray, version: str = "latest", top_k: int = 3,
+                input_name: str = "input") -> Prediction:
+        """Runs `model` on `x` ([N, *input shape]); the outputs come back as arrays."""
+        req = pb.PredictRequest(model=model, version=str(version), inputs=[_tensor(input_name, x)], top_k=top_k)
+        resp = self._call(f"predict {model}", self._serving.Predict, req)
+        return Prediction(resp.model, resp.version, {t.name: _array(t) for t in resp.outputs},
+                          [list(zip(t.classes, t.labels, t.probabilities)) for t in resp.top_k])
+
+    def export(self, model: str, path: str, format: str = "native", version: str = "latest") -> str:
+        """Writes the model to `path` (a temporary file, checked against the size and SHA-256
+        the server sends, then renamed); returns the SHA-256."""
+        req = pb.ExportRequest(model=model, version=str(version), format=pb.ExportFormat.Value(format.upper()))
+        digest, total, announced, sha = hashlib.sha256(), 0, -1, ""
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".export-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in self._serving.Export(req, metadata=self._metadata, timeout=600):
+                    out.write(chunk.data)
+                    digest.update(chunk.data)
+                    total += len(chunk.data)
+                    if chunk.sha256:
+                        sha, announced = chunk.sha256, chunk.total_bytes
+                out.flush()
+                os.fsync(out.fileno())
+            if announced != total or digest.hexdigest() != sha:
+                raise AnvilError(f"export {model}", grpc.StatusCode.DATA_LOSS,
+                                 f"received {total} bytes with SHA-256 {digest.hexdigest()}, "
+                                 f"the server sent {announced} with {sha}")
+            os.replace(tmp, path)
+            return sha
+        except grpc.RpcError as e:
+            raise AnvilError(f"export {model}", e.code(), e.details()) from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def health(self) -> bool:
+        """Whether the server answers SERVING (grpc.health.v1, from grpcio-health-checking)."""
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        try:
+            resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        except grpc.RpcError:
+            return False
+        return resp.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The Python client package (client/python, `pip install ./client/python`) against a real
+# anvild (ctest label "system"): health, submit, watch, predict with numpy in and out, export
+# with its checksum, errors as AnvilError with the gRPC code; and the stream's from_step
+# boundary: StreamMetrics(from_step = S) starts *at* S (not after), and a watch that loses its
+# stream (the server drained and restarted) resumes from the last step + 1 with every step
+# exactly once. The package is installed into a venv of its own under the build folder; with
+# no package index reachable the test skips.
+#   python_client_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/anvild_lib.sh" "$1" pyclient
+src="$(cd "$2" && pwd)"
+venv="${build}/python-client-venv"
+if [[ ! -x "${venv}/bin/python" ]] || ! "${venv}/bin/python" -c "import grpc_tools, numpy" 2> /dev/null; then
+  python3 -m venv "${venv}" > /dev/null 2>&1 || { echo "SKIP: python3 -m venv failed"; exit 0; }
+  "${venv}/bin/python" -m pip install --quiet grpcio grpcio-tools grpcio-health-checking numpy setuptools \
+    > "${work}/pip.log" 2>&1 || { echo "SKIP: no package index ($(tail -1 "${work}/pip.log"))"; exit 0; }
+fi
+# The package itself, from this checkout (its build generates the stubs from proto/).
+"${venv}/bin/python" -m pip install --quiet --no-deps --no-build-isolation --force-reinstall "${src}/client/python" \
+  > "${work}/pip.log" 2>&1 || fail "pip install ./client/python: $(tail -5 "${work}/pip.log")"
+(cd "${work}" && "${venv}/bin/python" -c "import anvil_client, sys; assert 'grpc' not in sys.modules or hasattr(sys.modules['grpc'], 'insecure_channel')") ||
+  fail "anvil_client shadows grpcio"
+
+port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+run_anvild() {
+  "${build}/server/anvild" --address "127.0.0.1:${port}" --metrics-address "" --data-dir "${work}/data" \
+    >> "${work}/anvild.log" 2>&1 &
+  anvild_pid=$!
+  pids+=("${anvild_pid}")
+}
+run_anvild
+echo "${port}" > "${work}/port"
+
+(cd "${work}" && "${venv}/bin/python" - "127.0.0.1:${port}" "${work}" <<'PY') &
+import hashlib, os, sys, time
+import numpy as np
+import anvil_client
+from anvil_client._gen import anvil_pb2 as pb
+
+address, work = sys.argv[1], sys.argv[2]
+c = anvil_client.Client(address)
+for _ in range(100):
+    if c.health():
+        break
+    time.sleep(0.1)
+assert c.health()
+
+# Submit, watch to the end, predict, export.
+job = c.submit({"name": "py", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 2,
+                "batch_size": 32, "metric_interval": 1, "seed": 2})
+events = list(c.watch(job.id))
+assert events[-1].kind == "state" and events[-1].state == "SUCCEEDED", events[-1]
+steps = [e.step for e in events if e.kind == "step"]
+assert steps == list(range(1, len(steps) + 1)), steps[:10]
+x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
+p = c.predict("py", x, top_k=2)
+assert p.outputs["output"].shape == (4, 4) and p.outputs["output"].dtype == np.float32
+assert len(p.top_k) == 4 and all(len(row) == 2 for row in p.top_k)
+sha = c.export("py", os.path.join(work, "py.anvil"))
+assert hashlib.sha256(open(os.path.join(work, "py.anvil"), "rb").read()).hexdigest() == sha
+try:
+    c.predict("nope", x)
+    raise AssertionError("expected NOT_FOUND")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "NOT_FOUND", e
+
+# The boundary: from_step = S starts at S, through the RPC and through the package.
+s = steps[len(steps) // 2]
+replay = list(c._training.StreamMetrics(pb.StreamMetricsRequest(job_id=job.id, from_step=s)))
+replayed = [e.step for e in replay if e.WhichOneof("event") == "step_metrics"]
+assert replayed and replayed[0] == s and replayed == list(range(s, steps[-1] + 1)), (s, replayed[:5])
+again = [e.step for e in c.watch(job.id, from_step=s) if e.kind == "step"]
+assert again == replayed, (again[:5], replayed[:5])
+
+# A watch whose stream breaks: the test's shell drains and restarts the server meanwhile.
+long = c.submit({"name": "long", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 40,
+                 "batch_size": 8, "metric_interval": 1, "seed": 4, "checkpoint": {"every_steps": 7}})
+seen, restarted, cancelled = [], False, False
+for e in c.watch(long.id):
+    if e.kind != "step":
+        continue
+    seen.append(e.step)
+    if len(seen) == 30 and not restarted:
+        open(os.path.join(work, "restart"), "w").close()  # the shell restarts anvild
+        restarted = True
+    if e.step >= 200 and not cancelled:
+        c.cancel(long.id)
+        cancelled = True
+assert restarted
+assert seen == list(range(1, len(seen) + 1)), ("every step once, in order, across the restart", seen[25:40])
+assert len(seen) > 30, len(seen)
+print(f"  watch across a restart: steps 1..{len(seen)} each once; from_step={s} starts at {replayed[0]}")
+open(os.path.join(work, "done"), "w").close()
+PY
+client=$!
+for _ in $(seq 600); do
+  if [[ -f "${work}/restart" ]]; then
+    rm -f "${work}/restart"
+    kill -TERM "${anvild_pid}"
+    wait "${anvild_pid}" 2> /dev/null || true
+    run_anvild
+  fi
+  [[ -f "${work}/done" ]] && break
+  kill -0 "${client}" 2> /dev/null || break
+  sleep 0.1
+done
+wait "${client}" || fail "the Python client failed"
+[[ -f "${work}/done" ]] || fail "the Python client did not finish"
+echo "ok: python client"
