@@ -1,5 +1,7 @@
 #include "client/progress.h"
 
+#include <absl/strings/str_format.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -18,7 +20,6 @@ std::string sparkline(const std::deque<double>& values) {
 }
 
 std::string Progress::Line() const {
-  char buf[256];
   std::string bar;
   if (total_ > 0) {
     const int width = 24;
@@ -34,15 +35,11 @@ std::string Progress::Line() const {
   if (total_ > step_ && start_step_ >= 0 && step_ > start_step_ && last_ms_ > start_ms_) {
     const double ms_per_step = static_cast<double>(last_ms_ - start_ms_) / static_cast<double>(step_ - start_step_);
     const double left = ms_per_step * static_cast<double>(total_ - step_) / 1000.0;
-    char e[32];
-    std::snprintf(e, sizeof(e), "ETA %.0fs  ", left);
-    eta = e;
+    eta = absl::StrFormat("ETA %.0fs  ", left);
   }
-  char acc[32] = "";
-  if (accuracy_ >= 0) std::snprintf(acc, sizeof(acc), "  val acc %.2f%%", accuracy_ * 100.0);
-  std::snprintf(buf, sizeof(buf), "epoch %lld  step %lld/%lld %s%sloss %.4f%s", static_cast<long long>(epoch_),
-                static_cast<long long>(step_), static_cast<long long>(total_), bar.c_str(), eta.c_str(), loss_, acc);
-  return std::string(buf) + "  " + sparkline(losses_);
+  const std::string acc = accuracy_ >= 0 ? absl::StrFormat("  val acc %.2f%%", accuracy_ * 100.0) : "";
+  return absl::StrFormat("epoch %d  step %d/%d %s%sloss %.4f%s  %s", epoch_, step_, total_, bar, eta, loss_, acc,
+                         sparkline(losses_));
 }
 
 std::string Progress::update(const v1::MetricEvent& e) {

@@ -1,5 +1,6 @@
 #include "server/log.h"
 
+#include <absl/strings/str_format.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,9 +33,8 @@ void log_line(LogLevel level, const std::string& message) {
   gmtime_r(&t, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  char head[64];
-  std::snprintf(head, sizeof(head), "%s.%03dZ %s ", stamp, static_cast<int>(ms), kNames[static_cast<int>(level)]);
-  const std::string line = head + message + "\n";
+  const std::string line =
+      absl::StrFormat("%s.%03dZ %s %s\n", stamp, static_cast<int>(ms), kNames[static_cast<int>(level)], message);
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 

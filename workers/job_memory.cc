@@ -1,5 +1,6 @@
 #include "workers/job_memory.h"
 
+#include <absl/strings/str_format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,17 +27,11 @@ int64_t JobMemory::total() const {
 }
 
 std::string format_bytes(int64_t bytes) {
-  char buf[64];
   const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024 * 1024)
-    std::snprintf(buf, sizeof(buf), "%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof(buf), "%.1f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024)
-    std::snprintf(buf, sizeof(buf), "%.0f MiB", b / (1024.0 * 1024));
-  else
-    std::snprintf(buf, sizeof(buf), "%.0f KiB", b / 1024.0);
-  return buf;
+  if (b >= 1024.0 * 1024 * 1024 * 1024) return absl::StrFormat("%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+  if (b >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.1f GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return absl::StrFormat("%.0f MiB", b / (1024.0 * 1024));
+  return absl::StrFormat("%.0f KiB", b / 1024.0);
 }
 
 std::string JobMemory::describe(const std::string& optimizer) const {
