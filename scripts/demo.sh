@@ -56,6 +56,7 @@ echo
 echo "== where everything is"
 echo "  job store      ${root}/anvil.db (SQLite: jobs, metric history, model registry)"
 echo "  job files      ${root}/jobs/<job id>/ (checkpoint, model archive)"
+echo "  curves         ${root}/jobs/<job id>/tensorboard/ (tensorboard --logdir ${root}/jobs)"
 echo "  exports        ${root}/exports/"
 echo "  server log     ${root}/anvild.log"
 metrics_url=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "${root}/anvild.log" | tail -1)
