@@ -6,10 +6,12 @@
 // in the store, and a file that no longer matches is refused with DATA_LOSS.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
+
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,13 +82,13 @@ class ModelRegistry {
   metrics::ServiceMetrics* metrics_;
   const size_t max_loaded_;
   std::atomic<int64_t> tick_{0};
-  void EvictLocked();
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_;
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_ ABSL_GUARDED_BY(mu_);
   // name -> its latest version, so a "latest" Predict needs no store query (this process is
   // the only writer of the registry).
-  std::map<std::string, int64_t> latest_;
-  bool closed_ = false;
+  std::map<std::string, int64_t> latest_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace anvil::server

@@ -121,7 +121,7 @@ bool revoke_token(const std::string& path, const std::string& name) {
 }
 
 TokenSet::TokenSet(std::string path) : path_(std::move(path)) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReloadIfChanged();
 }
 
@@ -155,19 +155,19 @@ void TokenSet::ReloadIfChanged() {
 }
 
 bool TokenSet::enabled() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReloadIfChanged();
   return RequiredLocked();
 }
 
 std::string TokenSet::error() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReloadIfChanged();
   return error_;
 }
 
 TokenSet::Verdict TokenSet::check(const std::string* token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReloadIfChanged();
   Verdict v;
   v.required = RequiredLocked();

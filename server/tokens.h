@@ -10,9 +10,11 @@
 // created or revoked while it runs take effect without a restart.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
+
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,16 +64,19 @@ class TokenSet {
   const std::string& path() const { return path_; }
 
  private:
-  void ReloadIfChanged();
-  bool RequiredLocked() const { return !entries_.empty() || !error_.empty() || had_tokens_; }
+  void ReloadIfChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RequiredLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !entries_.empty() || !error_.empty() || had_tokens_;
+  }
 
-  std::string path_;
-  std::string error_;        // why the file could not be read: then no token is accepted (fail closed)
-  bool had_tokens_ = false;  // once on, authentication stays on until a restart
-  std::mutex mu_;
-  std::vector<TokenEntry> entries_;
-  std::chrono::steady_clock::time_point checked_{};
-  int64_t mtime_ns_ = -1, size_ = -1;
+  const std::string path_;
+  absl::Mutex mu_;
+  std::string error_ ABSL_GUARDED_BY(mu_);  // why the file could not be read: then no token is accepted (fail closed)
+  bool had_tokens_ ABSL_GUARDED_BY(mu_) = false;  // once on, authentication stays on until a restart
+  std::vector<TokenEntry> entries_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point checked_ ABSL_GUARDED_BY(mu_){};
+  int64_t mtime_ns_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t size_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace anvil::server
