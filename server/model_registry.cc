@@ -110,7 +110,7 @@ std::optional<JobRow> ModelRegistry::pending_job_for(const std::string& name) co
 
 bool ModelRegistry::knows(const std::string& name) const {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const auto it = latest_.find(name);
     if (it != latest_.end() && it->second > 0) return true;
   }
@@ -120,7 +120,7 @@ bool ModelRegistry::knows(const std::string& name) const {
 std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const std::string& version) {
   const int64_t wanted = ParseVersion(version);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
     int64_t v = wanted;
     if (v == 0) {
@@ -135,7 +135,7 @@ std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const s
   }
   const ModelRow row = find_row(name, version);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
     auto it = loaded_.find({row.name, row.version});
     if (it != loaded_.end()) {
@@ -180,7 +180,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
                                          [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
                                            return worker->run(workers::ForwardBatch{module, std::move(input)});
                                          });
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
   m->last_used = ++tick_;
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
@@ -267,7 +267,7 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
 void ModelRegistry::close() {
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> models;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     models.swap(loaded_);

@@ -6,9 +6,6 @@
 // in the store, and a file that no longer matches is refused with DATA_LOSS.
 #pragma once
 
-#include <absl/base/thread_annotations.h>
-#include <absl/synchronization/mutex.h>
-
 #include <atomic>
 #include <map>
 #include <memory>
@@ -20,6 +17,7 @@
 #include "proto/anvil/v1/anvil.pb.h"
 #include "server/batcher.h"
 #include "server/metrics/service_metrics.h"
+#include "server/mutex.h"
 #include "server/store.h"
 #include "workers/serving_worker.h"
 
@@ -83,7 +81,7 @@ class ModelRegistry {
   const size_t max_loaded_;
   std::atomic<int64_t> tick_{0};
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_ ABSL_GUARDED_BY(mu_);
   // name -> its latest version, so a "latest" Predict needs no store query (this process is
   // the only writer of the registry).

@@ -100,7 +100,7 @@ Scheduler::~Scheduler() {
 }
 
 std::vector<std::string> Scheduler::devices() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const Slot& s : slots_) out.push_back(s.worker->device());
   return out;
@@ -142,7 +142,7 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event) {
 }
 
 void Scheduler::recover() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (JobRow row : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
     bool resume = false;
     if (row.state == JobState::kRunning) {
@@ -194,7 +194,7 @@ void Scheduler::recover() {
 }
 
 std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE,
                       "the server is shutting down; submit again after it restarts");
   if (!spec.client_job_id().empty()) {
@@ -230,7 +230,7 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
 }
 
 JobRow Scheduler::cancel(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::optional<JobRow> row = store_.get_job(job_id);
   ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(job_id), "\" does not exist");
   ANVIL_SERVICE_CHECK(!is_terminal(row->state), StatusCode::FAILED_PRECONDITION, "job ", job_id, " already ended (",
@@ -259,13 +259,14 @@ bool Scheduler::AllSlotsIdle() const {
 }
 
 void Scheduler::drain(std::chrono::milliseconds timeout) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
   for (Slot& s : slots_) {
     if (!s.job_id.empty()) s.worker->stop(s.job_id, /*interrupt=*/true);
   }
-  // Re-evaluated whenever the lock is released (a freed slot), until true or the timeout.
-  mu_.AwaitWithTimeout(absl::Condition(this, &Scheduler::AllSlotsIdle), absl::FromChrono(timeout));
+  // The wait releases mu_ and takes it again before each check (the analysis cannot follow a
+  // lock through std::condition_variable_any, hence the unchecked predicate).
+  idle_cv_.wait_for(mu_, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return AllSlotsIdle(); });
 }
 
 void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
@@ -314,12 +315,12 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
     if (e.kind == WorkerEvent::Kind::kStarted) {
       auto opened = std::make_unique<tensorboard::EventFile>(
           (fs::path(options_.data_root) / "jobs" / row.id / "tensorboard").string(), e.step, now);
-      absl::MutexLock lock(&tensorboard_mu_);
+      MutexLock lock(&tensorboard_mu_);
       tensorboard_[row.id] = std::move(opened);
       return;
     }
     {
-      absl::MutexLock lock(&tensorboard_mu_);
+      MutexLock lock(&tensorboard_mu_);
       const auto it = tensorboard_.find(row.id);
       if (it == tensorboard_.end()) return;
       file = it->second.get();
@@ -346,7 +347,7 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
       case WorkerEvent::Kind::kFailed:
       case WorkerEvent::Kind::kCancelled:
       case WorkerEvent::Kind::kInterrupted: {
-        absl::MutexLock lock(&tensorboard_mu_);
+        MutexLock lock(&tensorboard_mu_);
         tensorboard_.erase(row.id);  // synced and closed
         return;
       }
@@ -357,7 +358,7 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
   } catch (const std::exception& ex) {
     log(LogLevel::kWarning, "job ", row.id,
         ": no more TensorBoard curves: ", scrub_paths(ex.what(), options_.data_root));
-    absl::MutexLock lock(&tensorboard_mu_);
+    MutexLock lock(&tensorboard_mu_);
     tensorboard_.erase(row.id);
   }
 }
@@ -423,10 +424,11 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     bool ends;
     ~FreeSlot() {
       if (!ends) return;
-      absl::MutexLock lock(&s.mu_);
+      MutexLock lock(&s.mu_);
       for (Slot& slot : s.slots_) {
         if (slot.job_id == e.job_id) slot.job_id.clear();
       }
+      s.idle_cv_.notify_all();
       try {
         s.DispatchLocked();
       } catch (const std::exception&) {

@@ -13,9 +13,7 @@
 // worker's event holds up neither submissions nor the other workers.
 #pragma once
 
-#include <absl/base/thread_annotations.h>
-#include <absl/synchronization/mutex.h>
-
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,6 +24,7 @@
 #include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
+#include "server/mutex.h"
 #include "server/store.h"
 #include "server/tensorboard/event_file.h"
 #include "workers/worker.h"
@@ -81,7 +80,7 @@ class Scheduler {
   void OnEvent(const workers::WorkerEvent& e);
   void Enqueue(const JobRow& row, bool resume) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllSlotsIdle() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool AllSlotsIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Record(JobRow& row, v1::MetricEvent event);
 
   Store& store_;
@@ -93,11 +92,12 @@ class Scheduler {
   // The job's TensorBoard curves (jobs/<id>/tensorboard/): a failure to write them is logged
   // and ends that job's file, never the job.
   void WriteTensorBoard(const workers::WorkerEvent& e, const JobRow& row);
-  absl::Mutex tensorboard_mu_;  // the map only: one job's events come from one worker thread
+  Mutex tensorboard_mu_;  // the map only: one job's events come from one worker thread
   std::map<std::string, std::unique_ptr<tensorboard::EventFile>> tensorboard_ ABSL_GUARDED_BY(tensorboard_mu_);
   // The queue, the slots (a slot's job is the one record of "busy") and the drain flag; clang's
   // -Wthread-safety checks every access (the clang builds: server/CMakeLists.txt).
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
+  std::condition_variable_any idle_cv_;  // a slot was freed
   std::vector<Queued> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

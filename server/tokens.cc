@@ -121,7 +121,7 @@ bool revoke_token(const std::string& path, const std::string& name) {
 }
 
 TokenSet::TokenSet(std::string path) : path_(std::move(path)) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ReloadIfChanged();
 }
 
@@ -155,19 +155,19 @@ void TokenSet::ReloadIfChanged() {
 }
 
 bool TokenSet::enabled() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ReloadIfChanged();
   return RequiredLocked();
 }
 
 std::string TokenSet::error() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ReloadIfChanged();
   return error_;
 }
 
 TokenSet::Verdict TokenSet::check(const std::string* token) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ReloadIfChanged();
   Verdict v;
   v.required = RequiredLocked();

@@ -10,14 +10,13 @@
 // created or revoked while it runs take effect without a restart.
 #pragma once
 
-#include <absl/base/thread_annotations.h>
-#include <absl/synchronization/mutex.h>
-
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "server/mutex.h"
 
 namespace anvil::server {
 
@@ -70,7 +69,7 @@ class TokenSet {
   }
 
   const std::string path_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::string error_ ABSL_GUARDED_BY(mu_);  // why the file could not be read: then no token is accepted (fail closed)
   bool had_tokens_ ABSL_GUARDED_BY(mu_) = false;  // once on, authentication stays on until a restart
   std::vector<TokenEntry> entries_ ABSL_GUARDED_BY(mu_);
