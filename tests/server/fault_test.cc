@@ -276,7 +276,9 @@ TEST_F(FaultTest, InFlightPredictsFinishThroughTheDrain) {
   Stop();
   ServerOptions o;
   o.batching.max_batch = 64;
-  o.batching.max_delay = std::chrono::milliseconds(300);  // each call waits here while the drain starts
+  // Each call waits here while the drain starts; long enough that all 30 are admitted first
+  // even where threads start slowly (under ThreadSanitizer they took over 100 ms).
+  o.batching.max_delay = std::chrono::milliseconds(800);
   Start(o);
   TrainBlobs();
   std::vector<std::future<grpc::Status>> calls;
@@ -286,7 +288,7 @@ TEST_F(FaultTest, InFlightPredictsFinishThroughTheDrain) {
       return Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp);
     }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto t0 = std::chrono::steady_clock::now();
   server_->shutdown(std::chrono::seconds(5));
   const double drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
