@@ -152,10 +152,11 @@ std::string Registry::render() {
   for (const auto& c : collectors) c();
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   // The library leaves out a family without series: declare it all the same.
-  for (const auto& [name, d] : declared) {
+  for (const auto& entry : declared) {  // not a structured binding: clang 14 cannot capture one
+    const std::string& name = entry.first;
     const bool collected = std::any_of(families.begin(), families.end(),
                                        [&](const prometheus::MetricFamily& f) { return f.name == name; });
-    if (!collected) families.push_back({name, d.help, d.type, {}});
+    if (!collected) families.push_back({name, entry.second.help, entry.second.type, {}});
   }
   // The library keeps families by kind and series in a hash map: registration order and
   // sorted label values read the same from scrape to scrape (and diff well).
