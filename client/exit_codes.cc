@@ -1,5 +1,9 @@
 #include "client/exit_codes.h"
 
+#include <absl/status/status.h>
+
+#include <string>
+
 namespace anvil::client {
 
 ExitCode exit_code_for(grpc::StatusCode code) {
@@ -25,45 +29,10 @@ ExitCode exit_code_for(grpc::StatusCode code) {
   }
 }
 
-const char* status_code_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    default:
-      return "UNKNOWN_CODE";
-  }
+std::string status_code_name(grpc::StatusCode code) {
+  // gRPC's codes are absl::StatusCode's, number for number; Abseil names them.
+  const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
 }
 
 const char* exit_code_table() {

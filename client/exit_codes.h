@@ -19,6 +19,8 @@
 
 #include <grpcpp/support/status.h>
 
+#include <string>
+
 namespace anvil::client {
 
 enum ExitCode : int {
@@ -35,7 +37,7 @@ enum ExitCode : int {
 ExitCode exit_code_for(grpc::StatusCode code);
 
 // The code's name as gRPC spells it ("NOT_FOUND"), for error lines.
-const char* status_code_name(grpc::StatusCode code);
+std::string status_code_name(grpc::StatusCode code);
 
 // The table above, for `anvil --help`.
 const char* exit_code_table();

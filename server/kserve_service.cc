@@ -23,13 +23,12 @@ struct WireType {
   const char* kserve;          // the protocol's datatype name
   v1::DType dtype;             // Anvil's
   inference::DataType triton;  // Triton's model-configuration enum
-  size_t bytes;
 };
 constexpr WireType kTypes[] = {
-    {"FP32", v1::FLOAT32, inference::TYPE_FP32, 4}, {"FP64", v1::FLOAT64, inference::TYPE_FP64, 8},
-    {"FP16", v1::FLOAT16, inference::TYPE_FP16, 2}, {"BF16", v1::BFLOAT16, inference::TYPE_BF16, 2},
-    {"INT64", v1::INT64, inference::TYPE_INT64, 8}, {"INT32", v1::INT32, inference::TYPE_INT32, 4},
-    {"UINT8", v1::UINT8, inference::TYPE_UINT8, 1}, {"BOOL", v1::BOOL, inference::TYPE_BOOL, 1},
+    {"FP32", v1::FLOAT32, inference::TYPE_FP32}, {"FP64", v1::FLOAT64, inference::TYPE_FP64},
+    {"FP16", v1::FLOAT16, inference::TYPE_FP16}, {"BF16", v1::BFLOAT16, inference::TYPE_BF16},
+    {"INT64", v1::INT64, inference::TYPE_INT64}, {"INT32", v1::INT32, inference::TYPE_INT32},
+    {"UINT8", v1::UINT8, inference::TYPE_UINT8}, {"BOOL", v1::BOOL, inference::TYPE_BOOL},
 };
 
 const WireType& ByName(const std::string& datatype, const std::string& what) {
@@ -201,18 +200,13 @@ class KServeService final : public inference::GRPCInferenceService::Service {
                           ": contents and raw_input_contents are exclusive; send one of them");
       tensor->set_raw(raw ? req.raw_input_contents(i) : ContentsAsRaw(in.contents(), t, what));
     }
-    // The request's deadline on the batcher's clock (gRPC's is wall-clock time).
-    Batcher::Clock::time_point deadline = Batcher::Clock::time_point::max();
-    if (ctx.deadline() != std::chrono::system_clock::time_point::max()) {
-      deadline = Batcher::Clock::now() + (ctx.deadline() - std::chrono::system_clock::now());
-    }
-    const v1::PredictResponse out = s_.registry->predict(p, deadline);
+    v1::PredictResponse out = s_.registry->predict(p, batcher_deadline(ctx));
     resp.set_model_name(out.model());
     resp.set_model_version(std::to_string(out.version()));
     resp.set_id(req.id());
     std::map<std::string, bool> wanted;
     for (const auto& o : req.outputs()) wanted[o.name()] = false;
-    for (const v1::Tensor& t : out.outputs()) {
+    for (v1::Tensor& t : *out.mutable_outputs()) {
       if (!wanted.empty()) {
         const auto it = wanted.find(t.name());
         if (it == wanted.end()) continue;
@@ -222,7 +216,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
       o->set_name(t.name());
       o->set_datatype(ByDType(t.dtype()).kserve);
       for (int64_t d : t.shape()) o->add_shape(d);
-      resp.add_raw_output_contents(t.raw());
+      *resp.add_raw_output_contents() = std::move(*t.mutable_raw());
     }
     for (const auto& [name, found] : wanted) {
       ANVIL_SERVICE_CHECK(found, StatusCode::INVALID_ARGUMENT, "outputs: the model has no output \"", name, "\"");

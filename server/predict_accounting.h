@@ -1,17 +1,28 @@
-// The Predict metrics around one prediction, whichever protocol it came by (anvil.v1.Serving's
-// Predict, KServe's ModelInfer): in flight while it runs, its latency, and its final status
-// code, per model. Series only for registered names: an unknown name must not mint new series.
+// What a prediction needs whichever protocol it came by (anvil.v1.Serving's Predict, KServe's
+// ModelInfer): its deadline on the batcher's clock, and the Predict metrics around it.
 #pragma once
+
+#include <grpcpp/server_context.h>
 
 #include <chrono>
 #include <string>
 #include <utility>
 
+#include "server/batcher.h"
 #include "server/state.h"
 #include "server/status.h"
 
 namespace anvil::server {
 
+// The call's deadline on the batcher's clock (gRPC's is wall-clock time); max() without one.
+inline Batcher::Clock::time_point batcher_deadline(const grpc::ServerContextBase& ctx) {
+  const auto wall = ctx.deadline();
+  if (wall == std::chrono::system_clock::time_point::max()) return Batcher::Clock::time_point::max();
+  return Batcher::Clock::now() + (wall - std::chrono::system_clock::now());
+}
+
+// In flight while it runs, its latency, and its final status code, per model. Series only for
+// registered names: an unknown name must not mint new series.
 template <typename F>
 grpc::Status counted_predict(AnvilServer::State& s, const std::string& model_name, F&& run) {
   if (s.metrics == nullptr) return std::forward<F>(run)();

@@ -83,15 +83,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   }
 
   Status PredictImpl(grpc::CallbackServerContext* ctx, const v1::PredictRequest& req, v1::PredictResponse& resp) {
-    return Guard([&] {
-      // The request's deadline on the batcher's clock (gRPC's is wall-clock time).
-      Batcher::Clock::time_point deadline = Batcher::Clock::time_point::max();
-      const auto wall_deadline = ctx->deadline();
-      if (wall_deadline != std::chrono::system_clock::time_point::max()) {
-        deadline = Batcher::Clock::now() + (wall_deadline - std::chrono::system_clock::now());
-      }
-      resp = s_.registry->predict(req, deadline);
-    });
+    return Guard([&] { resp = s_.registry->predict(req, batcher_deadline(*ctx)); });
   }
 
   Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {

@@ -1,5 +1,7 @@
 #include "server/status.h"
 
+#include <absl/status/status.h>
+
 #include "server/store.h"
 
 namespace anvil::server {
@@ -37,13 +39,9 @@ grpc::Status current_exception_status(grpc::StatusCode engine_code) {
 }
 
 std::string grpc_code_name(grpc::StatusCode code) {
-  static const char* kNames[] = {
-      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-      "DATA_LOSS", "UNAUTHENTICATED"};
-  const int i = static_cast<int>(code);
-  return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
+  // gRPC's codes are absl::StatusCode's, number for number; Abseil names them.
+  const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
 }
 
 std::string echo(std::string_view value, size_t max) {

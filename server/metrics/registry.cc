@@ -97,15 +97,13 @@ Registry::Registry() : registry_(std::make_shared<prometheus::Registry>()) {}
 template <typename M, typename Make>
 Family<M>& Registry::FindOrAdd(const std::string& name, const std::string& help, const Make& make) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = families_.find(name);
-  if (it != families_.end()) {
-    ANVIL_CHECK(declared_.at(name).type == kType<M>, "metric ", name, " is registered with another type than ",
-                kKind<M>);
-    return *std::static_pointer_cast<Family<M>>(it->second);
+  const auto it = declared_.find(name);
+  if (it != declared_.end()) {
+    ANVIL_CHECK(it->second.type == kType<M>, "metric ", name, " is registered with another type than ", kKind<M>);
+    return *std::static_pointer_cast<Family<M>>(it->second.family);
   }
   std::shared_ptr<Family<M>> family = make();
-  families_[name] = family;
-  declared_[name] = {static_cast<int>(declared_.size()), help, kType<M>};
+  declared_[name] = {static_cast<int>(declared_.size()), help, kType<M>, family};
   return *family;
 }
 

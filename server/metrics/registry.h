@@ -89,11 +89,11 @@ class Registry {
   Family<M>& FindOrAdd(const std::string& name, const std::string& help, const Make& make);
   const std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<void>> families_;  // Family<M> by name
   struct Declared {
     int order;  // registration order
     std::string help;
     prometheus::MetricType type;
+    std::shared_ptr<void> family;  // the Family<M> of `type`
   };
   std::map<std::string, Declared> declared_;  // by name
   std::vector<std::function<void()>> collectors_;
