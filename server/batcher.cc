@@ -1,5 +1,7 @@
 #include "server/batcher.h"
 
+#include <absl/strings/str_cat.h>
+
 #include "core/autograd/grad_mode.h"
 #include "core/ops/functions.h"
 #include "server/status.h"
@@ -11,15 +13,17 @@ Batcher::Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, Ba
 
 Batcher::~Batcher() { close(); }
 
-Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
+absl::StatusOr<Tensor> Batcher::run(Tensor input, Clock::time_point deadline) {
   auto req = std::make_shared<Request>();
   req->input = std::move(input);
   req->deadline = deadline;
   req->enqueued = Clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  ANVIL_SERVICE_CHECK(!closed_, grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
-  ANVIL_SERVICE_CHECK(queue_.size() < options_.max_queue, grpc::StatusCode::UNAVAILABLE, "the model's queue is full (",
-                      options_.max_queue, " requests); retry with backoff");
+  UniqueMutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("the server is shutting down");
+  if (queue_.size() >= options_.max_queue) {
+    return absl::UnavailableError(
+        absl::StrCat("the model's queue is full (", options_.max_queue, " requests); retry with backoff"));
+  }
   queue_.push_back(req);
   ReportDepthLocked();
   if (options_.max_delay.count() > 0) cv_.notify_all();  // a leader waiting out max_delay counts rows again
@@ -33,21 +37,24 @@ Tensor Batcher::run(Tensor input, Clock::time_point deadline) {
       Lead(lock);
       continue;
     }
-    req->wake.wait(lock, [&] { return req->done || req->lead; });
+    req->wake.wait(lock.native());  // woken when done, or to lead; spurious wake-ups loop
   }
-  if (req->error) std::rethrow_exception(req->error);
+  if (!req->error.ok()) return req->error;
   return req->output;
 }
 
-void Batcher::Lead(std::unique_lock<std::mutex>& lock) {
+int64_t Batcher::QueuedRowsLocked() const {
+  int64_t n = 0;
+  for (const auto& r : queue_) n += r->input.size(0);
+  return n;
+}
+
+void Batcher::Lead(UniqueMutexLock& lock) {
   if (options_.enabled && options_.max_delay.count() > 0) {
     const Clock::time_point until = Clock::now() + options_.max_delay;
-    auto rows = [&] {
-      int64_t n = 0;
-      for (const auto& r : queue_) n += r->input.size(0);
-      return n;
-    };
-    cv_.wait_until(lock, until, [&] { return closed_ || rows() >= options_.max_batch; });
+    while (!closed_ && QueuedRowsLocked() < options_.max_batch) {
+      if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) break;
+    }
   }
   std::vector<std::shared_ptr<Request>> batch;
   int64_t rows = 0;
@@ -59,9 +66,11 @@ void Batcher::Lead(std::unique_lock<std::mutex>& lock) {
     queue_.pop_front();
   }
   ReportDepthLocked();
-  lock.unlock();
+  // Unlocked for the forward: through the Mutex, so the analysis follows (the caller's
+  // UniqueMutexLock owns it again once this returns).
+  mu_.unlock();
   RunBatch(batch);
-  lock.lock();
+  mu_.lock();
   for (auto& r : batch) {
     r->done = true;
     r->wake.notify_one();
@@ -75,11 +84,11 @@ void Batcher::Lead(std::unique_lock<std::mutex>& lock) {
 }
 
 void Batcher::close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
   for (auto& r : queue_) {
-    r->error = std::make_exception_ptr(ServiceError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    r->error = absl::UnavailableError("the server is shutting down");
     r->done = true;
     r->wake.notify_one();
   }
@@ -89,7 +98,7 @@ void Batcher::close() {
 }
 
 Batcher::Stats Batcher::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -98,8 +107,7 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
   std::vector<std::shared_ptr<Request>> live;
   for (auto& r : batch) {
     if (r->deadline <= now) {
-      r->error = std::make_exception_ptr(
-          ServiceError(grpc::StatusCode::DEADLINE_EXCEEDED, "the request's deadline passed while it was queued"));
+      r->error = absl::DeadlineExceededError("the request's deadline passed while it was queued");
     } else {
       live.push_back(r);
     }
@@ -108,40 +116,39 @@ void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
   if (observer_.on_queued) {
     for (const auto& r : live) observer_.on_queued(std::chrono::duration<double>(now - r->enqueued).count());
   }
-  try {
+  // The batch's forward: what it throws (concatenating the inputs, a forward without a
+  // runner) becomes its status like the runner's own errors.
+  absl::StatusOr<Tensor> out = status_of([&]() -> absl::StatusOr<Tensor> {
     std::vector<Tensor> inputs;
     for (const auto& r : live) inputs.push_back(r->input);
     Tensor batch = inputs.size() == 1 ? inputs[0] : cat(inputs, 0);
-    Tensor out;
-    if (runner_) {
-      out = runner_(module_, std::move(batch));
-    } else {
-      InferenceMode no_grad;
-      out = module_->forward(batch);
-    }
-    int64_t row = 0;
-    for (auto& r : live) {
-      const int64_t n = r->input.size(0);
-      r->output = live.size() == 1 ? out : out.narrow(0, row, n).contiguous();
-      row += n;
-    }
-    if (observer_.on_batch) observer_.on_batch(row);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.batches += 1;
-    stats_.rows += row;
-    stats_.requests += static_cast<int64_t>(live.size());
-  } catch (...) {
+    if (runner_) return runner_(module_, std::move(batch));
+    InferenceMode no_grad;
+    return module_->forward(batch);
+  });
+  if (!out.ok()) {
     if (live.size() == 1) {
-      live[0]->error = std::current_exception();
+      live[0]->error = std::move(out).status();
       return;
     }
     // One bad request must not fail the others batched with it: run them one by one.
     for (auto& r : live) {
       std::vector<std::shared_ptr<Request>> one{r};
-      r->error = nullptr;
       RunBatch(one);
     }
+    return;
   }
+  int64_t row = 0;
+  for (auto& r : live) {
+    const int64_t n = r->input.size(0);
+    r->output = live.size() == 1 ? *out : out->narrow(0, row, n).contiguous();
+    row += n;
+  }
+  if (observer_.on_batch) observer_.on_batch(row);
+  MutexLock lock(&mu_);
+  stats_.batches += 1;
+  stats_.rows += row;
+  stats_.requests += static_cast<int64_t>(live.size());
 }
 
 }  // namespace anvil::server

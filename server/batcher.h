@@ -13,6 +13,8 @@
 // UNAVAILABLE. With batching disabled every request runs alone, in arrival order.
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -22,6 +24,7 @@
 #include <mutex>
 
 #include "core/nn/module.h"
+#include "core/util/mutex.h"
 
 namespace anvil::server {
 
@@ -48,13 +51,14 @@ class Batcher {
   // server passes its serving worker's (workers/serving_worker.h: the forward runs on the
   // thread that owns the model's device); without one the batch runs on the leader's thread,
   // on the CPU.
-  using Runner = std::function<Tensor(const std::shared_ptr<nn::Module>& module, Tensor input)>;
+  using Runner = std::function<absl::StatusOr<Tensor>(const std::shared_ptr<nn::Module>& module, Tensor input)>;
 
   Batcher(std::shared_ptr<nn::Module> module, BatchingOptions options, BatchObserver observer = {}, Runner runner = {});
   ~Batcher();
 
-  // The module's output for `input` [n, ...]; blocks. Throws ServiceError.
-  Tensor run(Tensor input, Clock::time_point deadline);
+  // The module's output for `input` [n, ...]; blocks. UNAVAILABLE (closed, queue full),
+  // DEADLINE_EXCEEDED (expired while queued), or the forward's own error.
+  absl::StatusOr<Tensor> run(Tensor input, Clock::time_point deadline);
   void close();
 
   struct Stats {
@@ -63,10 +67,12 @@ class Batcher {
   Stats stats() const;
 
  private:
+  // A queued call. Its fields after `deadline` are the batcher's mu_'s (the analysis cannot name
+  // another object's lock here): the leader writes them, the caller reads them once woken.
   struct Request {
     Tensor input, output;
     Clock::time_point deadline, enqueued;
-    std::exception_ptr error;
+    absl::Status error;
     bool done = false;
     bool lead = false;  // this request's thread runs the next batch
     // Each waiter sleeps on its own condition: finishing a batch wakes exactly the callers
@@ -74,10 +80,11 @@ class Batcher {
     // batching, waking all of them per request cost 6x the throughput).
     std::condition_variable wake;
   };
-  // Called with mu_ held by the leader: takes a batch, runs it unlocked, hands off.
-  void Lead(std::unique_lock<std::mutex>& lock);
-  void RunBatch(std::vector<std::shared_ptr<Request>>& batch);
-  void ReportDepthLocked() const {
+  // Called with mu_ held (through `lock`) by the leader: takes a batch, runs it unlocked, hands off.
+  void Lead(UniqueMutexLock& lock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t QueuedRowsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunBatch(std::vector<std::shared_ptr<Request>>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReportDepthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (observer_.on_depth) observer_.on_depth(static_cast<int64_t>(queue_.size()));
   }
 
@@ -85,12 +92,12 @@ class Batcher {
   const BatchingOptions options_;
   const BatchObserver observer_;
   const Runner runner_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;  // a leader waiting out max_delay for rows
-  std::deque<std::shared_ptr<Request>> queue_;
-  bool running_ = false;  // a leader is running or about to run a batch
-  bool closed_ = false;
-  Stats stats_;
+  std::deque<std::shared_ptr<Request>> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // a leader is running or about to run a batch
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace anvil::server

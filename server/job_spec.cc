@@ -12,9 +12,8 @@ namespace anvil::server {
 namespace {
 
 namespace fs = std::filesystem;
-using grpc::StatusCode;
 
-#define SPEC_CHECK(cond, ...) ANVIL_SERVICE_CHECK(cond, StatusCode::INVALID_ARGUMENT, "spec.", __VA_ARGS__)
+#define SPEC_CHECK(cond, ...) ANVIL_SERVICE_CHECK(cond, absl::StatusCode::kInvalidArgument, "spec.", __VA_ARGS__)
 
 const std::set<std::string> kBuiltinDatasets = {"digits", "blobs", "spirals"};
 const std::set<std::string> kOptimizers = {"sgd", "adam", "adamw", "rmsprop"};
@@ -99,12 +98,12 @@ void ValidateModel(const v1::JobSpec& spec, const SpecContext& ctx) {
   try {
     cost = models::estimate_model(spec.model_json());
   } catch (const Error& e) {
-    throw ServiceError(StatusCode::INVALID_ARGUMENT, std::string("spec.model_json: ") + e.what());
+    throw ServiceError(absl::StatusCode::kInvalidArgument, std::string("spec.model_json: ") + e.what());
   }
   try {
     workers::check_job_memory(cost, spec, ctx.max_job_memory);
   } catch (const Error& e) {
-    throw ServiceError(StatusCode::RESOURCE_EXHAUSTED, std::string("spec: ") + e.what());
+    throw ServiceError(absl::StatusCode::kResourceExhausted, std::string("spec: ") + e.what());
   }
 }
 
@@ -123,7 +122,7 @@ void ValidateDevice(v1::JobSpec* spec, const SpecContext& ctx) {
   for (const std::string& have : ctx.devices) list += (list.empty() ? "" : ", ") + have;
   SPEC_CHECK(d == "cuda" || d.rfind("cuda:", 0) == 0,
              "device: expected \"cpu\", \"cuda\", \"cuda:N\" or \"any\", got \"", d, "\"");
-  ANVIL_SERVICE_CHECK(known, StatusCode::INVALID_ARGUMENT, "spec.device: \"", d,
+  ANVIL_SERVICE_CHECK(known, absl::StatusCode::kInvalidArgument, "spec.device: \"", d,
                       "\" is not a device of this server (it has: ", list, ")");
 }
 
@@ -138,17 +137,18 @@ bool is_valid_name(const std::string& name) {
 }
 
 std::string resolve_inside_root(const std::string& root, const std::string& relative, const std::string& field) {
-  ANVIL_SERVICE_CHECK(relative.find("://") == std::string::npos, StatusCode::PERMISSION_DENIED, field,
+  ANVIL_SERVICE_CHECK(relative.find("://") == std::string::npos, absl::StatusCode::kPermissionDenied, field,
                       ": URLs are not accepted, got \"", relative, "\" (give a path inside the server's data root)");
-  ANVIL_SERVICE_CHECK(!relative.empty() && relative[0] != '/' && relative[0] != '~', StatusCode::PERMISSION_DENIED,
-                      field, ": expected a path relative to the server's data root, got \"", relative, "\"");
+  ANVIL_SERVICE_CHECK(!relative.empty() && relative[0] != '/' && relative[0] != '~',
+                      absl::StatusCode::kPermissionDenied, field,
+                      ": expected a path relative to the server's data root, got \"", relative, "\"");
   std::error_code ec;
   const fs::path canonical_root = fs::weakly_canonical(fs::path(root), ec);
   const fs::path resolved = fs::weakly_canonical(canonical_root / relative, ec);
-  ANVIL_SERVICE_CHECK(!ec, StatusCode::INVALID_ARGUMENT, field, ": cannot resolve \"", relative, "\"");
+  ANVIL_SERVICE_CHECK(!ec, absl::StatusCode::kInvalidArgument, field, ": cannot resolve \"", relative, "\"");
   const auto [root_end, _] =
       std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
-  ANVIL_SERVICE_CHECK(root_end == canonical_root.end(), StatusCode::PERMISSION_DENIED, field, ": \"", relative,
+  ANVIL_SERVICE_CHECK(root_end == canonical_root.end(), absl::StatusCode::kPermissionDenied, field, ": \"", relative,
                       "\" leads outside the server's data root");
   return resolved.string();
 }

@@ -17,7 +17,6 @@ namespace {
 
 using grpc::ServerContext;
 using grpc::Status;
-using grpc::StatusCode;
 
 struct WireType {
   const char* kserve;          // the protocol's datatype name
@@ -35,7 +34,7 @@ const WireType& ByName(const std::string& datatype, const std::string& what) {
   for (const WireType& t : kTypes) {
     if (datatype == t.kserve) return t;
   }
-  throw ServiceError(StatusCode::INVALID_ARGUMENT,
+  throw ServiceError(absl::StatusCode::kInvalidArgument,
                      what + ": datatype \"" + datatype +
                          "\" is not served; expected FP32, FP64, FP16, BF16, INT64, INT32, UINT8 or BOOL");
 }
@@ -44,7 +43,8 @@ const WireType& ByDType(v1::DType dtype) {
   for (const WireType& t : kTypes) {
     if (dtype == t.dtype) return t;
   }
-  throw ServiceError(StatusCode::INTERNAL, "a model tensor of dtype " + v1::DType_Name(dtype) + " has no KServe name");
+  throw ServiceError(absl::StatusCode::kInternal,
+                     "a model tensor of dtype " + v1::DType_Name(dtype) + " has no KServe name");
 }
 
 // The elements of a tensor sent in its typed contents field, as raw little-endian bytes.
@@ -73,7 +73,7 @@ std::string ContentsAsRaw(const inference::InferTensorContents& c, const WireTyp
     case v1::BOOL:
       return Pack<uint8_t>(c.bool_contents());
     default:
-      throw ServiceError(StatusCode::INVALID_ARGUMENT,
+      throw ServiceError(absl::StatusCode::kInvalidArgument,
                          what + ": " + t.kserve + " has no typed contents field; send it in raw_input_contents");
   }
 }
@@ -99,12 +99,13 @@ class KServeService final : public inference::GRPCInferenceService::Service {
                     inference::ModelReadyResponse* resp) override {
     return Guard([&] {
       Auth(*ctx, "ModelReady");
-      try {
-        resp->set_ready(!s_.draining.load() && s_.registry->get(req->name(), VersionOf(req->version())) != nullptr);
-      } catch (const ServiceError& e) {
-        if (e.code() != StatusCode::NOT_FOUND && e.code() != StatusCode::FAILED_PRECONDITION) throw;
-        resp->set_ready(false);  // unknown, or its job has not finished
+      const absl::StatusOr<std::shared_ptr<ServedModel>> m = s_.registry->get(req->name(), VersionOf(req->version()));
+      if (!m.ok() && m.status().code() != absl::StatusCode::kNotFound &&
+          m.status().code() != absl::StatusCode::kFailedPrecondition) {
+        return m.status();
       }
+      resp->set_ready(!s_.draining.load() && m.ok());  // not: unknown, or its job has not finished
+      return absl::OkStatus();
     });
   }
 
@@ -121,7 +122,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
                        inference::ModelMetadataResponse* resp) override {
     return Guard([&] {
       Auth(*ctx, "ModelMetadata");
-      const v1::Model m = s_.registry->describe(*s_.registry->get(req->name(), VersionOf(req->version())));
+      const v1::Model m =
+          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), VersionOf(req->version()))));
       resp->set_name(m.name());
       resp->set_platform("anvil");
       for (const ModelRow& row : s_.store->list_models(m.name())) resp->add_versions(std::to_string(row.version));
@@ -134,7 +136,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
                      inference::ModelConfigResponse* resp) override {
     return Guard([&] {
       Auth(*ctx, "ModelConfig");
-      const v1::Model m = s_.registry->describe(*s_.registry->get(req->name(), VersionOf(req->version())));
+      const v1::Model m =
+          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), VersionOf(req->version()))));
       inference::ModelConfig* c = resp->mutable_config();
       c->set_name(m.name());
       c->set_platform("anvil");
@@ -164,7 +167,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
     const Status st = counted_predict(s_, req->model_name(), [&] {
       return Guard([&] {
         Auth(*ctx, "ModelInfer");
-        ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+        ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
         Infer(*ctx, *req, *resp);
       });
     });
@@ -180,9 +183,10 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   }
 
   void Infer(ServerContext& ctx, const inference::ModelInferRequest& req, inference::ModelInferResponse& resp) {
-    ANVIL_SERVICE_CHECK(!req.model_name().empty(), StatusCode::INVALID_ARGUMENT, "model_name: expected a model name");
+    ANVIL_SERVICE_CHECK(!req.model_name().empty(), absl::StatusCode::kInvalidArgument,
+                        "model_name: expected a model name");
     const bool raw = req.raw_input_contents_size() > 0;
-    ANVIL_SERVICE_CHECK(!raw || req.raw_input_contents_size() == req.inputs_size(), StatusCode::INVALID_ARGUMENT,
+    ANVIL_SERVICE_CHECK(!raw || req.raw_input_contents_size() == req.inputs_size(), absl::StatusCode::kInvalidArgument,
                         "raw_input_contents: expected one per input (", req.inputs_size(), "), got ",
                         req.raw_input_contents_size());
     v1::PredictRequest p;
@@ -196,11 +200,11 @@ class KServeService final : public inference::GRPCInferenceService::Service {
       tensor->set_name(in.name());
       tensor->set_dtype(t.dtype);
       for (int64_t d : in.shape()) tensor->add_shape(d);
-      ANVIL_SERVICE_CHECK(!raw || !in.has_contents(), StatusCode::INVALID_ARGUMENT, what,
+      ANVIL_SERVICE_CHECK(!raw || !in.has_contents(), absl::StatusCode::kInvalidArgument, what,
                           ": contents and raw_input_contents are exclusive; send one of them");
       tensor->set_raw(raw ? req.raw_input_contents(i) : ContentsAsRaw(in.contents(), t, what));
     }
-    v1::PredictResponse out = s_.registry->predict(p, batcher_deadline(ctx));
+    v1::PredictResponse out = value_or_throw(s_.registry->predict(p, batcher_deadline(ctx)));
     resp.set_model_name(out.model());
     resp.set_model_version(std::to_string(out.version()));
     resp.set_id(req.id());
@@ -219,7 +223,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
       *resp.add_raw_output_contents() = std::move(*t.mutable_raw());
     }
     for (const auto& [name, found] : wanted) {
-      ANVIL_SERVICE_CHECK(found, StatusCode::INVALID_ARGUMENT, "outputs: the model has no output \"", name, "\"");
+      ANVIL_SERVICE_CHECK(found, absl::StatusCode::kInvalidArgument, "outputs: the model has no output \"", name, "\"");
     }
   }
 

@@ -7,6 +7,7 @@
 // event once, in order.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/util/mutex.h"
 #include "proto/anvil/v1/anvil.pb.h"
 
 namespace anvil::server {
@@ -30,10 +32,10 @@ class MetricsHub {
    private:
     friend class MetricsHub;
     void Push(const v1::MetricEvent& e, size_t capacity);
-    mutable std::mutex mu_;
+    mutable Mutex mu_;  // taken after the hub's own when both are (publish, close_all)
     std::condition_variable cv_;
-    std::deque<v1::MetricEvent> queue_;
-    bool closed_ = false;
+    std::deque<v1::MetricEvent> queue_ ABSL_GUARDED_BY(mu_);
+    bool closed_ ABSL_GUARDED_BY(mu_) = false;
   };
 
   explicit MetricsHub(size_t capacity_per_reader = 1024) : capacity_(capacity_per_reader) {}
@@ -46,9 +48,9 @@ class MetricsHub {
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
-  std::multimap<std::string, std::shared_ptr<Subscription>> subs_;
-  bool closed_ = false;
+  Mutex mu_;
+  std::multimap<std::string, std::shared_ptr<Subscription>> subs_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace anvil::server

@@ -17,19 +17,18 @@ namespace anvil::server {
 namespace {
 
 namespace fs = std::filesystem;
-using grpc::StatusCode;
 using Json = nlohmann::json;
 
 int64_t ParseVersion(const std::string& version) {
   if (version.empty() || version == "latest") return 0;
   int64_t v = 0;
   for (char c : version) {
-    ANVIL_SERVICE_CHECK(c >= '0' && c <= '9' && v < (int64_t{1} << 40), StatusCode::INVALID_ARGUMENT,
+    ANVIL_SERVICE_CHECK(c >= '0' && c <= '9' && v < (int64_t{1} << 40), absl::StatusCode::kInvalidArgument,
                         "version: expected \"latest\" or a positive number, got \"", version, "\"");
     v = v * 10 + (c - '0');
   }
-  ANVIL_SERVICE_CHECK(v > 0, StatusCode::INVALID_ARGUMENT, "version: expected \"latest\" or a positive number, got \"",
-                      version, "\"");
+  ANVIL_SERVICE_CHECK(v > 0, absl::StatusCode::kInvalidArgument,
+                      "version: expected \"latest\" or a positive number, got \"", version, "\"");
   return v;
 }
 
@@ -67,21 +66,36 @@ void ModelRegistry::EvictLocked() {
 
 ModelRegistry::~ModelRegistry() { close(); }
 
-ModelRow ModelRegistry::register_archive(const std::string& name, const std::string& job_id,
-                                         const std::string& relative_path) {
-  const std::string path = (fs::path(data_root_) / relative_path).string();
-  ModelRow row;
-  row.name = name;
-  row.job_id = job_id;
-  row.path = relative_path;
-  row.signature_json = Json{{"sha256", sha256_file_hex(path)}}.dump();
-  row.created_ms = unix_millis();
-  row = store_.register_model(row);
-  Load(row);
-  return row;
+absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name, const std::string& job_id,
+                                                         const std::string& relative_path) {
+  return status_of([&] {
+    const std::string path = (fs::path(data_root_) / relative_path).string();
+    ModelRow row;
+    row.name = name;
+    row.job_id = job_id;
+    row.path = relative_path;
+    row.signature_json = Json{{"sha256", sha256_file_hex(path)}}.dump();
+    row.created_ms = unix_millis();
+    row = store_.register_model(row);
+    Load(row);
+    return row;
+  });
 }
 
-ModelRow ModelRegistry::find_row(const std::string& name, const std::string& version) const {
+absl::StatusOr<ModelRow> ModelRegistry::find_row(const std::string& name, const std::string& version) const {
+  return status_of([&] { return FindRow(name, version); });
+}
+
+absl::StatusOr<std::shared_ptr<ServedModel>> ModelRegistry::get(const std::string& name, const std::string& version) {
+  return status_of([&] { return Get(name, version); });
+}
+
+absl::StatusOr<v1::PredictResponse> ModelRegistry::predict(const v1::PredictRequest& request,
+                                                           Batcher::Clock::time_point deadline) {
+  return status_of([&] { return Predict(request, deadline); });
+}
+
+ModelRow ModelRegistry::FindRow(const std::string& name, const std::string& version) const {
   const int64_t v = ParseVersion(version);
   std::optional<ModelRow> row = store_.get_model(name, v);
   if (!row.has_value()) {
@@ -89,11 +103,11 @@ ModelRow ModelRegistry::find_row(const std::string& name, const std::string& ver
     // (retry later), where a name nothing will ever register is NOT_FOUND.
     if (std::optional<JobRow> job = pending_job_for(name)) {
       throw ServiceError(
-          StatusCode::FAILED_PRECONDITION,
+          absl::StatusCode::kFailedPrecondition,
           detail::StrCat("model \"", echo(name), "\" is not ready: job ", job->id, " that registers it is ",
                          job_state_name(job->state), "; predict after it succeeds"));
     }
-    throw ServiceError(StatusCode::NOT_FOUND,
+    throw ServiceError(absl::StatusCode::kNotFound,
                        detail::StrCat("model \"", echo(name), "\"",
                                       v > 0 ? " version " + std::to_string(v) : std::string(), " is not registered"));
   }
@@ -117,11 +131,11 @@ bool ModelRegistry::knows(const std::string& name) const {
   return store_.get_model(name, 0).has_value();
 }
 
-std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const std::string& version) {
+std::shared_ptr<ServedModel> ModelRegistry::Get(const std::string& name, const std::string& version) {
   const int64_t wanted = ParseVersion(version);
   {
     MutexLock lock(&mu_);
-    ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+    ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");
     int64_t v = wanted;
     if (v == 0) {
       const auto latest = latest_.find(name);
@@ -133,10 +147,10 @@ std::shared_ptr<ServedModel> ModelRegistry::get(const std::string& name, const s
       return it->second;
     }
   }
-  const ModelRow row = find_row(name, version);
+  const ModelRow row = FindRow(name, version);
   {
     MutexLock lock(&mu_);
-    ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+    ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");
     auto it = loaded_.find({row.name, row.version});
     if (it != loaded_.end()) {
       it->second->last_used = ++tick_;
@@ -153,10 +167,10 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     expected = Json::parse(row.signature_json).value("sha256", "");
   } catch (const Json::exception&) {
   }
-  ANVIL_SERVICE_CHECK(fs::exists(path), StatusCode::DATA_LOSS, "model \"", row.name, "\" version ", row.version,
+  ANVIL_SERVICE_CHECK(fs::exists(path), absl::StatusCode::kDataLoss, "model \"", row.name, "\" version ", row.version,
                       ": its archive ", row.path, " is missing");
   const std::string actual = sha256_file_hex(path);
-  ANVIL_SERVICE_CHECK(expected.empty() || actual == expected, StatusCode::DATA_LOSS, "model \"", row.name,
+  ANVIL_SERVICE_CHECK(expected.empty() || actual == expected, absl::StatusCode::kDataLoss, "model \"", row.name,
                       "\" version ", row.version, ": archive ", row.path, " is corrupt (SHA-256 ", actual.substr(0, 12),
                       "... instead of ", expected.substr(0, 12), "...)");
   auto m = std::make_shared<ServedModel>();
@@ -164,7 +178,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   try {
     m->loaded = models::load_model_archive(path);
   } catch (const Error& e) {
-    throw ServiceError(StatusCode::DATA_LOSS, scrub_paths(e.what(), data_root_));
+    throw ServiceError(absl::StatusCode::kDataLoss, scrub_paths(e.what(), data_root_));
   }
   BatchObserver observer;
   if (metrics_ != nullptr) {
@@ -175,13 +189,13 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
   }
-  if (device_ != kCPU) worker_->run(workers::PlaceModule{m->loaded.built.module});
+  if (device_ != kCPU) throw_if_error(worker_->run(workers::PlaceModule{m->loaded.built.module}));
   m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
                                          [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
                                            return worker->run(workers::ForwardBatch{module, std::move(input)});
                                          });
   MutexLock lock(&mu_);
-  ANVIL_SERVICE_CHECK(!closed_, StatusCode::UNAVAILABLE, "the server is shutting down");
+  ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");
   m->last_used = ++tick_;
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
   std::shared_ptr<ServedModel> result = it->second;  // a concurrent loader may have won: use its copy
@@ -208,23 +222,24 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   return out;
 }
 
-v1::Model ModelRegistry::describe_row(const ModelRow& row) {
-  return describe(*get(row.name, std::to_string(row.version)));
+absl::StatusOr<v1::Model> ModelRegistry::describe_row(const ModelRow& row) {
+  ANVIL_ASSIGN_OR_RETURN(const std::shared_ptr<ServedModel> m, get(row.name, std::to_string(row.version)));
+  return describe(*m);
 }
 
-v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
-  ANVIL_SERVICE_CHECK(!request.model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
-  std::shared_ptr<ServedModel> m = get(request.model(), request.version());
+v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
+  ANVIL_SERVICE_CHECK(!request.model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
+  std::shared_ptr<ServedModel> m = Get(request.model(), request.version());
   fault_point("serving:predict");
   const models::BuiltModel& b = m->loaded.built;
-  ANVIL_SERVICE_CHECK(request.inputs_size() == 1, StatusCode::INVALID_ARGUMENT, "inputs: model \"", m->row.name,
+  ANVIL_SERVICE_CHECK(request.inputs_size() == 1, absl::StatusCode::kInvalidArgument, "inputs: model \"", m->row.name,
                       "\" takes exactly one input tensor (\"input\"), got ", request.inputs_size());
   const v1::Tensor& wire = request.inputs(0);
-  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", StatusCode::INVALID_ARGUMENT, "inputs: model \"",
-                      m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
-  ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"",
-                      m->row.name, "\" expects dtype ", wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ",
-                      wire_dtype_name(wire.dtype()));
+  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", absl::StatusCode::kInvalidArgument,
+                      "inputs: model \"", m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
+  ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), absl::StatusCode::kInvalidArgument,
+                      "inputs[0]: model \"", m->row.name, "\" expects dtype ",
+                      wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ", wire_dtype_name(wire.dtype()));
   IntArray expected{-1};
   expected.insert(expected.end(), b.input_shape.begin(), b.input_shape.end());
   bool shape_ok = wire.shape_size() == static_cast<int>(expected.size()) && wire.shape(0) >= 1;
@@ -232,19 +247,20 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
   std::string expected_str = "[N";  // the batch dim: any size
   for (int64_t d : b.input_shape) expected_str += ", " + std::to_string(d);
   expected_str += "]";
-  ANVIL_SERVICE_CHECK(shape_ok, StatusCode::INVALID_ARGUMENT, "inputs[0]: model \"", m->row.name, "\" expects shape ",
-                      expected_str, ", got ", shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
-  ANVIL_SERVICE_CHECK(request.top_k() >= 0, StatusCode::INVALID_ARGUMENT, "top_k: expected >= 0, got ",
+  ANVIL_SERVICE_CHECK(shape_ok, absl::StatusCode::kInvalidArgument, "inputs[0]: model \"", m->row.name,
+                      "\" expects shape ", expected_str, ", got ",
+                      shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
+  ANVIL_SERVICE_CHECK(request.top_k() >= 0, absl::StatusCode::kInvalidArgument, "top_k: expected >= 0, got ",
                       request.top_k());
   Tensor input = decode_tensor(wire);
-  Tensor out = m->batcher->run(std::move(input), deadline);
+  Tensor out = value_or_throw(m->batcher->run(std::move(input), deadline));
 
   v1::PredictResponse response;
   response.set_model(m->row.name);
   response.set_version(m->row.version);
   encode_tensor(out, "output", response.add_outputs());
   if (request.top_k() > 0) {
-    ANVIL_SERVICE_CHECK(out.dim() == 2, StatusCode::INVALID_ARGUMENT, "top_k: model \"", m->row.name,
+    ANVIL_SERVICE_CHECK(out.dim() == 2, absl::StatusCode::kInvalidArgument, "top_k: model \"", m->row.name,
                         "\" is not a classifier (output ", shape_str(out.sizes()), ")");
     const models::TopClasses top = models::top_classes(out, request.top_k());
     const int64_t k = top.classes.size(1);
@@ -265,7 +281,7 @@ v1::PredictResponse ModelRegistry::predict(const v1::PredictRequest& request, Ba
 }
 
 void ModelRegistry::close() {
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> models;
+  Loaded models;
   {
     MutexLock lock(&mu_);
     if (closed_) return;

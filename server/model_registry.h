@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/models/archive.h"
+#include "core/util/mutex.h"
 #include "proto/anvil/v1/anvil.pb.h"
 #include "server/batcher.h"
 #include "server/metrics/service_metrics.h"
-#include "server/mutex.h"
 #include "server/store.h"
 #include "workers/serving_worker.h"
 
@@ -43,24 +43,27 @@ class ModelRegistry {
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
   // `name`, checksummed, and loads it. Returns the stored row.
-  ModelRow register_archive(const std::string& name, const std::string& job_id, const std::string& relative_path);
+  absl::StatusOr<ModelRow> register_archive(const std::string& name, const std::string& job_id,
+                                            const std::string& relative_path);
 
-  // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS.
-  std::shared_ptr<ServedModel> get(const std::string& name, const std::string& version);
+  // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS,
+  // UNAVAILABLE once closed.
+  absl::StatusOr<std::shared_ptr<ServedModel>> get(const std::string& name, const std::string& version);
   // FAILED_PRECONDITION when no version is registered yet but a queued or running job will
   // register the name; NOT_FOUND when nothing will.
-  ModelRow find_row(const std::string& name, const std::string& version) const;
+  absl::StatusOr<ModelRow> find_row(const std::string& name, const std::string& version) const;
   // The unfinished job (queued, running or interrupted) that registers `name` on success.
   std::optional<JobRow> pending_job_for(const std::string& name) const;
   // Whether `name` is registered (in memory when it was served before; else the store).
   bool knows(const std::string& name) const;
 
   v1::Model describe(const ServedModel& m) const;
-  v1::Model describe_row(const ModelRow& row);
+  absl::StatusOr<v1::Model> describe_row(const ModelRow& row);
 
   // Validates the request's inputs against the model's signature and runs it through the
-  // batcher. Throws ServiceError.
-  v1::PredictResponse predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
+  // batcher: INVALID_ARGUMENT naming what was expected and what came, or get()'s and the
+  // batcher's statuses.
+  absl::StatusOr<v1::PredictResponse> predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
 
   // Fails queued predictions with UNAVAILABLE and refuses new ones.
   void close();
@@ -68,6 +71,10 @@ class ModelRegistry {
   const std::string& data_root() const { return data_root_; }
 
  private:
+  // The bodies behind the public calls: they throw ServiceError (their callers return its status).
+  std::shared_ptr<ServedModel> Get(const std::string& name, const std::string& version);
+  ModelRow FindRow(const std::string& name, const std::string& version) const;
+  v1::PredictResponse Predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
   std::shared_ptr<ServedModel> Load(const ModelRow& row);
 
   Store& store_;
@@ -82,10 +89,12 @@ class ModelRegistry {
   std::atomic<int64_t> tick_{0};
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable Mutex mu_;
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>> loaded_ ABSL_GUARDED_BY(mu_);
+  // Both are looked up by every Predict: hashed.
+  using Loaded = absl::flat_hash_map<std::pair<std::string, int64_t>, std::shared_ptr<ServedModel>>;
+  Loaded loaded_ ABSL_GUARDED_BY(mu_);
   // name -> its latest version, so a "latest" Predict needs no store query (this process is
   // the only writer of the registry).
-  std::map<std::string, int64_t> latest_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int64_t> latest_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

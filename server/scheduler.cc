@@ -1,5 +1,6 @@
 #include "server/scheduler.h"
 
+#include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@ namespace anvil::server {
 namespace {
 
 namespace fs = std::filesystem;
-using grpc::StatusCode;
 using workers::WorkerEvent;
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -30,7 +30,7 @@ std::string ToJson(const google::protobuf::Message& m) {
 v1::JobSpec SpecOf(const JobRow& row) {
   v1::JobSpec spec;
   const auto status = google::protobuf::util::JsonStringToMessage(row.spec_json, &spec);
-  ANVIL_SERVICE_CHECK(status.ok(), StatusCode::DATA_LOSS, "job ", row.id, ": its stored spec does not parse");
+  ANVIL_SERVICE_CHECK(status.ok(), absl::StatusCode::kDataLoss, "job ", row.id, ": its stored spec does not parse");
   return spec;
 }
 
@@ -193,24 +193,34 @@ void Scheduler::recover() {
   DispatchLocked();
 }
 
-std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
+absl::StatusOr<Scheduler::Submitted> Scheduler::submit(const v1::JobSpec& spec) {
   MutexLock lock(&mu_);
-  ANVIL_SERVICE_CHECK(!draining_, StatusCode::UNAVAILABLE,
-                      "the server is shutting down; submit again after it restarts");
+  try {
+    return SubmitLocked(spec);
+  } catch (...) {  // the store's StoreError (disk full, I/O) and friends
+    return current_exception_status();
+  }
+}
+
+absl::StatusOr<Scheduler::Submitted> Scheduler::SubmitLocked(const v1::JobSpec& spec) {
+  if (draining_) return absl::UnavailableError("the server is shutting down; submit again after it restarts");
   if (!spec.client_job_id().empty()) {
     // An idempotent retry must succeed even when the queue is full.
     if (std::optional<JobRow> r = store_.get_job_by_client_id(spec.client_job_id())) {
-      ANVIL_SERVICE_CHECK(r->spec_json == ToJson(spec), StatusCode::ALREADY_EXISTS, "client_job_id \"",
-                          spec.client_job_id(), "\" is already used by job ", r->id,
-                          " with a different spec; retries must send the same spec");
-      return {*r, false};
+      if (r->spec_json != ToJson(spec)) {
+        return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", spec.client_job_id(),
+                                                     "\" is already used by job ", r->id,
+                                                     " with a different spec; retries must send the same spec"));
+      }
+      return Submitted{*r, false};
     }
   }
   int64_t running = 0;
   for (const Slot& s : slots_) running += s.job_id.empty() ? 0 : 1;
-  ANVIL_SERVICE_CHECK(static_cast<int64_t>(queue_.size()) + running < options_.max_pending_jobs,
-                      StatusCode::RESOURCE_EXHAUSTED, "the job quota is reached (", options_.max_pending_jobs,
-                      " queued or running jobs); wait for some to finish");
+  if (static_cast<int64_t>(queue_.size()) + running >= options_.max_pending_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat("the job quota is reached (", options_.max_pending_jobs,
+                                                     " queued or running jobs); wait for some to finish"));
+  }
   JobRow row;
   row.name = spec.name();
   row.client_job_id = spec.client_job_id();
@@ -226,15 +236,25 @@ std::pair<JobRow, bool> Scheduler::submit(const v1::JobSpec& spec) {
     Enqueue(stored, false);
     DispatchLocked();
   }
-  return {stored, created};
+  return Submitted{stored, created};
 }
 
-JobRow Scheduler::cancel(const std::string& job_id) {
+absl::StatusOr<JobRow> Scheduler::cancel(const std::string& job_id) {
   MutexLock lock(&mu_);
+  try {
+    return CancelLocked(job_id);
+  } catch (...) {
+    return current_exception_status();
+  }
+}
+
+absl::StatusOr<JobRow> Scheduler::CancelLocked(const std::string& job_id) {
   std::optional<JobRow> row = store_.get_job(job_id);
-  ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(job_id), "\" does not exist");
-  ANVIL_SERVICE_CHECK(!is_terminal(row->state), StatusCode::FAILED_PRECONDITION, "job ", job_id, " already ended (",
-                      job_state_name(row->state), ")");
+  if (!row.has_value()) return absl::NotFoundError(absl::StrCat("job \"", echo(job_id), "\" does not exist"));
+  if (is_terminal(row->state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", std::string(job_state_name(row->state)), ")"));
+  }
   auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job_id == job_id; });
   if (queued != queue_.end()) {
     queue_.erase(queued);
@@ -252,6 +272,15 @@ JobRow Scheduler::cancel(const std::string& job_id) {
     if (s.job_id == job_id) s.worker->stop(job_id, /*interrupt=*/false);
   }
   return *row;
+}
+
+std::string Scheduler::failure_reason(const absl::Status& status, const std::vector<std::string>& roots) {
+  std::string reason(status.message());
+  if (status.code() != absl::StatusCode::kInvalidArgument && status.code() != absl::StatusCode::kUnknown) {
+    reason = absl::StrCat(status_code_name(status.code()), ": ", reason);
+  }
+  for (const std::string& root : roots) reason = scrub_paths(std::move(reason), root);
+  return reason;
 }
 
 bool Scheduler::AllSlotsIdle() const {
@@ -486,18 +515,19 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       return;
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;
-      try {
-        const ModelRow model =
-            registry_.register_archive(SpecOf(row).register_model(), row.id, fs::relative(e.path, root).string());
-        row.model_name = model.name;
-        row.model_version = model.version;
+      const absl::StatusOr<ModelRow> model = status_of([&] {
+        return registry_.register_archive(SpecOf(row).register_model(), row.id, fs::relative(e.path, root).string());
+      });
+      if (model.ok()) {
+        row.model_name = model->name;
+        row.model_version = model->version;
         row.state = JobState::kSucceeded;
         row.reason = e.message;
         event.set_state(v1::SUCCEEDED);
-        event.set_message("model " + model.name + " version " + std::to_string(model.version) + " is being served");
-      } catch (const std::exception& ex) {
+        event.set_message("model " + model->name + " version " + std::to_string(model->version) + " is being served");
+      } else {
         row.state = JobState::kFailed;
-        row.reason = scrub_paths(std::string("registering the model failed: ") + ex.what(), root);
+        row.reason = "registering the model failed: " + failure_reason(model.status(), {root});
         event.set_state(v1::FAILED);
         event.set_message(row.reason);
       }
@@ -506,7 +536,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     case WorkerEvent::Kind::kFailed:
       terminal = true;
       row.state = JobState::kFailed;
-      row.reason = scrub_paths(scrub_paths(e.message, root), options_.datasets_dir);
+      row.reason = failure_reason(e.status, {root, options_.datasets_dir});
       event.set_state(v1::FAILED);
       event.set_message(row.reason);
       break;

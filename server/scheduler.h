@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "core/util/mutex.h"
 #include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
-#include "server/mutex.h"
 #include "server/store.h"
 #include "server/tensorboard/event_file.h"
 #include "workers/worker.h"
@@ -53,11 +53,22 @@ class Scheduler {
   // Requeues interrupted and running jobs (resuming from checkpoints) and queued ones.
   void recover();
 
-  // Inserts (idempotently by client_job_id) and queues a validated spec.
-  std::pair<JobRow, bool> submit(const v1::JobSpec& spec);
-  // QUEUED: cancelled at once; RUNNING: the worker stops it (the state follows). Terminal:
-  // FAILED_PRECONDITION.
-  JobRow cancel(const std::string& job_id);
+  // Inserts (idempotently by client_job_id) and queues a validated spec: the stored row, and
+  // whether it is new. UNAVAILABLE while draining, RESOURCE_EXHAUSTED over the job quota,
+  // ALREADY_EXISTS for a client_job_id used with another spec; a store failure's status.
+  struct Submitted {
+    JobRow row;
+    bool created = false;
+  };
+  absl::StatusOr<Submitted> submit(const v1::JobSpec& spec);
+  // QUEUED: cancelled at once; RUNNING: the worker stops it (the state follows). NOT_FOUND;
+  // FAILED_PRECONDITION when it already ended.
+  absl::StatusOr<JobRow> cancel(const std::string& job_id);
+
+  // The reason a failed job's row and stream give: the message, led by the kind of failure
+  // (e.g. "DATA_LOSS: ...") unless that is the common INVALID_ARGUMENT (the engine refused
+  // the job's content), with the server's directories scrubbed.
+  static std::string failure_reason(const absl::Status& status, const std::vector<std::string>& roots);
 
   // Stops taking jobs and interrupts running ones (checkpoint, INTERRUPTED); waits up to
   // `timeout` for the workers to report.
@@ -77,6 +88,8 @@ class Scheduler {
     std::string job_id;  // running on it, "" when idle
   };
 
+  absl::StatusOr<Submitted> SubmitLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobRow> CancelLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnEvent(const workers::WorkerEvent& e);
   void Enqueue(const JobRow& row, bool resume) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,4 +1,5 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
+#include <absl/strings/str_cat.h>
 #include <grpcpp/impl/codegen/proto_buffer_reader.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
@@ -23,7 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using grpc::ServerContext;
 using grpc::Status;
-using grpc::StatusCode;
 
 // Predict takes its request as raw bytes (a raw callback method): the bytes are scanned for
 // counts before protobuf parses them (server/wire_scan.h), and the work runs on a bounded
@@ -40,16 +40,15 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     // every Predict admitted here is answered before the server stops.
     s_.predicts_in_flight.fetch_add(1);
     if (s_.draining.load()) {
-      Finish(reactor, Status(StatusCode::UNAVAILABLE, "the server is shutting down"));
+      Finish(reactor, to_grpc(absl::UnavailableError("the server is shutting down")));
       return reactor;
     }
     const bool queued = pool_.try_submit(
         [this, ctx, request, response, reactor] { Finish(reactor, PredictRaw(ctx, *request, response)); });
     if (!queued) {
-      Finish(reactor, Status(StatusCode::RESOURCE_EXHAUSTED,
-                             detail::StrCat("too many Predicts at once (", s_.options.limits.max_concurrent_predicts,
-                                            " running and ", s_.options.limits.max_predict_queue,
-                                            " queued); retry with backoff")));
+      Finish(reactor, to_grpc(absl::ResourceExhaustedError(absl::StrCat(
+                          "too many Predicts at once (", s_.options.limits.max_concurrent_predicts, " running and ",
+                          s_.options.limits.max_predict_queue, " queued); retry with backoff"))));
     }
     return reactor;
   }
@@ -58,10 +57,10 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     v1::PredictRequest req;
     const Status parsed = Guard([&] {
       Auth(*ctx, Scope::kServe, "Predict");
-      ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
       // gRPC's receive limit is the larger of the two services': Predict's own applies here.
       const int64_t size = static_cast<int64_t>(request.Length());
-      ANVIL_SERVICE_CHECK(size <= s_.options.limits.predict_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
+      ANVIL_SERVICE_CHECK(size <= s_.options.limits.predict_message_bytes, absl::StatusCode::kResourceExhausted,
                           "PredictRequest: ", size, " bytes; the server takes at most ",
                           s_.options.limits.predict_message_bytes, " (anvild --max-predict-message-mb)");
       grpc::ByteBuffer bytes(request);  // shares the slices: readers consume their own copy
@@ -71,7 +70,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       }
       grpc::ByteBuffer again(request);
       grpc::ProtoBufferReader reader(&again);
-      ANVIL_SERVICE_CHECK(req.ParseFromZeroCopyStream(&reader), StatusCode::INVALID_ARGUMENT,
+      ANVIL_SERVICE_CHECK(req.ParseFromZeroCopyStream(&reader), absl::StatusCode::kInvalidArgument,
                           "PredictRequest: malformed wire data; expected an anvil.v1.PredictRequest");
     });
     if (!parsed.ok()) return parsed;
@@ -83,16 +82,19 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   }
 
   Status PredictImpl(grpc::CallbackServerContext* ctx, const v1::PredictRequest& req, v1::PredictResponse& resp) {
-    return Guard([&] { resp = s_.registry->predict(req, batcher_deadline(*ctx)); });
+    return Guard([&] {
+      ANVIL_ASSIGN_OR_RETURN(resp, s_.registry->predict(req, batcher_deadline(*ctx)));
+      return absl::OkStatus();
+    });
   }
 
   Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "ListModels");
       for (const ModelRow& row : s_.store->list_models(req->name())) {
-        try {
-          *resp->add_models() = s_.registry->describe_row(row);
-        } catch (const std::exception&) {  // e.g. a corrupt archive: still listed, without a signature
+        if (absl::StatusOr<v1::Model> described = s_.registry->describe_row(row); described.ok()) {
+          *resp->add_models() = *std::move(described);
+        } else {  // e.g. a corrupt archive: still listed, without a signature
           v1::Model* m = resp->add_models();
           m->set_name(row.name);
           m->set_version(row.version);
@@ -106,8 +108,8 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   Status GetModel(ServerContext* ctx, const v1::GetModelRequest* req, v1::Model* resp) override {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "GetModel");
-      ANVIL_SERVICE_CHECK(!req->name().empty(), StatusCode::INVALID_ARGUMENT, "name: expected a model name");
-      *resp = s_.registry->describe(*s_.registry->get(req->name(), req->version()));
+      ANVIL_SERVICE_CHECK(!req->name().empty(), absl::StatusCode::kInvalidArgument, "name: expected a model name");
+      *resp = s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), req->version())));
     });
   }
 
@@ -117,12 +119,13 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                 grpc::ServerWriter<v1::ExportChunk>* writer) override {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "Export");
-      ANVIL_SERVICE_CHECK(!req->model().empty(), StatusCode::INVALID_ARGUMENT, "model: expected a model name");
-      ANVIL_SERVICE_CHECK(req->format() != v1::ONNX, StatusCode::UNIMPLEMENTED,
+      ANVIL_SERVICE_CHECK(!req->model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
+      ANVIL_SERVICE_CHECK(req->format() != v1::ONNX, absl::StatusCode::kUnimplemented,
                           "format ONNX: not available in this build yet (use NATIVE or SAFETENSORS)");
-      ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS, StatusCode::INVALID_ARGUMENT,
-                          "format: expected NATIVE or SAFETENSORS, got ", v1::ExportFormat_Name(req->format()));
-      std::shared_ptr<ServedModel> m = s_.registry->get(req->model(), req->version());
+      ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS,
+                          absl::StatusCode::kInvalidArgument, "format: expected NATIVE or SAFETENSORS, got ",
+                          v1::ExportFormat_Name(req->format()));
+      const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       // The bytes come from the engine (core/models/serving.h); this handler checks the
       // archive against the store's record and streams.
@@ -131,7 +134,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       if (req->format() == v1::NATIVE) {
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
         stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
-        ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, StatusCode::DATA_LOSS, "model \"",
+        ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, absl::StatusCode::kDataLoss, "model \"",
                             m->row.name, "\" version ", m->row.version,
                             ": its archive changed on disk since it was "
                             "registered (SHA-256 mismatch)");
@@ -142,7 +145,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
             req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors, file_name,
             path, *m->loaded.built.module, m->row.name);
       } catch (const Error& e) {
-        throw ServiceError(StatusCode::DATA_LOSS, "model \"" + m->row.name + "\": " + e.what());
+        throw ServiceError(absl::StatusCode::kDataLoss, "model \"" + m->row.name + "\": " + e.what());
       }
       file_name = payload->file_name();
       auto read = [&](char* out, size_t n) { return payload->read(out, n); };
@@ -152,7 +155,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       // One chunk ahead, so the last message (with size and hash) still carries data.
       size_t n = read(buffer.data(), buffer.size());
       while (true) {
-        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), StatusCode::CANCELLED, "export cancelled by the client");
+        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled, "export cancelled by the client");
         v1::ExportChunk c;
         c.set_data(buffer.data(), n);
         hash.update(buffer.data(), n);
@@ -162,7 +165,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
         if (last) {
           const std::string digest = hash.hex_digest();
           // A file that changed while it streamed: the client must not keep it.
-          ANVIL_SERVICE_CHECK(stored.empty() || digest == stored, StatusCode::DATA_LOSS, "model \"", m->row.name,
+          ANVIL_SERVICE_CHECK(stored.empty() || digest == stored, absl::StatusCode::kDataLoss, "model \"", m->row.name,
                               "\": its archive changed while it was exported");
           c.set_total_bytes(total);
           c.set_sha256(digest);

@@ -6,42 +6,42 @@
 
 namespace anvil::server {
 
-grpc::Status current_exception_status(grpc::StatusCode engine_code) {
+absl::Status current_exception_status(absl::StatusCode engine_code) {
   try {
     throw;
   } catch (const ServiceError& e) {
-    return grpc::Status(e.code(), e.what());
+    return e.status();
   } catch (const StoreError& e) {
     switch (e.kind()) {
       case StoreError::Kind::kFull:
-        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            std::string("the server's disk is full: ") + e.what());
+        return absl::ResourceExhaustedError(std::string("the server's disk is full: ") + e.what());
       case StoreError::Kind::kIo:
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            std::string("the server cannot reach its store: ") + e.what());
+        return absl::UnavailableError(std::string("the server cannot reach its store: ") + e.what());
       case StoreError::Kind::kOther:
         break;
     }
-    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-  } catch (const anvil::InternalError& e) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());  // a bug of the server's, not the request's
-  } catch (const anvil::OutOfMemoryError& e) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
-  } catch (const anvil::Error& e) {
-    return grpc::Status(engine_code, e.what());
-  } catch (const std::bad_alloc&) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
-  } catch (const std::exception& e) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+    return absl::InternalError(e.what());
   } catch (...) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "internal error: unknown exception");
+    return workers::engine_exception_status(engine_code);
   }
+}
+
+grpc::Status to_grpc(const absl::Status& status, const std::vector<std::string>& roots) {
+  if (status.ok()) return grpc::Status::OK;
+  std::string message(status.message());
+  for (const std::string& root : roots) message = scrub_paths(std::move(message), root);
+  if (message.size() > kMaxStatusMessageBytes) message = echo(message, kMaxStatusMessageBytes);
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
+}
+
+std::string status_code_name(absl::StatusCode code) {
+  const std::string name = absl::StatusCodeToString(code);
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
 }
 
 std::string grpc_code_name(grpc::StatusCode code) {
   // gRPC's codes are absl::StatusCode's, number for number; Abseil names them.
-  const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
+  return status_code_name(static_cast<absl::StatusCode>(code));
 }
 
 std::string echo(std::string_view value, size_t max) {

@@ -10,6 +10,7 @@
 
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil::server {
 namespace {
@@ -248,8 +249,10 @@ bool is_terminal(JobState state) {
 struct Store::Impl {
   std::string path;
   std::unique_ptr<sqlite3, CloseDb> db;
-  mutable std::mutex mu;
-  std::mt19937_64 rng{std::random_device{}()};
+  // Serialises every method: the prepared statements and the id generator are its. (The
+  // connection is used under it too, and, unlocked, by the constructor's schema checks.)
+  mutable Mutex mu;
+  std::mt19937_64 rng ABSL_GUARDED_BY(mu){std::random_device{}()};
 
   struct Statements {
     Statements(sqlite3* db, const std::string& p)
@@ -301,7 +304,7 @@ struct Store::Impl {
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;
     Statement next_model_version, insert_model, model_version, model_latest, list_models;
   };
-  std::unique_ptr<Statements> st;
+  std::unique_ptr<Statements> st ABSL_GUARDED_BY(mu);
 
   explicit Impl(std::string db_path, int64_t max_pages) : path(std::move(db_path)) {
     sqlite3* raw = nullptr;
@@ -370,7 +373,7 @@ struct Store::Impl {
     tx.commit();
   }
 
-  std::string new_job_id() {
+  std::string new_job_id() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     static constexpr char kHex[] = "0123456789abcdef";
     const uint64_t bits = rng();
     std::string id = "job-";
@@ -378,7 +381,7 @@ struct Store::Impl {
     return id;
   }
 
-  bool job_id_taken(const std::string& id) {
+  bool job_id_taken(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Query q(st->job_id_taken);
     q.bind(1, id);
     return q.next();
@@ -397,8 +400,8 @@ Store::~Store() = default;
 const std::string& Store::path() const { return impl_->path; }
 
 std::pair<JobRow, bool> Store::insert_job(JobRow row) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(&m.mu);
   Transaction tx(m.db.get(), m.path, "inserting a job");
   if (!row.client_job_id.empty()) {
     Query q(m.st->job_by_client_id);
@@ -438,7 +441,7 @@ std::pair<JobRow, bool> Store::insert_job(JobRow row) {
 }
 
 std::optional<JobRow> Store::get_job(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->job_by_id);
   q.bind(1, id);
   if (!q.next()) return std::nullopt;
@@ -446,7 +449,7 @@ std::optional<JobRow> Store::get_job(const std::string& id) const {
 }
 
 std::optional<JobRow> Store::get_job_by_client_id(const std::string& client_job_id) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->job_by_client_id);
   q.bind(1, client_job_id);
   if (!q.next()) return std::nullopt;
@@ -454,7 +457,7 @@ std::optional<JobRow> Store::get_job_by_client_id(const std::string& client_job_
 }
 
 std::map<JobState, int64_t> Store::count_jobs_by_state() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->count_jobs);
   std::map<JobState, int64_t> counts;
   while (q.next()) counts[parse_job_state(q.text(0))] = q.integer(1);
@@ -462,7 +465,7 @@ std::map<JobState, int64_t> Store::count_jobs_by_state() const {
 }
 
 std::vector<JobRow> Store::list_jobs(const std::vector<JobState>& states, int64_t limit) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->list_jobs);
   q.bind(1, int64_t{states.empty() ? 1 : 0});
   bind_states(q, 2, states);
@@ -471,15 +474,15 @@ std::vector<JobRow> Store::list_jobs(const std::vector<JobState>& states, int64_
 }
 
 std::vector<JobRow> Store::jobs_in_states(const std::vector<JobState>& states) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->jobs_in_states);
   bind_states(q, 1, states);
   return impl_->read_jobs(q);
 }
 
 void Store::update_job(const JobRow& row) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(&m.mu);
   {
     Query q(m.st->update_job);
     q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
@@ -492,8 +495,8 @@ void Store::update_job(const JobRow& row) {
 }
 
 int64_t Store::append_metric(MetricRow row) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(&m.mu);
   Transaction tx(m.db.get(), m.path, "appending a metric event");
   Query(m.st->bump_metric_seq).bind(1, row.job_id).run();
   ANVIL_CHECK(sqlite3_changes(m.db.get()) == 1, "append_metric: expected an existing job id, got '", row.job_id,
@@ -519,7 +522,7 @@ int64_t Store::append_metric(MetricRow row) {
 
 std::vector<MetricRow> Store::metrics(const std::string& job_id, int64_t from_step, int64_t after_seq,
                                       int64_t limit) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->metrics);
   q.bind(1, job_id).bind(2, from_step).bind(3, after_seq).bind(4, limit > 0 ? limit : int64_t{-1});
   std::vector<MetricRow> out;
@@ -528,15 +531,15 @@ std::vector<MetricRow> Store::metrics(const std::string& job_id, int64_t from_st
 }
 
 void Store::truncate_metrics_after(const std::string& job_id, int64_t step) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query(impl_->st->truncate_metrics).bind(1, job_id).bind(2, step).run();
 }
 
 ModelRow Store::register_model(ModelRow row) {
   ANVIL_CHECK(!row.name.empty(), "register_model: expected a model name, got an empty one (database ", impl_->path,
               ")");
-  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(&m.mu);
   Transaction tx(m.db.get(), m.path, "registering a model");
   {
     Query q(m.st->next_model_version);
@@ -558,7 +561,7 @@ ModelRow Store::register_model(ModelRow row) {
 }
 
 std::optional<ModelRow> Store::get_model(const std::string& name, int64_t version) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(version > 0 ? impl_->st->model_version : impl_->st->model_latest);
   q.bind(1, name);
   if (version > 0) q.bind(2, version);
@@ -567,7 +570,7 @@ std::optional<ModelRow> Store::get_model(const std::string& name, int64_t versio
 }
 
 std::vector<ModelRow> Store::list_models(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   Query q(impl_->st->list_models);
   q.bind(1, name);
   std::vector<ModelRow> out;

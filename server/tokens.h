@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "server/mutex.h"
+#include "core/util/mutex.h"
 
 namespace anvil::server {
 

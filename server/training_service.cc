@@ -17,7 +17,6 @@ namespace {
 
 using grpc::ServerContext;
 using grpc::Status;
-using grpc::StatusCode;
 
 JobState FromWire(v1::JobState s) {
   switch (s) {
@@ -34,7 +33,7 @@ JobState FromWire(v1::JobState s) {
     case v1::INTERRUPTED:
       return JobState::kInterrupted;
     default:
-      throw ServiceError(StatusCode::INVALID_ARGUMENT, "states: unknown job state " + v1::JobState_Name(s));
+      throw ServiceError(absl::StatusCode::kInvalidArgument, "states: unknown job state " + v1::JobState_Name(s));
   }
 }
 
@@ -50,9 +49,9 @@ class TrainingService final : public v1::Training::Service {
   Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "SubmitJob");
-      ANVIL_SERVICE_CHECK(!s_.draining.load(), StatusCode::UNAVAILABLE, "the server is shutting down");
+      ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
       const int64_t bytes = static_cast<int64_t>(req->ByteSizeLong());
-      ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, StatusCode::RESOURCE_EXHAUSTED,
+      ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, absl::StatusCode::kResourceExhausted,
                           "SubmitJobRequest: ", bytes, " bytes; the Training service takes at most ",
                           s_.options.limits.training_message_bytes, " (anvild --max-training-message-mb)");
       const v1::JobSpec spec =
@@ -62,13 +61,14 @@ class TrainingService final : public v1::Training::Service {
         // that does not fit the data before anything is queued.
         std::lock_guard<std::mutex> one_at_a_time(s_.dry_runs);
         // The client's deadline passed (or it gave up) while this waited: no work for nobody.
-        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), StatusCode::CANCELLED,
+        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled,
                             "the call ended (deadline or cancel) while the dry run waited for another");
         try {
           workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
                                  /*seed_generator=*/false);
         } catch (const Error& e) {
-          throw ServiceError(StatusCode::INVALID_ARGUMENT, scrub_paths(std::string("spec: ") + e.what(), s_.data_root));
+          throw ServiceError(absl::StatusCode::kInvalidArgument,
+                             scrub_paths(std::string("spec: ") + e.what(), s_.data_root));
         }
         v1::Job* job = resp->mutable_job();
         job->set_name(spec.name());
@@ -76,9 +76,9 @@ class TrainingService final : public v1::Training::Service {
         resp->set_created(false);
         return;
       }
-      auto [row, created] = s_.scheduler->submit(spec);
-      *resp->mutable_job() = Scheduler::to_job(row);
-      resp->set_created(created);
+      const Scheduler::Submitted submitted = value_or_throw(s_.scheduler->submit(spec));
+      *resp->mutable_job() = Scheduler::to_job(submitted.row);
+      resp->set_created(submitted.created);
     });
   }
 
@@ -94,7 +94,8 @@ class TrainingService final : public v1::Training::Service {
       Auth(*ctx, Scope::kTrain, "ListJobs");
       std::vector<JobState> states;
       for (int s : req->states()) states.push_back(FromWire(static_cast<v1::JobState>(s)));
-      ANVIL_SERVICE_CHECK(req->limit() >= 0, StatusCode::INVALID_ARGUMENT, "limit: expected >= 0, got ", req->limit());
+      ANVIL_SERVICE_CHECK(req->limit() >= 0, absl::StatusCode::kInvalidArgument, "limit: expected >= 0, got ",
+                          req->limit());
       for (const JobRow& row : s_.store->list_jobs(states, req->limit())) *resp->add_jobs() = Scheduler::to_job(row);
     });
   }
@@ -118,8 +119,8 @@ class TrainingService final : public v1::Training::Service {
   Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "CancelJob");
-      ANVIL_SERVICE_CHECK(!req->job_id().empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
-      JobRow row = s_.scheduler->cancel(req->job_id());
+      ANVIL_SERVICE_CHECK(!req->job_id().empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
+      JobRow row = value_or_throw(s_.scheduler->cancel(req->job_id()));
       // A running job stops at its next step: wait briefly for it, so the reply says how it
       // ended rather than RUNNING (a step longer than this still answers RUNNING, with the
       // reason saying the cancel is under way).
@@ -142,7 +143,7 @@ class TrainingService final : public v1::Training::Service {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "StreamMetrics");
       const JobRow job = Find(req->job_id());
-      ANVIL_SERVICE_CHECK(req->from_step() >= 0, StatusCode::INVALID_ARGUMENT, "from_step: expected >= 0, got ",
+      ANVIL_SERVICE_CHECK(req->from_step() >= 0, absl::StatusCode::kInvalidArgument, "from_step: expected >= 0, got ",
                           req->from_step());
       auto sub = s_.hub.subscribe(job.id);
       struct Unsubscribe {
@@ -182,7 +183,7 @@ class TrainingService final : public v1::Training::Service {
         v1::MetricEvent e;
         if (!sub->next(&e, std::chrono::milliseconds(200))) {
           if (sub->closed()) {
-            throw ServiceError(StatusCode::UNAVAILABLE,
+            throw ServiceError(absl::StatusCode::kUnavailable,
                                "the server is shutting down; reconnect with from_step to continue the stream");
           }
           continue;
@@ -206,9 +207,9 @@ class TrainingService final : public v1::Training::Service {
 
  private:
   JobRow Find(const std::string& id) {
-    ANVIL_SERVICE_CHECK(!id.empty(), StatusCode::INVALID_ARGUMENT, "job_id: expected a job id");
+    ANVIL_SERVICE_CHECK(!id.empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
     std::optional<JobRow> row = s_.store->get_job(id);
-    ANVIL_SERVICE_CHECK(row.has_value(), StatusCode::NOT_FOUND, "job \"", echo(id), "\" does not exist");
+    ANVIL_SERVICE_CHECK(row.has_value(), absl::StatusCode::kNotFound, "job \"", echo(id), "\" does not exist");
     return *row;
   }
 

@@ -8,7 +8,6 @@ namespace anvil::server {
 namespace {
 
 using google::protobuf::io::CodedInputStream;
-using grpc::StatusCode;
 
 // Wire types (protobuf encoding).
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
@@ -18,8 +17,8 @@ constexpr uint32_t kRequestModel = 1, kRequestVersion = 2, kRequestInputs = 3;
 constexpr uint32_t kTensorName = 1, kTensorShape = 3;
 
 [[noreturn]] void Malformed(const char* where) {
-  throw ServiceError(StatusCode::INVALID_ARGUMENT, detail::StrCat("PredictRequest: malformed wire data (", where,
-                                                                  "); expected an anvil.v1.PredictRequest"));
+  throw ServiceError(absl::StatusCode::kInvalidArgument, detail::StrCat("PredictRequest: malformed wire data (", where,
+                                                                        "); expected an anvil.v1.PredictRequest"));
 }
 
 class Scanner {
@@ -32,7 +31,7 @@ class Scanner {
       const uint32_t field = tag >> 3, type = tag & 7;
       count_field();
       if (type == kLengthDelimited && field == kRequestInputs) {
-        ANVIL_SERVICE_CHECK(++inputs <= limits_.max_predict_inputs, StatusCode::INVALID_ARGUMENT,
+        ANVIL_SERVICE_CHECK(++inputs <= limits_.max_predict_inputs, absl::StatusCode::kInvalidArgument,
                             "inputs: expected at most ", limits_.max_predict_inputs, " tensors, got more");
         nested([&] { tensor(inputs - 1); });
       } else if (type == kLengthDelimited && (field == kRequestModel || field == kRequestVersion)) {
@@ -72,20 +71,20 @@ class Scanner {
   }
 
   void check_dims(int index, int64_t dims) {
-    ANVIL_SERVICE_CHECK(dims <= limits_.max_tensor_dims, StatusCode::INVALID_ARGUMENT, "inputs[", index,
+    ANVIL_SERVICE_CHECK(dims <= limits_.max_tensor_dims, absl::StatusCode::kInvalidArgument, "inputs[", index,
                         "].shape: expected at most ", limits_.max_tensor_dims, " dims, got more");
   }
 
   void count_field() {
-    ANVIL_SERVICE_CHECK(++fields_ <= limits_.max_wire_fields, StatusCode::INVALID_ARGUMENT,
+    ANVIL_SERVICE_CHECK(++fields_ <= limits_.max_wire_fields, absl::StatusCode::kInvalidArgument,
                         "PredictRequest: expected at most ", limits_.max_wire_fields, " fields, got more");
   }
 
   void name(const char* what) {
     uint32_t length;
     if (!in_.ReadVarint32(&length)) Malformed("a truncated length");
-    ANVIL_SERVICE_CHECK(length <= limits_.max_name_bytes, StatusCode::INVALID_ARGUMENT, what, ": expected at most ",
-                        limits_.max_name_bytes, " bytes, got ", length);
+    ANVIL_SERVICE_CHECK(length <= limits_.max_name_bytes, absl::StatusCode::kInvalidArgument, what,
+                        ": expected at most ", limits_.max_name_bytes, " bytes, got ", length);
     if (!in_.Skip(static_cast<int>(length))) Malformed("a truncated string");
   }
 

@@ -7,9 +7,7 @@
 #include "server/status.h"
 
 namespace anvil::server {
-namespace {
-using grpc::StatusCode;
-}  // namespace
+namespace {}  // namespace
 
 ScalarType from_wire_dtype(v1::DType dtype, const std::string& tensor_name) {
   switch (dtype) {
@@ -30,7 +28,7 @@ ScalarType from_wire_dtype(v1::DType dtype, const std::string& tensor_name) {
     case v1::BOOL:
       return kBool;
     default:
-      throw ServiceError(StatusCode::INVALID_ARGUMENT,
+      throw ServiceError(absl::StatusCode::kInvalidArgument,
                          "tensor '" + tensor_name +
                              "': expected a dtype (FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT64, "
                              "INT32, UINT8 or BOOL), got " +
@@ -57,7 +55,7 @@ v1::DType to_wire_dtype(ScalarType dtype) {
     case kBool:
       return v1::BOOL;
     default:
-      throw ServiceError(StatusCode::INTERNAL, detail::StrCat("dtype ", dtype, " has no wire form"));
+      throw ServiceError(absl::StatusCode::kInternal, detail::StrCat("dtype ", dtype, " has no wire form"));
   }
 }
 
@@ -71,25 +69,26 @@ Tensor decode_tensor(const v1::Tensor& wire) {
   int64_t count = 1;
   bool overflow = false;
   for (int64_t d : wire.shape()) {
-    ANVIL_SERVICE_CHECK(d >= 0, StatusCode::INVALID_ARGUMENT, "tensor '", name, "': dims must be non-negative, got ", d,
-                        " in shape ", shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
+    ANVIL_SERVICE_CHECK(d >= 0, absl::StatusCode::kInvalidArgument, "tensor '", name,
+                        "': dims must be non-negative, got ", d, " in shape ",
+                        shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
     if (d != 0 && count > std::numeric_limits<int64_t>::max() / d) overflow = true;
     if (!overflow) count *= d;
     shape.push_back(d);
   }
   const int64_t item = itemsize(dtype);
   const auto raw_size = static_cast<int64_t>(wire.raw().size());
-  ANVIL_SERVICE_CHECK(!overflow && count <= std::numeric_limits<int64_t>::max() / item, StatusCode::INVALID_ARGUMENT,
-                      "tensor '", name, "': shape ", shape_str(shape), " has more elements than fit in memory (",
-                      raw_size, " bytes were sent)");
-  ANVIL_SERVICE_CHECK(count * item == raw_size, StatusCode::INVALID_ARGUMENT, "tensor '", name, "': shape ",
+  ANVIL_SERVICE_CHECK(!overflow && count <= std::numeric_limits<int64_t>::max() / item,
+                      absl::StatusCode::kInvalidArgument, "tensor '", name, "': shape ", shape_str(shape),
+                      " has more elements than fit in memory (", raw_size, " bytes were sent)");
+  ANVIL_SERVICE_CHECK(count * item == raw_size, absl::StatusCode::kInvalidArgument, "tensor '", name, "': shape ",
                       shape_str(shape), " of ", wire_dtype_name(wire.dtype()), " needs ", count * item, " bytes (",
                       count, " x ", item, "), got ", raw_size);
   Tensor t;
   try {
     t = empty(shape, TensorOptions(dtype));
   } catch (const Error& e) {  // a shape with a zero dim whose other dims overflow the strides
-    throw ServiceError(StatusCode::INVALID_ARGUMENT, detail::StrCat("tensor '", name, "': ", e.what()));
+    throw ServiceError(absl::StatusCode::kInvalidArgument, detail::StrCat("tensor '", name, "': ", e.what()));
   }
   if (raw_size > 0) std::memcpy(t.data_ptr(), wire.raw().data(), static_cast<size_t>(raw_size));
   return t;

@@ -2,6 +2,8 @@
 // Trainer on that device and reports through the sink. On a GPU the thread queues all its
 // work on a stream of its own (DeviceStreamScope). Stop requests only set flags the Trainer
 // polls between steps, so they are safe from any thread.
+#include <absl/strings/str_cat.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -14,7 +16,9 @@
 #include "core/models/archive.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
+#include "core/util/mutex.h"
 #include "workers/job_plan.h"
+#include "workers/status.h"
 #include "workers/worker.h"
 
 namespace anvil::workers {
@@ -32,7 +36,7 @@ class DeviceWorker final : public Worker {
   bool idle() const override { return idle_.load(); }
 
   void run(RunJob job) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ANVIL_CHECK(idle_.load() && !pending_, name_, " worker: a job is already running");
     idle_ = false;
     // The job counts as running from here: a stop() before the thread picks it up applies.
@@ -44,7 +48,7 @@ class DeviceWorker final : public Worker {
   }
 
   void stop(const std::string& job_id, bool interrupt) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (job_id != running_id_) return;
     if (!cancel_.load()) interrupt_ = interrupt;  // a user's cancel is not turned into an interrupt
     cancel_ = true;
@@ -52,7 +56,7 @@ class DeviceWorker final : public Worker {
 
   void shutdown() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (quit_) return;
       quit_ = true;
       interrupt_ = true;
@@ -73,8 +77,8 @@ class DeviceWorker final : public Worker {
     while (true) {
       RunJob job;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return quit_ || pending_.has_value(); });
+        UniqueMutexLock lock(&mu_);
+        while (!quit_ && !pending_.has_value()) cv_.wait(lock.native());
         if (quit_ && !pending_) return;
         job = std::move(*pending_);
         pending_.reset();
@@ -87,7 +91,7 @@ class DeviceWorker final : public Worker {
       {
         // Idle before the terminal event goes out, so the scheduler can hand this worker its
         // next job while handling that event.
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         running_id_.clear();
         idle_ = true;
       }
@@ -109,8 +113,8 @@ class DeviceWorker final : public Worker {
   // Resumes from the newest checkpoint generation that verifies; each one that does not is
   // named in the returned note. When generations exist and none verifies, the job fails:
   // a silent restart from step 0 would throw the training away unseen.
-  static std::string Resume(train::Trainer& trainer, data::DataLoader& loader, const std::string& checkpoint,
-                            int keep) {
+  static absl::StatusOr<std::string> Resume(train::Trainer& trainer, data::DataLoader& loader,
+                                            const std::string& checkpoint, int keep) {
     const std::vector<std::string> candidates = train::existing_checkpoints(checkpoint, keep);
     std::string failures;
     for (const std::string& c : candidates) {
@@ -126,9 +130,9 @@ class DeviceWorker final : public Worker {
             (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
       }
     }
-    ANVIL_CHECK(candidates.empty(), "DATA_LOSS: no checkpoint of this job verifies (", failures,
-                "); not restarting from step 0. Submit it again to train from scratch");
-    return "";
+    if (candidates.empty()) return "";
+    return absl::DataLossError(absl::StrCat("no checkpoint of this job verifies (", failures,
+                                            "); not restarting from step 0. Submit it again to train from scratch"));
   }
 
   // Runs the job; returns its terminal event (not yet emitted).
@@ -144,7 +148,11 @@ class DeviceWorker final : public Worker {
       data::DataLoader train_loader(plan.train_set, plan.train_loader);
       data::DataLoader val_loader(plan.val_set, plan.val_loader);
       std::string resumed_note;
-      if (job.resume) resumed_note = Resume(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
+      if (job.resume) {
+        absl::StatusOr<std::string> resumed = Resume(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
+        if (!resumed.ok()) return Failed(base, std::move(resumed).status());
+        resumed_note = *std::move(resumed);
+      }
 
       WorkerEvent started = base;
       started.kind = WorkerEvent::Kind::kStarted;
@@ -214,28 +222,31 @@ class DeviceWorker final : public Worker {
       end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
       return end;
     } catch (const std::bad_alloc&) {
-      WorkerEvent failed = base;
-      failed.kind = WorkerEvent::Kind::kFailed;
-      failed.message = "out of memory (try a smaller batch_size or model)";
-      return failed;
-    } catch (const std::exception& e) {
-      WorkerEvent failed = base;
-      failed.kind = WorkerEvent::Kind::kFailed;
-      failed.message = e.what();
-      return failed;
+      return Failed(base, absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)"));
+    } catch (...) {
+      // The engine refusing the job's content (a model that does not fit its data, a file
+      // that leads outside the data root) is INVALID_ARGUMENT; see engine_exception_status.
+      return Failed(base, engine_exception_status());
     }
+  }
+
+  static WorkerEvent Failed(const WorkerEvent& base, absl::Status status) {
+    WorkerEvent failed = base;
+    failed.kind = WorkerEvent::Kind::kFailed;
+    failed.status = std::move(status);
+    return failed;
   }
 
   const Device device_;
   const std::string name_;
   EventSink sink_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::optional<RunJob> pending_;
-  std::string running_id_;
+  std::optional<RunJob> pending_ ABSL_GUARDED_BY(mu_);
+  std::string running_id_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> idle_{true};
   std::atomic<bool> cancel_{false}, interrupt_{false};
-  bool quit_ = false;
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -5,13 +5,14 @@
 #include "core/autograd/grad_mode.h"
 #include "core/backend/registry.h"
 #include "core/util/error.h"
+#include "workers/status.h"
 
 namespace anvil::workers {
 
 struct ServingWorker::Pending {
   std::variant<ForwardBatch, PlaceModule> command;
   Tensor output;
-  std::exception_ptr error;
+  absl::Status status;
   bool done = false;
   std::condition_variable finished;
 };
@@ -23,48 +24,50 @@ ServingWorker::ServingWorker(Device device, Mode mode)
 
 ServingWorker::~ServingWorker() { shutdown(); }
 
-void ServingWorker::Submit(const std::shared_ptr<Pending>& p) {
-  std::unique_lock<std::mutex> lock(mu_);
-  ANVIL_CHECK(!quit_, "serving worker on ", device_.str(), ": shut down");
+absl::Status ServingWorker::Submit(const std::shared_ptr<Pending>& p) {
   if (!own_thread_) {
-    ++stats_.commands;
-    lock.unlock();
+    {
+      MutexLock lock(&mu_);
+      if (quit_) return absl::UnavailableError("the serving worker on " + device_.str() + " has shut down");
+      ++stats_.commands;
+    }
     Execute(*p);
-    if (p->error) std::rethrow_exception(p->error);
-    return;
+    return p->status;
   }
+  UniqueMutexLock lock(&mu_);
+  if (quit_) return absl::UnavailableError("the serving worker on " + device_.str() + " has shut down");
   queue_.push_back(p);
   cv_.notify_one();
-  p->finished.wait(lock, [&] { return p->done; });
-  if (p->error) std::rethrow_exception(p->error);
+  while (!p->done) p->finished.wait(lock.native());
+  return p->status;
 }
 
-Tensor ServingWorker::run(ForwardBatch command) {
+absl::StatusOr<Tensor> ServingWorker::run(ForwardBatch command) {
   auto p = std::make_shared<Pending>();
   p->command = std::move(command);
-  Submit(p);
+  ANVIL_RETURN_IF_ERROR(Submit(p));
   return std::move(p->output);
 }
 
-void ServingWorker::run(PlaceModule command) {
+absl::Status ServingWorker::run(PlaceModule command) {
   auto p = std::make_shared<Pending>();
   p->command = std::move(command);
-  Submit(p);
+  return Submit(p);
 }
 
 void ServingWorker::Loop() {
   // The thread's own stream on a GPU (nothing on the CPU): its batches are ordered among
   // themselves and overlap with the training workers' streams.
   DeviceStreamScope stream(device_);
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueMutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+    while (!quit_ && queue_.empty()) cv_.wait(lock.native());
     if (queue_.empty()) return;  // quit_ and nothing left
     std::shared_ptr<Pending> p = std::move(queue_.front());
     queue_.pop_front();
-    lock.unlock();
+    mu_.unlock();  // through the Mutex, so the analysis follows; `lock` owns it again below
     Execute(*p);
-    lock.lock();
+    mu_.lock();
     ++stats_.commands;
     p->done = true;
     p->finished.notify_one();
@@ -72,7 +75,7 @@ void ServingWorker::Loop() {
 }
 
 void ServingWorker::Execute(Pending& p) {
-  try {
+  p.status = engine_status_of([&] {
     if (auto* f = std::get_if<ForwardBatch>(&p.command)) {
       InferenceMode no_grad;
       p.output = f->module->forward(f->input.to(device_)).to(kCPU);
@@ -80,15 +83,13 @@ void ServingWorker::Execute(Pending& p) {
       std::get<PlaceModule>(p.command).module->to(device_);
       synchronize(device_);
     }
-  } catch (...) {
-    p.error = std::current_exception();
-  }
+  });
   p.command = {};  // release the module and the input before the reply
 }
 
 void ServingWorker::shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (quit_) return;
     quit_ = true;
     cv_.notify_all();
@@ -97,7 +98,7 @@ void ServingWorker::shutdown() {
 }
 
 ServingWorker::Stats ServingWorker::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -10,14 +10,16 @@
 // then also run concurrently, as before); kOwnThread asks for the thread anyway.
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "core/nn/module.h"
+#include "core/util/mutex.h"
 
 namespace anvil::workers {
 
@@ -44,10 +46,10 @@ class ServingWorker {
   Device device() const { return device_; }
   bool own_thread() const { return own_thread_; }
 
-  // Each blocks until the worker's thread has run the command; an error it raised is
-  // rethrown here. After shutdown() they throw anvil::Error.
-  Tensor run(ForwardBatch command);
-  void run(PlaceModule command);
+  // Each blocks until the worker's thread has run the command and returns its reply, or the
+  // status of the error it raised (workers/status.h); UNAVAILABLE after shutdown().
+  absl::StatusOr<Tensor> run(ForwardBatch command);
+  absl::Status run(PlaceModule command);
 
   // Runs what is queued, then joins the thread.
   void shutdown();
@@ -59,18 +61,18 @@ class ServingWorker {
 
  private:
   struct Pending;
-  void Submit(const std::shared_ptr<Pending>& p);
-  void Loop();
+  absl::Status Submit(const std::shared_ptr<Pending>& p);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   void Execute(Pending& p);
 
   const Device device_;
   const bool own_thread_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Pending>> queue_;
-  bool quit_ = false;
-  Stats stats_;
+  std::deque<std::shared_ptr<Pending>> queue_ ABSL_GUARDED_BY(mu_);
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -3,6 +3,8 @@
 // worker could move into a child process without the scheduler changing.
 #pragma once
 
+#include <absl/status/status.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,7 +32,8 @@ struct WorkerEvent {
   int64_t step = 0, epoch = 0, total_steps = 0;
   train::StepMetrics step_metrics;    // kStep
   train::EpochMetrics epoch_metrics;  // kEpoch
-  std::string message;                // kFailed: the reason; kStarted: the device
+  absl::Status status;                // kFailed: why, with the kind of failure as its code
+  std::string message;                // kStarted: the device; kCancelled, kSucceeded: a note
   std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint
   std::string path;                   // kCheckpoint: the checkpoint; kSucceeded: the model archive
   // kSucceeded: what the registry needs.

@@ -3,9 +3,10 @@
 // sequence number, newest first, like PyTorch), summing gradients per input slot.
 #include "core/autograd/engine.h"
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
 #include <queue>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "core/autograd/grad_mode.h"
 #include "core/autograd/node.h"
@@ -38,16 +39,16 @@ void CheckFinite(Node& node, const std::vector<Tensor>& grads) {
 }
 
 struct Capture {
-  std::unordered_map<const Node*, std::vector<std::pair<uint32_t, size_t>>> at;  // node -> (input_nr, result index)
+  absl::flat_hash_map<const Node*, std::vector<std::pair<uint32_t, size_t>>> at;  // node -> (input_nr, result index)
   std::vector<Tensor> results;
 };
 
 void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph, bool create_graph,
          Capture* capture) {
   // 1. Dependencies over the reachable graph (and, for grad(), which nodes lead to a capture).
-  std::unordered_map<Node*, int> deps;
+  absl::flat_hash_map<Node*, int> deps;
   std::vector<Node*> order;
-  std::unordered_set<Node*> seen;
+  absl::flat_hash_set<Node*> seen;
   std::vector<Node*> stack;
   for (const Edge& e : roots) {
     if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
@@ -62,7 +63,7 @@ void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, 
       if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
     }
   }
-  std::unordered_set<const Node*> needed;
+  absl::flat_hash_set<const Node*> needed;
   if (capture) {
     // A node is needed if a capture point is at or below it. Reverse topological sweep by
     // repeated relaxation over `order` (DFS order may not be topological: iterate to a fixpoint).
@@ -83,7 +84,7 @@ void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, 
     }
   }
   // 2. Execute.
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  absl::flat_hash_map<Node*, std::vector<Tensor>> buffers;
   std::priority_queue<Node*, std::vector<Node*>, NodeCmp> ready;
   for (size_t i = 0; i < roots.size(); ++i) {
     Node* n = roots[i].fn.get();

@@ -1,10 +1,10 @@
 #include "core/tensor/allocator.h"
 
+#include <absl/container/flat_hash_map.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "core/util/error.h"
@@ -112,8 +112,8 @@ class CachingCpuAllocator final : public Allocator {
   }
 
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // guarded by mu_
-  AllocatorStats stats_;                                 // guarded by mu_
+  absl::flat_hash_map<size_t, std::vector<void*>> free_;  // guarded by mu_; probed by every allocation
+  AllocatorStats stats_;                                  // guarded by mu_
   int64_t cache_limit_ = 0;
 };
 

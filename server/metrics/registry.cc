@@ -61,7 +61,7 @@ void Family<M>::remove_matching(const std::string& label, const std::string& val
   for (auto it = series_.begin(); it != series_.end();) {
     if (it->first[i] == value) {
       family_.Remove(it->second);
-      it = series_.erase(it);
+      series_.erase(it++);  // a flat_hash_map's erase leaves the other iterators valid
     } else {
       ++it;
     }

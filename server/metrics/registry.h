@@ -15,6 +15,7 @@
 // series stay valid until remove() of that series or the registry's destruction.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -65,7 +66,9 @@ class Family {
   const std::vector<std::string> label_names_;
   const std::vector<double> bounds_;
   std::mutex mu_;
-  std::map<LabelValues, M*> series_;
+  // Looked up on every update through with() (each Predict, each training step): hashed, not
+  // ordered (render() sorts what it writes).
+  absl::flat_hash_map<LabelValues, M*> series_;
 };
 
 class Registry {

@@ -45,7 +45,7 @@ TEST(Batcher, ConcurrentRequestsShareForwardsAndGetTheirOwnRows) {
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       const Tensor x = full({2, 3}, static_cast<double>(c));
-      const Tensor y = b.run(x, Far());
+      const Tensor y = b.run(x, Far()).value();
       if (!allclose(y, x * 2 + 1)) ++wrong;
     });
   }
@@ -61,7 +61,7 @@ TEST(Batcher, DisabledRunsEachRequestAlone) {
   auto probe = std::make_shared<Probe>();
   Batcher b(probe, {.enabled = false});
   std::vector<std::thread> threads;
-  for (int c = 0; c < 8; ++c) threads.emplace_back([&] { b.run(ones({3, 2}), Far()); });
+  for (int c = 0; c < 8; ++c) threads.emplace_back([&] { EXPECT_TRUE(b.run(ones({3, 2}), Far()).ok()); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(probe->calls.load(), 8);
   EXPECT_EQ(probe->max_rows.load(), 3);
@@ -71,16 +71,11 @@ TEST(Batcher, ARequestWhoseDeadlinePassedInTheQueueDoesNotRun) {
   auto probe = std::make_shared<Probe>();
   probe->delay = std::chrono::milliseconds(150);
   Batcher b(probe, {.enabled = false});
-  std::thread busy([&] { b.run(ones({1, 1}), Far()); });  // occupies the model
+  std::thread busy([&] { EXPECT_TRUE(b.run(ones({1, 1}), Far()).ok()); });  // occupies the model
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  try {
-    b.run(ones({1, 1}), Clock::now() + std::chrono::milliseconds(20));
-  } catch (const ServiceError& e) {
-    code = e.code();
-  }
+  const absl::Status st = b.run(ones({1, 1}), Clock::now() + std::chrono::milliseconds(20)).status();
   busy.join();
-  EXPECT_EQ(code, grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_EQ(probe->calls.load(), 1);
 }
 
@@ -88,41 +83,30 @@ TEST(Batcher, AFullQueueAnswersUnavailable) {
   auto probe = std::make_shared<Probe>();
   probe->delay = std::chrono::milliseconds(200);
   Batcher b(probe, {.enabled = false, .max_queue = 1});
-  std::thread first([&] { b.run(ones({1, 1}), Far()); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // first is running, queue empty
-  std::thread second([&] { b.run(ones({1, 1}), Far()); });     // queued
+  std::thread first([&] { EXPECT_TRUE(b.run(ones({1, 1}), Far()).ok()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));                 // first is running, queue empty
+  std::thread second([&] { EXPECT_TRUE(b.run(ones({1, 1}), Far()).ok()); });  // queued
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  try {
-    b.run(ones({1, 1}), Far());
-  } catch (const ServiceError& e) {
-    code = e.code();
-  }
+  const absl::Status st = b.run(ones({1, 1}), Far()).status();
   first.join();
   second.join();
-  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("queue is full"));
 }
 
 TEST(Batcher, CloseFailsQueuedRequestsWithUnavailable) {
   auto probe = std::make_shared<Probe>();
   probe->delay = std::chrono::milliseconds(200);
   auto b = std::make_unique<Batcher>(probe, BatchingOptions{.enabled = false});
-  std::thread first([&] { b->run(ones({1, 1}), Far()); });
+  std::thread first([&] { EXPECT_TRUE(b->run(ones({1, 1}), Far()).ok()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::atomic<int> code{-1};
-  std::thread queued([&] {
-    try {
-      b->run(ones({1, 1}), Far());
-      code = 0;
-    } catch (const ServiceError& e) {
-      code = static_cast<int>(e.code());
-    }
-  });
+  std::thread queued([&] { code = static_cast<int>(b->run(ones({1, 1}), Far()).status().code()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   b->close();
   first.join();
   queued.join();
-  EXPECT_EQ(code.load(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  EXPECT_EQ(code.load(), static_cast<int>(absl::StatusCode::kUnavailable));
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ class JobSpecTest : public ::testing::Test {
     try {
       validate_job_spec(spec, ctx_);
     } catch (const ServiceError& e) {
-      return {e.code(), e.what()};
+      return {to_grpc(e.status()).error_code(), e.what()};  // as the client sees it
     }
     return {grpc::StatusCode::OK, ""};
   }

@@ -90,14 +90,19 @@ class SchedulerTest : public ::testing::Test {
     scheduler_->recover();
   }
 
-  std::string Submit(const std::string& name, int64_t priority = 0, const std::string& device = "cpu",
-                     const std::string& client_job_id = "") {
+  absl::StatusOr<Scheduler::Submitted> TrySubmit(const std::string& name, int64_t priority = 0,
+                                                 const std::string& device = "cpu",
+                                                 const std::string& client_job_id = "") {
     v1::JobSpec spec;
     spec.set_name(name);
     spec.set_priority(static_cast<int32_t>(priority));
     spec.set_device(device);
     spec.set_client_job_id(client_job_id);
-    return scheduler_->submit(spec).first.id;
+    return scheduler_->submit(spec);
+  }
+  std::string Submit(const std::string& name, int64_t priority = 0, const std::string& device = "cpu",
+                     const std::string& client_job_id = "") {
+    return TrySubmit(name, priority, device, client_job_id).value().row.id;
   }
 
   // The worker's side: an event for `job` on worker `w` (from the test's thread, as a
@@ -110,6 +115,8 @@ class SchedulerTest : public ::testing::Test {
     e.path = path;
     e.message =
         kind == WorkerEvent::Kind::kStarted ? "fake-device-" + std::to_string(w) : message;  // started: the device
+    // A failure as the engine reports most: its content refused (workers/status.h).
+    if (kind == WorkerEvent::Kind::kFailed) e.status = absl::InvalidArgumentError(message);
     const bool ends = kind == WorkerEvent::Kind::kSucceeded || kind == WorkerEvent::Kind::kFailed ||
                       kind == WorkerEvent::Kind::kCancelled || kind == WorkerEvent::Kind::kInterrupted;
     if (ends) {
@@ -168,7 +175,7 @@ TEST_F(SchedulerTest, JobsArePlacedOnAWorkerWhoseDeviceFits) {
 TEST_F(SchedulerTest, CancellingAQueuedJobEndsItWithoutRunningIt) {
   Start({"cpu"});
   const std::string a = Submit("a"), b = Submit("b");
-  const JobRow row = scheduler_->cancel(b);
+  const JobRow row = scheduler_->cancel(b).value();
   EXPECT_EQ(row.state, JobState::kCancelled);
   EXPECT_EQ(State(b), JobState::kCancelled);
   EXPECT_THAT(Reason(b), HasSubstr("before it started"));
@@ -181,7 +188,7 @@ TEST_F(SchedulerTest, CancellingARunningJobAsksItsWorkerAndEndsOnTheWorkersWord)
   const std::string a = Submit("a");
   Emit(0, a, WorkerEvent::Kind::kStarted);
   EXPECT_EQ(State(a), JobState::kRunning);
-  scheduler_->cancel(a);
+  ASSERT_TRUE(scheduler_->cancel(a).ok());
   {
     std::lock_guard<std::mutex> lock(logs_[0]->mu);
     ASSERT_EQ(logs_[0]->stops.size(), 1u);
@@ -192,12 +199,8 @@ TEST_F(SchedulerTest, CancellingARunningJobAsksItsWorkerAndEndsOnTheWorkersWord)
   EXPECT_EQ(State(a), JobState::kCancelled);
   EXPECT_EQ(Reason(a), "cancelled at step 3");
   // An ended job cannot be cancelled again.
-  try {
-    scheduler_->cancel(a);
-    ADD_FAILURE() << "cancelling an ended job succeeded";
-  } catch (const ServiceError& e) {
-    EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
-  }
+  EXPECT_EQ(scheduler_->cancel(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->cancel("no-such-job").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
@@ -209,6 +212,27 @@ TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
   EXPECT_EQ(Reason(a), "training loss became nan at step 7 (epoch 0)");
   EXPECT_GT(store_->get_job(a)->finished_ms, 0);
   EXPECT_THAT(Runs(0), ElementsAre(a, b));
+}
+
+TEST_F(SchedulerTest, AFailedJobsReasonNamesItsKindUnlessTheEngineRefusedItsContent) {
+  Start({"cpu"});
+  const std::string a = Submit("a"), b = Submit("b");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  WorkerEvent failed;
+  failed.kind = WorkerEvent::Kind::kFailed;
+  failed.job_id = a;
+  failed.status = absl::DataLossError("no checkpoint of this job verifies (" + root_.string() + "/jobs/x is bad)");
+  {
+    std::lock_guard<std::mutex> lock(logs_[0]->mu);
+    logs_[0]->busy = false;
+  }
+  logs_[0]->sink(failed);
+  EXPECT_EQ(State(a), JobState::kFailed);
+  EXPECT_EQ(Reason(a), "DATA_LOSS: no checkpoint of this job verifies (<data>/jobs/x is bad)");
+  EXPECT_EQ(Scheduler::failure_reason(absl::InvalidArgumentError("spec: bad"), {}), "spec: bad");
+  EXPECT_EQ(Scheduler::failure_reason(absl::ResourceExhaustedError("out of memory"), {}),
+            "RESOURCE_EXHAUSTED: out of memory");
+  EXPECT_THAT(Runs(0), ElementsAre(a, b));  // the worker was freed for the next job
 }
 
 TEST_F(SchedulerTest, ASucceededJobWhoseArchiveCannotBeRegisteredFails) {
@@ -224,16 +248,12 @@ TEST_F(SchedulerTest, TheQuotaCountsQueuedAndRunningJobsAndIdempotentRetriesPass
   Start({"cpu"}, /*max_pending=*/2);
   const std::string a = Submit("a", 0, "cpu", "client-a");
   Submit("b");
-  try {
-    Submit("c");
-    ADD_FAILURE() << "a third pending job was accepted";
-  } catch (const ServiceError& e) {
-    EXPECT_EQ(e.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-    EXPECT_THAT(e.what(), HasSubstr("2 queued or running jobs"));
-  }
+  const absl::Status third = TrySubmit("c").status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << "a third pending job was accepted";
+  EXPECT_THAT(std::string(third.message()), HasSubstr("2 queued or running jobs"));
   EXPECT_EQ(Submit("a", 0, "cpu", "client-a"), a);  // the same job, not a new one
   Emit(0, a, WorkerEvent::Kind::kCancelled, "done");
-  EXPECT_NO_THROW(Submit("c"));
+  EXPECT_TRUE(TrySubmit("c").ok());
 }
 
 TEST_F(SchedulerTest, TheDrainInterruptsRunningJobsAndRefusesNewOnes) {
@@ -262,12 +282,7 @@ TEST_F(SchedulerTest, TheDrainInterruptsRunningJobsAndRefusesNewOnes) {
   EXPECT_EQ(State(c), JobState::kQueued);  // not started during the drain
   EXPECT_THAT(Runs(0), ElementsAre(a));
   EXPECT_THAT(Runs(1), ElementsAre(b));
-  try {
-    Submit("d");
-    ADD_FAILURE() << "a job was accepted during the drain";
-  } catch (const ServiceError& e) {
-    EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE);
-  }
+  EXPECT_EQ(TrySubmit("d").status().code(), absl::StatusCode::kUnavailable) << "a job was accepted during the drain";
 }
 
 TEST_F(SchedulerTest, EveryStateChangeIsOneOrderedEventInTheStore) {

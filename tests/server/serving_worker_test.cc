@@ -41,29 +41,24 @@ class ThreadProbe : public nn::Module {
 TEST(ServingWorker, ForwardsRunOnTheWorkersThreadInInferenceMode) {
   ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
-  const Tensor y = worker.run(ForwardBatch{probe, tensor(std::vector<float>{1, 2})});
+  const Tensor y = worker.run(ForwardBatch{probe, tensor(std::vector<float>{1, 2})}).value();
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{3, 6}));
   ASSERT_EQ(probe->threads.size(), 1u);
   EXPECT_NE(*probe->threads.begin(), std::this_thread::get_id());
   EXPECT_FALSE(probe->grad_enabled.at(0));
-  worker.run(PlaceModule{probe});  // the CPU: a no-op move, still through the worker
+  EXPECT_TRUE(worker.run(PlaceModule{probe}).ok());  // the CPU: a no-op move, still through the worker
   EXPECT_EQ(worker.stats().commands, 2);
 }
 
 TEST(ServingWorker, AnErrorReachesTheCallerAndTheWorkerKeepsServing) {
   ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
-  EXPECT_THROW(
-      {
-        try {
-          worker.run(ForwardBatch{probe, tensor(std::vector<float>{-1})});
-        } catch (const Error& e) {
-          EXPECT_THAT(e.what(), ::testing::HasSubstr("negative input"));
-          throw;
-        }
-      },
-      Error);
-  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{2})}).to_vector<float>(), (std::vector<float>{6}));
+  // The engine's anvil::Error comes back as its status: the caller's input, INVALID_ARGUMENT.
+  const absl::Status st = worker.run(ForwardBatch{probe, tensor(std::vector<float>{-1})}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("negative input"));
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{2})})->to_vector<float>(),
+            (std::vector<float>{6}));
 }
 
 TEST(ServingWorker, ConcurrentCallersEachGetTheirOwnReplyAndShutdownRefusesNewWork) {
@@ -75,7 +70,7 @@ TEST(ServingWorker, ConcurrentCallersEachGetTheirOwnReplyAndShutdownRefusesNewWo
     callers.emplace_back([&, i] {
       for (int k = 0; k < 20; ++k) {
         const float v = static_cast<float>(i * 100 + k);
-        if (worker.run(ForwardBatch{probe, tensor(std::vector<float>{v})}).to_vector<float>()[0] == 3 * v) ++right;
+        if (worker.run(ForwardBatch{probe, tensor(std::vector<float>{v})})->to_vector<float>()[0] == 3 * v) ++right;
       }
     });
   }
@@ -83,7 +78,8 @@ TEST(ServingWorker, ConcurrentCallersEachGetTheirOwnReplyAndShutdownRefusesNewWo
   EXPECT_EQ(right.load(), 160);
   EXPECT_EQ(probe->threads.size(), 1u);  // all on the worker's one thread
   worker.shutdown();
-  EXPECT_THROW(worker.run(ForwardBatch{probe, tensor(std::vector<float>{1})}), Error);
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{1})}).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(ServingWorker, ABatcherWithTheWorkersRunnerRunsEveryForwardThere) {
@@ -98,7 +94,8 @@ TEST(ServingWorker, ABatcherWithTheWorkersRunnerRunsEveryForwardThere) {
   for (int i = 0; i < 4; ++i) {
     callers.emplace_back([&, i] {
       const Tensor y = b.run(tensor(std::vector<float>{static_cast<float>(i), 1.0f}, IntArray{2, 1}),
-                             server::Batcher::Clock::now() + std::chrono::seconds(30));
+                             server::Batcher::Clock::now() + std::chrono::seconds(30))
+                           .value();
       if (y.to_vector<float>() == std::vector<float>{3.0f * static_cast<float>(i), 3.0f}) ++right;
     });
   }
@@ -111,13 +108,16 @@ TEST(ServingWorker, OnTheCpuACommandRunsOnTheCallersThreadAndStillRefusesAfterSh
   ServingWorker worker(kCPU);
   EXPECT_FALSE(worker.own_thread());
   auto probe = std::make_shared<ThreadProbe>();
-  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{2})}).to_vector<float>(), (std::vector<float>{6}));
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{2})})->to_vector<float>(),
+            (std::vector<float>{6}));
   ASSERT_EQ(probe->threads.size(), 1u);
   EXPECT_EQ(*probe->threads.begin(), std::this_thread::get_id());
   EXPECT_FALSE(probe->grad_enabled.at(0));
-  EXPECT_THROW(worker.run(ForwardBatch{probe, tensor(std::vector<float>{-1})}), Error);
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{-1})}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   worker.shutdown();
-  EXPECT_THROW(worker.run(ForwardBatch{probe, tensor(std::vector<float>{1})}), Error);
+  EXPECT_EQ(worker.run(ForwardBatch{probe, tensor(std::vector<float>{1})}).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(TopClasses, AreTheSoftmaxsLargestProbabilitiesInOrder) {

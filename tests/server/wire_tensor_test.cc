@@ -20,7 +20,7 @@ grpc::StatusCode CodeOf(const std::function<void()>& f, std::string* message = n
     f();
   } catch (const ServiceError& e) {
     if (message) *message = e.what();
-    return e.code();
+    return to_grpc(e.status()).error_code();  // as the client sees it
   }
   return grpc::StatusCode::OK;
 }
