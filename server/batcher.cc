@@ -102,7 +102,18 @@ Batcher::Stats Batcher::stats() const {
   return stats_;
 }
 
-void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) {
+void Batcher::RunBatch(std::vector<std::shared_ptr<Request>>& batch) noexcept {
+  // Whatever fails outside the forward (splitting the output, an observer, memory) fails the
+  // requests it left unanswered: none may wait forever, and the leader must get back to
+  // retake the lock it let go.
+  const absl::Status failed = status_of([&] { RunBatchOrThrow(batch); });
+  if (failed.ok()) return;
+  for (auto& r : batch) {
+    if (r->error.ok() && !r->output.defined()) r->error = failed;
+  }
+}
+
+void Batcher::RunBatchOrThrow(std::vector<std::shared_ptr<Request>>& batch) {
   const Clock::time_point now = Clock::now();
   std::vector<std::shared_ptr<Request>> live;
   for (auto& r : batch) {

@@ -83,7 +83,9 @@ class Batcher {
   // Called with mu_ held (through `lock`) by the leader: takes a batch, runs it unlocked, hands off.
   void Lead(UniqueMutexLock& lock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t QueuedRowsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunBatch(std::vector<std::shared_ptr<Request>>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs a batch and answers each of its requests (an output or an error); never throws.
+  void RunBatch(std::vector<std::shared_ptr<Request>>& batch) noexcept ABSL_LOCKS_EXCLUDED(mu_);
+  void RunBatchOrThrow(std::vector<std::shared_ptr<Request>>& batch) ABSL_LOCKS_EXCLUDED(mu_);
   void ReportDepthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (observer_.on_depth) observer_.on_depth(static_cast<int64_t>(queue_.size()));
   }
