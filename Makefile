@@ -4,13 +4,15 @@ BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
 TSAN_DIR  ?= build-tsan
 FUZZ_DIR  ?= build-fuzz
+IMAGE_DIR ?= build-image
 FUZZ_SECONDS ?= 60
 DATA_DIR  ?= data
 JOBS      ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all deps deps-test deps-fuzz deps-lint deps-bench data peers bench-peers build test test-asan test-tsan fuzz soak demo bench format format-check clean
+.PHONY: all deps deps-test deps-fuzz deps-lint deps-bench deps-image data peers bench-peers build test test-asan test-tsan fuzz \
+  soak test-image demo bench format format-check clean
 
 all: build
 
@@ -28,6 +30,9 @@ deps-lint:
 
 deps-bench: deps
 	@scripts/install-deps.sh bench
+
+deps-image:
+	@scripts/install-deps.sh image
 
 # Python peers for interoperability tests (safetensors, numpy) in .venv; best effort.
 peers:
@@ -101,6 +106,14 @@ fuzz: deps-fuzz
 	  fuzz_model_archive fuzz_csv fuzz_idx
 	scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
+# The container image as a user would use it, without a Docker engine (scripts/test-image.sh; CI
+# runs it): a Debian 12 base made with debootstrap (cached in $(IMAGE_DIR)/base), the Dockerfile
+# built by buildah (chroot isolation, vfs storage in $(IMAGE_DIR)), its HEALTHCHECK and size
+# checked, then its entrypoint run as its user in a chroot of its root: health, a job, a Predict,
+# the HEALTHCHECK command, a SIGTERM drain.
+test-image: deps-image
+	scripts/test-image.sh $(IMAGE_DIR)
+
 # anvild on ./anvil-data, the digits CNN trained through the service, predictions, an export.
 demo: build data
 	scripts/demo.sh $(BUILD_DIR) $(DATA_DIR)
@@ -123,4 +136,4 @@ format-check: deps-lint
 	scripts/check-format.sh
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) build-bench
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) build-bench $(IMAGE_DIR)

@@ -8,6 +8,9 @@
 #                           libb64 for perf_analyzer, bench/kserve_perf_analyzer.sh)
 #   install-deps.sh fuzz    plus clang 14 and its libFuzzer/sanitizer runtimes (make fuzz)
 #   install-deps.sh lint    clang-format 14 only (make format, make format-check)
+#   install-deps.sh image   debootstrap and buildah (and ip) only: the image check without a Docker
+#                           engine (make test-image: a Debian 12 base made with debootstrap,
+#                           the Dockerfile built by buildah in chroot isolation, vfs storage)
 set -euo pipefail
 # libblis4 and libdnnl2: float32 GEMM candidates beside OpenBLAS, loaded at run time
 # (core/backend/cpu/gemm.h); the tests run every candidate.
@@ -19,9 +22,11 @@ test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium op
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil libb64-0d)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)
 lint_pkgs=(clang-format-14)
+image_pkgs=(debootstrap debian-archive-keyring buildah iproute2)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-build}" == "lint" ]] && want=("${lint_pkgs[@]}")
+[[ "${1:-build}" == "image" ]] && want=("${image_pkgs[@]}")
 [[ "${1:-build}" == "test" || "${1:-build}" == "bench" ]] && want+=("${test_pkgs[@]}")
 [[ "${1:-build}" == "bench" ]] && want+=("${bench_pkgs[@]}")
 [[ "${1:-build}" == "fuzz" ]] && want+=("${fuzz_pkgs[@]}")
