@@ -45,7 +45,9 @@ FROM ${RUNTIME_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
 # openssl: the entrypoint makes a development certificate when none is mounted.
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl && rm -rf /var/lib/apt/lists/*
-RUN useradd --system --uid 10001 --home-dir /var/lib/anvil --create-home anvil
+# uid and gid 10001 both, so a host volume can be prepared with `chown 10001:10001`.
+RUN groupadd --system --gid 10001 anvil \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/anvil --create-home anvil
 COPY --from=builder /opt/anvil/lib /opt/anvil/lib
 COPY --from=builder /src/build/server/anvild /src/build/client/anvil /usr/local/bin/
 COPY --from=builder /opt/anvil/datasets /opt/anvil/datasets

@@ -332,6 +332,8 @@ echo "PASS size: ${size_mb} MB <= ${max_mb} MB"
 IFS=: read -r uid gid home < <(awk -F: -v u="${user%%:*}" '$1 == u || $3 == u { print $3 ":" $4 ":" $6; exit }' \
   "${root}/etc/passwd")
 [[ -n "${uid}" ]] || die "user ${user} is not in the image's /etc/passwd"
+# The documented owner of a host volume (Dockerfile: chown 10001:10001).
+[[ "${uid}:${gid}" == "10001:10001" ]] || die "the image's user ${user} is ${uid}:${gid}; expected 10001:10001"
 inspect '{{range .Docker.Config.Env}}{{println .}}{{end}}' | sed '/^$/d' > "${work}/image.env"
 grep -q '^HOSTNAME=' "${work}/image.env" || echo "HOSTNAME=anvil-image-test" >> "${work}/image.env"
 grep -q '^HOME=' "${work}/image.env" || echo "HOME=${home:-/}" >> "${work}/image.env"
