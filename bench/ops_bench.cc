@@ -66,7 +66,7 @@ std::string Compare(const anvil::Tensor& a, const torch::Tensor& t, double rtol,
   if (!a.defined() || !t.defined()) return "a result is missing";
   const torch::Tensor mine = ToTorch(a);
   if (mine.sizes() != t.sizes()) {
-    std::vector<int64_t> ts(t.sizes().begin(), t.sizes().end());
+    const anvil::IntArray ts(t.sizes().begin(), t.sizes().end());
     return "shape " + anvil::shape_str(a.sizes()) + " vs libtorch's " + anvil::shape_str(ts);
   }
   const torch::Tensor theirs = t.detach().to(mine.scalar_type());

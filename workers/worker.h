@@ -37,7 +37,7 @@ struct WorkerEvent {
   std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint
   std::string path;                   // kCheckpoint: the checkpoint; kSucceeded: the model archive
   // kSucceeded: what the registry needs.
-  std::vector<int64_t> input_shape, output_shape;
+  IntArray input_shape, output_shape;
   ScalarType input_dtype = kFloat32;
   std::vector<std::string> labels;
   int64_t parameters = 0;

@@ -29,7 +29,7 @@ Tensor ExpandReduced(const Tensor& g, const TensorMeta& in, const ReduceArgs& a)
   const int64_t nd = static_cast<int64_t>(in.sizes.size());
   Tensor r = g;
   if (!a.keepdim && nd > 0) {
-    std::vector<int64_t> dims;
+    IntArray dims;
     if (a.dims.empty()) {
       dims.resize(nd);
       std::iota(dims.begin(), dims.end(), 0);

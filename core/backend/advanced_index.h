@@ -25,7 +25,7 @@ struct AdvancedIndexPlan {
 inline AdvancedIndexPlan PlanAdvancedIndex(const Tensor& self, const std::vector<Tensor>& indices,
                                            const IntArray& idims, const Tensor& result) {
   const int64_t nb = indices[0].dim();
-  std::vector<int64_t> rest;
+  IntArray rest;
   for (int64_t k = 0; k < self.dim(); ++k) {
     if (std::find(idims.begin(), idims.end(), k) == idims.end()) rest.push_back(k);
   }

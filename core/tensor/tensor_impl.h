@@ -7,6 +7,19 @@
 // be mutated concurrently.
 #pragma once
 
+// GCC 12 at -O2 and above reports a moved-from empty InlinedVector's storage as "may be used
+// uninitialized" (a false positive: abseil-cpp issue 1779); the warning is attributed to
+// Abseil's header, so it is silenced for that header alone.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <absl/container/inlined_vector.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,7 +36,10 @@ namespace autograd {
 class Node;
 }
 
-using IntArray = std::vector<int64_t>;
+// Sizes and strides: up to kInlineDims dimensions live inside the object (no heap
+// allocation per tensor, nor per temporary shape in shape inference); more spill to the heap.
+inline constexpr size_t kInlineDims = 6;
+using IntArray = absl::InlinedVector<int64_t, kInlineDims>;
 
 // NOTE [ View tracking ]
 // A view remembers its root base and where it sits in it, expressed against the base's

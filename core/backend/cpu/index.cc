@@ -7,6 +7,7 @@
 // is added to the pointer. Writes that may collide (scatter, accumulate) run serially so
 // results are deterministic.
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <type_traits>
 
@@ -212,13 +213,20 @@ void AdvLoop(const AdvIndex& plan, const IntArray& idims, bool accumulate) {
   for (int k = 0; k < K; ++k) ops[2 + k] = &plan.idx[k];
   StridedLoop<2 + K> loop;
   loop.Build(ops);
-  auto body = [&](char** p, const int64_t* s, int64_t n) {
+  // The plan's per-dim figures as plain arrays, captured by value: the inner loop reads them
+  // per element, and an IntArray's operator[] (inline or heap storage?) is not hoisted out of it.
+  std::array<int64_t, K> sizes, strides, dims;
+  for (int k = 0; k < K; ++k) {
+    sizes[k] = plan.self_sizes[k];
+    strides[k] = plan.self_strides[k];
+    dims[k] = idims[k];
+  }
+  auto body = [&, sizes, strides, dims](char** p, const int64_t* s, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
       int64_t off = 0;
       for (int k = 0; k < K; ++k) {
-        const int64_t i =
-            WrapIndex(*reinterpret_cast<const int64_t*>(p[2 + k] + j * s[2 + k]), plan.self_sizes[k], idims[k]);
-        off += i * plan.self_strides[k];
+        const int64_t i = WrapIndex(*reinterpret_cast<const int64_t*>(p[2 + k] + j * s[2 + k]), sizes[k], dims[k]);
+        off += i * strides[k];
       }
       T* r = reinterpret_cast<T*>(p[0] + j * s[0]);
       T* v = reinterpret_cast<T*>(p[1] + j * s[1] + off);
