@@ -4,7 +4,7 @@
 //     submit SPEC.json [--watch] [--dry-run]   jobs [--state S]   job ID   watch ID [--from-step N]
 //     cancel ID   models   model NAME[:VERSION]
 //     predict NAME[:VERSION] --input FILE [--top-k K] [--label-column COLUMN]
-//     export NAME[:VERSION] --format native|safetensors|onnx -o FILE   health
+//     export NAME[:VERSION] --format native|safetensors|onnx [--opset N] [--dynamic-axis input:1=seq] -o FILE   health
 //
 // Exit codes: one table, client/exit_codes.h (also in `anvil --help`).
 #include <google/protobuf/util/json_util.h>
@@ -282,6 +282,11 @@ int Run(int argc, char** argv) {
   exp->add_option("--format", format, "native, safetensors or onnx")
       ->check(CLI::IsMember({"native", "safetensors", "onnx"}));
   exp->add_option("-o,--output", out_path, "file to write")->required();
+  int opset = 0;
+  std::vector<std::string> dynamic_axes;
+  exp->add_option("--opset", opset, "ONNX: the opset (13 to 17; default 17)")->check(CLI::Range(13, 17));
+  exp->add_option("--dynamic-axis", dynamic_axes,
+                  "ONNX: a symbolic axis beyond the batch, INPUT:DIM=NAME (e.g. input:1=seq); repeatable");
   bool verbose = false;
   auto* health_cmd = app.add_subcommand("health", "check that the server is serving");
   health_cmd->add_flag("-v,--verbose", verbose,
@@ -487,6 +492,11 @@ int Run(int argc, char** argv) {
     req.set_model(name);
     req.set_version(version);
     req.set_format(format == "native" ? v1::NATIVE : format == "safetensors" ? v1::SAFETENSORS : v1::ONNX);
+    if ((opset != 0 || !dynamic_axes.empty()) && format != "onnx") {
+      throw Failure(client::kExitBadInput, "--opset and --dynamic-axis apply to --format onnx only");
+    }
+    req.set_opset(opset);
+    for (const std::string& a : dynamic_axes) req.add_dynamic_axes(a);
     auto ctx = Ctx(600);
     auto reader = cli.serving->Export(ctx.get(), req);
     const std::string tmp = out_path + ".part";

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/models/serving.h"
+#include "core/onnx/export.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -120,11 +121,11 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "Export");
       ANVIL_SERVICE_CHECK(!req->model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
-      ANVIL_SERVICE_CHECK(req->format() != v1::ONNX, absl::StatusCode::kUnimplemented,
-                          "format ONNX: not available in this build yet (use NATIVE or SAFETENSORS)");
-      ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS,
-                          absl::StatusCode::kInvalidArgument, "format: expected NATIVE or SAFETENSORS, got ",
+      ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS || req->format() == v1::ONNX,
+                          absl::StatusCode::kInvalidArgument, "format: expected NATIVE, SAFETENSORS or ONNX, got ",
                           v1::ExportFormat_Name(req->format()));
+      ANVIL_SERVICE_CHECK(req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0),
+                          absl::StatusCode::kInvalidArgument, "opset and dynamic_axes apply to ONNX exports only");
       const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       // The bytes come from the engine (core/models/serving.h); this handler checks the
@@ -140,12 +141,16 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                             "registered (SHA-256 mismatch)");
       }
       std::unique_ptr<models::ExportPayload> payload;
-      try {
-        payload = models::open_export(
-            req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors, file_name,
-            path, *m->loaded.built.module, m->row.name);
-      } catch (const Error& e) {
-        throw ServiceError(absl::StatusCode::kDataLoss, "model \"" + m->row.name + "\": " + e.what());
+      if (req->format() == v1::ONNX) {
+        payload = models::bytes_export(file_name + ".onnx", ExportOnnx(*m, *req));
+      } else {
+        try {
+          payload = models::open_export(
+              req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors,
+              file_name, path, *m->loaded.built.module, m->row.name);
+        } catch (const Error& e) {
+          throw ServiceError(absl::StatusCode::kDataLoss, "model \"" + m->row.name + "\": " + e.what());
+        }
       }
       file_name = payload->file_name();
       auto read = [&](char* out, size_t n) { return payload->read(out, n); };
@@ -178,6 +183,41 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   }
 
  private:
+  // The model's ONNX file: bad options are INVALID_ARGUMENT; a model the exporter cannot
+  // capture (an op without an ONNX form, data-dependent control flow) is FAILED_PRECONDITION,
+  // with the exporter's message naming the op.
+  std::string ExportOnnx(const ServedModel& m, const v1::ExportRequest& req) {
+    const models::BuiltModel& built = m.loaded.built;
+    const std::vector<onnx::InputSignature> inputs{{"input", built.input_shape, built.input_dtype}};
+    onnx::ExportOptions options;
+    if (req.opset() != 0) options.opset = req.opset();
+    ANVIL_SERVICE_CHECK(options.opset >= onnx::kMinOpset && options.opset <= onnx::kMaxOpset,
+                        absl::StatusCode::kInvalidArgument, "opset: expected ", onnx::kMinOpset, " to ",
+                        onnx::kMaxOpset, ", got ", req.opset());
+    ANVIL_SERVICE_CHECK(req.dynamic_axes_size() <= 8, absl::StatusCode::kInvalidArgument,
+                        "dynamic_axes: at most 8, got ", req.dynamic_axes_size());
+    for (const std::string& text : req.dynamic_axes()) {
+      try {
+        options.dynamic_axes.push_back(onnx::parse_dynamic_axis(text, inputs));
+      } catch (const Error& e) {
+        throw ServiceError(absl::StatusCode::kInvalidArgument, e.what());
+      }
+    }
+    options.output_names = {"logits"};
+    options.producer_version = ANVIL_VERSION_STRING;
+    options.graph_name = m.row.name;
+    options.metadata = {{"anvil.model", m.row.name},
+                        {"anvil.version", std::to_string(m.row.version)},
+                        {"anvil.spec", built.spec},
+                        {"labels", nlohmann::json(m.loaded.info.labels).dump()}};
+    try {
+      return onnx::export_model(*built.module, inputs, options);
+    } catch (const exporter::CaptureError& e) {
+      throw ServiceError(absl::StatusCode::kFailedPrecondition,
+                         "model \"" + m.row.name + "\" cannot be exported to ONNX: " + e.what());
+    }
+  }
+
   template <typename F>
   Status Guard(F&& f) {
     return guarded({s_.data_root, s_.options.datasets_dir}, std::forward<F>(f));

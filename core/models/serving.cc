@@ -61,4 +61,8 @@ std::unique_ptr<ExportPayload> open_export(ExportFormat format, const std::strin
       io::serialize_safetensors(module.state_dict().tensors, {{"format", "pt"}, {"anvil.model", model_name}}));
 }
 
+std::unique_ptr<ExportPayload> bytes_export(std::string file_name, std::string bytes) {
+  return std::make_unique<Bytes>(std::move(file_name), std::move(bytes));
+}
+
 }  // namespace anvil::models

@@ -45,4 +45,7 @@ std::unique_ptr<ExportPayload> open_export(ExportFormat format, const std::strin
                                            const std::string& archive_path, const nn::Module& module,
                                            const std::string& model_name);
 
+// A payload of bytes made elsewhere (an ONNX file), named `file_name`.
+std::unique_ptr<ExportPayload> bytes_export(std::string file_name, std::string bytes);
+
 }  // namespace anvil::models

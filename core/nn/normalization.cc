@@ -3,6 +3,7 @@
 #include "core/nn/normalization.h"
 
 #include "core/autograd/grad_mode.h"
+#include "core/export/capture.h"
 #include "core/nn/init.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -16,6 +17,12 @@ Tensor PerChannel(const Tensor& v, int64_t dim) {
   IntArray shape(static_cast<size_t>(dim), 1);
   shape[1] = v.size(0);
   return v.reshape(shape);
+}
+
+// `t`, or (an absent affine parameter) a tensor like `like` filled with `value`: the exported
+// operators take the parameter.
+Tensor OrFilled(const Tensor& t, const Tensor& like, double value) {
+  return t.defined() ? t : full(like.sizes(), value, TensorOptions(like.dtype()).with_device(like.device()));
 }
 
 }  // namespace
@@ -44,10 +51,17 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
     mean = running_mean;
     var = running_var;
   }
+  // Exported as one BatchNormalization node (inference form: the running statistics).
+  std::optional<exporter::Composite> node;
+  if (!training && exporter::capturing()) {
+    node.emplace("BatchNormalization",
+                 std::vector<Tensor>{x, OrFilled(weight, mean, 1.0), OrFilled(bias, mean, 0.0), mean, var},
+                 exporter::Attributes{{"epsilon", eps}});
+  }
   Tensor y = (x - PerChannel(mean, x.dim())) * PerChannel(rsqrt(var + eps), x.dim());
   if (weight.defined()) y = y * PerChannel(weight, x.dim());
   if (bias.defined()) y = y + PerChannel(bias, x.dim());
-  return y;
+  return node ? node->finish(y) : y;
 }
 
 Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, const Tensor& bias, double eps) {
@@ -60,12 +74,18 @@ Tensor layer_norm(const Tensor& x, const IntArray& shape, const Tensor& weight, 
   }
   IntArray dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    const Tensor like = zeros(shape, TensorOptions(x.dtype()).with_device(x.device()));
+    node.emplace("LayerNormalization", std::vector<Tensor>{x, OrFilled(weight, like, 1.0), OrFilled(bias, like, 0.0)},
+                 exporter::Attributes{{"axis", -k}, {"epsilon", eps}});
+  }
   const Tensor mean = x.mean(dims, /*keepdim=*/true);
   const Tensor var = x.var(dims, /*correction=*/0, /*keepdim=*/true);
   Tensor y = (x - mean) * rsqrt(var + eps);
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
-  return y;
+  return node ? node->finish(y) : y;
 }
 
 Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias, double eps) {
@@ -85,6 +105,9 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
   ANVIL_CHECK_TYPE(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: expected integer indices, got ",
                    indices.dtype());
   ANVIL_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got ", shape_str(weight.sizes()));
+  std::optional<exporter::Composite> node;  // exported as Gather(weight, indices)
+  if (exporter::capturing())
+    node.emplace("Gather", std::vector<Tensor>{weight, indices}, exporter::Attributes{{"axis", int64_t{0}}});
   const Tensor flat = indices.reshape({-1}).to(kInt64);
   if (flat.numel() > 0) {
     const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
@@ -99,7 +122,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
   }
   IntArray out_shape = indices.sizes();
   out_shape.push_back(weight.size(1));
-  return rows.reshape(out_shape);
+  const Tensor out = rows.reshape(out_shape);
+  return node ? node->finish(out) : out;
 }
 
 }  // namespace functional

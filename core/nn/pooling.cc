@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/export/capture.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
 
@@ -46,6 +47,17 @@ Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const ch
   return cols.view({x.size(0), x.size(1), kh * kw, *oh * *ow});
 }
 
+// MaxPool / AveragePool's attributes for `p`.
+exporter::Attributes PoolAttributes(const Pool2dParams& p) {
+  const auto [kh, kw] = p.kernel;
+  const int64_t sh = p.stride[0] > 0 ? p.stride[0] : kh, sw = p.stride[1] > 0 ? p.stride[1] : kw;
+  const auto [ph, pw] = p.padding;
+  return {{"kernel_shape", std::vector<int64_t>{kh, kw}},
+          {"strides", std::vector<int64_t>{sh, sw}},
+          {"pads", std::vector<int64_t>{ph, pw, ph, pw}},
+          {"ceil_mode", int64_t{p.ceil_mode ? 1 : 0}}};
+}
+
 Tensor Batched(const Tensor& x, const char* who) {
   ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, who, ": expected input [N, C, H, W] or [C, H, W], got ", x.dim(), " dims");
   return x.dim() == 3 ? x.unsqueeze(0) : x;
@@ -55,14 +67,23 @@ Tensor Batched(const Tensor& x, const char* who) {
 
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p) {
   const Tensor x = Batched(input, "max_pool2d");
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) node.emplace("MaxPool", std::vector<Tensor>{x}, PoolAttributes(p));
   int64_t oh = 0, ow = 0;
   const Tensor windows = PoolWindows(x, p, -std::numeric_limits<double>::infinity(), "max_pool2d", &oh, &ow);
   Tensor out = std::get<0>(max(windows, 2)).view({x.size(0), x.size(1), oh, ow});
+  if (node) node->finish(out);
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p) {
   const Tensor x = Batched(input, "avg_pool2d");
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    exporter::Attributes attrs = PoolAttributes(p);
+    attrs.emplace_back("count_include_pad", int64_t{p.count_include_pad ? 1 : 0});
+    node.emplace("AveragePool", std::vector<Tensor>{x}, std::move(attrs));
+  }
   int64_t oh = 0, ow = 0;
   Tensor out = PoolWindows(x, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({x.size(0), x.size(1), oh, ow});
   if (!p.count_include_pad && (p.padding[0] > 0 || p.padding[1] > 0)) {
@@ -71,6 +92,7 @@ Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p) {
     const Tensor real_fraction = PoolWindows(ones_map, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({1, 1, oh, ow});
     out = out / real_fraction;
   }
+  if (node) node->finish(out);
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 

@@ -4,6 +4,7 @@
 #include "core/autograd/inplace.h"
 #include "core/autograd/node.h"
 #include "core/backend/registry.h"
+#include "core/export/capture.h"
 #include "core/ops/functions.h"
 #include "core/ops/op_trace.h"
 #include "core/util/error.h"
@@ -29,7 +30,8 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vect
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ", dev));
   }
   detail::trace_op(op);
-  NoGradGuard no_grad;  // kernels may compose tensor ops internally: never record them
+  NoGradGuard no_grad;                         // kernels may compose tensor ops internally: never record them
+  exporter::detail::KernelScope not_captured;  // nor capture them for export
   fn(KernelCall{op, inputs, outputs, attrs});
 }
 
@@ -83,6 +85,7 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
     }
   }
   RunKernel(op, dev, inputs, outputs, attrs);
+  if (exporter::detail::active()) exporter::detail::on_op(op, inputs, outputs, attrs);
   autograd::record_op(op, attrs, inputs, outputs);
   return outputs;
 }
@@ -101,6 +104,7 @@ void dispatch_into(OpId op, const std::vector<Tensor>& inputs, Tensor& out, cons
   const Device dev = inputs.empty() ? out.device() : CommonDevice(op, inputs);
   ANVIL_CHECK(out.device() == dev, op_name(op), ": output is on ", out.device(), " but inputs are on ", dev);
   std::vector<Tensor> outputs{out};
+  if (exporter::detail::active()) exporter::detail::on_inplace(op, inputs, out, attrs);
   RunKernel(op, dev, inputs, outputs, attrs);
 }
 

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/autograd/node.h"
+#include "core/export/capture.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/ops/op_trace.h"
@@ -193,6 +194,7 @@ Tensor make_view(OpId op, const Tensor& input, const ViewFn& fn) {
   vi->grad_fn_version = input._version();
   impl->set_view_info(std::move(vi));
   std::vector<Tensor> outs{Tensor(impl)};
+  if (exporter::detail::active()) exporter::detail::on_op(op, {input}, outs, ViewArgs{fn, input.sizes()});
   autograd::record_op(op, ViewArgs{fn, input.sizes()}, {input}, outs);
   return outs[0];
 }

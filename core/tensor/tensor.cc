@@ -10,6 +10,7 @@
 #include "core/autograd/inplace.h"
 #include "core/autograd/node.h"
 #include "core/backend/registry.h"
+#include "core/export/capture.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -44,6 +45,7 @@ Tensor Tensor::_base() const {
 template <typename T>
 T Tensor::item() const {
   ANVIL_CHECK(numel() == 1, "a Tensor with ", numel(), " elements cannot be converted to a scalar");
+  if (exporter::detail::active()) exporter::detail::on_value_read(*this, "item()");
   Tensor c = to(kCPU).contiguous();
   return ANVIL_DISPATCH_ALL(dtype(), "item", [&]() -> T {
     const scalar_t v = *static_cast<const scalar_t*>(c.data_ptr());
@@ -64,6 +66,7 @@ template bool Tensor::item<bool>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (exporter::detail::active()) exporter::detail::on_value_read(*this, "to_vector()");
   Tensor c = to(kCPU).to(CppTypeToScalarType<T>::value).contiguous();
   const T* p = c.data_ptr<T>();
   return std::vector<T>(p, p + c.numel());  // std::vector<bool> too: element-wise copy

@@ -59,6 +59,17 @@ assert p.outputs["output"].shape == (4, 4) and p.outputs["output"].dtype == np.f
 assert len(p.top_k) == 4 and all(len(row) == 2 for row in p.top_k)
 sha = c.export("py", os.path.join(work, "py.anvil"))
 assert hashlib.sha256(open(os.path.join(work, "py.anvil"), "rb").read()).hexdigest() == sha
+# ONNX: the file, and Anvil's outputs for onnxruntime to match (below, where a Python has it).
+sha = c.export("py", os.path.join(work, "py.onnx"), format="onnx", opset=17)
+assert hashlib.sha256(open(os.path.join(work, "py.onnx"), "rb").read()).hexdigest() == sha
+np.save(os.path.join(work, "x.npy"), x)
+np.save(os.path.join(work, "y.npy"), p.outputs["output"])
+try:
+    c.export("py", os.path.join(work, "bad.onnx"), format="onnx", opset=99)
+    raise AssertionError("expected INVALID_ARGUMENT")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "INVALID_ARGUMENT" and "13 to 17" in str(e), e
+assert not os.path.exists(os.path.join(work, "bad.onnx"))
 try:
     c.predict("nope", x)
     raise AssertionError("expected NOT_FOUND")
@@ -107,4 +118,22 @@ for _ in $(seq 600); do
 done
 wait "${client}" || fail "the Python client failed"
 [[ -f "${work}/done" ]] || fail "the Python client did not finish"
+# The exported file in onnxruntime (the tests' Python peers, `make peers`), batch 4 as predicted.
+peers="${src}/.venv/bin/python"
+if [[ -x "${peers}" ]] && "${peers}" -c "import onnxruntime" 2> /dev/null; then
+  "${peers}" - "${work}" <<'PY' || fail "onnxruntime disagrees with Predict"
+import os, sys
+import numpy as np
+import onnxruntime as ort
+work = sys.argv[1]
+s = ort.InferenceSession(os.path.join(work, "py.onnx"), providers=["CPUExecutionProvider"])
+assert s.get_inputs()[0].shape[0] == "batch", s.get_inputs()[0].shape
+(y,) = s.run(None, {s.get_inputs()[0].name: np.load(os.path.join(work, "x.npy"))})
+err = float(np.abs(y - np.load(os.path.join(work, "y.npy"))).max())
+assert err <= 1e-4, err
+print(f"  onnxruntime on the exported file: max |error| {err:.2g} against Predict")
+PY
+else
+  echo "  (no onnxruntime in ${src}/.venv: the exported file's numerics are checked in tests/onnx only)"
+fi
 echo "ok: python client"

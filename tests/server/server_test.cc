@@ -109,9 +109,25 @@ TEST_F(ServerTest, SubmitStreamPredictExport) {
   const io::Safetensors parsed = io::parse_safetensors(weights, "export");
   EXPECT_EQ(parsed.tensors.size(), loaded.built.module->state_dict().tensors.size());
 
-  // ONNX is not in this build yet.
-  Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
-  EXPECT_EQ(st.error_code(), StatusCode::UNIMPLEMENTED);
+  // ONNX: a graph whose batch is the symbol "batch" (tests/onnx checks its numerics).
+  const std::string graph = Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(sha, Sha256sum(graph));
+  EXPECT_EQ(total, static_cast<int64_t>(graph.size()));
+  EXPECT_NE(graph.find("Gemm"), std::string::npos);
+  EXPECT_NE(graph.find("batch"), std::string::npos);
+  EXPECT_NE(graph.find("anvil.spec"), std::string::npos);
+  Export("blobs-mlp", v1::ONNX, &st, &sha, &total, /*opset=*/13);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // Bad options: INVALID_ARGUMENT naming what was expected.
+  Export("blobs-mlp", v1::ONNX, &st, &sha, &total, /*opset=*/21);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("13 to 17"), std::string::npos) << st.error_message();
+  Export("blobs-mlp", v1::ONNX, &st, &sha, &total, 0, {"input:5=seq"});
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("dim 5"), std::string::npos) << st.error_message();
+  Export("blobs-mlp", v1::SAFETENSORS, &st, &sha, &total, /*opset=*/13);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
 
   // ListModels / GetModel.
   {

@@ -6,7 +6,7 @@ import hashlib
 import os
 import tempfile
 import time
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 import numpy as np
@@ -192,10 +192,13 @@ class Client:
         return Prediction(resp.model, resp.version, {t.name: _array(t) for t in resp.outputs},
                           [list(zip(t.classes, t.labels, t.probabilities)) for t in resp.top_k])
 
-    def export(self, model: str, path: str, format: str = "native", version: str = "latest") -> str:
+    def export(self, model: str, path: str, format: str = "native", version: str = "latest",
+               opset: int = 0, dynamic_axes: Sequence[str] = ()) -> str:
         """Writes the model to `path` (a temporary file, checked against the size and SHA-256
-        the server sends, then renamed); returns the SHA-256."""
-        req = pb.ExportRequest(model=model, version=str(version), format=pb.ExportFormat.Value(format.upper()))
+        the server sends, then renamed); returns the SHA-256. ONNX only: `opset` (13 to 17, 0 for
+        the default) and `dynamic_axes`, symbolic axes beyond the batch ("input:1=seq")."""
+        req = pb.ExportRequest(model=model, version=str(version), format=pb.ExportFormat.Value(format.upper()),
+                               opset=opset, dynamic_axes=list(dynamic_axes))
         digest, total, announced, sha = hashlib.sha256(), 0, -1, ""
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".export-", dir=directory)

@@ -1,0 +1,517 @@
+#include "core/onnx/lower.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/ops/attrs.h"
+#include "core/ops/functions.h"
+
+namespace anvil::onnx {
+namespace {
+
+using exporter::CaptureError;
+
+[[noreturn]] void Refuse(const std::string& what) { throw CaptureError("export: " + what); }
+
+bool IsFloating(ScalarType t) {
+  return t == kFloat32 || t == kFloat64 || t == ScalarType::Float16 || t == ScalarType::BFloat16;
+}
+
+class Lowerer {
+ public:
+  Lowerer(const exporter::Trace& trace, int64_t opset) : trace_(trace), opset_(opset) {
+    for (const exporter::Value& v : trace.values) {
+      LValue l;
+      l.kind = v.kind == exporter::Value::kInput      ? LValue::kInput
+               : v.kind == exporter::Value::kConstant ? LValue::kConstant
+                                                      : LValue::kComputed;
+      l.sizes = v.sizes;
+      l.dtype = v.dtype;
+      if (l.kind == LValue::kConstant) l.constant = v.tensor;
+      l.name = v.name;
+      l.maker = v.maker;
+      out_.values.push_back(std::move(l));
+    }
+    out_.inputs = trace.inputs;
+    out_.outputs = trace.outputs;
+  }
+
+  Lowered run() {
+    for (const exporter::Node& n : trace_.nodes) {
+      origin_ = n.label();
+      if (!n.composite.empty()) {
+        Composite(n);
+      } else {
+        Row(n);
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // ---- values ----
+  const LValue& val(int id) const { return out_.values[static_cast<size_t>(id)]; }
+  ScalarType dtype(int id) const { return val(id).dtype; }
+  const IntArray& sizes(int id) const { return val(id).sizes; }
+  int64_t rank(int id) const { return static_cast<int64_t>(sizes(id).size()); }
+
+  int NewValue(LValue v) {
+    out_.values.push_back(std::move(v));
+    return static_cast<int>(out_.values.size()) - 1;
+  }
+  int Constant(const Tensor& t) {
+    LValue v;
+    v.kind = LValue::kConstant;
+    v.constant = t.contiguous();
+    v.sizes = t.sizes();
+    v.dtype = t.dtype();
+    v.maker = origin_;
+    return NewValue(std::move(v));
+  }
+  int Scalar(double value, ScalarType dt) { return Constant(full({}, value, TensorOptions(dt))); }
+  int Int64s(const IntArray& values) {
+    Tensor t = empty({static_cast<int64_t>(values.size())}, TensorOptions(kInt64));
+    for (size_t i = 0; i < values.size(); ++i) t.data_ptr<int64_t>()[i] = values[i];
+    return Constant(t);
+  }
+  int ShapeArg(IntArray entries, LValue::ShapeUse use, int like = -1, IntArray like_dims = {}) {
+    LValue v;
+    v.kind = LValue::kShape;
+    v.dtype = kInt64;
+    v.sizes = {static_cast<int64_t>(entries.size())};
+    v.shape = std::move(entries);
+    v.use = use;
+    v.like = like;
+    v.like_dims = std::move(like_dims);
+    v.maker = origin_;
+    return NewValue(std::move(v));
+  }
+  // A node whose output is a new intermediate of dtype `dt`.
+  int Emit(const char* op, std::vector<int> inputs, ScalarType dt, Attributes attrs = {}) {
+    LValue v;
+    v.kind = LValue::kComputed;
+    v.dtype = dt;
+    const int id = NewValue(std::move(v));
+    EmitTo(op, std::move(inputs), id, std::move(attrs));
+    return id;
+  }
+  // A new intermediate of dtype `dt` for a node emitted later.
+  int Temp(ScalarType dt) {
+    LValue v;
+    v.kind = LValue::kComputed;
+    v.dtype = dt;
+    return NewValue(std::move(v));
+  }
+  void EmitTo(const char* op, std::vector<int> inputs, int output, Attributes attrs = {}) {
+    out_.nodes.push_back(LNode{op, std::move(attrs), std::move(inputs), {output}, origin_});
+  }
+  // `id` as dtype `dt`: itself, a converted constant, or a Cast node.
+  int CastTo(int id, ScalarType dt) {
+    if (id < 0 || dtype(id) == dt) return id;
+    if (val(id).kind == LValue::kConstant) return Constant(val(id).constant.to(dt));
+    return Emit("Cast", {id}, dt, {{"to", OnnxType(dt)}});
+  }
+
+  // ---- ONNX conventions ----
+  static int64_t OnnxType(ScalarType t) {
+    switch (t) {
+      case kBool:
+        return 9;
+      case kUInt8:
+        return 2;
+      case kInt8:
+        return 3;
+      case kInt16:
+        return 5;
+      case kInt32:
+        return 6;
+      case kInt64:
+        return 7;
+      case ScalarType::Float16:
+        return 10;
+      case ScalarType::BFloat16:
+        return 16;
+      case kFloat32:
+        return 1;
+      case kFloat64:
+        return 11;
+    }
+    return 0;
+  }
+  // A reduction's axes: an attribute before opset 18 (13 for ReduceSum), an input after.
+  void Reduce(const char* op, int x, const IntArray& dims, bool keepdim, int output) {
+    Attributes attrs{{"keepdims", int64_t{keepdim ? 1 : 0}}};
+    std::vector<int> inputs{x};
+    if (!dims.empty()) {
+      IntArray axes;
+      for (int64_t d : dims) axes.push_back(d < 0 ? d + rank(x) : d);
+      const bool as_input = std::string_view(op) == "ReduceSum" ? opset_ >= 13 : opset_ >= 18;
+      if (as_input) {
+        inputs.push_back(Int64s(axes));
+      } else {
+        attrs.emplace_back("axes", std::vector<int64_t>(axes.begin(), axes.end()));
+      }
+    }
+    EmitTo(op, inputs, output, std::move(attrs));
+  }
+  IntArray AllDimsIfEmpty(const IntArray& dims, int x) const {
+    if (!dims.empty()) return dims;
+    IntArray all;
+    for (int64_t d = 0; d < rank(x); ++d) all.push_back(d);
+    return all;
+  }
+  // The number of elements a reduction over `dims` of x combines (a constant of the trace).
+  int64_t ReducedCount(int x, const IntArray& dims) const {
+    int64_t n = 1;
+    for (int64_t d : AllDimsIfEmpty(dims, x)) n *= sizes(x)[static_cast<size_t>(d < 0 ? d + rank(x) : d)];
+    return n;
+  }
+
+  // ---- rows ----
+  void Row(const exporter::Node& n) {
+    const OpInfo& info = op_info(n.op);
+    std::vector<int> in = n.inputs;
+    const int out = n.outputs.empty() ? -1 : n.outputs[0];
+    const ScalarType odt = out >= 0 ? dtype(out) : kFloat32;
+    // Element-wise rows compute in the output's type (float rows promote integer inputs);
+    // comparisons and logical rows in the inputs' promoted type.
+    if (info.kind == OpKind::Unary && IsFloating(odt)) in[0] = CastTo(in[0], odt);
+    if (info.kind == OpKind::Binary) {
+      ScalarType common = info.infer == InferFamily::BinaryCompare || info.infer == InferFamily::BinaryLogical
+                              ? promote_types(dtype(in[0]), dtype(in[1]))
+                              : odt;
+      if (info.infer == InferFamily::BinaryLogical) common = kBool;
+      in[0] = CastTo(in[0], common);
+      in[1] = CastTo(in[1], common);
+    }
+    if (n.op == OpId::Where) {
+      in[0] = CastTo(in[0], kBool);
+      in[1] = CastTo(in[1], odt);
+      in[2] = CastTo(in[2], odt);
+    }
+    if (info.export_form == ExportForm::Node) {
+      out_.nodes.push_back(LNode{std::string(info.onnx), {}, in, n.outputs, origin_});
+      return;
+    }
+    switch (n.op) {
+      case OpId::Expm1:
+        EmitTo("Sub", {Emit("Exp", {in[0]}, odt), Scalar(1, odt)}, out);
+        return;
+      case OpId::Log1p:
+        EmitTo("Log", {Emit("Add", {in[0], Scalar(1, odt)}, odt)}, out);
+        return;
+      case OpId::Rsqrt:
+        EmitTo("Reciprocal", {Emit("Sqrt", {in[0]}, odt)}, out);
+        return;
+      case OpId::Silu:
+        EmitTo("Mul", {in[0], Emit("Sigmoid", {in[0]}, odt)}, out);
+        return;
+      case OpId::IsFinite: {
+        const int bad = Emit("Or", {Emit("IsInf", {in[0]}, kBool), Emit("IsNaN", {in[0]}, kBool)}, kBool);
+        EmitTo("Not", {bad}, out);
+        return;
+      }
+      case OpId::LeakyRelu:
+        EmitTo("LeakyRelu", in, out, {{"alpha", n.attrs.get<LeakyReluArgs>().negative_slope}});
+        return;
+      case OpId::Elu:
+        EmitTo("Elu", in, out, {{"alpha", n.attrs.get<EluArgs>().alpha}});
+        return;
+      case OpId::Gelu:
+        Gelu(in[0], n.attrs.get<GeluArgs>().tanh_approximation, out);
+        return;
+      case OpId::Softplus: {
+        const auto& a = n.attrs.get<SoftplusArgs>();
+        if (a.beta == 1) {
+          EmitTo("Softplus", in, out);
+        } else {
+          const int scaled = Emit("Softplus", {Emit("Mul", {in[0], Scalar(a.beta, odt)}, odt)}, odt);
+          EmitTo("Div", {scaled, Scalar(a.beta, odt)}, out);
+        }
+        return;
+      }
+      case OpId::PowScalar:
+        EmitTo("Pow", {in[0], Scalar(n.attrs.get<PowScalarArgs>().exponent, odt)}, out);
+        return;
+      case OpId::Clamp: {
+        const auto& a = n.attrs.get<ClampArgs>();
+        EmitTo("Clip", {in[0], a.min ? Scalar(*a.min, odt) : -1, a.max ? Scalar(*a.max, odt) : -1}, out);
+        return;
+      }
+      case OpId::Trunc: {  // toward zero: floor of |x| with the sign back
+        EmitTo("Mul", {Emit("Floor", {Emit("Abs", {in[0]}, odt)}, odt), Emit("Sign", {in[0]}, odt)}, out);
+        return;
+      }
+      case OpId::Add:
+      case OpId::Sub: {
+        const double alpha = n.attrs.get<ScaleArgs>().alpha;
+        const int y = alpha == 1 ? in[1] : Emit("Mul", {in[1], Scalar(alpha, odt)}, odt);
+        EmitTo(n.op == OpId::Add ? (odt == kBool ? "Or" : "Add") : "Sub", {in[0], y}, out);
+        return;
+      }
+      case OpId::Remainder:
+      case OpId::Fmod: {
+        if (!IsFloating(odt)) {
+          EmitTo("Mod", in, out, {{"fmod", int64_t{n.op == OpId::Fmod ? 1 : 0}}});
+        } else if (n.op == OpId::Fmod) {
+          EmitTo("Mod", in, out, {{"fmod", int64_t{1}}});
+        } else {  // Python's remainder for floats: x - floor(x / y) * y
+          const int q = Emit("Floor", {Emit("Div", {in[0], in[1]}, odt)}, odt);
+          EmitTo("Sub", {in[0], Emit("Mul", {q, in[1]}, odt)}, out);
+        }
+        return;
+      }
+      case OpId::Fmax:
+      case OpId::Fmin: {  // NaN loses: take the other operand where one is NaN
+        const int m = Emit(n.op == OpId::Fmax ? "Max" : "Min", {in[0], in[1]}, odt);
+        const int first_nan = Emit("IsNaN", {in[0]}, kBool), second_nan = Emit("IsNaN", {in[1]}, kBool);
+        EmitTo("Where", {first_nan, in[1], Emit("Where", {second_nan, in[0], m}, odt)}, out);
+        return;
+      }
+      case OpId::FloorDivide: {
+        const int q = Emit("Div", {CastTo(in[0], kFloat64), CastTo(in[1], kFloat64)}, kFloat64);
+        EmitTo("Cast", {Emit("Floor", {q}, kFloat64)}, out, {{"to", OnnxType(odt)}});
+        return;
+      }
+      case OpId::TruncDivide: {
+        if (!IsFloating(odt)) {
+          EmitTo("Div", in, out);  // integer Div truncates
+        } else {
+          const int q = Emit("Div", in, odt);
+          EmitTo("Mul", {Emit("Floor", {Emit("Abs", {q}, odt)}, odt), Emit("Sign", {q}, odt)}, out);
+        }
+        return;
+      }
+      case OpId::Atan2:
+        Refuse("'atan2' has no ONNX operator (opset <= 17) and no lowering yet");
+      case OpId::Ne:
+        EmitTo("Not", {Emit("Equal", in, kBool)}, out);
+        return;
+      case OpId::Cast:
+        EmitTo("Cast", in, out, {{"to", OnnxType(odt)}});
+        return;
+      case OpId::Sum:
+      case OpId::Mean:
+      case OpId::Prod:
+      case OpId::Amax:
+      case OpId::Amin:
+      case OpId::LogSumExp: {
+        const auto& a = n.attrs.get<ReduceArgs>();
+        const char* op = n.op == OpId::Sum    ? "ReduceSum"
+                         : n.op == OpId::Mean ? "ReduceMean"
+                         : n.op == OpId::Prod ? "ReduceProd"
+                         : n.op == OpId::Amax ? "ReduceMax"
+                         : n.op == OpId::Amin ? "ReduceMin"
+                                              : "ReduceLogSumExp";
+        const int x = CastTo(in[0], odt);
+        if (rank(x) == 0) {
+          EmitTo("Identity", {x}, out);
+        } else {
+          Reduce(op, x, a.dims, a.keepdim, out);
+        }
+        return;
+      }
+      case OpId::Var: {
+        const auto& a = n.attrs.get<ReduceArgs>();
+        const int mean = Temp(odt);
+        Reduce("ReduceMean", in[0], a.dims, true, mean);
+        const int d = Emit("Sub", {in[0], mean}, odt);
+        const int ss = Temp(odt);
+        Reduce("ReduceSum", Emit("Mul", {d, d}, odt), a.dims, a.keepdim, ss);
+        const double count = static_cast<double>(ReducedCount(in[0], a.dims)) - a.correction;
+        EmitTo("Div", {ss, Scalar(std::max(count, 0.0), odt)}, out);
+        return;
+      }
+      case OpId::Norm: {
+        const auto& a = n.attrs.get<ReduceArgs>();
+        if (a.p == 2) {
+          const int ss = Temp(odt);
+          Reduce("ReduceSum", Emit("Mul", {in[0], in[0]}, odt), a.dims, a.keepdim, ss);
+          EmitTo("Sqrt", {ss}, out);
+        } else if (a.p == 1) {
+          Reduce("ReduceSum", Emit("Abs", {in[0]}, odt), a.dims, a.keepdim, out);
+        } else {
+          Refuse("'norm' with p = " + std::to_string(a.p) + " has no lowering (p = 1 and 2 have)");
+        }
+        return;
+      }
+      case OpId::Argmax:
+      case OpId::Argmin: {
+        const auto& a = n.attrs.get<ReduceArgs>();
+        int x = in[0];
+        int64_t axis = 0;
+        if (a.dims.empty()) {
+          x = Emit("Reshape", {x, Int64s({-1})}, dtype(x));
+        } else {
+          axis = a.dims[0] < 0 ? a.dims[0] + rank(x) : a.dims[0];
+        }
+        EmitTo(n.op == OpId::Argmax ? "ArgMax" : "ArgMin", {x}, out,
+               {{"axis", axis}, {"keepdims", int64_t{a.keepdim && !a.dims.empty() ? 1 : 0}}});
+        return;
+      }
+      case OpId::MaxDim:
+      case OpId::MinDim: {
+        const auto& a = n.attrs.get<ReduceArgs>();
+        const int64_t axis = a.dims.empty() ? 0 : (a.dims[0] < 0 ? a.dims[0] + rank(in[0]) : a.dims[0]);
+        Reduce(n.op == OpId::MaxDim ? "ReduceMax" : "ReduceMin", in[0], {axis}, a.keepdim, n.outputs[0]);
+        EmitTo(n.op == OpId::MaxDim ? "ArgMax" : "ArgMin", {in[0]}, n.outputs[1],
+               {{"axis", axis}, {"keepdims", int64_t{a.keepdim ? 1 : 0}}});
+        return;
+      }
+      case OpId::CumSum: {
+        const int64_t dim = n.attrs.get<DimArgs>().dim;
+        EmitTo("CumSum", {CastTo(in[0], odt), Int64s({dim < 0 ? dim + rank(in[0]) : dim})}, out);
+        return;
+      }
+      case OpId::Softmax:
+      case OpId::LogSoftmax: {
+        const int64_t dim = n.attrs.get<DimArgs>().dim;
+        EmitTo(n.op == OpId::Softmax ? "Softmax" : "LogSoftmax", {CastTo(in[0], odt)}, out,
+               {{"axis", dim < 0 ? dim + rank(in[0]) : dim}});
+        return;
+      }
+      case OpId::Linear:
+      case OpId::LinearRelu: {
+        const int y = n.op == OpId::Linear ? out : Temp(odt);
+        if (rank(in[0]) == 2) {
+          std::vector<int> gemm{in[0], in[1]};
+          if (in.size() > 2 && in[2] >= 0) gemm.push_back(in[2]);
+          EmitTo("Gemm", gemm, y, {{"transB", int64_t{1}}});
+        } else {
+          const int wt = Emit("Transpose", {in[1]}, dtype(in[1]), {{"perm", std::vector<int64_t>{1, 0}}});
+          if (in.size() > 2 && in[2] >= 0) {
+            EmitTo("Add", {Emit("MatMul", {in[0], wt}, odt), in[2]}, y);
+          } else {
+            EmitTo("MatMul", {in[0], wt}, y);
+          }
+        }
+        if (n.op == OpId::LinearRelu) EmitTo("Relu", {y}, out);
+        return;
+      }
+      case OpId::Cat: {
+        const int64_t dim = n.attrs.get<DimArgs>().dim;
+        std::vector<int> parts;
+        for (int id : in) parts.push_back(CastTo(id, odt));
+        EmitTo("Concat", parts, out, {{"axis", dim < 0 ? dim + rank(out) : dim}});
+        return;
+      }
+      case OpId::IndexSelect: {
+        const int64_t dim = n.attrs.get<IndexArgs>().dim;
+        EmitTo("Gather", in, out, {{"axis", dim < 0 ? dim + rank(in[0]) : dim}});
+        return;
+      }
+      case OpId::Gather: {
+        const int64_t dim = n.attrs.get<IndexArgs>().dim;
+        EmitTo("GatherElements", in, out, {{"axis", dim < 0 ? dim + rank(in[0]) : dim}});
+        return;
+      }
+      case OpId::View:
+      case OpId::Permute:
+      case OpId::Expand:
+      case OpId::AsStrided:
+        View(n, in[0], out);
+        return;
+      case OpId::Conv2d: {
+        const auto& w = n.attrs.get<WindowArgs>();
+        Attributes attrs{{"kernel_shape", std::vector<int64_t>{w.kernel_h, w.kernel_w}},
+                         {"strides", std::vector<int64_t>{w.stride_h, w.stride_w}},
+                         {"pads", std::vector<int64_t>{w.pad_top, w.pad_left, w.pad_bottom, w.pad_right}},
+                         {"dilations", std::vector<int64_t>{w.dilation_h, w.dilation_w}},
+                         {"group", w.groups}};
+        std::vector<int> conv{in[0], in[1]};
+        if (in.size() > 2 && in[2] >= 0) conv.push_back(in[2]);
+        EmitTo("Conv", conv, out, std::move(attrs));
+        return;
+      }
+      default:
+        break;
+    }
+    Refuse(anvil::detail::StrCat(
+        "op '", info.name, "' has no ONNX lowering yet",
+        info.onnx.empty() ? std::string() : anvil::detail::StrCat(" (it would map to ", info.onnx, ")")));
+  }
+
+  void Gelu(int x, bool tanh_form, int out) {
+    const ScalarType dt = dtype(x);
+    int inner;
+    if (!tanh_form) {  // x * 0.5 * (1 + erf(x / sqrt(2)))
+      inner = Emit("Erf", {Emit("Mul", {x, Scalar(1.0 / std::numbers::sqrt2, dt)}, dt)}, dt);
+    } else {  // x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))
+      const int cube = Emit("Mul", {Emit("Mul", {x, x}, dt), x}, dt);
+      const int arg = Emit("Add", {x, Emit("Mul", {cube, Scalar(0.044715, dt)}, dt)}, dt);
+      inner = Emit("Tanh", {Emit("Mul", {arg, Scalar(std::sqrt(2.0 / std::numbers::pi), dt)}, dt)}, dt);
+    }
+    const int half = Emit("Mul", {Emit("Add", {inner, Scalar(1, dt)}, dt), Scalar(0.5, dt)}, dt);
+    EmitTo("Mul", {x, half}, out);
+  }
+
+  void View(const exporter::Node& n, int x, int out) {
+    const ViewFn& fn = n.attrs.get<ViewArgs>().fn;
+    switch (fn.kind) {
+      case ViewFn::Reshape:
+        EmitTo("Reshape", {x, ShapeArg(sizes(out), LValue::kReshapeTarget)}, out);
+        return;
+      case ViewFn::Permute:
+        EmitTo("Transpose", {x}, out, {{"perm", std::vector<int64_t>(fn.sizes.begin(), fn.sizes.end())}});
+        return;
+      case ViewFn::Expand:
+        EmitTo("Expand", {x, ShapeArg(sizes(out), LValue::kExpandTarget, x)}, out);
+        return;
+      case ViewFn::Narrow:
+      case ViewFn::Slice: {
+        const int64_t step = fn.kind == ViewFn::Slice ? fn.step : 1;
+        const int64_t end = fn.length == 0 ? fn.start : fn.start + (fn.length - 1) * step + 1;
+        EmitTo("Slice",
+               {x, ShapeArg({fn.start}, LValue::kSliceBound, x, {fn.dim}),
+                ShapeArg({end}, LValue::kSliceBound, x, {fn.dim}), Int64s({fn.dim}), Int64s({step})},
+               out);
+        return;
+      }
+      case ViewFn::Select:
+        EmitTo("Gather", {x, Scalar0(ShapeArg({fn.start}, LValue::kIndex, x, {fn.dim}))}, out, {{"axis", fn.dim}});
+        return;
+      default:
+        break;
+    }
+    Refuse(anvil::detail::StrCat("a ",
+                                 fn.kind == ViewFn::Diagonal ? "diagonal"
+                                 : fn.kind == ViewFn::Unfold ? "unfold"
+                                                             : "as_strided",
+                                 " view has no ONNX form (it reads the storage with strides ONNX cannot express); use "
+                                 "index_select or gather"));
+  }
+  // A 0-dim int64 from a 1-element shape argument (Gather with a scalar index drops the axis).
+  int Scalar0(int one) { return Emit("Squeeze", {one, Int64s({0})}, kInt64); }
+
+  // ---- composites ----
+  void Composite(const exporter::Node& n) {
+    const std::string& op = n.composite;
+    if (op == "LayerNormalization" && opset_ < 17) {
+      Refuse("layer_norm exports as LayerNormalization, which needs opset 17 or later (asked for " +
+             std::to_string(opset_) + ")");
+    }
+    if (op == "Gather") {  // embedding: int32 or int64 indices as they come
+      out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, n.outputs, origin_});
+      return;
+    }
+    static const char* const kKnown[] = {"BatchNormalization", "LayerNormalization", "MaxPool", "AveragePool"};
+    for (const char* k : kKnown) {
+      if (op == k) {
+        out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, n.outputs, origin_});
+        return;
+      }
+    }
+    Refuse("'" + op + "' has no ONNX lowering yet");
+  }
+
+  const exporter::Trace& trace_;
+  int64_t opset_;
+  Lowered out_;
+  std::string origin_;
+};
+
+}  // namespace
+
+Lowered lower(const exporter::Trace& trace, int64_t opset) { return Lowerer(trace, opset).run(); }
+
+}  // namespace anvil::onnx

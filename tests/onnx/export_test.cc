@@ -1,0 +1,269 @@
+// ONNX export: the graphs written for the presets and the nn layers (symbolic batch, the
+// operators chosen, ONNX's checker and shape inference passing inside export), and their
+// outputs in onnxruntime against Anvil's at batch 1, 7 and 64 (and two sequence lengths where
+// the sequence is symbolic).
+#include "core/onnx/export.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/anvil.h"
+#include "core/models/spec.h"
+#include "onnx/onnx_pb.h"
+
+namespace anvil::onnx {
+namespace {
+
+struct Exported {
+  models::BuiltModel built;
+  std::vector<InputSignature> inputs;
+  std::string bytes;
+  ::onnx::ModelProto proto;
+};
+
+Exported Export(const std::string& spec, const ExportOptions& options = {}) {
+  Exported e;
+  e.built = models::build_model(spec);
+  e.built.module->eval();
+  e.inputs = {InputSignature{"input", e.built.input_shape, e.built.input_dtype}};
+  e.bytes = export_model(*e.built.module, e.inputs, options);
+  EXPECT_TRUE(e.proto.ParseFromString(e.bytes));
+  return e;
+}
+
+std::multiset<std::string> OpTypes(const ::onnx::ModelProto& m) {
+  std::multiset<std::string> ops;
+  for (const auto& n : m.graph().node()) ops.insert(n.op_type());
+  return ops;
+}
+
+std::string Dim(const ::onnx::ValueInfoProto& v, int d) {
+  const auto& dim = v.type().tensor_type().shape().dim(d);
+  return dim.has_dim_param() ? dim.dim_param() : std::to_string(dim.dim_value());
+}
+
+TEST(OnnxExport, MlpHasASymbolicBatchNamedWeightsAndGemms) {
+  const Exported e = Export(models::preset_spec("mlp", {64}, 10));
+  const auto& g = e.proto.graph();
+  ASSERT_EQ(g.input_size(), 1);
+  EXPECT_EQ(g.input(0).name(), "input");
+  EXPECT_EQ(Dim(g.input(0), 0), "batch");
+  EXPECT_EQ(Dim(g.input(0), 1), "64");
+  ASSERT_EQ(g.output_size(), 1);
+  EXPECT_EQ(Dim(g.output(0), 0), "batch");
+  EXPECT_EQ(Dim(g.output(0), 1), "10");
+  const auto ops = OpTypes(e.proto);
+  EXPECT_EQ(ops.count("Gemm"), 3u);
+  EXPECT_EQ(ops.count("Relu"), 2u);
+  std::set<std::string> initializers;
+  for (const auto& t : g.initializer()) initializers.insert(t.name());
+  for (const auto& [name, p] : e.built.module->named_parameters()) {
+    EXPECT_TRUE(initializers.count(name)) << "no initializer named " << name;
+  }
+  EXPECT_EQ(e.proto.opset_import(0).version(), kDefaultOpset);
+  EXPECT_EQ(e.proto.producer_name(), "anvil");
+}
+
+TEST(OnnxExport, CnnFlattensWithMinusOneNotTheCaptureBatch) {
+  const Exported e = Export(models::preset_spec("lenet5", {1, 8, 8}, 10));
+  const auto ops = OpTypes(e.proto);
+  EXPECT_EQ(ops.count("Conv"), 2u);
+  EXPECT_EQ(ops.count("MaxPool"), 2u);
+  // The flatten's Reshape target is a constant with -1 for the batch, never 2, 3 or 5.
+  for (const auto& n : e.proto.graph().node()) {
+    if (n.op_type() != "Reshape") continue;
+    bool found = false;
+    for (const auto& t : e.proto.graph().initializer()) {
+      if (t.name() != n.input(1)) continue;
+      found = true;
+      ASSERT_EQ(t.data_type(), ::onnx::TensorProto::INT64);
+      std::vector<int64_t> shape(static_cast<size_t>(t.raw_data().size() / 8));
+      std::memcpy(shape.data(), t.raw_data().data(), t.raw_data().size());
+      EXPECT_EQ(shape[0], -1) << "Reshape " << n.name();
+    }
+    EXPECT_TRUE(found) << "Reshape " << n.name() << " takes a computed shape";
+  }
+}
+
+TEST(OnnxExport, BatchNormAndLayerNormAreSingleNodes) {
+  const Exported e = Export(R"({"input_shape": [3, 6, 6], "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": "same"},
+      {"type": "batchnorm2d"}, {"type": "relu"}, {"type": "flatten"},
+      {"type": "linear", "out_features": 8}, {"type": "layernorm"}]})");
+  const auto ops = OpTypes(e.proto);
+  EXPECT_EQ(ops.count("BatchNormalization"), 1u);
+  EXPECT_EQ(ops.count("LayerNormalization"), 1u);
+  EXPECT_EQ(ops.count("ReduceMean"), 0u) << "the normalisations' inner ops leaked into the graph";
+}
+
+TEST(OnnxExport, OpsetAndMetadataAreWritten) {
+  ExportOptions options;
+  options.opset = 13;
+  options.metadata = {{"labels", "[\"a\",\"b\"]"}};
+  options.producer_version = "9.9";
+  const Exported e = Export(models::preset_spec("mlp", {4}, 2), options);
+  EXPECT_EQ(e.proto.opset_import(0).version(), 13);
+  EXPECT_EQ(e.proto.producer_version(), "9.9");
+  ASSERT_EQ(e.proto.metadata_props_size(), 1);
+  EXPECT_EQ(e.proto.metadata_props(0).key(), "labels");
+  ExportOptions bad;
+  bad.opset = 19;
+  const auto built = models::build_model(models::preset_spec("mlp", {4}, 2));
+  built.module->eval();
+  try {
+    export_model(*built.module, {InputSignature{"input", {4}, kFloat32}}, bad);
+    FAIL() << "opset 19 accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("13 to 17"), std::string::npos) << err.what();
+  }
+}
+
+TEST(OnnxExport, ParsesDynamicAxes) {
+  const std::vector<InputSignature> in{{"tokens", {12}, kInt64}};
+  const SymbolicAxis a = parse_dynamic_axis("tokens:1=seq", in);
+  EXPECT_EQ(a.input, 0);
+  EXPECT_EQ(a.dim, 1);
+  EXPECT_EQ(a.name, "seq");
+  EXPECT_EQ(parse_dynamic_axis("0:1=len", in).name, "len");
+  for (const char* bad : {"tokens:2=seq", "tokens:0=seq", "other:1=seq", "tokens=seq", "tokens:1=", "tokens:1=batch"}) {
+    EXPECT_THROW(parse_dynamic_axis(bad, in), Error) << bad;
+  }
+}
+
+// ---- numerics in onnxruntime ----
+
+std::string TempDir() {
+  static const std::string dir = [] {
+    std::string t = (std::filesystem::temp_directory_path() / "anvil-onnx-XXXXXX").string();
+    return std::string(mkdtemp(t.data()));
+  }();
+  return dir;
+}
+
+void WriteRaw(const std::string& path, const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::ofstream(path, std::ios::binary)
+      .write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
+}
+
+// Runs onnxruntime on `e`'s file for inputs of the given leading shapes; returns the largest
+// error per case. Skips the test without the Python peers.
+std::vector<double> CompareWithOnnxRuntime(const Exported& e, const std::string& tag,
+                                           const std::vector<IntArray>& shapes) {
+  const std::string python = ANVIL_TEST_PYTHON;
+  if (!std::filesystem::exists(python) ||
+      std::system((python + " -c 'import onnxruntime, numpy' >/dev/null 2>&1").c_str()) != 0) {
+    return {};
+  }
+  const std::string dir = TempDir() + "/" + tag;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/model.onnx", std::ios::binary)
+      .write(e.bytes.data(), static_cast<std::streamsize>(e.bytes.size()));
+  nlohmann::json manifest{{"model", dir + "/model.onnx"}, {"cases", nlohmann::json::array()}};
+  manual_seed(7);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const IntArray& shape = shapes[i];
+    Tensor x = e.built.input_dtype == kInt64 ? randint(0, 16, shape) : randn(shape);
+    Tensor y;
+    {
+      NoGradGuard no_grad;
+      y = e.built.module->forward(x).to(kFloat32);
+    }
+    const std::string in = dir + "/x" + std::to_string(i) + ".bin", out = dir + "/y" + std::to_string(i) + ".bin";
+    WriteRaw(in, x);
+    WriteRaw(out, y);
+    manifest["cases"].push_back({{"input", in},
+                                 {"input_shape", std::vector<int64_t>(shape.begin(), shape.end())},
+                                 {"input_dtype", e.built.input_dtype == kInt64 ? "int64" : "float32"},
+                                 {"output", out},
+                                 {"output_shape", std::vector<int64_t>(y.sizes().begin(), y.sizes().end())}});
+  }
+  std::ofstream(dir + "/manifest.json") << manifest.dump();
+  const std::string cmd = python + " " + ANVIL_ONNXRUNTIME_SCRIPT + " " + dir + "/manifest.json 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[512];
+  while (fgets(buf, sizeof buf, pipe) != nullptr) text += buf;
+  const int rc = pclose(pipe);
+  EXPECT_EQ(rc, 0) << text;
+  std::vector<double> errors;
+  std::istringstream lines(text);
+  int64_t batch = 0;
+  double err = 0;
+  while (lines >> batch >> err) errors.push_back(err);
+  EXPECT_EQ(errors.size(), shapes.size()) << text;
+  return errors;
+}
+
+struct ZooCase {
+  const char* name;
+  std::string spec;
+  ExportOptions options;
+  std::vector<IntArray> shapes;  // full input shapes, batch first
+};
+
+std::vector<ZooCase> Zoo() {
+  auto batches = [](IntArray sample) {
+    std::vector<IntArray> out;
+    for (int64_t b : {1, 7, 64}) {
+      IntArray s{b};
+      s.insert(s.end(), sample.begin(), sample.end());
+      out.push_back(s);
+    }
+    return out;
+  };
+  std::vector<ZooCase> zoo;
+  zoo.push_back({"mlp", models::preset_spec("mlp", {64}, 10), {}, batches({64})});
+  zoo.push_back({"lenet5", models::preset_spec("lenet5", {1, 8, 8}, 10), {}, batches({1, 8, 8})});
+  zoo.push_back({"resnet", models::preset_spec("resnet", {3, 16, 16}, 10), {}, batches({3, 16, 16})});
+  zoo.push_back({"conv_layers",
+                 R"({"input_shape": [4, 9, 9], "layers": [
+      {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": "same", "groups": 2, "dilation": 2},
+      {"type": "groupnorm", "num_groups": 4}, {"type": "leakyrelu", "negative_slope": 0.2},
+      {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2},
+      {"type": "batchnorm2d"}, {"type": "silu"}, {"type": "avgpool2d", "kernel_size": 2},
+      {"type": "hardswish"}, {"type": "adaptiveavgpool2d", "output_size": 1}, {"type": "flatten"},
+      {"type": "linear", "out_features": 6}, {"type": "gelu"}, {"type": "layernorm"},
+      {"type": "tanh"}, {"type": "linear", "out_features": 3}, {"type": "sigmoid"}]})",
+                 {},
+                 batches({4, 9, 9})});
+  zoo.push_back({"residual_mlp",
+                 R"({"input_shape": [12], "layers": [
+      {"type": "residual", "layers": [{"type": "linear", "out_features": 12}, {"type": "relu"}]},
+      {"type": "residual", "layers": [{"type": "linear", "out_features": 20}]},
+      {"type": "unflatten", "shape": [4, 5]}, {"type": "flatten"}, {"type": "linear", "out_features": 5}]})",
+                 {},
+                 batches({12})});
+  zoo.push_back({"gru", models::preset_spec("gru", {6}, 4, 16), {}, batches({6})});
+  ZooCase transformer{"transformer", models::preset_spec("transformer", {8}, 4, 16), {}, batches({8})};
+  transformer.options.dynamic_axes = {{0, 1, "seq"}};
+  transformer.shapes.push_back({5, 5});
+  transformer.shapes.push_back({3, 2});
+  zoo.push_back(transformer);
+  return zoo;
+}
+
+class OnnxZoo : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(OnnxZoo, MatchesAnvilInOnnxRuntime) {
+  const ZooCase& c = GetParam();
+  const Exported e = Export(c.spec, c.options);
+  const std::vector<double> errors = CompareWithOnnxRuntime(e, c.name, c.shapes);
+  if (errors.empty()) GTEST_SKIP() << "no Python with onnxruntime at " << ANVIL_TEST_PYTHON;
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_LE(errors[i], 1e-4) << c.name << " at input shape " << shape_str(c.shapes[i]);
+    std::printf("onnxruntime %s %s max_abs_error %.3g\n", c.name, shape_str(c.shapes[i]).c_str(), errors[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OnnxZoo, ::testing::ValuesIn(Zoo()),
+                         [](const ::testing::TestParamInfo<ZooCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace anvil::onnx
