@@ -103,7 +103,7 @@ fuzz: deps-fuzz
 	  -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF -DANVIL_BUILD_TESTS=OFF -DANVIL_BUILD_EXAMPLES=OFF \
 	  -DANVIL_BUILD_FUZZERS=ON -DANVIL_WERROR=OFF
 	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_job_spec fuzz_model_spec fuzz_safetensors \
-	  fuzz_model_archive fuzz_csv fuzz_idx
+	  fuzz_model_archive fuzz_csv fuzz_idx fuzz_onnx_import
 	scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 # The container image as a user would use it, without a Docker engine (scripts/test-image.sh; CI

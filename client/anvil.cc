@@ -4,7 +4,8 @@
 //     submit SPEC.json [--watch] [--dry-run]   jobs [--state S]   job ID   watch ID [--from-step N]
 //     cancel ID   models   model NAME[:VERSION]
 //     predict NAME[:VERSION] --input FILE [--top-k K] [--label-column COLUMN]
-//     export NAME[:VERSION] --format native|safetensors|onnx [--opset N] [--dynamic-axis input:1=seq] -o FILE   health
+//     export NAME[:VERSION] --format native|safetensors|onnx [--opset N] [--dynamic-axis input:1=seq] [--verify] -o
+//     FILE   health
 //
 // Exit codes: one table, client/exit_codes.h (also in `anvil --help`).
 #include <google/protobuf/util/json_util.h>
@@ -287,6 +288,10 @@ int Run(int argc, char** argv) {
   exp->add_option("--opset", opset, "ONNX: the opset (13 to 17; default 17)")->check(CLI::Range(13, 17));
   exp->add_option("--dynamic-axis", dynamic_axes,
                   "ONNX: a symbolic axis beyond the batch, INPUT:DIM=NAME (e.g. input:1=seq); repeatable");
+  bool verify = false;
+  exp->add_flag("--verify", verify,
+                "ONNX: the server runs the file in a second runtime (OpenCV DNN) before sending it and refuses "
+                "one that disagrees with the model");
   bool verbose = false;
   auto* health_cmd = app.add_subcommand("health", "check that the server is serving");
   health_cmd->add_flag("-v,--verbose", verbose,
@@ -492,10 +497,11 @@ int Run(int argc, char** argv) {
     req.set_model(name);
     req.set_version(version);
     req.set_format(format == "native" ? v1::NATIVE : format == "safetensors" ? v1::SAFETENSORS : v1::ONNX);
-    if ((opset != 0 || !dynamic_axes.empty()) && format != "onnx") {
-      throw Failure(client::kExitBadInput, "--opset and --dynamic-axis apply to --format onnx only");
+    if ((opset != 0 || !dynamic_axes.empty() || verify) && format != "onnx") {
+      throw Failure(client::kExitBadInput, "--opset, --dynamic-axis and --verify apply to --format onnx only");
     }
     req.set_opset(opset);
+    req.set_verify(verify);
     for (const std::string& a : dynamic_axes) req.add_dynamic_axes(a);
     auto ctx = Ctx(600);
     auto reader = cli.serving->Export(ctx.get(), req);
@@ -504,7 +510,7 @@ int Run(int argc, char** argv) {
     if (!out) throw Failure(client::kExitFailed, "cannot write \"" + tmp + "\": " + std::strerror(errno));
     v1::ExportChunk c;
     int64_t total = 0, announced = -1;
-    std::string sha;
+    std::string sha, verification;
     // Verify with an independent hash of what was written: sha256sum's.
     while (reader->Read(&c)) {
       out.write(c.data().data(), static_cast<std::streamsize>(c.data().size()));
@@ -512,6 +518,7 @@ int Run(int argc, char** argv) {
       if (!c.sha256().empty()) {
         sha = c.sha256();
         announced = c.total_bytes();
+        verification = c.verification();
       }
     }
     out.close();
@@ -537,6 +544,7 @@ int Run(int argc, char** argv) {
     }
     std::rename(tmp.c_str(), out_path.c_str());
     std::printf("wrote %s (%lld bytes, sha256 %s)\n", out_path.c_str(), static_cast<long long>(total), sha.c_str());
+    if (!verification.empty()) std::printf("verified in %s\n", verification.c_str());
     return 0;
   }
   if (app.got_subcommand("health")) {

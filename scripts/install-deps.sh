@@ -17,7 +17,7 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 libdnnl2 libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
-            prometheus-cpp-dev libcpp-httplib-dev libabsl-dev libonnx-dev)
+            prometheus-cpp-dev libcpp-httplib-dev libabsl-dev libonnx-dev libopencv-dnn-dev)
 test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil libb64-0d)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)

@@ -9,6 +9,7 @@
 
 #include "core/models/serving.h"
 #include "core/onnx/export.h"
+#include "core/onnx/verify.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -124,8 +125,9 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS || req->format() == v1::ONNX,
                           absl::StatusCode::kInvalidArgument, "format: expected NATIVE, SAFETENSORS or ONNX, got ",
                           v1::ExportFormat_Name(req->format()));
-      ANVIL_SERVICE_CHECK(req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0),
-                          absl::StatusCode::kInvalidArgument, "opset and dynamic_axes apply to ONNX exports only");
+      ANVIL_SERVICE_CHECK(
+          req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0 && !req->verify()),
+          absl::StatusCode::kInvalidArgument, "opset, dynamic_axes and verify apply to ONNX exports only");
       const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       // The bytes come from the engine (core/models/serving.h); this handler checks the
@@ -141,8 +143,9 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                             "registered (SHA-256 mismatch)");
       }
       std::unique_ptr<models::ExportPayload> payload;
+      std::string verification;
       if (req->format() == v1::ONNX) {
-        payload = models::bytes_export(file_name + ".onnx", ExportOnnx(*m, *req));
+        payload = models::bytes_export(file_name + ".onnx", ExportOnnx(*m, *req, &verification));
       } else {
         try {
           payload = models::open_export(
@@ -175,6 +178,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
           c.set_total_bytes(total);
           c.set_sha256(digest);
           c.set_file_name(file_name);
+          c.set_verification(verification);
         }
         if (!writer->Write(c)) return;
         if (last) break;
@@ -186,7 +190,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   // The model's ONNX file: bad options are INVALID_ARGUMENT; a model the exporter cannot
   // capture (an op without an ONNX form, data-dependent control flow) is FAILED_PRECONDITION,
   // with the exporter's message naming the op.
-  std::string ExportOnnx(const ServedModel& m, const v1::ExportRequest& req) {
+  std::string ExportOnnx(const ServedModel& m, const v1::ExportRequest& req, std::string* verification) {
     const models::BuiltModel& built = m.loaded.built;
     const std::vector<onnx::InputSignature> inputs{{"input", built.input_shape, built.input_dtype}};
     onnx::ExportOptions options;
@@ -210,12 +214,33 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                         {"anvil.version", std::to_string(m.row.version)},
                         {"anvil.spec", built.spec},
                         {"labels", nlohmann::json(m.loaded.info.labels).dump()}};
+    std::string bytes;
     try {
-      return onnx::export_model(*built.module, inputs, options);
+      bytes = onnx::export_model(*built.module, inputs, options);
     } catch (const exporter::CaptureError& e) {
       throw ServiceError(absl::StatusCode::kFailedPrecondition,
                          "model \"" + m.row.name + "\" cannot be exported to ONNX: " + e.what());
     }
+    if (req.verify()) {
+      nn::Module& module = *built.module;
+      const std::vector<Tensor> params = module.parameters();
+      const Device device = params.empty() ? kCPU : params.front().device();
+      auto forward = [&module, device](const std::vector<Tensor>& xs) {
+        return std::vector<Tensor>{module.forward(xs[0].to(device))};
+      };
+      try {
+        const onnx::VerifyReport r = onnx::verify_in_opencv(bytes, forward, inputs[0]);
+        *verification = r.runtime + ": max |error|";
+        for (size_t i = 0; i < r.max_error.size(); ++i) {
+          *verification += absl::StrCat(i == 0 ? " " : ", ", absl::SixDigits(r.max_error[i].second), " at batch ",
+                                        r.max_error[i].first);
+        }
+      } catch (const onnx::VerifyError& e) {
+        throw ServiceError(absl::StatusCode::kFailedPrecondition,
+                           "model \"" + m.row.name + "\": ONNX verification failed: " + e.what());
+      }
+    }
+    return bytes;
   }
 
   template <typename F>

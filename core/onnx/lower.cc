@@ -312,27 +312,28 @@ class Lowerer {
         return;
       }
       case OpId::Var: {
+        // The mean of squared deviations, rescaled for the correction: ReduceMean keeps its axes
+        // an attribute below opset 18, which more runtimes read than ReduceSum's axes input.
         const auto& a = n.attrs.get<ReduceArgs>();
         const int mean = Temp(odt);
         Reduce("ReduceMean", in[0], a.dims, true, mean);
         const int d = Emit("Sub", {in[0], mean}, odt);
-        const int ss = Temp(odt);
-        Reduce("ReduceSum", Emit("Mul", {d, d}, odt), a.dims, a.keepdim, ss);
-        const double count = static_cast<double>(ReducedCount(in[0], a.dims)) - a.correction;
-        EmitTo("Div", {ss, Scalar(std::max(count, 0.0), odt)}, out);
+        const double count = static_cast<double>(ReducedCount(in[0], a.dims));
+        if (a.correction == 0) {
+          Reduce("ReduceMean", Emit("Mul", {d, d}, odt), a.dims, a.keepdim, out);
+        } else {
+          const int m2 = Temp(odt);
+          Reduce("ReduceMean", Emit("Mul", {d, d}, odt), a.dims, a.keepdim, m2);
+          const double scale = count > a.correction ? count / (count - a.correction) : INFINITY;
+          EmitTo("Mul", {m2, Scalar(scale, odt)}, out);
+        }
         return;
       }
       case OpId::Norm: {
         const auto& a = n.attrs.get<ReduceArgs>();
-        if (a.p == 2) {
-          const int ss = Temp(odt);
-          Reduce("ReduceSum", Emit("Mul", {in[0], in[0]}, odt), a.dims, a.keepdim, ss);
-          EmitTo("Sqrt", {ss}, out);
-        } else if (a.p == 1) {
-          Reduce("ReduceSum", Emit("Abs", {in[0]}, odt), a.dims, a.keepdim, out);
-        } else {
+        if (a.p != 1 && a.p != 2)
           Refuse("'norm' with p = " + std::to_string(a.p) + " has no lowering (p = 1 and 2 have)");
-        }
+        Reduce(a.p == 2 ? "ReduceL2" : "ReduceL1", in[0], a.dims, a.keepdim, out);
         return;
       }
       case OpId::Argmax:

@@ -2,8 +2,8 @@
 # The CLI as a user meets it, against a real anvild (ctest label "system"): the exit-code table
 # (client/exit_codes.h) row by row, error lines that end in the code's name, readable output
 # by default and JSON with --json, empty listings that say so, `jobs --state` in any case,
-# `--top-k 0` refused, a missing input file's reason, and `predict --label-column` (the
-# column left out of the input, the accuracy reported).
+# `--top-k 0` refused, a missing input file's reason, `predict --label-column` (the column left
+# out of the input, the accuracy reported), and `export --format onnx --verify`.
 #   cli_test.sh BUILD_DIR
 set -euo pipefail
 source "$(dirname "$0")/anvild_lib.sh" "$1" cli
@@ -102,4 +102,16 @@ expect_output "a label column\? name it with --label-column" "the hint for an ex
 expect_exit 2 "--label-column that is not there" "${anvil[@]}" predict quick --input "${work}/labelled.csv" \
   --label-column nope
 expect_output "not in the header row" "an unknown label column"
+echo "5. export --format onnx: written, verified by the server, options checked"
+expect_exit 0 "export onnx --verify" "${anvil[@]}" export quick --format onnx --opset 13 --verify -o "${work}/quick.onnx"
+expect_output "^wrote .*quick.onnx \([0-9]+ bytes, sha256 [0-9a-f]{64}\)$" "the export line"
+expect_output "^verified in OpenCV DNN [0-9.]+: max \|error\| .* at batch 1, .* at batch 7$" "the verification line"
+[[ -s "${work}/quick.onnx" && ! -e "${work}/quick.onnx.part" ]] || fail "export left no file, or a .part"
+expect_exit 2 "--verify on a native export" "${anvil[@]}" export quick --format native --verify -o "${work}/q.anvil"
+expect_output "apply to --format onnx only" "the --verify refusal"
+expect_exit 2 "--opset 19" "${anvil[@]}" export quick --format onnx --opset 19 -o "${work}/q.onnx"
+expect_exit 2 "a dynamic axis that is not a dim" "${anvil[@]}" export quick --format onnx --dynamic-axis input:4=seq \
+  -o "${work}/q.onnx"
+expect_output "dim 4 is not a non-batch dim of input 'input'.*\(INVALID_ARGUMENT\)$" "the dynamic-axis refusal"
+[[ ! -e "${work}/q.onnx" ]] || fail "a refused export left a file"
 echo "ok: cli"

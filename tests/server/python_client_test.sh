@@ -62,6 +62,7 @@ assert hashlib.sha256(open(os.path.join(work, "py.anvil"), "rb").read()).hexdige
 # ONNX: the file, and Anvil's outputs for onnxruntime to match (below, where a Python has it).
 sha = c.export("py", os.path.join(work, "py.onnx"), format="onnx", opset=17)
 assert hashlib.sha256(open(os.path.join(work, "py.onnx"), "rb").read()).hexdigest() == sha
+assert c.export("py", os.path.join(work, "verified.onnx"), format="onnx", opset=17, verify=True) == sha
 np.save(os.path.join(work, "x.npy"), x)
 np.save(os.path.join(work, "y.npy"), p.outputs["output"])
 try:

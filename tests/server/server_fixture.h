@@ -130,13 +130,15 @@ class ServerFixture : public ::testing::Test {
 
   // The file Export streams, with the announced size and hash.
   std::string Export(const std::string& model, v1::ExportFormat format, grpc::Status* status, std::string* sha,
-                     int64_t* total, int opset = 0, const std::vector<std::string>& dynamic_axes = {}) {
+                     int64_t* total, int opset = 0, const std::vector<std::string>& dynamic_axes = {},
+                     bool verify = false, std::string* verification = nullptr) {
     grpc::ClientContext ctx;
     v1::ExportRequest req;
     req.set_model(model);
     req.set_format(format);
     req.set_opset(opset);
     for (const std::string& a : dynamic_axes) req.add_dynamic_axes(a);
+    req.set_verify(verify);
     auto reader = serving_->Export(&ctx, req);
     std::string bytes;
     v1::ExportChunk c;
@@ -147,6 +149,7 @@ class ServerFixture : public ::testing::Test {
       if (!c.sha256().empty()) {
         *sha = c.sha256();
         *total = c.total_bytes();
+        if (verification != nullptr) *verification = c.verification();
       }
     }
     *status = reader->Finish();

@@ -119,6 +119,15 @@ TEST_F(ServerTest, SubmitStreamPredictExport) {
   EXPECT_NE(graph.find("anvil.spec"), std::string::npos);
   Export("blobs-mlp", v1::ONNX, &st, &sha, &total, /*opset=*/13);
   EXPECT_TRUE(st.ok()) << st.error_message();
+  // Verified in OpenCV DNN before it is sent: the last chunk says by what and how closely.
+  std::string verification;
+  const std::string verified = Export("blobs-mlp", v1::ONNX, &st, &sha, &total, 0, {}, true, &verification);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(verified, graph);
+  EXPECT_NE(verification.find("OpenCV DNN"), std::string::npos) << verification;
+  EXPECT_NE(verification.find("at batch 7"), std::string::npos) << verification;
+  Export("blobs-mlp", v1::NATIVE, &st, &sha, &total, 0, {}, /*verify=*/true);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
   // Bad options: INVALID_ARGUMENT naming what was expected.
   Export("blobs-mlp", v1::ONNX, &st, &sha, &total, /*opset=*/21);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);

@@ -193,12 +193,14 @@ class Client:
                           [list(zip(t.classes, t.labels, t.probabilities)) for t in resp.top_k])
 
     def export(self, model: str, path: str, format: str = "native", version: str = "latest",
-               opset: int = 0, dynamic_axes: Sequence[str] = ()) -> str:
+               opset: int = 0, dynamic_axes: Sequence[str] = (), verify: bool = False) -> str:
         """Writes the model to `path` (a temporary file, checked against the size and SHA-256
         the server sends, then renamed); returns the SHA-256. ONNX only: `opset` (13 to 17, 0 for
-        the default) and `dynamic_axes`, symbolic axes beyond the batch ("input:1=seq")."""
+        the default), `dynamic_axes`, symbolic axes beyond the batch ("input:1=seq"), and
+        `verify`: the server runs the file in a second runtime first and refuses one that
+        disagrees with the model (FAILED_PRECONDITION)."""
         req = pb.ExportRequest(model=model, version=str(version), format=pb.ExportFormat.Value(format.upper()),
-                               opset=opset, dynamic_axes=list(dynamic_axes))
+                               opset=opset, dynamic_axes=list(dynamic_axes), verify=verify)
         digest, total, announced, sha = hashlib.sha256(), 0, -1, ""
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".export-", dir=directory)

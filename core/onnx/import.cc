@@ -1,0 +1,684 @@
+#include "core/onnx/import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "core/autograd/grad_mode.h"
+#include "core/nn/functional.h"
+#include "core/ops/functions.h"
+#include "onnx/onnx_pb.h"
+
+namespace anvil::onnx {
+namespace {
+
+namespace pb = ::onnx;
+namespace F = nn::functional;
+
+[[noreturn]] void Fail(const std::string& msg) { throw ImportError("ONNX import: " + msg); }
+
+// Sizes a graph may make at run time (ConstantOfShape, Expand, Range): beyond this, a request
+// could make the server allocate without bound.
+constexpr int64_t kMaxRuntimeElements = int64_t{1} << 28;
+
+// ---- attributes ----
+const pb::AttributeProto* FindAttr(const pb::NodeProto& n, const char* name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+int64_t Int(const pb::NodeProto& n, const char* name, int64_t def) {
+  const auto* a = FindAttr(n, name);
+  return a ? a->i() : def;
+}
+double Float(const pb::NodeProto& n, const char* name, double def) {
+  const auto* a = FindAttr(n, name);
+  return a ? a->f() : def;
+}
+std::string Str(const pb::NodeProto& n, const char* name, const std::string& def) {
+  const auto* a = FindAttr(n, name);
+  return a ? a->s() : def;
+}
+std::vector<int64_t> Ints(const pb::NodeProto& n, const char* name) {
+  const auto* a = FindAttr(n, name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+}
+
+// ---- tensors ----
+ScalarType DType(int32_t t, const std::string& what) {
+  switch (t) {
+    case pb::TensorProto::FLOAT:
+      return kFloat32;
+    case pb::TensorProto::DOUBLE:
+      return kFloat64;
+    case pb::TensorProto::INT64:
+      return kInt64;
+    case pb::TensorProto::INT32:
+      return kInt32;
+    case pb::TensorProto::INT8:
+      return kInt8;
+    case pb::TensorProto::UINT8:
+      return kUInt8;
+    case pb::TensorProto::BOOL:
+      return kBool;
+    case pb::TensorProto::FLOAT16:
+      return ScalarType::Float16;
+    default:
+      Fail(what + ": element type " + std::to_string(t) +
+           " is not supported (float, double, int64, int32, int8, uint8, bool, float16 are)");
+  }
+}
+
+Tensor FromProto(const pb::TensorProto& t, const std::string& what) {
+  if (t.data_location() == pb::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    Fail(what +
+         " keeps its data in an external file; external data is refused (no path named in a model file "
+         "is opened): save the model with its data inside the file");
+  }
+  const ScalarType dt = DType(t.data_type(), what);
+  IntArray dims;
+  int64_t numel = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0) Fail(what + ": negative dim " + std::to_string(d));
+    if (d > 0 && numel > (int64_t{1} << 40) / d) Fail(what + ": its shape claims more than 2^40 elements");
+    numel *= d;
+    dims.push_back(d);
+  }
+  Tensor out = empty(dims, TensorOptions(dt));
+  const auto bytes = static_cast<size_t>(numel) * static_cast<size_t>(out.element_size());
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes) {
+      Fail(anvil::detail::StrCat(what, ": ", t.raw_data().size(), " bytes of data for shape ", shape_str(dims), " of ",
+                                 dtype_name(dt), " (", bytes, " expected)"));
+    }
+    if (bytes > 0) std::memcpy(out.data_ptr(), t.raw_data().data(), bytes);
+    return out;
+  }
+  auto check_count = [&](int64_t have) {
+    if (have != numel) {
+      Fail(anvil::detail::StrCat(what, ": ", have, " values for shape ", shape_str(dims), " (", numel, " expected)"));
+    }
+  };
+  switch (t.data_type()) {
+    case pb::TensorProto::FLOAT:
+      check_count(t.float_data_size());
+      std::copy(t.float_data().begin(), t.float_data().end(), out.data_ptr<float>());
+      break;
+    case pb::TensorProto::DOUBLE:
+      check_count(t.double_data_size());
+      std::copy(t.double_data().begin(), t.double_data().end(), out.data_ptr<double>());
+      break;
+    case pb::TensorProto::INT64:
+      check_count(t.int64_data_size());
+      std::copy(t.int64_data().begin(), t.int64_data().end(), out.data_ptr<int64_t>());
+      break;
+    default: {
+      check_count(t.int32_data_size());
+      Tensor wide = empty(dims, TensorOptions(kInt32));
+      std::copy(t.int32_data().begin(), t.int32_data().end(), wide.data_ptr<int32_t>());
+      if (dt == ScalarType::Float16) {  // int32_data holds the raw 16-bit patterns
+        for (int64_t i = 0; i < numel; ++i) {
+          const auto bits = static_cast<uint16_t>(wide.data_ptr<int32_t>()[i]);
+          std::memcpy(static_cast<char*>(out.data_ptr()) + 2 * i, &bits, 2);
+        }
+      } else {
+        out = wide.to(dt);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> Int64Values(const Tensor& t, const char* what) {
+  ANVIL_CHECK(t.defined() && (t.dtype() == kInt64 || t.dtype() == kInt32) && t.dim() <= 1, what,
+              ": expected a 1-D int64 tensor");
+  return t.to(kInt64).to_vector<int64_t>();
+}
+
+int64_t Wrap(int64_t axis, int64_t rank, const char* what) {
+  ANVIL_CHECK(axis >= -rank && axis < rank, what, ": axis ", axis, " is out of range for rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+// ---- operators ----
+
+struct Call {
+  const pb::NodeProto& node;
+  const std::vector<Tensor>& in;  // undefined: an absent optional input
+  std::vector<Tensor>& out;
+  int64_t opset;
+  const Tensor& x(size_t i) const {
+    ANVIL_CHECK(i < in.size() && in[i].defined(), node.op_type(), " \"", node.name(), "\": input ", i, " is missing");
+    return in[i];
+  }
+  bool has(size_t i) const { return i < in.size() && in[i].defined(); }
+};
+using OpFn = std::function<void(Call&)>;
+
+Tensor Reduce(const Call& c, const std::string& op) {
+  const Tensor& x = c.x(0);
+  std::vector<int64_t> axes;
+  const bool as_input = op == "ReduceSum" ? c.opset >= 13 : c.opset >= 18;
+  if (as_input) {
+    if (c.has(1)) axes = Int64Values(c.in[1], "axes");
+  } else {
+    axes = Ints(c.node, "axes");
+  }
+  const bool keep = Int(c.node, "keepdims", 1) != 0;
+  if (axes.empty() && Int(c.node, "noop_with_empty_axes", 0) != 0) return x;
+  IntArray dims;
+  for (int64_t a : axes) dims.push_back(Wrap(a, x.dim(), op.c_str()));
+  if (dims.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  if (op == "ReduceMean") return x.mean(dims, keep);
+  if (op == "ReduceSum") return x.sum(dims, keep);
+  if (op == "ReduceMax") return amax(x, dims, keep);
+  return amin(x, dims, keep);
+}
+
+Tensor Pool(const Call& c, bool max) {
+  const Tensor& x = c.x(0);
+  ANVIL_CHECK(x.dim() == 4, c.node.op_type(), ": 2-D pooling of [N, C, H, W] only, got rank ", x.dim());
+  const std::vector<int64_t> k = Ints(c.node, "kernel_shape"), s = Ints(c.node, "strides"), pads = Ints(c.node, "pads"),
+                             dil = Ints(c.node, "dilations");
+  ANVIL_CHECK(k.size() == 2, c.node.op_type(), ": expected a 2-D kernel_shape");
+  ANVIL_CHECK(pads.empty() || (pads.size() == 4 && pads[0] == pads[2] && pads[1] == pads[3]), c.node.op_type(),
+              ": asymmetric pads are not supported");
+  ANVIL_CHECK(dil.empty() || (dil[0] == 1 && dil[1] == 1), c.node.op_type(), ": dilations are not supported");
+  const std::string auto_pad = Str(c.node, "auto_pad", "NOTSET");
+  ANVIL_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", c.node.op_type(), ": auto_pad ", auto_pad,
+              " is not supported (NOTSET and VALID are)");
+  F::Pool2dParams p;
+  p.kernel = {k[0], k[1]};
+  p.stride = {s.empty() ? 1 : s[0], s.empty() ? 1 : s[1]};
+  p.padding = {pads.empty() ? 0 : pads[0], pads.empty() ? 0 : pads[1]};
+  p.ceil_mode = Int(c.node, "ceil_mode", 0) != 0;
+  p.count_include_pad = Int(c.node, "count_include_pad", 0) != 0;
+  return max ? F::max_pool2d(x, p) : F::avg_pool2d(x, p);
+}
+
+Tensor Conv(const Call& c) {
+  Tensor x = c.x(0);
+  Tensor w = c.x(1);
+  const bool one_d = x.dim() == 3;
+  ANVIL_CHECK(x.dim() == 4 || one_d, "Conv: 1-D or 2-D convolutions only, got input rank ", x.dim());
+  std::vector<int64_t> s = Ints(c.node, "strides"), pads = Ints(c.node, "pads"), dil = Ints(c.node, "dilations");
+  if (one_d) {
+    x = x.unsqueeze(2);
+    w = w.unsqueeze(2);
+    s = {1, s.empty() ? 1 : s[0]};
+    dil = {1, dil.empty() ? 1 : dil[0]};
+    pads = pads.empty() ? std::vector<int64_t>{} : std::vector<int64_t>{0, pads[0], 0, pads[1]};
+  }
+  const std::string auto_pad = Str(c.node, "auto_pad", "NOTSET");
+  F::Conv2dParams p;
+  p.stride = {s.empty() ? 1 : s[0], s.empty() ? 1 : s[1]};
+  p.dilation = {dil.empty() ? 1 : dil[0], dil.empty() ? 1 : dil[1]};
+  p.groups = Int(c.node, "group", 1);
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    ANVIL_CHECK(p.stride[0] == 1 && p.stride[1] == 1, "Conv: auto_pad ", auto_pad, " with a stride is not supported");
+    p.same = true;
+  } else {
+    ANVIL_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", "Conv: unknown auto_pad ", auto_pad);
+    if (!pads.empty() && auto_pad == "NOTSET") {
+      ANVIL_CHECK(pads.size() == 4, "Conv: expected 4 pads, got ", pads.size());
+      if (pads[0] == pads[2] && pads[1] == pads[3]) {
+        p.padding = {pads[0], pads[1]};
+      } else {
+        x = F::pad(x, {pads[1], pads[3], pads[0], pads[2]});
+      }
+    }
+  }
+  Tensor y = F::conv2d(x, w, c.has(2) ? c.in[2] : Tensor(), p);
+  return one_d ? y.squeeze(2) : y;
+}
+
+Tensor Gemm(const Call& c) {
+  Tensor a = c.x(0), b = c.x(1);
+  if (Int(c.node, "transA", 0)) a = a.t();
+  const bool tb = Int(c.node, "transB", 0) != 0;
+  const double alpha = Float(c.node, "alpha", 1), beta = Float(c.node, "beta", 1);
+  if (tb && alpha == 1 && beta == 1 && (!c.has(2) || c.in[2].dim() == 1)) {
+    return linear(a, b, c.has(2) ? c.in[2] : Tensor());  // the engine's fused x W^T + b
+  }
+  Tensor y = matmul(a, tb ? b.t() : b);
+  if (alpha != 1) y = y * alpha;
+  if (c.has(2)) y = y + (beta == 1 ? c.in[2] : c.in[2] * beta);
+  return y;
+}
+
+Tensor ReshapeTo(const Tensor& x, std::vector<int64_t> shape, bool allowzero) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowzero) {
+      ANVIL_CHECK(static_cast<int64_t>(i) < x.dim(), "Reshape: 0 at dim ", i, " copies a dim the input does not have");
+      shape[i] = x.size(static_cast<int64_t>(i));
+    }
+  }
+  return x.reshape(IntArray(shape.begin(), shape.end()));
+}
+
+Tensor ConstantTensor(const pb::NodeProto& n) {
+  if (const auto* a = FindAttr(n, "value")) return FromProto(a->t(), "Constant \"" + n.name() + "\"");
+  if (const auto* a = FindAttr(n, "value_float")) return full({}, a->f(), TensorOptions(kFloat32));
+  if (const auto* a = FindAttr(n, "value_int")) return full({}, a->i(), TensorOptions(kInt64));
+  if (const auto* a = FindAttr(n, "value_floats")) {
+    return tensor(std::vector<float>(a->floats().begin(), a->floats().end()));
+  }
+  if (const auto* a = FindAttr(n, "value_ints")) {
+    return tensor(std::vector<int64_t>(a->ints().begin(), a->ints().end()));
+  }
+  Fail("Constant \"" + n.name() + "\": no value attribute (value, value_float(s), value_int(s) are read)");
+}
+
+Tensor Broadcast2(const char* op, const Tensor& a, const Tensor& b) {
+  const std::string s(op);
+  if (s == "Add") return a + b;
+  if (s == "Sub") return a - b;
+  if (s == "Mul") return a * b;
+  if (s == "Div") return is_floating_point(a.dtype()) ? a / b : div(a, b, "trunc");
+  if (s == "Pow") return pow(a, b);
+  if (s == "Max") return maximum(a, b);
+  if (s == "Min") return minimum(a, b);
+  if (s == "Equal") return eq(a, b);
+  if (s == "Less") return lt(a, b);
+  if (s == "Greater") return gt(a, b);
+  if (s == "LessOrEqual") return le(a, b);
+  if (s == "GreaterOrEqual") return ge(a, b);
+  if (s == "And") return logical_and(a, b);
+  if (s == "Or") return logical_or(a, b);
+  return logical_xor(a, b);
+}
+
+const std::map<std::string, OpFn>& Ops() {
+  static const std::map<std::string, OpFn> ops = [] {
+    std::map<std::string, OpFn> m;
+    auto unary = [&m](const char* name, Tensor (*f)(const Tensor&)) {
+      m[name] = [f](Call& c) { c.out[0] = f(c.x(0)); };
+    };
+    unary("Relu", relu);
+    unary("Sigmoid", sigmoid);
+    unary("Tanh", tanh);
+    unary("Exp", exp);
+    unary("Log", log);
+    unary("Sqrt", sqrt);
+    unary("Neg", neg);
+    unary("Abs", abs);
+    unary("Erf", erf);
+    unary("Floor", floor);
+    unary("Ceil", ceil);
+    unary("Reciprocal", reciprocal);
+    unary("Sign", sign);
+    unary("Not", logical_not);
+    unary("HardSwish", hardswish);
+    for (const char* b : {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+                          "GreaterOrEqual", "And", "Or", "Xor"}) {
+      m[b] = [b](Call& c) { c.out[0] = Broadcast2(b, c.x(0), c.x(1)); };
+    }
+    for (const char* v : {"Max", "Min", "Sum"}) {  // variadic
+      m[v] = [v](Call& c) {
+        Tensor acc = c.x(0);
+        for (size_t i = 1; i < c.in.size(); ++i) acc = Broadcast2(std::string(v) == "Sum" ? "Add" : v, acc, c.x(i));
+        c.out[0] = acc;
+      };
+    }
+    m["Identity"] = [](Call& c) { c.out[0] = c.x(0); };
+    m["Dropout"] = [](Call& c) {  // inference: the identity (and a mask of ones)
+      c.out[0] = c.x(0);
+      if (c.out.size() > 1) c.out[1] = ones(c.x(0).sizes(), TensorOptions(kBool));
+    };
+    m["Constant"] = [](Call& c) { c.out[0] = ConstantTensor(c.node); };
+    m["LeakyRelu"] = [](Call& c) { c.out[0] = leaky_relu(c.x(0), Float(c.node, "alpha", 0.01)); };
+    m["Elu"] = [](Call& c) { c.out[0] = elu(c.x(0), Float(c.node, "alpha", 1.0)); };
+    m["Gelu"] = [](Call& c) { c.out[0] = gelu(c.x(0), Str(c.node, "approximate", "none")); };
+    m["Softplus"] = [](Call& c) { c.out[0] = softplus(c.x(0)); };
+    m["MatMul"] = [](Call& c) { c.out[0] = matmul(c.x(0), c.x(1)); };
+    m["Gemm"] = [](Call& c) { c.out[0] = Gemm(c); };
+    m["Conv"] = [](Call& c) { c.out[0] = Conv(c); };
+    m["MaxPool"] = [](Call& c) {
+      ANVIL_CHECK(c.out.size() == 1 || c.node.output(1).empty(), "MaxPool: the indices output is not supported");
+      c.out[0] = Pool(c, true);
+    };
+    m["AveragePool"] = [](Call& c) { c.out[0] = Pool(c, false); };
+    m["GlobalAveragePool"] = [](Call& c) {
+      IntArray dims;
+      for (int64_t d = 2; d < c.x(0).dim(); ++d) dims.push_back(d);
+      c.out[0] = c.x(0).mean(dims, true);
+    };
+    m["BatchNormalization"] = [](Call& c) {
+      ANVIL_CHECK(Int(c.node, "training_mode", 0) == 0 && c.out.size() == 1,
+                  "BatchNormalization: training mode is not supported");
+      c.out[0] = F::batch_norm(c.x(0), c.x(3), c.x(4), c.x(1), c.x(2), false, 0.0, Float(c.node, "epsilon", 1e-5));
+    };
+    m["LayerNormalization"] = [](Call& c) {
+      const Tensor& x = c.x(0);
+      const int64_t axis = Wrap(Int(c.node, "axis", -1), x.dim(), "LayerNormalization");
+      const IntArray shape(x.sizes().begin() + axis, x.sizes().end());
+      c.out[0] = F::layer_norm(x, shape, c.x(1), c.has(2) ? c.in[2] : Tensor(), Float(c.node, "epsilon", 1e-5));
+    };
+    m["Softmax"] = [](Call& c) { c.out[0] = softmax(c.x(0), Wrap(Int(c.node, "axis", -1), c.x(0).dim(), "Softmax")); };
+    m["LogSoftmax"] = [](Call& c) {
+      c.out[0] = log_softmax(c.x(0), Wrap(Int(c.node, "axis", -1), c.x(0).dim(), "LogSoftmax"));
+    };
+    m["Flatten"] = [](Call& c) {
+      const Tensor& x = c.x(0);
+      const int64_t axis = Wrap(Int(c.node, "axis", 1), x.dim() + 1, "Flatten");
+      int64_t outer = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= x.size(d);
+      c.out[0] = x.reshape({outer, outer == 0 ? 0 : x.numel() / outer});
+    };
+    m["Reshape"] = [](Call& c) {
+      c.out[0] = ReshapeTo(c.x(0), Int64Values(c.x(1), "Reshape shape"), Int(c.node, "allowzero", 0) != 0);
+    };
+    m["Transpose"] = [](Call& c) {
+      std::vector<int64_t> perm = Ints(c.node, "perm");
+      if (perm.empty()) {
+        perm.resize(static_cast<size_t>(c.x(0).dim()));
+        std::iota(perm.rbegin(), perm.rend(), 0);
+      }
+      c.out[0] = c.x(0).permute(IntArray(perm.begin(), perm.end()));
+    };
+    m["Concat"] = [](Call& c) {
+      std::vector<Tensor> parts;
+      for (size_t i = 0; i < c.in.size(); ++i) parts.push_back(c.x(i));
+      c.out[0] = cat(parts, Wrap(Int(c.node, "axis", 0), parts[0].dim(), "Concat"));
+    };
+    m["Slice"] = [](Call& c) {
+      const Tensor& x = c.x(0);
+      const std::vector<int64_t> starts = Int64Values(c.x(1), "Slice starts"), ends = Int64Values(c.x(2), "Slice ends");
+      std::vector<int64_t> axes = c.has(3) ? Int64Values(c.in[3], "Slice axes") : std::vector<int64_t>{};
+      std::vector<int64_t> steps = c.has(4) ? Int64Values(c.in[4], "Slice steps") : std::vector<int64_t>{};
+      if (axes.empty()) axes.resize(starts.size()), std::iota(axes.begin(), axes.end(), 0);
+      if (steps.empty()) steps.assign(starts.size(), 1);
+      ANVIL_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
+                  "Slice: starts, ends, axes and steps differ in length");
+      Tensor y = x;
+      for (size_t i = 0; i < starts.size(); ++i) {
+        ANVIL_CHECK(steps[i] > 0, "Slice: negative or zero steps are not supported, got ", steps[i]);
+        const int64_t d = Wrap(axes[i], x.dim(), "Slice"), n = x.size(d);
+        auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
+        y = y.slice(d, clampi(starts[i]), clampi(ends[i]), steps[i]);
+      }
+      c.out[0] = y;
+    };
+    m["Gather"] = [](Call& c) {
+      const Tensor& x = c.x(0);
+      const int64_t axis = Wrap(Int(c.node, "axis", 0), x.dim(), "Gather"), n = x.size(axis);
+      Tensor idx = c.x(1).to(kInt64);
+      idx = where(lt(idx, zeros_like(idx)), idx + n, idx);
+      IntArray shape(x.sizes().begin(), x.sizes().begin() + axis);
+      shape.insert(shape.end(), idx.sizes().begin(), idx.sizes().end());
+      shape.insert(shape.end(), x.sizes().begin() + axis + 1, x.sizes().end());
+      c.out[0] = index_select(x, axis, idx.reshape({-1})).reshape(shape);
+    };
+    m["Unsqueeze"] = [](Call& c) {
+      std::vector<int64_t> axes = c.opset >= 13 ? Int64Values(c.x(1), "Unsqueeze axes") : Ints(c.node, "axes");
+      const int64_t rank = c.x(0).dim() + static_cast<int64_t>(axes.size());
+      for (int64_t& a : axes) a = Wrap(a, rank, "Unsqueeze");
+      std::sort(axes.begin(), axes.end());
+      Tensor y = c.x(0);
+      for (int64_t a : axes) y = y.unsqueeze(a);
+      c.out[0] = y;
+    };
+    m["Squeeze"] = [](Call& c) {
+      std::vector<int64_t> axes = c.opset >= 13
+                                      ? (c.has(1) ? Int64Values(c.in[1], "Squeeze axes") : std::vector<int64_t>{})
+                                      : Ints(c.node, "axes");
+      Tensor y = c.x(0);
+      if (axes.empty()) {
+        c.out[0] = y.squeeze();
+        return;
+      }
+      for (int64_t& a : axes) a = Wrap(a, y.dim(), "Squeeze");
+      std::sort(axes.rbegin(), axes.rend());
+      for (int64_t a : axes) {
+        ANVIL_CHECK(y.size(a) == 1, "Squeeze: dim ", a, " has size ", y.size(a), ", not 1");
+        y = y.squeeze(a);
+      }
+      c.out[0] = y;
+    };
+    m["Cast"] = [](Call& c) { c.out[0] = c.x(0).to(DType(static_cast<int32_t>(Int(c.node, "to", 1)), "Cast")); };
+    m["Clip"] = [](Call& c) {
+      const Tensor& x = c.x(0);
+      std::optional<Scalar> lo, hi;
+      if (c.opset >= 11) {
+        if (c.has(1)) lo = c.in[1].to(kFloat64).item<double>();
+        if (c.has(2)) hi = c.in[2].to(kFloat64).item<double>();
+      }
+      c.out[0] = lo || hi ? clamp(x, lo, hi) : x;
+    };
+    m["Shape"] = [](Call& c) {
+      const IntArray& s = c.x(0).sizes();
+      const auto rank = static_cast<int64_t>(s.size());
+      int64_t start = Int(c.node, "start", 0), end = Int(c.node, "end", rank);
+      start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+      end = std::clamp<int64_t>(end < 0 ? end + rank : end, start, rank);
+      c.out[0] = tensor(std::vector<int64_t>(s.begin() + start, s.begin() + end));
+    };
+    m["ConstantOfShape"] = [](Call& c) {
+      const std::vector<int64_t> shape = Int64Values(c.x(0), "ConstantOfShape shape");
+      int64_t numel = 1;
+      for (int64_t d : shape) {
+        ANVIL_CHECK(d >= 0 && (d == 0 || numel <= kMaxRuntimeElements / d), "ConstantOfShape: shape ",
+                    shape_str(IntArray(shape.begin(), shape.end())), " is negative or beyond 2^28 elements");
+        numel *= d;
+      }
+      Tensor v = FindAttr(c.node, "value") ? FromProto(FindAttr(c.node, "value")->t(), "ConstantOfShape value")
+                                           : zeros({1}, TensorOptions(kFloat32));
+      ANVIL_CHECK(v.numel() == 1, "ConstantOfShape: value must hold one element");
+      c.out[0] = v.reshape({}).expand(IntArray(shape.begin(), shape.end())).contiguous();
+    };
+    m["Expand"] = [](Call& c) {
+      const std::vector<int64_t> shape = Int64Values(c.x(1), "Expand shape");
+      const IntArray target = broadcast_shapes(c.x(0).sizes(), IntArray(shape.begin(), shape.end()));
+      int64_t numel = 1;
+      for (int64_t d : target)
+        numel = d == 0 ? 0 : (numel > kMaxRuntimeElements / d ? kMaxRuntimeElements + 1 : numel * d);
+      ANVIL_CHECK(numel <= kMaxRuntimeElements, "Expand: target ", shape_str(target), " is beyond 2^28 elements");
+      c.out[0] = c.x(0).expand(target);
+    };
+    m["Range"] = [](Call& c) {
+      const double start = c.x(0).to(kFloat64).item<double>(), limit = c.x(1).to(kFloat64).item<double>(),
+                   delta = c.x(2).to(kFloat64).item<double>();
+      ANVIL_CHECK(delta != 0, "Range: delta is 0");
+      const double n = std::max(0.0, std::ceil((limit - start) / delta));
+      ANVIL_CHECK(n <= static_cast<double>(kMaxRuntimeElements), "Range: ", n, " elements is beyond 2^28");
+      c.out[0] = arange(start, start + n * delta, delta, TensorOptions(c.x(0).dtype()));
+    };
+    for (const char* r : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) {
+      m[r] = [r](Call& c) { c.out[0] = Reduce(c, r); };
+    }
+    m["ArgMax"] = [](Call& c) {
+      const int64_t axis = Wrap(Int(c.node, "axis", 0), c.x(0).dim(), "ArgMax");
+      c.out[0] = argmax(c.x(0), axis, Int(c.node, "keepdims", 1) != 0);
+    };
+    m["Where"] = [](Call& c) { c.out[0] = where(c.x(0).to(kBool), c.x(1), c.x(2)); };
+    return m;
+  }();
+  return ops;
+}
+
+// The graph, run as a module: initializers are its buffers; each forward evaluates the nodes
+// in order into a table of its own (so concurrent forwards share nothing mutable).
+class OnnxGraph final : public nn::Module {
+ public:
+  OnnxGraph(const pb::GraphProto& graph, int64_t opset) : nn::Module("OnnxGraph"), opset_(opset) {
+    auto slot_of = [this](const std::string& name) {
+      auto [it, added] = slots_.try_emplace(name, static_cast<int>(slots_.size()));
+      return it->second;
+    };
+    for (const auto& init : graph.initializer()) {
+      const int s = slot_of(init.name());
+      constants_.push_back(FromProto(init, "initializer \"" + init.name() + "\""));
+      register_buffer(Sanitize(init.name()), constants_.back());
+      constant_slots_.push_back(s);
+    }
+    for (const auto& in : graph.input()) {
+      if (!slots_.count(in.name())) input_slot_ = slot_of(in.name());
+    }
+    for (const auto& n : graph.node()) {
+      Step step{n, {}, {}, &Ops().at(n.op_type())};
+      for (const std::string& i : n.input()) step.in.push_back(i.empty() ? -1 : slots_.at(i));
+      for (const std::string& o : n.output()) step.out.push_back(o.empty() ? -1 : slot_of(o));
+      steps_.push_back(std::move(step));
+    }
+    output_slot_ = slots_.at(graph.output(0).name());
+    eval();
+  }
+
+  Tensor forward(const Tensor& x) override {
+    std::vector<Tensor> v(slots_.size());
+    for (size_t i = 0; i < constant_slots_.size(); ++i) v[static_cast<size_t>(constant_slots_[i])] = constants_[i];
+    v[static_cast<size_t>(input_slot_)] = x;
+    for (const Step& s : steps_) {
+      std::vector<Tensor> in;
+      for (int i : s.in) in.push_back(i < 0 ? Tensor() : v[static_cast<size_t>(i)]);
+      std::vector<Tensor> out(s.out.size());
+      Call call{s.node, in, out, opset_};
+      try {
+        (*s.fn)(call);
+      } catch (const Error& e) {
+        throw Error(anvil::detail::StrCat("node \"", s.node.name(), "\" (", s.node.op_type(), "): ", e.what()));
+      }
+      for (size_t i = 0; i < s.out.size(); ++i) {
+        if (s.out[i] >= 0) v[static_cast<size_t>(s.out[i])] = out[i];
+      }
+    }
+    return v[static_cast<size_t>(output_slot_)];
+  }
+
+ private:
+  struct Step {
+    pb::NodeProto node;
+    std::vector<int> in, out;
+    const OpFn* fn;
+  };
+  static std::string Sanitize(const std::string& name) {
+    std::string s = name.empty() ? "initializer" : name;
+    for (char& ch : s)
+      if (ch == '.') ch = '_';  // a dot would read as a child module in state-dict names
+    return s;
+  }
+
+  int64_t opset_;
+  std::map<std::string, int> slots_;
+  std::deque<Tensor> constants_;  // registered as buffers by reference: a deque keeps them in place
+  std::vector<int> constant_slots_;
+  std::vector<Step> steps_;
+  int input_slot_ = -1, output_slot_ = -1;
+};
+
+}  // namespace
+
+std::vector<std::string> importable_operators() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : Ops()) names.push_back(name);
+  return names;
+}
+
+ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
+  if (bytes.size() > max_bytes) {
+    Fail(anvil::detail::StrCat("the file is ", bytes.size(), " bytes, over the limit of ", max_bytes));
+  }
+  pb::ModelProto model;
+  if (bytes.empty() || !model.ParseFromString(bytes))
+    Fail("the file is not an ONNX model (it does not parse as a ModelProto: truncated or another format)");
+  if (!model.has_graph()) Fail("the model has no graph");
+  const pb::GraphProto& g = model.graph();
+  ImportedModel out;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
+  }
+  if (out.opset < kMinImportOpset || out.opset > kMaxImportOpset) {
+    Fail(anvil::detail::StrCat("opset ", out.opset, " of the default domain is not supported: expected ",
+                               kMinImportOpset, " to ", kMaxImportOpset, " (re-export the model with one of them)"));
+  }
+  if (g.node_size() > 100000) Fail(anvil::detail::StrCat("the graph has ", g.node_size(), " nodes, over 100000"));
+  // Every operator known, or all unknown ones listed with their nodes.
+  std::map<std::string, std::vector<std::string>> unknown;
+  std::set<std::string> used;
+  for (const auto& n : g.node()) {
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    const std::string op = default_domain ? n.op_type() : n.domain() + "::" + n.op_type();
+    if (!default_domain || !Ops().count(n.op_type())) {
+      unknown[op].push_back(n.name().empty() ? "(unnamed)" : n.name());
+    } else {
+      used.insert(op);
+    }
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& [op, nodes] : unknown) {
+      list += (list.empty() ? "" : "; ") + op + " (node";
+      list += nodes.size() > 1 ? "s " : " ";
+      for (size_t i = 0; i < nodes.size() && i < 5; ++i) list += (i ? ", " : "") + nodes[i];
+      if (nodes.size() > 5) list += ", ...";
+      list += ")";
+    }
+    Fail("unsupported operators: " + list + ". Supported: " + [] {
+      std::string s;
+      for (const std::string& n : importable_operators()) s += (s.empty() ? "" : ", ") + n;
+      return s;
+    }());
+  }
+  // Values are defined before they are read: the nodes' order is a topological one.
+  std::set<std::string> defined;
+  for (const auto& init : g.initializer()) {
+    if (!defined.insert(init.name()).second) Fail("initializer \"" + init.name() + "\" is defined twice");
+  }
+  std::vector<const pb::ValueInfoProto*> inputs;
+  for (const auto& in : g.input()) {
+    if (!defined.count(in.name())) inputs.push_back(&in);
+    defined.insert(in.name());
+  }
+  if (inputs.size() != 1) {
+    std::string names;
+    for (const auto* in : inputs) names += (names.empty() ? "" : ", ") + in->name();
+    Fail(anvil::detail::StrCat("a served model takes one input; this graph takes ", inputs.size(),
+                               names.empty() ? "" : " (" + names + ")"));
+  }
+  for (const auto& n : g.node()) {
+    for (const std::string& i : n.input()) {
+      if (!i.empty() && !defined.count(i)) {
+        Fail("node \"" + n.name() + "\" (" + n.op_type() + ") reads \"" + i +
+             "\", which no input, initializer or earlier node makes (the nodes are not in topological order, form a "
+             "cycle, or an initializer is missing)");
+      }
+    }
+    for (const std::string& o : n.output()) {
+      if (!o.empty() && !defined.insert(o).second)
+        Fail("value \"" + o + "\" is made twice (node \"" + n.name() + "\")");
+    }
+  }
+  if (g.output_size() < 1 || !defined.count(g.output(0).name())) Fail("the graph's output is not made by any node");
+  // The input's signature.
+  const auto& type = inputs[0]->type();
+  if (!type.has_tensor_type()) Fail("input \"" + inputs[0]->name() + "\" is not a tensor");
+  out.input.name = inputs[0]->name();
+  out.input.dtype = DType(type.tensor_type().elem_type(), "input \"" + inputs[0]->name() + "\"");
+  if (out.input.dtype != kFloat32 && out.input.dtype != kInt64) {
+    Fail("input \"" + out.input.name + "\" is " + std::string(dtype_name(out.input.dtype)) +
+         "; float32 or int64 inputs are served");
+  }
+  const auto& dims = type.tensor_type().shape().dim();
+  if (dims.size() < 1) Fail("input \"" + out.input.name + "\" has no batch dim (rank 0)");
+  for (int d = 0; d < dims.size(); ++d) {
+    out.symbolic_dims.push_back(dims[d].has_dim_param() ? dims[d].dim_param() : "");
+    if (d > 0) out.input.shape.push_back(dims[d].has_dim_value() ? dims[d].dim_value() : -1);
+  }
+  out.output_name = g.output(0).name();
+  const auto& odims = g.output(0).type().tensor_type().shape().dim();
+  for (int d = 1; d < odims.size(); ++d)
+    out.output_shape.push_back(odims[d].has_dim_value() ? odims[d].dim_value() : -1);
+  out.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
+  for (const auto& p : model.metadata_props()) out.metadata.emplace_back(p.key(), p.value());
+  out.operators.assign(used.begin(), used.end());
+  out.module = std::make_shared<OnnxGraph>(g, out.opset);
+  return out;
+}
+
+}  // namespace anvil::onnx

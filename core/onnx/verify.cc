@@ -1,0 +1,76 @@
+#include "core/onnx/verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <opencv2/core.hpp>
+#include <opencv2/core/utils/logger.hpp>
+#include <opencv2/dnn.hpp>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/functions.h"
+
+namespace anvil::onnx {
+
+VerifyReport verify_in_opencv(const std::string& onnx_bytes, const exporter::Forward& forward,
+                              const InputSignature& input, const std::vector<int64_t>& batches, double tolerance) {
+  VerifyReport report;
+  report.runtime = std::string("OpenCV DNN ") + CV_VERSION;
+  if (input.dtype != kFloat32) {
+    throw VerifyError(report.runtime + " takes float32 inputs only; this model's input is " +
+                      std::string(dtype_name(input.dtype)) + " (token ids): verify it in onnxruntime");
+  }
+  // OpenCV logs its importer's progress and warnings to stderr; its errors come as exceptions.
+  cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+  cv::dnn::Net net;
+  try {
+    net = cv::dnn::readNetFromONNX(onnx_bytes.data(), onnx_bytes.size());
+    net.setPreferableBackend(cv::dnn::DNN_BACKEND_OPENCV);
+    net.setPreferableTarget(cv::dnn::DNN_TARGET_CPU);
+  } catch (const cv::Exception& e) {
+    throw VerifyError(report.runtime + " cannot load the graph: " + e.err);
+  }
+  for (int64_t batch : batches) {
+    IntArray shape{batch};
+    shape.insert(shape.end(), input.shape.begin(), input.shape.end());
+    // Deterministic inputs in [-1, 1), independent of the process's generator.
+    Tensor x = empty(shape, TensorOptions(kFloat32));
+    float* px = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) px[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f);
+    Tensor expected;
+    {
+      NoGradGuard no_grad;
+      expected = forward({x})[0].to(kCPU).to(kFloat32).contiguous();
+    }
+    std::vector<int> dims(shape.begin(), shape.end());
+    cv::Mat blob(static_cast<int>(dims.size()), dims.data(), CV_32F);
+    std::memcpy(blob.ptr<float>(), px, static_cast<size_t>(x.numel()) * sizeof(float));
+    cv::Mat out;
+    try {
+      net.setInput(blob);
+      out = net.forward();
+    } catch (const cv::Exception& e) {
+      throw VerifyError(report.runtime + " cannot run the graph at batch " + std::to_string(batch) + ": " + e.err);
+    }
+    if (static_cast<int64_t>(out.total()) != expected.numel() || out.type() != CV_32F) {
+      throw VerifyError(report.runtime + " returned " + std::to_string(out.total()) + " values at batch " +
+                        std::to_string(batch) + ", Anvil " + std::to_string(expected.numel()));
+    }
+    const float* po = out.ptr<float>();
+    const float* pe = expected.data_ptr<float>();
+    double worst = 0;
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      const double d = std::abs(static_cast<double>(po[i]) - static_cast<double>(pe[i]));
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+    if (!(worst <= tolerance)) {
+      throw VerifyError(anvil::detail::StrCat("the exported file's outputs in ", report.runtime,
+                                              " differ from Anvil's by up to ", worst, " at batch ", batch,
+                                              " (tolerance ", tolerance, "); the file is not returned"));
+    }
+    report.max_error.emplace_back(batch, worst);
+  }
+  return report;
+}
+
+}  // namespace anvil::onnx
