@@ -2,7 +2,7 @@
 //
 //   anvil [--server HOST:PORT] [--json] COMMAND ...
 //     submit SPEC.json [--watch] [--dry-run]   jobs [--state S]   job ID   watch ID [--from-step N]
-//     cancel ID   models   model NAME[:VERSION]
+//     cancel ID   models   models add NAME FILE.onnx [--label L]...   model NAME[:VERSION]
 //     predict NAME[:VERSION] --input FILE [--top-k K] [--label-column COLUMN]
 //     export NAME[:VERSION] --format native|safetensors|onnx [--opset N] [--dynamic-axis input:1=seq] [--verify] -o
 //     FILE   health
@@ -28,6 +28,7 @@
 #include "client/exit_codes.h"
 #include "client/input_file.h"
 #include "client/progress.h"
+#include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/tokens.h"
@@ -150,9 +151,10 @@ void PrintJobSummary(const v1::Job& j) {
 
 // `anvil model NAME` without --json.
 void PrintModelSummary(const v1::Model& m) {
-  std::printf("%s:%lld  from job %s, %lld parameters, on %s\n", m.name().c_str(), static_cast<long long>(m.version()),
-              m.job_id().c_str(), static_cast<long long>(m.parameters()),
-              m.device().empty() ? "-" : m.device().c_str());
+  // A model registered from an ONNX file has no job.
+  const std::string origin = m.job_id().empty() ? "imported" : "from job " + m.job_id();
+  std::printf("%s:%lld  %s, %lld parameters, on %s\n", m.name().c_str(), static_cast<long long>(m.version()),
+              origin.c_str(), static_cast<long long>(m.parameters()), m.device().empty() ? "-" : m.device().c_str());
   for (const v1::TensorSignature& t : m.inputs()) {
     std::printf("  input   %-10s %s %s\n", t.name().c_str(), v1::DType_Name(t.dtype()).c_str(),
                 FormatShape(t.shape()).c_str());
@@ -266,7 +268,14 @@ int Run(int argc, char** argv) {
   watch_cmd->add_option("--from-step", from_step, "replay from this step");
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("id", job_id)->required();
-  app.add_subcommand("models", "list served models");
+  auto* models_cmd = app.add_subcommand("models", "list served models (models add: register an ONNX file)");
+  auto* models_add =
+      models_cmd->add_subcommand("add", "register an ONNX file trained elsewhere as the model's next version");
+  std::string add_name, add_file;
+  std::vector<std::string> add_labels;
+  models_add->add_option("name", add_name, "the model's name")->required();
+  models_add->add_option("file", add_file, "the .onnx file")->required();
+  models_add->add_option("--label", add_labels, "class names in class order (repeatable); default: the file's own");
   auto* model = app.add_subcommand("model", "show a model's signature");
   model->add_option("model", model_ref, "NAME[:VERSION]")->required();
   auto* predict = app.add_subcommand("predict", "run a model on inputs from a file");
@@ -419,6 +428,36 @@ int Run(int argc, char** argv) {
       std::printf("%s\n", ToJson(resp).c_str());
     else
       std::printf("cancelling %s\n", job_id.c_str());
+    return 0;
+  }
+  if (models_cmd->got_subcommand(models_add)) {
+    std::ifstream in(add_file, std::ios::binary);
+    if (!in) throw Failure(client::kExitBadInput, "cannot read \"" + add_file + "\": " + std::strerror(errno));
+    auto ctx = Ctx(600);
+    v1::Model model;
+    auto writer = cli.serving->RegisterModel(ctx.get(), &model);
+    v1::RegisterModelChunk c;
+    c.set_name(add_name);
+    for (const std::string& l : add_labels) c.add_labels(l);
+    std::string buffer(1 << 20, '\0');
+    anvil::Sha256 hash;
+    bool sent = true;
+    while (sent && in) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const auto n = static_cast<size_t>(in.gcount());
+      hash.update(buffer.data(), n);
+      c.set_data(buffer.data(), n);
+      if (!in) c.set_sha256(hash.hex_digest());  // the last piece carries the whole file's hash
+      sent = writer->Write(c);
+      c.Clear();
+    }
+    writer->WritesDone();
+    Check(writer->Finish(), "models add " + add_name);
+    if (cli.json) {
+      std::printf("%s\n", ToJson(model).c_str());
+    } else {
+      PrintModelSummary(model);
+    }
     return 0;
   }
   if (app.got_subcommand("models")) {

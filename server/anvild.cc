@@ -91,6 +91,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.batching.enabled = value.get<bool>();
     else if (key == "max_queue")
       o.batching.max_queue = value.get<size_t>();
+    else if (key == "max_import_mb")
+      o.max_import_bytes = value.get<int64_t>() << 20;
     else if (key == "max_pending_jobs")
       o.max_pending_jobs = value.get<int64_t>();
     else if (key == "max_loaded_models")
@@ -185,7 +187,7 @@ int main(int argc, char** argv) {
   app.add_option(
       "--config", config,
       "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
-      "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_predict_message_mb, "
+      "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_crash_resumes, devices, "
       "serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;

@@ -6,18 +6,57 @@
 #include <nlohmann/json.hpp>
 
 #include "core/models/serving.h"
+#include "core/onnx/import.h"
 #include "core/ops/functions.h"
 #include "core/util/clock.h"
 #include "core/util/fault_point.h"
+#include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "server/status.h"
 #include "server/wire_tensor.h"
 
 namespace anvil::server {
+
+bool is_onnx_row(const ModelRow& row) {
+  return row.path.size() > 5 && row.path.compare(row.path.size() - 5, 5, ".onnx") == 0;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+
+// An ONNX file served through the importer: its signature from the graph, its labels from the
+// row (RegisterModel's) or the file's "labels" metadata (Anvil's own exports write it).
+models::LoadedModel LoadOnnx(const std::string& path, const ModelRow& row) {
+  const onnx::ImportedModel imported = onnx::import_model(read_file(path));
+  models::LoadedModel loaded;
+  loaded.built.module = imported.module;
+  loaded.built.input_shape = imported.input.shape;
+  loaded.built.output_shape = imported.output_shape;
+  loaded.built.input_dtype = imported.input.dtype;
+  loaded.built.spec = Json{{"format", "onnx"},
+                           {"producer", imported.producer},
+                           {"opset", imported.opset},
+                           {"input", imported.input.name},
+                           {"output", imported.output_name},
+                           {"operators", imported.operators}}
+                          .dump();
+  loaded.info.name = row.name;
+  loaded.info.version = row.version;
+  loaded.info.job_id = row.job_id;
+  try {
+    loaded.info.labels = Json::parse(row.signature_json).value("labels", std::vector<std::string>{});
+    if (loaded.info.labels.empty()) {
+      for (const auto& [key, value] : imported.metadata) {
+        if (key == "labels") loaded.info.labels = Json::parse(value).get<std::vector<std::string>>();
+      }
+    }
+  } catch (const Json::exception&) {
+    loaded.info.labels.clear();  // labels that do not parse are left out, not fatal
+  }
+  return loaded;
+}
 
 int64_t ParseVersion(const std::string& version) {
   if (version.empty() || version == "latest") return 0;
@@ -67,14 +106,17 @@ void ModelRegistry::EvictLocked() {
 ModelRegistry::~ModelRegistry() { close(); }
 
 absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name, const std::string& job_id,
-                                                         const std::string& relative_path) {
+                                                         const std::string& relative_path,
+                                                         const std::vector<std::string>& labels) {
   return status_of([&] {
     const std::string path = (fs::path(data_root_) / relative_path).string();
     ModelRow row;
     row.name = name;
     row.job_id = job_id;
     row.path = relative_path;
-    row.signature_json = Json{{"sha256", sha256_file_hex(path)}}.dump();
+    Json signature{{"sha256", sha256_file_hex(path)}};
+    if (!labels.empty()) signature["labels"] = labels;
+    row.signature_json = signature.dump();
     row.created_ms = unix_millis();
     row = store_.register_model(row);
     Load(row);
@@ -176,7 +218,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   auto m = std::make_shared<ServedModel>();
   m->row = row;
   try {
-    m->loaded = models::load_model_archive(path);
+    m->loaded = is_onnx_row(row) ? LoadOnnx(path, row) : models::load_model_archive(path);
   } catch (const Error& e) {
     throw ServiceError(absl::StatusCode::kDataLoss, scrub_paths(e.what(), data_root_));
   }
@@ -243,9 +285,12 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
   IntArray expected{-1};
   expected.insert(expected.end(), b.input_shape.begin(), b.input_shape.end());
   bool shape_ok = wire.shape_size() == static_cast<int>(expected.size()) && wire.shape(0) >= 1;
-  for (int i = 1; shape_ok && i < wire.shape_size(); ++i) shape_ok = wire.shape(i) == expected[i];
+  // -1: a symbolic dim of an imported ONNX model (any size).
+  for (int i = 1; shape_ok && i < wire.shape_size(); ++i) {
+    shape_ok = wire.shape(i) == expected[i] || (expected[i] == -1 && wire.shape(i) >= 1);
+  }
   std::string expected_str = "[N";  // the batch dim: any size
-  for (int64_t d : b.input_shape) expected_str += ", " + std::to_string(d);
+  for (int64_t d : b.input_shape) expected_str += ", " + (d < 0 ? std::string("*") : std::to_string(d));
   expected_str += "]";
   ANVIL_SERVICE_CHECK(shape_ok, absl::StatusCode::kInvalidArgument, "inputs[0]: model \"", m->row.name,
                       "\" expects shape ", expected_str, ", got ",

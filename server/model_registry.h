@@ -30,6 +30,9 @@ struct ServedModel {
   std::atomic<int64_t> last_used{0};  // a use counter tick, for evicting the least recently used
 };
 
+// Whether a row's archive is an ONNX file registered from elsewhere (RegisterModel).
+bool is_onnx_row(const ModelRow& row);
+
 class ModelRegistry {
  public:
   // `metrics` may be null.
@@ -42,9 +45,12 @@ class ModelRegistry {
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
-  // `name`, checksummed, and loads it. Returns the stored row.
+  // `name`, checksummed, and loads it. Returns the stored row. An archive whose path ends in
+  // ".onnx" is an ONNX file from elsewhere (RegisterModel), served through the importer;
+  // `labels` (optional) are kept with its row.
   absl::StatusOr<ModelRow> register_archive(const std::string& name, const std::string& job_id,
-                                            const std::string& relative_path);
+                                            const std::string& relative_path,
+                                            const std::vector<std::string>& labels = {});
 
   // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS,
   // UNAVAILABLE once closed.

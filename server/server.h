@@ -30,7 +30,8 @@ struct ServerOptions {
   size_t max_loaded_models = 32;  // resident model versions (least recently used unloaded)
   RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
-  bool reflection = false;  // gRPC server reflection (hands out the whole schema)
+  int64_t max_import_bytes = int64_t{256} << 20;  // RegisterModel: the largest ONNX file taken
+  bool reflection = false;                        // gRPC server reflection (hands out the whole schema)
   // Transport security: PEM files. With tls_client_ca every client must present a certificate
   // signed by it (mTLS).
   std::string tls_cert, tls_key, tls_client_ca;

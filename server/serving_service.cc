@@ -9,12 +9,14 @@
 
 #include "core/models/serving.h"
 #include "core/onnx/export.h"
+#include "core/onnx/import.h"
 #include "core/onnx/verify.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/bounded_executor.h"
+#include "server/job_spec.h"
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -148,9 +150,14 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
         payload = models::bytes_export(file_name + ".onnx", ExportOnnx(*m, *req, &verification));
       } else {
         try {
-          payload = models::open_export(
-              req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors,
-              file_name, path, *m->loaded.built.module, m->row.name);
+          if (req->format() == v1::NATIVE && is_onnx_row(m->row)) {
+            // NATIVE of an imported model is the ONNX file it was registered from.
+            payload = models::bytes_export(file_name + ".onnx", read_file(path));
+          } else {
+            payload = models::open_export(
+                req->format() == v1::NATIVE ? models::ExportFormat::kNative : models::ExportFormat::kSafetensors,
+                file_name, path, *m->loaded.built.module, m->row.name);
+          }
         } catch (const Error& e) {
           throw ServiceError(absl::StatusCode::kDataLoss, "model \"" + m->row.name + "\": " + e.what());
         }
@@ -183,6 +190,57 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
         if (!writer->Write(c)) return;
         if (last) break;
       }
+    });
+  }
+
+  // An ONNX file in pieces: read to the size limit, checked and converted (nothing is written
+  // for a file Anvil cannot serve), then written atomically under <data>/imports/ and
+  // registered as the name's next version.
+  Status RegisterModel(ServerContext* ctx, grpc::ServerReader<v1::RegisterModelChunk>* reader,
+                       v1::Model* resp) override {
+    return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "RegisterModel");
+      v1::RegisterModelChunk c;
+      std::string name, claimed_sha, bytes;
+      std::vector<std::string> labels;
+      bool first = true;
+      while (reader->Read(&c)) {
+        if (first) {
+          name = c.name();
+          labels.assign(c.labels().begin(), c.labels().end());
+          ANVIL_SERVICE_CHECK(is_valid_name(name), absl::StatusCode::kInvalidArgument,
+                              "name: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",
+                              name.substr(0, 80), "\"");
+          first = false;
+        }
+        if (!c.sha256().empty()) claimed_sha = c.sha256();
+        ANVIL_SERVICE_CHECK(static_cast<int64_t>(bytes.size() + c.data().size()) <= s_.options.max_import_bytes,
+                            absl::StatusCode::kResourceExhausted, "the file is over the limit of ",
+                            s_.options.max_import_bytes, " bytes (anvild config max_import_mb)");
+        bytes += c.data();
+      }
+      ANVIL_SERVICE_CHECK(!first, absl::StatusCode::kInvalidArgument, "RegisterModel: the stream carried no message");
+      ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled, "RegisterModel cancelled by the client");
+      const std::string sha = sha256_hex(bytes);
+      ANVIL_SERVICE_CHECK(claimed_sha.empty() || claimed_sha == sha, absl::StatusCode::kDataLoss,
+                          "the file's SHA-256 is ", sha, ", the client announced ", claimed_sha,
+                          ": it changed on the way");
+      try {
+        (void)onnx::import_model(bytes, static_cast<size_t>(s_.options.max_import_bytes));
+      } catch (const onnx::ImportError& e) {
+        throw ServiceError(absl::StatusCode::kInvalidArgument, std::string(e.what()) + "; nothing was registered");
+      }
+      const std::string relative = "imports/" + name + "-" + sha.substr(0, 16) + ".onnx";
+      const fs::path path = fs::path(s_.data_root) / relative;
+      fs::create_directories(path.parent_path());
+      write_file_atomic(path.string(), bytes);
+      const absl::StatusOr<ModelRow> row = s_.registry->register_archive(name, "", relative, labels);
+      if (!row.ok()) {
+        std::error_code ec;
+        fs::remove(path, ec);  // nothing half-registered
+        throw_if_error(row.status());
+      }
+      *resp = s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
     });
   }
 

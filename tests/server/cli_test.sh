@@ -114,4 +114,16 @@ expect_exit 2 "a dynamic axis that is not a dim" "${anvil[@]}" export quick --fo
   -o "${work}/q.onnx"
 expect_output "dim 4 is not a non-batch dim of input 'input'.*\(INVALID_ARGUMENT\)$" "the dynamic-axis refusal"
 [[ ! -e "${work}/q.onnx" ]] || fail "a refused export left a file"
+
+echo "6. models add: an ONNX file registered, listed as imported, predicting like its source"
+expect_exit 0 "models add" "${anvil[@]}" models add outside "${work}/quick.onnx" --label a --label b --label c --label d
+expect_output "^outside:1  imported, [0-9]+ parameters" "the registered model's summary"
+expect_exit 0 "predict on the imported model" "${anvil[@]}" --json predict outside --input "${work}/x.csv" --top-k 1
+python3 -c "import json,sys; r = json.load(open(sys.argv[1])); assert r['top_k'][0]['labels'][0] in 'abcd', r" \
+  "${work}/out" || fail "the imported model's prediction carries no label: $(cat "${work}/out")"
+printf 'not an onnx file' > "${work}/junk.onnx"
+expect_exit 2 "models add of a file that is not ONNX" "${anvil[@]}" models add junk "${work}/junk.onnx"
+expect_output "not an ONNX model.*nothing was registered.*\(INVALID_ARGUMENT\)$" "the import refusal"
+expect_exit 2 "models add of a missing file" "${anvil[@]}" models add junk "${work}/missing.onnx"
+expect_output "cannot read" "the missing file's reason"
 echo "ok: cli"

@@ -63,6 +63,17 @@ assert hashlib.sha256(open(os.path.join(work, "py.anvil"), "rb").read()).hexdige
 sha = c.export("py", os.path.join(work, "py.onnx"), format="onnx", opset=17)
 assert hashlib.sha256(open(os.path.join(work, "py.onnx"), "rb").read()).hexdigest() == sha
 assert c.export("py", os.path.join(work, "verified.onnx"), format="onnx", opset=17, verify=True) == sha
+# The file back in as a model of its own: same outputs.
+m = c.register_model("py-onnx", os.path.join(work, "py.onnx"))
+assert m.name == "py-onnx" and m.version == 1 and m.job_id == "", m
+again = c.predict("py-onnx", x)
+assert np.allclose(again.outputs["output"], p.outputs["output"], atol=1e-5), (again.outputs, p.outputs)
+try:
+    open(os.path.join(work, "junk.onnx"), "wb").write(b"not an onnx file")
+    c.register_model("bad", os.path.join(work, "junk.onnx"))
+    raise AssertionError("expected INVALID_ARGUMENT")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "INVALID_ARGUMENT", e
 np.save(os.path.join(work, "x.npy"), x)
 np.save(os.path.join(work, "y.npy"), p.outputs["output"])
 try:

@@ -48,6 +48,7 @@ class ServerFixture : public ::testing::Test {
     o.limits.predict_message_bytes = std::min<int64_t>(o.limits.predict_message_bytes, 1 << 20);
     o.limits.training_message_bytes = std::min<int64_t>(o.limits.training_message_bytes, 2 << 20);
     o.export_chunk_bytes = 4096;  // exports of tens of KiB span many chunks
+    o.max_import_bytes = std::min<int64_t>(o.max_import_bytes, 1 << 20);
     server_ = std::make_unique<AnvilServer>(o);
     server_->start();
     grpc::ChannelArguments args;
@@ -154,6 +155,23 @@ class ServerFixture : public ::testing::Test {
     }
     *status = reader->Finish();
     return bytes;
+  }
+
+  // RegisterModel with `bytes` in pieces of `piece` bytes; the model's description in *model.
+  grpc::Status RegisterModel(const std::string& name, const std::string& bytes, v1::Model* model,
+                             const std::vector<std::string>& labels = {}, size_t piece = 8192) {
+    grpc::ClientContext ctx;
+    auto writer = serving_->RegisterModel(&ctx, model);
+    v1::RegisterModelChunk c;
+    c.set_name(name);
+    for (const std::string& l : labels) c.add_labels(l);
+    for (size_t at = 0; at == 0 || at < bytes.size(); at += piece) {
+      c.set_data(bytes.substr(at, piece));
+      if (!writer->Write(c)) break;
+      c.Clear();
+    }
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   // Sends `request` as is to 127.0.0.1:<port> and returns the whole response (the server

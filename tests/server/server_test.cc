@@ -149,6 +149,60 @@ TEST_F(ServerTest, SubmitStreamPredictExport) {
   }
 }
 
+// An ONNX file from elsewhere (here: the trained model's own export) registered with
+// RegisterModel serves the same predictions; files Anvil cannot serve register nothing.
+TEST_F(ServerTest, RegisteredOnnxFilesServeLikeTheModelTheyCameFrom) {
+  Stream(Submit(BlobsSpec(1)).id());
+  grpc::Status st;
+  std::string sha;
+  int64_t total = 0;
+  const std::string file = Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::Model model;
+  st = RegisterModel("outside", file, &model, {"a", "b", "c", "d"});
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(model.name(), "outside");
+  EXPECT_EQ(model.version(), 1);
+  EXPECT_EQ(model.job_id(), "");
+  ASSERT_EQ(model.inputs_size(), 1);
+  EXPECT_EQ(model.inputs(0).shape(1), 2);
+  EXPECT_NE(model.spec_json().find("\"format\":\"onnx\""), std::string::npos) << model.spec_json();
+  const Tensor x = randn({5, 2});
+  v1::PredictRequest a = PredictOf("blobs-mlp", x), b = PredictOf("outside", x);
+  b.set_top_k(1);
+  v1::PredictResponse ra, rb;
+  ASSERT_TRUE(Predict(a, &ra).ok());
+  ASSERT_TRUE(Predict(b, &rb).ok());
+  EXPECT_TRUE(allclose(decode_tensor(rb.outputs(0)), decode_tensor(ra.outputs(0)), 1e-5, 1e-5));
+  EXPECT_TRUE(rb.top_k(0).labels(0) == "a" || rb.top_k(0).labels(0) == "b" || rb.top_k(0).labels(0) == "c" ||
+              rb.top_k(0).labels(0) == "d");
+  // A second registration is the next version; NATIVE export of it is the file itself.
+  ASSERT_TRUE(RegisterModel("outside", file, &model).ok());
+  EXPECT_EQ(model.version(), 2);
+  EXPECT_EQ(Export("outside", v1::NATIVE, &st, &sha, &total), file);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+
+  auto model_count = [&] {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse models;
+    EXPECT_TRUE(serving_->ListModels(&ctx, v1::ListModelsRequest(), &models).ok());
+    return models.models_size();
+  };
+  const int before = model_count();
+  // Garbage, a truncated file, a bad name, a file over the limit: refused, nothing registered.
+  st = RegisterModel("junk", "this is not an onnx file", &model);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("nothing was registered"), std::string::npos) << st.error_message();
+  st = RegisterModel("junk", file.substr(0, file.size() / 2), &model);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+  st = RegisterModel("../escape", file, &model);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  st = RegisterModel("big", std::string((1 << 20) + 1, 'x'), &model, {}, 1 << 18);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(model_count(), before);
+  EXPECT_FALSE(fs::exists(root_ / "data" / "imports" / "junk"));
+}
+
 TEST_F(ServerTest, PredictRefusesBadInputsWithTheRightCodes) {
   Stream(Submit(BlobsSpec(1)).id());
   auto code_and_message = [&](const v1::PredictRequest& req) {

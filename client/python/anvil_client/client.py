@@ -192,6 +192,26 @@ class Client:
         return Prediction(resp.model, resp.version, {t.name: _array(t) for t in resp.outputs},
                           [list(zip(t.classes, t.labels, t.probabilities)) for t in resp.top_k])
 
+    def register_model(self, name: str, path: str, labels: Sequence[str] = ()) -> pb.Model:
+        """Registers the ONNX file at `path` as the next version of model `name` (scope train);
+        returns the model's description. A file the server cannot serve raises AnvilError
+        INVALID_ARGUMENT naming its unsupported operators."""
+        with open(path, "rb") as f:
+            data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        step = 1 << 20
+
+        def chunks():
+            yield pb.RegisterModelChunk(name=name, labels=list(labels), data=data[:step],
+                                        sha256=digest if len(data) <= step else "")
+            for at in range(step, len(data), step):
+                yield pb.RegisterModelChunk(data=data[at:at + step], sha256=digest if at + step >= len(data) else "")
+
+        try:
+            return self._serving.RegisterModel(chunks(), metadata=self._metadata, timeout=600)
+        except grpc.RpcError as e:
+            raise AnvilError(f"register_model {name}", e.code(), e.details()) from None
+
     def export(self, model: str, path: str, format: str = "native", version: str = "latest",
                opset: int = 0, dynamic_axes: Sequence[str] = (), verify: bool = False) -> str:
         """Writes the model to `path` (a temporary file, checked against the size and SHA-256
