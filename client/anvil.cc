@@ -297,6 +297,9 @@ int Run(int argc, char** argv) {
   exp->add_option("--opset", opset, "ONNX: the opset (13 to 17; default 17)")->check(CLI::Range(13, 17));
   exp->add_option("--dynamic-axis", dynamic_axes,
                   "ONNX: a symbolic axis beyond the batch, INPUT:DIM=NAME (e.g. input:1=seq); repeatable");
+  bool fold_batch_norm = false;
+  exp->add_flag("--fold-batch-norm", fold_batch_norm,
+                "ONNX: fold each batch norm into the convolution or linear layer before it");
   bool verify = false;
   exp->add_flag("--verify", verify,
                 "ONNX: the server runs the file in a second runtime (OpenCV DNN) before sending it and refuses "
@@ -536,9 +539,11 @@ int Run(int argc, char** argv) {
     req.set_model(name);
     req.set_version(version);
     req.set_format(format == "native" ? v1::NATIVE : format == "safetensors" ? v1::SAFETENSORS : v1::ONNX);
-    if ((opset != 0 || !dynamic_axes.empty() || verify) && format != "onnx") {
-      throw Failure(client::kExitBadInput, "--opset, --dynamic-axis and --verify apply to --format onnx only");
+    if ((opset != 0 || !dynamic_axes.empty() || verify || fold_batch_norm) && format != "onnx") {
+      throw Failure(client::kExitBadInput,
+                    "--opset, --dynamic-axis, --verify and --fold-batch-norm apply to --format onnx only");
     }
+    req.set_fold_batch_norm(fold_batch_norm);
     req.set_opset(opset);
     req.set_verify(verify);
     for (const std::string& a : dynamic_axes) req.add_dynamic_axes(a);

@@ -127,9 +127,10 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS || req->format() == v1::ONNX,
                           absl::StatusCode::kInvalidArgument, "format: expected NATIVE, SAFETENSORS or ONNX, got ",
                           v1::ExportFormat_Name(req->format()));
-      ANVIL_SERVICE_CHECK(
-          req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0 && !req->verify()),
-          absl::StatusCode::kInvalidArgument, "opset, dynamic_axes and verify apply to ONNX exports only");
+      ANVIL_SERVICE_CHECK(req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0 &&
+                                                        !req->verify() && !req->fold_batch_norm()),
+                          absl::StatusCode::kInvalidArgument,
+                          "opset, dynamic_axes, verify and fold_batch_norm apply to ONNX exports only");
       const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       // The bytes come from the engine (core/models/serving.h); this handler checks the
@@ -265,6 +266,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
         throw ServiceError(absl::StatusCode::kInvalidArgument, e.what());
       }
     }
+    options.fold_batch_norm = req.fold_batch_norm();
     options.output_names = {"logits"};
     options.producer_version = ANVIL_VERSION_STRING;
     options.graph_name = m.row.name;

@@ -2,7 +2,9 @@
 #include "core/nn/rnn.h"
 
 #include <cmath>
+#include <optional>
 
+#include "core/export/capture.h"
 #include "core/nn/functional.h"
 #include "core/nn/init.h"
 #include "core/ops/functions.h"
@@ -54,11 +56,44 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tens
   const Tensor c_init = lstm ? initial(c0, "c0") : Tensor();
   Tensor layer_in = x;
   std::vector<Tensor> h_last, c_last;
+  // Exported, each layer is one ONNX GRU / LSTM / RNN node (its loop hidden, so the sequence
+  // length can stay symbolic); h_n is then read from the output, and c_n is not available.
+  const bool exporting = exporter::capturing() && !(gates_ == 1 && options_.nonlinearity != "tanh");
   for (int64_t l = 0; l < L; ++l) {
     const Tensor* w = &weights_[static_cast<size_t>(4 * l)];
+    if (exporting) {
+      std::optional<exporter::Composite> node;
+      exporter::Attributes attrs{{"hidden_size", H}};
+      if (gates_ == 3) attrs.emplace_back("linear_before_reset", int64_t{1});  // PyTorch's GRU: r * (W_hn h + b_hn)
+      node.emplace(gates_ == 3 ? "GRU"
+                   : lstm      ? "LSTM"
+                               : "RNN",
+                   OnnxRecurrentInputs(layer_in, w, h0, c0, l), std::move(attrs));
+      layer_in = node->finish(RunLayer(layer_in, w, h_init[l], lstm ? c_init[l] : Tensor(), nullptr, nullptr));
+      h_last.push_back(layer_in.select(0, T - 1));
+      continue;
+    }
+    Tensor h, c;
+    layer_in = RunLayer(layer_in, w, h_init[l], lstm ? c_init[l] : Tensor(), &h, &c);
+    h_last.push_back(h);
+    if (lstm) c_last.push_back(c);
+    if (l + 1 < L && options_.dropout > 0) layer_in = functional::dropout(layer_in, options_.dropout, is_training());
+  }
+  RNNOutput out;
+  out.output = options_.batch_first ? layer_in.transpose(0, 1) : layer_in;
+  out.h_n = stack(h_last, 0);
+  if (lstm && !exporting) out.c_n = stack(c_last, 0);
+  return out;
+}
+
+Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, Tensor* h_out,
+                         Tensor* c_out) const {
+  const int64_t T = layer_in.size(0), H = hidden_;
+  const bool lstm = gates_ == 4;
+  {
     // Input projections of every step at once: [T, B, G*H].
     const Tensor gi = linear(layer_in, w[0], w[2]);
-    Tensor h = h_init[l], c = lstm ? c_init[l] : Tensor();
+    Tensor h = h0, c = c0;
     std::vector<Tensor> outputs;
     outputs.reserve(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
@@ -80,16 +115,35 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tens
       }
       outputs.push_back(h);
     }
-    h_last.push_back(h);
-    if (lstm) c_last.push_back(c);
-    layer_in = stack(outputs, 0);
-    if (l + 1 < L && options_.dropout > 0) layer_in = functional::dropout(layer_in, options_.dropout, is_training());
+    if (h_out != nullptr) *h_out = h;
+    if (c_out != nullptr) *c_out = c;
+    return stack(outputs, 0);
   }
-  RNNOutput out;
-  out.output = options_.batch_first ? layer_in.transpose(0, 1) : layer_in;
-  out.h_n = stack(h_last, 0);
-  if (lstm) out.c_n = stack(c_last, 0);
-  return out;
+}
+
+std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, const Tensor* w, const Tensor& h0, const Tensor& c0,
+                                                 int64_t layer) const {
+  // ONNX's gate order: GRU z, r, h (Anvil's and PyTorch's r, z, n); LSTM i, o, f, c (i, f, g, o).
+  const int64_t H = hidden_;
+  std::vector<int64_t> order{0};
+  if (gates_ == 3) order = {1, 0, 2};
+  if (gates_ == 4) order = {0, 3, 1, 2};
+  auto reorder = [&](const Tensor& t) {
+    std::vector<Tensor> parts;
+    for (int64_t g : order) parts.push_back(t.narrow(0, g * H, H));
+    return cat(parts, 0).unsqueeze(0);
+  };
+  Tensor wx, wh, bias;
+  {
+    exporter::detail::KernelScope constants;  // the re-laid weights are constants of the graph, not steps
+    wx = reorder(w[0]);
+    wh = reorder(w[1]);
+    bias = options_.bias ? cat({reorder(w[2]), reorder(w[3])}, 1)
+                         : zeros({1, 2 * gates_ * H}, TensorOptions(w[0].dtype()).with_device(w[0].device()));
+  }
+  std::vector<Tensor> in{x, wx, wh, bias, Tensor(), h0.defined() ? h0.narrow(0, layer, 1) : Tensor()};
+  if (gates_ == 4) in.push_back(c0.defined() ? c0.narrow(0, layer, 1) : Tensor());
+  return in;
 }
 
 std::string RNNBase::extra_repr() const {

@@ -43,6 +43,14 @@ class RNNBase : public Module {
   RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, const RNNOptions& options);
 
  private:
+  // One layer over the whole sequence [T, B, F] -> [T, B, H]; the last h (and c) when asked.
+  Tensor RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, Tensor* h_out,
+                  Tensor* c_out) const;
+  // The inputs of layer `layer`'s ONNX GRU / LSTM / RNN node: X, W, R, B (gates in ONNX's
+  // order), no sequence_lens, initial_h (and initial_c) when given.
+  std::vector<Tensor> OnnxRecurrentInputs(const Tensor& x, const Tensor* w, const Tensor& h0, const Tensor& c0,
+                                          int64_t layer) const;
+
   int64_t gates_, input_, hidden_;
   RNNOptions options_;
   // Per layer: weight_ih, weight_hh, bias_ih, bias_hh (registered members need stable

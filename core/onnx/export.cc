@@ -39,6 +39,7 @@ int64_t SymbolValue(const std::vector<Symbol>& syms, size_t k, size_t t) {
 }
 
 // A size as the captures saw it: coef * product of the symbols in `mask`.
+constexpr uint32_t kFromEnd = 1u << 31;  // a slice bound or index: coef is its distance from the end
 struct SymDim {
   int64_t coef = 0;
   uint32_t mask = 0;
@@ -177,7 +178,16 @@ class Writer {
     // Graph nodes in order; the shape computations and constants they need are emitted first
     // (they depend on the inputs alone), so they go in a list of their own placed in front.
     std::vector<pb::NodeProto> body;
+    // Only the nodes the outputs depend on: the forward may compute values it does not return
+    // (an RNN's h_n beside its output sequence).
+    std::set<int> needed(g.outputs.begin(), g.outputs.end());
+    std::vector<bool> live(g.nodes.size(), false);
+    for (size_t n = g.nodes.size(); n-- > 0;) {
+      for (int out : g.nodes[n].outputs) live[n] = live[n] || needed.count(out) > 0;
+      if (live[n]) needed.insert(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end());
+    }
     for (size_t n = 0; n < g.nodes.size(); ++n) {
+      if (!live[n]) continue;
       const LNode& node = g.nodes[n];
       pb::NodeProto p;
       p.set_op_type(node.op);
@@ -281,6 +291,14 @@ class Writer {
       std::vector<int64_t> seen;
       for (const Lowered& l : traces_) seen.push_back(l.values[static_cast<size_t>(id)].shape[e]);
       std::optional<SymDim> fit = Fit(seen, syms_);
+      if (!fit && (v0.use == LValue::kSliceBound || v0.use == LValue::kIndex)) {
+        // Not a product (T - 1), but maybe a fixed distance from the end of its dim: kept as
+        // that distance, which WriteShape turns into a negative bound or index.
+        const std::vector<int64_t> size = DimAcross(v0.like, static_cast<size_t>(v0.like_dims[e]));
+        bool relative = true;
+        for (size_t t = 1; t < seen.size(); ++t) relative &= seen[t] - size[t] == seen[0] - size[0];
+        if (relative) fit = SymDim{seen[0] - size[0], kFromEnd};
+      }
       if (!fit) {
         std::string vals;
         for (int64_t s : seen) vals += (vals.empty() ? "" : ", ") + std::to_string(s);
@@ -380,6 +398,10 @@ class Writer {
     for (size_t e = 0; e < entries.size(); ++e) {
       fixed[e] = entries[e].coef;
       symbolic[e] = !entries[e].is_static();
+      if (entries[e].mask == kFromEnd) {  // a distance from the end (ShapeEntries)
+        symbolic[e] = false;
+        if (fixed[e] == 0 && v.use == LValue::kSliceBound) fixed[e] = std::numeric_limits<int64_t>::max();
+      }
     }
     switch (v.use) {
       case LValue::kReshapeTarget: {
@@ -597,6 +619,81 @@ Tensor SampleInput(const InputSignature& sig, const IntArray& shape, uint64_t se
   return t;
 }
 
+// Folds each inference BatchNormalization into the Conv or Gemm (transB, as Linear lowers) that
+// alone feeds it: with s = scale / sqrt(var + eps) per channel, W' = W * s and
+// b' = (b - mean) * s + B, computed in float64. Equal in exact arithmetic; within float
+// rounding in the file.
+void FoldBatchNorm(Lowered& g) {
+  std::vector<int> uses(g.values.size(), 0), producer(g.values.size(), -1);
+  for (int out : g.outputs) ++uses[static_cast<size_t>(out)];
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (int in : g.nodes[n].inputs)
+      if (in >= 0) ++uses[static_cast<size_t>(in)];
+    for (int out : g.nodes[n].outputs) producer[static_cast<size_t>(out)] = static_cast<int>(n);
+  }
+  auto constant = [&](int id) -> const Tensor* {
+    return id >= 0 && g.values[static_cast<size_t>(id)].kind == LValue::kConstant
+               ? &g.values[static_cast<size_t>(id)].constant
+               : nullptr;
+  };
+  auto attr = [](const LNode& node, const char* key, int64_t def) {
+    for (const auto& [k, v] : node.attrs)
+      if (k == key) return std::get<int64_t>(v);
+    return def;
+  };
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    LNode& bn = g.nodes[n];
+    if (bn.op != "BatchNormalization" || bn.inputs.size() != 5) continue;
+    const Tensor *scale = constant(bn.inputs[1]), *shift = constant(bn.inputs[2]), *mean = constant(bn.inputs[3]),
+                 *var = constant(bn.inputs[4]);
+    const int x = bn.inputs[0];
+    if (!scale || !shift || !mean || !var || x < 0 || uses[static_cast<size_t>(x)] != 1) continue;
+    const int p = producer[static_cast<size_t>(x)];
+    if (p < 0) continue;
+    LNode& prev = g.nodes[static_cast<size_t>(p)];
+    const bool conv = prev.op == "Conv", gemm = prev.op == "Gemm" && attr(prev, "transB", 0) == 1 &&
+                                                attr(prev, "transA", 0) == 0 && prev.attrs.size() == 1;
+    if (!conv && !gemm) continue;
+    const Tensor* w = constant(prev.inputs[1]);
+    const Tensor* b = prev.inputs.size() > 2 ? constant(prev.inputs[2]) : nullptr;
+    if (!w || (prev.inputs.size() > 2 && !b) || w->size(0) != scale->numel()) continue;
+    double eps = 1e-5;
+    for (const auto& [k, v] : bn.attrs)
+      if (k == "epsilon") eps = std::get<double>(v);
+    const Tensor s = scale->to(kFloat64) / sqrt(var->to(kFloat64) + eps);
+    IntArray per_out(static_cast<size_t>(w->dim()), 1);
+    per_out[0] = w->size(0);
+    const Tensor w2 = (w->to(kFloat64) * s.reshape(per_out)).to(w->dtype()).contiguous();
+    const Tensor b0 = b ? b->to(kFloat64) : zeros({w->size(0)}, TensorOptions(kFloat64));
+    const Tensor b2 = ((b0 - mean->to(kFloat64)) * s + shift->to(kFloat64)).to(w->dtype()).contiguous();
+    auto add_constant = [&](const Tensor& t, const std::string& name) {
+      LValue v;
+      v.kind = LValue::kConstant;
+      v.constant = t;
+      v.sizes = t.sizes();
+      v.dtype = t.dtype();
+      v.name = name;
+      g.values.push_back(std::move(v));
+      return static_cast<int>(g.values.size()) - 1;
+    };
+    const std::string base = g.values[static_cast<size_t>(prev.inputs[1])].name;
+    prev.inputs[1] = add_constant(w2, base.empty() ? "" : base + "_folded");
+    const int bias_id = add_constant(b2, base.empty() ? "" : base + "_folded_bias");
+    if (prev.inputs.size() > 2) {
+      prev.inputs[2] = bias_id;
+    } else {
+      prev.inputs.push_back(bias_id);
+    }
+    prev.outputs = bn.outputs;
+    removed[n] = true;
+  }
+  std::vector<LNode> kept;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+}
+
 }  // namespace
 
 SymbolicAxis parse_dynamic_axis(const std::string& text, const std::vector<InputSignature>& inputs) {
@@ -671,6 +768,7 @@ std::string export_forward(const exporter::Forward& forward, const exporter::Con
       xs.push_back(SampleInput(inputs[i], shape, 0x5eed + t * 131 + i).to(options.device));
     }
     traces.push_back(lower(exporter::capture(forward, xs, names, constant_names), options.opset));
+    if (options.fold_batch_norm) FoldBatchNorm(traces.back());
   }
   Writer writer(std::move(traces), std::move(syms), options, inputs);
   pb::ModelProto model = writer.write();

@@ -48,6 +48,9 @@ struct ExportOptions {
   std::vector<std::pair<std::string, std::string>> metadata;  // metadata_props
   std::string producer_version;
   std::string graph_name = "anvil";
+  // Fold each inference batch norm into the convolution or linear layer that alone feeds it
+  // (fewer nodes; equal up to float rounding).
+  bool fold_batch_norm = false;
   Device device = kCPU;  // where the captures run (export_model: the module's parameters' device)
 };
 

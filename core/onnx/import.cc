@@ -294,6 +294,68 @@ Tensor Broadcast2(const char* op, const Tensor& a, const Tensor& b) {
   return logical_xor(a, b);
 }
 
+// GRU / LSTM / RNN, forward direction, layout 0, the default activations (RNN: Tanh or
+// Relu), no peepholes: ONNX's equations, step by step.
+void Recurrent(Call& c, int64_t gates) {
+  const pb::NodeProto& n = c.node;
+  const std::string& op = n.op_type();
+  ANVIL_CHECK(Str(n, "direction", "forward") == "forward", op, ": only the forward direction is supported");
+  ANVIL_CHECK(Int(n, "layout", 0) == 0, op, ": only layout 0 ([T, B, F]) is supported");
+  ANVIL_CHECK(!FindAttr(n, "clip"), op, ": clip is not supported");
+  std::string act = "Tanh";
+  if (const auto* a = FindAttr(n, "activations")) {
+    std::vector<std::string> acts(a->strings().begin(), a->strings().end());
+    const std::vector<std::string> defaults = gates == 1   ? std::vector<std::string>{"Tanh"}
+                                              : gates == 3 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                           : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    ANVIL_CHECK(gates == 1 ? acts.size() == 1 && (acts[0] == "Tanh" || acts[0] == "Relu") : acts == defaults, op,
+                ": only the default activations are supported");
+    act = acts[0];
+  }
+  const Tensor& x = c.x(0);
+  ANVIL_CHECK(x.dim() == 3, op, ": expected X [T, B, F], got rank ", x.dim());
+  const int64_t T = x.size(0), B = x.size(1), H = Int(n, "hidden_size", 0);
+  ANVIL_CHECK(H > 0 && c.x(1).dim() == 3 && c.x(1).size(0) == 1 && c.x(1).size(1) == gates * H, op, ": expected W [1, ",
+              gates, " * hidden_size, F]");
+  const Tensor w = c.x(1)[0], r = c.x(2)[0];
+  const Tensor bias = c.has(3) ? c.in[3][0] : zeros({2 * gates * H}, TensorOptions(x.dtype()));
+  const Tensor wb = bias.narrow(0, 0, gates * H), rb = bias.narrow(0, gates * H, gates * H);
+  if (c.has(4)) {
+    const std::vector<int64_t> lens = Int64Values(c.in[4], "sequence_lens");
+    for (int64_t len : lens) ANVIL_CHECK(len == T, op, ": sequence_lens shorter than the sequence are not supported");
+  }
+  ANVIL_CHECK(!c.has(7), op, ": peepholes are not supported");
+  Tensor h = c.has(5) ? c.in[5][0] : zeros({B, H}, TensorOptions(x.dtype()));
+  Tensor cell = gates == 4 ? (c.has(6) ? c.in[6][0] : zeros({B, H}, TensorOptions(x.dtype()))) : Tensor();
+  const bool lbr = Int(n, "linear_before_reset", 0) != 0;
+  const Tensor gi = linear(x, w, wb);  // every step's input projections
+  std::vector<Tensor> ys;
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor gx = gi[t];
+    if (gates == 1) {
+      const Tensor pre = gx + linear(h, r, rb);
+      h = act == "Relu" ? relu(pre) : tanh(pre);
+    } else if (gates == 4) {  // i, o, f, c
+      const Tensor g = gx + linear(h, r, rb);
+      const Tensor i = sigmoid(g.narrow(1, 0, H)), o = sigmoid(g.narrow(1, H, H)), f = sigmoid(g.narrow(1, 2 * H, H));
+      cell = f * cell + i * tanh(g.narrow(1, 3 * H, H));
+      h = o * tanh(cell);
+    } else {  // z, r, h
+      const Tensor gh = linear(h, r.narrow(0, 0, 2 * H), rb.narrow(0, 0, 2 * H));
+      const Tensor z = sigmoid(gx.narrow(1, 0, H) + gh.narrow(1, 0, H));
+      const Tensor rr = sigmoid(gx.narrow(1, H, H) + gh.narrow(1, H, H));
+      const Tensor rh = r.narrow(0, 2 * H, H), rbh = rb.narrow(0, 2 * H, H);
+      const Tensor hh = lbr ? rr * linear(h, rh, rbh) : linear(rr * h, rh, rbh);
+      const Tensor nn = tanh(gx.narrow(1, 2 * H, H) + hh);
+      h = (1.0 - z) * nn + z * h;
+    }
+    ys.push_back(h);
+  }
+  c.out[0] = T > 0 ? stack(ys, 0).unsqueeze(1) : zeros({0, 1, B, H}, TensorOptions(x.dtype()));
+  if (c.out.size() > 1) c.out[1] = h.unsqueeze(0);
+  if (c.out.size() > 2) c.out[2] = cell.defined() ? cell.unsqueeze(0) : Tensor();
+}
+
 const std::map<std::string, OpFn>& Ops() {
   static const std::map<std::string, OpFn> ops = [] {
     std::map<std::string, OpFn> m;
@@ -497,6 +559,9 @@ const std::map<std::string, OpFn>& Ops() {
       c.out[0] = argmax(c.x(0), axis, Int(c.node, "keepdims", 1) != 0);
     };
     m["Where"] = [](Call& c) { c.out[0] = where(c.x(0).to(kBool), c.x(1), c.x(2)); };
+    m["GRU"] = [](Call& c) { Recurrent(c, 3); };
+    m["LSTM"] = [](Call& c) { Recurrent(c, 4); };
+    m["RNN"] = [](Call& c) { Recurrent(c, 1); };
     return m;
   }();
   return ops;

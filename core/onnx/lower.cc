@@ -491,6 +491,13 @@ class Lowerer {
       Refuse("layer_norm exports as LayerNormalization, which needs opset 17 or later (asked for " +
              std::to_string(opset_) + ")");
     }
+    if (op == "GRU" || op == "LSTM" || op == "RNN") {
+      // Y is [T, num_directions = 1, B, H]; the layer's output is [T, B, H].
+      const int y = Temp(dtype(n.outputs[0]));
+      out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, {y}, origin_});
+      EmitTo("Squeeze", {y, Int64s({1})}, n.outputs[0]);
+      return;
+    }
     if (op == "Gather") {  // embedding: int32 or int64 indices as they come
       out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, n.outputs, origin_});
       return;

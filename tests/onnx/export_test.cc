@@ -102,6 +102,26 @@ TEST(OnnxExport, BatchNormAndLayerNormAreSingleNodes) {
   EXPECT_EQ(ops.count("ReduceMean"), 0u) << "the normalisations' inner ops leaked into the graph";
 }
 
+TEST(OnnxExport, RecurrentLayersAreOnnxNodesNotUnrolledLoops) {
+  const Exported e = Export(R"({"input_shape": [6, 5], "layers": [
+      {"type": "lstm", "hidden_size": 7, "num_layers": 2, "return": "sequence"},
+      {"type": "gru", "hidden_size": 4}]})");
+  const auto ops = OpTypes(e.proto);
+  EXPECT_EQ(ops.count("LSTM"), 2u);
+  EXPECT_EQ(ops.count("GRU"), 1u);
+  EXPECT_EQ(ops.count("Sigmoid"), 0u) << "the recurrence was unrolled";
+}
+
+TEST(OnnxExport, BatchNormFoldsIntoTheConvolutionOnRequest) {
+  ExportOptions fold;
+  fold.fold_batch_norm = true;
+  const std::string spec = models::preset_spec("resnet", {3, 16, 16}, 10);
+  const auto plain = OpTypes(Export(spec).proto), folded = OpTypes(Export(spec, fold).proto);
+  EXPECT_EQ(plain.count("BatchNormalization"), 7u);
+  EXPECT_EQ(folded.count("BatchNormalization"), 0u);
+  EXPECT_EQ(folded.count("Conv"), plain.count("Conv"));
+}
+
 TEST(OnnxExport, OpsetAndMetadataAreWritten) {
   ExportOptions options;
   options.opset = 13;
@@ -222,6 +242,9 @@ std::vector<ZooCase> Zoo() {
   zoo.push_back({"mlp", models::preset_spec("mlp", {64}, 10), {}, batches({64})});
   zoo.push_back({"lenet5", models::preset_spec("lenet5", {1, 8, 8}, 10), {}, batches({1, 8, 8})});
   zoo.push_back({"resnet", models::preset_spec("resnet", {3, 16, 16}, 10), {}, batches({3, 16, 16})});
+  ZooCase folded{"resnet_folded", models::preset_spec("resnet", {3, 16, 16}, 10), {}, batches({3, 16, 16})};
+  folded.options.fold_batch_norm = true;
+  zoo.push_back(folded);
   zoo.push_back({"conv_layers",
                  R"({"input_shape": [4, 9, 9], "layers": [
       {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": "same", "groups": 2, "dilation": 2},
@@ -241,6 +264,21 @@ std::vector<ZooCase> Zoo() {
                  {},
                  batches({12})});
   zoo.push_back({"gru", models::preset_spec("gru", {6}, 4, 16), {}, batches({6})});
+  // Recurrent layers export as ONNX GRU / LSTM nodes, so the sequence can stay symbolic.
+  ZooCase lstm{"lstm_2_layers_seq",
+               R"({"input_shape": [6, 5], "layers": [
+      {"type": "lstm", "hidden_size": 7, "num_layers": 2, "return": "sequence"},
+      {"type": "gru", "hidden_size": 4}, {"type": "linear", "out_features": 3}]})",
+               {},
+               batches({6, 5})};
+  lstm.options.dynamic_axes = {{0, 1, "seq"}};
+  lstm.shapes.push_back({5, 9, 5});
+  lstm.shapes.push_back({3, 1, 5});
+  zoo.push_back(lstm);
+  ZooCase gru_seq{"gru_seq", models::preset_spec("gru", {6}, 4, 16), {}, batches({6})};
+  gru_seq.options.dynamic_axes = {{0, 1, "seq"}};
+  gru_seq.shapes.push_back({4, 11});
+  zoo.push_back(gru_seq);
   ZooCase transformer{"transformer", models::preset_spec("transformer", {8}, 4, 16), {}, batches({8})};
   transformer.options.dynamic_axes = {{0, 1, "seq"}};
   transformer.shapes.push_back({5, 5});

@@ -12,6 +12,7 @@
 
 #include "core/anvil.h"
 #include "core/models/spec.h"
+#include "core/nn/rnn.h"
 #include "onnx/onnx_pb.h"
 
 namespace anvil::onnx {
@@ -63,6 +64,20 @@ INSTANTIATE_TEST_SUITE_P(
         RoundTrip{
             "transformer", models::preset_spec("transformer", {8}, 4, 16), {{0, 1, "seq"}}, {{1, 8}, {7, 8}, {3, 5}}}),
     [](const ::testing::TestParamInfo<RoundTrip>& info) { return std::string(info.param.name); });
+
+TEST(OnnxRoundTrip, AnElmanRnnIsAnOnnxRnnNode) {
+  nn::RNN rnn(5, 4, {.num_layers = 2, .batch_first = true});
+  rnn.eval();
+  ExportOptions options;
+  options.dynamic_axes = {{0, 1, "seq"}};
+  const std::string bytes = export_model(rnn, {{"input", {6, 5}, kFloat32}}, options);
+  const ImportedModel imported = import_model(bytes);
+  EXPECT_EQ(imported.operators, std::vector<std::string>({"Identity", "RNN", "Squeeze", "Transpose"}));
+  for (const IntArray& shape : {IntArray{2, 6, 5}, IntArray{3, 9, 5}}) {
+    const Tensor x = randn(shape);
+    EXPECT_TRUE(allclose(Forward(*imported.module, x), Forward(rnn, x), 1e-5, 1e-5)) << shape_str(shape);
+  }
+}
 
 // ---- files from other exporters: the onnx package's helpers, checked in onnxruntime ----
 

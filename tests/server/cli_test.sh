@@ -103,7 +103,8 @@ expect_exit 2 "--label-column that is not there" "${anvil[@]}" predict quick --i
   --label-column nope
 expect_output "not in the header row" "an unknown label column"
 echo "5. export --format onnx: written, verified by the server, options checked"
-expect_exit 0 "export onnx --verify" "${anvil[@]}" export quick --format onnx --opset 13 --verify -o "${work}/quick.onnx"
+expect_exit 0 "export onnx --verify" "${anvil[@]}" export quick --format onnx --opset 13 --verify --fold-batch-norm \
+  -o "${work}/quick.onnx"
 expect_output "^wrote .*quick.onnx \([0-9]+ bytes, sha256 [0-9a-f]{64}\)$" "the export line"
 expect_output "^verified in OpenCV DNN [0-9.]+: max \|error\| .* at batch 1, .* at batch 7$" "the verification line"
 [[ -s "${work}/quick.onnx" && ! -e "${work}/quick.onnx.part" ]] || fail "export left no file, or a .part"

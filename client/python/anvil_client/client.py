@@ -213,14 +213,17 @@ class Client:
             raise AnvilError(f"register_model {name}", e.code(), e.details()) from None
 
     def export(self, model: str, path: str, format: str = "native", version: str = "latest",
-               opset: int = 0, dynamic_axes: Sequence[str] = (), verify: bool = False) -> str:
+               opset: int = 0, dynamic_axes: Sequence[str] = (), verify: bool = False,
+               fold_batch_norm: bool = False) -> str:
         """Writes the model to `path` (a temporary file, checked against the size and SHA-256
         the server sends, then renamed); returns the SHA-256. ONNX only: `opset` (13 to 17, 0 for
         the default), `dynamic_axes`, symbolic axes beyond the batch ("input:1=seq"), and
         `verify`: the server runs the file in a second runtime first and refuses one that
-        disagrees with the model (FAILED_PRECONDITION)."""
+        disagrees with the model (FAILED_PRECONDITION); `fold_batch_norm`: batch norms folded into
+        the convolution or linear layer before them."""
         req = pb.ExportRequest(model=model, version=str(version), format=pb.ExportFormat.Value(format.upper()),
-                               opset=opset, dynamic_axes=list(dynamic_axes), verify=verify)
+                               opset=opset, dynamic_axes=list(dynamic_axes), verify=verify,
+                               fold_batch_norm=fold_batch_norm)
         digest, total, announced, sha = hashlib.sha256(), 0, -1, ""
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".export-", dir=directory)
