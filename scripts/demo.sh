@@ -51,6 +51,8 @@ echo
 echo "== exporting"
 "${anvil[@]}" export digits-cnn --format native -o "${root}/exports/digits-cnn.anvil"
 "${anvil[@]}" export digits-cnn --format safetensors -o "${root}/exports/digits-cnn.safetensors"
+# ONNX with a symbolic batch, checked in OpenCV DNN by the server before it is sent.
+"${anvil[@]}" export digits-cnn --format onnx --verify -o "${root}/exports/digits-cnn.onnx"
 
 echo
 echo "== where everything is"

@@ -25,6 +25,15 @@ std::vector<Case> Cases() {
       {"mlp", models::preset_spec("mlp", {64}, 10), nullptr},
       {"lenet5", models::preset_spec("lenet5", {1, 8, 8}, 10), nullptr},
       {"resnet", models::preset_spec("resnet", {3, 16, 16}, 10), nullptr},
+      // examples/specs/digits-cnn.json's model, which `make demo` exports with --verify.
+      {"digits_cnn_example", R"({"input_shape": [64], "layers": [{"type": "unflatten", "shape": [1, 8, 8]},
+          {"type": "conv2d", "out_channels": 32, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},
+          {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2},
+          {"type": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},
+          {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+          {"type": "linear", "out_features": 128}, {"type": "relu"}, {"type": "dropout", "p": 0.25},
+          {"type": "linear", "out_features": 10}]})",
+       nullptr},
       {"conv_layers", R"({"input_shape": [4, 9, 9], "layers": [
           {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": "same", "groups": 2, "dilation": 2},
           {"type": "leakyrelu", "negative_slope": 0.2}, {"type": "conv2d", "out_channels": 8, "kernel_size": 3,
