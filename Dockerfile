@@ -7,7 +7,8 @@
 # the two binaries and the dataset, and runs as an unprivileged user.
 # The runtime stage receives the libraries the binaries load from the builder
 # (scripts/bundle-libs.sh), so any glibc-based image at least as new as the builder serves.
-# The CPU image is 227 MB (bookworm-slim 78 MB, the bundled libraries 112 MB, the binaries 27 MB).
+# The CPU image is 253 MB (bookworm-slim 78 MB; the bundled libraries, ONNX and OpenCV DNN
+# included, and the binaries the rest).
 #
 # `make test-image` (CI runs it) builds this file without a Docker engine, buildah on a Debian 12
 # base made with debootstrap, keeps the image under 300 MB, and runs it as a user would: its

@@ -9,8 +9,8 @@
 # 2. The Dockerfile built by buildah: chroot isolation, vfs storage in WORK_DIR/storage (nothing
 #    global is touched), docker format (OCI drops HEALTHCHECK). Most of the time is this build.
 # 3. The image's config has its HEALTHCHECK, and the image is small: its root file system must
-#    stay within ANVIL_IMAGE_MAX_MB (default 300; 227 MB measured: bookworm-slim 78 MB, the
-#    bundled libraries 112 MB, of which oneDNN 38, OpenBLAS 35, BLIS 12; the binaries 27 MB).
+#    stay within ANVIL_IMAGE_MAX_MB (default 300; 253 MB measured: bookworm-slim 78 MB, the
+#    bundled libraries (oneDNN 38, OpenBLAS 35, BLIS 12, ONNX and OpenCV DNN) and the binaries).
 # 4. The image run: its entrypoint, as its user, with its environment only, chrooted into a
 #    working container's root, in fresh network, PID, mount and UTS namespaces (its own loopback:
 #    the image's 0.0.0.0:50051 and :9464 are free whatever runs on the host; nothing outlives the
