@@ -22,6 +22,9 @@ VerifyReport verify_in_opencv(const std::string& onnx_bytes, const exporter::For
   }
   // OpenCV logs its importer's progress and warnings to stderr; its errors come as exceptions.
   cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+  // One thread: a verification inside the server must not take every core from the requests
+  // being served (and OpenCV's pool is not instrumented for ThreadSanitizer).
+  cv::setNumThreads(1);
   cv::dnn::Net net;
   try {
     net = cv::dnn::readNetFromONNX(onnx_bytes.data(), onnx_bytes.size());
