@@ -152,6 +152,7 @@ struct Call {
   const std::vector<Tensor>& in;  // undefined: an absent optional input
   std::vector<Tensor>& out;
   int64_t opset;
+  Device device;  // the graph input's: tensors a node makes from nothing go there
   const Tensor& x(size_t i) const {
     ANVIL_CHECK(i < in.size() && in[i].defined(), node.op_type(), " \"", node.name(), "\": input ", i, " is missing");
     return in[i];
@@ -318,15 +319,16 @@ void Recurrent(Call& c, int64_t gates) {
   ANVIL_CHECK(H > 0 && c.x(1).dim() == 3 && c.x(1).size(0) == 1 && c.x(1).size(1) == gates * H, op, ": expected W [1, ",
               gates, " * hidden_size, F]");
   const Tensor w = c.x(1)[0], r = c.x(2)[0];
-  const Tensor bias = c.has(3) ? c.in[3][0] : zeros({2 * gates * H}, TensorOptions(x.dtype()));
+  const Tensor bias = c.has(3) ? c.in[3][0] : zeros({2 * gates * H}, TensorOptions(x.dtype()).with_device(x.device()));
   const Tensor wb = bias.narrow(0, 0, gates * H), rb = bias.narrow(0, gates * H, gates * H);
   if (c.has(4)) {
     const std::vector<int64_t> lens = Int64Values(c.in[4], "sequence_lens");
     for (int64_t len : lens) ANVIL_CHECK(len == T, op, ": sequence_lens shorter than the sequence are not supported");
   }
   ANVIL_CHECK(!c.has(7), op, ": peepholes are not supported");
-  Tensor h = c.has(5) ? c.in[5][0] : zeros({B, H}, TensorOptions(x.dtype()));
-  Tensor cell = gates == 4 ? (c.has(6) ? c.in[6][0] : zeros({B, H}, TensorOptions(x.dtype()))) : Tensor();
+  Tensor h = c.has(5) ? c.in[5][0] : zeros({B, H}, TensorOptions(x.dtype()).with_device(x.device()));
+  Tensor cell =
+      gates == 4 ? (c.has(6) ? c.in[6][0] : zeros({B, H}, TensorOptions(x.dtype()).with_device(x.device()))) : Tensor();
   const bool lbr = Int(n, "linear_before_reset", 0) != 0;
   const Tensor gi = linear(x, w, wb);  // every step's input projections
   std::vector<Tensor> ys;
@@ -351,7 +353,7 @@ void Recurrent(Call& c, int64_t gates) {
     }
     ys.push_back(h);
   }
-  c.out[0] = T > 0 ? stack(ys, 0).unsqueeze(1) : zeros({0, 1, B, H}, TensorOptions(x.dtype()));
+  c.out[0] = T > 0 ? stack(ys, 0).unsqueeze(1) : zeros({0, 1, B, H}, TensorOptions(x.dtype()).with_device(x.device()));
   if (c.out.size() > 1) c.out[1] = h.unsqueeze(0);
   if (c.out.size() > 2) c.out[2] = cell.defined() ? cell.unsqueeze(0) : Tensor();
 }
@@ -393,7 +395,7 @@ const std::map<std::string, OpFn>& Ops() {
       c.out[0] = c.x(0);
       if (c.out.size() > 1) c.out[1] = ones(c.x(0).sizes(), TensorOptions(kBool));
     };
-    m["Constant"] = [](Call& c) { c.out[0] = ConstantTensor(c.node); };
+    m["Constant"] = [](Call& c) { c.out[0] = ConstantTensor(c.node).to(c.device); };
     m["LeakyRelu"] = [](Call& c) { c.out[0] = leaky_relu(c.x(0), Float(c.node, "alpha", 0.01)); };
     m["Elu"] = [](Call& c) { c.out[0] = elu(c.x(0), Float(c.node, "alpha", 1.0)); };
     m["Gelu"] = [](Call& c) { c.out[0] = gelu(c.x(0), Str(c.node, "approximate", "none")); };
@@ -532,7 +534,7 @@ const std::map<std::string, OpFn>& Ops() {
       Tensor v = FindAttr(c.node, "value") ? FromProto(FindAttr(c.node, "value")->t(), "ConstantOfShape value")
                                            : zeros({1}, TensorOptions(kFloat32));
       ANVIL_CHECK(v.numel() == 1, "ConstantOfShape: value must hold one element");
-      c.out[0] = v.reshape({}).expand(IntArray(shape.begin(), shape.end())).contiguous();
+      c.out[0] = v.reshape({}).expand(IntArray(shape.begin(), shape.end())).contiguous().to(c.device);
     };
     m["Expand"] = [](Call& c) {
       const std::vector<int64_t> shape = Int64Values(c.x(1), "Expand shape");
@@ -549,7 +551,7 @@ const std::map<std::string, OpFn>& Ops() {
       ANVIL_CHECK(delta != 0, "Range: delta is 0");
       const double n = std::max(0.0, std::ceil((limit - start) / delta));
       ANVIL_CHECK(n <= static_cast<double>(kMaxRuntimeElements), "Range: ", n, " elements is beyond 2^28");
-      c.out[0] = arange(start, start + n * delta, delta, TensorOptions(c.x(0).dtype()));
+      c.out[0] = arange(start, start + n * delta, delta, TensorOptions(c.x(0).dtype()).with_device(c.device));
     };
     for (const char* r : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) {
       m[r] = [r](Call& c) { c.out[0] = Reduce(c, r); };
@@ -603,7 +605,7 @@ class OnnxGraph final : public nn::Module {
       std::vector<Tensor> in;
       for (int i : s.in) in.push_back(i < 0 ? Tensor() : v[static_cast<size_t>(i)]);
       std::vector<Tensor> out(s.out.size());
-      Call call{s.node, in, out, opset_};
+      Call call{s.node, in, out, opset_, x.device()};
       try {
         (*s.fn)(call);
       } catch (const Error& e) {
