@@ -1,5 +1,6 @@
 #include "core/ops/dispatch.h"
 
+#include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
 #include "core/autograd/inplace.h"
 #include "core/autograd/node.h"
@@ -32,6 +33,7 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vect
   detail::trace_op(op);
   NoGradGuard no_grad;                         // kernels may compose tensor ops internally: never record them
   exporter::detail::KernelScope not_captured;  // nor capture them for export
+  autocast::detail::KernelScope not_autocast;  // nor autocast them
   fn(KernelCall{op, inputs, outputs, attrs});
 }
 
@@ -74,7 +76,21 @@ void CheckNoPartialOverlap(const Tensor& self, const Tensor& in, const char* nam
 
 }  // namespace
 
+namespace {
+std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);
+}  // namespace
+
 std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+  // Inside an autocast region the row's policy picks the inputs' dtypes (core/amp/autocast.h).
+  if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined()) {
+    return DispatchOp(op, autocast::detail::cast_inputs(op, inputs, inputs[0].device()), attrs);
+  }
+  return DispatchOp(op, inputs, attrs);
+}
+
+namespace {
+
+std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   const OpInfo& info = op_info(op);
   ANVIL_INTERNAL_ASSERT(info.kind != OpKind::View, "views go through make_view");
   const Device dev = CommonDevice(op, inputs);
@@ -89,6 +105,8 @@ std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const O
   autograd::record_op(op, attrs, inputs, outputs);
   return outputs;
 }
+
+}  // namespace
 
 void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   ANVIL_INTERNAL_ASSERT(op_info(op).kind == OpKind::Foreach, op_name(op), " is not a Foreach row");

@@ -1,0 +1,136 @@
+#include "core/amp/autocast.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/autograd/grad_mode.h"
+#include "core/util/error.h"
+
+namespace anvil {
+namespace {
+
+struct DeviceState {
+  bool enabled = false;
+  ScalarType dtype = kBFloat16;
+};
+
+struct CacheEntry {
+  Tensor source;  // kept alive, so the key's address is not reused while cached
+  uint64_t version = 0;
+  Tensor cast;
+};
+
+struct ThreadState {
+  DeviceState devices[2] = {{false, kBFloat16}, {false, kFloat16}};
+  int depth = 0;  // enabled regions open on this thread
+  absl::flat_hash_map<std::pair<const TensorImpl*, int>, CacheEntry> cache;
+  autocast::CacheStats stats;
+};
+
+ThreadState& State() {
+  thread_local ThreadState state;
+  return state;
+}
+
+int Index(DeviceType d) { return d == DeviceType::CUDA ? 1 : 0; }
+
+void Refresh(ThreadState& s) { autocast::detail::t_any_enabled = s.devices[0].enabled || s.devices[1].enabled; }
+
+bool IsLow(ScalarType t) { return t == kBFloat16 || t == kFloat16; }
+
+// `t` as dtype `to`, through the region's cache for leaves that require grad (weights).
+Tensor Cast(const Tensor& t, ScalarType to) {
+  ThreadState& s = State();
+  const bool cacheable = GradMode::is_enabled() && t.requires_grad() && t.is_leaf();
+  if (!cacheable) return t.to(to);
+  const auto key = std::make_pair(static_cast<const TensorImpl*>(t.impl()), static_cast<int>(to));
+  auto it = s.cache.find(key);
+  if (it != s.cache.end() && it->second.version == t._version()) {
+    ++s.stats.hits;
+    return it->second.cast;
+  }
+  ++s.stats.misses;
+  Tensor cast = t.to(to);
+  s.cache[key] = CacheEntry{t, t._version(), cast};
+  s.stats.entries = static_cast<int64_t>(s.cache.size());
+  return cast;
+}
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(DeviceType device, std::optional<ScalarType> dtype, bool enabled) : device_(device) {
+  ThreadState& s = State();
+  DeviceState& d = s.devices[Index(device)];
+  const ScalarType want = dtype.value_or(device == DeviceType::CUDA ? kFloat16 : kBFloat16);
+  ANVIL_CHECK(IsLow(want), "AutocastGuard: expected bfloat16 or float16, got ", want);
+  prev_enabled_ = d.enabled;
+  prev_dtype_ = d.dtype;
+  d.enabled = enabled;
+  d.dtype = want;
+  if (enabled) ++s.depth;
+  Refresh(s);
+}
+
+AutocastGuard::~AutocastGuard() {
+  ThreadState& s = State();
+  DeviceState& d = s.devices[Index(device_)];
+  if (d.enabled && --s.depth == 0) {
+    s.cache.clear();  // the outermost region ends: its casts go with it
+    s.stats = {};
+  }
+  d.enabled = prev_enabled_;
+  d.dtype = prev_dtype_;
+  Refresh(s);
+}
+
+namespace autocast {
+
+bool is_enabled(DeviceType device) { return State().devices[Index(device)].enabled; }
+ScalarType dtype(DeviceType device) { return State().devices[Index(device)].dtype; }
+CacheStats cache_stats() { return State().stats; }
+
+namespace detail {
+
+thread_local bool t_any_enabled = false;
+
+std::vector<Tensor> cast_inputs(OpId op, const std::vector<Tensor>& inputs, Device device) {
+  const DeviceState& d = State().devices[Index(device.type)];
+  if (!d.enabled) return inputs;
+  const AutocastPolicy policy = op_info(op).autocast;
+  if (policy == AutocastPolicy::NoCast) return inputs;
+  std::vector<Tensor> out = inputs;
+  // Casts are ops too: they must not be autocast themselves.
+  KernelScope not_autocast;
+  switch (policy) {
+    case AutocastPolicy::LowerPrecision:
+      for (Tensor& t : out) {
+        if (t.defined() && is_floating_point(t.dtype()) && t.dtype() != d.dtype) t = Cast(t, d.dtype);
+      }
+      break;
+    case AutocastPolicy::Float32:
+      for (Tensor& t : out) {
+        if (t.defined() && IsLow(t.dtype())) t = Cast(t, kFloat32);
+      }
+      break;
+    case AutocastPolicy::Widest: {
+      std::optional<ScalarType> widest;
+      for (const Tensor& t : out) {
+        if (t.defined() && is_floating_point(t.dtype()))
+          widest = widest ? promote_types(*widest, t.dtype()) : t.dtype();
+      }
+      if (widest) {
+        for (Tensor& t : out) {
+          if (t.defined() && is_floating_point(t.dtype()) && t.dtype() != *widest) t = Cast(t, *widest);
+        }
+      }
+      break;
+    }
+    case AutocastPolicy::NoCast:
+      break;
+  }
+  return out;
+}
+
+}  // namespace detail
+}  // namespace autocast
+}  // namespace anvil
