@@ -1,0 +1,71 @@
+// GradScaler (docs/amp.md), after torch.cuda.amp.GradScaler: scales the loss so float16
+// gradients do not underflow, unscales them before the optimizer step, skips the step when a
+// gradient is not finite, and adapts the scale: backoff_factor on a non-finite step,
+// growth_factor after growth_interval finite steps in a row. libtorch has no C++ GradScaler.
+//
+//   GradScaler scaler;
+//   scaler.scale(loss).backward();
+//   scaler.step(optimizer);   // unscales (unless unscale_ was called), steps unless inf/NaN
+//   scaler.update();
+//
+// The scale and the found-inf flag are tensors, so the unscale and the finite check read no
+// value on the host; step() does read the flag to decide (the fused optimizer steps that skip
+// on the device are still to come, docs/amp.md). The misuse PyTorch refuses is refused here
+// too, with its messages.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/optim/optimizer.h"
+
+namespace anvil::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale (the loss unchanged when disabled).
+  Tensor scale(const Tensor& loss);
+  // Divides the optimizer's gradients by the scale in place and records whether any is not
+  // finite. At most once per optimizer between updates, and not after step().
+  void unscale_(Optimizer& optimizer);
+  // Unscales if not done yet, then steps unless a gradient was not finite. Returns whether
+  // the step was taken.
+  bool step(Optimizer& optimizer);
+  // Adapts the scale from the steps since the last update; forgets them.
+  void update();
+
+  double get_scale() const;  // reads the scale (a host read: for logs and metrics)
+  int64_t growth_tracker() const { return growth_tracker_; }
+  int64_t skipped_steps() const { return skipped_; }  // steps skipped since construction
+  bool is_enabled() const { return options_.enabled; }
+
+  // scale, growth_factor, backoff_factor, growth_interval, growth_tracker (PyTorch's keys).
+  std::map<std::string, double> state_dict() const;
+  void load_state_dict(const std::map<std::string, double>& state);
+
+ private:
+  enum class Stage { kReady, kUnscaled, kStepped };
+  struct PerOptimizer {
+    Stage stage = Stage::kReady;
+    Tensor found_inf;  // float32 [1]: 1 when a gradient was not finite
+  };
+
+  GradScalerOptions options_;
+  Tensor scale_;  // float32 [1]
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_ = 0;
+  std::map<const Optimizer*, PerOptimizer> per_optimizer_;
+};
+
+}  // namespace anvil::optim

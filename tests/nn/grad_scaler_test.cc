@@ -1,0 +1,104 @@
+// GradScaler against PyTorch's update rule (torch.cuda.amp.GradScaler: backoff on a
+// non-finite step, growth after growth_interval finite steps in a row), its skipped steps, its
+// state machine's errors and its state_dict.
+#include "core/optim/grad_scaler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/anvil.h"
+#include "core/optim/optimizer.h"
+
+namespace anvil::optim {
+namespace {
+
+void ExpectError(const std::function<void()>& f, const std::string& words) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected: " << words;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(GradScaler, FollowsPyTorchsUpdateRuleOverAScriptedSeries) {
+  Tensor p = zeros({3}).requires_grad_();
+  SGD sgd({p}, {{"lr", 0.5}});
+  GradScaler scaler({.init_scale = 8.0, .growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 3});
+  // F: finite gradients (d loss / dp = 1), I: an infinite one.
+  const std::string series = "FFFFIFFFIIF";
+  // The rule, by hand: growth every 3rd finite step in a row, halving on each infinite one.
+  const std::vector<double> expected_scale{8, 8, 16, 16, 8, 8, 8, 16, 8, 4, 4};
+  double expected_p = 0;
+  for (size_t i = 0; i < series.size(); ++i) {
+    sgd.zero_grad();
+    const double c = series[i] == 'F' ? 1.0 : INFINITY;
+    const Tensor loss = (p * c).sum();
+    scaler.scale(loss).backward();
+    const bool stepped = scaler.step(sgd);
+    EXPECT_EQ(stepped, series[i] == 'F') << "step " << i;
+    if (stepped) expected_p -= 0.5;  // lr * the unscaled gradient
+    EXPECT_FLOAT_EQ(p.detach()[0].item<float>(), static_cast<float>(expected_p)) << "step " << i;
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << "after step " << i;
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 3);
+}
+
+TEST(GradScaler, UnscaledGradientsAreTheTrueOnes) {
+  Tensor p = tensor({1.0, 2.0}).requires_grad_();
+  SGD sgd({p}, {{"lr", 0.1}});
+  GradScaler scaler({.init_scale = 1024.0});
+  scaler.scale((p * p).sum()).backward();
+  EXPECT_TRUE(allclose(p.grad(), tensor({2048.0, 4096.0})));
+  scaler.unscale_(sgd);
+  EXPECT_TRUE(allclose(p.grad(), tensor({2.0, 4.0})));  // 2p, ready for clipping
+  EXPECT_TRUE(scaler.step(sgd));
+  scaler.update();
+}
+
+TEST(GradScaler, RefusesPyTorchsMisuses) {
+  Tensor p = ones({2}).requires_grad_();
+  SGD sgd({p}, {{"lr", 0.1}});
+  GradScaler scaler;
+  ExpectError([&] { scaler.update(); }, "No inf checks were recorded prior to update.");
+  ExpectError([&] { scaler.unscale_(sgd); }, "No inf checks were recorded for this optimizer.");
+  GradScaler fresh;
+  fresh.scale(p.sum()).backward();
+  fresh.unscale_(sgd);
+  ExpectError([&] { fresh.unscale_(sgd); },
+              "unscale_() has already been called on this optimizer since the last update().");
+  fresh.step(sgd);
+  ExpectError([&] { fresh.step(sgd); }, "step() has already been called since the last update().");
+  ExpectError([&] { fresh.unscale_(sgd); }, "unscale_() is being called after step().");
+  fresh.update();
+  EXPECT_THROW(GradScaler({.growth_factor = 0.5}), Error);
+}
+
+TEST(GradScaler, StateDictRoundTripsAndDisabledIsTransparent) {
+  GradScaler a({.init_scale = 256.0, .growth_interval = 5});
+  Tensor p = ones({2}).requires_grad_();
+  SGD sgd({p}, {{"lr", 0.1}});
+  for (int i = 0; i < 2; ++i) {
+    sgd.zero_grad();
+    a.scale(p.sum()).backward();
+    a.step(sgd);
+    a.update();
+  }
+  const auto state = a.state_dict();
+  EXPECT_EQ(state.at("scale"), 256.0);
+  EXPECT_EQ(state.at("_growth_tracker"), 2.0);
+  GradScaler b;
+  b.load_state_dict(state);
+  EXPECT_EQ(b.get_scale(), 256.0);
+  EXPECT_EQ(b.growth_tracker(), 2);
+  EXPECT_EQ(b.state_dict(), state);
+  GradScaler off({.enabled = false});
+  const Tensor loss = p.sum();
+  EXPECT_EQ(off.scale(loss).impl(), loss.impl());
+  EXPECT_TRUE(off.state_dict().empty());
+}
+
+}  // namespace
+}  // namespace anvil::optim
