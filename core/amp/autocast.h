@@ -63,8 +63,12 @@ std::vector<Tensor> cast_inputs(OpId op, const std::vector<Tensor>& inputs, Devi
 // Kernels may run ops internally: those are not autocast.
 class KernelScope {
  public:
-  KernelScope() : prev_(t_any_enabled) { t_any_enabled = false; }
-  ~KernelScope() { t_any_enabled = prev_; }
+  KernelScope() : prev_(t_any_enabled) {
+    if (prev_) t_any_enabled = false;
+  }
+  ~KernelScope() {
+    if (prev_) t_any_enabled = true;
+  }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
 

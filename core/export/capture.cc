@@ -31,13 +31,14 @@ class Capture {
     return id;
   }
 
-  // The value `t` holds: a recorded one, or a new constant (`maker`: the op reading it).
-  int resolve(const Tensor& t) {
+  // The value `t` holds: a recorded one, or a new constant first read by `reader` (messages).
+  int resolve(const Tensor& t, std::string_view reader) {
     if (!t.defined()) return -1;
     if (auto it = ids_.find(t.impl()); it != ids_.end()) return it->second;
     const int id = AddValue(Value::kConstant, t);
     Value& v = trace.values[static_cast<size_t>(id)];
     if (auto n = names_.find(t.impl()); n != names_.end()) v.name = n->second;
+    v.maker = std::string(reader);
     return id;
   }
 
@@ -147,7 +148,7 @@ void on_op(OpId op, const std::vector<Tensor>& inputs, const std::vector<Tensor>
                                  "' has no exported form (a gradient, an optimizer step or a training-only op)"));
   }
   std::vector<int> in, out;
-  for (const Tensor& t : inputs) in.push_back(c->resolve(t));
+  for (const Tensor& t : inputs) in.push_back(c->resolve(t, info.name));
   for (const Tensor& t : outputs) out.push_back(c->add_computed(t, from_inputs));
   Node& node = c->add_node();
   node.op = op;
@@ -186,7 +187,7 @@ void on_inplace(OpId op, const std::vector<Tensor>& inputs, const Tensor& out, c
       ~Leave() { --c->depth; }
     } leave{c};
     for (const Tensor& t : inputs) {
-      in.push_back(t.impl() == out.impl() && !out_recorded ? c->resolve(t.clone()) : c->resolve(t));
+      in.push_back(c->resolve(t.impl() == out.impl() && !out_recorded ? t.clone() : t, op_name(op)));
     }
   }
   const int result = c->add_computed(out, c->any_from_inputs(inputs));
@@ -243,7 +244,7 @@ const Tensor& Composite::finish(const Tensor& output) {
   --c->depth;
   if (!c->any_computed(state_->inputs)) return output;  // folded
   std::vector<int> in;
-  for (const Tensor& t : state_->inputs) in.push_back(c->resolve(t));
+  for (const Tensor& t : state_->inputs) in.push_back(c->resolve(t, state_->op));
   const int result = c->add_computed(output, c->any_from_inputs(state_->inputs));
   Node& node = c->add_node();
   node.composite = state_->op;
@@ -273,7 +274,7 @@ Trace capture(const Forward& forward, const std::vector<Tensor>& inputs, const s
   ANVIL_CHECK(!outputs.empty(), "export: the forward returned no outputs");
   for (const Tensor& t : outputs) {
     ANVIL_CHECK(t.defined(), "export: the forward returned an undefined tensor");
-    c.trace.outputs.push_back(c.resolve(t));
+    c.trace.outputs.push_back(c.resolve(t, "the output"));
   }
   return std::move(c.trace);
 }

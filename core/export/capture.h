@@ -54,7 +54,7 @@ struct Value {
   ScalarType dtype = kFloat32;
   Tensor tensor;      // the value itself (constants are written from it; all are kept alive)
   std::string name;   // inputs: their name; constants owned by a module: the dotted name
-  std::string maker;  // constants made inside the forward: the op that made them
+  std::string maker;  // constants: the op that first read them (messages)
   // Whether the value depends on the inputs (a view of a constant is recorded, so that its
   // window can follow a symbolic size, but reading it is no data-dependent read).
   bool from_inputs = false;

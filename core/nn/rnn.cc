@@ -90,35 +90,33 @@ Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& 
                          Tensor* c_out) const {
   const int64_t T = layer_in.size(0), H = hidden_;
   const bool lstm = gates_ == 4;
-  {
-    // Input projections of every step at once: [T, B, G*H].
-    const Tensor gi = linear(layer_in, w[0], w[2]);
-    Tensor h = h0, c = c0;
-    std::vector<Tensor> outputs;
-    outputs.reserve(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) {
-      const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
-      const Tensor gx = gi[t];
-      if (gates_ == 1) {  // Elman
-        h = options_.nonlinearity == "relu" ? relu(gx + gh) : tanh(gx + gh);
-      } else if (lstm) {
-        const Tensor g = gx + gh;
-        const Tensor i = sigmoid(g.narrow(1, 0, H)), f = sigmoid(g.narrow(1, H, H));
-        const Tensor gg = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));
-        c = f * c + i * gg;
-        h = o * tanh(c);
-      } else {
-        const Tensor r = sigmoid(gx.narrow(1, 0, H) + gh.narrow(1, 0, H));
-        const Tensor z = sigmoid(gx.narrow(1, H, H) + gh.narrow(1, H, H));
-        const Tensor n = tanh(gx.narrow(1, 2 * H, H) + r * gh.narrow(1, 2 * H, H));
-        h = (1.0 - z) * n + z * h;
-      }
-      outputs.push_back(h);
+  // Input projections of every step at once: [T, B, G*H].
+  const Tensor gi = linear(layer_in, w[0], w[2]);
+  Tensor h = h0, c = c0;
+  std::vector<Tensor> outputs;
+  outputs.reserve(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
+    const Tensor gx = gi[t];
+    if (gates_ == 1) {  // Elman
+      h = options_.nonlinearity == "relu" ? relu(gx + gh) : tanh(gx + gh);
+    } else if (lstm) {
+      const Tensor g = gx + gh;
+      const Tensor i = sigmoid(g.narrow(1, 0, H)), f = sigmoid(g.narrow(1, H, H));
+      const Tensor gg = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));
+      c = f * c + i * gg;
+      h = o * tanh(c);
+    } else {
+      const Tensor r = sigmoid(gx.narrow(1, 0, H) + gh.narrow(1, 0, H));
+      const Tensor z = sigmoid(gx.narrow(1, H, H) + gh.narrow(1, H, H));
+      const Tensor n = tanh(gx.narrow(1, 2 * H, H) + r * gh.narrow(1, 2 * H, H));
+      h = (1.0 - z) * n + z * h;
     }
-    if (h_out != nullptr) *h_out = h;
-    if (c_out != nullptr) *c_out = c;
-    return stack(outputs, 0);
+    outputs.push_back(h);
   }
+  if (h_out != nullptr) *h_out = h;
+  if (c_out != nullptr) *c_out = c;
+  return stack(outputs, 0);
 }
 
 std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, const Tensor* w, const Tensor& h0, const Tensor& c0,

@@ -1,5 +1,6 @@
 #include "core/onnx/export.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -109,37 +110,11 @@ std::optional<Tensor> UniformValue(const Tensor& t) {
   return first.reshape({});
 }
 
-int32_t OnnxType(ScalarType t) {
-  switch (t) {
-    case kBool:
-      return pb::TensorProto::BOOL;
-    case kUInt8:
-      return pb::TensorProto::UINT8;
-    case kInt8:
-      return pb::TensorProto::INT8;
-    case kInt16:
-      return pb::TensorProto::INT16;
-    case kInt32:
-      return pb::TensorProto::INT32;
-    case kInt64:
-      return pb::TensorProto::INT64;
-    case ScalarType::Float16:
-      return pb::TensorProto::FLOAT16;
-    case ScalarType::BFloat16:
-      return pb::TensorProto::BFLOAT16;
-    case kFloat32:
-      return pb::TensorProto::FLOAT;
-    case kFloat64:
-      return pb::TensorProto::DOUBLE;
-  }
-  return pb::TensorProto::UNDEFINED;
-}
-
 void FillTensor(pb::TensorProto* p, const std::string& name, const Tensor& t_in) {
   const Tensor t = t_in.to(kCPU).contiguous();
   p->set_name(name);
   for (int64_t s : t.sizes()) p->add_dims(s);
-  p->set_data_type(OnnxType(t.dtype()));
+  p->set_data_type(onnx_dtype(t.dtype()));
   p->set_raw_data(
       std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size())));
 }
@@ -290,15 +265,17 @@ class Writer {
     for (size_t e = 0; e < v0.shape.size(); ++e) {
       std::vector<int64_t> seen;
       for (const Lowered& l : traces_) seen.push_back(l.values[static_cast<size_t>(id)].shape[e]);
-      std::optional<SymDim> fit = Fit(seen, syms_);
-      if (!fit && (v0.use == LValue::kSliceBound || v0.use == LValue::kIndex)) {
-        // Not a product (T - 1), but maybe a fixed distance from the end of its dim: kept as
-        // that distance, which WriteShape turns into a negative bound or index.
+      std::optional<SymDim> fit;
+      const bool varies = std::any_of(seen.begin(), seen.end(), [&](int64_t v) { return v != seen[0]; });
+      if (varies && (v0.use == LValue::kSliceBound || v0.use == LValue::kIndex)) {
+        // A slice bound or index that tracks its dim's size (T, T - 1) is a fixed distance
+        // from the end, which WriteShape writes as a negative bound or index.
         const std::vector<int64_t> size = DimAcross(v0.like, static_cast<size_t>(v0.like_dims[e]));
         bool relative = true;
         for (size_t t = 1; t < seen.size(); ++t) relative &= seen[t] - size[t] == seen[0] - size[0];
         if (relative) fit = SymDim{seen[0] - size[0], kFromEnd};
       }
+      if (!fit) fit = Fit(seen, syms_);
       if (!fit) {
         std::string vals;
         for (int64_t s : seen) vals += (vals.empty() ? "" : ", ") + std::to_string(s);
@@ -309,11 +286,6 @@ class Writer {
       out.push_back(*fit);
     }
     return out;
-  }
-  std::vector<int64_t> EntryAcross(int id, size_t e) const {
-    std::vector<int64_t> seen;
-    for (const Lowered& l : traces_) seen.push_back(l.values[static_cast<size_t>(id)].shape[e]);
-    return seen;
   }
   std::vector<int64_t> DimAcross(int id, size_t d) const {
     std::vector<int64_t> seen;
@@ -428,23 +400,8 @@ class Writer {
         }
         break;
       }
-      case LValue::kSliceBound:
-      case LValue::kIndex: {
-        // A bound that tracks its input's size is relative to the end.
-        for (size_t e = 0; e < entries.size(); ++e) {
-          if (!symbolic[e]) continue;
-          const std::vector<int64_t> bound = EntryAcross(id, e);
-          const std::vector<int64_t> size = DimAcross(v.like, static_cast<size_t>(v.like_dims[e]));
-          bool relative = true;
-          for (size_t t = 1; t < bound.size(); ++t) relative &= bound[t] - size[t] == bound[0] - size[0];
-          if (relative) {
-            const int64_t from_end = bound[0] - size[0];
-            fixed[e] = from_end == 0 && v.use == LValue::kSliceBound ? std::numeric_limits<int64_t>::max() : from_end;
-            symbolic[e] = false;
-          }
-        }
-        break;
-      }
+      case LValue::kSliceBound:  // distances from the end: resolved in ShapeEntries
+      case LValue::kIndex:
       case LValue::kPlain:
         break;
     }
@@ -543,7 +500,7 @@ class Writer {
   void AddValueInfo(pb::ValueInfoProto* info, const std::string& name, int id) {
     info->set_name(name);
     auto* tensor = info->mutable_type()->mutable_tensor_type();
-    tensor->set_elem_type(OnnxType(traces_[0].values[static_cast<size_t>(id)].dtype));
+    tensor->set_elem_type(onnx_dtype(traces_[0].values[static_cast<size_t>(id)].dtype));
     auto* shape = tensor->mutable_shape();
     for (const SymDim& d : Sizes(id)) {
       auto* dim = shape->add_dim();

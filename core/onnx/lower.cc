@@ -5,6 +5,7 @@
 
 #include "core/ops/attrs.h"
 #include "core/ops/functions.h"
+#include "onnx/onnx_pb.h"
 
 namespace anvil::onnx {
 namespace {
@@ -109,35 +110,10 @@ class Lowerer {
   int CastTo(int id, ScalarType dt) {
     if (id < 0 || dtype(id) == dt) return id;
     if (val(id).kind == LValue::kConstant) return Constant(val(id).constant.to(dt));
-    return Emit("Cast", {id}, dt, {{"to", OnnxType(dt)}});
+    return Emit("Cast", {id}, dt, {{"to", int64_t{onnx_dtype(dt)}}});
   }
 
   // ---- ONNX conventions ----
-  static int64_t OnnxType(ScalarType t) {
-    switch (t) {
-      case kBool:
-        return 9;
-      case kUInt8:
-        return 2;
-      case kInt8:
-        return 3;
-      case kInt16:
-        return 5;
-      case kInt32:
-        return 6;
-      case kInt64:
-        return 7;
-      case ScalarType::Float16:
-        return 10;
-      case ScalarType::BFloat16:
-        return 16;
-      case kFloat32:
-        return 1;
-      case kFloat64:
-        return 11;
-    }
-    return 0;
-  }
   // A reduction's axes: an attribute before opset 18 (13 for ReduceSum), an input after.
   void Reduce(const char* op, int x, const IntArray& dims, bool keepdim, int output) {
     Attributes attrs{{"keepdims", int64_t{keepdim ? 1 : 0}}};
@@ -270,7 +246,7 @@ class Lowerer {
       }
       case OpId::FloorDivide: {
         const int q = Emit("Div", {CastTo(in[0], kFloat64), CastTo(in[1], kFloat64)}, kFloat64);
-        EmitTo("Cast", {Emit("Floor", {q}, kFloat64)}, out, {{"to", OnnxType(odt)}});
+        EmitTo("Cast", {Emit("Floor", {q}, kFloat64)}, out, {{"to", int64_t{onnx_dtype(odt)}}});
         return;
       }
       case OpId::TruncDivide: {
@@ -288,7 +264,7 @@ class Lowerer {
         EmitTo("Not", {Emit("Equal", in, kBool)}, out);
         return;
       case OpId::Cast:
-        EmitTo("Cast", in, out, {{"to", OnnxType(odt)}});
+        EmitTo("Cast", in, out, {{"to", int64_t{onnx_dtype(odt)}}});
         return;
       case OpId::Sum:
       case OpId::Mean:
@@ -498,12 +474,11 @@ class Lowerer {
       EmitTo("Squeeze", {y, Int64s({1})}, n.outputs[0]);
       return;
     }
-    if (op == "Gather") {  // embedding: int32 or int64 indices as they come
-      out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, n.outputs, origin_});
-      return;
-    }
-    static const char* const kKnown[] = {"BatchNormalization", "LayerNormalization", "MaxPool", "AveragePool"};
-    for (const char* k : kKnown) {
+    // One node of the operator, inputs in its order (embedding's Gather takes int32 or int64
+    // indices as they come).
+    static const char* const kOneNode[] = {"BatchNormalization", "LayerNormalization", "MaxPool", "AveragePool",
+                                           "Gather"};
+    for (const char* k : kOneNode) {
       if (op == k) {
         out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, n.outputs, origin_});
         return;
@@ -519,6 +494,32 @@ class Lowerer {
 };
 
 }  // namespace
+
+int32_t onnx_dtype(ScalarType t) {
+  switch (t) {
+    case kBool:
+      return ::onnx::TensorProto::BOOL;
+    case kUInt8:
+      return ::onnx::TensorProto::UINT8;
+    case kInt8:
+      return ::onnx::TensorProto::INT8;
+    case kInt16:
+      return ::onnx::TensorProto::INT16;
+    case kInt32:
+      return ::onnx::TensorProto::INT32;
+    case kInt64:
+      return ::onnx::TensorProto::INT64;
+    case ScalarType::Float16:
+      return ::onnx::TensorProto::FLOAT16;
+    case ScalarType::BFloat16:
+      return ::onnx::TensorProto::BFLOAT16;
+    case kFloat32:
+      return ::onnx::TensorProto::FLOAT;
+    case kFloat64:
+      return ::onnx::TensorProto::DOUBLE;
+  }
+  return ::onnx::TensorProto::UNDEFINED;
+}
 
 Lowered lower(const exporter::Trace& trace, int64_t opset) { return Lowerer(trace, opset).run(); }
 

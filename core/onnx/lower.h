@@ -25,7 +25,7 @@ struct LValue {
   ScalarType dtype = kFloat32;
   Tensor constant;    // kConstant
   std::string name;   // inputs; constants a module owns (dotted name)
-  std::string maker;  // constants made in the forward: the op that made them
+  std::string maker;  // constants: the op that first read them; shape arguments: their op
   // kShape: a 1-D int64 argument. Entries may be rewritten by the writer: -1 for the one
   // symbolic entry of a Reshape target; an Expand target's entries equal to its input's dim
   // become 1; a Slice bound that tracks its input's size becomes relative to the end.
@@ -49,6 +49,9 @@ struct Lowered {
   std::vector<LNode> nodes;
   std::vector<int> inputs, outputs;
 };
+
+// ONNX's TensorProto::DataType for an Anvil dtype (the Cast attribute, initializers, value info).
+int32_t onnx_dtype(ScalarType t);
 
 // Lowers `trace` for ONNX opset `opset` (13..17). Throws exporter::CaptureError naming a row
 // or composite that has no lowering.

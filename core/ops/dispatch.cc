@@ -77,18 +77,6 @@ void CheckNoPartialOverlap(const Tensor& self, const Tensor& in, const char* nam
 }  // namespace
 
 namespace {
-std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);
-}  // namespace
-
-std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
-  // Inside an autocast region the row's policy picks the inputs' dtypes (core/amp/autocast.h).
-  if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined()) {
-    return DispatchOp(op, autocast::detail::cast_inputs(op, inputs, inputs[0].device()), attrs);
-  }
-  return DispatchOp(op, inputs, attrs);
-}
-
-namespace {
 
 std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   const OpInfo& info = op_info(op);
@@ -107,6 +95,14 @@ std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const
 }
 
 }  // namespace
+
+std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+  // Inside an autocast region the row's policy picks the inputs' dtypes (core/amp/autocast.h).
+  if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined()) {
+    return DispatchOp(op, autocast::detail::cast_inputs(op, inputs, inputs[0].device()), attrs);
+  }
+  return DispatchOp(op, inputs, attrs);
+}
 
 void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   ANVIL_INTERNAL_ASSERT(op_info(op).kind == OpKind::Foreach, op_name(op), " is not a Foreach row");
