@@ -89,36 +89,37 @@ Tensor FromProto(const pb::TensorProto& t, const std::string& what) {
     numel *= d;
     dims.push_back(d);
   }
-  Tensor out = empty(dims, TensorOptions(dt));
-  const auto bytes = static_cast<size_t>(numel) * static_cast<size_t>(out.element_size());
+  // The data present is checked against the shape before anything is allocated: a shape is a few
+  // bytes of the file, and must not make the importer allocate what the file does not hold.
+  const auto bytes = static_cast<size_t>(numel) * static_cast<size_t>(itemsize(dt));
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes) {
       Fail(anvil::detail::StrCat(what, ": ", t.raw_data().size(), " bytes of data for shape ", shape_str(dims), " of ",
                                  dtype_name(dt), " (", bytes, " expected)"));
     }
+    Tensor out = empty(dims, TensorOptions(dt));
     if (bytes > 0) std::memcpy(out.data_ptr(), t.raw_data().data(), bytes);
     return out;
   }
-  auto check_count = [&](int64_t have) {
-    if (have != numel) {
-      Fail(anvil::detail::StrCat(what, ": ", have, " values for shape ", shape_str(dims), " (", numel, " expected)"));
-    }
-  };
+  const int64_t have = t.data_type() == pb::TensorProto::FLOAT    ? t.float_data_size()
+                       : t.data_type() == pb::TensorProto::DOUBLE ? t.double_data_size()
+                       : t.data_type() == pb::TensorProto::INT64  ? t.int64_data_size()
+                                                                  : t.int32_data_size();
+  if (have != numel) {
+    Fail(anvil::detail::StrCat(what, ": ", have, " values for shape ", shape_str(dims), " (", numel, " expected)"));
+  }
+  Tensor out = empty(dims, TensorOptions(dt));
   switch (t.data_type()) {
     case pb::TensorProto::FLOAT:
-      check_count(t.float_data_size());
       std::copy(t.float_data().begin(), t.float_data().end(), out.data_ptr<float>());
       break;
     case pb::TensorProto::DOUBLE:
-      check_count(t.double_data_size());
       std::copy(t.double_data().begin(), t.double_data().end(), out.data_ptr<double>());
       break;
     case pb::TensorProto::INT64:
-      check_count(t.int64_data_size());
       std::copy(t.int64_data().begin(), t.int64_data().end(), out.data_ptr<int64_t>());
       break;
     default: {
-      check_count(t.int32_data_size());
       Tensor wide = empty(dims, TensorOptions(kInt32));
       std::copy(t.int32_data().begin(), t.int32_data().end(), wide.data_ptr<int32_t>());
       if (dt == ScalarType::Float16) {  // int32_data holds the raw 16-bit patterns

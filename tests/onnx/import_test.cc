@@ -290,6 +290,20 @@ TEST(OnnxImport, HostileFilesAreRefusedClearly) {
     ExpectRefused(Bytes(m), {"more than 2^40 elements"});
   }
   {
+    // 80 GiB claimed by a shape with the values (not raw bytes) absent: refused before any of it is
+    // allocated, which the allocator's peak shows.
+    auto m = TinyModel();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_raw_data();
+    w->set_dims(0, int64_t{1} << 34);
+    w->set_dims(1, 5);
+    const int64_t peak_before = cpu_allocator()->stats().peak_allocated_bytes;
+    ExpectRefused(Bytes(m), {"initializer \"w\"", "0 values for shape [17179869184, 5]"});
+    w->set_data_type(::onnx::TensorProto::INT32);
+    ExpectRefused(Bytes(m), {"initializer \"w\"", "0 values for shape"});
+    EXPECT_LT(cpu_allocator()->stats().peak_allocated_bytes - peak_before, int64_t{1} << 30);
+  }
+  {
     auto m = TinyModel();
     m.mutable_opset_import(0)->set_version(9);
     ExpectRefused(Bytes(m), {"opset 9", "13 to 18"});
