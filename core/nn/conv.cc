@@ -83,8 +83,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
               " is larger than the padded input ", Hp, "x", Wp);
   const int64_t OH = window_output_size(Hp, 0, 0, KH, sh, dh), OW = window_output_size(Wp, 0, 0, KW, sw, dw);
   const int64_t K = (C / G) * KH * KW;
-  if (input.device().is_cpu() && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
-    return convolution(input, weight, bias, wp, G);  // the fused op: columns per image, in cache
+  if (input.device().is_cpu() && is_floating_point(input.dtype())) {
+    // The fused op: columns per image, in cache (16-bit floats widened to float32 inside it,
+    // rounded once; under autocast the dispatcher casts the weight to the input's dtype).
+    return convolution(input, weight, bias, wp, G);
   }
   // [N, C*KH*KW, L] -> per image and group: W[g] [OC/G, K] @ cols[n, g] [K, L] -> [N, G, OC/G, L].
   const Tensor cols = im2col(input, wp).view({N, G, K, OH * OW});

@@ -96,6 +96,12 @@ std::vector<Tensor> DispatchOp(OpId op, const std::vector<Tensor>& inputs, const
 
 }  // namespace
 
+std::vector<Tensor> autocast_inputs(OpId op, std::vector<Tensor> inputs) {
+  if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined())
+    return autocast::detail::cast_inputs(op, inputs, inputs[0].device());
+  return inputs;
+}
+
 std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   // Inside an autocast region the row's policy picks the inputs' dtypes (core/amp/autocast.h).
   if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined()) {

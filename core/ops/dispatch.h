@@ -22,6 +22,13 @@ inline Tensor dispatch1(OpId op, const std::vector<Tensor>& inputs, const OpAttr
   return dispatch(op, inputs, attrs)[0];
 }
 
+// The inputs as dispatch() will run them: inside an autocast region, cast by `op`'s row policy
+// (core/amp/autocast.h), else unchanged. Wrappers that check their inputs before dispatching
+// check these, as PyTorch's autocast dispatch key runs before its ops' checks: a bfloat16
+// activation meeting a float32 weight is autocast's normal case, not a dtype mismatch. The
+// casts are not repeated: dispatch() finds them done.
+std::vector<Tensor> autocast_inputs(OpId op, std::vector<Tensor> inputs);
+
 // Runs a Foreach row (inputs updated in place, no outputs, no autograd) on the inputs' device.
 // Callers (ops/foreach.cc) validate the lists and bump versions.
 void dispatch_foreach(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);

@@ -55,7 +55,10 @@ Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const Wind
   return dispatch1(OpId::Col2Im, {cols}, Pack(p, output_size[0], output_size[1]));
 }
 
-Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const WindowParams& p, int64_t groups) {
+Tensor convolution(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const WindowParams& p,
+                   int64_t groups) {
+  const std::vector<Tensor> in = autocast_inputs(OpId::Conv2d, {x_in, weight_in, bias_in});
+  const Tensor &x = in[0], &weight = in[1], &bias = in[2];
   ANVIL_CHECK(x.dim() == 4 && weight.dim() == 4,
               "convolution: expected input [N, C, H, W] and weight [OC, C / groups, ", "KH, KW], got ", x.dim(),
               " and ", weight.dim(), " dims");

@@ -18,14 +18,16 @@ void CheckSameDtype(const Tensor& a, const Tensor& b, const char* op) {
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
-  CheckSameDtype(a, b, "mm");
-  return dispatch1(OpId::Mm, {a, b}, OpAttrs{});
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  const std::vector<Tensor> in = autocast_inputs(OpId::Mm, {a_in, b_in});
+  CheckSameDtype(in[0], in[1], "mm");
+  return dispatch1(OpId::Mm, in, OpAttrs{});
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
-  CheckSameDtype(a, b, "bmm");
-  return dispatch1(OpId::Bmm, {a, b}, OpAttrs{});
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const std::vector<Tensor> in = autocast_inputs(OpId::Bmm, {a_in, b_in});
+  CheckSameDtype(in[0], in[1], "bmm");
+  return dispatch1(OpId::Bmm, in, OpAttrs{});
 }
 
 namespace {
@@ -135,8 +137,10 @@ bool LinearRowFits(const Tensor& weight, const Tensor& bias) {
 }
 
 // The Linear or LinearRelu row over x's rows (batch dims folded), shaped back like x.
-Tensor LinearRow(OpId op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor LinearRow(OpId op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   const char* name = op == OpId::Linear ? "linear" : "linear_relu";
+  const std::vector<Tensor> in = autocast_inputs(op, {x_in, weight_in, bias_in});
+  const Tensor &x = in[0], &weight = in[1], &bias = in[2];
   CheckSameDtype(x, weight, name);
   CheckSameDtype(x, bias, name);
   ANVIL_CHECK(x.device() == weight.device() && x.device() == bias.device(), name,

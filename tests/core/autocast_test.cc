@@ -26,6 +26,26 @@ TEST(Autocast, LowerPrecisionRowsRunInTheRegionsDtype) {
   }
 }
 
+// A bfloat16 activation into a float32 weight is autocast's normal case: the products check
+// their operands after the casts, as PyTorch's autocast runs before its ops' checks. Outside a
+// region the same mix is still a dtype error.
+TEST(Autocast, LowPrecisionActivationsMeetFloat32WeightsInsideARegion) {
+  const Tensor x = randn({4, 8}).to(kBFloat16), w = randn({5, 8}), bias = randn({5}), m = randn({8, 3});
+  {
+    AutocastGuard amp(DeviceType::CPU);
+    EXPECT_EQ(linear(x, w, bias).dtype(), kBFloat16);
+    EXPECT_EQ(linear_relu(x, w, bias).dtype(), kBFloat16);
+    EXPECT_EQ(mm(x, m).dtype(), kBFloat16);
+    EXPECT_EQ(bmm(x.unsqueeze(0), m.unsqueeze(0)).dtype(), kBFloat16);
+    // Two fused Linear + ReLU layers in a row (nn::Sequential's fusion): the second takes the
+    // first's bfloat16 output.
+    const Tensor w2 = randn({6, 5}), b2 = randn({6});
+    EXPECT_EQ(linear_relu(linear_relu(randn({4, 8}), w, bias), w2, b2).dtype(), kBFloat16);
+  }
+  EXPECT_THROW(linear(x, w, bias), TypeError);
+  EXPECT_THROW(mm(x, m), TypeError);
+}
+
 TEST(Autocast, Float32RowsLiftLowPrecisionInputs) {
   AutocastGuard amp(DeviceType::CPU);
   const Tensor y = mm(randn({4, 8}), randn({8, 3}));  // bfloat16

@@ -394,7 +394,7 @@ void Conv2dWeightGradAvx512(const KernelCall& call, const ConvShape& s) {
   }
 }
 
-// float32 / float64 only: nn::functional::conv2d sends other dtypes down the unfused path.
+// float32 / float64 (16-bit floats are widened first: WidenedFrom16Bit).
 template <void (*F32)(const KernelCall&), void (*F64)(const KernelCall&)>
 void ByDtype(const KernelCall& call) {
   const ScalarType dt = call.inputs[0].dtype();
@@ -407,7 +407,25 @@ void ByDtype(const KernelCall& call) {
 // (sgemm_avx512.h); below that level convolution builds columns for the chosen GEMM.
 bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
+// 16-bit floats (autocast's bfloat16 convolutions, and their gradients): the operands widened
+// to float32, the float32 kernel, each output rounded once. Correct, not faster than float32:
+// the column products do not yet run on the bfloat16 GEMM (docs/amp.md).
+bool WidenedFrom16Bit(const KernelCall& c, void (*kernel)(const KernelCall&)) {
+  const ScalarType dt = c.inputs[0].dtype();
+  if (dt != kBFloat16 && dt != kFloat16) return false;
+  std::vector<Tensor> in;
+  for (const Tensor& t : c.inputs) in.push_back(t.defined() && t.dtype() == dt ? t.to(kFloat32) : t);
+  std::vector<Tensor> out;
+  for (const Tensor& t : c.outputs) out.push_back(t.defined() ? empty(t.sizes(), TensorOptions(kFloat32)) : t);
+  kernel(KernelCall{c.op, in, out, c.attrs});
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].defined()) CopyInto(c.outputs[i], out[i]);
+  }
+  return true;
+}
+
 void Conv2dKernel(const KernelCall& c) {
+  if (WidenedFrom16Bit(c, &Conv2dKernel)) return;
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1) {
     return Conv2dForwardImplicit(
         c, MakeShape(c.attrs.get<WindowArgs>(), c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
@@ -415,6 +433,7 @@ void Conv2dKernel(const KernelCall& c) {
   ByDtype<&Conv2dForward<float>, &Conv2dForward<double>>(c);
 }
 void Conv2dInputGradKernel(const KernelCall& c) {
+  if (WidenedFrom16Bit(c, &Conv2dInputGradKernel)) return;
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1 &&
       Conv2dInputGradImplicit(
           c, MakeShape(c.attrs.get<WindowArgs>(), c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
@@ -423,6 +442,7 @@ void Conv2dInputGradKernel(const KernelCall& c) {
   ByDtype<&Conv2dInputGrad<float>, &Conv2dInputGrad<double>>(c);
 }
 void Conv2dWeightGradKernel(const KernelCall& c) {
+  if (WidenedFrom16Bit(c, &Conv2dWeightGradKernel)) return;
   if (Avx512Float(c)) {
     const ConvShape s =
         MakeShape(c.attrs.get<WindowArgs>(), c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/backend/common/matmul_shape.h"
+#include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/blas_library.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/kernels.h"
@@ -185,6 +186,50 @@ void NaiveMatmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
+// C[m, n] = A[m, k] B[k, n] (+ bias[n], then relu) for bfloat16 operands on the AVX-512-BF16
+// kernel: products accumulated in float32, the bias and relu applied in float32, one rounding
+// to bfloat16 per output (as PyTorch's CPU bfloat16 products do). The operands are read
+// through their strides (any layout: the kernel packs them), so a transposed weight or
+// gradient is never copied. Rows of C are split over the pool when the product is large.
+void Bf16GemmParallel(const Tensor& a, const Tensor& b, const Tensor& bias, bool relu, uint16_t* c, int64_t m,
+                      int64_t n, int64_t k) {
+  const auto* pa = static_cast<const uint16_t*>(a.data_ptr());
+  const auto* pb = static_cast<const uint16_t*>(b.data_ptr());
+  std::vector<float> bias_f32;
+  if (bias.defined()) {
+    const Tensor bc = bias.contiguous();
+    const auto* bb = static_cast<const uint16_t*>(bc.data_ptr());
+    bias_f32.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) bias_f32[static_cast<size_t>(j)] = detail::BitsFloat(uint32_t{bb[j]} << 16);
+  }
+  const int64_t a_rs = a.stride(0), a_cs = a.stride(1), b_rs = b.stride(0), b_cs = b.stride(1);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    thread_local std::vector<float> acc;  // reused: fresh pages cost more than the product
+    acc.resize(static_cast<size_t>((r1 - r0) * n));
+    float beta = 0.0f;
+    if (!bias_f32.empty()) {
+      for (int64_t r = 0; r < r1 - r0; ++r) std::copy(bias_f32.begin(), bias_f32.end(), acc.begin() + r * n);
+      beta = 1.0f;
+    }
+    bf16_gemm(r1 - r0, n, k, pa + r0 * a_rs, a_rs, a_cs, pb, b_rs, b_cs, beta, acc.data(), n);
+    if (relu) {
+      const fn::ReluF f;
+      for (float& v : acc) v = f(v);
+    }
+    float_to_bf16(acc.data(), c + r0 * n, (r1 - r0) * n);
+  };
+  const int threads = get_num_threads();
+  if (threads <= 1 || m * n * k < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
+    rows(0, m);
+    return;
+  }
+  const int64_t step = (m + threads - 1) / threads;
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rows(t * step, std::min(m, (t + 1) * step));
+  });
+}
+
 void MatmulKernel(const KernelCall& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   const Tensor& out = c.outputs[0];
@@ -193,6 +238,18 @@ void MatmulKernel(const KernelCall& c) {
   const int64_t batch = shape.batch, m = shape.m, n = shape.n, k = shape.k;
   if (out.numel() == 0) return;
   const ScalarType dt = a.dtype();
+  if (dt == kBFloat16 && b.dtype() == kBFloat16 && bf16_gemm_available()) {
+    auto* pc = static_cast<uint16_t*>(out.data_ptr());
+    if (!batched) {
+      Bf16GemmParallel(a, b, Tensor(), false, pc, m, n, k);
+      return;
+    }
+    parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi)
+        Bf16GemmParallel(BatchSlice(a, bi), BatchSlice(b, bi), Tensor(), false, pc + bi * m * n, m, n, k);
+    });
+    return;
+  }
   if (dt == kFloat16 || dt == kBFloat16) {
     Tensor r = batched ? bmm(a.to(kFloat32), b.to(kFloat32)) : mm(a.to(kFloat32), b.to(kFloat32));
     CopyInto(out, r);
@@ -235,6 +292,17 @@ void LinearKernel(const KernelCall& c) {
   const Tensor& out = c.outputs[0];
   if (out.numel() == 0) return;
   const ScalarType dt = x.dtype();
+  if (dt == kBFloat16 && w.dtype() == kBFloat16 && bias.dtype() == kBFloat16 && x.dim() == 2 && bf16_gemm_available()) {
+    Bf16GemmParallel(x, w.t(), bias, Relu, static_cast<uint16_t*>(out.data_ptr()), out.size(0), out.size(1), x.size(1));
+    return;
+  }
+  if (dt == kBFloat16 || dt == kFloat16) {
+    // Widened to float32 and rounded once at the end, as the bf16 kernel does: product, bias
+    // and relu each rounded to 16 bits would round three times.
+    const Tensor y = linear(x.to(kFloat32), w.to(kFloat32), bias.to(kFloat32));
+    CopyInto(out, Relu ? relu(y) : y);
+    return;
+  }
   if (dt != kFloat32 && dt != kFloat64) {
     const Tensor y = add(mm(x, w.t()), bias);
     CopyInto(out, Relu ? relu(y) : y);

@@ -1,0 +1,254 @@
+// AVX-512-BF16 GEMM (interface and why: bf16_gemm.h).
+//
+// Compiled for the baseline target; only the functions marked with the AVX-512-BF16 target use
+// it, and bf16_gemm_available() is checked first.
+#include "core/backend/cpu/bf16_gemm.h"
+
+// GCC 12's AVX-512 headers build some vectors from an undefined one (_mm512_undefined_*), which
+// its -Wmaybe-uninitialized reports at every use.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/backend/cpu/isa.h"
+#include "core/util/cpu_features.h"
+#include "core/util/half.h"
+
+#define ANVIL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace anvil::cpu {
+
+namespace {
+
+constexpr int64_t kKc = 512;
+constexpr int kMr = 12;
+constexpr int64_t kMc = 144;  // rows per block: 12 panels of 12
+
+#define ANVIL_ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+// C tile (MR rows x 32 columns; `rows` and the column masks say which are stored) =
+// beta * C + sum over kc2 pairs of A pair(i) . B pair(j). `pa`: kc2 x MR pairs (p-major);
+// `pb`: kc2 x 32 pairs.
+template <int MR>
+ANVIL_BF16_TARGET void MicroKernel(int64_t kc2, const uint32_t* pa, const uint32_t* pb, float* c, int64_t ldc,
+                                   float beta, int rows, __mmask16 m0, __mmask16 m1) {
+#define ANVIL_DECL(i) __m512 x##i = _mm512_setzero_ps(), y##i = _mm512_setzero_ps();
+  ANVIL_ROWS12(ANVIL_DECL)
+#undef ANVIL_DECL
+  for (int64_t q = 0; q < kc2; ++q) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + q * 32);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + q * 32 + 16);
+    const uint32_t* aq = pa + q * MR;
+#define ANVIL_STEP(i)                                                        \
+  if constexpr (i < MR) {                                                    \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aq[i])); \
+    x##i = _mm512_dpbf16_ps(x##i, av, b0);                                   \
+    y##i = _mm512_dpbf16_ps(y##i, av, b1);                                   \
+  }
+    ANVIL_ROWS12(ANVIL_STEP)
+#undef ANVIL_STEP
+  }
+  const bool accumulate = beta != 0.0f;
+#define ANVIL_STORE(i)                                                    \
+  if constexpr (i < MR) {                                                 \
+    if (i < rows) {                                                       \
+      float* ci = c + i * ldc;                                            \
+      if (accumulate) {                                                   \
+        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));        \
+        y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16));   \
+      }                                                                   \
+      _mm512_mask_storeu_ps(ci, m0, x##i);                                \
+      _mm512_mask_storeu_ps(ci + 16, m1, y##i);                           \
+    }                                                                     \
+  }
+  ANVIL_ROWS12(ANVIL_STORE)
+#undef ANVIL_STORE
+}
+
+#undef ANVIL_ROWS12
+
+using TileFn = void (*)(int64_t, const uint32_t*, const uint32_t*, float*, int64_t, float, int, __mmask16, __mmask16);
+
+int PanelRows(int64_t rows) { return rows > 8 ? 12 : rows > 4 ? 8 : 4; }
+
+TileFn PickTile(int mr) {
+  switch (mr) {
+    case 12:
+      return &MicroKernel<12>;
+    case 8:
+      return &MicroKernel<8>;
+    default:
+      return &MicroKernel<4>;
+  }
+}
+
+inline uint32_t Pair(uint16_t lo, uint16_t hi) { return uint32_t{lo} | (uint32_t{hi} << 16); }
+
+// B rows p0 .. p0+kc (kc2 pairs; a missing last row reads as 0) into 32-column panels:
+// panel j0/32 is kc2 x 32 pairs, columns past n zero.
+ANVIL_BF16_TARGET void PackB(const uint16_t* b, int64_t b_rs, int64_t b_cs, int64_t p0, int64_t kc, int64_t n,
+                             uint32_t* out) {
+  const int64_t kc2 = (kc + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += 32) {
+    uint32_t* panel = out + (j0 / 32) * kc2 * 32;
+    const int64_t w = std::min<int64_t>(32, n - j0);
+    if (b_cs == 1 && w == 32) {
+      // Rows contiguous: interleave two rows of 32 values with one permute per 16 pairs.
+      const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
+                                              6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+      for (int64_t q = 0; q < kc2; ++q) {
+        const int64_t p = p0 + 2 * q;
+        const __m512i r0 = _mm512_loadu_si512(b + p * b_rs + j0);
+        const __m512i r1 = 2 * q + 1 < kc ? _mm512_loadu_si512(b + (p + 1) * b_rs + j0) : _mm512_setzero_si512();
+        _mm512_storeu_si512(panel + q * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+        _mm512_storeu_si512(panel + q * 32 + 16, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+      }
+      continue;
+    }
+    if (b_rs == 1) {
+      // Columns contiguous (B is a transposed row-major matrix, as W^T in a Linear layer): a
+      // pair is one 32-bit read.
+      for (int64_t j = 0; j < 32; ++j) {
+        if (j >= w) {
+          for (int64_t q = 0; q < kc2; ++q) panel[q * 32 + j] = 0;
+          continue;
+        }
+        const uint16_t* col = b + (j0 + j) * b_cs + p0;
+        const int64_t full = kc / 2;
+        for (int64_t q = 0; q < full; ++q) {
+          uint32_t v;
+          std::memcpy(&v, col + 2 * q, 4);
+          panel[q * 32 + j] = v;
+        }
+        if (kc % 2 != 0) panel[full * 32 + j] = Pair(col[kc - 1], 0);
+      }
+      continue;
+    }
+    for (int64_t q = 0; q < kc2; ++q) {
+      const int64_t p = p0 + 2 * q;
+      for (int64_t j = 0; j < 32; ++j) {
+        if (j >= w) {
+          panel[q * 32 + j] = 0;
+          continue;
+        }
+        const uint16_t* e = b + p * b_rs + (j0 + j) * b_cs;
+        panel[q * 32 + j] = Pair(e[0], 2 * q + 1 < kc ? e[b_rs] : 0);
+      }
+    }
+  }
+}
+
+// A rows i0 .. i0+rows, columns p0 .. p0+kc, into one panel of mr rows (kc2 x mr pairs; rows
+// past `rows` zero).
+void PackA(const uint16_t* a, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t rows, int mr, int64_t p0, int64_t kc,
+           uint32_t* panel) {
+  const int64_t kc2 = (kc + 1) / 2;
+  for (int64_t i = 0; i < mr; ++i) {
+    if (i >= rows) {
+      for (int64_t q = 0; q < kc2; ++q) panel[q * mr + i] = 0;
+      continue;
+    }
+    const uint16_t* row = a + (i0 + i) * a_rs + p0 * a_cs;
+    const int64_t full = kc / 2;
+    if (a_cs == 1) {
+      for (int64_t q = 0; q < full; ++q) {
+        uint32_t v;
+        std::memcpy(&v, row + 2 * q, 4);
+        panel[q * mr + i] = v;
+      }
+    } else {
+      for (int64_t q = 0; q < full; ++q) panel[q * mr + i] = Pair(row[2 * q * a_cs], row[(2 * q + 1) * a_cs]);
+    }
+    if (kc % 2 != 0) panel[full * mr + i] = Pair(row[(kc - 1) * a_cs], 0);
+  }
+}
+
+}  // namespace
+
+bool bf16_gemm_available() { return cpu_features().avx512_bf16 && isa_at_least(CpuIsa::kAvx512); }
+
+ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
+                                 const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (beta == 0.0f) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    }
+    return;
+  }
+  // Reused per thread: fresh pages cost more than the packing.
+  thread_local std::vector<uint32_t> packed_a, packed_b;
+  const int64_t panels = (n + 31) / 32;
+  for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+    const int64_t kc = std::min(kKc, k - p0);
+    const int64_t kc2 = (kc + 1) / 2;
+    const float chunk_beta = p0 == 0 ? beta : 1.0f;
+    packed_b.resize(static_cast<size_t>(panels * kc2 * 32));
+    PackB(b, b_rs, b_cs, p0, kc, n, packed_b.data());
+    // Rows in blocks of kMc, so a block's packed A (kMc x kc bf16) stays in L2 while every
+    // B panel passes over it; a B panel (kc x 32) stays in L1 for the block's row panels.
+    packed_a.resize(static_cast<size_t>((kMc + kMr) * kc2));
+    for (int64_t ic = 0; ic < m; ic += kMc) {
+      const int64_t mc = std::min(kMc, m - ic);
+      int64_t offset = 0;
+      for (int64_t i0 = 0; i0 < mc;) {
+        const int mr = PanelRows(mc - i0);
+        const int64_t rows = std::min<int64_t>(mr, mc - i0);
+        PackA(a, a_rs, a_cs, ic + i0, rows, mr, p0, kc, packed_a.data() + offset);
+        offset += mr * kc2;
+        i0 += rows;
+      }
+      for (int64_t jp = 0; jp < panels; ++jp) {
+        const int64_t j0 = jp * 32;
+        const int64_t w = std::min<int64_t>(32, n - j0);
+        const __mmask16 m0 = w >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << w) - 1);
+        const __mmask16 m1 = w >= 32 ? __mmask16(0xFFFF) : w <= 16 ? __mmask16(0) : __mmask16((1u << (w - 16)) - 1);
+        const uint32_t* pb = packed_b.data() + jp * kc2 * 32;
+        offset = 0;
+        for (int64_t i0 = 0; i0 < mc;) {
+          const int mr = PanelRows(mc - i0);
+          const int rows = static_cast<int>(std::min<int64_t>(mr, mc - i0));
+          PickTile(mr)(kc2, packed_a.data() + offset, pb, c + (ic + i0) * ldc + j0, ldc, chunk_beta, rows, m0, m1);
+          offset += mr * kc2;
+          i0 += rows;
+        }
+      }
+    }
+  }
+}
+
+namespace {
+// The scalar BFloat16 conversion's integer rounding, 16 at a time (vcvtneps2bf16 would flush
+// denormals, which BFloat16(float) and PyTorch keep).
+__attribute__((target("avx512f"))) void FloatToBf16Avx512(const float* in, uint16_t* out, int64_t n) {
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(in + i));
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    r = _mm512_mask_or_epi32(r, nan, high, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(r));
+  }
+  for (; i < n; ++i) out[i] = BFloat16(in[i]).bits;
+}
+}  // namespace
+
+void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
+  if (isa_at_least(CpuIsa::kAvx512)) {
+    FloatToBf16Avx512(in, out, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16(in[i]).bits;
+}
+
+}  // namespace anvil::cpu

@@ -1,0 +1,36 @@
+// A bfloat16 GEMM with float32 accumulation, on AVX-512-BF16 (vdpbf16ps: 32 multiply-adds of
+// bf16 pairs per instruction, twice the float32 FMA's 16), for autocast's matrix products on
+// the CPU.
+//
+// Why its own: Debian 12's OpenBLAS (0.3.21) is built without its bfloat16 routines (the
+// library exports no sbgemm), and oneDNN 2.6 offers bf16 products only as a matmul primitive
+// built per shape, not as a GEMM call. It follows the float32 kernel (sgemm_avx512.h): k in
+// chunks, B packed per chunk into 32-column panels of bf16 pairs (lane j of a zmm holds
+// B(2q, j) and B(2q+1, j): the operand order vdpbf16ps wants),
+// A packed into 12-row panels of pairs that the micro-kernel broadcasts, a 12 x 32 float32
+// tile of C in 24 zmm accumulators.
+//
+// Thread-safe; every call is single-threaded: callers split the rows over Anvil's pool.
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::cpu {
+
+// Whether bf16_gemm runs here: the CPU has AVX-512-BF16 and the active ISA level
+// (core/backend/cpu/isa.h) is avx512 or above. Elsewhere bfloat16 products are widened to
+// float32 and run on sgemm (correct, not faster).
+bool bf16_gemm_available();
+
+// C[i, j] = beta * C[i, j] + sum_p A(i, p) * B(p, j) for i < m, j < n, in float32, where
+//   A(i, p) = a[i * a_rs + p * a_cs],  B(p, j) = b[p * b_rs + j * b_cs]   (bfloat16 bits)
+//   C(i, j) = c[i * ldc + j]                                               (float32)
+// beta is 0 (C is overwritten, never read) or 1. Requires bf16_gemm_available().
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
+               int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
+
+// out[i] = BFloat16(in[i]).bits (nearest even, NaN kept quiet, denormals kept), n values;
+// vectorised at the avx512 level.
+void float_to_bf16(const float* in, uint16_t* out, int64_t n);
+
+}  // namespace anvil::cpu

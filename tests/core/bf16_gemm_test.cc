@@ -1,0 +1,152 @@
+// The bfloat16 GEMM (core/backend/cpu/bf16_gemm.h) against float64 products of the same
+// bfloat16 values, on every layout and edge the packing has a branch for; the float-to-bf16
+// rounding against the scalar BFloat16 conversion; and the bfloat16 mm / linear ops, on
+// whichever path this level takes (ctest reruns the Matmul tests at lower ISA levels, where
+// the products are widened to float32 instead).
+#include "core/backend/cpu/bf16_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/anvil.h"
+#include "core/backend/cpu/isa.h"
+#include "core/util/cpu_features.h"
+#include "core/util/half.h"
+
+namespace anvil {
+namespace {
+
+std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = BFloat16(u(rng)).bits;
+  return v;
+}
+double F(uint16_t bits) { return detail::BitsFloat(uint32_t{bits} << 16); }
+
+struct Layout {
+  bool ta, tb;
+};
+
+TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
+  if (!cpu::bf16_gemm_available()) {
+    GTEST_SKIP() << "no AVX-512-BF16 at the active level (" << cpu_features().flags() << "; level "
+                 << isa_name(cpu::active_isa()) << ")";
+  }
+  const int64_t ms[] = {1, 5, 12, 13, 37};
+  const int64_t ns[] = {1, 17, 32, 33, 70};
+  const int64_t ks[] = {1, 2, 3, 511, 512, 513, 1100};
+  const Layout layouts[] = {{false, false}, {false, true}, {true, false}, {true, true}};
+  uint32_t seed = 1;
+  for (int64_t m : ms) {
+    for (int64_t n : ns) {
+      for (int64_t k : ks) {
+        for (const Layout& l : layouts) {
+          for (float beta : {0.0f, 1.0f}) {
+            const auto a = RandomBf16(static_cast<size_t>(m * k), seed++);
+            const auto b = RandomBf16(static_cast<size_t>(k * n), seed++);
+            const int64_t a_rs = l.ta ? 1 : k, a_cs = l.ta ? m : 1;
+            const int64_t b_rs = l.tb ? 1 : n, b_cs = l.tb ? k : 1;
+            const int64_t ldc = n + 3;  // C rows with a gap: nothing past column n is written
+            std::vector<float> c(static_cast<size_t>(m * ldc), 0.5f);
+            cpu::bf16_gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float got = c[static_cast<size_t>(i * ldc + j)];
+                if (j >= n) {
+                  ASSERT_EQ(got, 0.5f) << "written past column n at " << i << "," << j;
+                  continue;
+                }
+                double ref = beta * 0.5, mag = std::fabs(ref);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double t = F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) *
+                                   F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
+                  ref += t;
+                  mag += std::fabs(t);
+                }
+                // bf16 x bf16 is exact in float32; what is left is float32 summation.
+                ASSERT_NEAR(got, ref, 1e-6 * mag + 1e-30)
+                    << "m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb << " beta " << beta
+                    << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16Gemm, FloatToBf16RoundsLikeTheScalarConversion) {
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           1.00390625f,  // a tie: rounds to even (1.0)
+                           1.01171875f,  // a tie: rounds to even (1.015625)
+                           3.4e38f,      // rounds past the largest bf16: inf
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::denorm_min(),  // kept, not flushed
+                           1e-40f,
+                           -1e-39f};
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    in.push_back(f);
+  }
+  std::vector<uint16_t> out(in.size());
+  cpu::float_to_bf16(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint16_t want = BFloat16(in[i]).bits;
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(F(out[i]))) << i;
+    } else {
+      EXPECT_EQ(out[i], want) << "value " << in[i] << " (index " << i << ")";
+    }
+  }
+}
+
+// mm, bmm, linear and linear_relu of bfloat16 tensors: float32 accumulation and one rounding
+// per output, so each result is the float64 product rounded to bfloat16, give or take one
+// bfloat16 step (float32 summation can cross a rounding boundary).
+TEST(Matmul, Bfloat16ProductsAreFloat64RoundedOnce) {
+  manual_seed(11);
+  const Tensor x = randn({37, 300}).to(kBFloat16);
+  const Tensor w = randn({70, 300}).to(kBFloat16);
+  const Tensor bias = randn({70}).to(kBFloat16);
+  const Tensor x64 = x.to(kFloat64), w64 = w.to(kFloat64), b64 = bias.to(kFloat64);
+  // `mag`: the same product of absolute values, for the float32 summation's share.
+  auto expect_rounded = [](const Tensor& got, const Tensor& ref64, const Tensor& mag64, const char* what) {
+    ASSERT_EQ(got.dtype(), kBFloat16) << what;
+    ASSERT_EQ(got.sizes(), ref64.sizes()) << what;
+    const auto g = got.to(kFloat64).contiguous().to_vector<double>();
+    const auto r = ref64.contiguous().to_vector<double>();
+    const auto mag = mag64.contiguous().to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double step = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r[i]), 1e-30)) - 7);
+      ASSERT_LE(std::fabs(g[i] - r[i]), step + 1e-6 * mag[i]) << what << " at " << i << ": " << g[i] << " vs " << r[i];
+    }
+  };
+  const Tensor xa = x64.abs(), wa = w64.abs();
+  expect_rounded(mm(x, w.t()), mm(x64, w64.t()), mm(xa, wa.t()), "mm x W^T");
+  expect_rounded(mm(x.t().contiguous().t(), w.t()), mm(x64, w64.t()), mm(xa, wa.t()), "mm with a column-major A");
+  expect_rounded(mm(w, x.t()), mm(w64, x64.t()), mm(wa, xa.t()), "mm W x^T");
+  expect_rounded(linear(x, w, bias), linear(x64, w64, b64), linear(xa, wa, b64.abs()), "linear");
+  expect_rounded(linear_relu(x, w, bias), relu(linear(x64, w64, b64)), linear(xa, wa, b64.abs()), "linear_relu");
+  const Tensor xb = randn({3, 9, 40}).to(kBFloat16), yb = randn({3, 40, 21}).to(kBFloat16);
+  const Tensor xb64 = xb.to(kFloat64), yb64 = yb.to(kFloat64);
+  expect_rounded(bmm(xb, yb), bmm(xb64, yb64), bmm(xb64.abs(), yb64.abs()), "bmm");
+}
+
+}  // namespace
+}  // namespace anvil
