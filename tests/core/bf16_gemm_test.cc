@@ -65,8 +65,8 @@ TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
                 }
                 double ref = beta * 0.5, mag = std::fabs(ref);
                 for (int64_t p = 0; p < k; ++p) {
-                  const double t = F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) *
-                                   F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
+                  const double t =
+                      F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) * F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
                   ref += t;
                   mag += std::fabs(t);
                 }
