@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::pair<double, double>> peer;
   std::string peer_version = "n/a";
   if (!python.empty() && access(python.c_str(), X_OK) == 0) {
-    for (const auto& l : anvil::bench::RunLines(python + " " + ANVIL_BENCH_AMP_PEER + " " + std::to_string(threads) +
-                                                " 2>/dev/null")) {
+    for (const auto& l :
+         anvil::bench::RunLines(python + " " + ANVIL_BENCH_AMP_PEER + " " + std::to_string(threads) + " 2>/dev/null")) {
       if (l.size() >= 2 && l[0] == "version") peer_version = l[1];
       if (l.size() >= 4 && (l[0] == "gemm" || l[0] == "step"))
         peer[l[0] + " " + l[1]] = {std::atof(l[2].c_str()), std::atof(l[3].c_str())};
@@ -133,9 +133,8 @@ int main(int argc, char** argv) {
     std::vector<float> c(static_cast<size_t>(n * n));
     const float* pa = a.data_ptr<float>();
     const float* pb = b.data_ptr<float>();
-    const double k32 = flop / SecondsPerCall([&] {
-                         cpu::sgemm(false, false, n, n, n, pa, n, pb, n, 0.0f, c.data(), n);
-                       }) / 1e9;
+    const double k32 =
+        flop / SecondsPerCall([&] { cpu::sgemm(false, false, n, n, n, pa, n, pb, n, 0.0f, c.data(), n); }) / 1e9;
     double k16 = 0;
     if (cpu::bf16_gemm_available()) {
       const auto* qa = static_cast<const uint16_t*>(a16.data_ptr());
@@ -160,8 +159,11 @@ int main(int argc, char** argv) {
   };
   const std::vector<StepCase> steps = {
       {"mlp", "MLP 784-1024-1024-10, batch 256", Mlp, {784}, 256},
-      {"lenet5", "digits CNN (lenet5 preset, 1x8x8), batch 64",
-       [] { return models::build_model(models::preset_spec("lenet5", {1, 8, 8}, 10)).module; },
+      {"lenet5",
+       "digits CNN (lenet5 preset, 1x8x8), batch 64",
+       [] {
+         return models::build_model(models::preset_spec("lenet5", {1, 8, 8}, 10)).module;
+       },
        {1, 8, 8},
        64},
   };

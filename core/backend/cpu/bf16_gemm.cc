@@ -44,27 +44,27 @@ ANVIL_BF16_TARGET void MicroKernel(int64_t kc2, const uint32_t* pa, const uint32
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + q * 32);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + q * 32 + 16);
     const uint32_t* aq = pa + q * MR;
-#define ANVIL_STEP(i)                                                        \
-  if constexpr (i < MR) {                                                    \
+#define ANVIL_STEP(i)                                                         \
+  if constexpr (i < MR) {                                                     \
     const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aq[i])); \
-    x##i = _mm512_dpbf16_ps(x##i, av, b0);                                   \
-    y##i = _mm512_dpbf16_ps(y##i, av, b1);                                   \
+    x##i = _mm512_dpbf16_ps(x##i, av, b0);                                    \
+    y##i = _mm512_dpbf16_ps(y##i, av, b1);                                    \
   }
     ANVIL_ROWS12(ANVIL_STEP)
 #undef ANVIL_STEP
   }
   const bool accumulate = beta != 0.0f;
-#define ANVIL_STORE(i)                                                    \
-  if constexpr (i < MR) {                                                 \
-    if (i < rows) {                                                       \
-      float* ci = c + i * ldc;                                            \
-      if (accumulate) {                                                   \
-        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));        \
-        y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16));   \
-      }                                                                   \
-      _mm512_mask_storeu_ps(ci, m0, x##i);                                \
-      _mm512_mask_storeu_ps(ci + 16, m1, y##i);                           \
-    }                                                                     \
+#define ANVIL_STORE(i)                                                  \
+  if constexpr (i < MR) {                                               \
+    if (i < rows) {                                                     \
+      float* ci = c + i * ldc;                                          \
+      if (accumulate) {                                                 \
+        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));      \
+        y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16)); \
+      }                                                                 \
+      _mm512_mask_storeu_ps(ci, m0, x##i);                              \
+      _mm512_mask_storeu_ps(ci + 16, m1, y##i);                         \
+    }                                                                   \
   }
   ANVIL_ROWS12(ANVIL_STORE)
 #undef ANVIL_STORE
