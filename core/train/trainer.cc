@@ -1,9 +1,12 @@
 // The training loop: see trainer.h.
 #include "core/train/trainer.h"
 
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 
+#include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
@@ -19,6 +22,17 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+optim::GradScalerOptions ScalerOptions(const TrainerOptions& o) {
+  if (o.grad_scaler) return *o.grad_scaler;
+  optim::GradScalerOptions so;
+  so.enabled = o.precision == kFloat16;
+  return so;
+}
+
+// The checkpoint's `extra` entry for the scaler: the scale's float64 bits, the growth tracker
+// and the skipped steps (bits, so a resumed run continues with the identical scale).
+constexpr const char* kScalerKey = "amp.grad_scaler";
+
 nn::StateDict CloneState(const nn::Module& m) {
   nn::StateDict sd = m.state_dict();
   for (auto& [k, t] : sd.tensors) t = t.clone();
@@ -33,7 +47,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
       optimizer_(std::move(optimizer)),
       options_(std::move(options)),
       loss_(std::move(loss)),
-      history_(options_.history_max_points) {
+      history_(options_.history_max_points),
+      scaler_(ScalerOptions(options_)) {
   ANVIL_CHECK(model_ != nullptr && optimizer_ != nullptr, "Trainer: the model and the optimizer are required");
   const TrainerOptions& o = options_;
   ANVIL_CHECK(o.epochs >= 1, "Trainer: expected epochs >= 1, got ", o.epochs);
@@ -41,6 +56,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
   ANVIL_CHECK(o.metric_interval >= 1, "Trainer: expected metric_interval >= 1, got ", o.metric_interval);
   ANVIL_CHECK(o.monitor == "val_loss" || o.monitor == "val_accuracy" || o.monitor == "train_loss",
               "Trainer: monitor must be val_loss, val_accuracy or train_loss, got '", o.monitor, "'");
+  ANVIL_CHECK(o.precision == kFloat32 || o.precision == kBFloat16 || o.precision == kFloat16,
+              "Trainer: precision must be float32, bfloat16 or float16, got ", o.precision);
   if (!loss_) loss_ = [](const Tensor& out, const Tensor& target) { return nn::F::cross_entropy(out, target); };
 }
 
@@ -60,9 +77,15 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
   for (auto& b : loader) {
     const Tensor x = b[options_.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
     const Tensor y = b[options_.target_key].to(device, /*non_blocking=*/true);
-    const Tensor out = model_->forward(x);
+    Tensor out, loss;
+    {
+      std::optional<AutocastGuard> amp;  // a float32 trainer leaves a caller's own region alone
+      if (options_.precision != kFloat32) amp.emplace(device.type, options_.precision);
+      out = model_->forward(x);
+      loss = loss_(out, y);
+    }
     const int64_t batch = x.size(0);
-    loss_sum += loss_(out, y).item<double>() * static_cast<double>(batch);
+    loss_sum += loss.item<double>() * static_cast<double>(batch);
     n += batch;
     classification = classification && out.dim() == 2 && y.dtype() == kInt64 && y.dim() == 1;
     if (classification) correct += (out.argmax(1) == y).sum().item<int64_t>();
@@ -96,6 +119,11 @@ void Trainer::checkpoint(data::DataLoader& train) {
                   best_,
                   bad_epochs_,
                   best_state_};
+  if (scaler_.is_enabled()) {
+    const auto st = scaler_.state_dict();
+    s.extra[kScalerKey] = detail::StrCat(std::bit_cast<uint64_t>(st.at("scale")), " ",
+                                         static_cast<int64_t>(st.at("_growth_tracker")), " ", skipped_steps_);
+  }
   rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
   fault_point("checkpoint:rotated");
   save_checkpoint(options_.checkpoint_path, *model_, *optimizer_, s);
@@ -115,6 +143,21 @@ void Trainer::resume(const std::string& path, data::DataLoader& train) {
   bad_epochs_ = s.bad_epochs;
   best_state_ = s.best_weights;
   early_stopping_resumed_ = true;
+  const auto amp = s.extra.find(kScalerKey);
+  ANVIL_CHECK(scaler_.is_enabled() || amp == s.extra.end(), path,
+              ": the checkpoint was written with loss scaling (float16 training); this trainer has none");
+  if (scaler_.is_enabled() && amp != s.extra.end()) {
+    std::istringstream in(amp->second);
+    uint64_t scale_bits = 0;
+    int64_t tracker = 0, skipped = 0;
+    ANVIL_CHECK(static_cast<bool>(in >> scale_bits >> tracker >> skipped), path, ": unreadable loss-scaler state '",
+                amp->second, "'");
+    auto st = scaler_.state_dict();
+    st["scale"] = std::bit_cast<double>(scale_bits);
+    st["_growth_tracker"] = static_cast<double>(tracker);
+    scaler_.load_state_dict(st);
+    skipped_steps_ = skipped;
+  }
   last_checkpoint_ = path + " (step " + std::to_string(step_) + ")";
 }
 
@@ -143,7 +186,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     const std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
     const std::vector<double> nv = stack(norms).to_vector<double>();
     for (size_t i = 0; i < lv.size(); ++i) {
-      if (!std::isfinite(lv[i]) || !std::isfinite(nv[i])) {
+      // With loss scaling a non-finite gradient is expected now and then: the scaler skipped that
+      // step and backed off (counted in skipped_steps), so only the loss is checked.
+      const bool norm_bad = !std::isfinite(nv[i]) && !scaler_.is_enabled();
+      if (!std::isfinite(lv[i]) || norm_bad) {
         const bool loss_bad = !std::isfinite(lv[i]);
         throw NonFiniteLossError((loss_bad ? "training loss became " + std::to_string(lv[i])
                                            : "gradient norm became " + std::to_string(nv[i])) +
@@ -155,9 +201,19 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     StepMetrics m;
     m.step = step_;
     m.epoch = train.epoch();
+    size_t finite_norms = 0;
     for (size_t i = 0; i < lv.size(); ++i) {
       m.loss += lv[i] / static_cast<double>(lv.size());
-      m.grad_norm += nv[i] / static_cast<double>(nv.size());
+      if (std::isfinite(nv[i])) {  // skipped steps' norms are left out of the mean
+        m.grad_norm += nv[i];
+        ++finite_norms;
+      }
+    }
+    m.grad_norm = finite_norms > 0 ? m.grad_norm / static_cast<double>(finite_norms) : 0.0;
+    if (scaler_.is_enabled()) {
+      m.loss_scale = scaler_.get_scale();
+      m.skipped_steps = skipped_steps_;
+      history_.record(step_, "loss_scale", m.loss_scale);
     }
     m.lr = optimizer_->lr();
     const double secs = Seconds(Clock::now() - interval_start);
@@ -186,10 +242,12 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     int64_t micro = 0;
     optimizer_->zero_grad();
     auto optimizer_step = [&]() {
+      scaler_.unscale_(*optimizer_);  // a no-op without loss scaling; the norm and clipping see true gradients
       Tensor norm =
           o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
       if (o.clip_grad_value > 0) optim::clip_grad_value_(params, o.clip_grad_value);
-      optimizer_->step();
+      if (!scaler_.step(*optimizer_)) ++skipped_steps_;
+      scaler_.update();
       optimizer_->zero_grad();
       if (scheduler_ && o.scheduler_per_step) scheduler_->step();
       ++step_;
@@ -219,8 +277,14 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       std::optional<data::Example> batch = train.next();
       if (!batch) break;                                                         // the loader advanced its epoch
       const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
-      const Tensor loss = loss_(model_->forward(x), (*batch)[o.target_key].to(device, /*non_blocking=*/true));
-      (o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
+      const Tensor target = (*batch)[o.target_key].to(device, /*non_blocking=*/true);
+      Tensor loss;
+      {
+        std::optional<AutocastGuard> amp;
+        if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
+        loss = loss_(model_->forward(x), target);
+      }
+      scaler_.scale(o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);
       if (++micro == o.accumulation_steps) optimizer_step();

@@ -23,6 +23,7 @@
 
 #include "core/data/dataloader.h"
 #include "core/nn/module.h"
+#include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
 #include "core/train/checkpoint.h"
@@ -50,6 +51,15 @@ struct TrainerOptions {
   // an even sample of the whole run once it has more.
   size_t history_max_points = MetricHistory::kDefaultMaxPoints;
   int checkpoint_keep = 2;  // generations kept (train/checkpoint.h): a corrupt newest falls back
+  // Mixed precision (docs/amp.md): the forward and the loss run under autocast in this dtype on
+  // the model's device type (kBFloat16 or kFloat16; kFloat32: off); weights, gradients and
+  // optimizer state stay float32. Evaluation runs the same way, so validation accuracy is the
+  // accuracy of the precision trained in.
+  ScalarType precision = kFloat32;
+  // Loss scaling (optim::GradScaler). Unset: on with PyTorch's defaults for float16, where
+  // small gradients underflow; off for bfloat16 (float32's exponent range), as in PyTorch. Set:
+  // these options (their `enabled` decides).
+  std::optional<optim::GradScalerOptions> grad_scaler;
   // Batch field names.
   std::string input_key = "input";
   std::string target_key = "target";
@@ -64,6 +74,10 @@ struct StepMetrics {
   double samples_per_second = 0;
   double data_wait_ratio = 0;  // time blocked on the loader / wall time, this epoch so far
   double step_seconds = 0;     // mean wall time per step over the interval
+  // Loss scaling (0 and 0 without a scaler): the scale now, and the optimizer steps skipped so
+  // far because a gradient was not finite (the scale backed off each time).
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
 };
 
 struct EpochMetrics {
@@ -121,6 +135,10 @@ class Trainer {
   void checkpoint(data::DataLoader& train);
 
   int64_t step() const { return step_; }
+  // The loss scaler (disabled unless options.precision / grad_scaler turn it on).
+  const optim::GradScaler& grad_scaler() const { return scaler_; }
+  // Optimizer steps skipped by the scaler (a gradient was not finite), checkpointed with it.
+  int64_t skipped_steps() const { return skipped_steps_; }
   // An even sample of the run's metrics, at most options.history_max_points points.
   const std::vector<MetricPoint>& history() const { return history_.points(); }
 
@@ -139,6 +157,8 @@ class Trainer {
   Callbacks callbacks_;
   int64_t step_ = 0;
   MetricHistory history_;
+  optim::GradScaler scaler_;
+  int64_t skipped_steps_ = 0;
   // Early stopping's state, checkpointed with the rest, so a resumed run stops at the epoch
   // the uninterrupted one does and restores the same best weights. fit() starts it afresh
   // unless resume() just restored it.

@@ -1,0 +1,171 @@
+// Mixed-precision training through the Trainer (TrainerOptions::precision, docs/amp.md):
+// bfloat16 digits presets reach float32's accuracy within half a point; float16 with a loss
+// scale that overflows skips those steps, backs off and still converges; a run with the scaler
+// resumes bitwise from a checkpoint; the scale and skipped steps reach the metrics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/anvil.h"
+#include "core/data/data.h"
+#include "core/models/spec.h"
+#include "core/nn/nn.h"
+#include "core/optim/optimizer.h"
+#include "core/optim/scheduler.h"
+#include "core/train/trainer.h"
+
+namespace anvil::train {
+namespace {
+
+std::string DigitsDir() {
+  if (const char* env = std::getenv("ANVIL_DATA_DIR")) return env;
+  return ANVIL_TEST_DATA_DIR;
+}
+
+bool HaveDigits() { return std::filesystem::exists(std::filesystem::path(DigitsDir()) / "digits.csv.gz"); }
+
+// The digits preset `preset` trained as the service trains it (AdamW, one-cycle), in
+// `precision`; returns the test accuracy (evaluated in the same precision) and the trained
+// first-layer weight.
+std::pair<double, Tensor> DigitsAccuracy(const std::string& preset, ScalarType precision, int64_t epochs) {
+  manual_seed(0);
+  const bool image = preset != "mlp";
+  auto digits = std::make_shared<data::MapDataset>(
+      std::make_shared<data::Digits>(DigitsDir(), data::DigitsOptions{.as_image = image}),
+      std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale"));
+  auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
+  const models::BuiltModel m =
+      models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
+  auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
+  Trainer trainer(m.module, opt,
+                  {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false, .precision = precision});
+  data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .seed = 1});
+  trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
+  data::DataLoader test_loader(split[1], {.batch_size = 256});
+  trainer.fit(train_loader);
+  for (const Tensor& p : m.module->parameters()) EXPECT_EQ(p.dtype(), kFloat32) << "master weights stay float32";
+  return {*trainer.evaluate(test_loader).second, m.module->parameters()[0].clone()};
+}
+
+TEST(AmpTraining, Bfloat16DigitsPresetsReachFloat32AccuracyWithinHalfAPoint) {
+  if (!HaveDigits()) GTEST_SKIP() << "digits.csv.gz not in " << DigitsDir() << ": run `make data`";
+  for (const std::string preset : {"mlp", "lenet5"}) {
+    const auto [fp32, w32] = DigitsAccuracy(preset, kFloat32, 30);
+    const auto [bf16, w16] = DigitsAccuracy(preset, kBFloat16, 30);
+    // The runs took different paths (bfloat16 products round differently) to the same accuracy.
+    const double moved = (w32 - w16).abs().max().item<double>();
+    EXPECT_GT(moved, 1e-4) << preset << ": the bfloat16 run trained exactly as the float32 one";
+    std::printf("preset %s: float32 %.4f, bfloat16 %.4f\n", preset.c_str(), fp32, bf16);
+    RecordProperty(preset + "_fp32", std::to_string(fp32));
+    RecordProperty(preset + "_bf16", std::to_string(bf16));
+    EXPECT_GE(fp32, 0.96) << preset;
+    EXPECT_GE(bf16, fp32 - 0.005) << preset << ": bfloat16 lost more than half a point";
+  }
+}
+
+std::shared_ptr<data::TensorDataset> Blobs(int64_t n) {
+  return std::make_shared<data::TensorDataset>(data::make_blobs(n, 3, 4, 2.0, 7));
+}
+
+std::shared_ptr<nn::Sequential> Mlp() {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(4, 32), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 3)});
+}
+
+// A float16 run whose first loss scale (2^40) overflows float16 gradients: the scaler skips
+// those steps (no weight changes), halves the scale each time until the gradients fit, and the
+// run still converges. The metrics carry the scale and the skipped count.
+TEST(AmpTraining, Float16OverflowsAreSkippedTheScaleBacksOffAndTheRunConverges) {
+  manual_seed(3);
+  auto model = Mlp();
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}, {"momentum", 0.9}});
+  optim::GradScalerOptions scaler;
+  scaler.init_scale = std::ldexp(1.0, 40);
+  Trainer t(model, opt,
+            {.epochs = 8, .metric_interval = 1, .checkpoint_every_epoch = false, .precision = kFloat16,
+             .grad_scaler = scaler});
+  std::vector<StepMetrics> seen;
+  t.set_callbacks({.on_step = [&](const StepMetrics& m) { seen.push_back(m); }});
+  const Tensor w0 = model->parameters()[0].clone();
+  data::DataLoader loader(Blobs(640), {.batch_size = 32, .shuffle = true, .seed = 2});
+  const TrainResult r = t.fit(loader);
+  ASSERT_EQ(r.steps, 160);
+  ASSERT_EQ(seen.size(), 160u);
+  // float16's largest value is 65504: a scale above ~2^16 times these gradients overflows.
+  EXPECT_GE(t.skipped_steps(), 10);
+  EXPECT_LE(t.skipped_steps(), 40);
+  EXPECT_EQ(seen.back().skipped_steps, t.skipped_steps());
+  // Every skipped step halved the scale; the growth interval (2000) was never reached.
+  EXPECT_EQ(seen.back().loss_scale, std::ldexp(1.0, 40 - static_cast<int>(t.skipped_steps())));
+  EXPECT_EQ(t.grad_scaler().get_scale(), seen.back().loss_scale);
+  // The first step overflowed: skipped, the weights untouched, the scale halved.
+  EXPECT_EQ(seen.front().skipped_steps, 1);
+  EXPECT_EQ(seen.front().loss_scale, std::ldexp(1.0, 39));
+  EXPECT_FALSE(equal(w0, model->parameters()[0]));  // later steps were taken
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += seen[static_cast<size_t>(i)].loss / 10;
+    last += seen[seen.size() - 1 - static_cast<size_t>(i)].loss / 10;
+  }
+  EXPECT_LT(last, 0.25 * first) << "the float16 run did not converge: loss " << first << " -> " << last;
+  for (const Tensor& p : model->parameters()) EXPECT_EQ(p.dtype(), kFloat32);
+}
+
+// float16 with the scaler, stopped at step 15 and resumed from its checkpoint, gives the losses
+// of the uninterrupted run bit for bit: the scale (mid-back-off at the stop) and the skipped
+// count travel in the checkpoint.
+std::vector<double> ScaledRun(int64_t stop_at, const std::string& resume_from, const std::string& ckpt,
+                              int64_t* skipped = nullptr, double* scale = nullptr) {
+  manual_seed(4);
+  auto model = Mlp();
+  auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
+  optim::GradScalerOptions scaler;
+  scaler.init_scale = std::ldexp(1.0, 28);
+  scaler.growth_interval = 4;  // growth and back-off both happen within the run
+  Trainer t(model, opt,
+            {.epochs = 3, .max_steps = stop_at, .metric_interval = 1, .checkpoint_path = ckpt,
+             .checkpoint_every_steps = 5, .precision = kFloat16, .grad_scaler = scaler});
+  data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .seed = 9});
+  if (!resume_from.empty()) t.resume(resume_from, loader);
+  t.fit(loader);
+  if (skipped != nullptr) *skipped = t.skipped_steps();
+  if (scale != nullptr) *scale = t.grad_scaler().get_scale();
+  std::vector<double> losses;
+  for (const auto& p : t.history()) {
+    if (p.name == "train_loss" || p.name == "loss_scale") losses.push_back(p.value);
+  }
+  return losses;
+}
+
+TEST(AmpTraining, ResumeWithTheScalerContinuesTheSameRunBitwise) {
+  const std::string dir = ::testing::TempDir();
+  int64_t full_skipped = 0, resumed_skipped = 0, stop_skipped = 0;
+  double full_scale = 0, resumed_scale = 0;
+  const auto full = ScaledRun(-1, "", dir + "/amp_unused.ckpt", &full_skipped, &full_scale);
+  ScaledRun(15, "", dir + "/amp_resume.ckpt", &stop_skipped);
+  const auto resumed = ScaledRun(-1, dir + "/amp_resume.ckpt", dir + "/amp_after.ckpt", &resumed_skipped,
+                                 &resumed_scale);
+  ASSERT_EQ(full.size(), 60u);  // 30 losses and 30 scales
+  EXPECT_EQ(resumed, full);
+  EXPECT_GT(stop_skipped, 0) << "the first 15 steps should skip some (scale 2^28)";
+  EXPECT_EQ(resumed_skipped, full_skipped);
+  EXPECT_EQ(resumed_scale, full_scale);
+  // A float32 trainer refuses the float16 run's checkpoint rather than dropping its scaler.
+  manual_seed(4);
+  auto model = Mlp();
+  auto opt = std::make_shared<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-2}});
+  Trainer plain(model, opt, {.epochs = 3});
+  data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .seed = 9});
+  try {
+    plain.resume(dir + "/amp_resume.ckpt", loader);
+    ADD_FAILURE() << "resumed without a scaler";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss scaling"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace anvil::train
