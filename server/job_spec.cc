@@ -153,6 +153,21 @@ std::string resolve_inside_root(const std::string& root, const std::string& rela
   return resolved.string();
 }
 
+namespace {
+// "fp32" (default), "bf16", "fp16"; the dtype names are accepted and written as the short ones.
+void ValidatePrecision(v1::JobSpec* spec) {
+  std::string p = spec->precision();
+  if (p.empty() || p == "float32") p = "fp32";
+  if (p == "bfloat16") p = "bf16";
+  if (p == "float16" || p == "half") p = "fp16";
+  SPEC_CHECK(p == "fp32" || p == "bf16" || p == "fp16",
+             "precision: expected \"fp32\", \"bf16\" or \"fp16\" (mixed precision: the forward in bfloat16 or "
+             "float16, float32 weights), got \"",
+             spec->precision(), "\"");
+  spec->set_precision(p);
+}
+}  // namespace
+
 v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   v1::JobSpec spec = in;
   if (spec.name().empty()) spec.set_name("job");
@@ -189,6 +204,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
              "register_model: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",
              spec.register_model(), "\"");
   CheckRange("priority", spec.priority(), -100, 100);
+  ValidatePrecision(&spec);
   return spec;
 }
 

@@ -314,6 +314,10 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
       m.job_samples_per_second.with(job).Set(e.step_metrics.samples_per_second);
       m.job_data_wait_ratio.with(job).Set(e.step_metrics.data_wait_ratio);
       m.job_step_seconds.with(job).Observe(e.step_metrics.step_seconds);
+      if (e.step_metrics.loss_scale > 0) {  // loss scaling on (fp16)
+        m.amp_loss_scale.with(job).Set(e.step_metrics.loss_scale);
+        metrics::advance_to(m.amp_skipped_steps.with(job), static_cast<double>(e.step_metrics.skipped_steps));
+      }
       break;
     case WorkerEvent::Kind::kEpoch:
       m.job_epoch.with(job).Set(static_cast<double>(row.epoch));
@@ -363,6 +367,11 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
                        {"train/samples_per_second", e.step_metrics.samples_per_second},
                        {"train/data_wait_ratio", e.step_metrics.data_wait_ratio},
                        {"train/step_seconds", e.step_metrics.step_seconds}});
+        if (e.step_metrics.loss_scale > 0) {
+          file->scalars(e.step, now,
+                        {{"amp/loss_scale", e.step_metrics.loss_scale},
+                         {"amp/skipped_steps", static_cast<double>(e.step_metrics.skipped_steps)}});
+        }
         return;
       case WorkerEvent::Kind::kEpoch: {
         std::vector<std::pair<std::string, double>> values = {{"epoch/train_loss", e.epoch_metrics.train_loss}};
@@ -494,6 +503,8 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       m->set_samples_per_second(e.step_metrics.samples_per_second);
       m->set_data_wait_ratio(e.step_metrics.data_wait_ratio);
       m->set_step_seconds(e.step_metrics.step_seconds);
+      m->set_loss_scale(e.step_metrics.loss_scale);
+      m->set_skipped_steps(e.step_metrics.skipped_steps);
       break;
     }
     case WorkerEvent::Kind::kEpoch: {

@@ -167,6 +167,8 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   o.max_steps = spec.max_steps() > 0 ? spec.max_steps() : -1;
   o.accumulation_steps = spec.accumulation_steps();
   o.clip_grad_norm = spec.clip_grad_norm();
+  // Mixed precision: autocast on the job's device; fp16 brings loss scaling (TrainerOptions).
+  o.precision = spec.precision() == "bf16" ? kBFloat16 : spec.precision() == "fp16" ? kFloat16 : kFloat32;
   o.metric_interval = spec.metric_interval();
   if (!spec.early_stopping().monitor().empty()) o.monitor = spec.early_stopping().monitor();
   o.patience = spec.early_stopping().patience() > 0 ? spec.early_stopping().patience() : -1;
@@ -177,7 +179,9 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
 
   if (spec.loss() == "mse") {
     plan.loss = [](const Tensor& out, const Tensor& target) {
-      return nn::functional::mse_loss(out.reshape({out.size(0), -1}).squeeze(-1), target.to(out.dtype()));
+      // In float32 under mixed precision too (PyTorch's autocast runs mse_loss in float32).
+      const Tensor o = out.dtype() == kBFloat16 || out.dtype() == kFloat16 ? out.to(kFloat32) : out;
+      return nn::functional::mse_loss(o.reshape({o.size(0), -1}).squeeze(-1), target.to(o.dtype()));
     };
   } else {
     plan.loss = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };

@@ -54,6 +54,12 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       job_step_seconds(r.histogram("anvil_job_step_duration_seconds",
                                    "Wall time per optimizer step (one observation per metric interval).", kJob,
                                    exponential_buckets(0.0001, 2, 16))),
+      amp_loss_scale(
+          r.gauge("anvil_amp_loss_scale", "Loss scale of a float16 job (mixed precision with loss scaling).", kJob)),
+      amp_skipped_steps(r.counter("anvil_amp_skipped_steps_total",
+                                  "Optimizer steps a float16 job skipped because a gradient was not finite (the "
+                                  "loss scale backed off each time).",
+                                  kJob)),
       jobs(r.gauge("anvil_jobs", "Jobs by state.", {"state"})),
       jobs_finished(r.counter("anvil_jobs_finished_total", "Jobs that ended, by outcome.", {"outcome"})),
       predict_requests(
@@ -173,10 +179,11 @@ void ServiceMetrics::Collect() {
       continue;
     }
     for (Family<Gauge>* f : {&job_loss, &job_grad_norm, &job_learning_rate, &job_step, &job_epoch,
-                             &job_samples_per_second, &job_data_wait_ratio, &job_val_accuracy}) {
+                             &job_samples_per_second, &job_data_wait_ratio, &job_val_accuracy, &amp_loss_scale}) {
       f->remove_matching("job", it->first);
     }
     job_step_seconds.remove_matching("job", it->first);
+    amp_skipped_steps.remove_matching("job", it->first);
     it = ended_.erase(it);
   }
 }

@@ -27,8 +27,10 @@ class ServiceMetrics {
   Family<Gauge>& job_data_wait_ratio;
   Family<Gauge>& job_val_accuracy;
   Family<Histogram>& job_step_seconds;
-  Family<Gauge>& jobs;             // by state (a collector counts them)
-  Family<Counter>& jobs_finished;  // by outcome
+  Family<Gauge>& amp_loss_scale;       // fp16 jobs (loss scaling)
+  Family<Counter>& amp_skipped_steps;  // fp16 jobs: steps skipped for a non-finite gradient
+  Family<Gauge>& jobs;                 // by state (a collector counts them)
+  Family<Counter>& jobs_finished;      // by outcome
   // Serving, per model.
   Family<Counter>& predict_requests;  // model, code
   Family<Histogram>& predict_latency;

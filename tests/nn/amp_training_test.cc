@@ -40,8 +40,9 @@ std::pair<double, Tensor> DigitsAccuracy(const std::string& preset, ScalarType p
   const models::BuiltModel m =
       models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
   auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
-  Trainer trainer(m.module, opt,
-                  {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false, .precision = precision});
+  Trainer trainer(
+      m.module, opt,
+      {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false, .precision = precision});
   data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .seed = 1});
   trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
   data::DataLoader test_loader(split[1], {.batch_size = 256});
@@ -85,7 +86,10 @@ TEST(AmpTraining, Float16OverflowsAreSkippedTheScaleBacksOffAndTheRunConverges) 
   optim::GradScalerOptions scaler;
   scaler.init_scale = std::ldexp(1.0, 40);
   Trainer t(model, opt,
-            {.epochs = 8, .metric_interval = 1, .checkpoint_every_epoch = false, .precision = kFloat16,
+            {.epochs = 8,
+             .metric_interval = 1,
+             .checkpoint_every_epoch = false,
+             .precision = kFloat16,
              .grad_scaler = scaler});
   std::vector<StepMetrics> seen;
   t.set_callbacks({.on_step = [&](const StepMetrics& m) { seen.push_back(m); }});
@@ -126,8 +130,13 @@ std::vector<double> ScaledRun(int64_t stop_at, const std::string& resume_from, c
   scaler.init_scale = std::ldexp(1.0, 28);
   scaler.growth_interval = 4;  // growth and back-off both happen within the run
   Trainer t(model, opt,
-            {.epochs = 3, .max_steps = stop_at, .metric_interval = 1, .checkpoint_path = ckpt,
-             .checkpoint_every_steps = 5, .precision = kFloat16, .grad_scaler = scaler});
+            {.epochs = 3,
+             .max_steps = stop_at,
+             .metric_interval = 1,
+             .checkpoint_path = ckpt,
+             .checkpoint_every_steps = 5,
+             .precision = kFloat16,
+             .grad_scaler = scaler});
   data::DataLoader loader(Blobs(160), {.batch_size = 16, .shuffle = true, .seed = 9});
   if (!resume_from.empty()) t.resume(resume_from, loader);
   t.fit(loader);
@@ -146,8 +155,8 @@ TEST(AmpTraining, ResumeWithTheScalerContinuesTheSameRunBitwise) {
   double full_scale = 0, resumed_scale = 0;
   const auto full = ScaledRun(-1, "", dir + "/amp_unused.ckpt", &full_skipped, &full_scale);
   ScaledRun(15, "", dir + "/amp_resume.ckpt", &stop_skipped);
-  const auto resumed = ScaledRun(-1, dir + "/amp_resume.ckpt", dir + "/amp_after.ckpt", &resumed_skipped,
-                                 &resumed_scale);
+  const auto resumed =
+      ScaledRun(-1, dir + "/amp_resume.ckpt", dir + "/amp_after.ckpt", &resumed_skipped, &resumed_scale);
   ASSERT_EQ(full.size(), 60u);  // 30 losses and 30 scales
   EXPECT_EQ(resumed, full);
   EXPECT_GT(stop_skipped, 0) << "the first 15 steps should skip some (scale 2^28)";

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "core/anvil.h"
@@ -479,6 +480,60 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   } else {
     ADD_FAILURE() << "promtool is missing (make deps installs Debian's prometheus package)";
   }
+}
+
+// Mixed precision through the service: an fp16 job trains with loss scaling (the scale in
+// every step event, the Prometheus families filled), a bf16 job without; both register
+// float32 models that serve; a precision the service does not know is INVALID_ARGUMENT.
+TEST_F(ServerTest, MixedPrecisionJobsTrainReportTheirScaleAndServe) {
+  for (const std::string precision : {"fp16", "bf16"}) {
+    v1::JobSpec spec = BlobsSpec(2);
+    spec.set_name("amp-" + precision);
+    spec.set_register_model("amp-" + precision);
+    spec.set_precision(precision == "bf16" ? "bfloat16" : precision);  // the dtype name is accepted too
+    const v1::Job job = Submit(spec);
+    ASSERT_FALSE(job.id().empty());
+    EXPECT_EQ(job.spec().precision(), precision);  // written back in its short form
+    const std::vector<v1::MetricEvent> events = Stream(job.id());
+    ASSERT_FALSE(events.empty());
+    ASSERT_EQ(events.back().state(), v1::SUCCEEDED) << events.back().message();
+    int64_t steps = 0;
+    for (const auto& e : events) {
+      if (!e.has_step_metrics()) continue;
+      ++steps;
+      if (precision == "fp16") {
+        EXPECT_GT(e.step_metrics().loss_scale(), 0.0);
+        EXPECT_LE(e.step_metrics().loss_scale(), 65536.0);
+      } else {
+        EXPECT_EQ(e.step_metrics().loss_scale(), 0.0);
+      }
+    }
+    EXPECT_GT(steps, 0);
+    v1::PredictResponse resp;
+    ASSERT_TRUE(Predict(PredictOf("amp-" + precision, randn({3, 2})), &resp).ok());
+    EXPECT_EQ(decode_tensor(resp.outputs(0)).dtype(), kFloat32);
+  }
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_THAT(text, HasSubstr("# TYPE anvil_amp_loss_scale gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE anvil_amp_skipped_steps_total counter"));
+  EXPECT_THAT(text, HasSubstr("anvil_amp_loss_scale{job="));
+  // Series for the fp16 job only: a bf16 job has no loss scale.
+  int amp_series = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("anvil_amp_loss_scale{", 0) != 0 && line.rfind("anvil_amp_skipped_steps_total{", 0) != 0) continue;
+    ++amp_series;
+    EXPECT_THAT(line, HasSubstr("name=\"amp-fp16\"")) << line;
+  }
+  EXPECT_EQ(amp_series, 2);
+  grpc::Status st;
+  v1::JobSpec bad = BlobsSpec();
+  bad.set_precision("int8");
+  Submit(bad, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("precision"));
+  EXPECT_THAT(st.error_message(), HasSubstr("\"bf16\""));
+  EXPECT_THAT(st.error_message(), HasSubstr("int8"));
 }
 
 // The batcher's limits as a client sees them: a full queue answers UNAVAILABLE at once, and
