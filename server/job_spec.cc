@@ -165,6 +165,9 @@ void ValidatePrecision(v1::JobSpec* spec) {
              "float16, float32 weights), got \"",
              spec->precision(), "\"");
   spec->set_precision(p);
+  SPEC_CHECK(!spec->amp_anomaly() || p != "fp32",
+             "amp_anomaly: checks bf16 or fp16 outputs, but precision is \"fp32\" (set precision to \"bf16\" or "
+             "\"fp16\")");
 }
 }  // namespace
 

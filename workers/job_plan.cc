@@ -169,6 +169,7 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   o.clip_grad_norm = spec.clip_grad_norm();
   // Mixed precision: autocast on the job's device; fp16 brings loss scaling (TrainerOptions).
   o.precision = spec.precision() == "bf16" ? kBFloat16 : spec.precision() == "fp16" ? kFloat16 : kFloat32;
+  o.amp_anomaly = spec.amp_anomaly();
   o.metric_interval = spec.metric_interval();
   if (!spec.early_stopping().monitor().empty()) o.monitor = spec.early_stopping().monitor();
   o.patience = spec.early_stopping().patience() > 0 ? spec.early_stopping().patience() : -1;

@@ -1,9 +1,11 @@
 #include "core/amp/autocast.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/autograd/grad_mode.h"
+#include "core/ops/functions.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -89,9 +91,49 @@ bool is_enabled(DeviceType device) { return State().devices[Index(device)].enabl
 ScalarType dtype(DeviceType device) { return State().devices[Index(device)].dtype; }
 CacheStats cache_stats() { return State().stats; }
 
+AnomalyGuard::AnomalyGuard(bool enabled) : prev_(detail::t_anomaly) { detail::t_anomaly = enabled; }
+AnomalyGuard::~AnomalyGuard() { detail::t_anomaly = prev_; }
+
 namespace detail {
 
 thread_local bool t_any_enabled = false;
+thread_local bool t_anomaly = false;
+
+void check_outputs(OpId op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  // The checks are ops: not autocast, not recorded, not checked themselves.
+  KernelScope not_autocast;
+  NoGradGuard no_grad;
+  const bool prev = t_anomaly;
+  t_anomaly = false;
+  struct Restore {
+    bool v;
+    ~Restore() { t_anomaly = v; }
+  } restore{prev};
+  for (const Tensor& out : outputs) {
+    if (!out.defined() || !IsLow(out.dtype()) || out.numel() == 0) continue;
+    const Tensor wide = out.to(kFloat32);
+    if (isfinite(wide).all().item<bool>()) continue;
+    const bool has_nan = isnan(wide).any().item<bool>();
+    std::string ins;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      if (!t.defined()) continue;
+      ins += anvil::detail::StrCat(ins.empty() ? "" : "; ", "input ", i, ": ", t.dtype(), " ", shape_str(t.sizes()));
+      if (is_floating_point(t.dtype()) && t.numel() > 0) {
+        const Tensor w = t.to(kFloat64);
+        const bool finite = isfinite(w).all().item<bool>();
+        ins += anvil::detail::StrCat(" in [", w.min().item<double>(), ", ", w.max().item<double>(), "]",
+                                     finite ? "" : " (already not finite: the problem is upstream)");
+      }
+    }
+    throw autocast::AmpAnomalyError(
+        anvil::detail::StrCat("AMP anomaly: ", op_name(op), " produced ", has_nan ? "NaN" : "inf", " in its ",
+                              out.dtype(), " output ", shape_str(out.sizes()), " (", ins,
+                              "). Keep this layer in float32 (\"autocast\": false on it in the model "
+                              "spec, or Module::set_autocast(false)), or bring its inputs into the ",
+                              out.dtype(), " range"));
+  }
+}
 
 std::vector<Tensor> cast_inputs(OpId op, const std::vector<Tensor>& inputs, Device device) {
   const DeviceState& d = State().devices[Index(device.type)];

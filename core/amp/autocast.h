@@ -27,6 +27,7 @@
 #include "core/tensor/device.h"
 #include "core/tensor/dtype.h"
 #include "core/tensor/tensor.h"
+#include "core/util/error.h"
 
 namespace anvil {
 
@@ -47,6 +48,28 @@ class AutocastGuard {
 
 namespace autocast {
 
+// AMP anomaly detection, the pitfall guide's first step when mixed precision gives NaN or inf:
+// while an AnomalyGuard lives on this thread, every op run inside an enabled autocast region
+// whose output is bfloat16 or float16 has that output checked, and the first non-finite value
+// throws AmpAnomalyError naming the op, the output's dtype and each input's dtype, shape and
+// range, so the layer to keep in float32 is known (nn::Module::set_autocast(false), "autocast":
+// false in a model spec). One host read per such op: a debugging aid, not for production runs.
+class AnomalyGuard {
+ public:
+  explicit AnomalyGuard(bool enabled = true);
+  ~AnomalyGuard();
+  AnomalyGuard(const AnomalyGuard&) = delete;
+  AnomalyGuard& operator=(const AnomalyGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+class AmpAnomalyError : public Error {
+ public:
+  using Error::Error;
+};
+
 bool is_enabled(DeviceType device);
 ScalarType dtype(DeviceType device);
 
@@ -58,6 +81,9 @@ CacheStats cache_stats();
 
 namespace detail {
 extern thread_local bool t_any_enabled;  // some device type is enabled (not inside a kernel)
+extern thread_local bool t_anomaly;      // an AnomalyGuard is on
+// The anomaly check of one op's outputs (the dispatcher calls it while t_anomaly is set).
+void check_outputs(OpId op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
 // The inputs `op` should run on, by its row's policy (the dispatcher calls this).
 std::vector<Tensor> cast_inputs(OpId op, const std::vector<Tensor>& inputs, Device device);
 // Kernels may run ops internally: those are not autocast.

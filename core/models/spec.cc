@@ -43,7 +43,7 @@ struct Layer {
 
   [[noreturn]] void Fail(const std::string& what) const { throw Error("model spec: " + where + ": " + what); }
   void Keys(std::initializer_list<const char*> allowed) const {
-    std::set<std::string> ok{"type"};
+    std::set<std::string> ok{"type", "autocast"};
     for (const char* k : allowed) ok.insert(k);
     for (const auto& [k, v] : j.items()) {
       if (!ok.count(k)) {
@@ -373,6 +373,9 @@ Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefi
     }
     const Layer L{j, where + " (" + j["type"].get<std::string>() + ")", cost, dry};
     Built b = BuildLayer(L, shape, prefix.empty() && i == 0, int_input);
+    // "autocast": false keeps the layer in float32 under mixed precision (nn::Module::set_autocast).
+    const bool autocast = L.Bool("autocast", true);
+    if (!autocast && b.module) b.module->set_autocast(false);
     if (seq) seq->push_back(b.module);
     shape = b.shape;
   }

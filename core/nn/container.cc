@@ -1,8 +1,10 @@
 // Containers: see container.h.
 #include "core/nn/container.h"
 
+#include <optional>
 #include <typeinfo>
 
+#include "core/amp/autocast.h"
 #include "core/nn/activation.h"
 #include "core/nn/linear.h"
 #include "core/util/error.h"
@@ -34,6 +36,13 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     try {
+      // A layer kept out of autocast: float32 in, autocast off inside (as PyTorch's recipe,
+      // `with autocast(enabled=False): layer(x.float())`).
+      std::optional<AutocastGuard> outside_autocast;
+      if (!layers_[i]->autocast() && autocast::is_enabled(y.device().type)) {
+        outside_autocast.emplace(y.device().type, std::nullopt, false);
+        if (y.dtype() == kBFloat16 || y.dtype() == kFloat16) y = y.to(kFloat32);
+      }
       if (LinearThenRelu(layers_, i)) {
         y = static_cast<Linear&>(*layers_[i]).forward_relu(y);
         ++i;  // the ReLU ran inside

@@ -67,6 +67,11 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Mixed precision: false keeps this module out of autocast. A Sequential then runs it with
+  // autocast disabled, its input cast to float32 (the pitfall guide's remedy for a layer that
+  // overflows in float16 or loses too much in bfloat16; "autocast": false in a model spec).
+  void set_autocast(bool enabled) { autocast_ = enabled; }
+  bool autocast() const { return autocast_; }
   // Converts every parameter and buffer (floating-point ones only, for a dtype).
   void to(ScalarType dtype);
   void to(Device device);
@@ -116,6 +121,7 @@ class Module {
 
   std::string type_name_;
   bool training_ = true;
+  bool autocast_ = true;
   std::vector<Slot> parameters_;
   std::vector<Slot> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -105,7 +105,10 @@ std::vector<Tensor> autocast_inputs(OpId op, std::vector<Tensor> inputs) {
 std::vector<Tensor> dispatch(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
   // Inside an autocast region the row's policy picks the inputs' dtypes (core/amp/autocast.h).
   if (autocast::detail::t_any_enabled && !inputs.empty() && inputs[0].defined()) {
-    return DispatchOp(op, autocast::detail::cast_inputs(op, inputs, inputs[0].device()), attrs);
+    const std::vector<Tensor> cast = autocast::detail::cast_inputs(op, inputs, inputs[0].device());
+    std::vector<Tensor> out = DispatchOp(op, cast, attrs);
+    if (autocast::detail::t_anomaly) autocast::detail::check_outputs(op, cast, out);
+    return out;
   }
   return DispatchOp(op, inputs, attrs);
 }

@@ -282,6 +282,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       {
         std::optional<AutocastGuard> amp;
         if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
+        std::optional<autocast::AnomalyGuard> anomaly;
+        if (o.amp_anomaly) anomaly.emplace(true);
         loss = loss_(model_->forward(x), target);
       }
       scaler_.scale(o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();

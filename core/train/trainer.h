@@ -60,6 +60,9 @@ struct TrainerOptions {
   // small gradients underflow; off for bfloat16 (float32's exponent range), as in PyTorch. Set:
   // these options (their `enabled` decides).
   std::optional<optim::GradScalerOptions> grad_scaler;
+  // AMP anomaly detection (autocast::AnomalyGuard) over the forward: the first non-finite
+  // bfloat16/float16 output fails the run naming the op, its layer and its input ranges.
+  bool amp_anomaly = false;
   // Batch field names.
   std::string input_key = "input";
   std::string target_key = "target";

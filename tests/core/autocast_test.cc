@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "core/anvil.h"
 
 namespace anvil {
@@ -44,6 +47,45 @@ TEST(Autocast, LowPrecisionActivationsMeetFloat32WeightsInsideARegion) {
   }
   EXPECT_THROW(linear(x, w, bias), TypeError);
   EXPECT_THROW(mm(x, m), TypeError);
+}
+
+// AMP anomaly detection: the first non-finite float16 output inside a region names the op, the
+// dtype and the inputs' ranges; without the guard, or outside a region, nothing is checked.
+TEST(Autocast, AnomalyDetectionNamesTheOpTheDtypeAndTheInputRanges) {
+  const Tensor a = full({2, 300}, 20.0), b = full({300, 3}, 20.0);  // each product 120000 > 65504
+  {
+    AutocastGuard amp(DeviceType::CPU, kFloat16);
+    const Tensor silent = mm(a, b);  // no guard: the overflow goes on as inf
+    EXPECT_FALSE(isfinite(silent.to(kFloat32)).any().item<bool>());
+    autocast::AnomalyGuard anomaly;
+    try {
+      (void)mm(a, b);
+      ADD_FAILURE() << "no anomaly reported";
+    } catch (const autocast::AmpAnomalyError& e) {
+      const std::string m = e.what();
+      for (const char* want :
+           {"AMP anomaly: mm produced inf", "float16 output [2, 3]", "input 0: float16 [2, 300] in [20, 20]",
+            "input 1: float16 [300, 3] in [20, 20]", "\"autocast\": false"}) {
+        EXPECT_NE(m.find(want), std::string::npos) << want << " not in: " << m;
+      }
+    }
+    EXPECT_NO_THROW((void)mm(a / 100.0, b));  // finite: passes
+    {
+      autocast::AnomalyGuard off(false);
+      EXPECT_NO_THROW((void)mm(a, b));
+    }
+    // A NaN input is reported as coming from upstream.
+    const Tensor bad = full({2, 300}, std::nan(""));
+    try {
+      (void)mm(bad, b);
+      ADD_FAILURE() << "no anomaly reported";
+    } catch (const autocast::AmpAnomalyError& e) {
+      EXPECT_NE(std::string(e.what()).find("produced NaN"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("already not finite"), std::string::npos) << e.what();
+    }
+  }
+  autocast::AnomalyGuard anomaly;  // outside a region: float16 ops the user runs are not checked
+  EXPECT_NO_THROW((void)mm(a.to(kFloat16), b.to(kFloat16)));
 }
 
 TEST(Autocast, Float32RowsLiftLowPrecisionInputs) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/amp/autocast.h"
 #include "core/anvil.h"
 #include "core/data/data.h"
 #include "core/models/spec.h"
@@ -65,6 +66,67 @@ TEST(AmpTraining, Bfloat16DigitsPresetsReachFloat32AccuracyWithinHalfAPoint) {
     EXPECT_GE(fp32, 0.96) << preset;
     EXPECT_GE(bf16, fp32 - 0.005) << preset << ": bfloat16 lost more than half a point";
   }
+}
+
+// A two-layer model whose second layer overflows float16 (3.2e6 > 65504) on inputs of 100:
+// anomaly detection names that layer; "autocast": false on it in the spec keeps it in float32,
+// and the model then runs finite under the same region.
+std::shared_ptr<nn::Sequential> Overflowing(bool second_in_float32) {
+  const std::string spec = std::string(R"({"input_shape": [4], "layers": [
+      {"type": "linear", "out_features": 8},
+      {"type": "linear", "out_features": 3)") +
+                           (second_in_float32 ? R"(, "autocast": false)" : "") + "}]}";
+  auto model = models::build_model(spec).module;
+  NoGradGuard no_grad;
+  for (auto& [name, p] : model->named_parameters())
+    p.fill_(name.find("bias") != std::string::npos ? 0.0 : name.rfind("0.", 0) == 0 ? 1.0 : 1000.0);
+  return std::dynamic_pointer_cast<nn::Sequential>(model);
+}
+
+TEST(AmpTraining, AnomalyNamesTheLayerAndAutocastFalseKeepsItInFloat32) {
+  const Tensor x = full({2, 4}, 100.0);
+  {
+    auto model = Overflowing(false);
+    AutocastGuard amp(DeviceType::CPU, kFloat16);
+    EXPECT_FALSE(isfinite((*model)(x).to(kFloat32)).any().item<bool>());  // silently inf without the check
+    autocast::AnomalyGuard anomaly;
+    try {
+      (void)(*model)(x);
+      ADD_FAILURE() << "no anomaly reported";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("Sequential layer 1 (Linear): AMP anomaly: linear produced inf in its float16 output [2, 3]"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("input 0: float16 [2, 8] in [400, 400]"), std::string::npos) << m;
+    }
+  }
+  auto kept = Overflowing(true);
+  EXPECT_FALSE((*kept)[1]->autocast());
+  EXPECT_TRUE((*kept)[0]->autocast());
+  AutocastGuard amp(DeviceType::CPU, kFloat16);
+  autocast::AnomalyGuard anomaly;
+  const Tensor y = (*kept)(x);
+  EXPECT_EQ(y.dtype(), kFloat32);
+  EXPECT_TRUE(allclose(y, full({2, 3}, 3.2e6)));
+  // The key is checked like every other one.
+  EXPECT_THROW(models::build_model(R"({"input_shape": [4], "layers": [{"type": "relu", "autocast": 1}]})"), Error);
+}
+
+// The Trainer's amp_anomaly option: the float16 run fails at its first forward, naming the layer.
+TEST(AmpTraining, TheTrainersAnomalyOptionFailsTheRunNamingTheLayer) {
+  auto model = Overflowing(false);
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 1e-3}});
+  Trainer t(model, opt, {.epochs = 1, .checkpoint_every_epoch = false, .precision = kFloat16, .amp_anomaly = true});
+  data::DataLoader loader(std::make_shared<data::TensorDataset>(full({8, 4}, 100.0), zeros({8}, kInt64)),
+                          {.batch_size = 4});
+  try {
+    t.fit(loader);
+    ADD_FAILURE() << "the run did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Sequential layer 1 (Linear): AMP anomaly"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.step(), 0);
 }
 
 std::shared_ptr<data::TensorDataset> Blobs(int64_t n) {

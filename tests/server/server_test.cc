@@ -534,6 +534,11 @@ TEST_F(ServerTest, MixedPrecisionJobsTrainReportTheirScaleAndServe) {
   EXPECT_THAT(st.error_message(), HasSubstr("precision"));
   EXPECT_THAT(st.error_message(), HasSubstr("\"bf16\""));
   EXPECT_THAT(st.error_message(), HasSubstr("int8"));
+  v1::JobSpec anomaly = BlobsSpec();
+  anomaly.set_amp_anomaly(true);  // with fp32 there is nothing to check
+  Submit(anomaly, &st);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("amp_anomaly"));
 }
 
 // The batcher's limits as a client sees them: a full queue answers UNAVAILABLE at once, and
