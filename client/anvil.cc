@@ -140,6 +140,10 @@ void PrintJobSummary(const v1::Job& j) {
   std::printf("  state:     %s%s\n", StateName(j.state()).c_str(),
               j.reason().empty() ? "" : ("  (" + j.reason() + ")").c_str());
   std::printf("  device:    %s\n", j.device().empty() ? "-" : j.device().c_str());
+  if (!j.spec().precision().empty() && j.spec().precision() != "fp32") {
+    std::printf("  precision: %s (serving %s)\n", j.spec().precision().c_str(),
+                j.spec().serving_precision().empty() ? "fp32" : j.spec().serving_precision().c_str());
+  }
   std::printf("  progress:  step %lld, epoch %lld of %lld\n", static_cast<long long>(j.step()),
               static_cast<long long>(j.epoch()), static_cast<long long>(j.spec().epochs()));
   std::printf("  created:   %s\n  started:   %s\n  finished:  %s\n", FormatTime(j.created_unix_ms()).c_str(),
@@ -168,6 +172,19 @@ void PrintModelSummary(const v1::Model& m) {
     for (int i = 0; i < m.labels_size() && i < 20; ++i) labels += (i ? ", " : "") + m.labels(i);
     if (m.labels_size() > 20) labels += ", ... (" + std::to_string(m.labels_size()) + ")";
     std::printf("  classes: %s\n", labels.c_str());
+  }
+  if (!m.precision().empty() && (m.precision() != "fp32" || !m.accuracy().empty())) {
+    // Mixed precision: the serving dtype and what each precision scored at registration.
+    std::string accuracy;
+    for (const char* p : {"fp32", "bf16", "fp16"}) {
+      const auto it = m.accuracy().find(p);
+      if (it == m.accuracy().end()) continue;
+      char cell[64];
+      std::snprintf(cell, sizeof(cell), "%s%s %.2f %%", accuracy.empty() ? "" : ", ", p, 100.0 * it->second);
+      accuracy += cell;
+    }
+    std::printf("  serves in: %s%s\n", m.precision().c_str(),
+                accuracy.empty() ? "" : ("  (validation accuracy: " + accuracy + ")").c_str());
   }
   std::printf("  created: %s\n", FormatTime(m.created_unix_ms()).c_str());
 }

@@ -155,16 +155,22 @@ std::string resolve_inside_root(const std::string& root, const std::string& rela
 
 namespace {
 // "fp32" (default), "bf16", "fp16"; the dtype names are accepted and written as the short ones.
-void ValidatePrecision(v1::JobSpec* spec) {
-  std::string p = spec->precision();
+std::string NormalizePrecision(const char* field, const std::string& given) {
+  std::string p = given;
   if (p.empty() || p == "float32") p = "fp32";
   if (p == "bfloat16") p = "bf16";
   if (p == "float16" || p == "half") p = "fp16";
-  SPEC_CHECK(p == "fp32" || p == "bf16" || p == "fp16",
-             "precision: expected \"fp32\", \"bf16\" or \"fp16\" (mixed precision: the forward in bfloat16 or "
-             "float16, float32 weights), got \"",
-             spec->precision(), "\"");
+  SPEC_CHECK(p == "fp32" || p == "bf16" || p == "fp16", field,
+             ": expected \"fp32\", \"bf16\" or \"fp16\" (mixed precision: the forward in bfloat16 or float16, "
+             "float32 weights), got \"",
+             given, "\"");
+  return p;
+}
+
+void ValidatePrecision(v1::JobSpec* spec) {
+  const std::string p = NormalizePrecision("precision", spec->precision());
   spec->set_precision(p);
+  spec->set_serving_precision(NormalizePrecision("serving_precision", spec->serving_precision()));
   SPEC_CHECK(!spec->amp_anomaly() || p != "fp32",
              "amp_anomaly: checks bf16 or fp16 outputs, but precision is \"fp32\" (set precision to \"bf16\" or "
              "\"fp16\")");

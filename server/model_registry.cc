@@ -232,10 +232,13 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
   }
   if (device_ != kCPU) throw_if_error(worker_->run(workers::PlaceModule{m->loaded.built.module}));
-  m->batcher = std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
-                                         [worker = worker_](const std::shared_ptr<nn::Module>& module, Tensor input) {
-                                           return worker->run(workers::ForwardBatch{module, std::move(input)});
-                                         });
+  const std::string& p = m->loaded.info.precision;
+  const ScalarType precision = p == "bf16" ? kBFloat16 : p == "fp16" ? kFloat16 : kFloat32;
+  m->batcher =
+      std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
+                                [worker = worker_, precision](const std::shared_ptr<nn::Module>& module, Tensor input) {
+                                  return worker->run(workers::ForwardBatch{module, std::move(input), precision});
+                                });
   MutexLock lock(&mu_);
   ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");
   m->last_used = ++tick_;
@@ -261,6 +264,8 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   out.set_created_unix_ms(m.row.created_ms);
   out.set_parameters(b.module->num_parameters());
   out.set_spec_json(b.spec);
+  out.set_precision(m.loaded.info.precision);
+  for (const auto& [precision, accuracy] : m.loaded.info.accuracy) (*out.mutable_accuracy())[precision] = accuracy;
   return out;
 }
 

@@ -210,6 +210,17 @@ class DeviceWorker final : public Worker {
       const std::string archive = (fs::path(job.job_dir) / "model.anvil").string();
       plan.model.module->eval();
       models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, unix_millis()};
+      info.precision = job.spec.serving_precision().empty() ? "fp32" : job.spec.serving_precision();
+      // Mixed precision: the validation accuracy in float32 and in each precision the job
+      // trained or will serve in, so GetModel shows what the lower one costs.
+      if (job.spec.precision() != "fp32" || info.precision != "fp32") {
+        for (const std::string& p : {std::string("fp32"), job.spec.precision(), info.precision}) {
+          if (p.empty() || info.accuracy.count(p)) continue;
+          const ScalarType dtype = p == "bf16" ? kBFloat16 : p == "fp16" ? kFloat16 : kFloat32;
+          const std::optional<double> accuracy = trainer.evaluate(val_loader, dtype).second;
+          if (accuracy) info.accuracy[p] = *accuracy;
+        }
+      }
       models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
       end.kind = WorkerEvent::Kind::kSucceeded;
       end.path = archive;

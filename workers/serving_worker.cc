@@ -1,7 +1,9 @@
 #include "workers/serving_worker.h"
 
+#include <optional>
 #include <variant>
 
+#include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
 #include "core/backend/registry.h"
 #include "core/util/error.h"
@@ -78,7 +80,11 @@ void ServingWorker::Execute(Pending& p) {
   p.status = engine_status_of([&] {
     if (auto* f = std::get_if<ForwardBatch>(&p.command)) {
       InferenceMode no_grad;
-      p.output = f->module->forward(f->input.to(device_)).to(kCPU);
+      std::optional<AutocastGuard> amp;
+      if (f->precision != kFloat32) amp.emplace(device_.type, f->precision);
+      Tensor out = f->module->forward(f->input.to(device_));
+      if (out.dtype() == kBFloat16 || out.dtype() == kFloat16) out = out.to(kFloat32);
+      p.output = out.to(kCPU);
     } else {
       std::get<PlaceModule>(p.command).module->to(device_);
       synchronize(device_);

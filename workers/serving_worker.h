@@ -28,6 +28,9 @@ namespace anvil::workers {
 struct ForwardBatch {
   std::shared_ptr<nn::Module> module;
   Tensor input;
+  // kBFloat16 / kFloat16: the forward runs under autocast in that dtype (the weights stay
+  // float32); the output comes back as float32 either way.
+  ScalarType precision = kFloat32;
 };
 
 // Moves `module`'s parameters and buffers to the worker's device.

@@ -16,7 +16,9 @@ io::Metadata MakeMetadata(const nn::StateDict& state, const std::string& spec_js
                  {"version", info.version},
                  {"job_id", info.job_id},
                  {"labels", info.labels},
-                 {"created_unix_ms", info.created_unix_ms}};
+                 {"created_unix_ms", info.created_unix_ms},
+                 {"precision", info.precision},
+                 {"accuracy", info.accuracy}};
   Json aliases = Json::object();
   for (const auto& [alias, target] : state.aliases) aliases[alias] = target;
   return {{"anvil.format", kModelFormat},
@@ -61,6 +63,8 @@ LoadedModel load_model_archive(const std::string& path) {
     out.info.job_id = info.value("job_id", "");
     out.info.labels = info.value("labels", std::vector<std::string>{});
     out.info.created_unix_ms = info.value("created_unix_ms", int64_t{0});
+    out.info.precision = info.value("precision", std::string("fp32"));  // archives before mixed precision
+    out.info.accuracy = info.value("accuracy", std::map<std::string, double>{});
   } catch (const Json::exception& e) {
     throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
   }

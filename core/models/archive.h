@@ -10,6 +10,7 @@
 // Shared parameters are stored once with an alias entry ("anvil.aliases"), as in checkpoints.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,12 @@ struct ModelInfo {
   std::string job_id;
   std::vector<std::string> labels;  // class names, index = class id (may be empty)
   int64_t created_unix_ms = 0;
+  // Mixed precision: the dtype Predict runs the forward in ("fp32", "bf16" or "fp16": under
+  // autocast, the weights staying float32), and the validation accuracy measured at
+  // registration per precision ({"fp32": 0.978, "bf16": 0.975}), so the difference is known
+  // before the model serves in the lower one. Empty: measured in none.
+  std::string precision = "fp32";
+  std::map<std::string, double> accuracy;
 };
 
 struct LoadedModel {

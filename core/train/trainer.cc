@@ -67,6 +67,10 @@ Device Trainer::ModelDevice() const {
 }
 
 std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loader) {
+  return evaluate(loader, options_.precision);
+}
+
+std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loader, ScalarType precision) {
   const bool was_training = model_->is_training();
   model_->eval();
   NoGradGuard no_grad;
@@ -80,7 +84,7 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
     Tensor out, loss;
     {
       std::optional<AutocastGuard> amp;  // a float32 trainer leaves a caller's own region alone
-      if (options_.precision != kFloat32) amp.emplace(device.type, options_.precision);
+      if (precision != kFloat32) amp.emplace(device.type, precision);
       out = model_->forward(x);
       loss = loss_(out, y);
     }

@@ -129,6 +129,9 @@ class Trainer {
                   const std::atomic<bool>* cancel = nullptr);
   // Mean loss and (for class-index targets) accuracy over a loader, in eval mode, no grad.
   std::pair<double, std::optional<double>> evaluate(data::DataLoader& loader);
+  // The same with the forward in `precision` (kFloat32, or bfloat16 / float16 under autocast)
+  // instead of options.precision: what serving in another precision would score.
+  std::pair<double, std::optional<double>> evaluate(data::DataLoader& loader, ScalarType precision);
   // Restores a checkpoint written by this trainer: model, optimizer, scheduler, RNG, step,
   // history and the train loader's position (fit() then continues from there).
   void resume(const std::string& path, data::DataLoader& train);

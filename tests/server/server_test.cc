@@ -491,6 +491,7 @@ TEST_F(ServerTest, MixedPrecisionJobsTrainReportTheirScaleAndServe) {
     spec.set_name("amp-" + precision);
     spec.set_register_model("amp-" + precision);
     spec.set_precision(precision == "bf16" ? "bfloat16" : precision);  // the dtype name is accepted too
+    if (precision == "bf16") spec.set_serving_precision("bf16");
     const v1::Job job = Submit(spec);
     ASSERT_FALSE(job.id().empty());
     EXPECT_EQ(job.spec().precision(), precision);  // written back in its short form
@@ -509,9 +510,43 @@ TEST_F(ServerTest, MixedPrecisionJobsTrainReportTheirScaleAndServe) {
       }
     }
     EXPECT_GT(steps, 0);
+    const Tensor x = randn({3, 2});
     v1::PredictResponse resp;
-    ASSERT_TRUE(Predict(PredictOf("amp-" + precision, randn({3, 2})), &resp).ok());
-    EXPECT_EQ(decode_tensor(resp.outputs(0)).dtype(), kFloat32);
+    ASSERT_TRUE(Predict(PredictOf("amp-" + precision, x), &resp).ok());
+    const Tensor served = decode_tensor(resp.outputs(0));
+    EXPECT_EQ(served.dtype(), kFloat32);
+    // GetModel: the serving precision and the validation accuracy per precision.
+    grpc::ClientContext ctx;
+    v1::GetModelRequest get;
+    get.set_name("amp-" + precision);
+    v1::Model model;
+    ASSERT_TRUE(serving_->GetModel(&ctx, get, &model).ok());
+    EXPECT_EQ(model.precision(), precision == "bf16" ? "bf16" : "fp32");
+    ASSERT_TRUE(model.accuracy().count("fp32")) << precision;
+    ASSERT_TRUE(model.accuracy().count(precision)) << precision;
+    EXPECT_NEAR(model.accuracy().at(precision), model.accuracy().at("fp32"), 0.05);
+    // The served outputs against the float32 weights run locally in float32: equal for an fp32
+    // model, close (bfloat16's 8 bits) and not equal for a bf16 one.
+    grpc::Status st;
+    std::string sha;
+    int64_t total = 0;
+    const std::string native = Export("amp-" + precision, v1::NATIVE, &st, &sha, &total);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    const fs::path file = root_ / ("amp-" + precision + ".anvil");
+    std::ofstream(file, std::ios::binary) << native;
+    models::LoadedModel loaded = models::load_model_archive(file.string());
+    EXPECT_EQ(loaded.info.precision, model.precision());
+    Tensor local;
+    {
+      InferenceMode guard;
+      local = loaded.built.module->forward(x);
+    }
+    if (precision == "bf16") {
+      EXPECT_TRUE(allclose(served, local, 5e-2, 5e-2));
+      EXPECT_FALSE(equal(served, local)) << "served in bf16, yet bitwise the float32 forward";
+    } else {
+      EXPECT_TRUE(allclose(served, local, 1e-5, 1e-6));
+    }
   }
   const std::string text = HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_THAT(text, HasSubstr("# TYPE anvil_amp_loss_scale gauge"));
