@@ -70,12 +70,22 @@ bool fused_step_supported(const Tensor& param, const Tensor& grad) {
 }
 
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& a) {
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& attrs, const Tensor& found_inf) {
   const char* op = "_fused_sgd_";
-  ANVIL_CHECK(a.momentum != 0.0 || momentum_buffers.empty(), op, ": momentum buffers given with momentum 0");
-  std::vector<Tensor> inputs = a.momentum != 0.0
+  ANVIL_CHECK(attrs.momentum != 0.0 || momentum_buffers.empty(), op, ": momentum buffers given with momentum 0");
+  std::vector<Tensor> inputs = attrs.momentum != 0.0
                                    ? Flatten(op, params, {{"grads", &grads}, {"momentum_buffers", &momentum_buffers}})
                                    : Flatten(op, params, {{"grads", &grads}});
+  OptimizerStepArgs a = attrs;
+  a.skip_if_found_inf = found_inf.defined();
+  if (found_inf.defined()) {
+    ANVIL_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1 && found_inf.is_contiguous(), op,
+                ": found_inf must be a float32 tensor of one element, got ", found_inf.dtype(), " ",
+                shape_str(found_inf.sizes()));
+    ANVIL_CHECK(params.empty() || found_inf.device() == params[0].device(), op, ": found_inf is on ",
+                found_inf.device(), " but the parameters are on ", params[0].device());
+    inputs.push_back(found_inf);
+  }
   dispatch_foreach(OpId::SgdStep, inputs, a);
   BumpVersions(params, op);
   BumpVersions(momentum_buffers, op);

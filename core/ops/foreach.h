@@ -20,9 +20,11 @@ namespace anvil {
 // Whether `param` with gradient `grad` can be updated by a fused step.
 bool fused_step_supported(const Tensor& param, const Tensor& grad);
 
-// SGD: momentum_buffers is empty when attrs.momentum == 0.
+// SGD: momentum_buffers is empty when attrs.momentum == 0. With `found_inf` (float32 [1] on the
+// parameters' device) the step is skipped on the device when it is non-zero.
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& attrs);
+                const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& attrs,
+                const Tensor& found_inf = Tensor());
 
 // Adam / AdamW: max_exp_avg_sqs is empty unless attrs.amsgrad.
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

@@ -177,6 +177,10 @@ struct OptimizerStepArgs {
   double bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
   bool decoupled = false;  // AdamW: p *= 1 - lr * wd instead of adding wd * p to the gradient
   bool amsgrad = false;
+  // The last input is a float32 [1] flag on the lists' device (GradScaler's found_inf): when it
+  // is non-zero the kernel writes nothing. The decision is made where the data is, so the host
+  // never waits for the flag.
+  bool skip_if_found_inf = false;
 };
 
 // Every argument struct, in the order of OpAttrs's variant (the table's Args column names

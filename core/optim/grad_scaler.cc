@@ -11,11 +11,17 @@ GradScaler::GradScaler(GradScalerOptions o) : options_(o) {
                   o.growth_interval >= 1,
               "GradScaler: expected init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
   scale_ = full({1}, o.init_scale, TensorOptions(kFloat32));
+  growth_tracker_ = zeros({1}, TensorOptions(kFloat64));
+  skipped_ = zeros({1}, TensorOptions(kFloat64));
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
-  if (scale_.device() != loss.device()) scale_ = scale_.to(loss.device());
+  if (scale_.device() != loss.device()) {
+    scale_ = scale_.to(loss.device());
+    growth_tracker_ = growth_tracker_.to(loss.device());
+    skipped_ = skipped_.to(loss.device());
+  }
   return loss * scale_.to(loss.dtype()).reshape({});
 }
 
@@ -43,45 +49,48 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   st.stage = Stage::kUnscaled;
 }
 
-bool GradScaler::step(Optimizer& optimizer) {
+void GradScaler::step(Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
-    return true;
+    return;
   }
   PerOptimizer& st = per_optimizer_[&optimizer];
   ANVIL_CHECK(st.stage != Stage::kStepped, "step() has already been called since the last update().");
   if (st.stage == Stage::kReady) unscale_(optimizer);
-  const bool finite = st.found_inf.item<float>() == 0.0f;
-  if (finite) {
-    optimizer.step();
-  } else {
-    ++skipped_;
-  }
+  optimizer.step_unless(st.found_inf);
+  NoGradGuard no_grad;
+  skipped_.add_(st.found_inf.to(skipped_.device()).to(kFloat64));
   st.stage = Stage::kStepped;
-  return finite;
 }
 
 void GradScaler::update() {
   if (!options_.enabled) return;
   ANVIL_CHECK(!per_optimizer_.empty(), "No inf checks were recorded prior to update.");
-  bool found = false;
+  NoGradGuard no_grad;
+  Tensor found;
   for (auto& [opt, st] : per_optimizer_) {
     ANVIL_CHECK(st.found_inf.defined(), "No inf checks were recorded prior to update.");
-    found = found || st.found_inf.item<float>() != 0.0f;
+    const Tensor f = st.found_inf.to(scale_.device()).to(kFloat64);
+    found = found.defined() ? maximum(found, f) : f;
   }
-  // PyTorch's _amp_update_scale_.
-  NoGradGuard no_grad;
-  if (found) {
-    scale_.mul_(options_.backoff_factor);
-    growth_tracker_ = 0;
-  } else if (++growth_tracker_ == options_.growth_interval) {
-    scale_.mul_(options_.growth_factor);
-    growth_tracker_ = 0;
-  }
+  // PyTorch's _amp_update_scale_, as tensor ops (no host read): a non-finite step multiplies
+  // the scale by backoff_factor and restarts the count; growth_interval finite steps in a row
+  // multiply it by growth_factor. The factor is applied in float64 and rounded to float32
+  // once, as PyTorch's kernel does.
+  const Tensor finite = 1.0 - found;
+  const Tensor counted = (growth_tracker_ + 1.0) * finite;
+  const Tensor grow = ge(counted, full({1}, static_cast<double>(options_.growth_interval),
+                                       TensorOptions(kFloat64).with_device(counted.device())))
+                          .to(kFloat64);
+  const Tensor factor = found * options_.backoff_factor + finite * (grow * (options_.growth_factor - 1.0) + 1.0);
+  scale_.copy_((scale_.to(kFloat64) * factor).to(kFloat32));
+  growth_tracker_.copy_(counted * (1.0 - grow));
   per_optimizer_.clear();
 }
 
 double GradScaler::get_scale() const { return options_.enabled ? scale_.to(kFloat64).item<double>() : 1.0; }
+int64_t GradScaler::growth_tracker() const { return static_cast<int64_t>(growth_tracker_.item<double>()); }
+int64_t GradScaler::skipped_steps() const { return static_cast<int64_t>(skipped_.item<double>()); }
 
 std::map<std::string, double> GradScaler::state_dict() const {
   if (!options_.enabled) return {};
@@ -89,7 +98,7 @@ std::map<std::string, double> GradScaler::state_dict() const {
           {"growth_factor", options_.growth_factor},
           {"backoff_factor", options_.backoff_factor},
           {"growth_interval", static_cast<double>(options_.growth_interval)},
-          {"_growth_tracker", static_cast<double>(growth_tracker_)}};
+          {"_growth_tracker", static_cast<double>(growth_tracker())}};
 }
 
 void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
@@ -102,7 +111,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   options_.growth_factor = state.at("growth_factor");
   options_.backoff_factor = state.at("backoff_factor");
   options_.growth_interval = static_cast<int64_t>(state.at("growth_interval"));
-  growth_tracker_ = static_cast<int64_t>(state.at("_growth_tracker"));
+  growth_tracker_ = full({1}, state.at("_growth_tracker"), TensorOptions(kFloat64).with_device(scale_.device()));
 }
 
 }  // namespace anvil::optim

@@ -8,10 +8,12 @@
 //   scaler.step(optimizer);   // unscales (unless unscale_ was called), steps unless inf/NaN
 //   scaler.update();
 //
-// The scale and the found-inf flag are tensors, so the unscale and the finite check read no
-// value on the host; step() does read the flag to decide (the fused optimizer steps that skip
-// on the device are still to come, docs/amp.md). The misuse PyTorch refuses is refused here
-// too, with its messages.
+// No host reads per step: the scale, the found-inf flag, the growth tracker and the skipped
+// count are tensors on the gradients' device; unscale_ and the finite check are tensor ops,
+// step() hands the flag to Optimizer::step_unless (SGD skips inside its fused kernel; other
+// optimizers read the flag once), and update() applies PyTorch's rule with tensor ops. Only
+// the accessors below read (get_scale, growth_tracker, skipped_steps, state_dict: for metrics
+// and checkpoints). The misuse PyTorch refuses is refused here too, with its messages.
 #pragma once
 
 #include <cstdint>
@@ -39,15 +41,16 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale in place and records whether any is not
   // finite. At most once per optimizer between updates, and not after step().
   void unscale_(Optimizer& optimizer);
-  // Unscales if not done yet, then steps unless a gradient was not finite. Returns whether
-  // the step was taken.
-  bool step(Optimizer& optimizer);
+  // Unscales if not done yet, then steps unless a gradient was not finite (decided where the
+  // flag lives: Optimizer::step_unless).
+  void step(Optimizer& optimizer);
   // Adapts the scale from the steps since the last update; forgets them.
   void update();
 
-  double get_scale() const;  // reads the scale (a host read: for logs and metrics)
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t skipped_steps() const { return skipped_; }  // steps skipped since construction
+  // Host reads (each a synchronisation on a GPU): for logs, metrics and checkpoints.
+  double get_scale() const;
+  int64_t growth_tracker() const;
+  int64_t skipped_steps() const;  // steps skipped since construction
   bool is_enabled() const { return options_.enabled; }
 
   // scale, growth_factor, backoff_factor, growth_interval, growth_tracker (PyTorch's keys).
@@ -62,9 +65,10 @@ class GradScaler {
   };
 
   GradScalerOptions options_;
-  Tensor scale_;  // float32 [1]
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_ = 0;
+  // On the device the loss was scaled on (moved there on first use).
+  Tensor scale_;           // float32 [1]
+  Tensor growth_tracker_;  // float64 [1]: finite steps in a row since the last change
+  Tensor skipped_;         // float64 [1]
   std::map<const Optimizer*, PerOptimizer> per_optimizer_;
 };
 

@@ -49,6 +49,11 @@ class Optimizer {
  public:
   virtual ~Optimizer();
   virtual void step() = 0;
+  // A step that does nothing when `found_inf` (float32 [1] on the parameters' device,
+  // GradScaler's flag) is non-zero. The default reads the flag on the host once (a
+  // synchronisation on a GPU); SGD decides on the device, inside its fused kernel, so a
+  // scaled training loop makes no host read per step (docs/amp.md).
+  virtual void step_unless(const Tensor& found_inf);
   virtual std::string name() const = 0;
   // Clears every parameter's gradient: to undefined (default) or to zeros.
   void zero_grad(bool set_to_none = true);
@@ -86,7 +91,12 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, Options options);
   SGD(std::vector<ParamGroup> groups, Options defaults);
   void step() override;
+  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return "SGD"; }
+
+ private:
+  // `found_inf`: null, or GradScaler's flag (step_unless).
+  void Step(const Tensor* found_inf);
 };
 
 // Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).

@@ -1,5 +1,6 @@
 // SGD: see optimizer.h. The update is PyTorch's, step for step.
 #include <limits>
+#include <optional>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/foreach.h"
@@ -32,8 +33,19 @@ SGD::SGD(std::vector<ParamGroup> groups, Options defaults)
   }
 }
 
-void SGD::step() {
+void SGD::step() { Step(nullptr); }
+
+void SGD::step_unless(const Tensor& found_inf) { Step(&found_inf); }
+
+void SGD::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
+  // What the per-tensor path and a first step with dampening need: the flag on the host, read
+  // once and only when such parameters exist (the fused path decides on the device).
+  std::optional<bool> skip_on_host;
+  auto skipped = [&] {
+    if (!skip_on_host) skip_on_host = found_inf != nullptr && found_inf->item<float>() != 0.0f;
+    return *skip_on_host;
+  };
   for (auto& group : param_groups()) {
     const Options& o = group.options;
     const double lr = o.at("lr"), momentum = o.at("momentum"), dampening = o.at("dampening");
@@ -53,13 +65,19 @@ void SGD::step() {
         ParamState& s = state(p);
         auto it = s.buffers.find("momentum_buffer");
         const bool first = it == s.buffers.end();
-        if (first) it = s.buffers.emplace("momentum_buffer", empty_like(p)).first;
+        // A first step the device may skip: with dampening 0 a zero buffer is exact (the next
+        // step's 0 * momentum + g is the first step's g); with dampening the host decides.
+        if (first && found_inf != nullptr && dampening != 0.0 && skipped()) continue;
+        if (first) {
+          it = s.buffers.emplace("momentum_buffer", found_inf != nullptr ? zeros_like(p) : empty_like(p)).first;
+        }
         if (fused_step_supported(p, it->second)) {
           buckets.bucket_for(p, first ? 1 : 0).add(p, g, it->second);
           continue;
         }
         if (first) s.buffers.erase(it);
       }
+      if (found_inf != nullptr && skipped()) continue;
       if (wd != 0.0) g = g + p * wd;
       if (momentum != 0.0) {
         ParamState& s = state(p);
@@ -81,8 +99,12 @@ void SGD::step() {
       a.dampening = dampening;
       a.nesterov = nesterov;
       a.first_step = b.key == 1;
+      // The flag decides on the device, unless the host already knows (then no flag is passed).
+      const bool gate = found_inf != nullptr && !skip_on_host;
+      if (found_inf != nullptr && skip_on_host && *skip_on_host) continue;  // new buffers are zeros
       try {
-        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a);
+        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a,
+                   gate ? found_inf->to(b.device).to(kFloat32).reshape({1}) : Tensor());
       } catch (...) {
         // New momentum buffers hold nothing yet: they must not count as existing next step.
         if (a.first_step) {

@@ -2,6 +2,7 @@
 // libtorch-style indexing, and the thin method forms of the free functions.
 #include "core/tensor/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -42,9 +43,16 @@ Tensor Tensor::_base() const {
   return vi ? Tensor(vi->base) : Tensor();
 }
 
+namespace {
+std::atomic<int64_t> g_host_value_reads{0};
+}  // namespace
+
+int64_t host_value_reads() { return g_host_value_reads.load(std::memory_order_relaxed); }
+
 template <typename T>
 T Tensor::item() const {
   ANVIL_CHECK(numel() == 1, "a Tensor with ", numel(), " elements cannot be converted to a scalar");
+  g_host_value_reads.fetch_add(1, std::memory_order_relaxed);
   if (exporter::detail::active()) exporter::detail::on_value_read(*this, "item()");
   Tensor c = to(kCPU).contiguous();
   return ANVIL_DISPATCH_ALL(dtype(), "item", [&]() -> T {
@@ -66,6 +74,7 @@ template bool Tensor::item<bool>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  g_host_value_reads.fetch_add(1, std::memory_order_relaxed);
   if (exporter::detail::active()) exporter::detail::on_value_read(*this, "to_vector()");
   Tensor c = to(kCPU).to(CppTypeToScalarType<T>::value).contiguous();
   const T* p = c.data_ptr<T>();

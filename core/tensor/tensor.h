@@ -40,6 +40,10 @@ constexpr EllipsisIndex Ellipsis{};
 constexpr NoneIndex None{};
 class TensorIndex;
 
+// Values read back to the host so far (Tensor::item and Tensor::to_vector calls, every
+// thread): each is a synchronisation on a GPU.
+int64_t host_value_reads();
+
 class Tensor {
  public:
   Tensor() = default;  // undefined
@@ -80,6 +84,9 @@ class Tensor {
   uint64_t _version() const { return impl_->storage()->version(); }
 
   // ---- element access ----
+  // item() and to_vector() read values back to the host: on a GPU each is a device-to-host
+  // synchronisation. host_value_reads() counts them (process-wide), so a test can assert
+  // that a training loop makes none between its metric reads.
   template <typename T>
   T item() const;
   template <typename T>

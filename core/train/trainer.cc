@@ -126,7 +126,7 @@ void Trainer::checkpoint(data::DataLoader& train) {
   if (scaler_.is_enabled()) {
     const auto st = scaler_.state_dict();
     s.extra[kScalerKey] = detail::StrCat(std::bit_cast<uint64_t>(st.at("scale")), " ",
-                                         static_cast<int64_t>(st.at("_growth_tracker")), " ", skipped_steps_);
+                                         static_cast<int64_t>(st.at("_growth_tracker")), " ", skipped_steps());
   }
   rotate_checkpoints(options_.checkpoint_path, options_.checkpoint_keep);
   fault_point("checkpoint:rotated");
@@ -160,7 +160,7 @@ void Trainer::resume(const std::string& path, data::DataLoader& train) {
     st["scale"] = std::bit_cast<double>(scale_bits);
     st["_growth_tracker"] = static_cast<double>(tracker);
     scaler_.load_state_dict(st);
-    skipped_steps_ = skipped;
+    skipped_steps_base_ = skipped - scaler_.skipped_steps();
   }
   last_checkpoint_ = path + " (step " + std::to_string(step_) + ")";
 }
@@ -216,7 +216,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.grad_norm = finite_norms > 0 ? m.grad_norm / static_cast<double>(finite_norms) : 0.0;
     if (scaler_.is_enabled()) {
       m.loss_scale = scaler_.get_scale();
-      m.skipped_steps = skipped_steps_;
+      m.skipped_steps = skipped_steps();
       history_.record(step_, "loss_scale", m.loss_scale);
     }
     m.lr = optimizer_->lr();
@@ -250,7 +250,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       Tensor norm =
           o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
       if (o.clip_grad_value > 0) optim::clip_grad_value_(params, o.clip_grad_value);
-      if (!scaler_.step(*optimizer_)) ++skipped_steps_;
+      scaler_.step(*optimizer_);  // skipped on the device when a gradient was not finite
       scaler_.update();
       optimizer_->zero_grad();
       if (scheduler_ && o.scheduler_per_step) scheduler_->step();

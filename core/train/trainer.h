@@ -144,7 +144,7 @@ class Trainer {
   // The loss scaler (disabled unless options.precision / grad_scaler turn it on).
   const optim::GradScaler& grad_scaler() const { return scaler_; }
   // Optimizer steps skipped by the scaler (a gradient was not finite), checkpointed with it.
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_base_ + scaler_.skipped_steps(); }  // a host read
   // An even sample of the run's metrics, at most options.history_max_points points.
   const std::vector<MetricPoint>& history() const { return history_.points(); }
 
@@ -164,7 +164,7 @@ class Trainer {
   int64_t step_ = 0;
   MetricHistory history_;
   optim::GradScaler scaler_;
-  int64_t skipped_steps_ = 0;
+  int64_t skipped_steps_base_ = 0;  // skipped before a resume (the scaler counts since it was made)
   // Early stopping's state, checkpointed with the rest, so a resumed run stops at the epoch
   // the uninterrupted one does and restores the same best weights. fit() starts it afresh
   // unless resume() just restored it.

@@ -36,14 +36,91 @@ TEST(GradScaler, FollowsPyTorchsUpdateRuleOverAScriptedSeries) {
     const double c = series[i] == 'F' ? 1.0 : INFINITY;
     const Tensor loss = (p * c).sum();
     scaler.scale(loss).backward();
-    const bool stepped = scaler.step(sgd);
-    EXPECT_EQ(stepped, series[i] == 'F') << "step " << i;
-    if (stepped) expected_p -= 0.5;  // lr * the unscaled gradient
+    scaler.step(sgd);                         // skipped on the device for an infinite gradient
+    if (series[i] == 'F') expected_p -= 0.5;  // lr * the unscaled gradient
     EXPECT_FLOAT_EQ(p.detach()[0].item<float>(), static_cast<float>(expected_p)) << "step " << i;
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << "after step " << i;
   }
   EXPECT_EQ(scaler.skipped_steps(), 3);
+}
+
+// The same series through every optimizer path: SGD fused (the flag decided inside the kernel),
+// SGD per-tensor and with momentum and dampening (the host decides), Adam (the host decides):
+// each skips exactly the infinite steps.
+TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
+  const std::string series = "FIFFIIF";
+  for (int path = 0; path < 4; ++path) {
+    Tensor p = tensor({1.0, -2.0}).requires_grad_();
+    std::unique_ptr<Optimizer> opt;
+    if (path == 0) opt = std::make_unique<SGD>(std::vector<Tensor>{p}, Options{{"lr", 0.1}, {"momentum", 0.9}});
+    if (path == 1) opt = std::make_unique<SGD>(std::vector<Tensor>{p}, Options{{"lr", 0.1}, {"fused", 0.0}});
+    if (path == 2) {
+      opt = std::make_unique<SGD>(std::vector<Tensor>{p}, Options{{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.5}});
+    }
+    if (path == 3) opt = std::make_unique<Adam>(std::vector<Tensor>{p}, Options{{"lr", 0.1}});
+    // The reference: the same optimizer stepped only on the finite steps, no scaler.
+    Tensor q = tensor({1.0, -2.0}).requires_grad_();
+    std::unique_ptr<Optimizer> ref;
+    if (path == 0) ref = std::make_unique<SGD>(std::vector<Tensor>{q}, Options{{"lr", 0.1}, {"momentum", 0.9}});
+    if (path == 1) ref = std::make_unique<SGD>(std::vector<Tensor>{q}, Options{{"lr", 0.1}, {"fused", 0.0}});
+    if (path == 2) {
+      ref = std::make_unique<SGD>(std::vector<Tensor>{q}, Options{{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.5}});
+    }
+    if (path == 3) ref = std::make_unique<Adam>(std::vector<Tensor>{q}, Options{{"lr", 0.1}});
+    GradScaler scaler({.init_scale = 4.0});
+    for (char c : series) {
+      opt->zero_grad();
+      scaler.scale((p * p * (c == 'F' ? 1.0 : INFINITY)).sum()).backward();
+      scaler.step(*opt);
+      scaler.update();
+      if (c == 'F') {
+        ref->zero_grad();
+        (q * q).sum().backward();
+        ref->step();
+      }
+      EXPECT_TRUE(allclose(p.detach(), q.detach(), 1e-6, 1e-7)) << "path " << path;
+    }
+    EXPECT_EQ(scaler.skipped_steps(), 3) << "path " << path;
+  }
+}
+
+// No host read per step: 100 scaled steps of a fused SGD with momentum (unscale, clipping by
+// norm, step, update; every 7th gradient infinite) read nothing back until the metrics are
+// asked for. Adam's bias corrections need its step count on the host: one read per step.
+TEST(GradScaler, AScaledSgdLoopMakesNoHostReadPerStep) {
+  manual_seed(0);
+  Tensor w = randn({8, 4}).requires_grad_(), b = zeros({8}).requires_grad_();
+  const Tensor x = randn({16, 4}), target = randn({16, 8});
+  const Tensor inf = full({}, INFINITY), one = full({}, 1.0);
+  auto run = [&](Optimizer& opt, GradScaler& scaler) {
+    for (int i = 0; i < 100; ++i) {
+      opt.zero_grad();
+      const Tensor loss = ((linear(x, w, b) - target).pow(2.0).mean()) * (i % 7 == 3 ? inf : one);
+      scaler.scale(loss).backward();
+      scaler.unscale_(opt);
+      (void)clip_grad_norm_deferred_({w, b}, 1.0);
+      scaler.step(opt);
+      scaler.update();
+    }
+  };
+  {
+    SGD sgd({w, b}, {{"lr", 0.01}, {"momentum", 0.9}});
+    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
+    const int64_t before = host_value_reads();
+    run(sgd, scaler);
+    EXPECT_EQ(host_value_reads() - before, 0) << "host reads in 100 scaled SGD steps";
+    EXPECT_EQ(scaler.skipped_steps(), 14);      // i = 3, 10, ..., 94
+    EXPECT_EQ(host_value_reads() - before, 1);  // the metric read
+    EXPECT_TRUE(isfinite(w).all().item<bool>());
+  }
+  {
+    Adam adam({w, b}, {{"lr", 0.01}});
+    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
+    const int64_t before = host_value_reads();
+    run(adam, scaler);
+    EXPECT_EQ(host_value_reads() - before, 100) << "Adam reads the flag once per step";
+  }
 }
 
 TEST(GradScaler, UnscaledGradientsAreTheTrueOnes) {
@@ -54,7 +131,8 @@ TEST(GradScaler, UnscaledGradientsAreTheTrueOnes) {
   EXPECT_TRUE(allclose(p.grad(), tensor({2048.0, 4096.0})));
   scaler.unscale_(sgd);
   EXPECT_TRUE(allclose(p.grad(), tensor({2.0, 4.0})));  // 2p, ready for clipping
-  EXPECT_TRUE(scaler.step(sgd));
+  scaler.step(sgd);
+  EXPECT_TRUE(allclose(p.detach(), tensor({0.8, 1.6})));
   scaler.update();
 }
 

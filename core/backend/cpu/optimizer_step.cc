@@ -45,8 +45,14 @@ struct Lists {
   int64_t total() const { return starts.back(); }
 };
 
+// GradScaler's flag (OptimizerStepArgs::skip_if_found_inf): the last input, read where it lives.
+bool SkippedByFoundInf(const KernelCall& c) {
+  return c.attrs.get<OptimizerStepArgs>().skip_if_found_inf && c.inputs.back().data_ptr<float>()[0] != 0.0f;
+}
+
 template <typename T>
 void SgdStep(const KernelCall& c) {
+  if (SkippedByFoundInf(c)) return;
   const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
   const Lists<T> l(c.inputs, f.has_momentum ? 3 : 2);
   fn::dispatch_flags(

@@ -11,7 +11,9 @@ namespace {
 template <typename T, bool... kFlags>
 struct SgdBody {
   fn::SgdStepF<T> f;
+  const float* found_inf;  // GradScaler's flag on the device, or null: non-zero skips the step
   __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
+    if (found_inf != nullptr && *found_inf != 0.0f) return;
     T* buf = f.has_momentum ? static_cast<T*>(p[2]) + i : nullptr;
     f.template step<kFlags...>(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], buf);
   }
@@ -29,15 +31,19 @@ struct AdamBody {
 
 template <typename T>
 void Sgd(const KernelCall& c) {
-  const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
+  const OptimizerStepArgs& a = c.attrs.get<OptimizerStepArgs>();
+  const auto f = fn::SgdStepF<T>::make(a);
   const int device = c.inputs[0].device().index;
+  // The flag rides along as the last input; the lists are the rest.
+  const float* found_inf = a.skip_if_found_inf ? c.inputs.back().data_ptr<float>() : nullptr;
+  const std::vector<Tensor> lists(c.inputs.begin(), c.inputs.end() - (a.skip_if_found_inf ? 1 : 0));
   fn::dispatch_flags(
       [&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
-        const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f};
+        const SgdBody<T, kWd, kMomentum, kFirst, kNesterov> body{f, found_inf};
         if constexpr (kMomentum) {
-          MultiTensorApply<3>(c.inputs, device, body);
+          MultiTensorApply<3>(lists, device, body);
         } else {
-          MultiTensorApply<2>(c.inputs, device, body);
+          MultiTensorApply<2>(lists, device, body);
         }
       },
       f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
