@@ -119,6 +119,10 @@ Safetensors parse_safetensors(std::string_view bytes, const std::string& source)
     const std::string where = source + ": tensor '" + name + "'";
     ANVIL_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
                 where, ": expected dtype, shape and data_offsets");
+    ANVIL_CHECK(info["dtype"].is_string(), where, ": dtype must be a string such as \"F32\", got ",
+                info["dtype"].type_name());
+    ANVIL_CHECK(info["shape"].is_array(), where, ": shape must be an array of non-negative integers, got ",
+                info["shape"].type_name());
     Entry e{0, 0, name, DtypeFromName(info["dtype"].get<std::string>(), where), {}};
     uint64_t numel = 1;
     for (const auto& d : info["shape"]) {

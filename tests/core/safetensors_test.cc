@@ -75,6 +75,21 @@ TEST(Safetensors, CorruptFilesAreReportedNotLoaded) {
   std::string wrong_shape = good;
   wrong_shape.replace(wrong_shape.find("[4,4]"), 5, "[4,5]");
   EXPECT_THAT(ErrorOf([&] { parse_safetensors(wrong_shape, "x"); }), HasSubstr("need 80"));
+  // Fields of the wrong JSON type are errors naming the field, not exceptions of the JSON library.
+  auto with_header = [](const std::string& json) {
+    std::string file(8, '\0');
+    const uint64_t n = json.size();
+    for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return file + json;
+  };
+  EXPECT_THAT(ErrorOf([&] {
+                parse_safetensors(with_header(R"({"a": {"dtype": [3], "shape": [1], "data_offsets": [0, 4]}})"), "x");
+              }),
+              HasSubstr("tensor 'a': dtype must be a string"));
+  EXPECT_THAT(ErrorOf([&] {
+                parse_safetensors(with_header(R"({"a": {"dtype": "F32", "shape": 4, "data_offsets": [0, 4]}})"), "x");
+              }),
+              HasSubstr("tensor 'a': shape must be an array"));
   EXPECT_THAT(ErrorOf([] { load_safetensors("/nonexistent/dir/m.safetensors"); }), HasSubstr("cannot open"));
 }
 
