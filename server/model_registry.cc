@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/amp/autocast.h"
 #include "core/models/serving.h"
 #include "core/onnx/import.h"
 #include "core/ops/functions.h"
@@ -232,8 +233,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
   }
   if (device_ != kCPU) throw_if_error(worker_->run(workers::PlaceModule{m->loaded.built.module}));
-  const std::string& p = m->loaded.info.precision;
-  const ScalarType precision = p == "bf16" ? kBFloat16 : p == "fp16" ? kFloat16 : kFloat32;
+  const ScalarType precision = autocast::precision_dtype(m->loaded.info.precision);
   m->batcher =
       std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
                                 [worker = worker_, precision](const std::shared_ptr<nn::Module>& module, Tensor input) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/amp/autocast.h"
 #include "core/backend/registry.h"
 #include "core/models/archive.h"
 #include "core/util/clock.h"
@@ -216,8 +217,7 @@ class DeviceWorker final : public Worker {
       if (job.spec.precision() != "fp32" || info.precision != "fp32") {
         for (const std::string& p : {std::string("fp32"), job.spec.precision(), info.precision}) {
           if (p.empty() || info.accuracy.count(p)) continue;
-          const ScalarType dtype = p == "bf16" ? kBFloat16 : p == "fp16" ? kFloat16 : kFloat32;
-          const std::optional<double> accuracy = trainer.evaluate(val_loader, dtype).second;
+          const std::optional<double> accuracy = trainer.evaluate(val_loader, autocast::precision_dtype(p)).second;
           if (accuracy) info.accuracy[p] = *accuracy;
         }
       }

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/amp/autocast.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -168,7 +169,7 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   o.accumulation_steps = spec.accumulation_steps();
   o.clip_grad_norm = spec.clip_grad_norm();
   // Mixed precision: autocast on the job's device; fp16 brings loss scaling (TrainerOptions).
-  o.precision = spec.precision() == "bf16" ? kBFloat16 : spec.precision() == "fp16" ? kFloat16 : kFloat32;
+  o.precision = autocast::precision_dtype(spec.precision());
   o.amp_anomaly = spec.amp_anomaly();
   o.metric_interval = spec.metric_interval();
   if (!spec.early_stopping().monitor().empty()) o.monitor = spec.early_stopping().monitor();

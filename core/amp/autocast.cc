@@ -91,6 +91,13 @@ bool is_enabled(DeviceType device) { return State().devices[Index(device)].enabl
 ScalarType dtype(DeviceType device) { return State().devices[Index(device)].dtype; }
 CacheStats cache_stats() { return State().stats; }
 
+ScalarType precision_dtype(std::string_view name) {
+  if (name == "fp32") return kFloat32;
+  if (name == "bf16") return kBFloat16;
+  if (name == "fp16") return kFloat16;
+  throw Error(anvil::detail::StrCat("precision: expected \"fp32\", \"bf16\" or \"fp16\", got \"", name, "\""));
+}
+
 AnomalyGuard::AnomalyGuard(bool enabled) : prev_(detail::t_anomaly) { detail::t_anomaly = enabled; }
 AnomalyGuard::~AnomalyGuard() { detail::t_anomaly = prev_; }
 
@@ -103,12 +110,7 @@ void check_outputs(OpId op, const std::vector<Tensor>& inputs, const std::vector
   // The checks are ops: not autocast, not recorded, not checked themselves.
   KernelScope not_autocast;
   NoGradGuard no_grad;
-  const bool prev = t_anomaly;
-  t_anomaly = false;
-  struct Restore {
-    bool v;
-    ~Restore() { t_anomaly = v; }
-  } restore{prev};
+  AnomalyGuard not_checked(false);
   for (const Tensor& out : outputs) {
     if (!out.defined() || !IsLow(out.dtype()) || out.numel() == 0) continue;
     const Tensor wide = out.to(kFloat32);

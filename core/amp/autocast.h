@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "core/ops/op_table.h"
@@ -69,6 +70,10 @@ class AmpAnomalyError : public Error {
  public:
   using Error::Error;
 };
+
+// The service's precision names ("fp32", "bf16", "fp16": JobSpec.precision, a model's
+// serving precision) as dtypes; throws anvil::Error naming the three for anything else.
+ScalarType precision_dtype(std::string_view name);
 
 bool is_enabled(DeviceType device);
 ScalarType dtype(DeviceType device);

@@ -79,9 +79,8 @@ void GradScaler::update() {
   // once, as PyTorch's kernel does.
   const Tensor finite = 1.0 - found;
   const Tensor counted = (growth_tracker_ + 1.0) * finite;
-  const Tensor grow = ge(counted, full({1}, static_cast<double>(options_.growth_interval),
-                                       TensorOptions(kFloat64).with_device(counted.device())))
-                          .to(kFloat64);
+  // counted is a whole number: 1 once it reaches growth_interval, else 0.
+  const Tensor grow = clamp(counted - static_cast<double>(options_.growth_interval - 1), 0.0, 1.0);
   const Tensor factor = found * options_.backoff_factor + finite * (grow * (options_.growth_factor - 1.0) + 1.0);
   scale_.copy_((scale_.to(kFloat64) * factor).to(kFloat32));
   growth_tracker_.copy_(counted * (1.0 - grow));

@@ -43,7 +43,7 @@ void SGD::Step(const Tensor* found_inf) {
   // once and only when such parameters exist (the fused path decides on the device).
   std::optional<bool> skip_on_host;
   auto skipped = [&] {
-    if (!skip_on_host) skip_on_host = found_inf != nullptr && found_inf->item<float>() != 0.0f;
+    if (!skip_on_host) skip_on_host = found_inf->item<float>() != 0.0f;
     return *skip_on_host;
   };
   for (auto& group : param_groups()) {
@@ -99,12 +99,11 @@ void SGD::Step(const Tensor* found_inf) {
       a.dampening = dampening;
       a.nesterov = nesterov;
       a.first_step = b.key == 1;
-      // The flag decides on the device, unless the host already knows (then no flag is passed).
-      const bool gate = found_inf != nullptr && !skip_on_host;
-      if (found_inf != nullptr && skip_on_host && *skip_on_host) continue;  // new buffers are zeros
+      // The flag decides on the device, unless the host already read it for the other paths.
+      if (skip_on_host.value_or(false)) continue;  // new momentum buffers stay zeros
+      const Tensor gate = found_inf != nullptr && !skip_on_host ? *found_inf : Tensor();
       try {
-        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a,
-                   gate ? found_inf->to(b.device).to(kFloat32).reshape({1}) : Tensor());
+        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a, gate);
       } catch (...) {
         // New momentum buffers hold nothing yet: they must not count as existing next step.
         if (a.first_step) {

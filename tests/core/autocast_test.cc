@@ -88,6 +88,19 @@ TEST(Autocast, AnomalyDetectionNamesTheOpTheDtypeAndTheInputRanges) {
   EXPECT_NO_THROW((void)mm(a.to(kFloat16), b.to(kFloat16)));
 }
 
+TEST(Autocast, PrecisionNamesMapToDtypes) {
+  EXPECT_EQ(autocast::precision_dtype("fp32"), kFloat32);
+  EXPECT_EQ(autocast::precision_dtype("bf16"), kBFloat16);
+  EXPECT_EQ(autocast::precision_dtype("fp16"), kFloat16);
+  try {
+    (void)autocast::precision_dtype("fp8");
+    ADD_FAILURE() << "fp8 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected \"fp32\", \"bf16\" or \"fp16\", got \"fp8\""), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Autocast, Float32RowsLiftLowPrecisionInputs) {
   AutocastGuard amp(DeviceType::CPU);
   const Tensor y = mm(randn({4, 8}), randn({8, 3}));  // bfloat16

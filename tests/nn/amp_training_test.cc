@@ -17,39 +17,21 @@
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
 #include "core/train/trainer.h"
+#include "tests/nn/digits_recipe.h"
 
 namespace anvil::train {
 namespace {
 
-std::string DigitsDir() {
-  if (const char* env = std::getenv("ANVIL_DATA_DIR")) return env;
-  return ANVIL_TEST_DATA_DIR;
-}
+using test::DigitsDir;
 
 bool HaveDigits() { return std::filesystem::exists(std::filesystem::path(DigitsDir()) / "digits.csv.gz"); }
 
-// The digits preset `preset` trained as the service trains it (AdamW, one-cycle), in
-// `precision`; returns the test accuracy (evaluated in the same precision) and the trained
-// first-layer weight.
+// The service's recipe in `precision`: the test accuracy (evaluated in that precision) and the
+// trained first-layer weight; the master weights stay float32.
 std::pair<double, Tensor> DigitsAccuracy(const std::string& preset, ScalarType precision, int64_t epochs) {
-  manual_seed(0);
-  const bool image = preset != "mlp";
-  auto digits = std::make_shared<data::MapDataset>(
-      std::make_shared<data::Digits>(DigitsDir(), data::DigitsOptions{.as_image = image}),
-      std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale"));
-  auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
-  const models::BuiltModel m =
-      models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
-  auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
-  Trainer trainer(
-      m.module, opt,
-      {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false, .precision = precision});
-  data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .seed = 1});
-  trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
-  data::DataLoader test_loader(split[1], {.batch_size = 256});
-  trainer.fit(train_loader);
-  for (const Tensor& p : m.module->parameters()) EXPECT_EQ(p.dtype(), kFloat32) << "master weights stay float32";
-  return {*trainer.evaluate(test_loader).second, m.module->parameters()[0].clone()};
+  const test::DigitsRun run = test::TrainDigitsPreset(preset, epochs, precision);
+  for (const Tensor& p : run.model->parameters()) EXPECT_EQ(p.dtype(), kFloat32) << "master weights stay float32";
+  return {*run.test_accuracy, run.model->parameters()[0].clone()};
 }
 
 TEST(AmpTraining, Bfloat16DigitsPresetsReachFloat32AccuracyWithinHalfAPoint) {

@@ -14,14 +14,12 @@
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
 #include "core/train/trainer.h"
+#include "tests/nn/digits_recipe.h"
 
 namespace anvil::nn {
 namespace {
 
-std::string DigitsDir() {
-  if (const char* env = std::getenv("ANVIL_DATA_DIR")) return env;
-  return ANVIL_TEST_DATA_DIR;
-}
+using test::DigitsDir;
 
 double Accuracy(Module& model, const std::shared_ptr<data::Dataset>& ds, bool image = false) {
   NoGradGuard no_grad;
@@ -104,28 +102,11 @@ TEST(DigitsTest, PresetsReachTheirTargetsThroughTheTrainer) {
     GTEST_SKIP() << "digits.csv.gz not in " << DigitsDir() << ": run `make data`";
   }
   for (const auto& [preset, target] : {std::pair<std::string, double>{"mlp", 0.97}, {"lenet5", 0.98}}) {
-    manual_seed(0);
-    const bool image = preset != "mlp";
-    auto digits = std::make_shared<data::MapDataset>(
-        std::make_shared<data::Digits>(DigitsDir(), data::DigitsOptions{.as_image = image}),
-        std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale"));
-    auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
-    const models::BuiltModel m =
-        models::build_model(models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10));
-    // The recipe the service uses by default: AdamW with a one-cycle schedule.
-    const int64_t epochs = 40;
-    auto opt = std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 3e-3}});
-    train::Trainer trainer(m.module, opt,
-                           {.epochs = epochs, .scheduler_per_step = true, .checkpoint_every_epoch = false});
-    data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true, .num_workers = 1, .seed = 1});
-    trainer.set_scheduler(std::make_shared<optim::OneCycleLR>(*opt, 3e-3, epochs * train_loader.size()));
-    data::DataLoader test_loader(split[1], {.batch_size = 256});
-    const auto start = std::chrono::steady_clock::now();
-    trainer.fit(train_loader);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const auto [loss, acc] = trainer.evaluate(test_loader);
-    std::printf("preset %s: test accuracy %.4f (loss %.4f) in %.2f s\n", preset.c_str(), *acc, loss, secs);
-    EXPECT_GE(*acc, target) << preset;
+    const test::DigitsRun run = test::TrainDigitsPreset(preset, /*epochs=*/40, kFloat32, /*loader_workers=*/1);
+    const double acc = *run.test_accuracy;
+    std::printf("preset %s: test accuracy %.4f (loss %.4f) in %.2f s\n", preset.c_str(), acc, run.test_loss,
+                run.fit_seconds);
+    EXPECT_GE(acc, target) << preset;
   }
 }
 
