@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/amp/autocast.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 #include "core/util/file.h"
@@ -66,6 +67,11 @@ LoadedModel load_model_archive(const std::string& path) {
     out.info.precision = info.value("precision", std::string("fp32"));  // archives before mixed precision
     out.info.accuracy = info.value("accuracy", std::map<std::string, double>{});
   } catch (const Json::exception& e) {
+    throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
+  }
+  try {
+    (void)autocast::precision_dtype(out.info.precision);  // refused here, named, not when it serves
+  } catch (const Error& e) {
     throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
   }
   nn::StateDict state;

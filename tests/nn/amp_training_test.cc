@@ -12,6 +12,7 @@
 #include "core/amp/autocast.h"
 #include "core/anvil.h"
 #include "core/data/data.h"
+#include "core/models/archive.h"
 #include "core/models/spec.h"
 #include "core/nn/nn.h"
 #include "core/optim/optimizer.h"
@@ -109,6 +110,29 @@ TEST(AmpTraining, TheTrainersAnomalyOptionFailsTheRunNamingTheLayer) {
     EXPECT_NE(std::string(e.what()).find("Sequential layer 1 (Linear): AMP anomaly"), std::string::npos) << e.what();
   }
   EXPECT_EQ(t.step(), 0);
+}
+
+// A model archive keeps its serving precision and accuracies; a precision no one can serve in
+// is refused when the archive loads, naming the file, not later when it serves.
+TEST(AmpTraining, ArchivesKeepTheServingPrecisionAndRefuseUnknownOnes) {
+  const auto built = models::build_model(R"({"input_shape": [4], "layers": [{"type": "linear", "out_features": 3}]})");
+  const std::string path = ::testing::TempDir() + "/amp_archive.anvil";
+  models::ModelInfo info{"m", 1, "job", {}, 0};
+  info.precision = "bf16";
+  info.accuracy = {{"fp32", 0.97}, {"bf16", 0.96}};
+  models::save_model_archive(path, *built.module, built.spec, info);
+  const models::LoadedModel loaded = models::load_model_archive(path);
+  EXPECT_EQ(loaded.info.precision, "bf16");
+  EXPECT_EQ(loaded.info.accuracy, info.accuracy);
+  info.precision = "fp8";
+  models::save_model_archive(path, *built.module, built.spec, info);
+  try {
+    (void)models::load_model_archive(path);
+    ADD_FAILURE() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad \"anvil.info\" metadata: precision: expected"), std::string::npos)
+        << e.what();
+  }
 }
 
 std::shared_ptr<data::TensorDataset> Blobs(int64_t n) {
