@@ -57,6 +57,19 @@ std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, s
   return flat;
 }
 
+// GradScaler's flag rides as the last input; returns whether there is one.
+bool AppendFoundInf(const char* op, const std::vector<Tensor>& params, const Tensor& found_inf,
+                    std::vector<Tensor>& inputs) {
+  if (!found_inf.defined()) return false;
+  ANVIL_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1 && found_inf.is_contiguous(), op,
+              ": found_inf must be a float32 tensor of one element, got ", found_inf.dtype(), " ",
+              shape_str(found_inf.sizes()));
+  ANVIL_CHECK(found_inf.device() == params[0].device(), op, ": found_inf is on ", found_inf.device(),
+              " but the parameters are on ", params[0].device());
+  inputs.push_back(found_inf);
+  return true;
+}
+
 void BumpVersions(const std::vector<Tensor>& written, const char* op) {
   for (const Tensor& t : written) t.storage()->bump_version(op);
 }
@@ -77,39 +90,78 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                                    ? Flatten(op, params, {{"grads", &grads}, {"momentum_buffers", &momentum_buffers}})
                                    : Flatten(op, params, {{"grads", &grads}});
   OptimizerStepArgs a = attrs;
-  a.skip_if_found_inf = found_inf.defined();
-  if (found_inf.defined()) {
-    ANVIL_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1 && found_inf.is_contiguous(), op,
-                ": found_inf must be a float32 tensor of one element, got ", found_inf.dtype(), " ",
-                shape_str(found_inf.sizes()));
-    ANVIL_CHECK(params.empty() || found_inf.device() == params[0].device(), op, ": found_inf is on ",
-                found_inf.device(), " but the parameters are on ", params[0].device());
-    inputs.push_back(found_inf);
-  }
+  a.skip_if_found_inf = AppendFoundInf(op, params, found_inf, inputs);
   dispatch_foreach(OpId::SgdStep, inputs, a);
   BumpVersions(params, op);
   BumpVersions(momentum_buffers, op);
 }
 
-void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepArgs& a) {
-  const char* op = "_fused_adam_";
-  ANVIL_CHECK(a.amsgrad || max_exp_avg_sqs.empty(), op, ": max_exp_avg_sqs given without amsgrad");
-  ANVIL_CHECK(a.bias_correction1 > 0.0 && a.bias_correction2 > 0.0, op, ": bias corrections must be > 0, got ",
-              a.bias_correction1, " and ", a.bias_correction2);
-  std::vector<Tensor> inputs =
-      a.amsgrad ? Flatten(op, params,
-                          {{"grads", &grads},
-                           {"exp_avgs", &exp_avgs},
-                           {"exp_avg_sqs", &exp_avg_sqs},
-                           {"max_exp_avg_sqs", &max_exp_avg_sqs}})
-                : Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}});
-  dispatch_foreach(OpId::AdamStep, inputs, a);
+namespace {
+
+std::vector<Tensor> AdamLists(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                              const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                              const std::vector<Tensor>& max_exp_avg_sqs, bool amsgrad) {
+  ANVIL_CHECK(amsgrad || max_exp_avg_sqs.empty(), op, ": max_exp_avg_sqs given without amsgrad");
+  return amsgrad ? Flatten(op, params,
+                           {{"grads", &grads},
+                            {"exp_avgs", &exp_avgs},
+                            {"exp_avg_sqs", &exp_avg_sqs},
+                            {"max_exp_avg_sqs", &max_exp_avg_sqs}})
+                 : Flatten(op, params, {{"grads", &grads}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}});
+}
+
+void BumpAdamVersions(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                      const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs) {
   BumpVersions(params, op);
   BumpVersions(exp_avgs, op);
   BumpVersions(exp_avg_sqs, op);
   BumpVersions(max_exp_avg_sqs, op);
+}
+
+}  // namespace
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepArgs& a) {
+  const char* op = "_fused_adam_";
+  ANVIL_CHECK(a.bias_correction1 > 0.0 && a.bias_correction2 > 0.0, op, ": bias corrections must be > 0, got ",
+              a.bias_correction1, " and ", a.bias_correction2);
+  ANVIL_CHECK(!a.device_step_counts && !a.skip_if_found_inf, op,
+              ": step counts on the device and found_inf go through the overload that takes them");
+  const std::vector<Tensor> inputs = AdamLists(op, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, a.amsgrad);
+  dispatch_foreach(OpId::AdamStep, inputs, a);
+  BumpAdamVersions(op, params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
+                 const OptimizerStepArgs& attrs, const Tensor& found_inf) {
+  const char* op = "_fused_adam_";
+  std::vector<Tensor> inputs = AdamLists(op, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, attrs.amsgrad);
+  ANVIL_CHECK(step_counts.size() == params.size(), op, ": expected ", params.size(),
+              " step_counts (one per parameter), got ", step_counts.size());
+  for (size_t i = 0; i < step_counts.size(); ++i) {
+    const Tensor& s = step_counts[i];
+    ANVIL_CHECK(
+        s.defined() && s.dtype() == kFloat64 && s.numel() == 3 && s.is_contiguous(), op, ": step_counts[", i,
+        "] must be a contiguous float64 tensor of 3 elements (t and its two bias-correction factors), got ",
+        s.defined() ? detail::StrCat(s.dtype(), " ", shape_str(s.sizes())) : std::string("an undefined tensor"));
+    ANVIL_CHECK(s.device() == params[0].device(), op, ": step_counts[", i, "] is on ", s.device(),
+                " but the parameters are on ", params[0].device());
+  }
+  std::vector<const void*> counts;
+  for (const Tensor& s : step_counts) counts.push_back(s.data_ptr());
+  std::sort(counts.begin(), counts.end());
+  ANVIL_CHECK(std::adjacent_find(counts.begin(), counts.end()) == counts.end(), op,
+              ": the same step count appears twice; each parameter needs its own");
+  inputs.insert(inputs.end(), step_counts.begin(), step_counts.end());
+  OptimizerStepArgs a = attrs;
+  a.device_step_counts = true;
+  a.skip_if_found_inf = AppendFoundInf(op, params, found_inf, inputs);
+  dispatch_foreach(OpId::AdamStep, inputs, a);
+  BumpAdamVersions(op, params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
+  BumpVersions(step_counts, op);
 }
 
 }  // namespace anvil

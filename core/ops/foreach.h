@@ -26,9 +26,20 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                 const std::vector<Tensor>& momentum_buffers, const OptimizerStepArgs& attrs,
                 const Tensor& found_inf = Tensor());
 
-// Adam / AdamW: max_exp_avg_sqs is empty unless attrs.amsgrad.
+// Adam / AdamW: max_exp_avg_sqs is empty unless attrs.amsgrad. The bias corrections are
+// attrs' (one step count for every parameter).
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const OptimizerStepArgs& attrs);
+
+// Adam / AdamW with each parameter's step count on the parameters' device: `step_counts` holds
+// one float64 [3] per parameter (fn::AdamStepCount; {t, 0, 0} for a parameter at step t), which
+// the kernel advances and takes the bias corrections from. With `found_inf` (float32 [1]) the
+// whole step, counts included, is skipped on the device when it is non-zero: the host never
+// needs to know a step count or the flag (GradScaler with no host read per step).
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
+                 const OptimizerStepArgs& attrs, const Tensor& found_inf = Tensor());
 
 }  // namespace anvil

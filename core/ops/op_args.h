@@ -181,6 +181,9 @@ struct OptimizerStepArgs {
   // is non-zero the kernel writes nothing. The decision is made where the data is, so the host
   // never waits for the flag.
   bool skip_if_found_inf = false;
+  // Adam: after the lists come one float64 [3] step count per parameter (fn::AdamStepCount),
+  // advanced by the kernel when the step is taken; the bias corrections above are unused.
+  bool device_step_counts = false;
 };
 
 // Every argument struct, in the order of OpAttrs's variant (the table's Args column names

@@ -95,6 +95,12 @@ struct AdamStepF {
   // vmax is not touched without AMSGrad.
   template <bool kWeightDecay, bool kDecoupled, bool kAmsgrad>
   ANVIL_INLINE void step(T& p, T g, T& m, T& v, T* vmax) const {
+    step_corrected<kWeightDecay, kDecoupled, kAmsgrad>(p, g, m, v, vmax, inv_sqrt_bias_correction2, neg_step_size);
+  }
+
+  // The same with the step count's factors given (AdamStepCount: each parameter at its own t).
+  template <bool kWeightDecay, bool kDecoupled, bool kAmsgrad>
+  ANVIL_INLINE void step_corrected(T& p, T g, T& m, T& v, T* vmax, T inv_sqrt_bc2, T neg_step) const {
     if constexpr (kWeightDecay) {
       if constexpr (kDecoupled) {
         p = p * one_minus_lr_wd;
@@ -109,8 +115,25 @@ struct AdamStepF {
       second = MaximumF{}(*vmax, v);  // NaN-propagating, as the per-tensor maximum
       *vmax = second;
     }
-    const T denom = std::sqrt(second) * inv_sqrt_bias_correction2 + eps;
-    p = p + m / denom * neg_step_size;
+    const T denom = std::sqrt(second) * inv_sqrt_bc2 + eps;
+    p = p + m / denom * neg_step;
+  }
+};
+
+// Adam's step count where the parameters are (OptimizerStepArgs::device_step_counts): a
+// float64 [3] per parameter holding t, then -lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t) as
+// of t. advance() runs once per parameter per step, before the elements are updated, and only
+// when the step is taken; the factors are the same float64 expressions the host computes for
+// a step count it knows, so both give the same bits.
+struct AdamStepCount {
+  double lr, beta1, beta2;
+
+  static AdamStepCount make(const OptimizerStepArgs& a) { return {a.lr, a.beta1, a.beta2}; }
+
+  ANVIL_INLINE void advance(double* s) const {
+    s[0] = s[0] + 1.0;
+    s[1] = -lr / (1.0 - std::pow(beta1, s[0]));
+    s[2] = 1.0 / std::sqrt(1.0 - std::pow(beta2, s[0]));
   }
 };
 

@@ -1,5 +1,6 @@
 // Adam, AdamW and RMSprop: see optimizer.h. Updates follow PyTorch's single-tensor code paths.
 #include <cmath>
+#include <optional>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/foreach.h"
@@ -34,29 +35,47 @@ Adam::Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled)
   }
 }
 
-void Adam::step() {
+void Adam::step() { Step(nullptr); }
+
+void Adam::step_unless(const Tensor& found_inf) { Step(&found_inf); }
+
+void Adam::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
+  // The per-tensor path needs the flag on the host: read once, and only if such a parameter
+  // has a gradient (the fused path decides on the device).
+  std::optional<bool> skip_on_host;
+  auto skipped = [&] {
+    if (!skip_on_host) skip_on_host = found_inf->item<float>() != 0.0f;
+    return *skip_on_host;
+  };
   for (auto& group : param_groups()) {
     const Options& o = group.options;
     const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2"), eps = o.at("eps");
     const double wd = o.at("weight_decay");
     const bool amsgrad = o.at("amsgrad") != 0.0;
     const bool fused = o.at("fused") != 0.0;
-    FusedBuckets buckets;  // one per (device, dtype, step count): the bias corrections differ by step
+    // One per (device, dtype): each parameter brings its own step count.
+    FusedBuckets buckets;
     for (auto& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       ParamState& s = state(p);
-      const int64_t t = ++s.step;
       if (fused && fused_step_supported(p, g)) {
+        // New moments are zeros, which a skipped first step leaves exact.
         Tensor& m = buffer(s, "exp_avg", p);
         Tensor& v = buffer(s, "exp_avg_sq", p);
         Tensor vmax = amsgrad ? buffer(s, "max_exp_avg_sq", p) : Tensor();
         if (fused_step_supported(p, m) && fused_step_supported(p, v) && (!amsgrad || fused_step_supported(p, vmax))) {
-          buckets.bucket_for(p, t).add(p, g, m, v, vmax);
+          if (!s.device_step.defined()) {
+            // A copy to the device, not a read: the count moves there once.
+            s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
+          }
+          buckets.bucket_for(p, 0).add(p, g, m, v, vmax, s.device_step);
           continue;
         }
       }
+      if (found_inf != nullptr && skipped()) continue;
+      const int64_t t = ++host_step(s);
       if (wd != 0.0) {
         if (decoupled_) {
           p.mul_(1.0 - lr * wd);
@@ -83,17 +102,18 @@ void Adam::step() {
       p.addcdiv_(m, denom, -lr / bc1);
     }
     for (const FusedBucket& b : buckets) {
+      // The flag decides on the device, unless the host already read it for the other paths.
+      if (skip_on_host.value_or(false)) continue;
       OptimizerStepArgs a;
       a.lr = lr;
       a.weight_decay = wd;
       a.beta1 = b1;
       a.beta2 = b2;
       a.eps = eps;
-      a.bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(b.key));
-      a.bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(b.key));
       a.decoupled = decoupled_;
       a.amsgrad = amsgrad;
-      fused_adam_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], a);
+      const Tensor gate = found_inf != nullptr && !skip_on_host ? *found_inf : Tensor();
+      fused_adam_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], b.lists[5], a, gate);
     }
   }
 }

@@ -1,6 +1,6 @@
 // The parameters of one fused optimizer call: the fused kernels take one device and one dtype,
-// and one value of whatever else the step depends on per parameter (`key`: Adam's step count,
-// SGD's "momentum buffers are new"). Buckets keep the order parameters were added in.
+// and one value of whatever else the step depends on per parameter (`key`: SGD's "momentum
+// buffers are new"). Buckets keep the order parameters were added in.
 #pragma once
 
 #include <array>
@@ -16,15 +16,16 @@ struct FusedBucket {
   ScalarType dtype;
   int64_t key;
   // params, grads, then the optimizer's state lists; unused lists stay empty.
-  std::array<std::vector<Tensor>, 5> lists;
+  std::array<std::vector<Tensor>, 6> lists;
 
   FusedBucket& add(const Tensor& p, const Tensor& g, const Tensor& s0 = {}, const Tensor& s1 = {},
-                   const Tensor& s2 = {}) {
+                   const Tensor& s2 = {}, const Tensor& s3 = {}) {
     lists[0].push_back(p);
     lists[1].push_back(g);
     if (s0.defined()) lists[2].push_back(s0);
     if (s1.defined()) lists[3].push_back(s1);
     if (s2.defined()) lists[4].push_back(s2);
+    if (s3.defined()) lists[5].push_back(s3);
     return *this;
   }
 };

@@ -10,8 +10,8 @@
 //
 // No host reads per step: the scale, the found-inf flag, the growth tracker and the skipped
 // count are tensors on the gradients' device; unscale_ and the finite check are tensor ops,
-// step() hands the flag to Optimizer::step_unless (SGD skips inside its fused kernel; other
-// optimizers read the flag once), and update() applies PyTorch's rule with tensor ops. Only
+// step() hands the flag to Optimizer::step_unless (SGD, Adam and AdamW skip inside their fused
+// kernels; RMSprop and per-tensor paths read the flag once), and update() applies PyTorch's rule with tensor ops. Only
 // the accessors below read (get_scale, growth_tracker, skipped_steps, state_dict: for metrics
 // and checkpoints). The misuse PyTorch refuses is refused here too, with its messages.
 #pragma once

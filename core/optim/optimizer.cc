@@ -79,6 +79,14 @@ Tensor& Optimizer::buffer(ParamState& s, const char* name, const Tensor& like) {
   return it->second;
 }
 
+int64_t& Optimizer::host_step(ParamState& s) {
+  if (s.device_step.defined()) {
+    s.step = static_cast<int64_t>(s.device_step.to_vector<double>()[0]);
+    s.device_step = Tensor();
+  }
+  return s.step;
+}
+
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   int64_t index = 0;
@@ -87,7 +95,8 @@ OptimizerState Optimizer::state_dict() const {
     for (const auto& p : g.params) {
       if (auto it = state_.find(p.impl()); it != state_.end()) {
         ParamState copy;
-        copy.step = it->second.step;
+        const ParamState& ps = it->second;
+        copy.step = ps.device_step.defined() ? static_cast<int64_t>(ps.device_step.to_vector<double>()[0]) : ps.step;
         for (const auto& [k, t] : it->second.buffers) copy.buffers[k] = t.clone();
         out.params[index] = std::move(copy);
       }

@@ -36,6 +36,10 @@ struct ParamGroup {
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers;
+  // Adam's fused path keeps the count where the parameter is (float64 [3], fn::AdamStepCount),
+  // so that a step skipped on the device needs no host read. When defined it supersedes `step`;
+  // state_dict() reads it (one read per checkpoint, not per step).
+  Tensor device_step;
 };
 
 // The optimizer's state for checkpoints: each group's options, and each parameter's state by
@@ -51,8 +55,8 @@ class Optimizer {
   virtual void step() = 0;
   // A step that does nothing when `found_inf` (float32 [1] on the parameters' device,
   // GradScaler's flag) is non-zero. The default reads the flag on the host once (a
-  // synchronisation on a GPU); SGD decides on the device, inside its fused kernel, so a
-  // scaled training loop makes no host read per step (docs/amp.md).
+  // synchronisation on a GPU); SGD, Adam and AdamW decide on the device, inside their fused
+  // kernels, so a scaled training loop makes no host read per step (docs/amp.md).
   virtual void step_unless(const Tensor& found_inf);
   virtual std::string name() const = 0;
   // Clears every parameter's gradient: to undefined (default) or to zeros.
@@ -75,6 +79,8 @@ class Optimizer {
   ParamState& state(const Tensor& param);
   // The state buffer `name` of a parameter, created as zeros shaped like `like` if missing.
   static Tensor& buffer(ParamState& s, const char* name, const Tensor& like);
+  // The step count on the host, folding in (one read) a count kept on the device.
+  static int64_t& host_step(ParamState& s);
   // `defaults` with the caller's `overrides` applied; an unknown name is an error naming `who`.
   static Options WithOverrides(Options defaults, const Options& overrides, const char* who);
 
@@ -101,17 +107,22 @@ class SGD : public Optimizer {
 
 // Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).
 // Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0, fused 1.
+// The fused path counts steps on the parameters' device (ParamState::device_step), as
+// PyTorch's fused Adam does, so step_unless decides inside the kernel and never reads the flag.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, Options options = {});
   Adam(std::vector<ParamGroup> groups, Options defaults);
   void step() override;
+  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
 
  protected:
   Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled);
 
  private:
+  // `found_inf`: null, or GradScaler's flag (step_unless).
+  void Step(const Tensor* found_inf);
   bool decoupled_ = false;
 };
 

@@ -2,9 +2,10 @@
 // reaches on the CPU, through the same Trainer the service's workers run; and the caching
 // allocator serves steady-state training steps without a single device malloc; the fused
 // optimizer steps (multi-tensor launches) match the CPU's on lists long enough to need several
-// launches and a tensor whose chunks span two.
+// launches and a tensor whose chunks span two; scaled mixed-precision steps make no host wait.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -14,11 +15,13 @@
 #include "core/data/data.h"
 #include "core/models/spec.h"
 #include "core/nn/nn.h"
+#include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
 
 #if ANVIL_WITH_CUDA
 #include "core/backend/cuda/backend.h"
+#include "core/backend/cuda/runtime.h"
 #endif
 
 namespace anvil::nn {
@@ -138,6 +141,53 @@ TEST(CudaTraining, FusedOptimizerStepsMatchTheCpu) {
       const Tensor diff = (gpu[k].detach().to(kCPU) - cpu[k].detach()).abs().max();
       EXPECT_LE(diff.item<float>(), 1e-5f) << "parameter " << k;
     }
+  }
+}
+
+// GradScaler on a GPU: 100 scaled steps (unscale, clipping by norm, step, update; every 7th
+// gradient infinite) of fused SGD, Adam and AdamW make no host wait (counted where the engine
+// blocks on the GPU: cuda::host_waits) and read no value, until the skipped count is asked
+// for; the parameters end where the same loop on the CPU leaves them.
+TEST(CudaTraining, ScaledStepsMakeNoHostWaitPerStep) {
+  if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
+  for (int which = 0; which < 3; ++which) {
+    auto make = [which](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+      if (which == 0) return std::make_unique<optim::SGD>(ps, optim::Options{{"lr", 0.01}, {"momentum", 0.9}});
+      if (which == 1) return std::make_unique<optim::Adam>(ps, optim::Options{{"lr", 0.01}});
+      return std::make_unique<optim::AdamW>(ps, optim::Options{{"lr", 0.01}, {"amsgrad", 1.0}});
+    };
+    struct Run {
+      Tensor w, b;
+      int64_t waits, reads;
+    };
+    auto run = [&](Device device) {
+      manual_seed(0);
+      const Tensor w0 = randn({64, 32}), x = randn({128, 32}).to(device), target = randn({128, 64}).to(device);
+      Tensor w = w0.to(device).requires_grad_(), b = zeros({64}).to(device).requires_grad_();
+      const Tensor inf = full({}, INFINITY).to(device), one = full({}, 1.0).to(device);
+      const std::unique_ptr<optim::Optimizer> opt = make({w, b});
+      optim::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
+      const int64_t waits = cuda::host_waits(), reads = host_value_reads();
+      for (int i = 0; i < 100; ++i) {
+        opt->zero_grad();
+        const Tensor loss = ((linear(x, w, b) - target).pow(2.0).mean()) * (i % 7 == 3 ? inf : one);
+        scaler.scale(loss).backward();
+        scaler.unscale_(*opt);
+        (void)optim::clip_grad_norm_deferred_({w, b}, 1.0);
+        scaler.step(*opt);
+        scaler.update();
+      }
+      Run r{w.detach(), b.detach(), cuda::host_waits() - waits, host_value_reads() - reads};
+      EXPECT_EQ(scaler.skipped_steps(), 14);  // i = 3, 10, ..., 94
+      return r;
+    };
+    const Run gpu = run(CUDA(0));
+    SCOPED_TRACE(which == 0 ? "sgd" : which == 1 ? "adam" : "adamw amsgrad");
+    EXPECT_EQ(gpu.waits, 0) << "host waits in 100 scaled steps";
+    EXPECT_EQ(gpu.reads, 0) << "values read in 100 scaled steps";
+    const Run cpu = run(kCPU);
+    EXPECT_LE((gpu.w.to(kCPU) - cpu.w).abs().max().item<float>(), 1e-5f);
+    EXPECT_LE((gpu.b.to(kCPU) - cpu.b).abs().max().item<float>(), 1e-5f);
   }
 }
 #endif

@@ -1,7 +1,8 @@
 // Fused optimizer steps (core/ops/foreach.h): SGD, Adam, AdamW and AMSGrad on many float32
 // tensors (one crossing the CPU kernel's task split, one empty, one non-contiguous that takes
 // the per-tensor path) against the update rules evaluated in float64 here, fused against
-// unfused, each tensor written once per step, parameters at different step counts, and the
+// unfused, each tensor written once per step, parameters at different step counts, Adam's step
+// counts kept on the device (bitwise against the host's, across paths and checkpoints), and the
 // fused calls' argument errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -222,6 +223,114 @@ TEST(FusedOptimTest, ParametersAtDifferentStepCountsGetTheirOwnBiasCorrection) {
   // b's first step moves it by lr exactly (Adam's first step is lr * sign(g) up to eps).
   EXPECT_NEAR(results[0][2], 0.5 + 0.1, 1e-6);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-6) << i;
+}
+
+// The fused Adam counts steps on the parameters' device (ParamState::device_step): its bias
+// corrections come from there. Bitwise the same as the same kernel given the host's count.
+TEST(FusedOptimTest, StepCountsOnTheDeviceGiveTheHostCountsBits) {
+  for (bool amsgrad : {false, true}) {
+    SCOPED_TRACE(amsgrad ? "amsgrad" : "adam");
+    manual_seed(3);
+    const Tensor start = randn({1000});
+    Tensor p1 = start.clone(), m1 = zeros({1000}), v1 = zeros({1000}), x1 = zeros({1000});
+    Tensor p2 = start.clone(), m2 = zeros({1000}), v2 = zeros({1000}), x2 = zeros({1000});
+    Tensor count = tensor(std::vector<double>{0.0, 0.0, 0.0});
+    OptimizerStepArgs a;
+    a.lr = 0.01;
+    a.weight_decay = 0.02;
+    a.amsgrad = amsgrad;
+    const std::vector<Tensor> vmax1 = amsgrad ? std::vector<Tensor>{x1} : std::vector<Tensor>{};
+    const std::vector<Tensor> vmax2 = amsgrad ? std::vector<Tensor>{x2} : std::vector<Tensor>{};
+    for (int t = 1; t <= 6; ++t) {
+      const Tensor g = randn({1000});
+      OptimizerStepArgs host = a;
+      host.bias_correction1 = 1.0 - std::pow(a.beta1, t);
+      host.bias_correction2 = 1.0 - std::pow(a.beta2, t);
+      fused_adam_({p1}, {g}, {m1}, {v1}, vmax1, host);
+      fused_adam_({p2}, {g}, {m2}, {v2}, vmax2, {count}, a);
+      EXPECT_EQ(count.to_vector<double>()[0], t);
+    }
+    EXPECT_TRUE(equal(p1, p2)) << "max |diff| " << (p1 - p2).abs().max().item<float>();
+    EXPECT_TRUE(equal(v1, v2));
+  }
+}
+
+// A parameter whose gradient is sometimes strided takes the per-tensor path on those steps:
+// its count moves between the device and the host and no step is lost or counted twice.
+TEST(FusedOptimTest, AParameterMovingBetweenPathsKeepsItsStepCount) {
+  manual_seed(4);
+  const Tensor start = randn({6, 5});
+  Tensor a = start.clone().requires_grad_(), b = start.clone().requires_grad_();
+  Adam mixed({a}, {{"lr", 0.05}}), plain({b}, {{"lr", 0.05}, {"fused", 0.0}});
+  for (int t = 1; t <= 7; ++t) {
+    const Tensor g = randn({5, 6}).t();  // strided
+    a.set_grad(t % 3 == 0 ? g : g.contiguous());
+    b.set_grad(g.contiguous());
+    mixed.step();
+    plain.step();
+    EXPECT_EQ(mixed.state_dict().params.at(0).step, t);
+  }
+  EXPECT_TRUE(allclose(a.detach(), b.detach(), 1e-6, 1e-7));
+}
+
+// A checkpoint taken with the count on the device resumes bitwise.
+TEST(FusedOptimTest, AdamResumesBitwiseFromADeviceCount) {
+  manual_seed(5);
+  const Tensor start = randn({64});
+  std::vector<Tensor> grads;
+  for (int t = 0; t < 8; ++t) grads.push_back(randn({64}));
+  Tensor a = start.clone().requires_grad_();
+  AdamW whole({a}, {{"lr", 0.01}});
+  for (const Tensor& g : grads) {
+    a.set_grad(g);
+    whole.step();
+  }
+  Tensor b = start.clone().requires_grad_();
+  OptimizerState saved;
+  {
+    AdamW first({b}, {{"lr", 0.01}});
+    for (int t = 0; t < 5; ++t) {
+      b.set_grad(grads[static_cast<size_t>(t)]);
+      first.step();
+    }
+    saved = first.state_dict();
+  }
+  EXPECT_EQ(saved.params.at(0).step, 5);
+  AdamW resumed({b}, {{"lr", 0.01}});
+  resumed.load_state_dict(saved);
+  for (size_t t = 5; t < grads.size(); ++t) {
+    b.set_grad(grads[t]);
+    resumed.step();
+  }
+  EXPECT_TRUE(equal(a.detach(), b.detach()));
+  EXPECT_EQ(resumed.state_dict().params.at(0).step, 8);
+}
+
+TEST(FusedOptimTest, StepCountListsAreChecked) {
+  Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
+  Tensor p2 = zeros({4}), g2 = zeros({4}), m2 = zeros({4}), v2 = zeros({4});
+  OptimizerStepArgs a;
+  a.lr = 0.1;
+  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {v}, {}, {}, a); }),
+              HasSubstr("expected 1 step_counts (one per parameter), got 0"));
+  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {v}, {}, {zeros({3})}, a); }),
+              HasSubstr("step_counts[0] must be a contiguous float64 tensor of 3 elements"));
+  const Tensor count = zeros({3}, kFloat64);
+  EXPECT_THAT(ErrorOf([&] {
+                fused_adam_({p, p2}, {g, g2}, {m, m2}, {v, v2}, {}, {count, count}, a);
+              }),
+              HasSubstr("the same step count appears twice"));
+  EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {v}, {}, {count}, a, zeros({2})); }),
+              HasSubstr("found_inf must be a float32 tensor of one element"));
+  EXPECT_EQ(p._version(), 0u);
+  EXPECT_EQ(count.to_vector<double>()[0], 0.0);
+  // A flag that is set: nothing moves, the count included.
+  fused_adam_({p}, {ones({4})}, {m}, {v}, {}, {count}, a, ones({1}));
+  EXPECT_EQ(count.to_vector<double>()[0], 0.0);
+  EXPECT_TRUE(equal(p, zeros({4})));
+  fused_adam_({p}, {ones({4})}, {m}, {v}, {}, {count}, a, zeros({1}));
+  EXPECT_EQ(count.to_vector<double>()[0], 1.0);
+  EXPECT_NEAR(p.to_vector<double>()[0], -0.1, 1e-6);  // Adam's first step: lr * sign(g)
 }
 
 TEST(FusedOptimTest, FusedCallsRejectMismatchedLists) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "core/anvil.h"
 #include "core/optim/optimizer.h"
@@ -45,18 +46,22 @@ TEST(GradScaler, FollowsPyTorchsUpdateRuleOverAScriptedSeries) {
   EXPECT_EQ(scaler.skipped_steps(), 3);
 }
 
-// The same series through every optimizer path: SGD fused (the flag decided inside the kernel),
-// SGD per-tensor and with momentum and dampening (the host decides), Adam (the host decides):
-// each skips exactly the infinite steps.
+// The same series through every optimizer path: SGD, Adam and AdamW fused (the flag decided
+// inside the kernel; Adam's step count on the device), SGD and Adam per-tensor, SGD with
+// momentum and dampening, RMSprop (the host decides): each skips exactly the infinite steps,
+// and Adam's count is that of the steps taken.
 TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
   const std::string series = "IFIFFIIF";  // the first step infinite: new momentum buffers skipped too
-  for (int path = 0; path < 4; ++path) {
+  for (int path = 0; path < 7; ++path) {
     auto make = [path](const Tensor& param) -> std::unique_ptr<Optimizer> {
       const std::vector<Tensor> ps{param};
       if (path == 0) return std::make_unique<SGD>(ps, Options{{"lr", 0.1}, {"momentum", 0.9}});
       if (path == 1) return std::make_unique<SGD>(ps, Options{{"lr", 0.1}, {"fused", 0.0}});
       if (path == 2) return std::make_unique<SGD>(ps, Options{{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.5}});
-      return std::make_unique<Adam>(ps, Options{{"lr", 0.1}});
+      if (path == 3) return std::make_unique<Adam>(ps, Options{{"lr", 0.1}});
+      if (path == 4) return std::make_unique<Adam>(ps, Options{{"lr", 0.1}, {"fused", 0.0}});
+      if (path == 5) return std::make_unique<AdamW>(ps, Options{{"lr", 0.1}, {"amsgrad", 1.0}});
+      return std::make_unique<RMSprop>(ps, Options{{"lr", 0.1}});
     };
     Tensor p = tensor({1.0, -2.0}).requires_grad_();
     const std::unique_ptr<Optimizer> opt = make(p);
@@ -77,44 +82,45 @@ TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
       EXPECT_TRUE(allclose(p.detach(), q.detach(), 1e-6, 1e-7)) << "path " << path;
     }
     EXPECT_EQ(scaler.skipped_steps(), 4) << "path " << path;
+    if (path >= 3) {  // SGD keeps no count
+      EXPECT_EQ(opt->state_dict().params.at(0).step, 4) << "path " << path;
+    }
   }
 }
 
-// No host read per step: 100 scaled steps of a fused SGD with momentum (unscale, clipping by
-// norm, step, update; every 7th gradient infinite) read nothing back until the metrics are
-// asked for. Adam's bias corrections need its step count on the host: one read per step.
-TEST(GradScaler, AScaledSgdLoopMakesNoHostReadPerStep) {
+// No host read per step: 100 scaled steps (unscale, clipping by norm, step, update; every 7th
+// gradient infinite) of fused SGD with momentum, Adam and AdamW with AMSGrad read nothing back
+// until the metrics are asked for. RMSprop has no fused kernel: it reads the flag once a step.
+TEST(GradScaler, AScaledLoopMakesNoHostReadPerStep) {
   manual_seed(0);
-  Tensor w = randn({8, 4}).requires_grad_(), b = zeros({8}).requires_grad_();
+  const Tensor w0 = randn({8, 4}), b0 = zeros({8});
   const Tensor x = randn({16, 4}), target = randn({16, 8});
   const Tensor inf = full({}, INFINITY), one = full({}, 1.0);
-  auto run = [&](Optimizer& opt, GradScaler& scaler) {
+  for (int which = 0; which < 4; ++which) {
+    Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    std::unique_ptr<Optimizer> opt;
+    if (which == 0) opt = std::make_unique<SGD>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}, {"momentum", 0.9}});
+    if (which == 1) opt = std::make_unique<Adam>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}});
+    if (which == 2) opt = std::make_unique<AdamW>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}, {"amsgrad", 1.0}});
+    if (which == 3) opt = std::make_unique<RMSprop>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}});
+    SCOPED_TRACE(opt->name());
+    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
+    const int64_t before = host_value_reads();
     for (int i = 0; i < 100; ++i) {
-      opt.zero_grad();
+      opt->zero_grad();
       const Tensor loss = ((linear(x, w, b) - target).pow(2.0).mean()) * (i % 7 == 3 ? inf : one);
       scaler.scale(loss).backward();
-      scaler.unscale_(opt);
+      scaler.unscale_(*opt);
       (void)clip_grad_norm_deferred_({w, b}, 1.0);
-      scaler.step(opt);
+      scaler.step(*opt);
       scaler.update();
     }
-  };
-  {
-    SGD sgd({w, b}, {{"lr", 0.01}, {"momentum", 0.9}});
-    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
-    const int64_t before = host_value_reads();
-    run(sgd, scaler);
-    EXPECT_EQ(host_value_reads() - before, 0) << "host reads in 100 scaled SGD steps";
-    EXPECT_EQ(scaler.skipped_steps(), 14);      // i = 3, 10, ..., 94
-    EXPECT_EQ(host_value_reads() - before, 1);  // the metric read
+    EXPECT_EQ(host_value_reads() - before, which == 3 ? 100 : 0) << "host reads in 100 scaled steps";
+    EXPECT_EQ(scaler.skipped_steps(), 14);  // i = 3, 10, ..., 94
     EXPECT_TRUE(isfinite(w).all().item<bool>());
-  }
-  {
-    Adam adam({w, b}, {{"lr", 0.01}});
-    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
-    const int64_t before = host_value_reads();
-    run(adam, scaler);
-    EXPECT_EQ(host_value_reads() - before, 100) << "Adam reads the flag once per step";
+    if (which != 0) {
+      EXPECT_EQ(opt->state_dict().params.at(0).step, 86);
+    }
   }
 }
 

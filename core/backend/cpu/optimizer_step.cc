@@ -70,10 +70,28 @@ void SgdStep(const KernelCall& c) {
       f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
 }
 
+// With device_step_counts the inputs are the lists, one float64 [3] step count per parameter,
+// then (optionally) the flag: the counts are advanced here, serially, before the elements.
 template <typename T>
 void AdamStep(const KernelCall& c) {
-  const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
-  const Lists<T> l(c.inputs, f.amsgrad ? 5 : 4);
+  const OptimizerStepArgs& a = c.attrs.get<OptimizerStepArgs>();
+  if (SkippedByFoundInf(c)) return;
+  const auto f = fn::AdamStepF<T>::make(a);
+  const size_t num_lists = f.amsgrad ? 5 : 4;
+  const size_t n = (c.inputs.size() - (a.skip_if_found_inf ? 1 : 0)) / (num_lists + (a.device_step_counts ? 1 : 0));
+  const std::vector<Tensor> lists(c.inputs.begin(), c.inputs.begin() + static_cast<std::ptrdiff_t>(n * num_lists));
+  const Lists<T> l(lists, num_lists);
+  // Per parameter: 1 / sqrt(bias correction 2) and -lr / bias correction 1.
+  std::vector<T> inv_sqrt_bc2(n, f.inv_sqrt_bias_correction2), neg_step(n, f.neg_step_size);
+  if (a.device_step_counts) {
+    const auto count = fn::AdamStepCount::make(a);
+    for (size_t i = 0; i < n; ++i) {
+      double* s = c.inputs[n * num_lists + i].data_ptr<double>();
+      count.advance(s);
+      neg_step[i] = static_cast<T>(s[1]);
+      inv_sqrt_bc2[i] = static_cast<T>(s[2]);
+    }
+  }
   fn::dispatch_flags(
       [&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
         parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
@@ -83,8 +101,10 @@ void AdamStep(const KernelCall& c) {
             T* __restrict m = l.ptr(2, i);
             T* __restrict v = l.ptr(3, i);
             T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
+            const T bc2 = inv_sqrt_bc2[i], step = neg_step[i];
             for (int64_t j = lo; j < hi; ++j)
-              f.template step<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j], kAmsgrad ? vmax + j : nullptr);
+              f.template step_corrected<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j],
+                                                                   kAmsgrad ? vmax + j : nullptr, bc2, step);
           });
         });
       },

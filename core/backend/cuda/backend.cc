@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
         ANVIL_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, s));
         // The source goes back to its own device's stream-ordered cache, which knows nothing of
         // this stream: wait here so that no later work on the source device reuses it mid-copy.
-        ANVIL_CUDA_CHECK(cudaStreamSynchronize(s));
+        wait_for_stream(s);
       }
     } else if (dst_device.is_cuda()) {
       copy_host_to_device(dst, dst_device.index, src, nbytes, non_blocking);  // NOTE [ Pinned staging ]
@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
       DeviceGuard guard(src_device.index);
       cudaStream_t s = current_stream(src_device.index);
       ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
-      ANVIL_CUDA_CHECK(cudaStreamSynchronize(s));
+      wait_for_stream(s);
     }
   }
 

@@ -99,7 +99,7 @@ int64_t ReadInt64(const Tensor& t, int64_t linear, cudaStream_t stream) {
   int64_t v = 0;
   ANVIL_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const int64_t*>(t.data_ptr()) + offset, sizeof(v),
                                    cudaMemcpyDeviceToHost, stream));
-  ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait_for_stream(stream);
   return v;
 }
 
@@ -125,7 +125,7 @@ void CheckIndices(const std::vector<IndexSpec>& specs) {
   }
   unsigned long long key = 0;
   ANVIL_CUDA_CHECK(cudaMemcpyAsync(&key, fp, sizeof(key), cudaMemcpyDeviceToHost, stream));
-  ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait_for_stream(stream);
   if (key == ~0ull) return;
   const IndexSpec& bad = specs[key % count];
   const int64_t v = ReadInt64(bad.index, static_cast<int64_t>(key / count), stream);

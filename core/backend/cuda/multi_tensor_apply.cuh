@@ -32,7 +32,7 @@ struct TensorListArgs {
   unsigned char block_tensor[kMaxBlocks];
   int block_chunk[kMaxBlocks];
 };
-static_assert(sizeof(TensorListArgs<5>) < 3584 && sizeof(TensorListArgs<2>) < 3584,
+static_assert(sizeof(TensorListArgs<6>) < 3584 && sizeof(TensorListArgs<2>) < 3584,
               "the argument block must leave room for the body in 4 KiB of kernel parameters");
 
 // body(pointers, i): pointers[k] is the tensor's base address in list k; i the element.

@@ -19,13 +19,34 @@ struct SgdBody {
   }
 };
 
-template <typename T, bool... kFlags>
+// With kStepCounts the list after the state lists holds each parameter's float64 [3] step count
+// (fn::AdamStepCount), advanced by AdvanceBody before this launch; the factors come from it.
+template <typename T, bool kStepCounts, bool... kFlags>
 struct AdamBody {
   fn::AdamStepF<T> f;
+  const float* found_inf;  // GradScaler's flag on the device, or null: non-zero skips the step
   __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
+    if (found_inf != nullptr && *found_inf != 0.0f) return;
     T* vmax = f.amsgrad ? static_cast<T*>(p[4]) + i : nullptr;
-    f.template step<kFlags...>(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i], static_cast<T*>(p[2])[i],
-                               static_cast<T*>(p[3])[i], vmax);
+    T inv_sqrt_bc2 = f.inv_sqrt_bias_correction2, neg_step = f.neg_step_size;
+    if constexpr (kStepCounts) {
+      const double* count = static_cast<const double*>(p[f.amsgrad ? 5 : 4]);
+      neg_step = static_cast<T>(count[1]);
+      inv_sqrt_bc2 = static_cast<T>(count[2]);
+    }
+    f.template step_corrected<kFlags...>(static_cast<T*>(p[0])[i], static_cast<const T*>(p[1])[i],
+                                         static_cast<T*>(p[2])[i], static_cast<T*>(p[3])[i], vmax, inv_sqrt_bc2,
+                                         neg_step);
+  }
+};
+
+// Advances each step count once (element 0's thread), unless the flag says the step is skipped.
+struct AdvanceBody {
+  fn::AdamStepCount count;
+  const float* found_inf;
+  __device__ __forceinline__ void operator()(void* const* p, int64_t i) const {
+    if (i != 0 || (found_inf != nullptr && *found_inf != 0.0f)) return;
+    count.advance(static_cast<double*>(p[0]));
   }
 };
 
@@ -51,18 +72,25 @@ void Sgd(const KernelCall& c) {
 
 template <typename T>
 void Adam(const KernelCall& c) {
-  const auto f = fn::AdamStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
+  const OptimizerStepArgs& a = c.attrs.get<OptimizerStepArgs>();
+  const auto f = fn::AdamStepF<T>::make(a);
   const int device = c.inputs[0].device().index;
+  const float* found_inf = a.skip_if_found_inf ? c.inputs.back().data_ptr<float>() : nullptr;
+  // The lists (and step counts): the inputs without the flag.
+  const std::vector<Tensor> lists(c.inputs.begin(), c.inputs.end() - (a.skip_if_found_inf ? 1 : 0));
+  if (a.device_step_counts) {
+    // The counts first, on the same stream: every block of the update then reads the new t.
+    const size_t n = lists.size() / (f.amsgrad ? 6 : 5);
+    const std::vector<Tensor> counts(lists.end() - static_cast<std::ptrdiff_t>(n), lists.end());
+    MultiTensorApply<1>(counts, device, AdvanceBody{fn::AdamStepCount::make(a), found_inf});
+  }
   fn::dispatch_flags(
-      [&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
-        const AdamBody<T, kWd, kDecoupled, kAmsgrad> body{f};
-        if constexpr (kAmsgrad) {
-          MultiTensorApply<5>(c.inputs, device, body);
-        } else {
-          MultiTensorApply<4>(c.inputs, device, body);
-        }
+      [&]<bool kStepCounts, bool kWd, bool kDecoupled, bool kAmsgrad>() {
+        const AdamBody<T, kStepCounts, kWd, kDecoupled, kAmsgrad> body{f, found_inf};
+        constexpr int kDepth = (kAmsgrad ? 5 : 4) + (kStepCounts ? 1 : 0);
+        MultiTensorApply<kDepth>(lists, device, body);
       },
-      f.has_weight_decay, f.decoupled, f.amsgrad);
+      a.device_step_counts, f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
 // The rows take float32 or float64 lists (ops/foreach.cc checks).

@@ -83,7 +83,7 @@ void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes, 
   // next).
   auto direct_copy = [&] {
     ANVIL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
-    if (pinned) ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (pinned) wait_for_stream(stream);
   };
   if (nbytes > kMaxStagingBytes) return direct_copy();
   void* staging = nullptr;

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <array>
+#include <atomic>
 
 #include "core/backend/cuda/blas.h"
 #include "core/backend/cuda/cuda_check.h"
@@ -73,9 +74,20 @@ cudaStream_t create_stream(int device) {
   return s;
 }
 
+namespace {
+std::atomic<int64_t> g_host_waits{0};
+}  // namespace
+
+void wait_for_stream(cudaStream_t stream) {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
+  ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+int64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+
 void synchronize_stream(int device) {
   DeviceGuard guard(device);
-  ANVIL_CUDA_CHECK(cudaStreamSynchronize(current_stream(device)));
+  wait_for_stream(current_stream(device));
 }
 
 EventId record_event(StreamId stream) {

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/backend/cuda/device_memory.h"
@@ -29,6 +30,11 @@ cudaStream_t current_stream(int device);
 cudaStream_t create_stream(int device);
 // Waits for all work queued on `device`'s current stream.
 void synchronize_stream(int device);
+// The host blocking until `stream`'s queued work is done. Every wait of the engine on the GPU
+// (a value read back, a copy to the host, a peer copy) goes through here, so host_waits()
+// counts them process-wide: a test can assert that a training loop makes none per step.
+void wait_for_stream(cudaStream_t stream);
+int64_t host_waits();
 
 // Events as the allocators use them, behind their EventId: a new event (timing disabled)
 // recorded at the current end of `stream`'s queued work, on the current device; whether one

@@ -194,7 +194,7 @@ void NonzeroKernel(const KernelCall& c) {
     Tensor scratch = Scratch(x, bytes);
     ANVIL_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch.data_ptr(), bytes, f, e, n, stream));
     ANVIL_CUDA_CHECK(cudaMemcpyAsync(&count, e + n - 1, sizeof(count), cudaMemcpyDeviceToHost, stream));
-    ANVIL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    wait_for_stream(stream);
   }
   Tensor out = empty({count, nd}, On(x, kInt64));
   if (count > 0 && nd > 0) {
