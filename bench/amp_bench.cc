@@ -1,13 +1,14 @@
 // Mixed precision on the CPU: float32 against bfloat16 autocast, Anvil beside PyTorch 2.x
 // (bench/amp_peer.py, same shapes, same thread count) in one run.
 //
-//   anvil_bench_amp [PYTHON [gemm|steps]]   PYTHON: an interpreter with torch (default: the
-//                   bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer columns; "" for
-//                   none); gemm or steps: that table only
+//   anvil_bench_amp [PYTHON [gemm|conv|steps]]   PYTHON: an interpreter with torch (default:
+//                   the bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer columns; "" for
+//                   none); gemm, conv or steps: that table only
 //
 // Rows: square products (mm of float32 tensors against mm of bfloat16 tensors, all threads;
-// and the kernels alone on one thread: the selected float32 sgemm against bf16_gemm), and
-// training steps (forward, cross-entropy, backward, SGD with momentum) of an MLP
+// and the kernels alone on one thread: the selected float32 sgemm against bf16_gemm),
+// convolutions (forward and backward of bfloat16 operands against float32 ones), and training
+// steps (forward, cross-entropy, backward, SGD with momentum) of an MLP
 // 784-1024-1024-10 at batch 256 and of the lenet5 preset on the digits' 1x8x8 images at batch
 // 64, float32 against the forward under AutocastGuard(CPU, bfloat16). Each figure is the median
 // of 7 batches of >= 200 ms after a warm-up batch.
@@ -56,6 +57,35 @@ double SecondsPerCall(const std::function<void()>& f) {
   return batches[3];
 }
 
+// Convolution rows (the same list as amp_peer.py's CONVS): input, weight, padding.
+struct ConvCase {
+  std::string key, label;
+  IntArray x, w;
+  int64_t pad;
+};
+std::vector<ConvCase> ConvCases() {
+  return {{"digits2", "[64,6,4,4] * [16,6,5,5], pad 2 (digits CNN conv 2)", {64, 6, 4, 4}, {16, 6, 5, 5}, 2},
+          {"mid", "[32,16,28,28] * [32,16,3,3], pad 1", {32, 16, 28, 28}, {32, 16, 3, 3}, 1},
+          {"wide", "[16,64,56,56] * [64,64,3,3], pad 1", {16, 64, 56, 56}, {64, 64, 3, 3}, 1}};
+}
+
+// One forward and backward of a convolution with bias whose operands are `dtype`.
+double ConvMs(const ConvCase& c, ScalarType dtype) {
+  manual_seed(3);
+  Tensor x = randn(c.x).to(dtype).requires_grad_(), w = randn(c.w).to(dtype).requires_grad_();
+  Tensor b = randn({c.w[0]}).to(dtype).requires_grad_();
+  WindowParams p;
+  p.kernel = {c.w[2], c.w[3]};
+  p.padding = {c.pad, c.pad, c.pad, c.pad};
+  const Tensor gy = randn({c.x[0], c.w[0], c.x[2] + 2 * c.pad - c.w[2] + 1, c.x[3] + 2 * c.pad - c.w[3] + 1}).to(dtype);
+  return 1e3 * SecondsPerCall([&] {
+           x.set_grad(Tensor());
+           w.set_grad(Tensor());
+           b.set_grad(Tensor());
+           convolution(x, w, b, p, 1).backward(gy);
+         });
+}
+
 std::string Cell(double v, int decimals) { return v > 0 ? anvil::bench::Fixed(v, decimals) : "n/a"; }
 std::string Ratio(double num, double den) { return num > 0 && den > 0 ? anvil::bench::Fixed(num / den, 2) : "n/a"; }
 
@@ -97,14 +127,14 @@ int main(int argc, char** argv) {
               cpu::bf16_gemm_available() ? "anvil-avx512-bf16 (vdpbf16ps)" : "none (widened to float32 sgemm)",
               threads);
 
-  // The peer's figures: "gemm N fp32 bf16" (GFLOP/s) and "step NAME fp32 bf16" (ms).
+  // The peer's figures: "gemm N fp32 bf16" (GFLOP/s), "conv NAME fp32 bf16" and "step NAME fp32 bf16" (ms).
   std::map<std::string, std::pair<double, double>> peer;
   std::string peer_version = "n/a";
   if (!python.empty() && access(python.c_str(), X_OK) == 0) {
     for (const auto& l :
          anvil::bench::RunLines(python + " " + ANVIL_BENCH_AMP_PEER + " " + std::to_string(threads) + " 2>/dev/null")) {
       if (l.size() >= 2 && l[0] == "version") peer_version = l[1];
-      if (l.size() >= 4 && (l[0] == "gemm" || l[0] == "step"))
+      if (l.size() >= 4 && (l[0] == "gemm" || l[0] == "conv" || l[0] == "step"))
         peer[l[0] + " " + l[1]] = {std::atof(l[2].c_str()), std::atof(l[3].c_str())};
     }
   }
@@ -118,7 +148,7 @@ int main(int argc, char** argv) {
       "| product | Anvil fp32 | Anvil bf16 | bf16 / fp32 | PyTorch fp32 | PyTorch bf16 | PyTorch bf16 / fp32 | "
       "Anvil bf16 / PyTorch bf16 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int64_t n : {1024, 2048}) {
-    if (only == "steps") break;
+    if (only == "steps" || only == "conv") break;
     manual_seed(1);
     const Tensor a = randn({n, n}), b = randn({n, n});
     const Tensor a16 = a.to(kBFloat16), b16 = b.to(kBFloat16);
@@ -147,6 +177,20 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  std::printf("\n### Convolution forward + backward, ms (bfloat16 operands vs float32)\n\n");
+  std::printf(
+      "| convolution | Anvil fp32 | Anvil bf16 | speed-up | PyTorch fp32 | PyTorch bf16 | PyTorch speed-up | "
+      "Anvil bf16 / PyTorch bf16 (time) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const ConvCase& c : ConvCases()) {
+    if (only == "gemm" || only == "steps") break;
+    const double ms32 = ConvMs(c, kFloat32), ms16 = ConvMs(c, kBFloat16);
+    const auto p = peer_of("conv " + c.key);
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c.label.c_str(), Cell(ms32, 3).c_str(),
+                Cell(ms16, 3).c_str(), Ratio(ms32, ms16).c_str(), Cell(p.first, 3).c_str(), Cell(p.second, 3).c_str(),
+                Ratio(p.first, p.second).c_str(), Ratio(ms16, p.second).c_str());
+    std::fflush(stdout);
+  }
+
   std::printf("\n### Training step, ms (forward under bfloat16 autocast vs float32; SGD momentum 0.9)\n\n");
   std::printf(
       "| model | Anvil fp32 | Anvil bf16 | speed-up | PyTorch fp32 | PyTorch bf16 | PyTorch speed-up | "
@@ -168,7 +212,7 @@ int main(int argc, char** argv) {
        64},
   };
   for (const StepCase& s : steps) {
-    if (only == "gemm") break;
+    if (only == "gemm" || only == "conv") break;
     manual_seed(2);
     auto model = s.make();
     IntArray shape = {s.batch};

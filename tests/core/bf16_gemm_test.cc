@@ -1,6 +1,6 @@
 // The bfloat16 GEMM (core/backend/cpu/bf16_gemm.h) against float64 products of the same
 // bfloat16 values, on every layout and edge the packing has a branch for; the float-to-bf16
-// rounding against the scalar BFloat16 conversion; and the bfloat16 mm / linear ops, on
+// rounding against the scalar BFloat16 conversion; and the bfloat16 mm / linear / convolution ops, on
 // whichever path this level takes (ctest reruns the Matmul tests at lower ISA levels, where
 // the products are widened to float32 instead).
 #include "core/backend/cpu/bf16_gemm.h"
@@ -146,6 +146,63 @@ TEST(Matmul, Bfloat16ProductsAreFloat64RoundedOnce) {
   const Tensor xb = randn({3, 9, 40}).to(kBFloat16), yb = randn({3, 40, 21}).to(kBFloat16);
   const Tensor xb64 = xb.to(kFloat64), yb64 = yb.to(kFloat64);
   expect_rounded(bmm(xb, yb), bmm(xb64, yb64), bmm(xb64.abs(), yb64.abs()), "bmm");
+}
+
+// Convolutions on bfloat16 (autocast's conv2d and its two gradient rows): on the bfloat16 GEMM
+// at this level, widened to float32 below it; either way float64's result rounded once, up to
+// float32 summation. Groups, strides, dilation, padding, the 1x1 form that needs no columns and
+// a single image (whose GEMM splits its columns over the pool).
+TEST(Matmul, Bfloat16ConvolutionsAreFloat64RoundedOnce) {
+  struct Case {
+    const char* name;
+    IntArray x, w;
+    WindowParams p;
+    int64_t groups;
+    bool bias;
+  };
+  // All but the last are above conv_bf16.cc's kMinImageProduct (they take the bfloat16 GEMM
+  // where the CPU has one); the last is small and is widened everywhere.
+  const std::vector<Case> cases{
+      {"3x3 groups 2 padding 1", {2, 64, 16, 16}, {128, 32, 3, 3}, {{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 2, true},
+      {"3x3 stride 2 dilation 2", {2, 32, 36, 35}, {64, 32, 3, 3}, {{3, 3}, {2, 2}, {1, 1, 1, 1}, {2, 2}}, 1, false},
+      {"1x1 direct", {2, 256, 24, 24}, {64, 256, 1, 1}, {{1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}}, 1, true},
+      {"one image", {1, 32, 32, 32}, {64, 32, 3, 3}, {{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 1, true},
+      {"small, widened", {3, 4, 10, 9}, {6, 4, 3, 2}, {{3, 2}, {2, 2}, {1, 1, 1, 1}, {2, 2}}, 1, true},
+  };
+  manual_seed(12);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Tensor x = randn(c.x).to(kBFloat16), w = randn(c.w).to(kBFloat16);
+    const Tensor b = c.bias ? randn({c.w[0]}).to(kBFloat16) : Tensor();
+    // The output, the input gradient and the weight gradient for a gradient `gy` of the output.
+    auto run = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv, const Tensor* gy) {
+      const Tensor xl = xv.detach().requires_grad_(), wl = wv.detach().requires_grad_();
+      const Tensor y = convolution(xl, wl, bv, c.p, c.groups);
+      const Tensor g = gy != nullptr ? *gy : randn(y.sizes()).to(y.dtype());
+      y.backward(g);
+      return std::vector<Tensor>{y.detach(), xl.grad(), wl.grad(), g};
+    };
+    const std::vector<Tensor> got = run(x, w, b, nullptr);
+    const Tensor gy64 = got[3].to(kFloat64), b64 = c.bias ? b.to(kFloat64) : Tensor();
+    const std::vector<Tensor> ref = run(x.to(kFloat64), w.to(kFloat64), b64, &gy64);
+    const Tensor gya = gy64.abs();
+    const std::vector<Tensor> mag =
+        run(x.to(kFloat64).abs(), w.to(kFloat64).abs(), c.bias ? b64.abs() : Tensor(), &gya);
+    const char* what[] = {"output", "input gradient", "weight gradient"};
+    for (size_t k = 0; k < 3; ++k) {
+      ASSERT_EQ(got[k].dtype(), kBFloat16) << what[k];
+      ASSERT_EQ(got[k].sizes(), ref[k].sizes()) << what[k];
+      const auto g = got[k].to(kFloat64).contiguous().to_vector<double>();
+      const auto r = ref[k].contiguous().to_vector<double>();
+      const auto m = mag[k].contiguous().to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) {
+        // Half a bfloat16 step of the rounding, and float32 summation over the products.
+        const double step = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r[i]), 1e-30)) - 8);
+        ASSERT_LE(std::fabs(g[i] - r[i]), step + 1e-5 * m[i])
+            << what[k] << " at " << i << ": " << g[i] << " vs " << r[i];
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,9 +5,10 @@
 #include "core/backend/cpu/bf16_gemm.h"
 
 // GCC 12's AVX-512 headers build some vectors from an undefined one (_mm512_undefined_*), which
-// its -Wmaybe-uninitialized reports at every use.
+// its -Wmaybe-uninitialized (and, for the unpack intrinsics, -Wuninitialized) reports at every use.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -91,6 +92,36 @@ inline uint32_t Pair(uint16_t lo, uint16_t hi) { return uint32_t{lo} | (uint32_t
 
 // B rows p0 .. p0+kc (kc2 pairs; a missing last row reads as 0) into 32-column panels:
 // panel j0/32 is kc2 x 32 pairs, columns past n zero.
+// out[q * out_stride + j] = the 32-bit word (pair) q of column j, for j, q < 16, where column j
+// starts at col + j * col_stride (bf16 elements; words unaligned). A 16 x 16 transpose of
+// 32-bit words: pairs of rows interleaved by 32 then 64 bits within each 128-bit lane, then
+// the lanes gathered twice across registers.
+ANVIL_BF16_TARGET void TransposePairs16(const uint16_t* col, int64_t col_stride, uint32_t* out, int64_t out_stride) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(col + i * col_stride);
+  // t[2i], t[2i+1]: rows 2i and 2i+1 interleaved (words 0,1 and 2,3 of each lane).
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + c]: lane L holds word 4L + c of rows 4g .. 4g+3.
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    // Lanes 0 and 2 (then 1 and 3) of the four row groups, then each word's four lanes.
+    const __m512i v = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), x = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i u = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd), y = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    _mm512_storeu_si512(out + (0 + c) * out_stride, _mm512_shuffle_i32x4(v, x, 0x88));
+    _mm512_storeu_si512(out + (8 + c) * out_stride, _mm512_shuffle_i32x4(v, x, 0xdd));
+    _mm512_storeu_si512(out + (4 + c) * out_stride, _mm512_shuffle_i32x4(u, y, 0x88));
+    _mm512_storeu_si512(out + (12 + c) * out_stride, _mm512_shuffle_i32x4(u, y, 0xdd));
+  }
+}
+
 ANVIL_BF16_TARGET void PackB(const uint16_t* b, int64_t b_rs, int64_t b_cs, int64_t p0, int64_t kc, int64_t n,
                              uint32_t* out) {
   const int64_t kc2 = (kc + 1) / 2;
@@ -112,16 +143,25 @@ ANVIL_BF16_TARGET void PackB(const uint16_t* b, int64_t b_rs, int64_t b_cs, int6
       continue;
     }
     if (b_rs == 1) {
-      // Columns contiguous (B is a transposed row-major matrix, as W^T in a Linear layer): a
-      // pair is one 32-bit read.
+      // Columns contiguous (B is a transposed row-major matrix, as W^T in a Linear layer, or
+      // the columns in a convolution's weight gradient): a pair is one 32-bit word, and 16
+      // columns x 16 pairs are one 16 x 16 transpose of words.
+      const int64_t full = kc / 2;
+      const int64_t blocked = w == 32 ? full / 16 * 16 : 0;  // pairs done by the transposes
+      if (blocked > 0) {
+        for (int64_t jb = 0; jb < 32; jb += 16) {
+          for (int64_t q0 = 0; q0 < blocked; q0 += 16) {
+            TransposePairs16(b + (j0 + jb) * b_cs + p0 + 2 * q0, b_cs, panel + q0 * 32 + jb, 32);
+          }
+        }
+      }
       for (int64_t j = 0; j < 32; ++j) {
         if (j >= w) {
           for (int64_t q = 0; q < kc2; ++q) panel[q * 32 + j] = 0;
           continue;
         }
         const uint16_t* col = b + (j0 + j) * b_cs + p0;
-        const int64_t full = kc / 2;
-        for (int64_t q = 0; q < full; ++q) {
+        for (int64_t q = blocked; q < full; ++q) {
           uint32_t v;
           std::memcpy(&v, col + 2 * q, 4);
           panel[q * 32 + j] = v;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend/cpu/conv_bf16.h"
+#include "core/backend/cpu/conv_tasks.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernels.h"
@@ -48,14 +50,6 @@ void GemmStrided(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64
   }
 }
 
-// Columns of a per-image GEMM over the pool when called outside a parallel region (a batch
-// smaller than the pool: serving one image), else inline.
-template <typename F>
-void SplitColumns(int64_t n, int64_t work_per_column, const F& f) {
-  const int64_t grain = std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(work_per_column, 1));
-  parallel_for(0, n, grain, f);
-}
-
 template <typename T>
 void GemmColumns(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T beta,
                  T* c, int64_t ldc) {
@@ -71,16 +65,6 @@ const T* Columns(const T* image, T* scratch, const ConvShape& s) {
   const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
   for (int64_t c = 0; c < s.g.C; ++c) Im2ColPlane(image + c * plane, scratch + c * rows, s.g);
   return scratch;
-}
-
-// Tasks over the batch: task t covers images [t * step, min(N, (t + 1) * step)).
-struct BatchSplit {
-  int64_t tasks, step;
-};
-BatchSplit SplitBatch(int64_t N) {
-  const int64_t want = std::min<int64_t>(std::max(get_num_threads(), 1), std::max<int64_t>(N, 1));
-  const int64_t step = (N + want - 1) / want;
-  return {(N + step - 1) / step, step};
 }
 
 Tensor Scratch(int64_t tasks, const ConvShape& s, ScalarType dt) {
@@ -407,12 +391,14 @@ void ByDtype(const KernelCall& call) {
 // (sgemm_avx512.h); below that level convolution builds columns for the chosen GEMM.
 bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
-// 16-bit floats (autocast's bfloat16 convolutions, and their gradients): the operands widened
-// to float32, the float32 kernel, each output rounded once. Correct, not faster than float32:
-// the column products do not yet run on the bfloat16 GEMM (docs/amp.md).
+// 16-bit floats (autocast's convolutions, and their gradients). bfloat16 runs on the bfloat16
+// GEMM where the CPU has one (conv_bf16.h); otherwise, and for float16, the operands are
+// widened to float32, the float32 kernel runs and each output is rounded once: correct, not
+// faster than float32.
 bool WidenedFrom16Bit(const KernelCall& c, void (*kernel)(const KernelCall&)) {
   const ScalarType dt = c.inputs[0].dtype();
   if (dt != kBFloat16 && dt != kFloat16) return false;
+  if (dt == kBFloat16 && Conv2dOnBf16Gemm(c)) return true;
   std::vector<Tensor> in;
   for (const Tensor& t : c.inputs) in.push_back(t.defined() && t.dtype() == dt ? t.to(kFloat32) : t);
   std::vector<Tensor> out;

@@ -1,0 +1,176 @@
+// Convolutions on bfloat16 through the bfloat16 GEMM: see conv_bf16.h.
+//
+// The same per-image column scheme as the float kernels (conv.cc): each task builds one
+// image's columns (bfloat16, C*KH*KW x OH*OW: half the float32 bytes) and multiplies them right
+// away. Every product accumulates in float32 (bf16_gemm), and every output is rounded to
+// bfloat16 once: the forward's bias is added in float32 before rounding, the input gradient's
+// col2im sums in float32, and the weight gradient's per-image and per-task partial sums stay in
+// float32 until the end. So the result is float64's rounded once, up to float32 summation,
+// which is what the widened path computed, without the widening copies.
+#include "core/backend/cpu/conv_bf16.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include "core/backend/common/window_geom.h"
+#include "core/backend/cpu/bf16_gemm.h"
+#include "core/backend/cpu/conv_tasks.h"
+#include "core/backend/cpu/window.h"
+#include "core/ops/window_args.h"
+#include "core/util/thread_pool.h"
+
+namespace anvil::cpu {
+namespace {
+
+using backend::ConvShape;
+using Bits = uint16_t;  // a bfloat16's bits, as bf16_gemm takes them
+
+// The multiply-adds of one image's GEMM (OC/groups x K x OH*OW) from which the bfloat16 GEMM
+// beats widening to float32, on Zen 4 (bench/RESULTS.md, convolution rows): 0.9 M lost
+// (a [64,16,14,14] input, 32 3x3 filters: 3.5 ms against 2.6), 3.6 M won (4.7 against 5.6).
+constexpr int64_t kMinImageProduct = int64_t{2} << 20;
+
+const Bits* BitsOf(const Tensor& t) { return static_cast<const Bits*>(t.data_ptr()); }
+Bits* MutableBitsOf(const Tensor& t) { return static_cast<Bits*>(t.data_ptr()); }
+
+// The columns of one image [C, H, W]: built into `cols`, or the image itself (1x1, stride 1).
+const Bits* Columns(const Bits* image, std::vector<Bits>& cols, const ConvShape& s) {
+  if (s.direct) return image;
+  const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
+  for (int64_t c = 0; c < s.g.C; ++c) Im2ColPlane(image + c * plane, cols.data() + c * rows, s.g);
+  return cols.data();
+}
+
+void Forward(const KernelCall& call) {
+  const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
+  const ConvShape& s = op.s;
+  std::vector<float> bias;  // widened once (exact: a bfloat16 is a float32's high half)
+  if (op.b.defined()) {
+    const Bits* pb = BitsOf(op.b);
+    bias.resize(static_cast<size_t>(op.b.numel()));
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::bit_cast<float>(static_cast<uint32_t>(pb[i]) << 16);
+  }
+  const Bits* px = BitsOf(op.x);
+  const Bits* pw = BitsOf(op.w);
+  Bits* po = MutableBitsOf(call.outputs[0]);
+  const BatchSplit split = SplitBatch(s.g.N);
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<Bits> cols(s.direct ? 0 : static_cast<size_t>(s.rows * s.L));
+    std::vector<float> acc(static_cast<size_t>(s.OCg * s.L));
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
+        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols, s);
+        for (int64_t grp = 0; grp < s.G; ++grp) {
+          Bits* o = po + (n * s.OC + grp * s.OCg) * s.L;
+          SplitColumns(s.L, s.OCg * s.K, [&](int64_t j0, int64_t j1) {
+            float* a = acc.data();
+            if (!bias.empty()) {
+              for (int64_t oc = 0; oc < s.OCg; ++oc) {
+                std::fill(a + oc * s.L + j0, a + oc * s.L + j1, bias[static_cast<size_t>(grp * s.OCg + oc)]);
+              }
+            }
+            bf16_gemm(s.OCg, j1 - j0, s.K, pw + grp * s.OCg * s.K, s.K, 1, c + grp * s.K * s.L + j0, s.L, 1,
+                      bias.empty() ? 0.0f : 1.0f, a + j0, s.L);
+            for (int64_t oc = 0; oc < s.OCg; ++oc) float_to_bf16(a + oc * s.L + j0, o + oc * s.L + j0, j1 - j0);
+          });
+        }
+      }
+    }
+  });
+}
+
+// grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then
+// one rounding into the image.
+void InputGrad(const KernelCall& call) {
+  const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
+  const Tensor& out = call.outputs[0];
+  const ConvShape s = backend::MakeConvShape(call.attrs.get<WindowArgs>(), out.size(0), out.size(1), w.size(0));
+  const Bits* pg = BitsOf(gy);
+  const Bits* pw = BitsOf(w);
+  Bits* po = MutableBitsOf(out);
+  const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
+  const BatchSplit split = SplitBatch(s.g.N);
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cols(static_cast<size_t>(s.rows * s.L));
+    std::vector<float> image(s.direct ? 0 : static_cast<size_t>(s.g.C * plane));
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
+        for (int64_t grp = 0; grp < s.G; ++grp) {
+          SplitColumns(s.L, s.K * s.OCg, [&](int64_t j0, int64_t j1) {
+            bf16_gemm(s.K, j1 - j0, s.OCg, pw + grp * s.OCg * s.K, 1, s.K, pg + (n * s.OC + grp * s.OCg) * s.L + j0,
+                      s.L, 1, 0.0f, cols.data() + grp * s.K * s.L + j0, s.L);
+          });
+        }
+        const float* grad = cols.data();  // direct: the columns are the image's gradient
+        if (!s.direct) {
+          for (int64_t c = 0; c < s.g.C; ++c) Col2ImPlane(cols.data() + c * rows, image.data() + c * plane, s.g);
+          grad = image.data();
+        }
+        float_to_bf16(grad, po + n * s.g.C * plane, s.g.C * plane);
+      }
+    }
+  });
+}
+
+// grad_w = sum over images of g_n cols_n^T: float32 partials per task, added in task order
+// (deterministic for a thread count, as the float kernel), rounded once.
+void WeightGrad(const KernelCall& call) {
+  const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
+  const ConvShape s = backend::MakeConvShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), gy.size(1));
+  const Bits* pg = BitsOf(gy);
+  const Bits* px = BitsOf(x);
+  const BatchSplit split = SplitBatch(s.g.N);
+  const int64_t total = s.OC * s.K;
+  std::vector<float> partials(static_cast<size_t>(std::max<int64_t>(split.tasks, 1) * total), 0.0f);
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<Bits> cols(s.direct ? 0 : static_cast<size_t>(s.rows * s.L));
+    for (int64_t t = t0; t < t1; ++t) {
+      float* acc = partials.data() + t * total;
+      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
+        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols, s);
+        for (int64_t grp = 0; grp < s.G; ++grp) {
+          // B(l, k) = cols[k][l]: the columns read transposed, through their strides.
+          bf16_gemm(s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, 1, c + grp * s.K * s.L, 1, s.L, 1.0f,
+                    acc + grp * s.OCg * s.K, s.K);
+        }
+      }
+    }
+  });
+  for (int64_t t = 1; t < split.tasks; ++t) {
+    const float* part = partials.data() + t * total;
+    for (int64_t i = 0; i < total; ++i) partials[static_cast<size_t>(i)] += part[i];
+  }
+  float_to_bf16(partials.data(), MutableBitsOf(call.outputs[0]), total);
+}
+
+}  // namespace
+
+bool Conv2dOnBf16Gemm(const KernelCall& c) {
+  if (!bf16_gemm_available()) return false;
+  if (c.op != OpId::Conv2d && c.op != OpId::Conv2dInputGrad && c.op != OpId::Conv2dWeightGrad) return false;
+  for (const Tensor& t : c.inputs) {
+    if (t.defined() && (t.dtype() != kBFloat16 || t.numel() == 0)) return false;
+  }
+  const Tensor& out = c.outputs[0];
+  if (out.dtype() != kBFloat16 || out.numel() == 0 || !out.is_contiguous()) return false;
+  // Small per-image products lose to the widened float32 kernels (the implicit-GEMM forms with
+  // no columns, no per-image packing); measured by anvil_bench_amp's convolution rows.
+  const WindowArgs& a = c.attrs.get<WindowArgs>();
+  const ConvShape s =
+      c.op == OpId::Conv2d            ? backend::MakeConvShape(a, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0))
+      : c.op == OpId::Conv2dInputGrad ? backend::MakeConvShape(a, out.size(0), out.size(1), c.inputs[1].size(0))
+                                      : backend::MakeConvShape(a, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+  if (s.OCg * s.K * s.L < kMinImageProduct) return false;
+  if (c.op == OpId::Conv2d) {
+    Forward(c);
+  } else if (c.op == OpId::Conv2dInputGrad) {
+    InputGrad(c);
+  } else {
+    WeightGrad(c);
+  }
+  return true;
+}
+
+}  // namespace anvil::cpu

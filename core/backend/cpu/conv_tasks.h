@@ -1,0 +1,32 @@
+// How the CPU convolution kernels split their work over the pool: tasks over the batch, each
+// with its own scratch, and, inside one image, columns of the per-image GEMM when the batch is
+// smaller than the pool (serving one image). Shared by the float (conv.cc) and bfloat16
+// (conv_bf16.cc) kernels so both split the same way.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/util/thread_pool.h"
+
+namespace anvil::cpu {
+
+// Tasks over the batch: task t covers images [t * step, min(N, (t + 1) * step)).
+struct BatchSplit {
+  int64_t tasks, step;
+};
+inline BatchSplit SplitBatch(int64_t N) {
+  const int64_t want = std::min<int64_t>(std::max(get_num_threads(), 1), std::max<int64_t>(N, 1));
+  const int64_t step = (N + want - 1) / want;
+  return {(N + step - 1) / step, step};
+}
+
+// Columns [0, n) of a per-image GEMM over the pool when called outside a parallel region, else
+// inline; `work_per_column` (multiply-adds) sizes the grain.
+template <typename F>
+void SplitColumns(int64_t n, int64_t work_per_column, const F& f) {
+  const int64_t grain = std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(work_per_column, 1));
+  parallel_for(0, n, grain, f);
+}
+
+}  // namespace anvil::cpu
