@@ -158,10 +158,11 @@ bool Conv2dOnBf16Gemm(const KernelCall& c) {
   // Small per-image products lose to the widened float32 kernels (the implicit-GEMM forms with
   // no columns, no per-image packing); measured by anvil_bench_amp's convolution rows.
   const WindowArgs& a = c.attrs.get<WindowArgs>();
-  const ConvShape s =
-      c.op == OpId::Conv2d            ? backend::MakeConvShape(a, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0))
-      : c.op == OpId::Conv2dInputGrad ? backend::MakeConvShape(a, out.size(0), out.size(1), c.inputs[1].size(0))
-                                      : backend::MakeConvShape(a, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+  const ConvShape s = c.op == OpId::Conv2d
+                          ? backend::MakeConvShape(a, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0))
+                      : c.op == OpId::Conv2dInputGrad
+                          ? backend::MakeConvShape(a, out.size(0), out.size(1), c.inputs[1].size(0))
+                          : backend::MakeConvShape(a, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
   if (s.OCg * s.K * s.L < kMinImageProduct) return false;
   if (c.op == OpId::Conv2d) {
     Forward(c);
