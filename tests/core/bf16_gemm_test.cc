@@ -2,7 +2,7 @@
 // bfloat16 values, on every layout and edge the packing has a branch for; the float-to-bf16
 // rounding against the scalar BFloat16 conversion; and the bfloat16 mm / linear / convolution ops, on
 // whichever path this level takes (ctest reruns the Matmul tests at lower ISA levels, where
-// the products are widened to float32 instead).
+// the products are widened to float32 instead); col2im on 16-bit floats summing in float32.
 #include "core/backend/cpu/bf16_gemm.h"
 
 #include <gtest/gtest.h>
@@ -202,6 +202,25 @@ TEST(Matmul, Bfloat16ConvolutionsAreFloat64RoundedOnce) {
             << what[k] << " at " << i << ": " << g[i] << " vs " << r[i];
       }
     }
+  }
+}
+
+// col2im on 16-bit floats (a pooling's or an unfused convolution's gradient): the windows'
+// overlapping contributions are summed in float32 and rounded once. Values on a grid of 1/64
+// below 2 in magnitude make every float32 sum exact, so the result must equal float64's
+// rounded once, bit for bit; rounding after every add (as before) does not.
+TEST(Bf16Kernels, Col2ImSumsOverlappingWindowsInFloat32AndRoundsOnce) {
+  manual_seed(13);
+  WindowParams p;
+  p.kernel = {3, 3};
+  p.padding = {1, 1, 1, 1};
+  for (ScalarType dt : {kBFloat16, kFloat16}) {
+    const Tensor cols = (randint(-127, 128, {2, 3 * 9, 6 * 7}).to(kFloat32) / 64.0).to(dt);
+    const Tensor got = col2im(cols, {6, 7}, p);
+    const Tensor want = col2im(cols.to(kFloat64), {6, 7}, p).to(dt);
+    ASSERT_EQ(got.dtype(), dt);
+    EXPECT_TRUE(equal(got, want)) << dt << ": max |diff| "
+                                  << (got.to(kFloat64) - want.to(kFloat64)).abs().max().item<double>();
   }
 }
 

@@ -49,10 +49,11 @@ void Im2ColPlane(const T* in, T* cols, const Geom& g) {
   }
 }
 
-// The adjoint: sums every window's column back into its input position.
-template <typename T>
-void Col2ImPlane(const T* cols, T* out, const Geom& g) {
-  std::fill(out, out + g.H * g.W, T(0));
+// The adjoint: sums every window's column back into its input position, in `Out` (T, or
+// float for 16-bit columns, so that overlapping windows' sums round once, at the end).
+template <typename T, typename Out = T>
+void Col2ImPlane(const T* cols, Out* out, const Geom& g) {
+  std::fill(out, out + g.H * g.W, Out(0));
   for (int64_t i = 0; i < g.KH; ++i) {
     for (int64_t j = 0; j < g.KW; ++j) {
       const T* row = cols + (i * g.KW + j) * g.OH * g.OW;
@@ -62,16 +63,16 @@ void Col2ImPlane(const T* cols, T* out, const Geom& g) {
       for (int64_t oy = 0; oy < g.OH; ++oy) {
         const int64_t y = oy * g.SH - g.PT + i * g.DH;
         if (y < 0 || y >= g.H) continue;
-        T* dst = out + y * g.W;
+        Out* dst = out + y * g.W;
         const T* src = row + oy * g.OW;
         if (g.SW == 1) {  // contiguous: vectorises
-          T* d = dst + (x0 + lo);
+          Out* d = dst + (x0 + lo);
           const T* s = src + lo;
-          for (int64_t t = 0; t < hi - lo; ++t) d[t] = T(opmath_t<T>(d[t]) + opmath_t<T>(s[t]));
+          for (int64_t t = 0; t < hi - lo; ++t) d[t] = Out(opmath_t<Out>(d[t]) + opmath_t<T>(s[t]));
         } else {
           for (int64_t ox = lo; ox < hi; ++ox) {
-            T& d = dst[x0 + ox * g.SW];
-            d = T(opmath_t<T>(d) + opmath_t<T>(src[ox]));
+            Out& d = dst[x0 + ox * g.SW];
+            d = Out(opmath_t<Out>(d) + opmath_t<T>(src[ox]));
           }
         }
       }
