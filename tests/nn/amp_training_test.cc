@@ -199,6 +199,43 @@ TEST(AmpTraining, Float16OverflowsAreSkippedTheScaleBacksOffAndTheRunConverges) 
   }
 }
 
+// The trainer's float16 loop reads values back only at its metric intervals and epoch ends,
+// never per step: one epoch of 20 steps and one of 40 (one metric interval each, no
+// validation) make the same number of host reads, with SGD and with AdamW, overflowing steps
+// included (the scale starts at 2^40).
+TEST(AmpTraining, TheTrainersScaledLoopReadsNothingPerStep) {
+  for (const bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD");
+    std::vector<int64_t> reads;
+    for (const int64_t samples : {320, 640}) {
+      manual_seed(5);
+      auto model = Mlp();
+      std::shared_ptr<optim::Optimizer> opt;
+      if (adamw) {
+        opt = std::make_shared<optim::AdamW>(model->parameters(), optim::Options{{"lr", 0.01}});
+      } else {
+        opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}, {"momentum", 0.9}});
+      }
+      optim::GradScalerOptions scaler;
+      scaler.init_scale = std::ldexp(1.0, 40);
+      Trainer t(model, opt,
+                {.epochs = 1,
+                 .metric_interval = 1000,
+                 .checkpoint_every_epoch = false,
+                 .precision = kFloat16,
+                 .grad_scaler = scaler});
+      data::DataLoader loader(Blobs(samples), {.batch_size = 16, .shuffle = true, .seed = 2});
+      const int64_t before = host_value_reads();
+      const TrainResult r = t.fit(loader);
+      reads.push_back(host_value_reads() - before);
+      EXPECT_EQ(r.steps, samples / 16);
+      EXPECT_GT(t.skipped_steps(), 0);
+    }
+    EXPECT_EQ(reads[0], reads[1]) << "host reads grew with the number of steps: " << reads[0] << " in 20 steps, "
+                                  << reads[1] << " in 40";
+  }
+}
+
 // float16 with the scaler, stopped at step 15 and resumed from its checkpoint, gives the losses
 // of the uninterrupted run bit for bit: the scale (mid-back-off at the stop) and the skipped
 // count travel in the checkpoint.
