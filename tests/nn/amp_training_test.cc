@@ -144,6 +144,25 @@ std::shared_ptr<nn::Sequential> Mlp() {
       std::make_shared<nn::Linear>(4, 32), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 3)});
 }
 
+// SGD with momentum (skips inside its fused kernel) or AdamW (its step count on the device).
+std::shared_ptr<optim::Optimizer> OverflowOptimizer(bool adamw, const std::vector<Tensor>& params) {
+  if (adamw) return std::make_shared<optim::AdamW>(params, optim::Options{{"lr", 0.01}});
+  return std::make_shared<optim::SGD>(params, optim::Options{{"lr", 0.05}, {"momentum", 0.9}});
+}
+
+// A float16 trainer whose first loss scale, 2^40, overflows float16 gradients.
+Trainer OverflowingTrainer(const std::shared_ptr<nn::Sequential>& model, const std::shared_ptr<optim::Optimizer>& opt,
+                           int64_t epochs, int64_t metric_interval) {
+  optim::GradScalerOptions scaler;
+  scaler.init_scale = std::ldexp(1.0, 40);
+  return Trainer(model, opt,
+                 {.epochs = epochs,
+                  .metric_interval = metric_interval,
+                  .checkpoint_every_epoch = false,
+                  .precision = kFloat16,
+                  .grad_scaler = scaler});
+}
+
 // A float16 run whose first loss scale (2^40) overflows float16 gradients: the scaler skips
 // those steps (no weight changes), halves the scale each time until the gradients fit, and the
 // run still converges. The metrics carry the scale and the skipped count.
@@ -154,20 +173,8 @@ TEST(AmpTraining, Float16OverflowsAreSkippedTheScaleBacksOffAndTheRunConverges) 
     SCOPED_TRACE(adamw ? "AdamW" : "SGD");
     manual_seed(3);
     auto model = Mlp();
-    std::shared_ptr<optim::Optimizer> opt;
-    if (adamw) {
-      opt = std::make_shared<optim::AdamW>(model->parameters(), optim::Options{{"lr", 0.01}});
-    } else {
-      opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}, {"momentum", 0.9}});
-    }
-    optim::GradScalerOptions scaler;
-    scaler.init_scale = std::ldexp(1.0, 40);
-    Trainer t(model, opt,
-              {.epochs = 8,
-               .metric_interval = 1,
-               .checkpoint_every_epoch = false,
-               .precision = kFloat16,
-               .grad_scaler = scaler});
+    const std::shared_ptr<optim::Optimizer> opt = OverflowOptimizer(adamw, model->parameters());
+    Trainer t = OverflowingTrainer(model, opt, 8, 1);
     std::vector<StepMetrics> seen;
     t.set_callbacks({.on_step = [&](const StepMetrics& m) { seen.push_back(m); }});
     const Tensor w0 = model->parameters()[0].clone();
@@ -210,20 +217,8 @@ TEST(AmpTraining, TheTrainersScaledLoopReadsNothingPerStep) {
     for (const int64_t samples : {320, 640}) {
       manual_seed(5);
       auto model = Mlp();
-      std::shared_ptr<optim::Optimizer> opt;
-      if (adamw) {
-        opt = std::make_shared<optim::AdamW>(model->parameters(), optim::Options{{"lr", 0.01}});
-      } else {
-        opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}, {"momentum", 0.9}});
-      }
-      optim::GradScalerOptions scaler;
-      scaler.init_scale = std::ldexp(1.0, 40);
-      Trainer t(model, opt,
-                {.epochs = 1,
-                 .metric_interval = 1000,
-                 .checkpoint_every_epoch = false,
-                 .precision = kFloat16,
-                 .grad_scaler = scaler});
+      const std::shared_ptr<optim::Optimizer> opt = OverflowOptimizer(adamw, model->parameters());
+      Trainer t = OverflowingTrainer(model, opt, 1, 1000);
       data::DataLoader loader(Blobs(samples), {.batch_size = 16, .shuffle = true, .seed = 2});
       const int64_t before = host_value_reads();
       const TrainResult r = t.fit(loader);
