@@ -186,9 +186,26 @@ ANVIL_BF16_TARGET void PackB(const uint16_t* b, int64_t b_rs, int64_t b_cs, int6
 
 // A rows i0 .. i0+rows, columns p0 .. p0+kc, into one panel of mr rows (kc2 x mr pairs; rows
 // past `rows` zero).
-void PackA(const uint16_t* a, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t rows, int mr, int64_t p0, int64_t kc,
-           uint32_t* panel) {
+ANVIL_BF16_TARGET void PackA(const uint16_t* a, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t rows, int mr,
+                             int64_t p0, int64_t kc, uint32_t* panel) {
   const int64_t kc2 = (kc + 1) / 2;
+  if (a_rs == 1) {
+    // A column-major (a transposed operand, as g^T in a Linear layer's weight gradient): the
+    // two halves of a row of pairs are contiguous runs of A's columns p and p + 1, widened to
+    // 32 bits and merged; masked loads read nothing past the panel's rows, and rows past
+    // `rows` come out zero.
+    const auto in_mask = static_cast<__mmask16>((1u << rows) - 1), out_mask = static_cast<__mmask16>((1u << mr) - 1);
+    for (int64_t q = 0; q < kc2; ++q) {
+      const int64_t p = p0 + 2 * q;
+      const __m256i lo = _mm256_maskz_loadu_epi16(in_mask, a + p * a_cs + i0);
+      const __m256i hi =
+          2 * q + 1 < kc ? _mm256_maskz_loadu_epi16(in_mask, a + (p + 1) * a_cs + i0) : _mm256_setzero_si256();
+      const __m512i pairs =
+          _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm512_mask_storeu_epi32(panel + q * mr, out_mask, pairs);
+    }
+    return;
+  }
   for (int64_t i = 0; i < mr; ++i) {
     if (i >= rows) {
       for (int64_t q = 0; q < kc2; ++q) panel[q * mr + i] = 0;
