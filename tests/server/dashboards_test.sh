@@ -28,7 +28,8 @@ pids+=($!)
 
 cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
 cat > "${work}/job.json" <<JSON
-{"name": "dash", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 30, "batch_size": 32, "metric_interval": 5}
+{"name": "dash", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 30, "batch_size": 32, "metric_interval": 5,
+ "precision": "fp16"}
 JSON
 "${cli[@]}" submit "${work}/job.json" --watch > /dev/null || fail "the job failed"
 # Traffic across several scrapes: good requests, and bad ones the CLI would refuse before
