@@ -38,7 +38,11 @@ std::string Progress::Line() const {
     eta = absl::StrFormat("ETA %.0fs  ", left);
   }
   const std::string acc = accuracy_ >= 0 ? absl::StrFormat("  val acc %.2f%%", accuracy_ * 100.0) : "";
-  return absl::StrFormat("epoch %d  step %d/%d %s%sloss %.4f%s  %s", epoch_, step_, total_, bar, eta, loss_, acc,
+  // Loss scaling (float16): a scale that keeps falling, or skips that keep coming, is the first
+  // sign of an overflowing layer.
+  const std::string amp =
+      loss_scale_ > 0 ? absl::StrFormat("  scale %g, %d skipped", loss_scale_, skipped_steps_) : std::string();
+  return absl::StrFormat("epoch %d  step %d/%d %s%sloss %.4f%s%s  %s", epoch_, step_, total_, bar, eta, loss_, acc, amp,
                          sparkline(losses_));
 }
 
@@ -53,6 +57,8 @@ std::string Progress::update(const v1::MetricEvent& e) {
   if (e.has_step_metrics()) {
     loss_ = e.step_metrics().loss();
     samples_per_s_ = e.step_metrics().samples_per_second();
+    loss_scale_ = e.step_metrics().loss_scale();
+    skipped_steps_ = e.step_metrics().skipped_steps();
     losses_.push_back(loss_);
     if (losses_.size() > 40) losses_.pop_front();
   }

@@ -22,6 +22,8 @@ class Progress {
   bool tty_;
   int64_t step_ = 0, total_ = 0, epoch_ = 0, start_ms_ = 0, start_step_ = -1, last_ms_ = 0;
   double loss_ = 0, accuracy_ = -1, samples_per_s_ = 0;
+  double loss_scale_ = 0;      // float16 jobs: GradScaler's scale (0: no loss scaling)
+  int64_t skipped_steps_ = 0;  // and the steps it skipped
   std::deque<double> losses_;
   bool drawn_ = false;
 };

@@ -127,7 +127,7 @@ expect_exit 2 "models add of a file that is not ONNX" "${anvil[@]}" models add j
 expect_output "not an ONNX model.*nothing was registered.*\(INVALID_ARGUMENT\)$" "the import refusal"
 expect_exit 2 "models add of a missing file" "${anvil[@]}" models add junk "${work}/missing.onnx"
 expect_output "cannot read" "the missing file's reason"
-echo "7. mixed precision: a bf16 job served in bf16, its precision and accuracies in the summaries"
+echo "7. mixed precision: a bf16 job served in bf16, its precision and accuracies in the summaries; an fp16 job's loss scale"
 cat > "${work}/half.json" <<JSON
 {"name": "half", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 2, "batch_size": 32, "seed": 11,
  "precision": "bf16", "serving_precision": "bf16"}
@@ -140,6 +140,12 @@ expect_exit 0 "job half" "${anvil[@]}" job "${hid}"
 expect_output "^  precision: bf16 \(serving bf16\)$" "the job's precision line"
 expect_exit 0 "model half" "${anvil[@]}" model half
 expect_output "^  serves in: bf16  \(validation accuracy: fp32 [0-9.]+ %, bf16 [0-9.]+ %\)$" "the model's precision line"
+cat > "${work}/f16.json" <<JSON
+{"name": "f16", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 2, "batch_size": 32, "seed": 11,
+ "precision": "fp16"}
+JSON
+expect_exit 0 "submit an fp16 job" "${anvil[@]}" submit "${work}/f16.json" --watch
+expect_output "^epoch 2 .*loss [0-9.]+.*  scale [0-9.e+]+, [0-9]+ skipped" "the loss scale in the progress line"
 printf '{"name": "bad", "model_preset": "mlp", "dataset": {"name": "blobs"}, "precision": "fp8"}' > "${work}/bad.json"
 expect_exit 2 "a precision the service does not know" "${anvil[@]}" submit "${work}/bad.json"
 expect_output "spec.precision: expected \"fp32\", \"bf16\" or \"fp16\".*\(INVALID_ARGUMENT\)$" "the precision refusal"

@@ -33,7 +33,7 @@ run_anvild
 echo "${port}" > "${work}/port"
 
 (cd "${work}" && "${venv}/bin/python" - "127.0.0.1:${port}" "${work}" <<'PY') &
-import hashlib, os, sys, time
+import hashlib, math, os, sys, time
 import numpy as np
 import anvil_client
 from anvil_client._gen import anvil_pb2 as pb
@@ -53,6 +53,13 @@ events = list(c.watch(job.id))
 assert events[-1].kind == "state" and events[-1].state == "SUCCEEDED", events[-1]
 steps = [e.step for e in events if e.kind == "step"]
 assert steps == list(range(1, len(steps) + 1)), steps[:10]
+assert all(e.loss_scale is None and e.skipped_steps is None for e in events if e.kind == "step")
+# A float16 job's step events carry the loss scale (a power of two) and the skipped count.
+half = c.submit({"name": "py-f16", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": 1,
+                 "batch_size": 32, "metric_interval": 1, "seed": 2, "precision": "fp16"})
+scaled = [e for e in c.watch(half.id) if e.kind == "step"]
+assert scaled and all(e.loss_scale > 0 and math.log2(e.loss_scale).is_integer() for e in scaled), scaled[:3]
+assert all(a.skipped_steps <= b.skipped_steps for a, b in zip(scaled, scaled[1:])), scaled[:3]
 x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
 p = c.predict("py", x, top_k=2)
 assert p.outputs["output"].shape == (4, 4) and p.outputs["output"].dtype == np.float32

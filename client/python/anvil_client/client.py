@@ -61,13 +61,18 @@ class MetricEvent:
     val_accuracy: Optional[float] = None
     state: Optional[str] = None
     message: str = ""
+    loss_scale: Optional[float] = None   # step, float16 jobs: GradScaler's loss scale
+    skipped_steps: Optional[int] = None  # step, float16 jobs: steps skipped so far
 
     @staticmethod
     def of(e: pb.MetricEvent) -> "MetricEvent":
         which = e.WhichOneof("event")
         if which == "step_metrics":
             m = e.step_metrics
-            return MetricEvent(e.seq, e.step, e.epoch, "step", loss=m.loss, lr=m.lr, grad_norm=m.grad_norm)
+            scaled = m.loss_scale > 0
+            return MetricEvent(e.seq, e.step, e.epoch, "step", loss=m.loss, lr=m.lr, grad_norm=m.grad_norm,
+                               loss_scale=m.loss_scale if scaled else None,
+                               skipped_steps=m.skipped_steps if scaled else None)
         if which == "epoch_metrics":
             m = e.epoch_metrics
             return MetricEvent(e.seq, e.step, e.epoch, "epoch", loss=m.train_loss,
