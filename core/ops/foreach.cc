@@ -150,12 +150,15 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     ANVIL_CHECK(s.device() == params[0].device(), op, ": step_counts[", i, "] is on ", s.device(),
                 " but the parameters are on ", params[0].device());
   }
-  std::vector<const void*> counts;
-  for (const Tensor& s : step_counts) counts.push_back(s.data_ptr());
-  std::sort(counts.begin(), counts.end());
-  ANVIL_CHECK(std::adjacent_find(counts.begin(), counts.end()) == counts.end(), op,
-              ": the same step count appears twice; each parameter needs its own");
   inputs.insert(inputs.end(), step_counts.begin(), step_counts.end());
+  // The counts are written too: none may share memory with another count or a list's tensor.
+  std::vector<const void*> starts;
+  for (const Tensor& t : inputs) {
+    if (t.numel() > 0) starts.push_back(t.data_ptr());
+  }
+  std::sort(starts.begin(), starts.end());
+  ANVIL_CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end(), op,
+              ": a step count shares memory with another step count or a list's tensor; each parameter needs its own");
   OptimizerStepArgs a = attrs;
   a.device_step_counts = true;
   a.skip_if_found_inf = AppendFoundInf(op, params, found_inf, inputs);

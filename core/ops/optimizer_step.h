@@ -124,7 +124,8 @@ struct AdamStepF {
 // float64 [3] per parameter holding t, then -lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t) as
 // of t. advance() runs once per parameter per step, before the elements are updated, and only
 // when the step is taken; the factors are the same float64 expressions the host computes for
-// a step count it knows, so both give the same bits.
+// a step count it knows, so on the CPU both give the same bits (a GPU's pow may differ from
+// the host's by an ulp).
 struct AdamStepCount {
   double lr, beta1, beta2;
 

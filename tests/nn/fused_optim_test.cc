@@ -319,7 +319,13 @@ TEST(FusedOptimTest, StepCountListsAreChecked) {
   EXPECT_THAT(ErrorOf([&] {
                 fused_adam_({p, p2}, {g, g2}, {m, m2}, {v, v2}, {}, {count, count}, a);
               }),
-              HasSubstr("the same step count appears twice"));
+              HasSubstr("a step count shares memory with another step count or a list's tensor"));
+  const Tensor p64 = zeros({3}, kFloat64);  // a float64 parameter passed as its own count
+  EXPECT_THAT(ErrorOf([&] {
+                fused_adam_({p64}, {zeros({3}, kFloat64)}, {zeros({3}, kFloat64)}, {zeros({3}, kFloat64)}, {}, {p64},
+                            a);
+              }),
+              HasSubstr("a step count shares memory"));
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {v}, {}, {count}, a, zeros({2})); }),
               HasSubstr("found_inf must be a float32 tensor of one element"));
   EXPECT_EQ(p._version(), 0u);
