@@ -1,6 +1,5 @@
 // Adam, AdamW and RMSprop: see optimizer.h. Updates follow PyTorch's single-tensor code paths.
 #include <cmath>
-#include <optional>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/foreach.h"
@@ -41,13 +40,8 @@ void Adam::step_unless(const Tensor& found_inf) { Step(&found_inf); }
 
 void Adam::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
-  // The per-tensor path needs the flag on the host: read once, and only if such a parameter
-  // has a gradient (the fused path decides on the device).
-  std::optional<bool> skip_on_host;
-  auto skipped = [&] {
-    if (!skip_on_host) skip_on_host = found_inf->item<float>() != 0.0f;
-    return *skip_on_host;
-  };
+  // The per-tensor path asks the host; the fused path decides on the device.
+  SkipFlag flag(found_inf);
   for (auto& group : param_groups()) {
     const Options& o = group.options;
     const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2"), eps = o.at("eps");
@@ -74,7 +68,7 @@ void Adam::Step(const Tensor* found_inf) {
           continue;
         }
       }
-      if (found_inf != nullptr && skipped()) continue;
+      if (flag.read_on_host()) continue;
       const int64_t t = ++host_step(s);
       if (wd != 0.0) {
         if (decoupled_) {
@@ -102,8 +96,7 @@ void Adam::Step(const Tensor* found_inf) {
       p.addcdiv_(m, denom, -lr / bc1);
     }
     for (const FusedBucket& b : buckets) {
-      // The flag decides on the device, unless the host already read it for the other paths.
-      if (skip_on_host.value_or(false)) continue;
+      if (flag.skipped_on_host()) continue;
       OptimizerStepArgs a;
       a.lr = lr;
       a.weight_decay = wd;
@@ -112,8 +105,7 @@ void Adam::Step(const Tensor* found_inf) {
       a.eps = eps;
       a.decoupled = decoupled_;
       a.amsgrad = amsgrad;
-      const Tensor gate = found_inf != nullptr && !skip_on_host ? *found_inf : Tensor();
-      fused_adam_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], b.lists[5], a, gate);
+      fused_adam_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], b.lists[5], a, flag.device_gate());
     }
   }
 }

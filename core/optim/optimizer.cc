@@ -79,12 +79,23 @@ Tensor& Optimizer::buffer(ParamState& s, const char* name, const Tensor& like) {
   return it->second;
 }
 
+namespace {
+// A parameter's step count wherever it lives (a host read when it is on the device).
+int64_t StepOf(const ParamState& s) {
+  return s.device_step.defined() ? static_cast<int64_t>(s.device_step.to_vector<double>()[0]) : s.step;
+}
+}  // namespace
+
 int64_t& Optimizer::host_step(ParamState& s) {
-  if (s.device_step.defined()) {
-    s.step = static_cast<int64_t>(s.device_step.to_vector<double>()[0]);
-    s.device_step = Tensor();
-  }
+  s.step = StepOf(s);
+  s.device_step = Tensor();
   return s.step;
+}
+
+bool Optimizer::SkipFlag::read_on_host() {
+  if (flag_ == nullptr) return false;
+  if (!host_) host_ = flag_->item<float>() != 0.0f;
+  return *host_;
 }
 
 OptimizerState Optimizer::state_dict() const {
@@ -95,8 +106,7 @@ OptimizerState Optimizer::state_dict() const {
     for (const auto& p : g.params) {
       if (auto it = state_.find(p.impl()); it != state_.end()) {
         ParamState copy;
-        const ParamState& ps = it->second;
-        copy.step = ps.device_step.defined() ? static_cast<int64_t>(ps.device_step.to_vector<double>()[0]) : ps.step;
+        copy.step = StepOf(it->second);
         for (const auto& [k, t] : it->second.buffers) copy.buffers[k] = t.clone();
         out.params[index] = std::move(copy);
       }

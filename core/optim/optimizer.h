@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,24 @@ class Optimizer {
   static Tensor& buffer(ParamState& s, const char* name, const Tensor& like);
   // The step count on the host, folding in (one read) a count kept on the device.
   static int64_t& host_step(ParamState& s);
+
+  // GradScaler's flag as one step sees it (step_unless): the fused kernels decide on the
+  // device; a per-tensor path asks the host, which reads the flag once per step, and from then
+  // on the fused kernels need no flag (the host has decided for them).
+  class SkipFlag {
+   public:
+    explicit SkipFlag(const Tensor* found_inf) : flag_(found_inf) {}
+    // Whether this step is skipped (false without a flag); reads the flag the first time.
+    bool read_on_host();
+    // Whether the host has read the flag and it says skip.
+    bool skipped_on_host() const { return host_.value_or(false); }
+    // What a fused kernel gets: the flag, or nothing when there is none or the host has decided.
+    Tensor device_gate() const { return flag_ != nullptr && !host_ ? *flag_ : Tensor(); }
+
+   private:
+    const Tensor* flag_;
+    std::optional<bool> host_;
+  };
   // `defaults` with the caller's `overrides` applied; an unknown name is an error naming `who`.
   static Options WithOverrides(Options defaults, const Options& overrides, const char* who);
 

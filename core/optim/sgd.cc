@@ -1,6 +1,5 @@
 // SGD: see optimizer.h. The update is PyTorch's, step for step.
 #include <limits>
-#include <optional>
 
 #include "core/autograd/grad_mode.h"
 #include "core/ops/foreach.h"
@@ -39,13 +38,9 @@ void SGD::step_unless(const Tensor& found_inf) { Step(&found_inf); }
 
 void SGD::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
-  // What the per-tensor path and a first step with dampening need: the flag on the host, read
-  // once and only when such parameters exist (the fused path decides on the device).
-  std::optional<bool> skip_on_host;
-  auto skipped = [&] {
-    if (!skip_on_host) skip_on_host = found_inf->item<float>() != 0.0f;
-    return *skip_on_host;
-  };
+  // The per-tensor path and a first step with dampening ask the host; the fused path decides
+  // on the device.
+  SkipFlag flag(found_inf);
   for (auto& group : param_groups()) {
     const Options& o = group.options;
     const double lr = o.at("lr"), momentum = o.at("momentum"), dampening = o.at("dampening");
@@ -67,7 +62,7 @@ void SGD::Step(const Tensor* found_inf) {
         const bool first = it == s.buffers.end();
         // A first step the device may skip: with dampening 0 a zero buffer is exact (the next
         // step's 0 * momentum + g is the first step's g); with dampening the host decides.
-        if (first && found_inf != nullptr && dampening != 0.0 && skipped()) continue;
+        if (first && dampening != 0.0 && flag.read_on_host()) continue;
         if (first) {
           it = s.buffers.emplace("momentum_buffer", found_inf != nullptr ? zeros_like(p) : empty_like(p)).first;
         }
@@ -77,7 +72,7 @@ void SGD::Step(const Tensor* found_inf) {
         }
         if (first) s.buffers.erase(it);
       }
-      if (found_inf != nullptr && skipped()) continue;
+      if (flag.read_on_host()) continue;
       if (wd != 0.0) g = g + p * wd;
       if (momentum != 0.0) {
         ParamState& s = state(p);
@@ -99,11 +94,9 @@ void SGD::Step(const Tensor* found_inf) {
       a.dampening = dampening;
       a.nesterov = nesterov;
       a.first_step = b.key == 1;
-      // The flag decides on the device, unless the host already read it for the other paths.
-      if (skip_on_host.value_or(false)) continue;  // new momentum buffers stay zeros
-      const Tensor gate = found_inf != nullptr && !skip_on_host ? *found_inf : Tensor();
+      if (flag.skipped_on_host()) continue;  // new momentum buffers stay zeros
       try {
-        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a, gate);
+        fused_sgd_(b.lists[0], b.lists[1], b.lists[2], a, flag.device_gate());
       } catch (...) {
         // New momentum buffers hold nothing yet: they must not count as existing next step.
         if (a.first_step) {

@@ -39,6 +39,21 @@ inline ConvShape MakeConvShape(const WindowArgs& w, int64_t N, int64_t C, int64_
   return s;
 }
 
+// The shape of a call of one of the three convolution rows, from where each keeps N, C and OC:
+// Conv2d (x, w[, b]): x and w; Conv2dInputGrad (gy, w) -> grad_x: the output and w;
+// Conv2dWeightGrad (gy, x) -> grad_w: x and gy's channels.
+inline ConvShape ConvShapeOf(const KernelCall& c) {
+  const WindowArgs& w = c.attrs.get<WindowArgs>();
+  switch (c.op) {
+    case OpId::Conv2d:
+      return MakeConvShape(w, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0));
+    case OpId::Conv2dInputGrad:
+      return MakeConvShape(w, c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0));
+    default:  // Conv2dWeightGrad
+      return MakeConvShape(w, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+  }
+}
+
 // Conv2d's operands as its forward kernels read them: input, weight and bias (undefined when
 // absent) made contiguous, and the call's shape.
 struct ConvForwardOperands {

@@ -300,6 +300,10 @@ __attribute__((target("avx512f"))) void FloatToBf16Avx512(const float* in, uint1
 }
 }  // namespace
 
+void bf16_to_float(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = detail::BitsFloat(uint32_t{in[i]} << 16);
+}
+
 void float_to_bf16(const float* in, uint16_t* out, int64_t n) {
   if (isa_at_least(CpuIsa::kAvx512)) {
     FloatToBf16Avx512(in, out, n);

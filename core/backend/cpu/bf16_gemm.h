@@ -29,6 +29,10 @@ bool bf16_gemm_available();
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
                int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
 
+// out[i] = the float32 value of the bfloat16 bits in[i] (exact: a bfloat16 is a float32's high
+// half), n values.
+void bf16_to_float(const uint16_t* in, float* out, int64_t n);
+
 // out[i] = BFloat16(in[i]).bits (nearest even, NaN kept quiet, denormals kept), n values;
 // vectorised at the avx512 level.
 void float_to_bf16(const float* in, uint16_t* out, int64_t n);

@@ -58,15 +58,6 @@ void GemmColumns(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64
   });
 }
 
-// The columns of image `image` [C, H, W]: built into `scratch`, or the image itself.
-template <typename T>
-const T* Columns(const T* image, T* scratch, const ConvShape& s) {
-  if (s.direct) return image;
-  const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
-  for (int64_t c = 0; c < s.g.C; ++c) Im2ColPlane(image + c * plane, scratch + c * rows, s.g);
-  return scratch;
-}
-
 Tensor Scratch(int64_t tasks, const ConvShape& s, ScalarType dt) {
   if (s.direct) return Tensor();
   return empty({tasks, s.g.C * s.g.KH * s.g.KW * s.L}, TensorOptions(dt));
@@ -110,7 +101,7 @@ template <typename T>
 void Conv2dInputGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), out.size(0), out.size(1), w.size(0));
+  const ConvShape s = backend::ConvShapeOf(call);
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, gy.dtype());
   const T* pg = gy.data_ptr<T>();
@@ -140,7 +131,7 @@ template <typename T>
 void Conv2dWeightGrad(const KernelCall& call) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = MakeShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), gy.size(1));
+  const ConvShape s = backend::ConvShapeOf(call);
   const BatchSplit split = SplitBatch(s.g.N);
   const Tensor scratch = Scratch(split.tasks, s, x.dtype());
   const Tensor partials = zeros({std::max<int64_t>(split.tasks, 1), s.OC * s.K}, TensorOptions(x.dtype()));
@@ -391,14 +382,12 @@ void ByDtype(const KernelCall& call) {
 // (sgemm_avx512.h); below that level convolution builds columns for the chosen GEMM.
 bool Avx512Float(const KernelCall& c) { return c.inputs[0].dtype() == kFloat32 && isa_at_least(CpuIsa::kAvx512); }
 
-// 16-bit floats (autocast's convolutions, and their gradients). bfloat16 runs on the bfloat16
-// GEMM where the CPU has one (conv_bf16.h); otherwise, and for float16, the operands are
-// widened to float32, the float32 kernel runs and each output is rounded once: correct, not
-// faster than float32.
+// 16-bit floats (autocast's convolutions, and their gradients) that the bfloat16 GEMM does not
+// take (conv_bf16.h: float16, small products, no AVX-512-BF16): the operands widened to
+// float32, the float32 kernel, each output rounded once. Correct, not faster than float32.
 bool WidenedFrom16Bit(const KernelCall& c, void (*kernel)(const KernelCall&)) {
   const ScalarType dt = c.inputs[0].dtype();
   if (dt != kBFloat16 && dt != kFloat16) return false;
-  if (dt == kBFloat16 && Conv2dOnBf16Gemm(c)) return true;
   std::vector<Tensor> in;
   for (const Tensor& t : c.inputs) in.push_back(t.defined() && t.dtype() == dt ? t.to(kFloat32) : t);
   std::vector<Tensor> out;
@@ -411,29 +400,23 @@ bool WidenedFrom16Bit(const KernelCall& c, void (*kernel)(const KernelCall&)) {
 }
 
 void Conv2dKernel(const KernelCall& c) {
-  if (WidenedFrom16Bit(c, &Conv2dKernel)) return;
+  if (Conv2dOnBf16Gemm(c) || WidenedFrom16Bit(c, &Conv2dKernel)) return;
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1) {
-    return Conv2dForwardImplicit(
-        c, MakeShape(c.attrs.get<WindowArgs>(), c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0)));
+    return Conv2dForwardImplicit(c, backend::ConvShapeOf(c));
   }
   ByDtype<&Conv2dForward<float>, &Conv2dForward<double>>(c);
 }
 void Conv2dInputGradKernel(const KernelCall& c) {
-  if (WidenedFrom16Bit(c, &Conv2dInputGradKernel)) return;
+  if (Conv2dOnBf16Gemm(c) || WidenedFrom16Bit(c, &Conv2dInputGradKernel)) return;
   if (Avx512Float(c) && c.attrs.get<WindowArgs>().stride_h == 1 && c.attrs.get<WindowArgs>().stride_w == 1 &&
-      Conv2dInputGradImplicit(
-          c, MakeShape(c.attrs.get<WindowArgs>(), c.outputs[0].size(0), c.outputs[0].size(1), c.inputs[1].size(0)))) {
+      Conv2dInputGradImplicit(c, backend::ConvShapeOf(c))) {
     return;
   }
   ByDtype<&Conv2dInputGrad<float>, &Conv2dInputGrad<double>>(c);
 }
 void Conv2dWeightGradKernel(const KernelCall& c) {
-  if (WidenedFrom16Bit(c, &Conv2dWeightGradKernel)) return;
-  if (Avx512Float(c)) {
-    const ConvShape s =
-        MakeShape(c.attrs.get<WindowArgs>(), c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
-    return Conv2dWeightGradAvx512(c, s);
-  }
+  if (Conv2dOnBf16Gemm(c) || WidenedFrom16Bit(c, &Conv2dWeightGradKernel)) return;
+  if (Avx512Float(c)) return Conv2dWeightGradAvx512(c, backend::ConvShapeOf(c));
   ByDtype<&Conv2dWeightGrad<float>, &Conv2dWeightGrad<double>>(c);
 }
 

@@ -10,7 +10,6 @@
 #include "core/backend/cpu/conv_bf16.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -35,23 +34,11 @@ constexpr int64_t kMinImageProduct = int64_t{2} << 20;
 const Bits* BitsOf(const Tensor& t) { return static_cast<const Bits*>(t.data_ptr()); }
 Bits* MutableBitsOf(const Tensor& t) { return static_cast<Bits*>(t.data_ptr()); }
 
-// The columns of one image [C, H, W]: built into `cols`, or the image itself (1x1, stride 1).
-const Bits* Columns(const Bits* image, std::vector<Bits>& cols, const ConvShape& s) {
-  if (s.direct) return image;
-  const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
-  for (int64_t c = 0; c < s.g.C; ++c) Im2ColPlane(image + c * plane, cols.data() + c * rows, s.g);
-  return cols.data();
-}
-
 void Forward(const KernelCall& call) {
   const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
   const ConvShape& s = op.s;
-  std::vector<float> bias;  // widened once (exact: a bfloat16 is a float32's high half)
-  if (op.b.defined()) {
-    const Bits* pb = BitsOf(op.b);
-    bias.resize(static_cast<size_t>(op.b.numel()));
-    for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::bit_cast<float>(static_cast<uint32_t>(pb[i]) << 16);
-  }
+  std::vector<float> bias(op.b.defined() ? static_cast<size_t>(op.b.numel()) : 0);  // widened once
+  if (op.b.defined()) bf16_to_float(BitsOf(op.b), bias.data(), op.b.numel());
   const Bits* px = BitsOf(op.x);
   const Bits* pw = BitsOf(op.w);
   Bits* po = MutableBitsOf(call.outputs[0]);
@@ -61,7 +48,7 @@ void Forward(const KernelCall& call) {
     std::vector<float> acc(static_cast<size_t>(s.OCg * s.L));
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
-        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols, s);
+        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols.data(), s);
         for (int64_t grp = 0; grp < s.G; ++grp) {
           Bits* o = po + (n * s.OC + grp * s.OCg) * s.L;
           SplitColumns(s.L, s.OCg * s.K, [&](int64_t j0, int64_t j1) {
@@ -83,10 +70,9 @@ void Forward(const KernelCall& call) {
 
 // grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then
 // one rounding into the image.
-void InputGrad(const KernelCall& call) {
+void InputGrad(const KernelCall& call, const ConvShape& s) {
   const Tensor gy = call.inputs[0].contiguous(), w = call.inputs[1].contiguous();
   const Tensor& out = call.outputs[0];
-  const ConvShape s = backend::MakeConvShape(call.attrs.get<WindowArgs>(), out.size(0), out.size(1), w.size(0));
   const Bits* pg = BitsOf(gy);
   const Bits* pw = BitsOf(w);
   Bits* po = MutableBitsOf(out);
@@ -116,9 +102,8 @@ void InputGrad(const KernelCall& call) {
 
 // grad_w = sum over images of g_n cols_n^T: float32 partials per task, added in task order
 // (deterministic for a thread count, as the float kernel), rounded once.
-void WeightGrad(const KernelCall& call) {
+void WeightGrad(const KernelCall& call, const ConvShape& s) {
   const Tensor gy = call.inputs[0].contiguous(), x = call.inputs[1].contiguous();
-  const ConvShape s = backend::MakeConvShape(call.attrs.get<WindowArgs>(), x.size(0), x.size(1), gy.size(1));
   const Bits* pg = BitsOf(gy);
   const Bits* px = BitsOf(x);
   const BatchSplit split = SplitBatch(s.g.N);
@@ -129,7 +114,7 @@ void WeightGrad(const KernelCall& call) {
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = partials.data() + t * total;
       for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
-        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols, s);
+        const Bits* c = Columns(px + n * s.g.C * s.g.H * s.g.W, cols.data(), s);
         for (int64_t grp = 0; grp < s.G; ++grp) {
           // B(l, k) = cols[k][l]: the columns read transposed, through their strides.
           bf16_gemm(s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, 1, c + grp * s.K * s.L, 1, s.L, 1.0f,
@@ -157,19 +142,14 @@ bool Conv2dOnBf16Gemm(const KernelCall& c) {
   if (out.dtype() != kBFloat16 || out.numel() == 0 || !out.is_contiguous()) return false;
   // Small per-image products lose to the widened float32 kernels (the implicit-GEMM forms with
   // no columns, no per-image packing); measured by anvil_bench_amp's convolution rows.
-  const WindowArgs& a = c.attrs.get<WindowArgs>();
-  const ConvShape s = c.op == OpId::Conv2d
-                          ? backend::MakeConvShape(a, c.inputs[0].size(0), c.inputs[0].size(1), c.inputs[1].size(0))
-                      : c.op == OpId::Conv2dInputGrad
-                          ? backend::MakeConvShape(a, out.size(0), out.size(1), c.inputs[1].size(0))
-                          : backend::MakeConvShape(a, c.inputs[1].size(0), c.inputs[1].size(1), c.inputs[0].size(1));
+  const ConvShape s = backend::ConvShapeOf(c);
   if (s.OCg * s.K * s.L < kMinImageProduct) return false;
   if (c.op == OpId::Conv2d) {
     Forward(c);
   } else if (c.op == OpId::Conv2dInputGrad) {
-    InputGrad(c);
+    InputGrad(c, s);
   } else {
-    WeightGrad(c);
+    WeightGrad(c, s);
   }
   return true;
 }

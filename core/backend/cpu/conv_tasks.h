@@ -1,12 +1,14 @@
 // How the CPU convolution kernels split their work over the pool: tasks over the batch, each
 // with its own scratch, and, inside one image, columns of the per-image GEMM when the batch is
-// smaller than the pool (serving one image). Shared by the float (conv.cc) and bfloat16
-// (conv_bf16.cc) kernels so both split the same way.
+// smaller than the pool (serving one image); and an image's columns. Shared by the float
+// (conv.cc) and bfloat16 (conv_bf16.cc) kernels so both work the same way.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "core/backend/common/window_geom.h"
+#include "core/backend/cpu/window.h"
 #include "core/util/thread_pool.h"
 
 namespace anvil::cpu {
@@ -27,6 +29,16 @@ template <typename F>
 void SplitColumns(int64_t n, int64_t work_per_column, const F& f) {
   const int64_t grain = std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(work_per_column, 1));
   parallel_for(0, n, grain, f);
+}
+
+// The columns of image `image` [C, H, W]: built into `scratch` (C*KH*KW x OH*OW), or the image
+// itself for a 1x1 convolution with stride 1 and no padding.
+template <typename T>
+const T* Columns(const T* image, T* scratch, const backend::ConvShape& s) {
+  if (s.direct) return image;
+  const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
+  for (int64_t c = 0; c < s.g.C; ++c) Im2ColPlane(image + c * plane, scratch + c * rows, s.g);
+  return scratch;
 }
 
 }  // namespace anvil::cpu

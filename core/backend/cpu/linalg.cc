@@ -200,7 +200,7 @@ void Bf16GemmParallel(const Tensor& a, const Tensor& b, const Tensor& bias, bool
     const Tensor bc = bias.contiguous();
     const auto* bb = static_cast<const uint16_t*>(bc.data_ptr());
     bias_f32.resize(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) bias_f32[static_cast<size_t>(j)] = detail::BitsFloat(uint32_t{bb[j]} << 16);
+    bf16_to_float(bb, bias_f32.data(), n);
   }
   const int64_t a_rs = a.stride(0), a_cs = a.stride(1), b_rs = b.stride(0), b_cs = b.stride(1);
   auto rows = [&](int64_t r0, int64_t r1) {

@@ -30,16 +30,20 @@ void ForEachSpan(const std::vector<int64_t>& starts, int64_t begin, int64_t end,
   }
 }
 
-// The lists of a Foreach call: list k holds inputs[k * n .. (k + 1) * n).
+// The lists of a Foreach call: list k holds inputs[k * n .. (k + 1) * n). After the lists come
+// `per_param - num_lists` more tensors per parameter (Adam's step counts), then GradScaler's
+// flag when the call has one.
 template <typename T>
 struct Lists {
   size_t n;
   std::vector<int64_t> starts;  // n + 1 prefix sums of the parameters' sizes
   const std::vector<Tensor>& inputs;
 
-  Lists(const std::vector<Tensor>& in, size_t num_lists) : n(in.size() / num_lists), inputs(in) {
+  Lists(const KernelCall& c, size_t per_param)
+      : n((c.inputs.size() - (c.attrs.get<OptimizerStepArgs>().skip_if_found_inf ? 1 : 0)) / per_param),
+        inputs(c.inputs) {
     starts.push_back(0);
-    for (size_t i = 0; i < n; ++i) starts.push_back(starts.back() + in[i].numel());
+    for (size_t i = 0; i < n; ++i) starts.push_back(starts.back() + inputs[i].numel());
   }
   T* ptr(size_t list, size_t i) const { return inputs[list * n + i].template data_ptr<T>(); }
   int64_t total() const { return starts.back(); }
@@ -54,7 +58,7 @@ template <typename T>
 void SgdStep(const KernelCall& c) {
   if (SkippedByFoundInf(c)) return;
   const auto f = fn::SgdStepF<T>::make(c.attrs.get<OptimizerStepArgs>());
-  const Lists<T> l(c.inputs, f.has_momentum ? 3 : 2);
+  const Lists<T> l(c, f.has_momentum ? 3 : 2);
   fn::dispatch_flags(
       [&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
         parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
@@ -78,9 +82,8 @@ void AdamStep(const KernelCall& c) {
   if (SkippedByFoundInf(c)) return;
   const auto f = fn::AdamStepF<T>::make(a);
   const size_t num_lists = f.amsgrad ? 5 : 4;
-  const size_t n = (c.inputs.size() - (a.skip_if_found_inf ? 1 : 0)) / (num_lists + (a.device_step_counts ? 1 : 0));
-  const std::vector<Tensor> lists(c.inputs.begin(), c.inputs.begin() + static_cast<std::ptrdiff_t>(n * num_lists));
-  const Lists<T> l(lists, num_lists);
+  const Lists<T> l(c, num_lists + (a.device_step_counts ? 1 : 0));
+  const size_t n = l.n;
   // Per parameter: 1 / sqrt(bias correction 2) and -lr / bias correction 1.
   std::vector<T> inv_sqrt_bc2(n, f.inv_sqrt_bias_correction2), neg_step(n, f.neg_step_size);
   if (a.device_step_counts) {
