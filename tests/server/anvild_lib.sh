@@ -30,10 +30,16 @@ use_peer_python() {
   fi
 }
 
+# The first number the log names after PATTERN (nothing yet when the log is not written: the
+# shell opens a background command's redirection in the child, which may not have run yet).
+port_in_log() {
+  sed -n "s/.*$1\\([0-9]*\\).*/\\1/p" "${work}/anvild.log" 2> /dev/null || true
+}
+
 wait_for_grpc_port() {
   grpc_port=""
   for _ in $(seq 100); do
-    grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+    grpc_port=$(port_in_log "listening on 127.0.0.1:")
     [[ -n "${grpc_port}" ]] && return 0
     sleep 0.1
   done
@@ -41,12 +47,13 @@ wait_for_grpc_port() {
 }
 
 start_anvild() {
+  : > "${work}/anvild.log"
   env "$@" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --data-dir "${work}/data" \
     > "${work}/anvild.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do
-    grpc_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
-    metrics_port=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/anvild.log")
+    grpc_port=$(port_in_log "listening on 127.0.0.1:")
+    metrics_port=$(port_in_log "metrics on http:\\/\\/127.0.0.1:")
     [[ -n "${grpc_port}" && -n "${metrics_port}" ]] && return 0
     sleep 0.1
   done

@@ -36,7 +36,9 @@ healthy_within() {  # healthy_within SECONDS
   return 1
 }
 
-# 1. The operator's ulimit of 1024.
+# 1. The operator's ulimit of 1024. (Each log is emptied before its server starts, so the wait
+# cannot read a port from a log the child has not opened yet, or from the previous server's.)
+: > "${work}/anvild.log"
 (ulimit -n 1024; exec "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" \
   --data-dir "${work}/data1" > "${work}/anvild.log" 2>&1) &
 pids+=($!)
@@ -52,6 +54,7 @@ echo "ok: 1,100 connections under ulimit -n 1024"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 
 # 2. A deliberately small fd table: the listener dies and is rebuilt.
+: > "${work}/anvild.log"
 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data2" \
   --max-open-files 200 > "${work}/anvild.log" 2>&1 &
 pids+=($!)
