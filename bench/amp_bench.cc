@@ -123,8 +123,7 @@ int main(int argc, char** argv) {
   const CpuFeatures& f = cpu_features();
   std::printf("CPU: %s (%s family %d model %d); features: %s\n", f.model_name.c_str(), f.vendor.c_str(), f.family,
               f.model, f.flags().c_str());
-  std::printf("%s\nbf16 GEMM: %s; %d threads\n\n", anvil::bench::KernelLine().c_str(),
-              cpu::bf16_gemm_available() ? "anvil-avx512-bf16 (vdpbf16ps)" : "none (widened to float32 sgemm)",
+  std::printf("%s\nbf16 GEMM: %s; %d threads\n\n", anvil::bench::KernelLine().c_str(), cpu::bf16_gemm_kernel_name(),
               threads);
 
   // The peer's figures: "gemm N fp32 bf16" (GFLOP/s), "conv NAME fp32 bf16" and "step NAME fp32 bf16" (ms).

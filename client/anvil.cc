@@ -620,13 +620,13 @@ int Run(int argc, char** argv) {
       std::string devices;
       for (const std::string& d : info.devices()) devices += (devices.empty() ? "" : ", ") + d;
       std::printf(
-          "version:  %s\ncpu:      %s\nfeatures: %s\nisa:      %s%s\ngemm:     %s\nthreads:  %d (%d CPUs "
+          "version:  %s\ncpu:      %s\nfeatures: %s\nisa:      %s%s\ngemm:     %s\nbf16:     %s\nthreads:  %d (%d CPUs "
           "available)\ndevices:  %s\n",
           info.version().c_str(), info.cpu_model().c_str(), info.cpu_features().c_str(), info.isa().c_str(),
           info.isa() == info.detected_isa()
               ? ""
               : (" (lowered by ANVIL_CPU_ISA; the CPU has " + info.detected_isa() + ")").c_str(),
-          info.gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
+          info.gemm().c_str(), info.bf16_gemm().c_str(), info.threads(), info.available_cpus(), devices.c_str());
     }
     return serving ? client::kExitOk : client::kExitUnavailable;
   }

@@ -110,6 +110,7 @@ class TrainingService final : public v1::Training::Service {
       resp->set_isa(cpu.isa);
       resp->set_detected_isa(cpu.detected_isa);
       resp->set_gemm(cpu.gemm);
+      resp->set_bf16_gemm(cpu.bf16_gemm);
       resp->set_threads(cpu.threads);
       resp->set_available_cpus(cpu.available_cpus);
       for (const std::string& d : s_.scheduler->devices()) resp->add_devices(d);

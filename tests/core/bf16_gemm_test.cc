@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "core/backend/cpu/bf16_gemm_amx.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
 #include "core/util/half.h"
@@ -80,6 +81,119 @@ TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
         }
       }
     }
+  }
+}
+
+// The AMX kernel (bf16_gemm_amx.h) on every layout and edge its packing and tiling have a
+// branch for: partial tiles in rows, columns and k, a second k chunk, a column-major or strided
+// A, a transposed B, beta 0 (C never read: it starts as NaN) and 1. On emulated tiles on any
+// CPU with AVX-512-BF16; on the AMX instructions too where the CPU has them.
+TEST(Bf16Gemm, AmxKernelMatchesFloat64OnEveryLayoutAndEdge) {
+  if (!cpu_features().avx512_bf16) GTEST_SKIP() << "the B packing needs AVX-512 (" << cpu_features().flags() << ")";
+  using Gemm = void (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t,
+                        float, float*, int64_t);
+  std::vector<std::pair<const char*, Gemm>> kernels{{"emulated tiles", &cpu::amx_bf16_gemm_emulated}};
+  if (cpu::amx_bf16_gemm_available()) {
+    kernels.emplace_back("AMX", &cpu::amx_bf16_gemm);
+  } else {
+    std::printf("AMX kernel not run on the hardware here: %s\n", cpu::amx_bf16_gemm_unavailable_reason().c_str());
+  }
+  struct Layout {
+    const char* name;
+    bool ta, tb;
+    int64_t a_step;  // A's columns this far apart (2: a strided view)
+  };
+  const Layout layouts[] = {{"A, B", false, false, 1},
+                            {"A, B^T", false, true, 1},
+                            {"A^T, B", true, false, 1},
+                            {"A strided, B^T", false, true, 2}};
+  const int64_t ms[] = {1, 16, 17, 33, 130};
+  const int64_t ns[] = {1, 16, 17, 33, 70};
+  const int64_t ks[] = {1, 31, 33, 513, 1100};
+  uint32_t seed = 100;
+  for (const auto& [kernel_name, gemm] : kernels) {
+    for (const Layout& l : layouts) {
+      for (int64_t m : ms) {
+        for (int64_t n : ns) {
+          for (int64_t k : ks) {
+            const float beta = (m + n + k) % 2 == 0 ? 1.0f : 0.0f;
+            const auto a = RandomBf16(static_cast<size_t>(m * k * l.a_step), seed++);
+            const auto b = RandomBf16(static_cast<size_t>(k * n), seed++);
+            const int64_t a_rs = l.ta ? 1 : k * l.a_step, a_cs = l.ta ? m : l.a_step;
+            const int64_t b_rs = l.tb ? 1 : n, b_cs = l.tb ? k : 1;
+            const int64_t ldc = n + 3;  // a gap after each row: nothing past column n is written
+            const float start = beta != 0.0f ? 0.5f : std::numeric_limits<float>::quiet_NaN();
+            std::vector<float> c(static_cast<size_t>(m * ldc), start);
+            for (int64_t i = 0; i < m; ++i) std::fill(c.begin() + i * ldc + n, c.begin() + (i + 1) * ldc, -7.0f);
+            gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float got = c[static_cast<size_t>(i * ldc + j)];
+                if (j >= n) {
+                  ASSERT_EQ(got, -7.0f) << kernel_name << ": written past column n at " << i << "," << j;
+                  continue;
+                }
+                double ref = beta * 0.5, mag = std::fabs(ref);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double t =
+                      F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) * F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
+                  ref += t;
+                  mag += std::fabs(t);
+                }
+                ASSERT_NEAR(got, ref, 1e-6 * mag + 1e-30) << kernel_name << ", " << l.name << ": m " << m << " n " << n
+                                                          << " k " << k << " beta " << beta << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A k that is not a whole number of tile steps is padded with zeros in both packed operands:
+// a padding that kept what an earlier product left in the per-thread buffers would multiply a
+// stale infinity by a zero (NaN) or a stale value by a stale value.
+TEST(Bf16Gemm, AmxKernelPadsTilesWithZerosNotStaleValues) {
+  if (!cpu_features().avx512_bf16) GTEST_SKIP() << "the B packing needs AVX-512 (" << cpu_features().flags() << ")";
+  const int64_t m = 40, n = 40;
+  const std::vector<uint16_t> inf(static_cast<size_t>(m * 64), BFloat16(std::numeric_limits<float>::infinity()).bits);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  cpu::amx_bf16_gemm_emulated(m, n, 64, inf.data(), 64, 1, inf.data(), n, 1, 0.0f, c.data(), n);
+  ASSERT_TRUE(std::isinf(c[0]));
+  const int64_t k = 33;  // 17 pairs: 15 pairs of padding in the tile step
+  const auto a = RandomBf16(static_cast<size_t>(m * k), 7), b = RandomBf16(static_cast<size_t>(k * n), 8);
+  cpu::amx_bf16_gemm_emulated(m, n, k, a.data(), k, 1, b.data(), n, 1, 0.0f, c.data(), n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        ref += F(a[i * k + p]) * F(b[p * n + j]);
+        mag += std::fabs(F(a[i * k + p]) * F(b[p * n + j]));
+      }
+      ASSERT_NEAR(c[i * n + j], ref, 1e-6 * mag) << "at " << i << "," << j;
+    }
+  }
+}
+
+// Which bfloat16 kernel runs is named (start line, /metrics, GetServerInfo, bench tables) and
+// follows the ISA level.
+TEST(Bf16Gemm, TheKernelInUseIsNamedAndFollowsTheIsaLevel) {
+  const std::string name = cpu::bf16_gemm_kernel_name();
+  if (!cpu::bf16_gemm_available()) {
+    EXPECT_EQ(name, "none (widened to float32)");
+  } else if (cpu::amx_bf16_gemm_available()) {
+    EXPECT_EQ(name, "anvil-amx-bf16 (tdpbf16ps)");
+    EXPECT_EQ(cpu::amx_bf16_gemm_unavailable_reason(), "");
+  } else {
+    EXPECT_EQ(name, "anvil-avx512-bf16 (vdpbf16ps)");
+    EXPECT_NE(cpu::amx_bf16_gemm_unavailable_reason(), "");  // says why not AMX
+  }
+  if (cpu::active_isa() >= CpuIsa::kAvx512) {
+    cpu::ScopedIsa lower(CpuIsa::kAvx2);
+    EXPECT_FALSE(cpu::amx_bf16_gemm_available());
+    EXPECT_EQ(std::string(cpu::bf16_gemm_kernel_name()), "none (widened to float32)");
+    EXPECT_NE(cpu::amx_bf16_gemm_unavailable_reason(), "");
   }
 }
 

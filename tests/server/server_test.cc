@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/anvil.h"
+#include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernel_info.h"
@@ -407,6 +408,7 @@ TEST_F(ServerTest, ServerInfoAndTheCpuInfoMetricNameTheCpuLevelAndGemm) {
   EXPECT_EQ(info.isa(), std::string(isa_name(cpu::active_isa())));
   EXPECT_EQ(info.detected_isa(), std::string(isa_name(detected_isa())));
   EXPECT_EQ(info.gemm(), cpu::selected_gemm_description());
+  EXPECT_EQ(info.bf16_gemm(), cpu::bf16_gemm_kernel_name());
   EXPECT_EQ(info.threads(), get_num_threads());
   EXPECT_GE(info.available_cpus(), 1);
   EXPECT_FALSE(info.version().empty());
@@ -417,6 +419,7 @@ TEST_F(ServerTest, ServerInfoAndTheCpuInfoMetricNameTheCpuLevelAndGemm) {
   EXPECT_THAT(text, HasSubstr("# TYPE anvil_cpu_info gauge"));
   EXPECT_THAT(text, HasSubstr("isa=\"" + info.isa() + "\""));
   EXPECT_THAT(text, HasSubstr("gemm=\"" + info.gemm() + "\""));
+  EXPECT_THAT(text, HasSubstr("bf16_gemm=\"" + info.bf16_gemm() + "\""));
   EXPECT_THAT(text, HasSubstr("threads=\"" + std::to_string(info.threads()) + "\""));
 }
 

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/backend/cpu/bf16_gemm_amx.h"
+#include "core/backend/cpu/bf16_pack.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
 #include "core/util/half.h"
@@ -90,8 +92,6 @@ TileFn PickTile(int mr) {
 
 inline uint32_t Pair(uint16_t lo, uint16_t hi) { return uint32_t{lo} | (uint32_t{hi} << 16); }
 
-// B rows p0 .. p0+kc (kc2 pairs; a missing last row reads as 0) into 32-column panels:
-// panel j0/32 is kc2 x 32 pairs, columns past n zero.
 // out[q * out_stride + j] = the 32-bit word (pair) q of column j, for j, q < 16, where column j
 // starts at col + j * col_stride (bf16 elements; words unaligned). A 16 x 16 transpose of
 // 32-bit words: pairs of rows interleaved by 32 then 64 bits within each 128-bit lane, then
@@ -122,11 +122,13 @@ ANVIL_BF16_TARGET void TransposePairs16(const uint16_t* col, int64_t col_stride,
   }
 }
 
+// B into 32-column panels of pairs (the layout: bf16_pack.h's PackBPairs).
 ANVIL_BF16_TARGET void PackB(const uint16_t* b, int64_t b_rs, int64_t b_cs, int64_t p0, int64_t kc, int64_t n,
-                             uint32_t* out) {
+                             int64_t panel_pairs, uint32_t* out) {
   const int64_t kc2 = (kc + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += 32) {
-    uint32_t* panel = out + (j0 / 32) * kc2 * 32;
+    uint32_t* panel = out + (j0 / 32) * panel_pairs * 32;
+    if (panel_pairs > kc2) std::memset(panel + kc2 * 32, 0, static_cast<size_t>((panel_pairs - kc2) * 32 * 4));
     const int64_t w = std::min<int64_t>(32, n - j0);
     if (b_cs == 1 && w == 32) {
       // Rows contiguous: interleave two rows of 32 values with one permute per 16 pairs.
@@ -228,7 +230,24 @@ ANVIL_BF16_TARGET void PackA(const uint16_t* a, int64_t a_rs, int64_t a_cs, int6
 
 }  // namespace
 
+void packing::PackBPairs(const uint16_t* b, int64_t b_rs, int64_t b_cs, int64_t p0, int64_t kc, int64_t n,
+                         int64_t panel_pairs, uint32_t* out) {
+  PackB(b, b_rs, b_cs, p0, kc, n, panel_pairs, out);
+}
+
 bool bf16_gemm_available() { return cpu_features().avx512_bf16 && isa_at_least(CpuIsa::kAvx512); }
+
+const char* bf16_gemm_kernel_name() {
+  if (!bf16_gemm_available()) return "none (widened to float32)";
+  return amx_bf16_gemm_available() ? "anvil-amx-bf16 (tdpbf16ps)" : "anvil-avx512-bf16 (vdpbf16ps)";
+}
+
+namespace {
+// Whether a product is worth AMX tiles: a tile is 16 rows x 32 k values x 16 columns, and a
+// product with fewer rows or columns than that leaves most of each tdpbf16ps idle, where
+// vdpbf16ps wastes nothing. (Not tuned on hardware: no AMX CPU has been measured.)
+bool WorthTiles(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 32; }
+}  // namespace
 
 ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
                                  const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
@@ -239,6 +258,10 @@ ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t
     }
     return;
   }
+  if (WorthTiles(m, n, k) && amx_bf16_gemm_available()) {
+    amx_bf16_gemm(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
+    return;
+  }
   // Reused per thread: fresh pages cost more than the packing.
   thread_local std::vector<uint32_t> packed_a, packed_b;
   const int64_t panels = (n + 31) / 32;
@@ -247,7 +270,7 @@ ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t
     const int64_t kc2 = (kc + 1) / 2;
     const float chunk_beta = p0 == 0 ? beta : 1.0f;
     packed_b.resize(static_cast<size_t>(panels * kc2 * 32));
-    PackB(b, b_rs, b_cs, p0, kc, n, packed_b.data());
+    PackB(b, b_rs, b_cs, p0, kc, n, kc2, packed_b.data());
     // Rows in blocks of kMc, so a block's packed A (kMc x kc bf16) stays in L2 while every
     // B panel passes over it; a B panel (kc x 32) stays in L1 for the block's row panels.
     packed_a.resize(static_cast<size_t>((kMc + kMr) * kc2));

@@ -10,6 +10,9 @@
 // A packed into 12-row panels of pairs that the micro-kernel broadcasts, a 12 x 32 float32
 // tile of C in 24 zmm accumulators.
 //
+// On CPUs with AMX (and the amx ISA level) products of at least a tile's worth take the AMX
+// kernel instead (bf16_gemm_amx.h), under the same contract.
+//
 // Thread-safe; every call is single-threaded: callers split the rows over Anvil's pool.
 #pragma once
 
@@ -21,6 +24,10 @@ namespace anvil::cpu {
 // (core/backend/cpu/isa.h) is avx512 or above. Elsewhere bfloat16 products are widened to
 // float32 and run on sgemm (correct, not faster).
 bool bf16_gemm_available();
+
+// The kernel bfloat16 products take here, for start lines and benchmark tables:
+// "anvil-amx-bf16 (tdpbf16ps)", "anvil-avx512-bf16 (vdpbf16ps)" or "none (widened to float32)".
+const char* bf16_gemm_kernel_name();
 
 // C[i, j] = beta * C[i, j] + sum_p A(i, p) * B(p, j) for i < m, j < n, in float32, where
 //   A(i, p) = a[i * a_rs + p * a_cs],  B(p, j) = b[p * b_rs + j * b_cs]   (bfloat16 bits)

@@ -3,6 +3,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/backend/cpu/bf16_gemm.h"
+#include "core/backend/cpu/bf16_gemm_amx.h"
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
@@ -22,6 +24,7 @@ CpuKernelInfo cpu_kernel_info() {
   info.isa = std::string(isa_name(cpu::active_isa()));
   info.detected_isa = std::string(isa_name(detected_isa()));
   info.gemm = cpu::selected_gemm_description();
+  info.bf16_gemm = cpu::bf16_gemm_kernel_name();
   info.threads = get_num_threads();
   info.available_cpus = available_cpu_threads();
   return info;
@@ -32,11 +35,16 @@ std::string cpu_kernel_summary() {
   std::string isa = i.isa;
   if (i.isa != i.detected_isa) isa += " (ANVIL_CPU_ISA; the CPU has " + i.detected_isa + ")";
   std::string out = "CPU " + i.model + " (" + i.vendor + " family " + std::to_string(i.family) + " model " +
-                    std::to_string(i.model_id) + "; " + i.features + "), ISA " + isa + ", GEMM " + i.gemm + ", " +
-                    std::to_string(i.threads) + (i.threads == 1 ? " thread" : " threads") + " (" +
-                    std::to_string(i.available_cpus) + " CPUs available)";
+                    std::to_string(i.model_id) + "; " + i.features + "), ISA " + isa + ", GEMM " + i.gemm +
+                    ", bf16 GEMM " + i.bf16_gemm + ", " + std::to_string(i.threads) +
+                    (i.threads == 1 ? " thread" : " threads") + " (" + std::to_string(i.available_cpus) +
+                    " CPUs available)";
   const std::string& amx_reason = cpu_features().amx_unavailable_reason;
-  if (!amx_reason.empty()) out += "; no AMX: " + amx_reason;
+  if (!amx_reason.empty()) {
+    out += "; no AMX: " + amx_reason;
+  } else if (cpu_features().amx_bf16 && i.isa == "amx" && !cpu::amx_bf16_gemm_available()) {
+    out += "; AMX bf16 GEMM off: " + cpu::amx_bf16_gemm_unavailable_reason();
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@ struct CpuKernelInfo {
   std::string isa;           // the level the kernels run at ("avx512")
   std::string detected_isa;  // the CPU's own level (isa differs when ANVIL_CPU_ISA lowers it)
   std::string gemm;          // "anvil-avx512", "openblas (SkylakeX)"
+  std::string bf16_gemm;     // "anvil-avx512-bf16 (vdpbf16ps)", "anvil-amx-bf16 (tdpbf16ps)", "none ..."
   int threads = 1;           // the engine's intra-op threads
   int available_cpus = 1;    // the process's CPU affinity (and cgroup quota)
 };
@@ -23,7 +24,7 @@ struct CpuKernelInfo {
 CpuKernelInfo cpu_kernel_info();
 
 // One line: "CPU AMD EPYC (AuthenticAMD family 26 model 2), ISA avx512 (AVX2 FMA ...), GEMM
-// anvil-avx512, 2 threads (2 CPUs available)".
+// anvil-avx512, bf16 GEMM anvil-avx512-bf16 (vdpbf16ps), 2 threads (2 CPUs available)".
 std::string cpu_kernel_summary();
 
 // Logs the summary (core/util/log.h) the first time it is called in the process: the CPU
