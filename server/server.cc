@@ -131,6 +131,11 @@ void AnvilServer::start() {
   s->options = options_;
   fs::create_directories(options_.data_dir);
   s->data_root = fs::canonical(options_.data_dir).string();
+  s->data_dir_lock = std::make_unique<DataDirLock>(s->data_root);
+  if (const int64_t removed = remove_unfinished_temporaries(s->data_root); removed > 0) {
+    log(LogLevel::kInfo, "removed ", removed,
+        " unfinished temporary file(s) (NAME.tmp.XXXXXX) an earlier stop left under ", s->data_root);
+  }
   if (s->options.datasets_dir.empty()) s->options.datasets_dir = data::default_data_dir();
   // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
   s->options.datasets_dir = fs::absolute(s->options.datasets_dir).lexically_normal().string();
@@ -239,6 +244,7 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
   state_->scheduler.reset();
   state_->registry->close();
   state_->http.reset();
+  state_->data_dir_lock.reset();  // another server may take the folder from here on
 }
 
 int AnvilServer::metrics_port() const { return state_ && state_->http ? state_->http->port() : 0; }

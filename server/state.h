@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "server/data_dir_lock.h"
 #include "server/metrics/gpu_metrics.h"
 #include "server/metrics/http.h"
 #include "server/metrics/service_metrics.h"
@@ -19,6 +20,7 @@
 namespace anvil::server {
 
 struct AnvilServer::State {
+  std::unique_ptr<DataDirLock> data_dir_lock;  // first: released last (shutdown releases it too)
   ServerOptions options;
   std::string data_root;  // absolute
   metrics::Registry metrics_registry;

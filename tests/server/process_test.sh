@@ -4,6 +4,7 @@
 #   2. kill -9 during training, restart: the job finishes from its checkpoint, its metric
 #      history holds every step once, and its weights equal an uninterrupted run's
 #   3. SIGTERM drains: exit 0 within 10 s, the running job INTERRUPTED, resumed on restart
+#   (1 also: a second anvild on the same data directory is refused)
 #   4. the Python client (stubs from protoc's gRPC Python plugin) against the same server
 #   process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -88,6 +89,19 @@ gemm=$(sed -n 's/^gemm: *//p' "${work}/health.txt")
 [[ "${start_line}" == *"ISA ${isa}"* && "${start_line}" == *"GEMM ${gemm},"* ]] ||
   fail "start line '${start_line}' and health --verbose (isa ${isa}, gemm ${gemm}) disagree"
 head -1 "${work}/health.txt" | grep -qx SERVING || fail "health --verbose: first line should be SERVING"
+bf16=$(sed -n 's/^bf16: *//p' "${work}/health.txt")
+[[ -n "${bf16}" && "${start_line}" == *"bf16 GEMM ${bf16},"* ]] ||
+  fail "start line '${start_line}' and health --verbose (bf16 ${bf16}) disagree"
+# A second anvild on the same data directory refuses to start, naming the first one's pid.
+set +e
+timeout 20 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data" \
+  > "${work}/second.log" 2>&1
+second_rc=$?
+set -e
+[[ ${second_rc} -ne 0 && ${second_rc} -ne 124 ]] || fail "a second anvild on the data directory exited ${second_rc}"
+grep -q "is in use by another anvild (pid ${anvild_pid})" "${work}/second.log" ||
+  fail "the second anvild did not say why: $(cat "${work}/second.log")"
+"${cli[@]}" health > /dev/null || fail "the first anvild stopped answering after the second was refused"
 spec quick 3 > "${work}/quick.json"
 "${cli[@]}" submit "${work}/quick.json" --watch > "${work}/watch.txt" || fail "submit --watch"
 grep -q "SUCCEEDED" "${work}/watch.txt" || fail "no SUCCEEDED in the watch output"

@@ -752,6 +752,52 @@ TEST_F(ServerTest, WorkerDevicesAreCheckedAtStartUp) {
   EXPECT_TRUE(serving_->ListModels(&ctx, req, &resp).ok());
 }
 
+// One anvild per data directory: a second server on the fixture's folder is refused, naming
+// the first one's pid; once the first stops, a start removes the unfinished temporary files
+// (AtomicFile's NAME.tmp.XXXXXX) an earlier stop left, and nothing else.
+TEST_F(ServerTest, ASecondServerOnTheSameDataDirIsRefusedAndTemporariesAreSwept) {
+  ServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.metrics_address = "";
+  o.data_dir = (root_ / "data").string();
+  {
+    AnvilServer second(o);
+    try {
+      second.start();
+      FAIL() << "a second server started on a data directory in use";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is in use by another anvild (pid " + std::to_string(::getpid()) + ")"));
+      EXPECT_THAT(e.what(), HasSubstr("anvild.lock"));
+      EXPECT_THAT(e.what(), HasSubstr("--data-dir"));
+    }
+  }
+  // The refused start did not disturb the running server.
+  {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse resp;
+    EXPECT_TRUE(serving_->ListModels(&ctx, v1::ListModelsRequest(), &resp).ok());
+  }
+  Stop();
+  const fs::path data = root_ / "data";
+  fs::create_directories(data / "jobs" / "job-0123456789ab");
+  auto write = [](const fs::path& p) { std::ofstream(p) << "partial"; };
+  const fs::path unfinished = data / "jobs" / "job-0123456789ab" / "checkpoint.anvil.tmp.Ab12Cd";
+  const fs::path top_unfinished = data / "tokens.json.tmp.zzzzzz";
+  const std::vector<fs::path> kept = {data / "notes.tmp", data / "jobs" / "job-0123456789ab" / "a.tmp.toolong1",
+                                      data / "jobs" / "job-0123456789ab" / "checkpoint.anvil"};
+  write(unfinished);
+  write(top_unfinished);
+  for (const fs::path& p : kept) write(p);
+  Start();
+  EXPECT_FALSE(fs::exists(unfinished));
+  EXPECT_FALSE(fs::exists(top_unfinished));
+  for (const fs::path& p : kept) EXPECT_TRUE(fs::exists(p)) << p;
+  std::ifstream lock(data / "anvild.lock");
+  int64_t pid = 0;
+  lock >> pid;
+  EXPECT_EQ(pid, ::getpid());
+}
+
 TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
   Stop();
   ServerOptions o;
