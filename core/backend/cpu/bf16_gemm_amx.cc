@@ -73,13 +73,15 @@ struct AmxTiles {
   }
   template <int C, int A, int B>
   static void Dot() {
+    static_assert(C != A && C != B && A != B, "tdpbf16ps raises #UD unless its three tiles differ");
     asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
   }
 };
 
 // The same operations in scalar code, from the instruction set reference's pseudo-code for
-// TILELOADD, TILESTORED, TILEZERO and TDPBF16PS (with the configuration above: 16 rows of 64
-// bytes). Tiles are per thread, as the hardware's are.
+// LDTILECFG, TILERELEASE, TILELOADD, TILESTORED, TILEZERO and TDPBF16PS (with the
+// configuration above: 16 rows of 64 bytes). Tiles are per thread, as the hardware's are, and
+// start (and end) zeroed, as LDTILECFG and TILERELEASE leave them.
 struct EmulatedTiles {
   struct State {
     alignas(64) uint8_t tile[8][kTileRows][kTileBytes];
@@ -89,8 +91,14 @@ struct EmulatedTiles {
     thread_local State s;
     return s;
   }
-  static void Configure() { state().configured = true; }
-  static void Release() { state().configured = false; }
+  static void Configure() {
+    std::memset(state().tile, 0, sizeof(state().tile));
+    state().configured = true;
+  }
+  static void Release() {
+    std::memset(state().tile, 0, sizeof(state().tile));
+    state().configured = false;
+  }
   static uint8_t* Rows(int t) {
     ANVIL_INTERNAL_ASSERT(state().configured, "a tile instruction before ldtilecfg (the hardware raises #UD)");
     return &state().tile[t][0][0];
@@ -116,33 +124,36 @@ struct EmulatedTiles {
     if ((bits & 0x7f80) == 0) bits &= 0x8000;
     return detail::BitsFloat(uint32_t{bits} << 16);
   }
-  // FTZ: a denormal float32 result becomes a zero of its sign.
+  // DAZ on a float32 input and FTZ on a result: a denormal becomes a zero of its sign.
   static float Flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
-  // dst.row[m].fp32[n] += A.row[m].bf16[2k] * B.row[k].bf16[2n] + A.row[m].bf16[2k+1] *
-  // B.row[k].bf16[2n+1], k over A's 16 pairs, each addition rounded to nearest even.
+  // Per row m: the even and the odd products of each column's pairs accumulate apart, over all
+  // 16 pairs of A's row (float32 FMAs, each rounded to nearest even); then their sum is added
+  // to dst.row[m].fp32[n]. The reference's order, so a test on emulated tiles sums as the
+  // hardware does.
   template <int C, int A, int B>
   static void Dot() {
+    static_assert(C != A && C != B && A != B, "tdpbf16ps raises #UD unless its three tiles differ");
     float dst[kTileRows][16];
     uint16_t a[kTileRows][32], b[kTileRows][32];
     std::memcpy(dst, Rows(C), sizeof(dst));
     std::memcpy(a, Rows(A), sizeof(a));
     std::memcpy(b, Rows(B), sizeof(b));
     for (int m = 0; m < kTileRows; ++m) {
+      float even[16] = {}, odd[16] = {};
       for (int k = 0; k < 16; ++k) {
         for (int n = 0; n < 16; ++n) {
-          float acc = dst[m][n];
-          acc = Flush(acc + Fp32(a[m][2 * k]) * Fp32(b[k][2 * n]));
-          acc = Flush(acc + Fp32(a[m][2 * k + 1]) * Fp32(b[k][2 * n + 1]));
-          dst[m][n] = acc;
+          even[n] = Flush(std::fma(Fp32(a[m][2 * k]), Fp32(b[k][2 * n]), even[n]));
+          odd[n] = Flush(std::fma(Fp32(a[m][2 * k + 1]), Fp32(b[k][2 * n + 1]), odd[n]));
         }
       }
+      for (int n = 0; n < 16; ++n) dst[m][n] = Flush(Flush(dst[m][n]) + Flush(even[n] + odd[n]));
     }
     std::memcpy(Rows(C), dst, sizeof(dst));
   }
 };
 
 // A rows i0 .. i0+rows (rows <= 32), k values p0 .. p0+kc, into a 32-row panel whose row r is
-// `ld` bf16 values (ld = 2 * kc2p, a whole number of tile steps): A(i0+r, p0+p) at r * ld + p,
+// `ld` bf16 values (ld >= 2 * kc2p, a whole number of tile steps): A(i0+r, p0+p) at r * ld + p,
 // zero past kc and for rows past `rows`.
 void PackARows(const uint16_t* a, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
                int64_t ld, uint16_t* panel) {
@@ -194,13 +205,19 @@ void StoreC(float* c, int64_t ldc, int64_t rows, int64_t cols, float* edge) {
   }
 }
 
+// The A panel's row length in bf16 values for kc2p pairs: one cache line more than the pairs,
+// so the 16 rows a tile load reads do not all fall in the same few L1 sets (at kc 512 an
+// unpadded row is 1 KiB: 16 rows would share 4 of the 64 sets).
+int64_t PanelRowLength(int64_t kc2p) { return 2 * kc2p + 32; }
+
 // C block (rows x cols of it inside C, both <= 32) = [C +] A panel x B panel over kc2p pairs.
 template <class Tiles>
 void Block32(int64_t kc2p, const uint16_t* pa, const uint32_t* pb, float* c, int64_t ldc, bool accumulate, int64_t rows,
              int64_t cols, float* edge) {
-  const int64_t a_stride = kc2p * 4;                   // bytes per row of the A panel
-  const uint16_t* pa_low = pa + kTileRows * 2 * kc2p;  // rows 16 .. 31
-  const bool low = rows > kTileRows;                   // whether rows 16 .. 31 hold any of C
+  const int64_t ld = PanelRowLength(kc2p);
+  const int64_t a_stride = ld * 2;               // bytes per row of the A panel
+  const uint16_t* pa_low = pa + kTileRows * ld;  // rows 16 .. 31
+  const bool low = rows > kTileRows;             // whether rows 16 .. 31 hold any of C
   LoadC<Tiles, 0>(accumulate, c, ldc, rows, cols, edge);
   LoadC<Tiles, 1>(accumulate, c + 16, ldc, rows, cols - 16, edge);
   if (low) {
@@ -227,6 +244,15 @@ void Block32(int64_t kc2p, const uint16_t* pa, const uint32_t* pb, float* c, int
   }
 }
 
+// `count` elements of `storage` starting on a 64-byte boundary (storage grows as needed).
+template <class T>
+T* CacheLineAligned(std::vector<T>& storage, int64_t count) {
+  const size_t slack = 64 / sizeof(T);
+  storage.resize(static_cast<size_t>(count) + slack);
+  const auto address = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + ((64 - address % 64) % 64) / sizeof(T);
+}
+
 template <class Tiles>
 void TiledGemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
                int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
@@ -237,9 +263,10 @@ void TiledGemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
     }
     return;
   }
-  // Reused per thread: fresh pages cost more than the packing.
-  thread_local std::vector<uint32_t> packed_b;
-  thread_local std::vector<uint16_t> packed_a;
+  // Reused per thread: fresh pages cost more than the packing. Both start on a cache line (every
+  // stride is a multiple of 64 bytes, so no tile row then straddles two lines).
+  thread_local std::vector<uint32_t> packed_b_storage;
+  thread_local std::vector<uint16_t> packed_a_storage;
   alignas(64) float edge[kTileRows * 16];
   const int64_t panels = (n + 31) / 32;
   Tiles::Configure();
@@ -247,22 +274,22 @@ void TiledGemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
     const int64_t kc = std::min(kKc, k - p0);
     const int64_t kc2p = ((kc + 1) / 2 + kPairsPerStep - 1) / kPairsPerStep * kPairsPerStep;
     const bool accumulate = p0 > 0 || beta != 0.0f;
-    packed_b.resize(static_cast<size_t>(panels * kc2p * 32));
-    packing::PackBPairs(b, b_rs, b_cs, p0, kc, n, kc2p, packed_b.data());
+    uint32_t* packed_b = CacheLineAligned(packed_b_storage, panels * kc2p * 32);
+    packing::PackBPairs(b, b_rs, b_cs, p0, kc, n, kc2p, packed_b);
+    const int64_t ld = PanelRowLength(kc2p);
     for (int64_t ic = 0; ic < m; ic += kMc) {
       const int64_t mc = std::min(kMc, m - ic);
       const int64_t row_panels = (mc + 31) / 32;
-      packed_a.resize(static_cast<size_t>(row_panels * 32 * 2 * kc2p));
+      uint16_t* packed_a = CacheLineAligned(packed_a_storage, row_panels * 32 * ld);
       for (int64_t rp = 0; rp < row_panels; ++rp) {
-        PackARows(a, a_rs, a_cs, ic + rp * 32, std::min<int64_t>(32, mc - rp * 32), p0, kc, 2 * kc2p,
-                  packed_a.data() + rp * 32 * 2 * kc2p);
+        PackARows(a, a_rs, a_cs, ic + rp * 32, std::min<int64_t>(32, mc - rp * 32), p0, kc, ld,
+                  packed_a + rp * 32 * ld);
       }
       for (int64_t jp = 0; jp < panels; ++jp) {
         const int64_t cols = std::min<int64_t>(32, n - jp * 32);
         for (int64_t rp = 0; rp < row_panels; ++rp) {
-          Block32<Tiles>(kc2p, packed_a.data() + rp * 32 * 2 * kc2p, packed_b.data() + jp * kc2p * 32,
-                         c + (ic + rp * 32) * ldc + jp * 32, ldc, accumulate, std::min<int64_t>(32, mc - rp * 32), cols,
-                         edge);
+          Block32<Tiles>(kc2p, packed_a + rp * 32 * ld, packed_b + jp * kc2p * 32, c + (ic + rp * 32) * ldc + jp * 32,
+                         ldc, accumulate, std::min<int64_t>(32, mc - rp * 32), cols, edge);
         }
       }
     }
