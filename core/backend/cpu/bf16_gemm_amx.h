@@ -6,11 +6,10 @@
 // The kernel is written once over a tile-operations policy: the AMX instructions, and an
 // emulation of them written from the instruction set reference's pseudo-code (tile loads and
 // stores row by row at a byte stride; tdpbf16ps's even and odd products accumulated apart by
-// float32 FMAs and then added to C, denormal inputs read as zero, denormal results flushed). The emulation lets the packing, blocking and edge logic
-// be tested on any CPU with AVX-512 (tests/core/bf16_gemm_test.cc); on an AMX CPU the same
-// tests run on the hardware, and the first use checks the hardware kernel against float64 on
-// a product with edges in every direction, falling back to AVX-512-BF16 (and saying why) if it
-// disagrees.
+// float32 FMAs and then added to C, denormal inputs read as zero, denormal results flushed). The emulation lets the
+// packing, blocking and edge logic be tested on any CPU with AVX-512 (tests/core/bf16_gemm_test.cc); on an AMX CPU the
+// same tests run on the hardware, and the first use checks the hardware kernel against float64 on a product with edges
+// in every direction, falling back to AVX-512-BF16 (and saying why) if it disagrees.
 #pragma once
 
 #include <cstdint>
