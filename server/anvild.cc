@@ -107,6 +107,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.reflection = value.get<bool>();
     else if (key == "max_job_memory")
       o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
+    else if (key == "max_predict_memory")
+      o.max_predict_memory = ParseBytes(value.get<std::string>(), "max_predict_memory");
     else if (key == "max_crash_resumes")
       o.max_crash_resumes = value.get<int>();
     else if (key == "tls_cert")
@@ -188,7 +190,9 @@ int main(int argc, char** argv) {
       "--config", config,
       "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
-      "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_crash_resumes, devices, "
+      "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
+      "max_crash_resumes, "
+      "devices, "
       "serving_device)");
   std::string address, data_dir, datasets_dir, level_flag;
   app.add_option("--address", address, "gRPC listen address (default 127.0.0.1:50051; port 0 picks a free one)");
@@ -220,6 +224,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-memory", max_job_memory,
                  "memory one job may need, estimated from its spec before it is queued: 8G, 512M, ... (default: half "
                  "of what the process may use; 0: no limit)");
+  std::string max_predict_memory;
+  app.add_option("--max-predict-memory", max_predict_memory,
+                 "tensors one Predict batch's forward may hold at once: 4G, 512M, ... (default: 4G, or the job "
+                 "memory budget when smaller; 0: no limit); beyond it the requests get RESOURCE_EXHAUSTED");
   int max_crash_resumes = -1;
   app.add_option("--max-crash-resumes", max_crash_resumes,
                  "resumes of a job the server died under before it is FAILED (default 2)");
@@ -275,6 +283,7 @@ int main(int argc, char** argv) {
     if (!tokens_file.empty()) o.tokens_file = tokens_file;
     if (insecure) o.insecure = true;
     if (!max_job_memory.empty()) o.max_job_memory = ParseBytes(max_job_memory, "--max-job-memory");
+    if (!max_predict_memory.empty()) o.max_predict_memory = ParseBytes(max_predict_memory, "--max-predict-memory");
     if (max_crash_resumes >= 0) o.max_crash_resumes = max_crash_resumes;
     if (repair) {
       std::fputs(AnvilServer::repair_report(o.data_dir).c_str(), stdout);

@@ -236,8 +236,9 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   const ScalarType precision = autocast::precision_dtype(m->loaded.info.precision);
   m->batcher =
       std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
-                                [worker = worker_, precision](const std::shared_ptr<nn::Module>& module, Tensor input) {
-                                  return worker->run(workers::ForwardBatch{module, std::move(input), precision});
+                                [worker = worker_, precision, limit = batching_.memory_limit](
+                                    const std::shared_ptr<nn::Module>& module, Tensor input) {
+                                  return worker->run(workers::ForwardBatch{module, std::move(input), precision, limit});
                                 });
   MutexLock lock(&mu_);
   ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");

@@ -165,15 +165,26 @@ void AnvilServer::start() {
   } catch (const Error& e) {
     throw Error(detail::StrCat(e.what(), "; run `anvild --repair` for the options"));
   }
-  const Device serving = ServingDevice(options_.serving_device);
-  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, options_.batching, s->metrics.get(),
-                                                options_.max_loaded_models, serving);
   if (s->options.max_job_memory < 0) {
     std::string basis;
     s->options.max_job_memory = workers::default_job_memory_budget(&basis);
     log(LogLevel::kInfo, "job memory budget ", workers::format_bytes(s->options.max_job_memory), ": ", basis,
         " (--max-job-memory)");
   }
+  if (s->options.max_predict_memory < 0) {
+    constexpr int64_t kDefaultPredictMemory = int64_t{4} << 30;
+    const int64_t jobs = s->options.max_job_memory;
+    s->options.max_predict_memory = jobs > 0 ? std::min(kDefaultPredictMemory, jobs) : kDefaultPredictMemory;
+  }
+  if (s->options.max_predict_memory > 0) {
+    log(LogLevel::kInfo, "Predict memory bound ", workers::format_bytes(s->options.max_predict_memory),
+        " of tensors per batch (--max-predict-memory)");
+  }
+  BatchingOptions batching = options_.batching;
+  batching.memory_limit = s->options.max_predict_memory;
+  const Device serving = ServingDevice(options_.serving_device);
+  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, batching, s->metrics.get(),
+                                                options_.max_loaded_models, serving);
   SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs, s->options.max_job_memory,
                       options_.max_crash_resumes};
   std::vector<WorkerFactory> factories;

@@ -6,6 +6,7 @@
 #include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
 #include "core/backend/registry.h"
+#include "core/tensor/memory_budget.h"
 #include "core/util/error.h"
 #include "workers/status.h"
 
@@ -79,12 +80,19 @@ void ServingWorker::Loop() {
 void ServingWorker::Execute(Pending& p) {
   p.status = engine_status_of([&] {
     if (auto* f = std::get_if<ForwardBatch>(&p.command)) {
+      std::optional<MemoryBudgetScope> bound;
+      if (f->memory_limit > 0) {
+        bound.emplace(
+            std::make_shared<MemoryBudget>(f->memory_limit, "this Predict's forward", "--max-predict-memory"));
+      }
       InferenceMode no_grad;
       std::optional<AutocastGuard> amp;
       if (f->precision != kFloat32) amp.emplace(device_.type, f->precision);
       Tensor out = f->module->forward(f->input.to(device_));
       if (out.dtype() == kBFloat16 || out.dtype() == kFloat16) out = out.to(kFloat32);
-      p.output = out.to(kCPU);
+      // Materialised here, under the bound: an output that is a broadcast view (a graph ending in
+      // an Expand) would otherwise become its full size where the reply is written.
+      p.output = out.to(kCPU).contiguous();
     } else {
       std::get<PlaceModule>(p.command).module->to(device_);
       synchronize(device_);

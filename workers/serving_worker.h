@@ -31,6 +31,9 @@ struct ForwardBatch {
   // kBFloat16 / kFloat16: the forward runs under autocast in that dtype (the weights stay
   // float32); the output comes back as float32 either way.
   ScalarType precision = kFloat32;
+  // > 0: the tensors the forward holds at once are bounded by this many bytes; beyond it the
+  // forward stops with OutOfMemoryError (RESOURCE_EXHAUSTED) before the memory is touched.
+  int64_t memory_limit = 0;
 };
 
 // Moves `module`'s parameters and buffers to the worker's device.

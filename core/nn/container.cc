@@ -55,6 +55,9 @@ Tensor Sequential::forward(const Tensor& x) {
       throw TypeError("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());
     } catch (const NotImplementedError&) {
       throw;
+    } catch (const OutOfMemoryError& e) {  // stays RESOURCE_EXHAUSTED for the service
+      throw OutOfMemoryError("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() +
+                             "): " + e.what());
     } catch (const Error& e) {
       // Name the layer, so a shape error in a 20-layer model points at its place.
       throw Error("Sequential layer " + std::to_string(i) + " (" + layers_[i]->type_name() + "): " + e.what());

@@ -609,6 +609,9 @@ class OnnxGraph final : public nn::Module {
       Call call{s.node, in, out, opset_, x.device()};
       try {
         (*s.fn)(call);
+      } catch (const OutOfMemoryError& e) {  // stays RESOURCE_EXHAUSTED for the service
+        throw OutOfMemoryError(
+            anvil::detail::StrCat("node \"", s.node.name(), "\" (", s.node.op_type(), "): ", e.what()));
       } catch (const Error& e) {
         throw Error(anvil::detail::StrCat("node \"", s.node.name(), "\" (", s.node.op_type(), "): ", e.what()));
       }

@@ -6,12 +6,22 @@
 namespace anvil {
 
 StorageImpl::StorageImpl(size_t nbytes, Allocator* allocator)
-    : data_(allocator->allocate(nbytes)), nbytes_(nbytes), device_(allocator->device()), allocator_(allocator) {}
+    : nbytes_(nbytes), device_(allocator->device()), allocator_(allocator), budget_(current_memory_budget()) {
+  // Charged before the bytes are asked for: a request beyond its budget touches no memory.
+  if (budget_) budget_->charge(static_cast<int64_t>(nbytes));
+  try {
+    data_ = allocator->allocate(nbytes);
+  } catch (...) {
+    if (budget_) budget_->release(static_cast<int64_t>(nbytes));
+    throw;
+  }
+}
 
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), allocator_(nullptr), deleter_(std::move(deleter)) {}
 
 StorageImpl::~StorageImpl() {
+  if (budget_) budget_->release(static_cast<int64_t>(nbytes_));
   if (allocator_ != nullptr) {
     allocator_->deallocate(data_, nbytes_);
   } else if (deleter_) {

@@ -17,6 +17,7 @@
 
 #include "core/tensor/allocator.h"
 #include "core/tensor/device.h"
+#include "core/tensor/memory_budget.h"
 
 namespace anvil {
 
@@ -45,11 +46,12 @@ class StorageImpl {
   const char* last_writer() const { return last_writer_.load(std::memory_order_relaxed); }
 
  private:
-  void* data_;
+  void* data_ = nullptr;
   size_t nbytes_;
   Device device_;
-  Allocator* allocator_;                // null when wrapping external memory
-  std::function<void(void*)> deleter_;  // for external memory
+  Allocator* allocator_;                  // null when wrapping external memory
+  std::shared_ptr<MemoryBudget> budget_;  // charged with nbytes_ (core/tensor/memory_budget.h); may be null
+  std::function<void(void*)> deleter_;    // for external memory
   std::atomic<uint64_t> version_{0};
   std::atomic<const char*> last_writer_{nullptr};
 };

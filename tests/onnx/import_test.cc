@@ -316,5 +316,46 @@ TEST(OnnxImport, HostileFilesAreRefusedClearly) {
   }
 }
 
+// A graph is the client's: an Expand and an Add make 768 MiB from a [64, 4] input. Under a
+// memory budget (what a Predict runs under: core/tensor/memory_budget.h) the node is refused
+// with OutOfMemoryError naming it, before the memory is allocated; small inputs still run.
+TEST(OnnxImport, AGraphsHugeIntermediateStopsAtTheMemoryBudget) {
+  auto m = TinyModel();
+  auto* g = m.mutable_graph();
+  auto* shape = g->add_initializer();
+  shape->set_name("s");
+  shape->add_dims(3);
+  shape->set_data_type(::onnx::TensorProto::INT64);
+  const int64_t target[3] = {int64_t{1} << 20, 1, 1};
+  shape->set_raw_data(std::string(reinterpret_cast<const char*>(target), sizeof(target)));
+  auto* n = g->add_node();
+  n->set_op_type("Expand");
+  n->set_name("big");
+  n->add_input("y");
+  n->add_input("s");
+  n->add_output("z");
+  auto* add = g->add_node();  // Expand is a view; the sum materialises it
+  add->set_op_type("Add");
+  add->set_name("sum");
+  add->add_input("z");
+  add->add_input("z");
+  add->add_output("total");
+  g->mutable_output(0)->set_name("total");
+  const ImportedModel imported = import_model(Bytes(m));
+  auto budget = std::make_shared<MemoryBudget>(int64_t{64} << 20, "this Predict's forward");
+  MemoryBudgetScope scope(budget);
+  const int64_t peak_before = cpu_allocator()->stats().peak_allocated_bytes;
+  try {
+    Forward(*imported.module, ones({64, 4}));  // [1 << 20, 64, 3] floats: 768 MiB
+    ADD_FAILURE() << "the expansion ran";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("node \"sum\" (Add)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than 64.0 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(cpu_allocator()->stats().peak_allocated_bytes - peak_before, int64_t{64} << 20);
+  EXPECT_EQ(budget->live(), 0);
+  EXPECT_EQ(Forward(*imported.module, ones({1, 4})).sizes(), IntArray({1 << 20, 1, 3}));  // 12 MiB: fits
+}
+
 }  // namespace
 }  // namespace anvil::onnx
