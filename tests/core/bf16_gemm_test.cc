@@ -35,6 +35,34 @@ struct Layout {
   bool ta, tb;
 };
 
+// C (m x n, rows ldc apart) against float64's beta * 0.5 + A B (C started as 0.5 where beta is
+// 1), within float32 summation (bf16 x bf16 is exact in float32); the columns past n must
+// still hold `gap`.
+::testing::AssertionResult MatchesFloat64(const std::vector<float>& c, int64_t ldc, float gap, int64_t m, int64_t n,
+                                          int64_t k, const std::vector<uint16_t>& a, int64_t a_rs, int64_t a_cs,
+                                          const std::vector<uint16_t>& b, int64_t b_rs, int64_t b_cs, float beta) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = c[static_cast<size_t>(i * ldc + j)];
+      if (j >= n) {
+        if (got != gap) return ::testing::AssertionFailure() << "written past column n at " << i << "," << j;
+        continue;
+      }
+      double ref = beta * 0.5, mag = std::fabs(ref);
+      for (int64_t p = 0; p < k; ++p) {
+        const double t =
+            F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) * F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
+        ref += t;
+        mag += std::fabs(t);
+      }
+      if (!(std::fabs(got - ref) <= 1e-6 * mag + 1e-30)) {
+        return ::testing::AssertionFailure() << "at " << i << "," << j << ": " << got << " vs float64 " << ref;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
   if (!cpu::bf16_gemm_available()) {
     GTEST_SKIP() << "no AVX-512-BF16 at the active level (" << cpu_features().flags() << "; level "
@@ -57,26 +85,8 @@ TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
             const int64_t ldc = n + 3;  // C rows with a gap: nothing past column n is written
             std::vector<float> c(static_cast<size_t>(m * ldc), 0.5f);
             cpu::bf16_gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < ldc; ++j) {
-                const float got = c[static_cast<size_t>(i * ldc + j)];
-                if (j >= n) {
-                  ASSERT_EQ(got, 0.5f) << "written past column n at " << i << "," << j;
-                  continue;
-                }
-                double ref = beta * 0.5, mag = std::fabs(ref);
-                for (int64_t p = 0; p < k; ++p) {
-                  const double t =
-                      F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) * F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
-                  ref += t;
-                  mag += std::fabs(t);
-                }
-                // bf16 x bf16 is exact in float32; what is left is float32 summation.
-                ASSERT_NEAR(got, ref, 1e-6 * mag + 1e-30)
-                    << "m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb << " beta " << beta
-                    << " at " << i << "," << j;
-              }
-            }
+            ASSERT_TRUE(MatchesFloat64(c, ldc, 0.5f, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta))
+                << "m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb << " beta " << beta;
           }
         }
       }
@@ -126,24 +136,8 @@ TEST(Bf16Gemm, AmxKernelMatchesFloat64OnEveryLayoutAndEdge) {
             std::vector<float> c(static_cast<size_t>(m * ldc), start);
             for (int64_t i = 0; i < m; ++i) std::fill(c.begin() + i * ldc + n, c.begin() + (i + 1) * ldc, -7.0f);
             gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < ldc; ++j) {
-                const float got = c[static_cast<size_t>(i * ldc + j)];
-                if (j >= n) {
-                  ASSERT_EQ(got, -7.0f) << kernel_name << ": written past column n at " << i << "," << j;
-                  continue;
-                }
-                double ref = beta * 0.5, mag = std::fabs(ref);
-                for (int64_t p = 0; p < k; ++p) {
-                  const double t =
-                      F(a[static_cast<size_t>(i * a_rs + p * a_cs)]) * F(b[static_cast<size_t>(p * b_rs + j * b_cs)]);
-                  ref += t;
-                  mag += std::fabs(t);
-                }
-                ASSERT_NEAR(got, ref, 1e-6 * mag + 1e-30) << kernel_name << ", " << l.name << ": m " << m << " n " << n
-                                                          << " k " << k << " beta " << beta << " at " << i << "," << j;
-              }
-            }
+            ASSERT_TRUE(MatchesFloat64(c, ldc, -7.0f, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta))
+                << kernel_name << ", " << l.name << ": m " << m << " n " << n << " k " << k << " beta " << beta;
           }
         }
       }
