@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -150,10 +151,14 @@ Loaded<Blis> LoadBlis() {
   int (*arch_query)() = nullptr;
   void (*set_threads)(int64_t) = nullptr;
   void (*init)() = nullptr;
-  if (!(Resolve(handle, "bli_sgemm", lib.sgemm) && Resolve(handle, "bli_arch_string", arch_string) &&
+  const char* (*version)() = nullptr;
+  void (*runtime_from_global)(void*) = nullptr;
+  if (!(Resolve(handle, "bli_sgemm_ex", lib.sgemm_ex) && Resolve(handle, "bli_arch_string", arch_string) &&
         Resolve(handle, "bli_init", init) && Resolve(handle, "bli_arch_query_id", arch_query) &&
-        Resolve(handle, "bli_thread_set_num_threads", set_threads))) {
-    out.why = "libblis.so.4 lacks bli_sgemm or its arch queries";
+        Resolve(handle, "bli_thread_set_num_threads", set_threads) &&
+        Resolve(handle, "bli_info_get_version_str", version) &&
+        Resolve(handle, "bli_rntm_init_from_global", runtime_from_global))) {
+    out.why = "libblis.so.4 lacks bli_sgemm_ex, its version or its arch and runtime queries";
     return out;
   }
   {
@@ -170,6 +175,15 @@ Loaded<Blis> LoadBlis() {
     lib.arch = arch_string(arch_query());
   }
   set_threads(1);
+  const char* v = version();
+  lib.version = v != nullptr ? v : "unknown";
+  // Only for the release whose runtime layout is known here (Debian 12's): a later one has the
+  // kernels mended and its own layout, and gets the library's defaults (a null runtime).
+  if (lib.version.rfind("0.9.", 0) == 0) {
+    runtime_from_global(&lib.runtime);
+    lib.runtime.l3_sup = false;
+    lib.small_kernels_off = true;
+  }
   out.lib = lib;
   return out;
 }
@@ -224,6 +238,19 @@ Loaded<OneDnn> LoadOneDnn() {
 const OpenBlas& openblas() {
   static const OpenBlas lib = LoadOpenBlas();
   return lib;
+}
+
+static_assert(offsetof(Blis::Runtime09, num_threads) == 8 && offsetof(Blis::Runtime09, thrloop) == 16 &&
+                  offsetof(Blis::Runtime09, l3_sup) == 66 && offsetof(Blis::Runtime09, sba_pool) == 72 &&
+                  sizeof(Blis::Runtime09) == 88,
+              "Blis::Runtime09 must match BLIS 0.9.0's rntm_t on x86-64");
+
+void Blis::sgemm(int64_t m, int64_t n, int64_t k, const float* alpha, const float* a, int64_t rsa, int64_t csa,
+                 const float* b, int64_t rsb, int64_t csb, const float* beta, float* c, int64_t rsc,
+                 int64_t csc) const {
+  Runtime09 call = runtime;  // BLIS attaches this call's pools to it
+  sgemm_ex(0, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, nullptr,
+           small_kernels_off ? &call : nullptr);
 }
 
 const Blis* blis(std::string* why) {

@@ -45,10 +45,32 @@ const OpenBlas& openblas();
 // BLIS's typed API with general strides: C = alpha A B + beta C, element (i, j) of X at
 // x[i * rs + j * cs].
 struct Blis {
-  void (*sgemm)(int transa, int transb, int64_t m, int64_t n, int64_t k, const float* alpha, const float* a,
-                int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb, const float* beta, float* c,
-                int64_t rsc, int64_t csc) = nullptr;
-  std::string arch;  // the sub-configuration in use: "skx", "haswell", "zen3", "generic", ...
+  // C = alpha op(A) op(B) + beta C through BLIS's expert interface (bli_sgemm_ex); the runtime
+  // argument is filled in by sgemm() below, which callers use.
+  void (*sgemm_ex)(int transa, int transb, int64_t m, int64_t n, int64_t k, const float* alpha, const float* a,
+                   int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb, const float* beta, float* c,
+                   int64_t rsc, int64_t csc, void* cntx, void* rntm) = nullptr;
+  std::string arch;     // the sub-configuration in use: "skx", "haswell", "zen3", "generic", ...
+  std::string version;  // "0.9.0"
+  // BLIS 0.9's small-matrix ("sup") kernels for the haswell and zen families read past the end
+  // of their operands (upstream issues #635 and #821, fixed after 0.9): a product whose matrix
+  // ends at the end of a mapping faults. For that release each call passes a runtime object
+  // that turns sup off, so products go through packing, which reads only the matrices.
+  bool small_kernels_off = false;
+  // BLIS 0.9.0's rntm_t (bli_type_defs.h), filled by bli_rntm_init_from_global once the
+  // library's threads are set; copied per call, since BLIS attaches its pools to it.
+  struct Runtime09 {
+    bool auto_factor;
+    int64_t num_threads;
+    int64_t thrloop[6];
+    bool pack_a, pack_b, l3_sup;
+    void* sba_pool;
+    void* pba;
+  };
+  Runtime09 runtime{};
+
+  void sgemm(int64_t m, int64_t n, int64_t k, const float* alpha, const float* a, int64_t rsa, int64_t csa,
+             const float* b, int64_t rsb, int64_t csb, const float* beta, float* c, int64_t rsc, int64_t csc) const;
 };
 // nullptr when libblis.so.4 is not installed; `why` (if given) receives the reason.
 const Blis* blis(std::string* why = nullptr);

@@ -88,7 +88,7 @@ GemmCandidate Describe(GemmKernel kernel) {
       if (const blas::Blis* lib = blas::blis(&why)) {
         c.available = true;
         c.isa = BlisIsa(lib->arch);
-        c.detail = lib->arch;
+        c.detail = lib->arch + ", " + lib->version + (lib->small_kernels_off ? ", sup kernels off" : "");
       } else {
         c.detail = why;
       }
@@ -229,7 +229,7 @@ void Run(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
       ANVIL_CHECK(lib != nullptr, "GEMM kernel blis is not available: ", Candidate(kernel).detail);
       const float one = 1.0f;
       // General strides: A(i, p) at a[i * rsa + p * csa]; no transpose flags needed.
-      lib->sgemm(0, 0, m, n, k, &one, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, c, ldc, 1);
+      lib->sgemm(m, n, k, &one, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, c, ldc, 1);
       return;
     }
     case GemmKernel::kOneDnn: {
