@@ -18,6 +18,7 @@
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
 #include "core/util/half.h"
+#include "tests/core/guarded_buffer.h"
 
 namespace anvil {
 namespace {
@@ -166,6 +167,39 @@ TEST(Bf16Gemm, AmxKernelPadsTilesWithZerosNotStaleValues) {
         mag += std::fabs(F(a[i * k + p]) * F(b[p * n + j]));
       }
       ASSERT_NEAR(c[i * n + j], ref, 1e-6 * mag) << "at " << i << "," << j;
+    }
+  }
+}
+
+// Both bfloat16 kernels read only their operands: A, B and C each end (then start) exactly at
+// an inaccessible page, on every layout, with odd k (the last pair is half outside A's row or
+// B's column) and partial tiles and panels.
+TEST(Bf16Gemm, KernelsReadOnlyTheirOperands) {
+  if (!cpu_features().avx512_bf16) GTEST_SKIP() << "the kernels need AVX-512-BF16 (" << cpu_features().flags() << ")";
+  using Gemm = void (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t,
+                        float, float*, int64_t);
+  std::vector<std::pair<const char*, Gemm>> kernels{{"AMX emulated tiles", &cpu::amx_bf16_gemm_emulated}};
+  if (cpu::bf16_gemm_available()) kernels.emplace_back("bf16_gemm", &cpu::bf16_gemm);
+  if (cpu::amx_bf16_gemm_available()) kernels.emplace_back("AMX", &cpu::amx_bf16_gemm);
+  const Layout layouts[] = {{false, false}, {false, true}, {true, false}, {true, true}};
+  const int64_t shapes[][3] = {{1, 1, 1}, {1, 33, 7}, {13, 1, 9}, {17, 40, 33}, {37, 70, 513}, {16, 32, 64}};
+  uint32_t seed = 500;
+  for (const auto& [name, gemm] : kernels) {
+    for (const Layout& l : layouts) {
+      for (const auto& [m, n, k] : shapes) {
+        for (bool guard_after : {true, false}) {
+          const auto a = RandomBf16(static_cast<size_t>(m * k), seed++);
+          const auto b = RandomBf16(static_cast<size_t>(k * n), seed++);
+          const int64_t a_rs = l.ta ? 1 : k, a_cs = l.ta ? m : 1;
+          const int64_t b_rs = l.tb ? 1 : n, b_cs = l.tb ? k : 1;
+          test::GuardedBuffer<uint16_t> ga(a, guard_after), gb(b, guard_after);
+          test::GuardedBuffer<float> gc(std::vector<float>(static_cast<size_t>(m * n), 0.5f), guard_after);
+          gemm(m, n, k, ga.data(), a_rs, a_cs, gb.data(), b_rs, b_cs, 1.0f, gc.data(), n);
+          ASSERT_TRUE(MatchesFloat64(gc.to_vector(), n, 0.0f, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, 1.0f))
+              << name << ": m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb
+              << (guard_after ? ", guard after" : ", guard before");
+        }
+      }
     }
   }
 }

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -13,7 +11,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,6 +20,7 @@
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernel_info.h"
 #include "core/util/cpu_features.h"
+#include "tests/core/guarded_buffer.h"
 #include "tests/core/test_util.h"
 
 namespace anvil {
@@ -130,39 +128,6 @@ TEST(CpuFeatures, ThreadsFollowTheAffinityMask) {
   EXPECT_EQ(available_cpu_threads() <= all, true);
 }
 
-// Floats that end (or start) exactly at an inaccessible page, as a tensor at the end (or the
-// start) of a mapping does: a kernel that reads one element past its matrix faults here
-// instead of reading a neighbour's bytes unseen.
-class GuardedFloats {
- public:
-  GuardedFloats(size_t count, bool guard_after) : count_(count) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t data_pages = (count * sizeof(float) + page - 1) / page;
-    size_ = (data_pages + 1) * page;
-    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
-    base_ = static_cast<char*>(p);
-    if (guard_after) {
-      mprotect(base_ + data_pages * page, page, PROT_NONE);
-      data_ = reinterpret_cast<float*>(base_ + data_pages * page) - count;
-    } else {
-      mprotect(base_, page, PROT_NONE);
-      data_ = reinterpret_cast<float*>(base_ + page);
-    }
-  }
-  ~GuardedFloats() { munmap(base_, size_); }
-  GuardedFloats(const GuardedFloats&) = delete;
-  GuardedFloats& operator=(const GuardedFloats&) = delete;
-  float* data() { return data_; }
-  float& operator[](size_t i) { return data_[i]; }
-  size_t size() const { return count_; }
-
- private:
-  size_t count_, size_ = 0;
-  char* base_ = nullptr;
-  float* data_ = nullptr;
-};
-
 // C = A B + beta C against float64, for one candidate and one layout. Each matrix occupies
 // exactly its extent ((rows - 1) * ld + cols floats, as a view of a larger tensor may) with
 // an inaccessible page right after it, or (guard_after false) right before it.
@@ -175,7 +140,7 @@ void CheckGemm(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_
   const auto extent = [](int64_t rows, int64_t cols, int64_t ld) {
     return static_cast<size_t>((rows - 1) * ld + cols);
   };
-  GuardedFloats a(extent(ta ? k : m, ta ? m : k, lda), guard_after),
+  test::GuardedBuffer<float> a(extent(ta ? k : m, ta ? m : k, lda), guard_after),
       b(extent(tb ? n : k, tb ? k : n, ldb), guard_after), c(extent(m, n, ldc), guard_after);
   for (size_t i = 0; i < a.size(); ++i) a[i] = u(rng);
   for (size_t i = 0; i < b.size(); ++i) b[i] = u(rng);
