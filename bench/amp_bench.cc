@@ -11,7 +11,8 @@
 // steps (forward, cross-entropy, backward, SGD with momentum) of an MLP
 // 784-1024-1024-10 at batch 256 and of the lenet5 preset on the digits' 1x8x8 images at batch
 // 64, float32 against the forward under AutocastGuard(CPU, bfloat16). Each figure is the median
-// of 7 batches of >= 200 ms after a warm-up batch.
+// of 7 batches of >= 200 ms after a warm-up batch. The one-thread kernel rows also give each
+// kernel's share of the core's measured peak (bench/core_peak.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/core_peak.h"
 #include "bench/harness.h"
 #include "core/amp/autocast.h"
 #include "core/anvil.h"
@@ -123,8 +125,12 @@ int main(int argc, char** argv) {
   const CpuFeatures& f = cpu_features();
   std::printf("CPU: %s (%s family %d model %d); features: %s\n", f.model_name.c_str(), f.vendor.c_str(), f.family,
               f.model, f.flags().c_str());
-  std::printf("%s\nbf16 GEMM: %s; %d threads\n\n", anvil::bench::KernelLine().c_str(), cpu::bf16_gemm_kernel_name(),
+  std::printf("%s\nbf16 GEMM: %s; %d threads\n", anvil::bench::KernelLine().c_str(), cpu::bf16_gemm_kernel_name(),
               threads);
+  const anvil::bench::CorePeak peak = anvil::bench::MeasureCorePeak();
+  std::printf("One core's peak (register-only chains): float32 FMA %s GFLOP/s, bfloat16 dot %s GFLOP/s (%s x)\n\n",
+              Cell(peak.fp32_fma, 1).c_str(), Cell(peak.bf16_dot, 1).c_str(),
+              Ratio(peak.bf16_dot, peak.fp32_fma).c_str());
 
   // The peer's figures: "gemm N fp32 bf16" (GFLOP/s), "conv NAME fp32 bf16" and "step NAME fp32 bf16" (ms).
   std::map<std::string, std::pair<double, double>> peer;
@@ -170,9 +176,13 @@ int main(int argc, char** argv) {
       const auto* qb = static_cast<const uint16_t*>(b16.data_ptr());
       k16 = flop / SecondsPerCall([&] { cpu::bf16_gemm(n, n, n, qa, n, 1, qb, n, 1, 0.0f, c.data(), n); }) / 1e9;
     }
+    // The single-thread kernels also as a share of the core's peak for their instruction.
+    const auto of_peak = [](double g, double peak_g) {
+      return Cell(g, 1) + (g > 0 && peak_g > 0 ? " (" + anvil::bench::Fixed(100.0 * g / peak_g, 0) + " %)" : "");
+    };
     std::printf("| kernel %lld^3, 1 thread (sgemm: %s) | %s | %s | %s | | | | |\n", static_cast<long long>(n),
-                cpu::gemm_kernel_name(cpu::gemm_kernel_for(n, n, n)).c_str(), Cell(k32, 1).c_str(),
-                Cell(k16, 1).c_str(), Ratio(k16, k32).c_str());
+                cpu::gemm_kernel_name(cpu::gemm_kernel_for(n, n, n)).c_str(), of_peak(k32, peak.fp32_fma).c_str(),
+                of_peak(k16, peak.bf16_dot).c_str(), Ratio(k16, k32).c_str());
     std::fflush(stdout);
   }
 
