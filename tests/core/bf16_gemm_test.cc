@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -74,22 +75,29 @@ TEST(Bf16Gemm, MatchesFloat64OnEveryLayoutAndEdge) {
   const int64_t ks[] = {1, 2, 3, 511, 512, 513, 1100};
   const Layout layouts[] = {{false, false}, {false, true}, {true, false}, {true, true}};
   uint32_t seed = 1;
+  // Every small combination, then products past one block in each direction: more than a row
+  // block (96 rows), a group of B panels (8 x 32 columns) and a k chunk (1024), each with a
+  // partial remainder.
+  std::vector<std::array<int64_t, 3>> shapes;
   for (int64_t m : ms) {
     for (int64_t n : ns) {
-      for (int64_t k : ks) {
-        for (const Layout& l : layouts) {
-          for (float beta : {0.0f, 1.0f}) {
-            const auto a = RandomBf16(static_cast<size_t>(m * k), seed++);
-            const auto b = RandomBf16(static_cast<size_t>(k * n), seed++);
-            const int64_t a_rs = l.ta ? 1 : k, a_cs = l.ta ? m : 1;
-            const int64_t b_rs = l.tb ? 1 : n, b_cs = l.tb ? k : 1;
-            const int64_t ldc = n + 3;  // C rows with a gap: nothing past column n is written
-            std::vector<float> c(static_cast<size_t>(m * ldc), 0.5f);
-            cpu::bf16_gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
-            ASSERT_TRUE(MatchesFloat64(c, ldc, 0.5f, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta))
-                << "m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb << " beta " << beta;
-          }
-        }
+      for (int64_t k : ks) shapes.push_back({m, n, k});
+    }
+  }
+  shapes.push_back({97, 257, 1025});
+  shapes.push_back({200, 40, 2049});
+  for (const auto& [m, n, k] : shapes) {
+    for (const Layout& l : layouts) {
+      for (float beta : {0.0f, 1.0f}) {
+        const auto a = RandomBf16(static_cast<size_t>(m * k), seed++);
+        const auto b = RandomBf16(static_cast<size_t>(k * n), seed++);
+        const int64_t a_rs = l.ta ? 1 : k, a_cs = l.ta ? m : 1;
+        const int64_t b_rs = l.tb ? 1 : n, b_cs = l.tb ? k : 1;
+        const int64_t ldc = n + 3;  // C rows with a gap: nothing past column n is written
+        std::vector<float> c(static_cast<size_t>(m * ldc), 0.5f);
+        cpu::bf16_gemm(m, n, k, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, beta, c.data(), ldc);
+        ASSERT_TRUE(MatchesFloat64(c, ldc, 0.5f, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta))
+            << "m " << m << " n " << n << " k " << k << " ta " << l.ta << " tb " << l.tb << " beta " << beta;
       }
     }
   }
