@@ -4,7 +4,7 @@
 // A step is what a training loop does per batch: zero_grad, forward, cross-entropy, backward,
 // SGD update (momentum 0.9). Rows: MLP 64-128-128-10 (batch 64 and 256), MLP 784-256-10 (batch 128),
 // LeNet-5 on 1x28x28 (batch 64), and Conv2d alone (forward, forward + backward).
-// Optimizer steps alone (AdamW, SGD with momentum) on the parameters of a small and a large
+// Optimizer steps alone (AdamW, SGD with momentum, RMSprop with momentum) on the parameters of a small and a large
 // MLP: Anvil's fused step (one pass over every parameter and its state) and its per-tensor
 // path (fused=0), each against libtorch's optimizer on the same tensors.
 //
@@ -162,7 +162,8 @@ void TrainStepRow(Table& table, const Options& options, const std::string& peer_
                 Fixed(1e3 / r.torch.ms, 0) + " steps/s");
 }
 
-// One optimizer step on fixed gradients: `kind` is "adamw" or "sgd" (momentum 0.9).
+// One optimizer step on fixed gradients: `kind` is "adamw", "sgd" (momentum 0.9) or "rmsprop"
+// (momentum 0.9).
 void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<int64_t>& widths, bool fused) {
   std::string arch = "MLP";
   for (size_t i = 0; i < widths.size(); ++i) arch += (i ? "-" : " ") + std::to_string(widths[i]);
@@ -179,6 +180,7 @@ void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<i
     anvil::optim::Options o{{"fused", fused ? 1.0 : 0.0}, {"lr", 1e-3}};
     if (kind == "adamw") return std::make_shared<anvil::optim::AdamW>(ps, o);
     o["momentum"] = 0.9;
+    if (kind == "rmsprop") return std::make_shared<anvil::optim::RMSprop>(ps, o);
     return std::make_shared<anvil::optim::SGD>(ps, o);
   };
   auto opt = make(params);
@@ -194,6 +196,8 @@ void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<i
   std::unique_ptr<torch::optim::Optimizer> topt;
   if (kind == "adamw") {
     topt = std::make_unique<torch::optim::AdamW>(tparams, torch::optim::AdamWOptions(1e-3));
+  } else if (kind == "rmsprop") {
+    topt = std::make_unique<torch::optim::RMSprop>(tparams, torch::optim::RMSpropOptions(1e-3).momentum(0.9));
   } else {
     topt = std::make_unique<torch::optim::SGD>(tparams, torch::optim::SGDOptions(1e-3).momentum(0.9));
   }
@@ -210,6 +214,8 @@ void OptimizerStepRow(Table& table, const std::string& kind, const std::vector<i
   make(a_copy)->step();
   if (kind == "adamw") {
     torch::optim::AdamW(t_copy, torch::optim::AdamWOptions(1e-3)).step();
+  } else if (kind == "rmsprop") {
+    torch::optim::RMSprop(t_copy, torch::optim::RMSpropOptions(1e-3).momentum(0.9)).step();
   } else {
     torch::optim::SGD(t_copy, torch::optim::SGDOptions(1e-3).momentum(0.9)).step();
   }
@@ -292,7 +298,7 @@ int main(int argc, char** argv) {
 #endif
     AddPeer2(table.Run(c), name, c.size, backward ? "conv_fwd_bwd" : "conv_fwd", opt);
   }
-  for (const std::string kind : {"adamw", "sgd"}) {
+  for (const std::string kind : {"adamw", "sgd", "rmsprop"}) {
     for (const auto& widths : {std::vector<int64_t>{64, 128, 128, 10}, std::vector<int64_t>{784, 1024, 1024, 10}}) {
       for (bool fused : {true, false}) OptimizerStepRow(table, kind, widths, fused);
     }

@@ -1,6 +1,8 @@
 // Fused optimizer steps: see foreach.h.
 #include "core/ops/foreach.h"
 
+#include <absl/types/span.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -18,7 +20,7 @@ struct NamedList {
 };
 
 // Checks every list against params and flattens them into one input list, list after list.
-std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, std::initializer_list<NamedList> lists) {
+std::vector<Tensor> Flatten(const char* op, const std::vector<Tensor>& params, absl::Span<const NamedList> lists) {
   ANVIL_CHECK(!params.empty(), op, ": got no parameters");
   const Device device = params[0].device();
   std::vector<Tensor> flat;
@@ -68,6 +70,31 @@ bool AppendFoundInf(const char* op, const std::vector<Tensor>& params, const Ten
               " but the parameters are on ", params[0].device());
   inputs.push_back(found_inf);
   return true;
+}
+
+// Adam's and RMSprop's step counts on the device (float64 [3] each) ride after the lists.
+void AppendStepCounts(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& step_counts,
+                      std::vector<Tensor>& inputs) {
+  ANVIL_CHECK(step_counts.size() == params.size(), op, ": expected ", params.size(),
+              " step_counts (one per parameter), got ", step_counts.size());
+  for (size_t i = 0; i < step_counts.size(); ++i) {
+    const Tensor& s = step_counts[i];
+    ANVIL_CHECK(
+        s.defined() && s.dtype() == kFloat64 && s.numel() == 3 && s.is_contiguous(), op, ": step_counts[", i,
+        "] must be a contiguous float64 tensor of 3 elements (t and its two bias-correction factors), got ",
+        s.defined() ? detail::StrCat(s.dtype(), " ", shape_str(s.sizes())) : std::string("an undefined tensor"));
+    ANVIL_CHECK(s.device() == params[0].device(), op, ": step_counts[", i, "] is on ", s.device(),
+                " but the parameters are on ", params[0].device());
+  }
+  inputs.insert(inputs.end(), step_counts.begin(), step_counts.end());
+  // The counts are written too: none may share memory with another count or a list's tensor.
+  std::vector<const void*> starts;
+  for (const Tensor& t : inputs) {
+    if (t.numel() > 0) starts.push_back(t.data_ptr());
+  }
+  std::sort(starts.begin(), starts.end());
+  ANVIL_CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end(), op,
+              ": a step count shares memory with another step count or a list's tensor; each parameter needs its own");
 }
 
 void BumpVersions(const std::vector<Tensor>& written, const char* op) {
@@ -139,31 +166,36 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const OptimizerStepArgs& attrs, const Tensor& found_inf) {
   const char* op = "_fused_adam_";
   std::vector<Tensor> inputs = AdamLists(op, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, attrs.amsgrad);
-  ANVIL_CHECK(step_counts.size() == params.size(), op, ": expected ", params.size(),
-              " step_counts (one per parameter), got ", step_counts.size());
-  for (size_t i = 0; i < step_counts.size(); ++i) {
-    const Tensor& s = step_counts[i];
-    ANVIL_CHECK(
-        s.defined() && s.dtype() == kFloat64 && s.numel() == 3 && s.is_contiguous(), op, ": step_counts[", i,
-        "] must be a contiguous float64 tensor of 3 elements (t and its two bias-correction factors), got ",
-        s.defined() ? detail::StrCat(s.dtype(), " ", shape_str(s.sizes())) : std::string("an undefined tensor"));
-    ANVIL_CHECK(s.device() == params[0].device(), op, ": step_counts[", i, "] is on ", s.device(),
-                " but the parameters are on ", params[0].device());
-  }
-  inputs.insert(inputs.end(), step_counts.begin(), step_counts.end());
-  // The counts are written too: none may share memory with another count or a list's tensor.
-  std::vector<const void*> starts;
-  for (const Tensor& t : inputs) {
-    if (t.numel() > 0) starts.push_back(t.data_ptr());
-  }
-  std::sort(starts.begin(), starts.end());
-  ANVIL_CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end(), op,
-              ": a step count shares memory with another step count or a list's tensor; each parameter needs its own");
+  AppendStepCounts(op, params, step_counts, inputs);
   OptimizerStepArgs a = attrs;
   a.device_step_counts = true;
   a.skip_if_found_inf = AppendFoundInf(op, params, found_inf, inputs);
   dispatch_foreach(OpId::AdamStep, inputs, a);
   BumpAdamVersions(op, params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
+  BumpVersions(step_counts, op);
+}
+
+void fused_rmsprop_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& square_avgs, const std::vector<Tensor>& grad_avgs,
+                    const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& step_counts,
+                    const OptimizerStepArgs& attrs, const Tensor& found_inf) {
+  const char* op = "_fused_rmsprop_";
+  const bool momentum = attrs.momentum > 0.0;
+  ANVIL_CHECK(attrs.centered || grad_avgs.empty(), op, ": grad_avgs given without centered");
+  ANVIL_CHECK(momentum || momentum_buffers.empty(), op, ": momentum buffers given with momentum 0");
+  std::vector<NamedList> lists{{"grads", &grads}, {"square_avgs", &square_avgs}};
+  if (attrs.centered) lists.push_back({"grad_avgs", &grad_avgs});
+  if (momentum) lists.push_back({"momentum_buffers", &momentum_buffers});
+  std::vector<Tensor> inputs = Flatten(op, params, lists);
+  AppendStepCounts(op, params, step_counts, inputs);
+  OptimizerStepArgs a = attrs;
+  a.device_step_counts = true;
+  a.skip_if_found_inf = AppendFoundInf(op, params, found_inf, inputs);
+  dispatch_foreach(OpId::RmspropStep, inputs, a);
+  BumpVersions(params, op);
+  BumpVersions(square_avgs, op);
+  BumpVersions(grad_avgs, op);
+  BumpVersions(momentum_buffers, op);
   BumpVersions(step_counts, op);
 }
 

@@ -1,7 +1,8 @@
 // Fused optimizer steps: one kernel call updates every parameter of a list, with its state, in
-// place (the SgdStep / AdamStep rows; per-element math in core/ops/optimizer_step.h). On a GPU
-// this is one launch per ~hundred tensors instead of several per tensor; on the CPU it reads
-// and writes each element once instead of building a temporary per arithmetic op.
+// place (the SgdStep / AdamStep / RmspropStep rows; per-element math in
+// core/ops/optimizer_step.h). On a GPU this is one launch per ~hundred tensors instead of
+// several per tensor; on the CPU it reads and writes each element once instead of building a
+// temporary per arithmetic op.
 //
 // Requirements (checked, with a message naming the list and position): the lists are as long
 // as `params`; every tensor is defined, dense and contiguous, on params[0]'s device, with its
@@ -41,5 +42,14 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
                  const OptimizerStepArgs& attrs, const Tensor& found_inf = Tensor());
+
+// RMSprop with each parameter's step count on the parameters' device (float64 [3] as Adam's, of
+// which only t is used and advanced): grad_avgs is empty unless attrs.centered,
+// momentum_buffers unless attrs.momentum > 0. With `found_inf` the whole step, counts included,
+// is skipped on the device when it is non-zero.
+void fused_rmsprop_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& square_avgs, const std::vector<Tensor>& grad_avgs,
+                    const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& step_counts,
+                    const OptimizerStepArgs& attrs, const Tensor& found_inf = Tensor());
 
 }  // namespace anvil

@@ -166,23 +166,26 @@ struct BernoulliArgs {
   PhiloxArgs philox;
 };
 
-// The hyper-parameters of one fused optimizer step (the SgdStep / AdamStep rows), already
-// resolved for the step being taken: bias corrections are those of its step count.
+// The hyper-parameters of one fused optimizer step (the SgdStep / AdamStep / RmspropStep rows),
+// already resolved for the step being taken: bias corrections are those of its step count.
 struct OptimizerStepArgs {
   double lr = 0, weight_decay = 0;
-  double momentum = 0, dampening = 0;                 // SGD
+  double momentum = 0, dampening = 0;                 // SGD (momentum: RMSprop too)
   bool nesterov = false;                              // SGD
   bool first_step = false;                            // SGD: the momentum buffers hold nothing yet
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;      // Adam
   double bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
   bool decoupled = false;  // AdamW: p *= 1 - lr * wd instead of adding wd * p to the gradient
   bool amsgrad = false;
+  double alpha = 0.99;    // RMSprop: the square average's smoothing (eps above is RMSprop's too)
+  bool centered = false;  // RMSprop: divide by the gradient's estimated standard deviation
   // The last input is a float32 [1] flag on the lists' device (GradScaler's found_inf): when it
   // is non-zero the kernel writes nothing. The decision is made where the data is, so the host
   // never waits for the flag.
   bool skip_if_found_inf = false;
-  // Adam: after the lists come one float64 [3] step count per parameter (fn::AdamStepCount),
-  // advanced by the kernel when the step is taken; the bias corrections above are unused.
+  // Adam and RMSprop: after the lists come one float64 [3] step count per parameter
+  // (fn::AdamStepCount; RMSprop uses only its t), advanced by the kernel when the step is
+  // taken; Adam's bias corrections above are then unused.
   bool device_step_counts = false;
 };
 

@@ -1,7 +1,7 @@
-// The per-element updates of the fused optimizer steps (the SgdStep / AdamStep rows), shared by
-// the CPU and CUDA kernels (__host__ __device__): what one element of a parameter and its state
-// become in one step. The arithmetic follows the optimizers' per-tensor code (core/optim), op
-// by op, so the fused and unfused paths agree to rounding.
+// The per-element updates of the fused optimizer steps (the SgdStep / AdamStep / RmspropStep
+// rows), shared by the CPU and CUDA kernels (__host__ __device__): what one element of a
+// parameter and its state become in one step. The arithmetic follows the optimizers'
+// per-tensor code (core/optim), op by op, so the fused and unfused paths agree to rounding.
 //
 // T is the op-math type (float for float32 parameters, double for float64); the scalars are
 // converted from the step's float64 attributes once per launch, as the per-tensor ops convert
@@ -120,6 +120,48 @@ struct AdamStepF {
   }
 };
 
+template <typename T>
+struct RmspropStepF {
+  T weight_decay, alpha, one_minus_alpha, eps, momentum, neg_lr;
+  bool has_weight_decay, centered, has_momentum;  // the flags of step(), in order
+
+  static RmspropStepF make(const OptimizerStepArgs& a) {
+    return {static_cast<T>(a.weight_decay),
+            static_cast<T>(a.alpha),
+            static_cast<T>(1.0 - a.alpha),
+            static_cast<T>(a.eps),
+            static_cast<T>(a.momentum),
+            static_cast<T>(-a.lr),
+            a.weight_decay != 0.0,
+            a.centered,
+            a.momentum > 0.0};
+  }
+
+  // grad_avg is not touched unless centered, buf without momentum. The per-tensor ops, in
+  // order: sq.mul_(alpha).addcmul_(g, g, 1 - alpha); grad_avg.lerp_(g, 1 - alpha);
+  // avg = sqrt(sq - grad_avg^2) + eps; buf.mul_(momentum).addcdiv_(g, avg); p.add_(buf, -lr).
+  template <bool kWeightDecay, bool kCentered, bool kMomentum>
+  ANVIL_INLINE void step(T& p, T g, T& sq, T* grad_avg, T* buf) const {
+    if constexpr (kWeightDecay) g = g + p * weight_decay;
+    sq = sq * alpha + g * g * one_minus_alpha;
+    T avg;
+    if constexpr (kCentered) {
+      const T ga = *grad_avg + (g - *grad_avg) * one_minus_alpha;
+      *grad_avg = ga;
+      avg = std::sqrt(sq - ga * ga) + eps;
+    } else {
+      avg = std::sqrt(sq) + eps;
+    }
+    if constexpr (kMomentum) {
+      const T b = *buf * momentum + g / avg;
+      *buf = b;
+      p = p + b * neg_lr;
+    } else {
+      p = p + g / avg * neg_lr;
+    }
+  }
+};
+
 // Adam's step count where the parameters are (OptimizerStepArgs::device_step_counts): a
 // float64 [3] per parameter holding t, then -lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t) as
 // of t. advance() runs once per parameter per step, before the elements are updated, and only
@@ -136,6 +178,12 @@ struct AdamStepCount {
     s[1] = -lr / (1.0 - std::pow(beta1, s[0]));
     s[2] = 1.0 / std::sqrt(1.0 - std::pow(beta2, s[0]));
   }
+};
+
+// RMSprop's step count where the parameters are: the same float64 [3], of which only t is
+// used (the update does not depend on it; checkpoints record it, as PyTorch's state["step"]).
+struct PlainStepCount {
+  ANVIL_INLINE void advance(double* s) const { s[0] = s[0] + 1.0; }
 };
 
 }  // namespace anvil::fn

@@ -123,21 +123,54 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, Options defaults)
                                                   {"eps", 1e-8},
                                                   {"weight_decay", 0.0},
                                                   {"momentum", 0.0},
-                                                  {"centered", 0.0}},
+                                                  {"centered", 0.0},
+                                                  {"fused", 1.0}},
                                                  defaults, "RMSprop")) {}
 
-void RMSprop::step() {
+void RMSprop::step() { Step(nullptr); }
+
+void RMSprop::step_unless(const Tensor& found_inf) { Step(&found_inf); }
+
+void RMSprop::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
+  // The per-tensor path asks the host; the fused path decides on the device.
+  SkipFlag flag(found_inf);
   for (auto& group : param_groups()) {
     const Options& o = group.options;
     const double lr = o.at("lr"), alpha = o.at("alpha"), eps = o.at("eps"), wd = o.at("weight_decay");
     const double momentum = o.at("momentum");
     const bool centered = o.at("centered") != 0.0;
+    const bool fused = o.at("fused") != 0.0;
+    FusedBuckets buckets;
     for (auto& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       ParamState& s = state(p);
-      ++s.step;
+      if (fused && fused_step_supported(p, g)) {
+        // New buffers are zeros, which a skipped first step leaves exact.
+        Tensor& sq = buffer(s, "square_avg", p);
+        Tensor ga = centered ? buffer(s, "grad_avg", p) : Tensor();
+        Tensor buf = momentum > 0.0 ? buffer(s, "momentum_buffer", p) : Tensor();
+        if (fused_step_supported(p, sq) && (!ga.defined() || fused_step_supported(p, ga)) &&
+            (!buf.defined() || fused_step_supported(p, buf))) {
+          if (!s.device_step.defined()) {
+            // A copy to the device, not a read: the count moves there once.
+            s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
+          }
+          // Lists: params, grads, square averages, grad averages, momentum buffers, counts
+          // (the unused ones stay empty).
+          FusedBucket& b = buckets.bucket_for(p, 0);
+          b.lists[0].push_back(p);
+          b.lists[1].push_back(g);
+          b.lists[2].push_back(sq);
+          if (ga.defined()) b.lists[3].push_back(ga);
+          if (buf.defined()) b.lists[4].push_back(buf);
+          b.lists[5].push_back(s.device_step);
+          continue;
+        }
+      }
+      if (flag.read_on_host()) continue;
+      ++host_step(s);
       if (wd != 0.0) g = g + p * wd;
       Tensor& sq = buffer(s, "square_avg", p);
       sq.mul_(alpha).addcmul_(g, g, 1.0 - alpha);
@@ -156,6 +189,17 @@ void RMSprop::step() {
       } else {
         p.addcdiv_(g, avg, -lr);
       }
+    }
+    for (const FusedBucket& b : buckets) {
+      if (flag.skipped_on_host()) continue;
+      OptimizerStepArgs a;
+      a.lr = lr;
+      a.weight_decay = wd;
+      a.alpha = alpha;
+      a.eps = eps;
+      a.momentum = momentum;
+      a.centered = centered;
+      fused_rmsprop_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], b.lists[5], a, flag.device_gate());
     }
   }
 }

@@ -9,9 +9,9 @@
 // step() runs under NoGradGuard and updates parameters in place; parameters without a
 // gradient are skipped. Thread-safety: none (one training thread).
 //
-// Fused steps: SGD, Adam and AdamW take option "fused" (1 by default, like PyTorch's fused=True
-// where it applies). Parameters that are dense, contiguous float32/float64 tensors with a
-// gradient of the same kind are updated by one multi-tensor kernel per device and dtype
+// Fused steps: SGD, Adam, AdamW and RMSprop take option "fused" (1 by default, like PyTorch's
+// fused=True where it applies). Parameters that are dense, contiguous float32/float64 tensors
+// with a gradient of the same kind are updated by one multi-tensor kernel per device and dtype
 // (core/ops/foreach.h); others, and every parameter with fused=0, go through the per-tensor
 // ops. Both paths compute the same update to rounding.
 #pragma once
@@ -37,9 +37,9 @@ struct ParamGroup {
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers;
-  // Adam's fused path keeps the count where the parameter is (float64 [3], fn::AdamStepCount),
-  // so that a step skipped on the device needs no host read. When defined it supersedes `step`;
-  // state_dict() reads it (one read per checkpoint, not per step).
+  // Adam's and RMSprop's fused paths keep the count where the parameter is (float64 [3],
+  // fn::AdamStepCount), so that a step skipped on the device needs no host read. When defined
+  // it supersedes `step`; state_dict() reads it (one read per checkpoint, not per step).
   Tensor device_step;
 };
 
@@ -56,8 +56,8 @@ class Optimizer {
   virtual void step() = 0;
   // A step that does nothing when `found_inf` (float32 [1] on the parameters' device,
   // GradScaler's flag) is non-zero. The default reads the flag on the host once (a
-  // synchronisation on a GPU); SGD, Adam and AdamW decide on the device, inside their fused
-  // kernels, so a scaled training loop makes no host read per step (docs/amp.md).
+  // synchronisation on a GPU); SGD, Adam, AdamW and RMSprop decide on the device, inside their
+  // fused kernels, so a scaled training loop makes no host read per step (docs/amp.md).
   virtual void step_unless(const Tensor& found_inf);
   virtual std::string name() const = 0;
   // Clears every parameter's gradient: to undefined (default) or to zeros.
@@ -153,13 +153,20 @@ class AdamW : public Adam {
   AdamW(std::vector<ParamGroup> groups, Options defaults);
 };
 
-// RMSprop. Options: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered 0.
+// RMSprop. Options: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered 0,
+// fused 1. The fused path counts steps on the parameters' device, as Adam's does, so
+// step_unless decides inside the kernel and never reads the flag.
 class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, Options options = {});
   RMSprop(std::vector<ParamGroup> groups, Options defaults);
   void step() override;
+  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return "RMSprop"; }
+
+ private:
+  // `found_inf`: null, or GradScaler's flag (step_unless).
+  void Step(const Tensor* found_inf);
 };
 
 // Scales all gradients together so that their global norm is at most max_norm; returns the

@@ -117,6 +117,11 @@ TEST(CudaTraining, FusedOptimizerStepsMatchTheCpu) {
        [](std::vector<Tensor> p) {
          return std::make_unique<optim::AdamW>(p, optim::Options{{"lr", 1e-2}, {"amsgrad", 1.0}});
        }},
+      {"rmsprop centered momentum",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::RMSprop>(
+             p, optim::Options{{"lr", 1e-2}, {"centered", 1.0}, {"momentum", 0.9}, {"weight_decay", 1e-2}});
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -145,16 +150,17 @@ TEST(CudaTraining, FusedOptimizerStepsMatchTheCpu) {
 }
 
 // GradScaler on a GPU: 100 scaled steps (unscale, clipping by norm, step, update; every 7th
-// gradient infinite) of fused SGD, Adam and AdamW make no host wait (counted where the engine
+// gradient infinite) of fused SGD, Adam, AdamW and RMSprop make no host wait (counted where the engine
 // blocks on the GPU: cuda::host_waits) and read no value, until the skipped count is asked
 // for; the parameters end where the same loop on the CPU leaves them.
 TEST(CudaTraining, ScaledStepsMakeNoHostWaitPerStep) {
   if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < 4; ++which) {
     auto make = [which](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
       if (which == 0) return std::make_unique<optim::SGD>(ps, optim::Options{{"lr", 0.01}, {"momentum", 0.9}});
       if (which == 1) return std::make_unique<optim::Adam>(ps, optim::Options{{"lr", 0.01}});
-      return std::make_unique<optim::AdamW>(ps, optim::Options{{"lr", 0.01}, {"amsgrad", 1.0}});
+      if (which == 2) return std::make_unique<optim::AdamW>(ps, optim::Options{{"lr", 0.01}, {"amsgrad", 1.0}});
+      return std::make_unique<optim::RMSprop>(ps, optim::Options{{"lr", 0.01}, {"momentum", 0.9}});
     };
     struct Run {
       Tensor w, b;
@@ -182,7 +188,7 @@ TEST(CudaTraining, ScaledStepsMakeNoHostWaitPerStep) {
       return r;
     };
     const Run gpu = run(CUDA(0));
-    SCOPED_TRACE(which == 0 ? "sgd" : which == 1 ? "adam" : "adamw amsgrad");
+    SCOPED_TRACE(which == 0 ? "sgd" : which == 1 ? "adam" : which == 2 ? "adamw amsgrad" : "rmsprop momentum");
     EXPECT_EQ(gpu.waits, 0) << "host waits in 100 scaled steps";
     EXPECT_EQ(gpu.reads, 0) << "values read in 100 scaled steps";
     const Run cpu = run(kCPU);

@@ -1,9 +1,9 @@
-// Fused optimizer steps (core/ops/foreach.h): SGD, Adam, AdamW and AMSGrad on many float32
+// Fused optimizer steps (core/ops/foreach.h): SGD, Adam, AdamW, AMSGrad and RMSprop on many float32
 // tensors (one crossing the CPU kernel's task split, one empty, one non-contiguous that takes
 // the per-tensor path) against the update rules evaluated in float64 here, fused against
-// unfused, each tensor written once per step, parameters at different step counts, Adam's step
-// counts kept on the device (bitwise against the host's, across paths and checkpoints), and the
-// fused calls' argument errors.
+// unfused, each tensor written once per step, parameters at different step counts, Adam's and
+// RMSprop's step counts kept on the device (bitwise against the host's, across paths and
+// checkpoints), and the fused calls' argument errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -168,6 +168,42 @@ std::vector<Case> Cases() {
                      return std::make_unique<AdamW>(p, with({{"lr", 0.01}, {"amsgrad", 1.0}}, f));
                    },
                    adam_rule(true, true, 0.01)});
+  // s: square average, grad average, momentum buffer.
+  auto rmsprop_rule = [](double alpha, double wd, bool centered, double momentum) {
+    return [=](double& x, double g, std::vector<double>& s, int) {
+      const double lr = 0.01, eps = 1e-8;
+      g += wd * x;
+      s[0] = alpha * s[0] + (1 - alpha) * g * g;
+      double avg = std::sqrt(s[0]) + eps;
+      if (centered) {
+        s[1] += (1 - alpha) * (g - s[1]);
+        avg = std::sqrt(s[0] - s[1] * s[1]) + eps;
+      }
+      if (momentum > 0) {
+        s[2] = momentum * s[2] + g / avg;
+        x -= lr * s[2];
+      } else {
+        x -= lr * g / avg;
+      }
+    };
+  };
+  cases.push_back({"rmsprop",
+                   [=](std::vector<Tensor> p, bool f) {
+                     return std::make_unique<RMSprop>(p, with({{"lr", 0.01}}, f));
+                   },
+                   rmsprop_rule(0.99, 0.0, false, 0.0)});
+  cases.push_back(
+      {"rmsprop centered momentum weight decay",
+       [=](std::vector<Tensor> p, bool f) {
+         return std::make_unique<RMSprop>(
+             p, with({{"lr", 0.01}, {"alpha", 0.9}, {"weight_decay", 0.01}, {"centered", 1.0}, {"momentum", 0.5}}, f));
+       },
+       rmsprop_rule(0.9, 0.01, true, 0.5)});
+  cases.push_back({"rmsprop momentum",
+                   [=](std::vector<Tensor> p, bool f) {
+                     return std::make_unique<RMSprop>(p, with({{"lr", 0.01}, {"momentum", 0.9}}, f));
+                   },
+                   rmsprop_rule(0.99, 0.0, false, 0.9)});
   return cases;
 }
 
@@ -257,53 +293,67 @@ TEST(FusedOptimTest, StepCountsOnTheDeviceGiveTheHostCountsBits) {
 
 // A parameter whose gradient is sometimes strided takes the per-tensor path on those steps:
 // its count moves between the device and the host and no step is lost or counted twice.
+// The optimizers whose fused path keeps the step count on the device: AdamW, and RMSprop
+// centered with momentum (every state list).
+std::unique_ptr<Optimizer> DeviceCountOptimizer(int which, const Tensor& p, double fused) {
+  if (which == 0) return std::make_unique<AdamW>(std::vector<Tensor>{p}, Options{{"lr", 0.05}, {"fused", fused}});
+  return std::make_unique<RMSprop>(std::vector<Tensor>{p},
+                                   Options{{"lr", 0.01}, {"centered", 1.0}, {"momentum", 0.5}, {"fused", fused}});
+}
+
 TEST(FusedOptimTest, AParameterMovingBetweenPathsKeepsItsStepCount) {
-  manual_seed(4);
-  const Tensor start = randn({6, 5});
-  Tensor a = start.clone().requires_grad_(), b = start.clone().requires_grad_();
-  Adam mixed({a}, {{"lr", 0.05}}), plain({b}, {{"lr", 0.05}, {"fused", 0.0}});
-  for (int t = 1; t <= 7; ++t) {
-    const Tensor g = randn({5, 6}).t();  // strided
-    a.set_grad(t % 3 == 0 ? g : g.contiguous());
-    b.set_grad(g.contiguous());
-    mixed.step();
-    plain.step();
-    EXPECT_EQ(mixed.state_dict().params.at(0).step, t);
+  for (int which : {0, 1}) {
+    manual_seed(4);
+    const Tensor start = randn({6, 5});
+    Tensor a = start.clone().requires_grad_(), b = start.clone().requires_grad_();
+    const auto mixed = DeviceCountOptimizer(which, a, 1.0), plain = DeviceCountOptimizer(which, b, 0.0);
+    SCOPED_TRACE(mixed->name());
+    for (int t = 1; t <= 7; ++t) {
+      const Tensor g = randn({5, 6}).t();  // strided
+      a.set_grad(t % 3 == 0 ? g : g.contiguous());
+      b.set_grad(g.contiguous());
+      mixed->step();
+      plain->step();
+      EXPECT_EQ(mixed->state_dict().params.at(0).step, t);
+    }
+    EXPECT_TRUE(allclose(a.detach(), b.detach(), 1e-6, 1e-7));
   }
-  EXPECT_TRUE(allclose(a.detach(), b.detach(), 1e-6, 1e-7));
 }
 
 // A checkpoint taken with the count on the device resumes bitwise.
-TEST(FusedOptimTest, AdamResumesBitwiseFromADeviceCount) {
-  manual_seed(5);
-  const Tensor start = randn({64});
-  std::vector<Tensor> grads;
-  for (int t = 0; t < 8; ++t) grads.push_back(randn({64}));
-  Tensor a = start.clone().requires_grad_();
-  AdamW whole({a}, {{"lr", 0.01}});
-  for (const Tensor& g : grads) {
-    a.set_grad(g);
-    whole.step();
-  }
-  Tensor b = start.clone().requires_grad_();
-  OptimizerState saved;
-  {
-    AdamW first({b}, {{"lr", 0.01}});
-    for (int t = 0; t < 5; ++t) {
-      b.set_grad(grads[static_cast<size_t>(t)]);
-      first.step();
+TEST(FusedOptimTest, ResumesBitwiseFromADeviceCount) {
+  for (int which : {0, 1}) {
+    manual_seed(5);
+    const Tensor start = randn({64});
+    std::vector<Tensor> grads;
+    for (int t = 0; t < 8; ++t) grads.push_back(randn({64}));
+    Tensor a = start.clone().requires_grad_();
+    const auto whole = DeviceCountOptimizer(which, a, 1.0);
+    SCOPED_TRACE(whole->name());
+    for (const Tensor& g : grads) {
+      a.set_grad(g);
+      whole->step();
     }
-    saved = first.state_dict();
+    Tensor b = start.clone().requires_grad_();
+    OptimizerState saved;
+    {
+      const auto first = DeviceCountOptimizer(which, b, 1.0);
+      for (int t = 0; t < 5; ++t) {
+        b.set_grad(grads[static_cast<size_t>(t)]);
+        first->step();
+      }
+      saved = first->state_dict();
+    }
+    EXPECT_EQ(saved.params.at(0).step, 5);
+    const auto resumed = DeviceCountOptimizer(which, b, 1.0);
+    resumed->load_state_dict(saved);
+    for (size_t t = 5; t < grads.size(); ++t) {
+      b.set_grad(grads[t]);
+      resumed->step();
+    }
+    EXPECT_TRUE(equal(a.detach(), b.detach()));
+    EXPECT_EQ(resumed->state_dict().params.at(0).step, 8);
   }
-  EXPECT_EQ(saved.params.at(0).step, 5);
-  AdamW resumed({b}, {{"lr", 0.01}});
-  resumed.load_state_dict(saved);
-  for (size_t t = 5; t < grads.size(); ++t) {
-    b.set_grad(grads[t]);
-    resumed.step();
-  }
-  EXPECT_TRUE(equal(a.detach(), b.detach()));
-  EXPECT_EQ(resumed.state_dict().params.at(0).step, 8);
 }
 
 TEST(FusedOptimTest, StepCountListsAreChecked) {
@@ -355,6 +405,17 @@ TEST(FusedOptimTest, FusedCallsRejectMismatchedLists) {
   EXPECT_THAT(ErrorOf([&] { fused_sgd_({zeros({4}, kFloat16)}, {zeros({4}, kFloat16)}, {}, a); }),
               HasSubstr("to be float32 or float64"));
   EXPECT_THAT(ErrorOf([&] { fused_adam_({p}, {g}, {m}, {m}, {}, a); }), HasSubstr("the same memory appears twice"));
+  const Tensor count = zeros({3}, kFloat64);
+  EXPECT_THAT(ErrorOf([&] { fused_rmsprop_({p}, {g}, {m}, {v}, {}, {count}, a); }),
+              HasSubstr("grad_avgs given without centered"));
+  EXPECT_THAT(ErrorOf([&] { fused_rmsprop_({p}, {g}, {m}, {}, {v}, {count}, a); }),
+              HasSubstr("momentum buffers given with momentum 0"));
+  a.centered = true;
+  EXPECT_THAT(ErrorOf([&] { fused_rmsprop_({p}, {g}, {m}, {}, {}, {count}, a); }),
+              HasSubstr("expected 1 grad_avgs (one per parameter), got 0"));
+  EXPECT_THAT(ErrorOf([&] { fused_rmsprop_({p}, {g}, {m}, {v}, {}, {}, a); }),
+              HasSubstr("expected 1 step_counts (one per parameter), got 0"));
+  EXPECT_EQ(count._version(), 0u);
   // Nothing was written by a refused call.
   EXPECT_EQ(p._version(), 0u);
   EXPECT_FALSE(fused_step_supported(p, strided));

@@ -46,13 +46,13 @@ TEST(GradScaler, FollowsPyTorchsUpdateRuleOverAScriptedSeries) {
   EXPECT_EQ(scaler.skipped_steps(), 3);
 }
 
-// The same series through every optimizer path: SGD, Adam and AdamW fused (the flag decided
-// inside the kernel; Adam's step count on the device), SGD and Adam per-tensor, SGD with
-// momentum and dampening, RMSprop (the host decides): each skips exactly the infinite steps,
-// and Adam's count is that of the steps taken.
+// The same series through every optimizer path: SGD, Adam, AdamW and RMSprop fused (the flag
+// decided inside the kernel; Adam's and RMSprop's step counts on the device), SGD, Adam and
+// RMSprop per-tensor (the host decides), SGD with momentum and dampening, RMSprop centered with
+// momentum: each skips exactly the infinite steps, and the counts are those of the steps taken.
 TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
   const std::string series = "IFIFFIIF";  // the first step infinite: new momentum buffers skipped too
-  for (int path = 0; path < 7; ++path) {
+  for (int path = 0; path < 9; ++path) {
     auto make = [path](const Tensor& param) -> std::unique_ptr<Optimizer> {
       const std::vector<Tensor> ps{param};
       if (path == 0) return std::make_unique<SGD>(ps, Options{{"lr", 0.1}, {"momentum", 0.9}});
@@ -61,7 +61,9 @@ TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
       if (path == 3) return std::make_unique<Adam>(ps, Options{{"lr", 0.1}});
       if (path == 4) return std::make_unique<Adam>(ps, Options{{"lr", 0.1}, {"fused", 0.0}});
       if (path == 5) return std::make_unique<AdamW>(ps, Options{{"lr", 0.1}, {"amsgrad", 1.0}});
-      return std::make_unique<RMSprop>(ps, Options{{"lr", 0.1}});
+      if (path == 6) return std::make_unique<RMSprop>(ps, Options{{"lr", 0.1}});
+      if (path == 7) return std::make_unique<RMSprop>(ps, Options{{"lr", 0.1}, {"fused", 0.0}});
+      return std::make_unique<RMSprop>(ps, Options{{"lr", 0.1}, {"centered", 1.0}, {"momentum", 0.9}});
     };
     Tensor p = tensor({1.0, -2.0}).requires_grad_();
     const std::unique_ptr<Optimizer> opt = make(p);
@@ -89,21 +91,23 @@ TEST(GradScaler, EveryOptimizerPathSkipsTheSameSteps) {
 }
 
 // No host read per step: 100 scaled steps (unscale, clipping by norm, step, update; every 7th
-// gradient infinite) of fused SGD with momentum, Adam and AdamW with AMSGrad read nothing back
-// until the metrics are asked for. RMSprop has no fused kernel: it reads the flag once a step.
+// gradient infinite) of fused SGD with momentum, Adam, AdamW with AMSGrad and RMSprop read
+// nothing back until the metrics are asked for. The per-tensor path (fused 0) reads the flag
+// once a step: what the count sees.
 TEST(GradScaler, AScaledLoopMakesNoHostReadPerStep) {
   manual_seed(0);
   const Tensor w0 = randn({8, 4}), b0 = zeros({8});
   const Tensor x = randn({16, 4}), target = randn({16, 8});
   const Tensor inf = full({}, INFINITY), one = full({}, 1.0);
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < 5; ++which) {
     Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
     std::unique_ptr<Optimizer> opt;
     if (which == 0) opt = std::make_unique<SGD>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}, {"momentum", 0.9}});
     if (which == 1) opt = std::make_unique<Adam>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}});
     if (which == 2) opt = std::make_unique<AdamW>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}, {"amsgrad", 1.0}});
     if (which == 3) opt = std::make_unique<RMSprop>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}});
-    SCOPED_TRACE(opt->name());
+    if (which == 4) opt = std::make_unique<RMSprop>(std::vector<Tensor>{w, b}, Options{{"lr", 0.01}, {"fused", 0.0}});
+    SCOPED_TRACE(opt->name() + " #" + std::to_string(which));
     GradScaler scaler({.init_scale = 1024.0, .growth_interval = 10});
     const int64_t before = host_value_reads();
     for (int i = 0; i < 100; ++i) {
@@ -115,7 +119,7 @@ TEST(GradScaler, AScaledLoopMakesNoHostReadPerStep) {
       scaler.step(*opt);
       scaler.update();
     }
-    EXPECT_EQ(host_value_reads() - before, which == 3 ? 100 : 0) << "host reads in 100 scaled steps";
+    EXPECT_EQ(host_value_reads() - before, which == 4 ? 100 : 0) << "host reads in 100 scaled steps";
     EXPECT_EQ(scaler.skipped_steps(), 14);  // i = 3, 10, ..., 94
     EXPECT_TRUE(isfinite(w).all().item<bool>());
     if (which != 0) {

@@ -1,4 +1,4 @@
-// Fused optimizer steps on the CPU (the SgdStep / AdamStep rows): every element of every
+// Fused optimizer steps on the CPU (the SgdStep / AdamStep / RmspropStep rows): every element of every
 // parameter is read and written once, with the shared per-element math of
 // core/ops/optimizer_step.h. The lists are walked as one long range split across the pool, so
 // a model of many small tensors and one of a few large ones both use every thread.
@@ -114,13 +114,50 @@ void AdamStep(const KernelCall& c) {
       f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
+// Lists: params, grads, square averages, then grad averages (centered) and momentum buffers
+// (momentum > 0); then one float64 [3] step count per parameter, advanced here, serially; then
+// (optionally) the flag.
+template <typename T>
+void RmspropStep(const KernelCall& c) {
+  const OptimizerStepArgs& a = c.attrs.get<OptimizerStepArgs>();
+  if (SkippedByFoundInf(c)) return;
+  const auto f = fn::RmspropStepF<T>::make(a);
+  const size_t num_lists = 3 + (f.centered ? 1 : 0) + (f.has_momentum ? 1 : 0);
+  const Lists<T> l(c, num_lists + (a.device_step_counts ? 1 : 0));
+  if (a.device_step_counts) {
+    const size_t n = l.n;
+    for (size_t i = 0; i < n; ++i) fn::PlainStepCount{}.advance(c.inputs[n * num_lists + i].data_ptr<double>());
+  }
+  const size_t buf_list = f.centered ? 4 : 3;
+  fn::dispatch_flags(
+      [&]<bool kWd, bool kCentered, bool kMomentum>() {
+        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
+          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+            T* __restrict p = l.ptr(0, i);
+            const T* __restrict g = l.ptr(1, i);
+            T* __restrict sq = l.ptr(2, i);
+            T* __restrict ga = kCentered ? l.ptr(3, i) : nullptr;
+            T* __restrict buf = kMomentum ? l.ptr(buf_list, i) : nullptr;
+            for (int64_t j = lo; j < hi; ++j)
+              f.template step<kWd, kCentered, kMomentum>(p[j], g[j], sq[j], kCentered ? ga + j : nullptr,
+                                                         kMomentum ? buf + j : nullptr);
+          });
+        });
+      },
+      f.has_weight_decay, f.centered, f.has_momentum);
+}
+
 // The rows take float32 or float64 lists (ops/foreach.cc checks).
 void SgdKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? SgdStep<double>(c) : SgdStep<float>(c); }
 void AdamKernel(const KernelCall& c) { c.inputs[0].dtype() == kFloat64 ? AdamStep<double>(c) : AdamStep<float>(c); }
+void RmspropKernel(const KernelCall& c) {
+  c.inputs[0].dtype() == kFloat64 ? RmspropStep<double>(c) : RmspropStep<float>(c);
+}
 
 }  // namespace
 
 ANVIL_KERNEL_SLOT(SgdStep, SgdKernel)
 ANVIL_KERNEL_SLOT(AdamStep, AdamKernel)
+ANVIL_KERNEL_SLOT(RmspropStep, RmspropKernel)
 
 }  // namespace anvil::cpu
