@@ -125,7 +125,14 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, Options defaults)
                                                   {"momentum", 0.0},
                                                   {"centered", 0.0},
                                                   {"fused", 1.0}},
-                                                 defaults, "RMSprop")) {}
+                                                 defaults, "RMSprop")) {
+  // PyTorch's checks: each of these must be >= 0 (a negative alpha or momentum diverges).
+  for (const auto& g : param_groups()) {
+    for (const char* key : {"alpha", "eps", "momentum", "weight_decay"}) {
+      ANVIL_CHECK(g.options.at(key) >= 0.0, "RMSprop: expected ", key, " >= 0, got ", g.options.at(key));
+    }
+  }
+}
 
 void RMSprop::step() { Step(nullptr); }
 

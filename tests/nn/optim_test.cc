@@ -96,6 +96,24 @@ TEST(OptimTest, RmspropCenteredWithMomentumMatchesTheRule) {
   }
 }
 
+// PyTorch refuses a negative alpha, eps, momentum or weight decay ("Invalid alpha value"): so
+// does RMSprop here, naming the option, for the defaults and for a group's own value.
+TEST(OptimTest, RmspropRefusesNegativeHyperParameters) {
+  Tensor p = tensor(kStart).requires_grad_();
+  for (const char* key : {"alpha", "eps", "momentum", "weight_decay"}) {
+    EXPECT_THAT(ErrorOf([&] {
+                  RMSprop({p}, {{key, -0.5}});
+                }),
+                HasSubstr(std::string("RMSprop: expected ") + key + " >= 0, got -0.5"));
+  }
+  Tensor q = tensor(kStart).requires_grad_();
+  EXPECT_THAT(ErrorOf([&] {
+                RMSprop({ParamGroup{{p}, {}}, ParamGroup{{q}, {{"momentum", -1.0}}}}, {});
+              }),
+              HasSubstr("expected momentum >= 0, got -1"));
+  EXPECT_NO_THROW(RMSprop({p}, {{"alpha", 0.0}, {"momentum", 0.0}, {"eps", 0.0}}));
+}
+
 TEST(OptimTest, GroupsOptionsAndStateDict) {
   Tensor a = tensor(kStart).requires_grad_(), b = tensor(kStart).requires_grad_();
   SGD opt(std::vector<ParamGroup>{{{a}, {{"lr", 0.1}}}, {{b}, {{"lr", 0.01}}}}, {{"momentum", 0.9}});
