@@ -43,7 +43,11 @@ double BestGflops(double flop_per_iter, Step step) {
   return best;
 }
 
-__attribute__((target("avx512f,fma"), noinline)) inline float FmaChains() {
+// kChains independent chains of float32 FMAs (kBf16 false) or of bfloat16 pair dots. The
+// target names both instruction sets; the FMA instance contains no bfloat16 instruction, so it
+// runs on any AVX-512F core.
+template <bool kBf16>
+__attribute__((target("avx512f,fma,avx512bf16"), noinline)) float Chains() {
   __m512 acc[kChains];
 #pragma GCC unroll 12
   for (auto& x : acc) {
@@ -54,27 +58,14 @@ __attribute__((target("avx512f,fma"), noinline)) inline float FmaChains() {
   const __m512 b = _mm512_set1_ps(1e-9f);
   for (long it = 0; it < kIters; ++it) {
 #pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_fmadd_ps(a, b, x);
+    for (auto& x : acc) {
+      if constexpr (kBf16) {
+        x = _mm512_dpbf16_ps(x, (__m512bh)a, (__m512bh)b);
+      } else {
+        x = _mm512_fmadd_ps(a, b, x);
+      }
+    }
     asm volatile("" : "+v"(a));  // keeps the loop from being folded
-  }
-  float sum = 0;
-  for (const auto& x : acc) sum += _mm512_reduce_add_ps(x);
-  return sum;
-}
-
-__attribute__((target("avx512f,avx512bf16"), noinline)) inline float DotChains() {
-  __m512 acc[kChains];
-#pragma GCC unroll 12
-  for (auto& x : acc) {
-    x = _mm512_setzero_ps();
-    asm volatile("" : "+v"(x));  // opaque starts: identical chains would be merged into one
-  }
-  __m512i a = _mm512_set1_epi16(0x3f80);
-  const __m512i b = _mm512_set1_epi16(0x0001);
-  for (long it = 0; it < kIters; ++it) {
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_dpbf16_ps(x, (__m512bh)a, (__m512bh)b);
-    asm volatile("" : "+v"(a));
   }
   float sum = 0;
   for (const auto& x : acc) sum += _mm512_reduce_add_ps(x);
@@ -89,10 +80,12 @@ inline CorePeak MeasureCorePeak() {
   const CpuFeatures& f = cpu_features();
   volatile float sink = 0;
   if (f.avx512f) {
-    p.fp32_fma = peak_detail::BestGflops(peak_detail::kChains * 32.0, [&] { sink = sink + peak_detail::FmaChains(); });
+    p.fp32_fma =
+        peak_detail::BestGflops(peak_detail::kChains * 32.0, [&] { sink = sink + peak_detail::Chains<false>(); });
   }
   if (f.avx512f && f.avx512_bf16) {
-    p.bf16_dot = peak_detail::BestGflops(peak_detail::kChains * 64.0, [&] { sink = sink + peak_detail::DotChains(); });
+    p.bf16_dot =
+        peak_detail::BestGflops(peak_detail::kChains * 64.0, [&] { sink = sink + peak_detail::Chains<true>(); });
   }
   return p;
 }

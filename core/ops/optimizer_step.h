@@ -137,6 +137,11 @@ struct RmspropStepF {
             a.momentum > 0.0};
   }
 
+  // The kernels' lists: params, grads, square averages, then grad averages (centered) and
+  // momentum buffers (momentum > 0).
+  int num_lists() const { return 3 + (centered ? 1 : 0) + (has_momentum ? 1 : 0); }
+  int momentum_list() const { return centered ? 4 : 3; }
+
   // grad_avg is not touched unless centered, buf without momentum. The per-tensor ops, in
   // order: sq.mul_(alpha).addcmul_(g, g, 1 - alpha); grad_avg.lerp_(g, 1 - alpha);
   // avg = sqrt(sq - grad_avg^2) + eps; buf.mul_(momentum).addcdiv_(g, avg); p.add_(buf, -lr).

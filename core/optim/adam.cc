@@ -165,14 +165,8 @@ void RMSprop::Step(const Tensor* found_inf) {
             s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
           }
           // Lists: params, grads, square averages, grad averages, momentum buffers, counts
-          // (the unused ones stay empty).
-          FusedBucket& b = buckets.bucket_for(p, 0);
-          b.lists[0].push_back(p);
-          b.lists[1].push_back(g);
-          b.lists[2].push_back(sq);
-          if (ga.defined()) b.lists[3].push_back(ga);
-          if (buf.defined()) b.lists[4].push_back(buf);
-          b.lists[5].push_back(s.device_step);
+          // (add() leaves the lists of undefined tensors empty).
+          buckets.bucket_for(p, 0).add(p, g, sq, ga, buf, s.device_step);
           continue;
         }
       }
@@ -197,15 +191,15 @@ void RMSprop::Step(const Tensor* found_inf) {
         p.addcdiv_(g, avg, -lr);
       }
     }
+    if (flag.skipped_on_host()) continue;
+    OptimizerStepArgs a;
+    a.lr = lr;
+    a.weight_decay = wd;
+    a.alpha = alpha;
+    a.eps = eps;
+    a.momentum = momentum;
+    a.centered = centered;
     for (const FusedBucket& b : buckets) {
-      if (flag.skipped_on_host()) continue;
-      OptimizerStepArgs a;
-      a.lr = lr;
-      a.weight_decay = wd;
-      a.alpha = alpha;
-      a.eps = eps;
-      a.momentum = momentum;
-      a.centered = centered;
       fused_rmsprop_(b.lists[0], b.lists[1], b.lists[2], b.lists[3], b.lists[4], b.lists[5], a, flag.device_gate());
     }
   }

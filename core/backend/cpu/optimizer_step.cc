@@ -1,5 +1,5 @@
-// Fused optimizer steps on the CPU (the SgdStep / AdamStep / RmspropStep rows): every element of every
-// parameter is read and written once, with the shared per-element math of
+// Fused optimizer steps on the CPU (the SgdStep / AdamStep / RmspropStep rows): every element
+// of every parameter is read and written once, with the shared per-element math of
 // core/ops/optimizer_step.h. The lists are walked as one long range split across the pool, so
 // a model of many small tensors and one of a few large ones both use every thread.
 #include "core/ops/optimizer_step.h"
@@ -114,21 +114,20 @@ void AdamStep(const KernelCall& c) {
       f.has_weight_decay, f.decoupled, f.amsgrad);
 }
 
-// Lists: params, grads, square averages, then grad averages (centered) and momentum buffers
-// (momentum > 0); then one float64 [3] step count per parameter, advanced here, serially; then
-// (optionally) the flag.
+// The lists (fn::RmspropStepF::num_lists), then one float64 [3] step count per parameter,
+// advanced here, serially, then (optionally) the flag.
 template <typename T>
 void RmspropStep(const KernelCall& c) {
   const OptimizerStepArgs& a = c.attrs.get<OptimizerStepArgs>();
   if (SkippedByFoundInf(c)) return;
   const auto f = fn::RmspropStepF<T>::make(a);
-  const size_t num_lists = 3 + (f.centered ? 1 : 0) + (f.has_momentum ? 1 : 0);
+  const size_t num_lists = static_cast<size_t>(f.num_lists());
   const Lists<T> l(c, num_lists + (a.device_step_counts ? 1 : 0));
   if (a.device_step_counts) {
     const size_t n = l.n;
     for (size_t i = 0; i < n; ++i) fn::PlainStepCount{}.advance(c.inputs[n * num_lists + i].data_ptr<double>());
   }
-  const size_t buf_list = f.centered ? 4 : 3;
+  const size_t buf_list = static_cast<size_t>(f.momentum_list());
   fn::dispatch_flags(
       [&]<bool kWd, bool kCentered, bool kMomentum>() {
         parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {

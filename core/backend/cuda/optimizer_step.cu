@@ -40,8 +40,7 @@ struct AdamBody {
   }
 };
 
-// Lists: params, grads, square averages, then grad averages (kCentered) and momentum buffers
-// (kMomentum).
+// The lists: fn::RmspropStepF::num_lists (the flags are compile-time here).
 template <typename T, bool kWd, bool kCentered, bool kMomentum>
 struct RmspropBody {
   fn::RmspropStepF<T> f;
@@ -118,8 +117,7 @@ void Rmsprop(const KernelCall& c) {
   std::vector<Tensor> lists(c.inputs.begin(), c.inputs.end() - (a.skip_if_found_inf ? 1 : 0));
   if (a.device_step_counts) {
     // The counts are not read by the update: they go in a launch of their own and leave the lists.
-    const size_t num_lists = 3 + (f.centered ? 1 : 0) + (f.has_momentum ? 1 : 0);
-    const size_t n = lists.size() / (num_lists + 1);
+    const size_t n = lists.size() / static_cast<size_t>(f.num_lists() + 1);
     const std::vector<Tensor> counts(lists.end() - static_cast<std::ptrdiff_t>(n), lists.end());
     MultiTensorApply<1>(counts, device, AdvanceBody<fn::PlainStepCount>{fn::PlainStepCount{}, found_inf});
     lists.resize(lists.size() - n);
