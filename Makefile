@@ -1,15 +1,20 @@
 # Anvil's two commands: `make demo` and `make test`. Each installs what it needs first.
 SHELL := /bin/bash
 BUILD_DIR ?= build
-ASAN_DIR  ?= build-asan
+SAN_DIR   ?= build-sanitize
 TSAN_DIR  ?= build-tsan
-FUZZ_DIR  ?= build-fuzz
 IMAGE_DIR ?= build-image
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= $(JOBS)
 DATA_DIR  ?= data
 JOBS      ?= $(shell nproc)
+# One compiler cache for every tree of this project on the machine (a clean clone compiles from
+# the cache its developer's trees left): paths under the tree are hashed relative to it, and the
+# build folder's own path is not hashed (hash_dir false; the cost: an object's DW_AT_comp_dir
+# may name the tree that first compiled it). docs/ci.md.
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: all deps deps-test deps-fuzz deps-lint deps-bench deps-image data peers bench-peers build test test-asan test-tsan fuzz \
   soak test-image demo bench format format-check clean
@@ -64,22 +69,29 @@ test: deps-test build data peers
 soak: deps-test build data
 	cd $(BUILD_DIR) && ctest --output-on-failure -L soak
 
+# One clang 14 build serves the sanitized tests and the fuzz targets: AddressSanitizer + UBSan at
+# -O1 (the usual level: -O0 made the tests several times slower) with libFuzzer's coverage in
+# every library (-fsanitize=fuzzer-no-link, from ANVIL_BUILD_FUZZERS); the fuzz targets add the
+# fuzzer's main. No CUDA backend: the CUDA runtime is not instrumented. clang's thread-safety
+# analysis checks every annotated lock here (cmake/AnvilWarnings.cmake).
+$(SAN_DIR)/build.ninja:
+	cmake -S . -B $(SAN_DIR) -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+	  -DCMAKE_BUILD_TYPE=None -DCMAKE_C_FLAGS="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
+	  -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF -DANVIL_BUILD_EXAMPLES=OFF -DANVIL_BUILD_FUZZERS=ON \
+	  -DANVIL_WERROR=OFF
+
 # The engine, data, nn and service tests again under AddressSanitizer + UBSan (CI runs this
-# too), without the CUDA backend: the CUDA runtime is not instrumented. The "system" tests (the
-# real binaries, Prometheus, compose files) run in `make test`.
+# too). The "system" tests (the real binaries, Prometheus, compose files) run in `make test`.
 # The connection-flood test runs in `make test` and under ThreadSanitizer only: once the flood
 # fills the fd table, UBSan's vptr check (whose runtime needs fds of its own) reports every
 # dynamic type it meets as invalid.
-# intercept_tls_get_addr=0: GCC 12's runtime takes a dynamic TLS block (the dlopen'd oneDNN,
-# BLIS and OpenMP have them) that happens to start 16 bytes past a page for a glibc 2.19 header,
-# reads garbage as its bounds, and LeakSanitizer's tracer dies at exit (later runtimes check
-# the glibc version first).
-test-asan: deps-test data
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF \
-	  -DANVIL_BUILD_EXAMPLES=OFF
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_conformance_tests \
+# intercept_tls_get_addr=0: a sanitizer runtime's __tls_get_addr interceptor can read a dynamic
+# TLS block of the dlopen'd oneDNN, BLIS and OpenMP that starts 16 bytes past a page as a glibc
+# 2.19 header, take garbage for its bounds, and LeakSanitizer's tracer dies at exit.
+test-asan: deps-test deps-fuzz data $(SAN_DIR)/build.ninja
+	cmake --build $(SAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_conformance_tests \
 	  anvil_onnx_tests anvil_server_tests anvil_fault_tests anvild anvil anvil_python_stubs
-	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|onnx|server|fault' -E anvil_connection_flood_test --timeout 900
 
 # ThreadSanitizer over the data pipeline (the DataLoader is where threads meet) and the service
@@ -93,18 +105,14 @@ test-tsan: deps-test data
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -L 'data|server|fault' --timeout 900
 
-# libFuzzer (clang 14, ASan + UBSan) over every parser of untrusted input: the wire tensors,
-# job and model specs, safetensors, model archives, CSV and IDX; FUZZ_SECONDS each (CI: 60),
-# from the seed corpora in fuzz/corpus. A finding fails the target (reproducer in
-# $(FUZZ_DIR)/findings/).
-fuzz: deps-fuzz
-	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-	  -DCMAKE_BUILD_TYPE=None -DCMAKE_C_FLAGS="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
-	  -DANVIL_SANITIZE=address,undefined -DANVIL_CUDA=OFF -DANVIL_BUILD_TESTS=OFF -DANVIL_BUILD_EXAMPLES=OFF \
-	  -DANVIL_BUILD_FUZZERS=ON -DANVIL_WERROR=OFF
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_job_spec fuzz_model_spec fuzz_safetensors \
+# libFuzzer (the sanitizer build above) over every parser of untrusted input: the wire tensors,
+# job and model specs, safetensors, model archives, CSV, IDX and ONNX; FUZZ_SECONDS each (CI:
+# 60), FUZZ_JOBS at a time (one core each), from the seed corpora in fuzz/corpus. A finding fails
+# the target (reproducer in $(SAN_DIR)/findings/).
+fuzz: deps-fuzz $(SAN_DIR)/build.ninja
+	cmake --build $(SAN_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_job_spec fuzz_model_spec fuzz_safetensors \
 	  fuzz_model_archive fuzz_csv fuzz_idx fuzz_onnx_import
-	scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+	scripts/run-fuzzers.sh $(SAN_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS)
 
 # The container image as a user would use it, without a Docker engine (scripts/test-image.sh; CI
 # runs it): a Debian 12 base made with debootstrap (cached in $(IMAGE_DIR)/base), the Dockerfile
@@ -136,4 +144,4 @@ format-check: deps-lint
 	scripts/check-format.sh
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) build-bench $(IMAGE_DIR)
+	rm -rf $(BUILD_DIR) $(SAN_DIR) $(TSAN_DIR) build-bench $(IMAGE_DIR)

@@ -3,7 +3,7 @@
 #   install-deps.sh build   packages to build Anvil (the Dockerfile's builder uses this)
 #   install-deps.sh test    plus the tests' peers: Prometheus (promtool and a real server),
 #                           docker-compose (validates the compose files), Python gRPC,
-#                           Chromium (loads the status page headless)
+#                           Chromium (loads the status page headless), PostgreSQL 15
 #   install-deps.sh bench   plus the benchmark peers (libtorch is large: kept out of `build`;
 #                           libb64 for perf_analyzer, bench/kserve_perf_analyzer.sh)
 #   install-deps.sh fuzz    plus clang 14 and its libFuzzer/sanitizer runtimes (make fuzz)
@@ -18,7 +18,12 @@ build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 lib
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
             prometheus-cpp-dev libcpp-httplib-dev libabsl-dev libonnx-dev libopencv-dnn-dev)
-test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl)
+# postgresql-15: the server binaries the tests start themselves in temporary folders
+# (tests/fixtures/postgres_server.h; the package's own cluster is never used); libpq-dev,
+# libpqxx-dev, libgloo-dev and iproute2 (network namespaces): for the replica and multi-process
+# tests.
+test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl postgresql-15 libpq-dev
+           libpqxx-dev libgloo-dev iproute2)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil libb64-0d)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)
 lint_pkgs=(clang-format-14)

@@ -162,11 +162,20 @@ if findmnt -rn -o TARGET | grep -q "^${work}/"; then
   die "something is mounted beneath ${work}: $(findmnt -rn -o TARGET | grep "^${work}/" | tr '\n' ' ')"
 fi
 
-mkdir -p "${work}/base"
+# What outlives a work folder (a clean clone starts warm): the base root file systems, remade
+# after a week so they follow Debian's updates, and buildah's RUN --mount=type=cache folders (the
+# Dockerfile's compiler cache), which buildah keeps in $TMPDIR/buildah-cache (1.28, Debian 12's;
+# later releases add -$UID).
+cache="${ANVIL_IMAGE_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/anvil-image}"
+base="${cache}/base"
+mkdir -p "${base}" "${cache}/buildah-cache"
+find "${base}" -maxdepth 1 -name '*.tar' -mtime +7 -delete
 export TMPDIR="${work}/tmp"
 rm -rf "${work}/storage" "${work}/run" "${TMPDIR}"
 rm -f "${work}"/{build,anvild,submit}.log "${work}"/image.{env,entrypoint,healthcheck} "${work}"/{hosts,hostname}
 mkdir -p "${TMPDIR}"
+ln -s "${cache}/buildah-cache" "${TMPDIR}/buildah-cache"
+ln -s "${cache}/buildah-cache" "${TMPDIR}/buildah-cache-$(id -u)"
 # buildah as root keeps a blob-info cache in /var/lib/containers/cache whatever --root says:
 # each buildah runs in a mount namespace of its own where that directory is WORK_DIR/containers
 # (the empty mount point is removed at the end if this made it).
@@ -189,7 +198,7 @@ cleanup() {
     rm -rf "${work}/storage" "${work}/run" "${TMPDIR}"
   fi
   [[ ${made_varlib} -eq 1 ]] && rmdir /var/lib/containers 2> /dev/null
-  [[ ${rc} -eq 0 ]] || echo "test-image: FAILED (exit ${rc}); the base tarballs stay in ${work}/base" >&2
+  [[ ${rc} -eq 0 ]] || echo "test-image: FAILED (exit ${rc}); the base tarballs stay in ${base}" >&2
   exit ${rc}
 }
 trap cleanup EXIT
@@ -219,18 +228,18 @@ mirror="${mirror:-http://deb.debian.org/debian}"
 security="${DEBIAN_SECURITY_MIRROR:-$(apt_uri 'bookworm-security|stable-security')}"
 security="${security:-http://deb.debian.org/debian-security}"
 
-full_tar="${work}/base/bookworm.tar"
-slim_tar="${work}/base/bookworm-slim.tar"
+full_tar="${base}/bookworm.tar"
+slim_tar="${base}/bookworm-slim.tar"
 t0=${SECONDS}
 if [[ -f "${full_tar}" && -f "${slim_tar}" ]]; then
-  echo "== base root file systems: cached in ${work}/base"
+  echo "== base root file systems: cached in ${base}"
   base_note="cached"
 else
   echo "== debootstrap --variant=minbase bookworm from ${mirror} (a minute or two; cached afterwards)"
-  rootfs="${work:?}/base/rootfs"
+  rootfs="${base:?}/rootfs"
   rm -rf "${rootfs}"
-  debootstrap --variant=minbase bookworm "${rootfs}" "${mirror}" > "${work}/base/debootstrap.log" 2>&1 \
-    || { tail -n 30 "${work}/base/debootstrap.log" >&2; die "debootstrap failed (log: ${work}/base/debootstrap.log)"; }
+  debootstrap --variant=minbase bookworm "${rootfs}" "${mirror}" > "${base}/debootstrap.log" 2>&1 \
+    || { tail -n 30 "${base}/debootstrap.log" >&2; die "debootstrap failed (log: ${base}/debootstrap.log)"; }
   # What the official images carry (debuerreotype): deb822 sources with updates and security,
   # apt that cleans up after itself, no services started by package scripts, empty apt lists.
   rm -f "${rootfs}/etc/apt/sources.list"
@@ -290,7 +299,7 @@ EOF
 fi
 for variant in bookworm bookworm-slim; do
   c=$("${B[@]}" from scratch)
-  "${B[@]}" add --quiet "${c}" "${work}/base/${variant}.tar" / > /dev/null
+  "${B[@]}" add --quiet "${c}" "${base}/${variant}.tar" / > /dev/null
   "${B[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd bash \
     --os linux --arch "$(dpkg --print-architecture)" "${c}"
   "${B[@]}" commit --quiet --format docker --rm "${c}" "docker.io/library/debian:${variant}" > /dev/null

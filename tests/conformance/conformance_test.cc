@@ -14,6 +14,7 @@
 
 #include "core/ops/op_trace.h"
 #include "tests/conformance/bindings.h"
+#include "tests/paths.h"
 
 namespace anvil::conformance {
 namespace {
@@ -67,7 +68,7 @@ const std::map<std::string, std::string>& UnreachableRows() {
 
 std::string Dir() {
   const char* env = std::getenv("ANVIL_CONFORMANCE_DIR");
-  return env != nullptr && *env != '\0' ? env : ANVIL_CONFORMANCE_GOLDEN_DIR;
+  return env != nullptr && *env != '\0' ? std::string(env) : anvil::test::SourceDir() + "/tests/conformance/golden";
 }
 
 struct GoldenFile {

@@ -14,6 +14,7 @@
 #include "core/anvil.h"
 #include "core/util/file.h"
 #include "tests/core/test_util.h"
+#include "tests/paths.h"
 
 namespace anvil::io {
 namespace {
@@ -108,7 +109,7 @@ TEST(Safetensors, AtomicWriteLeavesNoTemporaryAndKeepsOldFileOnFailure) {
 // Interoperability with the reference implementation (Python safetensors + numpy), when the
 // test environment has them (`make test` installs them into .venv; skipped otherwise).
 TEST(Safetensors, InteroperatesWithTheReferenceImplementation) {
-  const std::string python = ANVIL_TEST_PYTHON;
+  const std::string python = anvil::test::PeerPython();
   if (!std::filesystem::exists(python) ||
       std::system((python + " -c 'import safetensors.numpy' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP() << "no Python with safetensors at " << python;

@@ -210,10 +210,16 @@ TEST(DataLoaderTest, PrefetchIsBoundedByWorkersTimesFactor) {
   DataLoader loader(ds, {.batch_size = 4, .num_workers = 2, .prefetch_factor = 2});
   auto first = loader.next();
   ASSERT_TRUE(first.has_value());
-  std::this_thread::sleep_for(200ms);  // a stalled consumer
-  // Batch 0 delivered; at most 2 * 2 further batches may be built ahead of the consumer.
-  EXPECT_LE(ds->gets.load(), (1 + 2 * 2) * 4);
-  EXPECT_GE(ds->gets.load(), 2 * 4);  // but prefetching did happen
+  // A stalled consumer: batch 0 delivered, the workers fill the 2 * 2 prefetch slots behind it
+  // (waited for by the count itself, however slow the machine) ...
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (ds->gets.load() < (1 + 2 * 2) * 4 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(ds->gets.load(), (1 + 2 * 2) * 4);
+  // ... and build nothing more: a grace period for a loader that overran its bound to show it.
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(ds->gets.load(), (1 + 2 * 2) * 4);
 }
 
 TEST(DataLoaderTest, WorkerExceptionCarriesSampleIndexAndMessage) {

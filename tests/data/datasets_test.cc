@@ -29,6 +29,7 @@
 #include "core/ops/functions.h"
 #include "core/util/error.h"
 #include "tests/core/test_util.h"
+#include "tests/paths.h"
 
 using namespace anvil::data;
 using namespace anvil::test;
@@ -572,7 +573,7 @@ using DigitsTest = TempFolderTest;
 std::string DigitsDir() {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("ANVIL_DATA_DIR"); env != nullptr && *env != '\0') dirs.push_back(env);
-  dirs.push_back(ANVIL_TEST_DATA_DIR);
+  dirs.push_back(anvil::test::TestDataDir());
   for (const std::string& d : dirs) {
     if (fs::is_regular_file(fs::path(d) / "digits.csv.gz")) return d;
   }
@@ -604,8 +605,8 @@ std::vector<std::vector<int>> ReadGzRows(const std::string& path) {
 TEST_F(DigitsTest, LoadsTheFetchedFile) {
   const std::string dir = DigitsDir();
   if (dir.empty()) {
-    GTEST_SKIP() << "digits.csv.gz not found in $ANVIL_DATA_DIR or " << ANVIL_TEST_DATA_DIR
-                 << "; fetch it with scripts/fetch-data.sh " << ANVIL_TEST_DATA_DIR << " (or make data)";
+    GTEST_SKIP() << "digits.csv.gz not found in $ANVIL_DATA_DIR or " << anvil::test::TestDataDir()
+                 << "; fetch it with scripts/fetch-data.sh " << anvil::test::TestDataDir() << " (or make data)";
   }
   const Digits ds(dir);
   ASSERT_EQ(ds.size(), 1797);

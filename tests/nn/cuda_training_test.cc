@@ -18,6 +18,7 @@
 #include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
 #include "core/train/trainer.h"
+#include "tests/paths.h"
 
 #if ANVIL_WITH_CUDA
 #include "core/backend/cuda/backend.h"
@@ -29,7 +30,7 @@ namespace {
 
 std::string DigitsDir() {
   if (const char* env = std::getenv("ANVIL_DATA_DIR")) return env;
-  return ANVIL_TEST_DATA_DIR;
+  return anvil::test::TestDataDir();
 }
 
 // Test accuracy of the lenet5 preset after `epochs` on `device` (same seed, same batches).

@@ -17,13 +17,14 @@
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
 #include "core/train/trainer.h"
+#include "tests/paths.h"
 
 namespace anvil::test {
 
 // The directory holding digits.csv.gz: $ANVIL_DATA_DIR, else the build's data directory.
 inline std::string DigitsDir() {
   if (const char* env = std::getenv("ANVIL_DATA_DIR")) return env;
-  return ANVIL_TEST_DATA_DIR;
+  return anvil::test::TestDataDir();
 }
 
 struct DigitsRun {

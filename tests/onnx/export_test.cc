@@ -16,6 +16,7 @@
 #include "core/anvil.h"
 #include "core/models/spec.h"
 #include "onnx/onnx_pb.h"
+#include "tests/paths.h"
 
 namespace anvil::onnx {
 namespace {
@@ -176,7 +177,7 @@ void WriteRaw(const std::string& path, const Tensor& t) {
 // error per case. Skips the test without the Python peers.
 std::vector<double> CompareWithOnnxRuntime(const Exported& e, const std::string& tag,
                                            const std::vector<IntArray>& shapes) {
-  const std::string python = ANVIL_TEST_PYTHON;
+  const std::string python = anvil::test::PeerPython();
   if (!std::filesystem::exists(python) ||
       std::system((python + " -c 'import onnxruntime, numpy' >/dev/null 2>&1").c_str()) != 0) {
     return {};
@@ -205,7 +206,8 @@ std::vector<double> CompareWithOnnxRuntime(const Exported& e, const std::string&
                                  {"output_shape", std::vector<int64_t>(y.sizes().begin(), y.sizes().end())}});
   }
   std::ofstream(dir + "/manifest.json") << manifest.dump();
-  const std::string cmd = python + " " + ANVIL_ONNXRUNTIME_SCRIPT + " " + dir + "/manifest.json 2>&1";
+  const std::string cmd =
+      python + " " + anvil::test::SourceDir() + "/tests/onnx/run_onnxruntime.py " + dir + "/manifest.json 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string text;
   char buf[512];
@@ -293,7 +295,7 @@ TEST_P(OnnxZoo, MatchesAnvilInOnnxRuntime) {
   const ZooCase& c = GetParam();
   const Exported e = Export(c.spec, c.options);
   const std::vector<double> errors = CompareWithOnnxRuntime(e, c.name, c.shapes);
-  if (errors.empty()) GTEST_SKIP() << "no Python with onnxruntime at " << ANVIL_TEST_PYTHON;
+  if (errors.empty()) GTEST_SKIP() << "no Python with onnxruntime at " << anvil::test::PeerPython();
   for (size_t i = 0; i < errors.size(); ++i) {
     EXPECT_LE(errors[i], 1e-4) << c.name << " at input shape " << shape_str(c.shapes[i]);
     std::printf("onnxruntime %s %s max_abs_error %.3g\n", c.name, shape_str(c.shapes[i]).c_str(), errors[i]);

@@ -14,6 +14,7 @@
 #include "core/models/spec.h"
 #include "core/nn/rnn.h"
 #include "onnx/onnx_pb.h"
+#include "tests/paths.h"
 
 namespace anvil::onnx {
 namespace {
@@ -147,7 +148,7 @@ Tensor ReadRaw(const std::string& path, IntArray shape) {
 }
 
 TEST(OnnxImport, FilesFromTheOnnxHelpersMatchOnnxRuntime) {
-  const std::string python = ANVIL_TEST_PYTHON;
+  const std::string python = anvil::test::PeerPython();
   if (!std::filesystem::exists(python) ||
       std::system((python + " -c 'import onnx, onnxruntime, numpy' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP() << "no Python with onnx and onnxruntime at " << python;

@@ -19,6 +19,7 @@
 #include "server/status.h"
 #include "server/store.h"
 #include "server/tokens.h"
+#include "tests/paths.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -33,6 +34,7 @@ class FaultTest : public ServerFixture {
   using ServerFixture::BlobsSpec;
   using ServerFixture::Stop;
   using ServerFixture::Submit;
+  using ServerFixture::WaitUntil;
 
  protected:
   // One unary call with hand-made wire bytes to `method` ("/anvil.v1.Serving/Predict").
@@ -216,7 +218,7 @@ TEST_F(FaultTest, PredictOnAModelStillTrainingIsFailedPrecondition) {
   EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr(job.id()));
   // Cancel answers how the job ended, not RUNNING.
-  while (Get(job.id()).state() != v1::RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).state() == v1::RUNNING; }));
   grpc::ClientContext ctx;
   v1::CancelJobRequest cancel;
   cancel.set_job_id(job.id());
@@ -288,7 +290,13 @@ TEST_F(FaultTest, InFlightPredictsFinishThroughTheDrain) {
       return Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp);
     }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The drain starts once the server holds all 30: each is queued or already answered, as the
+  // server's own counters say (queue depth, plus the rows its batches ran).
+  ASSERT_TRUE(WaitUntil([&] {
+    return MetricValue("anvil_predict_queue_depth{model=\"blobs-mlp\"}") +
+               MetricValue("anvil_predict_batch_rows_sum{model=\"blobs-mlp\"}") >=
+           30;
+  }));
   const auto t0 = std::chrono::steady_clock::now();
   server_->shutdown(std::chrono::seconds(5));
   const double drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -421,7 +429,7 @@ TEST_F(FaultTest, AJobTheServerDiesUnderIsResumedTwiceThenFailed) {
   v1::JobSpec spec = BlobsSpec(100000);
   spec.set_name("crasher");
   const v1::Job job = Submit(spec);
-  while (Get(job.id()).state() != v1::RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).state() == v1::RUNNING; }));
   Stop();
   // A process that died leaves its job RUNNING (a drain leaves INTERRUPTED): write that state,
   // as a crash would have left it, and start again, three times.
@@ -531,8 +539,7 @@ v1::Job InterruptedAfterTwoCheckpoints(FaultTest& t, const fs::path& job_dir) {
   spec.mutable_checkpoint()->set_every_steps(5);
   const v1::Job job = t.Submit(spec);
   const fs::path older = job_dir / job.id() / "checkpoint.1.safetensors";
-  for (int i = 0; i < 3000 && !fs::exists(older); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(fs::exists(older));
+  EXPECT_TRUE(FaultTest::WaitUntil([&] { return fs::exists(older); }));
   t.Stop();
   return job;
 }
@@ -553,9 +560,7 @@ TEST_F(FaultTest, ACorruptNewestCheckpointFallsBackToThePreviousOne) {
   const fs::path newest = jobs / job.id() / "checkpoint.safetensors";
   FlipByte(newest, 20);  // inside the JSON header
   Start();
-  for (int i = 0; i < 2000 && Get(job.id()).state() != v1::RUNNING; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return Get(job.id()).state() == v1::RUNNING; }));
   bool fell_back = false;
   for (const std::string& m : StateMessages(job.id(), 0.5)) {
     fell_back = fell_back || m.find("resumed from an older checkpoint, checkpoint.1.safetensors") != std::string::npos;
@@ -713,12 +718,13 @@ TEST_F(FaultTest, TokensWithScopesAreEnforcedAndHealthStaysOpen) {
   EXPECT_TRUE(health->Check(&hctx, grpc::health::v1::HealthCheckRequest(), &hresp).ok());
   // A revoked token stops working while the server runs (the file is re-read within a second).
   ASSERT_TRUE(revoke_token(file, "trainer"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  EXPECT_EQ(CallWithToken(*training_, "Bearer " + trainer).error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(WaitUntil(
+      [&] { return CallWithToken(*training_, "Bearer " + trainer).error_code() == StatusCode::UNAUTHENTICATED; }));
+  EXPECT_TRUE(CallWithToken(*training_, "Bearer " + admin).ok());
   // A corrupted file fails closed: no token is accepted.
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::ofstream(file, std::ios::trunc) << "{ not json";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return CallWithToken(*training_, "Bearer " + admin).error_code() == StatusCode::UNAUTHENTICATED; }));
   st = CallWithToken(*training_, "Bearer " + admin);
   EXPECT_EQ(st.error_code(), StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(st.error_message(), HasSubstr("cannot read its token file"));
@@ -752,7 +758,9 @@ std::string ReadAll(const fs::path& p) {
 TEST_F(FaultTest, MutualTlsRefusesClientsWithoutACertificate) {
   Stop();
   const fs::path ca = root_ / "ca";
-  ASSERT_EQ(std::system(("'" ANVIL_SOURCE_DIR "/scripts/dev-ca.sh' '" + ca.string() + "' > /dev/null").c_str()), 0);
+  ASSERT_EQ(
+      std::system(("'" + anvil::test::SourceDir() + "/scripts/dev-ca.sh' '" + ca.string() + "' > /dev/null").c_str()),
+      0);
   ServerOptions o;
   o.address = "127.0.0.1:0";
   o.metrics_address = "";

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <regex>
 
+#include "tests/paths.h"
+
 namespace anvil::server::metrics {
 namespace {
 
@@ -41,7 +43,7 @@ TEST(GpuMetrics, FailingInitRegistersNoGpuFamilies) {
   ::setenv("ANVIL_FAKE_NVML_INIT_RC", "999", 1);
   Registry r;
   std::string why;
-  EXPECT_EQ(GpuMetrics::Open(r, ANVIL_FAKE_NVML_PATH, &why), nullptr);
+  EXPECT_EQ(GpuMetrics::Open(r, anvil::test::FakeNvmlPath(), &why), nullptr);
   ::unsetenv("ANVIL_FAKE_NVML_INIT_RC");
   EXPECT_THAT(why, HasSubstr("nvmlInit failed with code 999"));
   EXPECT_THAT(r.render(), Not(HasSubstr("anvil_gpu")));
@@ -50,7 +52,7 @@ TEST(GpuMetrics, FailingInitRegistersNoGpuFamilies) {
 TEST(GpuMetrics, ReportsEachGpuFromTheDriverAtEveryScrape) {
   Registry r;
   std::string why;
-  std::unique_ptr<GpuMetrics> gpu = GpuMetrics::Open(r, ANVIL_FAKE_NVML_PATH, &why);
+  std::unique_ptr<GpuMetrics> gpu = GpuMetrics::Open(r, anvil::test::FakeNvmlPath(), &why);
   ASSERT_NE(gpu, nullptr) << why;
   EXPECT_EQ(gpu->device_count(), 2);
   const std::string first = r.render();

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/anvil.h"
@@ -199,6 +200,28 @@ class ServerFixture : public ::testing::Test {
     if (status_line != nullptr) *status_line = response.substr(0, response.find("\r\n"));
     const size_t body = response.find("\r\n\r\n");
     return body == std::string::npos ? "" : response.substr(body + 4);
+  }
+
+  // The value of one Prometheus series on this server's /metrics, e.g.
+  // `anvil_predict_queue_depth{model="m"}`; 0 when the series is not there (yet).
+  double MetricValue(const std::string& series) {
+    const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+    for (size_t at = 0; (at = text.find(series + " ", at)) != std::string::npos; at += series.size()) {
+      if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + series.size() + 1));
+    }
+    return 0;
+  }
+
+  // Waits until `done()` holds, asking every 5 ms for up to `limit`; whether it held. For the
+  // service's own observable states (a job RUNNING, a file written), never to order threads.
+  template <typename Done>
+  static bool WaitUntil(Done done, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
   }
 
   // sha256sum's digest of `bytes` (an implementation independent of the server's).

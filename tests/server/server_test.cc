@@ -399,7 +399,21 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
     ctx.TryCancel();
     reader->Finish();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The job goes on training after the stream is gone: a new stream sees further steps.
+  const int64_t step_at_cancel = Get(job.id()).step();
+  {
+    grpc::ClientContext ctx;
+    v1::StreamMetricsRequest req;
+    req.set_job_id(job.id());
+    req.set_from_step(step_at_cancel + 1);
+    auto reader = training_->StreamMetrics(&ctx, req);
+    v1::MetricEvent e;
+    int steps = 0;
+    while (steps < 3 && reader->Read(&e)) steps += e.has_step_metrics();
+    EXPECT_EQ(steps, 3);
+    ctx.TryCancel();
+    reader->Finish();
+  }
   EXPECT_EQ(Get(job.id()).state(), v1::RUNNING);
   {
     grpc::ClientContext ctx;
@@ -612,11 +626,7 @@ TEST_F(ServerTest, PredictRefusesWhenTheQueueIsFullAndHonoursDeadlinesWhileQueue
   Stream(Submit(BlobsSpec(1)).id());
   const int port = server_->metrics_port();
   auto scrape_until = [&](const std::string& needle) {
-    for (int i = 0; i < 300; ++i) {
-      if (HttpGet(port, "/metrics").find(needle) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    return WaitUntil([&] { return HttpGet(port, "/metrics").find(needle) != std::string::npos; });
   };
   grpc::Status first_status;
   std::thread first([&] {
@@ -701,9 +711,7 @@ TEST_F(ServerTest, QueuedJobsStartByPriorityThenFifo) {
   v1::JobSpec blocker = BlobsSpec(40);
   blocker.set_name("blocker");
   const v1::Job first = Submit(blocker);
-  for (int i = 0; i < 200 && Get(first.id()).state() != v1::RUNNING; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitUntil([&] { return Get(first.id()).state() == v1::RUNNING; }));
   std::vector<std::string> ids;
   for (const auto& [name, priority] :
        std::vector<std::pair<std::string, int>>{{"low-a", 0}, {"high", 5}, {"low-b", 0}}) {
@@ -871,8 +879,7 @@ TEST_F(ServerTest, RestartResumesFromTheCheckpointToTheSameWeights) {
   spec.set_register_model("interrupted");
   const v1::Job job = Submit(spec);
   // Wait until it is well into training, then stop the server.
-  for (int i = 0; i < 400 && Get(job.id()).step() < 60; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_GE(Get(job.id()).step(), 60);
+  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).step() >= 60; }));
   Stop();
   Start();
   const std::vector<v1::MetricEvent> events = Stream(job.id());
