@@ -17,6 +17,8 @@ cleanup() {
   rm -rf "${work}"
 }
 trap cleanup EXIT
+# Whatever ends a script under `set -e` names itself: the line and the command that failed.
+trap 'echo "FAIL: line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
 fail() { echo "FAIL: $*" >&2; [[ -f "${work}/anvild.log" ]] && tail -20 "${work}/anvild.log" >&2; exit 1; }
 
 use_peer_python() {
