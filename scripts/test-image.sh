@@ -5,9 +5,11 @@
 # 1. Base images: a Debian 12 root file system made with debootstrap (variant minbase, from the
 #    host's apt mirror), with the official images' apt/dpkg settings, imported into buildah's
 #    storage as debian:bookworm and, with the slim image's path excludes, debian:bookworm-slim.
-#    Both root file systems are cached as tarballs in WORK_DIR/base: a second run skips debootstrap.
+#    Both root file systems are cached as tarballs in ~/.cache/anvil-image/base (ANVIL_IMAGE_CACHE),
+#    outside the work folder, so a clean clone skips debootstrap too; remade after a week.
 # 2. The Dockerfile built by buildah: chroot isolation, vfs storage in WORK_DIR/storage (nothing
-#    global is touched), docker format (OCI drops HEALTHCHECK). Most of the time is this build.
+#    global is touched), docker format (OCI drops HEALTHCHECK). Most of the time is this build;
+#    its compile step's cache mount (the compiler cache) lives in the same cache folder.
 # 3. The image's config has its HEALTHCHECK, and the image is small: its root file system must
 #    stay within ANVIL_IMAGE_MAX_MB (default 300; 253 MB measured: bookworm-slim 78 MB, the
 #    bundled libraries (oneDNN 38, OpenBLAS 35, BLIS 12, ONNX and OpenCV DNN) and the binaries).
@@ -18,9 +20,9 @@
 #    with the image's own anvil CLI over the TLS the entrypoint sets up (its development CA):
 #    health SERVING, a blobs MLP job (2 epochs) watched to SUCCEEDED, a Predict on the model it
 #    registered, /metrics, the HEALTHCHECK command itself (exit 0), and a SIGTERM drain (exit 0).
-# Needs root (debootstrap, chroot, namespaces) and `scripts/install-deps.sh image`. About 8
-# minutes from cold on 2 cores (debootstrap 40-70 s, the build 7 min: apt in the builder and the
-# compile), half a minute less with the base tarballs cached. The storage is removed at the end; ANVIL_IMAGE_KEEP=1 keeps it, to
+# Needs root (debootstrap, chroot, namespaces) and `scripts/install-deps.sh image`. About 5
+# minutes from cold on 2 cores (debootstrap 30 s, the build 4 min: apt in the builder and the
+# compile), under a minute with both caches warm. The storage is removed at the end; ANVIL_IMAGE_KEEP=1 keeps it, to
 # look at the image: buildah --root WORK_DIR/storage --runroot WORK_DIR/run --storage-driver vfs images
 # Logs stay in WORK_DIR: build.log, anvild.log, submit.log.
 set -euo pipefail
