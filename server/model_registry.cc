@@ -42,7 +42,7 @@ models::LoadedModel LoadOnnx(const std::string& path, const ModelRow& row) {
                            {"input", imported.input.name},
                            {"output", imported.output_name},
                            {"operators", imported.operators}}
-                          .dump();
+                          .dump(-1, ' ', false, Json::error_handler_t::replace);
   loaded.info.name = row.name;
   loaded.info.version = row.version;
   loaded.info.job_id = row.job_id;
@@ -117,7 +117,7 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     row.path = relative_path;
     Json signature{{"sha256", sha256_file_hex(path)}};
     if (!labels.empty()) signature["labels"] = labels;
-    row.signature_json = signature.dump();
+    row.signature_json = signature.dump(-1, ' ', false, Json::error_handler_t::replace);
     row.created_ms = unix_millis();
     row = store_.register_model(row);
     Load(row);

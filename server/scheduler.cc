@@ -10,6 +10,7 @@
 
 #include "core/train/checkpoint.h"
 #include "core/util/clock.h"
+#include "core/util/utf8.h"
 #include "server/log.h"
 #include "server/status.h"
 
@@ -29,7 +30,7 @@ std::string ToJson(const google::protobuf::Message& m) {
 
 v1::JobSpec SpecOf(const JobRow& row) {
   v1::JobSpec spec;
-  const auto status = google::protobuf::util::JsonStringToMessage(row.spec_json, &spec);
+  const auto status = google::protobuf::util::JsonStringToMessage(to_valid_utf8(row.spec_json), &spec);
   ANVIL_SERVICE_CHECK(status.ok(), absl::StatusCode::kDataLoss, "job ", row.id, ": its stored spec does not parse");
   return spec;
 }
@@ -108,19 +109,21 @@ std::vector<std::string> Scheduler::devices() const {
 
 v1::Job Scheduler::to_job(const JobRow& row) {
   v1::Job job;
-  job.set_id(row.id);
-  job.set_name(row.name);
-  job.set_client_job_id(row.client_job_id);
+  // Protobuf strings must be UTF-8 (a reply with one that is not fails to parse in every
+  // client): text is checked where it enters, and rows an older version stored are mended here.
+  job.set_id(to_valid_utf8(row.id));
+  job.set_name(to_valid_utf8(row.name));
+  job.set_client_job_id(to_valid_utf8(row.client_job_id));
   job.set_state(ToWire(row.state));
-  job.set_reason(row.reason);
+  job.set_reason(to_valid_utf8(row.reason));
   if (!row.spec_json.empty()) *job.mutable_spec() = SpecOf(row);
-  job.set_device(row.device);
+  job.set_device(to_valid_utf8(row.device));
   job.set_step(row.step);
   job.set_epoch(row.epoch);
   job.set_created_unix_ms(row.created_ms);
   job.set_started_unix_ms(row.started_ms);
   job.set_finished_unix_ms(row.finished_ms);
-  job.set_model_name(row.model_name);
+  job.set_model_name(to_valid_utf8(row.model_name));
   job.set_model_version(row.model_version);
   return job;
 }
@@ -567,6 +570,9 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       break;
   }
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = unix_millis();
+  // A reason quotes what failed (a file's header, a path): stored and sent as UTF-8 text.
+  row.reason = to_valid_utf8(row.reason);
+  event.set_message(to_valid_utf8(event.message()));
   if (event.event_case() == v1::MetricEvent::kState) {
     log(row.state == JobState::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "job ", row.id, " (", row.name, ") ",
         job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());

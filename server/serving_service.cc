@@ -270,10 +270,12 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     options.output_names = {"logits"};
     options.producer_version = ANVIL_VERSION_STRING;
     options.graph_name = m.row.name;
-    options.metadata = {{"anvil.model", m.row.name},
-                        {"anvil.version", std::to_string(m.row.version)},
-                        {"anvil.spec", built.spec},
-                        {"labels", nlohmann::json(m.loaded.info.labels).dump()}};
+    options.metadata = {
+        {"anvil.model", m.row.name},
+        {"anvil.version", std::to_string(m.row.version)},
+        {"anvil.spec", built.spec},
+        {"labels",
+         nlohmann::json(m.loaded.info.labels).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}};
     std::string bytes;
     try {
       bytes = onnx::export_model(*built.module, inputs, options);

@@ -2,6 +2,7 @@
 
 #include <absl/status/status.h>
 
+#include "core/util/utf8.h"
 #include "server/store.h"
 
 namespace anvil::server {
@@ -28,7 +29,8 @@ absl::Status current_exception_status(absl::StatusCode engine_code) {
 
 grpc::Status to_grpc(const absl::Status& status, const std::vector<std::string>& roots) {
   if (status.ok()) return grpc::Status::OK;
-  std::string message(status.message());
+  // gRPC's clients decode the message as UTF-8 (Python's raises on anything else).
+  std::string message = to_valid_utf8(std::string_view(status.message().data(), status.message().size()));
   for (const std::string& root : roots) message = scrub_paths(std::move(message), root);
   if (message.size() > kMaxStatusMessageBytes) message = echo(message, kMaxStatusMessageBytes);
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);

@@ -54,7 +54,9 @@ std::string status_json(const Store& store, int64_t max_jobs, size_t max_points)
                     {"train_loss", Thin(train, max_points)},
                     {"val_loss", Thin(val, max_points)}});
   }
-  return Json{{"jobs", jobs}}.dump();
+  // Text a row holds is UTF-8 by the time it is stored; rows an older version wrote may not be:
+  // such bytes become U+FFFD instead of failing the whole page.
+  return Json{{"jobs", jobs}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 const std::string& status_html() {

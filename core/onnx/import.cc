@@ -12,6 +12,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
+#include "core/util/utf8.h"
 #include "onnx/onnx_pb.h"
 
 namespace anvil::onnx {
@@ -643,6 +644,75 @@ class OnnxGraph final : public nn::Module {
   int input_slot_ = -1, output_slot_ = -1;
 };
 
+// Every string of the model that Anvil reads, keeps (the signature, labels, the producer) or
+// quotes in a message must be UTF-8: it becomes JSON, a protobuf string and a stored row.
+// Refused otherwise, naming the field; doc strings are never read and are not checked.
+void CheckText(const std::string& text, const std::string& field) {
+  if (const size_t at = utf8_error_offset(text); at != std::string::npos) {
+    try {
+      check_utf8(text, field);
+    } catch (const Error& e) {
+      Fail(e.what());
+    }
+  }
+}
+
+void CheckValueInfoText(const pb::ValueInfoProto& v, const std::string& field) {
+  CheckText(v.name(), field + ".name");
+  if (v.type().has_tensor_type()) {
+    const auto& dims = v.type().tensor_type().shape().dim();
+    for (int d = 0; d < dims.size(); ++d) {
+      CheckText(dims[d].dim_param(), anvil::detail::StrCat(field, ".type.shape.dim[", d, "].dim_param"));
+    }
+  }
+}
+
+void CheckGraphText(const pb::GraphProto& g, const std::string& field) {
+  CheckText(g.name(), field + ".name");
+  for (int i = 0; i < g.input_size(); ++i)
+    CheckValueInfoText(g.input(i), anvil::detail::StrCat(field, ".input[", i, "]"));
+  for (int i = 0; i < g.output_size(); ++i) {
+    CheckValueInfoText(g.output(i), anvil::detail::StrCat(field, ".output[", i, "]"));
+  }
+  for (int i = 0; i < g.value_info_size(); ++i) {
+    CheckValueInfoText(g.value_info(i), anvil::detail::StrCat(field, ".value_info[", i, "]"));
+  }
+  for (int i = 0; i < g.initializer_size(); ++i) {
+    CheckText(g.initializer(i).name(), anvil::detail::StrCat(field, ".initializer[", i, "].name"));
+  }
+  for (int k = 0; k < g.node_size(); ++k) {
+    const pb::NodeProto& n = g.node(k);
+    const std::string at = anvil::detail::StrCat(field, ".node[", k, "]");
+    CheckText(n.name(), at + ".name");
+    CheckText(n.op_type(), at + ".op_type");
+    CheckText(n.domain(), at + ".domain");
+    for (int i = 0; i < n.input_size(); ++i) CheckText(n.input(i), anvil::detail::StrCat(at, ".input[", i, "]"));
+    for (int i = 0; i < n.output_size(); ++i) CheckText(n.output(i), anvil::detail::StrCat(at, ".output[", i, "]"));
+    for (int a = 0; a < n.attribute_size(); ++a) {
+      const pb::AttributeProto& attr = n.attribute(a);
+      CheckText(attr.name(), anvil::detail::StrCat(at, ".attribute[", a, "].name"));
+      if (attr.has_g()) CheckGraphText(attr.g(), anvil::detail::StrCat(at, ".attribute[", a, "].g"));
+      for (int j = 0; j < attr.graphs_size(); ++j) {
+        CheckGraphText(attr.graphs(j), anvil::detail::StrCat(at, ".attribute[", a, "].graphs[", j, "]"));
+      }
+    }
+  }
+}
+
+void CheckModelText(const pb::ModelProto& m) {
+  CheckText(m.producer_name(), "producer_name");
+  CheckText(m.producer_version(), "producer_version");
+  CheckText(m.domain(), "domain");
+  for (int i = 0; i < m.opset_import_size(); ++i) {
+    CheckText(m.opset_import(i).domain(), anvil::detail::StrCat("opset_import[", i, "].domain"));
+  }
+  for (int i = 0; i < m.metadata_props_size(); ++i) {
+    CheckText(m.metadata_props(i).key(), anvil::detail::StrCat("metadata_props[", i, "].key"));
+    CheckText(m.metadata_props(i).value(), anvil::detail::StrCat("metadata_props[", i, "].value"));
+  }
+  CheckGraphText(m.graph(), "graph");
+}
+
 }  // namespace
 
 std::vector<std::string> importable_operators() {
@@ -659,6 +729,7 @@ ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
   if (bytes.empty() || !model.ParseFromString(bytes))
     Fail("the file is not an ONNX model (it does not parse as a ModelProto: truncated or another format)");
   if (!model.has_graph()) Fail("the model has no graph");
+  CheckModelText(model);
   const pb::GraphProto& g = model.graph();
   ImportedModel out;
   for (const auto& o : model.opset_import()) {

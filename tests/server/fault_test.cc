@@ -37,25 +37,6 @@ class FaultTest : public ServerFixture {
   using ServerFixture::WaitUntil;
 
  protected:
-  // One unary call with hand-made wire bytes to `method` ("/anvil.v1.Serving/Predict").
-  grpc::Status RawCall(const std::string& method, const std::string& bytes, std::string* reply = nullptr) {
-    grpc::GenericStub stub(channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    std::promise<grpc::Status> done;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status st) { done.set_value(std::move(st)); });
-    grpc::Status st = done.get_future().get();
-    if (reply != nullptr && st.ok()) {
-      std::vector<grpc::Slice> slices;
-      (void)response.Dump(&slices);
-      for (const grpc::Slice& sl : slices) reply->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-    }
-    return st;
-  }
-
   // Resident memory of this process (the server runs in it), from /proc.
   static int64_t RssBytes() {
     std::ifstream in("/proc/self/statm");

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -173,6 +175,25 @@ class ServerFixture : public ::testing::Test {
     }
     writer->WritesDone();
     return writer->Finish();
+  }
+
+  // One unary call with hand-made wire bytes to `method` ("/anvil.v1.Serving/Predict").
+  grpc::Status RawCall(const std::string& method, const std::string& bytes, std::string* reply = nullptr) {
+    grpc::GenericStub stub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status st) { done.set_value(std::move(st)); });
+    grpc::Status st = done.get_future().get();
+    if (reply != nullptr && st.ok()) {
+      std::vector<grpc::Slice> slices;
+      (void)response.Dump(&slices);
+      for (const grpc::Slice& sl : slices) reply->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    return st;
   }
 
   // Sends `request` as is to 127.0.0.1:<port> and returns the whole response (the server

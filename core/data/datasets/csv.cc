@@ -11,6 +11,7 @@
 #include "core/data/datasets/file_io.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
+#include "core/util/utf8.h"
 
 namespace anvil::data {
 namespace {
@@ -29,6 +30,15 @@ bool IsBlank(std::string_view s) {
 std::vector<Line> SplitLines(std::string_view content, const std::string& path) {
   constexpr std::string_view kBom = "\xEF\xBB\xBF";
   if (content.substr(0, kBom.size()) == kBom) content.remove_prefix(kBom.size());
+  // Headers, class names and values become JSON, protobuf strings and stored rows: the file
+  // must be UTF-8 (ASCII is), refused here with the line and the byte in it otherwise.
+  if (const size_t bad = utf8_error_offset(content); bad != std::string_view::npos) {
+    const std::string_view before = content.substr(0, bad);
+    const int64_t line = 1 + std::count(before.begin(), before.end(), '\n');
+    const size_t line_start = before.rfind('\n') == std::string_view::npos ? 0 : before.rfind('\n') + 1;
+    const size_t line_end = std::min(content.find('\n', bad), content.size());
+    check_utf8(content.substr(line_start, line_end - line_start), detail::StrCat(path, ":", line));
+  }
   std::vector<Line> lines;
   int64_t number = 0;
   while (!content.empty()) {

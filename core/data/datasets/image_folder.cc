@@ -13,6 +13,7 @@
 #include "core/ops/functions.h"
 #include "core/util/confined_open.h"
 #include "core/util/error.h"
+#include "core/util/utf8.h"
 
 namespace anvil::data {
 namespace {
@@ -102,7 +103,11 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(root_)) {
       if (entry.is_directory() && !IsHidden(entry.path())) {
-        classes_.push_back(entry.path().filename().string());
+        // The class names are the model's labels, served and stored as text.
+        const std::string name = entry.path().filename().string();
+        check_utf8(name, anvil::detail::StrCat("ImageFolder: ", root_, ": the name of class folder \"",
+                                               to_valid_utf8(name), "\""));
+        classes_.push_back(name);
       }
     }
     ANVIL_CHECK(!classes_.empty(), "ImageFolder: ", root_, ": no class folders (expected root/<class>/<image>)");
