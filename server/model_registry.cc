@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/amp/autocast.h"
+#include "core/autograd/grad_mode.h"
 #include "core/models/serving.h"
 #include "core/onnx/import.h"
 #include "core/ops/functions.h"
@@ -119,8 +120,16 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     if (!labels.empty()) signature["labels"] = labels;
     row.signature_json = signature.dump(-1, ' ', false, Json::error_handler_t::replace);
     row.created_ms = unix_millis();
+    // Atomic: the model is built (and an imported one run once) before its row is written, so
+    // a file that cannot be served leaves no version behind that "latest" would resolve to.
+    const bool imported = is_onnx_row(row);
+    std::shared_ptr<ServedModel> m =
+        Prepare(row, imported ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kInternal);
+    if (imported) TrialForward(*m);
     row = store_.register_model(row);
-    Load(row);
+    m->row = row;
+    m->loaded.info.version = row.version;
+    Install(std::move(m));
     return row;
   });
 }
@@ -204,6 +213,10 @@ std::shared_ptr<ServedModel> ModelRegistry::Get(const std::string& name, const s
 }
 
 std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
+  return Install(Prepare(row, absl::StatusCode::kDataLoss));
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::Prepare(const ModelRow& row, absl::StatusCode unreadable) {
   const std::string path = (fs::path(data_root_) / row.path).string();
   std::string expected;
   try {
@@ -221,8 +234,32 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
   try {
     m->loaded = is_onnx_row(row) ? LoadOnnx(path, row) : models::load_model_archive(path);
   } catch (const Error& e) {
-    throw ServiceError(absl::StatusCode::kDataLoss, scrub_paths(e.what(), data_root_));
+    throw ServiceError(unreadable, scrub_paths(e.what(), data_root_));
   }
+  return m;
+}
+
+void ModelRegistry::TrialForward(const ServedModel& m) {
+  const models::BuiltModel& b = m.loaded.built;
+  IntArray shape{1};
+  for (int64_t d : b.input_shape) {
+    // A named dim's range is the model's own business (a convolution may need 7 or more): only
+    // a fully concrete signature is run.
+    if (d < 0) return;
+    shape.push_back(d);
+  }
+  try {
+    NoGradGuard no_grad;
+    (void)b.module->forward(zeros(shape, TensorOptions(b.input_dtype)));
+  } catch (const Error& e) {
+    throw ServiceError(absl::StatusCode::kInvalidArgument,
+                       detail::StrCat("the model does not run on a batch of one ", shape_str(shape), ": ",
+                                      scrub_paths(e.what(), data_root_)));
+  }
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel> m) {
+  const ModelRow& row = m->row;
   BatchObserver observer;
   if (metrics_ != nullptr) {
     metrics::Histogram& rows = metrics_->predict_batch_rows.with({row.name});

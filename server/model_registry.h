@@ -81,7 +81,15 @@ class ModelRegistry {
   std::shared_ptr<ServedModel> Get(const std::string& name, const std::string& version);
   ModelRow FindRow(const std::string& name, const std::string& version) const;
   v1::PredictResponse Predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
+  // Load = Install(Prepare(row)). Prepare checks the archive against the row and builds the
+  // model (an unreadable one is `unreadable`: DATA_LOSS for a stored row, INVALID_ARGUMENT for
+  // an upload); Install gives it a batcher and makes it served.
   std::shared_ptr<ServedModel> Load(const ModelRow& row);
+  std::shared_ptr<ServedModel> Prepare(const ModelRow& row, absl::StatusCode unreadable);
+  std::shared_ptr<ServedModel> Install(std::shared_ptr<ServedModel> m);
+  // Runs an imported model once on zeros of its signature (batch of one); INVALID_ARGUMENT
+  // naming the node that fails. Skipped when the signature has named dims.
+  void TrialForward(const ServedModel& m);
 
   Store& store_;
   const std::string data_root_;

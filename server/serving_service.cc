@@ -226,20 +226,16 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
       ANVIL_SERVICE_CHECK(claimed_sha.empty() || claimed_sha == sha, absl::StatusCode::kDataLoss,
                           "the file's SHA-256 is ", sha, ", the client announced ", claimed_sha,
                           ": it changed on the way");
-      try {
-        (void)onnx::import_model(bytes, static_cast<size_t>(s_.options.max_import_bytes));
-      } catch (const onnx::ImportError& e) {
-        throw ServiceError(absl::StatusCode::kInvalidArgument, std::string(e.what()) + "; nothing was registered");
-      }
       const std::string relative = "imports/" + name + "-" + sha.substr(0, 16) + ".onnx";
       const fs::path path = fs::path(s_.data_root) / relative;
       fs::create_directories(path.parent_path());
       write_file_atomic(path.string(), bytes);
       const absl::StatusOr<ModelRow> row = s_.registry->register_archive(name, "", relative, labels);
       if (!row.ok()) {
+        // The registry wrote no row (it builds and runs the model first): the file goes too.
         std::error_code ec;
-        fs::remove(path, ec);  // nothing half-registered
-        throw_if_error(row.status());
+        fs::remove(path, ec);
+        throw ServiceError(row.status().code(), absl::StrCat(row.status().message(), "; nothing was registered"));
       }
       *resp = s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
     });

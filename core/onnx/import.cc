@@ -699,6 +699,26 @@ void CheckGraphText(const pb::GraphProto& g, const std::string& field) {
   }
 }
 
+// Every tensor a node carries (Constant's value, ConstantOfShape's, a subgraph's) is decoded
+// once at import, so a shape that disagrees with its data or data kept in an external file is
+// refused when the model is registered, not at its first request.
+void CheckTensorAttributes(const pb::GraphProto& g, const std::string& field) {
+  for (int k = 0; k < g.node_size(); ++k) {
+    const pb::NodeProto& n = g.node(k);
+    for (int a = 0; a < n.attribute_size(); ++a) {
+      const pb::AttributeProto& attr = n.attribute(a);
+      const std::string at = anvil::detail::StrCat(field, ".node[", k, "] (", n.op_type(), " \"", n.name(),
+                                                   "\") attribute \"", attr.name(), "\"");
+      if (attr.has_t()) (void)FromProto(attr.t(), at);
+      for (int j = 0; j < attr.tensors_size(); ++j)
+        (void)FromProto(attr.tensors(j), anvil::detail::StrCat(at, "[", j, "]"));
+      if (attr.has_g()) CheckTensorAttributes(attr.g(), at);
+      for (int j = 0; j < attr.graphs_size(); ++j)
+        CheckTensorAttributes(attr.graphs(j), anvil::detail::StrCat(at, "[", j, "]"));
+    }
+  }
+}
+
 void CheckModelText(const pb::ModelProto& m) {
   CheckText(m.producer_name(), "producer_name");
   CheckText(m.producer_version(), "producer_version");
@@ -730,6 +750,7 @@ ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
     Fail("the file is not an ONNX model (it does not parse as a ModelProto: truncated or another format)");
   if (!model.has_graph()) Fail("the model has no graph");
   CheckModelText(model);
+  CheckTensorAttributes(model.graph(), "graph");
   const pb::GraphProto& g = model.graph();
   ImportedModel out;
   for (const auto& o : model.opset_import()) {
@@ -808,6 +829,17 @@ ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
   }
   const auto& dims = type.tensor_type().shape().dim();
   if (dims.size() < 1) Fail("input \"" + out.input.name + "\" has no batch dim (rank 0)");
+  // ONNX's dims are a size (>= 0) or a name; -1 is neither, and would be taken for "any size".
+  auto check_dims = [](const auto& ds, const std::string& what) {
+    for (int d = 0; d < ds.size(); ++d) {
+      if (ds[d].has_dim_value() && ds[d].dim_value() < 0) {
+        Fail(anvil::detail::StrCat(what, ": dim ", d, " is ", ds[d].dim_value(),
+                                   "; expected a size >= 0 or a named (symbolic) dim"));
+      }
+    }
+  };
+  check_dims(dims, "input \"" + out.input.name + "\"");
+  check_dims(g.output(0).type().tensor_type().shape().dim(), "output \"" + g.output(0).name() + "\"");
   for (int d = 0; d < dims.size(); ++d) {
     out.symbolic_dims.push_back(dims[d].has_dim_param() ? dims[d].dim_param() : "");
     if (d > 0) out.input.shape.push_back(dims[d].has_dim_value() ? dims[d].dim_value() : -1);

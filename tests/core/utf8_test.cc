@@ -6,7 +6,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -57,16 +56,16 @@ TEST(Utf8, WellFormedBoundariesOfRfc3629) {
     EXPECT_EQ(to_valid_utf8(s), s);
   }
   const std::vector<std::pair<std::string, size_t>> invalid = {
-      {Bytes({0x80}), 0},                              // a lone continuation byte
-      {Bytes({0xC0, 0x80}), 0},                        // overlong U+0000
-      {Bytes({0xC1, 0xBF}), 0},                        // overlong U+007F
-      {Bytes({0xE0, 0x9F, 0xBF}), 0},                  // overlong U+07FF
-      {Bytes({0xED, 0xA0, 0x80}), 0},                  // the surrogate U+D800
-      {Bytes({0xF0, 0x8F, 0xBF, 0xBF}), 0},            // overlong U+FFFF
-      {Bytes({0xF4, 0x90, 0x80, 0x80}), 0},            // U+110000
-      {Bytes({0xF5, 0x80, 0x80, 0x80}), 0},            // no sequence begins with F5..FF
-      {"ok" + Bytes({0xE2, 0x82}), 2},                 // cut short at the end
-      {"caf" + Bytes({0xE9}) + " au lait", 3},         // Latin-1's e acute
+      {Bytes({0x80}), 0},                       // a lone continuation byte
+      {Bytes({0xC0, 0x80}), 0},                 // overlong U+0000
+      {Bytes({0xC1, 0xBF}), 0},                 // overlong U+007F
+      {Bytes({0xE0, 0x9F, 0xBF}), 0},           // overlong U+07FF
+      {Bytes({0xED, 0xA0, 0x80}), 0},           // the surrogate U+D800
+      {Bytes({0xF0, 0x8F, 0xBF, 0xBF}), 0},     // overlong U+FFFF
+      {Bytes({0xF4, 0x90, 0x80, 0x80}), 0},     // U+110000
+      {Bytes({0xF5, 0x80, 0x80, 0x80}), 0},     // no sequence begins with F5..FF
+      {"ok" + Bytes({0xE2, 0x82}), 2},          // cut short at the end
+      {"caf" + Bytes({0xE9}) + " au lait", 3},  // Latin-1's e acute
   };
   for (const auto& [s, at] : invalid) {
     EXPECT_FALSE(is_valid_utf8(s));
@@ -93,8 +92,8 @@ TEST(Utf8, AgreesWithPythonsDecoderOnRandomBytes) {
   if (probe != nullptr) ::pclose(probe);
   if (!have_python) GTEST_SKIP() << "no /usr/bin/python3 to compare with";
   std::mt19937 rng(20261205);
-  const int pool[] = {0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0,
-                      0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF};
+  const int pool[] = {0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF,
+                      0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF};
   std::vector<std::string> cases;
   for (int i = 0; i < 400; ++i) {
     std::string s;
@@ -118,16 +117,17 @@ TEST(Utf8, AgreesWithPythonsDecoderOnRandomBytes) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::write(fd, script_in.data(), script_in.size()), static_cast<ssize_t>(script_in.size()));
   ::close(fd);
-  const std::string cmd = std::string("/usr/bin/python3 -c '\n"
-                                      "import sys\n"
-                                      "for line in open(sys.argv[1]):\n"
-                                      "    b = bytes.fromhex(line.strip())\n"
-                                      "    try:\n"
-                                      "        b.decode(\"utf-8\"); at = -1\n"
-                                      "    except UnicodeDecodeError as e:\n"
-                                      "        at = e.start\n"
-                                      "    print(at, b.decode(\"utf-8\", \"replace\").encode().hex())\n"
-                                      "' ") +
+  const std::string cmd = std::string(
+                              "/usr/bin/python3 -c '\n"
+                              "import sys\n"
+                              "for line in open(sys.argv[1]):\n"
+                              "    b = bytes.fromhex(line.strip())\n"
+                              "    try:\n"
+                              "        b.decode(\"utf-8\"); at = -1\n"
+                              "    except UnicodeDecodeError as e:\n"
+                              "        at = e.start\n"
+                              "    print(at, b.decode(\"utf-8\", \"replace\").encode().hex())\n"
+                              "' ") +
                           path;
   std::FILE* py = ::popen(cmd.c_str(), "r");
   ASSERT_NE(py, nullptr);

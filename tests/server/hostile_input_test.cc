@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/datasets/image_folder.h"
+#include "onnx/onnx_pb.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -97,6 +98,132 @@ TEST_F(HostileInputTest, Latin1ClassFolderNamesAreRefusedNamingTheFolder) {
   EXPECT_THAT(why, HasSubstr("not valid UTF-8 at byte 1 (0xE9)"));
   EXPECT_THAT(why, Not(HasSubstr("type_error")));
   if (!id.empty()) ExpectListingsWork(id);
+}
+
+// --- Atomic registration -------------------------------------------------------------------
+
+class RegistrationTest : public HostileInputTest {
+ protected:
+  // The blobs MLP, trained for one epoch and exported as ONNX, parsed: the base of each case.
+  ::onnx::ModelProto TrainedOnnx() {
+    Stream(Submit(BlobsSpec(1)).id());
+    grpc::Status st;
+    std::string sha;
+    int64_t total = 0;
+    const std::string file = Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    ::onnx::ModelProto m;
+    EXPECT_TRUE(m.ParseFromString(file));
+    return m;
+  }
+
+  // A Constant node, its output read by nothing, holding `value`.
+  static void AddConstant(::onnx::ModelProto& m, const ::onnx::TensorProto& value) {
+    ::onnx::NodeProto* n = m.mutable_graph()->add_node();
+    n->set_name("extra");
+    n->set_op_type("Constant");
+    n->add_output("extra_out");
+    ::onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(::onnx::AttributeProto::TENSOR);
+    *a->mutable_t() = value;
+  }
+
+  int ModelCount() {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse models;
+    EXPECT_TRUE(serving_->ListModels(&ctx, v1::ListModelsRequest(), &models).ok());
+    return models.models_size();
+  }
+
+  // Registers `m` as "outside": refused with INVALID_ARGUMENT naming `expected`, nothing kept.
+  void ExpectRefused(const ::onnx::ModelProto& m, const std::string& expected) {
+    const int before = ModelCount();
+    fs::create_directories(root_ / "data" / "imports");
+    const auto files = std::distance(fs::directory_iterator(root_ / "data" / "imports"), fs::directory_iterator{});
+    v1::Model model;
+    const grpc::Status st = RegisterModel("outside", m.SerializeAsString(), &model);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(expected));
+    EXPECT_THAT(st.error_message(), HasSubstr("nothing was registered"));
+    EXPECT_EQ(ModelCount(), before);
+    EXPECT_EQ(std::distance(fs::directory_iterator(root_ / "data" / "imports"), fs::directory_iterator{}), files);
+  }
+};
+
+// The probe's case: a producer name that is not UTF-8 answered INTERNAL and kept the row, so
+// after a restart "latest" of a served model answered DATA_LOSS.
+TEST_F(RegistrationTest, AFileThatCannotBeServedLeavesNoVersionBehindAcrossARestart) {
+  const ::onnx::ModelProto good = TrainedOnnx();
+  v1::Model model;
+  ASSERT_TRUE(RegisterModel("outside", good.SerializeAsString(), &model).ok());
+  ASSERT_EQ(model.version(), 1);
+  ::onnx::ModelProto bad = good;
+  bad.set_producer_name("caf\xE9");
+  ExpectRefused(bad, "producer_name: not valid UTF-8 at byte 3 (0xE9)");
+  Stop();
+  Start();
+  grpc::ClientContext ctx;
+  v1::GetModelRequest get;
+  get.set_name("outside");
+  get.set_version("latest");
+  const grpc::Status st = serving_->GetModel(&ctx, get, &model);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  EXPECT_EQ(model.version(), 1);
+  v1::PredictResponse resp;
+  EXPECT_TRUE(Predict(PredictOf("outside", randn({2, 2})), &resp).ok());
+  // The next good registration is version 2: no number was used up by the refused one.
+  ASSERT_TRUE(RegisterModel("outside", good.SerializeAsString(), &model).ok());
+  EXPECT_EQ(model.version(), 2);
+}
+
+// Three cases that registered and failed only at the first Predict: the whole graph is
+// checked when the file comes.
+TEST_F(RegistrationTest, TheWholeGraphIsCheckedAtRegistration) {
+  const ::onnx::ModelProto good = TrainedOnnx();
+  {  // a Constant whose shape disagrees with its data
+    ::onnx::ModelProto m = good;
+    ::onnx::TensorProto t;
+    t.set_data_type(::onnx::TensorProto::FLOAT);
+    t.add_dims(2);
+    t.add_dims(2);
+    for (float v : {1.f, 2.f, 3.f}) t.add_float_data(v);
+    AddConstant(m, t);
+    ExpectRefused(m, "3 values for shape [2, 2] (4 expected)");
+  }
+  {  // a Constant whose data is in an external file
+    ::onnx::ModelProto m = good;
+    ::onnx::TensorProto t;
+    t.set_data_type(::onnx::TensorProto::FLOAT);
+    t.add_dims(1);
+    t.set_data_location(::onnx::TensorProto::EXTERNAL);
+    ::onnx::StringStringEntryProto* e = t.add_external_data();
+    e->set_key("location");
+    e->set_value("/etc/passwd");
+    AddConstant(m, t);
+    ExpectRefused(m, "external data is refused");
+  }
+  {  // a dim of -1 in the input's signature
+    ::onnx::ModelProto m = good;
+    m.mutable_graph()
+        ->mutable_input(0)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(1)
+        ->set_dim_value(-1);
+    ExpectRefused(m, "dim 1 is -1");
+  }
+  {  // a node that fails on any input: found by the trial run on a batch of one
+    ::onnx::ModelProto m = good;
+    ::onnx::NodeProto* n = m.mutable_graph()->add_node();
+    n->set_name("wrong");
+    n->set_op_type("MatMul");
+    n->add_input(m.graph().input(0).name());
+    n->add_input(m.graph().input(0).name());  // [1, 2] @ [1, 2]
+    n->add_output("wrong_out");
+    ExpectRefused(m, "the model does not run on a batch of one [1, 2]");
+  }
 }
 
 }  // namespace
