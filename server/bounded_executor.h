@@ -22,6 +22,8 @@ class BoundedExecutor {
   // False (and `task` not run) when max_queue tasks already wait.
   bool try_submit(std::function<void()> task);
   int threads() const;
+  int max_threads() const { return max_threads_; }
+  int max_queue() const { return max_queue_; }
 
  private:
   void Run();

@@ -70,11 +70,12 @@ std::unique_ptr<grpc::Server> GrpcFront::Build(const std::string& address, int* 
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, options_.credentials ? options_.credentials : grpc::InsecureServerCredentials(),
                            port);
-  // gRPC has one receive limit per server: the larger of the two; the Training service checks
-  // its own, smaller one on each request.
+  // gRPC has one receive limit per server: the larger of the services' limits, plus a margin
+  // so that a message just over a service's own limit reaches that service's check, which names
+  // the limit and its flag (server/unary_call.h); only far larger ones get gRPC's own refusal.
   const RequestLimits& limits = options_.limits;
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::max(limits.predict_message_bytes, limits.training_message_bytes)));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(std::max(limits.predict_message_bytes, limits.training_message_bytes) + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(static_cast<int>(std::max<int64_t>(limits.predict_message_bytes, 4 << 20)));
   std::vector<std::unique_ptr<grpc::Service>> services = make_services_();
   for (auto& s : services) builder.RegisterService(s.get());

@@ -11,6 +11,7 @@
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
+#include "server/unary_call.h"
 
 namespace anvil::server {
 namespace {
@@ -80,23 +81,82 @@ std::string ContentsAsRaw(const inference::InferTensorContents& c, const WireTyp
 
 std::string VersionOf(const std::string& v) { return v.empty() ? "latest" : v; }
 
-class KServeService final : public inference::GRPCInferenceService::Service {
+using svc = inference::GRPCInferenceService;
+// Every method is a raw callback method (server/unary_call.h): the wire check and the
+// Serving limit before parsing; ModelInfer runs on Predict's pool, behind Predict's queue, the
+// rest on the call pool.
+using KServeBase =
+    svc::WithRawCallbackMethod_ServerLive<svc::WithRawCallbackMethod_ServerReady<svc::WithRawCallbackMethod_ModelReady<
+        svc::WithRawCallbackMethod_ServerMetadata<svc::WithRawCallbackMethod_ModelMetadata<
+            svc::WithRawCallbackMethod_ModelConfig<svc::WithRawCallbackMethod_ModelInfer<svc::Service>>>>>>>;
+
+class KServeService final : public KServeBase {
  public:
-  explicit KServeService(AnvilServer::State& s) : s_(s) {}
+  explicit KServeService(AnvilServer::State& s) : s_(s) {
+    const RequestLimits& l = s.options.limits;
+    limits_.max_bytes = l.predict_message_bytes;
+    limits_.service = "Serving";
+    limits_.calls = "calls";
+    limits_.flag = "--max-predict-message-mb";
+    limits_.wire.max_fields = l.max_wire_fields;
+    // Inputs, outputs, raw contents and parameters: each entry an object once parsed (an empty
+    // one is 2 bytes on the wire).
+    limits_.wire.max_repeated = std::max(64, l.max_predict_inputs);
+    infer_limits_ = limits_;
+    infer_limits_.calls = "Predicts and ModelInfers";
+  }
+
+  using Raw = grpc::ByteBuffer;
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ServerLiveImpl);
+  }
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ServerReadyImpl);
+  }
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ModelReadyImpl);
+  }
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ServerMetadataImpl);
+  }
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ModelMetadataImpl);
+  }
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &KServeService::ModelConfigImpl);
+  }
+  // Counted like a Predict before it is queued (the drain waits for every admitted one), in the
+  // same metrics, on the same pool and queue.
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    s_.predicts_in_flight.fetch_add(1);
+    if (s_.draining.load()) {
+      s_.predicts_in_flight.fetch_sub(1);
+      grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+      reactor->Finish(to_grpc(absl::UnavailableError("the server is shutting down")));
+      return reactor;
+    }
+    grpc::ServerUnaryReactor* reactor = serve_unary<inference::ModelInferRequest, inference::ModelInferResponse>(
+        c, in, out, *s_.predict_pool, infer_limits_,
+        [this](grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* req,
+               inference::ModelInferResponse* resp) { return ModelInferImpl(ctx, req, resp); },
+        [&state = s_] { state.predicts_in_flight.fetch_sub(1); });
+    return reactor;
+  }
 
   // Liveness and readiness answer without a token, like gRPC health.
-  Status ServerLive(ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* resp) override {
+  Status ServerLiveImpl(grpc::ServerContextBase*, const inference::ServerLiveRequest*,
+                        inference::ServerLiveResponse* resp) {
     resp->set_live(true);
     return Status::OK;
   }
-  Status ServerReady(ServerContext*, const inference::ServerReadyRequest*,
-                     inference::ServerReadyResponse* resp) override {
+  Status ServerReadyImpl(grpc::ServerContextBase*, const inference::ServerReadyRequest*,
+                         inference::ServerReadyResponse* resp) {
     resp->set_ready(!s_.draining.load());
     return Status::OK;
   }
 
-  Status ModelReady(ServerContext* ctx, const inference::ModelReadyRequest* req,
-                    inference::ModelReadyResponse* resp) override {
+  Status ModelReadyImpl(grpc::ServerContextBase* ctx, const inference::ModelReadyRequest* req,
+                        inference::ModelReadyResponse* resp) {
     return Guard([&] {
       Auth(*ctx, "ModelReady");
       const absl::StatusOr<std::shared_ptr<ServedModel>> m = s_.registry->get(req->name(), VersionOf(req->version()));
@@ -109,8 +169,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
     });
   }
 
-  Status ServerMetadata(ServerContext* ctx, const inference::ServerMetadataRequest*,
-                        inference::ServerMetadataResponse* resp) override {
+  Status ServerMetadataImpl(grpc::ServerContextBase* ctx, const inference::ServerMetadataRequest*,
+                            inference::ServerMetadataResponse* resp) {
     return Guard([&] {
       Auth(*ctx, "ServerMetadata");
       resp->set_name("anvil");
@@ -118,8 +178,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
     });
   }
 
-  Status ModelMetadata(ServerContext* ctx, const inference::ModelMetadataRequest* req,
-                       inference::ModelMetadataResponse* resp) override {
+  Status ModelMetadataImpl(grpc::ServerContextBase* ctx, const inference::ModelMetadataRequest* req,
+                           inference::ModelMetadataResponse* resp) {
     return Guard([&] {
       Auth(*ctx, "ModelMetadata");
       const v1::Model m =
@@ -132,8 +192,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
     });
   }
 
-  Status ModelConfig(ServerContext* ctx, const inference::ModelConfigRequest* req,
-                     inference::ModelConfigResponse* resp) override {
+  Status ModelConfigImpl(grpc::ServerContextBase* ctx, const inference::ModelConfigRequest* req,
+                         inference::ModelConfigResponse* resp) {
     return Guard([&] {
       Auth(*ctx, "ModelConfig");
       const v1::Model m =
@@ -160,10 +220,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
     });
   }
 
-  Status ModelInfer(ServerContext* ctx, const inference::ModelInferRequest* req,
-                    inference::ModelInferResponse* resp) override {
-    // Counted like a Predict (the drain waits for it), in the same metrics.
-    s_.predicts_in_flight.fetch_add(1);
+  Status ModelInferImpl(grpc::ServerContextBase* ctx, const inference::ModelInferRequest* req,
+                        inference::ModelInferResponse* resp) {
     const Status st = counted_predict(s_, req->model_name(), [&] {
       return Guard([&] {
         Auth(*ctx, "ModelInfer");
@@ -171,18 +229,27 @@ class KServeService final : public inference::GRPCInferenceService::Service {
         Infer(*ctx, *req, *resp);
       });
     });
-    s_.predicts_in_flight.fetch_sub(1);
     return st;
   }
 
  private:
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response,
+                                  Status (KServeService::*impl)(grpc::ServerContextBase*, const Request*, Response*)) {
+    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
+                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
+                                                       Response* resp) { return (this->*impl)(c, req, resp); });
+  }
+
   static void Describe(const v1::TensorSignature& t, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(t.name());
     out->set_datatype(ByDType(t.dtype()).kserve);
     for (int64_t d : t.shape()) out->add_shape(d);
   }
 
-  void Infer(ServerContext& ctx, const inference::ModelInferRequest& req, inference::ModelInferResponse& resp) {
+  void Infer(grpc::ServerContextBase& ctx, const inference::ModelInferRequest& req,
+             inference::ModelInferResponse& resp) {
     ANVIL_SERVICE_CHECK(!req.model_name().empty(), absl::StatusCode::kInvalidArgument,
                         "model_name: expected a model name");
     const bool raw = req.raw_input_contents_size() > 0;
@@ -236,6 +303,7 @@ class KServeService final : public inference::GRPCInferenceService::Service {
   }
 
   AnvilServer::State& s_;
+  CallLimits limits_, infer_limits_;
 };
 
 }  // namespace

@@ -27,9 +27,10 @@ void MetricsHub::Subscription::Push(const v1::MetricEvent& e, size_t capacity) {
   cv_.notify_all();
 }
 
-std::shared_ptr<MetricsHub::Subscription> MetricsHub::subscribe(const std::string& job_id) {
+std::shared_ptr<MetricsHub::Subscription> MetricsHub::subscribe(const std::string& job_id, size_t max_per_job) {
   auto s = std::make_shared<Subscription>();
   MutexLock lock(&mu_);
+  if (subs_.count(job_id) >= max_per_job) return nullptr;
   if (closed_) {
     MutexLock sl(&s->mu_);
     s->closed_ = true;

@@ -40,7 +40,8 @@ class MetricsHub {
 
   explicit MetricsHub(size_t capacity_per_reader = 1024) : capacity_(capacity_per_reader) {}
 
-  std::shared_ptr<Subscription> subscribe(const std::string& job_id);
+  // Null when `job_id` already has `max_per_job` subscriptions (each holds a stream).
+  std::shared_ptr<Subscription> subscribe(const std::string& job_id, size_t max_per_job = SIZE_MAX);
   void unsubscribe(const std::string& job_id, const std::shared_ptr<Subscription>& s);
   void publish(const v1::MetricEvent& event);
   // Ends every subscription (server shutdown): readers see closed().

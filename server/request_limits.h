@@ -22,6 +22,15 @@ struct RequestLimits {
   // queue of max_predict_queue, beyond which they are refused with RESOURCE_EXHAUSTED.
   int max_concurrent_predicts = 64;  // twice a full batch (32): enough for the batcher to fill batches
   int max_predict_queue = 1024;
+  // Every other unary call (job and model listings, submits, KServe metadata) runs on a pool of
+  // its own with the same rule: this many at once, this many waiting, RESOURCE_EXHAUSTED beyond.
+  int max_concurrent_calls = 16;
+  int max_call_queue = 1024;
+  // Streaming calls at once (StreamMetrics, Export, RegisterModel): each holds a thread while
+  // it lasts, a metrics stream as long as its job runs. Beyond either bound a new stream is
+  // refused with RESOURCE_EXHAUSTED (none wait: a stream may last for hours).
+  int max_streams = 256;
+  int max_metric_streams_per_job = 64;
 };
 
 }  // namespace anvil::server

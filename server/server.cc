@@ -221,6 +221,11 @@ void AnvilServer::start() {
   log(LogLevel::kInfo, "transport ", tls ? (options_.tls_client_ca.empty() ? "TLS" : "mutual TLS") : "plaintext",
       ", tokens ", tokens ? "required (" + state_->tokens->path() + ")" : std::string("off"), ", reflection ",
       options_.reflection ? "on" : "off");
+  state_->predict_pool =
+      std::make_unique<BoundedExecutor>(options_.limits.max_concurrent_predicts, options_.limits.max_predict_queue);
+  state_->call_pool =
+      std::make_unique<BoundedExecutor>(options_.limits.max_concurrent_calls, options_.limits.max_call_queue);
+  state_->stream_pool = std::make_unique<BoundedExecutor>(options_.limits.max_streams, 0);
   GrpcFrontOptions fo;
   fo.address = options_.address;
   if (tls) fo.credentials = TlsCredentials(options_);

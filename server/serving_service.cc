@@ -20,6 +20,8 @@
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
+#include "server/stream_calls.h"
+#include "server/unary_call.h"
 #include "server/wire_scan.h"
 
 namespace anvil::server {
@@ -32,10 +34,46 @@ using grpc::Status;
 // Predict takes its request as raw bytes (a raw callback method): the bytes are scanned for
 // counts before protobuf parses them (server/wire_scan.h), and the work runs on a bounded
 // pool, not on gRPC's threads, so a flood of calls queues in bounded memory or is refused.
-class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v1::Serving::Service> {
+// ListModels and GetModel are raw callback methods too (server/unary_call.h), on the call pool.
+using ServingBase = v1::Serving::WithRawCallbackMethod_Predict<v1::Serving::WithRawCallbackMethod_ListModels<
+    v1::Serving::WithRawCallbackMethod_GetModel<v1::Serving::WithRawCallbackMethod_Export<
+        v1::Serving::WithRawCallbackMethod_RegisterModel<v1::Serving::Service>>>>>;
+using ExportWriter = PooledWriter<v1::ExportRequest, v1::ExportChunk>;
+using ChunkReader = PooledReader<v1::RegisterModelChunk, v1::Model>;
+
+class ServingService final : public ServingBase {
  public:
-  explicit ServingService(AnvilServer::State& s)
-      : s_(s), pool_(s.options.limits.max_concurrent_predicts, s.options.limits.max_predict_queue) {}
+  explicit ServingService(AnvilServer::State& s) : s_(s), pool_(*s.predict_pool) {
+    limits_.max_bytes = s.options.limits.predict_message_bytes;
+    limits_.service = "Serving";
+    limits_.calls = "calls";
+    limits_.flag = "--max-predict-message-mb";
+    limits_.wire.max_fields = s.options.limits.max_wire_fields;
+    predict_limits_ = limits_;
+    predict_limits_.calls = "Predicts";
+    stream_limits_ = limits_;
+    stream_limits_.calls = "streaming calls (StreamMetrics, Export, RegisterModel)";
+  }
+
+  using Raw = grpc::ByteBuffer;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &ServingService::ListModelsImpl);
+  }
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &ServingService::GetModelImpl);
+  }
+  // Exports and uploads run on the stream pool: a slow client holds its thread, not the call pool's.
+  grpc::ServerWriteReactor<Raw>* Export(grpc::CallbackServerContext* c, const Raw* in) override {
+    return ExportWriter::start(c, in, *s_.stream_pool, stream_limits_,
+                               [this](grpc::CallbackServerContext* ctx, const v1::ExportRequest& req,
+                                      ExportWriter& writer) { return ExportImpl(ctx, &req, writer); });
+  }
+  grpc::ServerReadReactor<Raw>* RegisterModel(grpc::CallbackServerContext* c, Raw* out) override {
+    return ChunkReader::start(c, out, *s_.stream_pool, stream_limits_,
+                              [this](grpc::CallbackServerContext* ctx, ChunkReader& reader, v1::Model* resp) {
+                                return RegisterModelImpl(ctx, reader, resp);
+                              });
+  }
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override {
@@ -62,22 +100,18 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     const Status parsed = Guard([&] {
       Auth(*ctx, Scope::kServe, "Predict");
       ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
-      // gRPC's receive limit is the larger of the two services': Predict's own applies here.
+      // gRPC's receive limit is the larger of the two services': Predict's own applies here,
+      // before the Predict-specific counts (inputs, dims, names), then the common wire check.
       const int64_t size = static_cast<int64_t>(request.Length());
       ANVIL_SERVICE_CHECK(size <= s_.options.limits.predict_message_bytes, absl::StatusCode::kResourceExhausted,
                           "PredictRequest: ", size, " bytes; the server takes at most ",
                           s_.options.limits.predict_message_bytes, " (anvild --max-predict-message-mb)");
-      grpc::ByteBuffer bytes(request);  // shares the slices: readers consume their own copy
-      {
-        grpc::ProtoBufferReader reader(&bytes);
-        scan_predict_request(reader, s_.options.limits);
-      }
-      grpc::ByteBuffer again(request);
-      grpc::ProtoBufferReader reader(&again);
-      ANVIL_SERVICE_CHECK(req.ParseFromZeroCopyStream(&reader), absl::StatusCode::kInvalidArgument,
-                          "PredictRequest: malformed wire data; expected an anvil.v1.PredictRequest");
+      grpc::ByteBuffer bytes(request);  // shares the slices: the reader consumes its own copy
+      grpc::ProtoBufferReader reader(&bytes);
+      scan_predict_request(reader, s_.options.limits);
     });
     if (!parsed.ok()) return parsed;
+    if (Status st = parse_request(request, &req, predict_limits_); !st.ok()) return st;
     v1::PredictResponse resp;
     const Status st = counted_predict(s_, req.model(), [&] { return PredictImpl(ctx, req, resp); });
     if (!st.ok()) return st;
@@ -92,7 +126,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     });
   }
 
-  Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override {
+  Status ListModelsImpl(grpc::ServerContextBase* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "ListModels");
       for (const ModelRow& row : s_.store->list_models(req->name())) {
@@ -109,7 +143,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     });
   }
 
-  Status GetModel(ServerContext* ctx, const v1::GetModelRequest* req, v1::Model* resp) override {
+  Status GetModelImpl(grpc::ServerContextBase* ctx, const v1::GetModelRequest* req, v1::Model* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "GetModel");
       ANVIL_SERVICE_CHECK(!req->name().empty(), absl::StatusCode::kInvalidArgument, "name: expected a model name");
@@ -119,8 +153,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
 
   // Streams the file in chunks (any size, far beyond the message limit); the last message
   // carries the size and SHA-256 of everything sent.
-  Status Export(ServerContext* ctx, const v1::ExportRequest* req,
-                grpc::ServerWriter<v1::ExportChunk>* writer) override {
+  Status ExportImpl(grpc::ServerContextBase* ctx, const v1::ExportRequest* req, ExportWriter& writer) {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "Export");
       ANVIL_SERVICE_CHECK(!req->model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
@@ -188,7 +221,7 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
           c.set_file_name(file_name);
           c.set_verification(verification);
         }
-        if (!writer->Write(c)) return;
+        if (!writer.write(c)) return;
         if (last) break;
       }
     });
@@ -197,15 +230,14 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
   // An ONNX file in pieces: read to the size limit, checked and converted (nothing is written
   // for a file Anvil cannot serve), then written atomically under <data>/imports/ and
   // registered as the name's next version.
-  Status RegisterModel(ServerContext* ctx, grpc::ServerReader<v1::RegisterModelChunk>* reader,
-                       v1::Model* resp) override {
+  Status RegisterModelImpl(grpc::ServerContextBase* ctx, ChunkReader& reader, v1::Model* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "RegisterModel");
       v1::RegisterModelChunk c;
       std::string name, claimed_sha, bytes;
       std::vector<std::string> labels;
       bool first = true;
-      while (reader->Read(&c)) {
+      while (reader.read(&c)) {
         if (first) {
           name = c.name();
           labels.assign(c.labels().begin(), c.labels().end());
@@ -219,6 +251,11 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
                             absl::StatusCode::kResourceExhausted, "the file is over the limit of ",
                             s_.options.max_import_bytes, " bytes (anvild config max_import_mb)");
         bytes += c.data();
+      }
+      // A chunk refused on the wire (malformed, too large) ends the upload with its status:
+      // never a model made of the chunks before it.
+      if (const grpc::Status read = reader.status(); !read.ok()) {
+        throw ServiceError(absl::Status(static_cast<absl::StatusCode>(read.error_code()), read.error_message()));
       }
       ANVIL_SERVICE_CHECK(!first, absl::StatusCode::kInvalidArgument, "RegisterModel: the stream carried no message");
       ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled, "RegisterModel cancelled by the client");
@@ -310,13 +347,23 @@ class ServingService final : public v1::Serving::WithRawCallbackMethod_Predict<v
     authorize(s_.tokens.get(), ctx, scope, method);
   }
 
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response,
+                                  Status (ServingService::*impl)(grpc::ServerContextBase*, const Request*, Response*)) {
+    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
+                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
+                                                       Response* resp) { return (this->*impl)(c, req, resp); });
+  }
+
   void Finish(grpc::ServerUnaryReactor* reactor, const Status& st) {
     reactor->Finish(st);
     s_.predicts_in_flight.fetch_sub(1);
   }
 
   AnvilServer::State& s_;
-  BoundedExecutor pool_;  // last: joined first, while the state it uses is alive
+  BoundedExecutor& pool_;  // the server's Predict pool, shared with KServe's ModelInfer
+  CallLimits limits_, predict_limits_, stream_limits_;
 };
 
 }  // namespace

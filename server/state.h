@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "server/bounded_executor.h"
 #include "server/data_dir_lock.h"
 #include "server/metrics/gpu_metrics.h"
 #include "server/metrics/http.h"
@@ -31,10 +32,16 @@ struct AnvilServer::State {
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> predicts_in_flight{0};   // admitted Predicts not yet answered (the drain waits for them)
-  std::mutex dry_runs;                          // one dry run (which builds the whole plan) at a time
-  std::unique_ptr<TokenSet> tokens;             // null: no token file configured (no authentication)
-  std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
+  std::atomic<int64_t> predicts_in_flight{0};  // admitted Predicts not yet answered (the drain waits for them)
+  std::mutex dry_runs;                         // one dry run (which builds the whole plan) at a time
+  std::unique_ptr<TokenSet> tokens;            // null: no token file configured (no authentication)
+  // The threads unary calls run on (server/unary_call.h), shared by the services and by their
+  // rebuilds: Predict and KServe ModelInfer on one, every other unary call on the other. Calls
+  // end before the front stops, so nothing queued outlives the services.
+  std::unique_ptr<BoundedExecutor> predict_pool;
+  std::unique_ptr<BoundedExecutor> call_pool;
+  std::unique_ptr<BoundedExecutor> stream_pool;  // StreamMetrics, Export and RegisterModel bodies
+  std::unique_ptr<metrics::HttpEndpoint> http;   // last: stops first
 };
 
 std::unique_ptr<grpc::Service> make_training_service(AnvilServer::State& state);

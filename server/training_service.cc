@@ -10,6 +10,8 @@
 #include "server/job_spec.h"
 #include "server/state.h"
 #include "server/status.h"
+#include "server/stream_calls.h"
+#include "server/unary_call.h"
 #include "workers/job_plan.h"
 
 namespace anvil::server {
@@ -42,18 +44,54 @@ bool EndsStream(const v1::MetricEvent& e) {
          (e.state() == v1::SUCCEEDED || e.state() == v1::FAILED || e.state() == v1::CANCELLED);
 }
 
-class TrainingService final : public v1::Training::Service {
- public:
-  explicit TrainingService(AnvilServer::State& s) : s_(s) {}
+// The unary methods are raw callback methods (server/unary_call.h): the Training limit and the
+// wire check apply before parsing, and the bodies run on the server's call pool.
+using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<
+    v1::Training::WithRawCallbackMethod_GetJob<v1::Training::WithRawCallbackMethod_ListJobs<
+        v1::Training::WithRawCallbackMethod_CancelJob<v1::Training::WithRawCallbackMethod_GetServerInfo<
+            v1::Training::WithRawCallbackMethod_StreamMetrics<v1::Training::Service>>>>>>;
+using MetricsWriter = PooledWriter<v1::StreamMetricsRequest, v1::MetricEvent>;
 
-  Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+class TrainingService final : public TrainingBase {
+ public:
+  explicit TrainingService(AnvilServer::State& s) : s_(s) {
+    limits_.max_bytes = s.options.limits.training_message_bytes;
+    limits_.service = "Training";
+    limits_.calls = "calls";
+    limits_.flag = "--max-training-message-mb";
+    limits_.wire.max_fields = s.options.limits.max_wire_fields;
+    stream_limits_ = limits_;
+    stream_limits_.calls = "streaming calls (StreamMetrics, Export, RegisterModel)";
+  }
+
+  using Raw = grpc::ByteBuffer;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::SubmitJobImpl);
+  }
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::GetJobImpl);
+  }
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::ListJobsImpl);
+  }
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::CancelJobImpl);
+  }
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::GetServerInfoImpl);
+  }
+  // Streams run on the stream pool (max_streams at once, none queued: a stream lasts as long
+  // as its job), at most max_metric_streams_per_job on one job.
+  grpc::ServerWriteReactor<Raw>* StreamMetrics(grpc::CallbackServerContext* c, const Raw* in) override {
+    return MetricsWriter::start(c, in, *s_.stream_pool, stream_limits_,
+                                [this](grpc::CallbackServerContext* ctx, const v1::StreamMetricsRequest& req,
+                                       MetricsWriter& writer) { return StreamMetricsImpl(ctx, &req, writer); });
+  }
+
+  Status SubmitJobImpl(grpc::ServerContextBase* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "SubmitJob");
       ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
-      const int64_t bytes = static_cast<int64_t>(req->ByteSizeLong());
-      ANVIL_SERVICE_CHECK(bytes <= s_.options.limits.training_message_bytes, absl::StatusCode::kResourceExhausted,
-                          "SubmitJobRequest: ", bytes, " bytes; the Training service takes at most ",
-                          s_.options.limits.training_message_bytes, " (anvild --max-training-message-mb)");
       const v1::JobSpec spec =
           validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       if (req->dry_run()) {
@@ -82,14 +120,14 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status GetJob(ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* resp) override {
+  Status GetJobImpl(grpc::ServerContextBase* ctx, const v1::GetJobRequest* req, v1::Job* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "GetJob");
       *resp = Scheduler::to_job(Find(req->job_id()));
     });
   }
 
-  Status ListJobs(ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+  Status ListJobsImpl(grpc::ServerContextBase* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "ListJobs");
       std::vector<JobState> states;
@@ -100,7 +138,7 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status GetServerInfo(ServerContext* ctx, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) override {
+  Status GetServerInfoImpl(grpc::ServerContextBase* ctx, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) {
     return Guard([&] {
       Auth(*ctx, std::nullopt, "GetServerInfo");
       const CpuKernelInfo cpu = cpu_kernel_info();
@@ -117,7 +155,7 @@ class TrainingService final : public v1::Training::Service {
     });
   }
 
-  Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
+  Status CancelJobImpl(grpc::ServerContextBase* ctx, const v1::CancelJobRequest* req, v1::Job* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "CancelJob");
       ANVIL_SERVICE_CHECK(!req->job_id().empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
@@ -139,14 +177,16 @@ class TrainingService final : public v1::Training::Service {
   // checked: anything the live queue dropped (a slow reader) is read back from the store, so
   // every event arrives once and in order. Ends after a terminal state, or with UNAVAILABLE
   // when the server shuts down. The client cancelling the stream never affects the job.
-  Status StreamMetrics(ServerContext* ctx, const v1::StreamMetricsRequest* req,
-                       grpc::ServerWriter<v1::MetricEvent>* writer) override {
+  Status StreamMetricsImpl(grpc::ServerContextBase* ctx, const v1::StreamMetricsRequest* req, MetricsWriter& writer) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "StreamMetrics");
       const JobRow job = Find(req->job_id());
       ANVIL_SERVICE_CHECK(req->from_step() >= 0, absl::StatusCode::kInvalidArgument, "from_step: expected >= 0, got ",
                           req->from_step());
-      auto sub = s_.hub.subscribe(job.id);
+      const int per_job = s_.options.limits.max_metric_streams_per_job;
+      auto sub = s_.hub.subscribe(job.id, static_cast<size_t>(per_job));
+      ANVIL_SERVICE_CHECK(sub != nullptr, absl::StatusCode::kResourceExhausted, "job ", job.id, " already has ",
+                          per_job, " StreamMetrics streams (the most one job serves); close one or retry later");
       struct Unsubscribe {
         MetricsHub& hub;
         const std::string& id;
@@ -168,7 +208,7 @@ class TrainingService final : public v1::Training::Service {
             v1::MetricEvent e;
             if (!google::protobuf::util::JsonStringToMessage(r.payload_json, &e).ok()) continue;
             e.set_seq(r.seq);
-            if (!writer->Write(e)) return false;
+            if (!writer.write(e)) return false;
             if (EndsStream(e)) {
               ended = true;
               return false;
@@ -180,7 +220,7 @@ class TrainingService final : public v1::Training::Service {
       if (!replay()) return;
       // Not ended in the store: the end (or more steps) will come live. This holds even when
       // the job's row already says it ended, since its row is written just before its event.
-      while (!ctx->IsCancelled()) {
+      while (!ctx->IsCancelled() && !writer.cancelled()) {
         v1::MetricEvent e;
         if (!sub->next(&e, std::chrono::milliseconds(200))) {
           if (sub->closed()) {
@@ -200,13 +240,23 @@ class TrainingService final : public v1::Training::Service {
           continue;
         }
         last_seq = e.seq();
-        if (!writer->Write(e)) return;
+        if (!writer.write(e)) return;
         if (EndsStream(e)) return;
       }
     });
   }
 
  private:
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response,
+                                  Status (TrainingService::*impl)(grpc::ServerContextBase*, const Request*,
+                                                                  Response*)) {
+    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
+                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
+                                                       Response* resp) { return (this->*impl)(c, req, resp); });
+  }
+
   JobRow Find(const std::string& id) {
     ANVIL_SERVICE_CHECK(!id.empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
     std::optional<JobRow> row = s_.store->get_job(id);
@@ -224,6 +274,7 @@ class TrainingService final : public v1::Training::Service {
   }
 
   AnvilServer::State& s_;
+  CallLimits limits_, stream_limits_;
 };
 
 }  // namespace

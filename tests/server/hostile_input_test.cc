@@ -2,6 +2,9 @@
 // request fields), malformed and oversized messages on every RPC, registrations that fail
 // half-way, and stored fields that would make every listing fail. Each case asserts the
 // documented status and that the listings and the status page keep working for everyone.
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/data/datasets/image_folder.h"
@@ -224,6 +227,140 @@ TEST_F(RegistrationTest, TheWholeGraphIsCheckedAtRegistration) {
     n->add_output("wrong_out");
     ExpectRefused(m, "the model does not run on a batch of one [1, 2]");
   }
+}
+
+// --- Rules over every RPC ------------------------------------------------------------------
+
+// Every method of the services anvild serves, from the descriptors the server was built from.
+std::vector<const google::protobuf::MethodDescriptor*> EveryMethod() {
+  std::vector<const google::protobuf::MethodDescriptor*> out;
+  for (const char* name : {"anvil.v1.Training", "anvil.v1.Serving", "inference.GRPCInferenceService"}) {
+    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    EXPECT_NE(service, nullptr) << name;
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) out.push_back(service->method(i));
+  }
+  return out;
+}
+
+std::string PathOf(const google::protobuf::MethodDescriptor* m) {
+  return "/" + m->service()->full_name() + "/" + m->name();
+}
+
+// Each string field reachable from `type` (three messages deep, one entry of each repeated
+// field): its path as the server names it ("spec.dataset.path", "inputs[0].name") and a
+// message of `type` with "café" in Latin-1 in that field alone.
+struct StringCase {
+  std::string path;
+  std::string bytes;
+};
+
+void CollectStringFields(const google::protobuf::Descriptor* type,
+                         std::vector<const google::protobuf::FieldDescriptor*>& trail,
+                         std::vector<std::vector<const google::protobuf::FieldDescriptor*>>& out) {
+  if (trail.size() >= 3) return;
+  for (int i = 0; i < type->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = type->field(i);
+    trail.push_back(f);
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING) out.push_back(trail);
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE)
+      CollectStringFields(f->message_type(), trail, out);
+    trail.pop_back();
+  }
+}
+
+std::vector<StringCase> StringCases(const google::protobuf::Descriptor* type) {
+  std::vector<std::vector<const google::protobuf::FieldDescriptor*>> trails;
+  std::vector<const google::protobuf::FieldDescriptor*> trail;
+  CollectStringFields(type, trail, trails);
+  std::vector<StringCase> out;
+  const google::protobuf::Message* prototype =
+      google::protobuf::MessageFactory::generated_factory()->GetPrototype(type);
+  for (const auto& fields : trails) {
+    std::unique_ptr<google::protobuf::Message> message(prototype->New());
+    google::protobuf::Message* at = message.get();
+    std::string path;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const google::protobuf::FieldDescriptor* f = fields[i];
+      const google::protobuf::Reflection* r = at->GetReflection();
+      path += (path.empty() ? "" : ".") + f->name() + (f->is_repeated() ? "[0]" : "");
+      if (i + 1 < fields.size()) {
+        at = f->is_repeated() ? r->AddMessage(at, f) : r->MutableMessage(at, f);
+      } else if (f->is_repeated()) {
+        r->AddString(at, f, "caf\xE9");
+      } else {
+        r->SetString(at, f, "caf\xE9");
+      }
+    }
+    out.push_back({path, message->SerializeAsString()});  // protobuf logs the bad string, and writes it
+  }
+  return out;
+}
+
+// Malformed wire data is INVALID_ARGUMENT on every method, never INTERNAL (which the API keeps
+// for bugs): a truncated length, a bad wire type, a tag of field 0, a truncated varint.
+TEST_F(HostileInputTest, MalformedWireDataIsInvalidArgumentOnEveryRpc) {
+  const std::vector<std::string> malformed = {std::string("\x0a\xff\xff", 3), std::string("\x0f\x01", 2),
+                                              std::string("\x00\x01", 2), std::string("\x08\xff", 2)};
+  int methods = 0;
+  for (const auto* m : EveryMethod()) {
+    ++methods;
+    for (const std::string& bytes : malformed) {
+      const grpc::Status st = RawCall(PathOf(m), bytes);
+      EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT)
+          << PathOf(m) << " (" << st.error_code() << "): " << st.error_message();
+      EXPECT_THAT(st.error_message(), HasSubstr("malformed wire data")) << PathOf(m);
+    }
+  }
+  EXPECT_EQ(methods, 18);
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  EXPECT_TRUE(training_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+}
+
+// Each service's message limit holds for each of its RPCs, before parsing: a message over it
+// (an unknown field of padding) is RESOURCE_EXHAUSTED naming the limit.
+TEST_F(HostileInputTest, EachServicesLimitHoldsOnEachOfItsRpcs) {
+  // The fixture's limits: Training 2 MiB, Serving 1 MiB.
+  for (const auto* m : EveryMethod()) {
+    const bool training = m->service()->name() == "Training";
+    const size_t limit = training ? (2 << 20) : (1 << 20);
+    std::string bytes;
+    const std::string padding(limit + 16, 'x');
+    auto varint = [&bytes](uint64_t v) {
+      for (; v >= 0x80; v >>= 7) bytes.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      bytes.push_back(static_cast<char>(v));
+    };
+    varint(1000 << 3 | 2);  // field 1000, length-delimited: unknown to every request
+    varint(padding.size());
+    bytes += padding;
+    const grpc::Status st = RawCall(PathOf(m), bytes);
+    EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED)
+        << PathOf(m) << " (" << st.error_code() << "): " << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(training ? "--max-training-message-mb" : "--max-predict-message-mb"))
+        << PathOf(m);
+  }
+}
+
+// A string field that is not UTF-8, in every string field of every request, is refused with
+// INVALID_ARGUMENT naming the field and the byte.
+TEST_F(HostileInputTest, TextThatIsNotUtf8IsRefusedNamingTheFieldOnEveryRpc) {
+  int cases = 0;
+  for (const auto* m : EveryMethod()) {
+    for (const StringCase& c : StringCases(m->input_type())) {
+      ++cases;
+      const grpc::Status st = RawCall(PathOf(m), c.bytes);
+      EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT)
+          << PathOf(m) << " " << c.path << " (" << st.error_code() << "): " << st.error_message();
+      EXPECT_THAT(st.error_message(), HasSubstr(c.path + ": not valid UTF-8 at byte 3 (0xE9)")) << PathOf(m);
+    }
+  }
+  EXPECT_GT(cases, 40);
+  // Nothing was stored: the listings still work for everyone.
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse jobs;
+  EXPECT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
 }  // namespace

@@ -1,0 +1,46 @@
+#include "server/unary_call.h"
+
+#include <vector>
+
+#include "server/status.h"
+
+namespace anvil::server {
+
+grpc::Status parse_request(const grpc::ByteBuffer& request, google::protobuf::Message* out, const CallLimits& limits) {
+  const std::string& type = out->GetDescriptor()->name();
+  const auto size = static_cast<int64_t>(request.Length());
+  if (size > limits.max_bytes) {
+    return to_grpc(absl::ResourceExhaustedError(absl::StrCat(type, ": ", size, " bytes; the ", limits.service,
+                                                             " service takes at most ", limits.max_bytes,
+                                                             " (anvild ", limits.flag, ")")));
+  }
+  // One flat copy of the bytes (at most the limit): the walk and the parse read it in place.
+  std::vector<grpc::Slice> slices;
+  if (!request.Dump(&slices).ok()) return to_grpc(absl::InvalidArgumentError(type + ": the request could not be read"));
+  std::string flat;
+  flat.reserve(static_cast<size_t>(size));
+  for (const grpc::Slice& s : slices) flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  try {
+    check_wire(*out->GetDescriptor(), flat, limits.wire);
+  } catch (const ServiceError& e) {
+    return to_grpc(e.status());
+  }
+  if (!out->ParseFromString(flat)) {
+    return to_grpc(absl::InvalidArgumentError(
+        absl::StrCat(type, ": malformed wire data; expected an ", out->GetDescriptor()->full_name())));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status serialize_response(const google::protobuf::Message& message, grpc::ByteBuffer* response) {
+  bool own_buffer = false;
+  return grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(message, response, &own_buffer);
+}
+
+grpc::Status pool_full(const char* calls, const BoundedExecutor& pool) {
+  return to_grpc(absl::ResourceExhaustedError(absl::StrCat("too many ", calls, " at once (",
+                                                           pool.max_threads(), " running and ", pool.max_queue(),
+                                                           " queued); retry with backoff")));
+}
+
+}  // namespace anvil::server

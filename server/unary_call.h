@@ -1,0 +1,73 @@
+// Unary RPCs served from their wire bytes (gRPC raw callback methods), the one path every
+// unary call of the Training, Serving and KServe services takes:
+//   1. the message size against its service's limit, before anything is parsed:
+//      RESOURCE_EXHAUSTED naming the limit and its flag (gRPC's own receive limit is the
+//      largest service's, so it cannot apply the smaller ones);
+//   2. the wire bytes walked against the request's type (server/wire_check.h):
+//      INVALID_ARGUMENT naming the field for malformed data and text that is not UTF-8, where a
+//      sync method answers a bare INTERNAL;
+//   3. the handler run on a bounded pool (server/bounded_executor.h), never on gRPC's own
+//      threads: a flood of calls waits in a bounded queue, or is refused with RESOURCE_EXHAUSTED.
+#pragma once
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "server/bounded_executor.h"
+#include "server/wire_check.h"
+
+namespace anvil::server {
+
+struct CallLimits {
+  int64_t max_bytes = 4 << 20;
+  const char* service = "";  // "Training", for the message
+  const char* flag = "";     // the anvild flag that sets max_bytes
+  const char* calls = "";    // what the pool runs, for its refusal: "Training calls"
+  WireBounds wire;
+};
+
+// Steps 1 and 2 into `out` (any message type).
+grpc::Status parse_request(const grpc::ByteBuffer& request, google::protobuf::Message* out, const CallLimits& limits);
+
+// The response's wire bytes into `response`.
+grpc::Status serialize_response(const google::protobuf::Message& message, grpc::ByteBuffer* response);
+
+// RESOURCE_EXHAUSTED for a call the pool's queue had no room for ("too many <calls> at once").
+grpc::Status pool_full(const char* calls, const BoundedExecutor& pool);
+
+struct NoOp {
+  void operator()() const {}
+};
+
+// Serves one unary call: `handler(ctx, const Request*, Response*) -> grpc::Status` runs on
+// `pool` once the request parsed; the handler may block (the store, a dry run). `done()` runs
+// once after the call is answered, whichever way (for the drain's count of calls in flight).
+template <typename Request, typename Response, typename Handler, typename Done = NoOp>
+grpc::ServerUnaryReactor* serve_unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response, BoundedExecutor& pool, const CallLimits& limits,
+                                      Handler handler, Done done = {}) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const bool queued = pool.try_submit([ctx, request, response, reactor, &limits, handler, done] {
+    Request req;
+    grpc::Status status = parse_request(*request, &req, limits);
+    if (status.ok()) {
+      Response resp;
+      status = handler(ctx, &req, &resp);
+      if (status.ok()) status = serialize_response(resp, response);
+    }
+    reactor->Finish(status);
+    done();
+  });
+  if (!queued) {
+    reactor->Finish(pool_full(limits.calls, pool));
+    done();
+  }
+  return reactor;
+}
+
+}  // namespace anvil::server
