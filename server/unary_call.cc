@@ -11,8 +11,8 @@ grpc::Status parse_request(const grpc::ByteBuffer& request, google::protobuf::Me
   const auto size = static_cast<int64_t>(request.Length());
   if (size > limits.max_bytes) {
     return to_grpc(absl::ResourceExhaustedError(absl::StrCat(type, ": ", size, " bytes; the ", limits.service,
-                                                             " service takes at most ", limits.max_bytes,
-                                                             " (anvild ", limits.flag, ")")));
+                                                             " service takes at most ", limits.max_bytes, " (anvild ",
+                                                             limits.flag, ")")));
   }
   // One flat copy of the bytes (at most the limit): the walk and the parse read it in place.
   std::vector<grpc::Slice> slices;
@@ -38,9 +38,9 @@ grpc::Status serialize_response(const google::protobuf::Message& message, grpc::
 }
 
 grpc::Status pool_full(const char* calls, const BoundedExecutor& pool) {
-  return to_grpc(absl::ResourceExhaustedError(absl::StrCat("too many ", calls, " at once (",
-                                                           pool.max_threads(), " running and ", pool.max_queue(),
-                                                           " queued); retry with backoff")));
+  return to_grpc(
+      absl::ResourceExhaustedError(absl::StrCat("too many ", calls, " at once (", pool.max_threads(), " running and ",
+                                                pool.max_queue(), " queued); retry with backoff")));
 }
 
 }  // namespace anvil::server

@@ -28,9 +28,9 @@ class Walker {
 
  private:
   [[noreturn]] void Fail(const std::string& path, const std::string& what) {
-    throw ServiceError(absl::StatusCode::kInvalidArgument,
-                       detail::StrCat(root_.name(), ": ", path.empty() ? "" : path + ": ", what, "; expected an ",
-                                      root_.full_name()));
+    throw ServiceError(
+        absl::StatusCode::kInvalidArgument,
+        detail::StrCat(root_.name(), ": ", path.empty() ? "" : path + ": ", what, "; expected an ", root_.full_name()));
   }
 
   // Walks fields until the current limit; `type` is null for an unknown sub-message.
@@ -54,12 +54,12 @@ class Walker {
       at += field == nullptr ? detail::StrCat("field ", number) : field->name();
       if (field != nullptr && field->is_repeated()) {
         const int index = seen[number]++;
+        at += detail::StrCat("[", index, "]");
         if (index >= bounds_.max_repeated && wire == kLengthDelimited &&
             (field->type() == FieldDescriptor::TYPE_MESSAGE || field->type() == FieldDescriptor::TYPE_STRING ||
              field->type() == FieldDescriptor::TYPE_BYTES)) {
           Fail(at, detail::StrCat("expected at most ", bounds_.max_repeated, " entries, got more"));
         }
-        at += detail::StrCat("[", index, "]");
       }
       switch (wire) {
         case kVarint: {

@@ -5,10 +5,12 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "core/data/datasets/image_folder.h"
 #include "onnx/onnx_pb.h"
+#include "proto/inference/grpc_service.grpc.pb.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -361,6 +363,152 @@ TEST_F(HostileInputTest, TextThatIsNotUtf8IsRefusedNamingTheFieldOnEveryRpc) {
   v1::ListJobsResponse jobs;
   EXPECT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+// --- ModelInfer behind Predict's protections ------------------------------------------------
+
+class KServeLimitsTest : public HostileInputTest {
+ protected:
+  inference::ModelInferRequest InferOf(const std::string& model, const Tensor& x) {
+    inference::ModelInferRequest req;
+    req.set_model_name(model);
+    auto* in = req.add_inputs();
+    in->set_name("input");
+    in->set_datatype("FP32");
+    for (int64_t d : x.sizes()) in->add_shape(d);
+    req.add_raw_input_contents(std::string(static_cast<const char*>(x.data_ptr()), x.numel() * sizeof(float)));
+    return req;
+  }
+  grpc::Status Infer(const inference::ModelInferRequest& req, inference::ModelInferResponse* resp) {
+    auto stub = inference::GRPCInferenceService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    return stub->ModelInfer(&ctx, req, resp);
+  }
+};
+
+// The probe's case: 8 MiB of empty `inputs` entries took the server to 876 MiB. Entries are
+// counted on the wire now, before anything is parsed.
+TEST_F(KServeLimitsTest, ManyEmptyInputsAreRefusedBeforeParsing) {
+  std::string bytes;
+  bytes.push_back(0x0a);  // model_name
+  bytes.push_back(1);
+  bytes.push_back('m');
+  const int inputs = inference::ModelInferRequest::kInputsFieldNumber;
+  for (int i = 0; i < 200000; ++i) bytes += std::string{static_cast<char>(inputs << 3 | 2), 0};  // one empty input
+  const grpc::Status st = RawCall("/inference.GRPCInferenceService/ModelInfer", bytes);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("inputs[64]: expected at most 64 entries"));
+}
+
+// ModelInfers wait in Predict's queue on Predict's pool: beyond both, RESOURCE_EXHAUSTED; the
+// ones admitted are answered.
+TEST_F(KServeLimitsTest, AModelInferFloodSharesPredictsPoolAndQueue) {
+  Stop();
+  ServerOptions o;
+  o.batching.max_batch = 64;
+  o.batching.max_delay = std::chrono::milliseconds(400);
+  o.limits.max_concurrent_predicts = 2;
+  o.limits.max_predict_queue = 2;
+  Start(o);
+  Stream(Submit(BlobsSpec(1)).id());
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 12; ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      if (i % 2 == 0) {
+        v1::PredictResponse resp;
+        return Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp);
+      }
+      inference::ModelInferResponse resp;
+      return Infer(InferOf("blobs-mlp", randn({1, 2})), &resp);
+    }));
+  }
+  int ok = 0, exhausted = 0;
+  for (auto& c : calls) {
+    const grpc::Status st = c.get();
+    ok += st.ok() ? 1 : 0;
+    if (st.error_code() == StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_THAT(st.error_message(), HasSubstr("at once"));
+    }
+  }
+  EXPECT_EQ(ok + exhausted, 12);
+  EXPECT_GE(ok, 4);
+  EXPECT_GE(exhausted, 1);
+  inference::ModelInferResponse resp;
+  EXPECT_TRUE(Infer(InferOf("blobs-mlp", randn({2, 2})), &resp).ok());
+}
+
+// --- StreamMetrics bounded per job and per server --------------------------------------------
+
+TEST_F(HostileInputTest, StreamsAreBoundedPerJobAndPerServer) {
+  Stop();
+  ServerOptions o;
+  o.limits.max_streams = 3;
+  o.limits.max_metric_streams_per_job = 2;
+  Start(o);
+  const v1::Job a = Submit(BlobsSpec(100000));
+  v1::JobSpec second = BlobsSpec(100000);
+  second.set_name("second");
+  const v1::Job b = Submit(second);
+  // A stream counts once its first event has arrived; it is read to its end in the background.
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<grpc::ClientReader<v1::MetricEvent>> reader;
+  };
+  auto open = [&](const std::string& id, grpc::Status* refused) {
+    Open s;
+    v1::StreamMetricsRequest req;
+    req.set_job_id(id);
+    s.reader = training_->StreamMetrics(s.ctx.get(), req);
+    v1::MetricEvent e;
+    if (!s.reader->Read(&e)) *refused = s.reader->Finish();
+    return s;
+  };
+  grpc::Status st;
+  std::vector<Open> streams;
+  streams.push_back(open(a.id(), &st));
+  streams.push_back(open(a.id(), &st));
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  Open third = open(a.id(), &st);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("already has 2 StreamMetrics streams"));
+  st = grpc::Status::OK;
+  streams.push_back(open(b.id(), &st));
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  Open fourth = open(b.id(), &st);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("too many streaming calls"));
+  // The listings are not held up by the streams.
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse jobs;
+  EXPECT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  for (Open& s : streams) s.ctx->TryCancel();
+  for (Open& s : streams) {
+    v1::MetricEvent e;
+    while (s.reader->Read(&e)) {
+    }
+    s.reader->Finish();
+  }
+  // Their threads are free again: a new stream is served.
+  st = grpc::Status::OK;
+  EXPECT_TRUE(WaitUntil([&] {
+    st = grpc::Status::OK;
+    Open s = open(b.id(), &st);
+    if (!st.ok()) return false;  // refused: open() finished it
+    s.ctx->TryCancel();
+    v1::MetricEvent e;
+    while (s.reader->Read(&e)) {
+    }
+    s.reader->Finish();
+    return true;
+  }));
+  for (const std::string& id : {a.id(), b.id()}) {
+    grpc::ClientContext c;
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    v1::Job job;
+    training_->CancelJob(&c, cancel, &job);
+  }
 }
 
 }  // namespace
