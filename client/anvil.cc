@@ -278,6 +278,10 @@ int Run(int argc, char** argv) {
   submit->add_flag("--dry-run", dry_run, "validate only");
   auto* jobs = app.add_subcommand("jobs", "list jobs, newest first");
   jobs->add_option("--state", state_filter, "QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or INTERRUPTED (any case)");
+  int64_t jobs_limit = 0;
+  jobs->add_option("--limit", jobs_limit, "at most this many, newest first (default: all, read a page at a time)");
+  auto* delete_cmd = app.add_subcommand("delete", "delete a finished job with its metrics and files (not its model)");
+  delete_cmd->add_option("id", job_id)->required();
   auto* job = app.add_subcommand("job", "show one job");
   job->add_option("id", job_id)->required();
   auto* watch_cmd = app.add_subcommand("watch", "follow a job's progress until it ends");
@@ -415,8 +419,17 @@ int Run(int argc, char** argv) {
       }
       req.add_states(s);
     }
+    // Every page (or up to --limit jobs), joined into one reply for --json.
     v1::ListJobsResponse resp;
-    Check(cli.training->ListJobs(Ctx().get(), req, &resp), "jobs");
+    while (jobs_limit <= 0 || resp.jobs_size() < jobs_limit) {
+      req.set_page_size(
+          static_cast<int32_t>(jobs_limit > 0 ? std::min<int64_t>(1000, jobs_limit - resp.jobs_size()) : 1000));
+      v1::ListJobsResponse page;
+      Check(cli.training->ListJobs(Ctx().get(), req, &page), "jobs");
+      for (v1::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+      if (page.next_page_token().empty()) break;
+      req.set_page_token(page.next_page_token());
+    }
     if (cli.json) {
       std::printf("%s\n", ToJson(resp).c_str());
     } else {
@@ -438,6 +451,17 @@ int Run(int argc, char** argv) {
   }
   if (app.got_subcommand("watch")) {
     return Watch(cli, job_id, from_step) == v1::SUCCEEDED ? client::kExitOk : client::kExitJobDidNotSucceed;
+  }
+  if (app.got_subcommand("delete")) {
+    v1::DeleteJobRequest req;
+    req.set_job_id(job_id);
+    v1::DeleteJobResponse resp;
+    Check(cli.training->DeleteJob(Ctx().get(), req, &resp), "delete " + job_id);
+    if (!cli.json)
+      std::printf("deleted %s\n", job_id.c_str());
+    else
+      std::printf("{}\n");
+    return 0;
   }
   if (app.got_subcommand("cancel")) {
     v1::CancelJobRequest req;
@@ -482,7 +506,15 @@ int Run(int argc, char** argv) {
   }
   if (app.got_subcommand("models")) {
     v1::ListModelsResponse resp;
-    Check(cli.serving->ListModels(Ctx().get(), v1::ListModelsRequest(), &resp), "models");
+    v1::ListModelsRequest req;
+    req.set_page_size(1000);
+    while (true) {
+      v1::ListModelsResponse page;
+      Check(cli.serving->ListModels(Ctx().get(), req, &page), "models");
+      for (v1::Model& m : *page.mutable_models()) *resp.add_models() = std::move(m);
+      if (page.next_page_token().empty()) break;
+      req.set_page_token(page.next_page_token());
+    }
     if (cli.json) {
       std::printf("%s\n", ToJson(resp).c_str());
     } else {

@@ -111,6 +111,10 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.max_predict_memory = ParseBytes(value.get<std::string>(), "max_predict_memory");
     else if (key == "max_crash_resumes")
       o.max_crash_resumes = value.get<int>();
+    else if (key == "max_finished_jobs")
+      o.max_finished_jobs = value.get<int64_t>();
+    else if (key == "job_retention_days")
+      o.job_retention = std::chrono::hours(24 * value.get<int64_t>());
     else if (key == "tls_cert")
       o.tls_cert = value.get<std::string>();
     else if (key == "tls_key")
@@ -218,6 +222,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-training-message-mb", training_mb, "largest Training request (a job spec) in MiB (default 4)");
   app.add_option("--max-concurrent-predicts", concurrent_predicts,
                  "Predicts running at once (default 64; up to 1024 more wait, beyond that RESOURCE_EXHAUSTED)");
+  int64_t max_finished_jobs = -1, job_retention_days = -1;
+  app.add_option("--max-finished-jobs", max_finished_jobs,
+                 "finished jobs kept with their metric history and files, newest first (default 10000; 0: all); "
+                 "models they registered stay");
+  app.add_option("--job-retention-days", job_retention_days,
+                 "delete finished jobs (not their models) this many days after they ended (default 0: keep)");
   bool reflection = false;
   app.add_flag("--reflection", reflection, "serve gRPC reflection (the whole schema, to any client; default off)");
   std::string max_job_memory;
@@ -277,6 +287,8 @@ int main(int argc, char** argv) {
     if (training_mb > 0) o.limits.training_message_bytes = training_mb << 20;
     if (concurrent_predicts > 0) o.limits.max_concurrent_predicts = concurrent_predicts;
     if (reflection) o.reflection = true;
+    if (max_finished_jobs >= 0) o.max_finished_jobs = max_finished_jobs;
+    if (job_retention_days >= 0) o.job_retention = std::chrono::hours(24 * job_retention_days);
     if (!tls_cert.empty()) o.tls_cert = tls_cert;
     if (!tls_key.empty()) o.tls_key = tls_key;
     if (!tls_client_ca.empty()) o.tls_client_ca = tls_client_ca;

@@ -175,9 +175,35 @@ void ValidatePrecision(v1::JobSpec* spec) {
              "amp_anomaly: checks bf16 or fp16 outputs, but precision is \"fp32\" (set precision to \"bf16\" or "
              "\"fp16\")");
 }
+
+// Every text field of a spec is stored with its job and returned by every GetJob: each has a
+// bound, checked before anything else reads it. A field not named here takes the default.
+size_t TextBound(const google::protobuf::FieldDescriptor& f) {
+  if (f.full_name() == "anvil.v1.JobSpec.model_json") return models::kMaxModelSpecBytes;
+  if (f.full_name() == "anvil.v1.DatasetSpec.path") return kMaxSpecPathBytes;
+  return kMaxSpecTextBytes;
+}
+
+void CheckTextBounds(const google::protobuf::Message& m, const std::string& path) {
+  const google::protobuf::Reflection& r = *m.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r.ListFields(m, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    const std::string at = path + "." + f->name();
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING && !f->is_repeated()) {
+      const size_t size = r.GetStringReference(m, f, nullptr).size();
+      ANVIL_SERVICE_CHECK(size <= TextBound(*f), absl::StatusCode::kInvalidArgument, at, ": ", size,
+                          " bytes; expected at most ", TextBound(*f));
+    } else if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_repeated()) {
+      CheckTextBounds(r.GetMessage(m, f), at);
+    }
+  }
+}
+
 }  // namespace
 
 v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
+  CheckTextBounds(in, "spec");
   v1::JobSpec spec = in;
   if (spec.name().empty()) spec.set_name("job");
   SPEC_CHECK(is_valid_name(spec.name()), "name: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",

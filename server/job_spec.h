@@ -11,6 +11,11 @@
 
 namespace anvil::server {
 
+// Bounds on a spec's text fields (model_json has its own, models::kMaxModelSpecBytes): a spec
+// is stored with its job and sent back whole by GetJob.
+inline constexpr size_t kMaxSpecTextBytes = 1024;
+inline constexpr size_t kMaxSpecPathBytes = 4096;
+
 struct SpecContext {
   std::string data_root;             // absolute; dataset paths must resolve inside it
   std::vector<std::string> devices;  // this server's devices: "cpu", "cuda:0", ...

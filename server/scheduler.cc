@@ -571,8 +571,9 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   }
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = unix_millis();
   // A reason quotes what failed (a file's header, a path): stored and sent as UTF-8 text.
-  row.reason = to_valid_utf8(row.reason);
-  event.set_message(to_valid_utf8(event.message()));
+  // Bounded too: a reason is in every listing of the job.
+  row.reason = echo(to_valid_utf8(row.reason), kMaxReasonBytes);
+  event.set_message(echo(to_valid_utf8(event.message()), kMaxReasonBytes));
   if (event.event_case() == v1::MetricEvent::kState) {
     log(row.state == JobState::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "job ", row.id, " (", row.name, ") ",
         job_state_name(row.state), event.message().empty() ? "" : ": ", event.message());
@@ -584,6 +585,51 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   // the live events until the event arrives.)
   store_.update_job(row);
   Record(row, event);
+  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) expire_finished_jobs();
+}
+
+absl::Status Scheduler::delete_job(const std::string& job_id) {
+  return status_of([&] {
+    ANVIL_SERVICE_CHECK(!job_id.empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
+    const std::optional<JobRow> row = store_.get_job(job_id);
+    ANVIL_SERVICE_CHECK(row.has_value(), absl::StatusCode::kNotFound, "job \"", echo(job_id), "\" does not exist");
+    ANVIL_SERVICE_CHECK(is_terminal(row->state), absl::StatusCode::kFailedPrecondition, "job ", job_id, " is ",
+                        job_state_name(row->state), "; only a finished job is deleted (cancel it first)");
+    // The model it registered is served from its archive in the job's folder: that file stays.
+    std::string keep;
+    if (!row->model_name.empty()) {
+      if (std::optional<ModelRow> m = store_.get_model(row->model_name, row->model_version)) keep = m->path;
+    }
+    // The row first: a crash between the two leaves files without a job (harmless, and swept
+    // with the folder by a later delete), never a job whose files are gone.
+    store_.delete_job(job_id);
+    const fs::path dir = fs::path(options_.data_root) / "jobs" / job_id;
+    std::error_code ec;
+    if (keep.empty()) {
+      fs::remove_all(dir, ec);
+    } else {
+      const fs::path kept = fs::path(options_.data_root) / keep;
+      for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+        if (entry.path() != kept) fs::remove_all(entry.path(), ec);
+      }
+    }
+    log(LogLevel::kInfo, "job ", job_id, " (", row->name, ") deleted");
+  });
+}
+
+int64_t Scheduler::expire_finished_jobs() {
+  const int64_t cutoff =
+      options_.job_retention.count() > 0 ? unix_millis() - options_.job_retention.count() : int64_t{0};
+  if (options_.max_finished_jobs <= 0 && cutoff <= 0) return 0;
+  int64_t deleted = 0;
+  const absl::Status listed = status_of([&] {
+    for (const std::string& id : store_.expired_jobs(options_.max_finished_jobs, cutoff)) {
+      if (delete_job(id).ok()) ++deleted;
+    }
+  });
+  if (!listed.ok()) log(LogLevel::kWarning, "expiring finished jobs: ", listed.message());
+  if (deleted > 0) log(LogLevel::kInfo, deleted, " finished job(s) deleted by the retention policy");
+  return deleted;
 }
 
 }  // namespace anvil::server

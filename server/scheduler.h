@@ -13,6 +13,7 @@
 // worker's event holds up neither submissions nor the other workers.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -37,6 +38,11 @@ struct SchedulerOptions {
   int64_t max_pending_jobs = 1000;  // queued + running; beyond: RESOURCE_EXHAUSTED
   int64_t max_job_memory = 0;       // bytes per job (workers/job_memory.h); 0 = no limit
   int max_crash_resumes = 2;        // resumes of a job the server died under, before it FAILS
+  // Retention of finished jobs (SUCCEEDED, FAILED, CANCELLED): beyond the newest
+  // max_finished_jobs, or finished longer ago than job_retention, a job is deleted with its
+  // metric history and files (models it registered stay). 0: no bound of that kind.
+  int64_t max_finished_jobs = 10000;
+  std::chrono::milliseconds job_retention{0};
 };
 
 using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::EventSink)>;
@@ -64,6 +70,12 @@ class Scheduler {
   // QUEUED: cancelled at once; RUNNING: the worker stops it (the state follows). NOT_FOUND;
   // FAILED_PRECONDITION when it already ended.
   absl::StatusOr<JobRow> cancel(const std::string& job_id);
+  // Deletes a finished job: its row, its metric events, and its folder but the model archive it
+  // registered. FAILED_PRECONDITION for a job that has not finished; NOT_FOUND.
+  absl::Status delete_job(const std::string& job_id);
+  // Applies the retention options; the number of jobs deleted. Run at start and after each job
+  // ends.
+  int64_t expire_finished_jobs();
 
   // The reason a failed job's row and stream give: the message, led by the kind of failure
   // (e.g. "DATA_LOSS: ...") unless that is the common INVALID_ARGUMENT (the engine refused

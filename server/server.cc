@@ -185,8 +185,13 @@ void AnvilServer::start() {
   const Device serving = ServingDevice(options_.serving_device);
   s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, batching, s->metrics.get(),
                                                 options_.max_loaded_models, serving);
-  SchedulerOptions so{s->data_root, s->options.datasets_dir, options_.max_pending_jobs, s->options.max_job_memory,
-                      options_.max_crash_resumes};
+  SchedulerOptions so{s->data_root,
+                      s->options.datasets_dir,
+                      options_.max_pending_jobs,
+                      s->options.max_job_memory,
+                      options_.max_crash_resumes,
+                      options_.max_finished_jobs,
+                      options_.job_retention};
   std::vector<WorkerFactory> factories;
   for (const Device d : WorkerDevices(options_.devices)) {
     factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
@@ -195,6 +200,7 @@ void AnvilServer::start() {
       std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories), s->metrics.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();
+  s->scheduler->expire_finished_jobs();
   if (s->metrics) {
     s->http = std::make_unique<metrics::HttpEndpoint>(s->metrics_registry, options_.metrics_address);
     Store* store = s->store.get();

@@ -50,6 +50,11 @@ struct ServerOptions {
   // A job the server died under (RUNNING at start) resumes at most this often, then FAILS:
   // a job that kills the process cannot make it die on every restart.
   int max_crash_resumes = 2;
+  // Retention of finished jobs with their metric history and files (models they registered
+  // stay): the newest max_finished_jobs are kept (0: all), and none finished more than
+  // job_retention ago (0: no age limit).
+  int64_t max_finished_jobs = 10000;
+  std::chrono::milliseconds job_retention{0};
   int64_t store_max_pages = 0;  // caps the job store's size (SQLite pages); 0 = the disk's size
 };
 

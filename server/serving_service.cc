@@ -1,4 +1,5 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <grpcpp/impl/codegen/proto_buffer_reader.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
@@ -17,6 +18,7 @@
 #include "server/auth.h"
 #include "server/bounded_executor.h"
 #include "server/job_spec.h"
+#include "server/page_token.h"
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -39,6 +41,9 @@ using ServingBase = v1::Serving::WithRawCallbackMethod_Predict<v1::Serving::With
     v1::Serving::WithRawCallbackMethod_GetModel<v1::Serving::WithRawCallbackMethod_Export<
         v1::Serving::WithRawCallbackMethod_RegisterModel<v1::Serving::Service>>>>>;
 using ExportWriter = PooledWriter<v1::ExportRequest, v1::ExportChunk>;
+// A registered model's class names (ImageNet-21k has 21,841).
+constexpr int kMaxLabels = 65536;
+constexpr size_t kMaxLabelBytes = 256;
 using ChunkReader = PooledReader<v1::RegisterModelChunk, v1::Model>;
 
 class ServingService final : public ServingBase {
@@ -129,7 +134,23 @@ class ServingService final : public ServingBase {
   Status ListModelsImpl(grpc::ServerContextBase* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "ListModels");
-      for (const ModelRow& row : s_.store->list_models(req->name())) {
+      const int size = page_size_of(req->page_size());
+      std::string after_name;
+      int64_t after_version = 0;
+      if (!req->page_token().empty()) {
+        const std::string position = read_page_token(req->page_token(), "models", req->name());
+        const size_t colon = position.find(':');
+        ANVIL_SERVICE_CHECK(colon != std::string::npos && absl::SimpleAtoi(position.substr(0, colon), &after_version),
+                            absl::StatusCode::kInvalidArgument, "page_token: not a token of this listing");
+        after_name = position.substr(colon + 1);
+      }
+      std::vector<ModelRow> rows = s_.store->list_models(req->name(), size + 1, after_name, after_version);
+      if (static_cast<int>(rows.size()) > size) {
+        rows.pop_back();
+        resp->set_next_page_token(
+            make_page_token("models", req->name(), std::to_string(rows.back().version) + ":" + rows.back().name));
+      }
+      for (const ModelRow& row : rows) {
         if (absl::StatusOr<v1::Model> described = s_.registry->describe_row(row); described.ok()) {
           *resp->add_models() = *std::move(described);
         } else {  // e.g. a corrupt archive: still listed, without a signature
@@ -240,6 +261,13 @@ class ServingService final : public ServingBase {
       while (reader.read(&c)) {
         if (first) {
           name = c.name();
+          // Labels are stored with the version and returned by every GetModel: bounded.
+          ANVIL_SERVICE_CHECK(c.labels_size() <= kMaxLabels, absl::StatusCode::kInvalidArgument,
+                              "labels: expected at most ", kMaxLabels, ", got ", c.labels_size());
+          for (int i = 0; i < c.labels_size(); ++i) {
+            ANVIL_SERVICE_CHECK(c.labels(i).size() <= kMaxLabelBytes, absl::StatusCode::kInvalidArgument, "labels[", i,
+                                "]: ", c.labels(i).size(), " bytes; expected at most ", kMaxLabelBytes);
+          }
           labels.assign(c.labels().begin(), c.labels().end());
           ANVIL_SERVICE_CHECK(is_valid_name(name), absl::StatusCode::kInvalidArgument,
                               "name: expected 1-64 characters of letters, digits, '.', '_' or '-', got \"",

@@ -83,6 +83,8 @@ std::string echo(std::string_view value, size_t max = 128);
 
 // The longest status message an RPC returns; longer ones are cut (see echo).
 inline constexpr size_t kMaxStatusMessageBytes = 2048;
+// A job's stored reason (why it failed or was cancelled): cut like a status message.
+inline constexpr size_t kMaxReasonBytes = 2048;
 
 // Runs an RPC body (void or absl::Status): OK when it succeeds, else its status or that of
 // what it threw, converted by to_grpc. Every RPC handler goes through this.

@@ -267,7 +267,7 @@ struct Store::Impl {
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
           list_jobs(db, p, "list jobs",
                     "SELECT " ANVIL_JOB_COLUMNS
-                    " FROM jobs WHERE ?1 OR state IN (?2, ?3, ?4, ?5, ?6, ?7) "
+                    " FROM jobs WHERE (?1 OR state IN (?2, ?3, ?4, ?5, ?6, ?7)) AND (?9 = 0 OR seq < ?9) "
                     "ORDER BY seq DESC LIMIT ?8"),
           jobs_in_states(db, p, "list jobs by state",
                          "SELECT " ANVIL_JOB_COLUMNS
@@ -298,11 +298,18 @@ struct Store::Impl {
                        "SELECT " ANVIL_MODEL_COLUMNS " FROM models WHERE name = ?1 ORDER BY version DESC LIMIT 1"),
           list_models(db, p, "list models",
                       "SELECT " ANVIL_MODEL_COLUMNS
-                      " FROM models WHERE ?1 = '' OR name = ?1 "
-                      "ORDER BY name, version") {}
+                      " FROM models WHERE (?1 = '' OR name = ?1) AND (name > ?2 OR (name = ?2 AND version > ?3)) "
+                      "ORDER BY name, version LIMIT ?4"),
+          expired_jobs(db, p, "find expired jobs",
+                       "SELECT id FROM (SELECT id, seq, finished_ms, ROW_NUMBER() OVER (ORDER BY seq DESC) AS newest "
+                       "FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) "
+                       "WHERE (?1 > 0 AND newest > ?1) OR finished_ms < ?2 ORDER BY seq"),
+          delete_metrics(db, p, "delete a job's metric events", "DELETE FROM metrics WHERE job_id = ?1"),
+          delete_job(db, p, "delete a job", "DELETE FROM jobs WHERE id = ?1") {}
     Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;
     Statement next_model_version, insert_model, model_version, model_latest, list_models;
+    Statement expired_jobs, delete_metrics, delete_job;
   };
   std::unique_ptr<Statements> st ABSL_GUARDED_BY(mu);
 
@@ -464,13 +471,34 @@ std::map<JobState, int64_t> Store::count_jobs_by_state() const {
   return counts;
 }
 
-std::vector<JobRow> Store::list_jobs(const std::vector<JobState>& states, int64_t limit) const {
+std::vector<JobRow> Store::list_jobs(const std::vector<JobState>& states, int64_t limit, int64_t before_seq) const {
   MutexLock lock(&impl_->mu);
   Query q(impl_->st->list_jobs);
   q.bind(1, int64_t{states.empty() ? 1 : 0});
   bind_states(q, 2, states);
   q.bind(8, limit > 0 ? limit : int64_t{-1});  // a negative LIMIT is SQLite's "no limit"
+  q.bind(9, before_seq > 0 ? before_seq : int64_t{0});
   return impl_->read_jobs(q);
+}
+
+std::vector<std::string> Store::expired_jobs(int64_t keep, int64_t finished_before_ms) const {
+  MutexLock lock(&impl_->mu);
+  Query q(impl_->st->expired_jobs);
+  q.bind(1, keep).bind(2, finished_before_ms);
+  std::vector<std::string> out;
+  while (q.next()) out.push_back(q.text(0));
+  return out;
+}
+
+bool Store::delete_job(const std::string& id) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  Transaction tx(m.db.get(), m.path, "deleting a job");
+  Query(m.st->delete_metrics).bind(1, id).run();
+  Query(m.st->delete_job).bind(1, id).run();
+  const bool deleted = sqlite3_changes(m.db.get()) == 1;
+  tx.commit();
+  return deleted;
 }
 
 std::vector<JobRow> Store::jobs_in_states(const std::vector<JobState>& states) const {
@@ -569,10 +597,11 @@ std::optional<ModelRow> Store::get_model(const std::string& name, int64_t versio
   return read_model(q);
 }
 
-std::vector<ModelRow> Store::list_models(const std::string& name) const {
+std::vector<ModelRow> Store::list_models(const std::string& name, int64_t limit, const std::string& after_name,
+                                         int64_t after_version) const {
   MutexLock lock(&impl_->mu);
   Query q(impl_->st->list_models);
-  q.bind(1, name);
+  q.bind(1, name).bind(2, after_name).bind(3, after_version).bind(4, limit > 0 ? limit : int64_t{-1});
   std::vector<ModelRow> out;
   while (q.next()) out.push_back(read_model(q));
   return out;

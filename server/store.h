@@ -111,8 +111,15 @@ class Store {
   std::optional<JobRow> get_job_by_client_id(const std::string& client_job_id) const;
   // Jobs per state (states without jobs are absent), one aggregate query.
   std::map<JobState, int64_t> count_jobs_by_state() const;
-  // Newest first; empty `states` = all; `limit` <= 0 = no limit.
-  std::vector<JobRow> list_jobs(const std::vector<JobState>& states = {}, int64_t limit = 0) const;
+  // Newest first; empty `states` = all; `limit` <= 0 = no limit; with `before_seq` > 0, only
+  // jobs older than that seq (the next page after a job: keyset pagination).
+  std::vector<JobRow> list_jobs(const std::vector<JobState>& states = {}, int64_t limit = 0,
+                                int64_t before_seq = 0) const;
+  // Finished jobs (SUCCEEDED, FAILED, CANCELLED) beyond the newest `keep` (<= 0: none are) or
+  // finished before `finished_before_ms` (<= 0: none are), oldest first: the retention sweep's.
+  std::vector<std::string> expired_jobs(int64_t keep, int64_t finished_before_ms) const;
+  // Deletes the job and its metric events, atomically; false when no such job.
+  bool delete_job(const std::string& id);
   // Oldest first (seq ascending) among jobs in `states` (used to requeue / resume after a
   // restart); empty `states` = none.
   std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const;
@@ -136,8 +143,10 @@ class Store {
   ModelRow register_model(ModelRow row);
   // The given version of `name`, or its latest when version <= 0; nullopt when absent.
   std::optional<ModelRow> get_model(const std::string& name, int64_t version) const;
-  // Every version of `name` (all models when empty), ordered by name, then version.
-  std::vector<ModelRow> list_models(const std::string& name = "") const;
+  // Versions of `name` (all models when empty), ordered by name, then version, after
+  // (after_name, after_version) (the next page: keyset pagination), at most `limit` (<= 0: all).
+  std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0, const std::string& after_name = "",
+                                    int64_t after_version = 0) const;
 
   const std::string& path() const;
 

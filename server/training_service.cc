@@ -1,4 +1,5 @@
 // The Training service: SubmitJob, GetJob, ListJobs, CancelJob, StreamMetrics, GetServerInfo.
+#include <absl/strings/numbers.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/job_spec.h"
+#include "server/page_token.h"
 #include "server/state.h"
 #include "server/status.h"
 #include "server/stream_calls.h"
@@ -46,10 +48,10 @@ bool EndsStream(const v1::MetricEvent& e) {
 
 // The unary methods are raw callback methods (server/unary_call.h): the Training limit and the
 // wire check apply before parsing, and the bodies run on the server's call pool.
-using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<
-    v1::Training::WithRawCallbackMethod_GetJob<v1::Training::WithRawCallbackMethod_ListJobs<
-        v1::Training::WithRawCallbackMethod_CancelJob<v1::Training::WithRawCallbackMethod_GetServerInfo<
-            v1::Training::WithRawCallbackMethod_StreamMetrics<v1::Training::Service>>>>>>;
+using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<v1::Training::WithRawCallbackMethod_GetJob<
+    v1::Training::WithRawCallbackMethod_ListJobs<v1::Training::WithRawCallbackMethod_CancelJob<
+        v1::Training::WithRawCallbackMethod_GetServerInfo<v1::Training::WithRawCallbackMethod_StreamMetrics<
+            v1::Training::WithRawCallbackMethod_DeleteJob<v1::Training::Service>>>>>>>;
 using MetricsWriter = PooledWriter<v1::StreamMetricsRequest, v1::MetricEvent>;
 
 class TrainingService final : public TrainingBase {
@@ -79,6 +81,9 @@ class TrainingService final : public TrainingBase {
   }
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return Serve(c, in, out, &TrainingService::GetServerInfoImpl);
+  }
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return Serve(c, in, out, &TrainingService::DeleteJobImpl);
   }
   // Streams run on the stream pool (max_streams at once, none queued: a stream lasts as long
   // as its job), at most max_metric_streams_per_job on one job.
@@ -130,11 +135,39 @@ class TrainingService final : public TrainingBase {
   Status ListJobsImpl(grpc::ServerContextBase* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "ListJobs");
+      ANVIL_SERVICE_CHECK(req->states_size() <= 16, absl::StatusCode::kInvalidArgument,
+                          "states: expected at most 16 (there are 6 states), got ", req->states_size());
       std::vector<JobState> states;
-      for (int s : req->states()) states.push_back(FromWire(static_cast<v1::JobState>(s)));
-      ANVIL_SERVICE_CHECK(req->limit() >= 0, absl::StatusCode::kInvalidArgument, "limit: expected >= 0, got ",
-                          req->limit());
-      for (const JobRow& row : s_.store->list_jobs(states, req->limit())) *resp->add_jobs() = Scheduler::to_job(row);
+      std::string filter;  // the page token's: a token is valid only with the states it was made for
+      for (int s : req->states()) {
+        states.push_back(FromWire(static_cast<v1::JobState>(s)));
+        filter += std::to_string(s) + ",";
+      }
+      // page_size, or an older client's limit (which meant "at most this many").
+      const int size = req->page_size() != 0 || req->limit() == 0 ? page_size_of(req->page_size())
+                                                                  : page_size_of(req->limit(), "limit");
+      int64_t before_seq = 0;
+      if (!req->page_token().empty()) {
+        const std::string position = read_page_token(req->page_token(), "jobs", filter);
+        ANVIL_SERVICE_CHECK(absl::SimpleAtoi(position, &before_seq) && before_seq > 0,
+                            absl::StatusCode::kInvalidArgument, "page_token: not a token of this listing");
+      }
+      std::vector<JobRow> rows = s_.store->list_jobs(states, size + 1, before_seq);
+      const bool more = static_cast<int>(rows.size()) > size;
+      if (more) rows.pop_back();
+      for (const JobRow& row : rows) {
+        v1::Job* job = resp->add_jobs();
+        *job = Scheduler::to_job(row);
+        if (req->view() != v1::JOB_VIEW_FULL) job->clear_spec();  // summaries; GetJob has the spec
+      }
+      if (more) resp->set_next_page_token(make_page_token("jobs", filter, std::to_string(rows.back().seq)));
+    });
+  }
+
+  Status DeleteJobImpl(grpc::ServerContextBase* ctx, const v1::DeleteJobRequest* req, v1::DeleteJobResponse*) {
+    return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "DeleteJob");
+      throw_if_error(s_.scheduler->delete_job(req->job_id()));
     });
   }
 

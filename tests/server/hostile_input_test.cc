@@ -314,7 +314,7 @@ TEST_F(HostileInputTest, MalformedWireDataIsInvalidArgumentOnEveryRpc) {
       EXPECT_THAT(st.error_message(), HasSubstr("malformed wire data")) << PathOf(m);
     }
   }
-  EXPECT_EQ(methods, 18);
+  EXPECT_EQ(methods, 19);
   grpc::ClientContext ctx;
   v1::ServerInfo info;
   EXPECT_TRUE(training_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());

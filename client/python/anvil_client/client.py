@@ -151,9 +151,25 @@ class Client:
     def job(self, job_id: str) -> Job:
         return Job.of(self._call(f"job {job_id}", self._training.GetJob, pb.GetJobRequest(job_id=job_id)))
 
-    def jobs(self, state: Optional[str] = None) -> List[Job]:
-        req = pb.ListJobsRequest(states=[pb.JobState.Value(state.upper())] if state else [])
-        return [Job.of(j) for j in self._call("jobs", self._training.ListJobs, req).jobs]
+    def jobs(self, state: Optional[str] = None, limit: Optional[int] = None) -> List[Job]:
+        """Jobs, newest first (summaries: `job()` has the spec), read page by page; at most
+        `limit` of them when given."""
+        states = [pb.JobState.Value(state.upper())] if state else []
+        out: List[Job] = []
+        token = ""
+        while limit is None or len(out) < limit:
+            size = 1000 if limit is None else min(1000, limit - len(out))
+            resp = self._call("jobs", self._training.ListJobs,
+                              pb.ListJobsRequest(states=states, page_size=size, page_token=token))
+            out.extend(Job.of(j) for j in resp.jobs)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
+
+    def delete(self, job_id: str) -> None:
+        """Deletes a finished job with its metric history and files (its model stays)."""
+        self._call(f"delete {job_id}", self._training.DeleteJob, pb.DeleteJobRequest(job_id=job_id))
 
     def cancel(self, job_id: str) -> Job:
         return Job.of(self._call(f"cancel {job_id}", self._training.CancelJob, pb.CancelJobRequest(job_id=job_id)))
