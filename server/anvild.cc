@@ -236,8 +236,8 @@ int main(int argc, char** argv) {
                  "of what the process may use; 0: no limit)");
   std::string max_predict_memory;
   app.add_option("--max-predict-memory", max_predict_memory,
-                 "tensors one Predict batch's forward may hold at once: 4G, 512M, ... (default: 4G, or the job "
-                 "memory budget when smaller; 0: no limit); beyond it the requests get RESOURCE_EXHAUSTED");
+                 "tensors the Predicts in flight may hold at once, all models together: 4G, 512M, ... (default: 4G, "
+                 "or the job memory budget when smaller; 0: no limit); beyond it requests get RESOURCE_EXHAUSTED");
   int max_crash_resumes = -1;
   app.add_option("--max-crash-resumes", max_crash_resumes,
                  "resumes of a job the server died under before it is FAILED (default 2)");

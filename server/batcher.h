@@ -33,8 +33,9 @@ struct BatchingOptions {
   int64_t max_batch = 32;                  // rows
   std::chrono::microseconds max_delay{0};  // extra wait for more rows; 0: batch what is queued
   size_t max_queue = 4096;                 // requests
-  // Bytes of tensors one batch's forward may hold at once (core/tensor/memory_budget.h),
-  // enforced where the forward runs (the serving worker); 0: no bound.
+  // Bytes of tensors the Predicts in flight may hold at once, all models together (their
+  // decoded inputs, forwards and outputs: core/tensor/memory_budget.h), enforced where the
+  // forward runs (the serving worker) and where inputs are decoded; 0: no bound.
   int64_t memory_limit = 0;
 };
 

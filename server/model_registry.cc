@@ -92,7 +92,11 @@ ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOption
       device_(device),
       worker_(std::make_shared<workers::ServingWorker>(device)),
       metrics_(metrics),
-      max_loaded_(std::max<size_t>(max_loaded, 1)) {}
+      max_loaded_(std::max<size_t>(max_loaded, 1)),
+      predict_budget_(
+          batching.memory_limit > 0
+              ? std::make_shared<MemoryBudget>(batching.memory_limit, "the Predicts in flight", "--max-predict-memory")
+              : nullptr) {}
 
 void ModelRegistry::EvictLocked() {
   while (loaded_.size() > max_loaded_) {
@@ -271,12 +275,11 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
   }
   if (device_ != kCPU) throw_if_error(worker_->run(workers::PlaceModule{m->loaded.built.module}));
   const ScalarType precision = autocast::precision_dtype(m->loaded.info.precision);
-  m->batcher =
-      std::make_unique<Batcher>(m->loaded.built.module, batching_, std::move(observer),
-                                [worker = worker_, precision, limit = batching_.memory_limit](
-                                    const std::shared_ptr<nn::Module>& module, Tensor input) {
-                                  return worker->run(workers::ForwardBatch{module, std::move(input), precision, limit});
-                                });
+  m->batcher = std::make_unique<Batcher>(
+      m->loaded.built.module, batching_, std::move(observer),
+      [worker = worker_, precision, budget = predict_budget_](const std::shared_ptr<nn::Module>& module, Tensor input) {
+        return worker->run(workers::ForwardBatch{module, std::move(input), precision, budget});
+      });
   MutexLock lock(&mu_);
   ANVIL_SERVICE_CHECK(!closed_, absl::StatusCode::kUnavailable, "the server is shutting down");
   m->last_used = ++tick_;
@@ -340,7 +343,13 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
                       shape_str(IntArray(wire.shape().begin(), wire.shape().end())));
   ANVIL_SERVICE_CHECK(request.top_k() >= 0, absl::StatusCode::kInvalidArgument, "top_k: expected >= 0, got ",
                       request.top_k());
-  Tensor input = decode_tensor(wire);
+  // The decoded input counts against the same budget as the forwards, until its batch is done.
+  Tensor input;
+  {
+    std::optional<MemoryBudgetScope> bound;
+    if (predict_budget_ != nullptr) bound.emplace(predict_budget_);
+    input = decode_tensor(wire);
+  }
   Tensor out = value_or_throw(m->batcher->run(std::move(input), deadline));
 
   v1::PredictResponse response;

@@ -100,6 +100,9 @@ class ModelRegistry {
   std::shared_ptr<workers::ServingWorker> worker_;
   metrics::ServiceMetrics* metrics_;
   const size_t max_loaded_;
+  // Every Predict's decoded input, forward and output are charged here: one bound for all the
+  // batches in flight, whichever model they run (null: --max-predict-memory 0).
+  const std::shared_ptr<MemoryBudget> predict_budget_;
   std::atomic<int64_t> tick_{0};
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable Mutex mu_;

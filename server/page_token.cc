@@ -30,10 +30,10 @@ std::string make_page_token(const std::string& kind, const std::string& filter, 
 std::string read_page_token(const std::string& token, const std::string& kind, const std::string& filter) {
   std::string plain;
   const std::string head = "v1\n" + kind + "\n";
-  ANVIL_SERVICE_CHECK(token.size() <= 4096 && absl::WebSafeBase64Unescape(token, &plain) &&
-                          plain.compare(0, head.size(), head) == 0,
-                      absl::StatusCode::kInvalidArgument,
-                      "page_token: not a token of this listing; pass a next_page_token from a previous reply");
+  ANVIL_SERVICE_CHECK(
+      token.size() <= 4096 && absl::WebSafeBase64Unescape(token, &plain) && plain.compare(0, head.size(), head) == 0,
+      absl::StatusCode::kInvalidArgument,
+      "page_token: not a token of this listing; pass a next_page_token from a previous reply");
   const std::string rest = plain.substr(head.size());
   const std::string expected = EscapeNewlines(filter) + "\n";
   ANVIL_SERVICE_CHECK(rest.compare(0, expected.size(), expected) == 0, absl::StatusCode::kInvalidArgument,

@@ -10,6 +10,7 @@
 #include "core/data/datasets/digits.h"
 #include "server/grpc_front.h"
 #include "server/log.h"
+#include "server/loopback.h"
 #include "server/state.h"
 #include "server/status.h"
 #include "server/status_page.h"
@@ -52,12 +53,6 @@ Device ServingDevice(const std::string& spec) {
   const Device d(spec);
   if (d.is_cuda()) backend_for(d);
   return d;
-}
-
-bool IsLoopback(const std::string& address) {
-  const std::string host = address.substr(0, address.rfind(':'));
-  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0 || host.rfind("ipv4:127.", 0) == 0 ||
-         host == "unix" || address.rfind("unix:", 0) == 0;
 }
 
 std::string ReadPem(const std::string& path, const char* flag) {
@@ -178,7 +173,7 @@ void AnvilServer::start() {
   }
   if (s->options.max_predict_memory > 0) {
     log(LogLevel::kInfo, "Predict memory bound ", workers::format_bytes(s->options.max_predict_memory),
-        " of tensors per batch (--max-predict-memory)");
+        " of tensors across the Predicts in flight (--max-predict-memory)");
   }
   BatchingOptions batching = options_.batching;
   batching.memory_limit = s->options.max_predict_memory;
@@ -215,7 +210,7 @@ void AnvilServer::start() {
   const bool tokens = state_->tokens->enabled();
   if (!state_->tokens->error().empty())
     log(LogLevel::kError, "token file: ", state_->tokens->error(), " (no token is accepted)");
-  if (!IsLoopback(options_.address)) {
+  if (!is_loopback_address(options_.address)) {
     ANVIL_CHECK(tls || tokens || options_.insecure, "anvild: listening on ", options_.address,
                 " (not loopback) with neither TLS (--tls-cert/--tls-key) nor tokens (anvil token create) would let "
                 "anyone who reaches the port train, predict and export; add one, or pass --insecure");

@@ -43,9 +43,10 @@ struct ServerOptions {
   // Bytes one job may hold (estimated from its spec: workers/job_memory.h); -1: half of what the
   // process may use (physical memory, cgroup, RLIMIT_AS); 0: no limit.
   int64_t max_job_memory = -1;
-  // Bytes of tensors one Predict batch's forward may hold at once (a served graph, imported or
-  // not, cannot take the process's memory): -1: 4 GiB, or the job memory budget when that is
-  // smaller; 0: no limit. Beyond it the batch's requests get RESOURCE_EXHAUSTED.
+  // Bytes of tensors the Predicts (and ModelInfers) in flight may hold at once, all batches
+  // and models together: decoded inputs, forwards, outputs (a served graph, imported or not,
+  // cannot take the process's memory): -1: 4 GiB, or the job memory budget when that is
+  // smaller; 0: no limit. Beyond it the requests that would pass it get RESOURCE_EXHAUSTED.
   int64_t max_predict_memory = -1;
   // A job the server died under (RUNNING at start) resumes at most this often, then FAILS:
   // a job that kills the process cannot make it die on every restart.

@@ -81,10 +81,7 @@ void ServingWorker::Execute(Pending& p) {
   p.status = engine_status_of([&] {
     if (auto* f = std::get_if<ForwardBatch>(&p.command)) {
       std::optional<MemoryBudgetScope> bound;
-      if (f->memory_limit > 0) {
-        bound.emplace(
-            std::make_shared<MemoryBudget>(f->memory_limit, "this Predict's forward", "--max-predict-memory"));
-      }
+      if (f->budget != nullptr) bound.emplace(f->budget);
       InferenceMode no_grad;
       std::optional<AutocastGuard> amp;
       if (f->precision != kFloat32) amp.emplace(device_.type, f->precision);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/nn/module.h"
+#include "core/tensor/memory_budget.h"
 #include "core/util/mutex.h"
 
 namespace anvil::workers {
@@ -31,9 +32,11 @@ struct ForwardBatch {
   // kBFloat16 / kFloat16: the forward runs under autocast in that dtype (the weights stay
   // float32); the output comes back as float32 either way.
   ScalarType precision = kFloat32;
-  // > 0: the tensors the forward holds at once are bounded by this many bytes; beyond it the
-  // forward stops with OutOfMemoryError (RESOURCE_EXHAUSTED) before the memory is touched.
-  int64_t memory_limit = 0;
+  // Non-null: the tensors the forward allocates (its output included, until the reply is
+  // written) are charged to this budget, which the server shares among every Predict in flight;
+  // beyond it the forward stops with OutOfMemoryError (RESOURCE_EXHAUSTED) before the memory is
+  // touched.
+  std::shared_ptr<MemoryBudget> budget;
 };
 
 // Moves `module`'s parameters and buffers to the worker's device.

@@ -256,7 +256,7 @@ TEST_F(ServerTest, PredictRefusesBadInputsWithTheRightCodes) {
   EXPECT_TRUE(Predict(PredictOf("blobs-mlp", randn({3, 2})), &ok).ok());
 }
 
-// One Predict's forward holds at most --max-predict-memory of tensors: a request whose
+// The Predicts in flight hold at most --max-predict-memory of tensors: a request whose
 // activations would pass it gets RESOURCE_EXHAUSTED saying so (before the memory is touched),
 // and the same model keeps serving requests that fit.
 TEST_F(ServerTest, APredictBeyondTheMemoryBoundIsRefusedAndTheServerKeepsServing) {
@@ -268,7 +268,7 @@ TEST_F(ServerTest, APredictBeyondTheMemoryBoundIsRefusedAndTheServerKeepsServing
   v1::PredictResponse resp;
   const grpc::Status big = Predict(PredictOf("blobs-mlp", randn({100000, 2})), &resp);  // 800 KB in
   EXPECT_EQ(big.error_code(), StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
-  EXPECT_THAT(big.error_message(), HasSubstr("this Predict's forward would hold more than 2.0 MiB of tensors at once"));
+  EXPECT_THAT(big.error_message(), HasSubstr("the Predicts in flight would hold more than 2.0 MiB of tensors at once"));
   EXPECT_THAT(big.error_message(), HasSubstr("--max-predict-memory"));
   const grpc::Status small = Predict(PredictOf("blobs-mlp", randn({3, 2})), &resp);
   EXPECT_TRUE(small.ok()) << small.error_message();

@@ -50,6 +50,31 @@ TEST(ServingWorker, ForwardsRunOnTheWorkersThreadInInferenceMode) {
   EXPECT_EQ(worker.stats().commands, 2);
 }
 
+// One budget for every batch in flight: an output still held (its reply not yet written)
+// counts against the next forward, whichever model it runs; released, it no longer does.
+TEST(ServingWorker, OneBudgetBoundsEveryBatchInFlight) {
+  ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
+  auto a = std::make_shared<ThreadProbe>();
+  auto b = std::make_shared<ThreadProbe>();
+  // 1 MiB of float32 per output; the budget holds one output and a bit more.
+  const Tensor x = zeros({256, 1024});
+  auto budget = std::make_shared<MemoryBudget>((1 << 20) + (1 << 19), "the Predicts in flight", "--max-predict-memory");
+  absl::StatusOr<Tensor> first = worker.run(ForwardBatch{a, x, kFloat32, budget});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GE(budget->live(), int64_t{1} << 20);  // the output, still held
+  const absl::Status second = worker.run(ForwardBatch{b, x, kFloat32, budget}).status();
+  EXPECT_EQ(second.code(), absl::StatusCode::kResourceExhausted) << second;
+  EXPECT_THAT(std::string(second.message()), ::testing::HasSubstr("the Predicts in flight would hold more than"));
+  first = Tensor();  // the first reply written
+  EXPECT_EQ(budget->live(), 0);
+  EXPECT_TRUE(worker.run(ForwardBatch{b, x, kFloat32, budget}).ok());
+  // Separate budgets (the bound per batch it replaced) would have let both run at once.
+  const absl::StatusOr<Tensor> held = worker.run(ForwardBatch{a, x, kFloat32, budget});
+  EXPECT_TRUE(
+      worker.run(ForwardBatch{b, x, kFloat32, std::make_shared<MemoryBudget>((1 << 20) + (1 << 19), "one batch")})
+          .ok());
+}
+
 TEST(ServingWorker, AnErrorReachesTheCallerAndTheWorkerKeepsServing) {
   ServingWorker worker(kCPU, ServingWorker::Mode::kOwnThread);
   auto probe = std::make_shared<ThreadProbe>();
