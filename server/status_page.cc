@@ -16,34 +16,68 @@ double Number(const Json& j, const char* key) {
   return 0;
 }
 
-Json Thin(const Json& series, size_t max_points) {
-  if (series.size() <= max_points || max_points < 2) return series;
-  const size_t stride = (series.size() + max_points - 2) / (max_points - 1);
+Json ToJson(const std::vector<std::pair<int64_t, double>>& points) {
   Json out = Json::array();
-  for (size_t i = 0; i < series.size(); i += stride) out.push_back(series[i]);
-  if ((series.size() - 1) % stride != 0) out.push_back(series.back());
+  for (const auto& [step, value] : points) out.push_back({step, value});
   return out;
 }
 
 }  // namespace
 
-std::string status_json(const Store& store, int64_t max_jobs, size_t max_points) {
-  Json jobs = Json::array();
-  for (const JobRow& row : store.list_jobs({}, max_jobs)) {
-    Json train = Json::array(), val = Json::array();
-    for (const MetricRow& m : store.metrics(row.id, 0)) {
+void DownsampledSeries::add(int64_t step, double value) {
+  if (count_ % stride_ == 0) {
+    kept_.emplace_back(step, value);
+    // One place stays for the newest point: past it, every other point goes and the stride doubles.
+    if (kept_.size() > max_points_ - 1) {
+      size_t j = 0;
+      for (size_t i = 0; i < kept_.size(); i += 2) kept_[j++] = kept_[i];
+      kept_.resize(j);
+      stride_ *= 2;
+    }
+  }
+  ++count_;
+  last_ = {step, value};
+}
+
+std::vector<std::pair<int64_t, double>> DownsampledSeries::points() const {
+  std::vector<std::pair<int64_t, double>> out = kept_;
+  if (count_ > 0 && (out.empty() || out.back().first != last_.first)) out.push_back(last_);
+  return out;
+}
+
+void StatusPage::Update(const std::string& job_id, Series& s) {
+  constexpr int64_t kPage = 4096;
+  while (true) {
+    const std::vector<MetricRow> rows = store_.metrics(job_id, 0, s.after_seq, kPage);
+    for (const MetricRow& m : rows) {
+      s.after_seq = m.seq;
       if (m.kind != "step" && m.kind != "epoch") continue;
-      Json e;
-      try {
-        e = Json::parse(m.payload_json);
-      } catch (const Json::exception&) {
-        continue;
+      Json e = Json::parse(m.payload_json, nullptr, /*allow_exceptions=*/false);
+      if (!e.is_object()) continue;
+      if (e.contains("step_metrics")) {
+        // A job resumed from a checkpoint replays steps it had run: start the series again.
+        if (m.step <= s.train.last_step()) {
+          s = Series(max_points_);
+          return Update(job_id, s);
+        }
+        s.train.add(m.step, Number(e["step_metrics"], "loss"));
       }
-      if (e.contains("step_metrics")) train.push_back({m.step, Number(e["step_metrics"], "loss")});
       if (e.contains("epoch_metrics") && e["epoch_metrics"].value("has_val_loss", false)) {
-        val.push_back({m.step, Number(e["epoch_metrics"], "val_loss")});
+        s.val.add(m.step, Number(e["epoch_metrics"], "val_loss"));
       }
     }
+    if (static_cast<int64_t>(rows.size()) < kPage) return;
+  }
+}
+
+std::string StatusPage::json() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json jobs = Json::array();
+  std::map<std::string, Series> kept;
+  for (const JobRow& row : store_.list_jobs({}, max_jobs_)) {
+    auto it = series_.find(row.id);
+    Series s = it != series_.end() ? std::move(it->second) : Series(max_points_);
+    Update(row.id, s);
     jobs.push_back({{"id", row.id},
                     {"name", row.name},
                     {"state", std::string(job_state_name(row.state))},
@@ -51,12 +85,18 @@ std::string status_json(const Store& store, int64_t max_jobs, size_t max_points)
                     {"epoch", row.epoch},
                     {"reason", row.reason},
                     {"model", row.model_name.empty() ? "" : row.model_name + ":" + std::to_string(row.model_version)},
-                    {"train_loss", Thin(train, max_points)},
-                    {"val_loss", Thin(val, max_points)}});
+                    {"train_loss", ToJson(s.train.points())},
+                    {"val_loss", ToJson(s.val.points())}});
+    kept.emplace(row.id, std::move(s));
   }
+  series_ = std::move(kept);  // jobs no longer on the page are forgotten
   // Text a row holds is UTF-8 by the time it is stored; rows an older version wrote may not be:
   // such bytes become U+FFFD instead of failing the whole page.
   return Json{{"jobs", jobs}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string status_json(const Store& store, int64_t max_jobs, size_t max_points) {
+  return StatusPage(store, max_jobs, max_points).json();
 }
 
 const std::string& status_html() {

@@ -3,17 +3,63 @@
 // curve in the browser, so a single-machine user sees training without Grafana.
 #pragma once
 
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/store.h"
 
 namespace anvil::server {
 
-// The newest `max_jobs` jobs with their state, progress and loss series (train per metric
-// interval, validation per epoch), as JSON. A series longer than `max_points` is thinned to
-// every k-th point plus the last, so a week-long job costs the page what a short one does
-// (StreamMetrics has the full resolution).
-std::string status_json(const Store& store, int64_t max_jobs = 20, size_t max_points = 2000);
+// A series kept downsampled as its points arrive: every stride-th point (the stride doubles
+// whenever max_points would be passed, dropping every other point kept) plus the newest, so it
+// holds at most max_points, evenly spaced, whatever the series' length.
+class DownsampledSeries {
+ public:
+  explicit DownsampledSeries(size_t max_points) : max_points_(max_points < 2 ? 2 : max_points) {}
+  void add(int64_t step, double value);
+  std::vector<std::pair<int64_t, double>> points() const;
+  int64_t last_step() const { return count_ == 0 ? -1 : last_.first; }
+
+ private:
+  size_t max_points_;
+  int64_t stride_ = 1, count_ = 0;
+  std::vector<std::pair<int64_t, double>> kept_;
+  std::pair<int64_t, double> last_{0, 0};
+};
+
+// /status.json: the newest `max_jobs` jobs with their state, progress and loss series (train
+// per metric interval, validation per epoch), each series at most `max_points` (StreamMetrics
+// has the full resolution). The endpoint has no authentication, so its cost must not grow with
+// history: at most 20 jobs x 500 points (a chart a few hundred pixels wide shows no more); each
+// job's series is kept downsampled here and read from the store incrementally
+// (only the events after the last one read), so a request costs the events since the last one,
+// not the job's whole history. Thread-safe: one request at a time builds the page.
+class StatusPage {
+ public:
+  StatusPage(const Store& store, int64_t max_jobs = 20, size_t max_points = 500)
+      : store_(store), max_jobs_(max_jobs), max_points_(max_points) {}
+  std::string json();
+
+ private:
+  struct Series {
+    int64_t after_seq = 0;  // the last metric event read
+    DownsampledSeries train, val;
+    explicit Series(size_t max_points) : train(max_points), val(max_points) {}
+  };
+  void Update(const std::string& job_id, Series& s);
+
+  const Store& store_;
+  const int64_t max_jobs_;
+  const size_t max_points_;
+  std::mutex mu_;
+  std::map<std::string, Series> series_;  // the jobs on the page last time
+};
+
+// One page built from scratch (no cache): for tests and one-off callers.
+std::string status_json(const Store& store, int64_t max_jobs = 20, size_t max_points = 500);
 const std::string& status_html();
 
 }  // namespace anvil::server

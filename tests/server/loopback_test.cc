@@ -18,7 +18,7 @@ TEST(Loopback, LiteralAddressesAreJudgedByTheirValue) {
   EXPECT_FALSE(is_loopback_address("[::]:50051"));
   EXPECT_FALSE(is_loopback_address("10.1.2.3:50051"));
   EXPECT_FALSE(is_loopback_address("128.0.0.1:50051"));
-  EXPECT_FALSE(is_loopback_address(":50051"));  // every interface
+  EXPECT_FALSE(is_loopback_address(":50051"));     // every interface
   EXPECT_FALSE(is_loopback_address("127.0.0.1"));  // no port: not an address gRPC binds
 }
 

@@ -71,5 +71,38 @@ TEST_F(StatusJsonTest, LongSeriesAreThinnedToEveryKthPointPlusTheLast) {
   }
 }
 
+// The page kept by the server reads only the events after the last request, and shows what
+// a page built from the whole history shows.
+TEST_F(StatusJsonTest, AKeptPageReadsOnlyNewEventsAndMatchesAFreshOne) {
+  StatusPage page(*store_, 20, 64);
+  int64_t step = 0;
+  for (int round = 0; round < 6; ++round) {
+    for (int i = 0; i < 97 * (round + 1); ++i, ++step) {
+      store_->append_metric({id_, 0, step + 1, "step", R"({"step_metrics":{"loss":)" + std::to_string(step) + "}}", 0});
+    }
+    const nlohmann::json kept = nlohmann::json::parse(page.json())["jobs"][0]["train_loss"];
+    const nlohmann::json fresh = nlohmann::json::parse(status_json(*store_, 20, 64))["jobs"][0]["train_loss"];
+    EXPECT_EQ(kept, fresh) << "round " << round;
+    EXPECT_LE(kept.size(), 64u);
+    EXPECT_EQ(kept.back()[0].get<int64_t>(), step);
+  }
+}
+
+// A job resumed from a checkpoint replays steps: its stored steps after the checkpoint are
+// replaced, and the kept series starts again instead of running backwards.
+TEST_F(StatusJsonTest, AResumedJobsSeriesIsRebuilt) {
+  StatusPage page(*store_, 20, 1000);
+  Steps(100);
+  (void)page.json();
+  store_->truncate_metrics_after(id_, 50);
+  for (int64_t s = 51; s <= 80; ++s) {
+    store_->append_metric({id_, 0, s, "step", R"({"step_metrics":{"loss":)" + std::to_string(-s) + "}}", 0});
+  }
+  const nlohmann::json train = nlohmann::json::parse(page.json())["jobs"][0]["train_loss"];
+  ASSERT_EQ(train.size(), 80u);
+  for (size_t i = 0; i < train.size(); ++i) EXPECT_EQ(train[i][0].get<int64_t>(), static_cast<int64_t>(i + 1));
+  EXPECT_EQ(train.back()[1].get<double>(), -80.0);
+}
+
 }  // namespace
 }  // namespace anvil::server
