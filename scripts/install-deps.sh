@@ -17,7 +17,7 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 libdnnl2 libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
-            prometheus-cpp-dev libcpp-httplib-dev libabsl-dev libonnx-dev libopencv-dnn-dev)
+            prometheus-cpp-dev libabsl-dev libonnx-dev libopencv-dnn-dev)
 # postgresql-15: the server binaries the tests start themselves in temporary folders
 # (tests/fixtures/postgres_server.h; the package's own cluster is never used); libpq-dev,
 # libpqxx-dev, libgloo-dev and iproute2 (network namespaces): for the replica and multi-process

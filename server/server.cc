@@ -266,6 +266,7 @@ void AnvilServer::shutdown(std::chrono::milliseconds grace) {
 }
 
 int AnvilServer::metrics_port() const { return state_ && state_->http ? state_->http->port() : 0; }
+size_t AnvilServer::metrics_connections() const { return state_ && state_->http ? state_->http->connections() : 0; }
 
 void AnvilServer::wait() {
   if (front_) front_->wait();

@@ -74,7 +74,8 @@ class AnvilServer {
   // recovery is done. Throws on a bad data dir or an address that cannot be bound.
   void start();
   int port() const { return port_; }
-  int metrics_port() const;  // 0 without a metrics address
+  int metrics_port() const;            // 0 without a metrics address
+  size_t metrics_connections() const;  // open on the metrics address now
   const ServerOptions& options() const { return options_; }
 
   // Graceful stop: NOT_SERVING, no new jobs, running jobs checkpointed (INTERRUPTED, resumed

@@ -635,12 +635,12 @@ TEST_F(FaultTest, IdleConnectionsDoNotBlockMetricsAndOnlyGetIsServed) {
   EXPECT_LT(seconds, 2.0);  // was ~30 s with two idle connections and two threads
   for (int fd : idle) ::close(fd);
   for (const char* method : {"POST", "PUT", "DELETE"}) {
-    const std::string r =
-        RawHttp(port, std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    const std::string r = RawHttp(
+        port, std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     EXPECT_THAT(r, HasSubstr("405 Method Not Allowed")) << method;
     EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
   }
-  const std::string head = RawHttp(port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string head = RawHttp(port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(head, HasSubstr("200 OK"));
   EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");  // headers only
 }

@@ -11,6 +11,7 @@
 #include "core/data/datasets/image_folder.h"
 #include "onnx/onnx_pb.h"
 #include "proto/inference/grpc_service.grpc.pb.h"
+#include "server/metrics/http.h"
 #include "tests/server/server_fixture.h"
 
 namespace anvil::server {
@@ -509,6 +510,66 @@ TEST_F(HostileInputTest, StreamsAreBoundedPerJobAndPerServer) {
     v1::Job job;
     training_->CancelJob(&c, cancel, &job);
   }
+}
+
+// --- /metrics against slow clients ----------------------------------------------------------
+
+// A connection to 127.0.0.1:<port> whose reads give up after `timeout` (a scrape that would
+// hang fails instead).
+int ConnectWithTimeout(int port, std::chrono::milliseconds timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+std::string Scrape(int port) {
+  const int fd = ConnectWithTimeout(port, std::chrono::seconds(2));
+  const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// The probe's cases: 40 clients sending a header line every so often, and hundreds of idle
+// connections, blocked scrapes for 11-17 s. A connection holds no thread now: the scrape is
+// answered at once, the head deadline closes the slow ones, the bound evicts the idle ones.
+TEST_F(HostileInputTest, SlowAndIdleClientsDoNotDelayAScrape) {
+  const int port = server_->metrics_port();
+  std::vector<int> slow, idle;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(ConnectWithTimeout(port, std::chrono::seconds(10)));
+    (void)!::write(slow.back(), "GET /metrics HTTP/1.1\r\n", 23);
+  }
+  for (int i = 0; i < 300; ++i) idle.push_back(ConnectWithTimeout(port, std::chrono::seconds(10)));
+  EXPECT_THAT(Scrape(port), HasSubstr("200 OK"));
+  EXPECT_LE(server_->metrics_connections(), metrics::HttpEndpoint::kMaxConnections);
+  // The slow clients keep trickling header lines: the head deadline still closes them (a read
+  // returns 0, the server's close), whatever they send.
+  for (int round = 0; round < 8; ++round) {
+    for (int fd : slow) (void)!::send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL);  // closed: EPIPE, no signal
+    EXPECT_THAT(Scrape(port), HasSubstr("200 OK"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the client's pace, not an ordering
+  }
+  int closed = 0;
+  for (int fd : slow) {
+    char c;
+    closed += ::read(fd, &c, 1) == 0 ? 1 : 0;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 40);
+  for (int fd : idle) ::close(fd);
+  EXPECT_THAT(Scrape(port), HasSubstr("200 OK"));
 }
 
 }  // namespace
