@@ -14,23 +14,40 @@ bool MetricsHub::Subscription::next(v1::MetricEvent* out, std::chrono::milliseco
   return true;
 }
 
+bool MetricsHub::Subscription::try_next(v1::MetricEvent* out) {
+  MutexLock lock(&mu_);
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void MetricsHub::Subscription::set_listener(std::function<void()> listener) { listener_ = std::move(listener); }
+
 bool MetricsHub::Subscription::closed() const {
   MutexLock lock(&mu_);
   return closed_;
 }
 
 void MetricsHub::Subscription::Push(const v1::MetricEvent& e, size_t capacity) {
-  MutexLock lock(&mu_);
-  if (closed_) return;
-  if (queue_.size() >= capacity) queue_.pop_front();  // the reader re-reads it from the store
-  queue_.push_back(e);
-  cv_.notify_all();
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    if (queue_.size() >= capacity) queue_.pop_front();  // the reader re-reads it from the store
+    queue_.push_back(e);
+    cv_.notify_all();
+  }
+  if (listener_) listener_();
 }
 
-std::shared_ptr<MetricsHub::Subscription> MetricsHub::subscribe(const std::string& job_id, size_t max_per_job) {
+std::shared_ptr<MetricsHub::Subscription> MetricsHub::subscribe(const std::string& job_id, size_t max_per_job,
+                                                                size_t max_total, bool* full_server,
+                                                                std::function<void()> listener) {
   auto s = std::make_shared<Subscription>();
+  s->listener_ = std::move(listener);
   MutexLock lock(&mu_);
-  if (subs_.count(job_id) >= max_per_job) return nullptr;
+  if (full_server != nullptr) *full_server = subs_.size() >= max_total;
+  if (subs_.size() >= max_total || subs_.count(job_id) >= max_per_job) return nullptr;
   if (closed_) {
     MutexLock sl(&s->mu_);
     s->closed_ = true;
@@ -61,9 +78,12 @@ void MetricsHub::close_all() {
   MutexLock lock(&mu_);
   closed_ = true;
   for (auto& [id, s] : subs_) {
-    MutexLock sl(&s->mu_);
-    s->closed_ = true;
-    s->cv_.notify_all();
+    {
+      MutexLock sl(&s->mu_);
+      s->closed_ = true;
+      s->cv_.notify_all();
+    }
+    if (s->listener_) s->listener_();
   }
   subs_.clear();
 }

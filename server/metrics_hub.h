@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,12 @@ class MetricsHub {
     // Waits up to `timeout` for the next event; false on timeout or when closed (closed()
     // tells which).
     bool next(v1::MetricEvent* out, std::chrono::milliseconds timeout);
+    // The next event if one is queued, without waiting.
+    bool try_next(v1::MetricEvent* out);
     bool closed() const;
+    // Called (on the publisher's thread, under the hub's lock: it must not call the hub) after
+    // each event is queued and when the subscription closes: a reactor's wake-up.
+    void set_listener(std::function<void()> listener);
 
    private:
     friend class MetricsHub;
@@ -36,12 +42,16 @@ class MetricsHub {
     std::condition_variable cv_;
     std::deque<v1::MetricEvent> queue_ ABSL_GUARDED_BY(mu_);
     bool closed_ ABSL_GUARDED_BY(mu_) = false;
+    std::function<void()> listener_;  // set before the subscription is shared; the hub's lock orders its calls
   };
 
   explicit MetricsHub(size_t capacity_per_reader = 1024) : capacity_(capacity_per_reader) {}
 
-  // Null when `job_id` already has `max_per_job` subscriptions (each holds a stream).
-  std::shared_ptr<Subscription> subscribe(const std::string& job_id, size_t max_per_job = SIZE_MAX);
+  // Null when `job_id` already has `max_per_job` subscriptions, or the hub `max_total` (each
+  // is a stream); *full_server says which.
+  std::shared_ptr<Subscription> subscribe(const std::string& job_id, size_t max_per_job = SIZE_MAX,
+                                          size_t max_total = SIZE_MAX, bool* full_server = nullptr,
+                                          std::function<void()> listener = nullptr);
   void unsubscribe(const std::string& job_id, const std::shared_ptr<Subscription>& s);
   void publish(const v1::MetricEvent& event);
   // Ends every subscription (server shutdown): readers see closed().

@@ -12,7 +12,7 @@
 #include "server/page_token.h"
 #include "server/state.h"
 #include "server/status.h"
-#include "server/stream_calls.h"
+#include "server/metrics_stream.h"
 #include "server/unary_call.h"
 #include "workers/job_plan.h"
 
@@ -41,10 +41,6 @@ JobState FromWire(v1::JobState s) {
   }
 }
 
-bool EndsStream(const v1::MetricEvent& e) {
-  return e.event_case() == v1::MetricEvent::kState &&
-         (e.state() == v1::SUCCEEDED || e.state() == v1::FAILED || e.state() == v1::CANCELLED);
-}
 
 // The unary methods are raw callback methods (server/unary_call.h): the Training limit and the
 // wire check apply before parsing, and the bodies run on the server's call pool.
@@ -52,7 +48,6 @@ using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<v1::Training:
     v1::Training::WithRawCallbackMethod_ListJobs<v1::Training::WithRawCallbackMethod_CancelJob<
         v1::Training::WithRawCallbackMethod_GetServerInfo<v1::Training::WithRawCallbackMethod_StreamMetrics<
             v1::Training::WithRawCallbackMethod_DeleteJob<v1::Training::Service>>>>>>>;
-using MetricsWriter = PooledWriter<v1::StreamMetricsRequest, v1::MetricEvent>;
 
 class TrainingService final : public TrainingBase {
  public:
@@ -62,8 +57,6 @@ class TrainingService final : public TrainingBase {
     limits_.calls = "calls";
     limits_.flag = "--max-training-message-mb";
     limits_.wire.max_fields = s.options.limits.max_wire_fields;
-    stream_limits_ = limits_;
-    stream_limits_.calls = "streaming calls (StreamMetrics, Export, RegisterModel)";
   }
 
   using Raw = grpc::ByteBuffer;
@@ -85,13 +78,12 @@ class TrainingService final : public TrainingBase {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return Serve(c, in, out, &TrainingService::DeleteJobImpl);
   }
-  // Streams run on the stream pool (max_streams at once, none queued: a stream lasts as long
-  // as its job), at most max_metric_streams_per_job on one job.
+  // A callback reactor (server/metrics_stream.h): no thread while it waits; at most
+  // max_streams streams on the server and max_metric_streams_per_job on one job.
   grpc::ServerWriteReactor<Raw>* StreamMetrics(grpc::CallbackServerContext* c, const Raw* in) override {
-    return MetricsWriter::start(c, in, *s_.stream_pool, stream_limits_,
-                                [this](grpc::CallbackServerContext* ctx, const v1::StreamMetricsRequest& req,
-                                       MetricsWriter& writer) { return StreamMetricsImpl(ctx, &req, writer); });
+    return start_metrics_stream(c, in, stream_context_);
   }
+
 
   Status SubmitJobImpl(grpc::ServerContextBase* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) {
     return Guard([&] {
@@ -206,79 +198,6 @@ class TrainingService final : public TrainingBase {
     });
   }
 
-  // Replays the stored events from `from_step`, then follows live ones. Sequence numbers are
-  // checked: anything the live queue dropped (a slow reader) is read back from the store, so
-  // every event arrives once and in order. Ends after a terminal state, or with UNAVAILABLE
-  // when the server shuts down. The client cancelling the stream never affects the job.
-  Status StreamMetricsImpl(grpc::ServerContextBase* ctx, const v1::StreamMetricsRequest* req, MetricsWriter& writer) {
-    return Guard([&] {
-      Auth(*ctx, Scope::kTrain, "StreamMetrics");
-      const JobRow job = Find(req->job_id());
-      ANVIL_SERVICE_CHECK(req->from_step() >= 0, absl::StatusCode::kInvalidArgument, "from_step: expected >= 0, got ",
-                          req->from_step());
-      const int per_job = s_.options.limits.max_metric_streams_per_job;
-      auto sub = s_.hub.subscribe(job.id, static_cast<size_t>(per_job));
-      ANVIL_SERVICE_CHECK(sub != nullptr, absl::StatusCode::kResourceExhausted, "job ", job.id, " already has ",
-                          per_job, " StreamMetrics streams (the most one job serves); close one or retry later");
-      struct Unsubscribe {
-        MetricsHub& hub;
-        const std::string& id;
-        std::shared_ptr<MetricsHub::Subscription>& sub;
-        ~Unsubscribe() { hub.unsubscribe(id, sub); }
-      } unsubscribe{s_.hub, job.id, sub};
-
-      int64_t last_seq = 0;
-      bool ended = false;
-      // Sends stored events after last_seq: step and epoch events from from_step on, state
-      // events always (a reconnecting reader must see how the job ended). False when the
-      // stream ended.
-      auto replay = [&] {
-        while (true) {
-          const std::vector<MetricRow> rows = s_.store->metrics(job.id, 0, last_seq, 512);
-          for (const MetricRow& r : rows) {
-            last_seq = r.seq;
-            if (r.kind != "state" && r.step < req->from_step()) continue;
-            v1::MetricEvent e;
-            if (!google::protobuf::util::JsonStringToMessage(r.payload_json, &e).ok()) continue;
-            e.set_seq(r.seq);
-            if (!writer.write(e)) return false;
-            if (EndsStream(e)) {
-              ended = true;
-              return false;
-            }
-          }
-          if (rows.size() < 512) return true;
-        }
-      };
-      if (!replay()) return;
-      // Not ended in the store: the end (or more steps) will come live. This holds even when
-      // the job's row already says it ended, since its row is written just before its event.
-      while (!ctx->IsCancelled() && !writer.cancelled()) {
-        v1::MetricEvent e;
-        if (!sub->next(&e, std::chrono::milliseconds(200))) {
-          if (sub->closed()) {
-            throw ServiceError(absl::StatusCode::kUnavailable,
-                               "the server is shutting down; reconnect with from_step to continue the stream");
-          }
-          continue;
-        }
-        if (e.seq() <= last_seq) continue;  // already sent by the replay
-        if (e.seq() > last_seq + 1) {
-          // Missed events (the live queue overflowed): fetch them, then this one, from the store.
-          if (!replay() || ended) return;
-          continue;
-        }
-        if (e.step() < req->from_step() && e.event_case() != v1::MetricEvent::kState) {
-          last_seq = e.seq();
-          continue;
-        }
-        last_seq = e.seq();
-        if (!writer.write(e)) return;
-        if (EndsStream(e)) return;
-      }
-    });
-  }
-
  private:
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -307,7 +226,15 @@ class TrainingService final : public TrainingBase {
   }
 
   AnvilServer::State& s_;
-  CallLimits limits_, stream_limits_;
+  CallLimits limits_;
+  const MetricsStreamContext stream_context_{
+      *s_.store,
+      s_.hub,
+      *s_.call_pool,
+      limits_,
+      static_cast<size_t>(s_.options.limits.max_metric_streams_per_job),
+      static_cast<size_t>(s_.options.limits.max_streams),
+      [this](grpc::ServerContextBase& ctx) { Auth(ctx, Scope::kTrain, "StreamMetrics"); }};
 };
 
 }  // namespace

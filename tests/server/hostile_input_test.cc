@@ -478,7 +478,7 @@ TEST_F(HostileInputTest, StreamsAreBoundedPerJobAndPerServer) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   Open fourth = open(b.id(), &st);
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(st.error_message(), HasSubstr("too many streaming calls"));
+  EXPECT_THAT(st.error_message(), HasSubstr("the server already serves 3 StreamMetrics streams"));
   // The listings are not held up by the streams.
   grpc::ClientContext ctx;
   v1::ListJobsResponse jobs;
