@@ -44,9 +44,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
   if (sizes.empty()) sizes = {2000, 21000, 210000};
   const anvil::CpuKernelInfo cpu = anvil::cpu_kernel_info();
-  std::printf("CPU: %s, ISA %s; store: SQLite in a temporary folder; 20 jobs\n\n", cpu.model.c_str(),
-              cpu.isa.c_str());
-  std::printf("| stored events | whole history per request (ms) | kept page, no new events (ms) | kept page, +200 events (ms) |\n");
+  std::printf("CPU: %s, ISA %s; store: SQLite in a temporary folder; 20 jobs\n\n", cpu.model.c_str(), cpu.isa.c_str());
+  std::printf(
+      "| stored events | whole history per request (ms) | kept page, no new events (ms) | kept page, +200 events (ms) "
+      "|\n");
   std::printf("|---:|---:|---:|---:|\n");
   for (int64_t events : sizes) {
     const std::string dir = std::filesystem::temp_directory_path() / ("anvil-status-bench-" + std::to_string(events));

@@ -8,6 +8,7 @@
 #include "proto/anvil/v1/anvil.pb.h"
 #include "proto/inference/grpc_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/kserve_wire.h"
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -18,68 +19,6 @@ namespace {
 
 using grpc::ServerContext;
 using grpc::Status;
-
-struct WireType {
-  const char* kserve;          // the protocol's datatype name
-  v1::DType dtype;             // Anvil's
-  inference::DataType triton;  // Triton's model-configuration enum
-};
-constexpr WireType kTypes[] = {
-    {"FP32", v1::FLOAT32, inference::TYPE_FP32}, {"FP64", v1::FLOAT64, inference::TYPE_FP64},
-    {"FP16", v1::FLOAT16, inference::TYPE_FP16}, {"BF16", v1::BFLOAT16, inference::TYPE_BF16},
-    {"INT64", v1::INT64, inference::TYPE_INT64}, {"INT32", v1::INT32, inference::TYPE_INT32},
-    {"UINT8", v1::UINT8, inference::TYPE_UINT8}, {"BOOL", v1::BOOL, inference::TYPE_BOOL},
-};
-
-const WireType& ByName(const std::string& datatype, const std::string& what) {
-  for (const WireType& t : kTypes) {
-    if (datatype == t.kserve) return t;
-  }
-  throw ServiceError(absl::StatusCode::kInvalidArgument,
-                     what + ": datatype \"" + datatype +
-                         "\" is not served; expected FP32, FP64, FP16, BF16, INT64, INT32, UINT8 or BOOL");
-}
-
-const WireType& ByDType(v1::DType dtype) {
-  for (const WireType& t : kTypes) {
-    if (dtype == t.dtype) return t;
-  }
-  throw ServiceError(absl::StatusCode::kInternal,
-                     "a model tensor of dtype " + v1::DType_Name(dtype) + " has no KServe name");
-}
-
-// The elements of a tensor sent in its typed contents field, as raw little-endian bytes.
-template <typename Out, typename Field>
-std::string Pack(const Field& values) {
-  std::string raw(static_cast<size_t>(values.size()) * sizeof(Out), '\0');
-  for (int i = 0; i < values.size(); ++i) {
-    const Out v = static_cast<Out>(values.Get(i));
-    std::memcpy(raw.data() + static_cast<size_t>(i) * sizeof(Out), &v, sizeof(Out));
-  }
-  return raw;
-}
-
-std::string ContentsAsRaw(const inference::InferTensorContents& c, const WireType& t, const std::string& what) {
-  switch (t.dtype) {
-    case v1::FLOAT32:
-      return Pack<float>(c.fp32_contents());
-    case v1::FLOAT64:
-      return Pack<double>(c.fp64_contents());
-    case v1::INT64:
-      return Pack<int64_t>(c.int64_contents());
-    case v1::INT32:
-      return Pack<int32_t>(c.int_contents());
-    case v1::UINT8:
-      return Pack<uint8_t>(c.uint_contents());
-    case v1::BOOL:
-      return Pack<uint8_t>(c.bool_contents());
-    default:
-      throw ServiceError(absl::StatusCode::kInvalidArgument,
-                         what + ": " + t.kserve + " has no typed contents field; send it in raw_input_contents");
-  }
-}
-
-std::string VersionOf(const std::string& v) { return v.empty() ? "latest" : v; }
 
 using svc = inference::GRPCInferenceService;
 // Every method is a raw callback method (server/unary_call.h): the wire check and the
@@ -159,7 +98,8 @@ class KServeService final : public KServeBase {
                         inference::ModelReadyResponse* resp) {
     return Guard([&] {
       Auth(*ctx, "ModelReady");
-      const absl::StatusOr<std::shared_ptr<ServedModel>> m = s_.registry->get(req->name(), VersionOf(req->version()));
+      const absl::StatusOr<std::shared_ptr<ServedModel>> m =
+          s_.registry->get(req->name(), kserve_version(req->version()));
       if (!m.ok() && m.status().code() != absl::StatusCode::kNotFound &&
           m.status().code() != absl::StatusCode::kFailedPrecondition) {
         return m.status();
@@ -183,7 +123,7 @@ class KServeService final : public KServeBase {
     return Guard([&] {
       Auth(*ctx, "ModelMetadata");
       const v1::Model m =
-          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), VersionOf(req->version()))));
+          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), kserve_version(req->version()))));
       resp->set_name(m.name());
       resp->set_platform("anvil");
       for (const ModelRow& row : s_.store->list_models(m.name())) resp->add_versions(std::to_string(row.version));
@@ -197,7 +137,7 @@ class KServeService final : public KServeBase {
     return Guard([&] {
       Auth(*ctx, "ModelConfig");
       const v1::Model m =
-          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), VersionOf(req->version()))));
+          s_.registry->describe(*value_or_throw(s_.registry->get(req->name(), kserve_version(req->version()))));
       inference::ModelConfig* c = resp->mutable_config();
       c->set_name(m.name());
       c->set_platform("anvil");
@@ -208,13 +148,13 @@ class KServeService final : public KServeBase {
       for (const v1::TensorSignature& t : m.inputs()) {
         inference::ModelInput* in = c->add_input();
         in->set_name(t.name());
-        in->set_data_type(ByDType(t.dtype()).triton);
+        in->set_data_type(kserve_type_of(t.dtype()).triton);
         for (int i = 1; i < t.shape_size(); ++i) in->add_dims(t.shape(i));
       }
       for (const v1::TensorSignature& t : m.outputs()) {
         inference::ModelOutput* out = c->add_output();
         out->set_name(t.name());
-        out->set_data_type(ByDType(t.dtype()).triton);
+        out->set_data_type(kserve_type_of(t.dtype()).triton);
         for (int i = 1; i < t.shape_size(); ++i) out->add_dims(t.shape(i));
       }
     });
@@ -244,33 +184,13 @@ class KServeService final : public KServeBase {
 
   static void Describe(const v1::TensorSignature& t, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(t.name());
-    out->set_datatype(ByDType(t.dtype()).kserve);
+    out->set_datatype(kserve_type_of(t.dtype()).kserve);
     for (int64_t d : t.shape()) out->add_shape(d);
   }
 
   void Infer(grpc::ServerContextBase& ctx, const inference::ModelInferRequest& req,
              inference::ModelInferResponse& resp) {
-    ANVIL_SERVICE_CHECK(!req.model_name().empty(), absl::StatusCode::kInvalidArgument,
-                        "model_name: expected a model name");
-    const bool raw = req.raw_input_contents_size() > 0;
-    ANVIL_SERVICE_CHECK(!raw || req.raw_input_contents_size() == req.inputs_size(), absl::StatusCode::kInvalidArgument,
-                        "raw_input_contents: expected one per input (", req.inputs_size(), "), got ",
-                        req.raw_input_contents_size());
-    v1::PredictRequest p;
-    p.set_model(req.model_name());
-    p.set_version(VersionOf(req.model_version()));
-    for (int i = 0; i < req.inputs_size(); ++i) {
-      const auto& in = req.inputs(i);
-      const std::string what = "input \"" + in.name() + "\"";
-      const WireType& t = ByName(in.datatype(), what);
-      v1::Tensor* tensor = p.add_inputs();
-      tensor->set_name(in.name());
-      tensor->set_dtype(t.dtype);
-      for (int64_t d : in.shape()) tensor->add_shape(d);
-      ANVIL_SERVICE_CHECK(!raw || !in.has_contents(), absl::StatusCode::kInvalidArgument, what,
-                          ": contents and raw_input_contents are exclusive; send one of them");
-      tensor->set_raw(raw ? req.raw_input_contents(i) : ContentsAsRaw(in.contents(), t, what));
-    }
+    const v1::PredictRequest p = predict_request_of(req);
     v1::PredictResponse out = value_or_throw(s_.registry->predict(p, batcher_deadline(ctx)));
     resp.set_model_name(out.model());
     resp.set_model_version(std::to_string(out.version()));
@@ -285,7 +205,7 @@ class KServeService final : public KServeBase {
       }
       inference::ModelInferResponse::InferOutputTensor* o = resp.add_outputs();
       o->set_name(t.name());
-      o->set_datatype(ByDType(t.dtype()).kserve);
+      o->set_datatype(kserve_type_of(t.dtype()).kserve);
       for (int64_t d : t.shape()) o->add_shape(d);
       *resp.add_raw_output_contents() = std::move(*t.mutable_raw());
     }

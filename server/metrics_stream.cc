@@ -99,8 +99,8 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       ANVIL_SERVICE_CHECK(!req_.job_id().empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
       ANVIL_SERVICE_CHECK(c_.store.get_job(req_.job_id()).has_value(), absl::StatusCode::kNotFound, "job \"",
                           echo(req_.job_id()), "\" does not exist");
-      ANVIL_SERVICE_CHECK(req_.from_step() >= 0, absl::StatusCode::kInvalidArgument,
-                          "from_step: expected >= 0, got ", req_.from_step());
+      ANVIL_SERVICE_CHECK(req_.from_step() >= 0, absl::StatusCode::kInvalidArgument, "from_step: expected >= 0, got ",
+                          req_.from_step());
       job_id_ = req_.job_id();
       bool full_server = false;
       auto sub = c_.hub.subscribe(job_id_, c_.max_per_job, c_.max_total, &full_server, [this] { Wake(); });

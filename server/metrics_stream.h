@@ -1,5 +1,5 @@
 // StreamMetrics as a callback reactor: a stream holds no thread while it waits. Its stored
-// events are read from the store in pages on the call pool, its live events are pushed to it
+// events are read from the store in pages on a small pool of their own, its live events are pushed to it
 // by the metrics hub, and each is written when the previous write is done, so 500 open
 // streams cost 500 small objects, not 500 threads.
 //
@@ -33,7 +33,7 @@ namespace anvil::server {
 struct MetricsStreamContext {
   Store& store;
   MetricsHub& hub;
-  BoundedExecutor& pool;  // where store reads run
+  BoundedExecutor& pool;  // where store reads run (a stream has at most one queued)
   const CallLimits& limits;
   size_t max_per_job, max_total;
   // Checks the caller may read the job (throws ServiceError); runs on the pool.

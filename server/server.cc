@@ -228,6 +228,7 @@ void AnvilServer::start() {
   state_->call_pool =
       std::make_unique<BoundedExecutor>(options_.limits.max_concurrent_calls, options_.limits.max_call_queue);
   state_->stream_pool = std::make_unique<BoundedExecutor>(options_.limits.max_streams, 0);
+  state_->replay_pool = std::make_unique<BoundedExecutor>(4, options_.limits.max_streams);
   GrpcFrontOptions fo;
   fo.address = options_.address;
   if (tls) fo.credentials = TlsCredentials(options_);

@@ -18,7 +18,7 @@
 #include "server/auth.h"
 #include "server/bounded_executor.h"
 #include "server/job_spec.h"
-#include "server/page_token.h"
+#include "server/listings.h"
 #include "server/predict_accounting.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -134,23 +134,9 @@ class ServingService final : public ServingBase {
   Status ListModelsImpl(grpc::ServerContextBase* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kServe, "ListModels");
-      const int size = page_size_of(req->page_size());
-      std::string after_name;
-      int64_t after_version = 0;
-      if (!req->page_token().empty()) {
-        const std::string position = read_page_token(req->page_token(), "models", req->name());
-        const size_t colon = position.find(':');
-        ANVIL_SERVICE_CHECK(colon != std::string::npos && absl::SimpleAtoi(position.substr(0, colon), &after_version),
-                            absl::StatusCode::kInvalidArgument, "page_token: not a token of this listing");
-        after_name = position.substr(colon + 1);
-      }
-      std::vector<ModelRow> rows = s_.store->list_models(req->name(), size + 1, after_name, after_version);
-      if (static_cast<int>(rows.size()) > size) {
-        rows.pop_back();
-        resp->set_next_page_token(
-            make_page_token("models", req->name(), std::to_string(rows.back().version) + ":" + rows.back().name));
-      }
-      for (const ModelRow& row : rows) {
+      ModelPage page = list_models_page(*s_.store, *req);
+      resp->set_next_page_token(page.next_page_token);
+      for (const ModelRow& row : page.rows) {
         if (absl::StatusOr<v1::Model> described = s_.registry->describe_row(row); described.ok()) {
           *resp->add_models() = *std::move(described);
         } else {  // e.g. a corrupt archive: still listed, without a signature

@@ -40,8 +40,11 @@ struct AnvilServer::State {
   // end before the front stops, so nothing queued outlives the services.
   std::unique_ptr<BoundedExecutor> predict_pool;
   std::unique_ptr<BoundedExecutor> call_pool;
-  std::unique_ptr<BoundedExecutor> stream_pool;  // StreamMetrics, Export and RegisterModel bodies
-  std::unique_ptr<metrics::HttpEndpoint> http;   // last: stops first
+  std::unique_ptr<BoundedExecutor> stream_pool;  // Export and RegisterModel bodies
+  // StreamMetrics' store reads (each stream has at most one queued): off the call pool, so a
+  // crowd of reconnecting streams does not queue ahead of ListJobs.
+  std::unique_ptr<BoundedExecutor> replay_pool;
+  std::unique_ptr<metrics::HttpEndpoint> http;  // last: stops first
 };
 
 std::unique_ptr<grpc::Service> make_training_service(AnvilServer::State& state);

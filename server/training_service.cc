@@ -9,10 +9,10 @@
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/job_spec.h"
-#include "server/page_token.h"
+#include "server/listings.h"
+#include "server/metrics_stream.h"
 #include "server/state.h"
 #include "server/status.h"
-#include "server/metrics_stream.h"
 #include "server/unary_call.h"
 #include "workers/job_plan.h"
 
@@ -21,26 +21,6 @@ namespace {
 
 using grpc::ServerContext;
 using grpc::Status;
-
-JobState FromWire(v1::JobState s) {
-  switch (s) {
-    case v1::QUEUED:
-      return JobState::kQueued;
-    case v1::RUNNING:
-      return JobState::kRunning;
-    case v1::SUCCEEDED:
-      return JobState::kSucceeded;
-    case v1::FAILED:
-      return JobState::kFailed;
-    case v1::CANCELLED:
-      return JobState::kCancelled;
-    case v1::INTERRUPTED:
-      return JobState::kInterrupted;
-    default:
-      throw ServiceError(absl::StatusCode::kInvalidArgument, "states: unknown job state " + v1::JobState_Name(s));
-  }
-}
-
 
 // The unary methods are raw callback methods (server/unary_call.h): the Training limit and the
 // wire check apply before parsing, and the bodies run on the server's call pool.
@@ -84,7 +64,6 @@ class TrainingService final : public TrainingBase {
     return start_metrics_stream(c, in, stream_context_);
   }
 
-
   Status SubmitJobImpl(grpc::ServerContextBase* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "SubmitJob");
@@ -127,32 +106,7 @@ class TrainingService final : public TrainingBase {
   Status ListJobsImpl(grpc::ServerContextBase* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "ListJobs");
-      ANVIL_SERVICE_CHECK(req->states_size() <= 16, absl::StatusCode::kInvalidArgument,
-                          "states: expected at most 16 (there are 6 states), got ", req->states_size());
-      std::vector<JobState> states;
-      std::string filter;  // the page token's: a token is valid only with the states it was made for
-      for (int s : req->states()) {
-        states.push_back(FromWire(static_cast<v1::JobState>(s)));
-        filter += std::to_string(s) + ",";
-      }
-      // page_size, or an older client's limit (which meant "at most this many").
-      const int size = req->page_size() != 0 || req->limit() == 0 ? page_size_of(req->page_size())
-                                                                  : page_size_of(req->limit(), "limit");
-      int64_t before_seq = 0;
-      if (!req->page_token().empty()) {
-        const std::string position = read_page_token(req->page_token(), "jobs", filter);
-        ANVIL_SERVICE_CHECK(absl::SimpleAtoi(position, &before_seq) && before_seq > 0,
-                            absl::StatusCode::kInvalidArgument, "page_token: not a token of this listing");
-      }
-      std::vector<JobRow> rows = s_.store->list_jobs(states, size + 1, before_seq);
-      const bool more = static_cast<int>(rows.size()) > size;
-      if (more) rows.pop_back();
-      for (const JobRow& row : rows) {
-        v1::Job* job = resp->add_jobs();
-        *job = Scheduler::to_job(row);
-        if (req->view() != v1::JOB_VIEW_FULL) job->clear_spec();  // summaries; GetJob has the spec
-      }
-      if (more) resp->set_next_page_token(make_page_token("jobs", filter, std::to_string(rows.back().seq)));
+      *resp = list_jobs_page(*s_.store, *req);
     });
   }
 
@@ -230,7 +184,7 @@ class TrainingService final : public TrainingBase {
   const MetricsStreamContext stream_context_{
       *s_.store,
       s_.hub,
-      *s_.call_pool,
+      *s_.replay_pool,
       limits_,
       static_cast<size_t>(s_.options.limits.max_metric_streams_per_job),
       static_cast<size_t>(s_.options.limits.max_streams),
