@@ -31,6 +31,11 @@ bool BoundedExecutor::try_submit(std::function<void()> task) {
   return true;
 }
 
+void BoundedExecutor::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return running_ == 0 && queue_.empty(); });
+}
+
 int BoundedExecutor::threads() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(threads_.size());
@@ -50,6 +55,7 @@ void BoundedExecutor::Run() {
     lock.lock();
     --running_;
     ++idle_;
+    if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
   }
 }
 

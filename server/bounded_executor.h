@@ -22,6 +22,9 @@ class BoundedExecutor {
   // False (and `task` not run) when max_queue tasks already wait.
   bool try_submit(std::function<void()> task);
   int threads() const;
+  // Waits until no task runs or waits. With no new submissions (the server stopped taking
+  // calls), everything a task touched is released once this returns.
+  void wait_idle();
   int max_threads() const { return max_threads_; }
   int max_queue() const { return max_queue_; }
 
@@ -31,6 +34,7 @@ class BoundedExecutor {
   const int max_threads_, max_queue_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idle_cv_;  // a task ended with nothing left to run
   std::deque<std::function<void()>> queue_;
   std::vector<std::thread> threads_;
   int idle_ = 0;     // threads waiting for a task (or started to)

@@ -115,6 +115,7 @@ void GrpcFront::shutdown(std::chrono::milliseconds grace) {
   if (server) server->Shutdown(deadline);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& old : retired_servers_) old->Shutdown(deadline);
+  if (options_.quiesce) options_.quiesce();
   server.reset();
   retired_servers_.clear();
   services_.clear();

@@ -36,6 +36,9 @@ struct GrpcFrontOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;  // null: insecure
   std::chrono::milliseconds probe_interval{500};
   int stuck_probes = 4;  // consecutive probes with a non-empty accept queue before a rebuild
+  // Called after the server stopped taking calls and before it and its services are freed:
+  // waits for the threads that answered calls (Finish runs on them) to let go of both.
+  std::function<void()> quiesce;
 };
 
 class GrpcFront {

@@ -41,8 +41,8 @@ v1::ListJobsResponse list_jobs_page(const Store& store, const v1::ListJobsReques
     filter += std::to_string(s) + ",";
   }
   // page_size, or an older client's limit (which meant "at most this many").
-  const int size = req.page_size() != 0 || req.limit() == 0 ? page_size_of(req.page_size())
-                                                            : page_size_of(req.limit(), "limit");
+  const int size =
+      req.page_size() != 0 || req.limit() == 0 ? page_size_of(req.page_size()) : page_size_of(req.limit(), "limit");
   int64_t before_seq = 0;
   if (!req.page_token().empty()) {
     const std::string position = read_page_token(req.page_token(), "jobs", filter);
@@ -76,8 +76,8 @@ ModelPage list_models_page(const Store& store, const v1::ListModelsRequest& req)
   page.rows = store.list_models(req.name(), size + 1, after_name, after_version);
   if (static_cast<int>(page.rows.size()) > size) {
     page.rows.pop_back();
-    page.next_page_token = make_page_token("models", req.name(),
-                                           std::to_string(page.rows.back().version) + ":" + page.rows.back().name);
+    page.next_page_token =
+        make_page_token("models", req.name(), std::to_string(page.rows.back().version) + ":" + page.rows.back().name);
   }
   return page;
 }

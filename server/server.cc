@@ -230,6 +230,12 @@ void AnvilServer::start() {
   state_->stream_pool = std::make_unique<BoundedExecutor>(options_.limits.max_streams, 0);
   state_->replay_pool = std::make_unique<BoundedExecutor>(4, options_.limits.max_streams);
   GrpcFrontOptions fo;
+  fo.quiesce = [state = state_.get()] {
+    for (BoundedExecutor* pool :
+         {state->predict_pool.get(), state->call_pool.get(), state->stream_pool.get(), state->replay_pool.get()}) {
+      pool->wait_idle();
+    }
+  };
   fo.address = options_.address;
   if (tls) fo.credentials = TlsCredentials(options_);
   fo.limits = options_.limits;

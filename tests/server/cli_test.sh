@@ -73,6 +73,14 @@ JSON
 slow=$("${anvil[@]}" --json submit "${work}/slow.json" | python3 -c "import json,sys; print(json.load(sys.stdin)['job']['id'])")
 expect_exit 0 "cancel" "${anvil[@]}" cancel "${slow}"
 expect_exit 3 "watch a cancelled job" "${anvil[@]}" watch "${slow}"
+# delete: a finished job goes with its history; --limit reads only the newest.
+expect_exit 0 "jobs --limit 1" "${anvil[@]}" --json jobs --limit 1
+[[ $(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['jobs']))" "${work}/out") == 1 ]] ||
+  fail "jobs --limit 1: expected one job, got: $(cat "${work}/out")"
+expect_exit 0 "delete a cancelled job" "${anvil[@]}" delete "${slow}"
+expect_output "^deleted ${slow}$" "the deletion said"
+expect_exit 4 "the deleted job is gone" "${anvil[@]}" job "${slow}"
+expect_exit 4 "delete it again" "${anvil[@]}" delete "${slow}"
 expect_exit 5 "a server that is not there" "${build}/client/anvil" --server 127.0.0.1:1 jobs
 expect_output "\((UNAVAILABLE|DEADLINE_EXCEEDED)\)$" "an UNAVAILABLE line"
 expect_exit 0 "--help" "${anvil[@]}" --help

@@ -121,6 +121,16 @@ assert restarted
 assert seen == list(range(1, len(seen) + 1)), ("every step once, in order, across the restart", seen[25:40])
 assert len(seen) > 30, len(seen)
 print(f"  watch across a restart: steps 1..{len(seen)} each once; from_step={s} starts at {replayed[0]}")
+# Listings page through (one page of one job here), and a finished job can be deleted.
+assert [j.id for j in c.jobs(limit=1)] == [long.id], c.jobs(limit=1)
+assert long.id in [j.id for j in c.jobs()]
+c.delete(long.id)
+assert long.id not in [j.id for j in c.jobs()]
+try:
+    c.job(long.id)
+    raise AssertionError("a deleted job is still there")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "NOT_FOUND", e
 open(os.path.join(work, "done"), "w").close()
 PY
 client=$!
