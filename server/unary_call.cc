@@ -1,5 +1,7 @@
 #include "server/unary_call.h"
 
+#include <grpcpp/impl/codegen/proto_buffer_reader.h>
+
 #include <vector>
 
 #include "server/status.h"
@@ -14,18 +16,17 @@ grpc::Status parse_request(const grpc::ByteBuffer& request, google::protobuf::Me
                                                              " service takes at most ", limits.max_bytes, " (anvild ",
                                                              limits.flag, ")")));
   }
-  // One flat copy of the bytes (at most the limit): the walk and the parse read it in place.
-  std::vector<grpc::Slice> slices;
-  if (!request.Dump(&slices).ok()) return to_grpc(absl::InvalidArgumentError(type + ": the request could not be read"));
-  std::string flat;
-  flat.reserve(static_cast<size_t>(size));
-  for (const grpc::Slice& s : slices) flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // The walk and the parse read the buffer's slices in place (ByteBuffer copies share them).
   try {
-    check_wire(*out->GetDescriptor(), flat, limits.wire);
+    grpc::ByteBuffer walked(request);
+    grpc::ProtoBufferReader reader(&walked);
+    check_wire(*out->GetDescriptor(), reader, size, limits.wire);
   } catch (const ServiceError& e) {
     return to_grpc(e.status());
   }
-  if (!out->ParseFromString(flat)) {
+  grpc::ByteBuffer parsed(request);
+  grpc::ProtoBufferReader reader(&parsed);
+  if (!out->ParseFromZeroCopyStream(&reader)) {
     return to_grpc(absl::InvalidArgumentError(
         absl::StrCat(type, ": malformed wire data; expected an ", out->GetDescriptor()->full_name())));
   }

@@ -1,6 +1,7 @@
 #include "server/wire_check.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <string>
 #include <unordered_map>
@@ -19,10 +20,13 @@ constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5
 
 class Walker {
  public:
-  Walker(const Descriptor& root, std::string_view bytes, const WireBounds& bounds)
-      : root_(root),
-        in_(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size())),
-        bounds_(bounds) {}
+  Walker(const Descriptor& root, google::protobuf::io::ZeroCopyInputStream& stream, int64_t size,
+         const WireBounds& bounds)
+      : root_(root), in_(&stream), bounds_(bounds) {
+    // The request's end as a limit (not the total-bytes limit, whose end protobuf does not
+    // count as a message's legitimate end).
+    (void)in_.PushLimit(static_cast<int>(std::min<int64_t>(size, INT32_MAX)));
+  }
 
   void run() { message(&root_, "", 0); }
 
@@ -84,7 +88,7 @@ class Walker {
 
   void length_delimited(const FieldDescriptor* field, const std::string& at, int depth) {
     uint32_t length;
-    if (!in_.ReadVarint32(&length) || static_cast<int64_t>(length) > in_.BytesUntilLimit()) {
+    if (!in_.ReadVarint32(&length) || static_cast<int64_t>(length) > Remaining()) {
       Fail(at, "malformed wire data (a length past the end of the message)");
     }
     const int n = static_cast<int>(length);
@@ -94,11 +98,10 @@ class Walker {
     }
     switch (field->type()) {
       case FieldDescriptor::TYPE_STRING: {
-        const void* data;
-        int size;
-        // The bytes are in one flat buffer: the view is of them, nothing is copied.
-        in_.GetDirectBufferPointer(&data, &size);
-        const std::string_view text(static_cast<const char*>(data), static_cast<size_t>(n));
+        // Read out (the stream's chunks need not be contiguous); text fields are names and
+        // specs, bounded by the message's size like everything else.
+        std::string text;
+        if (!in_.ReadString(&text, n)) Fail(at, "malformed wire data (a truncated string)");
         if (!is_valid_utf8(text)) {
           try {
             check_utf8(text, at);
@@ -107,7 +110,6 @@ class Walker {
                                detail::StrCat(root_.name(), ": ", e.what(), "; expected an ", root_.full_name()));
           }
         }
-        in_.Skip(n);
         return;
       }
       case FieldDescriptor::TYPE_MESSAGE: {
@@ -147,6 +149,9 @@ class Walker {
     in_.PopLimit(outer);
   }
 
+  // Bytes left in the current message (its pushed limit; the request's at the top).
+  int64_t Remaining() { return in_.BytesUntilLimit(); }
+
   const Descriptor& root_;
   CodedInputStream in_;
   const WireBounds& bounds_;
@@ -157,7 +162,13 @@ class Walker {
 }  // namespace
 
 void check_wire(const Descriptor& type, std::string_view bytes, const WireBounds& bounds) {
-  Walker(type, bytes, bounds).run();
+  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
+  check_wire(type, stream, static_cast<int64_t>(bytes.size()), bounds);
+}
+
+void check_wire(const Descriptor& type, google::protobuf::io::ZeroCopyInputStream& stream, int64_t size,
+                const WireBounds& bounds) {
+  Walker(type, stream, size, bounds).run();
 }
 
 }  // namespace anvil::server

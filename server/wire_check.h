@@ -9,6 +9,7 @@
 #pragma once
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/zero_copy_stream.h>
 
 #include <cstdint>
 #include <string_view>
@@ -28,5 +29,8 @@ struct WireBounds {
 // that is not valid UTF-8 (with the byte offset), nesting deeper than max_depth, or more fields
 // packed varints or repeated entries than `bounds` allow. Fields the type does not know are walked as unknown.
 void check_wire(const google::protobuf::Descriptor& type, std::string_view bytes, const WireBounds& bounds);
+// The same over a stream of `size` bytes (a gRPC ByteBuffer's slices: nothing is flattened).
+void check_wire(const google::protobuf::Descriptor& type, google::protobuf::io::ZeroCopyInputStream& stream,
+                int64_t size, const WireBounds& bounds);
 
 }  // namespace anvil::server
