@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "core/util/error.h"
+#include "server/health_service.h"
 #include "server/log.h"
 
 namespace anvil::server {
@@ -34,17 +34,14 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
-// The server's health, as a whole ("") and for each named service.
-void ApplyHealth(grpc::Server& server, bool serving) {
-  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
-  health->SetServingStatus(serving);
-  for (const char* service : {"anvil.v1.Training", "anvil.v1.Serving"}) health->SetServingStatus(service, serving);
-}
-
 }  // namespace
 
 GrpcFront::GrpcFront(GrpcFrontOptions options, ServiceFactory services)
-    : options_(std::move(options)), make_services_(std::move(services)) {
+    : options_(std::move(options)),
+      make_services_(std::move(services)),
+      // The server's health as a whole ("") and for each named service (server/health_service.h).
+      health_(std::make_shared<HealthState>(
+          std::vector<std::string>{"anvil.v1.Training", "anvil.v1.Serving", "inference.GRPCInferenceService"})) {
   proc_fds_ = ::opendir("/proc/self/fd");
   tcp_tables_[0] = ::open("/proc/self/net/tcp", O_RDONLY | O_CLOEXEC);
   tcp_tables_[1] = ::open("/proc/self/net/tcp6", O_RDONLY | O_CLOEXEC);
@@ -59,7 +56,7 @@ GrpcFront::~GrpcFront() {
 }
 
 std::unique_ptr<grpc::Server> GrpcFront::Build(const std::string& address, int* port) {
-  grpc::EnableDefaultHealthCheckService(true);
+  grpc::EnableDefaultHealthCheckService(false);  // anvild's own (server/health_service.h)
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // Reflection hands out the whole schema to anyone who asks: only on request.
@@ -78,6 +75,7 @@ std::unique_ptr<grpc::Server> GrpcFront::Build(const std::string& address, int* 
       std::min<int64_t>(std::max(limits.predict_message_bytes, limits.training_message_bytes) + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(static_cast<int>(std::max<int64_t>(limits.predict_message_bytes, 4 << 20)));
   std::vector<std::unique_ptr<grpc::Service>> services = make_services_();
+  services.push_back(make_health_service(health_));
   for (auto& s : services) builder.RegisterService(s.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server != nullptr) {
@@ -98,7 +96,7 @@ void GrpcFront::start() {
 void GrpcFront::set_health(bool serving) {
   std::lock_guard<std::mutex> lock(mu_);
   serving_ = serving;
-  if (server_) ApplyHealth(*server_, serving);
+  health_->set_serving(serving);
 }
 
 void GrpcFront::shutdown(std::chrono::milliseconds grace) {
@@ -196,7 +194,6 @@ void GrpcFront::Watch() {
       continue;
     }
     ++rebuilds_;
-    ApplyHealth(*server_, serving_);
     log(LogLevel::kInfo, "gRPC listener on port ", port_, " accepting again");
   }
 }

@@ -29,6 +29,8 @@
 
 namespace anvil::server {
 
+class HealthState;
+
 struct GrpcFrontOptions {
   std::string address;  // "host:port"; port 0 picks one (kept across rebuilds)
   RequestLimits limits;
@@ -79,6 +81,7 @@ class GrpcFront {
   std::vector<std::unique_ptr<grpc::Service>> retired_services_;
   int port_ = 0;
   bool serving_ = false;
+  std::shared_ptr<HealthState> health_;  // shared with each build's health service
   bool stopped_ = false;
   std::atomic<int> rebuilds_{0};
   std::thread watchdog_;

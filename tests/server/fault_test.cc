@@ -221,8 +221,44 @@ TEST_F(FaultTest, NamedHealthServicesAnswerAndReflectionIsOff) {
     ASSERT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
     EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
   }
+  {  // an unknown name: NOT_FOUND for Check, as the protocol says
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("no.such.Service");
+    grpc::health::v1::HealthCheckResponse resp;
+    EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(), StatusCode::NOT_FOUND);
+  }
   const grpc::Status st = RawCall("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "");
   EXPECT_EQ(st.error_code(), StatusCode::UNIMPLEMENTED);
+}
+
+// Watch sends the status, then its changes: a drain turns SERVING into NOT_SERVING for every
+// watcher (a load balancer stops sending new calls); an unknown name streams SERVICE_UNKNOWN.
+TEST_F(FaultTest, HealthWatchersSeeTheDrain) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("anvil.v1.Serving");
+  auto watch = health->Watch(&ctx, req);
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  grpc::ClientContext unknown_ctx;
+  req.set_service("no.such.Service");
+  auto unknown = health->Watch(&unknown_ctx, req);
+  ASSERT_TRUE(unknown->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN);
+  unknown_ctx.TryCancel();
+  while (unknown->Read(&resp)) {
+  }
+  unknown->Finish();
+  std::thread stop([this] { server_->shutdown(std::chrono::seconds(2)); });
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  while (watch->Read(&resp)) {
+  }
+  watch->Finish();
+  stop.join();
 }
 
 // The socket inodes this process listens on over TCP (from /proc: fds, then the tables).

@@ -317,6 +317,13 @@ TEST_F(HostileInputTest, MalformedWireDataIsInvalidArgumentOnEveryRpc) {
     }
   }
   EXPECT_EQ(methods, 19);
+  // gRPC's own health service answers the same.
+  for (const char* method : {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}) {
+    for (const std::string& bytes : malformed) {
+      const grpc::Status st = RawCall(method, bytes);
+      EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << method << ": " << st.error_message();
+    }
+  }
   grpc::ClientContext ctx;
   v1::ServerInfo info;
   EXPECT_TRUE(training_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
