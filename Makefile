@@ -110,8 +110,8 @@ test-tsan: deps-test data
 # 60), FUZZ_JOBS at a time (one core each), from the seed corpora in fuzz/corpus. A finding fails
 # the target (reproducer in $(SAN_DIR)/findings/).
 fuzz: deps-fuzz $(SAN_DIR)/build.ninja
-	cmake --build $(SAN_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_job_spec fuzz_model_spec fuzz_safetensors \
-	  fuzz_model_archive fuzz_csv fuzz_idx fuzz_onnx_import
+	cmake --build $(SAN_DIR) -j $(JOBS) --target fuzz_wire_tensor fuzz_kserve_request fuzz_listing fuzz_job_spec \
+	  fuzz_model_spec fuzz_safetensors fuzz_model_archive fuzz_csv fuzz_idx fuzz_onnx_import
 	scripts/run-fuzzers.sh $(SAN_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS)
 
 # The container image as a user would use it, without a Docker engine (scripts/test-image.sh; CI
