@@ -160,7 +160,7 @@ class HealthService final
   }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext*,
-                                                     const grpc::ByteBuffer* request) override {
+                                                    const grpc::ByteBuffer* request) override {
     return new WatchReactor(state_, *request);
   }
 

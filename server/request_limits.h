@@ -2,6 +2,7 @@
 // work (or the allocation) it would cause. Every limit is named in the error it produces.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -31,6 +32,9 @@ struct RequestLimits {
   // refused with RESOURCE_EXHAUSTED (none wait: a stream may last for hours).
   int max_streams = 256;
   int max_metric_streams_per_job = 64;
+  // Export and RegisterModel: a client that neither takes the next chunk nor sends one for this
+  // long is cancelled (each holds a stream-pool thread).
+  std::chrono::milliseconds stream_stall_timeout{60000};
 };
 
 }  // namespace anvil::server

@@ -57,7 +57,8 @@ class ServingService final : public ServingBase {
     predict_limits_ = limits_;
     predict_limits_.calls = "Predicts";
     stream_limits_ = limits_;
-    stream_limits_.calls = "streaming calls (StreamMetrics, Export, RegisterModel)";
+    stream_limits_.calls = "streaming calls (Export, RegisterModel)";
+    stream_limits_.stall_timeout = s.options.limits.stream_stall_timeout;
   }
 
   using Raw = grpc::ByteBuffer;

@@ -15,6 +15,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -32,7 +33,7 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   static grpc::ServerWriteReactor<grpc::ByteBuffer>* start(grpc::CallbackServerContext* ctx,
                                                            const grpc::ByteBuffer* request, BoundedExecutor& pool,
                                                            const CallLimits& limits, Body body) {
-    auto* self = new PooledWriter(ctx);
+    auto* self = new PooledWriter(ctx, limits.stall_timeout);
     const bool queued = pool.try_submit([self, ctx, request, &limits, body = std::move(body)] {
       Request req;
       grpc::Status status = parse_request(*request, &req, limits);
@@ -54,7 +55,12 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     lock.unlock();
     StartWrite(&buffer_);
     lock.lock();
-    cv_.wait(lock, [this] { return !pending_; });
+    // A client that stops reading holds the write: after the stall timeout the call is
+    // cancelled (its write then completes, failed) and the pool's thread is free again.
+    if (!cv_.wait_for(lock, stall_, [this] { return !pending_; })) {
+      ctx_->TryCancel();
+      cv_.wait(lock, [this] { return !pending_; });
+    }
     return written_;
   }
 
@@ -76,8 +82,10 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 
  private:
-  explicit PooledWriter(grpc::CallbackServerContext*) {}
+  PooledWriter(grpc::CallbackServerContext* ctx, std::chrono::milliseconds stall) : ctx_(ctx), stall_(stall) {}
 
+  grpc::CallbackServerContext* ctx_;
+  const std::chrono::milliseconds stall_;
   std::mutex mu_;
   std::condition_variable cv_;
   grpc::ByteBuffer buffer_;
@@ -92,7 +100,7 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   static grpc::ServerReadReactor<grpc::ByteBuffer>* start(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
                                                           BoundedExecutor& pool, const CallLimits& limits, Body body) {
-    auto* self = new PooledReader(limits);
+    auto* self = new PooledReader(ctx, limits);
     const bool queued = pool.try_submit([self, ctx, response, body = std::move(body)] {
       Response resp;
       grpc::Status status = body(ctx, *self, &resp);
@@ -112,10 +120,21 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     lock.unlock();
     StartRead(&buffer_);
     lock.lock();
-    cv_.wait(lock, [this] { return !pending_; });
+    // A client that stops sending holds the read: after the stall timeout the call is cancelled.
+    bool stalled = false;
+    if (!cv_.wait_for(lock, limits_.stall_timeout, [this] { return !pending_; })) {
+      stalled = true;
+      ctx_->TryCancel();
+      cv_.wait(lock, [this] { return !pending_; });
+    }
     if (!got_) {
       ended_ = true;
-      if (cancelled_) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled by the client");
+      if (stalled) {
+        status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                               "no message within the stall timeout: a stream that stalls is ended");
+      } else if (cancelled_) {
+        status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled by the client");
+      }
       return false;
     }
     status_ = parse_request(buffer_, out, limits_);
@@ -140,8 +159,9 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 
  private:
-  explicit PooledReader(const CallLimits& limits) : limits_(limits) {}
+  PooledReader(grpc::CallbackServerContext* ctx, const CallLimits& limits) : ctx_(ctx), limits_(limits) {}
 
+  grpc::CallbackServerContext* ctx_;
   const CallLimits& limits_;
   std::mutex mu_;
   std::condition_variable cv_;

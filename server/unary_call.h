@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,6 +30,9 @@ struct CallLimits {
   const char* flag = "";     // the anvild flag that sets max_bytes
   const char* calls = "";    // what the pool runs, for its refusal: "Training calls"
   WireBounds wire;
+  // Streams: how long one may wait for its client (to take a message, or send the next)
+  // before it is cancelled, so a stalled client cannot hold a pool thread for ever.
+  std::chrono::milliseconds stall_timeout{60000};
 };
 
 // Steps 1 and 2 into `out` (any message type).

@@ -580,5 +580,32 @@ TEST_F(HostileInputTest, SlowAndIdleClientsDoNotDelayAScrape) {
   EXPECT_THAT(Scrape(port), HasSubstr("200 OK"));
 }
 
+// An upload that stalls after its first chunk holds a stream-pool thread only until the stall
+// timeout: then it is cancelled, and the next upload is served on the thread it freed.
+TEST_F(HostileInputTest, AStalledUploadIsCancelledAndFreesItsThread) {
+  Stop();
+  ServerOptions o;
+  o.limits.max_streams = 1;
+  o.limits.stream_stall_timeout = std::chrono::milliseconds(300);
+  Start(o);
+  grpc::ClientContext ctx;
+  v1::Model model;
+  auto writer = serving_->RegisterModel(&ctx, &model);
+  v1::RegisterModelChunk c;
+  c.set_name("stalled");
+  c.set_data("onnx bytes that never end");
+  ASSERT_TRUE(writer->Write(c));
+  // No more chunks, no WritesDone: the server ends the call.
+  const grpc::Status st = writer->Finish();
+  EXPECT_EQ(st.error_code(), StatusCode::CANCELLED) << st.error_message();
+  // The one stream-pool thread is free: the next upload gets an answer of its own (the bytes
+  // are not a model), not "too many streaming calls".
+  EXPECT_TRUE(WaitUntil([&] {
+    v1::Model m;
+    const grpc::Status next = RegisterModel("next", "not a model", &m);
+    return next.error_code() == StatusCode::INVALID_ARGUMENT;
+  }));
+}
+
 }  // namespace
 }  // namespace anvil::server
