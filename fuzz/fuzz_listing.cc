@@ -16,7 +16,8 @@ namespace {
 
 anvil::server::Store& TheStore() {
   static std::unique_ptr<anvil::server::Store> store = [] {
-    const std::string dir = std::filesystem::temp_directory_path() / ("anvil-fuzz-listing-" + std::to_string(::getpid()));
+    const std::string dir =
+        std::filesystem::temp_directory_path() / ("anvil-fuzz-listing-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     auto s = std::make_unique<anvil::server::Store>(dir + "/anvil.db");
     const anvil::server::JobState states[] = {anvil::server::JobState::kQueued, anvil::server::JobState::kRunning,
