@@ -67,19 +67,23 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     static const CallLimits limits = HealthLimits();
     hv1::HealthCheckRequest req;
     const grpc::Status parsed = parse_request(request, &req, limits);
-    std::lock_guard<std::mutex> lock(mu_);
     if (!parsed.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(parsed);
       return;
     }
-    service_ = req.service();
+    service_ = req.service();  // before registering: Changed reads it
+    // Registered without this object's lock held: the state calls watchers under its own lock,
+    // so taking the two in the other order here could deadlock.
     bool serving = false;
-    id_ = state_->add_watcher([this](bool now) { Changed(now); }, kMaxWatchers, &serving);
+    const int64_t id = state_->add_watcher([this](bool now) { Changed(now); }, kMaxWatchers, &serving);
+    std::lock_guard<std::mutex> lock(mu_);
+    id_ = id;
     if (id_ < 0) {
       FinishLocked(to_grpc(absl::ResourceExhaustedError("too many health watches at once (1024)")));
       return;
     }
-    wanted_ = StatusOf(*state_, service_, serving);
+    if (!changed_) wanted_ = StatusOf(*state_, service_, serving);  // a change since is newer
     PumpLocked();
   }
 
@@ -104,6 +108,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  private:
   void Changed(bool serving) {
     std::lock_guard<std::mutex> lock(mu_);
+    changed_ = true;
     wanted_ = StatusOf(*state_, service_, serving);
     PumpLocked();
   }
@@ -133,7 +138,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer buffer_;
   hv1::HealthCheckResponse::ServingStatus wanted_ = hv1::HealthCheckResponse::UNKNOWN;
   hv1::HealthCheckResponse::ServingStatus sent_ = hv1::HealthCheckResponse::UNKNOWN;
-  bool sent_any_ = false, writing_ = false, finished_ = false;
+  bool sent_any_ = false, writing_ = false, finished_ = false, changed_ = false;
 };
 
 class HealthService final

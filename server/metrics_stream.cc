@@ -51,18 +51,21 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     // No more listener calls once unsubscribed (the hub's lock orders them; an Open still
-    // running sees done_ and unsubscribes itself); then whichever of this and the last pool
-    // task comes last deletes.
+    // running sees unsubscribing_ and unsubscribes itself); then whichever of this and the
+    // last pool task comes last deletes.
     std::shared_ptr<MetricsHub::Subscription> sub;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
+      unsubscribing_ = true;
       sub = std::move(sub_);
     }
     if (sub != nullptr) c_.hub.unsubscribe(job_id_, sub);
+    // done_ is set and tasks_ read in one critical section, as a task's end reads done_ and
+    // decrements tasks_ in one: exactly one of the two deletes.
     bool last;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
       last = tasks_ == 0;
     }
     if (last) delete this;
@@ -114,7 +117,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       bool gone;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        gone = done_ || finished_;
+        gone = unsubscribing_ || finished_;
         if (!gone) sub_ = sub;
       }
       if (gone) c_.hub.unsubscribe(job_id_, sub);
@@ -253,7 +256,9 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer buffer_;              // the write in flight
   int64_t last_seq_ = 0;
   int tasks_ = 0;
-  bool writing_ = false, ended_ = false, finished_ = false, done_ = false;
+  bool writing_ = false, ended_ = false, finished_ = false;
+  bool unsubscribing_ = false;  // OnDone began: an Open still running unsubscribes itself
+  bool done_ = false;           // OnDone is past the unsubscribe: the last task out deletes
   // Stored events remain to be read / a read is under way (Open's is the first).
   bool replaying_ = true, fetching_ = true;
   bool finish_deferred_ = false;
