@@ -19,11 +19,14 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   MetricsStream(grpc::CallbackServerContext* ctx, const MetricsStreamContext& c) : ctx_(ctx), c_(c) {}
 
   // Parses the request and starts the first pool task (or finishes with the refusal).
+  // The caller is authorized here, on gRPC's thread, while the call's context is certainly
+  // alive; the pool's tasks never touch the context.
   void Start(const grpc::ByteBuffer& request) {
-    const grpc::Status parsed = parse_request(request, &req_, c_.limits);
-    if (!parsed.ok()) {
+    grpc::Status st = parse_request(request, &req_, c_.limits);
+    if (st.ok()) st = to_grpc(status_of([&] { c_.authorize(*ctx_); }));
+    if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      FinishLocked(parsed);
+      FinishLocked(st);
       return;
     }
     RunOnPool([this] { Open(); });
@@ -95,10 +98,9 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
   }
 
-  // On the pool: authorize, find the job, subscribe, then the first page of the replay.
+  // On the pool: find the job, subscribe, then the first page of the replay.
   void Open() {
     const absl::Status opened = status_of([&] {
-      c_.authorize(*ctx_);
       ANVIL_SERVICE_CHECK(!req_.job_id().empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
       ANVIL_SERVICE_CHECK(c_.store.get_job(req_.job_id()).has_value(), absl::StatusCode::kNotFound, "job \"",
                           echo(req_.job_id()), "\" does not exist");

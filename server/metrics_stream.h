@@ -36,7 +36,7 @@ struct MetricsStreamContext {
   BoundedExecutor& pool;  // where store reads run (a stream has at most one queued)
   const CallLimits& limits;
   size_t max_per_job, max_total;
-  // Checks the caller may read the job (throws ServiceError); runs on the pool.
+  // Checks the caller may read the job (throws ServiceError); runs on gRPC's thread.
   std::function<void(grpc::ServerContextBase&)> authorize;
 };
 
