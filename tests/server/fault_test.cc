@@ -733,6 +733,42 @@ TEST_F(FaultTest, TokensWithScopesAreEnforcedAndHealthStaysOpen) {
     v1::PredictResponse resp;
     EXPECT_EQ(serving_->Predict(&ctx, PredictOf("m", randn({1, 2})), &resp).error_code(), StatusCode::UNAUTHENTICATED);
   }
+  // Every method checks, streams and uploads included (each is a raw callback method now).
+  auto stream_status = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", token);
+    v1::StreamMetricsRequest req;
+    req.set_job_id("job-000000000000");
+    auto reader = training_->StreamMetrics(&ctx, req);
+    v1::MetricEvent e;
+    while (reader->Read(&e)) {
+    }
+    return reader->Finish().error_code();
+  };
+  EXPECT_EQ(stream_status(""), StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stream_status("Bearer " + server_token), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(stream_status("Bearer " + trainer), StatusCode::NOT_FOUND);  // past the check: no such job
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + server_token);
+    v1::Model model;
+    auto writer = serving_->RegisterModel(&ctx, &model);
+    v1::RegisterModelChunk c;
+    c.set_name("m");
+    writer->Write(c);
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), StatusCode::PERMISSION_DENIED);  // registering is "train"
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ExportRequest req;
+    req.set_model("m");
+    auto reader = serving_->Export(&ctx, req);
+    v1::ExportChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), StatusCode::UNAUTHENTICATED);
+  }
   // Health needs no token.
   auto health = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext hctx;
