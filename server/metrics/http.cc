@@ -177,6 +177,18 @@ void HttpEndpoint::Loop() {
     // Sleep until the nearest deadline (at most a second: the stop flag is also re-read).
     auto now = Clock::now();
     auto wait = std::chrono::milliseconds(1000);
+    if (accept_paused_until_ != Clock::time_point{}) {
+      if (now >= accept_paused_until_) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = 0;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        accept_paused_until_ = {};
+      } else {
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until_ - now) +
+                                  std::chrono::milliseconds(1));
+      }
+    }
     for (const auto& [id, c] : conns_) {
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(c->deadline - now) +
                                 std::chrono::milliseconds(1));
@@ -189,7 +201,17 @@ void HttpEndpoint::Loop() {
         // Accept every pending connection; beyond the bound, the quietest one makes room.
         while (true) {
           const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
+          if (fd < 0) {
+            // Out of fds (a flood on the gRPC port can take them all): the listener stays
+            // readable, so stop watching it for a while instead of spinning on accept4.
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              epoll_event paused{};
+              paused.data.u64 = 0;
+              ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &paused);
+              accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+            }
+            break;
+          }
           if (conns_.size() >= kMaxConnections) {
             auto quietest = conns_.begin();
             for (auto it = conns_.begin(); it != conns_.end(); ++it) {

@@ -13,7 +13,8 @@
 //     client within kWriteTimeout likewise;
 //   - at most kMaxConnections are open; a new one beyond that evicts the connection that has
 //     been quiet longest;
-//   - a head over kMaxHeadBytes is 431, a request with a body is answered and closed unread.
+//   - a head over kMaxHeadBytes is 431, a request with a body is answered and closed unread;
+//   - out of fds (EMFILE), accepting pauses for 100 ms at a time instead of spinning.
 // Pages run on the loop thread: they are fast (the registry's text, a bounded status page).
 //
 // Thread-safety: add_page may be called from any thread; everything else is the loop's.
@@ -75,6 +76,8 @@ class HttpEndpoint {
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;  // the loop's, by id (ids are never reused)
   std::atomic<size_t> open_{0};
   std::atomic<bool> stop_{false};
+  // Set while accepting is paused after the process ran out of fds (the loop's).
+  std::chrono::steady_clock::time_point accept_paused_until_{};
   std::thread loop_;
 };
 
