@@ -16,6 +16,7 @@ namespace anvil::server {
 // A series kept downsampled as its points arrive: every stride-th point (the stride doubles
 // whenever max_points would be passed, dropping every other point kept) plus the newest, so it
 // holds at most max_points, evenly spaced, whatever the series' length.
+// Not thread-safe: StatusPage keeps its series under its own lock.
 class DownsampledSeries {
  public:
   explicit DownsampledSeries(size_t max_points) : max_points_(max_points < 2 ? 2 : max_points) {}

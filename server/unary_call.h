@@ -8,6 +8,7 @@
 //      sync method answers a bare INTERNAL;
 //   3. the handler run on a bounded pool (server/bounded_executor.h), never on gRPC's own
 //      threads: a flood of calls waits in a bounded queue, or is refused with RESOURCE_EXHAUSTED.
+// Thread-safety: free functions; a CallLimits is read-only once its service is built.
 #pragma once
 
 #include <absl/strings/str_cat.h>
