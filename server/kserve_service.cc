@@ -47,22 +47,22 @@ class KServeService final : public KServeBase {
 
   using Raw = grpc::ByteBuffer;
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ServerLiveImpl);
+    return serve_method(this, &KServeService::ServerLiveImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ServerReadyImpl);
+    return serve_method(this, &KServeService::ServerReadyImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ModelReadyImpl);
+    return serve_method(this, &KServeService::ModelReadyImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ServerMetadataImpl);
+    return serve_method(this, &KServeService::ServerMetadataImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ModelMetadataImpl);
+    return serve_method(this, &KServeService::ModelMetadataImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &KServeService::ModelConfigImpl);
+    return serve_method(this, &KServeService::ModelConfigImpl, c, in, out, *s_.call_pool, limits_);
   }
   // Counted like a Predict before it is queued (the drain waits for every admitted one), in the
   // same metrics, on the same pool and queue.
@@ -173,15 +173,6 @@ class KServeService final : public KServeBase {
   }
 
  private:
-  template <typename Request, typename Response>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-                                  grpc::ByteBuffer* response,
-                                  Status (KServeService::*impl)(grpc::ServerContextBase*, const Request*, Response*)) {
-    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
-                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
-                                                       Response* resp) { return (this->*impl)(c, req, resp); });
-  }
-
   static void Describe(const v1::TensorSignature& t, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(t.name());
     out->set_datatype(kserve_type_of(t.dtype()).kserve);

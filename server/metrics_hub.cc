@@ -2,18 +2,6 @@
 
 namespace anvil::server {
 
-bool MetricsHub::Subscription::next(v1::MetricEvent* out, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  UniqueMutexLock lock(&mu_);
-  while (queue_.empty() && !closed_) {
-    if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) break;
-  }
-  if (queue_.empty()) return false;
-  *out = std::move(queue_.front());
-  queue_.pop_front();
-  return true;
-}
-
 bool MetricsHub::Subscription::try_next(v1::MetricEvent* out) {
   MutexLock lock(&mu_);
   if (queue_.empty()) return false;
@@ -35,7 +23,6 @@ void MetricsHub::Subscription::Push(const v1::MetricEvent& e, size_t capacity) {
     if (closed_) return;
     if (queue_.size() >= capacity) queue_.pop_front();  // the reader re-reads it from the store
     queue_.push_back(e);
-    cv_.notify_all();
   }
   if (listener_) listener_();
 }
@@ -81,7 +68,6 @@ void MetricsHub::close_all() {
     {
       MutexLock sl(&s->mu_);
       s->closed_ = true;
-      s->cv_.notify_all();
     }
     if (s->listener_) s->listener_();
   }

@@ -25,10 +25,7 @@ class MetricsHub {
  public:
   class Subscription {
    public:
-    // Waits up to `timeout` for the next event; false on timeout or when closed (closed()
-    // tells which).
-    bool next(v1::MetricEvent* out, std::chrono::milliseconds timeout);
-    // The next event if one is queued, without waiting.
+    // The next event if one is queued, without waiting (the listener says when to look).
     bool try_next(v1::MetricEvent* out);
     bool closed() const;
     // Called (on the publisher's thread, under the hub's lock: it must not call the hub) after
@@ -39,7 +36,6 @@ class MetricsHub {
     friend class MetricsHub;
     void Push(const v1::MetricEvent& e, size_t capacity);
     mutable Mutex mu_;  // taken after the hub's own when both are (publish, close_all)
-    std::condition_variable cv_;
     std::deque<v1::MetricEvent> queue_ ABSL_GUARDED_BY(mu_);
     bool closed_ ABSL_GUARDED_BY(mu_) = false;
     std::function<void()> listener_;  // set before the subscription is shared; the hub's lock orders its calls

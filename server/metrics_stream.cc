@@ -29,7 +29,8 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       FinishLocked(st);
       return;
     }
-    RunOnPool([this] { Open(); });
+    std::lock_guard<std::mutex> lock(mu_);
+    RunOnPoolLocked(&MetricsStream::Open);
   }
 
   void OnWriteDone(bool ok) override {
@@ -75,29 +76,6 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
  private:
-  // Runs `task` on the pool, counted so the object outlives it; refused: the stream ends.
-  template <typename F>
-  void RunOnPool(F task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++tasks_;
-    }
-    const bool queued = c_.pool.try_submit([this, task] {
-      task();
-      bool last;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        last = --tasks_ == 0 && done_;
-      }
-      if (last) delete this;
-    });
-    if (!queued) {
-      std::lock_guard<std::mutex> lock(mu_);
-      --tasks_;
-      FinishLocked(pool_full(c_.limits.calls, c_.pool));
-    }
-  }
-
   // On the pool: find the job, subscribe, then the first page of the replay.
   void Open() {
     const absl::Status opened = status_of([&] {
@@ -177,7 +155,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (replaying_ || fetching_) {
       if (!fetching_) {
         fetching_ = true;
-        RunOnPoolLocked();
+        RunOnPoolLocked(&MetricsStream::Replay);
       }
       return;
     }
@@ -189,7 +167,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         // Missed events (the live queue overflowed): read them, then this one, from the store.
         replaying_ = true;
         fetching_ = true;
-        RunOnPoolLocked();
+        RunOnPoolLocked(&MetricsStream::Replay);
         return;
       }
       last_seq_ = e.seq();
@@ -203,11 +181,12 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
   }
 
-  // A replay page from under the lock: the counting happens here, the task runs unlocked.
-  void RunOnPoolLocked() {
+  // Runs `step` (Open, a replay page) on the pool, counted so the object outlives it: the
+  // counting happens under the lock, the step runs unlocked. Refused: the stream ends.
+  void RunOnPoolLocked(void (MetricsStream::*step)()) {
     ++tasks_;
-    const bool queued = c_.pool.try_submit([this] {
-      Replay();
+    const bool queued = c_.pool.try_submit([this, step] {
+      (this->*step)();
       bool last;
       {
         std::lock_guard<std::mutex> lock(mu_);

@@ -63,10 +63,10 @@ class ServingService final : public ServingBase {
 
   using Raw = grpc::ByteBuffer;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &ServingService::ListModelsImpl);
+    return serve_method(this, &ServingService::ListModelsImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &ServingService::GetModelImpl);
+    return serve_method(this, &ServingService::GetModelImpl, c, in, out, *s_.call_pool, limits_);
   }
   // Exports and uploads run on the stream pool: a slow client holds its thread, not the call pool's.
   grpc::ServerWriteReactor<Raw>* Export(grpc::CallbackServerContext* c, const Raw* in) override {
@@ -360,15 +360,6 @@ class ServingService final : public ServingBase {
 
   void Auth(const grpc::ServerContextBase& ctx, Scope scope, const char* method) {
     authorize(s_.tokens.get(), ctx, scope, method);
-  }
-
-  template <typename Request, typename Response>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-                                  grpc::ByteBuffer* response,
-                                  Status (ServingService::*impl)(grpc::ServerContextBase*, const Request*, Response*)) {
-    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
-                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
-                                                       Response* resp) { return (this->*impl)(c, req, resp); });
   }
 
   void Finish(grpc::ServerUnaryReactor* reactor, const Status& st) {

@@ -41,22 +41,22 @@ class TrainingService final : public TrainingBase {
 
   using Raw = grpc::ByteBuffer;
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::SubmitJobImpl);
+    return serve_method(this, &TrainingService::SubmitJobImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::GetJobImpl);
+    return serve_method(this, &TrainingService::GetJobImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::ListJobsImpl);
+    return serve_method(this, &TrainingService::ListJobsImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::CancelJobImpl);
+    return serve_method(this, &TrainingService::CancelJobImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::GetServerInfoImpl);
+    return serve_method(this, &TrainingService::GetServerInfoImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return Serve(c, in, out, &TrainingService::DeleteJobImpl);
+    return serve_method(this, &TrainingService::DeleteJobImpl, c, in, out, *s_.call_pool, limits_);
   }
   // A callback reactor (server/metrics_stream.h): no thread while it waits; at most
   // max_streams streams on the server and max_metric_streams_per_job on one job.
@@ -153,16 +153,6 @@ class TrainingService final : public TrainingBase {
   }
 
  private:
-  template <typename Request, typename Response>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-                                  grpc::ByteBuffer* response,
-                                  Status (TrainingService::*impl)(grpc::ServerContextBase*, const Request*,
-                                                                  Response*)) {
-    return serve_unary<Request, Response>(ctx, request, response, *s_.call_pool, limits_,
-                                          [this, impl](grpc::CallbackServerContext* c, const Request* req,
-                                                       Response* resp) { return (this->*impl)(c, req, resp); });
-  }
-
   JobRow Find(const std::string& id) {
     ANVIL_SERVICE_CHECK(!id.empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
     std::optional<JobRow> row = s_.store->get_job(id);

@@ -75,4 +75,17 @@ grpc::ServerUnaryReactor* serve_unary(grpc::CallbackServerContext* ctx, const gr
   return reactor;
 }
 
+// serve_unary for a service's member `impl`, the body of one raw method:
+//   return serve_method(this, &TrainingService::GetJobImpl, ctx, request, response, pool, limits_);
+template <typename Service, typename Request, typename Response>
+grpc::ServerUnaryReactor* serve_method(Service* service,
+                                       grpc::Status (Service::*impl)(grpc::ServerContextBase*, const Request*,
+                                                                     Response*),
+                                       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response, BoundedExecutor& pool, const CallLimits& limits) {
+  return serve_unary<Request, Response>(ctx, request, response, pool, limits,
+                                        [service, impl](grpc::CallbackServerContext* c, const Request* req,
+                                                        Response* resp) { return (service->*impl)(c, req, resp); });
+}
+
 }  // namespace anvil::server

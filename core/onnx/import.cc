@@ -648,12 +648,10 @@ class OnnxGraph final : public nn::Module {
 // quotes in a message must be UTF-8: it becomes JSON, a protobuf string and a stored row.
 // Refused otherwise, naming the field; doc strings are never read and are not checked.
 void CheckText(const std::string& text, const std::string& field) {
-  if (const size_t at = utf8_error_offset(text); at != std::string::npos) {
-    try {
-      check_utf8(text, field);
-    } catch (const Error& e) {
-      Fail(e.what());
-    }
+  try {
+    check_utf8(text, field);
+  } catch (const Error& e) {
+    Fail(e.what());
   }
 }
 
