@@ -1,5 +1,5 @@
 # `cmake --install`: the engine's headers and static libraries with a CMake package
-# (find_package(Anvil CONFIG) -> Anvil::core, Anvil::nn, Anvil::optim, Anvil::data,
+# (find_package(Anvil CONFIG) -> Anvil::core, Anvil::nn, Anvil::distributed, Anvil::optim, Anvil::data,
 # Anvil::train, Anvil::models) and a pkg-config file (anvil.pc), and anvild and the anvil
 # CLI when the service is built. Headers keep their repository paths under include/anvil
 # ("core/tensor/tensor.h"), the include directory users get. tests/install_test.sh builds
@@ -7,7 +7,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ANVIL_ENGINE_LIBRARIES anvil_core anvil_data anvil_nn anvil_optim anvil_train anvil_models)
+set(ANVIL_ENGINE_LIBRARIES anvil_core anvil_data anvil_nn anvil_distributed anvil_optim anvil_train anvil_models)
 foreach(lib IN LISTS ANVIL_ENGINE_LIBRARIES)
   string(REPLACE "anvil_" "" short ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${short})
@@ -31,7 +31,7 @@ install(FILES ${PROJECT_BINARY_DIR}/AnvilConfig.cmake ${PROJECT_BINARY_DIR}/Anvi
 
 # pkg-config: the libraries in link order (static), then what they need from the system.
 set(ANVIL_PC_CFLAGS "")
-set(ANVIL_PC_LIBS_EXTRA "-lz -lstb -pthread -ldl")
+set(ANVIL_PC_LIBS_EXTRA "-lz -lstb -lgloo -pthread -ldl")
 if(ANVIL_WITH_CUDA)
   set(ANVIL_PC_CFLAGS "-DANVIL_WITH_CUDA=1")
   set(ANVIL_PC_LIBS_EXTRA "${ANVIL_PC_LIBS_EXTRA} -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lrt")

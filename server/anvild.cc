@@ -27,6 +27,7 @@
 #include "core/util/log.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "workers/rank_worker.h"
 
 using namespace anvil::server;
 
@@ -185,6 +186,8 @@ void FromEnv(const char* name, std::string& target) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A data-parallel job's rank: a child anvild started by its CPU worker (workers/rank_group.h).
+  if (argc == 3 && std::string(argv[1]) == "--rank-worker") return anvil::workers::run_rank_worker(argv[2]);
   ServerOptions o;
   std::string config, log_level = "info";
   int64_t max_delay_us = -1, max_batch = -1;

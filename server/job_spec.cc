@@ -126,6 +126,21 @@ void ValidateDevice(v1::JobSpec* spec, const SpecContext& ctx) {
                       "\" is not a device of this server (it has: ", list, ")");
 }
 
+// Data-parallel jobs (world_size > 1) run as CPU rank processes over Gloo.
+void ValidateDataParallel(v1::JobSpec* spec) {
+  if (spec->world_size() == 0) spec->set_world_size(1);
+  CheckRange("world_size", spec->world_size(), 1, 64);
+  CheckRange("max_restarts", spec->max_restarts(), 0, 100);
+  if (spec->world_size() == 1) return;
+  if (spec->max_restarts() == 0) spec->set_max_restarts(3);
+  SPEC_CHECK(spec->device() == "cpu" || spec->device() == "any", "device: a data-parallel job (world_size ",
+             spec->world_size(), ") runs as CPU ranks over Gloo; got \"", spec->device(),
+             "\" (use \"cpu\" or \"any\", or world_size 1 on a GPU)");
+  spec->set_device("cpu");
+  SPEC_CHECK(spec->batch_size() % spec->world_size() == 0, "batch_size: the global batch ", spec->batch_size(),
+             " must divide by world_size ", spec->world_size(), " (each rank loads batch_size / world_size samples)");
+}
+
 }  // namespace
 
 bool is_valid_name(const std::string& name) {
@@ -222,6 +237,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   if (spec.loss().empty()) spec.set_loss("cross_entropy");
   SPEC_CHECK(kLosses.count(spec.loss()), "loss: expected one of ", Join(kLosses), ", got \"", spec.loss(), "\"");
   ValidateDevice(&spec, ctx);
+  ValidateDataParallel(&spec);
   CheckRange("loader_workers", spec.loader_workers(), 0, 16);
   CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, int64_t{1} << 40);
   const std::string& monitor = spec.early_stopping().monitor();

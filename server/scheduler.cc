@@ -317,6 +317,12 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
       m.job_samples_per_second.with(job).Set(e.step_metrics.samples_per_second);
       m.job_data_wait_ratio.with(job).Set(e.step_metrics.data_wait_ratio);
       m.job_step_seconds.with(job).Observe(e.step_metrics.step_seconds);
+      for (size_t r = 0; r < e.step_metrics.rank_step_seconds.size(); ++r) {  // data-parallel: a straggler shows
+        m.rank_step_seconds.with({row.id, row.name, std::to_string(r)}).Set(e.step_metrics.rank_step_seconds[r]);
+      }
+      for (size_t r = 0; r < e.step_metrics.rank_data_wait.size(); ++r) {
+        m.rank_data_wait_ratio.with({row.id, row.name, std::to_string(r)}).Set(e.step_metrics.rank_data_wait[r]);
+      }
       if (e.step_metrics.loss_scale > 0) {  // loss scaling on (fp16)
         m.amp_loss_scale.with(job).Set(e.step_metrics.loss_scale);
         metrics::advance_to(m.amp_skipped_steps.with(job), static_cast<double>(e.step_metrics.skipped_steps));
@@ -508,6 +514,8 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       m->set_step_seconds(e.step_metrics.step_seconds);
       m->set_loss_scale(e.step_metrics.loss_scale);
       m->set_skipped_steps(e.step_metrics.skipped_steps);
+      for (double v : e.step_metrics.rank_step_seconds) m->add_rank_step_seconds(v);
+      for (double v : e.step_metrics.rank_data_wait) m->add_rank_data_wait_ratio(v);
       break;
     }
     case WorkerEvent::Kind::kEpoch: {

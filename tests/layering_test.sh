@@ -11,6 +11,8 @@
 #   core/backend/common/  includes no backend (cpu/ or cuda/)
 #   client/    talks to the service over gRPC only: nothing of server/ or workers/, except
 #              server/tokens.h (`anvil token` edits the server's token file offline)
+#   launcher/  the rank supervisor and anvil-run: includes nothing of core/, server/, workers/
+#              or client/ (a process supervisor that any program, anvild's ranks too, can use)
 #   SOURCE_DIR defaults to the repository this script is in.
 set -euo pipefail
 root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -27,7 +29,8 @@ check() {  # check FOLDER REGEX WHY [ALLOWED_REGEX]
     status=1
   fi
 }
-check core 'server/|workers/|client/' "must not include the service's layers"
+check core 'server/|workers/|client/|launcher/' "must not include the service's layers or the launcher"
+check launcher 'core/|server/|workers/|client/' "must stay a plain process supervisor"
 check workers 'server/|client/' "must not include the server or the client"
 check core/backend/cuda 'core/backend/cpu/' "must not include the CPU backend (shared logic: core/backend/common/)"
 check core/backend/common 'core/backend/(cpu|cuda)/' "must not include a backend"

@@ -19,6 +19,8 @@
 #include "core/util/log.h"
 #include "core/util/mutex.h"
 #include "workers/job_plan.h"
+#include "workers/job_steps.h"
+#include "workers/rank_group.h"
 #include "workers/status.h"
 #include "workers/worker.h"
 
@@ -53,6 +55,7 @@ class DeviceWorker final : public Worker {
     if (job_id != running_id_) return;
     if (!cancel_.load()) interrupt_ = interrupt;  // a user's cancel is not turned into an interrupt
     cancel_ = true;
+    if (ranks_ != nullptr) ranks_->stop(interrupt_.load());
   }
 
   void shutdown() override {
@@ -62,6 +65,7 @@ class DeviceWorker final : public Worker {
       quit_ = true;
       interrupt_ = true;
       cancel_ = true;
+      if (ranks_ != nullptr) ranks_->stop(true);
       cv_.notify_all();
     }
     if (thread_.joinable()) thread_.join();
@@ -111,35 +115,11 @@ class DeviceWorker final : public Worker {
     }
   }
 
-  // Resumes from the newest checkpoint generation that verifies; each one that does not is
-  // named in the returned note. When generations exist and none verifies, the job fails:
-  // a silent restart from step 0 would throw the training away unseen.
-  static absl::StatusOr<std::string> Resume(train::Trainer& trainer, data::DataLoader& loader,
-                                            const std::string& checkpoint, int keep) {
-    const std::vector<std::string> candidates = train::existing_checkpoints(checkpoint, keep);
-    std::string failures;
-    for (const std::string& c : candidates) {
-      try {
-        trainer.resume(c, loader);
-        if (failures.empty()) return "";
-        const std::string note = "resumed from an older checkpoint, " + fs::path(c).filename().string() + " at step " +
-                                 std::to_string(trainer.step()) + ": " + failures;
-        engine_log(LogSeverity::kWarning, note);
-        return note;
-      } catch (const Error& e) {
-        failures +=
-            (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
-      }
-    }
-    if (candidates.empty()) return "";
-    return absl::DataLossError(absl::StrCat("no checkpoint of this job verifies (", failures,
-                                            "); not restarting from step 0. Submit it again to train from scratch"));
-  }
-
   // Runs the job; returns its terminal event (not yet emitted).
   WorkerEvent Run(const RunJob& job) {
     WorkerEvent base;
     base.job_id = job.job_id;
+    if (job.spec.world_size() > 1) return RunRanks(job);
     try {
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
@@ -150,7 +130,8 @@ class DeviceWorker final : public Worker {
       data::DataLoader val_loader(plan.val_set, plan.val_loader);
       std::string resumed_note;
       if (job.resume) {
-        absl::StatusOr<std::string> resumed = Resume(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
+        absl::StatusOr<std::string> resumed =
+            resume_from_checkpoints(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
         if (!resumed.ok()) return Failed(base, std::move(resumed).status());
         resumed_note = *std::move(resumed);
       }
@@ -163,36 +144,7 @@ class DeviceWorker final : public Worker {
       started.detail = resumed_note;
       Emit(started);
 
-      trainer.set_callbacks({
-          .on_step =
-              [&](const train::StepMetrics& m) {
-                WorkerEvent e = base;
-                e.kind = WorkerEvent::Kind::kStep;
-                e.step = m.step;
-                e.epoch = m.epoch;
-                e.total_steps = plan.total_steps;
-                e.step_metrics = m;
-                Emit(e);
-              },
-          .on_epoch =
-              [&](const train::EpochMetrics& m) {
-                WorkerEvent e = base;
-                e.kind = WorkerEvent::Kind::kEpoch;
-                e.step = m.step;
-                e.epoch = m.epoch;
-                e.total_steps = plan.total_steps;
-                e.epoch_metrics = m;
-                Emit(e);
-              },
-          .on_checkpoint =
-              [&](const std::string& path, int64_t step) {
-                WorkerEvent e = base;
-                e.kind = WorkerEvent::Kind::kCheckpoint;
-                e.step = step;
-                e.path = path;
-                Emit(e);
-              },
-      });
+      trainer.set_callbacks(event_callbacks(base, plan.total_steps, [this](const WorkerEvent& e) { Emit(e); }));
       const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
       WorkerEvent end = base;
       end.step = r.steps;
@@ -208,30 +160,7 @@ class DeviceWorker final : public Worker {
         return end;
       }
       // Success: the trained model becomes an archive the registry can serve right away.
-      const std::string archive = (fs::path(job.job_dir) / "model.anvil").string();
-      plan.model.module->eval();
-      models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, unix_millis()};
-      info.precision = job.spec.serving_precision().empty() ? "fp32" : job.spec.serving_precision();
-      // Mixed precision: the validation accuracy in float32 and in each precision the job
-      // trained or will serve in, so GetModel shows what the lower one costs.
-      if (job.spec.precision() != "fp32" || info.precision != "fp32") {
-        for (const std::string& p : {std::string("fp32"), job.spec.precision(), info.precision}) {
-          if (p.empty() || info.accuracy.count(p)) continue;
-          const std::optional<double> accuracy = trainer.evaluate(val_loader, autocast::precision_dtype(p)).second;
-          if (accuracy) info.accuracy[p] = *accuracy;
-        }
-      }
-      models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
-      end.kind = WorkerEvent::Kind::kSucceeded;
-      end.path = archive;
-      end.input_shape = plan.model.input_shape;
-      end.output_shape = plan.model.output_shape;
-      end.input_dtype = plan.model.input_dtype;
-      end.labels = plan.labels;
-      end.parameters = plan.model.module->num_parameters();
-      end.spec_json = plan.model.spec;
-      end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
-      return end;
+      return succeeded_event(base, job, plan, trainer, val_loader, r, /*write_archive=*/true);
     } catch (const std::bad_alloc&) {
       return Failed(base, absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)"));
     } catch (...) {
@@ -239,6 +168,21 @@ class DeviceWorker final : public Worker {
       // that leads outside the data root) is INVALID_ARGUMENT; see engine_exception_status.
       return Failed(base, engine_exception_status());
     }
+  }
+
+  // A data-parallel job: rank processes this worker supervises (rank_group.h); the worker
+  // thread waits for them, so the CPU stays this job's.
+  WorkerEvent RunRanks(const RunJob& job) {
+    RankGroupRun group(job, [this](const WorkerEvent& e) { Emit(e); });
+    {
+      MutexLock lock(&mu_);
+      ranks_ = &group;
+      if (cancel_.load()) group.stop(interrupt_.load());
+    }
+    WorkerEvent end = group.run();
+    MutexLock lock(&mu_);
+    ranks_ = nullptr;
+    return end;
   }
 
   static WorkerEvent Failed(const WorkerEvent& base, absl::Status status) {
@@ -258,6 +202,7 @@ class DeviceWorker final : public Worker {
   std::atomic<bool> idle_{true};
   std::atomic<bool> cancel_{false}, interrupt_{false};
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  RankGroupRun* ranks_ ABSL_GUARDED_BY(mu_) = nullptr;  // the running data-parallel job's ranks
   std::thread thread_;
 };
 

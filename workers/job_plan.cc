@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/amp/autocast.h"
+#include "core/distributed/samplers.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -140,7 +141,14 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   // On the training device before the optimizer takes the parameters (to() replaces them).
   if (paths.device != kCPU) plan.model.module->to(paths.device);
   plan.optimizer = MakeOptimizer(spec.optimizer(), plan.model.module->parameters());
-  const int64_t batches = (plan.train_set->size() + spec.batch_size() - 1) / spec.batch_size();
+  const int world = std::max(paths.world_size, 1);
+  ANVIL_CHECK(spec.batch_size() % world == 0, "batch_size: the global batch ", spec.batch_size(),
+              " must divide by world_size ", world, " (every rank loads an equal share)");
+  const int64_t rank_batch = spec.batch_size() / world;
+  // Each rank's shard: ceil(n / world) samples (DistributedSampler pads with repeats), so every
+  // rank runs the same number of steps.
+  const int64_t shard = (plan.train_set->size() + world - 1) / world;
+  const int64_t batches = (shard + rank_batch - 1) / rank_batch;
   const int64_t per_epoch = (batches + spec.accumulation_steps() - 1) / spec.accumulation_steps();
   plan.total_steps = per_epoch * spec.epochs();
   if (spec.max_steps() > 0) plan.total_steps = std::min(plan.total_steps, spec.max_steps());
@@ -196,6 +204,14 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
                        .pin_memory = pin,
                        .seed = spec.seed() + 1};
   plan.val_loader = {.batch_size = 256, .pin_memory = pin};
+  if (world > 1) {
+    plan.train_loader.batch_size = rank_batch;
+    plan.train_loader.shuffle = false;
+    plan.train_loader.sampler = std::make_shared<data::DistributedSampler>(plan.train_set->size(), world, paths.rank,
+                                                                           /*shuffle=*/true, /*seed=*/spec.seed() + 1);
+    plan.val_loader.sampler =
+        std::make_shared<distributed::EvaluationShardSampler>(plan.val_set->size(), world, paths.rank);
+  }
   return plan;
 }
 

@@ -24,6 +24,9 @@ struct PlanPaths {
   std::string checkpoint;     // absolute path of this job's checkpoint file
   Device device = kCPU;       // where the model trains: moved there before its optimizer is built
   int64_t memory_budget = 0;  // bytes (workers/job_memory.h): checked before the model is built; 0 = no limit
+  // A data-parallel rank's place: the spec's batch_size is the global batch, each rank loads
+  // batch_size / world_size of its DistributedSampler shard and validates its evaluation shard.
+  int world_size = 1, rank = 0;
 };
 
 struct JobPlan {

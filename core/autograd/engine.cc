@@ -43,8 +43,31 @@ struct Capture {
   std::vector<Tensor> results;
 };
 
+// The callbacks queued during the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+void RunGraph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph, bool create_graph,
+              Capture* capture);
+
 void Run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph, bool create_graph,
          Capture* capture) {
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer = t_callbacks;
+  t_callbacks = &callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* outer;
+    ~Restore() { t_callbacks = outer; }
+  } restore{outer};
+  RunGraph(roots, root_grads, keep_graph, create_graph, capture);
+  // A callback may queue another: run until none is left.
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> cb = std::move(callbacks[i]);
+    cb();
+  }
+}
+
+void RunGraph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph, bool create_graph,
+              Capture* capture) {
   // 1. Dependencies over the reachable graph (and, for grad(), which nodes lead to a capture).
   absl::flat_hash_map<Node*, int> deps;
   std::vector<Node*> order;
@@ -182,6 +205,11 @@ class GradModeRestore {
 };
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  ANVIL_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
+  t_callbacks->push_back(std::move(callback));
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph) {

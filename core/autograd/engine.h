@@ -2,6 +2,7 @@
 // Thread-safety: one backward at a time per graph; different graphs may run concurrently.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -20,5 +21,10 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, std::optional<bool> retain_graph = {},
                          bool create_graph = false, bool allow_unused = false);
+
+// Runs `callback` once the backward pass running on this thread has finished with the graph
+// (torch's Variable._execution_engine.queue_callback): DDP's reducer waits for its last
+// buckets there. Throws when no backward pass runs on this thread.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace anvil::autograd

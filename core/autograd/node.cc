@@ -183,6 +183,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     Tensor acc(meta.grad);
     acc.add_(g);
   }
+  for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
   return {};
 }
 

@@ -227,6 +227,12 @@ void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   }
 }
 
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  ANVIL_CHECK(requires_grad(), "cannot register a hook on a tensor that doesn't require gradient");
+  ANVIL_CHECK(is_leaf(), "post accumulate grad hooks cannot be registered on non-leaf tensors");
+  impl_->autograd_mut().post_accumulate_hooks.push_back(std::move(hook));
+}
+
 void Tensor::retain_grad() const {
   ANVIL_CHECK(requires_grad(), "can't retain_grad on Tensor that has requires_grad=False");
   if (is_leaf() || retains_grad()) return;

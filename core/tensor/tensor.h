@@ -155,6 +155,9 @@ class Tensor {
                 bool create_graph = false) const;
   // Calls `hook(grad)` when this tensor's gradient is computed; a defined return replaces it.
   void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // A leaf only: calls `hook(leaf)` after each backward pass accumulated into leaf.grad()
+  // (torch.Tensor.register_post_accumulate_grad_hook).
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   void retain_grad() const;
   bool retains_grad() const;
 

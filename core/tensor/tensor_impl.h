@@ -66,6 +66,9 @@ struct AutogradMeta {
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: where .grad is accumulated
   bool retains_grad = false;
   std::vector<std::function<Tensor(const Tensor&)>> leaf_hooks;  // hooks on a leaf's grad
+  // Called with the leaf after its .grad was accumulated in a backward pass (DDP's reducer
+  // starts a bucket's all-reduce from here).
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
 };
 
 class TensorImpl {

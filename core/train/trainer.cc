@@ -61,6 +61,14 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
   if (!loss_) loss_ = [](const Tensor& out, const Tensor& target) { return nn::F::cross_entropy(out, target); };
 }
 
+void Trainer::set_data_parallel(std::shared_ptr<distributed::DistributedDataParallel> ddp, int64_t agreement_every) {
+  ANVIL_CHECK(ddp != nullptr && ddp->module() == model_,
+              "Trainer::set_data_parallel: the DistributedDataParallel must wrap this trainer's model");
+  ANVIL_CHECK(agreement_every >= 0, "Trainer: expected agreement_every >= 0, got ", agreement_every);
+  ddp_ = std::move(ddp);
+  agreement_every_ = agreement_every;
+}
+
 Device Trainer::ModelDevice() const {
   for (const Tensor& p : model_->parameters()) return p.device();
   return kCPU;
@@ -95,6 +103,17 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
     if (classification) correct += (out.argmax(1) == y).sum().item<int64_t>();
   }
   model_->train(was_training);
+  if (ddp_) {
+    // Each rank evaluated its own shard: the sums over ranks are the single-process sums.
+    Tensor sums = tensor(std::vector<double>{loss_sum, static_cast<double>(n), static_cast<double>(correct),
+                                             classification ? 0.0 : 1.0});
+    ddp_->group().all_reduce({sums}, distributed::ReduceOp::kSum)->wait();
+    const std::vector<double> v = sums.to_vector<double>();
+    loss_sum = v[0];
+    n = static_cast<int64_t>(v[1]);
+    correct = static_cast<int64_t>(v[2]);
+    classification = v[3] == 0.0;
+  }
   ANVIL_CHECK(n > 0, "Trainer::evaluate: the loader produced no samples");
   std::optional<double> accuracy;
   if (classification) accuracy = static_cast<double>(correct) / static_cast<double>(n);
@@ -103,6 +122,11 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
 
 void Trainer::checkpoint(data::DataLoader& train) {
   if (options_.checkpoint_path.empty()) return;
+  if (ddp_) {
+    // Never save a state the ranks do not share; every rank resumes from rank 0's file.
+    distributed::check_rank_agreement(*model_, ddp_->group(), step_);
+    if (!is_rank_zero()) return;
+  }
   // A diverged state is not worth resuming: the last all-finite checkpoint stays the newest.
   if (!all_finite(*model_, *optimizer_)) {
     engine_log(LogSeverity::kWarning, detail::StrCat("not checkpointing step ", step_,
@@ -185,10 +209,37 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
+  // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
+  // read), so no rank leaves a collective the others are in.
+  bool stop_agreed = false;
+  std::vector<double> rank_step_seconds, rank_data_wait;
   auto flush = [&]() {
     if (losses.empty()) return;
-    const std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
+    std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
     const std::vector<double> nv = stack(norms).to_vector<double>();
+    if (ddp_) {
+      // One gather per interval: every rank's losses, cancel flag, step time and data wait.
+      distributed::ProcessGroup& group = ddp_->group();
+      const size_t k = lv.size();
+      std::vector<double> row(lv);
+      row.push_back(cancel != nullptr && cancel->load() ? 1.0 : 0.0);
+      row.push_back(Seconds(Clock::now() - interval_start) / static_cast<double>(k));
+      row.push_back(train.stats().wait_ratio());
+      std::vector<Tensor> rows;
+      for (int r = 0; r < group.size(); ++r)
+        rows.push_back(empty({static_cast<int64_t>(row.size())}, TensorOptions(kFloat64)));
+      group.all_gather(rows, tensor(row))->wait();
+      std::fill(lv.begin(), lv.end(), 0.0);
+      rank_step_seconds.assign(group.size(), 0.0);
+      rank_data_wait.assign(group.size(), 0.0);
+      for (int r = 0; r < group.size(); ++r) {
+        const std::vector<double> v = rows[r].to_vector<double>();
+        for (size_t i = 0; i < k; ++i) lv[i] += v[i] / static_cast<double>(group.size());
+        stop_agreed = stop_agreed || v[k] != 0.0;
+        rank_step_seconds[r] = v[k + 1];
+        rank_data_wait[r] = v[k + 2];
+      }
+    }
     for (size_t i = 0; i < lv.size(); ++i) {
       // With loss scaling a non-finite gradient is expected now and then: the scaler skipped that
       // step and backed off (counted in skipped_steps), so only the loss is checked.
@@ -224,6 +275,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.samples_per_second = secs > 0 ? static_cast<double>(interval_samples) / secs : 0.0;
     m.step_seconds = secs / static_cast<double>(lv.size());
     m.data_wait_ratio = train.stats().wait_ratio();
+    m.rank_step_seconds = rank_step_seconds;
+    m.rank_data_wait = rank_data_wait;
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);
@@ -256,6 +309,18 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (scheduler_ && o.scheduler_per_step) scheduler_->step();
       ++step_;
       ++epoch_steps;
+      if (ddp_) {
+        const int rank = ddp_->group().rank();
+        if (fault_point_fires(detail::StrCat("distributed:perturb:rank", rank, ":step", step_))) {
+          NoGradGuard no_grad;  // a test's silent divergence: one rank's weights drift
+          Tensor p = params.front();
+          p.add_(1e-3);
+        }
+        fault_point(detail::StrCat("distributed:exit:rank", rank, ":step", step_).c_str());
+        if (agreement_every_ > 0 && step_ % agreement_every_ == 0) {
+          distributed::check_rank_agreement(*model_, ddp_->group(), step_);
+        }
+      }
       const Tensor mean_loss = step_loss / static_cast<double>(micro);
       losses.push_back(mean_loss);
       norms.push_back(norm);
@@ -270,7 +335,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       }
     };
     while (true) {
-      if (cancel != nullptr && cancel->load()) {
+      if (ddp_ ? stop_agreed : cancel != nullptr && cancel->load()) {
         flush();
         result.status = TrainResult::Status::kCancelled;
         result.steps = step_;
@@ -283,14 +348,18 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
       const Tensor target = (*batch)[o.target_key].to(device, /*non_blocking=*/true);
       Tensor loss;
+      // Micro-batches before the last of an accumulation only accumulate locally.
+      std::optional<distributed::DistributedDataParallel::NoSync> no_sync;
+      if (ddp_ && micro + 1 < o.accumulation_steps) no_sync.emplace(*ddp_);
       {
         std::optional<AutocastGuard> amp;
         if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
         std::optional<autocast::AnomalyGuard> anomaly;
         if (o.amp_anomaly) anomaly.emplace(true);
-        loss = loss_(model_->forward(x), target);
+        loss = loss_(ddp_ ? ddp_->forward(x) : model_->forward(x), target);
       }
       scaler_.scale(o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
+      no_sync.reset();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);
       if (++micro == o.accumulation_steps) optimizer_step();
@@ -307,6 +376,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     if (micro > 0) {
       // A last, shorter accumulation: its gradients were scaled by 1/k, so rescale to the mean.
       const double rescale = static_cast<double>(o.accumulation_steps) / static_cast<double>(micro);
+      if (ddp_) ddp_->reduce_gradients();  // they were accumulated under no_sync
       NoGradGuard no_grad;
       for (const auto& p : params) {
         Tensor g = p.grad();

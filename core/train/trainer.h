@@ -10,6 +10,15 @@
 // Devices: the loop runs where the model's parameters are (Module::to(device) first); each
 // batch is moved there as it arrives.
 //
+// Data-parallel (set_data_parallel): the forward runs through DistributedDataParallel, which
+// averages gradients across ranks during backward; micro-batches of an accumulation run under
+// no_sync; each metric read gathers every rank's losses, step time, data wait and cancel flag
+// in one collective, so all ranks report the global loss, decide non-finite losses and
+// cancellation at the same step, and rank 0 sees a straggler; the ranks' parameters are
+// checked to agree every `agreement_every` steps and at every checkpoint; only rank 0 writes
+// checkpoints; evaluation sums loss, samples and correct answers across ranks (each rank
+// evaluates its own shard: distributed/samplers.h).
+//
 // Thread-safety: one thread runs fit(); `cancel` may be set from any thread.
 #pragma once
 
@@ -22,6 +31,7 @@
 #include <vector>
 
 #include "core/data/dataloader.h"
+#include "core/distributed/ddp.h"
 #include "core/nn/module.h"
 #include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
@@ -81,6 +91,9 @@ struct StepMetrics {
   // far because a gradient was not finite (the scale backed off each time).
   double loss_scale = 0;
   int64_t skipped_steps = 0;
+  // Data-parallel runs: each rank's mean step time and data-wait ratio over the interval
+  // (index = rank); empty otherwise.
+  std::vector<double> rank_step_seconds, rank_data_wait;
 };
 
 struct EpochMetrics {
@@ -123,6 +136,10 @@ class Trainer {
           LossFn loss = {});
   void set_scheduler(std::shared_ptr<optim::LRScheduler> scheduler) { scheduler_ = std::move(scheduler); }
   void set_callbacks(Callbacks callbacks) { callbacks_ = std::move(callbacks); }
+  // Trains data-parallel through `ddp`, whose module must be this trainer's model; the ranks'
+  // parameters are checked to agree every `agreement_every` optimizer steps (0: only at
+  // checkpoints).
+  void set_data_parallel(std::shared_ptr<distributed::DistributedDataParallel> ddp, int64_t agreement_every = 100);
 
   // Trains until the epochs or max_steps are done, early stopping triggers or `cancel` is set.
   TrainResult fit(data::DataLoader& train, data::DataLoader* validation = nullptr,
@@ -154,6 +171,10 @@ class Trainer {
   Device ModelDevice() const;
 
   std::string last_checkpoint_ = "(none)";
+  bool is_rank_zero() const { return !ddp_ || ddp_->group().rank() == 0; }
+
+  std::shared_ptr<distributed::DistributedDataParallel> ddp_;
+  int64_t agreement_every_ = 100;
 
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<optim::Optimizer> optimizer_;

@@ -35,6 +35,13 @@ void set_fault_point(const std::string& spec) {
   a.any.store(!spec.empty(), std::memory_order_release);
 }
 
+bool fault_point_fires(const std::string& name) {
+  Armed& a = State();
+  if (!a.any.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.spec == name + "=fire";
+}
+
 void fault_point(const char* name, const char* file, int line) {
   Armed& a = State();
   if (!a.any.load(std::memory_order_acquire)) return;

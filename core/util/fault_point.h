@@ -7,6 +7,8 @@
 //                     as if killed
 //   <name>=internal   an InternalError is thrown there, as a broken invariant would (the
 //                     service must answer INTERNAL)
+//   <name>=fire       fault_point_fires(name) returns true there (the caller does the
+//                     damage: a data-parallel test perturbs one rank's weights this way)
 // Disarmed (always, outside those tests), a point costs one atomic load.
 #pragma once
 
@@ -20,6 +22,9 @@ inline constexpr int kFaultPointExitCode = 86;
 // the caller's (the compilers' builtins: std::source_location needs a newer clang than the
 // fuzz build's).
 void fault_point(const char* name, const char* file = __builtin_FILE(), int line = __builtin_LINE());
+
+// True when the armed spec is exactly "<name>=fire".
+bool fault_point_fires(const std::string& name);
 
 // Arms `spec` ("" disarms), replacing ANVIL_FAULT_POINT's; thread-safe (setenv is not, while
 // other threads may be reaching points).

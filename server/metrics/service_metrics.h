@@ -27,10 +27,12 @@ class ServiceMetrics {
   Family<Gauge>& job_data_wait_ratio;
   Family<Gauge>& job_val_accuracy;
   Family<Histogram>& job_step_seconds;
-  Family<Gauge>& amp_loss_scale;       // fp16 jobs (loss scaling)
-  Family<Counter>& amp_skipped_steps;  // fp16 jobs: steps skipped for a non-finite gradient
-  Family<Gauge>& jobs;                 // by state (a collector counts them)
-  Family<Counter>& jobs_finished;      // by outcome
+  Family<Gauge>& rank_step_seconds;     // data-parallel jobs: + rank
+  Family<Gauge>& rank_data_wait_ratio;  // data-parallel jobs: + rank
+  Family<Gauge>& amp_loss_scale;        // fp16 jobs (loss scaling)
+  Family<Counter>& amp_skipped_steps;   // fp16 jobs: steps skipped for a non-finite gradient
+  Family<Gauge>& jobs;                  // by state (a collector counts them)
+  Family<Counter>& jobs_finished;       // by outcome
   // Serving, per model.
   Family<Counter>& predict_requests;  // model, code
   Family<Histogram>& predict_latency;

@@ -37,7 +37,7 @@ if [[ -d .gpu-debs ]] && ls .gpu-debs/*.deb > /dev/null 2>&1; then
   if [[ -f "$arch_lib/openblas-pthread/libopenblas.so.0" ]]; then
     ln -sf "$arch_lib/openblas-pthread/libopenblas.so.0" "$arch_lib/libopenblas.so"
   fi
-  export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread:$deps/usr/lib:${LD_LIBRARY_PATH:-}"
   prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_INCLUDE_PATH="$deps/usr/include"
                -DCMAKE_LIBRARY_PATH="$arch_lib;$arch_lib/openblas-pthread"
                -DGTEST_ROOT="$deps/usr")
@@ -51,7 +51,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" -DANVIL_BUILD_SERVICE=$service -DANVIL_BUILD_EXAMPLES=OFF \
   "${prefix_args[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 note "build ($jobs jobs)"
-cmake --build "$build" -j "$jobs" --target anvil_core_tests anvil_nn_tests anvil_data_tests anvil_cuda_bench anvil_nvml_probe \
+cmake --build "$build" -j "$jobs" --target anvil_core_tests anvil_nn_tests anvil_data_tests anvil_distributed_tests anvil_cuda_bench anvil_nvml_probe \
   > "$out/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$out/build.log" | head -60; exit 1; }
 result[build]="$(( $(date +%s) - start )) s"
 
@@ -68,6 +68,10 @@ result[accuracy]=$(sed -n 's/.*test accuracy \(.*\)/\1/p' "$out/training.log" | 
   | tee "$out/pinned.log"
 result[pinned]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo pass || echo FAIL)
 
+note "2b. NCCL: a one-rank group and DDP on cuda:0"
+"$build/tests/distributed/anvil_distributed_tests" --gtest_filter='Nccl*' 2>&1 | tee "$out/nccl.log"
+result[nccl]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && (grep -q SKIPPED "$out/nccl.log" && echo SKIPPED || echo pass) || echo FAIL)
+
 note "3. benchmarks"
 "$build/bench/gpu/anvil_cuda_bench" 2>&1 | tee "$out/bench.txt"
 python3 bench/gpu/torch_step.py 2>&1 | tee -a "$out/bench.txt" || echo "(PyTorch peer not available)"
@@ -79,7 +83,7 @@ result[nvml]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo present || echo ABSENT)
 note "summary"
 {
   printf '%-12s %s\n' gpu "$(cat "$out/gpu.txt")"
-  for k in build parity training accuracy pinned nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
+  for k in build parity training accuracy pinned nccl nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
   echo
   cat "$out/bench.txt"
 } | tee "$out/summary.txt"

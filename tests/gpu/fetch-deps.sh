@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 pkgs=(libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libquadmath0
       nlohmann-json3-dev libgtest-dev libgmock-dev googletest zlib1g-dev libstb0 libstb-dev
       prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
-      libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4 libabsl-dev libabsl20220623)
+      libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4 libabsl-dev libabsl20220623
+      libgloo-dev libgloo0 libhiredis-dev libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200)
 mkdir -p .gpu-debs
 chmod 777 .gpu-debs  # apt-get download runs as _apt when started as root
 (cd .gpu-debs && apt-get download -qq "${pkgs[@]}")

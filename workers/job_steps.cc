@@ -1,0 +1,103 @@
+// Steps shared by device workers and data-parallel ranks: see job_steps.h.
+#include "workers/job_steps.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <filesystem>
+
+#include "core/amp/autocast.h"
+#include "core/models/archive.h"
+#include "core/util/clock.h"
+#include "core/util/log.h"
+
+namespace anvil::workers {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> resume_from_checkpoints(train::Trainer& trainer, data::DataLoader& loader,
+                                                    const std::string& checkpoint, int keep) {
+  const std::vector<std::string> candidates = train::existing_checkpoints(checkpoint, keep);
+  std::string failures;
+  for (const std::string& c : candidates) {
+    try {
+      trainer.resume(c, loader);
+      if (failures.empty()) return "";
+      const std::string note = "resumed from an older checkpoint, " + fs::path(c).filename().string() + " at step " +
+                               std::to_string(trainer.step()) + ": " + failures;
+      engine_log(LogSeverity::kWarning, note);
+      return note;
+    } catch (const Error& e) {
+      failures += (failures.empty() ? "" : "; ") + fs::path(c).filename().string() + " is unusable (" + e.what() + ")";
+    }
+  }
+  if (candidates.empty()) return "";
+  return absl::DataLossError(absl::StrCat("no checkpoint of this job verifies (", failures,
+                                          "); not restarting from step 0. Submit it again to train from scratch"));
+}
+
+train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
+                                 std::function<void(const WorkerEvent&)> emit) {
+  return {
+      .on_step =
+          [=](const train::StepMetrics& m) {
+            WorkerEvent e = base;
+            e.kind = WorkerEvent::Kind::kStep;
+            e.step = m.step;
+            e.epoch = m.epoch;
+            e.total_steps = total_steps;
+            e.step_metrics = m;
+            emit(e);
+          },
+      .on_epoch =
+          [=](const train::EpochMetrics& m) {
+            WorkerEvent e = base;
+            e.kind = WorkerEvent::Kind::kEpoch;
+            e.step = m.step;
+            e.epoch = m.epoch;
+            e.total_steps = total_steps;
+            e.epoch_metrics = m;
+            emit(e);
+          },
+      .on_checkpoint =
+          [=](const std::string& path, int64_t step) {
+            WorkerEvent e = base;
+            e.kind = WorkerEvent::Kind::kCheckpoint;
+            e.step = step;
+            e.path = path;
+            emit(e);
+          },
+  };
+}
+
+WorkerEvent succeeded_event(const WorkerEvent& base, const RunJob& job, JobPlan& plan, train::Trainer& trainer,
+                            data::DataLoader& val_loader, const train::TrainResult& r, bool write_archive) {
+  WorkerEvent end = base;
+  end.step = r.steps;
+  end.epoch = r.epochs;
+  const std::string archive = (fs::path(job.job_dir) / "model.anvil").string();
+  plan.model.module->eval();
+  models::ModelInfo info{job.spec.register_model(), 0, job.job_id, plan.labels, unix_millis()};
+  info.precision = job.spec.serving_precision().empty() ? "fp32" : job.spec.serving_precision();
+  // Mixed precision: the validation accuracy in float32 and in each precision the job
+  // trained or will serve in, so GetModel shows what the lower one costs.
+  if (job.spec.precision() != "fp32" || info.precision != "fp32") {
+    for (const std::string& p : {std::string("fp32"), job.spec.precision(), info.precision}) {
+      if (p.empty() || info.accuracy.count(p)) continue;
+      const std::optional<double> accuracy = trainer.evaluate(val_loader, autocast::precision_dtype(p)).second;
+      if (accuracy) info.accuracy[p] = *accuracy;
+    }
+  }
+  if (write_archive) models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
+  end.kind = WorkerEvent::Kind::kSucceeded;
+  end.path = archive;
+  end.input_shape = plan.model.input_shape;
+  end.output_shape = plan.model.output_shape;
+  end.input_dtype = plan.model.input_dtype;
+  end.labels = plan.labels;
+  end.parameters = plan.model.module->num_parameters();
+  end.spec_json = plan.model.spec;
+  end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
+  return end;
+}
+
+}  // namespace anvil::workers

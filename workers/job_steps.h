@@ -1,0 +1,34 @@
+// The parts of running a job that a device worker and a data-parallel rank share: resuming
+// from the newest checkpoint generation that verifies, and turning a finished training run
+// into its terminal event (the model archive, the accuracy in each precision).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <string>
+
+#include "core/data/dataloader.h"
+#include "core/train/trainer.h"
+#include "workers/job_plan.h"
+#include "workers/worker.h"
+
+namespace anvil::workers {
+
+// Resumes from the newest checkpoint generation that verifies; each one that does not is
+// named in the returned note. When generations exist and none verifies, the job fails:
+// a silent restart from step 0 would throw the training away unseen.
+absl::StatusOr<std::string> resume_from_checkpoints(train::Trainer& trainer, data::DataLoader& loader,
+                                                    const std::string& checkpoint, int keep);
+
+// Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`.
+train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
+                                 std::function<void(const WorkerEvent&)> emit);
+
+// The kSucceeded event of a run that completed (or stopped early): the trained model written
+// as job_dir/model.anvil (when `write_archive`: data-parallel ranks other than 0 only take
+// part in the evaluations, which are collectives there), with the validation accuracy in each
+// precision the job trained or serves in.
+WorkerEvent succeeded_event(const WorkerEvent& base, const RunJob& job, JobPlan& plan, train::Trainer& trainer,
+                            data::DataLoader& val_loader, const train::TrainResult& r, bool write_archive);
+
+}  // namespace anvil::workers
