@@ -41,10 +41,10 @@ RUN --mount=type=cache,id=anvil-ccache,target=/root/.cache/ccache \
     export CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_NOHASHDIR=1 \
     && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_BUILD_TESTS=OFF -DANVIL_BUILD_EXAMPLES=OFF \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS}" -DANVIL_CPU_BASELINE="${CPU_BASELINE}" \
-    && cmake --build build --target anvild anvil \
+    && cmake --build build --target anvild anvil anvil-run \
     && ccache --show-stats \
     && scripts/bundle-libs.sh /opt/anvil/lib --load libopenblas.so.0 --load libdnnl.so.2 --load libblis.so.4 \
-         build/server/anvild build/client/anvil \
+         build/server/anvild build/client/anvil build/launcher/anvil-run \
     && scripts/fetch-data.sh /opt/anvil/datasets
 
 FROM ${RUNTIME_IMAGE}
@@ -55,7 +55,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl
 RUN groupadd --system --gid 10001 anvil \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/anvil --create-home anvil
 COPY --from=builder /opt/anvil/lib /opt/anvil/lib
-COPY --from=builder /src/build/server/anvild /src/build/client/anvil /usr/local/bin/
+COPY --from=builder /src/build/server/anvild /src/build/client/anvil /src/build/launcher/anvil-run /usr/local/bin/
 COPY --from=builder /opt/anvil/datasets /opt/anvil/datasets
 COPY scripts/dev-ca.sh /usr/local/bin/anvil-dev-ca
 COPY scripts/docker-entrypoint.sh /usr/local/bin/anvil-entrypoint

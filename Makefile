@@ -90,9 +90,10 @@ $(SAN_DIR)/build.ninja:
 # 2.19 header, take garbage for its bounds, and LeakSanitizer's tracer dies at exit.
 test-asan: deps-test deps-fuzz data $(SAN_DIR)/build.ninja
 	cmake --build $(SAN_DIR) -j $(JOBS) --target anvil_core_tests anvil_data_tests anvil_nn_tests anvil_conformance_tests \
-	  anvil_onnx_tests anvil_server_tests anvil_fault_tests anvild anvil anvil_python_stubs
+	  anvil_onnx_tests anvil_server_tests anvil_fault_tests anvil_distributed_tests ddp_train_main anvil-run anvild anvil \
+	  anvil_python_stubs
 	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|onnx|server|fault' -E anvil_connection_flood_test --timeout 900
+	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|onnx|server|fault|distributed' -E anvil_connection_flood_test --timeout 900
 
 # ThreadSanitizer over the data pipeline (the DataLoader is where threads meet) and the service
 # (scheduler, workers, batcher, the Predict pool, the listener watchdog). gRPC and Abseil are not

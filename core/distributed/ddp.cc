@@ -300,14 +300,11 @@ void DistributedDataParallel::Finalize() {
     for (size_t j = 0; j < b.params.size(); ++j) {
       const size_t i = b.params[j];
       if (!globally_used[i]) continue;
+      // The bucket's memory becomes .grad (PyTorch's gradient_as_bucket_view): no copy back.
+      // A later backward without zero_grad accumulates into it, and the next launch copies it
+      // onto itself.
       Tensor p = params_[i];
-      const Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
-      Tensor g = p.grad();
-      if (g.defined()) {
-        g.copy_(avg);
-      } else {
-        p.set_grad(avg.clone());
-      }
+      p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
     }
   }
 }
@@ -330,13 +327,7 @@ void DistributedDataParallel::reduce_gradients() {
     ++buckets_reduced_;
     for (size_t j = 0; j < b.params.size(); ++j) {
       Tensor p = params_[b.params[j]];
-      const Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
-      Tensor g = p.grad();
-      if (g.defined()) {
-        g.copy_(avg);
-      } else {
-        p.set_grad(avg.clone());
-      }
+      p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
     }
   }
 }

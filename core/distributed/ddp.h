@@ -13,7 +13,8 @@
 //   accumulate hook on each parameter), on the group's communication thread while backward
 //   goes on; buckets are launched strictly in bucket order, so every rank issues the same
 //   collectives in the same order. The end of backward (an engine callback) waits for the
-//   reductions and writes the averages into .grad.
+//   reductions; each parameter's .grad is then a view of its bucket (PyTorch's
+//   gradient_as_bucket_view: no copy back; a .grad kept across steps changes with the bucket).
 // - no_sync(): backward only accumulates locally (gradient accumulation); the next synced
 //   backward reduces the accumulated gradients.
 // - Unused parameters: by default a parameter that got no gradient in a synced backward is an
