@@ -9,6 +9,12 @@
 //   3. 2 ranks x 1 thread vs 1 process x 2 threads: SGD steps of that MLP at global batch 256.
 //
 //   anvil_bench_distributed [--quick]
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,12 +22,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <gloo/allreduce.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 #include <string>
 #include <vector>
 
@@ -93,7 +93,8 @@ double Median(int reps, const std::function<void()>& fn) {
 
 void AllReduceBandwidth(bool quick) {
   std::printf("\n## all_reduce, 2 ranks over lo, float32 (bus bandwidth = 2(n-1)/n x bytes / time)\n\n");
-  std::printf("| size | Anvil ms | bare Gloo ms | Anvil GB/s | bare GB/s | Anvil / bare |\n|---|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| size | Anvil ms | bare Gloo ms | Anvil GB/s | bare GB/s | Anvil / bare |\n|---|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
   for (int64_t mib : {1, 16, 256}) {
     const std::string dir = Rdzv("ar" + std::to_string(mib));
@@ -172,8 +173,9 @@ void Overlap(bool quick) {
       const double hidden = (alone + reduce_only - with_ddp) / reduce_only;
       if (rank == 0) {
         if (cap_mib == 25) {
-          std::printf("| buckets | forward+backward alone ms | all-reduce alone ms | DDP forward+backward ms | "
-                      "all-reduce hidden | launched during backward |\n|---|---:|---:|---:|---:|---:|\n");
+          std::printf(
+              "| buckets | forward+backward alone ms | all-reduce alone ms | DDP forward+backward ms | "
+              "all-reduce hidden | launched during backward |\n|---|---:|---:|---:|---:|---:|\n");
         }
         std::printf("| %zu (cap %lld MiB) | %.2f | %.2f | %.2f | %.0f %% | %lld of %lld |\n",
                     ddp->bucket_parameter_names().size(), static_cast<long long>(cap_mib), alone * 1e3,
