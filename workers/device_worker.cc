@@ -119,8 +119,8 @@ class DeviceWorker final : public Worker {
   WorkerEvent Run(const RunJob& job) {
     WorkerEvent base;
     base.job_id = job.job_id;
-    if (job.spec.world_size() > 1) return RunRanks(job);
     try {
+      if (job.spec.world_size() > 1) return RunRanks(job);
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
       JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_, job.memory_budget});
@@ -179,9 +179,18 @@ class DeviceWorker final : public Worker {
       ranks_ = &group;
       if (cancel_.load()) group.stop(interrupt_.load());
     }
-    WorkerEvent end = group.run();
-    MutexLock lock(&mu_);
-    ranks_ = nullptr;
+    auto forget = [this] {
+      MutexLock lock(&mu_);
+      ranks_ = nullptr;
+    };
+    WorkerEvent end;
+    try {
+      end = group.run();
+    } catch (...) {
+      forget();  // stop() must not reach a group that is gone
+      throw;
+    }
+    forget();
     return end;
   }
 

@@ -326,6 +326,31 @@ TEST(DistributedDataParallel, ShapeMismatchAcrossRanksIsNamed) {
   });
 }
 
+TEST(DistributedDataParallel, BuffersAreBroadcastFromRankZeroBeforeEachTrainingForward) {
+  manual_seed(2);
+  auto make = [] {
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm1d>(4)});
+  };
+  std::vector<std::shared_ptr<nn::Sequential>> models = {make(), make()};
+  RunRanks(2, [&](int rank, ProcessGroup& group) {
+    std::shared_ptr<ProcessGroup> borrowed(&group, [](ProcessGroup*) {});
+    DistributedDataParallel ddp(models[rank], borrowed);
+    auto running_means = [&] {
+      std::vector<Tensor> outs = {empty({4}), empty({4})};
+      group.all_gather(outs, models[rank]->buffers()[0].clone())->wait();
+      return outs;
+    };
+    ddp.forward(full({5, 3}, rank + 1.0) + arange(15).view({5, 3}).to(kFloat32));  // each rank its own batch
+    auto after_first = running_means();
+    EXPECT_FALSE(allclose(after_first[0], after_first[1]));  // updated from different batches
+    ddp.forward(arange(15).view({5, 3}).to(kFloat32));       // the same batch on both ranks
+    auto after_second = running_means();
+    // Rank 1 started the second forward from rank 0's buffers, so the same update leaves them equal.
+    EXPECT_TRUE(allclose(after_second[0], after_second[1], 0, 0));
+  });
+}
+
 TEST(RankAgreement, ADriftedParameterIsNamedWithTheRanksHoldingEachValue) {
   std::vector<std::shared_ptr<nn::Sequential>> models = {Mlp(5), Mlp(5), Mlp(5)};
   RunRanks(3, [&](int rank, ProcessGroup& group) {
