@@ -6,8 +6,14 @@
 #include <gloo/rendezvous/redis_store.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -118,6 +124,40 @@ std::string RankEnvironment::describe() const {
 
 namespace {
 
+// Whether a TCP connection to host:port opens within a second (a refused or unreachable port
+// says why).
+bool Reachable(const std::string& host, int port, std::string* why) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    *why = gai_strerror(rc);
+    return false;
+  }
+  bool ok = false;
+  for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        ok = true;
+      } else {
+        *why = err != 0 ? std::strerror(err) : "no answer within 1 s";
+      }
+    } else {
+      *why = std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return ok;
+}
+
 bool Exists(gloo::rendezvous::Store& store, const std::string& key) {
   try {
     store.wait({key}, std::chrono::milliseconds(1));
@@ -138,18 +178,21 @@ std::shared_ptr<gloo::rendezvous::Store> make_rendezvous_store(RankEnvironment& 
     // Node 0 may start its store after the other nodes' ranks: retry until the rendezvous
     // timeout.
     const auto deadline = std::chrono::steady_clock::now() + env.rendezvous_timeout;
-    while (true) {
-      try {
-        base = std::make_unique<gloo::rendezvous::RedisStore>(env.master_addr, env.master_port);
-        break;
-      } catch (const std::exception& e) {
-        if (std::chrono::steady_clock::now() >= deadline) {
-          throw Error(detail::StrCat("rendezvous: cannot reach the Redis store at ", env.master_addr, ":",
-                                     env.master_port, " (ANVIL_MASTER_ADDR/ANVIL_MASTER_PORT) within ",
-                                     env.rendezvous_timeout.count() / 1000, " s: ", e.what()));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // The port is probed first: a RedisStore that fails to connect leaks hiredis's context.
+    std::string why;
+    while (!Reachable(env.master_addr, env.master_port, &why)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw Error(detail::StrCat("rendezvous: cannot reach the Redis store at ", env.master_addr, ":",
+                                   env.master_port, " (ANVIL_MASTER_ADDR/ANVIL_MASTER_PORT) within ",
+                                   env.rendezvous_timeout.count() / 1000, " s: ", why));
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    try {
+      base = std::make_unique<gloo::rendezvous::RedisStore>(env.master_addr, env.master_port);
+    } catch (const std::exception& e) {
+      throw Error(detail::StrCat("rendezvous: the Redis store at ", env.master_addr, ":", env.master_port,
+                                 " (ANVIL_MASTER_ADDR/ANVIL_MASTER_PORT): ", e.what()));
     }
   }
   // Attempts per node may drift apart (a node whose ranks failed twice while another's failed
