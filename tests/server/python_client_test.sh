@@ -115,7 +115,20 @@ for e in c.watch(long.id):
         open(os.path.join(work, "restart"), "w").close()  # the shell restarts anvild
         restarted = True
     if e.step >= 200 and not cancelled:
-        c.cancel(long.id)
+        # The stream may run ahead of the shell's restart: cancel on the new server, not on the
+        # draining one (which refuses new calls with UNAVAILABLE).
+        for _ in range(300):
+            if os.path.exists(os.path.join(work, "restarted")):
+                break
+            time.sleep(0.1)
+        for attempt in range(100):  # the new server may still be starting: UNAVAILABLE until it listens
+            try:
+                c.cancel(long.id)
+                break
+            except anvil_client.AnvilError as err:
+                if err.code.name != "UNAVAILABLE" or attempt == 99:
+                    raise
+                time.sleep(0.1)
         cancelled = True
 assert restarted
 assert seen == list(range(1, len(seen) + 1)), ("every step once, in order, across the restart", seen[25:40])
@@ -140,6 +153,7 @@ for _ in $(seq 600); do
     kill -TERM "${anvild_pid}"
     wait "${anvild_pid}" 2> /dev/null || true
     run_anvild
+    touch "${work}/restarted"
   fi
   [[ -f "${work}/done" ]] && break
   kill -0 "${client}" 2> /dev/null || break
