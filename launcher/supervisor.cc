@@ -68,15 +68,17 @@ std::vector<pid_t> RankSupervisor::Start(int attempt) {
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<std::vector<std::string>> envs(options_.nproc);
   std::vector<std::string> logs(options_.nproc);
+  // The launcher's environment with the options' variables on top; each rank adds its own.
+  std::map<std::string, std::string> inherited;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) inherited[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : options_.env) inherited[k] = v;
   for (int local = 0; local < options_.nproc; ++local) {
     const int rank = options_.node_rank * options_.nproc + local;
-    std::map<std::string, std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv(*e);
-      const size_t eq = kv.find('=');
-      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    for (const auto& [k, v] : options_.env) env[k] = v;
+    std::map<std::string, std::string> env = inherited;
     env["ANVIL_RANK"] = std::to_string(rank);
     env["ANVIL_LOCAL_RANK"] = std::to_string(local);
     env["ANVIL_WORLD_SIZE"] = std::to_string(world);

@@ -132,7 +132,7 @@ class DeviceWorker final : public Worker {
       if (job.resume) {
         absl::StatusOr<std::string> resumed =
             resume_from_checkpoints(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
-        if (!resumed.ok()) return Failed(base, std::move(resumed).status());
+        if (!resumed.ok()) return failed_event(base, std::move(resumed).status());
         resumed_note = *std::move(resumed);
       }
 
@@ -146,27 +146,17 @@ class DeviceWorker final : public Worker {
 
       trainer.set_callbacks(event_callbacks(base, plan.total_steps, [this](const WorkerEvent& e) { Emit(e); }));
       const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
-      WorkerEvent end = base;
-      end.step = r.steps;
-      end.epoch = r.epochs;
       if (r.status == train::TrainResult::Status::kCancelled) {
-        if (interrupt_.load()) {
-          trainer.checkpoint(train_loader);  // resume exactly here on the next start
-          end.kind = WorkerEvent::Kind::kInterrupted;
-        } else {
-          end.kind = WorkerEvent::Kind::kCancelled;
-          end.message = "cancelled at step " + std::to_string(r.steps);
-        }
-        return end;
+        return stopped_event(base, trainer, train_loader, r, interrupt_.load());
       }
       // Success: the trained model becomes an archive the registry can serve right away.
       return succeeded_event(base, job, plan, trainer, val_loader, r, /*write_archive=*/true);
     } catch (const std::bad_alloc&) {
-      return Failed(base, absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)"));
+      return failed_event(base, absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)"));
     } catch (...) {
       // The engine refusing the job's content (a model that does not fit its data, a file
       // that leads outside the data root) is INVALID_ARGUMENT; see engine_exception_status.
-      return Failed(base, engine_exception_status());
+      return failed_event(base, engine_exception_status());
     }
   }
 
@@ -192,13 +182,6 @@ class DeviceWorker final : public Worker {
     }
     forget();
     return end;
-  }
-
-  static WorkerEvent Failed(const WorkerEvent& base, absl::Status status) {
-    WorkerEvent failed = base;
-    failed.kind = WorkerEvent::Kind::kFailed;
-    failed.status = std::move(status);
-    return failed;
   }
 
   const Device device_;

@@ -35,6 +35,28 @@ absl::StatusOr<std::string> resume_from_checkpoints(train::Trainer& trainer, dat
                                           "); not restarting from step 0. Submit it again to train from scratch"));
 }
 
+WorkerEvent failed_event(const WorkerEvent& base, absl::Status status) {
+  WorkerEvent failed = base;
+  failed.kind = WorkerEvent::Kind::kFailed;
+  failed.status = std::move(status);
+  return failed;
+}
+
+WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data::DataLoader& train_loader,
+                          const train::TrainResult& r, bool interrupt) {
+  WorkerEvent end = base;
+  end.step = r.steps;
+  end.epoch = r.epochs;
+  if (interrupt) {
+    trainer.checkpoint(train_loader);  // resume exactly here on the next start
+    end.kind = WorkerEvent::Kind::kInterrupted;
+  } else {
+    end.kind = WorkerEvent::Kind::kCancelled;
+    end.message = "cancelled at step " + std::to_string(r.steps);
+  }
+  return end;
+}
+
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
                                  std::function<void(const WorkerEvent&)> emit) {
   return {

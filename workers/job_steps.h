@@ -20,6 +20,15 @@ namespace anvil::workers {
 absl::StatusOr<std::string> resume_from_checkpoints(train::Trainer& trainer, data::DataLoader& loader,
                                                     const std::string& checkpoint, int keep);
 
+// The kFailed event of `base`'s job, with why.
+WorkerEvent failed_event(const WorkerEvent& base, absl::Status status);
+
+// The terminal event of a run fit() returned early from (TrainResult::Status::kCancelled): with
+// `interrupt` a checkpoint at the current step (the job resumes there; for data-parallel ranks
+// a collective, rank 0 writing) and kInterrupted, else kCancelled.
+WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data::DataLoader& train_loader,
+                          const train::TrainResult& r, bool interrupt);
+
 // Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`.
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
                                  std::function<void(const WorkerEvent&)> emit);

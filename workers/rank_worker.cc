@@ -97,6 +97,12 @@ int run_rank_worker(const std::string& job_file) {
   EventPipe events;
   WorkerEvent base;
   int rank = -1;
+  // A failure a restart would repeat: rank 0 reports it, every rank exits 1 (rank_group.h).
+  auto fail = [&](absl::Status why) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(why.message()).c_str());
+    events.send(failed_event(base, std::move(why)));
+    return 1;
+  };
   try {
     const RunJob job = ReadJob(job_file);
     base.job_id = job.job_id;
@@ -119,13 +125,7 @@ int run_rank_worker(const std::string& job_file) {
     if (job.resume || env.attempt > 0) {
       absl::StatusOr<std::string> resumed =
           resume_from_checkpoints(trainer, train_loader, checkpoint, plan.options.checkpoint_keep);
-      if (!resumed.ok()) {
-        WorkerEvent failed = base;
-        failed.kind = WorkerEvent::Kind::kFailed;
-        failed.status = resumed.status();
-        events.send(failed);
-        return 1;
-      }
+      if (!resumed.ok()) return fail(resumed.status());
       resumed_note = *resumed;
     }
     WorkerEvent started = base;
@@ -139,18 +139,9 @@ int run_rank_worker(const std::string& job_file) {
     events.send(started);
     trainer.set_callbacks(event_callbacks(base, plan.total_steps, [&](const WorkerEvent& e) { events.send(e); }));
     const train::TrainResult r = trainer.fit(train_loader, &val_loader, &g_stop);
-    WorkerEvent end = base;
-    end.step = r.steps;
-    end.epoch = r.epochs;
     if (r.status == train::TrainResult::Status::kCancelled) {
-      if (g_interrupt.load()) {
-        trainer.checkpoint(train_loader);  // every rank: the agreement check; rank 0 writes
-        end.kind = WorkerEvent::Kind::kInterrupted;
-      } else {
-        end.kind = WorkerEvent::Kind::kCancelled;
-        end.message = "cancelled at step " + std::to_string(r.steps);
-      }
-      events.send(end);
+      // Every rank: the interrupt checkpoint's agreement check is a collective.
+      events.send(stopped_event(base, trainer, train_loader, r, g_interrupt.load()));
       return 0;
     }
     events.send(succeeded_event(base, job, plan, trainer, val_loader, r, /*write_archive=*/env.rank == 0));
@@ -159,19 +150,9 @@ int run_rank_worker(const std::string& job_file) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return kRankRestartable;
   } catch (const std::bad_alloc&) {
-    WorkerEvent failed = base;
-    failed.kind = WorkerEvent::Kind::kFailed;
-    failed.status = absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)");
-    events.send(failed);
-    std::fprintf(stderr, "rank %d: out of memory\n", rank);
-    return 1;
+    return fail(absl::ResourceExhaustedError("out of memory (try a smaller batch_size or model)"));
   } catch (...) {
-    WorkerEvent failed = base;
-    failed.kind = WorkerEvent::Kind::kFailed;
-    failed.status = engine_exception_status();
-    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(failed.status.message()).c_str());
-    events.send(failed);
-    return 1;
+    return fail(engine_exception_status());
   }
 }
 

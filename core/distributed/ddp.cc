@@ -108,6 +108,32 @@ void BroadcastFromRankZero(ProcessGroup& group, const std::vector<Tensor>& tenso
   }
 }
 
+// Copies each parameter's .grad into its bucket: zeros for a parameter without one, or (with
+// `used`) one this step's graph did not reach.
+void FillBucket(DistributedDataParallel::Bucket& b, const std::vector<Tensor>& params, const std::vector<char>* used) {
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const Tensor& p = params[b.params[j]];
+    Tensor dst = b.flat.narrow(0, b.offsets[j], p.numel());
+    const Tensor g = p.grad();
+    if (g.defined() && (used == nullptr || (*used)[b.params[j]])) {
+      dst.copy_(g.reshape({-1}));
+    } else {
+      dst.zero_();
+    }
+  }
+}
+
+// Makes each parameter's .grad a view of its reduced bucket (PyTorch's gradient_as_bucket_view:
+// no copy back; a later backward without zero_grad accumulates into it, and the next fill
+// copies it onto itself); with `keep`, the parameters it marks false keep their .grad.
+void AdoptBucket(DistributedDataParallel::Bucket& b, const std::vector<Tensor>& params, const std::vector<char>* keep) {
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    if (keep != nullptr && !(*keep)[b.params[j]]) continue;
+    Tensor p = params[b.params[j]];
+    p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
+  }
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -239,18 +265,15 @@ void DistributedDataParallel::LaunchReadyBuckets() {
   NoGradGuard no_grad;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) {
     Bucket& b = *buckets_[next_launch_++];
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const Tensor& p = params_[b.params[j]];
-      Tensor dst = b.flat.narrow(0, b.offsets[j], p.numel());
-      const Tensor g = p.grad();
-      if (g.defined() && used_[b.params[j]]) {
-        dst.copy_(g.reshape({-1}));
-      } else {
-        dst.zero_();
+    FillBucket(b, params_, &used_);
+    b.work = group_->all_reduce({b.flat}, ReduceOp::kAvg);
+    // Overlapped: launched while a later bucket still waits for gradients backward computes.
+    for (size_t k = next_launch_; k < buckets_.size(); ++k) {
+      if (buckets_[k]->pending > 0) {
+        ++launched_early_;
+        break;
       }
     }
-    b.work = group_->all_reduce({b.flat}, ReduceOp::kAvg);
-    if (finalize_queued_) ++launched_early_;
   }
 }
 
@@ -280,13 +303,11 @@ void DistributedDataParallel::Finalize() {
         "DistributedDataParallel with find_unused_parameters = true, or leave those parameters out of the loss's "
         "graph consistently (requires_grad = false)"));
   }
-  // Buckets with nothing pending that were never launched (every parameter unused here).
-  LaunchReadyBuckets();
   // A parameter unused on every rank keeps its .grad (PyTorch's used map).
   std::vector<char> globally_used(params_.size(), 1);
   if (options_.find_unused_parameters) {
-    std::vector<int32_t> local(used_.begin(), used_.end());
-    Tensor map = tensor(std::vector<int32_t>(local)).to(params_.empty() ? kCPU : params_[0].device());
+    Tensor map =
+        tensor(std::vector<int32_t>(used_.begin(), used_.end())).to(params_.empty() ? kCPU : params_[0].device());
     group_->all_reduce({map}, ReduceOp::kMax)->wait();
     const std::vector<int32_t> any = map.to(kCPU).to_vector<int32_t>();
     for (size_t i = 0; i < params_.size(); ++i) globally_used[i] = any[i] != 0;
@@ -294,41 +315,20 @@ void DistributedDataParallel::Finalize() {
   NoGradGuard no_grad;
   for (auto& bp : buckets_) {
     Bucket& b = *bp;
-    std::shared_ptr<Work> work = std::move(b.work);
+    std::shared_ptr<Work> work = std::move(b.work);  // every bucket was launched: none is unready
     work->wait();
     ++buckets_reduced_;
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const size_t i = b.params[j];
-      if (!globally_used[i]) continue;
-      // The bucket's memory becomes .grad (PyTorch's gradient_as_bucket_view): no copy back.
-      // A later backward without zero_grad accumulates into it, and the next launch copies it
-      // onto itself.
-      Tensor p = params_[i];
-      p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
-    }
+    AdoptBucket(b, params_, &globally_used);
   }
 }
 
 void DistributedDataParallel::reduce_gradients() {
   NoGradGuard no_grad;
-  for (auto& bp : buckets_) {
-    Bucket& b = *bp;
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const Tensor& p = params_[b.params[j]];
-      Tensor dst = b.flat.narrow(0, b.offsets[j], p.numel());
-      const Tensor g = p.grad();
-      if (g.defined()) {
-        dst.copy_(g.reshape({-1}));
-      } else {
-        dst.zero_();
-      }
-    }
-    group_->all_reduce({b.flat}, ReduceOp::kAvg)->wait();
+  for (auto& b : buckets_) {
+    FillBucket(*b, params_, nullptr);
+    group_->all_reduce({b->flat}, ReduceOp::kAvg)->wait();
     ++buckets_reduced_;
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      Tensor p = params_[b.params[j]];
-      p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
-    }
+    AdoptBucket(*b, params_, nullptr);
   }
 }
 

@@ -80,7 +80,8 @@ class DistributedDataParallel final : public nn::Module {
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   // Buckets all-reduced so far (a test sees the overlap and no_sync through it).
   int64_t buckets_reduced() const { return buckets_reduced_; }
-  // Buckets whose all-reduce was launched before backward finished (overlapped).
+  // Buckets whose all-reduce was launched while a later bucket still waited for gradients (the
+  // reduction could overlap the rest of backward).
   int64_t buckets_launched_during_backward() const { return launched_early_; }
 
   struct Bucket;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/autograd/grad_mode.h"
+#include "core/distributed/flat_buffer.h"
 #include "core/ops/functions.h"
 #include "core/tensor/tensor.h"
 #include "core/util/fault_point.h"
@@ -85,26 +86,6 @@ void CheckTensors(const char* what, const std::vector<Tensor>& ts, ReduceOp op =
                 ts[i].device().str(), "; use the nccl backend for CUDA tensors");
     ANVIL_CHECK(ts[i].dtype() == ts[0].dtype(), what, ": tensor ", i, " is ", ts[i].dtype(), ", tensor 0 is ",
                 ts[0].dtype(), "; one collective reduces one dtype");
-  }
-}
-
-// One contiguous buffer holding every tensor (the tensor itself when there is one contiguous
-// tensor, so the collective runs in place).
-Tensor Flatten(const std::vector<Tensor>& ts) {
-  if (ts.size() == 1 && ts[0].is_contiguous()) return ts[0];
-  std::vector<Tensor> flat;
-  flat.reserve(ts.size());
-  for (const Tensor& t : ts) flat.push_back(t.reshape({-1}));
-  return cat(flat, 0);
-}
-
-void Unflatten(const Tensor& flat, const std::vector<Tensor>& ts) {
-  if (ts.size() == 1 && flat.impl_ptr() == ts[0].impl_ptr()) return;
-  NoGradGuard no_grad;
-  int64_t off = 0;
-  for (Tensor t : ts) {
-    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-    off += t.numel();
   }
 }
 
@@ -272,13 +253,13 @@ std::shared_ptr<Work> GlooProcessGroup::all_reduce(std::vector<Tensor> tensors, 
   for (const auto& t : tensors) bytes += t.nbytes();
   const std::string name = detail::StrCat("all_reduce(", reduce_op_name(op), ", ", Bytes(bytes), ")");
   return Enqueue(name, [this, tensors = std::move(tensors), op] {
-    Tensor flat = Flatten(tensors);
+    Tensor flat = flatten_tensors(tensors);
     if (size_ > 1) AllReduceFlat(context_, flat, op, options_.timeout);
     if (op == ReduceOp::kAvg) {
       NoGradGuard no_grad;
       flat.div_(static_cast<double>(size_));
     }
-    Unflatten(flat, tensors);
+    unflatten_into(flat, tensors);
   });
 }
 
@@ -289,7 +270,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(std::vector<Tensor> tensors, i
   for (const auto& t : tensors) bytes += t.nbytes();
   const std::string name = detail::StrCat("broadcast(root ", root, ", ", Bytes(bytes), ")");
   return Enqueue(name, [this, tensors = std::move(tensors), root] {
-    const Tensor flat = Flatten(tensors);
+    const Tensor flat = flatten_tensors(tensors);
     if (size_ > 1) {
       gloo::BroadcastOptions opts(context_);
       opts.setTimeout(options_.timeout);
@@ -297,7 +278,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(std::vector<Tensor> tensors, i
       opts.setOutput(static_cast<uint8_t*>(flat.data_ptr()), static_cast<size_t>(flat.nbytes()));
       gloo::broadcast(opts);
     }
-    Unflatten(flat, tensors);
+    unflatten_into(flat, tensors);
   });
 }
 
@@ -323,7 +304,7 @@ std::shared_ptr<Work> GlooProcessGroup::all_gather(std::vector<Tensor> outputs, 
       NoGradGuard no_grad;
       gathered.copy_(in.reshape({-1}));
     }
-    Unflatten(gathered, outputs);
+    unflatten_into(gathered, outputs);
   });
 }
 

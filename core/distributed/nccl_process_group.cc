@@ -12,6 +12,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/backend/cuda/runtime.h"
+#include "core/distributed/flat_buffer.h"
 #include "core/ops/functions.h"
 
 namespace anvil::distributed {
@@ -276,24 +277,10 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclProcessGroup::State>& stat
 
 std::shared_ptr<Work> NcclProcessGroup::all_reduce(std::vector<Tensor> tensors, ReduceOp op) {
   CheckCudaTensors("all_reduce", tensors, device_);
-  Tensor flat;
-  {
-    NoGradGuard no_grad;
-    std::vector<Tensor> parts;
-    for (const Tensor& t : tensors) parts.push_back(t.reshape({-1}));
-    flat = tensors.size() == 1 && tensors[0].is_contiguous() ? tensors[0] : cat(parts, 0);
-  }
-  const bool in_place = tensors.size() == 1 && flat.impl_ptr() == tensors[0].impl_ptr();
+  const Tensor flat = flatten_tensors(tensors);
   std::function<void()> copy_back;
-  if (!in_place) {
-    copy_back = [flat, tensors]() mutable {
-      NoGradGuard no_grad;
-      int64_t off = 0;
-      for (Tensor t : tensors) {
-        t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-        off += t.numel();
-      }
-    };
+  if (!(tensors.size() == 1 && flat.impl_ptr() == tensors[0].impl_ptr())) {
+    copy_back = [flat, tensors] { unflatten_into(flat, tensors); };
   }
   const auto type = DataType(flat.dtype());
   const size_t n = static_cast<size_t>(flat.numel());
@@ -333,13 +320,7 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather(std::vector<Tensor> outputs, 
       [&](ncclComm_t comm, cudaStream_t s) {
         Check(Api().AllGather(in.data_ptr(), gathered.data_ptr(), bytes, ncclUint8, comm, s), "ncclAllGather");
       },
-      [gathered, outputs]() mutable {
-        NoGradGuard no_grad;
-        for (size_t r = 0; r < outputs.size(); ++r) {
-          outputs[r].copy_(gathered.narrow(0, static_cast<int64_t>(r) * outputs[r].numel(), outputs[r].numel())
-                               .view(outputs[r].sizes()));
-        }
-      });
+      [gathered, outputs] { unflatten_into(gathered, outputs); });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(Tensor output, Tensor input, ReduceOp op) {

@@ -217,13 +217,14 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     if (losses.empty()) return;
     std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
     const std::vector<double> nv = stack(norms).to_vector<double>();
+    const double secs = Seconds(Clock::now() - interval_start);
     if (ddp_) {
       // One gather per interval: every rank's losses, cancel flag, step time and data wait.
       distributed::ProcessGroup& group = ddp_->group();
       const size_t k = lv.size();
       std::vector<double> row(lv);
       row.push_back(cancel != nullptr && cancel->load() ? 1.0 : 0.0);
-      row.push_back(Seconds(Clock::now() - interval_start) / static_cast<double>(k));
+      row.push_back(secs / static_cast<double>(k));
       row.push_back(train.stats().wait_ratio());
       std::vector<Tensor> rows;
       for (int r = 0; r < group.size(); ++r)
@@ -271,7 +272,6 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       history_.record(step_, "loss_scale", m.loss_scale);
     }
     m.lr = optimizer_->lr();
-    const double secs = Seconds(Clock::now() - interval_start);
     m.samples_per_second = secs > 0 ? static_cast<double>(interval_samples) / secs : 0.0;
     m.step_seconds = secs / static_cast<double>(lv.size());
     m.data_wait_ratio = train.stats().wait_ratio();
@@ -316,8 +316,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
           Tensor p = params.front();
           p.add_(1e-3);
         }
-        fault_point(detail::StrCat("distributed:exit:rank", rank, ":step", step_).c_str());
-        if (agreement_every_ > 0 && step_ % agreement_every_ == 0) {
+        // Every agreement_every steps, unless a checkpoint at this step checks anyway.
+        const bool checkpoint_now =
+            !o.checkpoint_path.empty() && o.checkpoint_every_steps > 0 && step_ % o.checkpoint_every_steps == 0;
+        if (agreement_every_ > 0 && step_ % agreement_every_ == 0 && !checkpoint_now) {
           distributed::check_rank_agreement(*model_, ddp_->group(), step_);
         }
       }

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -101,6 +102,17 @@ def _array(t: pb.Tensor) -> np.ndarray:
     return np.frombuffer(t.raw, dtype=np.dtype(_DTYPES[t.dtype]).newbyteorder("<")).reshape(list(t.shape))
 
 
+# Calls that are safe to repeat retry UNAVAILABLE (a server restarting, draining, or not yet
+# listening) with gRPC's own retry policy: up to 5 attempts over about 3 s. SubmitJob (safe only
+# with a client_job_id), DeleteJob and the streams are left to the caller.
+_RETRY_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "anvil.v1.Training", "method": m} for m in ("GetJob", "ListJobs", "CancelJob", "GetServerInfo")]
+    + [{"service": "anvil.v1.Serving", "method": m} for m in ("Predict", "ListModels", "GetModel")],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "2s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
+
+
 class Client:
     """anvild at `address`. `token`: a bearer token (or $ANVIL_TOKEN); `tls_ca` (PEM path)
     connects over TLS, `tls_cert` / `tls_key` add a client certificate."""
@@ -108,7 +120,8 @@ class Client:
     def __init__(self, address: str = "127.0.0.1:50051", token: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 30.0):
-        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20),
+                   ("grpc.enable_retries", 1), ("grpc.service_config", _RETRY_CONFIG)]
         if tls_ca or tls_cert:
             def read(p):
                 with open(p, "rb") as f:
