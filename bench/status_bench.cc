@@ -14,7 +14,7 @@
 
 #include "core/backend/cpu/kernel_info.h"
 #include "server/status_page.h"
-#include "server/store.h"
+#include "server/store_sqlite.h"
 
 namespace {
 
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     {
-      Store store(dir + "/anvil.db");
+      SqliteStore store(dir + "/anvil.db");
       std::vector<std::string> ids;
       for (int j = 0; j < 20; ++j) {
         JobRow r;

@@ -17,15 +17,15 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 libdnnl2 libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
-            prometheus-cpp-dev libabsl-dev libonnx-dev libopencv-dnn-dev libgloo-dev libhiredis-dev)
+            prometheus-cpp-dev libabsl-dev libonnx-dev libopencv-dnn-dev libgloo-dev libhiredis-dev libpq-dev)
 # libgloo-dev: data-parallel training's collectives (core/distributed); its Redis store's header
-# needs libhiredis-dev.
+# needs libhiredis-dev. libpq-dev: the PostgreSQL job store (server/store_postgres.h).
 # postgresql-15: the server binaries the tests start themselves in temporary folders
-# (tests/fixtures/postgres_server.h; the package's own cluster is never used); libpq-dev,
-# libpqxx-dev and iproute2 (network namespaces): for the replica and multi-process tests;
+# (tests/fixtures/postgres_server.h; the package's own cluster is never used); iproute2 (network
+# namespaces): for the replica and multi-process tests;
 # redis-server: the rendezvous store of multi-host data-parallel runs (anvil-run starts one).
-test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl postgresql-15 libpq-dev
-           libpqxx-dev iproute2 redis-server)
+test_pkgs=(python3-grpcio python3-protobuf prometheus docker-compose chromium openssl postgresql-15 iproute2
+           redis-server)
 bench_pkgs=(libtorch-dev python3-torch python3-torchvision python3-pil libb64-0d)
 fuzz_pkgs=(clang-14 libclang-rt-14-dev)
 lint_pkgs=(clang-format-14)

@@ -74,6 +74,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.address = value.get<std::string>();
     else if (key == "data_dir")
       o.data_dir = value.get<std::string>();
+    else if (key == "store")
+      o.store = value.get<std::string>();
     else if (key == "metrics_address")
       o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir")
@@ -195,7 +197,7 @@ int main(int argc, char** argv) {
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option(
       "--config", config,
-      "JSON settings file (keys: address, data_dir, datasets_dir, log_level, max_batch, "
+      "JSON settings file (keys: address, data_dir, store, datasets_dir, log_level, max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
       "max_crash_resumes, "
@@ -207,6 +209,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-address", metrics_address,
                  "Prometheus /metrics over HTTP (default 127.0.0.1:9464; \"\" turns it off)");
   app.add_option("--data-dir", data_dir, "jobs, models and the job store live here (default ./anvil-data)");
+  std::string store;
+  app.add_option("--store", store,
+                 "the job store: a postgresql://user@host:port/db URL (libpq's; ?sslmode=verify-full for TLS), or "
+                 "a SQLite file (default <data-dir>/anvil.db)");
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
   std::string devices, serving_device;
@@ -269,6 +275,7 @@ int main(int argc, char** argv) {
     if (app.count("--metrics-address") > 0) o.metrics_address = metrics_address;
     FromEnv("ANVILD_ADDRESS", o.address);
     FromEnv("ANVILD_DATA_DIR", o.data_dir);
+    FromEnv("ANVILD_STORE", o.store);
     FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
     FromEnv("ANVILD_DEVICES", o.devices);
     FromEnv("ANVILD_SERVING_DEVICE", o.serving_device);
@@ -279,6 +286,7 @@ int main(int argc, char** argv) {
     FromEnv("ANVILD_TOKENS", o.tokens_file);
     if (!address.empty()) o.address = address;
     if (!data_dir.empty()) o.data_dir = data_dir;
+    if (!store.empty()) o.store = store;
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
     if (!devices.empty()) o.devices = devices;
     if (!serving_device.empty()) o.serving_device = serving_device;

@@ -148,15 +148,36 @@ void Scheduler::recover() {
   MutexLock lock(&mu_);
   for (JobRow row : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
     bool resume = false;
-    if (row.state == JobState::kRunning) {
+    if (row.state == JobState::kQueued) {
+      Enqueue(row, resume);
+      continue;
+    }
+    const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
+    // The newest generation with a readable header gives the step; the worker verifies the
+    // whole file and falls back further, or fails the job when none verifies.
+    int64_t step = -1;
+    const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
+    for (const std::string& g : generations) {
+      if ((step = CheckpointStep(g)) >= 0) break;
+    }
+    resume = !generations.empty();
+    const int64_t resume_step = std::max<int64_t>(step, 0);
+    const bool crashed = row.state == JobState::kRunning;
+    if (crashed) {
       // RUNNING at start: the process died under this job (a drain leaves INTERRUPTED). A job
-      // that takes the server down with it must not do so on every restart.
+      // that takes the server down with it must not do so on every restart, but a server that
+      // dies for other reasons (kill -9, a preempted machine) is not the job's fault: only stops
+      // without progress count, i.e. a resume from the same checkpoint step as the last counted
+      // one. A job that checkpointed further since starts its count again.
+      if (row.crashes > 0 && resume_step > row.crash_step) row.crashes = 0;
       ++row.crashes;
+      row.crash_step = resume_step;
       if (row.crashes > options_.max_crash_resumes) {
         row.state = JobState::kFailed;
         row.reason =
             detail::StrCat("the server stopped while running it ", row.crashes,
-                           " times; not resumed again (anvild --max-crash-resumes ", options_.max_crash_resumes, ")");
+                           " times with no progress between (each resumed from the checkpoint at step ", resume_step,
+                           "); not resumed again (anvild --max-crash-resumes ", options_.max_crash_resumes, ")");
         row.finished_ms = unix_millis();
         store_.update_job(row);
         log(LogLevel::kWarning, "job ", row.id, ": ", row.reason);
@@ -167,30 +188,18 @@ void Scheduler::recover() {
         continue;
       }
     }
-    if (row.state != JobState::kQueued) {
-      const std::string checkpoint =
-          (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
-      // The newest generation with a readable header gives the step; the worker verifies the
-      // whole file and falls back further, or fails the job when none verifies.
-      int64_t step = -1;
-      const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
-      for (const std::string& g : generations) {
-        if ((step = CheckpointStep(g)) >= 0) break;
-      }
-      resume = !generations.empty();
-      row.step = std::max<int64_t>(step, 0);
-      store_.truncate_metrics_after(row.id, row.step);
-      row.state = JobState::kQueued;
-      row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
-      if (row.crashes > 0)
-        row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
-                                     options_.max_crash_resumes, " times)");
-      store_.update_job(row);
-      v1::MetricEvent e;
-      e.set_state(v1::QUEUED);
-      e.set_message(row.reason);
-      Record(row, e);
-    }
+    row.step = resume_step;
+    store_.truncate_metrics_after(row.id, row.step);
+    row.state = JobState::kQueued;
+    row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
+    if (crashed)
+      row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
+                                   options_.max_crash_resumes, " times without progress)");
+    store_.update_job(row);
+    v1::MetricEvent e;
+    e.set_state(v1::QUEUED);
+    e.set_message(row.reason);
+    Record(row, e);
     Enqueue(row, resume);
   }
   DispatchLocked();

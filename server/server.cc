@@ -14,6 +14,7 @@
 #include "server/state.h"
 #include "server/status.h"
 #include "server/status_page.h"
+#include "server/store_sqlite.h"
 #include "workers/job_memory.h"
 #include "workers/worker.h"
 
@@ -97,7 +98,7 @@ std::string AnvilServer::repair_report(const std::string& data_dir) {
   bool opens = false;
   if (!ec && size > 0) {
     try {
-      Store store(db.string());
+      SqliteStore store(db.string());
       opens = true;
       out += "  opens: schema version " + std::to_string(Store::kSchemaVersion) + ", " +
              std::to_string(store.list_jobs().size()) + " job(s), " + std::to_string(store.list_models().size()) +
@@ -146,19 +147,26 @@ void AnvilServer::start() {
       log(LogLevel::kInfo, "no GPU metrics: ", why_not);
     }
   }
-  const fs::path db = fs::path(s->data_root) / "anvil.db";
-  std::error_code ec;
-  // SQLite takes a 0-byte file for a new, empty database: starting on one would forget every
-  // job and model while their folders stay behind. Refuse; an operator decides.
-  ANVIL_CHECK(!fs::exists(db) || fs::file_size(db, ec) > 0 || ec, "the job store ", db.string(),
-              " is empty (0 bytes): it was truncated or never written, and starting would orphan ",
-              count_entries(fs::path(s->data_root) / "jobs"),
-              " job folder(s) under jobs/. Restore it from a backup, or "
-              "run `anvild --repair` for the options");
-  try {
-    s->store = std::make_unique<Store>(db.string(), options_.store_max_pages);
-  } catch (const Error& e) {
-    throw Error(detail::StrCat(e.what(), "; run `anvild --repair` for the options"));
+  if (is_postgres_location(options_.store)) {
+    StoreOptions so;
+    so.postgres_exclusive = true;
+    s->store = open_store(options_.store, so);
+    log(LogLevel::kInfo, "job store: PostgreSQL at ", s->store->path());
+  } else {
+    const fs::path db = options_.store.empty() ? fs::path(s->data_root) / "anvil.db" : fs::path(options_.store);
+    std::error_code ec;
+    // SQLite takes a 0-byte file for a new, empty database: starting on one would forget every
+    // job and model while their folders stay behind. Refuse; an operator decides.
+    ANVIL_CHECK(!fs::exists(db) || fs::file_size(db, ec) > 0 || ec, "the job store ", db.string(),
+                " is empty (0 bytes): it was truncated or never written, and starting would orphan ",
+                count_entries(fs::path(s->data_root) / "jobs"),
+                " job folder(s) under jobs/. Restore it from a backup, or "
+                "run `anvild --repair` for the options");
+    try {
+      s->store = std::make_unique<SqliteStore>(db.string(), options_.store_max_pages);
+    } catch (const Error& e) {
+      throw Error(detail::StrCat(e.what(), "; run `anvild --repair` for the options"));
+    }
   }
   if (s->options.max_job_memory < 0) {
     std::string basis;

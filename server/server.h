@@ -57,6 +57,10 @@ struct ServerOptions {
   int64_t max_finished_jobs = 10000;
   std::chrono::milliseconds job_retention{0};
   int64_t store_max_pages = 0;  // caps the job store's size (SQLite pages); 0 = the disk's size
+  // The job store: "" = the data dir's anvil.db (SQLite, the embedded default), or a
+  // postgresql:// URL (server/store_postgres.h). With PostgreSQL, this anvild holds the
+  // database's scheduler lock: a second anvild on the same database is refused.
+  std::string store;
 };
 
 class Store;

@@ -1,15 +1,21 @@
-// The service's persistent store: jobs, their metric streams and the model registry, kept in
-// one SQLite database file so that a restarted server finds every job where it left it.
+// The service's persistent store: jobs, their metric streams and the model registry, so that a
+// restarted server finds every job where it left it. An interface with two engines:
+//   - SqliteStore (server/store_sqlite.h): one database file in the data dir, the embedded
+//     default;
+//   - PostgresStore (server/store_postgres.h): a PostgreSQL database that several anvild
+//     replicas can share.
+// open_store() picks the engine from the location. Both run the same versioned schema
+// migrations when opened and honour the same contract, checked by one suite of tests run
+// against each (tests/server/store_test.cc).
 //
-// Durability: WAL journal with synchronous=NORMAL, so a committed write survives a process
-// crash, and after a power loss the database is consistent but may miss the last
-// transactions. Every operation that runs more than one statement runs in one
-// BEGIN IMMEDIATE transaction, so it is atomic even against another process using the file.
+// Every operation that runs more than one statement runs in one transaction: atomic, also
+// against another process or replica using the same database.
 //
-// Thread-safety: a Store holds one connection and serialises every method on one mutex; any
-// number of threads may share a Store. Methods are short (indexed lookups and small writes).
+// Thread-safety: every engine serialises its methods internally; any number of threads may
+// share a Store. Methods are short (indexed lookups and small writes).
 //
-// Errors are anvil::Error naming the operation, SQLite's message and the database file.
+// Errors are StoreError naming the operation, the engine's message and the database (never its
+// password).
 #pragma once
 
 #include <cstdint>
@@ -62,8 +68,12 @@ struct JobRow {
   std::string checkpoint;  // path relative to the data dir of the latest checkpoint, "" = none
   std::string model_name;  // registered model on success
   int64_t model_version = 0;
-  int64_t seq = 0;      // insertion order (assigned by the store), for FIFO and listing
-  int64_t crashes = 0;  // starts that found it RUNNING: the server died while it ran
+  int64_t seq = 0;  // insertion order (assigned by the store), for FIFO and listing
+  // The crash-loop guard's count: starts that found the job RUNNING (the server died while it
+  // ran) with no progress since the previous such start, i.e. resuming from the same checkpoint
+  // step. A stop after the job checkpointed further starts the count again.
+  int64_t crashes = 0;
+  int64_t crash_step = -1;  // the checkpoint step the last counted crash resumed from; -1 = none
 };
 
 // One event of a job's metric stream.
@@ -89,70 +99,81 @@ struct ModelRow {
 
 class Store {
  public:
-  // The schema version this code reads and writes.
-  // Version 2 added jobs.crashes; a version 1 store is migrated when opened.
-  static constexpr int64_t kSchemaVersion = 2;
+  // The schema version this code reads and writes, in every engine.
+  // Version 2 added jobs.crashes, version 3 jobs.crash_step; an older store is migrated when
+  // opened, and one newer than this is refused (it was written by a newer Anvil).
+  static constexpr int64_t kSchemaVersion = 3;
 
-  // Opens `db_path`, creating the file and the schema when missing. Refuses a database whose
-  // schema is newer than kSchemaVersion (written by a newer Anvil) or that is not an Anvil store.
-  // `max_pages` > 0 caps the database's size in pages (SQLite's max_page_count): a write
-  // beyond it fails as a full disk does (the tests use it to make one).
-  explicit Store(const std::string& db_path, int64_t max_pages = 0);
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
   // Inserts `row`, setting its id (when empty), seq and created_ms (when 0), and returns it
   // with true. When row.client_job_id is non-empty and a job already has it, inserts nothing
   // and returns that job with false: a client retrying a submit gets the job it created, even
   // if the retry's spec differs. Atomic. Throws when an explicitly given id is taken.
-  std::pair<JobRow, bool> insert_job(JobRow row);
-  std::optional<JobRow> get_job(const std::string& id) const;
-  std::optional<JobRow> get_job_by_client_id(const std::string& client_job_id) const;
+  virtual std::pair<JobRow, bool> insert_job(JobRow row) = 0;
+  virtual std::optional<JobRow> get_job(const std::string& id) const = 0;
+  virtual std::optional<JobRow> get_job_by_client_id(const std::string& client_job_id) const = 0;
   // Jobs per state (states without jobs are absent), one aggregate query.
-  std::map<JobState, int64_t> count_jobs_by_state() const;
+  virtual std::map<JobState, int64_t> count_jobs_by_state() const = 0;
   // Newest first; empty `states` = all; `limit` <= 0 = no limit; with `before_seq` > 0, only
   // jobs older than that seq (the next page after a job: keyset pagination).
-  std::vector<JobRow> list_jobs(const std::vector<JobState>& states = {}, int64_t limit = 0,
-                                int64_t before_seq = 0) const;
+  virtual std::vector<JobRow> list_jobs(const std::vector<JobState>& states = {}, int64_t limit = 0,
+                                        int64_t before_seq = 0) const = 0;
   // Finished jobs (SUCCEEDED, FAILED, CANCELLED) beyond the newest `keep` (<= 0: none are) or
   // finished before `finished_before_ms` (<= 0: none are), oldest first: the retention sweep's.
-  std::vector<std::string> expired_jobs(int64_t keep, int64_t finished_before_ms) const;
+  virtual std::vector<std::string> expired_jobs(int64_t keep, int64_t finished_before_ms) const = 0;
   // Deletes the job and its metric events, atomically; false when no such job.
-  bool delete_job(const std::string& id);
+  virtual bool delete_job(const std::string& id) = 0;
   // Oldest first (seq ascending) among jobs in `states` (used to requeue / resume after a
   // restart); empty `states` = none.
-  std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const;
+  virtual std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const = 0;
   // Writes every mutable field: state, reason, priority, device, started_ms, finished_ms, step,
-  // epoch, checkpoint, model_name, model_version, crashes. What a submit fixed (name, client_job_id,
-  // spec_json, created_ms, seq) is kept as stored. Throws if the id does not exist.
-  void update_job(const JobRow& row);
+  // epoch, checkpoint, model_name, model_version, crashes, crash_step. What a submit fixed (name,
+  // client_job_id, spec_json, created_ms, seq) is kept as stored. Throws if the id does not exist.
+  virtual void update_job(const JobRow& row) = 0;
 
   // Appends the event with the next seq of its job and returns that seq; atomic. Throws if
   // the job does not exist.
-  int64_t append_metric(MetricRow row);
+  virtual int64_t append_metric(MetricRow row) = 0;
   // Events with step >= from_step and seq > after_seq, in seq order, at most `limit` (<= 0: all).
-  std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
-                                 int64_t limit = 0) const;
+  virtual std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
+                                         int64_t limit = 0) const = 0;
   // Deletes a job's "step" and "epoch" events with step > `step`: a job resumed from a
   // checkpoint at `step` replays those steps, and the stream must hold each step once. Other
   // kinds (state changes) are history and stay.
-  void truncate_metrics_after(const std::string& job_id, int64_t step);
+  virtual void truncate_metrics_after(const std::string& job_id, int64_t step) = 0;
 
-  // Registers `row` under the next version of its name (assigned atomically) and returns it.
-  ModelRow register_model(ModelRow row);
+  // Registers `row` under the next version of its name (assigned atomically, also across
+  // replicas) and returns it.
+  virtual ModelRow register_model(ModelRow row) = 0;
   // The given version of `name`, or its latest when version <= 0; nullopt when absent.
-  std::optional<ModelRow> get_model(const std::string& name, int64_t version) const;
+  virtual std::optional<ModelRow> get_model(const std::string& name, int64_t version) const = 0;
   // Versions of `name` (all models when empty), ordered by name, then version, after
   // (after_name, after_version) (the next page: keyset pagination), at most `limit` (<= 0: all).
-  std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0, const std::string& after_name = "",
-                                    int64_t after_version = 0) const;
+  virtual std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0,
+                                            const std::string& after_name = "", int64_t after_version = 0) const = 0;
 
-  const std::string& path() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // Where the data lives, for messages: the SQLite file's path, or PostgreSQL's
+  // "postgresql://user@host:port/db" without a password.
+  virtual const std::string& path() const = 0;
+  // "sqlite" or "postgresql".
+  virtual std::string_view engine() const = 0;
 };
+
+// True when `location` names a PostgreSQL database (a postgresql:// or postgres:// URL).
+bool is_postgres_location(std::string_view location);
+
+struct StoreOptions {
+  // SQLite: > 0 caps the database's size in pages (max_page_count): a write beyond it fails as
+  // a full disk does (the tests use it to make one).
+  int64_t sqlite_max_pages = 0;
+  // PostgreSQL: hold a session advisory lock for the life of the store and refuse to open when
+  // another process holds it: the one anvild that schedules the database's jobs.
+  bool postgres_exclusive = false;
+};
+
+// Opens the store at `location`: a postgresql:// URL (libpq's URI form; TLS as its sslmode
+// parameter asks), or else a SQLite file path.
+std::unique_ptr<Store> open_store(const std::string& location, const StoreOptions& options = {});
 
 }  // namespace anvil::server

@@ -17,7 +17,7 @@
 #include "core/util/fault_point.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/status.h"
-#include "server/store.h"
+#include "server/store_sqlite.h"
 #include "server/tokens.h"
 #include "tests/paths.h"
 #include "tests/server/server_fixture.h"
@@ -447,21 +447,30 @@ TEST_F(FaultTest, ModelSpecsAreBoundedInLayersAndBytes) {
   EXPECT_THAT(st.error_message(), HasSubstr("expected at most 1048576"));
 }
 
-TEST_F(FaultTest, AJobTheServerDiesUnderIsResumedTwiceThenFailed) {
+// A process that died leaves its job RUNNING (a drain leaves INTERRUPTED): writes that state,
+// as a crash would have left it.
+void MarkRunningAsACrashLeavesIt(const fs::path& db, const std::string& id) {
+  SqliteStore store(db.string());
+  JobRow row = *store.get_job(id);
+  row.state = JobState::kRunning;
+  store.update_job(row);
+}
+
+TEST_F(FaultTest, AJobTheServerDiesUnderAtTheSameStepIsResumedTwiceThenFailed) {
   v1::JobSpec spec = BlobsSpec(100000);
   spec.set_name("crasher");
   const v1::Job job = Submit(spec);
-  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).state() == v1::RUNNING; }));
+  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).state() == v1::RUNNING && Get(job.id()).step() > 0; }));
   Stop();
-  // A process that died leaves its job RUNNING (a drain leaves INTERRUPTED): write that state,
-  // as a crash would have left it, and start again, three times.
+  // The job's files as the first stop left them: put back before every start, so each run
+  // resumes from the same checkpoint, as a job that kills the server at the same step would.
+  const fs::path folder = root_ / "data" / "jobs" / job.id();
+  const fs::path kept = root_ / "kept-job-folder";
+  fs::copy(folder, kept, fs::copy_options::recursive);
   for (int start = 1; start <= 3; ++start) {
-    {
-      Store store((root_ / "data" / "anvil.db").string());
-      JobRow row = *store.get_job(job.id());
-      row.state = JobState::kRunning;
-      store.update_job(row);
-    }
+    fs::remove_all(folder);
+    fs::copy(kept, folder, fs::copy_options::recursive);
+    MarkRunningAsACrashLeavesIt(root_ / "data" / "anvil.db", job.id());
     Start();
     const v1::Job now = Get(job.id());
     if (start <= 2) {
@@ -469,16 +478,46 @@ TEST_F(FaultTest, AJobTheServerDiesUnderIsResumedTwiceThenFailed) {
       // The reason of the resume, as recorded in the job's event stream.
       bool said = false;
       for (const std::string& m : StateMessages(job.id(), 0.5)) {
-        said = said ||
-               m.find("the server stopped under it " + std::to_string(start) + " of at most 2") != std::string::npos;
+        said = said || m.find("the server stopped under it " + std::to_string(start) +
+                              " of at most 2 times without progress") != std::string::npos;
       }
       EXPECT_TRUE(said) << start;
     } else {
       EXPECT_EQ(now.state(), v1::FAILED);
-      EXPECT_THAT(now.reason(), HasSubstr("the server stopped while running it 3 times"));
+      EXPECT_THAT(now.reason(), HasSubstr("the server stopped while running it 3 times with no progress between"));
     }
     Stop();
   }
+}
+
+// kill -9 at steps 0, 22 and 60 of a long job must not fail it: each stop came after progress
+// (a newer checkpoint), so none counts against the job beyond the first at its step.
+TEST_F(FaultTest, AJobThatProgressesBetweenServerDeathsIsNeverFailed) {
+  v1::JobSpec spec = BlobsSpec(100000);
+  spec.set_name("preempted");
+  const v1::Job job = Submit(spec);
+  ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).step() > 0; }));
+  Stop();  // the drain checkpoints at the step it reached
+  for (int start = 1; start <= 4; ++start) {
+    MarkRunningAsACrashLeavesIt(root_ / "data" / "anvil.db", job.id());
+    Start();
+    const v1::Job now = Get(job.id());
+    ASSERT_NE(now.state(), v1::FAILED) << start << ": " << now.reason();
+    // At least the resumed checkpoint's step: one step beyond it is progress.
+    const int64_t resumed = now.step();
+    ASSERT_TRUE(WaitUntil([&] { return Get(job.id()).step() > resumed; })) << start;
+    Stop();
+  }
+  Start();
+  EXPECT_NE(Get(job.id()).state(), v1::FAILED);
+  // Every resume counted as the first without progress, none as the second.
+  int first = 0, second = 0;
+  for (const std::string& m : StateMessages(job.id(), 0.5)) {
+    first += m.find("the server stopped under it 1 of at most 2 times") != std::string::npos;
+    second += m.find("the server stopped under it 2 of at most 2 times") != std::string::npos;
+  }
+  EXPECT_EQ(first, 4);
+  EXPECT_EQ(second, 0);
 }
 
 TEST_F(FaultTest, AnEmptyStoreFileRefusesToStart) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Process-level tests with the real binaries (ctest label "server"):
 #   1. submit --watch -> predict -> export (the CLI checks the SHA-256; sha256sum re-checks)
-#   2. kill -9 during training, restart: the job finishes from its checkpoint, its metric
+#   2. kill -9 during training three times, each after progress, restart: the job finishes from
+#      its checkpoint (the crash-loop guard counts only deaths without progress), its metric
 #      history holds every step once, and its weights equal an uninterrupted run's
 #   3. SIGTERM drains: exit 0 within 10 s, the running job INTERRUPTED, resumed on restart
 #   (1 also: a second anvild on the same data directory is refused)
@@ -118,11 +119,15 @@ set -e
 echo "2. kill -9 during training, restart, finish from the checkpoint"
 spec crash 60 > "${work}/crash.json"
 id=$("${cli[@]}" --json submit "${work}/crash.json" | python3 -c "import json,sys; print(json.load(sys.stdin)['job']['id'])")
-wait_for_step "${id}" 130
-kill -9 "${anvild_pid}"
-wait "${anvild_pid}" 2>/dev/null || true
-start_server
-"${cli[@]}" watch "${id}" > /dev/null || fail "the resumed job did not succeed"
+# Three deaths, each after the job checkpointed further (every 25 steps): none is the job's
+# fault, so the crash-loop guard (2 resumes without progress) must not fail it.
+for at in 60 110 160; do
+  wait_for_step "${id}" "${at}"
+  kill -9 "${anvild_pid}"
+  wait "${anvild_pid}" 2>/dev/null || true
+  start_server
+done
+"${cli[@]}" watch "${id}" > /dev/null || fail "the job resumed three times did not succeed: $(job_field "${id}" reason)"
 [[ $(job_field "${id}" state) == "SUCCEEDED" ]] || fail "state after resume"
 check_history "${id}"
 sed 's/"crash"/"straight"/' "${work}/crash.json" > "${work}/straight.json"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/status.h"
+#include "server/store_sqlite.h"
 
 namespace anvil::server {
 namespace {
@@ -64,7 +65,7 @@ class SchedulerTest : public ::testing::Test {
                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
-    store_ = std::make_unique<Store>((root_ / "anvil.db").string());
+    store_ = std::make_unique<SqliteStore>((root_ / "anvil.db").string());
     registry_ = std::make_unique<ModelRegistry>(*store_, root_.string(), BatchingOptions{});
   }
   void TearDown() override {

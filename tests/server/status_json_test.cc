@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/status_page.h"
-#include "server/store.h"
+#include "server/store_sqlite.h"
 
 namespace anvil::server {
 namespace {
@@ -19,7 +19,7 @@ class StatusJsonTest : public ::testing::Test {
     std::string tmpl = ::testing::TempDir() + "/anvil_status_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    store_ = std::make_unique<Store>(dir_ + "/anvil.db");
+    store_ = std::make_unique<SqliteStore>(dir_ + "/anvil.db");
     JobRow r;
     r.name = "curve";
     r.spec_json = "{}";

@@ -1,22 +1,30 @@
-// The job store: schema creation and reopening, idempotent submits, listing orders, job
-// updates, metric streams (seqs, filters, truncation on resume), the model registry,
-// concurrent appends and refusal of a newer schema. Where the store's own reads could hide a
-// bug, the database is inspected directly through the SQLite C API.
+// The job store, both engines: schema creation and reopening, migrations, idempotent submits,
+// listing orders, job updates, metric streams (seqs, filters, truncation on resume), the model
+// registry, concurrent appends, races between connections, and refusal of a newer schema or a
+// foreign database. Every contract test runs against SQLite and against PostgreSQL (a server the
+// suite starts in a temporary folder, a fresh database per test). Where the store's own reads
+// could hide a bug, the database is inspected directly (SQLite's C API, libpq).
 #include "server/store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <regex>
 #include <set>
 #include <thread>
 
 #include "core/util/error.h"
+#include "server/store_postgres.h"
+#include "server/store_sqlite.h"
+#include "tests/fixtures/postgres_server.h"
 
 namespace anvil::server {
 namespace {
@@ -36,7 +44,7 @@ std::string ErrorOf(const std::function<void()>& f) {
 
 // Runs one SQL statement on the file, bypassing the store; returns the first column of the
 // first row ("" when none).
-std::string RawSql(const std::string& path, const std::string& sql) {
+std::string SqliteSql(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
@@ -51,15 +59,60 @@ std::string RawSql(const std::string& path, const std::string& sql) {
   return out;
 }
 
-class StoreTest : public ::testing::Test {
+// The same through libpq, on its own connection.
+std::string PostgresSql(const std::string& url, const std::string& sql) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  EXPECT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+  PGresult* r = PQexec(conn, sql.c_str());
+  const ExecStatusType status = PQresultStatus(r);
+  EXPECT_TRUE(status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) << sql << ": " << PQresultErrorMessage(r);
+  std::string out = status == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  PQfinish(conn);
+  return out;
+}
+
+// Parameterised by engine: "sqlite" or "postgresql". The PostgreSQL server is started once for
+// the whole program, on first use, and each test gets a database of its own.
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     std::string tmpl = ::testing::TempDir() + "/anvil_store_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     path_ = dir_ + "/anvil.db";
+    if (postgres()) {
+      static std::atomic<int> databases{0};
+      database_ = "store_test_" + std::to_string(++databases);
+      PostgresSql(Server().url(), "CREATE DATABASE " + database_);
+      url_ = DatabaseUrl(database_);
+    }
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    if (postgres()) PostgresSql(DatabaseUrl("postgres"), "DROP DATABASE IF EXISTS " + database_ + " WITH (FORCE)");
+  }
+
+  bool postgres() const {
+    // The PostgreSQL-only fixture derives from this one without a parameter.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return info->value_param() == nullptr || GetParam() == "postgresql";
+  }
+  static test::PostgresServer& Server() {
+    static test::PostgresServer server;  // stopped and removed when the program exits
+    return server;
+  }
+  static std::string DatabaseUrl(const std::string& database) {
+    return "postgresql://" + Server().user() + "@127.0.0.1:" + std::to_string(Server().port()) + "/" + database;
+  }
+
+  std::unique_ptr<Store> Open() {
+    if (postgres()) return std::make_unique<PostgresStore>(url_, PostgresStore::Options{});
+    return std::make_unique<SqliteStore>(path_);
+  }
+  // What the store's messages name the database by.
+  std::string Location() const { return postgres() ? "postgresql://anvil@127.0.0.1:" : path_; }
+  std::string Raw(const std::string& sql) { return postgres() ? PostgresSql(url_, sql) : SqliteSql(path_, sql); }
 
   static JobRow Job(std::string name, JobState state = JobState::kQueued, std::string client_id = "") {
     JobRow r;
@@ -79,25 +132,40 @@ class StoreTest : public ::testing::Test {
     return MetricRow{job_id, 0, step, std::move(kind), "{\"loss\":" + std::to_string(step) + "}", 0};
   }
 
-  std::string dir_, path_;
+  std::string dir_, path_, database_, url_;
 };
 
-TEST_F(StoreTest, CreatesSchemaAndDataSurvivesReopening) {
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/anvil_store_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_P(StoreTest, CreatesSchemaAndDataSurvivesReopening) {
   std::string id;
   {
-    Store store(path_);
+    const std::unique_ptr<Store> owned = Open();
+    Store& store = *owned;
     JobRow row = Job("first");
     row.priority = 7;
     id = store.insert_job(row).first.id;
     store.append_metric(Event(id, 1));
     store.register_model({"mnist", 0, id, "models/mnist/1", "{}", 0});
   }
-  ASSERT_TRUE(std::filesystem::exists(path_));
-  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "2");
-  EXPECT_EQ(RawSql(path_, "PRAGMA journal_mode"), "wal");  // WAL is persistent in the file
-  EXPECT_EQ(RawSql(path_, "SELECT state FROM jobs WHERE name = 'first'"), "QUEUED");
+  EXPECT_EQ(Raw("SELECT version FROM schema_version"), std::to_string(Store::kSchemaVersion));
+  if (GetParam() == "sqlite") {
+    ASSERT_TRUE(std::filesystem::exists(path_));
+    EXPECT_EQ(Raw("PRAGMA journal_mode"), "wal");  // WAL is persistent in the file
+  }
+  EXPECT_EQ(Raw("SELECT state FROM jobs WHERE name = 'first'"), "QUEUED");
 
-  Store store(path_);
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::optional<JobRow> job = store.get_job(id);
   ASSERT_TRUE(job.has_value());
   EXPECT_EQ(job->name, "first");
@@ -112,8 +180,9 @@ TEST_F(StoreTest, CreatesSchemaAndDataSurvivesReopening) {
   EXPECT_EQ(store.insert_job(Job("second")).first.seq, job->seq + 1);
 }
 
-TEST_F(StoreTest, InsertIsIdempotentPerClientJobId) {
-  Store store(path_);
+TEST_P(StoreTest, InsertIsIdempotentPerClientJobId) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const auto [first, inserted] = store.insert_job(Job("a", JobState::kQueued, "client-1"));
   EXPECT_TRUE(inserted);
   EXPECT_GT(first.seq, 0);
@@ -135,11 +204,12 @@ TEST_F(StoreTest, InsertIsIdempotentPerClientJobId) {
   EXPECT_TRUE(store.insert_job(Job("c")).second);
   EXPECT_TRUE(store.insert_job(Job("d")).second);
   EXPECT_EQ(store.list_jobs().size(), 4u);
-  EXPECT_EQ(RawSql(path_, "SELECT count(*) FROM jobs WHERE client_job_id = 'client-1'"), "1");
+  EXPECT_EQ(Raw("SELECT count(*) FROM jobs WHERE client_job_id = 'client-1'"), "1");
 }
 
-TEST_F(StoreTest, GeneratedIdsAreWellFormedAndUnique) {
-  Store store(path_);
+TEST_P(StoreTest, GeneratedIdsAreWellFormedAndUnique) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::regex pattern("job-[0-9a-f]{12}");
   std::set<std::string> ids;
   int64_t last_seq = 0;
@@ -153,16 +223,18 @@ TEST_F(StoreTest, GeneratedIdsAreWellFormedAndUnique) {
   EXPECT_EQ(ids.size(), 1000u);
 }
 
-TEST_F(StoreTest, ExplicitIdThatExistsIsRefused) {
-  Store store(path_);
+TEST_P(StoreTest, ExplicitIdThatExistsIsRefused) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   JobRow row = Job("x");
   row.id = "job-000000000001";
   EXPECT_EQ(store.insert_job(row).first.id, "job-000000000001");
   EXPECT_THAT(ErrorOf([&] { store.insert_job(row); }), HasSubstr("'job-000000000001' which already exists"));
 }
 
-TEST_F(StoreTest, ListJobsFiltersByStateNewestFirst) {
-  Store store(path_);
+TEST_P(StoreTest, ListJobsFiltersByStateNewestFirst) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   store.insert_job(Job("q1", JobState::kQueued));
   store.insert_job(Job("r1", JobState::kRunning));
   store.insert_job(Job("f1", JobState::kFailed));
@@ -181,8 +253,9 @@ TEST_F(StoreTest, ListJobsFiltersByStateNewestFirst) {
   EXPECT_TRUE(store.list_jobs({JobState::kCancelled}).empty());
 }
 
-TEST_F(StoreTest, JobsInStatesIsOldestFirst) {
-  Store store(path_);
+TEST_P(StoreTest, JobsInStatesIsOldestFirst) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   store.insert_job(Job("r1", JobState::kRunning));
   store.insert_job(Job("q1", JobState::kQueued));
   store.insert_job(Job("i1", JobState::kInterrupted));
@@ -195,8 +268,9 @@ TEST_F(StoreTest, JobsInStatesIsOldestFirst) {
   EXPECT_TRUE(store.jobs_in_states({}).empty());
 }
 
-TEST_F(StoreTest, UpdateJobRoundTripsEveryMutableField) {
-  Store store(path_);
+TEST_P(StoreTest, UpdateJobRoundTripsEveryMutableField) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const JobRow inserted = store.insert_job(Job("train", JobState::kQueued, "cid")).first;
   JobRow row = inserted;
   row.state = JobState::kCancelled;
@@ -233,13 +307,13 @@ TEST_F(StoreTest, UpdateJobRoundTripsEveryMutableField) {
   EXPECT_EQ(got.spec_json, R"({"model":"mlp"})");
   EXPECT_EQ(got.created_ms, inserted.created_ms);
   EXPECT_EQ(got.seq, inserted.seq);
-  EXPECT_EQ(RawSql(path_, "SELECT state FROM jobs"), "CANCELLED");
+  EXPECT_EQ(Raw("SELECT state FROM jobs"), "CANCELLED");
 
   JobRow unknown = row;
   unknown.id = "job-ffffffffffff";
   const std::string msg = ErrorOf([&] { store.update_job(unknown); });
   EXPECT_THAT(msg, HasSubstr("expected an existing job id, got 'job-ffffffffffff'"));
-  EXPECT_THAT(msg, HasSubstr(path_));
+  EXPECT_THAT(msg, HasSubstr(Location()));
 }
 
 TEST(JobState, NamesRoundTripAndBadNamesAreRefused) {
@@ -263,8 +337,9 @@ TEST(JobState, NamesRoundTripAndBadNamesAreRefused) {
   EXPECT_FALSE(is_terminal(JobState::kInterrupted));
 }
 
-TEST_F(StoreTest, MetricSeqsCountFromOnePerJobAndFilter) {
-  Store store(path_);
+TEST_P(StoreTest, MetricSeqsCountFromOnePerJobAndFilter) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::string a = store.insert_job(Job("a")).first.id;
   const std::string b = store.insert_job(Job("b")).first.id;
   for (int64_t step = 1; step <= 5; ++step) EXPECT_EQ(store.append_metric(Event(a, step)), step);
@@ -299,8 +374,9 @@ TEST_F(StoreTest, MetricSeqsCountFromOnePerJobAndFilter) {
               HasSubstr("expected an existing job id, got 'job-nosuchjob0'"));
 }
 
-TEST_F(StoreTest, TruncateThenReplayKeepsEachStepOnce) {
-  Store store(path_);
+TEST_P(StoreTest, TruncateThenReplayKeepsEachStepOnce) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::string id = store.insert_job(Job("resumed")).first.id;
   store.append_metric(Event(id, 0, "state"));
   for (int64_t step = 1; step <= 10; ++step) store.append_metric(Event(id, step));
@@ -333,8 +409,9 @@ TEST_F(StoreTest, TruncateThenReplayKeepsEachStepOnce) {
   EXPECT_EQ(states, 2);  // state changes are history and survive truncation
 }
 
-TEST_F(StoreTest, ModelVersionsCountPerName) {
-  Store store(path_);
+TEST_P(StoreTest, ModelVersionsCountPerName) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::string job = store.insert_job(Job("j")).first.id;
   EXPECT_EQ(store.register_model({"mnist", 0, job, "models/mnist/a", "{}", 0}).version, 1);
   EXPECT_EQ(store.register_model({"digits", 0, job, "models/digits/a", "{}", 0}).version, 1);
@@ -363,8 +440,9 @@ TEST_F(StoreTest, ModelVersionsCountPerName) {
   EXPECT_THAT(ErrorOf([&] { store.register_model({"", 0, job, "p", "{}", 0}); }), HasSubstr("model name"));
 }
 
-TEST_F(StoreTest, LooksUpByClientIdAndCountsByState) {
-  Store store(path_);
+TEST_P(StoreTest, LooksUpByClientIdAndCountsByState) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   store.insert_job(Job("a", JobState::kQueued, "retry-me"));
   store.insert_job(Job("b", JobState::kQueued));
   store.insert_job(Job("c", JobState::kRunning));
@@ -382,8 +460,9 @@ TEST_F(StoreTest, LooksUpByClientIdAndCountsByState) {
   EXPECT_EQ(listed[JobState::kQueued], 2);
 }
 
-TEST_F(StoreTest, ConcurrentAppendsGetUniqueConsecutiveSeqs) {
-  Store store(path_);
+TEST_P(StoreTest, ConcurrentAppendsGetUniqueConsecutiveSeqs) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
   const std::string id = store.insert_job(Job("busy")).first.id;
   constexpr int kThreads = 4, kPerThread = 200;
   std::vector<std::vector<int64_t>> got(kThreads);
@@ -405,46 +484,170 @@ TEST_F(StoreTest, ConcurrentAppendsGetUniqueConsecutiveSeqs) {
   EXPECT_EQ(*seqs.begin(), 1);
   EXPECT_EQ(*seqs.rbegin(), n);
   EXPECT_EQ(store.metrics(id, 0).size(), static_cast<size_t>(n));
-  EXPECT_EQ(RawSql(path_, "SELECT count(DISTINCT seq) FROM metrics"), std::to_string(n));
+  EXPECT_EQ(Raw("SELECT count(DISTINCT seq) FROM metrics"), std::to_string(n));
 }
 
-TEST_F(StoreTest, NewerSchemaIsRefused) {
-  { Store store(path_); }
-  RawSql(path_, "UPDATE schema_version SET version = 999");
-  const std::string msg = ErrorOf([&] { Store store(path_); });
+TEST_P(StoreTest, NewerSchemaIsRefused) {
+  { Open(); }
+  Raw("UPDATE schema_version SET version = 999");
+  const std::string msg = ErrorOf([&] { Open(); });
   EXPECT_THAT(msg, HasSubstr("schema version 999"));
-  EXPECT_THAT(msg, HasSubstr("newer than version 2"));
-  EXPECT_THAT(msg, HasSubstr(path_));
+  EXPECT_THAT(msg, HasSubstr("newer than version " + std::to_string(Store::kSchemaVersion)));
+  EXPECT_THAT(msg, HasSubstr(Location()));
 }
 
-TEST_F(StoreTest, VersionOneStoreIsMigratedKeepingItsJobs) {
-  std::string id;
-  {
-    Store store(path_);
-    id = store.insert_job(Job("old")).first.id;
+TEST_P(StoreTest, OlderSchemasAreMigratedKeepingTheirJobs) {
+  for (int64_t from = 1; from < Store::kSchemaVersion; ++from) {
+    SCOPED_TRACE("from version " + std::to_string(from));
+    std::string id;
+    {
+      const std::unique_ptr<Store> owned = Open();
+      id = owned->insert_job(Job("old")).first.id;
+    }
+    // Back to what that version wrote: version 1 had no crashes column, version 2 no crash_step.
+    Raw("ALTER TABLE jobs DROP COLUMN crash_step");
+    if (from == 1) Raw("ALTER TABLE jobs DROP COLUMN crashes");
+    Raw("UPDATE schema_version SET version = " + std::to_string(from));
+    const std::unique_ptr<Store> owned = Open();
+    Store& store = *owned;
+    EXPECT_EQ(Raw("SELECT version FROM schema_version"), std::to_string(Store::kSchemaVersion));
+    EXPECT_EQ(Raw("SELECT count(*) FROM schema_version"), "1");
+    std::optional<JobRow> row = store.get_job(id);
+    ASSERT_TRUE(row.has_value());
+    EXPECT_EQ(row->name, "old");
+    EXPECT_EQ(row->crashes, 0);
+    EXPECT_EQ(row->crash_step, -1);
+    row->crashes = 3;
+    row->crash_step = 75;
+    store.update_job(*row);
+    EXPECT_EQ(store.get_job(id)->crashes, 3);
+    EXPECT_EQ(store.get_job(id)->crash_step, 75);
+    ASSERT_TRUE(store.delete_job(id));
   }
-  // Back to what version 1 wrote: no crashes column.
-  RawSql(path_, "ALTER TABLE jobs DROP COLUMN crashes");
-  RawSql(path_, "UPDATE schema_version SET version = 1");
-  Store store(path_);
-  EXPECT_EQ(RawSql(path_, "SELECT version FROM schema_version"), "2");
-  std::optional<JobRow> row = store.get_job(id);
-  ASSERT_TRUE(row.has_value());
-  EXPECT_EQ(row->name, "old");
-  EXPECT_EQ(row->crashes, 0);
-  row->crashes = 3;
-  store.update_job(*row);
-  EXPECT_EQ(store.get_job(id)->crashes, 3);
 }
 
-TEST_F(StoreTest, ForeignDatabaseAndUnopenablePathAreRefused) {
-  RawSql(path_, "CREATE TABLE other (x INTEGER)");
-  EXPECT_THAT(ErrorOf([&] { Store store(path_); }), HasSubstr("no schema_version table"));
+TEST_P(StoreTest, ForeignDatabaseIsRefused) {
+  Raw("CREATE TABLE other (x INTEGER)");
+  EXPECT_THAT(ErrorOf([&] { Open(); }), HasSubstr("no schema_version table"));
+}
 
+TEST_F(SqliteStoreTest, UnopenablePathIsRefused) {
   const std::string missing_dir = dir_ + "/no/such/dir/anvil.db";
-  const std::string msg = ErrorOf([&] { Store store(missing_dir); });
+  const std::string msg = ErrorOf([&] { SqliteStore store(missing_dir); });
   EXPECT_THAT(msg, HasSubstr("opening the database"));
   EXPECT_THAT(msg, HasSubstr(missing_dir));
+}
+
+// Replicas share the database: every operation that hands out something unique must stay
+// unique across connections, not only across threads of one.
+TEST_P(StoreTest, ConnectionsRacingForTheSameNamesGetDistinctResults) {
+  { Open(); }  // the schema, before the race
+  const std::string job = Open()->insert_job(Job("j")).first.id;
+  constexpr int kConnections = 4, kEach = 25;
+  std::vector<std::vector<int64_t>> versions(kConnections);
+  std::vector<std::string> ids(kConnections);
+  std::vector<int> inserted(kConnections, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kConnections; ++t) {
+    threads.emplace_back([&, t] {
+      const std::unique_ptr<Store> own = Open();
+      const auto [row, fresh] =
+          own->insert_job(Job("submitted-" + std::to_string(t), JobState::kQueued, "same-client"));
+      ids[t] = row.id;
+      inserted[t] = fresh ? 1 : 0;
+      for (int i = 0; i < kEach; ++i) versions[t].push_back(own->register_model({"m", 0, job, "p", "{}", 0}).version);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(std::accumulate(inserted.begin(), inserted.end(), 0), 1);
+  for (const std::string& id : ids) EXPECT_EQ(id, ids[0]);
+  std::set<int64_t> all;
+  for (const auto& v : versions) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), static_cast<size_t>(kConnections * kEach));
+  EXPECT_EQ(*all.begin(), 1);
+  EXPECT_EQ(*all.rbegin(), kConnections * kEach);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// PostgreSQL only: replicas migrating together, the scheduler's lock, a lost connection.
+class PostgresStoreTest : public StoreTest {};
+
+TEST_F(PostgresStoreTest, ReplicasStartingTogetherMigrateOnce) {
+  constexpr int kReplicas = 6;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kReplicas);
+  for (int i = 0; i < kReplicas; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        PostgresStore store(url_, {});
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(Raw("SELECT count(*) FROM schema_version"), "1");
+  EXPECT_EQ(Raw("SELECT version FROM schema_version"), std::to_string(Store::kSchemaVersion));
+}
+
+TEST_F(PostgresStoreTest, OneExclusiveStorePerDatabase) {
+  PostgresStore::Options exclusive;
+  exclusive.exclusive = true;
+  {
+    PostgresStore first(url_, exclusive);
+    const std::string msg = ErrorOf([&] { PostgresStore second(url_, exclusive); });
+    EXPECT_THAT(msg, HasSubstr("another anvild already schedules the jobs of"));
+    EXPECT_THAT(msg, HasSubstr("application 'anvild'"));
+    PostgresStore reader(url_, {});  // a store that does not schedule is not refused
+    EXPECT_TRUE(reader.list_jobs().empty());
+  }
+  PostgresStore again(url_, exclusive);  // the lock went with the first store's connection
+}
+
+TEST_F(PostgresStoreTest, ARestartedDatabaseFailsOneCallAsUnavailableThenReconnects) {
+  PostgresStore store(url_, {});
+  const std::string id = store.insert_job(Job("before")).first.id;
+  Server().restart();
+  // The call that finds the connection gone fails as UNAVAILABLE (kIo) and is not repeated:
+  // its outcome could be unknown. The next call reconnects.
+  try {
+    store.get_job(id);
+    ADD_FAILURE() << "a read on a connection the server closed succeeded";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.kind(), StoreError::Kind::kIo) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("unreachable"));
+  }
+  EXPECT_EQ(store.get_job(id)->name, "before");
+  EXPECT_TRUE(store.insert_job(Job("after")).second);
+  // While the server is down, every call fails the same way, and none hangs.
+  Server().stop();
+  for (int i = 0; i < 2; ++i) {
+    try {
+      store.list_jobs();
+      ADD_FAILURE() << "a call with the server down succeeded";
+    } catch (const StoreError& e) {
+      EXPECT_EQ(e.kind(), StoreError::Kind::kIo) << e.what();
+    }
+  }
+  Server().restart();
+  EXPECT_EQ(store.list_jobs().size(), 2u);
+}
+
+TEST_F(PostgresStoreTest, TextWithANulByteIsRefusedNotCut) {
+  PostgresStore store(url_, {});
+  JobRow row = Job(std::string("a\0b", 3));
+  EXPECT_THROW(store.insert_job(row), StoreError);
+  EXPECT_TRUE(store.list_jobs().empty());
+}
+
+TEST_F(PostgresStoreTest, MessagesNeverCarryThePassword) {
+  const std::string url = "postgresql://anvil:s3cret-pw@127.0.0.1:1/nodb?connect_timeout=2";
+  const std::string msg = ErrorOf([&] { PostgresStore store(url, {}); });
+  EXPECT_THAT(msg, HasSubstr("cannot connect to the PostgreSQL database postgresql://anvil@127.0.0.1:1/nodb"));
+  EXPECT_THAT(msg, ::testing::Not(HasSubstr("s3cret-pw")));
 }
 
 }  // namespace
