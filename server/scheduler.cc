@@ -13,6 +13,7 @@
 #include "core/util/utf8.h"
 #include "server/log.h"
 #include "server/status.h"
+#include "server/store_retry.h"
 
 namespace anvil::server {
 namespace {
@@ -128,7 +129,7 @@ v1::Job Scheduler::to_job(const JobRow& row) {
   return job;
 }
 
-void Scheduler::Record(JobRow& row, v1::MetricEvent event) {
+void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait) {
   const int64_t now = unix_millis();
   event.set_job_id(row.id);
   event.set_step(row.step);
@@ -140,7 +141,8 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event) {
   m.kind = event.has_step_metrics() ? "step" : event.has_epoch_metrics() ? "epoch" : "state";
   m.payload_json = ToJson(event);
   m.time_ms = now;
-  event.set_seq(store_.append_metric(m));
+  event.set_seq(retry_while_unavailable("record an event of job " + row.id, outage_wait,
+                                        [&] { return store_.append_metric(m); }));
   hub_.publish(event);
 }
 
@@ -491,7 +493,11 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       }
     }
   } free_slot{*this, e, ends};
-  std::optional<JobRow> found = store_.get_job(e.job_id);
+  // Each store call below waits out a store that cannot be reached (PostgreSQL restarting): the
+  // event is recorded late rather than lost.
+  const std::chrono::milliseconds wait = options_.store_outage_wait;
+  std::optional<JobRow> found =
+      retry_while_unavailable("read job " + e.job_id, wait, [&] { return store_.get_job(e.job_id); });
   if (!found) return;
   JobRow& row = *found;
   const std::string root = options_.data_root;
@@ -506,7 +512,8 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       row.device = e.message;
       row.step = e.step;
       // A resume from an older checkpoint replays steps the stream already holds.
-      store_.truncate_metrics_after(row.id, e.step);
+      retry_while_unavailable("truncate the events of job " + row.id, wait,
+                              [&] { store_.truncate_metrics_after(row.id, e.step); });
       event.set_state(v1::RUNNING);
       event.set_message("on " + e.message + (e.step > 0 ? ", from step " + std::to_string(e.step) : "") +
                         (e.detail.empty() ? "" : " (" + e.detail + ")"));
@@ -542,7 +549,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     }
     case WorkerEvent::Kind::kCheckpoint:
       row.checkpoint = fs::relative(e.path, root).string();
-      store_.update_job(row);
+      retry_while_unavailable("update job " + row.id, wait, [&] { store_.update_job(row); });
       return;
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;
@@ -600,8 +607,8 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)
-  store_.update_job(row);
-  Record(row, event);
+  retry_while_unavailable("update job " + row.id, wait, [&] { store_.update_job(row); });
+  Record(row, event, wait);
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) expire_finished_jobs();
 }
 

@@ -43,6 +43,9 @@ struct SchedulerOptions {
   // metric history and files (models it registered stay). 0: no bound of that kind.
   int64_t max_finished_jobs = 10000;
   std::chrono::milliseconds job_retention{0};
+  // How long a job's progress waits for a store that cannot be reached (store_retry.h) before
+  // the event is given up: a PostgreSQL restart takes seconds.
+  std::chrono::milliseconds store_outage_wait{std::chrono::seconds(60)};
 };
 
 using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::EventSink)>;
@@ -106,7 +109,9 @@ class Scheduler {
   void Enqueue(const JobRow& row, bool resume) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllSlotsIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Record(JobRow& row, v1::MetricEvent event);
+  // `outage_wait` > 0: waits that long for a store that cannot be reached (a worker's event);
+  // 0: fails at once (a request's, which the client retries on UNAVAILABLE).
+  void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {});
 
   Store& store_;
   MetricsHub& hub_;

@@ -287,7 +287,7 @@ struct PostgresStore::Impl {
     if (message.empty()) message = PQerrorMessage(conn.get());
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
     const bool lost = PQstatus(conn.get()) != CONNECTION_OK || connection_lost(sqlstate);
-    const StoreError::Kind kind = lost                    ? StoreError::Kind::kIo
+    const StoreError::Kind kind = lost                  ? StoreError::Kind::kIo
                                   : sqlstate == "53100" ? StoreError::Kind::kFull
                                                         : StoreError::Kind::kOther;
     throw StoreError(detail::StrCat("job store: ", what, " failed: ", message,
@@ -331,8 +331,8 @@ struct PostgresStore::Impl {
                       "WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid = $2::int::oid "
                       "AND l.granted",
                       Params().add(int64_t{kLockClass}).add(int64_t{kSchedulerLock}));
-    const std::string holder = who.rows() > 0 ? detail::StrCat("backend pid ", who.text(0, 0), " from ",
-                                                               who.text(0, 1), ", application '", who.text(0, 2), "'")
+    const std::string holder = who.rows() > 0 ? detail::StrCat("backend pid ", who.text(0, 0), " from ", who.text(0, 1),
+                                                               ", application '", who.text(0, 2), "'")
                                               : "a connection that has just closed";
     throw Error(detail::StrCat("job store: another anvild already schedules the jobs of ", display, " (", holder,
                                "); one anvild per database until replicas take jobs under leases"));
@@ -397,8 +397,7 @@ struct PostgresStore::Impl {
       Result tables = exec("check the schema",
                            "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()");
       ANVIL_CHECK(tables.integer(0, 0) == 0, "job store: expected an Anvil store or an empty database, got ",
-                  tables.integer(0, 0), " table(s) but no schema_version table in its schema (database ", display,
-                  ")");
+                  tables.integer(0, 0), " table(s) but no schema_version table in its schema (database ", display, ")");
     } else {
       Result read = exec("read the schema version", "SELECT MAX(version) FROM schema_version");
       version = read.is_null(0, 0) ? 0 : read.integer(0, 0);
@@ -429,8 +428,7 @@ struct PostgresStore::Impl {
   }
 };
 
-PostgresStore::PostgresStore(const std::string& url, Options options)
-    : impl_(std::make_unique<Impl>(url, options)) {}
+PostgresStore::PostgresStore(const std::string& url, Options options) : impl_(std::make_unique<Impl>(url, options)) {}
 PostgresStore::~PostgresStore() = default;
 
 const std::string& PostgresStore::path() const { return impl_->display; }
@@ -478,9 +476,9 @@ std::pair<JobRow, bool> PostgresStore::insert_job(JobRow row) {
       return {std::move(row), true};
     }
     if (!row.client_job_id.empty()) {
-      Result e = m.exec("look up a job by client_job_id",
-                        "SELECT " ANVIL_PG_JOB_COLUMNS " FROM jobs WHERE client_job_id = $1",
-                        Params().add(row.client_job_id));
+      Result e =
+          m.exec("look up a job by client_job_id", "SELECT " ANVIL_PG_JOB_COLUMNS " FROM jobs WHERE client_job_id = $1",
+                 Params().add(row.client_job_id));
       if (e.rows() == 1) return {read_job(e, 0), false};
     }
     ANVIL_CHECK(generated, "insert_job: expected a new job id, got '", row.id, "' which already exists (database ",
@@ -580,8 +578,8 @@ void PostgresStore::update_job(const JobRow& row) {
                     "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, "
                     "model_version = $12, crashes = $13, crash_step = $14 WHERE id = $1",
                     p);
-  ANVIL_CHECK(q.affected() == 1, "update_job: expected an existing job id, got '", row.id, "' (database ",
-              m.display, ")");
+  ANVIL_CHECK(q.affected() == 1, "update_job: expected an existing job id, got '", row.id, "' (database ", m.display,
+              ")");
 }
 
 int64_t PostgresStore::append_metric(MetricRow row) {
@@ -596,8 +594,8 @@ int64_t PostgresStore::append_metric(MetricRow row) {
                     "INSERT INTO metrics (" ANVIL_PG_METRIC_COLUMNS
                     ") SELECT $1, metric_seq, $2, $3, $4, $5 FROM next RETURNING seq",
                     Params().add(row.job_id).add(row.step).add(row.kind).add(row.payload_json).add(row.time_ms));
-  ANVIL_CHECK(q.rows() == 1, "append_metric: expected an existing job id, got '", row.job_id, "' (database ",
-              m.display, ")");
+  ANVIL_CHECK(q.rows() == 1, "append_metric: expected an existing job id, got '", row.job_id, "' (database ", m.display,
+              ")");
   return q.integer(0, 0);
 }
 
@@ -608,8 +606,8 @@ std::vector<MetricRow> PostgresStore::metrics(const std::string& job_id, int64_t
   m.connect();
   Params p;
   p.add(job_id).add(from_step).add(after_seq);
-  std::string sql = "SELECT " ANVIL_PG_METRIC_COLUMNS
-                    " FROM metrics WHERE job_id = $1 AND step >= $2 AND seq > $3 ORDER BY seq";
+  std::string sql =
+      "SELECT " ANVIL_PG_METRIC_COLUMNS " FROM metrics WHERE job_id = $1 AND step >= $2 AND seq > $3 ORDER BY seq";
   if (limit > 0) {
     p.add(limit);
     sql += " LIMIT $4";
@@ -630,8 +628,7 @@ void PostgresStore::truncate_metrics_after(const std::string& job_id, int64_t st
 
 ModelRow PostgresStore::register_model(ModelRow row) {
   Impl& m = *impl_;
-  ANVIL_CHECK(!row.name.empty(), "register_model: expected a model name, got an empty one (database ", m.display,
-              ")");
+  ANVIL_CHECK(!row.name.empty(), "register_model: expected a model name, got an empty one (database ", m.display, ")");
   MutexLock lock(&m.mu);
   m.connect();
   if (row.created_ms == 0) row.created_ms = unix_millis();
@@ -655,13 +652,13 @@ std::optional<ModelRow> PostgresStore::get_model(const std::string& name, int64_
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
-  Result q = version > 0 ? m.exec("read a model",
-                                  "SELECT " ANVIL_PG_MODEL_COLUMNS " FROM models WHERE name = $1 AND version = $2",
-                                  Params().add(name).add(version))
-                         : m.exec("read a model's latest version",
-                                  "SELECT " ANVIL_PG_MODEL_COLUMNS
-                                  " FROM models WHERE name = $1 ORDER BY version DESC LIMIT 1",
-                                  Params().add(name));
+  Result q =
+      version > 0
+          ? m.exec("read a model", "SELECT " ANVIL_PG_MODEL_COLUMNS " FROM models WHERE name = $1 AND version = $2",
+                   Params().add(name).add(version))
+          : m.exec("read a model's latest version",
+                   "SELECT " ANVIL_PG_MODEL_COLUMNS " FROM models WHERE name = $1 ORDER BY version DESC LIMIT 1",
+                   Params().add(name));
   if (q.rows() == 0) return std::nullopt;
   return read_model(q, 0);
 }

@@ -60,8 +60,8 @@ class PostgresStore final : public Store {
   void truncate_metrics_after(const std::string& job_id, int64_t step) override;
   ModelRow register_model(ModelRow row) override;
   std::optional<ModelRow> get_model(const std::string& name, int64_t version) const override;
-  std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0,
-                                    const std::string& after_name = "", int64_t after_version = 0) const override;
+  std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0, const std::string& after_name = "",
+                                    int64_t after_version = 0) const override;
   const std::string& path() const override;
   std::string_view engine() const override { return "postgresql"; }
 

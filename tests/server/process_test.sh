@@ -116,7 +116,7 @@ set +e
 [[ $? -eq 4 ]] || fail "an unknown model should exit 4"
 set -e
 
-echo "2. kill -9 during training, restart, finish from the checkpoint"
+echo "2. kill -9 during training three times, restart, finish from the checkpoint"
 spec crash 60 > "${work}/crash.json"
 id=$("${cli[@]}" --json submit "${work}/crash.json" | python3 -c "import json,sys; print(json.load(sys.stdin)['job']['id'])")
 # Three deaths, each after the job checkpointed further (every 25 steps): none is the job's
@@ -130,6 +130,13 @@ done
 "${cli[@]}" watch "${id}" > /dev/null || fail "the job resumed three times did not succeed: $(job_field "${id}" reason)"
 [[ $(job_field "${id}" state) == "SUCCEEDED" ]] || fail "state after resume"
 check_history "${id}"
+python3 - "${work}/history.jsonl" <<'PY' || fail "the three deaths were not each counted as the first without progress"
+import json, sys
+said = [e.get("message", "") for e in map(json.loads, open(sys.argv[1]))]
+resumes = [m for m in said if "the server stopped under it 1 of at most 2 times without progress" in m]
+assert len(resumes) == 3 and not any("2 of at most" in m for m in said), said
+print(f"  3 resumes after kill -9, each counted once: {resumes[-1]}")
+PY
 sed 's/"crash"/"straight"/' "${work}/crash.json" > "${work}/straight.json"
 "${cli[@]}" submit "${work}/straight.json" --watch > /dev/null || fail "uninterrupted run"
 "${cli[@]}" export crash --format safetensors -o "${work}/crash.safetensors" > /dev/null
