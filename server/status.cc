@@ -18,6 +18,8 @@ absl::Status current_exception_status(absl::StatusCode engine_code) {
         return absl::ResourceExhaustedError(std::string("the server's disk is full: ") + e.what());
       case StoreError::Kind::kIo:
         return absl::UnavailableError(std::string("the server cannot reach its store: ") + e.what());
+      case StoreError::Kind::kFenced:
+        return absl::AbortedError(e.what());
       case StoreError::Kind::kOther:
         break;
     }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,8 +37,10 @@ namespace anvil::server {
 class StoreError : public Error {
  public:
   // kFull: the disk (or the database's size cap) is full: RESOURCE_EXHAUSTED, with the reason.
-  // kIo: the file could not be read or written: UNAVAILABLE. kOther: INTERNAL.
-  enum class Kind { kOther, kFull, kIo };
+  // kIo: the file could not be read or written, the database cannot be reached: UNAVAILABLE.
+  // kFenced: a write under a lease that another replica has since taken over was refused
+  // (ABORTED). kOther: INTERNAL.
+  enum class Kind { kOther, kFull, kIo, kFenced };
   explicit StoreError(const std::string& message, Kind kind = Kind::kOther) : Error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
@@ -74,6 +77,29 @@ struct JobRow {
   // step. A stop after the job checkpointed further starts the count again.
   int64_t crashes = 0;
   int64_t crash_step = -1;  // the checkpoint step the last counted crash resumed from; -1 = none
+  // The lease (replicas, schema version 4). A replica runs a job only while it holds its lease:
+  // `owner` is that replica's instance id ("" = none), `lease_epoch` the fencing epoch, one
+  // higher at every claim and every takeover, and `lease_expires_ms` the database clock's time
+  // (unix ms) the lease lapses unless renewed. Written only by the lease operations below and
+  // update_job_fenced, never by update_job.
+  std::string owner;
+  int64_t lease_epoch = 0;
+  int64_t lease_expires_ms = 0;
+  bool cancel_requested = false;  // CancelJob on a replica that does not run it: the owner stops it
+};
+
+// One claim of a job by a replica: the history that proves each run of a job was one claim.
+struct ClaimRow {
+  std::string job_id;
+  int64_t epoch = 0;
+  std::string owner;
+  int64_t claimed_ms = 0;
+};
+
+// What renew_leases found.
+struct LeaseRenewal {
+  std::vector<std::string> lost;              // held leases that are gone: stop those runs, write nothing
+  std::vector<std::string> cancel_requested;  // renewed, but a replica asked the job to stop
 };
 
 // One event of a job's metric stream.
@@ -100,9 +126,10 @@ struct ModelRow {
 class Store {
  public:
   // The schema version this code reads and writes, in every engine.
-  // Version 2 added jobs.crashes, version 3 jobs.crash_step; an older store is migrated when
-  // opened, and one newer than this is refused (it was written by a newer Anvil).
-  static constexpr int64_t kSchemaVersion = 3;
+  // Version 2 added jobs.crashes, version 3 jobs.crash_step, version 4 the leases (jobs.owner,
+  // lease_epoch, lease_expires_ms, cancel_requested) and the claims table; an older store is
+  // migrated when opened, and one newer than this is refused (it was written by a newer Anvil).
+  static constexpr int64_t kSchemaVersion = 4;
 
   virtual ~Store() = default;
 
@@ -133,8 +160,10 @@ class Store {
   virtual void update_job(const JobRow& row) = 0;
 
   // Appends the event with the next seq of its job and returns that seq; atomic. Throws if
-  // the job does not exist.
-  virtual int64_t append_metric(MetricRow row) = 0;
+  // the job does not exist. With `fence_epoch` > 0, only while the job's lease_epoch is still
+  // that: otherwise nothing is written and StoreError kFenced is thrown (a replica that lost
+  // the job cannot add to its stream).
+  virtual int64_t append_metric(MetricRow row, int64_t fence_epoch = 0) = 0;
   // Events with step >= from_step and seq > after_seq, in seq order, at most `limit` (<= 0: all).
   virtual std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
                                          int64_t limit = 0) const = 0;
@@ -152,6 +181,32 @@ class Store {
   // (after_name, after_version) (the next page: keyset pagination), at most `limit` (<= 0: all).
   virtual std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0,
                                             const std::string& after_name = "", int64_t after_version = 0) const = 0;
+
+  // --- Leases: how replicas share the jobs (docs/replicas.md) ---------------------------------
+  // The highest-priority claimable job (QUEUED or INTERRUPTED, no cancel asked; priority
+  // descending, then submission order) for which `fits` is true, claimed for `owner` in one
+  // transaction: RUNNING, owner set, lease_epoch + 1, lease_expires_ms = the database's now +
+  // lease_ms, and a claims row. Replicas claiming at once never get the same job (PostgreSQL:
+  // FOR UPDATE SKIP LOCKED; SQLite: one writer). nullopt when none fits. `fits` runs inside the
+  // transaction: it must be quick and must not call the store.
+  virtual std::optional<JobRow> claim_job(const std::string& owner, int64_t lease_ms,
+                                          const std::function<bool(const JobRow&)>& fits) = 0;
+  // Extends the leases `owner` holds on `held` (job id, epoch) to now + lease_ms. A lease that is
+  // no longer there (taken over, requeued, the job ended) is reported lost.
+  virtual LeaseRenewal renew_leases(const std::string& owner, const std::vector<std::pair<std::string, int64_t>>& held,
+                                    int64_t lease_ms) = 0;
+  // RUNNING jobs whose lease lapsed more than `grace_ms` ago by the database's clock, oldest
+  // first: their replica died or was cut off.
+  virtual std::vector<JobRow> lapsed_leases(int64_t grace_ms) const = 0;
+  // Writes what update_job writes plus owner, lease_epoch and lease_expires_ms, only while the
+  // job's lease_epoch is still `epoch`; false (nothing written) when it moved on. The one way
+  // to change a job that a replica may hold.
+  virtual bool update_job_fenced(const JobRow& row, int64_t epoch) = 0;
+  // Asks the replica that runs the job to stop it (cancel_requested). False when the job ended
+  // or does not exist.
+  virtual bool request_cancel(const std::string& id) = 0;
+  // The claims of `job_id` (all jobs' when empty), oldest first.
+  virtual std::vector<ClaimRow> claims(const std::string& job_id = "") const = 0;
 
   // Where the data lives, for messages: the SQLite file's path, or PostgreSQL's
   // "postgresql://user@host:port/db" without a password.

@@ -3,6 +3,7 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <random>
@@ -26,6 +27,7 @@ constexpr int32_t kModelLockClass = 0x414e564d;
 constexpr Oid kInt8 = 20;
 constexpr Oid kText = 25;
 constexpr Oid kTextArray = 1009;
+constexpr Oid kInt8Array = 1016;
 
 // The same versions as the SQLite engine's (store_sqlite.cc), in PostgreSQL's dialect.
 // `jobs.metric_seq` is the last seq handed out for the job's metric stream, kept apart from the
@@ -75,12 +77,31 @@ CREATE TABLE models (
 )sql";
 constexpr const char* kSchemaV2 = "ALTER TABLE jobs ADD COLUMN crashes BIGINT NOT NULL DEFAULT 0;";
 constexpr const char* kSchemaV3 = "ALTER TABLE jobs ADD COLUMN crash_step BIGINT NOT NULL DEFAULT -1;";
-constexpr std::array<const char*, 3> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3};
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN lease_expires_ms BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN cancel_requested BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE claims (
+  n BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  epoch BIGINT NOT NULL,
+  owner TEXT NOT NULL,
+  claimed_ms BIGINT NOT NULL,
+  UNIQUE (job_id, epoch)
+);
+)sql";
+constexpr std::array<const char*, 4> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+
+// The database's clock in unix ms: leases are measured by it, so that replicas whose clocks
+// disagree still agree on when a lease lapses.
+#define ANVIL_PG_NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 static_assert(kMigrations.size() == Store::kSchemaVersion);
 
 #define ANVIL_PG_JOB_COLUMNS                                                                                   \
   "id, name, client_job_id, spec_json, state, reason, priority, device, created_ms, started_ms, finished_ms, " \
-  "step, epoch, checkpoint, model_name, model_version, seq, crashes, crash_step"
+  "step, epoch, checkpoint, model_name, model_version, seq, crashes, crash_step, owner, lease_epoch, "         \
+  "lease_expires_ms, cancel_requested"
 #define ANVIL_PG_METRIC_COLUMNS "job_id, seq, step, kind, payload_json, time_ms"
 #define ANVIL_PG_MODEL_COLUMNS "name, version, job_id, path, signature_json, created_ms"
 
@@ -126,6 +147,22 @@ class Params {
     std::string v = "{";
     for (size_t i = 0; i < names.size(); ++i) v += (i ? "," : "") + std::string(names[i]);
     push(v + "}", kTextArray, 0);
+    return *this;
+  }
+
+  // An array in its text form, each element double-quoted (and its quotes and backslashes
+  // escaped): {"a","b"}.
+  Params& add_array(const std::vector<std::string>& values, Oid type) {
+    std::string v = "{";
+    for (size_t i = 0; i < values.size(); ++i) {
+      v += i ? ",\"" : "\"";
+      for (char c : values[i]) {
+        if (c == '"' || c == '\\') v += '\\';
+        v += c;
+      }
+      v += '"';
+    }
+    push(v + "}", type, 0);
     return *this;
   }
 
@@ -205,6 +242,10 @@ JobRow read_job(const Result& q, int i) {
   r.seq = q.integer(i, 16);
   r.crashes = q.integer(i, 17);
   r.crash_step = q.integer(i, 18);
+  r.owner = q.text(i, 19);
+  r.lease_epoch = q.integer(i, 20);
+  r.lease_expires_ms = q.integer(i, 21);
+  r.cancel_requested = q.integer(i, 22) != 0;
   return r;
 }
 
@@ -582,21 +623,26 @@ void PostgresStore::update_job(const JobRow& row) {
               ")");
 }
 
-int64_t PostgresStore::append_metric(MetricRow row) {
+int64_t PostgresStore::append_metric(MetricRow row, int64_t fence_epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
   if (row.time_ms == 0) row.time_ms = unix_millis();
   // One statement: the job's row lock (taken by the UPDATE) orders concurrent appends, and the
   // insert sees the seq that the update handed out.
-  Result q = m.exec("append a metric event",
-                    "WITH next AS (UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = $1 RETURNING metric_seq) "
-                    "INSERT INTO metrics (" ANVIL_PG_METRIC_COLUMNS
-                    ") SELECT $1, metric_seq, $2, $3, $4, $5 FROM next RETURNING seq",
-                    Params().add(row.job_id).add(row.step).add(row.kind).add(row.payload_json).add(row.time_ms));
-  ANVIL_CHECK(q.rows() == 1, "append_metric: expected an existing job id, got '", row.job_id, "' (database ", m.display,
-              ")");
-  return q.integer(0, 0);
+  Result q = m.exec(
+      "append a metric event",
+      "WITH next AS (UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = $1 AND ($6 = 0 OR "
+      "lease_epoch = $6) RETURNING metric_seq) "
+      "INSERT INTO metrics (" ANVIL_PG_METRIC_COLUMNS ") SELECT $1, metric_seq, $2, $3, $4, $5 FROM next RETURNING seq",
+      Params().add(row.job_id).add(row.step).add(row.kind).add(row.payload_json).add(row.time_ms).add(fence_epoch));
+  if (q.rows() == 1) return q.integer(0, 0);
+  Result exists = m.exec("read a job", "SELECT 1 FROM jobs WHERE id = $1", Params().add(row.job_id));
+  ANVIL_CHECK(exists.rows() == 1, "append_metric: expected an existing job id, got '", row.job_id, "' (database ",
+              m.display, ")");
+  throw StoreError(detail::StrCat("job store: an event of job ", row.job_id, " under lease epoch ", fence_epoch,
+                                  " was refused: another replica has taken the job over (database ", m.display, ")"),
+                   StoreError::Kind::kFenced);
 }
 
 std::vector<MetricRow> PostgresStore::metrics(const std::string& job_id, int64_t from_step, int64_t after_seq,
@@ -681,6 +727,116 @@ std::vector<ModelRow> PostgresStore::list_models(const std::string& name, int64_
   Result q = m.exec("list models", sql.c_str(), p);
   std::vector<ModelRow> out;
   for (int i = 0; i < q.rows(); ++i) out.push_back(read_model(q, i));
+  return out;
+}
+
+std::optional<JobRow> PostgresStore::claim_job(const std::string& owner, int64_t lease_ms,
+                                               const std::function<bool(const JobRow&)>& fits) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  // The candidates are read without locks; `fits` picks among them; then one statement takes
+  // the first that fits, if no other replica has it locked or claimed meanwhile (SKIP LOCKED
+  // and the state check), and records the claim in the same statement.
+  const std::vector<JobRow> candidates = read_jobs(
+      m.exec("list claimable jobs", "SELECT " ANVIL_PG_JOB_COLUMNS
+                                    " FROM jobs WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
+                                    "ORDER BY priority DESC, seq ASC"));
+  for (const JobRow& c : candidates) {
+    if (!fits(c)) continue;
+    Result q = m.exec("claim a job",
+                      "WITH free AS (SELECT id FROM jobs WHERE id = $1 AND state IN ('QUEUED', 'INTERRUPTED') AND "
+                      "cancel_requested = 0 FOR UPDATE SKIP LOCKED), "
+                      "taken AS (UPDATE jobs j SET state = 'RUNNING', owner = $2, lease_epoch = j.lease_epoch + 1, "
+                      "lease_expires_ms = " ANVIL_PG_NOW_MS
+                      " + $3 FROM free WHERE j.id = free.id RETURNING j.*), "
+                      "recorded AS (INSERT INTO claims (job_id, epoch, owner, claimed_ms) SELECT id, lease_epoch, "
+                      "owner, " ANVIL_PG_NOW_MS
+                      " FROM taken) "
+                      "SELECT " ANVIL_PG_JOB_COLUMNS " FROM taken",
+                      Params().add(c.id).add(owner).add(lease_ms));
+    if (q.rows() == 1) return read_job(q, 0);
+  }
+  return std::nullopt;
+}
+
+LeaseRenewal PostgresStore::renew_leases(const std::string& owner,
+                                         const std::vector<std::pair<std::string, int64_t>>& held, int64_t lease_ms) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  LeaseRenewal out;
+  if (held.empty()) return out;
+  m.connect();
+  std::vector<std::string> ids, epochs;
+  for (const auto& [id, epoch] : held) {
+    ids.push_back(id);
+    epochs.push_back(std::to_string(epoch));
+  }
+  Result q = m.exec("renew leases",
+                    "UPDATE jobs SET lease_expires_ms = " ANVIL_PG_NOW_MS
+                    " + $3 WHERE owner = $1 AND state = 'RUNNING' AND (id, lease_epoch) IN "
+                    "(SELECT * FROM unnest($2::text[], $4::bigint[])) RETURNING id, cancel_requested",
+                    Params().add(owner).add_array(ids, kTextArray).add(lease_ms).add_array(epochs, kInt8Array));
+  std::vector<std::string> renewed;
+  for (int i = 0; i < q.rows(); ++i) {
+    renewed.push_back(q.text(i, 0));
+    if (q.integer(i, 1) != 0) out.cancel_requested.push_back(q.text(i, 0));
+  }
+  for (const std::string& id : ids) {
+    if (std::find(renewed.begin(), renewed.end(), id) == renewed.end()) out.lost.push_back(id);
+  }
+  return out;
+}
+
+std::vector<JobRow> PostgresStore::lapsed_leases(int64_t grace_ms) const {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  return read_jobs(m.exec("find lapsed leases",
+                          "SELECT " ANVIL_PG_JOB_COLUMNS " FROM jobs WHERE state = 'RUNNING' AND owner <> '' AND "
+                          "lease_expires_ms < " ANVIL_PG_NOW_MS " - $1 ORDER BY seq",
+                          Params().add(grace_ms)));
+}
+
+bool PostgresStore::update_job_fenced(const JobRow& row, int64_t epoch) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  Params p;
+  p.add(row.id).add(job_state_name(row.state)).add(row.reason).add(row.priority).add(row.device);
+  p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
+  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step).add(row.owner);
+  p.add(row.lease_epoch).add(row.lease_expires_ms).add(int64_t{row.cancel_requested ? 1 : 0}).add(epoch);
+  return m.exec("update a job under its lease",
+                "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "
+                "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, model_version = $12, "
+                "crashes = $13, crash_step = $14, owner = $15, lease_epoch = $16, lease_expires_ms = $17, "
+                "cancel_requested = $18 WHERE id = $1 AND lease_epoch = $19",
+                p)
+             .affected() == 1;
+}
+
+bool PostgresStore::request_cancel(const std::string& id) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  return m.exec("ask for a cancel",
+                "UPDATE jobs SET cancel_requested = 1 WHERE id = $1 AND state NOT IN ('SUCCEEDED', 'FAILED', "
+                "'CANCELLED')",
+                Params().add(id))
+             .affected() == 1;
+}
+
+std::vector<ClaimRow> PostgresStore::claims(const std::string& job_id) const {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  Result q = m.exec("read the claims",
+                    "SELECT job_id, epoch, owner, claimed_ms FROM claims WHERE $1 = '' OR job_id = $1 ORDER BY n",
+                    Params().add(job_id));
+  std::vector<ClaimRow> out;
+  for (int i = 0; i < q.rows(); ++i)
+    out.push_back(ClaimRow{q.text(i, 0), q.integer(i, 1), q.text(i, 2), q.integer(i, 3)});
   return out;
 }
 

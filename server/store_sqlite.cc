@@ -79,14 +79,31 @@ constexpr const char* kSchemaV2 = "ALTER TABLE jobs ADD COLUMN crashes INTEGER N
 // without progress count.
 constexpr const char* kSchemaV3 = "ALTER TABLE jobs ADD COLUMN crash_step INTEGER NOT NULL DEFAULT -1;";
 
+// Version 4: leases, so that replicas can share the jobs (store.h), and the claims history.
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN lease_expires_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE claims (
+  n INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  epoch INTEGER NOT NULL,
+  owner TEXT NOT NULL,
+  claimed_ms INTEGER NOT NULL,
+  UNIQUE (job_id, epoch)
+);
+)sql";
+
 // The migration to version i + 1 is kMigrations[i]; each runs in the transaction that checks
 // the version, so a failed one leaves the store at the version it had.
-constexpr std::array<const char*, 3> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3};
+constexpr std::array<const char*, 4> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
 static_assert(kMigrations.size() == Store::kSchemaVersion);
 
 #define ANVIL_JOB_COLUMNS                                                                                      \
   "id, name, client_job_id, spec_json, state, reason, priority, device, created_ms, started_ms, finished_ms, " \
-  "step, epoch, checkpoint, model_name, model_version, seq, crashes, crash_step"
+  "step, epoch, checkpoint, model_name, model_version, seq, crashes, crash_step, owner, lease_epoch, "         \
+  "lease_expires_ms, cancel_requested"
 #define ANVIL_METRIC_COLUMNS "job_id, seq, step, kind, payload_json, time_ms"
 #define ANVIL_MODEL_COLUMNS "name, version, job_id, path, signature_json, created_ms"
 
@@ -203,6 +220,10 @@ JobRow read_job(const Query& q) {
   r.seq = q.integer(16);
   r.crashes = q.integer(17);
   r.crash_step = q.integer(18);
+  r.owner = q.text(19);
+  r.lease_epoch = q.integer(20);
+  r.lease_expires_ms = q.integer(21);
+  r.cancel_requested = q.integer(22) != 0;
   return r;
 }
 
@@ -267,7 +288,7 @@ struct SqliteStore::Impl {
                      "finished_ms = ?7, step = ?8, epoch = ?9, checkpoint = ?10, model_name = ?11, "
                      "model_version = ?12, crashes = ?13, crash_step = ?14 WHERE id = ?1"),
           bump_metric_seq(db, p, "advance a job's metric seq",
-                          "UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = ?1"),
+                          "UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = ?1 AND (?2 = 0 OR lease_epoch = ?2)"),
           read_metric_seq(db, p, "read a job's metric seq", "SELECT metric_seq FROM jobs WHERE id = ?1"),
           insert_metric(db, p, "append a metric event",
                         "INSERT INTO metrics (" ANVIL_METRIC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
@@ -294,11 +315,38 @@ struct SqliteStore::Impl {
                        "FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) "
                        "WHERE (?1 > 0 AND newest > ?1) OR finished_ms < ?2 ORDER BY seq"),
           delete_metrics(db, p, "delete a job's metric events", "DELETE FROM metrics WHERE job_id = ?1"),
-          delete_job(db, p, "delete a job", "DELETE FROM jobs WHERE id = ?1") {}
+          delete_job(db, p, "delete a job", "DELETE FROM jobs WHERE id = ?1"),
+          claimable(db, p, "list claimable jobs",
+                    "SELECT " ANVIL_JOB_COLUMNS
+                    " FROM jobs WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
+                    "ORDER BY priority DESC, seq ASC"),
+          claim(db, p, "claim a job",
+                "UPDATE jobs SET state = 'RUNNING', owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_ms = ?3 "
+                "WHERE id = ?1"),
+          record_claim(db, p, "record a claim",
+                       "INSERT INTO claims (job_id, epoch, owner, claimed_ms) "
+                       "SELECT id, lease_epoch, owner, ?2 FROM jobs WHERE id = ?1"),
+          renew(db, p, "renew a lease",
+                "UPDATE jobs SET lease_expires_ms = ?4 WHERE id = ?1 AND owner = ?2 AND lease_epoch = ?3 AND "
+                "state = 'RUNNING' RETURNING cancel_requested"),
+          lapsed(db, p, "find lapsed leases",
+                 "SELECT " ANVIL_JOB_COLUMNS
+                 " FROM jobs WHERE state = 'RUNNING' AND owner != '' AND lease_expires_ms < ?1 ORDER BY seq"),
+          update_fenced(db, p, "update a job under its lease",
+                        "UPDATE jobs SET state = ?2, reason = ?3, priority = ?4, device = ?5, started_ms = ?6, "
+                        "finished_ms = ?7, step = ?8, epoch = ?9, checkpoint = ?10, model_name = ?11, "
+                        "model_version = ?12, crashes = ?13, crash_step = ?14, owner = ?15, lease_epoch = ?16, "
+                        "lease_expires_ms = ?17, cancel_requested = ?18 WHERE id = ?1 AND lease_epoch = ?19"),
+          request_cancel(db, p, "ask for a cancel",
+                         "UPDATE jobs SET cancel_requested = 1 WHERE id = ?1 AND state NOT IN ('SUCCEEDED', "
+                         "'FAILED', 'CANCELLED')"),
+          claims(db, p, "read the claims",
+                 "SELECT job_id, epoch, owner, claimed_ms FROM claims WHERE ?1 = '' OR job_id = ?1 ORDER BY n") {}
     Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;
     Statement next_model_version, insert_model, model_version, model_latest, list_models;
     Statement expired_jobs, delete_metrics, delete_job;
+    Statement claimable, claim, record_claim, renew, lapsed, update_fenced, request_cancel, claims;
   };
   std::unique_ptr<Statements> st ABSL_GUARDED_BY(mu);
 
@@ -520,13 +568,18 @@ void SqliteStore::update_job(const JobRow& row) {
               "' (database ", m.path, ")");
 }
 
-int64_t SqliteStore::append_metric(MetricRow row) {
+int64_t SqliteStore::append_metric(MetricRow row, int64_t fence_epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   Transaction tx(m.db.get(), m.path, "appending a metric event");
-  Query(m.st->bump_metric_seq).bind(1, row.job_id).run();
-  ANVIL_CHECK(sqlite3_changes(m.db.get()) == 1, "append_metric: expected an existing job id, got '", row.job_id,
-              "' (database ", m.path, ")");
+  Query(m.st->bump_metric_seq).bind(1, row.job_id).bind(2, fence_epoch).run();
+  if (sqlite3_changes(m.db.get()) != 1) {
+    ANVIL_CHECK(m.job_id_taken(row.job_id), "append_metric: expected an existing job id, got '", row.job_id,
+                "' (database ", m.path, ")");
+    throw StoreError(detail::StrCat("job store: an event of job ", row.job_id, " under lease epoch ", fence_epoch,
+                                    " was refused: another replica has taken the job over (database ", m.path, ")"),
+                     StoreError::Kind::kFenced);
+  }
   {
     Query q(m.st->read_metric_seq);
     q.bind(1, row.job_id);
@@ -602,6 +655,92 @@ std::vector<ModelRow> SqliteStore::list_models(const std::string& name, int64_t 
   q.bind(1, name).bind(2, after_name).bind(3, after_version).bind(4, limit > 0 ? limit : int64_t{-1});
   std::vector<ModelRow> out;
   while (q.next()) out.push_back(read_model(q));
+  return out;
+}
+
+std::optional<JobRow> SqliteStore::claim_job(const std::string& owner, int64_t lease_ms,
+                                             const std::function<bool(const JobRow&)>& fits) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  // BEGIN IMMEDIATE: the one writer; no other connection claims between the read and the update.
+  Transaction tx(m.db.get(), m.path, "claiming a job");
+  std::optional<JobRow> chosen;
+  {
+    Query q(m.st->claimable);
+    while (q.next()) {
+      JobRow row = read_job(q);
+      if (fits(row)) {
+        chosen = std::move(row);
+        break;
+      }
+    }
+  }
+  if (!chosen) return std::nullopt;
+  const int64_t now = unix_millis();
+  Query(m.st->claim).bind(1, chosen->id).bind(2, owner).bind(3, now + lease_ms).run();
+  Query(m.st->record_claim).bind(1, chosen->id).bind(2, now).run();
+  Query q(m.st->job_by_id);
+  q.bind(1, chosen->id);
+  q.next();
+  JobRow claimed = read_job(q);
+  tx.commit();
+  return claimed;
+}
+
+LeaseRenewal SqliteStore::renew_leases(const std::string& owner,
+                                       const std::vector<std::pair<std::string, int64_t>>& held, int64_t lease_ms) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  LeaseRenewal out;
+  if (held.empty()) return out;
+  Transaction tx(m.db.get(), m.path, "renewing leases");
+  const int64_t until = unix_millis() + lease_ms;
+  for (const auto& [id, epoch] : held) {
+    Query q(m.st->renew);
+    q.bind(1, id).bind(2, owner).bind(3, epoch).bind(4, until);
+    if (!q.next()) {
+      out.lost.push_back(id);
+    } else if (q.integer(0) != 0) {
+      out.cancel_requested.push_back(id);
+    }
+  }
+  tx.commit();
+  return out;
+}
+
+std::vector<JobRow> SqliteStore::lapsed_leases(int64_t grace_ms) const {
+  MutexLock lock(&impl_->mu);
+  Query q(impl_->st->lapsed);
+  q.bind(1, unix_millis() - grace_ms);
+  return impl_->read_jobs(q);
+}
+
+bool SqliteStore::update_job_fenced(const JobRow& row, int64_t epoch) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  Query q(m.st->update_fenced);
+  q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
+  q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
+  q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
+  q.bind(14, row.crash_step).bind(15, row.owner).bind(16, row.lease_epoch).bind(17, row.lease_expires_ms);
+  q.bind(18, int64_t{row.cancel_requested ? 1 : 0}).bind(19, epoch);
+  q.run();
+  return sqlite3_changes(m.db.get()) == 1;
+}
+
+bool SqliteStore::request_cancel(const std::string& id) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  Query(m.st->request_cancel).bind(1, id).run();
+  return sqlite3_changes(m.db.get()) == 1;
+}
+
+std::vector<ClaimRow> SqliteStore::claims(const std::string& job_id) const {
+  MutexLock lock(&impl_->mu);
+  Query q(impl_->st->claims);
+  q.bind(1, job_id);
+  std::vector<ClaimRow> out;
+  while (q.next()) out.push_back(ClaimRow{q.text(0), q.integer(1), q.text(2), q.integer(3)});
   return out;
 }
 

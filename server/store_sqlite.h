@@ -37,7 +37,7 @@ class SqliteStore final : public Store {
   bool delete_job(const std::string& id) override;
   std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const override;
   void update_job(const JobRow& row) override;
-  int64_t append_metric(MetricRow row) override;
+  int64_t append_metric(MetricRow row, int64_t fence_epoch = 0) override;
   std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
                                  int64_t limit = 0) const override;
   void truncate_metrics_after(const std::string& job_id, int64_t step) override;
@@ -45,6 +45,14 @@ class SqliteStore final : public Store {
   std::optional<ModelRow> get_model(const std::string& name, int64_t version) const override;
   std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0, const std::string& after_name = "",
                                     int64_t after_version = 0) const override;
+  std::optional<JobRow> claim_job(const std::string& owner, int64_t lease_ms,
+                                  const std::function<bool(const JobRow&)>& fits) override;
+  LeaseRenewal renew_leases(const std::string& owner, const std::vector<std::pair<std::string, int64_t>>& held,
+                            int64_t lease_ms) override;
+  std::vector<JobRow> lapsed_leases(int64_t grace_ms) const override;
+  bool update_job_fenced(const JobRow& row, int64_t epoch) override;
+  bool request_cancel(const std::string& id) override;
+  std::vector<ClaimRow> claims(const std::string& job_id = "") const override;
   const std::string& path() const override;
   std::string_view engine() const override { return "sqlite"; }
 

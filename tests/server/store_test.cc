@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "core/util/clock.h"
 #include "core/util/error.h"
 #include "server/store_postgres.h"
 #include "server/store_sqlite.h"
@@ -504,8 +505,13 @@ TEST_P(StoreTest, OlderSchemasAreMigratedKeepingTheirJobs) {
       const std::unique_ptr<Store> owned = Open();
       id = owned->insert_job(Job("old")).first.id;
     }
-    // Back to what that version wrote: version 1 had no crashes column, version 2 no crash_step.
-    Raw("ALTER TABLE jobs DROP COLUMN crash_step");
+    // Back to what that version wrote: version 1 had no crashes column, version 2 no crash_step,
+    // version 3 no leases.
+    Raw("DROP TABLE claims");
+    for (const char* column : {"owner", "lease_epoch", "lease_expires_ms", "cancel_requested"}) {
+      Raw(std::string("ALTER TABLE jobs DROP COLUMN ") + column);
+    }
+    if (from <= 2) Raw("ALTER TABLE jobs DROP COLUMN crash_step");
     if (from == 1) Raw("ALTER TABLE jobs DROP COLUMN crashes");
     Raw("UPDATE schema_version SET version = " + std::to_string(from));
     const std::unique_ptr<Store> owned = Open();
@@ -517,6 +523,8 @@ TEST_P(StoreTest, OlderSchemasAreMigratedKeepingTheirJobs) {
     EXPECT_EQ(row->name, "old");
     EXPECT_EQ(row->crashes, 0);
     EXPECT_EQ(row->crash_step, -1);
+    EXPECT_EQ(row->owner, "");
+    EXPECT_EQ(row->lease_epoch, 0);
     row->crashes = 3;
     row->crash_step = 75;
     store.update_job(*row);
@@ -566,6 +574,154 @@ TEST_P(StoreTest, ConnectionsRacingForTheSameNamesGetDistinctResults) {
   EXPECT_EQ(all.size(), static_cast<size_t>(kConnections * kEach));
   EXPECT_EQ(*all.begin(), 1);
   EXPECT_EQ(*all.rbegin(), kConnections * kEach);
+}
+
+bool AnyDevice(const JobRow&) { return true; }
+
+TEST_P(StoreTest, AClaimTakesTheFirstFittingJobUnderALeaseAndIsRecorded) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
+  JobRow gpu = Job("gpu");
+  gpu.device = "cuda:0";
+  gpu.priority = 9;
+  store.insert_job(gpu);
+  const JobRow low = store.insert_job(Job("low")).first;
+  JobRow high = Job("high");
+  high.priority = 5;
+  high = store.insert_job(high).first;
+  store.insert_job(Job("done", JobState::kSucceeded));
+  const auto cpu_only = [](const JobRow& r) { return r.device != "cuda:0"; };
+
+  const int64_t before = unix_millis();
+  const std::optional<JobRow> first = store.claim_job("replica-a", 30000, cpu_only);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->id, high.id);  // priority first; the GPU job does not fit
+  EXPECT_EQ(first->state, JobState::kRunning);
+  EXPECT_EQ(first->owner, "replica-a");
+  EXPECT_EQ(first->lease_epoch, 1);
+  EXPECT_GE(first->lease_expires_ms, before + 30000 - 1000);  // the database's clock, near this one
+  EXPECT_LE(first->lease_expires_ms, unix_millis() + 30000 + 1000);
+  EXPECT_EQ(store.claim_job("replica-b", 30000, cpu_only)->id, low.id);
+  EXPECT_FALSE(store.claim_job("replica-b", 30000, cpu_only).has_value());
+  const std::vector<ClaimRow> history = store.claims();
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[0].job_id, high.id);
+  EXPECT_EQ(history[0].owner, "replica-a");
+  EXPECT_EQ(history[0].epoch, 1);
+  EXPECT_EQ(history[1].owner, "replica-b");
+  EXPECT_EQ(store.claims(low.id).size(), 1u);
+  // update_job does not touch the lease.
+  JobRow edited = *store.get_job(high.id);
+  edited.owner = "someone-else";
+  edited.lease_epoch = 77;
+  store.update_job(edited);
+  EXPECT_EQ(store.get_job(high.id)->owner, "replica-a");
+  EXPECT_EQ(store.get_job(high.id)->lease_epoch, 1);
+}
+
+TEST_P(StoreTest, ReplicasClaimingAtOnceNeverShareAJob) {
+  { Open(); }
+  constexpr int kJobs = 40, kReplicas = 4;
+  {
+    const std::unique_ptr<Store> owned = Open();
+    for (int i = 0; i < kJobs; ++i) owned->insert_job(Job("j" + std::to_string(i)));
+  }
+  std::vector<std::vector<std::string>> got(kReplicas);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kReplicas; ++r) {
+    threads.emplace_back([&, r] {
+      const std::unique_ptr<Store> own = Open();
+      while (std::optional<JobRow> job = own->claim_job("replica-" + std::to_string(r), 30000, AnyDevice)) {
+        got[r].push_back(job->id);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::set<std::string> all;
+  size_t total = 0;
+  for (const auto& ids : got) {
+    all.insert(ids.begin(), ids.end());
+    total += ids.size();
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kJobs));
+  EXPECT_EQ(all.size(), static_cast<size_t>(kJobs));
+  EXPECT_EQ(Open()->claims().size(), static_cast<size_t>(kJobs));
+}
+
+TEST_P(StoreTest, RenewalReportsLostLeasesAndCancelRequests) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
+  const std::string a = store.insert_job(Job("a")).first.id;
+  const std::string b = store.insert_job(Job("b")).first.id;
+  const JobRow ja = *store.claim_job("me", 1000, AnyDevice);
+  const JobRow jb = *store.claim_job("me", 1000, AnyDevice);
+  LeaseRenewal r = store.renew_leases("me", {{a, ja.lease_epoch}, {b, jb.lease_epoch}}, 60000);
+  EXPECT_TRUE(r.lost.empty());
+  EXPECT_TRUE(r.cancel_requested.empty());
+  EXPECT_GT(store.get_job(a)->lease_expires_ms, ja.lease_expires_ms + 30000);
+  // Another replica's renewal of the same lease, or one at a stale epoch, renews nothing.
+  EXPECT_EQ(store.renew_leases("other", {{a, ja.lease_epoch}}, 60000).lost, std::vector<std::string>{a});
+  EXPECT_EQ(store.renew_leases("me", {{a, ja.lease_epoch + 1}}, 60000).lost, std::vector<std::string>{a});
+
+  EXPECT_TRUE(store.request_cancel(b));
+  r = store.renew_leases("me", {{a, ja.lease_epoch}, {b, jb.lease_epoch}}, 60000);
+  EXPECT_EQ(r.cancel_requested, std::vector<std::string>{b});
+  EXPECT_TRUE(r.lost.empty());
+  // A takeover: the epoch moves on, and the old holder's lease is lost.
+  JobRow taken = *store.get_job(a);
+  taken.state = JobState::kQueued;
+  taken.owner = "";
+  taken.lease_epoch = ja.lease_epoch + 1;
+  ASSERT_TRUE(store.update_job_fenced(taken, ja.lease_epoch));
+  r = store.renew_leases("me", {{a, ja.lease_epoch}, {b, jb.lease_epoch}}, 60000);
+  EXPECT_EQ(r.lost, std::vector<std::string>{a});
+  // A finished job cannot be asked to cancel.
+  JobRow done = *store.get_job(b);
+  done.state = JobState::kCancelled;
+  ASSERT_TRUE(store.update_job_fenced(done, jb.lease_epoch));
+  EXPECT_FALSE(store.request_cancel(b));
+  EXPECT_FALSE(store.request_cancel("job-nosuchjob0"));
+}
+
+TEST_P(StoreTest, ALapsedLeaseIsFoundAndTheOldHoldersWritesAreFenced) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
+  const std::string id = store.insert_job(Job("partitioned")).first.id;
+  const JobRow held = *store.claim_job("replica-a", 1, AnyDevice);  // lapses at once
+  EXPECT_EQ(store.append_metric(Event(id, 1), held.lease_epoch), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(store.lapsed_leases(60000).empty());  // within the grace
+  const std::vector<JobRow> lapsed = store.lapsed_leases(0);
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].id, id);
+  // Replica B requeues it (fenced on the epoch it read) and claims it.
+  JobRow requeued = lapsed[0];
+  requeued.state = JobState::kQueued;
+  requeued.owner = "";
+  requeued.lease_epoch = held.lease_epoch + 1;
+  ASSERT_TRUE(store.update_job_fenced(requeued, held.lease_epoch));
+  EXPECT_FALSE(store.update_job_fenced(requeued, held.lease_epoch));  // a second sweeper loses
+  const JobRow again = *store.claim_job("replica-b", 30000, AnyDevice);
+  EXPECT_EQ(again.lease_epoch, held.lease_epoch + 2);
+  // Replica A comes back and writes late: refused, and nothing changed.
+  JobRow late = held;
+  late.state = JobState::kSucceeded;
+  EXPECT_FALSE(store.update_job_fenced(late, held.lease_epoch));
+  try {
+    store.append_metric(Event(id, 2), held.lease_epoch);
+    ADD_FAILURE() << "a fenced append was written";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.kind(), StoreError::Kind::kFenced);
+    EXPECT_THAT(e.what(), HasSubstr("another replica has taken the job over"));
+  }
+  EXPECT_EQ(store.get_job(id)->state, JobState::kRunning);
+  EXPECT_EQ(store.get_job(id)->owner, "replica-b");
+  EXPECT_EQ(store.metrics(id, 0).size(), 1u);
+  EXPECT_EQ(store.append_metric(Event(id, 2), again.lease_epoch), 2);
+  const std::vector<ClaimRow> history = store.claims(id);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[1].owner, "replica-b");
+  EXPECT_EQ(history[1].epoch, again.lease_epoch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values("sqlite", "postgresql"),
