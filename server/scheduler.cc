@@ -98,6 +98,12 @@ Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, Sch
 }
 
 Scheduler::~Scheduler() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  keeper_cv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
   for (Slot& s : slots_) s.worker->shutdown();
 }
 
@@ -129,7 +135,7 @@ v1::Job Scheduler::to_job(const JobRow& row) {
   return job;
 }
 
-void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait) {
+void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait, int64_t fence) {
   const int64_t now = unix_millis();
   event.set_job_id(row.id);
   event.set_step(row.step);
@@ -142,69 +148,98 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::millisec
   m.payload_json = ToJson(event);
   m.time_ms = now;
   event.set_seq(retry_while_unavailable("record an event of job " + row.id, outage_wait,
-                                        [&] { return store_.append_metric(m); }));
+                                        [&] { return store_.append_metric(m, fence); }));
   hub_.publish(event);
 }
 
-void Scheduler::recover() {
-  MutexLock lock(&mu_);
-  for (JobRow row : store_.jobs_in_states({JobState::kQueued, JobState::kRunning, JobState::kInterrupted})) {
-    bool resume = false;
-    if (row.state == JobState::kQueued) {
-      Enqueue(row, resume);
-      continue;
-    }
-    const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
-    // The newest generation with a readable header gives the step; the worker verifies the
-    // whole file and falls back further, or fails the job when none verifies.
-    int64_t step = -1;
-    const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
-    for (const std::string& g : generations) {
-      if ((step = CheckpointStep(g)) >= 0) break;
-    }
-    resume = !generations.empty();
-    const int64_t resume_step = std::max<int64_t>(step, 0);
-    const bool crashed = row.state == JobState::kRunning;
-    if (crashed) {
-      // RUNNING at start: the process died under this job (a drain leaves INTERRUPTED). A job
-      // that takes the server down with it must not do so on every restart, but a server that
-      // dies for other reasons (kill -9, a preempted machine) is not the job's fault: only stops
-      // without progress count, i.e. a resume from the same checkpoint step as the last counted
-      // one. A job that checkpointed further since starts its count again.
-      if (row.crashes > 0 && resume_step > row.crash_step) row.crashes = 0;
-      ++row.crashes;
-      row.crash_step = resume_step;
-      if (row.crashes > options_.max_crash_resumes) {
-        row.state = JobState::kFailed;
-        row.reason =
-            detail::StrCat("the server stopped while running it ", row.crashes,
-                           " times with no progress between (each resumed from the checkpoint at step ", resume_step,
-                           "); not resumed again (anvild --max-crash-resumes ", options_.max_crash_resumes, ")");
-        row.finished_ms = unix_millis();
-        store_.update_job(row);
-        log(LogLevel::kWarning, "job ", row.id, ": ", row.reason);
-        v1::MetricEvent e;
-        e.set_state(v1::FAILED);
-        e.set_message(row.reason);
-        Record(row, e);
-        continue;
-      }
-    }
-    row.step = resume_step;
-    store_.truncate_metrics_after(row.id, row.step);
-    row.state = JobState::kQueued;
-    row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
-    if (crashed)
-      row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
-                                   options_.max_crash_resumes, " times without progress)");
-    store_.update_job(row);
+bool Scheduler::RequeueStopped(JobRow row) {
+  const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
+  // The newest generation with a readable header gives the step; the worker verifies the
+  // whole file and falls back further, or fails the job when none verifies.
+  int64_t step = -1;
+  const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
+  for (const std::string& g : generations) {
+    if ((step = CheckpointStep(g)) >= 0) break;
+  }
+  const bool resume = !generations.empty();
+  const int64_t resume_step = std::max<int64_t>(step, 0);
+  const int64_t held_epoch = row.lease_epoch;
+  const std::string previous_owner = row.owner;
+  // The lease moves on: whatever the replica that ran it still writes is refused.
+  row.owner.clear();
+  row.lease_expires_ms = 0;
+  row.lease_epoch = held_epoch + 1;
+  const bool crashed = row.state == JobState::kRunning;
+  if (crashed && row.cancel_requested) {
+    row.state = JobState::kCancelled;
+    row.reason = "cancelled; the server running it stopped before it could";
+    row.finished_ms = unix_millis();
+    if (!store_.update_job_fenced(row, held_epoch)) return false;
     v1::MetricEvent e;
-    e.set_state(v1::QUEUED);
+    e.set_state(v1::CANCELLED);
     e.set_message(row.reason);
     Record(row, e);
-    Enqueue(row, resume);
+    return true;
   }
-  DispatchLocked();
+  if (crashed) {
+    // RUNNING with no live lease: the process died under this job (a drain leaves
+    // INTERRUPTED). A job that takes the server down with it must not do so on every restart,
+    // but a server that dies for other reasons (kill -9, a preempted machine) is not the job's
+    // fault: only stops without progress count, i.e. a resume from the same checkpoint step as
+    // the last counted one. A job that checkpointed further since starts its count again.
+    if (row.crashes > 0 && resume_step > row.crash_step) row.crashes = 0;
+    ++row.crashes;
+    row.crash_step = resume_step;
+    if (row.crashes > options_.max_crash_resumes) {
+      row.state = JobState::kFailed;
+      row.reason =
+          detail::StrCat("the server stopped while running it ", row.crashes,
+                         " times with no progress between (each resumed from the checkpoint at step ", resume_step,
+                         "); not resumed again (anvild --max-crash-resumes ", options_.max_crash_resumes, ")");
+      row.finished_ms = unix_millis();
+      if (!store_.update_job_fenced(row, held_epoch)) return false;
+      log(LogLevel::kWarning, "job ", row.id, ": ", row.reason);
+      v1::MetricEvent e;
+      e.set_state(v1::FAILED);
+      e.set_message(row.reason);
+      Record(row, e);
+      return true;
+    }
+  }
+  row.step = resume_step;
+  row.state = JobState::kQueued;
+  row.reason = resume ? "resuming from the checkpoint at step " + std::to_string(row.step) : "restarting";
+  if (crashed) {
+    row.reason += detail::StrCat(" (the server stopped under it ", row.crashes, " of at most ",
+                                 options_.max_crash_resumes, " times without progress");
+    if (!previous_owner.empty() && previous_owner != options_.instance) {
+      row.reason += "; its lease on replica " + previous_owner + " lapsed";
+    }
+    row.reason += ")";
+  }
+  if (!store_.update_job_fenced(row, held_epoch)) return false;
+  store_.truncate_metrics_after(row.id, row.step);
+  v1::MetricEvent e;
+  e.set_state(v1::QUEUED);
+  e.set_message(row.reason);
+  Record(row, e);
+  return true;
+}
+
+void Scheduler::recover() {
+  {
+    MutexLock lock(&mu_);
+    // This replica's own jobs (or, on a store written before leases, every RUNNING job): it
+    // died under them, so their leases need not lapse first. Other replicas' jobs are theirs
+    // until their leases lapse (the keeper's sweep). INTERRUPTED jobs, from a drain, requeue
+    // with the step they resume from.
+    for (const JobRow& row : store_.jobs_in_states({JobState::kRunning, JobState::kInterrupted})) {
+      if (row.state == JobState::kRunning && !row.owner.empty() && row.owner != options_.instance) continue;
+      RequeueStopped(row);
+    }
+    DispatchLocked();
+  }
+  StartKeeper();
 }
 
 absl::StatusOr<Scheduler::Submitted> Scheduler::submit(const v1::JobSpec& spec) {
@@ -229,9 +264,10 @@ absl::StatusOr<Scheduler::Submitted> Scheduler::SubmitLocked(const v1::JobSpec& 
       return Submitted{*r, false};
     }
   }
-  int64_t running = 0;
-  for (const Slot& s : slots_) running += s.job_id.empty() ? 0 : 1;
-  if (static_cast<int64_t>(queue_.size()) + running >= options_.max_pending_jobs) {
+  // Every replica's: the quota is the store's.
+  int64_t pending = 0;
+  for (const auto& [state, n] : store_.count_jobs_by_state()) pending += is_terminal(state) ? 0 : n;
+  if (pending >= options_.max_pending_jobs) {
     return absl::ResourceExhaustedError(absl::StrCat("the job quota is reached (", options_.max_pending_jobs,
                                                      " queued or running jobs); wait for some to finish"));
   }
@@ -247,7 +283,6 @@ absl::StatusOr<Scheduler::Submitted> Scheduler::SubmitLocked(const v1::JobSpec& 
     v1::MetricEvent e;
     e.set_state(v1::QUEUED);
     Record(stored, e);
-    Enqueue(stored, false);
     DispatchLocked();
   }
   return Submitted{stored, created};
@@ -269,22 +304,30 @@ absl::StatusOr<JobRow> Scheduler::CancelLocked(const std::string& job_id) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " already ended (", std::string(job_state_name(row->state)), ")"));
   }
-  auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job_id == job_id; });
-  if (queued != queue_.end()) {
-    queue_.erase(queued);
-    row->state = JobState::kCancelled;
-    row->reason = "cancelled before it started";
-    row->finished_ms = unix_millis();
-    store_.update_job(*row);
-    v1::MetricEvent e;
-    e.set_state(v1::CANCELLED);
-    e.set_message(row->reason);
-    Record(*row, e);
-    return *row;
+  if (row->state == JobState::kQueued || row->state == JobState::kInterrupted) {
+    // Fenced on the epoch just read: if a replica claims it meanwhile, the cancel goes to that
+    // replica instead (below).
+    JobRow cancelled = *row;
+    cancelled.state = JobState::kCancelled;
+    cancelled.reason = "cancelled before it started";
+    cancelled.finished_ms = unix_millis();
+    if (store_.update_job_fenced(cancelled, row->lease_epoch)) {
+      v1::MetricEvent e;
+      e.set_state(v1::CANCELLED);
+      e.set_message(cancelled.reason);
+      Record(cancelled, e);
+      return cancelled;
+    }
   }
   for (Slot& s : slots_) {
-    if (s.job_id == job_id) s.worker->stop(job_id, /*interrupt=*/false);
+    if (s.job_id == job_id) {
+      s.worker->stop(job_id, /*interrupt=*/false);
+      return *row;
+    }
   }
+  // Running on another replica: it sees the request when it next renews its leases.
+  store_.request_cancel(job_id);
+  keeper_cv_.notify_all();
   return *row;
 }
 
@@ -421,49 +464,106 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
   }
 }
 
-void Scheduler::Enqueue(const JobRow& row, bool resume) { queue_.push_back({row.priority, row.seq, row.id, resume}); }
-
 void Scheduler::DispatchLocked() {
   if (draining_) return;
-  std::stable_sort(queue_.begin(), queue_.end(), [](const Queued& a, const Queued& b) {
-    return a.priority != b.priority ? a.priority > b.priority : a.seq < b.seq;
-  });
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    std::optional<JobRow> row = store_.get_job(it->job_id);
-    if (!row) {
-      it = queue_.erase(it);
-      continue;
-    }
-    if (row->state != JobState::kQueued && row->state != JobState::kInterrupted) {  // cancelled or a stale entry
-      it = queue_.erase(it);
-      continue;
-    }
-    const v1::JobSpec spec = SpecOf(*row);
-    Slot* slot = nullptr;
-    for (Slot& s : slots_) {
-      // The slot is the one record of "busy": a worker is idle before its terminal event
-      // arrives (workers/worker.h), which is when the slot is freed.
-      if (s.job_id.empty() && DeviceFits(spec.device(), s.worker->device())) {
-        slot = &s;
-        break;
+  for (Slot& slot : slots_) {
+    // The slot is the one record of "busy": a worker is idle before its terminal event
+    // arrives (workers/worker.h), which is when the slot is freed.
+    if (!slot.job_id.empty()) continue;
+    const std::string device = slot.worker->device();
+    // The spec's device, not the row's: a job that ran before holds the device it was placed on.
+    std::optional<JobRow> row = store_.claim_job(options_.instance, options_.lease.count(), [&](const JobRow& r) {
+      try {
+        return DeviceFits(SpecOf(r).device(), device);
+      } catch (const std::exception&) {
+        return DeviceFits(r.device, device);
       }
-    }
-    if (slot == nullptr) {
-      ++it;
-      continue;
-    }
+    });
+    if (!row) continue;
+    const fs::path dir = fs::path(options_.data_root) / "jobs" / row->id;
     workers::RunJob job;
     job.job_id = row->id;
-    job.spec = spec;
+    job.spec = SpecOf(*row);
     job.data_root = options_.data_root;
     job.datasets_dir = options_.datasets_dir;
-    job.job_dir = (fs::path(options_.data_root) / "jobs" / row->id).string();
-    job.resume = it->resume;
+    job.job_dir = dir.string();
+    // A job that ran before resumes from its newest checkpoint (the worker verifies it).
+    job.resume = !train::existing_checkpoints((dir / "checkpoint.safetensors").string(), 2).empty();
     job.memory_budget = options_.max_job_memory;
-    slot->job_id = row->id;
-    slot->worker->run(std::move(job));
-    it = queue_.erase(it);
+    slot.job_id = row->id;
+    slot.epoch = row->lease_epoch;
+    slot.lost = false;
+    slot.worker->run(std::move(job));
   }
+}
+
+void Scheduler::StartKeeper() {
+  MutexLock lock(&mu_);
+  if (keeper_.joinable()) return;
+  last_renewal_ = std::chrono::steady_clock::now();
+  keeper_ = std::thread([this] { KeepLeases(); });
+}
+
+void Scheduler::KeepLeases() {
+  auto next_renewal = std::chrono::steady_clock::now();
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_renewal) {
+      next_renewal = now + options_.lease / 3;
+      std::vector<std::pair<std::string, int64_t>> held;
+      for (const Slot& s : slots_) {
+        if (!s.job_id.empty() && !s.lost) held.emplace_back(s.job_id, s.epoch);
+      }
+      try {
+        const LeaseRenewal r = store_.renew_leases(options_.instance, held, options_.lease.count());
+        last_renewal_ = now;
+        for (Slot& s : slots_) {
+          if (s.job_id.empty() || s.lost) continue;
+          if (std::find(r.lost.begin(), r.lost.end(), s.job_id) != r.lost.end()) {
+            LoseLease(s, "its lease moved to another replica");
+          } else if (std::find(r.cancel_requested.begin(), r.cancel_requested.end(), s.job_id) !=
+                     r.cancel_requested.end()) {
+            s.worker->stop(s.job_id, /*interrupt=*/false);
+          }
+        }
+        // Others' lapsed leases: their replica died or was cut off. A sweep is fenced on the
+        // epoch it read, so replicas sweeping together requeue each job once.
+        for (const JobRow& row : store_.lapsed_leases(options_.lease_grace.count())) {
+          if (IsRunningHere(row.id)) continue;  // ours, renewed above unless lost
+          if (RequeueStopped(row)) log(LogLevel::kWarning, "job ", row.id, " (", row.name, "): ", row.reason);
+        }
+        DispatchLocked();  // jobs submitted on other replicas (a poll: no notification crosses them)
+      } catch (const std::exception& e) {
+        // The store cannot be reached. Past the lease, another replica may take these jobs over:
+        // stop them first (self-fencing), before the database's clock lets anyone claim them.
+        if (now - last_renewal_ >= options_.lease - options_.lease / 6) {
+          for (Slot& s : slots_) {
+            if (!s.job_id.empty() && !s.lost) LoseLease(s, "its lease could not be renewed: " + std::string(e.what()));
+          }
+        }
+      }
+    }
+    const auto wake = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll_interval);
+    keeper_cv_.wait_until(mu_, wake);
+    if (!stopping_ && std::chrono::steady_clock::now() < next_renewal) {
+      try {
+        DispatchLocked();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
+
+void Scheduler::LoseLease(Slot& slot, const std::string& why) {
+  log(LogLevel::kWarning, "job ", slot.job_id, ": stopped on this replica (", options_.instance, "): ", why,
+      "; nothing more of this run is written");
+  slot.lost = true;
+  slot.worker->stop(slot.job_id, /*interrupt=*/false);
+}
+
+bool Scheduler::IsRunningHere(const std::string& job_id) const {
+  return std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.job_id == job_id; });
 }
 
 void Scheduler::OnEvent(const WorkerEvent& e) {
@@ -493,9 +593,50 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       }
     }
   } free_slot{*this, e, ends};
+  // The lease this run holds: every write below is fenced on its epoch, so a replica that lost
+  // the job (its lease lapsed and another replica took it over) cannot change it.
+  int64_t fence = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const Slot& s : slots_) {
+      if (s.job_id != e.job_id) continue;
+      if (s.lost) {
+        if (ends && metrics_ != nullptr) metrics_->job_ended(e.job_id);
+        return;  // stopped because its lease was lost: nothing of this run is written
+      }
+      fence = s.epoch;
+    }
+  }
   // Each store call below waits out a store that cannot be reached (PostgreSQL restarting): the
   // event is recorded late rather than lost.
   const std::chrono::milliseconds wait = options_.store_outage_wait;
+  try {
+    OnEventFenced(e, fence, wait);
+  } catch (const StoreError& refused) {
+    if (refused.kind() != StoreError::Kind::kFenced) throw;
+    Fenced(e.job_id, fence);
+  }
+}
+
+void Scheduler::Fenced(const std::string& job_id, int64_t epoch) {
+  log(LogLevel::kWarning, "job ", job_id, ": a write of this replica (", options_.instance, ") under lease epoch ",
+      epoch, " was refused: another replica has taken the job over; this run stops");
+  if (metrics_ != nullptr) metrics_->store_fenced_writes.Increment();
+  MutexLock lock(&mu_);
+  for (Slot& s : slots_) {
+    if (s.job_id == job_id && !s.lost) LoseLease(s, "a write under its lease was refused by the fencing epoch");
+  }
+}
+
+void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::milliseconds wait) {
+  auto write_row = [&](const JobRow& row) {
+    const bool written =
+        retry_while_unavailable("update job " + row.id, wait, [&] { return store_.update_job(row, fence); });
+    if (!written) {
+      throw StoreError("job " + row.id + ": refused by the fencing epoch " + std::to_string(fence),
+                       StoreError::Kind::kFenced);
+    }
+  };
   std::optional<JobRow> found =
       retry_while_unavailable("read job " + e.job_id, wait, [&] { return store_.get_job(e.job_id); });
   if (!found) return;
@@ -549,7 +690,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
     }
     case WorkerEvent::Kind::kCheckpoint:
       row.checkpoint = fs::relative(e.path, root).string();
-      retry_while_unavailable("update job " + row.id, wait, [&] { store_.update_job(row); });
+      write_row(row);
       return;
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;
@@ -607,8 +748,19 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)
-  retry_while_unavailable("update job " + row.id, wait, [&] { store_.update_job(row); });
-  Record(row, event, wait);
+  if (e.kind == WorkerEvent::Kind::kInterrupted && fence > 0) {
+    // Drained: any replica may resume it now, so the lease is given up with the row.
+    JobRow released = row;
+    released.owner.clear();
+    released.lease_expires_ms = 0;
+    if (!retry_while_unavailable("update job " + row.id, wait,
+                                 [&] { return store_.update_job_fenced(released, fence); })) {
+      throw StoreError("job " + row.id + ": refused by the fencing epoch", StoreError::Kind::kFenced);
+    }
+  } else {
+    write_row(row);
+  }
+  Record(row, event, wait, fence);
   if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) expire_finished_jobs();
 }
 

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/util/mutex.h"
@@ -46,6 +47,13 @@ struct SchedulerOptions {
   // How long a job's progress waits for a store that cannot be reached (store_retry.h) before
   // the event is given up: a PostgreSQL restart takes seconds.
   std::chrono::milliseconds store_outage_wait{std::chrono::seconds(60)};
+  // Replicas (docs/replicas.md): this one's instance id, the claimed jobs' lease (renewed every
+  // third of it), how long past a lapse before another replica requeues the job, and how often
+  // an idle replica looks for jobs submitted on the others.
+  std::string instance = "anvild";
+  std::chrono::milliseconds lease{std::chrono::seconds(15)};
+  std::chrono::milliseconds lease_grace{std::chrono::seconds(2)};
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
 };
 
 using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::EventSink)>;
@@ -93,25 +101,37 @@ class Scheduler {
   static v1::Job to_job(const JobRow& row);
 
  private:
-  struct Queued {
-    int64_t priority, seq;
-    std::string job_id;
-    bool resume;
-  };
   struct Slot {
     std::unique_ptr<workers::Worker> worker;
     std::string job_id;  // running on it, "" when idle
+    int64_t epoch = 0;   // the lease epoch of its claim: every write of the run is fenced on it
+    bool lost = false;   // its lease was lost: the run is being stopped and writes nothing more
   };
 
   absl::StatusOr<Submitted> SubmitLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobRow> CancelLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnEvent(const workers::WorkerEvent& e);
-  void Enqueue(const JobRow& row, bool resume) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnEventFenced(const workers::WorkerEvent& e, int64_t fence, std::chrono::milliseconds wait);
+  // A write of this replica was refused by the fencing epoch: logged, counted, the run stopped.
+  void Fenced(const std::string& job_id, int64_t epoch);
+  // Claims jobs for the idle slots and starts them.
   void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job whose server stopped under it (RUNNING: died; INTERRUPTED: drained) back to the
+  // queue, or FAILED by the crash-loop guard, or CANCELLED if a cancel was asked; fenced on the
+  // epoch in `row`: false when another replica moved it first.
+  bool RequeueStopped(JobRow row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keeper thread: renews this replica's leases, stops runs whose lease is lost or that
+  // another replica asked to cancel, requeues jobs whose lease lapsed, and claims jobs
+  // submitted elsewhere.
+  void StartKeeper();
+  void KeepLeases();
+  void LoseLease(Slot& slot, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsRunningHere(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllSlotsIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `outage_wait` > 0: waits that long for a store that cannot be reached (a worker's event);
   // 0: fails at once (a request's, which the client retries on UNAVAILABLE).
-  void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {});
+  // `fence` > 0: only while the job's lease epoch is that (StoreError kFenced otherwise).
+  void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {}, int64_t fence = 0);
 
   Store& store_;
   MetricsHub& hub_;
@@ -128,9 +148,12 @@ class Scheduler {
   // -Wthread-safety checks every access (the clang builds: server/CMakeLists.txt).
   mutable Mutex mu_;
   std::condition_variable_any idle_cv_;  // a slot was freed
-  std::vector<Queued> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_renewal_ ABSL_GUARDED_BY(mu_);
+  std::condition_variable_any keeper_cv_;  // wakes the keeper: a cancel to pass on, the end
+  std::thread keeper_;
 };
 
 }  // namespace anvil::server

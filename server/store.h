@@ -156,8 +156,10 @@ class Store {
   virtual std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const = 0;
   // Writes every mutable field: state, reason, priority, device, started_ms, finished_ms, step,
   // epoch, checkpoint, model_name, model_version, crashes, crash_step. What a submit fixed (name,
-  // client_job_id, spec_json, created_ms, seq) is kept as stored. Throws if the id does not exist.
-  virtual void update_job(const JobRow& row) = 0;
+  // client_job_id, spec_json, created_ms, seq) and the lease fields are kept as stored. With
+  // `fence_epoch` > 0, only while the job's lease_epoch is still that: false, and nothing
+  // written, when another replica has taken the job over. Throws if the id does not exist.
+  virtual bool update_job(const JobRow& row, int64_t fence_epoch = 0) = 0;
 
   // Appends the event with the next seq of its job and returns that seq; atomic. Throws if
   // the job does not exist. With `fence_epoch` > 0, only while the job's lease_epoch is still

@@ -606,21 +606,25 @@ std::vector<JobRow> PostgresStore::jobs_in_states(const std::vector<JobState>& s
                           Params().add_names(state_names(states), /*null_when_empty=*/false)));
 }
 
-void PostgresStore::update_job(const JobRow& row) {
+bool PostgresStore::update_job(const JobRow& row, int64_t fence_epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
   Params p;
   p.add(row.id).add(job_state_name(row.state)).add(row.reason).add(row.priority).add(row.device);
   p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
-  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step);
+  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step).add(fence_epoch);
   Result q = m.exec("update a job",
                     "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "
                     "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, "
-                    "model_version = $12, crashes = $13, crash_step = $14 WHERE id = $1",
+                    "model_version = $12, crashes = $13, crash_step = $14 WHERE id = $1 AND ($15 = 0 OR "
+                    "lease_epoch = $15)",
                     p);
-  ANVIL_CHECK(q.affected() == 1, "update_job: expected an existing job id, got '", row.id, "' (database ", m.display,
-              ")");
+  if (q.affected() == 1) return true;
+  const bool exists = m.exec("read a job", "SELECT 1 FROM jobs WHERE id = $1", Params().add(row.id)).rows() == 1;
+  ANVIL_CHECK(fence_epoch > 0 && exists, "update_job: expected an existing job id, got '", row.id, "' (database ",
+              m.display, ")");
+  return false;
 }
 
 int64_t PostgresStore::append_metric(MetricRow row, int64_t fence_epoch) {

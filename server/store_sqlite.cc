@@ -283,10 +283,11 @@ struct SqliteStore::Impl {
                          "SELECT " ANVIL_JOB_COLUMNS
                          " FROM jobs WHERE state IN (?1, ?2, ?3, ?4, ?5, ?6) "
                          "ORDER BY seq ASC"),
-          update_job(db, p, "update a job",
-                     "UPDATE jobs SET state = ?2, reason = ?3, priority = ?4, device = ?5, started_ms = ?6, "
-                     "finished_ms = ?7, step = ?8, epoch = ?9, checkpoint = ?10, model_name = ?11, "
-                     "model_version = ?12, crashes = ?13, crash_step = ?14 WHERE id = ?1"),
+          update_job(
+              db, p, "update a job",
+              "UPDATE jobs SET state = ?2, reason = ?3, priority = ?4, device = ?5, started_ms = ?6, "
+              "finished_ms = ?7, step = ?8, epoch = ?9, checkpoint = ?10, model_name = ?11, "
+              "model_version = ?12, crashes = ?13, crash_step = ?14 WHERE id = ?1 AND (?15 = 0 OR lease_epoch = ?15)"),
           bump_metric_seq(db, p, "advance a job's metric seq",
                           "UPDATE jobs SET metric_seq = metric_seq + 1 WHERE id = ?1 AND (?2 = 0 OR lease_epoch = ?2)"),
           read_metric_seq(db, p, "read a job's metric seq", "SELECT metric_seq FROM jobs WHERE id = ?1"),
@@ -550,22 +551,21 @@ std::vector<JobRow> SqliteStore::jobs_in_states(const std::vector<JobState>& sta
   return impl_->read_jobs(q);
 }
 
-void SqliteStore::update_job(const JobRow& row) {
+bool SqliteStore::update_job(const JobRow& row, int64_t fence_epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   {
     Query q(m.st->update_job);
     q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
     q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
-    q.bind(10, row.checkpoint)
-        .bind(11, row.model_name)
-        .bind(12, row.model_version)
-        .bind(13, row.crashes)
-        .bind(14, row.crash_step);
+    q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
+    q.bind(14, row.crash_step).bind(15, fence_epoch);
     q.run();
   }
-  ANVIL_CHECK(sqlite3_changes(m.db.get()) == 1, "update_job: expected an existing job id, got '", row.id,
+  if (sqlite3_changes(m.db.get()) == 1) return true;
+  ANVIL_CHECK(fence_epoch > 0 && m.job_id_taken(row.id), "update_job: expected an existing job id, got '", row.id,
               "' (database ", m.path, ")");
+  return false;
 }
 
 int64_t SqliteStore::append_metric(MetricRow row, int64_t fence_epoch) {

@@ -36,7 +36,7 @@ class SqliteStore final : public Store {
   std::vector<std::string> expired_jobs(int64_t keep, int64_t finished_before_ms) const override;
   bool delete_job(const std::string& id) override;
   std::vector<JobRow> jobs_in_states(const std::vector<JobState>& states) const override;
-  void update_job(const JobRow& row) override;
+  bool update_job(const JobRow& row, int64_t fence_epoch = 0) override;
   int64_t append_metric(MetricRow row, int64_t fence_epoch = 0) override;
   std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
                                  int64_t limit = 0) const override;

@@ -105,6 +105,10 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                          {"device"})),
       allocator_ooms(
           r.counter("anvil_allocator_ooms_total", "Out-of-memory errors raised by a GPU's allocator.", {"device"})),
+      store_fenced_writes(r.counter("anvil_store_fenced_writes_total",
+                                    "Writes of a job's run refused because another replica has taken the job "
+                                    "over (its lease lapsed): the fencing epoch at work.")
+                              .with()),
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {

@@ -52,6 +52,9 @@ class ServiceMetrics {
   Family<Gauge>& allocator_fragmentation;
   Family<Counter>& allocator_device_mallocs;
   Family<Counter>& allocator_ooms;
+  // Replicas: writes of a run whose lease another replica took over, refused by the fencing
+  // epoch (the store stays the taker's).
+  Counter& store_fenced_writes;
   // Process.
   Counter& process_cpu;
   Gauge& process_rss;
