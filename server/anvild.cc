@@ -76,6 +76,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.data_dir = value.get<std::string>();
     else if (key == "store")
       o.store = value.get<std::string>();
+    else if (key == "instance")
+      o.instance = value.get<std::string>();
     else if (key == "metrics_address")
       o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir")
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option(
       "--config", config,
-      "JSON settings file (keys: address, data_dir, store, datasets_dir, log_level, max_batch, "
+      "JSON settings file (keys: address, data_dir, store, instance, datasets_dir, log_level, max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
       "max_crash_resumes, "
@@ -209,7 +211,14 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-address", metrics_address,
                  "Prometheus /metrics over HTTP (default 127.0.0.1:9464; \"\" turns it off)");
   app.add_option("--data-dir", data_dir, "jobs, models and the job store live here (default ./anvil-data)");
-  std::string store;
+  std::string store, instance;
+  double lease_seconds = -1;
+  app.add_option("--instance", instance,
+                 "this replica's name in a shared store (default HOSTNAME-PID; a stable name lets a restarted "
+                 "replica resume its jobs at once)");
+  app.add_option("--lease-seconds", lease_seconds,
+                 "replicas: the lease a running job is held under (default 15; another replica takes the job over "
+                 "2 s after it lapses)");
   app.add_option("--store", store,
                  "the job store: a postgresql://user@host:port/db URL (libpq's; ?sslmode=verify-full for TLS), or "
                  "a SQLite file (default <data-dir>/anvil.db)");
@@ -218,6 +227,9 @@ int main(int argc, char** argv) {
   std::string devices, serving_device;
   app.add_option("--devices", devices,
                  "training workers: \"auto\" (every CUDA device plus the CPU; the default) or a list like cuda:0,cpu");
+  int cpu_workers = 0;
+  app.add_option("--cpu-workers", cpu_workers,
+                 "training jobs that run at once on the CPU, sharing its cores (default 1)");
   app.add_option("--serving-device", serving_device,
                  "where served models run: \"auto\" (cuda:0 when there is a GPU; the default), cpu or cuda:N");
   app.add_option("--max-batch", max_batch, "dynamic batching: rows per batch (default 32)");
@@ -276,6 +288,7 @@ int main(int argc, char** argv) {
     FromEnv("ANVILD_ADDRESS", o.address);
     FromEnv("ANVILD_DATA_DIR", o.data_dir);
     FromEnv("ANVILD_STORE", o.store);
+    FromEnv("ANVILD_INSTANCE", o.instance);
     FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
     FromEnv("ANVILD_DEVICES", o.devices);
     FromEnv("ANVILD_SERVING_DEVICE", o.serving_device);
@@ -287,6 +300,9 @@ int main(int argc, char** argv) {
     if (!address.empty()) o.address = address;
     if (!data_dir.empty()) o.data_dir = data_dir;
     if (!store.empty()) o.store = store;
+    if (!instance.empty()) o.instance = instance;
+    if (cpu_workers > 0) o.cpu_workers = cpu_workers;
+    if (lease_seconds > 0) o.lease = std::chrono::milliseconds(static_cast<int64_t>(lease_seconds * 1000));
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
     if (!devices.empty()) o.devices = devices;
     if (!serving_device.empty()) o.serving_device = serving_device;

@@ -36,7 +36,8 @@ bool IsTemporary(const std::string& name) {
 
 }  // namespace
 
-DataDirLock::DataDirLock(const std::string& data_dir) : path_((fs::path(data_dir) / "anvild.lock").string()) {
+DataDirLock::DataDirLock(const std::string& data_dir, const std::string& file)
+    : path_((fs::path(data_dir) / file).string()) {
   fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ANVIL_CHECK(fd_ >= 0, "cannot create the data directory's lock file ", path_, ": ", errno_message(errno));
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -46,7 +47,8 @@ DataDirLock::DataDirLock(const std::string& data_dir) : path_((fs::path(data_dir
     fd_ = -1;
     ANVIL_CHECK(err != EWOULDBLOCK, "the data directory ", data_dir, " is in use by another anvild",
                 pid.empty() ? std::string() : " (pid " + pid + ")", ", which holds ", path_,
-                ". Stop it first, or give this one its own --data-dir");
+                ". Stop it first, or give this one its own --data-dir",
+                file == "anvild.lock" ? "" : " (or its own --instance)");
     throw Error(detail::StrCat("cannot lock ", path_, ": ", errno_message(err)));
   }
   const std::string pid = std::to_string(getpid()) + "\n";

@@ -18,8 +18,9 @@ class DataDirLock {
  public:
   // Takes the lock on `data_dir` (an existing folder) and writes this process's pid into the
   // lock file. Throws anvil::Error when another process (or another server in this process)
-  // holds it, or when the file cannot be created.
-  explicit DataDirLock(const std::string& data_dir);
+  // holds it, or when the file cannot be created. Replicas that share the folder (their store
+  // is PostgreSQL) each lock a file of their own instance id: `file` = anvild-INSTANCE.lock.
+  explicit DataDirLock(const std::string& data_dir, const std::string& file = "anvild.lock");
   ~DataDirLock();  // releases the lock
   DataDirLock(const DataDirLock&) = delete;
   DataDirLock& operator=(const DataDirLock&) = delete;

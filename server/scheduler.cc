@@ -79,8 +79,13 @@ bool DeviceFits(const std::string& wanted, const std::string& device) {
 }  // namespace
 
 Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
-                     const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics)
-    : store_(store), hub_(hub), registry_(registry), options_(std::move(options)), metrics_(metrics) {
+                     const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics, Store* lease_store)
+    : store_(store),
+      lease_store_(lease_store != nullptr ? *lease_store : store),
+      hub_(hub),
+      registry_(registry),
+      options_(std::move(options)),
+      metrics_(metrics) {
   if (metrics_ != nullptr) {
     // Jobs by state, counted from the store at each scrape.
     metrics_->registry().add_collector([this] {
@@ -110,7 +115,9 @@ Scheduler::~Scheduler() {
 std::vector<std::string> Scheduler::devices() const {
   MutexLock lock(&mu_);
   std::vector<std::string> out;
-  for (const Slot& s : slots_) out.push_back(s.worker->device());
+  for (const Slot& s : slots_) {  // once each, though several CPU workers may share it
+    if (std::find(out.begin(), out.end(), s.worker->device()) == out.end()) out.push_back(s.worker->device());
+  }
   return out;
 }
 
@@ -132,6 +139,7 @@ v1::Job Scheduler::to_job(const JobRow& row) {
   job.set_finished_unix_ms(row.finished_ms);
   job.set_model_name(to_valid_utf8(row.model_name));
   job.set_model_version(row.model_version);
+  job.set_replica(to_valid_utf8(row.owner));
   return job;
 }
 
@@ -464,15 +472,16 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
   }
 }
 
-void Scheduler::DispatchLocked() {
+void Scheduler::DispatchLocked(Store* via) {
   if (draining_) return;
+  Store& claims = via != nullptr ? *via : store_;
   for (Slot& slot : slots_) {
     // The slot is the one record of "busy": a worker is idle before its terminal event
     // arrives (workers/worker.h), which is when the slot is freed.
     if (!slot.job_id.empty()) continue;
     const std::string device = slot.worker->device();
     // The spec's device, not the row's: a job that ran before holds the device it was placed on.
-    std::optional<JobRow> row = store_.claim_job(options_.instance, options_.lease.count(), [&](const JobRow& r) {
+    std::optional<JobRow> row = claims.claim_job(options_.instance, options_.lease.count(), [&](const JobRow& r) {
       try {
         return DeviceFits(SpecOf(r).device(), device);
       } catch (const std::exception&) {
@@ -506,18 +515,20 @@ void Scheduler::StartKeeper() {
 
 void Scheduler::KeepLeases() {
   auto next_renewal = std::chrono::steady_clock::now();
+  bool reachable = true;
   MutexLock lock(&mu_);
   while (!stopping_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= next_renewal) {
-      next_renewal = now + options_.lease / 3;
+    const auto attempt = std::chrono::steady_clock::now();
+    if (attempt >= next_renewal) {
+      next_renewal = attempt + options_.lease / 3;
       std::vector<std::pair<std::string, int64_t>> held;
       for (const Slot& s : slots_) {
         if (!s.job_id.empty() && !s.lost) held.emplace_back(s.job_id, s.epoch);
       }
       try {
-        const LeaseRenewal r = store_.renew_leases(options_.instance, held, options_.lease.count());
-        last_renewal_ = now;
+        const LeaseRenewal r = lease_store_.renew_leases(options_.instance, held, options_.lease.count());
+        last_renewal_ = attempt;
+        reachable = true;
         for (Slot& s : slots_) {
           if (s.job_id.empty() || s.lost) continue;
           if (std::find(r.lost.begin(), r.lost.end(), s.job_id) != r.lost.end()) {
@@ -529,26 +540,30 @@ void Scheduler::KeepLeases() {
         }
         // Others' lapsed leases: their replica died or was cut off. A sweep is fenced on the
         // epoch it read, so replicas sweeping together requeue each job once.
-        for (const JobRow& row : store_.lapsed_leases(options_.lease_grace.count())) {
+        for (const JobRow& row : lease_store_.lapsed_leases(options_.lease_grace.count())) {
           if (IsRunningHere(row.id)) continue;  // ours, renewed above unless lost
           if (RequeueStopped(row)) log(LogLevel::kWarning, "job ", row.id, " (", row.name, "): ", row.reason);
         }
-        DispatchLocked();  // jobs submitted on other replicas (a poll: no notification crosses them)
+        DispatchLocked(&lease_store_);  // jobs submitted on other replicas (a poll)
       } catch (const std::exception& e) {
-        // The store cannot be reached. Past the lease, another replica may take these jobs over:
-        // stop them first (self-fencing), before the database's clock lets anyone claim them.
-        if (now - last_renewal_ >= options_.lease - options_.lease / 6) {
+        reachable = false;
+        // The store cannot be reached. Before the database's clock can let another replica
+        // take these jobs over, stop them here (self-fencing): a run must not go on writing
+        // checkpoints beside its successor's.
+        if (std::chrono::steady_clock::now() - last_renewal_ >= options_.lease - options_.lease / 6) {
           for (Slot& s : slots_) {
-            if (!s.job_id.empty() && !s.lost) LoseLease(s, "its lease could not be renewed: " + std::string(e.what()));
+            if (!s.job_id.empty() && !s.lost) {
+              LoseLease(s, "its lease could not be renewed: " + std::string(e.what()));
+            }
           }
         }
       }
     }
     const auto wake = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll_interval);
     keeper_cv_.wait_until(mu_, wake);
-    if (!stopping_ && std::chrono::steady_clock::now() < next_renewal) {
+    if (!stopping_ && reachable && std::chrono::steady_clock::now() < next_renewal) {
       try {
-        DispatchLocked();
+        DispatchLocked(&lease_store_);
       } catch (const std::exception&) {
       }
     }

@@ -60,9 +60,13 @@ using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::Ev
 
 class Scheduler {
  public:
-  // `metrics` may be null (no metrics address).
+  // `metrics` may be null (no metrics address). `lease_store`, when given, is a second
+  // connection to the same store for the keeper's lease renewals and claims, so that a call of
+  // a worker's that waits on a cut network cannot hold up the renewal (or the self-fencing
+  // that follows its failure); null: `store`.
   Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, SchedulerOptions options,
-            const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics = nullptr);
+            const std::vector<WorkerFactory>& workers, metrics::ServiceMetrics* metrics = nullptr,
+            Store* lease_store = nullptr);
   ~Scheduler();
 
   std::vector<std::string> devices() const;
@@ -114,8 +118,8 @@ class Scheduler {
   void OnEventFenced(const workers::WorkerEvent& e, int64_t fence, std::chrono::milliseconds wait);
   // A write of this replica was refused by the fencing epoch: logged, counted, the run stopped.
   void Fenced(const std::string& job_id, int64_t epoch);
-  // Claims jobs for the idle slots and starts them.
-  void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Claims jobs for the idle slots (through `via`, default the store) and starts them.
+  void DispatchLocked(Store* via = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A job whose server stopped under it (RUNNING: died; INTERRUPTED: drained) back to the
   // queue, or FAILED by the crash-loop guard, or CANCELLED if a cancel was asked; fenced on the
   // epoch in `row`: false when another replica moved it first.
@@ -134,6 +138,7 @@ class Scheduler {
   void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {}, int64_t fence = 0);
 
   Store& store_;
+  Store& lease_store_;
   MetricsHub& hub_;
   ModelRegistry& registry_;
   const SchedulerOptions options_;

@@ -1,6 +1,9 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -8,6 +11,7 @@
 
 #include "core/backend/registry.h"
 #include "core/data/datasets/digits.h"
+#include "core/util/utf8.h"
 #include "server/grpc_front.h"
 #include "server/log.h"
 #include "server/loopback.h"
@@ -81,6 +85,27 @@ int64_t count_entries(const fs::path& dir) {
   return n;
 }
 
+// The replica's name: the option when given (checked), else "local" for the embedded store and
+// HOSTNAME-PID for a shared one (unique among replicas on one host).
+std::string InstanceName(const std::string& given, bool replicated) {
+  std::string name = given;
+  if (name.empty() && !replicated) return "local";
+  if (name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    name = std::string(host) + "-" + std::to_string(::getpid());
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+    }
+    if (name.size() > 64) name = name.substr(name.size() - 64);
+  }
+  const bool valid = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  ANVIL_CHECK(valid, "--instance: expected 1 to 64 letters, digits, '.', '_' or '-', got '", echo(name), "'");
+  return name;
+}
+
 }  // namespace
 
 std::string AnvilServer::repair_report(const std::string& data_dir) {
@@ -127,10 +152,18 @@ void AnvilServer::start() {
   s->options = options_;
   fs::create_directories(options_.data_dir);
   s->data_root = fs::canonical(options_.data_dir).string();
-  s->data_dir_lock = std::make_unique<DataDirLock>(s->data_root);
-  if (const int64_t removed = remove_unfinished_temporaries(s->data_root); removed > 0) {
-    log(LogLevel::kInfo, "removed ", removed,
-        " unfinished temporary file(s) (NAME.tmp.XXXXXX) an earlier stop left under ", s->data_root);
+  const bool replicated = is_postgres_location(options_.store);
+  s->instance = InstanceName(options_.instance, replicated);
+  if (replicated) {
+    // The folder may be shared with other replicas: lock this instance's name only, and leave
+    // temporaries alone (another replica may be writing them).
+    s->data_dir_lock = std::make_unique<DataDirLock>(s->data_root, "anvild-" + s->instance + ".lock");
+  } else {
+    s->data_dir_lock = std::make_unique<DataDirLock>(s->data_root);
+    if (const int64_t removed = remove_unfinished_temporaries(s->data_root); removed > 0) {
+      log(LogLevel::kInfo, "removed ", removed,
+          " unfinished temporary file(s) (NAME.tmp.XXXXXX) an earlier stop left under ", s->data_root);
+    }
   }
   if (s->options.datasets_dir.empty()) s->options.datasets_dir = data::default_data_dir();
   // Absolute, so messages can be scrubbed of it exactly (never of a bare word like "data").
@@ -147,11 +180,14 @@ void AnvilServer::start() {
       log(LogLevel::kInfo, "no GPU metrics: ", why_not);
     }
   }
-  if (is_postgres_location(options_.store)) {
-    StoreOptions so;
-    so.postgres_exclusive = true;
-    s->store = open_store(options_.store, so);
-    log(LogLevel::kInfo, "job store: PostgreSQL at ", s->store->path());
+  if (replicated) {
+    // Calls over a cut network fail within a third of the lease, so the keeper learns in time.
+    StoreOptions store_options;
+    store_options.postgres_io_timeout_ms = static_cast<int>(std::max<int64_t>(500, options_.lease.count() / 3));
+    store_options.postgres_connect_timeout_s = static_cast<int>(std::max<int64_t>(2, options_.lease.count() / 3000));
+    s->store = open_store(options_.store, store_options);
+    s->lease_store = open_store(options_.store, store_options);
+    log(LogLevel::kInfo, "job store: PostgreSQL at ", s->store->path(), "; this replica is '", s->instance, "'");
   } else {
     const fs::path db = options_.store.empty() ? fs::path(s->data_root) / "anvil.db" : fs::path(options_.store);
     std::error_code ec;
@@ -195,12 +231,18 @@ void AnvilServer::start() {
                       options_.max_crash_resumes,
                       options_.max_finished_jobs,
                       options_.job_retention};
+  so.instance = s->instance;
+  so.lease = options_.lease;
   std::vector<WorkerFactory> factories;
+  ANVIL_CHECK(options_.cpu_workers >= 1 && options_.cpu_workers <= 64, "--cpu-workers: expected 1 to 64, got ",
+              options_.cpu_workers);
   for (const Device d : WorkerDevices(options_.devices)) {
-    factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
+    for (int i = 0; i < (d.is_cuda() ? 1 : options_.cpu_workers); ++i) {
+      factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
+    }
   }
-  s->scheduler =
-      std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories), s->metrics.get());
+  s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories),
+                                             s->metrics.get(), s->lease_store.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.
   s->scheduler->recover();
   s->scheduler->expire_finished_jobs();

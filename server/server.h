@@ -23,6 +23,9 @@ struct ServerOptions {
   std::string datasets_dir;             // built-in dataset files; default: data::default_data_dir()
   // Workers: "auto" = one per CUDA device plus the CPU; or a list such as "cuda:0,cpu".
   std::string devices = "auto";
+  // Training workers on the CPU, when `devices` has the CPU: jobs that run at once on it,
+  // sharing its cores (each job's step is a little slower, none waits in the queue for another).
+  int cpu_workers = 1;
   // Where served models run: "auto" = cuda:0 when there is a GPU, else the CPU.
   std::string serving_device = "auto";
   BatchingOptions batching;
@@ -58,9 +61,16 @@ struct ServerOptions {
   std::chrono::milliseconds job_retention{0};
   int64_t store_max_pages = 0;  // caps the job store's size (SQLite pages); 0 = the disk's size
   // The job store: "" = the data dir's anvil.db (SQLite, the embedded default), or a
-  // postgresql:// URL (server/store_postgres.h). With PostgreSQL, this anvild holds the
-  // database's scheduler lock: a second anvild on the same database is refused.
+  // postgresql:// URL (server/store_postgres.h), which several anvild replicas share: each
+  // claims jobs under leases (docs/replicas.md), and their data dir may be one shared folder.
   std::string store;
+  // This replica's name in the store (leases, claims, the status page): letters, digits, '.',
+  // '_', '-', at most 64. "": "local" with SQLite; HOSTNAME-PID with PostgreSQL (a stable name
+  // lets a restarted replica resume its own jobs at once, not after their leases lapse).
+  std::string instance;
+  // Replicas: the lease a claimed job is held under (renewed every third of it); another
+  // replica requeues the job `lease` + 2 s after its holder stopped renewing.
+  std::chrono::milliseconds lease{std::chrono::seconds(15)};
 };
 
 class Store;

@@ -21,6 +21,7 @@
 namespace anvil::server {
 
 struct AnvilServer::State {
+  std::string instance;                        // this replica's name in the store (ServerOptions::instance)
   std::unique_ptr<DataDirLock> data_dir_lock;  // first: released last (shutdown releases it too)
   ServerOptions options;
   std::string data_root;  // absolute
@@ -28,6 +29,7 @@ struct AnvilServer::State {
   std::unique_ptr<metrics::ServiceMetrics> metrics;  // null when there is no metrics address
   std::unique_ptr<metrics::GpuMetrics> gpu_metrics;  // null without metrics or without NVML
   std::unique_ptr<Store> store;
+  std::unique_ptr<Store> lease_store;  // PostgreSQL: the scheduler keeper's own connection
   MetricsHub hub;
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;

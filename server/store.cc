@@ -39,7 +39,8 @@ bool is_postgres_location(std::string_view location) {
 std::unique_ptr<Store> open_store(const std::string& location, const StoreOptions& options) {
   if (is_postgres_location(location)) {
     PostgresStore::Options o;
-    o.exclusive = options.postgres_exclusive;
+    o.io_timeout_ms = options.postgres_io_timeout_ms;
+    o.connect_timeout_s = options.postgres_connect_timeout_s;
     return std::make_unique<PostgresStore>(location, o);
   }
   return std::make_unique<SqliteStore>(location, options.sqlite_max_pages);

@@ -224,9 +224,9 @@ struct StoreOptions {
   // SQLite: > 0 caps the database's size in pages (max_page_count): a write beyond it fails as
   // a full disk does (the tests use it to make one).
   int64_t sqlite_max_pages = 0;
-  // PostgreSQL: hold a session advisory lock for the life of the store and refuse to open when
-  // another process holds it: the one anvild that schedules the database's jobs.
-  bool postgres_exclusive = false;
+  // PostgreSQL: PostgresStore::Options::io_timeout_ms and connect_timeout_s.
+  int postgres_io_timeout_ms = 0;
+  int postgres_connect_timeout_s = 10;
 };
 
 // Opens the store at `location`: a postgresql:// URL (libpq's URI form; TLS as its sslmode

@@ -19,7 +19,6 @@ namespace {
 // never reused for anything else: "ANVL" as the class.
 constexpr int32_t kLockClass = 0x414e564c;
 constexpr int32_t kMigrationLock = 1;  // held by the transaction that checks and migrates the schema
-constexpr int32_t kSchedulerLock = 2;  // held by the exclusive anvild's session
 // The class of the per-model-name locks (the object is the name's hash): "ANVM".
 constexpr int32_t kModelLockClass = 0x414e564d;
 
@@ -339,16 +338,35 @@ struct PostgresStore::Impl {
                      kind);
   }
 
-  // Opens the connection, or reopens it when lost; takes the exclusive lock again if asked.
+  // Opens the connection, or reopens it when lost.
   void connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (conn && PQstatus(conn.get()) == CONNECTION_OK) return;
     if (conn) {
       PQreset(conn.get());
     } else {
-      const std::string timeout = std::to_string(options.connect_timeout_s);
-      const char* keys[] = {"dbname", "fallback_application_name", "connect_timeout", nullptr};
-      const char* values[] = {url.c_str(), "anvild", timeout.c_str(), nullptr};
-      conn.reset(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+      // Defaults first, the URL last: what the URL itself says wins (expand_dbname expands it in
+      // place, and a later setting of a keyword overrides an earlier one).
+      std::vector<const char*> keys = {"fallback_application_name", "connect_timeout"};
+      std::vector<std::string> values = {"anvild", std::to_string(options.connect_timeout_s)};
+      if (options.io_timeout_ms > 0) {
+        const int idle_s = std::max(1, options.io_timeout_ms / 3000);
+        for (const auto& [key, value] :
+             {std::pair<const char*, std::string>{"tcp_user_timeout", std::to_string(options.io_timeout_ms)},
+              {"keepalives", "1"},
+              {"keepalives_idle", std::to_string(idle_s)},
+              {"keepalives_interval", std::to_string(idle_s)},
+              {"keepalives_count", "2"}}) {
+          keys.push_back(key);
+          values.push_back(value);
+        }
+      }
+      keys.push_back("dbname");
+      values.push_back(url);
+      std::vector<const char*> pointers;
+      for (const std::string& v : values) pointers.push_back(v.c_str());
+      keys.push_back(nullptr);
+      pointers.push_back(nullptr);
+      conn.reset(PQconnectdbParams(keys.data(), pointers.data(), /*expand_dbname=*/1));
     }
     if (!conn) throw StoreError("job store: out of memory connecting to " + display, StoreError::Kind::kIo);
     if (PQstatus(conn.get()) != CONNECTION_OK) {
@@ -359,24 +377,6 @@ struct PostgresStore::Impl {
     }
     // Statements are short; one that waits on a lock for half a minute is a bug or a stuck peer.
     exec_raw("set the statement timeout", "SET statement_timeout = '30s'");
-    if (options.exclusive) take_exclusive_lock();
-  }
-
-  void take_exclusive_lock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    Result held = exec("take the scheduler's lock", "SELECT pg_try_advisory_lock($1::int, $2::int)",
-                       Params().add(int64_t{kLockClass}).add(int64_t{kSchedulerLock}));
-    if (held.boolean(0, 0)) return;
-    Result who = exec("find the lock's holder",
-                      "SELECT a.pid, COALESCE(host(a.client_addr), 'a local socket'), a.application_name "
-                      "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                      "WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid = $2::int::oid "
-                      "AND l.granted",
-                      Params().add(int64_t{kLockClass}).add(int64_t{kSchedulerLock}));
-    const std::string holder = who.rows() > 0 ? detail::StrCat("backend pid ", who.text(0, 0), " from ", who.text(0, 1),
-                                                               ", application '", who.text(0, 2), "'")
-                                              : "a connection that has just closed";
-    throw Error(detail::StrCat("job store: another anvild already schedules the jobs of ", display, " (", holder,
-                               "); one anvild per database until replicas take jobs under leases"));
   }
 
   Result exec_raw(std::string_view what, const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

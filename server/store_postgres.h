@@ -31,14 +31,16 @@ namespace anvil::server {
 class PostgresStore final : public Store {
  public:
   struct Options {
-    // Hold a session advisory lock for the store's life (taken again on reconnect) and refuse
-    // to open while another connection holds it: the one anvild that schedules the jobs.
-    bool exclusive = false;
     int connect_timeout_s = 10;
+    // > 0: a connection whose sent data stays unacknowledged this long, or that stays silent
+    // through keepalives for about as long, is closed (TCP_USER_TIMEOUT and keepalives), so a
+    // call over a cut network fails as kIo instead of waiting minutes for TCP to give up.
+    // Replicas set it below their lease.
+    int io_timeout_ms = 0;
   };
 
   // Connects and migrates. Throws StoreError (kIo when the database cannot be reached) or
-  // anvil::Error (a newer schema, a database that holds other tables, the lock taken).
+  // anvil::Error (a newer schema, a database that holds other tables).
   PostgresStore(const std::string& url, Options options);
   ~PostgresStore() override;
   PostgresStore(const PostgresStore&) = delete;

@@ -2,7 +2,7 @@
 # anvild on PostgreSQL (--store postgresql://...): a server of the test's own (anvil_test_postgres,
 # initdb in a temporary folder, loopback), never the machine's.
 #   1. a job trains, is served and exported; its rows are PostgreSQL's (read back with psql)
-#   2. a second anvild on the same database is refused, naming the first
+#   2. a second anvild with the same --instance on the same data dir is refused, naming the first
 #   3. PostgreSQL stopped mid-run: requests get UNAVAILABLE (exit 5), never INTERNAL; restarted:
 #      the job goes on and succeeds, its metric history holding each step once
 #   4. kill -9 of anvild mid-run: a new anvild on the same database resumes the job from its
@@ -23,7 +23,7 @@ sql() { "${psql_bin}" "${url}" -XAtq -c "$1"; }
 start_server() {  # start_server DATA_DIR: anvild on the database; sets anvild_pid, grpc_port, cli
   : > "${work}/anvild.log"
   "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "$1" --store "${url}" \
-    > "${work}/anvild.log" 2>&1 &
+    --instance solo > "${work}/anvild.log" 2>&1 &
   anvild_pid=$!
   pids+=("${anvild_pid}")
   wait_for_grpc_port
@@ -56,7 +56,8 @@ PY
 
 echo "1. train, serve and export with the jobs in PostgreSQL"
 start_server "${work}/data"
-grep -q "job store: PostgreSQL at postgresql://" "${work}/anvild.log" || fail "the start line does not name the store"
+grep -q "job store: PostgreSQL at postgresql://.*this replica is 'solo'" "${work}/anvild.log" ||
+  fail "the start line does not name the store and the replica"
 spec quick 3 > "${work}/quick.json"
 "${cli[@]}" submit "${work}/quick.json" --watch > "${work}/watch.txt" || fail "submit --watch"
 grep -q SUCCEEDED "${work}/watch.txt" || fail "no SUCCEEDED"
@@ -69,14 +70,17 @@ printf '0.5,-1\n3,2.5\n' > "${work}/x.csv"
   fail "no step events in PostgreSQL"
 [[ ! -e "${work}/data/anvil.db" ]] || fail "anvild made a SQLite store beside PostgreSQL"
 
-echo "2. a second anvild on the same database is refused"
+echo "2. a second anvild with the same --instance is refused"
 second_rc=0
-timeout 30 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data2" \
-  --store "${url}" > "${work}/second.log" 2>&1 || second_rc=$?
+timeout 30 "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address "" --data-dir "${work}/data" \
+  --store "${url}" --instance solo > "${work}/second.log" 2>&1 || second_rc=$?
 [[ ${second_rc} -ne 0 && ${second_rc} -ne 124 ]] || fail "the second anvild exited ${second_rc}"
-grep -q "another anvild already schedules the jobs of" "${work}/second.log" ||
+grep -q "is in use by another anvild (pid ${anvild_pid}).*its own --instance" "${work}/second.log" ||
   fail "the second anvild did not say why: $(cat "${work}/second.log")"
 "${cli[@]}" health > /dev/null || fail "the first anvild stopped answering"
+[[ $("${cli[@]}" --json job "$(sql "SELECT id FROM jobs WHERE name = 'quick'")" |
+  python3 -c "import json,sys; print(json.load(sys.stdin).get('replica', ''))") == "solo" ]] ||
+  fail "the job does not name the replica that ran it"
 
 echo "3. PostgreSQL stopped mid-run: UNAVAILABLE, then the job goes on"
 spec outage 200 > "${work}/outage.json"

@@ -727,7 +727,7 @@ TEST_P(StoreTest, ALapsedLeaseIsFoundAndTheOldHoldersWritesAreFenced) {
 INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values("sqlite", "postgresql"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-// PostgreSQL only: replicas migrating together, the scheduler's lock, a lost connection.
+// PostgreSQL only: replicas migrating together, a lost connection, text with a NUL, passwords.
 class PostgresStoreTest : public StoreTest {};
 
 TEST_F(PostgresStoreTest, ReplicasStartingTogetherMigrateOnce) {
@@ -747,20 +747,6 @@ TEST_F(PostgresStoreTest, ReplicasStartingTogetherMigrateOnce) {
   for (const std::string& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(Raw("SELECT count(*) FROM schema_version"), "1");
   EXPECT_EQ(Raw("SELECT version FROM schema_version"), std::to_string(Store::kSchemaVersion));
-}
-
-TEST_F(PostgresStoreTest, OneExclusiveStorePerDatabase) {
-  PostgresStore::Options exclusive;
-  exclusive.exclusive = true;
-  {
-    PostgresStore first(url_, exclusive);
-    const std::string msg = ErrorOf([&] { PostgresStore second(url_, exclusive); });
-    EXPECT_THAT(msg, HasSubstr("another anvild already schedules the jobs of"));
-    EXPECT_THAT(msg, HasSubstr("application 'anvild'"));
-    PostgresStore reader(url_, {});  // a store that does not schedule is not refused
-    EXPECT_TRUE(reader.list_jobs().empty());
-  }
-  PostgresStore again(url_, exclusive);  // the lock went with the first store's connection
 }
 
 TEST_F(PostgresStoreTest, ARestartedDatabaseFailsOneCallAsUnavailableThenReconnects) {

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Replicas: several anvild sharing one PostgreSQL (a server of the test's own) and one data
+# folder (the shared filesystem), claiming jobs under leases.
+#   replicas_test.sh BUILD_DIR exactly-once
+#     1. 30 jobs submitted round-robin to 3 replicas each run exactly once: proven from the
+#        store's claim history (one claim per job) and from the artifacts (one model archive
+#        per job, one TensorBoard run per job)
+#     2. kill -9 of a replica running 2 jobs: both finish on the others, their weights bitwise
+#        equal to uninterrupted runs'
+#   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
+#     PostgreSQL and two replicas in namespaces of their own on a bridge. Replica 1's link goes
+#     down mid-run: it stops the run before its lease can lapse, replica 2 takes the job over
+#     after the lapse and finishes it; when the link returns, replica 1's late write is refused
+#     by the fencing epoch (its log and anvil_store_fenced_writes_total say so) and the job's row
+#     stays replica 2's.
+set -euo pipefail
+mode=$2
+source "$(dirname "$0")/anvild_lib.sh" "$1" "replicas-${mode}"
+export ANVIL_LOG_LEVEL=info
+psql_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/psql
+
+spec() {  # spec NAME EPOCHS > file
+  cat <<JSON
+{"name": "$1", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": $2, "batch_size": 32,
+ "seed": 11, "metric_interval": 5, "checkpoint": {"every_steps": 25}}
+JSON
+}
+# The tensor bytes of two safetensors files are equal (headers may differ in names).
+same_weights() {
+  python3 - "$1" "$2" <<'PY' || fail "weights differ: $1 $2"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "different"
+print(f"  {len(a)} tensors bitwise equal")
+PY
+}
+
+start_postgres() {  # start_postgres [NETNS]: sets pg_pid, url
+  local prefix=()
+  [[ -n "${1:-}" ]] && prefix=(ip netns exec "$1")
+  "${prefix[@]}" "${build}/tests/fixtures/anvil_test_postgres" "${work}/pg.url" 2> "${work}/pg.log" &
+  pg_pid=$!
+  pids+=("${pg_pid}")
+  for _ in $(seq 600); do [[ -s "${work}/pg.url" ]] && break; sleep 0.1; done
+  [[ -s "${work}/pg.url" ]] || fail "PostgreSQL did not start: $(cat "${work}/pg.log")"
+  url=$(cat "${work}/pg.url")
+}
+sql() { "${psql_bin}" "${url}" -XAtq -c "$1"; }
+
+declare -A port pid
+start_replica() {  # start_replica NAME [NETNS [EXTRA ARGS...]]: sets port[NAME], pid[NAME]
+  local name=$1 ns=${2:-}
+  shift 2 || shift $#
+  local prefix=()
+  [[ -n "${ns}" ]] && prefix=(ip netns exec "${ns}")
+  : > "${work}/${name}.log"
+  "${prefix[@]}" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 \
+    --data-dir "${work}/shared" --store "${url}" --instance "${name}" --lease-seconds 3 --devices cpu "$@" \
+    > "${work}/${name}.log" 2>&1 &
+  pid[${name}]=$!
+  pids+=("$!")
+  for _ in $(seq 200); do
+    port[${name}]=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "${work}/${name}.log")
+    [[ -n "${port[${name}]}" ]] && return 0
+    sleep 0.1
+  done
+  fail "replica ${name} did not start: $(tail -5 "${work}/${name}.log")"
+}
+cli() {  # cli NAME [NETNS] -- ARGS...: the anvil CLI against replica NAME
+  local name=$1 ns=""
+  shift
+  [[ "$1" != "--" ]] && { ns=$1; shift; }
+  shift
+  if [[ -n "${ns}" ]]; then
+    ip netns exec "${ns}" "${build}/client/anvil" --server "127.0.0.1:${port[${name}]}" "$@"
+  else
+    "${build}/client/anvil" --server "127.0.0.1:${port[${name}]}" "$@"
+  fi
+}
+job_id() { python3 -c "import json,sys; print(json.load(sys.stdin)['job']['id'])"; }
+wait_sql() {  # wait_sql SQL EXPECTED SECONDS WHAT
+  for _ in $(seq $(($3 * 10))); do
+    [[ $(sql "$1") == "$2" ]] && return 0
+    sleep 0.1
+  done
+  fail "$4: $(sql "$1") (expected $2)"
+}
+mkdir -p "${work}/shared"
+
+case "${mode}" in
+exactly-once)
+  start_postgres
+  for r in r1 r2 r3; do start_replica "${r}"; done
+  echo "1. 30 jobs round-robin to 3 replicas: each runs exactly once"
+  ids=()
+  for i in $(seq 0 29); do
+    r="r$((i % 3 + 1))"
+    spec "rr-${i}" 2 > "${work}/rr.json"
+    ids+=("$(cli "${r}" -- --json submit "${work}/rr.json" | job_id)")
+  done
+  wait_sql "SELECT count(*) FROM jobs WHERE state = 'SUCCEEDED'" 30 240 "jobs succeeded"
+  [[ $(sql "SELECT count(*) FROM jobs") == 30 ]] || fail "jobs in the store: $(sql "SELECT count(*) FROM jobs")"
+  [[ $(sql "SELECT count(*) FROM claims") == 30 ]] || fail "claims: $(sql "SELECT job_id, epoch, owner FROM claims")"
+  [[ $(sql "SELECT count(DISTINCT job_id) FROM claims") == 30 ]] || fail "a job was claimed twice"
+  [[ $(sql "SELECT count(*) FROM jobs j JOIN claims c ON c.job_id = j.id AND c.owner = j.owner") == 30 ]] ||
+    fail "a job's row names another replica than its claim"
+  used=$(sql "SELECT count(DISTINCT owner) FROM claims")
+  [[ ${used} -ge 2 ]] || fail "only ${used} replica(s) ran jobs"
+  echo "  claims per replica: $(sql "SELECT string_agg(owner || '=' || n, ' ') FROM (SELECT owner, count(*) AS n FROM claims GROUP BY owner ORDER BY owner) t")"
+  # The artifacts: one registered archive per job, and one TensorBoard run per job (a second
+  # run of a job would have opened a second event file).
+  [[ $(sql "SELECT count(*) FROM models") == 30 ]] || fail "models registered: $(sql "SELECT count(*) FROM models")"
+  for id in "${ids[@]}"; do
+    runs=$(find "${work}/shared/jobs/${id}/tensorboard" -name 'events.out.tfevents.*' | wc -l)
+    [[ ${runs} -eq 1 ]] || fail "job ${id} has ${runs} TensorBoard runs"
+    archive=$(sql "SELECT path FROM models WHERE job_id = '${id}'")
+    [[ -f "${work}/shared/${archive}" ]] || fail "job ${id}'s archive ${archive} is missing"
+  done
+  echo "  30 jobs, 30 claims, 30 archives, 30 TensorBoard runs"
+
+  echo "2. kill -9 of a replica running 2 jobs: both finish on the others"
+  kill "${pid[r2]}" "${pid[r3]}"
+  wait "${pid[r2]}" "${pid[r3]}" 2> /dev/null || true
+  kill "${pid[r1]}"
+  wait "${pid[r1]}" 2> /dev/null || true
+  start_replica r1 "" --cpu-workers 2
+  spec long-a 40 > "${work}/long-a.json"
+  spec long-b 40 > "${work}/long-b.json"
+  a=$(cli r1 -- --json submit "${work}/long-a.json" | job_id)
+  b=$(cli r1 -- --json submit "${work}/long-b.json" | job_id)
+  wait_sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND owner = 'r1' AND state = 'RUNNING' AND step >= 60" 2 60 \
+    "both long jobs running on r1 past step 60"
+  start_replica r2
+  start_replica r3
+  kill -9 "${pid[r1]}"
+  wait "${pid[r1]}" 2> /dev/null || true
+  echo "  r1 killed at steps $(sql "SELECT string_agg(step::text, ', ') FROM jobs WHERE id IN ('${a}', '${b}')")"
+  wait_sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND state = 'SUCCEEDED'" 2 240 "the long jobs after the kill"
+  [[ $(sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND owner IN ('r2', 'r3')") == 2 ]] ||
+    fail "the long jobs did not finish on r2/r3: $(sql "SELECT id, owner FROM jobs WHERE id IN ('${a}', '${b}')")"
+  echo "  claims: $(sql "SELECT string_agg(job_id || '@' || owner || '#' || epoch, ' ' ORDER BY n) FROM claims WHERE job_id IN ('${a}', '${b}')")"
+  cli r2 -- watch "${a}" > /dev/null || fail "watch ${a} on r2"
+  cli r2 -- --json watch "${a}" > "${work}/a.jsonl"
+  python3 - "${work}/a.jsonl" <<'PY' || fail "the taken-over job's history has gaps or duplicates"
+import json, sys
+events = list(map(json.loads, open(sys.argv[1])))
+steps = [int(e.get("step", 0)) for e in events if "step_metrics" in e]
+assert steps == list(range(5, 5 * len(steps) + 1, 5)), steps[:40]
+said = [e.get("message", "") for e in events]
+assert any("its lease on replica r1 lapsed" in m for m in said), said
+print(f"  history: {len(steps)} step events, each once; requeued: lease on r1 lapsed")
+PY
+  sed 's/"long-a"/"straight-a"/' "${work}/long-a.json" > "${work}/straight-a.json"
+  sed 's/"long-b"/"straight-b"/' "${work}/long-b.json" > "${work}/straight-b.json"
+  cli r2 -- submit "${work}/straight-a.json" --watch > /dev/null || fail "the uninterrupted run a"
+  cli r3 -- submit "${work}/straight-b.json" --watch > /dev/null || fail "the uninterrupted run b"
+  for n in long-a straight-a long-b straight-b; do
+    cli r3 -- export "${n}" --format safetensors -o "${work}/${n}.safetensors" > /dev/null || fail "export ${n}"
+  done
+  same_weights "${work}/long-a.safetensors" "${work}/straight-a.safetensors"
+  same_weights "${work}/long-b.safetensors" "${work}/straight-b.safetensors"
+  ;;
+
+partition)
+  [[ $(id -u) -eq 0 ]] || { echo "SKIP: network namespaces need root"; exit 77; }
+  command -v ip > /dev/null || { echo "SKIP: no ip (iproute2)"; exit 77; }
+  tag="p$$"
+  hub="${tag}hub"
+  cleanup_netns() {
+    for ns in "${hub}" "${tag}db" "${tag}r1" "${tag}r2"; do ip netns del "${ns}" 2> /dev/null || true; done
+  }
+  trap 'cleanup; cleanup_netns' EXIT
+  ip netns add "${hub}" || { echo "SKIP: cannot create network namespaces here"; exit 77; }
+  ip -n "${hub}" link add br0 type bridge
+  ip -n "${hub}" link set br0 up
+  n=1
+  for h in db r1 r2; do
+    ns="${tag}${h}"
+    ip netns add "${ns}"
+    ip link add "${tag}v${h}" type veth peer name eth0 netns "${ns}"
+    ip link set "${tag}v${h}" netns "${hub}"
+    ip -n "${hub}" link set "${tag}v${h}" master br0 up
+    ip -n "${ns}" addr add "10.79.0.${n}/24" dev eth0
+    ip -n "${ns}" link set eth0 up
+    ip -n "${ns}" link set lo up
+    n=$((n + 1))
+  done
+  ANVIL_PG_LISTEN=10.79.0.1 ANVIL_PG_TRUST=10.79.0.0/24 start_postgres "${tag}db"
+  sql() { ip netns exec "${tag}db" "${psql_bin}" "${url}" -XAtq -c "$1"; }
+  start_replica r1 "${tag}r1"
+  spec cut 200 > "${work}/cut.json"
+  id=$(cli r1 "${tag}r1" -- --json submit "${work}/cut.json" | job_id)
+  wait_sql "SELECT count(*) FROM jobs WHERE id = '${id}' AND owner = 'r1' AND step >= 100" 1 60 "the job running on r1"
+  start_replica r2 "${tag}r2"
+  echo "1. r1's link goes down mid-run"
+  ip -n "${hub}" link set "${tag}vr1" down
+  wait_sql "SELECT owner || ':' || state FROM jobs WHERE id = '${id}'" "r2:RUNNING" 60 "the job taken over by r2"
+  grep -q "stopped on this replica (r1): its lease could not be renewed" "${work}/r1.log" ||
+    fail "r1 did not stop the run itself: $(grep -v INFO "${work}/r1.log" | tail -5)"
+  echo "  r2 runs it: $(sql "SELECT string_agg(owner || '#' || epoch, ' ' ORDER BY n) FROM claims WHERE job_id = '${id}'")"
+  echo "2. the link returns: r1's late write is refused by the fencing epoch"
+  ip -n "${hub}" link set "${tag}vr1" up
+  for _ in $(seq 300); do grep -q "was refused: another replica has taken the job over" "${work}/r1.log" && break; sleep 0.1; done
+  grep -q "was refused: another replica has taken the job over" "${work}/r1.log" ||
+    fail "no refused write in r1's log: $(grep -v INFO "${work}/r1.log" | tail -8)"
+  grep "was refused" "${work}/r1.log" | head -1 | sed 's/^/  r1: /'
+  mport=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/r1.log")
+  fenced=$(ip netns exec "${tag}r1" curl -sf "http://127.0.0.1:${mport}/metrics" |
+    sed -n 's/^anvil_store_fenced_writes_total \(.*\)/\1/p')
+  [[ -n "${fenced}" && "${fenced%.*}" -ge 1 ]] || fail "anvil_store_fenced_writes_total on r1: '${fenced}'"
+  echo "  anvil_store_fenced_writes_total on r1: ${fenced}"
+  wait_sql "SELECT owner || ':' || state FROM jobs WHERE id = '${id}'" "r2:SUCCEEDED" 240 "the job finished on r2"
+  [[ $(sql "SELECT count(*) FROM claims WHERE job_id = '${id}'") == 2 ]] ||
+    fail "claims: $(sql "SELECT owner, epoch FROM claims WHERE job_id = '${id}'")"
+  ;;
+*)
+  fail "unknown mode ${mode}"
+  ;;
+esac
+echo PASS
