@@ -61,9 +61,30 @@ void MetricsHub::publish(const v1::MetricEvent& event) {
   for (auto it = b; it != e; ++it) it->second->Push(event, capacity_);
 }
 
+MetricsHub::~MetricsHub() {
+  close_all();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void MetricsHub::start_ticker(std::chrono::milliseconds period) {
+  MutexLock lock(&mu_);
+  if (ticker_.joinable() || closed_) return;
+  ticker_ = std::thread([this, period] {
+    MutexLock lock(&mu_);
+    while (!closed_) {
+      tick_cv_.wait_for(mu_, period);
+      if (closed_) break;
+      for (auto& [id, s] : subs_) {
+        if (s->listener_) s->listener_();
+      }
+    }
+  });
+}
+
 void MetricsHub::close_all() {
   MutexLock lock(&mu_);
   closed_ = true;
+  tick_cv_.notify_all();
   for (auto& [id, s] : subs_) {
     {
       MutexLock sl(&s->mu_);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/util/mutex.h"
 #include "proto/anvil/v1/anvil.pb.h"
@@ -42,6 +43,7 @@ class MetricsHub {
   };
 
   explicit MetricsHub(size_t capacity_per_reader = 1024) : capacity_(capacity_per_reader) {}
+  ~MetricsHub();
 
   // Null when `job_id` already has `max_per_job` subscriptions, or the hub `max_total` (each
   // is a stream); *full_server says which.
@@ -50,14 +52,20 @@ class MetricsHub {
                                           std::function<void()> listener = nullptr);
   void unsubscribe(const std::string& job_id, const std::shared_ptr<Subscription>& s);
   void publish(const v1::MetricEvent& event);
-  // Ends every subscription (server shutdown): readers see closed().
+  // Ends every subscription (server shutdown): readers see closed(); stops the ticker.
   void close_all();
+  // Calls every subscription's listener each `period` from a thread of the hub's own, until
+  // close_all: the wake-up of a reader whose job runs on another replica, whose events reach
+  // this server only through the store (the reader polls it when no live event came).
+  void start_ticker(std::chrono::milliseconds period);
 
  private:
   const size_t capacity_;
   Mutex mu_;
   std::multimap<std::string, std::shared_ptr<Subscription>> subs_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::condition_variable_any tick_cv_;
+  std::thread ticker_;
 };
 
 }  // namespace anvil::server

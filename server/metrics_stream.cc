@@ -8,6 +8,9 @@ namespace anvil::server {
 namespace {
 
 constexpr int64_t kReplayPage = 512;
+// A stream with no live event for this long reads the store for events written elsewhere (a job
+// running on another replica).
+constexpr std::chrono::milliseconds kStorePoll{500};
 
 bool EndsStream(const v1::MetricEvent& e) {
   return e.event_case() == v1::MetricEvent::kState &&
@@ -125,6 +128,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       FinishLocked(to_grpc(read));
       return;
     }
+    if (!rows.empty()) last_heard_ = std::chrono::steady_clock::now();
     for (const MetricRow& r : rows) {
       last_seq_ = r.seq;
       if (r.kind != "state" && r.step < req_.from_step()) continue;
@@ -171,6 +175,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         return;
       }
       last_seq_ = e.seq();
+      last_heard_ = std::chrono::steady_clock::now();
       if (e.step() < req_.from_step() && e.event_case() != v1::MetricEvent::kState) continue;
       Write(std::move(e));
       return;
@@ -178,6 +183,17 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (sub_->closed()) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "the server is shutting down; reconnect with from_step to continue the stream"));
+      return;
+    }
+    // Nothing live for a while: the job may run on another replica, whose events reach this
+    // one only through the store. Read what the store has after the last event sent (the
+    // hub's ticker brings the stream back here).
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_heard_ >= kStorePoll) {
+      last_heard_ = now;
+      replaying_ = true;
+      fetching_ = true;
+      RunOnPoolLocked(&MetricsStream::Replay);
     }
   }
 
@@ -236,6 +252,9 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::deque<v1::MetricEvent> pending_;  // replayed, not yet written
   grpc::ByteBuffer buffer_;              // the write in flight
   int64_t last_seq_ = 0;
+  // When the stream last got an event (live or stored): the store is polled after kStorePoll
+  // of silence.
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   int tasks_ = 0;
   bool writing_ = false, ended_ = false, finished_ = false;
   bool unsubscribing_ = false;  // OnDone began: an Open still running unsubscribes itself

@@ -241,6 +241,8 @@ void AnvilServer::start() {
       factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
     }
   }
+  // Streams of jobs that run on another replica learn of new events through the store.
+  s->hub.start_ticker(std::chrono::milliseconds(200));
   s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories),
                                              s->metrics.get(), s->lease_store.get());
   // Recovery before the port opens: no request can race the requeueing of earlier jobs.

@@ -6,7 +6,9 @@
 #        store's claim history (one claim per job) and from the artifacts (one model archive
 #        per job, one TensorBoard run per job)
 #     2. kill -9 of a replica running 2 jobs: both finish on the others, their weights bitwise
-#        equal to uninterrupted runs'
+#        equal to uninterrupted runs'; a stream opened on another replica before the kill follows
+#        the job live across the failover, gap-free, to SUCCEEDED
+#     3. CancelJob on a replica that does not run the job reaches the one that does
 #   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
 #     PostgreSQL and two replicas in namespaces of their own on a bridge. Replica 1's link goes
 #     down mid-run: it stops the run before its lease can lapse, replica 2 takes the job over
@@ -129,14 +131,17 @@ exactly-once)
   kill "${pid[r1]}"
   wait "${pid[r1]}" 2> /dev/null || true
   start_replica r1 "" --cpu-workers 2
-  spec long-a 40 > "${work}/long-a.json"
-  spec long-b 40 > "${work}/long-b.json"
+  spec long-a 100 > "${work}/long-a.json"
+  spec long-b 100 > "${work}/long-b.json"
   a=$(cli r1 -- --json submit "${work}/long-a.json" | job_id)
   b=$(cli r1 -- --json submit "${work}/long-b.json" | job_id)
   wait_sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND owner = 'r1' AND state = 'RUNNING' AND step >= 60" 2 60 \
     "both long jobs running on r1 past step 60"
   start_replica r2
   start_replica r3
+  cli r3 -- --json watch "${a}" > "${work}/a-live.jsonl" 2> "${work}/a-live.err" &
+  watcher=$!
+  sleep 1
   kill -9 "${pid[r1]}"
   wait "${pid[r1]}" 2> /dev/null || true
   echo "  r1 killed at steps $(sql "SELECT string_agg(step::text, ', ') FROM jobs WHERE id IN ('${a}', '${b}')")"
@@ -144,7 +149,15 @@ exactly-once)
   [[ $(sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND owner IN ('r2', 'r3')") == 2 ]] ||
     fail "the long jobs did not finish on r2/r3: $(sql "SELECT id, owner FROM jobs WHERE id IN ('${a}', '${b}')")"
   echo "  claims: $(sql "SELECT string_agg(job_id || '@' || owner || '#' || epoch, ' ' ORDER BY n) FROM claims WHERE job_id IN ('${a}', '${b}')")"
-  cli r2 -- watch "${a}" > /dev/null || fail "watch ${a} on r2"
+  wait "${watcher}" || fail "the live stream on r3 ended badly: $(cat "${work}/a-live.err")"
+  python3 - "${work}/a-live.jsonl" <<'PY' || fail "the live stream across the failover"
+import json, sys
+events = list(map(json.loads, open(sys.argv[1])))
+seqs = [int(e["seq"]) for e in events]
+assert seqs == sorted(set(seqs)), "out of order or repeated"
+assert events[-1].get("state") == "SUCCEEDED", events[-1]
+print(f"  live stream on r3: {len(events)} events through the failover, in order, ending SUCCEEDED")
+PY
   cli r2 -- --json watch "${a}" > "${work}/a.jsonl"
   python3 - "${work}/a.jsonl" <<'PY' || fail "the taken-over job's history has gaps or duplicates"
 import json, sys
@@ -164,6 +177,17 @@ PY
   done
   same_weights "${work}/long-a.safetensors" "${work}/straight-a.safetensors"
   same_weights "${work}/long-b.safetensors" "${work}/straight-b.safetensors"
+
+  echo "3. CancelJob on a replica that does not run the job"
+  spec cancel-me 400 > "${work}/cancel.json"
+  c=$(cli r2 -- --json submit "${work}/cancel.json" | job_id)
+  wait_sql "SELECT count(*) FROM jobs WHERE id = '${c}' AND state = 'RUNNING' AND step > 0" 1 60 "the job to cancel running"
+  owner=$(sql "SELECT owner FROM jobs WHERE id = '${c}'")
+  other=r2
+  [[ "${owner}" == r2 ]] && other=r3
+  cli "${other}" -- cancel "${c}" > /dev/null || fail "cancel ${c} through ${other}"
+  wait_sql "SELECT state FROM jobs WHERE id = '${c}'" CANCELLED 15 "the job cancelled through ${other}"
+  echo "  running on ${owner}, cancelled through ${other}: $(sql "SELECT reason FROM jobs WHERE id = '${c}'")"
   ;;
 
 partition)
