@@ -103,6 +103,7 @@ Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, Sch
 }
 
 Scheduler::~Scheduler() {
+  watch_.reset();  // its thread calls into this object
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -507,8 +508,14 @@ void Scheduler::DispatchLocked(Store* via) {
 }
 
 void Scheduler::StartKeeper() {
+  std::unique_ptr<StoreWatch> watch = lease_store_.watch([this](std::string_view what) {
+    MutexLock lock(&mu_);
+    if (what == "cancel" || what == "reconnected") renew_now_ = true;
+    keeper_cv_.notify_all();
+  });
   MutexLock lock(&mu_);
   if (keeper_.joinable()) return;
+  watch_ = std::move(watch);
   last_renewal_ = std::chrono::steady_clock::now();
   keeper_ = std::thread([this] { KeepLeases(); });
 }
@@ -519,6 +526,10 @@ void Scheduler::KeepLeases() {
   MutexLock lock(&mu_);
   while (!stopping_) {
     const auto attempt = std::chrono::steady_clock::now();
+    if (renew_now_) {
+      renew_now_ = false;
+      next_renewal = attempt;
+    }
     if (attempt >= next_renewal) {
       next_renewal = attempt + options_.lease / 3;
       std::vector<std::pair<std::string, int64_t>> held;

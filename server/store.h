@@ -96,6 +96,12 @@ struct ClaimRow {
   int64_t claimed_ms = 0;
 };
 
+// A subscription to the store's change notices (Store::watch): it ends when destroyed.
+class StoreWatch {
+ public:
+  virtual ~StoreWatch() = default;
+};
+
 // What renew_leases found.
 struct LeaseRenewal {
   std::vector<std::string> lost;              // held leases that are gone: stop those runs, write nothing
@@ -209,6 +215,13 @@ class Store {
   virtual bool request_cancel(const std::string& id) = 0;
   // The claims of `job_id` (all jobs' when empty), oldest first.
   virtual std::vector<ClaimRow> claims(const std::string& job_id = "") const = 0;
+
+  // Calls `on_change` (on a thread of the watch's own) when another process changed what a
+  // scheduler acts on: "queued" (a job was submitted or requeued), "cancel" (a cancel was
+  // asked), "reconnected" (notices may have been lost while the watch was away: look again).
+  // Null when the engine has no notices (SQLite: one process, which knows its own changes);
+  // callers poll as well either way.
+  virtual std::unique_ptr<StoreWatch> watch(std::function<void(std::string_view)> on_change) = 0;
 
   // Where the data lives, for messages: the SQLite file's path, or PostgreSQL's
   // "postgresql://user@host:port/db" without a password.

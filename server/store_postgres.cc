@@ -2,11 +2,15 @@
 #include "server/store_postgres.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <random>
+#include <thread>
 
 #include "core/util/clock.h"
 #include "core/util/error.h"
@@ -297,6 +301,33 @@ std::string display_location(const std::string& url) {
   return out + "/" + db;
 }
 
+// A new connection (check PQstatus): anvild's defaults first, the URL last, so that what the
+// URL itself says wins (expand_dbname expands it in place, and a later setting of a keyword
+// overrides an earlier one).
+PGconn* open_connection(const std::string& url, const PostgresStore::Options& options) {
+  std::vector<const char*> keys = {"fallback_application_name", "connect_timeout"};
+  std::vector<std::string> values = {"anvild", std::to_string(options.connect_timeout_s)};
+  if (options.io_timeout_ms > 0) {
+    const int idle_s = std::max(1, options.io_timeout_ms / 3000);
+    for (const auto& [key, value] :
+         {std::pair<const char*, std::string>{"tcp_user_timeout", std::to_string(options.io_timeout_ms)},
+          {"keepalives", "1"},
+          {"keepalives_idle", std::to_string(idle_s)},
+          {"keepalives_interval", std::to_string(idle_s)},
+          {"keepalives_count", "2"}}) {
+      keys.push_back(key);
+      values.push_back(value);
+    }
+  }
+  keys.push_back("dbname");
+  values.push_back(url);
+  std::vector<const char*> pointers;
+  for (const std::string& v : values) pointers.push_back(v.c_str());
+  keys.push_back(nullptr);
+  pointers.push_back(nullptr);
+  return PQconnectdbParams(keys.data(), pointers.data(), /*expand_dbname=*/1);
+}
+
 // SQLSTATE classes that mean the connection or the server went away, not that the statement
 // was wrong: 08 (connection exception), 57P01..57P03 (shutdown, crash, starting up).
 bool connection_lost(std::string_view sqlstate) {
@@ -344,29 +375,7 @@ struct PostgresStore::Impl {
     if (conn) {
       PQreset(conn.get());
     } else {
-      // Defaults first, the URL last: what the URL itself says wins (expand_dbname expands it in
-      // place, and a later setting of a keyword overrides an earlier one).
-      std::vector<const char*> keys = {"fallback_application_name", "connect_timeout"};
-      std::vector<std::string> values = {"anvild", std::to_string(options.connect_timeout_s)};
-      if (options.io_timeout_ms > 0) {
-        const int idle_s = std::max(1, options.io_timeout_ms / 3000);
-        for (const auto& [key, value] :
-             {std::pair<const char*, std::string>{"tcp_user_timeout", std::to_string(options.io_timeout_ms)},
-              {"keepalives", "1"},
-              {"keepalives_idle", std::to_string(idle_s)},
-              {"keepalives_interval", std::to_string(idle_s)},
-              {"keepalives_count", "2"}}) {
-          keys.push_back(key);
-          values.push_back(value);
-        }
-      }
-      keys.push_back("dbname");
-      values.push_back(url);
-      std::vector<const char*> pointers;
-      for (const std::string& v : values) pointers.push_back(v.c_str());
-      keys.push_back(nullptr);
-      pointers.push_back(nullptr);
-      conn.reset(PQconnectdbParams(keys.data(), pointers.data(), /*expand_dbname=*/1));
+      conn.reset(open_connection(url, options));
     }
     if (!conn) throw StoreError("job store: out of memory connecting to " + display, StoreError::Kind::kIo);
     if (PQstatus(conn.get()) != CONNECTION_OK) {
@@ -460,6 +469,12 @@ struct PostgresStore::Impl {
     tx.commit();
   }
 
+  // Tells every watching replica (PostgresWatch) of a change: best effort after the change
+  // committed; a lost notice is covered by the replicas' polling.
+  void notify(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    PQclear(PQexecParams(conn.get(), "SELECT pg_notify('anvil', $1)", 1, nullptr, &what, nullptr, nullptr, 0));
+  }
+
   std::string new_job_id() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     static constexpr char kHex[] = "0123456789abcdef";
     const uint64_t bits = rng();
@@ -514,6 +529,7 @@ std::pair<JobRow, bool> PostgresStore::insert_job(JobRow row) {
                       p);
     if (q.rows() == 1) {
       row.seq = q.integer(0, 0);
+      m.notify("queued");
       return {std::move(row), true};
     }
     if (!row.client_job_id.empty()) {
@@ -811,24 +827,29 @@ bool PostgresStore::update_job_fenced(const JobRow& row, int64_t epoch) {
   p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
   p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step).add(row.owner);
   p.add(row.lease_epoch).add(row.lease_expires_ms).add(int64_t{row.cancel_requested ? 1 : 0}).add(epoch);
-  return m.exec("update a job under its lease",
-                "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "
-                "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, model_version = $12, "
-                "crashes = $13, crash_step = $14, owner = $15, lease_epoch = $16, lease_expires_ms = $17, "
-                "cancel_requested = $18 WHERE id = $1 AND lease_epoch = $19",
-                p)
-             .affected() == 1;
+  const bool written =
+      m.exec("update a job under its lease",
+             "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "
+             "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, model_version = $12, "
+             "crashes = $13, crash_step = $14, owner = $15, lease_epoch = $16, lease_expires_ms = $17, "
+             "cancel_requested = $18 WHERE id = $1 AND lease_epoch = $19",
+             p)
+          .affected() == 1;
+  if (written && (row.state == JobState::kQueued || row.state == JobState::kInterrupted)) m.notify("queued");
+  return written;
 }
 
 bool PostgresStore::request_cancel(const std::string& id) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
-  return m.exec("ask for a cancel",
-                "UPDATE jobs SET cancel_requested = 1 WHERE id = $1 AND state NOT IN ('SUCCEEDED', 'FAILED', "
-                "'CANCELLED')",
-                Params().add(id))
-             .affected() == 1;
+  const bool asked = m.exec("ask for a cancel",
+                            "UPDATE jobs SET cancel_requested = 1 WHERE id = $1 AND state NOT IN ('SUCCEEDED', "
+                            "'FAILED', 'CANCELLED')",
+                            Params().add(id))
+                         .affected() == 1;
+  if (asked) m.notify("cancel");
+  return asked;
 }
 
 std::vector<ClaimRow> PostgresStore::claims(const std::string& job_id) const {
@@ -842,6 +863,81 @@ std::vector<ClaimRow> PostgresStore::claims(const std::string& job_id) const {
   for (int i = 0; i < q.rows(); ++i)
     out.push_back(ClaimRow{q.text(i, 0), q.integer(i, 1), q.text(i, 2), q.integer(i, 3)});
   return out;
+}
+
+namespace {
+
+// LISTEN anvil on a connection of its own; a thread waits on the socket (and an eventfd that
+// ends it) and hands each notice's payload to the callback. A lost connection is reopened
+// with backoff, and "reconnected" tells the callback that notices may have been missed.
+class PostgresWatch final : public StoreWatch {
+ public:
+  PostgresWatch(std::string url, PostgresStore::Options options, std::function<void(std::string_view)> on_change)
+      : url_(std::move(url)), options_(options), on_change_(std::move(on_change)) {
+    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ANVIL_CHECK(stop_fd_ >= 0, "job store: eventfd for the change watch failed");
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PostgresWatch() override {
+    const uint64_t one = 1;
+    (void)!::write(stop_fd_, &one, sizeof(one));
+    thread_.join();
+    ::close(stop_fd_);
+  }
+
+ private:
+  // Waits up to `ms` for the socket (or the stop); false when stopping.
+  bool Wait(int socket, int ms) {
+    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {socket, POLLIN, 0}};
+    ::poll(fds, socket >= 0 ? 2 : 1, ms);
+    return (fds[0].revents & POLLIN) == 0;
+  }
+
+  void Run() {
+    std::unique_ptr<PGconn, FinishConn> conn;
+    int backoff_ms = 100;
+    for (;;) {
+      if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
+        conn.reset(open_connection(url_, options_));
+        bool listening = conn && PQstatus(conn.get()) == CONNECTION_OK;
+        if (listening) {
+          PGresult* r = PQexec(conn.get(), "LISTEN anvil");
+          listening = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
+          PQclear(r);
+        }
+        if (!listening) {
+          conn.reset();
+          if (!Wait(-1, backoff_ms)) return;
+          backoff_ms = std::min(backoff_ms * 2, 5000);
+          continue;
+        }
+        backoff_ms = 100;
+        on_change_("reconnected");
+      }
+      if (!Wait(PQsocket(conn.get()), 1000)) return;
+      if (PQconsumeInput(conn.get()) == 0) {  // the connection broke: reopen on the next turn
+        conn.reset();
+        continue;
+      }
+      while (PGnotify* n = PQnotifies(conn.get())) {
+        const std::string payload = n->extra != nullptr ? n->extra : "";
+        PQfreemem(n);
+        on_change_(payload);
+      }
+    }
+  }
+
+  const std::string url_;
+  const PostgresStore::Options options_;
+  const std::function<void(std::string_view)> on_change_;
+  int stop_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<StoreWatch> PostgresStore::watch(std::function<void(std::string_view)> on_change) {
+  return std::make_unique<PostgresWatch>(impl_->url, impl_->options, std::move(on_change));
 }
 
 }  // namespace anvil::server

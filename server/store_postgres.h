@@ -72,6 +72,8 @@ class PostgresStore final : public Store {
   bool update_job_fenced(const JobRow& row, int64_t epoch) override;
   bool request_cancel(const std::string& id) override;
   std::vector<ClaimRow> claims(const std::string& job_id = "") const override;
+  // LISTEN on its own connection (reconnecting after a loss, then "reconnected").
+  std::unique_ptr<StoreWatch> watch(std::function<void(std::string_view)> on_change) override;
   const std::string& path() const override;
   std::string_view engine() const override { return "postgresql"; }
 

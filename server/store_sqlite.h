@@ -53,6 +53,7 @@ class SqliteStore final : public Store {
   bool update_job_fenced(const JobRow& row, int64_t epoch) override;
   bool request_cancel(const std::string& id) override;
   std::vector<ClaimRow> claims(const std::string& job_id = "") const override;
+  std::unique_ptr<StoreWatch> watch(std::function<void(std::string_view)>) override { return nullptr; }
   const std::string& path() const override;
   std::string_view engine() const override { return "sqlite"; }
 

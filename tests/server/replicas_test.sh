@@ -9,6 +9,8 @@
 #        equal to uninterrupted runs'; a stream opened on another replica before the kill follows
 #        the job live across the failover, gap-free, to SUCCEEDED
 #     3. CancelJob on a replica that does not run the job reaches the one that does
+#     (1 also: a model trained on one replica is served by another with identical outputs, and
+#     an export from the other streams the bytes the trainer wrote, its SHA-256 checked)
 #   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
 #     PostgreSQL and two replicas in namespaces of their own on a bridge. Replica 1's link goes
 #     down mid-run: it stops the run before its lease can lapse, replica 2 takes the job over
@@ -124,6 +126,19 @@ exactly-once)
     [[ -f "${work}/shared/${archive}" ]] || fail "job ${id}'s archive ${archive} is missing"
   done
   echo "  30 jobs, 30 claims, 30 archives, 30 TensorBoard runs"
+  trained_on=$(sql "SELECT owner FROM jobs WHERE name = 'rr-0'")
+  served_by=r1
+  [[ "${trained_on}" == r1 ]] && served_by=r2
+  printf '0.5,-1\n3,2.5\n-1,0.25\n' > "${work}/x.csv"
+  cli "${trained_on}" -- --json predict rr-0 --input "${work}/x.csv" > "${work}/pred-trainer.json" || fail "predict on ${trained_on}"
+  cli "${served_by}" -- --json predict rr-0 --input "${work}/x.csv" > "${work}/pred-other.json" || fail "predict on ${served_by}"
+  cmp -s "${work}/pred-trainer.json" "${work}/pred-other.json" ||
+    fail "outputs differ between ${trained_on} and ${served_by}: $(cat "${work}/pred-trainer.json" "${work}/pred-other.json")"
+  cli "${served_by}" -- export rr-0 --format native -o "${work}/rr-0.anvil" > "${work}/export.txt" || fail "export from ${served_by}"
+  archive=$(sql "SELECT path FROM models WHERE name = 'rr-0'")
+  cmp -s "${work}/rr-0.anvil" "${work}/shared/${archive}" || fail "the export differs from the archive the trainer wrote"
+  grep -q "$(sha256sum "${work}/shared/${archive}" | cut -c1-64)" "${work}/export.txt" || fail "export hash"
+  echo "  rr-0 trained on ${trained_on}, served by ${served_by} with identical outputs; exported bytes = the trainer's archive"
 
   echo "2. kill -9 of a replica running 2 jobs: both finish on the others"
   kill "${pid[r2]}" "${pid[r3]}"

@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -776,6 +778,48 @@ TEST_F(PostgresStoreTest, ARestartedDatabaseFailsOneCallAsUnavailableThenReconne
   }
   Server().restart();
   EXPECT_EQ(store.list_jobs().size(), 2u);
+}
+
+TEST_F(PostgresStoreTest, AWatchHearsSubmitsRequeuesCancelsAndItsOwnReconnects) {
+  PostgresStore store(url_, {});
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> heard;
+  auto watch = store.watch([&](std::string_view what) {
+    std::lock_guard<std::mutex> lock(mu);
+    heard.emplace_back(what);
+    cv.notify_all();
+  });
+  ASSERT_NE(watch, nullptr);
+  // Waits for `what` to be heard (after the ones already counted).
+  size_t seen = 0;
+  auto hears = [&](const std::string& what) {
+    std::unique_lock<std::mutex> lock(mu);
+    const bool got = cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      return std::find(heard.begin() + static_cast<std::ptrdiff_t>(seen), heard.end(), what) != heard.end();
+    });
+    seen = heard.size();
+    return got;
+  };
+  EXPECT_TRUE(hears("reconnected"));  // the first connection: look once
+  PostgresStore other(url_, {});      // another replica's writes
+  const std::string id = other.insert_job(Job("a")).first.id;
+  EXPECT_TRUE(hears("queued"));
+  const JobRow claimed = *other.claim_job("r2", 30000, AnyDevice);
+  EXPECT_TRUE(other.request_cancel(id));
+  EXPECT_TRUE(hears("cancel"));
+  JobRow requeued = claimed;
+  requeued.state = JobState::kQueued;
+  requeued.lease_epoch = claimed.lease_epoch + 1;
+  ASSERT_TRUE(other.update_job_fenced(requeued, claimed.lease_epoch));
+  EXPECT_TRUE(hears("queued"));
+  Server().restart();  // notices sent while it reconnects are lost: it says so
+  EXPECT_TRUE(hears("reconnected"));
+}
+
+TEST_F(SqliteStoreTest, SqliteHasNoWatch) {
+  SqliteStore store(dir_ + "/anvil.db");
+  EXPECT_EQ(store.watch([](std::string_view) {}), nullptr);
 }
 
 TEST_F(PostgresStoreTest, TextWithANulByteIsRefusedNotCut) {
