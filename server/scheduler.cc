@@ -511,6 +511,7 @@ void Scheduler::StartKeeper() {
   std::unique_ptr<StoreWatch> watch = lease_store_.watch([this](std::string_view what) {
     MutexLock lock(&mu_);
     if (what == "cancel" || what == "reconnected") renew_now_ = true;
+    poked_ = true;  // seen by the keeper even when the notice comes while it is not waiting
     keeper_cv_.notify_all();
   });
   MutexLock lock(&mu_);
@@ -571,7 +572,11 @@ void Scheduler::KeepLeases() {
       }
     }
     const auto wake = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll_interval);
-    keeper_cv_.wait_until(mu_, wake);
+    if (!poked_ && !renew_now_) {
+      keeper_cv_.wait_until(mu_, wake,
+                            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return poked_ || renew_now_ || stopping_; });
+    }
+    poked_ = false;
     if (!stopping_ && reachable && std::chrono::steady_clock::now() < next_renewal) {
       try {
         DispatchLocked(&lease_store_);

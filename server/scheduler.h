@@ -159,6 +159,7 @@ class Scheduler {
   std::chrono::steady_clock::time_point last_renewal_ ABSL_GUARDED_BY(mu_);
   std::condition_variable_any keeper_cv_;        // wakes the keeper: a cancel to pass on, the end
   bool renew_now_ ABSL_GUARDED_BY(mu_) = false;  // a notice of a cancel: renew (and learn of it) at once
+  bool poked_ ABSL_GUARDED_BY(mu_) = false;      // a notice came: claim at once
   std::thread keeper_;
   // The store's change notices (PostgreSQL's NOTIFY): wake the keeper to claim a job submitted
   // elsewhere, or to pass on a cancel, without waiting for the next poll. Null on SQLite.

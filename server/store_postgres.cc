@@ -105,6 +105,13 @@ static_assert(kMigrations.size() == Store::kSchemaVersion);
   "id, name, client_job_id, spec_json, state, reason, priority, device, created_ms, started_ms, finished_ms, " \
   "step, epoch, checkpoint, model_name, model_version, seq, crashes, crash_step, owner, lease_epoch, "         \
   "lease_expires_ms, cancel_requested"
+// The rest of a claim after its `free` row: take it, and record the claim, in one statement.
+#define ANVIL_PG_CLAIM_TAIL                                                                                            \
+  "taken AS (UPDATE jobs j SET state = 'RUNNING', owner = $2, lease_epoch = j.lease_epoch + 1, "                       \
+  "lease_expires_ms = " ANVIL_PG_NOW_MS                                                                                \
+  " + $3 FROM free WHERE j.id = free.id RETURNING j.*), "                                                              \
+  "recorded AS (INSERT INTO claims (job_id, epoch, owner, claimed_ms) SELECT id, lease_epoch, owner, " ANVIL_PG_NOW_MS \
+  " FROM taken) SELECT " ANVIL_PG_JOB_COLUMNS " FROM taken"
 #define ANVIL_PG_METRIC_COLUMNS "job_id, seq, step, kind, payload_json, time_ms"
 #define ANVIL_PG_MODEL_COLUMNS "name, version, job_id, path, signature_json, created_ms"
 
@@ -756,26 +763,36 @@ std::optional<JobRow> PostgresStore::claim_job(const std::string& owner, int64_t
   MutexLock lock(&m.mu);
   m.connect();
   // The candidates are read without locks; `fits` picks among them; then one statement takes
-  // the first that fits, if no other replica has it locked or claimed meanwhile (SKIP LOCKED
-  // and the state check), and records the claim in the same statement.
+  // the first that fits, if no other replica claimed it meanwhile (the state check under the
+  // row's lock), and records the claim in the same statement.
   const std::vector<JobRow> candidates = read_jobs(
       m.exec("list claimable jobs", "SELECT " ANVIL_PG_JOB_COLUMNS
                                     " FROM jobs WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
                                     "ORDER BY priority DESC, seq ASC"));
-  for (const JobRow& c : candidates) {
-    if (!fits(c)) continue;
-    Result q = m.exec("claim a job",
-                      "WITH free AS (SELECT id FROM jobs WHERE id = $1 AND state IN ('QUEUED', 'INTERRUPTED') AND "
-                      "cancel_requested = 0 FOR UPDATE SKIP LOCKED), "
-                      "taken AS (UPDATE jobs j SET state = 'RUNNING', owner = $2, lease_epoch = j.lease_epoch + 1, "
-                      "lease_expires_ms = " ANVIL_PG_NOW_MS
-                      " + $3 FROM free WHERE j.id = free.id RETURNING j.*), "
-                      "recorded AS (INSERT INTO claims (job_id, epoch, owner, claimed_ms) SELECT id, lease_epoch, "
-                      "owner, " ANVIL_PG_NOW_MS
-                      " FROM taken) "
-                      "SELECT " ANVIL_PG_JOB_COLUMNS " FROM taken",
-                      Params().add(c.id).add(owner).add(lease_ms));
-    if (q.rows() == 1) return read_job(q, 0);
+  // A candidate another transaction holds locked is skipped at first (SKIP LOCKED: a claim
+  // never waits while another job is free). The lock may be a write that is not a claim (the
+  // submitting replica appending the job's QUEUED event): when nothing else could be taken, the
+  // skipped ones are tried again, waiting for the lock this time, and taken if still claimable.
+  std::vector<const JobRow*> skipped;
+  for (const bool wait : {false, true}) {
+    const std::vector<const JobRow*> tries = [&] {
+      std::vector<const JobRow*> out;
+      if (wait) return skipped;
+      for (const JobRow& c : candidates) {
+        if (fits(c)) out.push_back(&c);
+      }
+      return out;
+    }();
+    for (const JobRow* c : tries) {
+      Result q = m.exec("claim a job",
+                        wait ? "WITH free AS (SELECT id FROM jobs WHERE id = $1 AND state IN ('QUEUED', 'INTERRUPTED') "
+                               "AND cancel_requested = 0 FOR UPDATE), " ANVIL_PG_CLAIM_TAIL
+                             : "WITH free AS (SELECT id FROM jobs WHERE id = $1 AND state IN ('QUEUED', 'INTERRUPTED') "
+                               "AND cancel_requested = 0 FOR UPDATE SKIP LOCKED), " ANVIL_PG_CLAIM_TAIL,
+                        Params().add(c->id).add(owner).add(lease_ms));
+      if (q.rows() == 1) return read_job(q, 0);
+      if (!wait) skipped.push_back(c);
+    }
   }
   return std::nullopt;
 }
