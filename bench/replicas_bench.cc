@@ -143,7 +143,7 @@ std::pair<double, double> PredictLoad(const std::vector<std::string>& addresses,
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       auto stub = v1::Serving::NewStub(grpc::CreateCustomChannel(addresses[static_cast<size_t>(c) % addresses.size()],
-                                                                  grpc::InsecureChannelCredentials(), args));
+                                                                 grpc::InsecureChannelCredentials(), args));
       while (!stop.load()) {
         const auto t0 = Clock::now();
         grpc::ClientContext ctx;
@@ -241,9 +241,10 @@ int main() {
     server::PostgresStore postgres(pg.url(), {});
     pg_eps = events_per_second(postgres);
   }
-  std::printf("| step events written / s, one writer | SQLite (WAL, synchronous=NORMAL) | PostgreSQL 15 (fsync on) | "
-              "PostgreSQL / SQLite |\n|---|---|---|---|\n| append_metric | %.0f | %.0f | %.2f |\n\n",
-              sqlite_eps, pg_eps, pg_eps / sqlite_eps);
+  std::printf(
+      "| step events written / s, one writer | SQLite (WAL, synchronous=NORMAL) | PostgreSQL 15 (fsync on) | "
+      "PostgreSQL / SQLite |\n|---|---|---|---|\n| append_metric | %.0f | %.0f | %.2f |\n\n",
+      sqlite_eps, pg_eps, pg_eps / sqlite_eps);
 
   // --- step time: the digits CNN with each store --------------------------------------------
   v1::JobSpec cnn;
@@ -258,9 +259,10 @@ int main() {
     // The built-in digits (8 x 8 images) in place of the example's CSV file of 64 columns.
     cnn.mutable_dataset()->clear_path();
     cnn.mutable_dataset()->set_name("digits");
-    cnn.set_model_json(std::regex_replace(cnn.model_json(), std::regex(R"("input_shape":\[64\],)"),
-                                          R"("input_shape":[1,8,8],)"));
-    cnn.set_model_json(std::regex_replace(cnn.model_json(), std::regex(R"(\{"type":"unflatten","shape":\[1,8,8\]\},)"), ""));
+    cnn.set_model_json(
+        std::regex_replace(cnn.model_json(), std::regex(R"("input_shape":\[64\],)"), R"("input_shape":[1,8,8],)"));
+    cnn.set_model_json(
+        std::regex_replace(cnn.model_json(), std::regex(R"(\{"type":"unflatten","shape":\[1,8,8\]\},)"), ""));
     cnn.set_epochs(8);
   }
   double step_sqlite = 0, step_pg = 0, wall_sqlite = 0, wall_pg = 0;
@@ -278,15 +280,15 @@ int main() {
       (postgres ? step_pg : step_sqlite) += MeanStepSeconds(r, job.id()) / 2;
       // The job's wall time per step: everything the worker's thread did, the store's writes of
       // its events included.
-      (postgres ? wall_pg : wall_sqlite) +=
-          static_cast<double>(done.finished_unix_ms() - done.started_unix_ms()) / 1e3 / static_cast<double>(done.step()) / 2;
+      (postgres ? wall_pg : wall_sqlite) += static_cast<double>(done.finished_unix_ms() - done.started_unix_ms()) /
+                                            1e3 / static_cast<double>(done.step()) / 2;
     }
   }
-  std::printf("| digits CNN, 8 epochs, mean step | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n"
-              "| StepMetrics step time (ms) | %.2f | %.2f | %.3f |\n"
-              "| job wall time / steps (ms) | %.2f | %.2f | %.3f |\n\n",
-              step_sqlite * 1e3, step_pg * 1e3, step_pg / step_sqlite, wall_sqlite * 1e3, wall_pg * 1e3,
-              wall_pg / wall_sqlite);
+  std::printf(
+      "| digits CNN, 8 epochs, mean step | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n"
+      "| StepMetrics step time (ms) | %.2f | %.2f | %.3f |\n"
+      "| job wall time / steps (ms) | %.2f | %.2f | %.3f |\n\n",
+      step_sqlite * 1e3, step_pg * 1e3, step_pg / step_sqlite, wall_sqlite * 1e3, wall_pg * 1e3, wall_pg / wall_sqlite);
 
   // --- Predict across 1, 2, 3 replicas ------------------------------------------------------
   {

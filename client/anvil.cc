@@ -28,6 +28,7 @@
 #include "client/exit_codes.h"
 #include "client/input_file.h"
 #include "client/progress.h"
+#include "client/target.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -77,9 +78,15 @@ struct Cli {
         ssl.pem_private_key = ReadFileOrFail(tls_key, "--tls-key");
       }
       creds = grpc::SslCredentials(ssl);
-      if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
     }
-    channel = grpc::CreateCustomChannel(server, creds, args);
+    const client::Target target = client::grpc_target(server);
+    if (!tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(tls_server_name);
+    } else if ((!tls_ca.empty() || !tls_cert.empty()) && target.uri.rfind("ipv", 0) == 0) {
+      args.SetSslTargetNameOverride(target.first_host);  // a resolved list: the certificate names the host
+    }
+    args.SetServiceConfigJSON(client::client_service_config());
+    channel = grpc::CreateCustomChannel(target.uri, creds, args);
     training = v1::Training::NewStub(channel);
     serving = v1::Serving::NewStub(channel);
   }
@@ -258,7 +265,9 @@ int Run(int argc, char** argv) {
   CLI::App app{"anvil: submit training jobs to anvild, watch them, and use the models they produce"};
   app.require_subcommand(1);
   app.footer(client::exit_code_table());
-  app.add_option("--server", cli.server, "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER)")
+  app.add_option("--server", cli.server,
+                 "anvild address (default 127.0.0.1:50051, or $ANVIL_SERVER); replicas: HOST:PORT,HOST:PORT,... or "
+                 "dns:///NAME:PORT (calls spread round-robin over the healthy ones, safe ones retried)")
       ->envname("ANVIL_SERVER");
   app.add_flag("--json", cli.json, "machine-readable output");
   app.add_option("--token", g_token, "bearer token for a server that requires one (or $ANVIL_TOKEN)")

@@ -62,6 +62,17 @@ assert scaled and all(e.loss_scale > 0 and math.log2(e.loss_scale).is_integer() 
 assert all(a.skipped_steps <= b.skipped_steps for a, b in zip(scaled, scaled[1:])), scaled[:3]
 x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
 p = c.predict("py", x, top_k=2)
+# Replicas: a list of addresses, one of them dead (nothing listens there): round_robin skips
+# it, every call succeeds, and health is SERVING.
+import socket
+with socket.socket() as dead:
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+spread = anvil_client.Client(f"127.0.0.1:{dead_port},{address}")
+assert spread.health()
+for _ in range(20):
+    assert spread.predict("py", x, top_k=2).top_k == p.top_k
+spread.close()
 assert p.outputs["output"].shape == (4, 4) and p.outputs["output"].dtype == np.float32
 assert len(p.top_k) == 4 and all(len(row) == 2 for row in p.top_k)
 sha = c.export("py", os.path.join(work, "py.anvil"))

@@ -9,6 +9,9 @@
 #        equal to uninterrupted runs'; a stream opened on another replica before the kill follows
 #        the job live across the failover, gap-free, to SUCCEEDED
 #     3. CancelJob on a replica that does not run the job reaches the one that does
+#     4. Predict through the CLI given all three addresses, one replica killed with -9 and one
+#        drained (SIGTERM: NOT_SERVING) mid-load: round_robin with health checking and the
+#        retry policy leave 0 failed calls
 #     (1 also: a model trained on one replica is served by another with identical outputs, and
 #     an export from the other streams the bytes the trainer wrote, its SHA-256 checked)
 #   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
@@ -203,6 +206,26 @@ PY
   cli "${other}" -- cancel "${c}" > /dev/null || fail "cancel ${c} through ${other}"
   wait_sql "SELECT state FROM jobs WHERE id = '${c}'" CANCELLED 15 "the job cancelled through ${other}"
   echo "  running on ${owner}, cancelled through ${other}: $(sql "SELECT reason FROM jobs WHERE id = '${c}'")"
+
+  echo "4. Predict over all three replicas, one killed and one drained mid-load"
+  start_replica r1
+  all="127.0.0.1:${port[r1]},127.0.0.1:${port[r2]},127.0.0.1:${port[r3]}"
+  (
+    failed=0
+    for i in $(seq 120); do
+      "${build}/client/anvil" --server "${all}" predict rr-0 --input "${work}/x.csv" > /dev/null 2>> "${work}/load.err" ||
+        failed=$((failed + 1))
+    done
+    echo "${failed}" > "${work}/load.failed"
+  ) &
+  loader=$!
+  sleep 1
+  kill -9 "${pid[r2]}"
+  sleep 1
+  kill -TERM "${pid[r3]}"
+  wait "${loader}"
+  [[ $(cat "${work}/load.failed") == 0 ]] || fail "$(cat "${work}/load.failed") of 120 Predicts failed: $(sort -u "${work}/load.err" | head -3)"
+  echo "  120 Predicts through --server r1,r2,r3 while r2 was killed and r3 drained: 0 failed"
   ;;
 
 partition)

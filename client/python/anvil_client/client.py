@@ -5,9 +5,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import socket
 import tempfile
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -104,8 +105,13 @@ def _array(t: pb.Tensor) -> np.ndarray:
 
 # Calls that are safe to repeat retry UNAVAILABLE (a server restarting, draining, or not yet
 # listening) with gRPC's own retry policy: up to 5 attempts over about 3 s. SubmitJob (safe only
-# with a client_job_id), DeleteJob and the streams are left to the caller.
-_RETRY_CONFIG = json.dumps({"methodConfig": [{
+# with a client_job_id), DeleteJob and the streams are left to the caller. Calls spread
+# round-robin over the addresses given (replicas), each checked with the standard health
+# protocol: a draining replica (NOT_SERVING) is skipped.
+_RETRY_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
+    "methodConfig": [{
     "name": [{"service": "anvil.v1.Training", "method": m} for m in ("GetJob", "ListJobs", "CancelJob", "GetServerInfo")]
     + [{"service": "anvil.v1.Serving", "method": m} for m in ("Predict", "ListModels", "GetModel")],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "2s", "backoffMultiplier": 2,
@@ -113,15 +119,39 @@ _RETRY_CONFIG = json.dumps({"methodConfig": [{
 }]})
 
 
+def _target(address: str) -> Tuple[str, str]:
+    """gRPC's target for `address` (HOST:PORT, HOST:PORT,HOST:PORT,... for replicas, or a target
+    URI such as dns:///NAME:PORT), and the first host named (TLS: the certificate's name)."""
+    if "," not in address:
+        host = address.rsplit(":", 1)[0].strip("[]") if "://" not in address else ""
+        return address, host
+    v4, v6, first = [], [], ""
+    for item in filter(None, (a.strip() for a in address.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port:
+            raise ValueError(f"expected HOST:PORT, got {item!r}")
+        host = host.strip("[]")
+        first = first or host
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0]
+        (v4 if family == socket.AF_INET else v6).append(
+            f"{sockaddr[0]}:{port}" if family == socket.AF_INET else f"[{sockaddr[0]}]:{port}")
+    chosen = v4 or v6
+    return ("ipv4:" if v4 else "ipv6:") + ",".join(chosen), first
+
+
 class Client:
-    """anvild at `address`. `token`: a bearer token (or $ANVIL_TOKEN); `tls_ca` (PEM path)
-    connects over TLS, `tls_cert` / `tls_key` add a client certificate."""
+    """anvild at `address`, or replicas at "HOST:PORT,HOST:PORT,..." (or dns:///NAME:PORT), with
+    calls spread round-robin over the healthy ones. `token`: a bearer token (or $ANVIL_TOKEN);
+    `tls_ca` (PEM path) connects over TLS, `tls_cert` / `tls_key` add a client certificate."""
 
     def __init__(self, address: str = "127.0.0.1:50051", token: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 30.0):
         options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20),
                    ("grpc.enable_retries", 1), ("grpc.service_config", _RETRY_CONFIG)]
+        address, first_host = _target(address)
+        if (tls_ca or tls_cert) and address.startswith("ipv"):
+            options.append(("grpc.ssl_target_name_override", first_host))
         if tls_ca or tls_cert:
             def read(p):
                 with open(p, "rb") as f:
