@@ -1,9 +1,9 @@
 #include "client/target.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
-#include <arpa/inet.h>
 #include <stdexcept>
 #include <vector>
 

@@ -13,8 +13,8 @@
 namespace anvil::client {
 
 struct Target {
-  std::string uri;          // for grpc::CreateCustomChannel
-  std::string first_host;   // the first host named (TLS: the name its certificate must carry)
+  std::string uri;         // for grpc::CreateCustomChannel
+  std::string first_host;  // the first host named (TLS: the name its certificate must carry)
 };
 
 // Throws std::runtime_error naming the address that does not parse or resolve.

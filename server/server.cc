@@ -242,6 +242,7 @@ void AnvilServer::start() {
     }
   }
   // Streams of jobs that run on another replica learn of new events through the store.
+  if (s->metrics) s->metrics->set_replica(s->instance, std::string(s->store->engine()));
   s->hub.start_ticker(std::chrono::milliseconds(200));
   s->scheduler = std::make_unique<Scheduler>(*s->store, s->hub, *s->registry, so, std::move(factories),
                                              s->metrics.get(), s->lease_store.get());

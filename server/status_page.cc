@@ -84,6 +84,7 @@ std::string StatusPage::json() {
                     {"step", row.step},
                     {"epoch", row.epoch},
                     {"reason", row.reason},
+                    {"replica", row.owner},
                     {"model", row.model_name.empty() ? "" : row.model_name + ":" + std::to_string(row.model_version)},
                     {"train_loss", ToJson(s.train.points())},
                     {"val_loss", ToJson(s.val.points())}});
@@ -109,7 +110,7 @@ table{border-collapse:collapse;margin-bottom:24px}td,th{padding:4px 10px;border-
 svg{background:#fafafa;border:1px solid #ddd}.train{stroke:#1f77b4;fill:none}.val{stroke:#d62728;fill:none}
 </style></head><body>
 <h1>Anvil</h1><p id="updated">loading...</p>
-<table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>step</th><th>epoch</th><th>model</th></tr></thead><tbody></tbody></table>
+<table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>step</th><th>epoch</th><th>replica</th><th>model</th></tr></thead><tbody></tbody></table>
 <div id="charts"></div>
 <script>
 // Job names and failure reasons are user text: escaped before they enter the markup.
@@ -144,7 +145,8 @@ async function refresh() {
     const data = await (await fetch('/status.json')).json();
     document.querySelector('#jobs tbody').innerHTML = data.jobs.map(j =>
       '<tr><td>' + esc(j.id) + '</td><td>' + esc(j.name) + '</td><td title="' + esc(j.reason) + '">' + j.state +
-      '</td><td>' + j.step + '</td><td>' + j.epoch + '</td><td>' + esc(j.model) + '</td></tr>').join('');
+      '</td><td>' + j.step + '</td><td>' + j.epoch + '</td><td>' + esc(j.replica) + '</td><td>' + esc(j.model) +
+      '</td></tr>').join('');
     document.getElementById('charts').innerHTML = data.jobs.map(chart).join('');
     document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
   } catch (e) {

@@ -127,6 +127,15 @@ ServiceMetrics::ServiceMetrics(Registry& r)
   r.add_collector([this] { Collect(); });
 }
 
+void ServiceMetrics::set_replica(const std::string& replica, const std::string& store) {
+  registry_
+      .gauge("anvil_replica_info",
+             "This anvild replica's name (--instance) and its job store's engine; the value is 1.",
+             {"replica", "store"})
+      .with({replica, store})
+      .Set(1);
+}
+
 void ServiceMetrics::job_ended(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   ended_[job_id] = Clock::now();

@@ -59,6 +59,10 @@ class ServiceMetrics {
   Counter& process_cpu;
   Gauge& process_rss;
 
+  // anvil_replica_info{replica, store}: which replica this is (its --instance) and its store's
+  // engine. Prometheus's own `instance` label (the scrape target) tells replicas apart in every
+  // series; this one names them as the store and the status page do.
+  void set_replica(const std::string& replica, const std::string& store);
   // A job's series are dropped `retention` after it ended (bounded label cardinality).
   void job_ended(const std::string& job_id);
   void set_retention(std::chrono::seconds retention) { retention_ = retention; }

@@ -129,6 +129,15 @@ exactly-once)
     [[ -f "${work}/shared/${archive}" ]] || fail "job ${id}'s archive ${archive} is missing"
   done
   echo "  30 jobs, 30 claims, 30 archives, 30 TensorBoard runs"
+  # Each replica names itself in /metrics; the status page says which replica ran each job.
+  mport=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/r2.log")
+  curl -sf "http://127.0.0.1:${mport}/metrics" | grep -q '^anvil_replica_info{replica="r2",store="postgresql"} 1' ||
+    fail "r2's /metrics does not name it"
+  curl -sf "http://127.0.0.1:${mport}/status.json" | python3 -c "
+import json, sys
+jobs = json.load(sys.stdin)['jobs']
+assert jobs and all(j['replica'] in ('r1', 'r2', 'r3') for j in jobs), jobs[:2]
+print('  status page: replicas', sorted({j['replica'] for j in jobs}))" || fail "the status page does not name the replicas"
   trained_on=$(sql "SELECT owner FROM jobs WHERE name = 'rr-0'")
   served_by=r1
   [[ "${trained_on}" == r1 ]] && served_by=r2
