@@ -10,12 +10,16 @@
 //                       with each store: the mean step time of its StepMetrics
 //   Predict req/s       64 clients round-robin over 1, 2 and 3 replicas (CPU-bound here:
 //                       the replicas share this machine's cores; reported, not judged)
+//   Predict, one killed  64 clients over 3 anvild processes (the CLI's channel config), one
+//                       killed with -9: failed calls and p99 before, during and after
 //
 // Usage: anvil_bench_replicas   (needs PostgreSQL 15's binaries: scripts/install-deps.sh test)
 //   ANVIL_DATA_DIR   where digits.csv.gz is (default ./data)
 //   ANVIL_REPO       the source tree, for examples/specs/digits-cnn.json (default .)
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/target.h"
 #include "core/anvil.h"
 #include "core/backend/cpu/kernel_info.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
@@ -42,6 +47,18 @@ using namespace anvil;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -179,6 +196,9 @@ int main() {
   fs::remove_all(root);
   fs::create_directories(root);
   test::PostgresServer pg;
+  // The anvild binary beside this program's build folder: build/bench/.. /server/anvild.
+  const std::string anvild =
+      (fs::canonical("/proc/self/exe").parent_path().parent_path() / "server" / "anvild").string();
   std::printf("CPU: %s\n\n", cpu_kernel_summary().c_str());
 
   // --- submit -> RUNNING with 3 replicas -------------------------------------------------
@@ -305,6 +325,96 @@ int main() {
       for (size_t i = 0; i < n; ++i) addresses.push_back("127.0.0.1:" + std::to_string(replicas[i].server->port()));
       const auto [rps, p99] = PredictLoad(addresses, 64, 3.0, request);
       std::printf("| blobs MLP | %zu | %.0f | %.2f |\n", n, rps, p99 / 1e3);
+    }
+  }
+
+  // --- Predict across 3 anvild processes, one killed with -9 mid-load -------------------------
+  // One channel per client over the three addresses (the CLI's config: round_robin, health
+  // checks, UNAVAILABLE retried on Predict); p99 in the 3 s before the kill, the 3 s after it,
+  // and the 3 s after those.
+  {
+    std::vector<pid_t> pids;
+    std::vector<std::string> addresses;
+    for (int i = 0; i < 3; ++i) {
+      const std::string log = (root / ("k" + std::to_string(i) + ".log")).string();
+      const int port = FreePort();
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        std::freopen(log.c_str(), "w", stderr);
+        std::freopen(log.c_str(), "a", stdout);
+        ::execl(anvild.c_str(), anvild.c_str(), "--address", ("127.0.0.1:" + std::to_string(port)).c_str(),
+                "--metrics-address", "", "--data-dir", (root / "shared").c_str(), "--store", pg.url().c_str(),
+                "--instance", ("k" + std::to_string(i)).c_str(), "--devices", "cpu", nullptr);
+        ::_exit(127);
+      }
+      pids.push_back(pid);
+      addresses.push_back("127.0.0.1:" + std::to_string(port));
+    }
+    std::string list;
+    for (const std::string& a : addresses) list += (list.empty() ? "" : ",") + a;
+    const client::Target target = client::grpc_target(list);
+    v1::PredictRequest request;
+    request.set_model("idle-0");
+    server::encode_tensor(rand({1, 2}), "input", request.add_inputs());
+    constexpr int kClients = 64;
+    std::atomic<bool> stop{false};
+    const auto t0 = Clock::now();
+    struct Sample {
+      double at_s, ms;
+      bool ok;
+    };
+    std::vector<std::vector<Sample>> samples(kClients);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < kClients; ++c) {
+      threads.emplace_back([&, c] {
+        grpc::ChannelArguments args;
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetServiceConfigJSON(client::client_service_config());
+        auto stub =
+            v1::Serving::NewStub(grpc::CreateCustomChannel(target.uri, grpc::InsecureChannelCredentials(), args));
+        while (!stop.load()) {
+          const auto start = Clock::now();
+          grpc::ClientContext ctx;
+          ctx.set_wait_for_ready(false);
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+          v1::PredictResponse resp;
+          const grpc::Status st = stub->Predict(&ctx, request, &resp);
+          const auto end = Clock::now();
+          samples[c].push_back({std::chrono::duration<double>(start - t0).count(),
+                                std::chrono::duration<double, std::milli>(end - start).count(), st.ok()});
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(5));  // the replicas start, load the model, warm up
+    const double kill_at = std::chrono::duration<double>(Clock::now() - t0).count() + 3;
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ::kill(pids[1], SIGKILL);
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    stop = true;
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (i != 1) ::kill(pids[i], SIGTERM);
+      ::waitpid(pids[i], nullptr, 0);
+    }
+    std::printf(
+        "\n| Predict, 64 clients over 3 anvild, one killed -9 | window | calls | failed | p99 ms |\n"
+        "|---|---|---|---|---|\n");
+    const std::pair<const char*, std::pair<double, double>> windows[] = {
+        {"3 s before the kill", {kill_at - 3, kill_at}},
+        {"3 s after", {kill_at, kill_at + 3}},
+        {"the 3 s after those", {kill_at + 3, kill_at + 6}}};
+    for (const auto& [name, span] : windows) {
+      std::vector<double> ms;
+      int64_t failed = 0;
+      for (const auto& per : samples) {
+        for (const Sample& x : per) {
+          if (x.at_s < span.first || x.at_s >= span.second) continue;
+          ms.push_back(x.ms);
+          failed += x.ok ? 0 : 1;
+        }
+      }
+      std::printf("| blobs MLP | %s | %zu | %lld | %.2f |\n", name, ms.size(), static_cast<long long>(failed),
+                  Percentile(ms, 0.99));
     }
   }
   fs::remove_all(root);

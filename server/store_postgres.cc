@@ -501,15 +501,10 @@ std::pair<JobRow, bool> PostgresStore::insert_job(JobRow row) {
   MutexLock lock(&m.mu);
   m.connect();
   if (!row.client_job_id.empty()) {
-    if (std::optional<JobRow> existing = [&]() -> std::optional<JobRow> {
-          Result q = m.exec("look up a job by client_job_id",
-                            "SELECT " ANVIL_PG_JOB_COLUMNS " FROM jobs WHERE client_job_id = $1",
-                            Params().add(row.client_job_id));
-          if (q.rows() == 0) return std::nullopt;
-          return read_job(q, 0);
-        }()) {
-      return {std::move(*existing), false};
-    }
+    Result q =
+        m.exec("look up a job by client_job_id", "SELECT " ANVIL_PG_JOB_COLUMNS " FROM jobs WHERE client_job_id = $1",
+               Params().add(row.client_job_id));
+    if (q.rows() == 1) return {read_job(q, 0), false};
   }
   const bool generated = row.id.empty();
   if (row.created_ms == 0) row.created_ms = unix_millis();
