@@ -262,7 +262,8 @@ int main() {
     pg_eps = events_per_second(postgres);
   }
   std::printf(
-      "| step events written / s, one writer | SQLite (WAL, synchronous=NORMAL) | PostgreSQL 15 (fsync on) | "
+      "| step events written / s, one writer | SQLite (WAL, synchronous=NORMAL) | PostgreSQL 15 (events: "
+      "synchronous_commit off) | "
       "PostgreSQL / SQLite |\n|---|---|---|---|\n| append_metric | %.0f | %.0f | %.2f |\n\n",
       sqlite_eps, pg_eps, pg_eps / sqlite_eps);
 
