@@ -10,6 +10,7 @@
 
 #include "server/listings.h"
 #include "server/status.h"
+#include "server/store_sqlite.h"
 #include "server/wire_check.h"
 
 namespace {
@@ -19,7 +20,7 @@ anvil::server::Store& TheStore() {
     const std::string dir =
         std::filesystem::temp_directory_path() / ("anvil-fuzz-listing-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
-    auto s = std::make_unique<anvil::server::Store>(dir + "/anvil.db");
+    auto s = std::make_unique<anvil::server::SqliteStore>(dir + "/anvil.db");
     const anvil::server::JobState states[] = {anvil::server::JobState::kQueued, anvil::server::JobState::kRunning,
                                               anvil::server::JobState::kSucceeded, anvil::server::JobState::kFailed,
                                               anvil::server::JobState::kCancelled};

@@ -28,6 +28,7 @@
 #include "server/store_postgres.h"
 #include "server/store_sqlite.h"
 #include "tests/fixtures/postgres_server.h"
+#include "tests/paths.h"
 
 namespace anvil::server {
 namespace {
@@ -815,6 +816,59 @@ TEST_F(PostgresStoreTest, AWatchHearsSubmitsRequeuesCancelsAndItsOwnReconnects) 
   EXPECT_TRUE(hears("queued"));
   Server().restart();  // notices sent while it reconnects are lost: it says so
   EXPECT_TRUE(hears("reconnected"));
+}
+
+// TLS to the database, as the URL asks (libpq's sslmode): a server with a certificate from a
+// development CA (scripts/dev-ca.sh), reached with verify-full, and refused with another CA.
+class PostgresTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/anvil_pg_tls_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(*dir_);
+    for (const char* ca : {"ca", "other-ca"}) {
+      const std::string cmd =
+          "bash " + test::SourceDir() + "/scripts/dev-ca.sh " + *dir_ + "/" + ca + " > /dev/null 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+    test::PostgresServer::Options o;
+    o.tls_cert = *dir_ + "/ca/server.pem";
+    o.tls_key = *dir_ + "/ca/server.key";
+    server_ = new test::PostgresServer(o);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string Url(const std::string& query) { return server_->url() + "?" + query; }
+
+  static std::string* dir_;
+  static test::PostgresServer* server_;
+};
+std::string* PostgresTlsTest::dir_ = nullptr;
+test::PostgresServer* PostgresTlsTest::server_ = nullptr;
+
+TEST_F(PostgresTlsTest, VerifyFullWithTheServersCaConnectsOverTls) {
+  const std::string url = Url("sslmode=verify-full&sslrootcert=" + *dir_ + "/ca/ca.pem");
+  PostgresStore store(url, {});
+  JobRow row;
+  row.name = "over-tls";
+  row.spec_json = "{}";
+  row.device = "cpu";
+  EXPECT_TRUE(store.insert_job(row).second);
+  EXPECT_EQ(PostgresSql(url, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"), "t");
+  // The messages name the database, not the query string's paths or anything secret.
+  EXPECT_THAT(store.path(), ::testing::StartsWith("postgresql://anvil@127.0.0.1:"));
+}
+
+TEST_F(PostgresTlsTest, AnotherCaIsRefusedAsUnavailableNamingTheCertificate) {
+  try {
+    PostgresStore store(Url("sslmode=verify-full&sslrootcert=" + *dir_ + "/other-ca/ca.pem&connect_timeout=5"), {});
+    ADD_FAILURE() << "connected to a server whose certificate another CA signed";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.kind(), StoreError::Kind::kIo);
+    EXPECT_THAT(e.what(), HasSubstr("certificate verify failed"));
+  }
 }
 
 TEST_F(SqliteStoreTest, SqliteHasNoWatch) {
