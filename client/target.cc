@@ -59,7 +59,11 @@ Target grpc_target(const std::string& servers) {
         v4.push_back(std::string(text) + ":" + port);
       } else if (a->ai_family == AF_INET6) {
         inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, text, sizeof(text));
-        v6.push_back("[" + std::string(text) + "]:" + port);
+        std::string bracketed = "[";
+        bracketed += text;
+        bracketed += "]:";
+        bracketed += port;
+        v6.push_back(std::move(bracketed));
       }
       break;  // one address per name given: the list names the replicas
     }
@@ -69,7 +73,10 @@ Target grpc_target(const std::string& servers) {
   const std::vector<std::string>& chosen = v4.empty() ? v6 : v4;
   if (chosen.empty()) throw std::runtime_error("--server: no address in '" + servers + "'");
   std::string uri = v4.empty() ? "ipv6:" : "ipv4:";
-  for (size_t i = 0; i < chosen.size(); ++i) uri += (i ? "," : "") + chosen[i];
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (i > 0) uri += ',';
+    uri += chosen[i];
+  }
   return {uri, first_host};
 }
 

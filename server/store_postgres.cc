@@ -273,6 +273,16 @@ ModelRow read_model(const Result& q, int i) {
   return ModelRow{q.text(i, 0), q.integer(i, 1), q.text(i, 2), q.text(i, 3), q.text(i, 4), q.integer(i, 5)};
 }
 
+// The job's id and the fields update_job writes, as parameters $1-$14 (the order of the update
+// statements' SET lists).
+Params mutable_params(const JobRow& row) {
+  Params p;
+  p.add(row.id).add(job_state_name(row.state)).add(row.reason).add(row.priority).add(row.device);
+  p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
+  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step);
+  return p;
+}
+
 std::vector<std::string_view> state_names(const std::vector<JobState>& states) {
   std::vector<std::string_view> out;
   for (JobState s : states) out.push_back(job_state_name(s));
@@ -628,10 +638,8 @@ bool PostgresStore::update_job(const JobRow& row, int64_t fence_epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
-  Params p;
-  p.add(row.id).add(job_state_name(row.state)).add(row.reason).add(row.priority).add(row.device);
-  p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
-  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step).add(fence_epoch);
+  Params p = mutable_params(row);
+  p.add(fence_epoch);
   Result q = m.exec("update a job",
                     "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "
                     "finished_ms = $7, step = $8, epoch = $9, checkpoint = $10, model_name = $11, "
@@ -842,11 +850,8 @@ bool PostgresStore::update_job_fenced(const JobRow& row, int64_t epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   m.connect();
-  Params p;
-  p.add(row.id).add(job_state_name(row.state)).add(row.reason).add(row.priority).add(row.device);
-  p.add(row.started_ms).add(row.finished_ms).add(row.step).add(row.epoch).add(row.checkpoint);
-  p.add(row.model_name).add(row.model_version).add(row.crashes).add(row.crash_step).add(row.owner);
-  p.add(row.lease_epoch).add(row.lease_expires_ms).add(int64_t{row.cancel_requested ? 1 : 0}).add(epoch);
+  Params p = mutable_params(row);
+  p.add(row.owner).add(row.lease_epoch).add(row.lease_expires_ms).add(int64_t{row.cancel_requested ? 1 : 0}).add(epoch);
   const bool written =
       m.exec("update a job under its lease",
              "UPDATE jobs SET state = $2, reason = $3, priority = $4, device = $5, started_ms = $6, "

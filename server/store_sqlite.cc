@@ -235,6 +235,15 @@ ModelRow read_model(const Query& q) {
   return ModelRow{q.text(0), q.integer(1), q.text(2), q.text(3), q.text(4), q.integer(5)};
 }
 
+// Binds the job's id and the fields update_job writes to parameters 1-14 (the order of the
+// update statements' SET lists).
+void bind_mutable(Query& q, const JobRow& row) {
+  q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
+  q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
+  q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
+  q.bind(14, row.crash_step);
+}
+
 // Binds the distinct states of `states` to the six parameters starting at `first`; unused
 // parameters stay NULL, which matches no row. A fixed parameter count keeps one prepared
 // statement for every filter.
@@ -556,10 +565,8 @@ bool SqliteStore::update_job(const JobRow& row, int64_t fence_epoch) {
   MutexLock lock(&m.mu);
   {
     Query q(m.st->update_job);
-    q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
-    q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
-    q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
-    q.bind(14, row.crash_step).bind(15, fence_epoch);
+    bind_mutable(q, row);
+    q.bind(15, fence_epoch);
     q.run();
   }
   if (sqlite3_changes(m.db.get()) == 1) return true;
@@ -719,10 +726,8 @@ bool SqliteStore::update_job_fenced(const JobRow& row, int64_t epoch) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);
   Query q(m.st->update_fenced);
-  q.bind(1, row.id).bind(2, job_state_name(row.state)).bind(3, row.reason).bind(4, row.priority);
-  q.bind(5, row.device).bind(6, row.started_ms).bind(7, row.finished_ms).bind(8, row.step).bind(9, row.epoch);
-  q.bind(10, row.checkpoint).bind(11, row.model_name).bind(12, row.model_version).bind(13, row.crashes);
-  q.bind(14, row.crash_step).bind(15, row.owner).bind(16, row.lease_epoch).bind(17, row.lease_expires_ms);
+  bind_mutable(q, row);
+  q.bind(15, row.owner).bind(16, row.lease_epoch).bind(17, row.lease_expires_ms);
   q.bind(18, int64_t{row.cancel_requested ? 1 : 0}).bind(19, epoch);
   q.run();
   return sqlite3_changes(m.db.get()) == 1;

@@ -8,6 +8,9 @@
 #   use_peer_python SOURCE_DIR MODULE...  sets `python` to the peers' venv (.venv, from
 #                                         scripts/install-test-peers.sh), or skips the test
 #                                         (exit 0, saying why) when a module is not there
+#   same_weights A B                      the tensors of two safetensors files are bitwise equal
+#   check_history ID                      job ID's stored stream (through the caller's `cli`
+#                                         array) holds steps 1..N, each once
 build="$(cd "$1" && pwd)"
 work="$(mktemp -d "/tmp/anvil-$2-XXXXXX")"
 pids=()
@@ -60,4 +63,28 @@ start_anvild() {
     sleep 0.1
   done
   fail "anvild did not start"
+}
+
+same_weights() {  # the tensor bytes of two safetensors files are equal (headers may differ in names)
+  python3 - "$1" "$2" <<'PY' || fail "weights differ: $1 $2"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "different"
+print(f"  {len(a)} tensors bitwise equal")
+PY
+}
+
+check_history() {  # every step once, in order, in job $1's stored stream (metric_interval 1)
+  "${cli[@]}" --json watch "$1" > "${work}/history.jsonl"
+  python3 - "${work}/history.jsonl" <<'PY' || fail "metric history of $1 has gaps or duplicates"
+import json, sys
+steps = [int(e.get("step", 0)) for e in map(json.loads, open(sys.argv[1])) if "step_metrics" in e]
+assert steps == list(range(1, len(steps) + 1)), steps[:50]
+print(f"  history: steps 1..{len(steps)}, each once")
+PY
 }

@@ -44,15 +44,6 @@ spec() {  # spec NAME EPOCHS > file
 JSON
 }
 submit() { "${cli[@]}" --json submit "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['job']['id'])"; }
-check_history() {
-  "${cli[@]}" --json watch "$1" > "${work}/history.jsonl"
-  python3 - "${work}/history.jsonl" <<'PY' || fail "metric history of $1 has gaps or duplicates"
-import json, sys
-steps = [int(e.get("step", 0)) for e in map(json.loads, open(sys.argv[1])) if "step_metrics" in e]
-assert steps == list(range(1, len(steps) + 1)), steps[:50]
-print(f"  history: steps 1..{len(steps)}, each once")
-PY
-}
 
 echo "1. train, serve and export with the jobs in PostgreSQL"
 start_server "${work}/data"
@@ -118,15 +109,5 @@ sed 's/"crash"/"straight"/' "${work}/crash.json" > "${work}/straight.json"
 "${cli[@]}" submit "${work}/straight.json" --watch > /dev/null || fail "uninterrupted run"
 "${cli[@]}" export crash --format safetensors -o "${work}/crash.safetensors" > /dev/null
 "${cli[@]}" export straight --format safetensors -o "${work}/straight.safetensors" > /dev/null
-python3 - "${work}/crash.safetensors" "${work}/straight.safetensors" <<'PY' || fail "weights differ after the resume"
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "different"
-print(f"  {len(a)} tensors bitwise equal to the uninterrupted run's")
-PY
+same_weights "${work}/crash.safetensors" "${work}/straight.safetensors"
 echo "PASS"

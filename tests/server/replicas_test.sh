@@ -32,20 +32,6 @@ spec() {  # spec NAME EPOCHS > file
  "seed": 11, "metric_interval": 5, "checkpoint": {"every_steps": 25}}
 JSON
 }
-# The tensor bytes of two safetensors files are equal (headers may differ in names).
-same_weights() {
-  python3 - "$1" "$2" <<'PY' || fail "weights differ: $1 $2"
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "different"
-print(f"  {len(a)} tensors bitwise equal")
-PY
-}
 
 start_postgres() {  # start_postgres [NETNS]: sets pg_pid, url
   local prefix=()
