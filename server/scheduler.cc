@@ -481,14 +481,9 @@ void Scheduler::DispatchLocked(Store* via) {
     // arrives (workers/worker.h), which is when the slot is freed.
     if (!slot.job_id.empty()) continue;
     const std::string device = slot.worker->device();
-    // The spec's device, not the row's: a job that ran before holds the device it was placed on.
-    std::optional<JobRow> row = claims.claim_job(options_.instance, options_.lease.count(), [&](const JobRow& r) {
-      try {
-        return DeviceFits(SpecOf(r).device(), device);
-      } catch (const std::exception&) {
-        return DeviceFits(r.device, device);
-      }
-    });
+    // A candidate's `device` is the one its spec requests (Store::claim_job).
+    std::optional<JobRow> row = claims.claim_job(options_.instance, options_.lease.count(),
+                                                 [&](const JobRow& r) { return DeviceFits(r.device, device); });
     if (!row) continue;
     const fs::path dir = fs::path(options_.data_root) / "jobs" / row->id;
     workers::RunJob job;

@@ -196,7 +196,10 @@ class Store {
   // transaction: RUNNING, owner set, lease_epoch + 1, lease_expires_ms = the database's now +
   // lease_ms, and a claims row. Replicas claiming at once never get the same job (PostgreSQL:
   // FOR UPDATE SKIP LOCKED; SQLite: one writer). nullopt when none fits. `fits` runs inside the
-  // transaction: it must be quick and must not call the store.
+  // transaction: it must be quick and must not call the store. It sees only the candidate's id,
+  // priority, seq and, as `device`, the device its spec requests (a job that ran before holds
+  // the device it was placed on in the column): the scan reads no spec, however large, and
+  // every idle replica scans once a second.
   virtual std::optional<JobRow> claim_job(const std::string& owner, int64_t lease_ms,
                                           const std::function<bool(const JobRow&)>& fits) = 0;
   // Extends the leases `owner` holds on `held` (job id, epoch) to now + lease_ms. A lease that is

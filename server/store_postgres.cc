@@ -776,10 +776,21 @@ std::optional<JobRow> PostgresStore::claim_job(const std::string& owner, int64_t
   // The candidates are read without locks; `fits` picks among them; then one statement takes
   // the first that fits, if no other replica claimed it meanwhile (the state check under the
   // row's lock), and records the claim in the same statement.
-  const std::vector<JobRow> candidates = read_jobs(
-      m.exec("list claimable jobs", "SELECT " ANVIL_PG_JOB_COLUMNS
-                                    " FROM jobs WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
-                                    "ORDER BY priority DESC, seq ASC"));
+  std::vector<JobRow> candidates;  // each with the few fields `fits` sees (store.h)
+  {
+    Result q = m.exec("list claimable jobs",
+                      "SELECT id, COALESCE(spec_json::json->>'device', device), priority, seq FROM jobs "
+                      "WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
+                      "ORDER BY priority DESC, seq ASC");
+    for (int i = 0; i < q.rows(); ++i) {
+      JobRow c;
+      c.id = q.text(i, 0);
+      c.device = q.text(i, 1);
+      c.priority = q.integer(i, 2);
+      c.seq = q.integer(i, 3);
+      candidates.push_back(std::move(c));
+    }
+  }
   // A candidate another transaction holds locked is skipped at first (SKIP LOCKED: a claim
   // never waits while another job is free). The lock may be a write that is not a claim (the
   // submitting replica appending the job's QUEUED event): when nothing else could be taken, the

@@ -327,8 +327,8 @@ struct SqliteStore::Impl {
           delete_metrics(db, p, "delete a job's metric events", "DELETE FROM metrics WHERE job_id = ?1"),
           delete_job(db, p, "delete a job", "DELETE FROM jobs WHERE id = ?1"),
           claimable(db, p, "list claimable jobs",
-                    "SELECT " ANVIL_JOB_COLUMNS
-                    " FROM jobs WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
+                    "SELECT id, COALESCE(json_extract(spec_json, '$.device'), device), priority, seq FROM jobs "
+                    "WHERE state IN ('QUEUED', 'INTERRUPTED') AND cancel_requested = 0 "
                     "ORDER BY priority DESC, seq ASC"),
           claim(db, p, "claim a job",
                 "UPDATE jobs SET state = 'RUNNING', owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_ms = ?3 "
@@ -675,7 +675,11 @@ std::optional<JobRow> SqliteStore::claim_job(const std::string& owner, int64_t l
   {
     Query q(m.st->claimable);
     while (q.next()) {
-      JobRow row = read_job(q);
+      JobRow row;  // the claim candidate's few fields (store.h)
+      row.id = q.text(0);
+      row.device = q.text(1);
+      row.priority = q.integer(2);
+      row.seq = q.integer(3);
       if (fits(row)) {
         chosen = std::move(row);
         break;

@@ -8,6 +8,8 @@
 #   use_peer_python SOURCE_DIR MODULE...  sets `python` to the peers' venv (.venv, from
 #                                         scripts/install-test-peers.sh), or skips the test
 #                                         (exit 0, saying why) when a module is not there
+#   job_field ID FIELD                    a field of job ID (through the caller's `cli` array)
+#   wait_for_step ID STEP                 until job ID reports STEP or more (30 s at most)
 #   same_weights A B                      the tensors of two safetensors files are bitwise equal
 #   check_history ID                      job ID's stored stream (through the caller's `cli`
 #                                         array) holds steps 1..N, each once
@@ -63,6 +65,16 @@ start_anvild() {
     sleep 0.1
   done
   fail "anvild did not start"
+}
+
+job_field() { "${cli[@]}" --json job "$1" | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2', 0))"; }
+
+wait_for_step() {  # a job the server cannot answer for a moment (restarting) counts as step 0
+  for _ in $(seq 600); do
+    [[ $(job_field "$1" step 2> /dev/null || echo 0) -ge $2 ]] && return 0
+    sleep 0.05
+  done
+  fail "job $1 never reached step $2"
 }
 
 same_weights() {  # the tensor bytes of two safetensors files are equal (headers may differ in names)

@@ -23,7 +23,6 @@ for _ in $(seq 100); do
 done
 [[ -n "${grpc_port}" ]] || fail "anvild did not start"
 cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
-job_field() { "${cli[@]}" --json job "$1" | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2', 0))"; }
 
 spec() {  # spec NAME EPOCHS
   cat <<JSON

@@ -29,14 +29,6 @@ start_server() {  # start_server DATA_DIR: anvild on the database; sets anvild_p
   wait_for_grpc_port
   cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
 }
-job_field() { "${cli[@]}" --json job "$1" | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2', 0))"; }
-wait_for_step() {  # wait_for_step ID STEP
-  for _ in $(seq 600); do
-    [[ $(job_field "$1" step 2> /dev/null || echo 0) -ge $2 ]] && return 0
-    sleep 0.05
-  done
-  fail "job $1 never reached step $2"
-}
 spec() {  # spec NAME EPOCHS > file
   cat <<JSON
 {"name": "$1", "model_preset": "mlp", "dataset": {"name": "blobs"}, "epochs": $2, "batch_size": 32,

@@ -622,6 +622,29 @@ TEST_P(StoreTest, AClaimTakesTheFirstFittingJobUnderALeaseAndIsRecorded) {
   EXPECT_EQ(store.get_job(high.id)->lease_epoch, 1);
 }
 
+TEST_P(StoreTest, AClaimSeesTheDeviceTheSpecRequestsNotTheOneTheJobRanOn) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
+  JobRow row = Job("ran-before");
+  row.spec_json = R"({"name":"ran-before","device":"any","model_json":")" + std::string(4096, ' ') + R"("})";
+  row.device = "any";
+  row = store.insert_job(row).first;
+  row.device = "cuda:1";  // placed there on its first run, then drained
+  row.state = JobState::kInterrupted;
+  store.update_job(row);
+  std::vector<JobRow> seen;
+  const std::optional<JobRow> claimed = store.claim_job("r", 30000, [&](const JobRow& r) {
+    seen.push_back(r);
+    return r.device == "any";
+  });
+  ASSERT_TRUE(claimed.has_value());
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].id, row.id);
+  EXPECT_EQ(seen[0].seq, row.seq);
+  EXPECT_TRUE(seen[0].spec_json.empty());        // the scan reads no spec
+  EXPECT_EQ(claimed->spec_json, row.spec_json);  // the claimed row is whole
+}
+
 TEST_P(StoreTest, ReplicasClaimingAtOnceNeverShareAJob) {
   { Open(); }
   constexpr int kJobs = 40, kReplicas = 4;
