@@ -78,6 +78,10 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.store = value.get<std::string>();
     else if (key == "instance")
       o.instance = value.get<std::string>();
+    else if (key == "artifacts")
+      o.artifacts = value.get<std::string>();
+    else if (key == "s3_endpoint")
+      o.s3_endpoint = value.get<std::string>();
     else if (key == "metrics_address")
       o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir")
@@ -199,7 +203,8 @@ int main(int argc, char** argv) {
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option(
       "--config", config,
-      "JSON settings file (keys: address, data_dir, store, instance, datasets_dir, log_level, max_batch, "
+      "JSON settings file (keys: address, data_dir, store, instance, artifacts, s3_endpoint, datasets_dir, log_level, "
+      "max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
       "max_crash_resumes, "
@@ -222,6 +227,13 @@ int main(int argc, char** argv) {
   app.add_option("--store", store,
                  "the job store: a postgresql://user@host:port/db URL (libpq's; ?sslmode=verify-full for TLS), or "
                  "a SQLite file (default <data-dir>/anvil.db)");
+  std::string artifacts, s3_endpoint;
+  app.add_option("--artifacts", artifacts,
+                 "where checkpoints and model archives live: a folder every replica mounts, or s3://BUCKET[/PREFIX] "
+                 "(credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; default: the data dir)");
+  app.add_option("--s3-endpoint", s3_endpoint,
+                 "the S3-compatible server of --artifacts s3://... (default $AWS_ENDPOINT_URL, else AWS S3 of "
+                 "$AWS_REGION)");
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
   std::string devices, serving_device;
@@ -289,6 +301,7 @@ int main(int argc, char** argv) {
     FromEnv("ANVILD_DATA_DIR", o.data_dir);
     FromEnv("ANVILD_STORE", o.store);
     FromEnv("ANVILD_INSTANCE", o.instance);
+    FromEnv("ANVILD_ARTIFACTS", o.artifacts);
     FromEnv("ANVILD_DATASETS_DIR", o.datasets_dir);
     FromEnv("ANVILD_DEVICES", o.devices);
     FromEnv("ANVILD_SERVING_DEVICE", o.serving_device);
@@ -301,6 +314,8 @@ int main(int argc, char** argv) {
     if (!data_dir.empty()) o.data_dir = data_dir;
     if (!store.empty()) o.store = store;
     if (!instance.empty()) o.instance = instance;
+    if (!artifacts.empty()) o.artifacts = artifacts;
+    if (!s3_endpoint.empty()) o.s3_endpoint = s3_endpoint;
     if (cpu_workers > 0) o.cpu_workers = cpu_workers;
     if (lease_seconds > 0) o.lease = std::chrono::milliseconds(static_cast<int64_t>(lease_seconds * 1000));
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;

@@ -85,9 +85,12 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 }  // namespace
 
 ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                             metrics::ServiceMetrics* metrics, size_t max_loaded, Device device)
+                             metrics::ServiceMetrics* metrics, size_t max_loaded, Device device,
+                             ArtifactStore* artifacts)
     : store_(store),
       data_root_(std::move(data_root)),
+      owned_artifacts_(artifacts == nullptr ? open_artifact_store("", data_root_) : nullptr),
+      artifacts_(artifacts == nullptr ? *owned_artifacts_ : *artifacts),
       batching_(batching),
       device_(device),
       worker_(std::make_shared<workers::ServingWorker>(device)),
@@ -120,7 +123,9 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     row.name = name;
     row.job_id = job_id;
     row.path = relative_path;
-    Json signature{{"sha256", sha256_file_hex(path)}};
+    // Published before its row exists: every replica that reads the row finds the archive.
+    const ArtifactInfo published = artifacts_.publish(relative_path, path);
+    Json signature{{"sha256", published.sha256}};
     if (!labels.empty()) signature["labels"] = labels;
     row.signature_json = signature.dump(-1, ' ', false, Json::error_handler_t::replace);
     row.created_ms = unix_millis();
@@ -221,20 +226,28 @@ std::shared_ptr<ServedModel> ModelRegistry::Load(const ModelRow& row) {
 }
 
 std::shared_ptr<ServedModel> ModelRegistry::Prepare(const ModelRow& row, absl::StatusCode unreadable) {
-  const std::string path = (fs::path(data_root_) / row.path).string();
   std::string expected;
   try {
     expected = Json::parse(row.signature_json).value("sha256", "");
   } catch (const Json::exception&) {
   }
-  ANVIL_SERVICE_CHECK(fs::exists(path), absl::StatusCode::kDataLoss, "model \"", row.name, "\" version ", row.version,
-                      ": its archive ", row.path, " is missing");
-  const std::string actual = sha256_file_hex(path);
-  ANVIL_SERVICE_CHECK(expected.empty() || actual == expected, absl::StatusCode::kDataLoss, "model \"", row.name,
-                      "\" version ", row.version, ": archive ", row.path, " is corrupt (SHA-256 ", actual.substr(0, 12),
-                      "... instead of ", expected.substr(0, 12), "...)");
+  // From the artifact store (a local copy under the data root for a remote one), checked
+  // against the digest the row recorded when it was registered.
+  std::string path;
+  try {
+    path = artifacts_.open(row.path, (fs::path(data_root_) / row.path).string(), expected);
+  } catch (const ArtifactError& e) {
+    const absl::StatusCode code =
+        e.kind() == ArtifactError::Kind::kUnavailable ? absl::StatusCode::kUnavailable : absl::StatusCode::kDataLoss;
+    const char* what = e.kind() == ArtifactError::Kind::kNotFound  ? " is missing"
+                       : e.kind() == ArtifactError::Kind::kCorrupt ? " is corrupt"
+                                                                   : " cannot be read";
+    throw ServiceError(code, detail::StrCat("model \"", row.name, "\" version ", row.version, ": its archive ",
+                                            row.path, what, " (", scrub_paths(e.what(), data_root_), ")"));
+  }
   auto m = std::make_shared<ServedModel>();
   m->row = row;
+  m->archive_path = path;
   try {
     m->loaded = is_onnx_row(row) ? LoadOnnx(path, row) : models::load_model_archive(path);
   } catch (const Error& e) {

@@ -16,6 +16,7 @@
 #include "core/models/archive.h"
 #include "core/util/mutex.h"
 #include "proto/anvil/v1/anvil.pb.h"
+#include "server/artifacts/artifact_store.h"
 #include "server/batcher.h"
 #include "server/metrics/service_metrics.h"
 #include "server/store.h"
@@ -26,6 +27,7 @@ namespace anvil::server {
 struct ServedModel {
   ModelRow row;
   models::LoadedModel loaded;
+  std::string archive_path;  // the local file it was loaded from, checked against row's SHA-256
   std::unique_ptr<Batcher> batcher;
   std::atomic<int64_t> last_used{0};  // a use counter tick, for evicting the least recently used
 };
@@ -40,12 +42,16 @@ class ModelRegistry {
   // (and reloaded from its archive on its next use). `metrics` may be null.
   // Served models run on `device`, on a serving worker that owns it (workers/serving_worker.h):
   // models are placed there and every batch runs there, off the gRPC threads.
+  // Archives are published to and loaded from `artifacts` (null: the data root itself), so a
+  // version registered on one replica is served by every replica; data_root keeps local copies.
   ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
-                metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32, Device device = kCPU);
+                metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32, Device device = kCPU,
+                ArtifactStore* artifacts = nullptr);
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
-  // `name`, checksummed, and loads it. Returns the stored row. An archive whose path ends in
+  // `name`: publishes it to the artifact store under that key, checksummed, and loads it. Returns the stored row. An
+  // archive whose path ends in
   // ".onnx" is an ONNX file from elsewhere (RegisterModel), served through the importer;
   // `labels` (optional) are kept with its row.
   absl::StatusOr<ModelRow> register_archive(const std::string& name, const std::string& job_id,
@@ -75,6 +81,7 @@ class ModelRegistry {
   void close();
 
   const std::string& data_root() const { return data_root_; }
+  ArtifactStore& artifacts() const { return artifacts_; }
 
  private:
   // The bodies behind the public calls: they throw ServiceError (their callers return its status).
@@ -93,6 +100,8 @@ class ModelRegistry {
 
   Store& store_;
   const std::string data_root_;
+  std::unique_ptr<ArtifactStore> owned_artifacts_;  // when none was given: the data root
+  ArtifactStore& artifacts_;
   const BatchingOptions batching_;
   const Device device_;
   // The thread that owns device_ for serving; each batcher's runner holds it too, so a batch

@@ -11,6 +11,7 @@
 #include "core/train/checkpoint.h"
 #include "core/util/clock.h"
 #include "core/util/utf8.h"
+#include "server/artifacts/job_checkpoints.h"
 #include "server/log.h"
 #include "server/status.h"
 #include "server/store_retry.h"
@@ -162,15 +163,23 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::millisec
 }
 
 bool Scheduler::RequeueStopped(JobRow row) {
-  const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
-  // The newest generation with a readable header gives the step; the worker verifies the
-  // whole file and falls back further, or fails the job when none verifies.
+  // The published checkpoint the row names gives the step (any replica resumes from it);
+  // rows of jobs that ran before checkpoints were published name none: the local newest
+  // generation with a readable header does. The worker verifies the whole file and falls back
+  // further, or fails the job when none verifies.
   int64_t step = -1;
-  const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
-  for (const std::string& g : generations) {
-    if ((step = CheckpointStep(g)) >= 0) break;
+  bool resume = false;
+  if (const std::optional<CheckpointKey> published = parse_checkpoint_key(row.checkpoint)) {
+    step = published->step;
+    resume = true;
+  } else {
+    const std::string checkpoint = (fs::path(options_.data_root) / "jobs" / row.id / "checkpoint.safetensors").string();
+    const std::vector<std::string> generations = train::existing_checkpoints(checkpoint, 2);
+    for (const std::string& g : generations) {
+      if ((step = CheckpointStep(g)) >= 0) break;
+    }
+    resume = !generations.empty();
   }
-  const bool resume = !generations.empty();
   const int64_t resume_step = std::max<int64_t>(step, 0);
   const int64_t held_epoch = row.lease_epoch;
   const std::string previous_owner = row.owner;
@@ -492,8 +501,26 @@ void Scheduler::DispatchLocked(Store* via) {
     job.data_root = options_.data_root;
     job.datasets_dir = options_.datasets_dir;
     job.job_dir = dir.string();
-    // A job that ran before resumes from its newest checkpoint (the worker verifies it).
+    // A job that ran before resumes from its newest checkpoint (the worker verifies it): the
+    // published one its row names, brought from the artifact store by the worker's thread.
     job.resume = !train::existing_checkpoints((dir / "checkpoint.safetensors").string(), 2).empty();
+    if (parse_checkpoint_key(row->checkpoint)) {
+      job.prepare = [&artifacts = registry_.artifacts(), id = row->id, key = row->checkpoint, dir = dir.string(),
+                     wait = options_.store_outage_wait]() -> absl::StatusOr<workers::RunJob::Prepared> {
+        return status_of([&] {
+          const std::string placed = retry_while_artifacts_unavailable(
+              "bring the checkpoint of job " + id, wait, [&] { return place_checkpoint(artifacts, id, key, dir); });
+          workers::RunJob::Prepared ready;
+          ready.resume = !train::existing_checkpoints((fs::path(dir) / "checkpoint.safetensors").string(), 2).empty();
+          if (placed != key) {
+            ready.note = "resumed from an older checkpoint, " +
+                         fs::path(placed.empty() ? "(local)" : placed).filename().string() + ": the newest, " +
+                         fs::path(key).filename().string() + ", is corrupt or missing";
+          }
+          return ready;
+        });
+      };
+    }
     job.memory_budget = options_.max_job_memory;
     slot.job_id = row->id;
     slot.epoch = row->lease_epoch;
@@ -715,7 +742,15 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       break;
     }
     case WorkerEvent::Kind::kCheckpoint:
-      row.checkpoint = fs::relative(e.path, root).string();
+      // Published before the row names it: whichever replica resumes the job finds what the
+      // row says. One that cannot be published leaves the row on the previous checkpoint.
+      try {
+        row.checkpoint = publish_checkpoint(registry_.artifacts(), row.id, fence, e.step, e.path);
+      } catch (const std::exception& ex) {
+        log(LogLevel::kWarning, "job ", row.id, ": the checkpoint at step ", e.step,
+            " was not published (the job would resume from the one before): ", scrub_paths(ex.what(), root));
+        return;
+      }
       write_row(row);
       return;
     case WorkerEvent::Kind::kSucceeded: {
@@ -805,6 +840,11 @@ absl::Status Scheduler::delete_job(const std::string& job_id) {
     // The row first: a crash between the two leaves files without a job (harmless, and swept
     // with the folder by a later delete), never a job whose files are gone.
     store_.delete_job(job_id);
+    try {
+      remove_job_artifacts(registry_.artifacts(), job_id, keep);
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "job ", job_id, ": its published checkpoints stay in the artifact store: ", e.what());
+    }
     const fs::path dir = fs::path(options_.data_root) / "jobs" / job_id;
     std::error_code ec;
     if (keep.empty()) {
@@ -812,7 +852,9 @@ absl::Status Scheduler::delete_job(const std::string& job_id) {
     } else {
       const fs::path kept = fs::path(options_.data_root) / keep;
       for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
-        if (entry.path() != kept) fs::remove_all(entry.path(), ec);
+        // The archive and its recorded digest (server/artifacts/file_artifacts.h) stay.
+        if (entry.path() != kept && entry.path().string() != kept.string() + ".sha256")
+          fs::remove_all(entry.path(), ec);
       }
     }
     log(LogLevel::kInfo, "job ", job_id, " (", row->name, ") deleted");

@@ -71,6 +71,12 @@ struct ServerOptions {
   // Replicas: the lease a claimed job is held under (renewed every third of it); another
   // replica requeues the job `lease` + 2 s after its holder stopped renewing.
   std::chrono::milliseconds lease{std::chrono::seconds(15)};
+  // The artifact store (server/artifacts/artifact_store.h): checkpoints, model archives and
+  // imported ONNX files. "" = the data dir; a folder every replica mounts; or
+  // s3://BUCKET[/PREFIX] (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), whose
+  // endpoint is s3_endpoint (or AWS_ENDPOINT_URL). The data dir then keeps local copies only.
+  std::string artifacts;
+  std::string s3_endpoint;
 };
 
 class Store;

@@ -176,7 +176,7 @@ class ServingService final : public ServingBase {
       std::string file_name = m->row.name + "-v" + std::to_string(m->row.version);
       // The bytes come from the engine (core/models/serving.h); this handler checks the
       // archive against the store's record and streams.
-      const std::string path = (fs::path(s_.data_root) / m->row.path).string();
+      const std::string& path = m->archive_path;  // loaded from the artifact store, checked
       std::string stored;
       if (req->format() == v1::NATIVE) {
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
@@ -287,6 +287,10 @@ class ServingService final : public ServingBase {
         // The registry wrote no row (it builds and runs the model first): the file goes too.
         std::error_code ec;
         fs::remove(path, ec);
+        try {
+          s_.registry->artifacts().remove(relative);
+        } catch (const std::exception&) {  // an unreferenced object is harmless
+        }
         throw ServiceError(row.status().code(), absl::StrCat(row.status().message(), "; nothing was registered"));
       }
       *resp = s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));

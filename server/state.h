@@ -29,7 +29,8 @@ struct AnvilServer::State {
   std::unique_ptr<metrics::ServiceMetrics> metrics;  // null when there is no metrics address
   std::unique_ptr<metrics::GpuMetrics> gpu_metrics;  // null without metrics or without NVML
   std::unique_ptr<Store> store;
-  std::unique_ptr<Store> lease_store;  // PostgreSQL: the scheduler keeper's own connection
+  std::unique_ptr<Store> lease_store;        // PostgreSQL: the scheduler keeper's own connection
+  std::unique_ptr<ArtifactStore> artifacts;  // checkpoints, model archives, imported ONNX files
   MetricsHub hub;
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Scheduler> scheduler;

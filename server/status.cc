@@ -3,6 +3,7 @@
 #include <absl/status/status.h>
 
 #include "core/util/utf8.h"
+#include "server/artifacts/artifact_store.h"
 #include "server/store.h"
 
 namespace anvil::server {
@@ -21,6 +22,19 @@ absl::Status current_exception_status(absl::StatusCode engine_code) {
       case StoreError::Kind::kFenced:
         return absl::AbortedError(e.what());
       case StoreError::Kind::kOther:
+        break;
+    }
+    return absl::InternalError(e.what());
+  } catch (const ArtifactError& e) {
+    switch (e.kind()) {
+      case ArtifactError::Kind::kCorrupt:
+      case ArtifactError::Kind::kNotFound:
+        return absl::DataLossError(e.what());
+      case ArtifactError::Kind::kUnavailable:
+        return absl::UnavailableError(std::string("the server cannot reach its artifact store: ") + e.what());
+      case ArtifactError::Kind::kExists:
+        return absl::AbortedError(e.what());
+      case ArtifactError::Kind::kOther:
         break;
     }
     return absl::InternalError(e.what());

@@ -116,9 +116,18 @@ class DeviceWorker final : public Worker {
   }
 
   // Runs the job; returns its terminal event (not yet emitted).
-  WorkerEvent Run(const RunJob& job) {
+  WorkerEvent Run(const RunJob& placed) {
     WorkerEvent base;
-    base.job_id = job.job_id;
+    base.job_id = placed.job_id;
+    RunJob prepared;
+    if (placed.prepare) {
+      prepared = placed;
+      absl::StatusOr<RunJob::Prepared> ready = placed.prepare();
+      if (!ready.ok()) return failed_event(base, std::move(ready).status());
+      prepared.resume = ready->resume;
+      prepared.resume_note = ready->note;
+    }
+    const RunJob& job = placed.prepare ? prepared : placed;
     try {
       if (job.spec.world_size() > 1) return RunRanks(job);
       fs::create_directories(job.job_dir);
@@ -141,7 +150,8 @@ class DeviceWorker final : public Worker {
       started.message = name_;
       started.step = trainer.step();
       started.total_steps = plan.total_steps;
-      started.detail = resumed_note;
+      started.detail = job.resume_note.empty() || resumed_note.empty() ? job.resume_note + resumed_note
+                                                                       : job.resume_note + "; " + resumed_note;
       Emit(started);
 
       trainer.set_callbacks(event_callbacks(base, plan.total_steps, [this](const WorkerEvent& e) { Emit(e); }));

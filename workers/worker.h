@@ -4,6 +4,7 @@
 #pragma once
 
 #include <absl/status/status.h>
+#include <absl/status/statusor.h>
 
 #include <functional>
 #include <memory>
@@ -23,6 +24,16 @@ struct RunJob {
   std::string job_dir;        // absolute: checkpoint and model archive go here
   bool resume = false;        // continue from job_dir's checkpoint when there is one
   int64_t memory_budget = 0;  // bytes the job may hold (estimated before it is built); 0 = no limit
+  // Runs first, on the worker's thread (it may wait on a remote artifact store): brings the
+  // job's checkpoint into job_dir and says whether to resume (replacing `resume`), with a note
+  // for the job's RUNNING event when it had to take an older checkpoint. An error fails the
+  // job with its status.
+  struct Prepared {
+    bool resume = false;
+    std::string note;
+  };
+  std::function<absl::StatusOr<Prepared>()> prepare;
+  std::string resume_note;  // set from prepare's note
 };
 
 struct WorkerEvent {

@@ -1,0 +1,276 @@
+// The artifact store, both engines: a folder and an S3-compatible server (moto's, started by
+// the suite on loopback). Every contract test runs against each: publish and load round trips
+// with the SHA-256 computed independently here, objects written once, corruption and a wrong
+// expected digest refused as kCorrupt, missing keys, listings that never show temporaries,
+// removal, keys that try to leave the store, and an S3 endpoint that does not answer.
+#include "server/artifacts/artifact_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "core/util/file.h"
+#include "core/util/sha256.h"
+#include "server/artifacts/file_artifacts.h"
+#include "server/artifacts/s3_artifacts.h"
+#include "tests/fixtures/s3_server.h"
+#include "tests/paths.h"
+
+namespace anvil::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The kind of the ArtifactError that f throws (a test failure when it throws nothing else).
+ArtifactError::Kind KindOf(const std::function<void()>& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const ArtifactError& e) {
+    if (message != nullptr) *message = e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "expected an ArtifactError";
+  return ArtifactError::Kind::kOther;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class ArtifactStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    if (test::S3Server::Available(test::PeerPython())) {
+      test::S3Server::Options o;
+      o.python = test::PeerPython();
+      s3_ = new test::S3Server(o);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete s3_;
+    s3_ = nullptr;
+  }
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    if (GetParam() == "file") {
+      store_ = std::make_unique<FileArtifactStore>((dir_ / "store").string());
+    } else {
+      if (s3_ == nullptr) GTEST_SKIP() << "no moto server in " << test::PeerPython() << " (make test-peers)";
+      S3Location where;
+      where.endpoint = s3_->endpoint();
+      where.bucket = s3_->bucket();
+      // A prefix of the test's own: the suite shares one server.
+      where.prefix = "t" + std::to_string(++counter_) + "/";
+      where.access_key = "testing";
+      where.secret_key = "testing";
+      where.timeout_s = 20;
+      prefix_ = where.prefix;
+      store_ = std::make_unique<S3ArtifactStore>(where);
+    }
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string Local(const std::string& name, const std::string& bytes) {
+    const std::string path = (dir_ / "local" / name).string();
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+  // Replaces the stored bytes behind the store's back (keeping the recorded digest).
+  void Corrupt(const std::string& key, const std::string& bytes, const std::string& recorded_sha) {
+    if (GetParam() == "file") {
+      std::ofstream((dir_ / "store" / key).string(), std::ios::binary | std::ios::trunc) << bytes;
+    } else {
+      // Through boto3, an independent S3 client, keeping the metadata that records the digest.
+      const std::string local = Local("corrupt.bin", bytes);
+      const std::string cmd = "AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing '" + test::PeerPython() +
+                              "' -c \"import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], "
+                              "region_name='us-east-1').put_object(Bucket=sys.argv[2], Key=sys.argv[3], "
+                              "Body=open(sys.argv[4],'rb').read(), Metadata={'sha256': sys.argv[5]})\" " +
+                              s3_->endpoint() + " " + s3_->bucket() + " " + prefix_ + key + " " + local + " " +
+                              recorded_sha;
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+  }
+
+  static test::S3Server* s3_;
+  static int counter_;
+  fs::path dir_;
+  std::string prefix_;
+  std::unique_ptr<ArtifactStore> store_;
+};
+
+test::S3Server* ArtifactStoreTest::s3_ = nullptr;
+int ArtifactStoreTest::counter_ = 0;
+
+TEST_P(ArtifactStoreTest, PublishedBytesLoadBackWithTheirDigest) {
+  // 3 MiB + 17: several write callbacks and buffer sizes on the way.
+  const std::string bytes = RandomBytes((3 << 20) + 17, 1);
+  const ArtifactInfo info = store_->publish("jobs/j1/model.anvil", Local("a", bytes));
+  EXPECT_EQ(info.sha256, sha256_hex(bytes));
+  EXPECT_EQ(info.bytes, static_cast<int64_t>(bytes.size()));
+  const std::optional<ArtifactInfo> st = store_->stat("jobs/j1/model.anvil");
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->sha256, sha256_hex(bytes));
+  EXPECT_EQ(st->bytes, static_cast<int64_t>(bytes.size()));
+
+  const std::string cache = (dir_ / "cache" / "jobs/j1/model.anvil").string();
+  const std::string path = store_->open("jobs/j1/model.anvil", cache, sha256_hex(bytes));
+  EXPECT_EQ(read_file(path), bytes);
+  const std::string placed = (dir_ / "elsewhere" / "x.bin").string();
+  const ArtifactInfo fetched = store_->fetch_to("jobs/j1/model.anvil", placed);
+  EXPECT_EQ(fetched.sha256, sha256_hex(bytes));
+  EXPECT_EQ(read_file(placed), bytes);
+  // fetch_to replaces what is there.
+  std::ofstream(placed, std::ios::trunc) << "old";
+  store_->fetch_to("jobs/j1/model.anvil", placed);
+  EXPECT_EQ(read_file(placed), bytes);
+}
+
+TEST_P(ArtifactStoreTest, ObjectsAreWrittenOnce) {
+  store_->publish("k/a.bin", Local("a", "first"));
+  // The same bytes again (a retried publish): fine.
+  EXPECT_EQ(store_->publish("k/a.bin", Local("b", "first")).sha256, sha256_hex("first"));
+  std::string message;
+  EXPECT_EQ(KindOf([&] { store_->publish("k/a.bin", Local("c", "second")); }, &message),
+            ArtifactError::Kind::kExists);
+  EXPECT_NE(message.find("written once"), std::string::npos) << message;
+  EXPECT_EQ(read_file(store_->open("k/a.bin", (dir_ / "c1").string(), "")), "first");
+}
+
+TEST_P(ArtifactStoreTest, CorruptBytesAreRefusedOnEveryLoad) {
+  const std::string good = RandomBytes(4096, 2);
+  store_->publish("jobs/j2/checkpoint.safetensors", Local("a", good));
+  std::string bad = good;
+  bad[100] ^= 1;
+  Corrupt("jobs/j2/checkpoint.safetensors", bad, sha256_hex(good));
+  const std::string cache = (dir_ / "cache2").string();
+  std::string message;
+  EXPECT_EQ(KindOf([&] { store_->open("jobs/j2/checkpoint.safetensors", cache, ""); }, &message),
+            ArtifactError::Kind::kCorrupt);
+  EXPECT_NE(message.find("corrupt"), std::string::npos) << message;
+  EXPECT_EQ(KindOf([&] { store_->fetch_to("jobs/j2/checkpoint.safetensors", (dir_ / "placed").string()); }, &message),
+            ArtifactError::Kind::kCorrupt)
+      << message;
+  // Nothing half-checked is left where the caller asked for the bytes.
+  EXPECT_FALSE(fs::exists(dir_ / "placed"));
+}
+
+TEST_P(ArtifactStoreTest, AWrongExpectedDigestIsRefused) {
+  store_->publish("m.onnx", Local("a", "model bytes"));
+  EXPECT_EQ(KindOf([&] { store_->open("m.onnx", (dir_ / "c").string(), sha256_hex("other bytes")); }),
+            ArtifactError::Kind::kCorrupt);
+}
+
+TEST_P(ArtifactStoreTest, MissingKeys) {
+  EXPECT_FALSE(store_->stat("nothing/here").has_value());
+  EXPECT_EQ(KindOf([&] { store_->open("nothing/here", (dir_ / "c").string(), ""); }), ArtifactError::Kind::kNotFound);
+  EXPECT_EQ(KindOf([&] { store_->fetch_to("nothing/here", (dir_ / "d").string()); }),
+            ArtifactError::Kind::kNotFound);
+  store_->remove("nothing/here");  // no-op
+}
+
+TEST_P(ArtifactStoreTest, ListsPublishedKeysUnderAPrefixAndRemoves) {
+  for (const std::string key : {"jobs/a/checkpoints/e1-s10.safetensors", "jobs/a/checkpoints/e1-s20.safetensors",
+                                "jobs/a/model.anvil", "jobs/b/model.anvil"}) {
+    store_->publish(key, Local(key, key));
+  }
+  EXPECT_EQ(store_->list("jobs/a/checkpoints/"),
+            (std::vector<std::string>{"jobs/a/checkpoints/e1-s10.safetensors", "jobs/a/checkpoints/e1-s20.safetensors"}));
+  EXPECT_EQ(store_->list("jobs/a/").size(), 3u);
+  store_->remove("jobs/a/checkpoints/e1-s10.safetensors");
+  EXPECT_EQ(store_->list("jobs/a/checkpoints/"), (std::vector<std::string>{"jobs/a/checkpoints/e1-s20.safetensors"}));
+  EXPECT_FALSE(store_->stat("jobs/a/checkpoints/e1-s10.safetensors").has_value());
+}
+
+TEST_P(ArtifactStoreTest, KeysCannotLeaveTheStore) {
+  for (const std::string key : {"../escape", "/abs/path", "a//b", "a/./b", "", "a/", "sp ace", "a/../../b"}) {
+    EXPECT_EQ(KindOf([&] { store_->stat(key); }), ArtifactError::Kind::kOther) << key;
+  }
+}
+
+TEST_P(ArtifactStoreTest, ConcurrentPublishesOfOneKeyLeaveOneWholeObject) {
+  const std::string bytes = RandomBytes(1 << 20, 3);
+  std::vector<std::string> locals;
+  for (int i = 0; i < 4; ++i) locals.push_back(Local("p" + std::to_string(i), bytes));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] { store_->publish("same/key.bin", locals[i]); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(read_file(store_->open("same/key.bin", (dir_ / "c").string(), sha256_hex(bytes))), bytes);
+  EXPECT_EQ(store_->list("same/"), (std::vector<std::string>{"same/key.bin"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ArtifactStoreTest, ::testing::Values("file", "s3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(FileArtifactStoreTest, PublishesAFileAlreadyInPlaceWithoutACopy) {
+  char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  FileArtifactStore store(root.string());
+  fs::create_directories(root / "jobs/j");
+  std::ofstream(root / "jobs/j/model.anvil") << "in place";
+  const ArtifactInfo info = store.publish("jobs/j/model.anvil", (root / "jobs/j/model.anvil").string());
+  EXPECT_EQ(info.sha256, sha256_hex("in place"));
+  EXPECT_EQ(store.open("jobs/j/model.anvil", "", ""), (root / "jobs/j/model.anvil").string());
+  // A file elsewhere on the same filesystem is linked in, not copied.
+  std::ofstream(root / "scratch.bin") << "linked";
+  store.publish("jobs/j/linked.bin", (root / "scratch.bin").string());
+  EXPECT_EQ(fs::hard_link_count(root / "scratch.bin"), 2u);
+  fs::remove_all(root);
+}
+
+TEST(S3ArtifactStoreTest, NothingListeningIsUnavailableAndAMissingBucketIsNamed) {
+  S3Location where;
+  where.endpoint = "http://127.0.0.1:1";  // nothing listens on port 1
+  where.bucket = "anvil";
+  where.access_key = where.secret_key = "testing";
+  where.timeout_s = 5;
+  std::string message;
+  EXPECT_EQ(KindOf([&] { S3ArtifactStore store(where); }, &message), ArtifactError::Kind::kUnavailable);
+  EXPECT_NE(message.find("127.0.0.1:1"), std::string::npos) << message;
+  if (!test::S3Server::Available(test::PeerPython())) GTEST_SKIP() << "no moto server";
+  test::S3Server::Options o;
+  o.python = test::PeerPython();
+  test::S3Server s3(o);
+  where.endpoint = s3.endpoint();
+  where.bucket = "no-such-bucket";
+  EXPECT_EQ(KindOf([&] { S3ArtifactStore store(where); }, &message), ArtifactError::Kind::kOther);
+  EXPECT_NE(message.find("\"no-such-bucket\" does not exist"), std::string::npos) << message;
+}
+
+TEST(ArtifactLocationTest, ParsesAndRefuses) {
+  const S3Location where = parse_s3_location("s3://my-bucket/some/prefix/");
+  EXPECT_EQ(where.bucket, "my-bucket");
+  EXPECT_EQ(where.prefix, "some/prefix/");
+  EXPECT_EQ(parse_s3_location("s3://bkt").prefix, "");
+  EXPECT_EQ(KindOf([] { parse_s3_location("s3://UPPER"); }), ArtifactError::Kind::kOther);
+  EXPECT_EQ(KindOf([] { parse_s3_location("s3://bkt/../x"); }), ArtifactError::Kind::kOther);
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  std::string message;
+  KindOf([] { open_artifact_store("s3://bkt", "/tmp"); }, &message);
+  EXPECT_NE(message.find("AWS_ACCESS_KEY_ID"), std::string::npos) << message;
+  KindOf([] { open_artifact_store("ftp://x/y", "/tmp"); }, &message);
+  EXPECT_NE(message.find("expected a folder"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace anvil::server
