@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Replicas: several anvild sharing one PostgreSQL (a server of the test's own) and one data
-# folder (the shared filesystem), claiming jobs under leases.
+# Replicas: several anvild sharing one PostgreSQL (a server of the test's own), claiming jobs
+# under leases, with their artifacts in one S3 server (moto's, started by the test; each
+# replica has a data dir of its own) or one shared data folder (the partition mode).
 #   replicas_test.sh BUILD_DIR exactly-once
 #     1. 30 jobs submitted round-robin to 3 replicas each run exactly once: proven from the
 #        store's claim history (one claim per job) and from the artifacts (one model archive
@@ -13,7 +14,8 @@
 #        drained (SIGTERM: NOT_SERVING) mid-load: round_robin with health checking and the
 #        retry policy leave 0 failed calls
 #     (1 also: a model trained on one replica is served by another with identical outputs, and
-#     an export from the other streams the bytes the trainer wrote, its SHA-256 checked)
+#     an export from the other streams the bytes the trainer wrote, its SHA-256 checked; 2 also:
+#     the replicas that take the jobs over resume them from checkpoints they read from S3)
 #   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
 #     PostgreSQL and two replicas in namespaces of their own on a bridge. Replica 1's link goes
 #     down mid-run: it stops the run before its lease can lapse, replica 2 takes the job over
@@ -45,15 +47,45 @@ start_postgres() {  # start_postgres [NETNS]: sets pg_pid, url
 }
 sql() { "${psql_bin}" "${url}" -XAtq -c "$1"; }
 
+# The artifacts: in S3 (each replica's data dir its own) once start_s3 ran, else in the shared
+# data folder.
+s3=""
+start_s3() {  # start_s3: sets s3 (the endpoint), or skips the test without moto
+  local python="$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python" rc=0
+  "${build}/tests/fixtures/anvil_test_s3" "${python}" "${work}/s3.url" 2> "${work}/s3.err" &
+  pids+=("$!")
+  for _ in $(seq 300); do
+    [[ -s "${work}/s3.url" ]] && break
+    kill -0 "$!" 2> /dev/null || { wait "$!" || rc=$?; break; }
+    sleep 0.1
+  done
+  [[ ${rc} -eq 77 ]] && { echo "SKIP: $(cat "${work}/s3.err")"; exit 77; }
+  [[ -s "${work}/s3.url" ]] || fail "the S3 server did not start: $(cat "${work}/s3.err")"
+  s3=$(cat "${work}/s3.url")
+  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+}
+# The bytes of an object and their SHA-256 recorded as its metadata, read with boto3.
+s3_get() {  # s3_get KEY FILE: prints the recorded SHA-256
+  "$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python" - "${s3}" "$1" "$2" <<'PY'
+import boto3, sys
+o = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1").get_object(Bucket="anvil", Key="replicas/" + sys.argv[2])
+open(sys.argv[3], "wb").write(o["Body"].read())
+print(o["Metadata"]["sha256"])
+PY
+}
+data_of() { if [[ -n "${s3}" ]]; then echo "${work}/data-$1"; else echo "${work}/shared"; fi; }
+
 declare -A port pid
 start_replica() {  # start_replica NAME [NETNS [EXTRA ARGS...]]: sets port[NAME], pid[NAME]
   local name=$1 ns=${2:-}
   shift 2 || shift $#
-  local prefix=()
+  local prefix=() artifacts=()
   [[ -n "${ns}" ]] && prefix=(ip netns exec "${ns}")
+  [[ -n "${s3}" ]] && artifacts=(--artifacts s3://anvil/replicas --s3-endpoint "${s3}")
   : > "${work}/${name}.log"
   "${prefix[@]}" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 \
-    --data-dir "${work}/shared" --store "${url}" --instance "${name}" --lease-seconds 3 --devices cpu "$@" \
+    --data-dir "$(data_of "${name}")" --store "${url}" --instance "${name}" --lease-seconds 3 --devices cpu \
+    "${artifacts[@]}" "$@" \
     > "${work}/${name}.log" 2>&1 &
   pid[${name}]=$!
   pids+=("$!")
@@ -87,6 +119,7 @@ mkdir -p "${work}/shared"
 
 case "${mode}" in
 exactly-once)
+  start_s3
   start_postgres
   for r in r1 r2 r3; do start_replica "${r}"; done
   echo "1. 30 jobs round-robin to 3 replicas: each runs exactly once"
@@ -109,12 +142,13 @@ exactly-once)
   # run of a job would have opened a second event file).
   [[ $(sql "SELECT count(*) FROM models") == 30 ]] || fail "models registered: $(sql "SELECT count(*) FROM models")"
   for id in "${ids[@]}"; do
-    runs=$(find "${work}/shared/jobs/${id}/tensorboard" -name 'events.out.tfevents.*' | wc -l)
+    runs=$(find "${work}"/data-*/jobs/"${id}"/tensorboard -name 'events.out.tfevents.*' 2> /dev/null | wc -l)
     [[ ${runs} -eq 1 ]] || fail "job ${id} has ${runs} TensorBoard runs"
     archive=$(sql "SELECT path FROM models WHERE job_id = '${id}'")
-    [[ -f "${work}/shared/${archive}" ]] || fail "job ${id}'s archive ${archive} is missing"
+    recorded=$(s3_get "${archive}" "${work}/archive.bin") || fail "job ${id}'s archive ${archive} is not in S3"
+    [[ $(sha256sum "${work}/archive.bin" | cut -c1-64) == "${recorded}" ]] || fail "${archive}: bytes and SHA-256 differ"
   done
-  echo "  30 jobs, 30 claims, 30 archives, 30 TensorBoard runs"
+  echo "  30 jobs, 30 claims, 30 archives in S3 (each SHA-256 as recorded), 30 TensorBoard runs"
   # Each replica names itself in /metrics; the status page says which replica ran each job.
   mport=$(sed -n 's/.*metrics on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "${work}/r2.log")
   curl -sf "http://127.0.0.1:${mport}/metrics" | grep -q '^anvil_replica_info{replica="r2",store="postgresql"} 1' ||
@@ -134,9 +168,12 @@ print('  status page: replicas', sorted({j['replica'] for j in jobs}))" || fail 
     fail "outputs differ between ${trained_on} and ${served_by}: $(cat "${work}/pred-trainer.json" "${work}/pred-other.json")"
   cli "${served_by}" -- export rr-0 --format native -o "${work}/rr-0.anvil" > "${work}/export.txt" || fail "export from ${served_by}"
   archive=$(sql "SELECT path FROM models WHERE name = 'rr-0'")
-  cmp -s "${work}/rr-0.anvil" "${work}/shared/${archive}" || fail "the export differs from the archive the trainer wrote"
-  grep -q "$(sha256sum "${work}/shared/${archive}" | cut -c1-64)" "${work}/export.txt" || fail "export hash"
-  echo "  rr-0 trained on ${trained_on}, served by ${served_by} with identical outputs; exported bytes = the trainer's archive"
+  written="$(data_of "${trained_on}")/${archive}"
+  cmp -s "${work}/rr-0.anvil" "${written}" || fail "the export differs from the archive the trainer wrote"
+  grep -q "$(sha256sum "${written}" | cut -c1-64)" "${work}/export.txt" || fail "export hash"
+  [[ -f "$(data_of "${served_by}")/${archive}" ]] || fail "${served_by} did not load the archive from S3"
+  echo "  rr-0 trained on ${trained_on}, served by ${served_by} (its copy from S3) with identical outputs;" \
+    "exported bytes = the trainer's archive, SHA-256 $(sha256sum "${written}" | cut -c1-12)…"
 
   echo "2. kill -9 of a replica running 2 jobs: both finish on the others"
   kill "${pid[r2]}" "${pid[r3]}"
@@ -162,6 +199,11 @@ print('  status page: replicas', sorted({j['replica'] for j in jobs}))" || fail 
   [[ $(sql "SELECT count(*) FROM jobs WHERE id IN ('${a}', '${b}') AND owner IN ('r2', 'r3')") == 2 ]] ||
     fail "the long jobs did not finish on r2/r3: $(sql "SELECT id, owner FROM jobs WHERE id IN ('${a}', '${b}')")"
   echo "  claims: $(sql "SELECT string_agg(job_id || '@' || owner || '#' || epoch, ' ' ORDER BY n) FROM claims WHERE job_id IN ('${a}', '${b}')")"
+  for j in "${a}" "${b}"; do
+    key=$(sql "SELECT checkpoint FROM jobs WHERE id = '${j}'")
+    [[ "${key}" == jobs/${j}/checkpoints/e* ]] || fail "job ${j}'s row names no published checkpoint: '${key}'"
+  done
+  grep -h "from step" "${work}"/r2.log "${work}"/r3.log | grep -E "${a}|${b}" | sed 's/^.*INFO  /  /' | head -2
   wait "${watcher}" || fail "the live stream on r3 ended badly: $(cat "${work}/a-live.err")"
   python3 - "${work}/a-live.jsonl" <<'PY' || fail "the live stream across the failover"
 import json, sys
