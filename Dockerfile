@@ -49,8 +49,10 @@ RUN --mount=type=cache,id=anvil-ccache,target=/root/.cache/ccache \
 
 FROM ${RUNTIME_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
-# openssl: the entrypoint makes a development certificate when none is mounted.
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl && rm -rf /var/lib/apt/lists/*
+# openssl: the entrypoint makes a development certificate when none is mounted;
+# ca-certificates: HTTPS to an S3 artifact store (anvild --artifacts s3://...).
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 # uid and gid 10001 both, so a host volume can be prepared with `chown 10001:10001`.
 RUN groupadd --system --gid 10001 anvil \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/anvil --create-home anvil

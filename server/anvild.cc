@@ -118,6 +118,8 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.max_job_memory = ParseBytes(value.get<std::string>(), "max_job_memory");
     else if (key == "max_predict_memory")
       o.max_predict_memory = ParseBytes(value.get<std::string>(), "max_predict_memory");
+    else if (key == "max_model_memory")
+      o.max_model_memory = ParseBytes(value.get<std::string>(), "max_model_memory");
     else if (key == "max_crash_resumes")
       o.max_crash_resumes = value.get<int>();
     else if (key == "max_finished_jobs")
@@ -207,6 +209,7 @@ int main(int argc, char** argv) {
       "max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
+      "max_model_memory, "
       "max_crash_resumes, "
       "devices, "
       "serving_device)");
@@ -267,7 +270,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-memory", max_job_memory,
                  "memory one job may need, estimated from its spec before it is queued: 8G, 512M, ... (default: half "
                  "of what the process may use; 0: no limit)");
-  std::string max_predict_memory;
+  std::string max_predict_memory, max_model_memory;
+  app.add_option("--max-model-memory", max_model_memory,
+                 "bytes of loaded models' weights (their archives) kept for serving, e.g. 8G (the default); past "
+                 "it the least recently used versions are unloaded and reload on their next use; 0: no bound");
   app.add_option("--max-predict-memory", max_predict_memory,
                  "tensors the Predicts in flight may hold at once, all models together: 4G, 512M, ... (default: 4G, "
                  "or the job memory budget when smaller; 0: no limit); beyond it requests get RESOURCE_EXHAUSTED");
@@ -338,6 +344,7 @@ int main(int argc, char** argv) {
     if (insecure) o.insecure = true;
     if (!max_job_memory.empty()) o.max_job_memory = ParseBytes(max_job_memory, "--max-job-memory");
     if (!max_predict_memory.empty()) o.max_predict_memory = ParseBytes(max_predict_memory, "--max-predict-memory");
+    if (!max_model_memory.empty()) o.max_model_memory = ParseBytes(max_model_memory, "--max-model-memory");
     if (max_crash_resumes >= 0) o.max_crash_resumes = max_crash_resumes;
     if (repair) {
       std::fputs(AnvilServer::repair_report(o.data_dir).c_str(), stdout);

@@ -86,7 +86,7 @@ void AddSignature(google::protobuf::RepeatedPtrField<v1::TensorSignature>* out, 
 
 ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
                              metrics::ServiceMetrics* metrics, size_t max_loaded, Device device,
-                             ArtifactStore* artifacts)
+                             ArtifactStore* artifacts, int64_t max_loaded_bytes)
     : store_(store),
       data_root_(std::move(data_root)),
       owned_artifacts_(artifacts == nullptr ? open_artifact_store("", data_root_) : nullptr),
@@ -96,20 +96,25 @@ ModelRegistry::ModelRegistry(Store& store, std::string data_root, BatchingOption
       worker_(std::make_shared<workers::ServingWorker>(device)),
       metrics_(metrics),
       max_loaded_(std::max<size_t>(max_loaded, 1)),
+      max_loaded_bytes_(std::max<int64_t>(max_loaded_bytes, 0)),
       predict_budget_(
           batching.memory_limit > 0
               ? std::make_shared<MemoryBudget>(batching.memory_limit, "the Predicts in flight", "--max-predict-memory")
               : nullptr) {}
 
 void ModelRegistry::EvictLocked() {
-  while (loaded_.size() > max_loaded_) {
+  int64_t bytes = 0;
+  for (const auto& [key, m] : loaded_) bytes += m->bytes;
+  while (loaded_.size() > 1 && (loaded_.size() > max_loaded_ || (max_loaded_bytes_ > 0 && bytes > max_loaded_bytes_))) {
     auto oldest = loaded_.begin();
     for (auto it = loaded_.begin(); it != loaded_.end(); ++it) {
       if (it->second->last_used.load() < oldest->second->last_used.load()) oldest = it;
     }
     // Requests holding it finish normally: the batcher lives as long as they hold the model.
+    bytes -= oldest->second->bytes;
     loaded_.erase(oldest);
   }
+  if (metrics_ != nullptr) metrics_->models_loaded_bytes.with().Set(static_cast<double>(bytes));
 }
 
 ModelRegistry::~ModelRegistry() { close(); }
@@ -248,6 +253,8 @@ std::shared_ptr<ServedModel> ModelRegistry::Prepare(const ModelRow& row, absl::S
   auto m = std::make_shared<ServedModel>();
   m->row = row;
   m->archive_path = path;
+  std::error_code size_error;
+  m->bytes = static_cast<int64_t>(fs::file_size(path, size_error));
   try {
     m->loaded = is_onnx_row(row) ? LoadOnnx(path, row) : models::load_model_archive(path);
   } catch (const Error& e) {

@@ -28,6 +28,7 @@ struct ServedModel {
   ModelRow row;
   models::LoadedModel loaded;
   std::string archive_path;  // the local file it was loaded from, checked against row's SHA-256
+  int64_t bytes = 0;         // the archive's size: what its weights hold in memory, near enough
   std::unique_ptr<Batcher> batcher;
   std::atomic<int64_t> last_used{0};  // a use counter tick, for evicting the least recently used
 };
@@ -38,15 +39,16 @@ bool is_onnx_row(const ModelRow& row);
 class ModelRegistry {
  public:
   // `metrics` may be null.
-  // At most `max_loaded` versions stay resident; the least recently used one is unloaded
-  // (and reloaded from its archive on its next use). `metrics` may be null.
+  // At most `max_loaded` versions stay resident, holding at most `max_loaded_bytes` of
+  // archives (0: no byte bound); the least recently used ones are unloaded (and reloaded from
+  // their archives on their next use), never the one just loaded. `metrics` may be null.
   // Served models run on `device`, on a serving worker that owns it (workers/serving_worker.h):
   // models are placed there and every batch runs there, off the gRPC threads.
   // Archives are published to and loaded from `artifacts` (null: the data root itself), so a
   // version registered on one replica is served by every replica; data_root keeps local copies.
   ModelRegistry(Store& store, std::string data_root, BatchingOptions batching,
                 metrics::ServiceMetrics* metrics = nullptr, size_t max_loaded = 32, Device device = kCPU,
-                ArtifactStore* artifacts = nullptr);
+                ArtifactStore* artifacts = nullptr, int64_t max_loaded_bytes = 0);
   ~ModelRegistry();
 
   // Registers the archive at `relative_path` (inside the data root) as the next version of
@@ -109,6 +111,7 @@ class ModelRegistry {
   std::shared_ptr<workers::ServingWorker> worker_;
   metrics::ServiceMetrics* metrics_;
   const size_t max_loaded_;
+  const int64_t max_loaded_bytes_;
   // Every Predict's decoded input, forward and output are charged here: one bound for all the
   // batches in flight, whichever model they run (null: --max-predict-memory 0).
   const std::shared_ptr<MemoryBudget> predict_budget_;

@@ -226,8 +226,9 @@ void AnvilServer::start() {
   artifact_options.s3_endpoint = options_.s3_endpoint;
   s->artifacts = open_artifact_store(options_.artifacts, s->data_root, artifact_options);
   if (!options_.artifacts.empty()) log(LogLevel::kInfo, "artifacts: ", s->artifacts->describe());
-  s->registry = std::make_unique<ModelRegistry>(*s->store, s->data_root, batching, s->metrics.get(),
-                                                options_.max_loaded_models, serving, s->artifacts.get());
+  s->registry =
+      std::make_unique<ModelRegistry>(*s->store, s->data_root, batching, s->metrics.get(), options_.max_loaded_models,
+                                      serving, s->artifacts.get(), options_.max_model_memory);
   SchedulerOptions so{s->data_root,
                       s->options.datasets_dir,
                       options_.max_pending_jobs,

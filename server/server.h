@@ -31,6 +31,9 @@ struct ServerOptions {
   BatchingOptions batching;
   int64_t max_pending_jobs = 1000;
   size_t max_loaded_models = 32;  // resident model versions (least recently used unloaded)
+  // Bytes of resident models' archives (their weights); past it the least recently used are
+  // unloaded. 0: no byte bound.
+  int64_t max_model_memory = int64_t{8} << 30;
   RequestLimits limits;
   int64_t export_chunk_bytes = 1 << 20;
   int64_t max_import_bytes = int64_t{256} << 20;  // RegisterModel: the largest ONNX file taken

@@ -46,7 +46,8 @@ std::optional<CheckpointKey> parse_checkpoint_key(const std::string& key) {
   char tail[16] = {0};
   long long epoch = 0, step = 0, time_ms = 0;
   if (std::sscanf(name.c_str(), "e%lld-s%lld-t%lld.%15s", &epoch, &step, &time_ms, tail) != 4 ||
-      std::string(tail) != "safetensors" || checkpoint_key("x", {epoch, step, time_ms}) != "jobs/x/checkpoints/" + name) {
+      std::string(tail) != "safetensors" ||
+      checkpoint_key("x", {epoch, step, time_ms}) != "jobs/x/checkpoints/" + name) {
     return std::nullopt;
   }
   k.epoch = epoch;

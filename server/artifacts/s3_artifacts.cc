@@ -3,11 +3,11 @@
 
 #include <curl/curl.h>
 
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -37,7 +37,7 @@ struct Response {
   long status = 0;
   CURLcode curl = CURLE_OK;
   std::string curl_error;
-  std::string body;  // unless the request had a sink
+  std::string body;                            // unless the request had a sink
   std::map<std::string, std::string> headers;  // names lowercased
   // Whether another attempt may succeed: nothing answered, or the server said 5xx.
   bool transient() const { return curl != CURLE_OK || status >= 500; }
@@ -223,9 +223,9 @@ class Client {
       pause *= 2;
     }
     if (response.curl != CURLE_OK) {
-      throw ArtifactError(Describe() + ": " + what + ": " + response.curl_error + " (after " +
-                              std::to_string(kAttempts) + " attempts)",
-                          ArtifactError::Kind::kUnavailable);
+      throw ArtifactError(
+          Describe() + ": " + what + ": " + response.curl_error + " (after " + std::to_string(kAttempts) + " attempts)",
+          ArtifactError::Kind::kUnavailable);
     }
     return response;
   }
@@ -385,8 +385,7 @@ ArtifactInfo S3ArtifactStore::Download(const std::string& key, const std::string
   if (r.status < 200 || r.status >= 300) client.Fail(r, "GET " + key);
   ArtifactInfo info{bytes, hash->hex_digest()};
   const auto recorded = r.headers.find("x-amz-meta-sha256");
-  for (const std::string& want :
-       {recorded == r.headers.end() ? std::string() : recorded->second, expected_sha256}) {
+  for (const std::string& want : {recorded == r.headers.end() ? std::string() : recorded->second, expected_sha256}) {
     if (!want.empty() && want != info.sha256) {
       throw ArtifactError("artifact " + key + " is corrupt (SHA-256 " + info.sha256.substr(0, 12) + "…, recorded " +
                               want.substr(0, 12) + "…)",

@@ -81,6 +81,8 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       predict_queue_depth(
           r.gauge("anvil_predict_queue_depth", "Requests waiting for a model's next batch.", {"model"})),
       models_loaded(r.gauge("anvil_models_loaded", "Model versions loaded for serving.")),
+      models_loaded_bytes(r.gauge("anvil_models_loaded_bytes",
+                                  "Bytes of the archives of the model versions loaded for serving (their weights).")),
       device_busy_seconds(
           r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.", {"device"})),
       device_busy_ratio(

@@ -41,6 +41,7 @@ class ServiceMetrics {
   Family<Gauge>& predict_in_flight;
   Family<Gauge>& predict_queue_depth;
   Family<Gauge>& models_loaded;
+  Family<Gauge>& models_loaded_bytes;
   // Devices.
   Family<Counter>& device_busy_seconds;
   Family<Gauge>& device_busy_ratio;

@@ -148,8 +148,7 @@ TEST_P(ArtifactStoreTest, ObjectsAreWrittenOnce) {
   // The same bytes again (a retried publish): fine.
   EXPECT_EQ(store_->publish("k/a.bin", Local("b", "first")).sha256, sha256_hex("first"));
   std::string message;
-  EXPECT_EQ(KindOf([&] { store_->publish("k/a.bin", Local("c", "second")); }, &message),
-            ArtifactError::Kind::kExists);
+  EXPECT_EQ(KindOf([&] { store_->publish("k/a.bin", Local("c", "second")); }, &message), ArtifactError::Kind::kExists);
   EXPECT_NE(message.find("written once"), std::string::npos) << message;
   EXPECT_EQ(read_file(store_->open("k/a.bin", (dir_ / "c1").string(), "")), "first");
 }
@@ -181,8 +180,7 @@ TEST_P(ArtifactStoreTest, AWrongExpectedDigestIsRefused) {
 TEST_P(ArtifactStoreTest, MissingKeys) {
   EXPECT_FALSE(store_->stat("nothing/here").has_value());
   EXPECT_EQ(KindOf([&] { store_->open("nothing/here", (dir_ / "c").string(), ""); }), ArtifactError::Kind::kNotFound);
-  EXPECT_EQ(KindOf([&] { store_->fetch_to("nothing/here", (dir_ / "d").string()); }),
-            ArtifactError::Kind::kNotFound);
+  EXPECT_EQ(KindOf([&] { store_->fetch_to("nothing/here", (dir_ / "d").string()); }), ArtifactError::Kind::kNotFound);
   store_->remove("nothing/here");  // no-op
 }
 
@@ -191,8 +189,8 @@ TEST_P(ArtifactStoreTest, ListsPublishedKeysUnderAPrefixAndRemoves) {
                                 "jobs/a/model.anvil", "jobs/b/model.anvil"}) {
     store_->publish(key, Local(key, key));
   }
-  EXPECT_EQ(store_->list("jobs/a/checkpoints/"),
-            (std::vector<std::string>{"jobs/a/checkpoints/e1-s10.safetensors", "jobs/a/checkpoints/e1-s20.safetensors"}));
+  EXPECT_EQ(store_->list("jobs/a/checkpoints/"), (std::vector<std::string>{"jobs/a/checkpoints/e1-s10.safetensors",
+                                                                           "jobs/a/checkpoints/e1-s20.safetensors"}));
   EXPECT_EQ(store_->list("jobs/a/").size(), 3u);
   store_->remove("jobs/a/checkpoints/e1-s10.safetensors");
   EXPECT_EQ(store_->list("jobs/a/checkpoints/"), (std::vector<std::string>{"jobs/a/checkpoints/e1-s20.safetensors"}));

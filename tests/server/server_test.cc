@@ -843,6 +843,37 @@ TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
   EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_models_loaded 1\n"));
 }
 
+// The byte budget: two archives do not fit, so loading one unloads the other, whichever count
+// max_loaded_models allows; the gauge reports the resident archives' bytes (their file sizes).
+TEST_F(ServerTest, TheLoadedModelsByteBudgetUnloadsTheLeastRecentlyUsed) {
+  Stop();
+  ServerOptions o;
+  o.max_loaded_models = 32;
+  Start(o);
+  Stream(Submit(BlobsSpec(1)).id());
+  Stop();
+  int64_t archive_bytes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root_ / "data" / "jobs")) {
+    if (e.path().filename() == "model.anvil") archive_bytes = static_cast<int64_t>(fs::file_size(e.path()));
+  }
+  ASSERT_GT(archive_bytes, 0);
+  o.max_model_memory = archive_bytes + archive_bytes / 2;  // room for one
+  Start(o);
+  v1::JobSpec other = BlobsSpec(1);
+  other.set_register_model("other");
+  Stream(Submit(other).id());
+  const Tensor x = randn({2, 2});
+  v1::PredictResponse first, again, b;
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &first).ok());
+  std::string metrics = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("anvil_models_loaded 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("anvil_models_loaded_bytes " + std::to_string(archive_bytes) + "\n"));
+  ASSERT_TRUE(Predict(PredictOf("other", x), &b).ok());
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &again).ok());
+  EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());
+  EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_models_loaded 1\n"));
+}
+
 // An archive changed on disk after registration is never served as if it were intact.
 TEST_F(ServerTest, ACorruptedArchiveIsDataLoss) {
   Stream(Submit(BlobsSpec(1)).id());
