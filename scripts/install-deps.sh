@@ -18,10 +18,11 @@ build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 lib
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev
             prometheus-cpp-dev libabsl-dev libonnx-dev libopencv-dnn-dev libgloo-dev libhiredis-dev libpq-dev
-            libcurl4-openssl-dev)
+            libcurl4-openssl-dev libssl-dev)
 # libgloo-dev: data-parallel training's collectives (core/distributed); its Redis store's header
 # needs libhiredis-dev. libpq-dev: the PostgreSQL job store (server/store_postgres.h).
-# libcurl4-openssl-dev: the S3-compatible artifact store (server/artifacts/s3_artifacts.h).
+# libcurl4-openssl-dev: the S3-compatible artifact store (server/artifacts/s3_artifacts.h);
+# libssl-dev: its SHA-256 (server/artifacts/digest.h).
 # postgresql-15: the server binaries the tests start themselves in temporary folders
 # (tests/fixtures/postgres_server.h; the package's own cluster is never used); iproute2 (network
 # namespaces): for the replica and multi-process tests;

@@ -15,6 +15,7 @@
 #include "core/util/file.h"
 #include "core/util/sha256.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "server/artifacts/digest.h"
 #include "server/auth.h"
 #include "server/bounded_executor.h"
 #include "server/job_spec.h"
@@ -181,7 +182,7 @@ class ServingService final : public ServingBase {
       if (req->format() == v1::NATIVE) {
         // The file as registered, or DATA_LOSS: never stream a corrupted archive under a fresh hash.
         stored = nlohmann::json::parse(m->row.signature_json).value("sha256", "");
-        ANVIL_SERVICE_CHECK(stored.empty() || sha256_file_hex(path) == stored, absl::StatusCode::kDataLoss, "model \"",
+        ANVIL_SERVICE_CHECK(stored.empty() || sha256_file(path) == stored, absl::StatusCode::kDataLoss, "model \"",
                             m->row.name, "\" version ", m->row.version,
                             ": its archive changed on disk since it was "
                             "registered (SHA-256 mismatch)");
@@ -206,7 +207,7 @@ class ServingService final : public ServingBase {
       }
       file_name = payload->file_name();
       auto read = [&](char* out, size_t n) { return payload->read(out, n); };
-      Sha256 hash;
+      Digest hash;
       std::string buffer(static_cast<size_t>(s_.options.export_chunk_bytes), '\0');
       int64_t total = 0;
       // One chunk ahead, so the last message (with size and hash) still carries data.
@@ -220,7 +221,7 @@ class ServingService final : public ServingBase {
         n = n == buffer.size() ? read(buffer.data(), buffer.size()) : 0;
         const bool last = n == 0;
         if (last) {
-          const std::string digest = hash.hex_digest();
+          const std::string digest = hash.hex();
           // A file that changed while it streamed: the client must not keep it.
           ANVIL_SERVICE_CHECK(stored.empty() || digest == stored, absl::StatusCode::kDataLoss, "model \"", m->row.name,
                               "\": its archive changed while it was exported");

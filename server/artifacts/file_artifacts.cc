@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "core/util/file.h"
-#include "core/util/sha256.h"
+#include "server/artifacts/digest.h"
 
 namespace fs = std::filesystem;
 
@@ -42,16 +42,12 @@ void SyncFolder(const std::string& path) {
   }
 }
 
-ArtifactInfo Digest(const std::string& path) {
+ArtifactInfo DigestOf(const std::string& path) {
   ArtifactInfo info;
   std::error_code ec;
   info.bytes = static_cast<int64_t>(fs::file_size(path, ec));
   if (ec) throw ArtifactError(path + ": cannot read: " + ec.message(), ArtifactError::Kind::kNotFound);
-  try {
-    info.sha256 = sha256_file_hex(path);
-  } catch (const Error& e) {
-    throw ArtifactError(e.what());
-  }
+  info.sha256 = sha256_file(path);
   return info;
 }
 
@@ -121,7 +117,7 @@ ArtifactInfo FileArtifactStore::Verify(const std::string& key, const std::string
                                        const std::string& expected_sha256) const {
   const std::optional<ArtifactInfo> recorded = ReadSidecar(path);
   if (!fs::exists(path)) throw ArtifactError("artifact " + key + " is missing", ArtifactError::Kind::kNotFound);
-  const ArtifactInfo actual = Digest(path);
+  const ArtifactInfo actual = DigestOf(path);
   for (const std::string& want : {recorded ? recorded->sha256 : std::string(), expected_sha256}) {
     if (!want.empty() && want != actual.sha256) {
       throw ArtifactError("artifact " + key + " is corrupt (SHA-256 " + actual.sha256.substr(0, 12) + "…, recorded " +
@@ -136,14 +132,14 @@ ArtifactInfo FileArtifactStore::publish(const std::string& key, const std::strin
   const std::string path = PathOf(key);
   if (SameFile(local_path, path)) {
     // Already in place (the data dir's own job folder): record its digest.
-    const ArtifactInfo info = Digest(path);
+    const ArtifactInfo info = DigestOf(path);
     const std::optional<ArtifactInfo> recorded = ReadSidecar(path);
     if (!recorded || recorded->sha256 != info.sha256) {
       write_file_atomic(path + kSidecar, info.sha256 + " " + std::to_string(info.bytes) + "\n");
     }
     return info;
   }
-  const ArtifactInfo info = Digest(local_path);
+  const ArtifactInfo info = DigestOf(local_path);
   if (const std::optional<ArtifactInfo> recorded = ReadSidecar(path); recorded && fs::exists(path)) {
     if (recorded->sha256 == info.sha256) return info;
     throw ArtifactError("artifact " + key + " exists with other bytes (SHA-256 " + recorded->sha256.substr(0, 12) +

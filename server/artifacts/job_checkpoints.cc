@@ -9,7 +9,7 @@
 
 #include "core/train/checkpoint.h"
 #include "core/util/clock.h"
-#include "core/util/sha256.h"
+#include "server/artifacts/digest.h"
 
 namespace fs = std::filesystem;
 
@@ -80,7 +80,7 @@ std::string place_checkpoint(ArtifactStore& store, const std::string& job_id, co
   auto place = [&](const std::string& candidate) {
     const std::optional<ArtifactInfo> info = store.stat(candidate);
     if (!info) return false;
-    if (!info->sha256.empty() && fs::exists(newest, ec) && sha256_file_hex(newest) == info->sha256) return true;
+    if (!info->sha256.empty() && fs::exists(newest, ec) && sha256_file(newest) == info->sha256) return true;
     const std::string incoming = newest + ".incoming";
     try {
       store.fetch_to(candidate, incoming);

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "core/util/file.h"
-#include "core/util/sha256.h"
+#include "server/artifacts/digest.h"
 
 namespace fs = std::filesystem;
 
@@ -318,7 +318,7 @@ ArtifactInfo S3ArtifactStore::publish(const std::string& key, const std::string&
   std::error_code ec;
   info.bytes = static_cast<int64_t>(fs::file_size(local_path, ec));
   if (ec) throw ArtifactError(local_path + ": cannot read: " + ec.message(), ArtifactError::Kind::kNotFound);
-  info.sha256 = sha256_file_hex(local_path);
+  info.sha256 = sha256_file(local_path);
   if (const std::optional<ArtifactInfo> existing = stat(key)) {
     if (existing->sha256 == info.sha256) return info;
     throw ArtifactError(client.Describe() + ": " + key + " exists with other bytes (SHA-256 " +
@@ -367,7 +367,7 @@ ArtifactInfo S3ArtifactStore::Download(const std::string& key, const std::string
   std::error_code ec;
   fs::create_directories(fs::path(local_path).parent_path(), ec);
   std::unique_ptr<AtomicFile> out;
-  std::unique_ptr<Sha256> hash;
+  std::unique_ptr<Digest> hash;
   int64_t bytes = 0;
   Request get;
   get.url = ObjectUrl(key);
@@ -378,12 +378,12 @@ ArtifactInfo S3ArtifactStore::Download(const std::string& key, const std::string
   };
   const Response r = client.Send(get, "GET " + key, [&] {
     out = std::make_unique<AtomicFile>(local_path);
-    hash = std::make_unique<Sha256>();
+    hash = std::make_unique<Digest>();
     bytes = 0;
   });
   if (r.status == 404) throw ArtifactError("artifact " + key + " is missing", ArtifactError::Kind::kNotFound);
   if (r.status < 200 || r.status >= 300) client.Fail(r, "GET " + key);
-  ArtifactInfo info{bytes, hash->hex_digest()};
+  ArtifactInfo info{bytes, hash->hex()};
   const auto recorded = r.headers.find("x-amz-meta-sha256");
   for (const std::string& want : {recorded == r.headers.end() ? std::string() : recorded->second, expected_sha256}) {
     if (!want.empty() && want != info.sha256) {
@@ -404,7 +404,7 @@ std::string S3ArtifactStore::open(const std::string& key, const std::string& cac
                                   const std::string& expected_sha256) {
   // A cached copy that matches the digest its caller holds needs no request.
   std::error_code ec;
-  if (!expected_sha256.empty() && fs::exists(cache_path, ec) && sha256_file_hex(cache_path) == expected_sha256) {
+  if (!expected_sha256.empty() && fs::exists(cache_path, ec) && sha256_file(cache_path) == expected_sha256) {
     return cache_path;
   }
   Download(key, cache_path, expected_sha256);

@@ -17,6 +17,7 @@
 
 #include "core/util/file.h"
 #include "core/util/sha256.h"
+#include "server/artifacts/digest.h"
 #include "server/artifacts/file_artifacts.h"
 #include "server/artifacts/s3_artifacts.h"
 #include "tests/fixtures/s3_server.h"
@@ -253,6 +254,24 @@ TEST(S3ArtifactStoreTest, NothingListeningIsUnavailableAndAMissingBucketIsNamed)
   where.bucket = "no-such-bucket";
   EXPECT_EQ(KindOf([&] { S3ArtifactStore store(where); }, &message), ArtifactError::Kind::kOther);
   EXPECT_NE(message.find("\"no-such-bucket\" does not exist"), std::string::npos) << message;
+}
+
+// The artifact store's digest (OpenSSL) against the engine's own FIPS 180-4 implementation and
+// the standard's example ("abc"), at sizes around the block and buffer boundaries.
+TEST(ArtifactDigestTest, MatchesTheEnginesSha256) {
+  Digest abc;
+  abc.update("abc", 3);
+  EXPECT_EQ(abc.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  char tmpl[] = "/tmp/anvil-digest-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  for (size_t n : {size_t{0}, size_t{55}, size_t{64}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{3000017}}) {
+    const std::string bytes = RandomBytes(n, static_cast<uint32_t>(n));
+    const std::string path = std::string(tmpl) + "/f";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_EQ(sha256_file(path), sha256_hex(bytes)) << n;
+  }
+  fs::remove_all(tmpl);
+  EXPECT_EQ(KindOf([] { sha256_file("/nonexistent/file"); }), ArtifactError::Kind::kNotFound);
 }
 
 TEST(ArtifactLocationTest, ParsesAndRefuses) {
