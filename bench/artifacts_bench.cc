@@ -20,9 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -108,8 +108,8 @@ Job TrainDigits(const v1::JobSpec& spec, const std::string& data_dir, const std:
   }
   if (job.state() != v1::SUCCEEDED) throw std::runtime_error("the digits CNN: " + job.reason());
   Job out;
-  out.wall_per_step_ms = static_cast<double>(job.finished_unix_ms() - job.started_unix_ms()) /
-                         static_cast<double>(job.step());
+  out.wall_per_step_ms =
+      static_cast<double>(job.finished_unix_ms() - job.started_unix_ms()) / static_cast<double>(job.step());
   out.checkpoints = job.step() / spec.checkpoint().every_steps();
   server.shutdown(std::chrono::seconds(10));
   return out;
@@ -157,21 +157,21 @@ int main() {
     const double engine_sha = Median3([&](int) { (void)sha256_file_hex(same); });
     std::printf("| %zu MiB | SHA-256 of the file alone, the engine's own (core/util/sha256.h) | %.0f | %.0f |\n", mib,
                 mb / engine_sha, mb / engine_sha);
-    std::printf("| %zu MiB | SHA-256 of the file alone, OpenSSL (the floor) | %.0f | %.0f |\n", mib, mb / sha, mb / sha);
+    std::printf("| %zu MiB | SHA-256 of the file alone, OpenSSL (the floor) | %.0f | %.0f |\n", mib, mb / sha,
+                mb / sha);
     struct Engine {
       const char* name;
       server::ArtifactStore* store;
       std::string source;
     };
-    for (const Engine& e : {Engine{"folder, same filesystem (hard link)", &folder, same},
-                            Engine{"folder, another filesystem (copy)", &folder, away},
-                            Engine{"S3 (moto on loopback)", &bucket, same}}) {
+    for (const Engine& e :
+         {Engine{"folder, same filesystem (hard link)", &folder, same},
+          Engine{"folder, another filesystem (copy)", &folder, away}, Engine{"S3 (moto on loopback)", &bucket, same}}) {
       static int n = 0;
       const int run = ++n;
       const std::string tag = std::to_string(run);
-      const double publish = Median3([&](int i) {
-        e.store->publish("o/" + std::to_string(run) + "-" + std::to_string(i) + ".bin", e.source);
-      });
+      const double publish = Median3(
+          [&](int i) { e.store->publish("o/" + std::to_string(run) + "-" + std::to_string(i) + ".bin", e.source); });
       const double fetch = Median3([&](int i) {
         e.store->fetch_to("o/" + std::to_string(run) + "-" + std::to_string(i) + ".bin",
                           (root / ("fetched-" + tag)).string());
@@ -205,9 +205,9 @@ int main() {
   int64_t checkpoints = 0;
   for (int round = 0; round < 2; ++round) {  // alternating, twice: both meet the machine alike
     cnn.set_name("cnn-" + std::to_string(round));
-    local += TrainDigits(cnn, (root / ("cnn-local-" + std::to_string(round))).string(), datasets, "", "")
-                 .wall_per_step_ms /
-             2;
+    local +=
+        TrainDigits(cnn, (root / ("cnn-local-" + std::to_string(round))).string(), datasets, "", "").wall_per_step_ms /
+        2;
     const Job j = TrainDigits(cnn, (root / ("cnn-s3-" + std::to_string(round))).string(), datasets,
                               "s3://" + s3.bucket() + "/cnn-" + std::to_string(round), s3.endpoint());
     remote += j.wall_per_step_ms / 2;

@@ -133,9 +133,10 @@ class Store {
  public:
   // The schema version this code reads and writes, in every engine.
   // Version 2 added jobs.crashes, version 3 jobs.crash_step, version 4 the leases (jobs.owner,
-  // lease_epoch, lease_expires_ms, cancel_requested) and the claims table; an older store is
+  // lease_epoch, lease_expires_ms, cancel_requested) and the claims table, version 5 the
+  // rendezvous table of data-parallel ranks (workers/pg_rendezvous.h); an older store is
   // migrated when opened, and one newer than this is refused (it was written by a newer Anvil).
-  static constexpr int64_t kSchemaVersion = 4;
+  static constexpr int64_t kSchemaVersion = 5;
 
   virtual ~Store() = default;
 

@@ -94,7 +94,16 @@ CREATE TABLE claims (
   UNIQUE (job_id, epoch)
 );
 )sql";
-constexpr std::array<const char*, 4> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+// Version 5: the rendezvous of data-parallel ranks (workers/pg_rendezvous.h): Gloo's store,
+// keyed by job and attempt.
+constexpr const char* kSchemaV5 = R"sql(
+CREATE TABLE rendezvous (
+  key TEXT PRIMARY KEY,
+  value BYTEA NOT NULL,
+  created_ms BIGINT NOT NULL
+);
+)sql";
+constexpr std::array<const char*, 5> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
 
 // The database's clock in unix ms: leases are measured by it, so that replicas whose clocks
 // disagree still agree on when a lease lapses.

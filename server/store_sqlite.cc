@@ -95,9 +95,19 @@ CREATE TABLE claims (
 );
 )sql";
 
+// Version 5: the rendezvous of data-parallel ranks across replicas (used on PostgreSQL only:
+// workers/pg_rendezvous.h); the same tables on both engines.
+constexpr const char* kSchemaV5 = R"sql(
+CREATE TABLE rendezvous (
+  key TEXT PRIMARY KEY,
+  value BLOB NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+)sql";
+
 // The migration to version i + 1 is kMigrations[i]; each runs in the transaction that checks
 // the version, so a failed one leaves the store at the version it had.
-constexpr std::array<const char*, 4> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+constexpr std::array<const char*, 5> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
 static_assert(kMigrations.size() == Store::kSchemaVersion);
 
 #define ANVIL_JOB_COLUMNS                                                                                      \

@@ -19,6 +19,7 @@
 #include "core/util/file.h"
 #include "workers/job_plan.h"
 #include "workers/job_steps.h"
+#include "workers/pg_rendezvous.h"
 #include "workers/rank_events.h"
 #include "workers/status.h"
 
@@ -106,6 +107,8 @@ int run_rank_worker(const std::string& job_file) {
   try {
     const RunJob job = ReadJob(job_file);
     base.job_id = job.job_id;
+    // Ranks on several replicas meet in the job store (ANVIL_RDZV_URL=postgresql://...).
+    register_postgres_rendezvous();
     distributed::RankEnvironment env = distributed::RankEnvironment::from_env();
     rank = env.rank;
     std::fprintf(stderr, "%s\n", env.describe().c_str());

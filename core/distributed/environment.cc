@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -104,20 +105,23 @@ RankEnvironment RankEnvironment::from_env() {
               "' on this host; it has: ", Interfaces());
   e.socket_ifname = ifname;
   if (const char* d = Get("ANVIL_RDZV_DIR")) e.rdzv_dir = d;
+  if (const char* u = Get("ANVIL_RDZV_URL")) e.rdzv_url = u;
   if (const char* a = Get("ANVIL_MASTER_ADDR")) e.master_addr = a;
   e.master_port = static_cast<int>(IntVar("ANVIL_MASTER_PORT", 0, 0, 65535));
-  ANVIL_CHECK(!e.rdzv_dir.empty() || (!e.master_addr.empty() && e.master_port > 0),
-              "no rendezvous: set ANVIL_RDZV_DIR (a directory every rank sees: Gloo's file store) or "
+  ANVIL_CHECK(!e.rdzv_dir.empty() || !e.rdzv_url.empty() || (!e.master_addr.empty() && e.master_port > 0),
+              "no rendezvous: set ANVIL_RDZV_DIR (a directory every rank sees: Gloo's file store), "
               "ANVIL_MASTER_ADDR and ANVIL_MASTER_PORT (a Redis server there: Gloo's RedisStore; anvil-run "
-              "starts one on the master)");
+              "starts one on the master) or ANVIL_RDZV_URL (a store of a registered scheme)");
   return e;
 }
 
 std::string RankEnvironment::prefix() const { return "anvil/" + job_id + "/attempt-" + std::to_string(attempt) + "/"; }
 
 std::string RankEnvironment::describe() const {
-  const std::string where =
-      !rdzv_dir.empty() ? "file store " + rdzv_dir : "redis " + master_addr + ":" + std::to_string(master_port);
+  // A URL is named by its scheme only: it may carry a password.
+  const std::string where = !rdzv_dir.empty()   ? "file store " + rdzv_dir
+                            : !rdzv_url.empty() ? rdzv_url.substr(0, rdzv_url.find(':')) + " store"
+                                                : "redis " + master_addr + ":" + std::to_string(master_port);
   return detail::StrCat("rank ", rank, " of ", world_size, " (local ", local_rank, "), ", backend, " over ",
                         socket_ifname, ipv6 ? " (ipv6)" : " (ipv4)", ", rendezvous ", where, " prefix ", prefix());
 }
@@ -169,9 +173,29 @@ bool Exists(gloo::rendezvous::Store& store, const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+std::map<std::string, RendezvousStoreFactory>& Factories() {
+  static std::map<std::string, RendezvousStoreFactory> factories;
+  return factories;
+}
+
+}  // namespace
+
+void register_rendezvous_store(const std::string& scheme, RendezvousStoreFactory factory) {
+  Factories()[scheme] = std::move(factory);
+}
+
 std::shared_ptr<gloo::rendezvous::Store> make_rendezvous_store(RankEnvironment& env) {
   std::unique_ptr<gloo::rendezvous::Store> base;
-  if (!env.rdzv_dir.empty()) {
+  if (!env.rdzv_url.empty()) {
+    const std::string scheme = env.rdzv_url.substr(0, env.rdzv_url.find("://"));
+    const auto it = Factories().find(scheme);
+    ANVIL_CHECK(it != Factories().end() && env.rdzv_url.find("://") != std::string::npos,
+                "ANVIL_RDZV_URL: no rendezvous store for the scheme \"", scheme.substr(0, 40),
+                "\" in this program (registered: ", Factories().size(), ")");
+    base = it->second(env.rdzv_url, env.rendezvous_timeout);
+  } else if (!env.rdzv_dir.empty()) {
     std::filesystem::create_directories(env.rdzv_dir);
     base = std::make_unique<gloo::rendezvous::FileStore>(env.rdzv_dir);
   } else {

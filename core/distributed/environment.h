@@ -8,7 +8,10 @@
 //   ANVIL_RDZV_DIR                                   rendezvous through Gloo's file store in a
 //                                                    directory every rank sees, or
 //   ANVIL_MASTER_ADDR, ANVIL_MASTER_PORT             through a Redis server there (Gloo's
-//                                                    RedisStore; anvil-run starts one)
+//                                                    RedisStore; anvil-run starts one), or
+//   ANVIL_RDZV_URL                                   through a store of a registered scheme
+//                                                    (register_rendezvous_store: anvild's ranks
+//                                                    meet in its PostgreSQL job store)
 //   ANVIL_JOB_ID, ANVIL_RESTART_ATTEMPT              the rendezvous prefix: a new attempt
 //                                                    never meets a stale rank of an old one
 //   ANVIL_COLLECTIVE_TIMEOUT_S                       per-collective timeout (default 300)
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +44,7 @@ struct RankEnvironment {
   std::string socket_ifname;
   bool ipv6 = false;
   std::string rdzv_dir;
+  std::string rdzv_url;
   std::string master_addr;
   int master_port = 0;
   std::string job_id = "job";
@@ -58,7 +63,15 @@ struct RankEnvironment {
   std::string prefix() const;
 };
 
-// The rendezvous store the environment names (file or Redis), under the attempt's prefix.
+// A rendezvous store for URLs of one scheme ("postgresql"), registered by the program that
+// links its client; `timeout` is the rendezvous timeout. Registration is meant for start-up
+// (before any rank environment is used): it is not synchronised with lookups.
+using RendezvousStoreFactory =
+    std::function<std::unique_ptr<gloo::rendezvous::Store>(const std::string& url, std::chrono::milliseconds timeout)>;
+void register_rendezvous_store(const std::string& scheme, RendezvousStoreFactory factory);
+
+// The rendezvous store the environment names (file, Redis or a registered URL scheme), under
+// the attempt's prefix.
 // env.attempt moves up to the newest attempt any rank of the job opened (a node whose ranks
 // restarted fewer times catches up).
 std::shared_ptr<gloo::rendezvous::Store> make_rendezvous_store(RankEnvironment& env);

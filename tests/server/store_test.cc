@@ -509,10 +509,13 @@ TEST_P(StoreTest, OlderSchemasAreMigratedKeepingTheirJobs) {
       id = owned->insert_job(Job("old")).first.id;
     }
     // Back to what that version wrote: version 1 had no crashes column, version 2 no crash_step,
-    // version 3 no leases.
-    Raw("DROP TABLE claims");
-    for (const char* column : {"owner", "lease_epoch", "lease_expires_ms", "cancel_requested"}) {
-      Raw(std::string("ALTER TABLE jobs DROP COLUMN ") + column);
+    // version 3 no leases, version 4 no rendezvous table.
+    Raw("DROP TABLE rendezvous");
+    if (from <= 3) {
+      Raw("DROP TABLE claims");
+      for (const char* column : {"owner", "lease_epoch", "lease_expires_ms", "cancel_requested"}) {
+        Raw(std::string("ALTER TABLE jobs DROP COLUMN ") + column);
+      }
     }
     if (from <= 2) Raw("ALTER TABLE jobs DROP COLUMN crash_step");
     if (from == 1) Raw("ALTER TABLE jobs DROP COLUMN crashes");
