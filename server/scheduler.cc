@@ -85,6 +85,7 @@ Scheduler::Scheduler(Store& store, MetricsHub& hub, ModelRegistry& registry, Sch
       lease_store_(lease_store != nullptr ? *lease_store : store),
       hub_(hub),
       registry_(registry),
+      publisher_(std::make_unique<CheckpointPublisher>(registry.artifacts())),
       options_(std::move(options)),
       metrics_(metrics) {
   if (metrics_ != nullptr) {
@@ -655,6 +656,7 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       if (s.job_id != e.job_id) continue;
       if (s.lost) {
         if (ends && metrics_ != nullptr) metrics_->job_ended(e.job_id);
+        publisher_->forget(e.job_id);
         return;  // stopped because its lease was lost: nothing of this run is written
       }
       fence = s.epoch;
@@ -675,6 +677,7 @@ void Scheduler::Fenced(const std::string& job_id, int64_t epoch) {
   log(LogLevel::kWarning, "job ", job_id, ": a write of this replica (", options_.instance, ") under lease epoch ",
       epoch, " was refused: another replica has taken the job over; this run stops");
   if (metrics_ != nullptr) metrics_->store_fenced_writes.Increment();
+  publisher_->forget(job_id);
   MutexLock lock(&mu_);
   for (Slot& s : slots_) {
     if (s.job_id == job_id && !s.lost) LoseLease(s, "a write under its lease was refused by the fencing epoch");
@@ -694,6 +697,15 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       retry_while_unavailable("read job " + e.job_id, wait, [&] { return store_.get_job(e.job_id); });
   if (!found) return;
   JobRow& row = *found;
+  if (e.kind != WorkerEvent::Kind::kCheckpoint) {
+    // The newest checkpoint published since the job's last event; before its last row, the one
+    // still uploading too (a drained job resumes from its interrupt checkpoint).
+    const bool last = e.kind == WorkerEvent::Kind::kSucceeded || e.kind == WorkerEvent::Kind::kFailed ||
+                      e.kind == WorkerEvent::Kind::kCancelled || e.kind == WorkerEvent::Kind::kInterrupted;
+    if (std::string key = last ? publisher_->flush(row.id) : publisher_->take_published(row.id); !key.empty()) {
+      row.checkpoint = std::move(key);
+    }
+  }
   const std::string root = options_.data_root;
   v1::MetricEvent event;
   event.set_total_steps(e.total_steps);
@@ -742,16 +754,9 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       break;
     }
     case WorkerEvent::Kind::kCheckpoint:
-      // Published before the row names it: whichever replica resumes the job finds what the
-      // row says. One that cannot be published leaves the row on the previous checkpoint.
-      try {
-        row.checkpoint = publish_checkpoint(registry_.artifacts(), row.id, fence, e.step, e.path);
-      } catch (const std::exception& ex) {
-        log(LogLevel::kWarning, "job ", row.id, ": the checkpoint at step ", e.step,
-            " was not published (the job would resume from the one before): ", scrub_paths(ex.what(), root));
-        return;
-      }
-      write_row(row);
+      // Published off this thread; the row names it with the job's next event, once it is in
+      // the artifact store: whichever replica resumes the job finds what the row says.
+      publisher_->submit(row.id, fence, e.step, e.path);
       return;
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/util/mutex.h"
+#include "server/artifacts/checkpoint_publisher.h"
 #include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
@@ -141,6 +142,8 @@ class Scheduler {
   Store& lease_store_;
   MetricsHub& hub_;
   ModelRegistry& registry_;
+  // Uploads the jobs' checkpoints to the artifact store off their workers' threads.
+  std::unique_ptr<CheckpointPublisher> publisher_;
   const SchedulerOptions options_;
   metrics::ServiceMetrics* metrics_;
   void UpdateMetrics(const workers::WorkerEvent& e, const JobRow& row);

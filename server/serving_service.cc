@@ -282,15 +282,24 @@ class ServingService final : public ServingBase {
       const std::string relative = "imports/" + name + "-" + sha.substr(0, 16) + ".onnx";
       const fs::path path = fs::path(s_.data_root) / relative;
       fs::create_directories(path.parent_path());
+      // The same bytes under the same name may be registered already (a version of its own):
+      // what this call did not create, a failure here does not remove.
+      bool existed = true;
+      try {
+        existed = s_.registry->artifacts().stat(relative).has_value() || fs::exists(path);
+      } catch (const std::exception&) {
+      }
       write_file_atomic(path.string(), bytes);
       const absl::StatusOr<ModelRow> row = s_.registry->register_archive(name, "", relative, labels);
       if (!row.ok()) {
         // The registry wrote no row (it builds and runs the model first): the file goes too.
-        std::error_code ec;
-        fs::remove(path, ec);
-        try {
-          s_.registry->artifacts().remove(relative);
-        } catch (const std::exception&) {  // an unreferenced object is harmless
+        if (!existed) {
+          std::error_code ec;
+          fs::remove(path, ec);
+          try {
+            s_.registry->artifacts().remove(relative);
+          } catch (const std::exception&) {  // an unreferenced object is harmless
+          }
         }
         throw ServiceError(row.status().code(), absl::StrCat(row.status().message(), "; nothing was registered"));
       }

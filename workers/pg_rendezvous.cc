@@ -56,7 +56,8 @@ pg_conn* PostgresRendezvousStore::Connection() {
 
 void PostgresRendezvousStore::set(const std::string& key, const std::vector<char>& data) {
   std::lock_guard<std::mutex> lock(mu_);
-  const char* values[2] = {key.c_str(), data.data()};
+  static const char kEmpty = 0;  // libpq sends a null pointer as SQL NULL, not as no bytes
+  const char* values[2] = {key.c_str(), data.empty() ? &kEmpty : data.data()};
   const int lengths[2] = {static_cast<int>(key.size()), static_cast<int>(data.size())};
   const int formats[2] = {0, 1};
   Result r(PQexecParams(Connection(),
@@ -73,8 +74,8 @@ std::vector<std::string> PostgresRendezvousStore::Missing(const std::vector<std:
   std::vector<std::string> missing;
   for (const std::string& key : keys) {
     const char* values[1] = {key.c_str()};
-    Result r(PQexecParams(Connection(), "SELECT 1 FROM rendezvous WHERE key = $1", 1, nullptr, values, nullptr,
-                          nullptr, 0));
+    Result r(
+        PQexecParams(Connection(), "SELECT 1 FROM rendezvous WHERE key = $1", 1, nullptr, values, nullptr, nullptr, 0));
     if (PQresultStatus(r.r) != PGRES_TUPLES_OK) {
       GLOO_THROW_IO_EXCEPTION("rendezvous: look up ", key, ": ", PQerrorMessage(conn_));
     }
@@ -88,11 +89,19 @@ void PostgresRendezvousStore::wait(const std::vector<std::string>& keys, const s
   std::chrono::milliseconds pause(5);
   std::vector<std::string> missing = keys;
   for (;;) {
-    {
+    std::string failure;
+    try {
       std::lock_guard<std::mutex> lock(mu_);
       missing = Missing(missing);
+    } catch (const gloo::IoException& e) {
+      // The database away for a moment (a restart): reconnect on the next poll, until the deadline.
+      failure = e.what();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (conn_ != nullptr) PQfinish(conn_);
+      conn_ = nullptr;
     }
-    if (missing.empty()) return;
+    if (missing.empty() && failure.empty()) return;
+    if (!failure.empty() && std::chrono::steady_clock::now() >= deadline) throw gloo::IoException(failure);
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string names;
       for (const std::string& k : missing) names += (names.empty() ? "" : ", ") + k;
@@ -126,8 +135,8 @@ void PostgresRendezvousStore::remove_prefix(const std::string& prefix) {
   }
   pattern += '%';
   const char* values[1] = {pattern.c_str()};
-  Result r(PQexecParams(Connection(), "DELETE FROM rendezvous WHERE key LIKE $1", 1, nullptr, values, nullptr, nullptr,
-                        0));
+  Result r(
+      PQexecParams(Connection(), "DELETE FROM rendezvous WHERE key LIKE $1", 1, nullptr, values, nullptr, nullptr, 0));
   if (PQresultStatus(r.r) != PGRES_COMMAND_OK) {
     GLOO_THROW_IO_EXCEPTION("rendezvous: remove ", prefix, ": ", PQerrorMessage(conn_));
   }

@@ -51,8 +51,12 @@ std::unique_ptr<ArtifactStore> open_artifact_store(const std::string& location, 
     }
     if (where.endpoint.empty()) where.endpoint = "https://s3." + where.region + ".amazonaws.com";
     while (!where.endpoint.empty() && where.endpoint.back() == '/') where.endpoint.pop_back();
-    if (where.endpoint.rfind("http://", 0) != 0 && where.endpoint.rfind("https://", 0) != 0) {
-      throw ArtifactError("S3 endpoint \"" + where.endpoint + "\": expected http://HOST[:PORT] or https://...");
+    // Only a scheme, a host and a port: the endpoint is named in messages and logs, so it must
+    // carry no credentials (they come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+    const bool scheme_ok = where.endpoint.rfind("http://", 0) == 0 || where.endpoint.rfind("https://", 0) == 0;
+    if (!scheme_ok || where.endpoint.find_first_of("@?#") != std::string::npos ||
+        where.endpoint.find('/', where.endpoint.find("://") + 3) != std::string::npos) {
+      throw ArtifactError("S3 endpoint: expected http://HOST[:PORT] or https://HOST[:PORT] (no user, path or query)");
     }
     where.access_key = Env("AWS_ACCESS_KEY_ID");
     where.secret_key = Env("AWS_SECRET_ACCESS_KEY");

@@ -42,23 +42,23 @@ std::string Digest::hex() {
 std::string sha256_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw ArtifactError(path + ": cannot open: " + errno_message(errno),
-                        errno == ENOENT ? ArtifactError::Kind::kNotFound : ArtifactError::Kind::kOther);
+    const int err = errno;
+    throw ArtifactError(path + ": cannot open: " + errno_message(err),
+                        err == ENOENT ? ArtifactError::Kind::kNotFound : ArtifactError::Kind::kOther);
   }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
   Digest digest;
   std::vector<char> buffer(size_t{1} << 20);
   for (;;) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw ArtifactError(path + ": read error: " + errno_message(err));
-    }
+    if (n < 0) throw ArtifactError(path + ": read error: " + errno_message(errno));
     if (n == 0) break;
     digest.update(buffer.data(), static_cast<size_t>(n));
   }
-  ::close(fd);
   return digest.hex();
 }
 

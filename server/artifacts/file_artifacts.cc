@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -26,20 +27,42 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string RandomSuffix() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s = ".tmp.";
-  for (int i = 0; i < 12; ++i) s += kHex[rng() % 16];
-  return s;
-}
-
 void SyncFolder(const std::string& path) {
   const int fd = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+// ".tmp.XXXXXX": the name anvild's start-up sweep removes when a crash leaves one behind.
+std::string RandomSuffix() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s = ".tmp.";
+  for (int i = 0; i < 6; ++i) s += kChars[rng() % 62];
+  return s;
+}
+
+// Creates `to` with `from`'s bytes unless `to` exists (then false): a hard link on one
+// filesystem, else a copy written to a temporary name, synced, and linked into place (link(2)
+// never replaces, unlike rename(2)).
+bool CreateNoReplace(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::create_directories(fs::path(to).parent_path(), ec);
+  if (::link(from.c_str(), to.c_str()) == 0) {
+    SyncFolder(to);
+    return true;
+  }
+  if (errno == EEXIST) return false;
+  const std::string tmp = to + RandomSuffix();
+  place_file(from, tmp, /*link=*/false);
+  const bool created = ::link(tmp.c_str(), to.c_str()) == 0;
+  const int err = errno;
+  ::unlink(tmp.c_str());
+  if (!created && err != EEXIST) throw ArtifactError(to + ": cannot create: " + errno_message(err));
+  if (created) SyncFolder(to);
+  return created;
 }
 
 ArtifactInfo DigestOf(const std::string& path) {
@@ -140,15 +163,31 @@ ArtifactInfo FileArtifactStore::publish(const std::string& key, const std::strin
     return info;
   }
   const ArtifactInfo info = DigestOf(local_path);
-  if (const std::optional<ArtifactInfo> recorded = ReadSidecar(path); recorded && fs::exists(path)) {
-    if (recorded->sha256 == info.sha256) return info;
-    throw ArtifactError("artifact " + key + " exists with other bytes (SHA-256 " + recorded->sha256.substr(0, 12) +
-                            "…); objects are written once",
-                        ArtifactError::Kind::kExists);
+  const std::string sidecar = info.sha256 + " " + std::to_string(info.bytes) + "\n";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // The data never replaces a file a reader may hold: created, or found there.
+    if (CreateNoReplace(local_path, path)) {
+      write_file_atomic(path + kSidecar, sidecar);
+      return info;
+    }
+    const ArtifactInfo existing = DigestOf(path);
+    if (existing.sha256 == info.sha256) {  // the same bytes (a retry, or a publisher beside this one)
+      const std::optional<ArtifactInfo> recorded = ReadSidecar(path);
+      if (!recorded || recorded->sha256 != info.sha256) write_file_atomic(path + kSidecar, sidecar);
+      return info;
+    }
+    // Other bytes: a published object (or one being published right now) is never replaced;
+    // a file a crashed publish left without its digest long ago is.
+    std::error_code ec;
+    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
+    if (ReadSidecar(path) || ec || age < std::chrono::minutes(10)) {
+      throw ArtifactError("artifact " + key + " exists with other bytes (SHA-256 " + existing.sha256.substr(0, 12) +
+                              "…); objects are written once",
+                          ArtifactError::Kind::kExists);
+    }
+    ::unlink(path.c_str());
   }
-  place_file(local_path, path, /*link=*/true);
-  write_file_atomic(path + kSidecar, info.sha256 + " " + std::to_string(info.bytes) + "\n");
-  return info;
+  throw ArtifactError("artifact " + key + ": another publisher keeps replacing it", ArtifactError::Kind::kExists);
 }
 
 std::string FileArtifactStore::open(const std::string& key, const std::string& /*cache_path*/,
@@ -173,6 +212,7 @@ std::optional<ArtifactInfo> FileArtifactStore::stat(const std::string& key) {
 }
 
 std::vector<std::string> FileArtifactStore::list(const std::string& prefix) {
+  if (!prefix.empty()) check_artifact_key(prefix.back() == '/' ? prefix.substr(0, prefix.size() - 1) : prefix);
   const size_t slash = prefix.rfind('/');
   const fs::path dir = fs::path(root_) / (slash == std::string::npos ? "" : prefix.substr(0, slash));
   std::vector<std::string> keys;

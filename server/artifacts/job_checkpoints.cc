@@ -18,7 +18,9 @@ namespace {
 
 std::string Prefix(const std::string& job_id) { return "jobs/" + job_id + "/checkpoints/"; }
 
-// The job's published checkpoints, newest (highest step, then epoch) first.
+// The job's published checkpoints, newest first: by lease epoch, then step, then time. A
+// later epoch is newer whatever its step: a replica cut off from the job may have gone on to
+// higher steps under its old epoch, which its successor never resumed from.
 std::vector<std::pair<CheckpointKey, std::string>> Published(ArtifactStore& store, const std::string& job_id) {
   std::vector<std::pair<CheckpointKey, std::string>> found;
   for (const std::string& key : store.list(Prefix(job_id))) {
@@ -26,7 +28,7 @@ std::vector<std::pair<CheckpointKey, std::string>> Published(ArtifactStore& stor
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     const CheckpointKey &x = a.first, &y = b.first;
-    return std::tie(x.step, x.epoch, x.time_ms) > std::tie(y.step, y.epoch, y.time_ms);
+    return std::tie(x.epoch, x.step, x.time_ms) > std::tie(y.epoch, y.step, y.time_ms);
   });
   return found;
 }
@@ -61,9 +63,10 @@ std::string publish_checkpoint(ArtifactStore& store, const std::string& job_id, 
   const std::string key = checkpoint_key(job_id, {epoch, step, unix_millis()});
   store.publish(key, local_path);
   try {
+    // Never a later epoch's: a publisher whose lease moved on must not touch its successor's.
     const auto published = Published(store, job_id);
     for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < published.size(); ++i) {
-      if (published[i].second != key) store.remove(published[i].second);
+      if (published[i].second != key && published[i].first.epoch <= epoch) store.remove(published[i].second);
     }
   } catch (const ArtifactError&) {
     // Pruning is housekeeping: the next checkpoint prunes again.
@@ -85,8 +88,9 @@ std::string place_checkpoint(ArtifactStore& store, const std::string& job_id, co
     try {
       store.fetch_to(candidate, incoming);
     } catch (const ArtifactError& e) {
-      if (e.kind() == ArtifactError::Kind::kUnavailable) throw;
-      return false;  // corrupt or gone
+      // Corrupt or gone: an older one. Anything else (unreachable, a full disk) is the caller's.
+      if (e.kind() != ArtifactError::Kind::kCorrupt && e.kind() != ArtifactError::Kind::kNotFound) throw;
+      return false;
     }
     // The local files become fallback generations; the published bytes the newest.
     train::rotate_checkpoints(newest, keep);
@@ -94,8 +98,11 @@ std::string place_checkpoint(ArtifactStore& store, const std::string& job_id, co
     return true;
   };
   if (!key.empty() && place(key)) return key;
-  // The row's checkpoint is corrupt or gone: the job's other published ones, newest first.
+  // The row's checkpoint is corrupt or gone: the job's other published ones, newest first, but
+  // none newer than the row's (a cut-off replica's late keys were never the job's progress).
+  const std::optional<CheckpointKey> named = parse_checkpoint_key(key);
   for (const auto& [k, other] : Published(store, job_id)) {
+    if (named && std::tie(k.epoch, k.step) > std::tie(named->epoch, named->step)) continue;
     if (other != key && place(other)) return other;
   }
   return "";

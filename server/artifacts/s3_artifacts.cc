@@ -39,8 +39,27 @@ struct Response {
   std::string curl_error;
   std::string body;                            // unless the request had a sink
   std::map<std::string, std::string> headers;  // names lowercased
-  // Whether another attempt may succeed: nothing answered, or the server said 5xx.
-  bool transient() const { return curl != CURLE_OK || status >= 500; }
+  std::exception_ptr sink_error;               // the sink threw (a local write failed): not retried
+  // Whether another attempt may succeed: the server could not be reached or answered 5xx, the
+  // connection broke, or it timed out. A refused certificate, a bad URL or a local failure
+  // would fail the same way again.
+  bool transient() const {
+    if (sink_error) return false;
+    switch (curl) {
+      case CURLE_OK:
+        return status >= 500;
+      case CURLE_COULDNT_RESOLVE_HOST:
+      case CURLE_COULDNT_CONNECT:
+      case CURLE_OPERATION_TIMEDOUT:
+      case CURLE_SEND_ERROR:
+      case CURLE_RECV_ERROR:
+      case CURLE_GOT_NOTHING:
+      case CURLE_PARTIAL_FILE:
+        return true;
+      default:
+        return false;
+    }
+  }
 };
 
 struct Request {
@@ -89,7 +108,8 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
     try {
       t->request->sink(data, bytes);
     } catch (...) {
-      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
+      t->response->sink_error = std::current_exception();
+      return 0;  // aborts the transfer (CURLE_WRITE_ERROR); the error is rethrown after it
     }
     return bytes;
   }
@@ -165,19 +185,26 @@ class Client {
   // One attempt.
   Response Perform(const Request& r) const {
     Response response;
+    char error[CURL_ERROR_SIZE] = {0};  // before the handle: its cleanup may still write here
     std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> h(curl_easy_init(), curl_easy_cleanup);
     if (!h) throw ArtifactError("s3: cannot create a curl handle");
     CURL* c = h.get();
-    char error[CURL_ERROR_SIZE] = {0};
     const std::string sigv4 = "aws:amz:" + where_.region + ":s3";
     curl_easy_setopt(c, CURLOPT_URL, r.url.c_str());
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    // Without SigV4 (a libcurl built without it) the credentials would go out as Basic
+    // authentication: refuse instead.
+    if (curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str()) != CURLE_OK) {
+      throw ArtifactError("s3: this libcurl cannot sign requests with AWS SigV4 (needs curl 7.75 or newer)");
+    }
     curl_easy_setopt(c, CURLOPT_USERNAME, where_.access_key.c_str());
     curl_easy_setopt(c, CURLOPT_PASSWORD, where_.secret_key.c_str());
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(std::max<int64_t>(1, where_.timeout_s / 5)));
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, static_cast<long>(where_.timeout_s));
+    // A transfer may take as long as its size needs; one that stalls (under 1 KiB/s for the
+    // timeout) is abandoned.
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max<int64_t>(1, where_.timeout_s)));
     Transfer t{&r, &response};
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
@@ -188,7 +215,7 @@ class Client {
     // The payload's digest, signed: S3 refuses a body that does not match it.
     lines.push_back("x-amz-content-sha256: " + r.payload_sha256);
     if (!where_.session_token.empty()) lines.push_back("x-amz-security-token: " + where_.session_token);
-    lines.push_back("Expect:");  // no 100-continue round trip
+    // No "Expect:" line to turn off 100-continue: curl 7.88 would sign the header it removes.
     for (const std::string& line : lines) headers = curl_slist_append(headers, line.c_str());
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     if (r.method == "HEAD") {
@@ -203,6 +230,7 @@ class Client {
     }
     response.curl = curl_easy_perform(c);
     curl_slist_free_all(headers);
+    if (response.sink_error) std::rethrow_exception(response.sink_error);
     if (response.curl != CURLE_OK) {
       response.curl_error = error[0] != 0 ? error : curl_easy_strerror(response.curl);
       return response;
@@ -328,16 +356,7 @@ ArtifactInfo S3ArtifactStore::publish(const std::string& key, const std::string&
   std::unique_ptr<std::FILE, decltype(&std::fclose)> file(std::fopen(local_path.c_str(), "rb"), std::fclose);
   if (!file) throw ArtifactError(local_path + ": cannot open: " + errno_message(errno));
   const std::string temp_key = key + ".tmp." + RandomHex(12);
-  Request put;
-  put.method = "PUT";
-  put.url = ObjectUrl(temp_key);
-  put.upload = file.get();
-  put.upload_size = info.bytes;
-  put.payload_sha256 = info.sha256;
-  put.headers = {"x-amz-meta-sha256: " + info.sha256, "Content-Type: application/octet-stream"};
-  Response r = client.Send(put, "PUT " + temp_key, [&] { std::fseek(file.get(), 0, SEEK_SET); });
-  if (r.status < 200 || r.status >= 300) client.Fail(r, "PUT " + temp_key);
-  // Publish: one server-side copy makes the key appear whole; the temporary key goes after.
+  // Removed however the publish ends (a PUT whose answer was lost may have stored it).
   struct RemoveTemp {
     S3ArtifactStore* self;
     std::string key;
@@ -348,6 +367,16 @@ ArtifactInfo S3ArtifactStore::publish(const std::string& key, const std::string&
       }
     }
   } remove_temp{this, temp_key};
+  Request put;
+  put.method = "PUT";
+  put.url = ObjectUrl(temp_key);
+  put.upload = file.get();
+  put.upload_size = info.bytes;
+  put.payload_sha256 = info.sha256;
+  put.headers = {"x-amz-meta-sha256: " + info.sha256, "Content-Type: application/octet-stream"};
+  Response r = client.Send(put, "PUT " + temp_key, [&] { std::fseek(file.get(), 0, SEEK_SET); });
+  if (r.status < 200 || r.status >= 300) client.Fail(r, "PUT " + temp_key);
+  // Publish: one server-side copy makes the key appear whole; the temporary key goes after.
   Request copy;
   copy.method = "PUT";
   copy.url = ObjectUrl(key);
@@ -376,11 +405,18 @@ ArtifactInfo S3ArtifactStore::Download(const std::string& key, const std::string
     hash->update(data, n);
     bytes += static_cast<int64_t>(n);
   };
-  const Response r = client.Send(get, "GET " + key, [&] {
-    out = std::make_unique<AtomicFile>(local_path);
-    hash = std::make_unique<Digest>();
-    bytes = 0;
-  });
+  Response r;
+  try {
+    r = client.Send(get, "GET " + key, [&] {
+      out = std::make_unique<AtomicFile>(local_path);
+      hash = std::make_unique<Digest>();
+      bytes = 0;
+    });
+  } catch (const ArtifactError&) {
+    throw;
+  } catch (const std::exception& e) {  // the local copy could not be written (a full disk)
+    throw ArtifactError("artifact " + key + ": writing its local copy failed: " + e.what());
+  }
   if (r.status == 404) throw ArtifactError("artifact " + key + " is missing", ArtifactError::Kind::kNotFound);
   if (r.status < 200 || r.status >= 300) client.Fail(r, "GET " + key);
   ArtifactInfo info{bytes, hash->hex()};
@@ -421,8 +457,12 @@ std::vector<std::string> S3ArtifactStore::list(const std::string& prefix) {
   std::string token;
   for (;;) {
     Request get;
-    get.url = where_.endpoint + "/" + where_.bucket + "?list-type=2&prefix=" + Escape(where_.prefix + prefix);
-    if (!token.empty()) get.url += "&continuation-token=" + Escape(token);
+    // The query's parameters in sorted order: curl 7.88 signs the query as given, and SigV4's
+    // canonical form sorts them.
+    get.url = where_.endpoint + "/" + where_.bucket + "?" +
+              (token.empty() ? "" : "continuation-token=" + Escape(token) + "&") + "list-type=2&" +
+              (where_.list_page_size > 0 ? "max-keys=" + std::to_string(where_.list_page_size) + "&" : "") +
+              "prefix=" + Escape(where_.prefix + prefix);
     const Response r = client.Send(get, "list " + prefix);
     if (r.status < 200 || r.status >= 300) client.Fail(r, "list " + prefix);
     size_t at = 0, end = 0;

@@ -29,6 +29,7 @@ struct S3Location {
   std::string region = "us-east-1";
   std::string access_key, secret_key, session_token;
   int64_t timeout_s = 300;
+  int list_page_size = 0;  // keys per ListObjectsV2 page; 0: the server's (1000)
 };
 
 class S3ArtifactStore final : public ArtifactStore {

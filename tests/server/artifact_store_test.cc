@@ -5,9 +5,11 @@
 // removal, keys that try to leave the store, and an S3 endpoint that does not answer.
 #include "server/artifacts/artifact_store.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,8 +19,10 @@
 
 #include "core/util/file.h"
 #include "core/util/sha256.h"
+#include "server/artifacts/checkpoint_publisher.h"
 #include "server/artifacts/digest.h"
 #include "server/artifacts/file_artifacts.h"
+#include "server/artifacts/job_checkpoints.h"
 #include "server/artifacts/s3_artifacts.h"
 #include "tests/fixtures/s3_server.h"
 #include "tests/paths.h"
@@ -77,6 +81,7 @@ class ArtifactStoreTest : public ::testing::TestWithParam<std::string> {
       where.access_key = "testing";
       where.secret_key = "testing";
       where.timeout_s = 20;
+      where.list_page_size = 2;  // listings of more keys than that take several pages
       prefix_ = where.prefix;
       store_ = std::make_unique<S3ArtifactStore>(where);
     }
@@ -220,6 +225,74 @@ TEST_P(ArtifactStoreTest, ConcurrentPublishesOfOneKeyLeaveOneWholeObject) {
 INSTANTIATE_TEST_SUITE_P(Engines, ArtifactStoreTest, ::testing::Values("file", "s3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
+// Publishers of different bytes under one key at once: one wins, the others are kExists, and
+// the object that stays loads with the digest of its own bytes (never a winner's bytes beside a
+// loser's digest).
+TEST(FileArtifactStoreTest, ConcurrentPublishesOfDifferentBytesLeaveOneConsistentObject) {
+  char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  for (int round = 0; round < 20; ++round) {
+    FileArtifactStore store((root / "store").string());
+    std::vector<std::string> sources;
+    for (int i = 0; i < 4; ++i) {
+      sources.push_back((root / ("src-" + std::to_string(round) + "-" + std::to_string(i))).string());
+      std::ofstream(sources.back(), std::ios::binary) << RandomBytes(256 << 10, static_cast<uint32_t>(100 * round + i));
+    }
+    std::atomic<int> won{0}, refused{0};
+    std::vector<std::thread> threads;
+    const std::string key = "race/" + std::to_string(round) + ".bin";
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          store.publish(key, sources[static_cast<size_t>(i)]);
+          ++won;
+        } catch (const ArtifactError& e) {
+          if (e.kind() == ArtifactError::Kind::kExists) ++refused;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(won.load(), 1) << round;
+    EXPECT_EQ(refused.load(), 3) << round;
+    const std::string bytes = read_file(store.open(key, "", ""));  // checked against its digest
+    EXPECT_EQ(store.stat(key)->sha256, sha256_hex(bytes));
+  }
+  fs::remove_all(root);
+}
+
+// Checkpoint keys order by lease epoch first: a replica cut off from its job that went on to
+// higher steps under its old epoch neither outranks nor prunes its successor's checkpoints,
+// and a resume never takes a checkpoint newer than the one the job's row names.
+TEST(JobCheckpointsTest, ALaterEpochWinsOverHigherStepsOfAnEarlierOne) {
+  char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  FileArtifactStore store((root / "store").string());
+  auto checkpoint = [&](const std::string& name, const std::string& bytes) {
+    const std::string p = (root / name).string();
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+    return p;
+  };
+  // The successor (epoch 5) resumed at step 100 and checkpointed at 150 and 200.
+  const std::string s150 = publish_checkpoint(store, "j", 5, 150, checkpoint("a", "e5 s150"));
+  const std::string s200 = publish_checkpoint(store, "j", 5, 200, checkpoint("b", "e5 s200"));
+  // The cut-off replica (epoch 4) publishes late, at higher steps; its pruning keeps epoch 5's.
+  publish_checkpoint(store, "j", 4, 900, checkpoint("c", "e4 s900"));
+  publish_checkpoint(store, "j", 4, 950, checkpoint("d", "e4 s950"));
+  EXPECT_TRUE(store.stat(s150).has_value());
+  EXPECT_TRUE(store.stat(s200).has_value());
+  // The row names e5-s200; it is gone: the resume takes e5-s150, never e4's later steps.
+  store.remove(s200);
+  const std::string job_dir = (root / "job").string();
+  EXPECT_EQ(place_checkpoint(store, "j", s200, job_dir), s150);
+  EXPECT_EQ(read_file(job_dir + "/checkpoint.safetensors"), "e5 s150");
+  // Placed already: nothing is fetched or rotated again.
+  EXPECT_EQ(place_checkpoint(store, "j", s150, job_dir), s150);
+  EXPECT_FALSE(fs::exists(job_dir + "/checkpoint.1.safetensors"));
+  fs::remove_all(root);
+}
+
 TEST(FileArtifactStoreTest, PublishesAFileAlreadyInPlaceWithoutACopy) {
   char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -272,6 +345,47 @@ TEST(ArtifactDigestTest, MatchesTheEnginesSha256) {
   }
   fs::remove_all(tmpl);
   EXPECT_EQ(KindOf([] { sha256_file("/nonexistent/file"); }), ArtifactError::Kind::kNotFound);
+}
+
+// Checkpoints published off the training thread: each one's bytes as they were when it was
+// submitted (the worker replaces its file right after), the newest named after a flush, older
+// ones still queued superseded, a forgotten job's publication never named.
+TEST(CheckpointPublisherTest, PublishesWhatWasSubmittedAndTheNewestWins) {
+  char tmpl[] = "/tmp/anvil-publisher-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  FileArtifactStore store((root / "store").string());
+  fs::create_directories(root / "job");
+  const std::string path = (root / "job" / "checkpoint.safetensors").string();
+  std::vector<std::string> contents;
+  {
+    CheckpointPublisher publisher(store);
+    for (int step = 1; step <= 20; ++step) {
+      contents.push_back(RandomBytes(64 << 10, static_cast<uint32_t>(step)));
+      write_file_atomic(path, contents.back());  // replaced by rename, as the trainer does
+      publisher.submit("j1", 3, step * 10, path);
+    }
+    const std::string key = publisher.flush("j1");
+    ASSERT_THAT(key, ::testing::StartsWith("jobs/j1/checkpoints/e3-s200-t"));
+    EXPECT_EQ(read_file(store.open(key, "", "")), contents.back());
+    EXPECT_EQ(publisher.take_published("j1"), "");  // taken once
+    // Every published one holds the bytes of its own step (two kept).
+    for (const std::string& k : store.list("jobs/j1/checkpoints/")) {
+      const std::optional<CheckpointKey> parsed = parse_checkpoint_key(k);
+      ASSERT_TRUE(parsed.has_value()) << k;
+      EXPECT_EQ(read_file(store.open(k, "", "")), contents[static_cast<size_t>(parsed->step / 10 - 1)]) << k;
+    }
+    EXPECT_LE(store.list("jobs/j1/checkpoints/").size(), 2u);
+    // A forgotten job's publication is not named afterwards.
+    publisher.submit("j2", 1, 10, path);
+    publisher.forget("j2");
+    EXPECT_EQ(publisher.flush("j2"), "");
+  }
+  // No staging link is left beside the worker's file.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(root / "job")) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+  fs::remove_all(root);
 }
 
 TEST(ArtifactLocationTest, ParsesAndRefuses) {

@@ -2,8 +2,6 @@
 // way ranks on several replicas do: three ranks join a Gloo group through ANVIL_RDZV_URL's
 // store and all-reduce; the keys carry the job and the attempt; a rank that never comes is a
 // timeout naming the key it waited for; a finished job's keys are removed and no other's.
-#include "workers/pg_rendezvous.h"
-
 #include <gloo/common/error.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +13,7 @@
 #include "core/distributed/environment.h"
 #include "server/store_postgres.h"
 #include "tests/fixtures/postgres_server.h"
+#include "workers/pg_rendezvous.h"
 
 namespace anvil::workers {
 namespace {

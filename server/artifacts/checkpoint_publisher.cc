@@ -1,0 +1,121 @@
+// Publishing checkpoints off the training thread: see checkpoint_publisher.h.
+#include "server/artifacts/checkpoint_publisher.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "core/util/file.h"
+#include "server/artifacts/job_checkpoints.h"
+#include "server/log.h"
+
+namespace anvil::server {
+namespace {
+
+// "PATH.tmp.XXXXXX": the name the start-up sweep removes when a crash leaves one behind.
+std::string StagingName(const std::string& path) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s = path + ".tmp.";
+  for (int i = 0; i < 6; ++i) s += kChars[rng() % 62];
+  return s;
+}
+
+}  // namespace
+
+CheckpointPublisher::CheckpointPublisher(ArtifactStore& store) : store_(store), thread_([this] { Run(); }) {}
+
+CheckpointPublisher::~CheckpointPublisher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (const Pending& p : queue_) ::unlink(p.staged.c_str());
+    queue_.clear();
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointPublisher::submit(const std::string& job_id, int64_t epoch, int64_t step, const std::string& path) {
+  const std::string staged = StagingName(path);
+  if (::link(path.c_str(), staged.c_str()) != 0) {
+    log(LogLevel::kWarning, "job ", job_id, ": the checkpoint at step ", step, " cannot be staged for publishing (",
+        errno_message(errno), "); the job resumes from an earlier one");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->job_id == job_id) {  // superseded
+      ::unlink(it->staged.c_str());
+      queue_.erase(it);
+      break;
+    }
+  }
+  queue_.push_back(Pending{job_id, staged, epoch, step});
+  cv_.notify_all();
+}
+
+std::string CheckpointPublisher::take_published(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = published_.find(job_id);
+  if (it == published_.end()) return "";
+  std::string key = std::move(it->second);
+  published_.erase(it);
+  return key;
+}
+
+std::string CheckpointPublisher::flush(const std::string& job_id) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      if (stopping_) return true;
+      if (in_flight_ == job_id) return false;
+      for (const Pending& p : queue_) {
+        if (p.job_id == job_id) return false;
+      }
+      return true;
+    });
+  }
+  return take_published(job_id);
+}
+
+void CheckpointPublisher::forget(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->job_id == job_id) {
+      ::unlink(it->staged.c_str());
+      queue_.erase(it);
+      break;
+    }
+  }
+  published_.erase(job_id);
+  if (in_flight_ == job_id) forgot_in_flight_ = true;
+}
+
+void CheckpointPublisher::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping
+    Pending p = std::move(queue_.front());
+    queue_.pop_front();
+    in_flight_ = p.job_id;
+    lock.unlock();
+    std::string key;
+    try {
+      key = publish_checkpoint(store_, p.job_id, p.epoch, p.step, p.staged);
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "job ", p.job_id, ": the checkpoint at step ", p.step,
+          " was not published (the job would resume from an earlier one): ", e.what());
+    }
+    ::unlink(p.staged.c_str());
+    lock.lock();
+    in_flight_.clear();
+    if (!key.empty() && !forgot_in_flight_) published_[p.job_id] = key;
+    forgot_in_flight_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace anvil::server

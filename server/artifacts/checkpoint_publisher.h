@@ -1,0 +1,61 @@
+// Publishing checkpoints off the training thread. A checkpoint written by a job's worker is
+// staged at once (a hard link beside it, so the worker may rotate or replace its file) and
+// uploaded by this class's own thread; training goes on meanwhile. The job's row names a
+// checkpoint only once it is published: the scheduler takes the newest published key with the
+// job's next event (take_published), and waits for the last one before a job's final row
+// (flush). A publication still queued when a newer checkpoint of the same job comes is dropped:
+// the newer one supersedes it, so a slow store never queues more than one per job.
+//
+// Thread-safety: every member may be called from any thread; one thread uploads.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/artifacts/artifact_store.h"
+
+namespace anvil::server {
+
+class CheckpointPublisher {
+ public:
+  explicit CheckpointPublisher(ArtifactStore& store);
+  // Finishes the publication in flight and drops what is queued (a stopping server resumes its
+  // jobs from the checkpoints their rows name), then joins its thread.
+  ~CheckpointPublisher();
+  CheckpointPublisher(const CheckpointPublisher&) = delete;
+  CheckpointPublisher& operator=(const CheckpointPublisher&) = delete;
+
+  // Stages the checkpoint at `path` and queues its publication as job_checkpoints.h's key for
+  // (`epoch`, `step`). A staging failure is logged and the checkpoint skipped.
+  void submit(const std::string& job_id, int64_t epoch, int64_t step, const std::string& path);
+  // The key of the job's newest checkpoint published since the last call, or "".
+  std::string take_published(const std::string& job_id);
+  // Waits until the job has nothing queued or in flight, then returns take_published().
+  std::string flush(const std::string& job_id);
+  // Drops the job's queued publication and what it published but nobody took (a run that lost
+  // its lease records nothing more).
+  void forget(const std::string& job_id);
+
+ private:
+  struct Pending {
+    std::string job_id, staged;
+    int64_t epoch = 0, step = 0;
+  };
+  void Run();
+
+  ArtifactStore& store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;                   // guarded by mu_; at most one per job
+  std::map<std::string, std::string> published_;  // guarded by mu_: job -> newest key not taken
+  std::string in_flight_;                       // guarded by mu_: the job being uploaded, or ""
+  bool forgot_in_flight_ = false;               // guarded by mu_: forget() came during the upload
+  bool stopping_ = false;                       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace anvil::server
