@@ -17,6 +17,10 @@
 #include "server/store_retry.h"
 
 namespace anvil::server {
+
+// Marks a worker's failure that is not the job's (its checkpoint was out of reach): the job
+// goes back to the queue instead of failing.
+constexpr char kRequeuePayload[] = "anvil.dev/requeue";
 namespace {
 
 namespace fs = std::filesystem;
@@ -508,9 +512,19 @@ void Scheduler::DispatchLocked(Store* via) {
     if (parse_checkpoint_key(row->checkpoint)) {
       job.prepare = [&artifacts = registry_.artifacts(), id = row->id, key = row->checkpoint, dir = dir.string(),
                      wait = options_.store_outage_wait]() -> absl::StatusOr<workers::RunJob::Prepared> {
-        return status_of([&] {
-          const std::string placed = retry_while_artifacts_unavailable(
-              "bring the checkpoint of job " + id, wait, [&] { return place_checkpoint(artifacts, id, key, dir); });
+        absl::Status requeue;
+        absl::StatusOr<workers::RunJob::Prepared> out = status_of([&] {
+          std::string placed;
+          try {
+            placed = retry_while_artifacts_unavailable("bring the checkpoint of job " + id, wait,
+                                                       [&] { return place_checkpoint(artifacts, id, key, dir); });
+          } catch (const ArtifactError& e) {
+            if (e.kind() != ArtifactError::Kind::kUnavailable) throw;
+            requeue = absl::UnavailableError(
+                std::string("its checkpoint could not be brought from the artifact store: ") + e.what());
+            requeue.SetPayload(kRequeuePayload, absl::Cord("1"));
+            return workers::RunJob::Prepared{};
+          }
           workers::RunJob::Prepared ready;
           ready.resume = !train::existing_checkpoints((fs::path(dir) / "checkpoint.safetensors").string(), 2).empty();
           if (placed != key) {
@@ -520,6 +534,8 @@ void Scheduler::DispatchLocked(Store* via) {
           }
           return ready;
         });
+        if (!requeue.ok()) return requeue;
+        return out;
       };
     }
     job.memory_budget = options_.max_job_memory;
@@ -707,6 +723,17 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
     }
   }
   const std::string root = options_.data_root;
+  if (e.kind == WorkerEvent::Kind::kFailed && e.status.GetPayload(kRequeuePayload).has_value()) {
+    // Its checkpoint could not be brought from the artifact store (unreachable): not the job's
+    // fault. Back to the queue, without counting as a crash; any replica may take it again.
+    log(LogLevel::kWarning, "job ", row.id, ": ", scrub_paths(std::string(e.status.message()), root),
+        "; back to the queue");
+    row.state = JobState::kInterrupted;
+    MutexLock lock(&mu_);
+    if (!RequeueStopped(row))
+      throw StoreError("job " + row.id + ": refused by the fencing epoch", StoreError::Kind::kFenced);
+    return;
+  }
   v1::MetricEvent event;
   event.set_total_steps(e.total_steps);
   bool terminal = false;

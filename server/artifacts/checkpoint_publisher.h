@@ -50,11 +50,11 @@ class CheckpointPublisher {
   ArtifactStore& store_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> queue_;                   // guarded by mu_; at most one per job
+  std::deque<Pending> queue_;                     // guarded by mu_; at most one per job
   std::map<std::string, std::string> published_;  // guarded by mu_: job -> newest key not taken
-  std::string in_flight_;                       // guarded by mu_: the job being uploaded, or ""
-  bool forgot_in_flight_ = false;               // guarded by mu_: forget() came during the upload
-  bool stopping_ = false;                       // guarded by mu_
+  std::string in_flight_;                         // guarded by mu_: the job being uploaded, or ""
+  bool forgot_in_flight_ = false;                 // guarded by mu_: forget() came during the upload
+  bool stopping_ = false;                         // guarded by mu_
   std::thread thread_;
 };
 

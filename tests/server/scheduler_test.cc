@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/util/file.h"
+#include "server/artifacts/file_artifacts.h"
+#include "server/artifacts/job_checkpoints.h"
 #include "server/status.h"
 #include "server/store_sqlite.h"
 
@@ -29,6 +34,7 @@ using workers::WorkerEvent;
 struct FakeLog {
   std::mutex mu;
   std::vector<std::string> runs;                    // job ids, in order
+  std::vector<workers::RunJob> jobs;                // the same, whole
   std::vector<std::pair<std::string, bool>> stops;  // (job id, interrupt)
   bool busy = false;
   workers::EventSink sink;
@@ -45,6 +51,7 @@ class FakeWorker final : public workers::Worker {
   void run(workers::RunJob job) override {  // called with the scheduler's lock held: record only
     std::lock_guard<std::mutex> lock(log_->mu);
     log_->runs.push_back(job.job_id);
+    log_->jobs.push_back(job);
     log_->busy = true;
   }
   void stop(const std::string& job_id, bool interrupt) override {
@@ -306,6 +313,107 @@ TEST_F(SchedulerTest, EveryStateChangeIsOneOrderedEventInTheStore) {
   }
   EXPECT_THAT(kinds, ElementsAre("state", "state", "step", "state"));  // QUEUED, RUNNING, step 10, FAILED
   EXPECT_EQ(store_->get_job(a)->step, 10);
+}
+
+}  // namespace
+}  // namespace anvil::server
+
+namespace anvil::server {
+namespace {
+
+// The artifact store behind the registry, with a switch that makes it unreachable.
+class UnreachableArtifacts final : public ArtifactStore {
+ public:
+  explicit UnreachableArtifacts(const std::string& root) : inner_(root) {}
+  std::atomic<bool> down{false};
+  ArtifactInfo publish(const std::string& k, const std::string& p) override { return Check(), inner_.publish(k, p); }
+  std::string open(const std::string& k, const std::string& c, const std::string& e) override {
+    return Check(), inner_.open(k, c, e);
+  }
+  ArtifactInfo fetch_to(const std::string& k, const std::string& p) override { return Check(), inner_.fetch_to(k, p); }
+  std::optional<ArtifactInfo> stat(const std::string& k) override { return Check(), inner_.stat(k); }
+  std::vector<std::string> list(const std::string& p) override { return Check(), inner_.list(p); }
+  void remove(const std::string& k) override { Check(), inner_.remove(k); }
+  std::string describe() const override { return "unreachable test store"; }
+  std::string engine() const override { return "test"; }
+
+ private:
+  void Check() const {
+    if (down) throw ArtifactError("nothing answers at the test endpoint", ArtifactError::Kind::kUnavailable);
+  }
+  FileArtifactStore inner_;
+};
+
+// A job whose checkpoint cannot be brought from an unreachable artifact store is not failed:
+// after the outage wait it goes back to the queue (not counted as a crash, under a new lease
+// epoch) and runs again, resuming from its checkpoint once the store answers.
+TEST_F(SchedulerTest, AJobWhoseCheckpointIsOutOfReachGoesBackToTheQueue) {
+  scheduler_.reset();
+  UnreachableArtifacts artifacts(root_.string());
+  registry_ =
+      std::make_unique<ModelRegistry>(*store_, root_.string(), BatchingOptions{}, nullptr, 32, kCPU, &artifacts);
+  // A job that ran before: its row names a published checkpoint.
+  JobRow row;
+  row.name = "resumes";
+  row.spec_json = R"({"name":"resumes","device":"cpu"})";
+  row.device = "cpu";
+  row = store_->insert_job(row).first;
+  fs::create_directories(root_ / "elsewhere");
+  std::ofstream(root_ / "elsewhere" / "ckpt") << "checkpoint bytes";
+  row.checkpoint = publish_checkpoint(artifacts, row.id, 1, 40, (root_ / "elsewhere" / "ckpt").string());
+  row.state = JobState::kInterrupted;
+  row.step = 40;
+  store_->update_job(row);
+  artifacts.down = true;
+  std::vector<WorkerFactory> factories;
+  auto log = std::make_shared<FakeLog>();
+  logs_.push_back(log);
+  factories.push_back([log](workers::EventSink sink) {
+    log->sink = std::move(sink);
+    return std::make_unique<FakeWorker>("cpu", log);
+  });
+  SchedulerOptions o{root_.string(), (root_ / "datasets").string(), 1000, 0, 2};
+  o.store_outage_wait = std::chrono::milliseconds(200);
+  scheduler_ = std::make_unique<Scheduler>(*store_, hub_, *registry_, o, factories);
+  scheduler_->recover();
+  workers::RunJob job;
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    ASSERT_EQ(log->jobs.size(), 1u);
+    job = log->jobs[0];
+  }
+  ASSERT_TRUE(job.prepare);
+  const int64_t epoch = store_->get_job(row.id)->lease_epoch;
+  const absl::StatusOr<workers::RunJob::Prepared> failed = job.prepare();  // as the worker's thread would
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("nothing answers at the test endpoint"));
+  WorkerEvent e;
+  e.kind = WorkerEvent::Kind::kFailed;
+  e.job_id = row.id;
+  e.status = failed.status();
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->busy = false;
+  }
+  log->sink(e);
+  const JobRow after = *store_->get_job(row.id);
+  EXPECT_NE(after.state, JobState::kFailed);
+  EXPECT_EQ(after.crashes, 0);
+  EXPECT_GT(after.lease_epoch, epoch);
+  // Placed again at once (this replica is idle), and once the store answers, it resumes.
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    ASSERT_EQ(log->jobs.size(), 2u);
+    job = log->jobs[1];
+  }
+  artifacts.down = false;
+  const absl::StatusOr<workers::RunJob::Prepared> ready = job.prepare();
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(ready->resume);
+  EXPECT_EQ(ready->note, "");
+  EXPECT_EQ(read_file((root_ / "jobs" / row.id / "checkpoint.safetensors").string()), "checkpoint bytes");
+  scheduler_.reset();
 }
 
 }  // namespace
