@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "core/util/file.h"
+#include "core/util/sha256.h"
 #include "server/artifacts/digest.h"
+#include "server/log.h"
 
 namespace fs = std::filesystem;
 
@@ -312,7 +314,30 @@ S3ArtifactStore::S3ArtifactStore(S3Location where) : where_(std::move(where)) {
   head.url = where_.endpoint + "/" + where_.bucket;
   const Response r = client.Send(head, "checking the bucket");
   if (r.status == 404) {
-    throw ArtifactError(client.Describe() + ": the bucket \"" + where_.bucket + "\" does not exist (create it first)");
+    // A bucket of its own, made on first start (CreateBucket; outside us-east-1 it names its
+    // region). One that cannot be made (refused, a name taken by another account) is an error.
+    const std::string body =
+        where_.region == "us-east-1"
+            ? ""
+            : "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><LocationConstraint>" +
+                  where_.region + "</LocationConstraint></CreateBucketConfiguration>";
+    std::unique_ptr<std::FILE, decltype(&std::fclose)> in(
+        body.empty() ? nullptr : ::fmemopen(const_cast<char*>(body.data()), body.size(), "rb"), std::fclose);
+    Request create;
+    create.method = "PUT";
+    create.url = head.url;
+    create.upload = in.get();
+    create.upload_size = static_cast<int64_t>(body.size());
+    create.payload_sha256 = sha256_hex(body);
+    const Response made = client.Send(create, "creating the bucket", [&] {
+      if (in) std::fseek(in.get(), 0, SEEK_SET);
+    });
+    if (made.status == 409 && XmlField(made.body, "Code") == "BucketAlreadyOwnedByYou") return;
+    if (made.status < 200 || made.status >= 300) {
+      client.Fail(made, "the bucket \"" + where_.bucket + "\" does not exist and could not be created");
+    }
+    log(LogLevel::kInfo, "artifacts: created the bucket \"", where_.bucket, "\" at ", where_.endpoint);
+    return;
   }
   if (r.status < 200 || r.status >= 300) client.Fail(r, "checking the bucket");
 }

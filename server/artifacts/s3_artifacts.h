@@ -34,8 +34,9 @@ struct S3Location {
 
 class S3ArtifactStore final : public ArtifactStore {
  public:
-  // Checks that the bucket answers (HEAD): ArtifactError naming the endpoint and the bucket
-  // when it does not exist, the credentials are refused or nothing answers.
+  // Checks that the bucket answers (HEAD) and creates it when there is none: ArtifactError
+  // naming the endpoint and the bucket when it cannot be made, the credentials are refused or
+  // nothing answers.
   explicit S3ArtifactStore(S3Location where);
 
   ArtifactInfo publish(const std::string& key, const std::string& local_path) override;

@@ -310,7 +310,7 @@ TEST(FileArtifactStoreTest, PublishesAFileAlreadyInPlaceWithoutACopy) {
   fs::remove_all(root);
 }
 
-TEST(S3ArtifactStoreTest, NothingListeningIsUnavailableAndAMissingBucketIsNamed) {
+TEST(S3ArtifactStoreTest, NothingListeningIsUnavailableAndAMissingBucketIsCreated) {
   S3Location where;
   where.endpoint = "http://127.0.0.1:1";  // nothing listens on port 1
   where.bucket = "anvil";
@@ -324,9 +324,20 @@ TEST(S3ArtifactStoreTest, NothingListeningIsUnavailableAndAMissingBucketIsNamed)
   o.python = test::PeerPython();
   test::S3Server s3(o);
   where.endpoint = s3.endpoint();
-  where.bucket = "no-such-bucket";
-  EXPECT_EQ(KindOf([&] { S3ArtifactStore store(where); }, &message), ArtifactError::Kind::kOther);
-  EXPECT_NE(message.find("\"no-such-bucket\" does not exist"), std::string::npos) << message;
+  where.bucket = "made-by-anvild";
+  ASSERT_EQ(s3.Request("HEAD", "/made-by-anvild"), 404);
+  char tmpl[] = "/tmp/anvil-bucket-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string file = std::string(tmpl) + "/f";
+  std::ofstream(file) << "bytes";
+  {
+    S3ArtifactStore store(where);
+    store.publish("k", file);
+  }
+  fs::remove_all(tmpl);
+  EXPECT_EQ(s3.Request("HEAD", "/made-by-anvild"), 200);
+  S3ArtifactStore again(where);  // there now: used as it is
+  EXPECT_TRUE(again.stat("k").has_value());
 }
 
 // The artifact store's digest (OpenSSL) against the engine's own FIPS 180-4 implementation and
