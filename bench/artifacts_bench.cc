@@ -15,7 +15,6 @@
 // Usage: anvil_bench_artifacts   (moto[server] in ANVIL_REPO/.venv: scripts/install-test-peers.sh)
 //   ANVIL_DATA_DIR   where the built-in datasets are (default ./data)
 //   ANVIL_REPO       the source tree (default .)
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -26,10 +25,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <regex>
-#include <sstream>
 #include <thread>
 
+#include "bench/digits_cnn_spec.h"
 #include "core/anvil.h"
 #include "core/backend/cpu/kernel_info.h"
 #include "core/util/sha256.h"
@@ -184,23 +182,11 @@ int main() {
 
   // --- training with its checkpoints published ----------------------------------------------
   v1::JobSpec cnn;
-  {
-    std::ifstream in(repo + "/examples/specs/digits-cnn.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!google::protobuf::util::JsonStringToMessage(text.str(), &cnn).ok()) {
-      std::fprintf(stderr, "cannot read %s/examples/specs/digits-cnn.json\n", repo.c_str());
-      return 1;
-    }
-    cnn.mutable_dataset()->clear_path();
-    cnn.mutable_dataset()->set_name("digits");
-    cnn.set_model_json(
-        std::regex_replace(cnn.model_json(), std::regex(R"("input_shape":\[64\],)"), R"("input_shape":[1,8,8],)"));
-    cnn.set_model_json(
-        std::regex_replace(cnn.model_json(), std::regex(R"(\{"type":"unflatten","shape":\[1,8,8\]\},)"), ""));
-    cnn.set_epochs(8);
-    cnn.mutable_checkpoint()->set_every_steps(50);
+  if (!bench::LoadDigitsCnnSpec(repo, 8, &cnn)) {
+    std::fprintf(stderr, "cannot read %s/examples/specs/digits-cnn.json\n", repo.c_str());
+    return 1;
   }
+  cnn.mutable_checkpoint()->set_every_steps(50);
   double local = 0, remote = 0;
   int64_t checkpoints = 0;
   for (int round = 0; round < 2; ++round) {  // alternating, twice: both meet the machine alike

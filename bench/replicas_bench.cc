@@ -16,7 +16,6 @@
 // Usage: anvil_bench_replicas   (needs PostgreSQL 15's binaries: scripts/install-deps.sh test)
 //   ANVIL_DATA_DIR   where digits.csv.gz is (default ./data)
 //   ANVIL_REPO       the source tree, for examples/specs/digits-cnn.json (default .)
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -27,11 +26,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "bench/digits_cnn_spec.h"
 #include "client/target.h"
 #include "core/anvil.h"
 #include "core/backend/cpu/kernel_info.h"
@@ -269,22 +267,9 @@ int main() {
 
   // --- step time: the digits CNN with each store --------------------------------------------
   v1::JobSpec cnn;
-  {
-    std::ifstream in(repo + "/examples/specs/digits-cnn.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!google::protobuf::util::JsonStringToMessage(text.str(), &cnn).ok()) {
-      std::fprintf(stderr, "cannot read %s/examples/specs/digits-cnn.json\n", repo.c_str());
-      return 1;
-    }
-    // The built-in digits (8 x 8 images) in place of the example's CSV file of 64 columns.
-    cnn.mutable_dataset()->clear_path();
-    cnn.mutable_dataset()->set_name("digits");
-    cnn.set_model_json(
-        std::regex_replace(cnn.model_json(), std::regex(R"("input_shape":\[64\],)"), R"("input_shape":[1,8,8],)"));
-    cnn.set_model_json(
-        std::regex_replace(cnn.model_json(), std::regex(R"(\{"type":"unflatten","shape":\[1,8,8\]\},)"), ""));
-    cnn.set_epochs(8);
+  if (!bench::LoadDigitsCnnSpec(repo, 8, &cnn)) {
+    std::fprintf(stderr, "cannot read %s/examples/specs/digits-cnn.json\n", repo.c_str());
+    return 1;
   }
   double step_sqlite = 0, step_pg = 0, wall_sqlite = 0, wall_pg = 0;
   for (int round = 0; round < 2; ++round) {  // alternating, twice: both meet the machine alike

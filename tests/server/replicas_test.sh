@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replicas: several anvild sharing one PostgreSQL (a server of the test's own), claiming jobs
-# under leases, with their artifacts in one S3 server (moto's, started by the test; each
-# replica has a data dir of its own) or one shared data folder (the partition mode).
+# under leases, each with a data dir of its own, their artifacts in one S3 server (moto's,
+# started by the test) or in one folder they share (the partition mode).
 #   replicas_test.sh BUILD_DIR exactly-once
 #     1. 30 jobs submitted round-robin to 3 replicas each run exactly once: proven from the
 #        store's claim history (one claim per job) and from the artifacts (one model archive
@@ -17,11 +17,12 @@
 #     an export from the other streams the bytes the trainer wrote, its SHA-256 checked; 2 also:
 #     the replicas that take the jobs over resume them from checkpoints they read from S3)
 #   replicas_test.sh BUILD_DIR partition   (root: network namespaces)
-#     PostgreSQL and two replicas in namespaces of their own on a bridge. Replica 1's link goes
+#     PostgreSQL and two replicas in namespaces of their own on a bridge, their artifacts in one
+#     shared folder (--artifacts DIR), each with a data dir of its own. Replica 1's link goes
 #     down mid-run: it stops the run before its lease can lapse, replica 2 takes the job over
 #     after the lapse and finishes it; when the link returns, replica 1's late write is refused
 #     by the fencing epoch (its log and anvil_store_fenced_writes_total say so) and the job's row
-#     stays replica 2's.
+#     stays replica 2's, naming a checkpoint of replica 2's lease epoch.
 set -euo pipefail
 mode=$2
 source "$(dirname "$0")/anvild_lib.sh" "$1" "replicas-${mode}"
@@ -47,8 +48,8 @@ start_postgres() {  # start_postgres [NETNS]: sets pg_pid, url
 }
 sql() { "${psql_bin}" "${url}" -XAtq -c "$1"; }
 
-# The artifacts: in S3 (each replica's data dir its own) once start_s3 ran, else in the shared
-# data folder.
+# The artifacts: in S3 once start_s3 ran, in the folder shared_artifacts names once set
+# (each replica's data dir its own then), else in one shared data dir.
 s3=""
 start_s3() {  # start_s3: sets s3 (the endpoint), or skips the test without moto
   local python="$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python" rc=0
@@ -73,7 +74,8 @@ open(sys.argv[3], "wb").write(o["Body"].read())
 print(o["Metadata"]["sha256"])
 PY
 }
-data_of() { if [[ -n "${s3}" ]]; then echo "${work}/data-$1"; else echo "${work}/shared"; fi; }
+shared_artifacts=""
+data_of() { if [[ -n "${s3}${shared_artifacts}" ]]; then echo "${work}/data-$1"; else echo "${work}/shared"; fi; }
 
 declare -A port pid
 start_replica() {  # start_replica NAME [NETNS [EXTRA ARGS...]]: sets port[NAME], pid[NAME]
@@ -82,6 +84,7 @@ start_replica() {  # start_replica NAME [NETNS [EXTRA ARGS...]]: sets port[NAME]
   local prefix=() artifacts=()
   [[ -n "${ns}" ]] && prefix=(ip netns exec "${ns}")
   [[ -n "${s3}" ]] && artifacts=(--artifacts s3://anvil/replicas --s3-endpoint "${s3}")
+  [[ -n "${shared_artifacts}" ]] && artifacts=(--artifacts "${shared_artifacts}")
   : > "${work}/${name}.log"
   "${prefix[@]}" "${build}/server/anvild" --address 127.0.0.1:0 --metrics-address 127.0.0.1:0 \
     --data-dir "$(data_of "${name}")" --store "${url}" --instance "${name}" --lease-seconds 3 --devices cpu \
@@ -290,6 +293,9 @@ partition)
     n=$((n + 1))
   done
   ANVIL_PG_LISTEN=10.79.0.1 ANVIL_PG_TRUST=10.79.0.0/24 start_postgres "${tag}db"
+  # The artifacts in a folder both replicas mount (--artifacts DIR), each replica's data dir
+  # its own: the shared-filesystem setup.
+  shared_artifacts="${work}/shared-artifacts"
   sql() { ip netns exec "${tag}db" "${psql_bin}" "${url}" -XAtq -c "$1"; }
   start_replica r1 "${tag}r1"
   spec cut 200 > "${work}/cut.json"
@@ -316,6 +322,13 @@ partition)
   wait_sql "SELECT owner || ':' || state FROM jobs WHERE id = '${id}'" "r2:SUCCEEDED" 240 "the job finished on r2"
   [[ $(sql "SELECT count(*) FROM claims WHERE job_id = '${id}'") == 2 ]] ||
     fail "claims: $(sql "SELECT owner, epoch FROM claims WHERE job_id = '${id}'")"
+  # The row names a checkpoint of r2's lease epoch: whatever r1 published under its own is
+  # never what the job resumes from.
+  epoch2=$(sql "SELECT epoch FROM claims WHERE job_id = '${id}' AND owner = 'r2'")
+  key=$(sql "SELECT checkpoint FROM jobs WHERE id = '${id}'")
+  [[ "${key}" == "jobs/${id}/checkpoints/e${epoch2}-"* ]] || fail "the row names ${key}, not a checkpoint of epoch ${epoch2}"
+  grep -h "from step" "${work}/r2.log" | sed 's/^.*INFO  /  r2: /' | head -1
+  echo "  the row names ${key##*/} (r2's epoch ${epoch2})"
   ;;
 *)
   fail "unknown mode ${mode}"
