@@ -14,6 +14,7 @@
 #include "core/util/fault_point.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
+#include "server/log.h"
 #include "server/status.h"
 #include "server/wire_tensor.h"
 
@@ -397,7 +398,53 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
   return response;
 }
 
+void ModelRegistry::prefetch(const std::string& name, int64_t version) {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  if (prefetch_stopping_ || prefetch_queue_.size() >= 64) return;
+  for (const auto& queued : prefetch_queue_) {
+    if (queued.first == name && queued.second == version) return;
+  }
+  prefetch_queue_.emplace_back(name, version);
+  if (!prefetcher_.joinable()) prefetcher_ = std::thread([this] { Prefetch(); });
+  prefetch_cv_.notify_one();
+}
+
+void ModelRegistry::Prefetch() {
+  for (;;) {
+    std::pair<std::string, int64_t> next;
+    {
+      std::unique_lock<std::mutex> lock(prefetch_mu_);
+      prefetch_cv_.wait(lock, [&] { return prefetch_stopping_ || !prefetch_queue_.empty(); });
+      if (prefetch_stopping_) return;
+      next = std::move(prefetch_queue_.front());
+      prefetch_queue_.pop_front();
+    }
+    {
+      MutexLock lock(&mu_);
+      if (closed_ || loaded_.contains(next)) continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const absl::StatusOr<std::shared_ptr<ServedModel>> m = get(next.first, std::to_string(next.second));
+    if (m.ok()) {
+      log(LogLevel::kInfo, "model \"", next.first, "\" version ", next.second, " loaded ahead of its first Predict (",
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count(),
+          " ms)");
+    } else {
+      log(LogLevel::kInfo, "model \"", next.first, "\" version ", next.second,
+          " not loaded ahead (its first Predict loads it): ", m.status().message());
+    }
+  }
+}
+
 void ModelRegistry::close() {
+  std::thread prefetcher;
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    prefetch_stopping_ = true;
+    prefetcher.swap(prefetcher_);
+  }
+  prefetch_cv_.notify_all();
+  if (prefetcher.joinable()) prefetcher.join();
   Loaded models;
   {
     MutexLock lock(&mu_);

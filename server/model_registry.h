@@ -7,9 +7,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -79,7 +83,13 @@ class ModelRegistry {
   // batcher's statuses.
   absl::StatusOr<v1::PredictResponse> predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline);
 
-  // Fails queued predictions with UNAVAILABLE and refuses new ones.
+  // Loads `name` version `version` in the background (a replica registered it: the version is
+  // loaded here before its first Predict, within the LRU's bounds). Returns at once; a version
+  // already loaded or queued is skipped, and a failure is logged: Predict loads on first use
+  // as before. At most 64 wait; more are dropped (first use covers them).
+  void prefetch(const std::string& name, int64_t version);
+
+  // Fails queued predictions with UNAVAILABLE and refuses new ones; stops the prefetching.
   void close();
 
   const std::string& data_root() const { return data_root_; }
@@ -125,6 +135,14 @@ class ModelRegistry {
   // the only writer of the registry).
   absl::flat_hash_map<std::string, int64_t> latest_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Prefetching: its own thread, started by the first prefetch().
+  void Prefetch();
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_;
+  std::deque<std::pair<std::string, int64_t>> prefetch_queue_;  // guarded by prefetch_mu_
+  bool prefetch_stopping_ = false;                              // guarded by prefetch_mu_
+  std::thread prefetcher_;                                      // guarded by prefetch_mu_
 };
 
 }  // namespace anvil::server

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/train/checkpoint.h"
 #include "core/util/clock.h"
@@ -528,9 +529,12 @@ void Scheduler::DispatchLocked(Store* via) {
           workers::RunJob::Prepared ready;
           ready.resume = !train::existing_checkpoints((fs::path(dir) / "checkpoint.safetensors").string(), 2).empty();
           if (placed != key) {
-            ready.note = "resumed from an older checkpoint, " +
-                         fs::path(placed.empty() ? "(local)" : placed).filename().string() + ": the newest, " +
-                         fs::path(key).filename().string() + ", is corrupt or missing";
+            const std::optional<CheckpointKey> was = parse_checkpoint_key(key), is = parse_checkpoint_key(placed);
+            const bool older = !is || (was && std::tie(is->epoch, is->step, is->time_ms) <
+                                                  std::tie(was->epoch, was->step, was->time_ms));
+            ready.note = std::string(older ? "resumed from an older checkpoint, " : "resumed from checkpoint ") +
+                         fs::path(placed.empty() ? "(local)" : placed).filename().string() + ": " +
+                         fs::path(key).filename().string() + ", which the job's row names, is corrupt or missing";
           }
           return ready;
         });
@@ -539,6 +543,7 @@ void Scheduler::DispatchLocked(Store* via) {
       };
     }
     job.memory_budget = options_.max_job_memory;
+    publisher_->set_named(row->id, row->checkpoint);
     slot.job_id = row->id;
     slot.epoch = row->lease_epoch;
     slot.lost = false;
@@ -548,6 +553,10 @@ void Scheduler::DispatchLocked(Store* via) {
 
 void Scheduler::StartKeeper() {
   std::unique_ptr<StoreWatch> watch = lease_store_.watch([this](std::string_view what) {
+    if (what.rfind("model ", 0) == 0) {
+      if (options_.on_notice) options_.on_notice(what);
+      return;
+    }
     MutexLock lock(&mu_);
     if (what == "cancel" || what == "reconnected") renew_now_ = true;
     poked_ = true;  // seen by the keeper even when the notice comes while it is not waiting
@@ -709,6 +718,13 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
                        StoreError::Kind::kFenced);
     }
   };
+  if (e.kind == WorkerEvent::Kind::kCheckpoint) {
+    // Published off this thread, with no store call here; the row names it with the job's next
+    // event, once it is in the artifact store: whichever replica resumes the job finds what
+    // the row says.
+    publisher_->submit(e.job_id, fence, e.step, e.path);
+    return;
+  }
   std::optional<JobRow> found =
       retry_while_unavailable("read job " + e.job_id, wait, [&] { return store_.get_job(e.job_id); });
   if (!found) return;
@@ -781,10 +797,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       break;
     }
     case WorkerEvent::Kind::kCheckpoint:
-      // Published off this thread; the row names it with the job's next event, once it is in
-      // the artifact store: whichever replica resumes the job finds what the row says.
-      publisher_->submit(row.id, fence, e.step, e.path);
-      return;
+      return;  // handled before the row was read
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;
       const absl::StatusOr<ModelRow> model = status_of([&] {

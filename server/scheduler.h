@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct SchedulerOptions {
   // How long a job's progress waits for a store that cannot be reached (store_retry.h) before
   // the event is given up: a PostgreSQL restart takes seconds.
   std::chrono::milliseconds store_outage_wait{std::chrono::seconds(60)};
+  // Called (on the store watch's thread) with the notices the scheduler does not act on itself,
+  // e.g. "model VERSION NAME"; must not block.
+  std::function<void(std::string_view)> on_notice;
   // Replicas (docs/replicas.md): this one's instance id, the claimed jobs' lease (renewed every
   // third of it), how long past a lapse before another replica requeues the job, and how often
   // an idle replica looks for jobs submitted on the others.

@@ -238,6 +238,18 @@ void AnvilServer::start() {
                       options_.job_retention};
   so.instance = s->instance;
   so.lease = options_.lease;
+  // A version registered on another replica is loaded here before its first Predict.
+  so.on_notice = [registry = s->registry.get()](std::string_view what) {
+    // "model VERSION NAME"
+    const size_t space = what.find(' ', 6);
+    if (space == std::string_view::npos) return;
+    int64_t version = 0;
+    for (char c : what.substr(6, space - 6)) {
+      if (c < '0' || c > '9' || version > (int64_t{1} << 40)) return;
+      version = version * 10 + (c - '0');
+    }
+    if (version > 0) registry->prefetch(std::string(what.substr(space + 1)), version);
+  };
   std::vector<WorkerFactory> factories;
   ANVIL_CHECK(options_.cpu_workers >= 1 && options_.cpu_workers <= 64, "--cpu-workers: expected 1 to 64, got ",
               options_.cpu_workers);

@@ -222,7 +222,8 @@ class Store {
 
   // Calls `on_change` (on a thread of the watch's own) when another process changed what a
   // scheduler acts on: "queued" (a job was submitted or requeued), "cancel" (a cancel was
-  // asked), "reconnected" (notices may have been lost while the watch was away: look again).
+  // asked), "reconnected" (notices may have been lost while the watch was away: look again),
+  // "model VERSION NAME" (a model version was registered).
   // Null when the engine has no notices (SQLite: one process, which knows its own changes);
   // callers poll as well either way.
   virtual std::unique_ptr<StoreWatch> watch(std::function<void(std::string_view)> on_change) = 0;

@@ -738,6 +738,9 @@ ModelRow PostgresStore::register_model(ModelRow row) {
                     Params().add(row.name).add(row.job_id).add(row.path).add(row.signature_json).add(row.created_ms));
   row.version = q.integer(0, 0);
   tx.commit();
+  // The other replicas load it before its first Predict reaches them (ModelRegistry::prefetch).
+  const std::string notice = "model " + std::to_string(row.version) + " " + row.name;
+  m.notify(notice.c_str());
   return row;
 }
 

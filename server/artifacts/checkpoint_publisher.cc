@@ -37,6 +37,11 @@ CheckpointPublisher::~CheckpointPublisher() {
   thread_.join();
 }
 
+void CheckpointPublisher::set_named(const std::string& job_id, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  named_[job_id] = key;
+}
+
 void CheckpointPublisher::submit(const std::string& job_id, int64_t epoch, int64_t step, const std::string& path) {
   const std::string staged = StagingName(path);
   if (::link(path.c_str(), staged.c_str()) != 0) {
@@ -62,6 +67,7 @@ std::string CheckpointPublisher::take_published(const std::string& job_id) {
   if (it == published_.end()) return "";
   std::string key = std::move(it->second);
   published_.erase(it);
+  named_[job_id] = key;  // the caller's row names it from now on
   return key;
 }
 
@@ -90,6 +96,7 @@ void CheckpointPublisher::forget(const std::string& job_id) {
     }
   }
   published_.erase(job_id);
+  named_.erase(job_id);
   if (in_flight_ == job_id) forgot_in_flight_ = true;
 }
 
@@ -101,10 +108,13 @@ void CheckpointPublisher::Run() {
     Pending p = std::move(queue_.front());
     queue_.pop_front();
     in_flight_ = p.job_id;
+    // The row names at most the key handed out last (or, not yet taken, the one before this).
+    const auto named = named_.find(p.job_id);
+    const std::string keep = named == named_.end() ? "" : named->second;
     lock.unlock();
     std::string key;
     try {
-      key = publish_checkpoint(store_, p.job_id, p.epoch, p.step, p.staged);
+      key = publish_checkpoint(store_, p.job_id, p.epoch, p.step, p.staged, 2, keep);
     } catch (const std::exception& e) {
       log(LogLevel::kWarning, "job ", p.job_id, ": the checkpoint at step ", p.step,
           " was not published (the job would resume from an earlier one): ", e.what());

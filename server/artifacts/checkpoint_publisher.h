@@ -29,8 +29,12 @@ class CheckpointPublisher {
   CheckpointPublisher(const CheckpointPublisher&) = delete;
   CheckpointPublisher& operator=(const CheckpointPublisher&) = delete;
 
+  // The checkpoint the job's row names as its run starts here (what pruning keeps until the
+  // row names a newer one: take_published and flush hand those out and track them).
+  void set_named(const std::string& job_id, const std::string& key);
   // Stages the checkpoint at `path` and queues its publication as job_checkpoints.h's key for
-  // (`epoch`, `step`). A staging failure is logged and the checkpoint skipped.
+  // (`epoch`, `step`). Pruning never removes the checkpoint the job's row names. A staging
+  // failure is logged and the checkpoint skipped.
   void submit(const std::string& job_id, int64_t epoch, int64_t step, const std::string& path);
   // The key of the job's newest checkpoint published since the last call, or "".
   std::string take_published(const std::string& job_id);
@@ -52,6 +56,7 @@ class CheckpointPublisher {
   std::condition_variable cv_;
   std::deque<Pending> queue_;                     // guarded by mu_; at most one per job
   std::map<std::string, std::string> published_;  // guarded by mu_: job -> newest key not taken
+  std::map<std::string, std::string> named_;      // guarded by mu_: job -> the key its row names
   std::string in_flight_;                         // guarded by mu_: the job being uploaded, or ""
   bool forgot_in_flight_ = false;                 // guarded by mu_: forget() came during the upload
   bool stopping_ = false;                         // guarded by mu_

@@ -59,14 +59,16 @@ std::optional<CheckpointKey> parse_checkpoint_key(const std::string& key) {
 }
 
 std::string publish_checkpoint(ArtifactStore& store, const std::string& job_id, int64_t epoch, int64_t step,
-                               const std::string& local_path, int keep) {
+                               const std::string& local_path, int keep, const std::string& protect) {
   const std::string key = checkpoint_key(job_id, {epoch, step, unix_millis()});
   store.publish(key, local_path);
   try {
     // Never a later epoch's: a publisher whose lease moved on must not touch its successor's.
     const auto published = Published(store, job_id);
     for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < published.size(); ++i) {
-      if (published[i].second != key && published[i].first.epoch <= epoch) store.remove(published[i].second);
+      if (published[i].second != key && published[i].second != protect && published[i].first.epoch <= epoch) {
+        store.remove(published[i].second);
+      }
     }
   } catch (const ArtifactError&) {
     // Pruning is housekeeping: the next checkpoint prunes again.
@@ -98,11 +100,10 @@ std::string place_checkpoint(ArtifactStore& store, const std::string& job_id, co
     return true;
   };
   if (!key.empty() && place(key)) return key;
-  // The row's checkpoint is corrupt or gone: the job's other published ones, newest first, but
-  // none newer than the row's (a cut-off replica's late keys were never the job's progress).
-  const std::optional<CheckpointKey> named = parse_checkpoint_key(key);
+  // The row's checkpoint is corrupt or gone (pruned while the row still named it): the job's
+  // other published ones, the latest lease's first. Each is a state of this job; the epoch-first
+  // order keeps a cut-off replica's late, higher steps behind its successor's.
   for (const auto& [k, other] : Published(store, job_id)) {
-    if (named && std::tie(k.epoch, k.step) > std::tie(named->epoch, named->step)) continue;
     if (other != key && place(other)) return other;
   }
   return "";

@@ -29,14 +29,16 @@ std::string checkpoint_key(const std::string& job_id, const CheckpointKey& k);
 std::optional<CheckpointKey> parse_checkpoint_key(const std::string& key);
 
 // Publishes the checkpoint at `local_path` and removes the job's published checkpoints older
-// than the newest `keep` (best effort). Returns its key.
+// than the newest `keep` (best effort), never `protect` (the one the job's row names: a
+// replica that dies before its row names a newer one resumes from it). Returns its key.
 std::string publish_checkpoint(ArtifactStore& store, const std::string& job_id, int64_t epoch, int64_t step,
-                               const std::string& local_path, int keep = 2);
+                               const std::string& local_path, int keep = 2, const std::string& protect = "");
 
 // Makes JOB_DIR/checkpoint.safetensors hold the published checkpoint `key`, checked against
 // its SHA-256: nothing to do when it already does (the same replica resuming), else the local
 // generations rotate (kept as fallbacks) and the published bytes take the newest place. When
-// `key` is corrupt or missing, the job's other published checkpoints are tried, newest first.
+// `key` is corrupt or missing, the job's other published checkpoints are tried, the latest
+// lease epoch's first.
 // Returns the key placed, or "" when none could be (the run starts from the local files, if any).
 // Throws ArtifactError kUnavailable when the store cannot be reached.
 std::string place_checkpoint(ArtifactStore& store, const std::string& job_id, const std::string& key,

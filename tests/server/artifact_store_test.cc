@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -262,8 +263,9 @@ TEST(FileArtifactStoreTest, ConcurrentPublishesOfDifferentBytesLeaveOneConsisten
 }
 
 // Checkpoint keys order by lease epoch first: a replica cut off from its job that went on to
-// higher steps under its old epoch neither outranks nor prunes its successor's checkpoints,
-// and a resume never takes a checkpoint newer than the one the job's row names.
+// higher steps under its old epoch neither outranks nor prunes its successor's checkpoints; a
+// resume whose named checkpoint is gone takes the latest epoch's newest, even one newer than
+// the row's (published but not yet named when the replica stopped).
 TEST(JobCheckpointsTest, ALaterEpochWinsOverHigherStepsOfAnEarlierOne) {
   char tmpl[] = "/tmp/anvil-artifacts-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -290,6 +292,20 @@ TEST(JobCheckpointsTest, ALaterEpochWinsOverHigherStepsOfAnEarlierOne) {
   // Placed already: nothing is fetched or rotated again.
   EXPECT_EQ(place_checkpoint(store, "j", s150, job_dir), s150);
   EXPECT_FALSE(fs::exists(job_dir + "/checkpoint.1.safetensors"));
+  // The row lagged behind the publisher (it names e5-s150, pruned since; e5-s250 and e5-s300
+  // were published after it): the newest of the row's own lease is taken.
+  const std::string s250 = publish_checkpoint(store, "j", 5, 250, checkpoint("e", "e5 s250"));
+  const std::string s300 = publish_checkpoint(store, "j", 5, 300, checkpoint("f", "e5 s300"));
+  EXPECT_FALSE(store.stat(s150).has_value());  // pruned: two kept
+  EXPECT_EQ(place_checkpoint(store, "j", s150, job_dir), s300);
+  EXPECT_EQ(read_file(job_dir + "/checkpoint.safetensors"), "e5 s300");
+  // The checkpoint the row names is never pruned, however many are published after it.
+  const std::string s350 = publish_checkpoint(store, "j", 5, 350, checkpoint("g", "e5 s350"), 2, s300);
+  const std::string s400 = publish_checkpoint(store, "j", 5, 400, checkpoint("h", "e5 s400"), 2, s300);
+  publish_checkpoint(store, "j", 5, 450, checkpoint("i", "e5 s450"), 2, s300);
+  EXPECT_TRUE(store.stat(s300).has_value());
+  EXPECT_FALSE(store.stat(s350).has_value());
+  EXPECT_TRUE(store.stat(s400).has_value());
   fs::remove_all(root);
 }
 
@@ -387,6 +403,27 @@ TEST(CheckpointPublisherTest, PublishesWhatWasSubmittedAndTheNewestWins) {
       EXPECT_EQ(read_file(store.open(k, "", "")), contents[static_cast<size_t>(parsed->step / 10 - 1)]) << k;
     }
     EXPECT_LE(store.list("jobs/j1/checkpoints/").size(), 2u);
+    // The key the row names is kept by pruning until the row names a newer one.
+    publisher.set_named("j3", "");
+    publisher.submit("j3", 1, 10, path);
+    const std::string first = publisher.flush("j3");  // the row names it now
+    ASSERT_FALSE(first.empty());
+    for (int step = 20; step <= 50; step += 10) {
+      publisher.submit("j3", 1, step, path);
+      // Published but not taken: the row still names `first`.
+      for (int i = 0; i < 500; ++i) {
+        const std::vector<std::string> keys = store.list("jobs/j3/checkpoints/");
+        if (std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
+              return k.find("-s" + std::to_string(step) + "-") != std::string::npos;
+            })) {
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    EXPECT_EQ(publisher.flush("j3").find("-s50-") != std::string::npos, true);  // all published
+    EXPECT_TRUE(store.stat(first).has_value()) << first;
+    EXPECT_EQ(store.list("jobs/j3/checkpoints/").size(), 3u);  // the newest two and the named one
     // A forgotten job's publication is not named afterwards.
     publisher.submit("j2", 1, 10, path);
     publisher.forget("j2");

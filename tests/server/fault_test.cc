@@ -639,7 +639,11 @@ TEST_F(FaultTest, ACorruptNewestCheckpointFallsBackToThePreviousOne) {
 TEST_F(FaultTest, EveryCheckpointCorruptFailsTheJobInsteadOfRestartingFromZero) {
   const fs::path jobs = root_ / "data" / "jobs";
   const v1::Job job = InterruptedAfterTwoCheckpoints(*this, jobs);
-  // The newest emptied, the previous one with a header-length bomb (2^60 bytes).
+  // The newest emptied, the previous one with a header-length bomb (2^60 bytes), and every
+  // published copy (the artifact store's, jobs/ID/checkpoints/) emptied too.
+  for (const auto& e : fs::directory_iterator(jobs / job.id() / "checkpoints")) {
+    if (e.path().extension() == ".safetensors") std::ofstream(e.path(), std::ios::trunc).close();
+  }
   std::ofstream(jobs / job.id() / "checkpoint.safetensors", std::ios::trunc).close();
   {
     std::fstream f(jobs / job.id() / "checkpoint.1.safetensors", std::ios::in | std::ios::out | std::ios::binary);

@@ -164,6 +164,14 @@ print('  status page: replicas', sorted({j['replica'] for j in jobs}))" || fail 
   trained_on=$(sql "SELECT owner FROM jobs WHERE name = 'rr-0'")
   served_by=r1
   [[ "${trained_on}" == r1 ]] && served_by=r2
+  # Loaded ahead of its first Predict there: the registration's notice made the other replica
+  # fetch the archive from S3 and load it.
+  rr0_archive=$(sql "SELECT path FROM models WHERE name = 'rr-0'")
+  for _ in $(seq 100); do [[ -f "$(data_of "${served_by}")/${rr0_archive}" ]] && break; sleep 0.1; done
+  [[ -f "$(data_of "${served_by}")/${rr0_archive}" ]] || fail "${served_by} did not load rr-0 ahead of its first Predict"
+  grep -q 'model "rr-0" version 1 loaded ahead of its first Predict' "${work}/${served_by}.log" ||
+    fail "${served_by}'s log does not say it loaded rr-0 ahead"
+  echo "  ${served_by} loaded rr-0 ahead of its first Predict: $(grep -ho 'model "rr-0" version 1 loaded ahead[^)]*)' "${work}/${served_by}.log" | head -1)"
   printf '0.5,-1\n3,2.5\n-1,0.25\n' > "${work}/x.csv"
   cli "${trained_on}" -- --json predict rr-0 --input "${work}/x.csv" > "${work}/pred-trainer.json" || fail "predict on ${trained_on}"
   cli "${served_by}" -- --json predict rr-0 --input "${work}/x.csv" > "${work}/pred-other.json" || fail "predict on ${served_by}"
