@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 
 #include "server/artifacts/file_artifacts.h"
 #include "server/artifacts/s3_artifacts.h"
@@ -19,6 +20,14 @@ std::string Env(const char* name) {
 }
 
 }  // namespace
+
+std::string temporary_suffix() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s = ".tmp.";
+  for (int i = 0; i < 6; ++i) s += kChars[rng() % 62];
+  return s;
+}
 
 void check_artifact_key(const std::string& key) {
   bool ok = !key.empty() && key.size() <= 512 && key.front() != '/' && key.back() != '/';

@@ -73,8 +73,6 @@ class ArtifactStore {
 
   // "folder /var/lib/anvil" or "s3 http://host:9000/bucket/prefix": for logs and /metrics.
   virtual std::string describe() const = 0;
-  // "file" or "s3".
-  virtual std::string engine() const = 0;
 };
 
 struct ArtifactOptions {
@@ -91,6 +89,10 @@ struct ArtifactOptions {
 // "s3://bucket[/prefix]". An S3 store checks that its bucket answers before it is returned.
 std::unique_ptr<ArtifactStore> open_artifact_store(const std::string& location, const std::string& data_root,
                                                    const ArtifactOptions& options = {});
+
+// ".tmp.XXXXXX" (six random letters or digits): the suffix of every temporary file and key the
+// artifact store writes. anvild's start-up sweep removes files left with it; listings skip it.
+std::string temporary_suffix();
 
 // Throws ArtifactError kOther unless `key` is a relative path of [A-Za-z0-9._-] segments
 // (no "." or ".." segment, no empty one), at most 512 bytes.

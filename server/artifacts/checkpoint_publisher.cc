@@ -4,25 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <random>
 
 #include "core/util/file.h"
 #include "server/artifacts/job_checkpoints.h"
 #include "server/log.h"
 
 namespace anvil::server {
-namespace {
-
-// "PATH.tmp.XXXXXX": the name the start-up sweep removes when a crash leaves one behind.
-std::string StagingName(const std::string& path) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string s = path + ".tmp.";
-  for (int i = 0; i < 6; ++i) s += kChars[rng() % 62];
-  return s;
-}
-
-}  // namespace
 
 CheckpointPublisher::CheckpointPublisher(ArtifactStore& store) : store_(store), thread_([this] { Run(); }) {}
 
@@ -43,7 +30,8 @@ void CheckpointPublisher::set_named(const std::string& job_id, const std::string
 }
 
 void CheckpointPublisher::submit(const std::string& job_id, int64_t epoch, int64_t step, const std::string& path) {
-  const std::string staged = StagingName(path);
+  // The start-up sweep removes a staged link a crash leaves behind (temporary_suffix()).
+  const std::string staged = path + temporary_suffix();
   if (::link(path.c_str(), staged.c_str()) != 0) {
     log(LogLevel::kWarning, "job ", job_id, ": the checkpoint at step ", step, " cannot be staged for publishing (",
         errno_message(errno), "); the job resumes from an earlier one");

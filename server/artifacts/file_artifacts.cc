@@ -10,7 +10,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "core/util/file.h"
@@ -35,15 +34,6 @@ void SyncFolder(const std::string& path) {
   }
 }
 
-// ".tmp.XXXXXX": the name anvild's start-up sweep removes when a crash leaves one behind.
-std::string RandomSuffix() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string s = ".tmp.";
-  for (int i = 0; i < 6; ++i) s += kChars[rng() % 62];
-  return s;
-}
-
 // Creates `to` with `from`'s bytes unless `to` exists (then false): a hard link on one
 // filesystem, else a copy written to a temporary name, synced, and linked into place (link(2)
 // never replaces, unlike rename(2)).
@@ -55,7 +45,7 @@ bool CreateNoReplace(const std::string& from, const std::string& to) {
     return true;
   }
   if (errno == EEXIST) return false;
-  const std::string tmp = to + RandomSuffix();
+  const std::string tmp = to + temporary_suffix();
   place_file(from, tmp, /*link=*/false);
   const bool created = ::link(tmp.c_str(), to.c_str()) == 0;
   const int err = errno;
@@ -85,7 +75,7 @@ bool SameFile(const std::string& a, const std::string& b) {
 void place_file(const std::string& from, const std::string& to, bool link) {
   std::error_code ec;
   fs::create_directories(fs::path(to).parent_path(), ec);
-  const std::string tmp = to + RandomSuffix();
+  const std::string tmp = to + temporary_suffix();
   if (link && ::link(from.c_str(), tmp.c_str()) == 0) {
     if (std::rename(tmp.c_str(), to.c_str()) != 0) {
       const int err = errno;

@@ -30,7 +30,6 @@ class FileArtifactStore final : public ArtifactStore {
   std::vector<std::string> list(const std::string& prefix) override;
   void remove(const std::string& key) override;
   std::string describe() const override { return "folder " + root_; }
-  std::string engine() const override { return "file"; }
 
   const std::string& root() const { return root_; }
 

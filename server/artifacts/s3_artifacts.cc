@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "core/util/file.h"
@@ -170,14 +169,6 @@ std::string Escape(const std::string& s) {
     }
   }
   return out;
-}
-
-std::string RandomHex(int n) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < n; ++i) s += kHex[rng() % 16];
-  return s;
 }
 
 class Client {
@@ -380,7 +371,7 @@ ArtifactInfo S3ArtifactStore::publish(const std::string& key, const std::string&
   }
   std::unique_ptr<std::FILE, decltype(&std::fclose)> file(std::fopen(local_path.c_str(), "rb"), std::fclose);
   if (!file) throw ArtifactError(local_path + ": cannot open: " + errno_message(errno));
-  const std::string temp_key = key + ".tmp." + RandomHex(12);
+  const std::string temp_key = key + temporary_suffix();
   // Removed however the publish ends (a PUT whose answer was lost may have stored it).
   struct RemoveTemp {
     S3ArtifactStore* self;

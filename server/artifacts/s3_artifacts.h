@@ -46,7 +46,6 @@ class S3ArtifactStore final : public ArtifactStore {
   std::vector<std::string> list(const std::string& prefix) override;
   void remove(const std::string& key) override;
   std::string describe() const override;
-  std::string engine() const override { return "s3"; }
 
  private:
   std::string ObjectUrl(const std::string& key) const;

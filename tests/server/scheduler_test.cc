@@ -335,7 +335,6 @@ class UnreachableArtifacts final : public ArtifactStore {
   std::vector<std::string> list(const std::string& p) override { return Check(), inner_.list(p); }
   void remove(const std::string& k) override { Check(), inner_.remove(k); }
   std::string describe() const override { return "unreachable test store"; }
-  std::string engine() const override { return "test"; }
 
  private:
   void Check() const {
