@@ -174,6 +174,14 @@ LaunchResult RankSupervisor::run() {
   const int first_global = options_.node_rank * options_.nproc;
   for (int attempt = options_.first_attempt;; ++attempt) {
     result.attempt = attempt;
+    if (options_.before_start) {
+      try {
+        options_.before_start(attempt);
+      } catch (const std::exception& e) {
+        result.reason = e.what();
+        return result;
+      }
+    }
     std::vector<pid_t> pids = Start(attempt);
     {
       std::lock_guard<std::mutex> lock(mu_);

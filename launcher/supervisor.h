@@ -47,6 +47,9 @@ struct LaunchOptions {
   std::function<bool(int status)> restartable;
   // The write end of a pipe that local rank 0 gets as fd 3 (ANVIL_EVENT_FD=3); -1: none.
   int rank0_event_fd = -1;
+  // Called before each attempt's ranks start (a multi-node coordinator opens the attempt's other
+  // nodes here); an exception ends run() with its message as the reason.
+  std::function<void(int attempt)> before_start;
   // Called once per attempt after the ranks were started, with their pids (global rank order).
   std::function<void(int attempt, const std::vector<pid_t>&)> on_start;
 };

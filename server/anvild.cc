@@ -82,6 +82,10 @@ void ApplyConfigFile(const std::string& path, ServerOptions& o, std::string& log
       o.artifacts = value.get<std::string>();
     else if (key == "s3_endpoint")
       o.s3_endpoint = value.get<std::string>();
+    else if (key == "rank_slots")
+      o.rank_slots = value.get<int>();
+    else if (key == "rank_ifname")
+      o.rank_ifname = value.get<std::string>();
     else if (key == "metrics_address")
       o.metrics_address = value.get<std::string>();
     else if (key == "datasets_dir")
@@ -205,7 +209,8 @@ int main(int argc, char** argv) {
   CLI::App app{"anvild: the Anvil training and serving server"};
   app.add_option(
       "--config", config,
-      "JSON settings file (keys: address, data_dir, store, instance, artifacts, s3_endpoint, datasets_dir, log_level, "
+      "JSON settings file (keys: address, data_dir, store, instance, artifacts, s3_endpoint, rank_slots, rank_ifname, "
+      "datasets_dir, log_level, "
       "max_batch, "
       "max_delay_us, batching, max_queue, max_pending_jobs, max_loaded_models, max_import_mb, max_predict_message_mb, "
       "max_training_message_mb, max_concurrent_predicts, reflection, max_job_memory, max_predict_memory, "
@@ -237,6 +242,13 @@ int main(int argc, char** argv) {
   app.add_option("--s3-endpoint", s3_endpoint,
                  "the S3-compatible server of --artifacts s3://... (default $AWS_ENDPOINT_URL, else AWS S3 of "
                  "$AWS_REGION)");
+  int rank_slots = -1;
+  std::string rank_ifname;
+  app.add_option("--rank-slots", rank_slots,
+                 "replicas: ranks of one data-parallel job run here; a job of more ranks runs as nodes on several "
+                 "replicas (default 0: every rank of a job here)");
+  app.add_option("--rank-ifname", rank_ifname,
+                 "replicas: the network interface the ranks of a job's nodes reach each other on (default lo)");
   app.add_option("--datasets-dir", datasets_dir, "built-in dataset files (default $ANVIL_DATA_DIR or ./data)");
   app.add_option("--log-level", level_flag, "debug, info, warning or error");
   std::string devices, serving_device;
@@ -322,6 +334,8 @@ int main(int argc, char** argv) {
     if (!instance.empty()) o.instance = instance;
     if (!artifacts.empty()) o.artifacts = artifacts;
     if (!s3_endpoint.empty()) o.s3_endpoint = s3_endpoint;
+    if (rank_slots >= 0) o.rank_slots = rank_slots;
+    if (!rank_ifname.empty()) o.rank_ifname = rank_ifname;
     if (cpu_workers > 0) o.cpu_workers = cpu_workers;
     if (lease_seconds > 0) o.lease = std::chrono::milliseconds(static_cast<int64_t>(lease_seconds * 1000));
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;

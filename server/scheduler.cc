@@ -499,7 +499,10 @@ void Scheduler::DispatchLocked(Store* via) {
     // A candidate's `device` is the one its spec requests (Store::claim_job).
     std::optional<JobRow> row = claims.claim_job(options_.instance, options_.lease.count(),
                                                  [&](const JobRow& r) { return DeviceFits(r.device, device); });
-    if (!row) continue;
+    if (!row) {
+      if (options_.span.rank_slots > 0 && DeviceFits("cpu", device)) StartPartLocked(slot, claims);
+      continue;
+    }
     const fs::path dir = fs::path(options_.data_root) / "jobs" / row->id;
     workers::RunJob job;
     job.job_id = row->id;
@@ -543,12 +546,63 @@ void Scheduler::DispatchLocked(Store* via) {
       };
     }
     job.memory_budget = options_.max_job_memory;
+    const int world = job.spec.world_size();
+    if (const int nproc = span_node_size(world, options_.span.rank_slots); nproc < world) {
+      job.span =
+          coordinator_span(options_.span, store_, registry_.artifacts(), *publisher_, *row, dir.string(), world, nproc);
+      log(LogLevel::kInfo, "job ", row->id, ": ", world, " ranks as ", job.span.nnodes, " nodes of ", nproc,
+          "; node 0 runs here (", options_.instance, "), the others on replicas that claim them");
+    }
     publisher_->set_named(row->id, row->checkpoint);
     slot.job_id = row->id;
     slot.epoch = row->lease_epoch;
     slot.lost = false;
+    slot.part.reset();
     slot.worker->run(std::move(job));
   }
+}
+
+void Scheduler::StartPartLocked(Slot& slot, Store& claims) {
+  std::optional<JobPart> part = claims.claim_part(options_.instance, options_.lease.count(), options_.span.rank_slots);
+  if (!part) return;
+  std::optional<JobRow> job = claims.get_job(part->job_id);
+  if (!job) {
+    claims.finish_part(options_.instance, *part, false, "its job is gone");
+    return;
+  }
+  const fs::path dir = fs::path(options_.data_root) / "jobs" / job->id / ("node-" + std::to_string(part->node));
+  workers::RunJob run = part_run(options_.span, registry_.artifacts(), *part, *job, SpecOf(*job), dir.string());
+  run.data_root = options_.data_root;
+  run.datasets_dir = options_.datasets_dir;
+  run.memory_budget = options_.max_job_memory;
+  log(LogLevel::kInfo, "job ", job->id, " (", job->name, "): node ", part->node, " of ", part->nnodes, " (ranks ",
+      part->node * part->nproc, "..", (part->node + 1) * part->nproc - 1, ") runs here, attempt ", part->attempt,
+      part->checkpoint.empty() ? std::string(", from the start") : ", from " + part->checkpoint);
+  slot.job_id = run.job_id;
+  slot.epoch = part->epoch;
+  slot.lost = false;
+  slot.part = *part;
+  slot.worker->run(std::move(run));
+}
+
+void Scheduler::EndPart(const JobPart& part, const WorkerEvent& e, bool lost) {
+  const bool ok = e.kind == WorkerEvent::Kind::kSucceeded;
+  const std::string why = ok ? "" : !e.message.empty() ? e.message : std::string(e.status.message());
+  if (!lost) {
+    try {
+      retry_while_unavailable("record node " + std::to_string(part.node) + " of job " + part.job_id,
+                              options_.store_outage_wait, [&] {
+                                store_.finish_part(options_.instance, part, ok, why);
+                                return true;
+                              });
+    } catch (const std::exception& ex) {
+      log(LogLevel::kWarning, "job ", part.job_id, ": how node ", part.node, " ended was not recorded: ", ex.what());
+    }
+  }
+  log(ok ? LogLevel::kInfo : LogLevel::kWarning, "job ", part.job_id, ": node ", part.node, " (attempt ", part.attempt,
+      ") ", ok ? "finished" : "ended: " + scrub_paths(why, options_.data_root));
+  std::error_code ec;
+  fs::remove_all(fs::path(options_.data_root) / "jobs" / part.job_id / ("node-" + std::to_string(part.node)), ec);
 }
 
 void Scheduler::StartKeeper() {
@@ -582,8 +636,14 @@ void Scheduler::KeepLeases() {
     if (attempt >= next_renewal) {
       next_renewal = attempt + options_.lease / 3;
       std::vector<std::pair<std::string, int64_t>> held;
+      std::vector<JobPart> held_parts;
       for (const Slot& s : slots_) {
-        if (!s.job_id.empty() && !s.lost) held.emplace_back(s.job_id, s.epoch);
+        if (s.job_id.empty() || s.lost) continue;
+        if (s.part) {
+          held_parts.push_back(*s.part);
+        } else {
+          held.emplace_back(s.job_id, s.epoch);
+        }
       }
       try {
         const LeaseRenewal r = lease_store_.renew_leases(options_.instance, held, options_.lease.count());
@@ -596,6 +656,15 @@ void Scheduler::KeepLeases() {
           } else if (std::find(r.cancel_requested.begin(), r.cancel_requested.end(), s.job_id) !=
                      r.cancel_requested.end()) {
             s.worker->stop(s.job_id, /*interrupt=*/false);
+          }
+        }
+        if (!held_parts.empty()) {
+          for (const JobPart& gone : lease_store_.renew_parts(options_.instance, held_parts, options_.lease.count())) {
+            for (Slot& s : slots_) {
+              if (s.job_id == part_run_id(gone) && !s.lost) {
+                LoseLease(s, "its job moved on (another attempt, another replica's lease, or it ended)");
+              }
+            }
           }
         }
         // Others' lapsed leases: their replica died or was cut off. A sweep is fenced on the
@@ -663,7 +732,9 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
       if (!ends) return;
       MutexLock lock(&s.mu_);
       for (Slot& slot : s.slots_) {
-        if (slot.job_id == e.job_id) slot.job_id.clear();
+        if (slot.job_id != e.job_id) continue;
+        slot.job_id.clear();
+        slot.part.reset();
       }
       s.idle_cv_.notify_all();
       try {
@@ -675,6 +746,23 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   // The lease this run holds: every write below is fenced on its epoch, so a replica that lost
   // the job (its lease lapsed and another replica took it over) cannot change it.
   int64_t fence = 0;
+  {
+    std::optional<JobPart> part;
+    bool lost = false;
+    {
+      MutexLock lock(&mu_);
+      for (const Slot& s : slots_) {
+        if (s.job_id == e.job_id && s.part) {
+          part = s.part;
+          lost = s.lost;
+        }
+      }
+    }
+    if (part) {
+      if (ends) EndPart(*part, e, lost);
+      return;
+    }
+  }
   {
     MutexLock lock(&mu_);
     for (const Slot& s : slots_) {
@@ -692,6 +780,13 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   const std::chrono::milliseconds wait = options_.store_outage_wait;
   try {
     OnEventFenced(e, fence, wait);
+    if (ends && options_.span.rank_slots > 0) {
+      try {
+        store_.remove_parts(e.job_id);  // its other nodes stop (their leases are not renewed)
+      } catch (const std::exception& ex) {
+        log(LogLevel::kWarning, "job ", e.job_id, ": its nodes' rows were not removed: ", ex.what());
+      }
+    }
   } catch (const StoreError& refused) {
     if (refused.kind() != StoreError::Kind::kFenced) throw;
     Fenced(e.job_id, fence);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,6 +27,7 @@
 
 #include "core/util/mutex.h"
 #include "server/artifacts/checkpoint_publisher.h"
+#include "server/job_span.h"
 #include "server/metrics/service_metrics.h"
 #include "server/metrics_hub.h"
 #include "server/model_registry.h"
@@ -59,6 +61,8 @@ struct SchedulerOptions {
   std::chrono::milliseconds lease{std::chrono::seconds(15)};
   std::chrono::milliseconds lease_grace{std::chrono::seconds(2)};
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
+  // Data-parallel jobs spread over replicas (job_span.h); rank_slots 0: every rank here.
+  SpanSettings span;
 };
 
 using WorkerFactory = std::function<std::unique_ptr<workers::Worker>(workers::EventSink)>;
@@ -115,6 +119,9 @@ class Scheduler {
     std::string job_id;  // running on it, "" when idle
     int64_t epoch = 0;   // the lease epoch of its claim: every write of the run is fenced on it
     bool lost = false;   // its lease was lost: the run is being stopped and writes nothing more
+    // A node of another replica's data-parallel job (job_span.h), not a job: job_id is then
+    // part_run_id(), epoch the job's, and its end is recorded on the part only.
+    std::optional<JobPart> part;
   };
 
   absl::StatusOr<Submitted> SubmitLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -125,6 +132,10 @@ class Scheduler {
   void Fenced(const std::string& job_id, int64_t epoch);
   // Claims jobs for the idle slots (through `via`, default the store) and starts them.
   void DispatchLocked(Store* via = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Claims a node of another replica's data-parallel job for the idle CPU slot and starts it.
+  void StartPartLocked(Slot& slot, Store& claims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records how a part's ranks ended and removes its folder.
+  void EndPart(const JobPart& part, const workers::WorkerEvent& e, bool lost);
   // A job whose server stopped under it (RUNNING: died; INTERRUPTED: drained) back to the
   // queue, or FAILED by the crash-loop guard, or CANCELLED if a cancel was asked; fenced on the
   // epoch in `row`: false when another replica moved it first.

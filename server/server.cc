@@ -238,6 +238,17 @@ void AnvilServer::start() {
                       options_.job_retention};
   so.instance = s->instance;
   so.lease = options_.lease;
+  if (options_.rank_slots > 0) {
+    ANVIL_CHECK(replicated,
+                "--rank-slots spreads data-parallel jobs over replicas that share a PostgreSQL store "
+                "(--store postgresql://...); with the embedded store every rank of a job runs here");
+    ANVIL_CHECK(options_.rank_slots <= 64, "--rank-slots: expected 0 to 64, got ", options_.rank_slots);
+    so.span.rank_slots = options_.rank_slots;
+    so.span.rendezvous_url = options_.store;
+    so.span.ifname = options_.rank_ifname;
+    so.span.lease_grace = so.lease_grace;
+    so.span.outage_wait = so.store_outage_wait;
+  }
   // A version registered on another replica is loaded here before its first Predict.
   so.on_notice = [registry = s->registry.get()](std::string_view what) {
     // "model VERSION NAME"

@@ -71,6 +71,11 @@ struct ServerOptions {
   // '_', '-', at most 64. "": "local" with SQLite; HOSTNAME-PID with PostgreSQL (a stable name
   // lets a restarted replica resume its own jobs at once, not after their leases lapse).
   std::string instance;
+  // Replicas: ranks of one data-parallel job this replica runs (0 = every rank of a job here). A
+  // job of more ranks runs as nodes spread over the replicas (server/job_span.h); needs a
+  // PostgreSQL store. rank_ifname: the interface the nodes' ranks reach each other on.
+  int rank_slots = 0;
+  std::string rank_ifname = "lo";
   // Replicas: the lease a claimed job is held under (renewed every third of it); another
   // replica requeues the job `lease` + 2 s after its holder stopped renewing.
   std::chrono::milliseconds lease{std::chrono::seconds(15)};

@@ -32,6 +32,20 @@ bool is_terminal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed || state == JobState::kCancelled;
 }
 
+namespace {
+[[noreturn]] void NoParts(const Store& store) {
+  throw StoreError(detail::StrCat("job store: data-parallel jobs spanning replicas need the PostgreSQL store that ",
+                                  "the replicas share; this one is ", store.engine(), " (", store.path(), ")"));
+}
+}  // namespace
+
+bool Store::open_parts(const std::string&, int64_t, int, int, int, const std::string&) { NoParts(*this); }
+std::optional<JobPart> Store::claim_part(const std::string&, int64_t, int) { NoParts(*this); }
+std::vector<JobPart> Store::renew_parts(const std::string&, const std::vector<JobPart>&, int64_t) { NoParts(*this); }
+void Store::finish_part(const std::string&, const JobPart&, bool, const std::string&) { NoParts(*this); }
+std::vector<JobPart> Store::parts(const std::string&, int64_t) const { NoParts(*this); }
+void Store::remove_parts(const std::string&) {}  // nothing was opened
+
 bool is_postgres_location(std::string_view location) {
   return location.rfind("postgresql://", 0) == 0 || location.rfind("postgres://", 0) == 0;
 }

@@ -102,6 +102,21 @@ class StoreWatch {
   virtual ~StoreWatch() = default;
 };
 
+// One node of a data-parallel job that spans replicas (docs/replicas.md): nodes 1..nnodes-1 of
+// an attempt, each `nproc` ranks, opened by the replica that runs node 0 (the job's lease
+// holder) and claimed by others. Every node of the attempt resumes from `checkpoint`.
+struct JobPart {
+  std::string job_id;
+  int64_t epoch = 0;  // the job's lease epoch when the part was opened: a takeover ends it
+  int attempt = 0;    // the rendezvous attempt
+  int node = 0, nnodes = 0, nproc = 0;
+  std::string checkpoint;  // artifact key every node resumes from; "" = a fresh start
+  std::string state;       // "open", "running", "done", "failed"
+  std::string owner;       // the replica running it ("" while open)
+  std::string reason;      // "failed": why
+  bool lapsed = false;     // running, but its owner's lease on it lapsed (parts(): grace given)
+};
+
 // What renew_leases found.
 struct LeaseRenewal {
   std::vector<std::string> lost;              // held leases that are gone: stop those runs, write nothing
@@ -134,9 +149,10 @@ class Store {
   // The schema version this code reads and writes, in every engine.
   // Version 2 added jobs.crashes, version 3 jobs.crash_step, version 4 the leases (jobs.owner,
   // lease_epoch, lease_expires_ms, cancel_requested) and the claims table, version 5 the
-  // rendezvous table of data-parallel ranks (workers/pg_rendezvous.h); an older store is
+  // rendezvous table of data-parallel ranks (workers/pg_rendezvous.h), version 6 the job_parts
+  // table (nodes of data-parallel jobs across replicas); an older store is
   // migrated when opened, and one newer than this is refused (it was written by a newer Anvil).
-  static constexpr int64_t kSchemaVersion = 5;
+  static constexpr int64_t kSchemaVersion = 6;
 
   virtual ~Store() = default;
 
@@ -219,6 +235,27 @@ class Store {
   virtual bool request_cancel(const std::string& id) = 0;
   // The claims of `job_id` (all jobs' when empty), oldest first.
   virtual std::vector<ClaimRow> claims(const std::string& job_id = "") const = 0;
+
+  // Nodes of data-parallel jobs spanning replicas (JobPart; schema version 6). PostgreSQL only:
+  // the embedded engine is one replica, which runs every rank itself (StoreError otherwise).
+  // Replaces the job's parts with nodes 1..nnodes-1 of `attempt`, open, while the job is
+  // RUNNING under lease `epoch`; false (nothing opened) when it is not.
+  virtual bool open_parts(const std::string& job_id, int64_t epoch, int attempt, int nnodes, int nproc,
+                          const std::string& checkpoint);
+  // Takes the first open part (by the job's priority and age) of at most `max_nproc` ranks of a
+  // RUNNING job held by another replica, under a lease of `lease_ms` by the database's clock.
+  virtual std::optional<JobPart> claim_part(const std::string& owner, int64_t lease_ms, int max_nproc);
+  // Extends `owner`'s leases on `held`; returns those that are no longer its to run (the job
+  // moved to another attempt, epoch or state, or the part was removed).
+  virtual std::vector<JobPart> renew_parts(const std::string& owner, const std::vector<JobPart>& held,
+                                           int64_t lease_ms);
+  // Records how a part's ranks ended (done, or failed with `reason`), if `owner` still holds it.
+  virtual void finish_part(const std::string& owner, const JobPart& part, bool ok, const std::string& reason);
+  // The job's parts, node order; `lapsed` set for running ones whose lease lapsed more than
+  // `grace_ms` ago.
+  virtual std::vector<JobPart> parts(const std::string& job_id, int64_t grace_ms) const;
+  // Removes the job's parts (it ended, or stopped here).
+  virtual void remove_parts(const std::string& job_id);
 
   // Calls `on_change` (on a thread of the watch's own) when another process changed what a
   // scheduler acts on: "queued" (a job was submitted or requeued), "cancel" (a cancel was

@@ -103,7 +103,26 @@ CREATE TABLE rendezvous (
   created_ms BIGINT NOT NULL
 );
 )sql";
-constexpr std::array<const char*, 5> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
+// Version 6: nodes 1.. of data-parallel jobs that span replicas (Store::open_parts). One attempt's
+// parts at a time per job: opening an attempt replaces the rows of the one before.
+constexpr const char* kSchemaV6 = R"sql(
+CREATE TABLE job_parts (
+  job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  epoch BIGINT NOT NULL,
+  attempt INTEGER NOT NULL,
+  node INTEGER NOT NULL,
+  nnodes INTEGER NOT NULL,
+  nproc INTEGER NOT NULL,
+  checkpoint TEXT NOT NULL,
+  state TEXT NOT NULL,
+  owner TEXT NOT NULL DEFAULT '',
+  lease_expires_ms BIGINT NOT NULL DEFAULT 0,
+  reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, node)
+);
+CREATE INDEX job_parts_open ON job_parts (state);
+)sql";
+constexpr std::array<const char*, 6> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
 
 // The database's clock in unix ms: leases are measured by it, so that replicas whose clocks
 // disagree still agree on when a lease lapses.
@@ -911,6 +930,145 @@ std::vector<ClaimRow> PostgresStore::claims(const std::string& job_id) const {
   for (int i = 0; i < q.rows(); ++i)
     out.push_back(ClaimRow{q.text(i, 0), q.integer(i, 1), q.text(i, 2), q.integer(i, 3)});
   return out;
+}
+
+#define ANVIL_PG_PART_COLUMNS \
+  "p.job_id, p.epoch, p.attempt, p.node, p.nnodes, p.nproc, p.checkpoint, p.state, p.owner, p.reason"
+
+namespace {
+JobPart ReadPart(const Result& q, int i) {
+  JobPart p;
+  p.job_id = q.text(i, 0);
+  p.epoch = q.integer(i, 1);
+  p.attempt = static_cast<int>(q.integer(i, 2));
+  p.node = static_cast<int>(q.integer(i, 3));
+  p.nnodes = static_cast<int>(q.integer(i, 4));
+  p.nproc = static_cast<int>(q.integer(i, 5));
+  p.checkpoint = q.text(i, 6);
+  p.state = q.text(i, 7);
+  p.owner = q.text(i, 8);
+  p.reason = q.text(i, 9);
+  return p;
+}
+}  // namespace
+
+bool PostgresStore::open_parts(const std::string& job_id, int64_t epoch, int attempt, int nnodes, int nproc,
+                               const std::string& checkpoint) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  {
+    Impl::Transaction tx(m, "open the parts of a data-parallel job");
+    // The job's row lock orders this against a takeover (which moves lease_epoch).
+    Result held = m.exec("open parts: check the lease",
+                         "SELECT 1 FROM jobs WHERE id = $1 AND lease_epoch = $2 AND state = 'RUNNING' FOR UPDATE",
+                         Params().add(job_id).add(epoch));
+    if (held.rows() != 1) return false;
+    m.exec("open parts: the attempt before", "DELETE FROM job_parts WHERE job_id = $1", Params().add(job_id));
+    m.exec(
+        "open parts",
+        "INSERT INTO job_parts (job_id, epoch, attempt, node, nnodes, nproc, checkpoint, state) "
+        "SELECT $1, $2, $3, n, $4, $5, $6, 'open' FROM generate_series(1, $4 - 1) AS n",
+        Params().add(job_id).add(epoch).add(int64_t{attempt}).add(int64_t{nnodes}).add(int64_t{nproc}).add(checkpoint));
+    tx.commit();
+  }
+  m.notify("queued");  // idle replicas look for work at once
+  return true;
+}
+
+std::optional<JobPart> PostgresStore::claim_part(const std::string& owner, int64_t lease_ms, int max_nproc) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  // A part of a job this replica holds is left to others: its ranks would have been node 0's.
+  Result q = m.exec("claim a part of a data-parallel job",
+                    "WITH pick AS (SELECT p.job_id, p.node FROM job_parts p JOIN jobs j ON j.id = p.job_id "
+                    "WHERE p.state = 'open' AND p.nproc <= $3 AND j.state = 'RUNNING' AND j.lease_epoch = p.epoch "
+                    "AND j.owner <> $1 ORDER BY j.priority DESC, j.seq ASC, p.node ASC LIMIT 1 "
+                    "FOR UPDATE OF p SKIP LOCKED) "
+                    "UPDATE job_parts p SET state = 'running', owner = $1, lease_expires_ms = " ANVIL_PG_NOW_MS
+                    " + $2 FROM pick WHERE p.job_id = pick.job_id AND p.node = pick.node "
+                    "RETURNING " ANVIL_PG_PART_COLUMNS,
+                    Params().add(owner).add(lease_ms).add(int64_t{max_nproc}));
+  if (q.rows() != 1) return std::nullopt;
+  return ReadPart(q, 0);
+}
+
+std::vector<JobPart> PostgresStore::renew_parts(const std::string& owner, const std::vector<JobPart>& held,
+                                                int64_t lease_ms) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  std::vector<JobPart> lost;
+  if (held.empty()) return lost;
+  m.connect();
+  std::vector<std::string> ids, epochs, attempts, nodes;
+  for (const JobPart& p : held) {
+    ids.push_back(p.job_id);
+    epochs.push_back(std::to_string(p.epoch));
+    attempts.push_back(std::to_string(p.attempt));
+    nodes.push_back(std::to_string(p.node));
+  }
+  Result q = m.exec("renew the leases on parts",
+                    "UPDATE job_parts p SET lease_expires_ms = " ANVIL_PG_NOW_MS
+                    " + $3 FROM jobs j WHERE j.id = p.job_id AND p.owner = $1 AND p.state = 'running' "
+                    "AND j.state = 'RUNNING' AND j.lease_epoch = p.epoch AND (p.job_id, p.epoch, p.attempt, p.node) IN "
+                    "(SELECT a, b, c::integer, d::integer FROM unnest($2::text[], $4::bigint[], $5::bigint[], "
+                    "$6::bigint[]) AS u(a, b, c, d)) RETURNING p.job_id, p.node",
+                    Params()
+                        .add(owner)
+                        .add_array(ids, kTextArray)
+                        .add(lease_ms)
+                        .add_array(epochs, kInt8Array)
+                        .add_array(attempts, kInt8Array)
+                        .add_array(nodes, kInt8Array));
+  for (const JobPart& p : held) {
+    bool renewed = false;
+    for (int i = 0; i < q.rows() && !renewed; ++i) {
+      renewed = q.text(i, 0) == p.job_id && q.integer(i, 1) == p.node;
+    }
+    if (!renewed) lost.push_back(p);
+  }
+  return lost;
+}
+
+void PostgresStore::finish_part(const std::string& owner, const JobPart& part, bool ok, const std::string& reason) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  m.exec("record how a part ended",
+         "UPDATE job_parts SET state = $5, reason = $6 WHERE job_id = $1 AND node = $2 AND attempt = $3 "
+         "AND epoch = $4 AND owner = $7 AND state = 'running'",
+         Params()
+             .add(part.job_id)
+             .add(int64_t{part.node})
+             .add(int64_t{part.attempt})
+             .add(part.epoch)
+             .add(ok ? "done" : "failed")
+             .add(reason)
+             .add(owner));
+}
+
+std::vector<JobPart> PostgresStore::parts(const std::string& job_id, int64_t grace_ms) const {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  Result q = m.exec("read the parts of a data-parallel job",
+                    "SELECT " ANVIL_PG_PART_COLUMNS ", (p.state = 'running' AND p.lease_expires_ms < " ANVIL_PG_NOW_MS
+                    " - $2) FROM job_parts p WHERE p.job_id = $1 ORDER BY p.node",
+                    Params().add(job_id).add(grace_ms));
+  std::vector<JobPart> out;
+  for (int i = 0; i < q.rows(); ++i) {
+    out.push_back(ReadPart(q, i));
+    out.back().lapsed = q.boolean(i, 10);
+  }
+  return out;
+}
+
+void PostgresStore::remove_parts(const std::string& job_id) {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  m.exec("remove the parts of a data-parallel job", "DELETE FROM job_parts WHERE job_id = $1", Params().add(job_id));
 }
 
 namespace {

@@ -72,6 +72,14 @@ class PostgresStore final : public Store {
   bool update_job_fenced(const JobRow& row, int64_t epoch) override;
   bool request_cancel(const std::string& id) override;
   std::vector<ClaimRow> claims(const std::string& job_id = "") const override;
+  bool open_parts(const std::string& job_id, int64_t epoch, int attempt, int nnodes, int nproc,
+                  const std::string& checkpoint) override;
+  std::optional<JobPart> claim_part(const std::string& owner, int64_t lease_ms, int max_nproc) override;
+  std::vector<JobPart> renew_parts(const std::string& owner, const std::vector<JobPart>& held,
+                                   int64_t lease_ms) override;
+  void finish_part(const std::string& owner, const JobPart& part, bool ok, const std::string& reason) override;
+  std::vector<JobPart> parts(const std::string& job_id, int64_t grace_ms) const override;
+  void remove_parts(const std::string& job_id) override;
   // LISTEN on its own connection (reconnecting after a loss, then "reconnected").
   std::unique_ptr<StoreWatch> watch(std::function<void(std::string_view)> on_change) override;
   const std::string& path() const override;

@@ -105,9 +105,27 @@ CREATE TABLE rendezvous (
 );
 )sql";
 
+// Version 6: nodes of data-parallel jobs across replicas (PostgreSQL only, like version 5).
+constexpr const char* kSchemaV6 = R"sql(
+CREATE TABLE job_parts (
+  job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  epoch INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  node INTEGER NOT NULL,
+  nnodes INTEGER NOT NULL,
+  nproc INTEGER NOT NULL,
+  checkpoint TEXT NOT NULL,
+  state TEXT NOT NULL,
+  owner TEXT NOT NULL DEFAULT '',
+  lease_expires_ms INTEGER NOT NULL DEFAULT 0,
+  reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, node)
+);
+)sql";
+
 // The migration to version i + 1 is kMigrations[i]; each runs in the transaction that checks
 // the version, so a failed one leaves the store at the version it had.
-constexpr std::array<const char*, 5> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
+constexpr std::array<const char*, 6> kMigrations = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
 static_assert(kMigrations.size() == Store::kSchemaVersion);
 
 #define ANVIL_JOB_COLUMNS                                                                                      \

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -43,7 +46,9 @@ RankGroupRun::RankGroupRun(RunJob job, std::function<void(const WorkerEvent&)> e
 
 void RankGroupRun::stop(bool interrupt) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stop_signal_ == 0) stop_signal_ = interrupt ? SIGTERM : SIGUSR1;
+  // A node of another replica's job stops at once: its ranks cannot agree on a stop step with
+  // node 0 (which decides), and node 0 restarts the attempt on the replicas left.
+  if (stop_signal_ == 0) stop_signal_ = job_.span.node > 0 ? SIGKILL : interrupt ? SIGTERM : SIGUSR1;
   if (supervisor_ != nullptr) supervisor_->request_stop(stop_signal_);
 }
 
@@ -66,15 +71,26 @@ WorkerEvent RankGroupRun::run() {
     base.status = absl::ResourceExhaustedError("cannot make the ranks' event pipe (out of file descriptors)");
     return base;
   }
-  // Rank 0's events: forwarded as they come, except the terminal one, which run() returns,
-  // and repeated kStarted events of restarted attempts (the job started once).
+  // Rank 0's events: forwarded as they come, except the terminal one, which run() returns.
   std::optional<WorkerEvent> terminal;
   bool started = false;
+  // Sync marks ("#sync N"), written by this process after an attempt's ranks ended: once the
+  // reader reached one, every event rank 0 sent before it was handled (its checkpoints queued
+  // for publication).
+  std::mutex sync_mu;
+  std::condition_variable sync_cv;
+  int synced = 0;
   std::thread reader([&, read_fd = fds[0]] {
     FILE* in = ::fdopen(read_fd, "r");
     char* line = nullptr;
     size_t cap = 0;
     while (in != nullptr && ::getline(&line, &cap, in) > 0) {
+      if (std::strncmp(line, "#sync ", 6) == 0) {
+        std::lock_guard<std::mutex> lock(sync_mu);
+        synced = std::atoi(line + 6);
+        sync_cv.notify_all();
+        continue;
+      }
       try {
         WorkerEvent e = decode_rank_event(line);
         e.job_id = job_.job_id;
@@ -86,10 +102,9 @@ WorkerEvent RankGroupRun::run() {
             terminal = e;
             break;
           case WorkerEvent::Kind::kStarted:
-            if (started) {
-              engine_log(LogSeverity::kWarning, absl::StrCat("job ", job_.job_id, ": ", e.detail));
-              break;
-            }
+            // A restarted attempt's start too: the scheduler drops the stored steps past its
+            // checkpoint, which the attempt replays, so the job's history holds each step once.
+            if (started) engine_log(LogSeverity::kWarning, absl::StrCat("job ", job_.job_id, ": ", e.detail));
             started = true;
             emit_(e);
             break;
@@ -104,14 +119,42 @@ WorkerEvent RankGroupRun::run() {
     if (in != nullptr) ::fclose(in);
   });
 
+  const RunJob::Span& span = job_.span;
+  const bool spread = span.nnodes > 1;
   launch::LaunchOptions o;
   o.argv = {self_executable(), "--rank-worker", job_file};
-  o.nproc = world;
-  o.rdzv_dir = rdzv.string();
-  o.ifname = "lo";
-  o.job_id = job_.job_id;
-  o.max_restarts = job_.spec.max_restarts();
-  o.rank0_event_fd = fds[1];
+  o.nproc = spread ? span.nproc : world;
+  o.nnodes = spread ? span.nnodes : 1;
+  o.node_rank = spread ? span.node : 0;
+  o.rdzv_dir = spread ? "" : rdzv.string();
+  o.ifname = spread ? span.ifname : "lo";
+  o.job_id = spread ? span.rdzv_id : job_.job_id;
+  // Node 0 restarts the attempt; another node runs one attempt and ends (node 0 opens the
+  // next attempt's nodes, which any replica left may take).
+  o.max_restarts = span.node > 0 ? 0 : job_.spec.max_restarts();
+  o.first_attempt = span.node > 0 ? span.first_attempt : 0;
+  o.rank0_event_fd = span.node > 0 ? -1 : fds[1];
+  if (spread) {
+    o.env["ANVIL_RDZV_URL"] = span.rdzv_url;
+    if (span.rendezvous_timeout_s > 0) o.env["ANVIL_RENDEZVOUS_TIMEOUT_S"] = std::to_string(span.rendezvous_timeout_s);
+  }
+  std::atomic<int> running_attempt{-1};
+  std::string trouble;  // why node 0 ended an attempt early (guarded by mu_)
+  if (spread && span.node == 0) {
+    o.before_start = [&, write_fd = fds[1]](int attempt) {
+      if (attempt > o.first_attempt) {
+        // Every checkpoint event of the attempt that ended must reach the publisher before the
+        // next attempt names the checkpoint all nodes resume from.
+        const std::string mark = "#sync " + std::to_string(attempt) + "\n";
+        if (::write(write_fd, mark.data(), mark.size()) == static_cast<ssize_t>(mark.size())) {
+          std::unique_lock<std::mutex> lock(sync_mu);
+          sync_cv.wait_for(lock, std::chrono::seconds(30), [&] { return synced >= attempt; });
+        }
+      }
+      if (span.open_attempt) span.open_attempt(attempt);
+    };
+    o.on_start = [&](int attempt, const std::vector<pid_t>&) { running_attempt = attempt; };
+  }
   o.env["ANVIL_LOG_LEVEL"] = "warning";
   const std::string dir = job_.job_dir;
   o.log_path = [dir](int rank) { return (fs::path(dir) / ("rank-" + std::to_string(rank) + ".log")).string(); };
@@ -121,6 +164,8 @@ WorkerEvent RankGroupRun::run() {
   // Exit 1 is a job failure rank 0 reported (or a rank's own error): restarting would repeat it.
   o.restartable = [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 1); };
   launch::LaunchResult r;
+  std::atomic<bool> done{false};
+  std::thread watcher;
   try {
     launch::RankSupervisor supervisor(o);
     {
@@ -128,16 +173,59 @@ WorkerEvent RankGroupRun::run() {
       supervisor_ = &supervisor;
       if (stop_signal_ != 0) supervisor.request_stop(stop_signal_);
     }
+    if (spread && span.node == 0 && span.trouble) {
+      // The other nodes' health, once a second: a node whose replica died leaves node 0's ranks
+      // waiting in a collective until its timeout; ending the attempt restarts it at once.
+      watcher = std::thread([&] {
+        int ended = -1;
+        while (!done) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          const int attempt = running_attempt;
+          if (attempt < 0 || attempt == ended || done) continue;
+          const std::string why = span.trouble(attempt);
+          if (why.empty()) continue;
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_signal_ != 0 || supervisor_ == nullptr) continue;
+          ended = attempt;
+          trouble = why;
+          engine_log(LogSeverity::kWarning,
+                     absl::StrCat("job ", job_.job_id, ": attempt ", attempt, ": ", why, "; restarting the ranks"));
+          supervisor_->signal(SIGKILL);
+        }
+      });
+    }
     r = supervisor.run();
+    done = true;
+    if (watcher.joinable()) watcher.join();
     std::lock_guard<std::mutex> lock(mu_);
     supervisor_ = nullptr;
   } catch (const std::exception& e) {
+    done = true;
+    if (watcher.joinable()) watcher.join();
     std::lock_guard<std::mutex> lock(mu_);
     supervisor_ = nullptr;
     r.reason = e.what();
   }
   ::close(fds[1]);  // the ranks are gone: the reader sees end of file
   reader.join();
+
+  if (span.node > 0) {
+    // A node of another replica's job reports only how its ranks ended.
+    WorkerEvent end = base;
+    end.kind = r.succeeded ? WorkerEvent::Kind::kSucceeded
+               : r.stopped ? WorkerEvent::Kind::kCancelled
+                           : WorkerEvent::Kind::kFailed;
+    if (!r.succeeded) {
+      std::string why = r.reason.empty() ? "the ranks ended without a result" : r.reason;
+      if (r.failed_rank >= 0) {
+        const std::string last = LastLine(o.log_path(r.failed_rank));
+        if (!last.empty()) why += ": " + last;
+      }
+      end.message = why;
+      end.status = absl::AbortedError(why);
+    }
+    return end;
+  }
 
   if (terminal && (r.succeeded || r.stopped || terminal->kind == WorkerEvent::Kind::kFailed)) return *terminal;
   WorkerEvent end = base;
@@ -155,6 +243,10 @@ WorkerEvent RankGroupRun::run() {
   }
   end.kind = WorkerEvent::Kind::kFailed;
   std::string why = r.reason.empty() ? "the ranks ended without a result" : r.reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!trouble.empty()) why = trouble + " (last: " + why + ")";
+  }
   if (r.failed_rank >= 0) {
     const std::string last = LastLine(o.log_path(r.failed_rank));
     if (!last.empty()) why += ": " + last;

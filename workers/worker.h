@@ -34,6 +34,23 @@ struct RunJob {
   };
   std::function<absl::StatusOr<Prepared>()> prepare;
   std::string resume_note;  // set from prepare's note
+
+  // A data-parallel job spread over replicas (docs/replicas.md): this worker runs node `node`
+  // of `nnodes`, `nproc` ranks each, the ranks meeting through `rdzv_url` (the job store) under
+  // `rdzv_id`. nnodes 1: every rank runs here (rank_group.h's single-node run).
+  struct Span {
+    int nnodes = 1, node = 0, nproc = 0;
+    std::string rdzv_url, rdzv_id;
+    std::string ifname = "lo";     // the interface the nodes' ranks reach each other on
+    int first_attempt = 0;         // node > 0: the attempt it joins (it never restarts itself)
+    int rendezvous_timeout_s = 0;  // how long ranks wait for the other nodes; 0 = the default
+    // Node 0, before each attempt: opens the other nodes (throws when it cannot).
+    std::function<void(int attempt)> open_attempt;
+    // Node 0, polled while an attempt runs: why it cannot finish ("" = it can), e.g. a node's
+    // replica stopped renewing its lease.
+    std::function<std::string(int attempt)> trouble;
+  };
+  Span span;
 };
 
 struct WorkerEvent {

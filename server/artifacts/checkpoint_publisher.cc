@@ -60,6 +60,19 @@ std::string CheckpointPublisher::take_published(const std::string& job_id) {
 }
 
 std::string CheckpointPublisher::flush(const std::string& job_id) {
+  Wait(job_id);
+  return take_published(job_id);
+}
+
+std::string CheckpointPublisher::flush_newest(const std::string& job_id) {
+  Wait(job_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const auto it = published_.find(job_id); it != published_.end()) return it->second;
+  const auto it = named_.find(job_id);
+  return it == named_.end() ? "" : it->second;
+}
+
+void CheckpointPublisher::Wait(const std::string& job_id) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] {
@@ -71,7 +84,6 @@ std::string CheckpointPublisher::flush(const std::string& job_id) {
       return true;
     });
   }
-  return take_published(job_id);
 }
 
 void CheckpointPublisher::forget(const std::string& job_id) {

@@ -40,6 +40,9 @@ class CheckpointPublisher {
   std::string take_published(const std::string& job_id);
   // Waits until the job has nothing queued or in flight, then returns take_published().
   std::string flush(const std::string& job_id);
+  // Waits as flush() does, then returns the job's newest published key, taken or not, else the
+  // one its row names ("" = none), leaving it for take_published.
+  std::string flush_newest(const std::string& job_id);
   // Drops the job's queued publication and what it published but nobody took (a run that lost
   // its lease records nothing more).
   void forget(const std::string& job_id);
@@ -50,6 +53,7 @@ class CheckpointPublisher {
     int64_t epoch = 0, step = 0;
   };
   void Run();
+  void Wait(const std::string& job_id);  // until nothing of the job is queued or in flight
 
   ArtifactStore& store_;
   std::mutex mu_;

@@ -23,6 +23,15 @@
 #     after the lapse and finishes it; when the link returns, replica 1's late write is refused
 #     by the fencing epoch (its log and anvil_store_fenced_writes_total say so) and the job's row
 #     stays replica 2's, naming a checkpoint of replica 2's lease epoch.
+#   replicas_test.sh BUILD_DIR span
+#     Three replicas of --rank-slots 1 (artifacts in one shared folder): a data-parallel job of
+#     2 ranks runs as node 0 where it was claimed and node 1 on another replica, the ranks
+#     meeting in PostgreSQL. kill -9 of node 1's replica mid-run: node 0 restarts the attempt,
+#     the third replica takes node 1 from the published checkpoint. Then that replica is frozen
+#     (SIGSTOP with its ranks): node 0 sees its lease on node 1 lapse, restarts the attempt, and
+#     the first replica, restarted, takes node 1; thawed, the frozen one stops its stale node.
+#     The job succeeds under its one claim, each step once in its history, and its weights equal
+#     bitwise those of the same job run with both ranks on one replica.
 set -euo pipefail
 mode=$2
 source "$(dirname "$0")/anvild_lib.sh" "$1" "replicas-${mode}"
@@ -337,6 +346,94 @@ partition)
   [[ "${key}" == "jobs/${id}/checkpoints/e${epoch2}-"* ]] || fail "the row names ${key}, not a checkpoint of epoch ${epoch2}"
   grep -h "from step" "${work}/r2.log" | sed 's/^.*INFO  /  r2: /' | head -1
   echo "  the row names ${key##*/} (r2's epoch ${epoch2})"
+  ;;
+span)
+  shared_artifacts="${work}/shared-artifacts"
+  start_postgres
+  for r in r1 r2 r3; do start_replica "${r}" "" --rank-slots 1; done
+  echo "1. a job of 2 ranks on replicas of 1 rank slot each"
+  spec dp 150 | python3 -c "
+import json, sys
+s = json.load(sys.stdin); s.update(world_size=2, max_restarts=3); s['checkpoint']['every_steps'] = 20
+print(json.dumps(s))" > "${work}/dp.json"
+  d=$(cli r1 -- --json submit "${work}/dp.json" | job_id)
+  wait_sql "SELECT count(*) FROM job_parts WHERE job_id = '${d}' AND node = 1 AND state = 'running'" 1 60 \
+    "node 1 claimed by a replica"
+  coord=$(sql "SELECT owner FROM jobs WHERE id = '${d}'")
+  node1=$(sql "SELECT owner FROM job_parts WHERE job_id = '${d}' AND node = 1")
+  [[ -n "${coord}" && "${coord}" != "${node1}" ]] || fail "node 0 on '${coord}', node 1 on '${node1}'"
+  echo "  node 0 on ${coord}, node 1 on ${node1}"
+  wait_sql "SELECT count(*) FROM jobs WHERE id = '${d}' AND step >= 100 AND checkpoint LIKE 'jobs/%'" 1 120 \
+    "the job past step 100 with a published checkpoint"
+  echo "2. kill -9 of node 1's replica (${node1})"
+  kill -9 "${pid[${node1}]}"
+  wait "${pid[${node1}]}" 2> /dev/null || true
+  echo "  killed at step $(sql "SELECT step FROM jobs WHERE id = '${d}'")"
+  wait_sql "SELECT count(*) FROM job_parts WHERE job_id = '${d}' AND attempt >= 1 AND state = 'running' AND owner <> '${node1}'" \
+    1 60 "node 1 of a new attempt taken by the replica left"
+  echo "  node 1 now: $(sql "SELECT owner || ', attempt ' || attempt || ', from ' || checkpoint FROM job_parts WHERE job_id = '${d}'")"
+  echo "3. node 1's replica frozen (SIGSTOP, its ranks too): its lease on node 1 lapses"
+  frozen=$(sql "SELECT owner FROM job_parts WHERE job_id = '${d}'")
+  start_replica "${node1}" "" --rank-slots 1
+  frozen_pids="${pid[${frozen}]} $(pgrep -P "${pid[${frozen}]}" | tr '\n' ' ')"
+  kill -STOP ${frozen_pids}
+  wait_sql "SELECT count(*) FROM job_parts WHERE job_id = '${d}' AND attempt >= 2 AND state = 'running' AND owner = '${node1}'" \
+    1 60 "node 1 of attempt 2 on the restarted ${node1}"
+  grep -q "node 1's replica ${frozen} stopped renewing its lease; restarting the ranks" "${work}/${coord}.log" ||
+    fail "${coord} did not end the attempt for the lapsed lease: $(grep -v INFO "${work}/${coord}.log" | tail -5)"
+  grep -h "stopped renewing its lease" "${work}/${coord}.log" | sed 's/^.*  job /  job /' | head -1
+  kill -CONT ${frozen_pids}
+  for _ in $(seq 100); do grep -q "stopped on this replica (${frozen})" "${work}/${frozen}.log" && break; sleep 0.1; done
+  grep -q "stopped on this replica (${frozen}): its job moved on" "${work}/${frozen}.log" ||
+    fail "${frozen} did not stop its stale node 1: $(grep -v INFO "${work}/${frozen}.log" | tail -5)"
+  echo "  ${frozen}, thawed: $(grep -ho "stopped on this replica (${frozen}): its job moved on[^;]*" "${work}/${frozen}.log" | head -1)"
+  wait_sql "SELECT state FROM jobs WHERE id = '${d}'" SUCCEEDED 300 "the job after the kill"
+  [[ $(sql "SELECT count(*) FROM claims WHERE job_id = '${d}'") == 1 ]] ||
+    fail "the job was claimed again: $(sql "SELECT owner, epoch FROM claims WHERE job_id = '${d}'")"
+  [[ $(sql "SELECT owner FROM jobs WHERE id = '${d}'") == "${coord}" ]] || fail "node 0 moved"
+  grep -q "attempt 0: node 1's replica ${node1} stopped renewing its lease\|attempt 0: .*restarting" "${work}/${coord}.log" ||
+    grep -q "restarting all ranks from the last checkpoint" "${work}/${coord}.log" ||
+    fail "${coord} did not restart the attempt: $(grep -v INFO "${work}/${coord}.log" | tail -5)"
+  grep -h "restarting" "${work}/${coord}.log" | sed 's/^.*  job /  job /' | head -2
+  [[ $(sql "SELECT count(*) FROM job_parts WHERE job_id = '${d}'") == 0 ]] || fail "the job's parts outlived it"
+  cli "${coord}" -- --json watch "${d}" > "${work}/dp.jsonl"
+  python3 - "${work}/dp.jsonl" <<'PY' || fail "the spread job's history has gaps or duplicates"
+import json, sys
+events = list(map(json.loads, open(sys.argv[1])))
+steps = [int(e.get("step", 0)) for e in events if "step_metrics" in e]
+assert steps == list(range(5, 5 * len(steps) + 1, 5)), steps[:60]
+restarts = [e["message"] for e in events if "restart 1" in e.get("message", "")]
+assert restarts, [e.get("message") for e in events if e.get("message")]
+print(f"  history: {len(steps)} step events, each once; {restarts[0]}")
+PY
+  echo "4. a spread job cancelled through a replica that runs neither node"
+  sed 's/"dp"/"dp-cancel"/' "${work}/dp.json" > "${work}/dp-cancel.json"
+  c=$(cli "${coord}" -- --json submit "${work}/dp-cancel.json" | job_id)
+  wait_sql "SELECT count(*) FROM job_parts WHERE job_id = '${c}' AND state = 'running'" 1 60 "node 1 of the job to cancel"
+  wait_sql "SELECT count(*) FROM jobs WHERE id = '${c}' AND step >= 20" 1 60 "the job to cancel training"
+  c0=$(sql "SELECT owner FROM jobs WHERE id = '${c}'")
+  c1=$(sql "SELECT owner FROM job_parts WHERE job_id = '${c}'")
+  third=$(printf '%s\n' r1 r2 r3 | grep -vx "${c0}" | grep -vx "${c1}" | head -1)
+  cli "${third}" -- cancel "${c}" > /dev/null || fail "cancel through ${third}"
+  wait_sql "SELECT state FROM jobs WHERE id = '${c}'" CANCELLED 30 "the spread job cancelled"
+  wait_sql "SELECT count(*) FROM job_parts WHERE job_id = '${c}'" 0 10 "the cancelled job's parts removed"
+  for _ in $(seq 100); do grep -q "job ${c}: node 1 (attempt 0) finished" "${work}/${c1}.log" && break; sleep 0.1; done
+  grep -q "job ${c}: node 1 (attempt 0) finished" "${work}/${c1}.log" ||
+    fail "node 1 on ${c1} did not end with the job: $(grep "${c}" "${work}/${c1}.log" | tail -3)"
+  echo "  nodes on ${c0} and ${c1}, cancelled through ${third}: both ended at the step they agreed on"
+  echo "5. the same job with both ranks on one replica: the same weights"
+  for r in r1 r2 r3; do
+    kill "${pid[${r}]}" 2> /dev/null || true
+    wait "${pid[${r}]}" 2> /dev/null || true
+  done
+  start_replica r4
+  sed 's/"dp"/"dp-local"/' "${work}/dp.json" > "${work}/dp-local.json"
+  cli r4 -- submit "${work}/dp-local.json" --watch > /dev/null || fail "the single-replica run"
+  for n in dp dp-local; do
+    cli r4 -- export "${n}" --format safetensors -o "${work}/${n}.safetensors" > /dev/null || fail "export ${n}"
+  done
+  same_weights "${work}/dp.safetensors" "${work}/dp-local.safetensors"
+  echo "  the spread job (its attempt restarted twice) and the single-replica run: bitwise equal weights"
   ;;
 *)
   fail "unknown mode ${mode}"

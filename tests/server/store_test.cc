@@ -509,8 +509,9 @@ TEST_P(StoreTest, OlderSchemasAreMigratedKeepingTheirJobs) {
       id = owned->insert_job(Job("old")).first.id;
     }
     // Back to what that version wrote: version 1 had no crashes column, version 2 no crash_step,
-    // version 3 no leases, version 4 no rendezvous table.
-    Raw("DROP TABLE rendezvous");
+    // version 3 no leases, version 4 no rendezvous table, version 5 no job_parts table.
+    Raw("DROP TABLE job_parts");
+    if (from <= 4) Raw("DROP TABLE rendezvous");
     if (from <= 3) {
       Raw("DROP TABLE claims");
       for (const char* column : {"owner", "lease_epoch", "lease_expires_ms", "cancel_requested"}) {
@@ -751,6 +752,74 @@ TEST_P(StoreTest, ALapsedLeaseIsFoundAndTheOldHoldersWritesAreFenced) {
   ASSERT_EQ(history.size(), 2u);
   EXPECT_EQ(history[1].owner, "replica-b");
   EXPECT_EQ(history[1].epoch, again.lease_epoch);
+}
+
+TEST_P(StoreTest, PartsOfASpreadJobAreClaimedByOtherReplicasAndEndWithItsAttempt) {
+  const std::unique_ptr<Store> owned = Open();
+  Store& store = *owned;
+  const std::string id = store.insert_job(Job("spread")).first.id;
+  const JobRow held = *store.claim_job("r0", 30000, AnyDevice);
+  if (GetParam() == "sqlite") {
+    // One replica runs every rank itself: spreading a job is refused, saying why.
+    try {
+      store.open_parts(id, held.lease_epoch, 0, 3, 2, "");
+      ADD_FAILURE() << "the embedded store opened parts";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("need the PostgreSQL store"));
+    }
+    EXPECT_NO_THROW(store.remove_parts(id));
+    return;
+  }
+  // Only under the job's current lease.
+  EXPECT_FALSE(store.open_parts(id, held.lease_epoch + 1, 0, 3, 2, ""));
+  ASSERT_TRUE(store.open_parts(id, held.lease_epoch, 0, 3, 2, "jobs/x/checkpoints/e1-s0-t0.safetensors"));
+  std::vector<JobPart> parts = store.parts(id, 0);
+  ASSERT_EQ(parts.size(), 2u);  // nodes 1 and 2; node 0 is the holder's
+  EXPECT_EQ(parts[0].node, 1);
+  EXPECT_EQ(parts[1].node, 2);
+  EXPECT_EQ(parts[0].state, "open");
+  EXPECT_EQ(parts[0].nnodes, 3);
+  EXPECT_EQ(parts[0].nproc, 2);
+  // Not by the holder itself, not by a replica with too few rank slots.
+  EXPECT_FALSE(store.claim_part("r0", 30000, 8).has_value());
+  EXPECT_FALSE(store.claim_part("r1", 30000, 1).has_value());
+  const std::optional<JobPart> a = store.claim_part("r1", 30000, 2);
+  const std::optional<JobPart> b = store.claim_part("r2", 1, 2);  // lapses at once
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->node, 1);
+  EXPECT_EQ(b->node, 2);
+  EXPECT_EQ(a->checkpoint, "jobs/x/checkpoints/e1-s0-t0.safetensors");
+  EXPECT_EQ(a->epoch, held.lease_epoch);
+  EXPECT_FALSE(store.claim_part("r3", 30000, 2).has_value());  // none left
+  EXPECT_TRUE(store.renew_parts("r1", {*a}, 30000).empty());
+  EXPECT_EQ(store.renew_parts("r3", {*a}, 30000).size(), 1u);  // not its part
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  parts = store.parts(id, 0);
+  EXPECT_FALSE(parts[0].lapsed);
+  EXPECT_TRUE(parts[1].lapsed);
+  EXPECT_EQ(parts[1].owner, "r2");
+  store.finish_part("r1", *a, false, "rank 2 exited with code 75");
+  parts = store.parts(id, 60000);
+  EXPECT_EQ(parts[0].state, "failed");
+  EXPECT_EQ(parts[0].reason, "rank 2 exited with code 75");
+  EXPECT_FALSE(parts[1].lapsed);  // within the grace
+  // The next attempt replaces the parts: the old attempt's holders lose them.
+  ASSERT_TRUE(store.open_parts(id, held.lease_epoch, 1, 3, 2, ""));
+  EXPECT_EQ(store.renew_parts("r2", {*b}, 30000).size(), 1u);
+  const std::optional<JobPart> c = store.claim_part("r3", 30000, 2);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->attempt, 1);
+  EXPECT_TRUE(store.renew_parts("r3", {*c}, 30000).empty());
+  // A takeover of the job ends its parts: they are neither renewed nor claimable.
+  JobRow requeued = *store.get_job(id);
+  requeued.state = JobState::kQueued;
+  requeued.owner = "";
+  requeued.lease_epoch = held.lease_epoch + 1;
+  ASSERT_TRUE(store.update_job_fenced(requeued, held.lease_epoch));
+  EXPECT_EQ(store.renew_parts("r3", {*c}, 30000).size(), 1u);
+  EXPECT_FALSE(store.claim_part("r4", 30000, 2).has_value());
+  store.remove_parts(id);
+  EXPECT_TRUE(store.parts(id, 0).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values("sqlite", "postgresql"),
