@@ -62,9 +62,8 @@ workers::RunJob::Span coordinator_span(const SpanSettings& settings, Store& stor
           "the job's checkpoint could not be published to the artifact store, so its other nodes cannot resume "
           "from it");
     }
-    const bool opened = retry_while_unavailable("open the nodes of job " + id, wait, [&] {
-      return store.open_parts(id, epoch, attempt, nnodes, nproc, key);
-    });
+    const bool opened = retry_while_unavailable(
+        "open the nodes of job " + id, wait, [&] { return store.open_parts(id, epoch, attempt, nnodes, nproc, key); });
     if (!opened) throw std::runtime_error("the job's lease moved to another replica");
   };
   span.trouble = [&store, id, grace = settings.lease_grace.count()](int attempt) -> std::string {
@@ -86,8 +85,8 @@ workers::RunJob::Span coordinator_span(const SpanSettings& settings, Store& stor
   return span;
 }
 
-workers::RunJob part_run(const SpanSettings& settings, ArtifactStore& artifacts, const JobPart& part,
-                         const JobRow& job, const v1::JobSpec& spec, const std::string& dir) {
+workers::RunJob part_run(const SpanSettings& settings, ArtifactStore& artifacts, const JobPart& part, const JobRow& job,
+                         const v1::JobSpec& spec, const std::string& dir) {
   workers::RunJob run;
   run.job_id = part_run_id(part);
   run.spec = spec;
@@ -100,8 +99,7 @@ workers::RunJob part_run(const SpanSettings& settings, ArtifactStore& artifacts,
   run.span.rdzv_id = absl::StrCat(job.id, "-e", part.epoch);
   run.span.ifname = settings.ifname;
   run.span.rendezvous_timeout_s = settings.rendezvous_timeout_s;
-  run.prepare = [&artifacts, part, dir,
-                 wait = settings.outage_wait]() -> absl::StatusOr<workers::RunJob::Prepared> {
+  run.prepare = [&artifacts, part, dir, wait = settings.outage_wait]() -> absl::StatusOr<workers::RunJob::Prepared> {
     std::error_code ec;
     fs::remove_all(dir, ec);  // a node starts from its part's checkpoint only
     fs::create_directories(dir, ec);

@@ -23,9 +23,9 @@
 namespace anvil::server {
 
 struct SpanSettings {
-  int rank_slots = 0;           // ranks of one job on this replica; 0 = every rank here
-  std::string rendezvous_url;   // the job store's URL (PostgreSQL)
-  std::string ifname = "lo";    // the interface the ranks of different replicas reach each other on
+  int rank_slots = 0;            // ranks of one job on this replica; 0 = every rank here
+  std::string rendezvous_url;    // the job store's URL (PostgreSQL)
+  std::string ifname = "lo";     // the interface the ranks of different replicas reach each other on
   int rendezvous_timeout_s = 0;  // how long ranks wait for the other nodes; 0 = the ranks' default
   std::chrono::milliseconds lease_grace{std::chrono::seconds(2)};
   std::chrono::milliseconds outage_wait{std::chrono::seconds(60)};
@@ -43,8 +43,8 @@ workers::RunJob::Span coordinator_span(const SpanSettings& settings, Store& stor
 // The worker's run of a part claimed here: `job` is the part's job row (its spec), `dir` the
 // folder its ranks use on this replica. Its prepare brings the part's checkpoint from the
 // artifact store (a node never resumes from anything else).
-workers::RunJob part_run(const SpanSettings& settings, ArtifactStore& artifacts, const JobPart& part,
-                         const JobRow& job, const v1::JobSpec& spec, const std::string& dir);
+workers::RunJob part_run(const SpanSettings& settings, ArtifactStore& artifacts, const JobPart& part, const JobRow& job,
+                         const v1::JobSpec& spec, const std::string& dir);
 
 // The id a part's worker events and slot carry: "JOB/node-N".
 std::string part_run_id(const JobPart& part);

@@ -582,10 +582,12 @@ void Scheduler::StartPartLocked(Slot& slot, Store& claims) {
   slot.epoch = part->epoch;
   slot.lost = false;
   slot.part = *part;
+  if (metrics_ != nullptr) metrics_->device_busy(slot.worker->device(), true);  // its ranks are this worker's
   slot.worker->run(std::move(run));
 }
 
 void Scheduler::EndPart(const JobPart& part, const WorkerEvent& e, bool lost) {
+  if (metrics_ != nullptr) metrics_->device_busy("cpu", false);
   const bool ok = e.kind == WorkerEvent::Kind::kSucceeded;
   const std::string why = ok ? "" : !e.message.empty() ? e.message : std::string(e.status.message());
   if (!lost) {

@@ -142,6 +142,7 @@ WorkerEvent RankGroupRun::run() {
   std::string trouble;  // why node 0 ended an attempt early (guarded by mu_)
   if (spread && span.node == 0) {
     o.before_start = [&, write_fd = fds[1]](int attempt) {
+      running_attempt = -1;  // between attempts: nothing for the watcher to end
       if (attempt > o.first_attempt) {
         // Every checkpoint event of the attempt that ended must reach the publisher before the
         // next attempt names the checkpoint all nodes resume from.
@@ -153,7 +154,13 @@ WorkerEvent RankGroupRun::run() {
       }
       if (span.open_attempt) span.open_attempt(attempt);
     };
-    o.on_start = [&](int attempt, const std::vector<pid_t>&) { running_attempt = attempt; };
+    o.on_start = [&](int attempt, const std::vector<pid_t>&) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        trouble.clear();  // a failure reason names the attempt that failed last
+      }
+      running_attempt = attempt;
+    };
   }
   o.env["ANVIL_LOG_LEVEL"] = "warning";
   const std::string dir = job_.job_dir;
