@@ -12,7 +12,14 @@
 //                       the replicas share this machine's cores; reported, not judged)
 //   Predict, one killed  64 clients over 3 anvild processes (the CLI's channel config), one
 //                       killed with -9: failed calls and p99 before, during and after
+//   spread job          the digits CNN as 2 data-parallel ranks: both in one anvild, and
+//                       spread over 2 anvild of --rank-slots 1 (node 1 claimed through the
+//                       store, the ranks meeting in PostgreSQL): mean step time and wall
+//                       time per step; then 3 anvild, node 1's replica killed with -9: the
+//                       time until node 1 of the next attempt runs on another replica, and
+//                       until the job is back at the step it was killed at
 //
+// ANVIL_BENCH_ONLY=spread runs the last table only.
 // Usage: anvil_bench_replicas   (needs PostgreSQL 15's binaries: scripts/install-deps.sh test)
 //   ANVIL_DATA_DIR   where digits.csv.gz is (default ./data)
 //   ANVIL_REPO       the source tree, for examples/specs/digits-cnn.json (default .)
@@ -183,6 +190,156 @@ std::pair<double, double> PredictLoad(const std::vector<std::string>& addresses,
   return {static_cast<double>(all.size()) / elapsed, Percentile(all, 0.99)};
 }
 
+// An anvild process on a free port; its log in `log`.
+struct Process {
+  pid_t pid = -1;
+  int port = 0;
+};
+Process Spawn(const std::string& anvild, const std::string& log, std::vector<std::string> args) {
+  Process p;
+  p.port = FreePort();
+  std::fflush(nullptr);  // the child must not flush this process's buffered output a second time
+  std::vector<std::string> argv = {anvild, "--address", "127.0.0.1:" + std::to_string(p.port), "--metrics-address", ""};
+  argv.insert(argv.end(), args.begin(), args.end());
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    std::freopen(log.c_str(), "a", stdout);
+    std::vector<char*> raw;
+    for (std::string& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    ::execv(anvild.c_str(), raw.data());
+    ::_exit(127);
+  }
+  return p;
+}
+Replica Connect(const Process& p) {
+  Replica r;
+  r.channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(p.port), grpc::InsecureChannelCredentials());
+  if (!r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
+    throw std::runtime_error("anvild on port " + std::to_string(p.port) + " did not start");
+  }
+  r.training = v1::Training::NewStub(r.channel);
+  return r;
+}
+void Stop(std::vector<Process>& ps) {
+  for (Process& p : ps) {
+    if (p.pid > 0) ::kill(p.pid, SIGTERM);
+  }
+  for (Process& p : ps) {
+    if (p.pid > 0) ::waitpid(p.pid, nullptr, 0);
+    p.pid = -1;
+  }
+}
+
+// A data-parallel job spread over replicas against one anvild running every rank.
+void SpreadJob(const std::string& anvild, const fs::path& root, const std::string& url, const std::string& datasets,
+               const v1::JobSpec& cnn) {
+  auto common = [&](const std::string& name, const std::string& data) {
+    return std::vector<std::string>{"--data-dir",      data,
+                                    "--datasets-dir",  datasets,
+                                    "--store",         url,
+                                    "--instance",      name,
+                                    "--devices",       "cpu",
+                                    "--lease-seconds", "3",
+                                    "--artifacts",     (root / "spread-artifacts").string()};
+  };
+  v1::JobSpec dp = cnn;
+  dp.set_world_size(2);
+  dp.mutable_checkpoint()->set_every_steps(20);
+  double step[2] = {0, 0}, wall[2] = {0, 0};
+  int64_t steps = 0;
+  for (int round = 0; round < 2; ++round) {  // alternating, twice
+    for (const bool spread : {false, true}) {
+      std::vector<Process> ps;
+      for (int i = 0; i < (spread ? 2 : 1); ++i) {
+        const std::string name = "s" + std::to_string(i);
+        std::vector<std::string> args = common(name, (root / ("spread-" + name)).string());
+        if (spread) args.insert(args.end(), {"--rank-slots", "1"});
+        ps.push_back(Spawn(anvild, (root / (name + ".log")).string(), args));
+      }
+      Replica r = Connect(ps[0]);
+      for (size_t i = 1; i < ps.size(); ++i) Connect(ps[i]);
+      dp.set_name(std::string(spread ? "spread-" : "local-") + std::to_string(round));
+      const v1::Job job = Submit(r, dp);
+      const v1::Job done = WaitFor(r, job.id(), false);
+      if (done.state() != v1::SUCCEEDED) throw std::runtime_error("spread bench job: " + done.reason());
+      steps = done.step();
+      step[spread] += MeanStepSeconds(r, job.id()) / 2;
+      wall[spread] += static_cast<double>(done.finished_unix_ms() - done.started_unix_ms()) / 1e3 /
+                      static_cast<double>(done.step()) / 2;
+      Stop(ps);
+    }
+  }
+  std::printf(
+      "\n| digits CNN, 2 data-parallel ranks, 8 epochs (%lld steps) | one anvild (both ranks) | 2 anvild of "
+      "--rank-slots 1 | spread / one |\n|---|---|---|---|\n"
+      "| StepMetrics step time (ms) | %.2f | %.2f | %.3f |\n"
+      "| job wall time / steps (ms) | %.2f | %.2f | %.3f |\n"
+      "| job wall time (s) | %.2f | %.2f | %.3f |\n",
+      static_cast<long long>(steps), step[0] * 1e3, step[1] * 1e3, step[1] / step[0], wall[0] * 1e3, wall[1] * 1e3,
+      wall[1] / wall[0], wall[0] * static_cast<double>(steps), wall[1] * static_cast<double>(steps), wall[1] / wall[0]);
+
+  // Recovery: node 1's replica killed with -9 while a longer job runs.
+  server::PostgresStore store(url, {});
+  std::vector<Process> ps;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "k" + std::to_string(i);
+    std::vector<std::string> args = common(name, (root / ("spread-" + name)).string());
+    args.insert(args.end(), {"--rank-slots", "1"});
+    ps.push_back(Spawn(anvild, (root / (name + ".log")).string(), args));
+  }
+  Replica r = Connect(ps[0]);
+  Connect(ps[1]);
+  Connect(ps[2]);
+  dp.set_name("spread-kill");
+  dp.set_epochs(40);
+  const v1::Job job = Submit(r, dp);
+  // Read from the store: any of the three may be the one killed (node 1's replica).
+  std::string node1;
+  int64_t killed_at = 0;
+  for (int i = 0; i < 60000 && killed_at == 0; ++i) {
+    const std::optional<server::JobRow> now = store.get_job(job.id());
+    const std::vector<server::JobPart> parts = store.parts(job.id(), 0);
+    if (now && now->step >= 100 && !parts.empty() && parts[0].state == "running") {
+      node1 = parts[0].owner;
+      killed_at = now->step;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  if (node1.empty()) throw std::runtime_error("spread bench: node 1 never ran");
+  Process& victim = ps[static_cast<size_t>(node1.back() - '0')];
+  const auto t0 = Clock::now();
+  ::kill(victim.pid, SIGKILL);
+  ::waitpid(victim.pid, nullptr, 0);
+  victim.pid = -1;
+  double reclaimed_ms = 0, caught_up_ms = 0;
+  server::JobState state = server::JobState::kRunning;
+  for (int i = 0; i < 120000 && caught_up_ms == 0 && !server::is_terminal(state); ++i) {
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (reclaimed_ms == 0) {
+      const std::vector<server::JobPart> parts = store.parts(job.id(), 0);
+      if (!parts.empty() && parts[0].attempt >= 1 && parts[0].state == "running") reclaimed_ms = ms;
+    }
+    const std::optional<server::JobRow> now = store.get_job(job.id());
+    state = now ? now->state : server::JobState::kFailed;
+    if (reclaimed_ms > 0 && now && now->step > killed_at) caught_up_ms = ms;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int i = 0; i < 120000 && !server::is_terminal(state); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::optional<server::JobRow> now = store.get_job(job.id());
+    state = now ? now->state : server::JobState::kFailed;
+  }
+  Stop(ps);
+  std::printf(
+      "\n| node 1's replica killed -9 (3 anvild of --rank-slots 1) | killed at step | node 1 of the next attempt "
+      "running elsewhere (ms) | back at that step (ms) | job |\n|---|---|---|---|---|\n"
+      "| digits CNN, 2 ranks, checkpoint every 20 steps | %lld | %.0f | %.0f | %s |\n",
+      static_cast<long long>(killed_at), reclaimed_ms, caught_up_ms, server::job_state_name(state).data());
+}
+
 }  // namespace
 
 int main() {
@@ -198,6 +355,14 @@ int main() {
   const std::string anvild =
       (fs::canonical("/proc/self/exe").parent_path().parent_path() / "server" / "anvild").string();
   std::printf("CPU: %s\n\n", cpu_kernel_summary().c_str());
+  const char* only = std::getenv("ANVIL_BENCH_ONLY");
+  if (only != nullptr && std::string(only) == "spread") {
+    v1::JobSpec cnn;
+    if (!bench::LoadDigitsCnnSpec(repo, 8, &cnn)) return 1;
+    SpreadJob(anvild, root, pg.url(), fs::absolute(datasets).string(), cnn);
+    if (std::getenv("ANVIL_BENCH_KEEP") == nullptr) fs::remove_all(root);
+    return 0;
+  }
 
   // --- submit -> RUNNING with 3 replicas -------------------------------------------------
   std::vector<double> idle_ms, busy_ms;
@@ -324,6 +489,7 @@ int main() {
     for (int i = 0; i < 3; ++i) {
       const std::string log = (root / ("k" + std::to_string(i) + ".log")).string();
       const int port = FreePort();
+      std::fflush(nullptr);
       const pid_t pid = ::fork();
       if (pid == 0) {
         std::freopen(log.c_str(), "w", stderr);
@@ -403,6 +569,7 @@ int main() {
                   Percentile(ms, 0.99));
     }
   }
+  SpreadJob(anvild, root, pg.url(), fs::absolute(datasets).string(), cnn);
   fs::remove_all(root);
   return 0;
 }

@@ -171,7 +171,17 @@ WorkerEvent RankGroupRun::run() {
   // Exit 1 is a job failure rank 0 reported (or a rank's own error): restarting would repeat it.
   o.restartable = [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 1); };
   launch::LaunchResult r;
-  std::atomic<bool> done{false};
+  // The watcher's end: signalled (not polled) so that the job's end never waits for its sleep.
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  auto finish_watch = [&] {
+    {
+      std::lock_guard<std::mutex> lock(done_mu);
+      done = true;
+    }
+    done_cv.notify_all();
+  };
   std::thread watcher;
   try {
     launch::RankSupervisor supervisor(o);
@@ -185,10 +195,13 @@ WorkerEvent RankGroupRun::run() {
       // waiting in a collective until its timeout; ending the attempt restarts it at once.
       watcher = std::thread([&] {
         int ended = -1;
-        while (!done) {
-          std::this_thread::sleep_for(std::chrono::seconds(1));
+        while (true) {
+          {
+            std::unique_lock<std::mutex> lock(done_mu);
+            if (done_cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) return;
+          }
           const int attempt = running_attempt;
-          if (attempt < 0 || attempt == ended || done) continue;
+          if (attempt < 0 || attempt == ended) continue;
           const std::string why = span.trouble(attempt);
           if (why.empty()) continue;
           std::lock_guard<std::mutex> lock(mu_);
@@ -202,12 +215,12 @@ WorkerEvent RankGroupRun::run() {
       });
     }
     r = supervisor.run();
-    done = true;
+    finish_watch();
     if (watcher.joinable()) watcher.join();
     std::lock_guard<std::mutex> lock(mu_);
     supervisor_ = nullptr;
   } catch (const std::exception& e) {
-    done = true;
+    finish_watch();
     if (watcher.joinable()) watcher.join();
     std::lock_guard<std::mutex> lock(mu_);
     supervisor_ = nullptr;
