@@ -31,9 +31,23 @@ namespace {
 
 Tensor Unary(OpId op, const Tensor& x, const OpAttrs& a = Attrs()) { return unary_op(op, x, a); }
 
+// A Python number meeting a float16 or bfloat16 tensor in a product or quotient: PyTorch
+// computes in float32 with the number at float32 precision (its mul and div kernels read the
+// wrapped number's original value as their op-math type), never rounding it to the tensor's
+// dtype first: x * 0.1 is float16(float(x) * 0.1f). Its add and sub round the number to the
+// tensor's dtype (x + 0.1 adds float16(0.1)), which the ordinary path does too.
+bool HalfWithNumber(OpId op, ScalarType rt, const Tensor& a, const Tensor& b) {
+  if (rt != kFloat16 && rt != kBFloat16) return false;
+  if (op != OpId::Mul && op != OpId::Div) return false;
+  return a.impl()->is_wrapped_number() != b.impl()->is_wrapped_number();
+}
+
 Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Attrs()) {
   ANVIL_CHECK(a.defined() && b.defined(), op_name(op), ": got an undefined tensor");
   ScalarType rt = result_type(a, b);
+  if (HalfWithNumber(op, rt, a, b)) {
+    return dispatch1(op, {a.to(kFloat32), b.to(kFloat32)}, at).to(rt);
+  }
   if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
   ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub),
                    "Subtraction, the `-` operator, with two "
@@ -46,6 +60,12 @@ Tensor& BinaryInplace(OpId op, Tensor& self, const Tensor& other, const OpAttrs&
   if (op_info(op).infer == InferFamily::BinaryFloat && !is_floating_point(rt)) rt = default_dtype();
   ANVIL_CHECK_TYPE(Category(rt) <= Category(self.dtype()), name, ": result type ", rt,
                    " can't be cast to the desired output type ", self.dtype());
+  if (HalfWithNumber(op, self.dtype(), self, other) && !(GradMode::is_enabled() && self.requires_grad())) {
+    // As the out-of-place form (HalfWithNumber), written back: x.mul_(0.1) in an optimizer.
+    const Tensor r = dispatch1(op, {self.to(kFloat32), other.to(kFloat32)}, at);
+    self.copy_(r);
+    return self;
+  }
   Tensor o = other.dtype() == self.dtype() ? other : other.to(self.dtype());
   return inplace_op(op, self, {o}, at, name);
 }

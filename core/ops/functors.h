@@ -20,8 +20,12 @@
 namespace anvil::fn {
 
 ANVIL_INLINE float exp_f32(float x) {
-  // exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; Taylor to r^7 (< 1 ulp).
-  const float hi = 88.72283f, lo = -87.33654f;
+  // exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; Taylor to r^7 (< 1 ulp). 2^n is
+  // applied as two factors 2^(n/2) and 2^(n - n/2), each a normal float for n in [-150, 128]:
+  // the results near FLT_MAX (n = 128) stay finite and those below FLT_MIN come out as the
+  // subnormals IEEE rounding gives (one rounding, in the last multiply), as PyTorch's do.
+  const float hi = 88.72283935546875f;  // the largest float x with exp(x) < FLT_MAX rounded up
+  const float lo = -103.97208f;         // below: exp(x) rounds to 0
   const float xc = x > hi ? hi : (x < lo ? lo : x);
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
@@ -33,10 +37,12 @@ ANVIL_INLINE float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  float y = p * scale;
+  const int32_t n1 = static_cast<int32_t>(n) / 2, n2 = static_cast<int32_t>(n) - n1;
+  const int32_t bits1 = (n1 + 127) << 23, bits2 = (n2 + 127) << 23;
+  float scale1, scale2;
+  std::memcpy(&scale1, &bits1, 4);
+  std::memcpy(&scale2, &bits2, 4);
+  float y = (p * scale1) * scale2;
   y = x > hi ? std::numeric_limits<float>::infinity() : y;
   y = x < lo ? 0.0f : y;
   return x != x ? x : y;
@@ -65,7 +71,7 @@ ANVIL_INLINE T Erf(T x) {
     s = s * x2 - 1.0f / 42.0f;
     s = s * x2 + 1.0f / 10.0f;
     s = s * x2 - 1.0f / 3.0f;
-    const float small = 1.1283791670955126f * (x + x * x2 * s);
+    const float small = std::copysign(1.1283791670955126f * (x + x * x2 * s), x);  // erf(-0) is -0
     const float t = 1.0f / (1.0f + 0.3275911f * ax);
     float y = 1.061405429f;
     y = y * t - 1.453152027f;
@@ -110,7 +116,8 @@ ANVIL_INLINE T Tanh(T x) {
     p = p * x2 - 17.0f / 315.0f;
     p = p * x2 + 2.0f / 15.0f;
     p = p * x2 - 1.0f / 3.0f;
-    const float small = x + x * x2 * p;
+    // copysign: tanh(-0) is -0 (x + x * x2 * p would give +0 there).
+    const float small = std::copysign(x + x * x2 * p, x);
     const float e = exp_f32(-2.0f * ax);
     const float big = (1.0f - e) / (1.0f + e);
     return ax < 0.4f ? small : (x < 0 ? -big : big);
@@ -131,6 +138,8 @@ struct AbsF {
   ANVIL_INLINE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>)
       return x;
+    else if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(x);  // clears the sign bit: abs(-0.0) is +0.0, as in PyTorch
     else
       return x < T(0) ? T(-x) : x;
   }
@@ -213,7 +222,7 @@ struct SigmoidF {
 struct ReluF {
   template <typename T>
   ANVIL_INLINE T operator()(T x) const {
-    return x > T(0) ? x : (x != x ? x : T(0));
+    return x < T(0) ? T(0) : x;  // NaN and -0 pass through, as clamp_min(x, 0) leaves them in PyTorch
   }
 };
 // relu's gradient from its result: a NaN result passes no gradient, like where(y > 0, g, 0).
@@ -306,6 +315,14 @@ struct PowScalarF {
       for (int64_t i = 0; i < static_cast<int64_t>(e); ++i) r = static_cast<T>(r * x);
       return r;
     } else {
+      // The exponents PyTorch's pow kernel maps to other operations, with their results at
+      // -0 and -inf (sqrt(-0) = -0, sqrt(-inf) = NaN, 1/-0 = -inf) where std::pow differs.
+      if (e == 2.0) return x * x;
+      if (e == 3.0) return x * x * x;
+      if (e == 0.5) return std::sqrt(x);
+      if (e == -0.5) return T(1) / std::sqrt(x);
+      if (e == -1.0) return T(1) / x;
+      if (e == -2.0) return T(1) / (x * x);
       return std::pow(x, T(e));
     }
   }
@@ -326,6 +343,10 @@ struct ClampF {
   template <typename T>
   ANVIL_INLINE T operator()(T x) const {
     if (x != x) return x;
+    if constexpr (std::is_floating_point_v<T>) {
+      // A NaN bound makes every element NaN (PyTorch's min(max(x, lo), hi) propagates it).
+      if ((has_lo && lo != lo) || (has_hi && hi != hi)) return std::numeric_limits<T>::quiet_NaN();
+    }
     if (has_lo && x < T(lo)) x = T(lo);
     if (has_hi && x > T(hi)) x = T(hi);
     return x;

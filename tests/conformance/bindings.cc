@@ -26,7 +26,10 @@ Result One(Tensor t) { return Result{{std::move(t)}, {}}; }
 
 // A Python number from the attributes, as the Scalar PyTorch's call received: its kind
 // ("int", "float", "bool") decides type promotion.
+double Num(const json& v);
+
 Scalar ScalarOf(const json& v, const std::string& kind) {
+  if (v.is_string()) return Scalar(Num(v));  // inf, -inf, nan
   if (kind == "bool" || v.is_boolean()) return Scalar(v.get<bool>());
   if (kind == "int" || (kind.empty() && v.is_number_integer())) return Scalar(v.get<int64_t>());
   return Scalar(v.get<double>());
@@ -580,6 +583,17 @@ std::map<std::string, Binding> Make() {
   b["binary_scalar"] = [](const Case& c, const std::vector<Tensor>& in) {
     const json& a = c.attrs();
     return One(BinaryScalar(a.at("op").get<std::string>(), in[0], ScalarOf(a.at("scalar"), Kind(a))));
+  };
+  b["binary_scalar_"] = [](const Case& c, const std::vector<Tensor>& in) {  // in place, on a copy
+    const json& a = c.attrs();
+    const std::string op = a.at("op").get<std::string>();
+    const Scalar v = ScalarOf(a.at("scalar"), Kind(a));
+    Tensor x = in[0].clone();
+    if (op == "add") return One(x.add_(v));
+    if (op == "sub") return One(x.sub_(v));
+    if (op == "mul") return One(x.mul_(v));
+    if (op == "div") return One(x.div_(v));
+    NoBinding("the in-place op " + op + "_ with a Python number");
   };
   b["add_alpha"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(add(in[0], in[1], ScalarOf(c.attrs().at("alpha"), Kind(c.attrs()))));

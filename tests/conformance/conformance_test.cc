@@ -21,8 +21,8 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kGroups[] = {"promotion", "elementwise", "reductions", "losses", "nn",
-                               "optim",     "sched",       "indexing",   "views",  "factories"};
+const char* const kGroups[] = {"promotion", "elementwise", "reductions", "losses",    "nn",           "optim",
+                               "sched",     "indexing",    "views",      "factories", "float_classes"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.
@@ -111,14 +111,18 @@ std::string ShapeStr(const Tensor& t) {
 }
 
 // "" when `got` matches `want`: same dtype and shape, values within atol + rtol |want| (NaN
-// where NaN, infinities of the same sign; integers and bools exactly).
-std::string Compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
+// where NaN, infinities of the same sign; integers and bools exactly). `strict` (the cases of
+// the float-class sweeps): the case's tolerances as given, also for 16-bit floats, and zeros
+// of the same sign.
+std::string Compare(const Tensor& got, const Tensor& want, double rtol, double atol, bool strict = false) {
   if (!got.defined()) return "no tensor (PyTorch has one)";
   if (got.dtype() != want.dtype()) {
     return "dtype " + std::string(dtype_name(got.dtype())) + ", PyTorch " + std::string(dtype_name(want.dtype()));
   }
   if (got.sizes() != want.sizes()) return "shape " + ShapeStr(got) + ", PyTorch " + ShapeStr(want);
-  if (got.dtype() == kFloat16) {
+  if (strict && is_floating_point(got.dtype())) {
+    // as given
+  } else if (got.dtype() == kFloat16) {
     rtol = std::max(rtol, 1e-3);
     atol = std::max(atol, 1e-3);
   } else if (got.dtype() == kBFloat16) {
@@ -133,6 +137,12 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
     const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
                     : std::isinf(w[i]) ? g[i] == w[i]
                                        : std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
+    if (ok && strict && g[i] == 0 && w[i] == 0 && std::signbit(g[i]) != std::signbit(w[i])) {
+      std::ostringstream s;
+      s << "element " << i << " is " << (std::signbit(g[i]) ? "-0" : "+0") << ", PyTorch "
+        << (std::signbit(w[i]) ? "-0" : "+0");
+      return s.str();
+    }
     if (!ok) {
       std::ostringstream s;
       s.precision(9);
@@ -189,7 +199,8 @@ std::string Run(const Case& c) {
     return std::to_string(r.outputs.size()) + " outputs, PyTorch " + std::to_string(n_out);
   }
   for (int64_t i = 0; i < n_out; ++i) {
-    const std::string d = Compare(r.outputs[i], c.get("out" + std::to_string(i)), rtol, atol);
+    const std::string d =
+        Compare(r.outputs[i], c.get("out" + std::to_string(i)), rtol, atol, c.meta.value("strict", false));
     if (!d.empty()) return "output " + std::to_string(i) + ": " + d;
   }
   for (const Extra& e : r.extra) {

@@ -54,7 +54,8 @@ class Suite:
     def randint(self, low, high, shape, dtype=I64):
         return torch.randint(low, high, tuple(shape), generator=self.gen).to(dtype)
 
-    def case(self, group, name, call, fn, attrs, inputs, run, grad=(), rtol=1e-5, atol=1e-6, extra=None):
+    def case(self, group, name, call, fn, attrs, inputs, run, grad=(), rtol=1e-5, atol=1e-6, extra=None,
+             strict=False):
         tensors, meta = self.groups.setdefault(group, ({}, {}))
         assert name not in meta, name
         extra = extra or {}
@@ -71,6 +72,8 @@ class Suite:
         record = {"call": call, "fn": fn, "attrs": attrs, "n_in": len(inputs), "n_out": len(outs), "grad": [],
                   "requires_grad": list(grad),
                   "gout_of": [], "grad_none": [], "extra": sorted(extra), "raises": raises, "rtol": rtol, "atol": atol}
+        if strict:
+            record["strict"] = True  # tolerances as given for 16-bit floats too, and signed zeros
         for i, t in enumerate(inputs):
             tensors[f"{name}/in{i}"] = t.detach().contiguous().clone()
         for k, t in extra.items():
@@ -308,6 +311,48 @@ def elementwise(s):
 
 
 # ---------------------------------------------------------------- reductions
+# ---------------------------------------------------------------- classes of input
+# Each sweep runs over every row it applies to (the unary rows come from core/ops/op_table.def),
+# so a row added to the table gets them with no new code. Compared strictly: tolerances as given
+# for 16-bit floats too, and the sign of every zero.
+F32_EDGES = [0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.1754944e-38, -1.1754944e-38, 1e-20, -1e-20, 0.5, -0.5,
+             88.3, 88.5, 88.72, 89.0, -87.5, -88.5, -100.0, -103.9, -104.0, 1e10, -1e10, 3.4e38, -3.4e38]
+
+
+def float_classes(s):
+    edges = torch.tensor(F32_EDGES, dtype=F32)
+    for op in UNARY:
+        s.case("float_classes", f"{op}.edges", f"torch.{op}(x), x at float32's edges (+-0, subnormal, exp's range, "
+               f"huge): {F32_EDGES}", "unary", {"op": op}, [edges], torch_fn(op), rtol=1e-5, atol=3e-45, strict=True)
+    # The scalar exponents PyTorch's pow maps to other operations (sqrt, rsqrt, reciprocal,
+    # products), at the inputs where they differ from std::pow.
+    for e in [2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 1.0, 0.0, 1.5, -1.5]:
+        x = torch.tensor([-math.inf, -2.0, -1e-45, -0.0, 0.0, 1e-45, 2.0, math.inf, math.nan])
+        s.case("float_classes", f"pow.exponent{e}", f"torch.pow(x, {e}) at -inf, -0, subnormals, NaN", "pow_scalar",
+               {"exponent": e}, [x], lambda x, e=e: torch.pow(x, e), rtol=1e-6, atol=0, strict=True)
+    # A Python number with a float16 / bfloat16 tensor: PyTorch computes in float32 with the
+    # number unrounded to the tensor's dtype; in place too.
+    for dt in (F16, BF16):
+        for op in ["add", "sub", "mul", "div"]:
+            for v in (0.1, 1.0 / 3.0, -2.7):
+                x = s.randn(257, dtype=dt)
+                s.case("float_classes", f"{op}.{dtype_name(dt)}.number{v:.4f}", f"torch.{op}({dtype_name(dt)} x, {v!r})",
+                       "binary_scalar", {"op": op, "scalar": v, "kind": "float"}, [x],
+                       lambda x, op=op, v=v: getattr(torch, op)(x, v), rtol=0, atol=0, strict=True)
+                s.case("float_classes", f"{op}_.{dtype_name(dt)}.number{v:.4f}", f"x.{op}_({v!r}), x {dtype_name(dt)}",
+                       "binary_scalar_", {"op": op, "scalar": v, "kind": "float"}, [x],
+                       lambda x, op=op, v=v: getattr(x.clone(), op + "_")(v), rtol=0, atol=0, strict=True)
+    # NaN through the scalar arguments: a NaN bound makes every element NaN.
+    x = torch.tensor([-2.0, -0.0, 0.0, 1.0, math.inf, math.nan])
+    for lo, hi in [(math.nan, None), (None, math.nan), (math.nan, 1.0), (-1.0, math.nan), (math.nan, math.nan)]:
+        s.case("float_classes", f"clamp.nan_bound.{lo}.{hi}", f"torch.clamp(x, {lo}, {hi})", "clamp",
+               {"min": lo, "max": hi}, [x], lambda x, lo=lo, hi=hi: torch.clamp(x, lo, hi), strict=True)
+    for op in ["add", "sub", "mul", "div"]:
+        s.case("float_classes", f"{op}.nan_number", f"torch.{op}(x, nan)", "binary_scalar",
+               {"op": op, "scalar": math.nan, "kind": "float"}, [x], lambda x, op=op: getattr(torch, op)(x, math.nan),
+               strict=True)
+
+
 def reductions(s):
     def run(op, attrs):
         dim, keep = attrs.get("dim"), attrs.get("keepdim", False)
@@ -999,7 +1044,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories):
+                  factories, float_classes):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)
