@@ -295,9 +295,13 @@ Grads NormB(Ctx& c, const Grads& g) {
     }());
     return {ge * sign(x) * hit / count};
   }
+  if (p == 0) return {zeros_like(x)};  // a count of non-zeros: flat
   Tensor safe = where(out == 0, Scalar(1.0), out);
   if (p == 2) return {where(out == 0, Scalar(0.0), ge * x / safe)};
-  return {where(out == 0, Scalar(0.0), ge * x * pow(abs(x), p - 2) / pow(safe, p - 1))};
+  // sign(x) |x|^(p-1), written so that a zero entry contributes 0 for p < 1 too (|0|^(p-1) is
+  // inf there, and x |x|^(p-2) would make 0 * inf = NaN): PyTorch's norm_backward.
+  Tensor term = p < 2 ? sign(x) * where(x == 0, Scalar(0.0), pow(abs(x), p - 1)) : x * pow(abs(x), p - 2);
+  return {where(out == 0, Scalar(0.0), ge * term / pow(safe, p - 1))};
 }
 Grads LogSumExpB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);

@@ -179,11 +179,10 @@ Tensor clip_grad_norm_deferred_(const std::vector<Tensor>& params, double max_no
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   ANVIL_CHECK(max_norm >= 0.0, "clip_grad_norm_: expected max_norm >= 0, got ", max_norm);
   const double total = grad_norm(params, norm_type).item<double>();
-  if (!std::isfinite(total)) {
-    ANVIL_CHECK(!error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ", total,
-                "; a loss or gradient became non-finite");
-    return total;  // gradients left as they are
-  }
+  ANVIL_CHECK(std::isfinite(total) || !error_if_nonfinite, "clip_grad_norm_: the total norm of the gradients is ",
+              total, "; a loss or gradient became non-finite");
+  // A non-finite norm scales too, as in PyTorch: by 0 for an infinite norm (an inf gradient
+  // becomes NaN, finite ones 0) and by NaN for a NaN norm; the step that follows shows it.
   clip_grad_norm_deferred_(params, max_norm, norm_type);
   return total;
 }

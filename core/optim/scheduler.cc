@@ -54,7 +54,9 @@ double StepLR::lr_at(int64_t t, double base) const {
 
 MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(opt), milestones_(std::move(milestones)), gamma_(gamma) {
-  ANVIL_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()), "MultiStepLR: milestones must be increasing");
+  // As PyTorch's Counter of milestones: any order, and a repeated one multiplies by gamma as
+  // often as it is listed (upper_bound on the sorted list counts the repeats).
+  std::sort(milestones_.begin(), milestones_.end());
   Start();
 }
 
@@ -140,21 +142,29 @@ void OneCycleLR::on_apply(std::vector<ParamGroup>& groups, int64_t t) {
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, Mode mode, double factor, int64_t patience, double threshold,
-                                     int64_t cooldown, double min_lr)
+                                     int64_t cooldown, double min_lr, ThresholdMode threshold_mode, double eps,
+                                     std::vector<double> min_lrs)
     : optimizer_(opt),
       mode_(mode),
+      threshold_mode_(threshold_mode),
       factor_(factor),
       threshold_(threshold),
       min_lr_(min_lr),
+      eps_(eps),
+      min_lrs_(std::move(min_lrs)),
       patience_(patience),
       cooldown_(cooldown),
       best_(mode == Mode::kMin ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity()) {
   ANVIL_CHECK(factor > 0.0 && factor < 1.0, "ReduceLROnPlateau: expected 0 < factor < 1, got ", factor);
   ANVIL_CHECK(patience >= 0 && cooldown >= 0, "ReduceLROnPlateau: expected non-negative patience and cooldown");
+  ANVIL_CHECK(min_lrs_.empty() || min_lrs_.size() == opt.param_groups().size(), "ReduceLROnPlateau: expected ",
+              opt.param_groups().size(), " min_lr values (one per parameter group), got ", min_lrs_.size());
 }
 
 bool ReduceLROnPlateau::step(double metric) {
-  const bool better = mode_ == Mode::kMin ? metric < best_ * (1.0 - threshold_) : metric > best_ * (1.0 + threshold_);
+  const bool rel = threshold_mode_ == ThresholdMode::kRel;
+  const bool better = mode_ == Mode::kMin ? metric < (rel ? best_ * (1.0 - threshold_) : best_ - threshold_)
+                                          : metric > (rel ? best_ * (1.0 + threshold_) : best_ + threshold_);
   if (better) {
     best_ = metric;
     bad_ = 0;
@@ -166,10 +176,22 @@ bool ReduceLROnPlateau::step(double metric) {
     bad_ = 0;  // checks during cooldown do not count
   }
   if (bad_ > patience_) {
-    for (auto& g : optimizer_.param_groups()) g.options["lr"] = std::max(g.options["lr"] * factor_, min_lr_);
+    bool lowered = false;
+    auto& groups = optimizer_.param_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const double old_lr = groups[i].options["lr"];
+      const double floor = min_lrs_.empty() ? min_lr_ : min_lrs_[i];
+      const double new_lr = std::max(old_lr * factor_, floor);
+      // A change smaller than eps is not made (PyTorch's _reduce_lr): a rate at its floor, or
+      // one too small to matter, stays as it is.
+      if (old_lr - new_lr > eps_) {
+        groups[i].options["lr"] = new_lr;
+        lowered = true;
+      }
+    }
     cooldown_left_ = cooldown_;
     bad_ = 0;
-    return true;
+    return lowered;
   }
   return false;
 }

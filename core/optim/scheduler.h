@@ -149,13 +149,18 @@ class OneCycleLR : public LRScheduler {
 };
 
 // Multiplies the rate by `factor` when a metric has not improved for `patience` checks.
-// "Improved" is relative: better than best * (1 -/+ threshold). Not a closed-form schedule:
-// its state is (best, bad_checks, cooldown_left), all exposed for checkpoints.
+// "Improved" is relative (better than best * (1 -/+ threshold)) or, with ThresholdMode::kAbs,
+// absolute (best -/+ threshold). A rate never goes below its group's floor (`min_lrs`, one per
+// group, else `min_lr`), and a reduction smaller than `eps` is not made. Not a closed-form
+// schedule: its state is (best, bad_checks, cooldown_left), all exposed for checkpoints.
 class ReduceLROnPlateau {
  public:
   enum class Mode { kMin, kMax };
+  enum class ThresholdMode { kRel, kAbs };
   ReduceLROnPlateau(Optimizer& opt, Mode mode = Mode::kMin, double factor = 0.1, int64_t patience = 10,
-                    double threshold = 1e-4, int64_t cooldown = 0, double min_lr = 0.0);
+                    double threshold = 1e-4, int64_t cooldown = 0, double min_lr = 0.0,
+                    ThresholdMode threshold_mode = ThresholdMode::kRel, double eps = 1e-8,
+                    std::vector<double> min_lrs = {});
   // Feeds one metric value; returns true when it lowered the rate.
   bool step(double metric);
   double best() const { return best_; }
@@ -166,7 +171,9 @@ class ReduceLROnPlateau {
  private:
   Optimizer& optimizer_;
   Mode mode_;
-  double factor_, threshold_, min_lr_;
+  ThresholdMode threshold_mode_;
+  double factor_, threshold_, min_lr_, eps_;
+  std::vector<double> min_lrs_;
   int64_t patience_, cooldown_;
   double best_;
   int64_t bad_ = 0, cooldown_left_ = 0;

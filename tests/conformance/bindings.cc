@@ -465,6 +465,52 @@ Result Plateau(const Case& c, const std::vector<Tensor>& in) {
   return One(tensor(lrs));
 }
 
+// ReduceLROnPlateau with PyTorch's keyword options: mode, factor, patience, threshold,
+// threshold_mode, cooldown, min_lr (a number, or one per parameter group), eps. The rates of
+// every group after each metric.
+Result Plateau2(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  std::vector<double> min_lrs;
+  double min_lr = 0.0;
+  if (a.contains("min_lr") && a.at("min_lr").is_array()) {
+    for (const auto& v : a.at("min_lr")) min_lrs.push_back(v.get<double>());
+  } else {
+    min_lr = a.value("min_lr", 0.0);
+  }
+  const size_t groups = min_lrs.empty() ? 1 : min_lrs.size();
+  std::vector<Tensor> ps;
+  std::vector<optim::ParamGroup> pg;
+  for (size_t i = 0; i < groups; ++i) {
+    ps.push_back(zeros({1}).requires_grad_(true));
+    pg.push_back({{ps.back()}, {}});
+  }
+  optim::SGD opt(pg, {{"lr", 0.1}});
+  using P = optim::ReduceLROnPlateau;
+  P s(opt, a.value("mode", std::string("min")) == "max" ? P::Mode::kMax : P::Mode::kMin, a.value("factor", 0.1),
+      a.value("patience", int64_t{10}), a.value("threshold", 1e-4), a.value("cooldown", int64_t{0}), min_lr,
+      a.value("threshold_mode", std::string("rel")) == "abs" ? P::ThresholdMode::kAbs : P::ThresholdMode::kRel,
+      a.value("eps", 1e-8), min_lrs);
+  std::vector<double> lrs;
+  for (double m : in[0].to_vector<double>()) {
+    for (Tensor& p : ps) p.set_grad(zeros({1}));
+    opt.step();
+    s.step(m);
+    for (const auto& g : opt.param_groups()) lrs.push_back(g.options.at("lr"));
+  }
+  return One(tensor(lrs));
+}
+
+// clip_grad_norm_ over two parameters whose gradients are the inputs: the total norm (float64
+// [1]) and the gradients after.
+Result ClipGradNorm(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  Tensor p1 = zeros({in[0].numel()}).requires_grad_(true), p2 = zeros({in[1].numel()}).requires_grad_(true);
+  p1.set_grad(in[0].clone());
+  p2.set_grad(in[1].clone());
+  const double total = optim::clip_grad_norm_({p1, p2}, Num(a.at("max_norm")), Num(a.at("norm_type")), false);
+  return Result{{tensor(std::vector<double>{total}), p1.grad(), p2.grad()}, {}};
+}
+
 // ---- indexing ----
 
 std::vector<TensorIndex> IndexSpec(const json& spec, const std::vector<Tensor>& in) {
@@ -682,6 +728,8 @@ std::map<std::string, Binding> Make() {
   b["optim"] = Optim;
   b["sched"] = Sched;
   b["plateau"] = Plateau;
+  b["plateau2"] = Plateau2;
+  b["clip_grad_norm"] = ClipGradNorm;
   b["index"] = IndexGet;
   b["index_put"] = IndexSet;
   b["index_put_acc"] = [](const Case&, const std::vector<Tensor>& in) {

@@ -353,6 +353,75 @@ def float_classes(s):
                strict=True)
 
 
+# ---------------------------------------------------------------- corners
+# Corners of gradients, clipping and schedules where Anvil differed from PyTorch.
+def corners(s):
+    # norm's gradient at zero entries for p < 1 and 1 < p < 2: 0 there (|0|^(p-1) is inf).
+    x = torch.tensor([[0.0, 1.5, -2.0, 0.0], [0.5, 0.0, -0.25, 3.0]])
+    for p in [0.5, 0.3, 1.5, 0.0]:
+        for dim in [None, [1]]:
+            attrs = {"op": "norm", "p": p, "dim": dim, "keepdim": False}
+            s.case("corners", f"norm.p{p}.zero_entries.d{dim}", f"torch.linalg.vector_norm(x, {p}, dim={dim}), "
+                   "x with zero entries", "reduce", attrs, [x],
+                   lambda x, p=p, dim=dim: torch.linalg.vector_norm(x, ord=p, dim=None if dim is None else tuple(dim)),
+                   grad=(0,))
+    # clip_grad_norm_ with a non-finite norm and error_if_nonfinite=False: it still scales (by
+    # 0 for inf, so inf -> NaN and the finite ones -> 0; by NaN for NaN).
+    for name, bad in [("inf", math.inf), ("nan", math.nan)]:
+        for norm_type in [2.0, math.inf]:
+            g1, g2 = torch.tensor([3.0, -4.0]), torch.tensor([bad, 1.0, 0.0])
+
+            def clip(a, b, norm_type=norm_type):
+                p1, p2 = torch.zeros(2, requires_grad=True), torch.zeros(3, requires_grad=True)
+                p1.grad, p2.grad = a.clone(), b.clone()
+                total = torch.nn.utils.clip_grad_norm_([p1, p2], 1.0, norm_type, error_if_nonfinite=False)
+                return total.reshape(1).to(F64), p1.grad, p2.grad
+            s.case("corners", f"clip_grad_norm.{name}.p{norm_type}", f"clip_grad_norm_(grads with {name}, 1.0, "
+                   f"{norm_type}, error_if_nonfinite=False)", "clip_grad_norm", {"max_norm": 1.0,
+                                                                                 "norm_type": norm_type},
+                   [g1, g2], clip, strict=True)
+    # MultiStepLR with unsorted and repeated milestones (a repeat multiplies by gamma twice).
+    S = torch.optim.lr_scheduler
+    for ms in ([12, 5, 30], [5, 12, 12, 30], [30, 5, 5, 5]):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=0.1)
+        sch = S.MultiStepLR(opt, ms, 0.3)
+        lrs, moms = [], []
+        for _ in range(40):
+            lrs.append(opt.param_groups[0]["lr"])
+            moms.append(0.0)
+            opt.step()
+            sch.step()
+        s.case("corners", f"MultiStepLR.{'_'.join(map(str, ms))}", f"MultiStepLR(SGD(lr=0.1), {ms}, 0.3), 40 steps",
+               "sched", {"type": "MultiStepLR", "options": {"milestones": ms, "gamma": 0.3}, "steps": 40,
+                         "momentum": None}, [],
+               lambda l=torch.tensor(lrs, dtype=F64), m=torch.tensor(moms, dtype=F64): (l, m), rtol=1e-12, atol=0)
+    # ReduceLROnPlateau: eps (a reduction smaller than eps is not made), threshold_mode='abs',
+    # and a min_lr per parameter group.
+    flat = [1.0] * 120
+    noisy = [1.0 / (1 + t) if t < 10 else 0.09 + 0.004 * ((t * 7) % 5) for t in range(60)]
+    configs = [("eps", flat, {"factor": 0.1, "patience": 0, "eps": 1e-8}),
+               ("eps_large", flat, {"factor": 0.5, "patience": 1, "eps": 0.01}),
+               ("abs", noisy, {"factor": 0.5, "patience": 2, "threshold": 0.01, "threshold_mode": "abs"}),
+               ("abs_max", [-v for v in noisy], {"mode": "max", "factor": 0.5, "patience": 2, "threshold": 0.01,
+                                                  "threshold_mode": "abs"}),
+               ("min_lr_per_group", flat, {"factor": 0.5, "patience": 1, "min_lr": [0.01, 0.03]})]
+    for name, metrics, opts in configs:
+        def plateau(m, opts=opts):
+            groups = len(opts["min_lr"]) if isinstance(opts.get("min_lr"), list) else 1
+            ps = [torch.zeros(1, requires_grad=True) for _ in range(groups)]
+            opt = torch.optim.SGD([{"params": [q]} for q in ps], lr=0.1)
+            sch = S.ReduceLROnPlateau(opt, **opts)
+            lrs = []
+            for v in m.tolist():
+                opt.step()
+                sch.step(v)
+                lrs.extend(g["lr"] for g in opt.param_groups)
+            return torch.tensor(lrs, dtype=F64)
+        s.case("corners", f"ReduceLROnPlateau.{name}", f"ReduceLROnPlateau(SGD(lr=0.1), {opts}) over {len(metrics)} "
+               "metrics", "plateau2", opts, [torch.tensor(metrics, dtype=F64)], plateau, rtol=1e-12, atol=0)
+
+
 def reductions(s):
     def run(op, attrs):
         dim, keep = attrs.get("dim"), attrs.get("keepdim", False)
@@ -1044,7 +1113,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes):
+                  factories, float_classes, corners):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)
