@@ -228,6 +228,45 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& target, c
   return Reduce(loss, reduction);
 }
 
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return Reduce(log1p(exp(-input * target)), reduction);
+}
+
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
+                             Reduction reduction) {
+  ANVIL_CHECK(input1.dim() == 1 || input1.dim() == 2, "cosine_embedding_loss: expected 1-D or 2-D inputs, got ",
+              input1.dim(), "-D");
+  ANVIL_CHECK(input1.sizes() == input2.sizes(), "cosine_embedding_loss: expected inputs of one shape, got ",
+              shape_str(input1), " and ", shape_str(input2));
+  ANVIL_CHECK(target.dim() == input1.dim() - 1, "cosine_embedding_loss: expected a ", input1.dim() - 1,
+              "-D target, got ", target.dim(), "-D");
+  // PyTorch's formula, term by term (its epsilon on each squared norm included).
+  const int64_t d = input1.dim() - 1;
+  const Tensor prod = (input1 * input2).sum({d});
+  const Tensor mag1 = (input1 * input1).sum({d}) + 1e-12;
+  const Tensor mag2 = (input2 * input2).sum({d}) + 1e-12;
+  const Tensor cos = prod / sqrt(mag1 * mag2);
+  const Tensor zero = zeros_like(cos);
+  const Tensor pos = where(target == 1, 1.0 - cos, zero);
+  const Tensor neg = where(target == -1, clamp(cos - margin, 0.0, std::nullopt), zero);
+  return Reduce(pos + neg, reduction);
+}
+
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
+                           Reduction reduction) {
+  return Reduce(clamp(-target * (input1 - input2) + margin, 0.0, std::nullopt), reduction);
+}
+
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input, bool full, double eps,
+                        Reduction reduction) {
+  Tensor loss = log_input ? exp(input) - target * input : input - target * log(input + eps);
+  if (full) {
+    const Tensor stirling = target * log(target) - target + 0.5 * log(2.0 * 3.14159265358979323846 * target);
+    loss = loss + where(target <= 1, Scalar(0.0), stirling);
+  }
+  return Reduce(loss, reduction);
+}
+
 Tensor kl_div(const Tensor& input, const Tensor& target, KLReduction reduction, bool log_target) {
   CheckSameShape(input, target, "kl_div");
   Tensor loss;

@@ -72,6 +72,21 @@ enum class KLReduction { kNone, kMean, kSum, kBatchMean };
 Tensor kl_div(const Tensor& input, const Tensor& target, KLReduction reduction = KLReduction::kBatchMean,
               bool log_target = false);
 
+// log(1 + exp(-y x)) for labels y in {-1, 1}, as PyTorch computes it (log1p of exp: inf for
+// -y x above about 88, like PyTorch's).
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+// 1 - cos(x1, x2) where y = 1, max(0, cos - margin) where y = -1, 0 for other labels; the
+// cosine over the last dim of [N, D] (or [D]) inputs, with 1e-12 added to each squared norm.
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0.0,
+                             Reduction reduction = Reduction::kMean);
+// max(0, -y (x1 - x2) + margin).
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0.0,
+                           Reduction reduction = Reduction::kMean);
+// Poisson negative log-likelihood: exp(x) - t x for log_input, else x - t log(x + eps); `full`
+// adds Stirling's approximation t log t - t + log(2 pi t) / 2 where t > 1.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input = true, bool full = false,
+                        double eps = 1e-8, Reduction reduction = Reduction::kMean);
+
 // ---- padding, convolution, pooling ----
 
 // Pads the last dims: {left, right} for the last dim, then {top, bottom} for the one before,

@@ -12,8 +12,8 @@ namespace anvil::optim {
 namespace {
 
 Options AdamDefaults(double weight_decay) {
-  return {{"lr", 1e-3},     {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay},
-          {"amsgrad", 0.0}, {"fused", 1.0}};
+  return {{"lr", 1e-3},     {"beta1", 0.9},    {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", weight_decay},
+          {"amsgrad", 0.0}, {"maximize", 0.0}, {"fused", 1.0}};
 }
 
 }  // namespace
@@ -48,11 +48,13 @@ void Adam::Step(const Tensor* found_inf) {
     const double wd = o.at("weight_decay");
     const bool amsgrad = o.at("amsgrad") != 0.0;
     const bool fused = o.at("fused") != 0.0;
+    const bool maximize = o.at("maximize") != 0.0;
     // One per (device, dtype): each parameter brings its own step count.
     FusedBuckets buckets;
     for (auto& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
+      if (maximize) g = -g;  // ascent: the update sees the negated gradient (the stored one stays)
       ParamState& s = state(p);
       if (fused && fused_step_supported(p, g)) {
         // New moments are zeros, which a skipped first step leaves exact.

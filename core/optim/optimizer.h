@@ -125,7 +125,8 @@ class SGD : public Optimizer {
 };
 
 // Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).
-// Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0, fused 1.
+// Options: lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0, amsgrad 0, maximize 0
+// (1: ascend the objective, the update taking the negated gradient), fused 1.
 // The fused path counts steps on the parameters' device (ParamState::device_step), as
 // PyTorch's fused Adam does, so step_unless decides inside the kernel and never reads the flag.
 class Adam : public Optimizer {

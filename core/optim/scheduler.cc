@@ -65,6 +65,33 @@ double MultiStepLR::lr_at(int64_t t, double base) const {
   return base * std::pow(gamma_, static_cast<double>(passed));
 }
 
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& opt, int64_t t_0, int64_t t_mult, double eta_min)
+    : LRScheduler(opt), t_0_(t_0), t_mult_(t_mult), eta_min_(eta_min) {
+  ANVIL_CHECK(t_0 > 0, "CosineAnnealingWarmRestarts: expected a positive T_0, got ", t_0);
+  ANVIL_CHECK(t_mult >= 1, "CosineAnnealingWarmRestarts: expected T_mult >= 1, got ", t_mult);
+  Start();
+}
+
+double CosineAnnealingWarmRestarts::lr_at(int64_t t, double base) const {
+  // Where PyTorch's counters are after t steps: T_cur within the period T_i.
+  int64_t t_cur = t, t_i = t_0_;
+  while (t_cur >= t_i) {
+    t_cur -= t_i;
+    t_i *= t_mult_;
+  }
+  constexpr double kPi = 3.14159265358979323846;
+  return eta_min_ +
+         (base - eta_min_) * (1.0 + std::cos(kPi * static_cast<double>(t_cur) / static_cast<double>(t_i))) / 2.0;
+}
+
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda)
+    : LRScheduler(opt), lambda_(std::move(lambda)) {
+  ANVIL_CHECK(static_cast<bool>(lambda_), "LambdaLR: expected a callable, got none");
+  Start();
+}
+
+double LambdaLR::lr_at(int64_t t, double base) const { return base * lambda_(t); }
+
 ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) { Start(); }
 
 double ExponentialLR::lr_at(int64_t t, double base) const { return base * std::pow(gamma_, static_cast<double>(t)); }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,35 @@ class MultiStepLR : public LRScheduler {
  private:
   std::vector<int64_t> milestones_;
   double gamma_;
+};
+
+// SGDR (Loshchilov & Hutter): cosine from base down to eta_min over T_0 steps, restarting at
+// base; each period T_mult times the one before. PyTorch's step-by-step T_cur / T_i, in closed
+// form.
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(Optimizer& opt, int64_t t_0, int64_t t_mult = 1, double eta_min = 0.0);
+  std::string name() const override { return "CosineAnnealingWarmRestarts"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  int64_t t_0_, t_mult_;
+  double eta_min_;
+};
+
+// base * lambda(t), with a C++ callable (one for every group).
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda);
+  std::string name() const override { return "LambdaLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  std::function<double(int64_t)> lambda_;
 };
 
 // base * gamma^t

@@ -196,6 +196,17 @@ Result Loss(const Case& c, const std::vector<Tensor>& in) {
   if (op == "l1_loss") return One(F::l1_loss(in[0], in[1], r));
   if (op == "smooth_l1_loss") return One(F::smooth_l1_loss(in[0], in[1], r, a.at("beta").get<double>()));
   if (op == "huber_loss") return One(F::huber_loss(in[0], in[1], r, a.at("delta").get<double>()));
+  if (op == "soft_margin_loss") return One(F::soft_margin_loss(in[0], in[1], r));
+  if (op == "cosine_embedding_loss") {
+    return One(F::cosine_embedding_loss(in[0], in[1], in[2], a.value("margin", 0.0), r));
+  }
+  if (op == "margin_ranking_loss") {
+    return One(F::margin_ranking_loss(in[0], in[1], in[2], a.value("margin", 0.0), r));
+  }
+  if (op == "poisson_nll_loss") {
+    return One(F::poisson_nll_loss(in[0], in[1], a.at("log_input").get<bool>(), a.at("full").get<bool>(),
+                                   a.value("eps", 1e-8), r));
+  }
   NoBinding("the loss " + op);
 }
 
@@ -418,6 +429,17 @@ Result Sched(const Case& c, const std::vector<Tensor>&) {
     std::vector<int64_t> ms;
     for (const auto& m : o.at("milestones")) ms.push_back(m.get<int64_t>());
     s = std::make_unique<optim::MultiStepLR>(opt, ms, o.at("gamma").get<double>());
+  } else if (type == "CosineAnnealingWarmRestarts") {
+    s = std::make_unique<optim::CosineAnnealingWarmRestarts>(opt, o.at("T_0").get<int64_t>(), o.value("T_mult", 1),
+                                                             o.value("eta_min", 0.0));
+  } else if (type == "LambdaLR") {
+    // The lambdas the golden cases name (a C++ callable cannot travel in a file).
+    const std::string fn = o.at("lambda").get<std::string>();
+    std::function<double(int64_t)> f;
+    if (fn == "0.95**t") f = [](int64_t t) { return std::pow(0.95, static_cast<double>(t)); };
+    if (fn == "warmup5") f = [](int64_t t) { return std::min(1.0, static_cast<double>(t + 1) / 5.0); };
+    if (!f) NoBinding("the LambdaLR lambda " + fn);
+    s = std::make_unique<optim::LambdaLR>(opt, f);
   } else if (type == "ExponentialLR") {
     s = std::make_unique<optim::ExponentialLR>(opt, o.at("gamma").get<double>());
   } else if (type == "CosineAnnealingLR") {

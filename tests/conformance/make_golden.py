@@ -422,6 +422,80 @@ def corners(s):
                "metrics", "plateau2", opts, [torch.tensor(metrics, dtype=F64)], plateau, rtol=1e-12, atol=0)
 
 
+# ---------------------------------------------------------------- round two's additions
+def additions(s):
+    reds = ["none", "mean", "sum"]
+    x, y = s.randn(5), torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    xb = torch.tensor([0.0, 50.0, -50.0, 100.0, -100.0])
+    for red in reds:
+        s.case("additions", f"soft_margin_loss.{red}", f"F.soft_margin_loss(x, y, reduction='{red}')", "loss",
+               {"op": "soft_margin_loss", "reduction": red}, [x, y],
+               lambda a, b, red=red: F.soft_margin_loss(a, b, reduction=red), grad=(0,))
+    s.case("additions", "soft_margin_loss.large", "F.soft_margin_loss(x, y, 'sum') at |x| up to 100", "loss",
+           {"op": "soft_margin_loss", "reduction": "none"}, [xb, y],
+           lambda a, b: F.soft_margin_loss(a, b, reduction="none"), grad=(0,))
+    a1, a2 = s.randn(4, 6), s.randn(4, 6)
+    a2[2] = a1[2]  # cos = 1
+    yc = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    for red in reds:
+        for margin in [0.0, 0.2, -0.3]:
+            s.case("additions", f"cosine_embedding_loss.{red}.m{margin}",
+                   f"F.cosine_embedding_loss(x1, x2, y, margin={margin}, reduction='{red}')", "loss",
+                   {"op": "cosine_embedding_loss", "reduction": red, "margin": margin}, [a1, a2, yc],
+                   lambda a, b, c, red=red, margin=margin: F.cosine_embedding_loss(a, b, c, margin=margin,
+                                                                                   reduction=red), grad=(0, 1))
+    s.case("additions", "cosine_embedding_loss.1d", "F.cosine_embedding_loss(x1 [6], x2 [6], y [])", "loss",
+           {"op": "cosine_embedding_loss", "reduction": "mean"}, [s.randn(6), s.randn(6), torch.tensor(-1.0)],
+           lambda a, b, c: F.cosine_embedding_loss(a, b, c), grad=(0, 1))
+    m1, m2 = s.randn(6), s.randn(6)
+    m2[0] = m1[0]  # at the hinge
+    ym = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    for red in reds:
+        for margin in [0.0, 0.5]:
+            s.case("additions", f"margin_ranking_loss.{red}.m{margin}",
+                   f"F.margin_ranking_loss(x1, x2, y, margin={margin}, reduction='{red}')", "loss",
+                   {"op": "margin_ranking_loss", "reduction": red, "margin": margin}, [m1, m2, ym],
+                   lambda a, b, c, red=red, margin=margin: F.margin_ranking_loss(a, b, c, margin=margin,
+                                                                                 reduction=red), grad=(0, 1, 2))
+    rate = s.randn(2, 4)
+    counts = torch.tensor([[0.0, 1.0, 2.0, 5.0], [3.0, 0.0, 1.0, 10.0]])
+    for log_input in [True, False]:
+        for full in [False, True]:
+            for red in reds:
+                inp = rate if log_input else rate.abs() + 0.1
+                s.case("additions", f"poisson_nll_loss.log{int(log_input)}.full{int(full)}.{red}",
+                       f"F.poisson_nll_loss(x, t, log_input={log_input}, full={full}, reduction='{red}')", "loss",
+                       {"op": "poisson_nll_loss", "reduction": red, "log_input": log_input, "full": full}, [inp, counts],
+                       lambda a, b, li=log_input, fu=full, red=red: F.poisson_nll_loss(a, b, log_input=li, full=fu,
+                                                                                       reduction=red), grad=(0,))
+    # CosineAnnealingWarmRestarts and LambdaLR: the rate before each of 60 steps.
+    S = torch.optim.lr_scheduler
+    for kind, opts, make in [
+            ("CosineAnnealingWarmRestarts", {"T_0": 10}, lambda o: S.CosineAnnealingWarmRestarts(o, 10)),
+            ("CosineAnnealingWarmRestarts", {"T_0": 5, "T_mult": 2, "eta_min": 0.01},
+             lambda o: S.CosineAnnealingWarmRestarts(o, 5, T_mult=2, eta_min=0.01)),
+            ("CosineAnnealingWarmRestarts", {"T_0": 3, "T_mult": 3, "eta_min": 0.001},
+             lambda o: S.CosineAnnealingWarmRestarts(o, 3, T_mult=3, eta_min=0.001)),
+            ("LambdaLR", {"lambda": "0.95**t"}, lambda o: S.LambdaLR(o, lambda t: 0.95 ** t)),
+            ("LambdaLR", {"lambda": "warmup5"}, lambda o: S.LambdaLR(o, lambda t: min(1.0, (t + 1) / 5.0)))]:
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=0.1)
+        sch = make(opt)
+        lrs = []
+        for _ in range(60):
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sch.step()
+        name = kind + "." + ".".join(f"{k}{v}" for k, v in sorted(opts.items()))
+        s.case("additions", name, f"{kind}(SGD(lr=0.1), {opts}), 60 steps", "sched",
+               {"type": kind, "options": opts, "steps": 60, "momentum": None}, [],
+               lambda l=torch.tensor(lrs, dtype=F64): (l, torch.zeros(60, dtype=F64)), rtol=1e-12, atol=1e-15)
+    # Adam and AdamW with maximize: the gradient's sign flipped before the update.
+    optimizer_cases(s, "additions", [("Adam", {"lr": 0.01, "maximize": True}),
+                                     ("Adam", {"lr": 0.01, "maximize": True, "amsgrad": True, "weight_decay": 0.1}),
+                                     ("AdamW", {"lr": 0.01, "maximize": True, "weight_decay": 0.1})])
+
+
 def reductions(s):
     def run(op, attrs):
         dim, keep = attrs.get("dim"), attrs.get("keepdim", False)
@@ -787,6 +861,10 @@ def optimizers(s):
         ("RMSprop", {"lr": 0.01}), ("RMSprop", {"lr": 0.01, "momentum": 0.9, "centered": True}),
         ("RMSprop", {"lr": 0.01, "alpha": 0.9, "weight_decay": 0.1}),
     ]
+    optimizer_cases(s, "optim", configs)
+
+
+def optimizer_cases(s, group, configs):
     for kind, opts in configs:
         p0 = [s.randn(3, 2), s.randn(4)]
         grads = [[s.randn(3, 2), s.randn(4)] for _ in range(10)]
@@ -804,7 +882,7 @@ def optimizers(s):
         extra = {f"g{t}.{i}": g for t, gs in enumerate(grads) for i, g in enumerate(gs)}
         name = kind + "." + ".".join(f"{k}{v}" for k, v in sorted(opts.items())).replace(" ", "")
         traj_t = torch.stack(traj)
-        s.case("optim", name, f"torch.optim.{kind}(params, {opts}), 10 steps", "optim",
+        s.case(group, name, f"torch.optim.{kind}(params, {opts}), 10 steps", "optim",
                {"type": kind, "options": opts, "steps": 10}, p0, lambda *a, t=traj_t: t, rtol=1e-5, atol=1e-6,
                extra=extra)
 
@@ -1113,7 +1191,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners):
+                  factories, float_classes, corners, additions):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)
