@@ -7,6 +7,9 @@
 // be mutated concurrently.
 #pragma once
 
+#include <array>
+#include <vector>
+
 // GCC 12 at -O2 and above reports a moved-from empty InlinedVector's storage as "may be used
 // uninitialized" (a false positive: abseil-cpp issue 1779); the warning is attributed to
 // Abseil's header, so it is silenced for that header alone.
@@ -16,6 +19,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <absl/container/inlined_vector.h>
+#include <absl/types/span.h>
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -39,7 +43,27 @@ class Node;
 // Sizes and strides: up to kInlineDims dimensions live inside the object (no heap
 // allocation per tensor, nor per temporary shape in shape inference); more spill to the heap.
 inline constexpr size_t kInlineDims = 6;
-using IntArray = absl::InlinedVector<int64_t, kInlineDims>;
+
+// A non-owning view of int64 values (libtorch's IntArrayRef): a pointer and a length.
+using IntArrayRef = absl::Span<const int64_t>;
+
+// Sizes, strides and dims, stored inline (above). Every shape or dims argument of the API is
+// an IntArray, which takes what C++ code holds a shape in, as libtorch's IntArrayRef does: a
+// braced list, a std::vector<int64_t>, a std::array<int64_t, N>, or an IntArrayRef (pointer
+// and length): randn(shape) with `std::vector<int64_t> shape` compiles.
+class IntArray : public absl::InlinedVector<int64_t, kInlineDims> {
+  using Base = absl::InlinedVector<int64_t, kInlineDims>;
+
+ public:
+  using Base::Base;
+  IntArray() = default;
+  IntArray(const Base& b) : Base(b) {}
+  IntArray(Base&& b) : Base(std::move(b)) {}
+  IntArray(IntArrayRef values) : Base(values.begin(), values.end()) {}
+  IntArray(const std::vector<int64_t>& values) : Base(values.begin(), values.end()) {}
+  template <size_t N>
+  IntArray(const std::array<int64_t, N>& values) : Base(values.begin(), values.end()) {}
+};
 
 // NOTE [ View tracking ]
 // A view remembers its root base and where it sits in it, expressed against the base's
