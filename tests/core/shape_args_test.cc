@@ -37,8 +37,7 @@ TEST(ShapeArguments, EveryFactoryTakesEveryForm) {
   EXPECT_EQ(EveryForm([](IntArray s) { return ones(s); }, {2, 3}).sizes(), (IntArray{2, 3}));
   EXPECT_EQ(EveryForm([](IntArray s) { return full(s, 2.5); }, {2, 3}).sizes(), (IntArray{2, 3}));
   EXPECT_EQ(EveryForm([](IntArray s) { return empty(s); }, {2, 3}, false).sizes(), (IntArray{2, 3}));
-  EXPECT_EQ(EveryForm([](IntArray s) { return empty_strided({2, 3}, s); }, {3, 1}, false).strides(),
-            (IntArray{3, 1}));
+  EXPECT_EQ(EveryForm([](IntArray s) { return empty_strided({2, 3}, s); }, {3, 1}, false).strides(), (IntArray{3, 1}));
   EXPECT_EQ(EveryForm([](IntArray s) { return rand(s); }, {2, 3}, false).sizes(), (IntArray{2, 3}));
   EXPECT_EQ(EveryForm([](IntArray s) { return randn(s); }, {2, 3}, false).sizes(), (IntArray{2, 3}));
   EXPECT_EQ(EveryForm([](IntArray s) { return randint(0, 5, s); }, {2, 3}, false).sizes(), (IntArray{2, 3}));
