@@ -22,6 +22,8 @@ namespace anvil::server {
 // Marks a worker's failure that is not the job's (its checkpoint was out of reach): the job
 // goes back to the queue instead of failing.
 constexpr char kRequeuePayload[] = "anvil.dev/requeue";
+// Nodes of spread jobs run as CPU rank processes, only on CPU workers.
+constexpr char kPartDevice[] = "cpu";
 namespace {
 
 namespace fs = std::filesystem;
@@ -500,7 +502,7 @@ void Scheduler::DispatchLocked(Store* via) {
     std::optional<JobRow> row = claims.claim_job(options_.instance, options_.lease.count(),
                                                  [&](const JobRow& r) { return DeviceFits(r.device, device); });
     if (!row) {
-      if (options_.span.rank_slots > 0 && DeviceFits("cpu", device)) StartPartLocked(slot, claims);
+      if (options_.span.rank_slots > 0 && DeviceFits(kPartDevice, device)) StartPartLocked(slot, claims);
       continue;
     }
     const fs::path dir = fs::path(options_.data_root) / "jobs" / row->id;
@@ -582,12 +584,12 @@ void Scheduler::StartPartLocked(Slot& slot, Store& claims) {
   slot.epoch = part->epoch;
   slot.lost = false;
   slot.part = *part;
-  if (metrics_ != nullptr) metrics_->device_busy(slot.worker->device(), true);  // its ranks are this worker's
+  if (metrics_ != nullptr) metrics_->device_busy(kPartDevice, true);  // its ranks are this worker's
   slot.worker->run(std::move(run));
 }
 
 void Scheduler::EndPart(const JobPart& part, const WorkerEvent& e, bool lost) {
-  if (metrics_ != nullptr) metrics_->device_busy("cpu", false);
+  if (metrics_ != nullptr) metrics_->device_busy(kPartDevice, false);
   const bool ok = e.kind == WorkerEvent::Kind::kSucceeded;
   const std::string why = ok ? "" : !e.message.empty() ? e.message : std::string(e.status.message());
   if (!lost) {
@@ -748,34 +750,25 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   // The lease this run holds: every write below is fenced on its epoch, so a replica that lost
   // the job (its lease lapsed and another replica took it over) cannot change it.
   int64_t fence = 0;
-  {
-    std::optional<JobPart> part;
-    bool lost = false;
-    {
-      MutexLock lock(&mu_);
-      for (const Slot& s : slots_) {
-        if (s.job_id == e.job_id && s.part) {
-          part = s.part;
-          lost = s.lost;
-        }
-      }
-    }
-    if (part) {
-      if (ends) EndPart(*part, e, lost);
-      return;
-    }
-  }
+  std::optional<JobPart> part;  // the slot runs a node of another replica's job, not a job
+  bool lost = false;
   {
     MutexLock lock(&mu_);
     for (const Slot& s : slots_) {
       if (s.job_id != e.job_id) continue;
-      if (s.lost) {
-        if (ends && metrics_ != nullptr) metrics_->job_ended(e.job_id);
-        publisher_->forget(e.job_id);
-        return;  // stopped because its lease was lost: nothing of this run is written
-      }
+      part = s.part;
+      lost = s.lost;
       fence = s.epoch;
     }
+  }
+  if (part) {
+    if (ends) EndPart(*part, e, lost);
+    return;
+  }
+  if (lost) {
+    if (ends && metrics_ != nullptr) metrics_->job_ended(e.job_id);
+    publisher_->forget(e.job_id);
+    return;  // stopped because its lease was lost: nothing of this run is written
   }
   // Each store call below waits out a store that cannot be reached (PostgreSQL restarting): the
   // event is recorded late rather than lost.
