@@ -4,7 +4,9 @@
 // output; result: one gradient per input (undefined = none).
 #include "core/autograd/derivatives.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -239,19 +241,48 @@ Grads MeanB(Ctx& c, const Grads& g) {
   return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) /
           static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()))};
 }
+Tensor Flip(const Tensor& t, int64_t d);
+
+// d prod / d x_i is the product of the others. Without a zero anywhere that is prod / x_i;
+// with one, the product of the elements before x_i times those after it (exclusive cumprods
+// from both ends), which is exact at zeros and gives NaN where inf meets 0: PyTorch's
+// prod_backward and prod_safe_zeros_backward.
 Grads ProdB(Ctx& c, const Grads& g) {
-  // d prod / d x_i = the product of the others: prod / x_i where the slice has no zero; where
-  // it has one, the product of the nonzeros at the zero and 0 elsewhere; with two, 0.
-  Tensor x = c.saved_input(0);
-  ReduceArgs keep = c.args<ReduceArgs>();
-  keep.keepdim = true;
-  const Tensor is_zero = x == Scalar(0.0);
-  const Tensor zeros_in_slice = ExpandReduced(sum(is_zero, keep.dims, true), c.input(0), keep);
-  const Tensor nonzero_prod = ExpandReduced(prod(where(is_zero, Scalar(1.0), x), keep.dims, true), c.input(0), keep);
-  const Tensor gx = ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>());
-  const Tensor others = where(zeros_in_slice == Scalar(0), nonzero_prod / where(is_zero, Scalar(1.0), x),
-                              where(logical_and(zeros_in_slice == Scalar(1), is_zero), nonzero_prod, Scalar(0.0)));
-  return {gx * others};
+  const Tensor x = c.saved_input(0);
+  const ReduceArgs& a = c.args<ReduceArgs>();
+  const Tensor gx = ExpandReduced(g[0], c.input(0), a);
+  if (x.dim() == 0) return {gx};
+  const int64_t zeros_in_x = sum(x == Scalar(0.0)).item<int64_t>();
+  if (zeros_in_x == 0) return {gx * (ExpandReduced(c.saved_output(0), c.input(0), a) / x)};
+  // Over all elements, two zeros make every gradient 0 (PyTorch's shortcut, NaN-free with infs).
+  if (a.dims.empty() && zeros_in_x > 1) return {zeros_like(x)};
+  // The reduced dims moved last and flattened into one of length r.
+  const int64_t nd = x.dim();
+  std::vector<bool> reduced(nd, a.dims.empty());
+  for (int64_t d : a.dims) reduced[wrap_dim(d, nd, "prod")] = true;
+  IntArray perm, rows;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced[d]) {
+      perm.push_back(d);
+      rows.push_back(x.size(d));
+    }
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    if (reduced[d]) perm.push_back(d);
+  }
+  const Tensor moved = x.permute(perm);
+  IntArray flat_sizes = rows;
+  flat_sizes.push_back(-1);
+  const Tensor flat = moved.reshape(flat_sizes);
+  const int64_t r = flat.size(-1);
+  IntArray one_sizes = rows;
+  one_sizes.push_back(1);
+  const Tensor one = ones(one_sizes, TensorOptions(x.dtype()).with_device(x.device()));
+  const Tensor before = cumprod(cat({one, flat.narrow(-1, 0, r - 1)}, -1), -1);
+  const Tensor after = Flip(cumprod(cat({one, Flip(flat.narrow(-1, 1, r - 1), -1)}, -1), -1), -1);
+  IntArray inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {gx * (before * after).reshape(moved.sizes()).permute(inverse)};
 }
 Grads AmaxAminB(Ctx& c, const Grads& g) {
   Tensor x = c.saved_input(0);
@@ -321,6 +352,47 @@ Tensor Flip(const Tensor& t, int64_t d) {
   const int64_t n = t.size(d);
   return index_select(t, d, arange(n - 1, -1, -1, TensorOptions(kInt64).with_device(t.device())));
 }
+// Without zeros, grad_i = sum_{j>=i} g_j y_j / x_i: a reversed cumsum over x. A zero at z makes
+// every later y vanish, so elements before the first zero keep that formula (the terms past z
+// are 0) with a safe divisor; the first zero's own gradient is sum_{j>=z} g_j prod_{i<=j,i!=z} x_i,
+// the reversed cumsum of g times the cumprod with that one factor set to 1; elements after it
+// get 0 (each of their products holds the zero). Composed of differentiable ops, so second
+// derivatives follow (PyTorch's cumprod_backward computes the same).
+// With zeros and a graph to record, the products that omit each x_k are formed one k at a
+// time (O(n^2), PyTorch's differentiable path): the O(n) formula's zero branches are constant,
+// so their derivatives with respect to the zeros themselves would be lost.
+Tensor CumProdGradWithZeros(const Tensor& x, const Tensor& g, int64_t d) {
+  const int64_t n = x.size(d);
+  std::vector<Tensor> columns;
+  for (int64_t k = 0; k < n; ++k) {
+    const Tensor before = prod(x.narrow(d, 0, k), {d}, true);
+    const Tensor after = cumprod(x.narrow(d, k + 1, n - k - 1), d);
+    const Tensor omitted = cat({before, before * after}, d);
+    columns.push_back(sum(g.narrow(d, k, n - k) * omitted, {d}, true));
+  }
+  return cat(columns, d);
+}
+
+Grads CumProdB(Ctx& c, const Grads& g) {
+  const Tensor x = c.saved_input(0), y = c.saved_output(0);
+  if (g[0].numel() == 0) return {g[0]};
+  if (g[0].dim() == 0) return {g[0]};
+  const int64_t d = wrap_dim(c.args<DimArgs>().dim, g[0].dim(), "cumprod");
+  auto reversed_cumsum = [&](const Tensor& t) { return Flip(cumsum(Flip(t, d), d), d); };
+  const Tensor is_zero = x == 0;
+  if (!any(is_zero).item<bool>()) return {reversed_cumsum(g[0] * y) / x};
+  if (GradMode::is_enabled()) return {CumProdGradWithZeros(x, g[0], d)};
+  const Tensor zeros_so_far = cumsum(is_zero, d);
+  const Tensor before = zeros_so_far == 0;
+  const Tensor safe_x = where(before, x, ones_like(x));
+  // Before the first zero only the products up to it count (past it they hold the zero; with
+  // an inf among them they would be NaN, not 0, and PyTorch leaves them out too).
+  const Tensor no_zero = reversed_cumsum(where(before, g[0] * y, zeros_like(y))) / safe_x;
+  const Tensor first_zero = logical_and(is_zero, zeros_so_far == 1);
+  const Tensor at_zero = reversed_cumsum(g[0] * cumprod(where(first_zero, ones_like(x), x), d));
+  return {where(before, no_zero, where(first_zero, at_zero, zeros_like(x)))};
+}
+
 Grads LogCumSumExpB(Ctx& c, const Grads& g) {
   const Tensor x = c.saved_input(0), y = c.saved_output(0);
   if (g[0].dim() == 0 || g[0].numel() == 0) return {g[0]};
@@ -534,8 +606,68 @@ Grads PermuteB(Ctx& c, const Grads& g) {
   return {g[0].permute(inv)};
 }
 Grads ExpandB(Ctx& c, const Grads& g) { return {sum_to(g[0], c.input(0).sizes)}; }
+// The largest element offset a window reaches past its own offset (-1: the window is empty).
+int64_t WindowReach(const IntArray& sizes, const IntArray& strides) {
+  int64_t reach = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return -1;
+    reach += (sizes[i] - 1) * strides[i];
+  }
+  return reach;
+}
+
+// Whether two elements of the window share a storage slot (an expanded input): dims sorted by
+// stride, each stride must step past everything the smaller dims reach.
+bool WindowOverlaps(const IntArray& sizes, const IntArray& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 1) dims.emplace_back(strides[i], sizes[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += (size - 1) * stride;
+  }
+  return false;
+}
+
+// as_strided's sizes and strides address the storage, not the input's elements: the gradient
+// is scattered into a buffer spanning both windows (the output's and the input's place in the
+// storage), read back through the input's window, and divided where several input elements
+// share a slot (PyTorch's as_strided_backward).
+Tensor AsStridedStorageGrad(const Tensor& g, const IntArray& in_sizes, const IntArray& in_strides, const ViewFn& fn) {
+  const int64_t in_reach = WindowReach(in_sizes, in_strides), out_reach = WindowReach(fn.sizes, fn.strides);
+  const TensorOptions opts = TensorOptions(g.dtype()).with_device(g.device());
+  if (in_reach < 0 || out_reach < 0) return zeros(in_sizes, opts);
+  const int64_t lo = std::min<int64_t>(0, fn.start), hi = std::max(in_reach, fn.start + out_reach);
+  const IntArray buffer{hi - lo + 1};
+  const Tensor storage = dispatch1(OpId::StridedScatterAdd, {g.contiguous()},
+                                   StridedScatterArgs{buffer, {fn.sizes, fn.strides, fn.start - lo}});
+  ViewFn read;
+  read.kind = ViewFn::Strided;
+  read.sizes = in_sizes;
+  read.strides = in_strides;
+  read.start = -lo;
+  Tensor grad = make_view(OpId::AsStrided, storage, read);
+  if (WindowOverlaps(in_sizes, in_strides)) {
+    const Tensor count = dispatch1(OpId::StridedScatterAdd, {ones(in_sizes, opts)},
+                                   StridedScatterArgs{buffer, {in_sizes, in_strides, -lo}});
+    grad = grad / make_view(OpId::AsStrided, count, read);
+  }
+  return grad;
+}
+
 Grads AsStridedB(Ctx& c, const Grads& g) {
   const IntArray& in = c.input(0).sizes;
+  const ViewFn& fn = c.args<ViewArgs>().fn;
+  if (fn.kind == ViewFn::Strided) {
+    const IntArray in_strides = fn.source_strides.empty() ? contiguous_strides(in) : fn.source_strides;
+    const int64_t numel = std::accumulate(in.begin(), in.end(), int64_t{1}, std::multiplies<>()),
+                  reach = WindowReach(fn.sizes, fn.strides);
+    const bool inside = fn.start >= 0 && (reach < 0 || fn.start + reach < numel);
+    if (!fn.source_strides.empty() || !inside) return {AsStridedStorageGrad(g[0], in, in_strides, fn)};
+  }
   auto geom = apply_view(c.args<ViewArgs>().fn, {in, contiguous_strides(in), 0});
   ANVIL_INTERNAL_ASSERT(geom.has_value(), "view backward geometry");
   return {dispatch1(OpId::StridedScatterAdd, {g[0].contiguous()}, StridedScatterArgs{in, *geom})};
@@ -618,7 +750,7 @@ RULE(Fmod, FmodB) RULE(Fmax, FmaxB) RULE(Fmin, FminB) RULE(Where, WhereB) RULE(C
 RULE(Clone, CloneB) RULE(Sum, SumB) RULE(Mean, MeanB) RULE(Prod, ProdB) RULE(Amax, AmaxAminB)
 RULE(Amin, AmaxAminB) RULE(MaxDim, MaxMinDimB) RULE(MinDim, MaxMinDimB) RULE(Var, VarB)
 RULE(Norm, NormB) RULE(LogSumExp, LogSumExpB) RULE(CumSum, CumSumB)
-RULE(LogCumSumExp, LogCumSumExpB) RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB)
+RULE(LogCumSumExp, LogCumSumExpB) RULE(CumProd, CumProdB) RULE(Mm, MmB) RULE(Linear, LinearB) RULE(LinearRelu, LinearReluB)
 RULE(Bmm, BmmB) RULE(NllLoss, NllLossB) RULE(Softmax, SoftmaxB) RULE(LogSoftmax, LogSoftmaxB)
 RULE(Cat, CatB) RULE(IndexSelect, IndexSelectB) RULE(Gather, GatherB) RULE(Scatter, ScatterB)
 RULE(ScatterAdd, ScatterAddB) RULE(IndexAdd, IndexAddB) RULE(Index, IndexB)

@@ -179,6 +179,7 @@ namespace {
 // The element-wise loss with PyTorch's gradients. Its logs are clamped at -100, so p = 0 or
 // 1 gives a finite loss; the gradient (p - y) / (p (1 - p)) has its denominator clamped at
 // 1e-12 likewise (composed from clamp(log(p)), the gradient at p = 0 would be 0 * inf = NaN).
+// The target's gradient is not clamped (below).
 struct BinaryCrossEntropy : autograd::Function<BinaryCrossEntropy> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor p, Tensor y) {
     ctx->save_for_backward({p, y});
@@ -189,9 +190,9 @@ struct BinaryCrossEntropy : autograd::Function<BinaryCrossEntropy> {
     const Tensor &p = saved[0], &y = saved[1];
     Tensor gp, gy;
     if (ctx->needs_input_grad(0)) gp = g[0] * (p - y) / clamp(p * (1.0 - p), 1e-12, std::nullopt);
-    if (ctx->needs_input_grad(1)) {
-      gy = g[0] * (clamp(log1p(-p), -100.0, std::nullopt) - clamp(log(p), -100.0, std::nullopt));
-    }
+    // The target's gradient is -logit(p), unclamped: +-inf at p = 0 and 1, as PyTorch's
+    // binary_cross_entropy_target_backward.
+    if (ctx->needs_input_grad(1)) gy = g[0] * -log(p / (1.0 - p));
     return {gp, gy};
   }
 };

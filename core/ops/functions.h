@@ -164,6 +164,8 @@ Tensor logsumexp(const Tensor& x, IntArray dims, bool keepdim = false);
 Tensor all(const Tensor& x, IntArray dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, IntArray dims = {}, bool keepdim = false);
 Tensor cumsum(const Tensor& x, int64_t dim);
+// The running product; integers (and bool) promote to int64, as cumsum.
+Tensor cumprod(const Tensor& x, int64_t dim);
 
 // ---- linear algebra ----
 Tensor mm(const Tensor& a, const Tensor& b);
@@ -226,7 +228,16 @@ Tensor masked_select(const Tensor& x, const Tensor& mask);
 Tensor nonzero(const Tensor& x);
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// The k largest (or smallest) along dim, always sorted; ties in input order (docs/conformance.md).
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// The k-th smallest (k from 1) along dim and its index; NaN counts as the largest.
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false);
+// The lower median of all elements (NaN if any is NaN; NaN for an empty tensor).
+Tensor median(const Tensor& x);
+// The lower median along dim and its index; a row holding NaN gives NaN and its first NaN's index.
+std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim = false);
+// Whether each element is +-inf (bool; integers never are).
+Tensor isinf(const Tensor& x);
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
 // ---- convolution windows (torch.nn.functional.unfold / fold) ----

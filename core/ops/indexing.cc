@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/autograd/function.h"
 #include "core/autograd/grad_mode.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
@@ -115,16 +116,103 @@ Scalar ExtremeOf(ScalarType t, bool lowest) {
 }
 }  // namespace
 
+namespace {
+Tensor ScatterReduceForward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                            const std::string& reduce, bool include_self);
+
+// A gradient of index's shape placed at the front of src's (src may be larger than index).
+Tensor PadToSource(const Tensor& g, const IntArray& src_sizes) {
+  if (g.sizes() == src_sizes) return g;
+  return dispatch1(OpId::StridedScatterAdd, {g.contiguous()},
+                   StridedScatterArgs{src_sizes, {g.sizes(), contiguous_strides(src_sizes), 0}});
+}
+
+// scatter_reduce's gradients, PyTorch's scatter_reduce_backward: sum passes the gradient;
+// mean divides it by each target's count; prod divides the result by the factor (a zero
+// factor's gradient is the product with that factor set to 1); amax/amin share it evenly
+// among the elements equal to the result. Without include_self the targets' own gradient is 0.
+struct ScatterReduceFn : autograd::Function<ScatterReduceFn> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x, int64_t dim, Tensor index, Tensor src,
+                        std::string reduce, bool include_self) {
+    Tensor out = ScatterReduceForward(x, dim, index, src, reduce, include_self);
+    ctx->save_for_backward({x, index, src, out.detach()});  // the output itself would keep its node alive
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["reduce"] = reduce;
+    ctx->saved_data["include_self"] = include_self;
+    return out;
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &self = saved[0], &index = saved[1], &src = saved[2];
+    const int64_t dim = std::get<int64_t>(ctx->saved_data["dim"]);
+    const std::string reduce = std::get<std::string>(ctx->saved_data["reduce"]);
+    const bool include_self = std::get<bool>(ctx->saved_data["include_self"]);
+    // Saved detached; recorded again where the backward itself is differentiated.
+    const Tensor result =
+        GradMode::is_enabled() ? ScatterReduceFn::apply(self, dim, index, src, reduce, include_self) : saved[3];
+    const Tensor& g = grads[0];
+    // The sources that take part: index's shape, at the front of src.
+    const Tensor src_used = src.sizes() == index.sizes() ? src : SliceLike(src, index);
+    Tensor grad_self, grad_src;
+    if (reduce == "sum") {
+      grad_self = g;
+      grad_src = gather(g, dim, index);
+    } else if (reduce == "mean") {
+      Tensor n = include_self ? ones_like(g) : zeros_like(g);
+      n = scatter_add(n, dim, index, ones_like(src_used));
+      n = masked_fill(n, n == 0, 1);
+      grad_self = g / n;
+      grad_src = gather(g, dim, index) / gather(n, dim, index);
+    } else if (reduce == "prod") {
+      const Tensor masked_self = masked_fill(self, self == 0, 1);
+      grad_self = g * ScatterReduceFn::apply(masked_self, dim, index, src, reduce, include_self) / masked_self;
+      const Tensor src_zero = src_used == 0;
+      const Tensor zeros_there =
+          gather(scatter_add(zeros_like(self), dim, index, src_zero.to(self.dtype())), dim, index);
+      const Tensor single_zero = logical_and(src_zero, zeros_there == 1);
+      const Tensor without_zero =
+          ScatterReduceFn::apply(self, dim, index, masked_fill(src_used, single_zero, 1), reduce, include_self);
+      grad_src = where(single_zero, gather(g * without_zero, dim, index),
+                       gather(g * result, dim, index) / masked_fill(src_used, src_zero, 1));
+    } else {  // amax, amin
+      const Tensor value = gather(result, dim, index);
+      const Tensor self_is = (self == result).to(g.dtype()), src_is = (src_used == value).to(g.dtype());
+      const Tensor shared = g / scatter_add(self_is, dim, index, src_is);
+      grad_self = self_is * shared;
+      grad_src = src_is * gather(shared, dim, index);
+    }
+    if (!include_self) {
+      const Tensor hit =
+          scatter(zeros(self.sizes(), TensorOptions(kBool).with_device(self.device())), dim, index, Scalar(true));
+      grad_self = masked_fill(grad_self, hit, 0);
+    }
+    return {grad_self, Tensor(), Tensor(), PadToSource(grad_src, src.sizes()), Tensor(), Tensor()};
+  }
+  // src's leading block of index's shape.
+  static Tensor SliceLike(const Tensor& src, const Tensor& index) {
+    Tensor t = src;
+    for (int64_t d = 0; d < index.dim(); ++d) t = t.narrow(d, 0, index.size(d));
+    return t;
+  }
+};
+}  // namespace
+
 Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                       bool include_self) {
   CheckIndex(index, "scatter_reduce");
-  ANVIL_CHECK(!GradMode::is_enabled() || !(x.requires_grad() || src.requires_grad()),
-              "scatter_reduce is not differentiable in Anvil yet (PyTorch's is); call it under NoGradGuard or on "
-              "detached tensors");
   ANVIL_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
               "scatter_reduce: reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
   ANVIL_CHECK_TYPE(src.dtype() == x.dtype(), "scatter_reduce(): Expected self.dtype to be equal to src.dtype, got ",
                    x.dtype(), " and ", src.dtype());
+  if (GradMode::is_enabled() && (x.requires_grad() || src.requires_grad())) {
+    return ScatterReduceFn::apply(x, dim, index, src, reduce, include_self);
+  }
+  return ScatterReduceForward(x, dim, index, src, reduce, include_self);
+}
+
+namespace {
+Tensor ScatterReduceForward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                            const std::string& reduce, bool include_self) {
   const TensorOptions opts = TensorOptions(x.dtype()).with_device(x.device());
   // Without include_self the elements that receive a source start from the reduction's
   // identity, so only the sources count there.
@@ -154,6 +242,7 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
   const Tensor count = scatter_add(start, dim, index, ones(index.sizes(), opts));
   return is_floating_point(x.dtype()) ? out / count : floor_divide(out, count);
 }
+}  // namespace
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce) {
   ANVIL_CHECK(reduce == "add" || reduce == "multiply", "scatter: reduce argument must be either add or multiply, got ",

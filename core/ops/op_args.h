@@ -114,8 +114,12 @@ struct Geometry {
 struct ViewFn {
   enum Kind : int8_t { Reshape, Permute, Expand, Narrow, Select, Slice, Diagonal, Unfold, Strided };
   Kind kind = Reshape;
-  IntArray sizes;             // Reshape/Expand/Strided: target sizes; Permute: the permutation
-  IntArray strides;           // Strided only
+  IntArray sizes;    // Reshape/Expand/Strided: target sizes; Permute: the permutation
+  IntArray strides;  // Strided only
+  // Strided only: the input's own strides where it was not contiguous. as_strided's sizes and
+  // strides address the storage, so its gradient maps through both geometries (empty: the
+  // input was contiguous).
+  IntArray source_strides;
   int64_t dim = 0, dim2 = 1;  // Narrow/Select/Slice/Unfold: dim; Diagonal: dim1, dim2
   int64_t start = 0;          // Narrow/Slice start, Select index, Diagonal offset, Strided offset
   int64_t length = 0;         // Narrow/Slice length, Unfold size

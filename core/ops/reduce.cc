@@ -177,6 +177,7 @@ Tensor any(const Tensor& x, IntArray dims, bool keepdim) {
   return dispatch1(OpId::Any, {x}, ReduceAttrs(std::move(dims), keepdim));
 }
 Tensor cumsum(const Tensor& x, int64_t dim) { return dispatch1(OpId::CumSum, {IntToLong(x)}, DimArgs{dim}); }
+Tensor cumprod(const Tensor& x, int64_t dim) { return dispatch1(OpId::CumProd, {IntToLong(x)}, DimArgs{dim}); }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
@@ -192,6 +193,74 @@ std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
   return {r[0], r[1]};
 }
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) { return std::get<1>(sort(x, dim, descending)); }
+// kthvalue and median select from a stable sort: NaN sorts last and equal values keep their
+// input order, so ties give the first index in input order and a row's NaNs come in their
+// order (PyTorch's CPU quickselect gives another tie's index: docs/conformance.md). The
+// gradient reaches the selected element through the sort's backward.
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "\"kthvalue_cpu\" not implemented for 'Bool'");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "kthvalue");
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  ANVIL_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ", d, " (k = ", k,
+              ", the dimension has ", n, " elements)");
+  if (x.dim() == 0) return {x.clone(), zeros({}, TensorOptions(kInt64).with_device(x.device()))};
+  auto [v, i] = sort(x, d);
+  Tensor values = v.narrow(d, k - 1, 1), indices = i.narrow(d, k - 1, 1);
+  if (!keepdim) return {values.squeeze(d), indices.squeeze(d)};
+  return {values, indices};
+}
+
+namespace {
+// The lower median's place in each sorted row: (n - 1) / 2, or the row's first NaN (NaN
+// propagates: PyTorch returns it and its index).
+Tensor MedianPlace(const Tensor& x, int64_t d) {
+  const int64_t n = x.size(d);
+  const Tensor nans = sum(x != x, {d}, true);
+  return where(nans > 0, n - nans, full_like(nans, (n - 1) / 2));
+}
+
+// median() of all elements: the gradient is shared evenly among the elements equal to the
+// median (all NaNs where it is NaN), PyTorch's evenly_distribute_backward.
+struct MedianAll : autograd::Function<MedianAll> {
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor x) {
+    Tensor flat = x.reshape({-1});
+    Tensor value = flat.numel() == 0 ? full({}, NAN, TensorOptions(x.dtype()).with_device(x.device()))
+                                     : gather(std::get<0>(sort(flat, 0)), 0, MedianPlace(flat, 0)).reshape({});
+    ctx->save_for_backward({x, value.detach()});  // the output itself would keep its node alive
+    return value;
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor& x = saved[0];
+    const Tensor& value = saved[1];
+    const Tensor mask = ((value != value).item<bool>() ? isnan(x) : x == value).to(g[0].dtype());
+    return {mask * (g[0] / sum(mask))};
+  }
+};
+}  // namespace
+
+Tensor median(const Tensor& x) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "\"median_cpu\" not implemented for 'Bool'");
+  return MedianAll::apply(x);
+}
+
+std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "\"median_cpu\" not implemented for 'Bool'");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "median");
+  if (x.dim() == 0) return {x.clone(), zeros({}, TensorOptions(kInt64).with_device(x.device()))};
+  ANVIL_CHECK_INDEX(x.size(d) > 0, "median(): Expected reduction dim ", d, " to have non-zero size.");
+  auto [v, i] = sort(x, d);
+  const Tensor place = MedianPlace(x, d);
+  Tensor values = gather(v, d, place), indices = gather(i, d, place);
+  if (!keepdim) return {values.squeeze(d), indices.squeeze(d)};
+  return {values, indices};
+}
+
+Tensor isinf(const Tensor& x) {
+  if (!x.is_floating_point()) return zeros(x.sizes(), TensorOptions(kBool).with_device(x.device()));
+  return abs(x) == INFINITY;
+}
+
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "topk");
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);

@@ -412,15 +412,38 @@ Tensor Tensor::as_strided(IntArray sizes_, IntArray strides_, std::optional<int6
   ANVIL_CHECK_INDEX(max_index < capacity, "as_strided: setStorage: sizes ", shape_str(sizes_), ", strides ",
                     shape_str(strides_), ", storage offset ", off, " require a storage of ", max_index + 1,
                     " elements, but it has only ", capacity);
-  ANVIL_CHECK(!requires_grad() || is_contiguous(),
-              "as_strided on a non-contiguous tensor that requires grad is not supported: its "
-              "gradient layout would be ambiguous. Call contiguous() first.");
   ViewFn fn;
   fn.kind = ViewFn::Strided;
   fn.sizes = std::move(sizes_);
   fn.strides = std::move(strides_);
+  if (!is_contiguous()) fn.source_strides = strides();
   fn.start = off - storage_offset();
   return make_view(OpId::AsStrided, *this, fn);
+}
+
+// Each dim i of the (left-padded) input becomes [repeats[i], size[i]] by an expand, then one
+// reshape copies: the backward is the expand's sum, as PyTorch's repeat_backward.
+Tensor Tensor::repeat(IntArray repeats) const {
+  ANVIL_CHECK(static_cast<int64_t>(repeats.size()) >= dim(),
+              "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor (got ",
+              repeats.size(), " repeat dims for a tensor of ", dim(), " dims)");
+  const size_t pad = repeats.size() - static_cast<size_t>(dim());
+  IntArray padded(pad, 1), paired, expanded, result;
+  padded.insert(padded.end(), sizes().begin(), sizes().end());
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    ANVIL_CHECK(repeats[i] >= 0, "Trying to create tensor with negative dimension ", repeats[i], ": ",
+                shape_str(repeats));
+    paired.insert(paired.end(), {1, padded[i]});
+    expanded.insert(expanded.end(), {repeats[i], padded[i]});
+    result.push_back(repeats[i] * padded[i]);
+  }
+  Tensor out = reshape(paired).expand(expanded).reshape(result);
+  return out.is_alias_of(*this) ? out.clone() : out;  // a copy even where every repeat is 1
+}
+
+Tensor Tensor::tile(IntArray repeats) const {
+  if (static_cast<int64_t>(repeats.size()) < dim()) repeats.insert(repeats.begin(), dim() - repeats.size(), 1);
+  return repeat(std::move(repeats));
 }
 
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const { return anvil::split(*this, split_size, d); }

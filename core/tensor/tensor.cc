@@ -359,6 +359,18 @@ Tensor Tensor::logsumexp(IntArray d, bool k) const { return anvil::logsumexp(*th
 Tensor Tensor::all() const { return anvil::all(*this); }
 Tensor Tensor::any() const { return anvil::any(*this); }
 Tensor Tensor::cumsum(int64_t d) const { return anvil::cumsum(*this, d); }
+Tensor Tensor::cumprod(int64_t d) const { return anvil::cumprod(*this, d); }
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t d, bool descending) const { return anvil::sort(*this, d, descending); }
+Tensor Tensor::argsort(int64_t d, bool descending) const { return anvil::argsort(*this, d, descending); }
+std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest, bool sorted) const {
+  return anvil::topk(*this, k, d, largest, sorted);
+}
+std::tuple<Tensor, Tensor> Tensor::kthvalue(int64_t k, int64_t d, bool keepdim) const {
+  return anvil::kthvalue(*this, k, d, keepdim);
+}
+Tensor Tensor::median() const { return anvil::median(*this); }
+std::tuple<Tensor, Tensor> Tensor::median(int64_t d, bool keepdim) const { return anvil::median(*this, d, keepdim); }
+Tensor Tensor::isinf() const { return anvil::isinf(*this); }
 Tensor Tensor::matmul(const Tensor& o) const { return anvil::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return anvil::mm(*this, o); }
 Tensor Tensor::softmax(int64_t d) const { return anvil::softmax(*this, d); }

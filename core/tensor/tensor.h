@@ -118,6 +118,10 @@ class Tensor {
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   std::vector<Tensor> unbind(int64_t dim = 0) const;
+  // Copies, not views: the tensor tiled `repeats` times along each dim (repeats may have more
+  // dims than the tensor: leading ones are added); tile pads short `repeats` with ones.
+  Tensor repeat(IntArray repeats) const;
+  Tensor tile(IntArray repeats) const;
 
   // ---- copies and conversions ----
   Tensor contiguous() const;
@@ -235,6 +239,14 @@ class Tensor {
   Tensor all() const;
   Tensor any() const;
   Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  std::tuple<Tensor, Tensor> kthvalue(int64_t k, int64_t dim = -1, bool keepdim = false) const;
+  Tensor median() const;
+  std::tuple<Tensor, Tensor> median(int64_t dim, bool keepdim = false) const;
+  Tensor isinf() const;
   Tensor matmul(const Tensor& o) const;
   Tensor mm(const Tensor& o) const;
   Tensor softmax(int64_t dim) const;

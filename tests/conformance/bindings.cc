@@ -183,6 +183,16 @@ Result Reduce(const Case& c, const std::vector<Tensor>& in) {
   if (op == "max_all") return One(max(x));
   if (op == "min_all") return One(min(x));
   if (op == "cumsum") return One(cumsum(x, dims[0]));
+  if (op == "cumprod") return One(cumprod(x, dims[0]));
+  if (op == "kthvalue") {
+    auto [v, i] = kthvalue(x, a.at("k").get<int64_t>(), dims[0], keep);
+    return Result{{v, i}, {}};
+  }
+  if (op == "median_dim") {
+    auto [v, i] = median(x, dims[0], keep);
+    return Result{{v, i}, {}};
+  }
+  if (op == "median_all") return One(median(x));
   NoBinding("the reduction " + op);
 }
 
@@ -793,6 +803,29 @@ std::map<std::string, Binding> Make() {
   b["topk"] = [](const Case& c, const std::vector<Tensor>& in) {
     auto [v, i] = topk(in[0], c.attrs().at("k").get<int64_t>(), -1, c.attrs().at("largest").get<bool>());
     return Result{{v, i}, {}};
+  };
+  // Selections over ties: the values, and the input at the returned indices (PyTorch's CPU
+  // kernels order tied indices their own way; docs/conformance.md).
+  b["ties"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const std::string op = c.attrs().at("op").get<std::string>();
+    const Tensor& x = in[0];
+    std::tuple<Tensor, Tensor> r;
+    if (op == "topk")
+      r = topk(x, 3);
+    else if (op == "topk_smallest")
+      r = topk(x, 2, -1, false);
+    else if (op == "kthvalue")
+      r = kthvalue(x, 2, 1);
+    else if (op == "median")
+      r = median(x, 1);
+    else
+      NoBinding("the selection " + op);
+    auto [v, i] = r;
+    return Result{{v, gather(x, 1, i.reshape({x.size(0), -1})).reshape(i.sizes())}, {}};
+  };
+  b["repeat"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const IntArray reps = Dims(c.attrs().at("repeats"));
+    return One(c.attrs().at("tile").get<bool>() ? in[0].tile(reps) : in[0].repeat(reps));
   };
   b["one_hot"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(one_hot(in[0], c.attrs().at("classes").get<int64_t>()));

@@ -21,9 +21,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses", "nn",
-                               "optim",         "sched",       "indexing",   "views",  "factories",
-                               "float_classes", "corners",     "additions"};
+const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",   "nn",
+                               "optim",         "sched",       "indexing",   "views",    "factories",
+                               "float_classes", "corners",     "additions",  "selection"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.
@@ -39,20 +39,11 @@ const std::map<std::string, std::string>& AnvilRaises() {
 // Cases where Anvil's values differ from PyTorch's on purpose (docs/pitfalls.md), and cases
 // that still fail, with why. Each must still differ (a fixed one must leave the list), so the
 // list is always the truth about what the suite does not pass.
-constexpr const char* kProdInf =
-    "gap: prod's gradient with an inf and a zero in the input: PyTorch multiplies the other elements "
-    "(0 * inf = NaN where Anvil gives 0, and finite where Anvil divides inf by inf)";
-
 const std::map<std::string, std::string>& KnownGaps() {
   static const std::map<std::string, std::string> m = {
       {"elementwise/gelu.special",
        "deliberate: gelu(inf) is inf in Anvil (the limit of x * Phi(x)); PyTorch 2.x's vectorised CPU kernel gives "
        "NaN"},
-      {"reductions/prod.inf.dNone.k0", kProdInf},
-      {"reductions/prod.inf.d[0].k0", kProdInf},
-      {"reductions/prod.inf.d[0].k1", kProdInf},
-      {"reductions/prod.inf.d[1].k0", kProdInf},
-      {"reductions/prod.inf.d[1].k1", kProdInf},
   };
   return m;
 }

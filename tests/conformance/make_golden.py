@@ -1078,6 +1078,34 @@ def indexing(s):
 
 
 # ---------------------------------------------------------------- views
+def apply_view_chain(t, chain):
+    """Applies a chain of view steps ([op, args...]), as the view_chain binding does."""
+    for step in chain:
+        op, args = step[0], step[1:]
+        if op == "slice":
+            d, a, b, st = args
+            t = t[(slice(None),) * d + (slice(a, b, st),)]
+        elif op == "split":
+            size, d, k = args
+            t = torch.split(t, size, d)[k]
+        elif op == "chunk":
+            n, d, k = args
+            t = torch.chunk(t, n, d)[k]
+        elif op == "as_strided":
+            t = t.as_strided(*args)
+        elif op == "expand":
+            t = t.expand(*args[0])
+        elif op in ("view", "reshape"):
+            t = getattr(t, op)(*args[0])
+        elif op == "permute":
+            t = t.permute(*args[0])
+        elif op == "unflatten":
+            t = t.unflatten(args[0], args[1])
+        else:
+            t = getattr(t, op)(*args)
+    return t
+
+
 def views(s):
     x = s.randn(3, 4)
     chains = [
@@ -1091,31 +1119,7 @@ def views(s):
         ("unflatten", [["unflatten", 1, [2, 2]]]),
     ]
 
-    def apply(t, chain):
-        for step in chain:
-            op, args = step[0], step[1:]
-            if op == "slice":
-                d, a, b, st = args
-                t = t[(slice(None),) * d + (slice(a, b, st),)]
-            elif op == "split":
-                size, d, k = args
-                t = torch.split(t, size, d)[k]
-            elif op == "chunk":
-                n, d, k = args
-                t = torch.chunk(t, n, d)[k]
-            elif op == "as_strided":
-                t = t.as_strided(*args)
-            elif op == "expand":
-                t = t.expand(*args[0])
-            elif op in ("view", "reshape"):
-                t = getattr(t, op)(*args[0])
-            elif op == "permute":
-                t = t.permute(*args[0])
-            elif op == "unflatten":
-                t = t.unflatten(args[0], args[1])
-            else:
-                t = getattr(t, op)(*args)
-        return t
+    apply = apply_view_chain
 
     for name, chain in chains:
         s.case("views", f"view.{name}", f"x.{chain}", "view_chain", {"chain": chain}, [x],
@@ -1133,6 +1137,148 @@ def views(s):
            lambda base: apply(base.clone(), [["unsqueeze", 0], ["expand", [2, 3, 4]]]).mul_(2.0))
     s.case("views", "view.noncontiguous_raises", "x.t().view(12)", "view_chain", {"chain": [["t"], ["view", [12]]]},
            [x], lambda t: t.t().view(12))
+
+
+# ---------------------------------------------------------------- selection and scans, round two
+def selection(s):
+    """cumprod, kthvalue, median, repeat/tile, topk and kthvalue over ties (values, and indices
+    that point at equal values: PyTorch's CPU quickselect orders ties its own way), as_strided of
+    a non-contiguous view, and the gradients the first round left open: prod over inf and 0,
+    scatter_reduce, binary cross-entropy's target."""
+    G = "selection"
+    inputs = {
+        "random": s.randn(3, 5),
+        "nan": torch.tensor([[1.0, math.nan, 3.0, 0.5, 2.0], [2.0, -1.0, 4.0, -3.0, 0.0],
+                             [math.nan, 1.0, math.nan, 3.0, -2.0]]),
+        "inf": torch.tensor([[1.0, math.inf, 3.0, 0.5, -2.0], [-math.inf, -1.0, 4.0, -3.0, 7.0],
+                             [0.0, 1.0, 2.0, 3.0, math.inf]]),
+        "zeros": torch.tensor([[2.0, 0.0, 3.0, 1.0, -1.5], [0.0, 0.0, 3.0, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0, 0.0]]),
+        "even": s.randn(3, 4),
+    }
+    for iname, x in inputs.items():
+        for dim in [1, 0, -1]:
+            s.case(G, f"cumprod.{iname}.d{dim}", f"torch.cumprod(x[{iname}], {dim})", "reduce",
+                   {"op": "cumprod", "dim": [dim]}, [x], lambda t, d=dim: torch.cumprod(t, d), grad=(0,))
+            if iname == "zeros":
+                continue  # tied zeros: the ties cases below
+            for keep in [False, True]:
+                s.case(G, f"median.{iname}.d{dim}.k{int(keep)}", f"torch.median(x[{iname}], {dim}, keepdim={keep})",
+                       "reduce", {"op": "median_dim", "dim": [dim], "keepdim": keep}, [x],
+                       lambda t, d=dim, k=keep: tuple(torch.median(t, d, keepdim=k)), grad=(0,))
+                n = x.shape[dim]
+                for k in sorted({1, (n + 1) // 2, n}):
+                    s.case(G, f"kthvalue.{iname}.k{k}.d{dim}.k{int(keep)}",
+                           f"torch.kthvalue(x[{iname}], {k}, {dim}, keepdim={keep})", "reduce",
+                           {"op": "kthvalue", "k": k, "dim": [dim], "keepdim": keep}, [x],
+                           lambda t, k=k, d=dim, kd=keep: tuple(torch.kthvalue(t, k, d, keepdim=kd)), grad=(0,))
+        s.case(G, f"median_all.{iname}", f"torch.median(x[{iname}])", "reduce", {"op": "median_all", "dim": None},
+               [x], lambda t: torch.median(t), grad=(0,))
+    # median() shares the gradient among the elements equal to it; a tie of three.
+    s.case(G, "median_all.ties", "torch.median([2, 1, 2, 3, 2])", "reduce", {"op": "median_all", "dim": None},
+           [torch.tensor([2.0, 1.0, 2.0, 3.0, 2.0])], lambda t: torch.median(t), grad=(0,))
+    s.case(G, "median_all.empty", "torch.median(empty)", "reduce", {"op": "median_all", "dim": None},
+           [torch.zeros(0)], lambda t: torch.median(t))
+    s.case(G, "median.empty_dim_raises", "torch.median(zeros(0, 3), 0)", "reduce",
+           {"op": "median_dim", "dim": [0], "keepdim": False}, [torch.zeros(0, 3)], lambda t: tuple(torch.median(t, 0)))
+    s.case(G, "median.scalar", "torch.median(tensor(2.5), 0)", "reduce", {"op": "median_dim", "dim": [0],
+           "keepdim": False}, [torch.tensor(2.5)], lambda t: tuple(torch.median(t, 0)), grad=(0,))
+    for dt in [I64, I32, U8]:
+        x = s.randint(0, 50, (3, 5)).to(dt)
+        s.case(G, f"median.{dtype_name(dt)}", f"torch.median({dtype_name(dt)} x, 1)", "reduce",
+               {"op": "median_dim", "dim": [1], "keepdim": False}, [x], lambda t: tuple(torch.median(t, 1)))
+        s.case(G, f"kthvalue.{dtype_name(dt)}", f"torch.kthvalue({dtype_name(dt)} x, 2, 1)", "reduce",
+               {"op": "kthvalue", "k": 2, "dim": [1], "keepdim": False}, [x], lambda t: tuple(torch.kthvalue(t, 2, 1)))
+        s.case(G, f"cumprod.{dtype_name(dt)}", f"torch.cumprod({dtype_name(dt)} x, 1)", "reduce",
+               {"op": "cumprod", "dim": [1]}, [s.randint(0, 4, (3, 5)).to(dt)], lambda t: torch.cumprod(t, 1))
+    s.case(G, "cumprod.bool", "torch.cumprod(bool x, 0)", "reduce", {"op": "cumprod", "dim": [0]},
+           [torch.tensor([True, True, False, True])], lambda t: torch.cumprod(t, 0))
+    s.case(G, "cumprod.scalar", "torch.cumprod(tensor(1.5), 0)", "reduce", {"op": "cumprod", "dim": [0]},
+           [torch.tensor(1.5)], lambda t: torch.cumprod(t, 0), grad=(0,))
+    s.case(G, "cumprod.empty", "torch.cumprod(zeros(0, 3), 0)", "reduce", {"op": "cumprod", "dim": [0]},
+           [torch.zeros(0, 3)], lambda t: torch.cumprod(t, 0), grad=(0,))
+    for dt in [F16, BF16, F64]:
+        s.case(G, f"cumprod.{dtype_name(dt)}", f"torch.cumprod({dtype_name(dt)} x, 1)", "reduce",
+               {"op": "cumprod", "dim": [1]}, [(s.rand(3, 6) + 0.5).to(dt)], lambda t: torch.cumprod(t, 1), grad=(0,),
+               rtol=1e-2 if dt in (F16, BF16) else 1e-12, atol=1e-3 if dt in (F16, BF16) else 1e-14)
+    for name, k in [("k0", 0), ("k_past", 6)]:
+        s.case(G, f"kthvalue.{name}_raises", f"torch.kthvalue(x [3, 5], {k}, 1)", "reduce",
+               {"op": "kthvalue", "k": k, "dim": [1], "keepdim": False}, [inputs["random"]],
+               lambda t, k=k: tuple(torch.kthvalue(t, k, 1)))
+    s.case(G, "median.bool_raises", "torch.median(bool x)", "reduce", {"op": "median_all", "dim": None},
+           [torch.tensor([True, False])], lambda t: torch.median(t))
+    # Ties: values, and the input at the returned indices (which must hold those values).
+    ties = torch.tensor([[2.0, 2.0, 1.0, 2.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0], [0.0, 3.0, 3.0, -1.0, 3.0]])
+    for op, call, run in [
+            ("topk", "torch.topk(x, 3)", lambda t: torch.topk(t, 3)),
+            ("topk_smallest", "torch.topk(x, 2, largest=False)", lambda t: torch.topk(t, 2, largest=False)),
+            ("kthvalue", "torch.kthvalue(x, 2, 1)", lambda t: torch.kthvalue(t, 2, 1)),
+            ("median", "torch.median(x, 1)", lambda t: torch.median(t, 1))]:
+        def picked(t, run=run):
+            v, i = run(t)
+            return v, torch.gather(t, 1, i.reshape(3, -1)).reshape(i.shape)
+        s.case(G, f"ties.{op}", f"{call} over ties: values and x.gather(indices)", "ties", {"op": op}, [ties], picked)
+    # repeat and tile.
+    for name, shape, reps in [("vec", [3], [2]), ("vec_pad", [3], [2, 2]), ("mat", [2, 3], [2, 1]),
+                              ("mat_pad", [2, 3], [1, 2, 3]), ("zero", [2, 3], [0, 2]), ("ones", [2, 3], [1, 1]),
+                              ("scalar", [], [3, 2])]:
+        x = s.randn(*shape)
+        s.case(G, f"repeat.{name}", f"x{shape}.repeat({reps})", "repeat", {"repeats": reps, "tile": False}, [x],
+               lambda t, r=reps: t.repeat(*r), grad=(0,))
+    s.case(G, "repeat.short_raises", "x[2, 3].repeat(2)", "repeat", {"repeats": [2], "tile": False}, [s.randn(2, 3)],
+           lambda t: t.repeat(2))
+    s.case(G, "repeat.negative_raises", "x[3].repeat(2, -1)", "repeat", {"repeats": [2, -1], "tile": False},
+           [s.randn(3)], lambda t: t.repeat(2, -1))
+    for name, shape, reps in [("short", [2, 3], [2]), ("long", [3], [2, 2]), ("same", [2, 3], [2, 3])]:
+        x = s.randn(*shape)
+        s.case(G, f"tile.{name}", f"x{shape}.tile({reps})", "repeat", {"repeats": reps, "tile": True}, [x],
+               lambda t, r=reps: t.tile(r), grad=(0,))
+    s.case(G, "repeat.int64", "int64 x.repeat(2, 2)", "repeat", {"repeats": [2, 2], "tile": False},
+           [s.randint(0, 9, (2, 2))], lambda t: t.repeat(2, 2))
+    # as_strided of a non-contiguous view: sizes and strides address the storage.
+    x = s.randn(3, 4)
+    for name, chain in [("t_as_strided", [["t"], ["as_strided", [2, 2], [1, 4], 1]]),
+                        ("t_overlap", [["t"], ["as_strided", [3, 3], [1, 1], 0]]),
+                        ("narrow_before", [["narrow", 0, 1, 2], ["as_strided", [2, 3], [4, 1], 0]]),
+                        ("expand_as_strided", [["narrow", 0, 0, 1], ["expand", [3, 4]], ["as_strided", [2, 2], [1, 1], 0]]),
+                        ("slice_as_strided", [["slice", 1, 0, 4, 2], ["as_strided", [3], [4], 1]])]:
+        s.case(G, f"as_strided.{name}", f"x.{chain}", "view_chain", {"chain": chain}, [x],
+               lambda t, c=chain: apply_view_chain(t, c).contiguous() * 1.0, grad=(0,))
+    # prod over a slice holding both inf and 0 (the product is NaN; each gradient the product of
+    # the others), and with a single zero next to inf.
+    for name, v in [("inf_zero", [math.inf, 0.0, 2.0]), ("inf_zero_zero", [math.inf, 0.0, 0.0, 3.0]),
+                    ("ninf_zero", [-math.inf, 2.0, 0.0]), ("inf_only", [math.inf, 2.0, -1.0])]:
+        s.case(G, f"prod.{name}", f"torch.prod({v})", "reduce", {"op": "prod", "dim": None, "keepdim": False},
+               [torch.tensor(v)], lambda t: torch.prod(t), grad=(0,))
+        s.case(G, f"prod_dim.{name}", f"torch.prod([{v}, reversed], 1)", "reduce",
+               {"op": "prod", "dim": [1], "keepdim": False}, [torch.tensor([v, v[::-1]])],
+               lambda t: torch.prod(t, 1), grad=(0,))
+    # scatter_reduce's gradients for every reduction, with and without self, zeros for prod and
+    # ties for amax/amin.
+    ind = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 1], [0, 0, 2, 2]])
+    base = s.randn(3, 4)
+    src = s.randn(3, 4)
+    tied_src = src.clone()
+    tied_src[2, 0] = tied_src[0, 0]
+    zero_src = src.clone()
+    zero_src[0, 1] = 0.0
+    zero_base = base.clone()
+    zero_base[1, 1] = 0.0
+    for red in ["sum", "prod", "mean", "amax", "amin"]:
+        for incl in [True, False]:
+            for sname, a, v in [("rand", base, src), ("ties", base, tied_src), ("zeros", zero_base, zero_src)]:
+                s.case(G, f"scatter_reduce.{red}.self{int(incl)}.{sname}",
+                       f"torch.scatter_reduce(x, 0, idx, src[{sname}], '{red}', include_self={incl})",
+                       "scatter_reduce", {"dim": 0, "reduce": red, "include_self": incl}, [a, ind, v],
+                       lambda a, i, v, red=red, incl=incl: torch.scatter_reduce(a, 0, i, v, red, include_self=incl),
+                       grad=(0, 2))
+    # binary cross-entropy's gradient with respect to the target, at p in {0, 1}: the logs
+    # clamped at -100.
+    p = torch.tensor([0.0, 1.0, 0.5, 0.2, 1.0, 0.0, 0.999])
+    y = torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.3])
+    for red in ["none", "mean", "sum"]:
+        s.case(G, f"bce.target_grad.{red}", f"F.binary_cross_entropy(p, y, reduction='{red}'), d/dy too", "bce",
+               {"reduction": red}, [p, y], lambda a, b, red=red: F.binary_cross_entropy(a, b, reduction=red),
+               grad=(0, 1))
 
 
 # ---------------------------------------------------------------- factories
@@ -1191,7 +1337,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions):
+                  factories, float_classes, corners, additions, selection):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)

@@ -111,6 +111,57 @@ TEST(GradcheckTable, RandomBroadcastShapes) {
   EXPECT_EQ(checked, 48);
 }
 
+// Ops composed outside the table (selections over the sort row, repeat over expand, and
+// scatter_reduce's own backward): first and second derivatives against finite differences.
+TEST(Gradcheck, CompositeSelectionsAndScatterReduce) {
+  const Tensor idx = tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 0, 0, 2, 2}).reshape({3, 4});
+  const std::vector<std::pair<std::string, TensorFn>> cases = {
+      {"kthvalue", [](const std::vector<Tensor>& x) { return std::vector<Tensor>{std::get<0>(kthvalue(x[0], 2, 1))}; }},
+      {"median_dim", [](const std::vector<Tensor>& x) { return std::vector<Tensor>{std::get<0>(median(x[0], 0))}; }},
+      {"median_all", [](const std::vector<Tensor>& x) { return std::vector<Tensor>{median(x[0])}; }},
+      {"repeat",
+       [](const std::vector<Tensor>& x) {
+         return std::vector<Tensor>{x[0].repeat({2, 1, 2}) * 1.5};
+       }},
+      {"tile", [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].t().tile({2})}; }},
+      {"as_strided_of_transpose",
+       [](const std::vector<Tensor>& x) {
+         return std::vector<Tensor>{x[0].t().as_strided({2, 3}, {1, 2}, 1) * 2};
+       }},
+  };
+  for (const auto& [name, f] : cases) {
+    SCOPED_TRACE(name);
+    Tensor x = randn({3, 4}, kFloat64).requires_grad_();
+    try {
+      auto r = gradcheck(f, {x});
+      EXPECT_TRUE(r.ok) << r.message;
+      r = gradgradcheck(f, {x});
+      EXPECT_TRUE(r.ok) << r.message;
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  for (const std::string reduce : {"sum", "prod", "mean", "amax", "amin"}) {
+    for (bool include_self : {true, false}) {
+      SCOPED_TRACE(reduce + (include_self ? " with self" : " without self"));
+      TensorFn f = [&](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{scatter_reduce(x[0], 0, idx, x[1], reduce, include_self)};
+      };
+      Tensor self = randn({3, 4}, kFloat64).requires_grad_(), src = randn({3, 4}, kFloat64).requires_grad_();
+      try {
+        auto r = gradcheck(f, {self, src});
+        EXPECT_TRUE(r.ok) << r.message;
+        if (reduce != "amax" && reduce != "amin") {  // piecewise linear: the second derivative is 0 a.e.
+          r = gradgradcheck(f, {self, src});
+          EXPECT_TRUE(r.ok) << r.message;
+        }
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+      }
+    }
+  }
+}
+
 TEST(Gradcheck, RefusesFloat32WithAnExplanation) {
   Tensor x = randn({3}).requires_grad_();
   try {

@@ -130,6 +130,15 @@ OpSamples MakeOpSamples() {
   push(OpId::Norm, "norm3", {Leaf({6})}, L([](auto& x) { return norm(x[0], 3); }));
   push(OpId::LogSumExp, "logsumexp", {LeafT({3, 4})}, L([](auto& x) { return logsumexp(x[0], {1}); }));
   push(OpId::CumSum, "cumsum", {Leaf({3, 4})}, L([](auto& x) { return cumsum(x[0], 1); }));
+  push(OpId::CumProd, "cumprod_dim1", {Leaf({3, 4})}, L([](auto& x) { return cumprod(x[0], 1); }));
+  // Columns with two zeros, one zero and none (the first-zero branch of the backward), scanned
+  // through a transposed view.
+  push(OpId::CumProd, "cumprod_zeros_noncontig",
+       {(randn({5, 3}, kFloat64) *
+         tensor(std::vector<double>{1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 1}).reshape({5, 3}))
+            .detach()
+            .requires_grad_()},
+       L([](auto& x) { return x[0].t().cumprod(1); }));
   push(OpId::LogCumSumExp, "logcumsumexp_dim1", {Leaf({3, 4})}, L([](auto& x) { return logcumsumexp(x[0], 1); }));
   push(OpId::LogCumSumExp, "logcumsumexp_dim0_noncontig", {LeafT({4, 3})},
        L([](auto& x) { return x[0].logcumsumexp(0); }));

@@ -342,6 +342,33 @@ void CumSumKernel(const KernelCall& c) {
   CopyInto(c.outputs[0], result.reshape(c.outputs[0].sizes()));
 }
 
+// The running product in PyTorch's CPU accumulation type (double for float32 and float64,
+// float for the 16-bit floats, int64 for the integers the wrapper promoted).
+void CumProdKernel(const KernelCall& c) {
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumprod");
+  Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
+  Tensor xm = x.movedim(d, -1).contiguous();
+  Tensor tmp = empty_like(xm);
+  const int64_t len = xm.dim() == 0 ? 1 : xm.size(-1);
+  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
+  ANVIL_DISPATCH_NUMERIC(xm.dtype(), "cumprod", [&] {
+    using M = opmath_t<scalar_t>;
+    using Acc = std::conditional_t<std::is_same_v<M, float> && std::is_same_v<scalar_t, float>, double, M>;
+    const scalar_t* in = xm.data_ptr<scalar_t>();
+    scalar_t* out = tmp.data_ptr<scalar_t>();
+    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        Acc acc = 1;
+        for (int64_t i = 0; i < len; ++i) {
+          acc *= Acc(M(in[r * len + i]));
+          out[r * len + i] = scalar_t(M(acc));
+        }
+      }
+    });
+  });
+  CopyInto(c.outputs[0], tmp.movedim(-1, d).reshape(c.outputs[0].sizes()));
+}
+
 // A running fn::LogAddExp along the dim, from -inf (the empty sum's log), in opmath_t.
 void LogCumSumExpKernel(const KernelCall& c) {
   const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "logcumsumexp");

@@ -474,7 +474,7 @@ void ArgReduceKernel(const KernelCall& c) {
   });
 }
 
-// ---- cumsum, logcumsumexp: one scan, two operators ----
+// ---- cumsum, logcumsumexp, cumprod: one scan, three operators ----
 // Floating types scan in double for cumsum (integers in their own type, wrapping like the
 // CPU's) and in opmath_t for logcumsumexp, whose log-add-exp step keeps the running value
 // near the elements' scale.
@@ -491,6 +491,13 @@ struct LogAddExpScan {
   using Acc = opmath_t<T>;
   __device__ static Acc identity() { return -std::numeric_limits<Acc>::infinity(); }
   __device__ static Acc combine(Acc a, Acc b) { return fn::LogAddExp(a, b); }
+};
+
+template <typename T>
+struct ProdScan {
+  using Acc = SumAcc<T>;
+  __device__ static Acc identity() { return Acc(1); }
+  __device__ static Acc combine(Acc a, Acc b) { return a * b; }
 };
 
 constexpr int kScanItems = 4;  // consecutive elements per thread per tile
@@ -597,6 +604,7 @@ void ScanKernel(const KernelCall& c, const char* name) {
 
 void CumSumKernel(const KernelCall& c) { ScanKernel<SumScan, false>(c, "cumsum"); }
 void LogCumSumExpKernel(const KernelCall& c) { ScanKernel<LogAddExpScan, true>(c, "logcumsumexp"); }
+void CumProdKernel(const KernelCall& c) { ScanKernel<ProdScan, false>(c, "cumprod"); }
 
 }  // namespace
 
