@@ -22,6 +22,7 @@ Tensor unary_op(OpId op, const Tensor& x, const OpAttrs& a) {
   if (op_info(op).infer == InferFamily::UnaryFloat && !x.is_floating_point()) {
     return dispatch1(op, {x.to(default_dtype())}, a);
   }
+  if (op == OpId::Sign && x.dtype() == kBool) return x.clone();  // sign of a bool is itself
   ANVIL_CHECK_TYPE(!(x.dtype() == kBool && op_info(op).infer == InferFamily::UnaryKeep), op_name(op),
                    ": not supported for bool tensors");
   return dispatch1(op, {x}, a);
@@ -52,6 +53,9 @@ Tensor Binary(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& at = Att
   ANVIL_CHECK_TYPE(!(rt == kBool && op == OpId::Sub),
                    "Subtraction, the `-` operator, with two "
                    "bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+  ANVIL_CHECK_TYPE(!(op == OpId::Sub && (a.dtype() == kBool || b.dtype() == kBool)),
+                   "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
+                   "a mask, use the `~` or `logical_not()` operator instead.");
   return dispatch1(op, {a.dtype() == rt ? a : a.to(rt), b.dtype() == rt ? b : b.to(rt)}, at);
 }
 
@@ -130,7 +134,10 @@ Tensor pow(const Tensor& x, Scalar e) {
   if (!e.is_floating_point() && x.is_floating_point() == false) {
     ANVIL_CHECK(e.to_int() >= 0, "Integers to negative integer powers are not allowed.");
   }
-  Tensor base = (e.is_floating_point() && !x.is_floating_point()) ? x.to(default_dtype()) : x;
+  // A bool base promotes with the exponent: an integer power is int64, a float one float.
+  Tensor base = (e.is_floating_point() && !x.is_floating_point()) ? x.to(default_dtype())
+                : x.dtype() == kBool                              ? x.to(kInt64)
+                                                                  : x;
   return dispatch1(OpId::PowScalar, {base}, PowScalarArgs{e.to_double()});
 }
 Tensor pow(const Tensor& x, const Tensor& e) { return Binary(OpId::Pow, x, e); }
@@ -138,7 +145,9 @@ Tensor pow(Scalar base, const Tensor& e) { return Binary(OpId::Pow, wrap_scalar(
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   const OpAttrs a = ClampBounds(lo, hi, "clamp");
   const bool float_bound = (lo && lo->is_floating_point()) || (hi && hi->is_floating_point());
-  return Unary(OpId::Clamp, float_bound && !x.is_floating_point() ? x.to(default_dtype()) : x, a);
+  if (float_bound && !x.is_floating_point()) return Unary(OpId::Clamp, x.to(default_dtype()), a);
+  // A bool tensor with integer bounds promotes to int64, as PyTorch's result_type does.
+  return Unary(OpId::Clamp, x.dtype() == kBool ? x.to(kInt64) : x, a);
 }
 
 namespace {
@@ -161,14 +170,23 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return Binary(OpId::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return Binary(OpId::Div, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return Binary(OpId::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::Minimum, a, b); }
+// Over bools the larger is "or" and the smaller "and" (no NaN to propagate or ignore).
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return result_type(a, b) == kBool ? logical_or(a, b) : Binary(OpId::Maximum, a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return result_type(a, b) == kBool ? logical_and(a, b) : Binary(OpId::Minimum, a, b);
+}
 Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
 Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
 
 Tensor fmod(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmod, a, b); }
-Tensor fmax(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmax, a, b); }
-Tensor fmin(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmin, a, b); }
+Tensor fmax(const Tensor& a, const Tensor& b) {
+  return result_type(a, b) == kBool ? logical_or(a, b) : Binary(OpId::Fmax, a, b);
+}
+Tensor fmin(const Tensor& a, const Tensor& b) {
+  return result_type(a, b) == kBool ? logical_and(a, b) : Binary(OpId::Fmin, a, b);
+}
 Tensor floor_divide(const Tensor& a, const Tensor& b) { return Binary(OpId::FloorDivide, a, b); }
 Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   if (mode.empty() || mode == "true") return div(a, b);

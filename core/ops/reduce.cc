@@ -77,10 +77,12 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
   return {r[0], r[1]};
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "argmax(): does not support bool input");
   if (!dim) return dispatch1(OpId::Argmax, {x.reshape({-1})}, ReduceAttrs({0}, false));
   return dispatch1(OpId::Argmax, {x}, ReduceAttrs({*dim}, keepdim));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "argmin(): does not support bool input");
   if (!dim) return dispatch1(OpId::Argmin, {x.reshape({-1})}, ReduceAttrs({0}, false));
   return dispatch1(OpId::Argmin, {x}, ReduceAttrs({*dim}, keepdim));
 }
@@ -170,22 +172,28 @@ Tensor logsumexp(const Tensor& x, IntArray dims, bool keepdim) {
   Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
   return dispatch1(OpId::LogSumExp, {in}, ReduceAttrs(std::move(dims), keepdim));
 }
+// all/any of a uint8 tensor are uint8 (PyTorch keeps that legacy form); bool otherwise.
 Tensor all(const Tensor& x, IntArray dims, bool keepdim) {
-  return dispatch1(OpId::All, {x}, ReduceAttrs(std::move(dims), keepdim));
+  Tensor r = dispatch1(OpId::All, {x}, ReduceAttrs(std::move(dims), keepdim));
+  return x.dtype() == kUInt8 ? r.to(kUInt8) : r;
 }
 Tensor any(const Tensor& x, IntArray dims, bool keepdim) {
-  return dispatch1(OpId::Any, {x}, ReduceAttrs(std::move(dims), keepdim));
+  Tensor r = dispatch1(OpId::Any, {x}, ReduceAttrs(std::move(dims), keepdim));
+  return x.dtype() == kUInt8 ? r.to(kUInt8) : r;
 }
 Tensor cumsum(const Tensor& x, int64_t dim) { return dispatch1(OpId::CumSum, {IntToLong(x)}, DimArgs{dim}); }
 Tensor cumprod(const Tensor& x, int64_t dim) { return dispatch1(OpId::CumProd, {IntToLong(x)}, DimArgs{dim}); }
 
+// Integer inputs are refused, as PyTorch's kernels do (pass a float tensor: x.to(kFloat32)).
 Tensor softmax(const Tensor& x, int64_t dim) {
-  Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
-  return dispatch1(OpId::Softmax, {in}, DimArgs{dim});
+  ANVIL_CHECK_TYPE(x.is_floating_point(), "softmax: expected a floating-point tensor, got ", x.dtype(),
+                   " (convert it first, e.g. x.to(kFloat32))");
+  return dispatch1(OpId::Softmax, {x}, DimArgs{dim});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  Tensor in = x.is_floating_point() ? x : x.to(default_dtype());
-  return dispatch1(OpId::LogSoftmax, {in}, DimArgs{dim});
+  ANVIL_CHECK_TYPE(x.is_floating_point(), "log_softmax: expected a floating-point tensor, got ", x.dtype(),
+                   " (convert it first, e.g. x.to(kFloat32))");
+  return dispatch1(OpId::LogSoftmax, {x}, DimArgs{dim});
 }
 
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
@@ -262,6 +270,7 @@ Tensor isinf(const Tensor& x) {
 }
 
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  ANVIL_CHECK_TYPE(x.dtype() != kBool, "topk does not support bool dtypes");
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "topk");
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   ANVIL_CHECK_INDEX(k >= 0 && k <= n, "topk: k (", k, ") is out of range for dimension ", d, " of size ", n);

@@ -733,6 +733,8 @@ std::map<std::string, Binding> Make() {
 #undef ANVIL_BIND_FnMethodInplace
 #undef ANVIL_BIND_FnMethod
 #undef ANVIL_BIND_Hand
+        {"softmax", [](const Tensor& x, int64_t d) { return softmax(x, d); }},
+        {"log_softmax", [](const Tensor& x, int64_t d) { return log_softmax(x, d); }},
     };
     const std::string op = c.attrs().at("op").get<std::string>();
     const auto it = fns.find(op);

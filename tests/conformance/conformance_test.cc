@@ -21,9 +21,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",   "nn",
-                               "optim",         "sched",       "indexing",   "views",    "factories",
-                               "float_classes", "corners",     "additions",  "selection"};
+const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",    "nn",
+                               "optim",         "sched",       "indexing",   "views",     "factories",
+                               "float_classes", "corners",     "additions",  "selection", "dtypes"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.
@@ -105,8 +105,11 @@ std::string ShapeStr(const Tensor& t) {
 // "" when `got` matches `want`: same dtype and shape, values within atol + rtol |want| (NaN
 // where NaN, infinities of the same sign; integers and bools exactly). `strict` (the cases of
 // the float-class sweeps): the case's tolerances as given, also for 16-bit floats, and zeros
-// of the same sign.
-std::string Compare(const Tensor& got, const Tensor& want, double rtol, double atol, bool strict = false) {
+// of the same sign. `zero_signs`: zeros of the same sign (every case's outputs; gradients'
+// zero signs are left to the strict cases).
+std::string Compare(const Tensor& got, const Tensor& want, double rtol, double atol, bool strict = false,
+                    bool zero_signs = false) {
+  zero_signs = zero_signs || strict;
   if (!got.defined()) return "no tensor (PyTorch has one)";
   if (got.dtype() != want.dtype()) {
     return "dtype " + std::string(dtype_name(got.dtype())) + ", PyTorch " + std::string(dtype_name(want.dtype()));
@@ -129,7 +132,7 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
     const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
                     : std::isinf(w[i]) ? g[i] == w[i]
                                        : std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
-    if (ok && strict && g[i] == 0 && w[i] == 0 && std::signbit(g[i]) != std::signbit(w[i])) {
+    if (ok && zero_signs && g[i] == 0 && w[i] == 0 && std::signbit(g[i]) != std::signbit(w[i])) {
       std::ostringstream s;
       s << "element " << i << " is " << (std::signbit(g[i]) ? "-0" : "+0") << ", PyTorch "
         << (std::signbit(w[i]) ? "-0" : "+0");
@@ -192,7 +195,8 @@ std::string Run(const Case& c) {
   }
   for (int64_t i = 0; i < n_out; ++i) {
     const std::string d =
-        Compare(r.outputs[i], c.get("out" + std::to_string(i)), rtol, atol, c.meta.value("strict", false));
+        Compare(r.outputs[i], c.get("out" + std::to_string(i)), rtol, atol, c.meta.value("strict", false),
+                /*zero_signs=*/true);
     if (!d.empty()) return "output " + std::to_string(i) + ": " + d;
   }
   for (const Extra& e : r.extra) {

@@ -1281,6 +1281,100 @@ def selection(s):
                grad=(0, 1))
 
 
+# ---------------------------------------------------------------- every dtype
+ALL_DTYPES = [BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64]
+
+
+def dtype_sample(dt, nonzero=False):
+    """Small values every dtype holds exactly: both signs where the dtype has them, a zero
+    unless `nonzero` (integer divisors), fractions for the floats."""
+    if dt == BOOL:
+        return torch.tensor([True, False, True, True] if nonzero else [True, False, False, True])
+    if dt == U8:
+        return torch.tensor([1, 2, 3, 7, 5, 250] if nonzero else [0, 1, 2, 3, 7, 250], dtype=U8)
+    if not dt.is_floating_point:
+        return torch.tensor([1, -2, 3, -1, 5, 2] if nonzero else [0, 1, -2, 3, -1, 5], dtype=dt)
+    return torch.tensor([-2.5, -1.0, 0.5, 1.0, 3.0, 0.25] if nonzero else [-2.5, -1.0, 0.0, 0.5, 1.0, 3.0], dtype=dt)
+
+
+def dtypes(s):
+    """Every op over every dtype PyTorch takes (bool, uint8, int8..int64, the four floats):
+    the result's dtype and values, or that PyTorch refuses. The unary, binary and reduction
+    rows come from the op table, so a new row is swept with no edit here."""
+    G = "dtypes"
+    rows = table_rows()
+    internal = {"relu_backward", "trunc_divide"}  # rows only other ops call
+    unary = UNARY + list(ACTIVATIONS)
+    binary = [r["name"] for r in rows if r["kind"] == "Binary" and r["name"] not in internal]
+    for dt in ALL_DTYPES:
+        x = dtype_sample(dt)
+        tol = {"rtol": 1e-2, "atol": 1e-2} if dt in (F16, BF16) else {"rtol": 1e-5, "atol": 1e-6}
+        for op in unary:
+            if op in ACTIVATIONS:
+                s.case(G, f"{op}.{dtype_name(dt)}", f"{op}({dtype_name(dt)} x)", "activation",
+                       dict(ACT_ATTRS[op], op=op.replace("gelu_tanh", "gelu")), [x], ACTIVATIONS[op], **tol)
+            else:
+                s.case(G, f"{op}.{dtype_name(dt)}", f"torch.{op}({dtype_name(dt)} x)", "unary", {"op": op}, [x],
+                       torch_fn(op), **tol)
+        y = dtype_sample(dt, nonzero=True)
+        for op in binary:
+            s.case(G, f"{op}.{dtype_name(dt)}", f"torch.{op}({dtype_name(dt)} a, {dtype_name(dt)} b)", "binary",
+                   {"op": op}, [x, y], lambda a, b, op=op: getattr(torch, op)(a, b), **tol)
+        for op in ["add", "sub", "mul", "div"]:
+            for kind, v in [("int", 2), ("float", 0.5)]:
+                s.case(G, f"{op}.{dtype_name(dt)}.{kind}_number", f"torch.{op}({dtype_name(dt)} x, {v!r})",
+                       "binary_scalar", {"op": op, "scalar": v, "kind": kind}, [x],
+                       lambda a, op=op, v=v: getattr(torch, op)(a, v), **tol)
+        for e in [2, 0.5, -1]:
+            s.case(G, f"pow.{dtype_name(dt)}.exponent{e}", f"torch.pow({dtype_name(dt)} x, {e!r})", "pow_scalar",
+                   {"exponent": e, "kind": "int" if isinstance(e, int) else "float"}, [y],
+                   lambda a, e=e: torch.pow(a, e), **tol)
+        s.case(G, f"clamp.{dtype_name(dt)}", f"torch.clamp({dtype_name(dt)} x, 1, 3)", "clamp",
+               {"min": 1, "max": 3, "kind": "int"}, [x], lambda a: torch.clamp(a, 1, 3), **tol)
+        s.case(G, f"where.{dtype_name(dt)}", f"torch.where(cond, {dtype_name(dt)} a, {dtype_name(dt)} b)", "where",
+               {}, [x > x.flip(0) if dt != BOOL else x, x, y], lambda c, a, b: torch.where(c, a, b), **tol)
+        m = torch.stack([x, y])
+        for op in ["sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "all", "any", "logsumexp", "var",
+                   "std", "max_all", "min_all", "cumsum", "cumprod", "median_all"]:
+            attrs = {"op": op, "dim": [1] if op in ("cumsum", "cumprod") else None, "keepdim": False}
+            if op in ("var", "std"):
+                attrs["correction"] = 1
+            def run(t, op=op):
+                if op in ("max_all", "min_all"):
+                    return getattr(torch, op[:3])(t)
+                if op == "median_all":
+                    return torch.median(t)
+                if op in ("cumsum", "cumprod"):
+                    return getattr(torch, op)(t, 1)
+                if op == "logsumexp":
+                    return torch.logsumexp(t, dim=(0, 1))
+                return getattr(torch, op)(t)
+            s.case(G, f"{op}.{dtype_name(dt)}", f"torch.{op}({dtype_name(dt)} [2, 6])", "reduce", attrs, [m], run,
+                   **tol)
+        for op in ["max_dim", "min_dim", "median_dim"]:
+            s.case(G, f"{op}.{dtype_name(dt)}", f"torch.{op[:-4]}({dtype_name(dt)} [2, 6], 1)", "reduce",
+                   {"op": op, "dim": [1], "keepdim": False}, [m],
+                   lambda t, op=op: tuple(getattr(torch, op[:-4])(t, 1)), **tol)
+        s.case(G, f"kthvalue.{dtype_name(dt)}", f"torch.kthvalue({dtype_name(dt)} [2, 6], 2, 1)", "reduce",
+               {"op": "kthvalue", "k": 2, "dim": [1], "keepdim": False}, [m], lambda t: tuple(torch.kthvalue(t, 2, 1)),
+               **tol)
+        s.case(G, f"norm.{dtype_name(dt)}", f"torch.linalg.vector_norm({dtype_name(dt)} x)", "reduce",
+               {"op": "norm", "p": 2.0, "dim": None, "keepdim": False}, [x],
+               lambda t: torch.linalg.vector_norm(t), **tol)
+        for row in [r for r in rows if r["api"] == "FnDim"]:
+            s.case(G, f"{row['name']}.{dtype_name(dt)}", f"torch.{row['name']}({dtype_name(dt)} [2, 6], 1)", "dim_op",
+                   {"op": row["name"], "dim": 1}, [m], lambda t, f=torch_fn(row["name"]): f(t, 1), **tol)
+        for op in ["sort", "topk"]:
+            attrs = {"descending": False} if op == "sort" else {"k": 2, "largest": True}
+            s.case(G, f"{op}.{dtype_name(dt)}", f"torch.{op}({dtype_name(dt)} distinct values)", op, attrs,
+                   [torch.tensor([3, 1, 2, 0, 5]).to(dt) if dt != BOOL else torch.tensor([True, False])],
+                   (lambda t: tuple(torch.sort(t))) if op == "sort" else (lambda t: tuple(torch.topk(t, min(2, t.numel())))),
+                   **tol)
+        for fn, run in [("softmax", lambda t: torch.softmax(t, 1)), ("log_softmax", lambda t: torch.log_softmax(t, 1))]:
+            s.case(G, f"{fn}.{dtype_name(dt)}", f"torch.{fn}({dtype_name(dt)} [2, 6], 1)", "dim_op",
+                   {"op": fn, "dim": 1}, [m], run, **tol)
+
+
 # ---------------------------------------------------------------- factories
 def factories(s):
     cases = [
@@ -1337,7 +1431,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions, selection):
+                  factories, float_classes, corners, additions, selection, dtypes):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)
