@@ -21,9 +21,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",   "nn",
-                               "optim",         "sched",       "indexing",   "views",    "factories",
-                               "float_classes", "corners",     "additions",  "selection"};
+const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",    "nn",
+                               "optim",         "sched",       "indexing",   "views",     "factories",
+                               "float_classes", "corners",     "additions",  "selection", "rnn2"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.
