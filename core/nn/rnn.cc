@@ -74,13 +74,15 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const T
   std::vector<Tensor> h_last, c_last;
   // Exported, each layer is one ONNX GRU / LSTM / RNN node (its loop hidden, so the sequence
   // length can stay symbolic); h_n is then read from the output, and c_n is not available.
-  const bool exporting = exporter::capturing() && !(gates_ == 1 && options_.nonlinearity != "tanh");
+  const bool exporting = exporter::capturing();
   for (int64_t l = 0; l < L; ++l) {
     std::optional<exporter::Composite> node;
     if (exporting) {
       exporter::Attributes attrs{{"hidden_size", H}};
       if (gates_ == 3) attrs.emplace_back("linear_before_reset", int64_t{1});  // PyTorch's GRU: r * (W_hn h + b_hn)
       if (D == 2) attrs.emplace_back("direction", std::string("bidirectional"));
+      if (gates_ == 1 && options_.nonlinearity == "relu")  // one activation per direction (ONNX's default: Tanh)
+        attrs.emplace_back("activations", std::vector<std::string>(static_cast<size_t>(D), "Relu"));
       node.emplace(gates_ == 3 ? "GRU"
                    : lstm      ? "LSTM"
                                : "RNN",
@@ -100,7 +102,8 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const T
       layer_in = node->finish(layer_in);
       // The forward direction's final state is its output at the last step, the backward
       // one's its output at the first.
-      h_last[static_cast<size_t>(l * D)] = layer_in.select(0, T - 1).narrow(1, 0, H);
+      const Tensor last_step = layer_in.select(0, T - 1);
+      h_last[static_cast<size_t>(l * D)] = D == 1 ? last_step : last_step.narrow(1, 0, H);
       if (D == 2) h_last[static_cast<size_t>(l * D + 1)] = layer_in.select(0, 0).narrow(1, H, H);
       continue;
     }
