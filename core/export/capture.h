@@ -44,7 +44,8 @@ class CaptureError : public Error {
 };
 
 // An attribute of a composite node, as ONNX's AttributeProto kinds.
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+using AttrValue =
+    std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>, std::vector<std::string>>;
 using Attributes = std::vector<std::pair<std::string, AttrValue>>;
 
 struct Value {

@@ -21,7 +21,12 @@ SequenceEncoder::SequenceEncoder(std::shared_ptr<nn::RNNBase> rnn, bool last_onl
 }
 
 Tensor SequenceEncoder::forward(const Tensor& x) {
-  const Tensor out = rnn_->forward(x);  // [B, T, H] (batch_first)
+  if (last_only_ && rnn_->bidirectional()) {
+    const Tensor h_n = rnn_->forward_all(x).h_n;  // [2 * num_layers, B, H]: the last layer's two are the last two
+    const int64_t n = h_n.size(0);
+    return cat({h_n[n - 2], h_n[n - 1]}, 1);
+  }
+  const Tensor out = rnn_->forward(x);  // [B, T, D*H] (batch_first)
   return last_only_ ? out.select(1, out.size(1) - 1) : out;
 }
 

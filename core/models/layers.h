@@ -19,7 +19,9 @@ class Residual : public nn::Module {
   std::shared_ptr<nn::Module> body_, shortcut_;
 };
 
-// A batch-first GRU/LSTM returning its last step [B, H] (or the whole sequence).
+// A batch-first GRU/LSTM returning its last step [B, H] (or the whole sequence [B, T, D*H]).
+// Bidirectional, "the last step" is each direction's final state, [forward, backward] (the
+// backward direction ends at the first step): [B, 2*H].
 class SequenceEncoder : public nn::Module {
  public:
   SequenceEncoder(std::shared_ptr<nn::RNNBase> rnn, bool last_only);

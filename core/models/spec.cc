@@ -275,18 +275,20 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     return {L.Make<LearnedPositions>(in[0], in[1]), in};
   }
   if (type == "gru" || type == "lstm") {
-    L.Keys({"hidden_size", "num_layers", "dropout", "return"});
+    L.Keys({"hidden_size", "num_layers", "dropout", "return", "bidirectional"});
     L.Rank(in, 2, "[T, F]");
-    const nn::RNNOptions o{L.Int("num_layers", 1), true, L.Real("dropout", 0.0), true};
-    const int64_t h = L.Int("hidden_size");
+    nn::RNNOptions o{L.Int("num_layers", 1), true, L.Real("dropout", 0.0), true};
+    o.bidirectional = L.Bool("bidirectional", false);
+    const int64_t h = L.Int("hidden_size"), dirs = o.bidirectional ? 2 : 1;
     const std::string ret = L.Str("return", "last");
     if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
     const int64_t gates = type == "gru" ? 3 : 4;
-    for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer
-      L.Params(sat_mul(gates, sat_add(sat_mul(h, sat_add(l == 0 ? in[1] : h, h)), sat_mul(2, h))));
+    for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer and direction
+      L.Params(sat_mul(
+          dirs, sat_mul(gates, sat_add(sat_mul(h, sat_add(l == 0 ? in[1] : sat_mul(dirs, h), h)), sat_mul(2, h)))));
     }
-    L.Saved(sat_prod({in[0], gates, h, o.num_layers, 2}));  // the gates of every step
-    const IntArray out = ret == "last" ? IntArray{h} : IntArray{in[0], h};
+    L.Saved(sat_prod({in[0], gates, h, o.num_layers, 2, dirs}));  // the gates of every step
+    const IntArray out = ret == "last" ? IntArray{sat_mul(dirs, h)} : IntArray{in[0], sat_mul(dirs, h)};
     if (L.dry) return {nullptr, out};
     std::shared_ptr<nn::RNNBase> rnn;
     if (type == "gru")

@@ -12,7 +12,8 @@
 // flatten, unflatten ({"shape": [1, 8, 8]}: a flat row into a sample shape), embedding,
 // residual (its "layers" run on x and are added to x; a 1x1 convolution or
 // linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the
-// last hidden state [H]), transformer_encoder, mean_pool (over a sequence dim).
+// last hidden state [H]; "bidirectional": true -> both directions' final states [2H], or the
+// sequence [T, 2H]), transformer_encoder, mean_pool (over a sequence dim).
 // Shapes exclude the batch dim. Unknown keys are errors (a typo is never ignored).
 #pragma once
 

@@ -19,37 +19,53 @@ RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hi
   ANVIL_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, type, ": expected dropout in [0, 1), got ", o.dropout);
   ANVIL_CHECK(o.nonlinearity == "tanh" || o.nonlinearity == "relu", type, ": unknown nonlinearity '", o.nonlinearity,
               "' (expected 'tanh' or 'relu')");
-  weights_.resize(static_cast<size_t>(4 * o.num_layers));
+  const int64_t D = num_directions();
+  weights_.resize(static_cast<size_t>(4 * o.num_layers * D));
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  // PyTorch's registration order (layer-major, forward before reverse), so that parameters()
+  // and the state dict list the same tensors in the same order.
   for (int64_t l = 0; l < o.num_layers; ++l) {
-    const std::string k = std::to_string(l);
-    Tensor* w = &weights_[static_cast<size_t>(4 * l)];
-    w[0] = empty({gates * hidden_size, l == 0 ? input_size : hidden_size});
-    w[1] = empty({gates * hidden_size, hidden_size});
-    for (int i = 0; i < (o.bias ? 4 : 2); ++i) {
-      if (i >= 2) w[i] = empty({gates * hidden_size});
-      init::uniform_(w[i], -bound, bound);
-    }
-    register_parameter("weight_ih_l" + k, w[0]);
-    register_parameter("weight_hh_l" + k, w[1]);
-    if (o.bias) {
-      register_parameter("bias_ih_l" + k, w[2]);
-      register_parameter("bias_hh_l" + k, w[3]);
+    for (int64_t d = 0; d < D; ++d) {
+      const std::string k = std::to_string(l) + (d == 1 ? "_reverse" : "");
+      Tensor* w = &weights_[static_cast<size_t>(4 * (l * D + d))];
+      w[0] = empty({gates * hidden_size, l == 0 ? input_size : D * hidden_size});
+      w[1] = empty({gates * hidden_size, hidden_size});
+      for (int i = 0; i < (o.bias ? 4 : 2); ++i) {
+        if (i >= 2) w[i] = empty({gates * hidden_size});
+        init::uniform_(w[i], -bound, bound);
+      }
+      register_parameter("weight_ih_l" + k, w[0]);
+      register_parameter("weight_hh_l" + k, w[1]);
+      if (o.bias) {
+        register_parameter("bias_ih_l" + k, w[2]);
+        register_parameter("bias_hh_l" + k, w[3]);
+      }
     }
   }
 }
 
-RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tensor& c0) {
-  ANVIL_CHECK(input.dim() == 3 && input.size(2) == input_, type_name(), "(", input_, ", ", hidden_,
-              "): expected input [T, B, ", input_, "] (or [B, T, ", input_, "] with batch_first), got ", input.dim(),
-              " dims with last size ", input.dim() ? input.size(-1) : 0);
-  const Tensor x = options_.batch_first ? input.transpose(0, 1) : input;  // [T, B, F]
-  const int64_t T = x.size(0), B = x.size(1), H = hidden_, L = options_.num_layers;
+RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const Tensor& c0_in) {
+  ANVIL_CHECK((input.dim() == 3 || input.dim() == 2) && input.size(-1) == input_, type_name(), "(", input_, ", ",
+              hidden_, "): expected input [T, B, ", input_, "] (or [B, T, ", input_, "] with batch_first, or [T, ",
+              input_, "] unbatched), got ", input.dim(), " dims with last size ", input.dim() ? input.size(-1) : 0);
+  // Unbatched input runs as a batch of one (in the time-major layout whatever batch_first
+  // says, as in PyTorch); its initial states must be unbatched too.
+  const bool batched = input.dim() == 3;
+  auto unbatch_state = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return t;
+    ANVIL_CHECK(t.dim() == (batched ? 3 : 2), type_name(), ": for ", batched ? "batched 3-D" : "unbatched 2-D",
+                " input, ", name, " should also be ", batched ? "3-D" : "2-D", ", got ", t.dim(), "-D");
+    return batched ? t : t.unsqueeze(1);
+  };
+  const Tensor h0 = unbatch_state(h0_in, "h0"), c0 = unbatch_state(c0_in, "c0");
+  const Tensor x = !batched ? input.unsqueeze(1) : options_.batch_first ? input.transpose(0, 1) : input;  // [T, B, F]
+  const int64_t T = x.size(0), B = x.size(1), H = hidden_, L = options_.num_layers, D = num_directions();
   const bool lstm = gates_ == 4;
   auto initial = [&](const Tensor& t, const char* name) {
-    if (!t.defined()) return zeros({L, B, H}, TensorOptions(x.dtype()).with_device(x.device()));
-    ANVIL_CHECK(t.dim() == 3 && t.size(0) == L && t.size(1) == B && t.size(2) == H, type_name(), ": expected ", name,
-                " [", L, ", ", B, ", ", H, "]");
+    if (!t.defined()) return zeros({D * L, B, H}, TensorOptions(x.dtype()).with_device(x.device()));
+    ANVIL_CHECK(t.dim() == 3 && t.size(0) == D * L && t.size(1) == B && t.size(2) == H, type_name(), ": expected ",
+                name, " [", D * L, ", ", B, ", ", H, "] (num_directions * num_layers, batch, hidden), got ",
+                shape_str(t.sizes()));
     return t;
   };
   const Tensor h_init = initial(h0, "h0");
@@ -58,44 +74,62 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0, const Tens
   std::vector<Tensor> h_last, c_last;
   // Exported, each layer is one ONNX GRU / LSTM / RNN node (its loop hidden, so the sequence
   // length can stay symbolic); h_n is then read from the output, and c_n is not available.
-  const bool exporting = exporter::capturing() && !(gates_ == 1 && options_.nonlinearity != "tanh");
+  const bool exporting = exporter::capturing();
   for (int64_t l = 0; l < L; ++l) {
-    const Tensor* w = &weights_[static_cast<size_t>(4 * l)];
+    std::optional<exporter::Composite> node;
     if (exporting) {
-      std::optional<exporter::Composite> node;
       exporter::Attributes attrs{{"hidden_size", H}};
       if (gates_ == 3) attrs.emplace_back("linear_before_reset", int64_t{1});  // PyTorch's GRU: r * (W_hn h + b_hn)
+      if (D == 2) attrs.emplace_back("direction", std::string("bidirectional"));
+      if (gates_ == 1 && options_.nonlinearity == "relu")  // one activation per direction (ONNX's default: Tanh)
+        attrs.emplace_back("activations", std::vector<std::string>(static_cast<size_t>(D), "Relu"));
       node.emplace(gates_ == 3 ? "GRU"
                    : lstm      ? "LSTM"
                                : "RNN",
-                   OnnxRecurrentInputs(layer_in, w, h0, c0, l), std::move(attrs));
-      layer_in = node->finish(RunLayer(layer_in, w, h_init[l], lstm ? c_init[l] : Tensor(), nullptr, nullptr));
-      h_last.push_back(layer_in.select(0, T - 1));
+                   OnnxRecurrentInputs(layer_in, l, h0, c0), std::move(attrs));
+    }
+    std::vector<Tensor> outs;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = l * D + d;
+      Tensor h, c;
+      outs.push_back(RunLayer(layer_in, LayerWeights(l, d), h_init[k], lstm ? c_init[k] : Tensor(), d == 1,
+                              exporting ? nullptr : &h, exporting ? nullptr : &c));
+      h_last.push_back(h);
+      c_last.push_back(c);
+    }
+    layer_in = D == 1 ? outs[0] : cat(outs, 2);
+    if (exporting) {
+      layer_in = node->finish(layer_in);
+      // The forward direction's final state is its output at the last step, the backward
+      // one's its output at the first.
+      const Tensor last_step = layer_in.select(0, T - 1);
+      h_last[static_cast<size_t>(l * D)] = D == 1 ? last_step : last_step.narrow(1, 0, H);
+      if (D == 2) h_last[static_cast<size_t>(l * D + 1)] = layer_in.select(0, 0).narrow(1, H, H);
       continue;
     }
-    Tensor h, c;
-    layer_in = RunLayer(layer_in, w, h_init[l], lstm ? c_init[l] : Tensor(), &h, &c);
-    h_last.push_back(h);
-    if (lstm) c_last.push_back(c);
     if (l + 1 < L && options_.dropout > 0) layer_in = functional::dropout(layer_in, options_.dropout, is_training());
   }
   RNNOutput out;
-  out.output = options_.batch_first ? layer_in.transpose(0, 1) : layer_in;
+  out.output = !batched ? layer_in.squeeze(1) : options_.batch_first ? layer_in.transpose(0, 1) : layer_in;
   out.h_n = stack(h_last, 0);
   if (lstm && !exporting) out.c_n = stack(c_last, 0);
+  if (!batched) {
+    out.h_n = out.h_n.squeeze(1);
+    if (out.c_n.defined()) out.c_n = out.c_n.squeeze(1);
+  }
   return out;
 }
 
-Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, Tensor* h_out,
-                         Tensor* c_out) const {
+Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, bool reverse,
+                         Tensor* h_out, Tensor* c_out) const {
   const int64_t T = layer_in.size(0), H = hidden_;
   const bool lstm = gates_ == 4;
   // Input projections of every step at once: [T, B, G*H].
   const Tensor gi = linear(layer_in, w[0], w[2]);
   Tensor h = h0, c = c0;
-  std::vector<Tensor> outputs;
-  outputs.reserve(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
+  std::vector<Tensor> outputs(static_cast<size_t>(T));
+  for (int64_t s = 0; s < T; ++s) {
+    const int64_t t = reverse ? T - 1 - s : s;
     const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
     const Tensor gx = gi[t];
     if (gates_ == 1) {  // Elman
@@ -112,17 +146,17 @@ Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& 
       const Tensor n = tanh(gx.narrow(1, 2 * H, H) + r * gh.narrow(1, 2 * H, H));
       h = (1.0 - z) * n + z * h;
     }
-    outputs.push_back(h);
+    outputs[static_cast<size_t>(t)] = h;
   }
   if (h_out != nullptr) *h_out = h;
   if (c_out != nullptr) *c_out = c;
   return stack(outputs, 0);
 }
 
-std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, const Tensor* w, const Tensor& h0, const Tensor& c0,
-                                                 int64_t layer) const {
+std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, int64_t layer, const Tensor& h0,
+                                                 const Tensor& c0) const {
   // ONNX's gate order: GRU z, r, h (Anvil's and PyTorch's r, z, n); LSTM i, o, f, c (i, f, g, o).
-  const int64_t H = hidden_;
+  const int64_t H = hidden_, D = num_directions();
   std::vector<int64_t> order{0};
   if (gates_ == 3) order = {1, 0, 2};
   if (gates_ == 4) order = {0, 3, 1, 2};
@@ -134,19 +168,28 @@ std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, const Tensor* 
   Tensor wx, wh, bias;
   {
     exporter::detail::KernelScope constants;  // the re-laid weights are constants of the graph, not steps
-    wx = reorder(w[0]);
-    wh = reorder(w[1]);
-    bias = options_.bias ? cat({reorder(w[2]), reorder(w[3])}, 1)
-                         : zeros({1, 2 * gates_ * H}, TensorOptions(w[0].dtype()).with_device(w[0].device()));
+    std::vector<Tensor> wxs, whs, biases;     // one row per direction, forward first
+    for (int64_t d = 0; d < D; ++d) {
+      const Tensor* w = LayerWeights(layer, d);
+      wxs.push_back(reorder(w[0]));
+      whs.push_back(reorder(w[1]));
+      biases.push_back(options_.bias
+                           ? cat({reorder(w[2]), reorder(w[3])}, 1)
+                           : zeros({1, 2 * gates_ * H}, TensorOptions(w[0].dtype()).with_device(w[0].device())));
+    }
+    wx = cat(wxs, 0);
+    wh = cat(whs, 0);
+    bias = cat(biases, 0);
   }
-  std::vector<Tensor> in{x, wx, wh, bias, Tensor(), h0.defined() ? h0.narrow(0, layer, 1) : Tensor()};
-  if (gates_ == 4) in.push_back(c0.defined() ? c0.narrow(0, layer, 1) : Tensor());
+  std::vector<Tensor> in{x, wx, wh, bias, Tensor(), h0.defined() ? h0.narrow(0, layer * D, D) : Tensor()};
+  if (gates_ == 4) in.push_back(c0.defined() ? c0.narrow(0, layer * D, D) : Tensor());
   return in;
 }
 
 std::string RNNBase::extra_repr() const {
   return std::to_string(input_) + ", " + std::to_string(hidden_) +
-         ", num_layers=" + std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "");
+         ", num_layers=" + std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "") +
+         (options_.bidirectional ? ", bidirectional=true" : "");
 }
 
 }  // namespace anvil::nn

@@ -6,7 +6,11 @@
 // weight_ih_l{k} [G*H, in], weight_hh_l{k} [G*H, H], bias_ih_l{k}, bias_hh_l{k} (G = 3 or 4,
 // gates in the order above), all U(-1/sqrt(H), 1/sqrt(H)). The input projections of all time
 // steps are one matmul; the recurrence runs step by step. Inputs [T, B, F], or [B, T, F] with
-// batch_first; dropout between layers in training mode only.
+// batch_first, or unbatched [T, F]; dropout between layers in training mode only.
+// bidirectional: each layer also runs the sequence backwards with its own weights (the same
+// names with a "_reverse" suffix, registered after the forward direction's, as PyTorch does);
+// a layer's output is [forward, backward] along the feature dim, so layer k > 0 reads 2*H
+// features, and h_n's entry for layer k, direction d is at k * 2 + d.
 #pragma once
 
 #include <string>
@@ -22,11 +26,13 @@ struct RNNOptions {
   double dropout = 0.0;  // between layers
   bool bias = true;
   std::string nonlinearity = "tanh";  // the Elman RNN's: "tanh" or "relu" (LSTM and GRU ignore it)
+  bool bidirectional = false;
 };
 
+// D = 2 when bidirectional, else 1. Unbatched input gives every tensor without its B dim.
 struct RNNOutput {
-  Tensor output;  // [T, B, H] (or [B, T, H]): the last layer's hidden state at every step
-  Tensor h_n;     // [num_layers, B, H]
+  Tensor output;  // [T, B, D*H] (or [B, T, D*H]): the last layer's hidden state at every step
+  Tensor h_n;     // [D*num_layers, B, H]: each layer's and direction's final state
   Tensor c_n;     // LSTM only
 };
 
@@ -34,27 +40,35 @@ class RNNBase : public Module {
  public:
   // One-tensor forward: the output sequence (for Sequential).
   Tensor forward(const Tensor& x) override { return forward_all(x).output; }
-  // h0 / c0: [num_layers, B, H]; zeros when undefined.
+  // h0 / c0: [D*num_layers, B, H] ([D*num_layers, H] for unbatched input); zeros when undefined.
   RNNOutput forward_all(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
   std::string extra_repr() const override;
   int64_t hidden_size() const { return hidden_; }
+  bool bidirectional() const { return options_.bidirectional; }
+  int64_t num_directions() const { return options_.bidirectional ? 2 : 1; }
 
  protected:
   RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, const RNNOptions& options);
 
  private:
-  // One layer over the whole sequence [T, B, F] -> [T, B, H]; the last h (and c) when asked.
-  Tensor RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, Tensor* h_out,
-                  Tensor* c_out) const;
+  // One direction of one layer over the whole sequence [T, B, F] -> [T, B, H] (`reverse`:
+  // from the last step to the first, each output at its own step); the final h (and c) when
+  // asked.
+  Tensor RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, bool reverse,
+                  Tensor* h_out, Tensor* c_out) const;
   // The inputs of layer `layer`'s ONNX GRU / LSTM / RNN node: X, W, R, B (gates in ONNX's
-  // order), no sequence_lens, initial_h (and initial_c) when given.
-  std::vector<Tensor> OnnxRecurrentInputs(const Tensor& x, const Tensor* w, const Tensor& h0, const Tensor& c0,
-                                          int64_t layer) const;
+  // order, one row per direction), no sequence_lens, initial_h (and initial_c) when given
+  // ([D*num_layers, B, H]).
+  std::vector<Tensor> OnnxRecurrentInputs(const Tensor& x, int64_t layer, const Tensor& h0, const Tensor& c0) const;
+  // Weights of layer `layer`, direction `direction`: weight_ih, weight_hh, bias_ih, bias_hh.
+  const Tensor* LayerWeights(int64_t layer, int64_t direction) const {
+    return &weights_[static_cast<size_t>(4 * (layer * num_directions() + direction))];
+  }
 
   int64_t gates_, input_, hidden_;
   RNNOptions options_;
-  // Per layer: weight_ih, weight_hh, bias_ih, bias_hh (registered members need stable
-  // addresses: the vector is sized once in the constructor).
+  // Per layer and direction (layer-major): weight_ih, weight_hh, bias_ih, bias_hh (registered
+  // members need stable addresses: the vector is sized once in the constructor).
   std::vector<Tensor> weights_;
 };
 

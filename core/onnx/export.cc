@@ -529,6 +529,9 @@ class Writer {
     } else if (const auto* fs = std::get_if<std::vector<double>>(&value)) {
       a->set_type(pb::AttributeProto::FLOATS);
       for (double v : *fs) a->add_floats(static_cast<float>(v));
+    } else if (const auto* ss = std::get_if<std::vector<std::string>>(&value)) {
+      a->set_type(pb::AttributeProto::STRINGS);
+      for (const std::string& v : *ss) a->add_strings(v);
     }
   }
 

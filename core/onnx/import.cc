@@ -297,44 +297,18 @@ Tensor Broadcast2(const char* op, const Tensor& a, const Tensor& b) {
   return logical_xor(a, b);
 }
 
-// GRU / LSTM / RNN, forward direction, layout 0, the default activations (RNN: Tanh or
-// Relu), no peepholes: ONNX's equations, step by step.
-void Recurrent(Call& c, int64_t gates) {
-  const pb::NodeProto& n = c.node;
-  const std::string& op = n.op_type();
-  ANVIL_CHECK(Str(n, "direction", "forward") == "forward", op, ": only the forward direction is supported");
-  ANVIL_CHECK(Int(n, "layout", 0) == 0, op, ": only layout 0 ([T, B, F]) is supported");
-  ANVIL_CHECK(!FindAttr(n, "clip"), op, ": clip is not supported");
-  std::string act = "Tanh";
-  if (const auto* a = FindAttr(n, "activations")) {
-    std::vector<std::string> acts(a->strings().begin(), a->strings().end());
-    const std::vector<std::string> defaults = gates == 1   ? std::vector<std::string>{"Tanh"}
-                                              : gates == 3 ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                           : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-    ANVIL_CHECK(gates == 1 ? acts.size() == 1 && (acts[0] == "Tanh" || acts[0] == "Relu") : acts == defaults, op,
-                ": only the default activations are supported");
-    act = acts[0];
-  }
-  const Tensor& x = c.x(0);
-  ANVIL_CHECK(x.dim() == 3, op, ": expected X [T, B, F], got rank ", x.dim());
-  const int64_t T = x.size(0), B = x.size(1), H = Int(n, "hidden_size", 0);
-  ANVIL_CHECK(H > 0 && c.x(1).dim() == 3 && c.x(1).size(0) == 1 && c.x(1).size(1) == gates * H, op, ": expected W [1, ",
-              gates, " * hidden_size, F]");
-  const Tensor w = c.x(1)[0], r = c.x(2)[0];
-  const Tensor bias = c.has(3) ? c.in[3][0] : zeros({2 * gates * H}, TensorOptions(x.dtype()).with_device(x.device()));
+// One direction of a GRU / LSTM / RNN over X [T, B, F] with that direction's W [G*H, F], R
+// [G*H, H] and B [2*G*H]: ONNX's equations, step by step (`reverse`: from the last step to the
+// first, each output at its own step). `h` and `cell` come in as the initial states and leave
+// as the final ones; returns Y [T, B, H].
+Tensor RecurrentDirection(const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& bias, int64_t gates,
+                          int64_t H, const std::string& act, bool lbr, bool reverse, Tensor& h, Tensor& cell) {
+  const int64_t T = x.size(0);
   const Tensor wb = bias.narrow(0, 0, gates * H), rb = bias.narrow(0, gates * H, gates * H);
-  if (c.has(4)) {
-    const std::vector<int64_t> lens = Int64Values(c.in[4], "sequence_lens");
-    for (int64_t len : lens) ANVIL_CHECK(len == T, op, ": sequence_lens shorter than the sequence are not supported");
-  }
-  ANVIL_CHECK(!c.has(7), op, ": peepholes are not supported");
-  Tensor h = c.has(5) ? c.in[5][0] : zeros({B, H}, TensorOptions(x.dtype()).with_device(x.device()));
-  Tensor cell =
-      gates == 4 ? (c.has(6) ? c.in[6][0] : zeros({B, H}, TensorOptions(x.dtype()).with_device(x.device()))) : Tensor();
-  const bool lbr = Int(n, "linear_before_reset", 0) != 0;
   const Tensor gi = linear(x, w, wb);  // every step's input projections
-  std::vector<Tensor> ys;
-  for (int64_t t = 0; t < T; ++t) {
+  std::vector<Tensor> ys(static_cast<size_t>(T));
+  for (int64_t s = 0; s < T; ++s) {
+    const int64_t t = reverse ? T - 1 - s : s;
     const Tensor gx = gi[t];
     if (gates == 1) {
       const Tensor pre = gx + linear(h, r, rb);
@@ -353,11 +327,72 @@ void Recurrent(Call& c, int64_t gates) {
       const Tensor nn = tanh(gx.narrow(1, 2 * H, H) + hh);
       h = (1.0 - z) * nn + z * h;
     }
-    ys.push_back(h);
+    ys[static_cast<size_t>(t)] = h;
   }
-  c.out[0] = T > 0 ? stack(ys, 0).unsqueeze(1) : zeros({0, 1, B, H}, TensorOptions(x.dtype()).with_device(x.device()));
-  if (c.out.size() > 1) c.out[1] = h.unsqueeze(0);
-  if (c.out.size() > 2) c.out[2] = cell.defined() ? cell.unsqueeze(0) : Tensor();
+  return T > 0 ? stack(ys, 0) : zeros({0, x.size(1), H}, TensorOptions(x.dtype()).with_device(x.device()));
+}
+
+// GRU / LSTM / RNN, any direction (forward, reverse, bidirectional: one row of W, R, B and of
+// the states per direction, forward first), layout 0, the default activations (RNN: Tanh or
+// Relu per direction), no peepholes.
+void Recurrent(Call& c, int64_t gates) {
+  const pb::NodeProto& n = c.node;
+  const std::string& op = n.op_type();
+  const std::string direction = Str(n, "direction", "forward");
+  ANVIL_CHECK(direction == "forward" || direction == "reverse" || direction == "bidirectional", op,
+              ": direction must be forward, reverse or bidirectional, got '", direction, "'");
+  const int64_t D = direction == "bidirectional" ? 2 : 1;
+  ANVIL_CHECK(Int(n, "layout", 0) == 0, op, ": only layout 0 ([T, B, F]) is supported");
+  ANVIL_CHECK(!FindAttr(n, "clip"), op, ": clip is not supported");
+  std::vector<std::string> acts(static_cast<size_t>(D), "Tanh");  // the RNN's, per direction
+  if (const auto* a = FindAttr(n, "activations")) {
+    const std::vector<std::string> given(a->strings().begin(), a->strings().end());
+    const std::vector<std::string> one = gates == 1   ? std::vector<std::string>{"Tanh"}
+                                         : gates == 3 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                      : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    std::vector<std::string> defaults;
+    for (int64_t d = 0; d < D; ++d) defaults.insert(defaults.end(), one.begin(), one.end());
+    bool ok = given.size() == defaults.size();
+    for (size_t i = 0; ok && i < given.size(); ++i) ok = given[i] == defaults[i] || (gates == 1 && given[i] == "Relu");
+    ANVIL_CHECK(ok, op, ": only the default activations are supported (", defaults.size(),
+                " for this direction; the RNN's may be Relu)");
+    if (gates == 1) acts = given;
+  }
+  const Tensor& x = c.x(0);
+  ANVIL_CHECK(x.dim() == 3, op, ": expected X [T, B, F], got rank ", x.dim());
+  const int64_t T = x.size(0), B = x.size(1), H = Int(n, "hidden_size", 0);
+  const TensorOptions like = TensorOptions(x.dtype()).with_device(x.device());
+  ANVIL_CHECK(H > 0 && c.x(1).dim() == 3 && c.x(1).size(0) == D && c.x(1).size(1) == gates * H, op, ": expected W [", D,
+              ", ", gates, " * hidden_size, F] for direction ", direction, ", got ", shape_str(c.x(1)));
+  ANVIL_CHECK(c.x(2).dim() == 3 && c.x(2).size(0) == D && c.x(2).size(1) == gates * H && c.x(2).size(2) == H, op,
+              ": expected R [", D, ", ", gates * H, ", ", H, "], got ", shape_str(c.x(2)));
+  auto per_direction = [&](size_t i, const char* name, IntArray sizes) {
+    if (!c.has(i)) return zeros(sizes, like);
+    ANVIL_CHECK(c.in[i].sizes() == sizes, op, ": expected ", name, " ", shape_str(sizes), ", got ", shape_str(c.in[i]));
+    return c.in[i];
+  };
+  const Tensor bias = per_direction(3, "B", {D, 2 * gates * H});
+  if (c.has(4)) {
+    const std::vector<int64_t> lens = Int64Values(c.in[4], "sequence_lens");
+    for (int64_t len : lens) ANVIL_CHECK(len == T, op, ": sequence_lens shorter than the sequence are not supported");
+  }
+  ANVIL_CHECK(!c.has(7), op, ": peepholes are not supported");
+  const Tensor h0 = per_direction(5, "initial_h", {D, B, H});
+  const Tensor c0 = gates == 4 ? per_direction(6, "initial_c", {D, B, H}) : Tensor();
+  const bool lbr = Int(n, "linear_before_reset", 0) != 0;
+  std::vector<Tensor> ys, hs, cs;
+  for (int64_t d = 0; d < D; ++d) {
+    Tensor h = h0[d], cell = gates == 4 ? c0[d] : Tensor();
+    const bool reverse = direction == "reverse" || d == 1;
+    ys.push_back(RecurrentDirection(x, c.x(1)[d], c.x(2)[d], bias[d], gates, H, acts[static_cast<size_t>(d)], lbr,
+                                    reverse, h, cell)
+                     .unsqueeze(1));
+    hs.push_back(h);
+    cs.push_back(cell);
+  }
+  c.out[0] = cat(ys, 1);  // [T, D, B, H]
+  if (c.out.size() > 1) c.out[1] = stack(hs, 0);
+  if (c.out.size() > 2) c.out[2] = gates == 4 ? stack(cs, 0) : Tensor();
 }
 
 const std::map<std::string, OpFn>& Ops() {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <variant>
 
 #include "core/ops/attrs.h"
 #include "core/ops/functions.h"
@@ -468,10 +469,23 @@ class Lowerer {
              std::to_string(opset_) + ")");
     }
     if (op == "GRU" || op == "LSTM" || op == "RNN") {
-      // Y is [T, num_directions = 1, B, H]; the layer's output is [T, B, H].
-      const int y = Temp(dtype(n.outputs[0]));
+      // Y is [T, num_directions, B, H]; the layer's output is [T, B, num_directions * H]: one
+      // direction squeezed out, two moved next to the features and merged ([forward, backward]
+      // along the last dim, PyTorch's layout).
+      const ScalarType dt = dtype(n.outputs[0]);
+      const int y = Temp(dt);
       out_.nodes.push_back(LNode{op, n.composite_attrs, n.inputs, {y}, origin_});
-      EmitTo("Squeeze", {y, Int64s({1})}, n.outputs[0]);
+      bool bidirectional = false;
+      for (const auto& [key, value] : n.composite_attrs) {
+        const auto* s = std::get_if<std::string>(&value);
+        if (key == "direction" && s != nullptr && *s == "bidirectional") bidirectional = true;
+      }
+      if (!bidirectional) {
+        EmitTo("Squeeze", {y, Int64s({1})}, n.outputs[0]);
+        return;
+      }
+      const int t = Emit("Transpose", {y}, dt, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+      EmitTo("Reshape", {t, Int64s({0, 0, -1})}, n.outputs[0]);  // 0: keep T and B, symbolic or not
       return;
     }
     // One node of the operator, inputs in its order (embedding's Gather takes int32 or int64

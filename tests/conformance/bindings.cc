@@ -374,6 +374,68 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
   return r;
 }
 
+// ---- recurrent layers (group rnn2): every option, initial states, every gradient ----
+
+// nn.RNN / LSTM / GRU from the case's attributes with PyTorch's state dict loaded strictly by
+// its key names (weight_ih_l1_reverse, ...); inputs x and optionally h0 (and c0); outputs
+// output, h_n (and c_n); the parameters' gradients for the case's upstream gradients of every
+// output, against PyTorch's pgrad.<name>.
+Result Recurrent(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  nn::RNNOptions o;
+  o.num_layers = a.at("layers").get<int64_t>();
+  o.batch_first = a.at("batch_first").get<bool>();
+  o.bidirectional = a.at("bidirectional").get<bool>();
+  o.bias = a.at("bias").get<bool>();
+  o.dropout = a.at("dropout").get<double>();
+  o.nonlinearity = a.at("nonlinearity").get<std::string>();
+  const std::string type = a.at("type").get<std::string>();
+  const int64_t input_size = a.at("in").get<int64_t>(), hidden = a.at("hidden").get<int64_t>();
+  std::shared_ptr<nn::RNNBase> m;
+  if (type == "LSTM") {
+    m = std::make_shared<nn::LSTM>(input_size, hidden, o);
+  } else if (type == "GRU") {
+    m = std::make_shared<nn::GRU>(input_size, hidden, o);
+  } else if (type == "RNN") {
+    m = std::make_shared<nn::RNN>(input_size, hidden, o);
+  } else {
+    NoBinding("the recurrent layer " + type);
+  }
+  nn::StateDict state;
+  for (const auto& key : c.meta.at("extra"))
+    state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
+  m->load_state_dict(state, /*strict=*/true);
+  m->train(a.at("train").get<bool>());
+  const nn::RNNOutput o_all = m->forward_all(in[0], in.size() > 1 ? in[1] : Tensor(), in.size() > 2 ? in[2] : Tensor());
+  Result r;
+  r.outputs = {o_all.output, o_all.h_n};
+  if (o_all.c_n.defined()) r.outputs.push_back(o_all.c_n);
+  if (!c.meta.contains("param_grads")) return r;
+  std::vector<Tensor> outs, gouts, params;
+  for (const auto& i : c.meta.at("gout_of")) {
+    const size_t k = i.get<size_t>();
+    if (k >= r.outputs.size()) return r;  // the output count is compared (and reported) after the call
+    outs.push_back(r.outputs[k]);
+    gouts.push_back(c.get("gout" + std::to_string(k)));
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m->named_parameters()) {
+    params.push_back(p);
+    names.push_back(name);
+  }
+  const std::vector<Tensor> grads = autograd::grad(outs, params, gouts, /*retain_graph=*/true, false, true);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string key = "pgrad." + names[i];
+    if (!c.has(key)) {
+      r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
+      continue;
+    }
+    r.extra.push_back(
+        {"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]), c.get(key)});
+  }
+  return r;
+}
+
 // ---- optimizers: 10 steps from PyTorch's initial parameters with its gradients ----
 
 optim::Options OptimOptions(const json& o) {
@@ -759,6 +821,7 @@ std::map<std::string, Binding> Make() {
   b["nll_loss"] = [](const Case& c, const std::vector<Tensor>& in) { return CrossEntropy(c, in, true); };
   b["kl_div"] = KlDiv;
   b["module"] = Module;
+  b["rnn"] = Recurrent;
   b["optim"] = Optim;
   b["sched"] = Sched;
   b["plateau"] = Plateau;

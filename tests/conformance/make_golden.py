@@ -849,6 +849,84 @@ def nn_layers(s):
                q, atol=1e-4, extra_inputs=(q, q, mask), train=True)
 
 
+# ---------------------------------------------------------------- bidirectional recurrent layers
+RNN_KINDS = [("RNN", "tanh"), ("RNN", "relu"), ("LSTM", None), ("GRU", None)]
+
+
+def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidirectional=True, bias=True,
+             dropout=0.0, h0_shape=None, hidden=3, input_size=None, seed=11):
+    """One recurrent layer's case in group rnn2: inputs x and, with h0_shape, the initial states
+    (h0, and c0 for an LSTM); outputs output, h_n (and c_n); gradients of the inputs and of every
+    parameter (pgrad.<name>) for the case's random upstream gradients of all outputs."""
+    torch.manual_seed(seed)
+    opts = dict(num_layers=layers, batch_first=batch_first, bidirectional=bidirectional, bias=bias, dropout=dropout)
+    if nonlinearity is not None:
+        opts["nonlinearity"] = nonlinearity
+    input_size = input_size or x.shape[-1]
+    module = getattr(torch.nn, kind)(input_size, hidden, **opts).eval()
+    st = state(module)
+    names = [k for k, _ in module.named_parameters()]
+    lstm = kind == "LSTM"
+    states = []
+    if h0_shape is not None:
+        states = [s.randn(*h0_shape) for _ in range(2 if lstm else 1)]
+
+    def run(x, *hx):
+        module.load_state_dict(st)
+        out, h = module(x, (tuple(hx) if lstm else hx[0]) if hx else None)
+        return (out, *h) if lstm else (out, h)
+
+    call = f"nn.{kind}({input_size}, {hidden}, {', '.join(f'{k}={v!r}' for k, v in opts.items())})(x [" + \
+        ", ".join(map(str, x.shape)) + "]" + \
+        (f", {'(h0, c0)' if lstm else 'h0'} {list(h0_shape)}" if states else "") + ")"
+    attrs = {"type": kind, "in": input_size, "hidden": hidden, "layers": layers, "batch_first": batch_first,
+             "bidirectional": bidirectional, "bias": bias, "dropout": dropout, "nonlinearity": nonlinearity or "tanh",
+             "train": False, "params": names}
+    grad = tuple(range(1 + len(states)))
+    s.case("rnn2", name, call, "rnn", attrs, [x, *states], run, grad=grad, rtol=1e-5, atol=1e-5, extra=st)
+    tensors, meta = s.groups["rnn2"]
+    rec = json.loads(meta[name])
+    if rec["raises"] is not None:
+        return
+    # The parameters' gradients for the same upstream gradients: their own entries.
+    outs = run(x, *states)
+    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
+    params = [p for _, p in module.named_parameters()]
+    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts)
+    for k, g in zip(names, grads):
+        tensors[f"{name}/pgrad.{k}"] = g.detach().contiguous().clone()
+    rec["param_grads"] = names
+    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+
+
+def rnn2(s):
+    T, N, F_IN, H = 5, 2, 2, 3
+    for kind, act in RNN_KINDS:
+        tag = kind if act is None else f"{kind}_{act}"
+        for layers in [1, 2]:
+            for batch_first in [False, True]:
+                for init in [False, True]:
+                    x = s.randn(N, T, F_IN) if batch_first else s.randn(T, N, F_IN)
+                    rnn_case(s, f"{tag}.l{layers}.bf{int(batch_first)}.h0{int(init)}", kind, act, x, layers=layers,
+                             batch_first=batch_first, h0_shape=(2 * layers, N, H) if init else None)
+        # Unbatched [T, F] (batch_first has no effect there), with and without initial states.
+        rnn_case(s, f"{tag}.unbatched", kind, act, s.randn(T, F_IN))
+        rnn_case(s, f"{tag}.unbatched.bf1.h0", kind, act, s.randn(T, F_IN), batch_first=True, h0_shape=(4, H))
+        rnn_case(s, f"{tag}.nobias", kind, act, s.randn(T, N, F_IN), bias=False, h0_shape=(4, N, H))
+        # Refused: initial states sized for one direction.
+        rnn_case(s, f"{tag}.h0_one_direction", kind, act, s.randn(T, N, F_IN), h0_shape=(2, N, H))
+    # Dropout between layers does nothing in eval mode; unidirectional unbatched input.
+    rnn_case(s, "LSTM.dropout.eval", "LSTM", None, s.randn(T, N, F_IN), layers=3, dropout=0.5, h0_shape=(6, N, H))
+    for kind in ["LSTM", "GRU"]:
+        rnn_case(s, f"{kind}.unidirectional.unbatched", kind, None, s.randn(T, F_IN), bidirectional=False,
+                 h0_shape=(2, H))
+    # Refused: states whose rank does not match the input's, input of the wrong rank or width.
+    rnn_case(s, "LSTM.unbatched_with_3d_h0", "LSTM", None, s.randn(T, F_IN), h0_shape=(4, 1, H))
+    rnn_case(s, "GRU.batched_with_2d_h0", "GRU", None, s.randn(T, N, F_IN), h0_shape=(4, H))
+    rnn_case(s, "GRU.input_4d", "GRU", None, s.randn(1, T, N, F_IN))
+    rnn_case(s, "LSTM.wrong_input_size", "LSTM", None, s.randn(T, N, F_IN + 1), input_size=F_IN)
+
+
 # ---------------------------------------------------------------- optimizers
 def optimizers(s):
     configs = [
@@ -1431,7 +1509,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions, selection, dtypes):
+                  factories, float_classes, corners, additions, selection, dtypes, rnn2):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)

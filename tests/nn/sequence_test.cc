@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/anvil.h"
+#include "core/io/safetensors.h"
 #include "core/nn/nn.h"
 #include "tests/core/test_util.h"
 
@@ -70,6 +71,148 @@ TEST(RnnTest, MultiLayerBatchFirstShapesAndGradcheck) {
       [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{lstm.forward_all(in[0]).output}; },
       {randn({3, 2, 2}, kFloat64).requires_grad_()});
   EXPECT_TRUE(r.ok) << r.message;
+}
+
+// The time steps of x [T, ...] in reverse order.
+Tensor Reversed(const Tensor& x) {
+  std::vector<int64_t> idx;
+  for (int64_t t = x.size(0) - 1; t >= 0; --t) idx.push_back(t);
+  return index_select(x, 0, tensor(idx));
+}
+
+std::shared_ptr<RNNBase> MakeRnn(const std::string& kind, int64_t in, int64_t hidden, const RNNOptions& o) {
+  if (kind == "LSTM") return std::make_shared<LSTM>(in, hidden, o);
+  if (kind == "GRU") return std::make_shared<GRU>(in, hidden, o);
+  return std::make_shared<RNN>(in, hidden, o);
+}
+
+// A bidirectional layer is two unidirectional ones (checked against the equations above): the
+// forward one on x, the backward one on x reversed in time, its outputs reversed back; layer 2
+// reads both halves. Built here from the bidirectional module's own weights, loaded by name.
+TEST(RnnTest, BidirectionalIsAForwardAndABackwardPassOverTheReversedSequence) {
+  for (const std::string kind : {"RNN", "GRU", "LSTM"}) {
+    const int64_t F = 3, H = 4, T = 5, B = 2;
+    auto bi = MakeRnn(kind, F, H, {.num_layers = 2, .bidirectional = true});
+    bi->to(kFloat64);
+    const StateDict state = bi->state_dict();
+    // direction d of layer l as a one-layer unidirectional module.
+    auto single = [&](int64_t l, bool reverse) {
+      auto m = MakeRnn(kind, l == 0 ? F : 2 * H, H, {});
+      m->to(kFloat64);
+      StateDict sd;
+      for (const char* w : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"}) {
+        const std::string from = std::string(w) + "_l" + std::to_string(l) + (reverse ? "_reverse" : "");
+        sd.tensors.emplace_back(std::string(w) + "_l0", *state.find(from));
+      }
+      m->load_state_dict(sd);
+      return m;
+    };
+    const Tensor x = randn({T, B, F}, kFloat64), h0 = randn({4, B, H}, kFloat64), c0 = randn({4, B, H}, kFloat64);
+    const bool lstm = kind == "LSTM";
+    const RNNOutput out = bi->forward_all(x, h0, lstm ? c0 : Tensor());
+    ASSERT_EQ(out.output.sizes(), (IntArray{T, B, 2 * H})) << kind;
+    ASSERT_EQ(out.h_n.sizes(), (IntArray{4, B, H})) << kind;
+    Tensor layer_in = x;
+    for (int64_t l = 0; l < 2; ++l) {
+      const int64_t f = 2 * l, b = 2 * l + 1;  // h_n's rows: layer-major, forward first
+      const RNNOutput fw =
+          single(l, false)->forward_all(layer_in, h0.narrow(0, f, 1), lstm ? c0.narrow(0, f, 1) : Tensor());
+      const RNNOutput bw =
+          single(l, true)->forward_all(Reversed(layer_in), h0.narrow(0, b, 1), lstm ? c0.narrow(0, b, 1) : Tensor());
+      layer_in = cat({fw.output, Reversed(bw.output)}, 2);
+      EXPECT_TRUE(allclose(out.h_n[f], fw.h_n[0], 1e-12, 1e-12)) << kind << " layer " << l;
+      EXPECT_TRUE(allclose(out.h_n[b], bw.h_n[0], 1e-12, 1e-12)) << kind << " layer " << l;
+      if (lstm) {
+        EXPECT_TRUE(allclose(out.c_n[f], fw.c_n[0], 1e-12, 1e-12)) << kind << " layer " << l;
+        EXPECT_TRUE(allclose(out.c_n[b], bw.c_n[0], 1e-12, 1e-12)) << kind << " layer " << l;
+      }
+    }
+    EXPECT_TRUE(allclose(out.output, layer_in, 1e-12, 1e-12)) << kind;
+  }
+}
+
+// PyTorch's parameter names, shapes and order (weight_ih_l{k}{_reverse}, ... layer-major, the
+// forward direction first; layer 1 reads 2 * H features), which state dicts from PyTorch need.
+TEST(RnnTest, BidirectionalParametersHavePyTorchsNamesShapesAndOrder) {
+  LSTM lstm(3, 5, {.num_layers = 2, .bias = true, .bidirectional = true});
+  std::vector<std::pair<std::string, IntArray>> want;
+  for (const char* k : {"0", "0_reverse", "1", "1_reverse"}) {
+    const int64_t in = k[0] == '0' ? 3 : 10;
+    want.emplace_back(std::string("weight_ih_l") + k, IntArray{20, in});
+    want.emplace_back(std::string("weight_hh_l") + k, IntArray{20, 5});
+    want.emplace_back(std::string("bias_ih_l") + k, IntArray{20});
+    want.emplace_back(std::string("bias_hh_l") + k, IntArray{20});
+  }
+  const auto got = lstm.named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first);
+    EXPECT_EQ(got[i].second.sizes(), want[i].second) << want[i].first;
+  }
+  EXPECT_THAT(lstm.extra_repr(), ::testing::HasSubstr("bidirectional=true"));
+  GRU nobias(2, 3, {.bias = false, .bidirectional = true});
+  EXPECT_EQ(nobias.named_parameters().size(), 4u);  // weight_ih/hh, forward and reverse
+}
+
+// The state dict through the safetensors format and back, strictly by name, gives the same layer.
+TEST(RnnTest, BidirectionalStateDictRoundTripsThroughSafetensors) {
+  GRU a(3, 4, {.num_layers = 2, .batch_first = true, .bidirectional = true});
+  GRU b(3, 4, {.num_layers = 2, .batch_first = true, .bidirectional = true});
+  const io::Safetensors file = io::parse_safetensors(io::serialize_safetensors(a.state_dict().tensors), "memory");
+  StateDict loaded;
+  loaded.tensors = file.tensors;
+  EXPECT_NE(loaded.find("weight_hh_l1_reverse"), nullptr);
+  b.load_state_dict(loaded, /*strict=*/true);
+  const Tensor x = randn({2, 6, 3});
+  EXPECT_TRUE(equal(a(x), b(x)));
+  // A unidirectional layer refuses it: the reverse keys are unexpected.
+  GRU one(3, 4, {.num_layers = 2, .batch_first = true});
+  EXPECT_THROW(one.load_state_dict(loaded, /*strict=*/true), Error);
+}
+
+// Dropout acts between layers in training mode only, never on the last layer's output.
+TEST(RnnTest, BidirectionalDropoutBetweenLayersInTrainingOnly) {
+  LSTM two(3, 4, {.num_layers = 2, .dropout = 0.5, .bidirectional = true});
+  LSTM plain(3, 4, {.num_layers = 2, .bidirectional = true});
+  plain.load_state_dict(two.state_dict());
+  const Tensor x = randn({5, 2, 3});
+  two.eval();
+  EXPECT_TRUE(equal(two(x), plain(x)));
+  two.train();
+  EXPECT_FALSE(allclose(two(x), plain(x)));
+  LSTM one(3, 4, {.dropout = 0.5, .bidirectional = true});  // one layer: nothing to drop between
+  LSTM one_plain(3, 4, {.bidirectional = true});
+  one_plain.load_state_dict(one.state_dict());
+  one.train();
+  EXPECT_TRUE(equal(one(x), one_plain(x)));
+}
+
+TEST(RnnTest, BidirectionalGradcheckWithInitialStatesAndUnbatchedInput) {
+  for (const std::string kind : {"RNN", "GRU", "LSTM"}) {
+    auto m = MakeRnn(kind, 2, 3, {.num_layers = 2, .batch_first = true, .bidirectional = true});
+    m->to(kFloat64);
+    const bool lstm = kind == "LSTM";
+    auto r = autograd::gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          const RNNOutput o = m->forward_all(in[0], in[1], lstm ? in[2] : Tensor());
+          std::vector<Tensor> outs{o.output, o.h_n};
+          if (lstm) outs.push_back(o.c_n);
+          return outs;
+        },
+        lstm ? std::vector<Tensor>{randn({2, 3, 2}, kFloat64).requires_grad_(),
+                                   randn({4, 2, 3}, kFloat64).requires_grad_(),
+                                   randn({4, 2, 3}, kFloat64).requires_grad_()}
+             : std::vector<Tensor>{randn({2, 3, 2}, kFloat64).requires_grad_(),
+                                   randn({4, 2, 3}, kFloat64).requires_grad_()});
+    EXPECT_TRUE(r.ok) << kind << ": " << r.message;
+    // Unbatched [T, F] is a batch of one without its batch dim (batch_first does not apply).
+    const Tensor x = randn({4, 2}, kFloat64);
+    const RNNOutput u = m->forward_all(x), b = m->forward_all(x.unsqueeze(0));
+    EXPECT_EQ(u.output.sizes(), (IntArray{4, 6}));
+    EXPECT_EQ(u.h_n.sizes(), (IntArray{4, 3}));
+    EXPECT_TRUE(allclose(u.output, b.output[0], 1e-12, 1e-12));
+    EXPECT_TRUE(allclose(u.h_n, b.h_n.select(1, 0), 1e-12, 1e-12));
+  }
 }
 
 TEST(AttentionTest, MatchesPerHeadScaledDotProductAndHonoursPaddingMask) {

@@ -93,6 +93,33 @@ TEST(SpecTest, ErrorsNameTheLayerAndWhatWasExpected) {
               HasSubstr("presets: mlp, lenet5, resnet, gru, transformer"));
 }
 
+// "bidirectional": both directions' features ([T, 2H] as a sequence); "last" is each
+// direction's final state: the forward one's at the last step, the backward one's at the first.
+TEST(SpecTest, BidirectionalRecurrentLayersDoubleTheFeaturesAndEndEachDirectionAtItsOwnEnd) {
+  const BuiltModel stack = build_model(R"({"input_shape": [6, 5], "layers": [
+      {"type": "lstm", "hidden_size": 4, "num_layers": 2, "bidirectional": true, "return": "sequence"},
+      {"type": "gru", "hidden_size": 3, "bidirectional": true}, {"type": "linear", "out_features": 2}]})");
+  EXPECT_EQ(stack.output_shape, (IntArray{2}));
+  EXPECT_EQ((*stack.module)(randn({3, 6, 5})).sizes(), (IntArray{3, 2}));
+  EXPECT_TRUE(stack.module->state_dict().contains("0.rnn.weight_ih_l1_reverse"));
+  EXPECT_EQ(build_model(stack.spec).output_shape, stack.output_shape);  // the normalised spec rebuilds
+  const BuiltModel seq = build_model(
+      R"({"input_shape": [6, 5], "layers": [{"type": "gru", "hidden_size": 3, "bidirectional": true, "return": "sequence"}]})");
+  const BuiltModel last =
+      build_model(R"({"input_shape": [6, 5], "layers": [{"type": "gru", "hidden_size": 3, "bidirectional": true}]})");
+  EXPECT_EQ(seq.output_shape, (IntArray{6, 6}));
+  EXPECT_EQ(last.output_shape, (IntArray{6}));
+  last.module->load_state_dict(seq.module->state_dict());
+  const Tensor x = randn({2, 6, 5});
+  const Tensor all = (*seq.module)(x), end = (*last.module)(x);
+  EXPECT_TRUE(allclose(end, cat({all.select(1, 5).narrow(1, 0, 3), all.select(1, 0).narrow(1, 3, 3)}, 1)));
+  EXPECT_THAT(
+      ErrorOf([] {
+        build_model(R"({"input_shape": [6, 5], "layers": [{"type": "lstm", "hidden_size": 3, "bidirectional": 1}]})");
+      }),
+      HasSubstr("layer 0 (lstm): 'bidirectional' must be true or false"));
+}
+
 TEST(SpecTest, EveryPresetBuildsRunsAndBackpropagates) {
   struct Case {
     std::string name;
@@ -139,6 +166,10 @@ TEST(SpecCostTest, EstimateCountsExactlyWhatTheBuiltModelHolds) {
           {"type": "batchnorm1d"}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})",
       R"({"input_shape": [7, 5], "layers": [{"type": "lstm", "hidden_size": 6, "num_layers": 2},
           {"type": "linear", "out_features": 2}]})",
+      R"({"input_shape": [7, 5], "layers": [{"type": "lstm", "hidden_size": 6, "num_layers": 3, "bidirectional": true},
+          {"type": "linear", "out_features": 2}]})",
+      R"({"input_shape": [7, 5], "layers": [{"type": "gru", "hidden_size": 4, "num_layers": 2, "bidirectional": true,
+          "return": "sequence"}, {"type": "gru", "hidden_size": 3}]})",
       R"({"input_shape": [9, 5], "layers": [{"type": "gru", "hidden_size": 4, "return": "sequence"},
           {"type": "transformer_encoder", "nhead": 2, "dim_feedforward": 12, "num_layers": 2},
           {"type": "mean_pool"}, {"type": "linear", "out_features": 2}]})",

@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "core/anvil.h"
 #include "core/models/spec.h"
+#include "core/nn/rnn.h"
 #include "onnx/onnx_pb.h"
 #include "tests/paths.h"
 
@@ -111,6 +113,30 @@ TEST(OnnxExport, RecurrentLayersAreOnnxNodesNotUnrolledLoops) {
   EXPECT_EQ(ops.count("LSTM"), 2u);
   EXPECT_EQ(ops.count("GRU"), 1u);
   EXPECT_EQ(ops.count("Sigmoid"), 0u) << "the recurrence was unrolled";
+}
+
+TEST(OnnxExport, BidirectionalLayersAreOneBidirectionalNodePerLayer) {
+  const Exported e = Export(R"({"input_shape": [6, 5], "layers": [
+      {"type": "lstm", "hidden_size": 7, "num_layers": 2, "bidirectional": true, "return": "sequence"},
+      {"type": "gru", "hidden_size": 4, "bidirectional": true}]})");
+  const auto ops = OpTypes(e.proto);
+  EXPECT_EQ(ops.count("LSTM"), 2u);
+  EXPECT_EQ(ops.count("GRU"), 1u);
+  EXPECT_EQ(ops.count("Sigmoid"), 0u) << "the recurrence was unrolled";
+  std::map<std::string, const ::onnx::TensorProto*> inits;
+  for (const auto& t : e.proto.graph().initializer()) inits[t.name()] = &t;
+  for (const auto& n : e.proto.graph().node()) {
+    if (n.op_type() != "LSTM" && n.op_type() != "GRU") continue;
+    std::string direction;
+    for (const auto& a : n.attribute())
+      if (a.name() == "direction") direction = a.s();
+    EXPECT_EQ(direction, "bidirectional") << n.name();
+    // W, R and B hold one row per direction.
+    for (int i = 1; i <= 3; ++i) {
+      ASSERT_TRUE(inits.count(n.input(i))) << n.name() << " input " << i;
+      EXPECT_EQ(inits[n.input(i)]->dims(0), 2) << n.name() << " input " << i;
+    }
+  }
 }
 
 TEST(OnnxExport, BatchNormFoldsIntoTheConvolutionOnRequest) {
@@ -277,6 +303,16 @@ std::vector<ZooCase> Zoo() {
   lstm.shapes.push_back({5, 9, 5});
   lstm.shapes.push_back({3, 1, 5});
   zoo.push_back(lstm);
+  ZooCase bidirectional{"bidirectional_seq",
+                        R"({"input_shape": [6, 5], "layers": [
+      {"type": "lstm", "hidden_size": 7, "num_layers": 2, "bidirectional": true, "return": "sequence"},
+      {"type": "gru", "hidden_size": 4, "bidirectional": true}, {"type": "linear", "out_features": 3}]})",
+                        {},
+                        batches({6, 5})};
+  bidirectional.options.dynamic_axes = {{0, 1, "seq"}};
+  bidirectional.shapes.push_back({5, 9, 5});
+  bidirectional.shapes.push_back({3, 1, 5});
+  zoo.push_back(bidirectional);
   ZooCase gru_seq{"gru_seq", models::preset_spec("gru", {6}, 4, 16), {}, batches({6})};
   gru_seq.options.dynamic_axes = {{0, 1, "seq"}};
   gru_seq.shapes.push_back({4, 11});
@@ -287,6 +323,39 @@ std::vector<ZooCase> Zoo() {
   transformer.shapes.push_back({3, 2});
   zoo.push_back(transformer);
   return zoo;
+}
+
+// The layers themselves (the Elman RNN has no spec type): their whole output sequence
+// [B, T, 2H] from a bidirectional two-layer RNN (tanh, and relu: an "activations" attribute),
+// GRU and LSTM, one ONNX node per layer, with a symbolic sequence.
+TEST(OnnxExport, BidirectionalLayersMatchOnnxRuntime) {
+  for (const std::string kind : {"RNN", "RNN_relu", "GRU", "LSTM"}) {
+    nn::RNNOptions o{.num_layers = 2, .batch_first = true, .bidirectional = true};
+    if (kind == "RNN_relu") o.nonlinearity = "relu";
+    Exported e;
+    if (kind == "GRU")
+      e.built.module = std::make_shared<nn::GRU>(5, 4, o);
+    else if (kind == "LSTM")
+      e.built.module = std::make_shared<nn::LSTM>(5, 4, o);
+    else
+      e.built.module = std::make_shared<nn::RNN>(5, 4, o);
+    e.built.module->eval();
+    ExportOptions options;
+    options.dynamic_axes = {{0, 1, "seq"}};
+    e.bytes = export_model(*e.built.module, {InputSignature{"input", {6, 5}, kFloat32}}, options);
+    ASSERT_TRUE(e.proto.ParseFromString(e.bytes));
+    const std::string op = kind.substr(0, kind.find('_'));
+    EXPECT_EQ(OpTypes(e.proto).count(op), 2u) << kind;
+    EXPECT_EQ(OpTypes(e.proto).count("Relu"), 0u) << kind << ": the recurrence was unrolled";
+    const std::vector<IntArray> shapes{{1, 6, 5}, {7, 6, 5}, {3, 9, 5}};
+    const std::vector<double> errors = CompareWithOnnxRuntime(e, "bidirectional_" + kind, shapes);
+    if (errors.empty()) GTEST_SKIP() << "no Python with onnxruntime at " << anvil::test::PeerPython();
+    for (size_t i = 0; i < errors.size(); ++i) {
+      EXPECT_LE(errors[i], 1e-5) << kind << " at input shape " << shape_str(shapes[i]);
+      std::printf("onnxruntime bidirectional %s %s max_abs_error %.3g\n", kind.c_str(), shape_str(shapes[i]).c_str(),
+                  errors[i]);
+    }
+  }
 }
 
 class OnnxZoo : public ::testing::TestWithParam<ZooCase> {};

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +81,31 @@ TEST(OnnxRoundTrip, AnElmanRnnIsAnOnnxRnnNode) {
   }
 }
 
+TEST(OnnxRoundTrip, BidirectionalLayersComeBackEqual) {
+  for (const std::string kind : {"RNN", "RNN_relu", "GRU", "LSTM"}) {
+    nn::RNNOptions o{.num_layers = 2, .batch_first = true, .bidirectional = true};
+    if (kind == "RNN_relu") o.nonlinearity = "relu";
+    std::shared_ptr<nn::RNNBase> m;
+    if (kind == "GRU")
+      m = std::make_shared<nn::GRU>(5, 4, o);
+    else if (kind == "LSTM")
+      m = std::make_shared<nn::LSTM>(5, 4, o);
+    else
+      m = std::make_shared<nn::RNN>(5, 4, o);
+    m->eval();
+    ExportOptions options;
+    options.dynamic_axes = {{0, 1, "seq"}};
+    const ImportedModel imported = import_model(export_model(*m, {{"input", {6, 5}, kFloat32}}, options));
+    const std::string op = kind.substr(0, kind.find('_'));
+    EXPECT_EQ(std::count(imported.operators.begin(), imported.operators.end(), op), 1) << kind;  // operator kinds
+    for (const IntArray& shape : {IntArray{2, 6, 5}, IntArray{3, 9, 5}}) {
+      const Tensor x = randn(shape);
+      EXPECT_TRUE(allclose(Forward(*imported.module, x), Forward(*m, x), 1e-5, 1e-5))
+          << kind << " " << shape_str(shape);
+    }
+  }
+}
+
 // ---- files from other exporters: the onnx package's helpers, checked in onnxruntime ----
 
 const char* kBuildScript = R"PY(
@@ -120,7 +146,30 @@ cnn = helper.make_graph(
      helper.make_node("Gemm", ["s", "fw", "fb"], ["y"], transB=1, name="fc")],
     "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])], cnn_inits)
-for name, graph, shape in (("mlp", mlp, (7, 2, 8)), ("cnn", cnn, (7, 3, 8, 8))):
+# Recurrent nodes in every direction, batch-first input transposed to ONNX's [T, N, F]: a
+# bidirectional LSTM, a bidirectional RNN with Relu forward and Tanh backward, a reverse GRU
+# with linear_before_reset = 0 (not PyTorch's form), its final state the output.
+def merge_directions(y, out):  # Y [T, D, N, H] -> [T, N, D * H]
+    return [helper.make_node("Transpose", [y], [out + "_t"], perm=[0, 2, 1, 3], name=out + "_t"),
+            helper.make_node("Reshape", [out + "_t", "merge_shape"], [out], name=out)]
+rnn_inits = [init("lw", 2, 16, 3), init("lr", 2, 16, 4), init("lb", 2, 32),
+             init("rw", 2, 5, 8), init("rr", 2, 5, 5), init("rb", 2, 10),
+             init("gw", 1, 9, 10), init("gr", 1, 9, 3), init("gb", 1, 18),
+             axes_input("merge_shape", [0, 0, -1]), axes_input("yh_axes", [0])]
+rnn = helper.make_graph(
+    [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2], name="time_major"),
+     helper.make_node("LSTM", ["xt", "lw", "lr", "lb"], ["ly"], hidden_size=4, direction="bidirectional",
+                      name="lstm"),
+     *merge_directions("ly", "l_out"),
+     helper.make_node("RNN", ["l_out", "rw", "rr", "rb"], ["ry"], hidden_size=5, direction="bidirectional",
+                      activations=["Relu", "Tanh"], name="rnn"),
+     *merge_directions("ry", "r_out"),
+     helper.make_node("GRU", ["r_out", "gw", "gr", "gb"], ["", "gh"], hidden_size=3, direction="reverse",
+                      name="gru"),
+     helper.make_node("Squeeze", ["gh", "yh_axes"], ["y"], name="last")],
+    "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, 3])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], rnn_inits)
+for name, graph, shape in (("mlp", mlp, (7, 2, 8)), ("cnn", cnn, (7, 3, 8, 8)), ("rnn", rnn, (7, 5, 3))):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="onnx-helper")
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -160,7 +209,8 @@ TEST(OnnxImport, FilesFromTheOnnxHelpersMatchOnnxRuntime) {
     ASSERT_EQ(std::system((python + " " + dir + "/build.py " + dir + " " + std::to_string(opset)).c_str()), 0);
     for (const auto& [name, in_shape, out_shape] :
          {std::tuple<std::string, IntArray, IntArray>{"mlp", {7, 2, 8}, {7, 5}},
-          std::tuple<std::string, IntArray, IntArray>{"cnn", {7, 3, 8, 8}, {7, 6}}}) {
+          std::tuple<std::string, IntArray, IntArray>{"cnn", {7, 3, 8, 8}, {7, 6}},
+          std::tuple<std::string, IntArray, IntArray>{"rnn", {7, 5, 3}, {7, 3}}}) {
       const std::string base = dir + "/" + name + "-" + std::to_string(opset);
       const ImportedModel m = import_model(ReadFile(base + ".onnx"));
       EXPECT_EQ(m.opset, opset);

@@ -162,6 +162,22 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
   }
 }
 
+// A model spec's recurrent layers take "bidirectional" (checked and priced like the rest of
+// the spec before anything is built); a value that is not a bool is refused, naming the layer.
+TEST_F(JobSpecTest, RecurrentLayersMayBeBidirectional) {
+  v1::JobSpec s = Minimal();
+  s.clear_model_preset();
+  s.set_model_json(R"({"input_shape": [8, 8], "layers": [
+      {"type": "lstm", "hidden_size": 16, "num_layers": 2, "bidirectional": true, "return": "sequence"},
+      {"type": "gru", "hidden_size": 8, "bidirectional": true}, {"type": "linear", "out_features": 10}]})");
+  EXPECT_EQ(Refusal(s).first, grpc::StatusCode::OK) << Refusal(s).second;
+  s.set_model_json(R"({"input_shape": [8, 8], "layers": [
+      {"type": "gru", "hidden_size": 8, "bidirectional": "yes"}, {"type": "linear", "out_features": 10}]})");
+  const auto [code, message] = Refusal(s);
+  EXPECT_EQ(code, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(message, HasSubstr("layer 0 (gru): 'bidirectional' must be true or false"));
+}
+
 TEST_F(JobSpecTest, NamesAreRestricted) {
   EXPECT_TRUE(is_valid_name("digits-cnn_v2.1"));
   EXPECT_FALSE(is_valid_name(""));
