@@ -23,7 +23,7 @@ using json = nlohmann::json;
 
 const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses", "nn",
                                "optim",         "sched",       "indexing",   "views",  "factories",
-                               "float_classes", "corners",     "additions"};
+                               "float_classes", "corners",     "additions",  "layers2"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.
