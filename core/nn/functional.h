@@ -120,6 +120,10 @@ struct Pool2dParams {
   // avg_pool2d only: every window's sum is divided by this (non-zero) number instead.
   std::optional<int64_t> divisor_override;
 };
+// PyTorch's pooling_output_shape for one spatial dim: floor (ceil with ceil_mode) of
+// (in + 2 padding - dilation (kernel - 1) - 1) / stride, plus one; with ceil_mode the last
+// window must start inside the input or its left/top padding. Below 1: the input is too small.
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode);
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p);
 // max_pool2d and where each maximum came from: int64 indices, shaped like the output, into
 // each [H, W] plane flattened (h * W + w), as PyTorch's return_indices. The first maximum of

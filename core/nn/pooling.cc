@@ -25,15 +25,6 @@ struct PoolDim {
   int64_t overhang() const { return std::max<int64_t>((out - 1) * stride + span() - (in + 2 * pad), 0); }
 };
 
-// PyTorch's pooling_output_shape: floor (or with ceil_mode ceil) of (in + 2 pad - span) /
-// stride, plus one; with ceil_mode the last window must start inside the input or its
-// left/top padding.
-int64_t PoolOutputSize(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d, bool ceil_mode) {
-  int64_t o = FloorDiv(in + 2 * pad - (d * (k - 1) + 1) + (ceil_mode ? s - 1 : 0), s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + pad) --o;
-  return o;
-}
-
 // The two spatial dims of pooling x [N, C, H, W] with `p`, checked as PyTorch's
 // pool2d_shape_check does.
 std::array<PoolDim, 2> PoolDims(const Tensor& x, const Pool2dParams& p, const char* who) {
@@ -46,7 +37,7 @@ std::array<PoolDim, 2> PoolDims(const Tensor& x, const Pool2dParams& p, const ch
     ANVIL_CHECK(pad >= 0 && 2 * pad <= k, who, ": padding must be at most half the kernel size, got padding (",
                 p.padding[0], ", ", p.padding[1], ") for kernel (", p.kernel[0], ", ", p.kernel[1], ")");
     const int64_t in = x.size(static_cast<int64_t>(i) + 2);
-    dims[i] = PoolDim{in, k, s, pad, d, PoolOutputSize(in, k, s, pad, d, p.ceil_mode)};
+    dims[i] = PoolDim{in, k, s, pad, d, pool_output_size(in, k, s, pad, d, p.ceil_mode)};
   }
   ANVIL_CHECK(dims[0].out >= 1 && dims[1].out >= 1, who, ": the input ", x.size(2), "x", x.size(3),
               " is too small for the window (output size ", dims[0].out, "x", dims[1].out, ")");
@@ -137,6 +128,13 @@ std::tuple<Tensor, Tensor> MaxPool(const Tensor& x, const std::array<PoolDim, 2>
 }
 
 }  // namespace
+
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                         bool ceil_mode) {
+  int64_t o = FloorDiv(in + 2 * padding - (dilation * (kernel - 1) + 1) + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  if (ceil_mode && (o - 1) * stride >= in + padding) --o;
+  return o;
+}
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Pool2dParams& p) {
   ANVIL_CHECK(!p.divisor_override, "max_pool2d: divisor_override is an avg_pool2d option");
