@@ -139,7 +139,10 @@ int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Pool2dParams& p) {
   ANVIL_CHECK(!p.divisor_override, "max_pool2d: divisor_override is an avg_pool2d option");
   const Tensor x = Batched(input, "max_pool2d");
+  std::optional<exporter::Composite> node;  // MaxPool with its Indices output
+  if (exporter::capturing()) node.emplace("MaxPool", std::vector<Tensor>{x}, PoolAttributes(p));
   auto [out, indices] = MaxPool(x, PoolDims(x, p, "max_pool2d"));
+  if (node) node->finish(std::vector<Tensor>{out, indices});
   if (input.dim() == 3) return {out.squeeze(0), indices.squeeze(0)};
   return {out, indices};
 }
@@ -221,7 +224,19 @@ Tensor max_unpool2d(const Tensor& input, const Tensor& indices, const MaxUnpool2
   ANVIL_CHECK(out_hw[0] > 0 && out_hw[1] > 0, "max_unpool2d: the output size ", out_hw[0], "x", out_hw[1],
               " is not positive");
   const int64_t N = x.size(0), C = x.size(1), plane = out_hw[0] * out_hw[1];
-  const Tensor idx = (input.dim() == 3 ? indices.unsqueeze(0) : indices).reshape({N, C, -1});
+  const Tensor batched_idx = input.dim() == 3 ? indices.unsqueeze(0) : indices;
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    // "output_hw" is for the lowering (MaxUnpool's output_shape input), not an ONNX attribute.
+    std::vector<int64_t> k{p.kernel[0], p.kernel[1]}, s, pads{p.padding[0], p.padding[1], p.padding[0], p.padding[1]};
+    for (size_t i = 0; i < 2; ++i) s.push_back(p.stride[i] > 0 ? p.stride[i] : p.kernel[i]);
+    node.emplace("MaxUnpool", std::vector<Tensor>{x, batched_idx},
+                 exporter::Attributes{{"kernel_shape", k},
+                                      {"strides", s},
+                                      {"pads", pads},
+                                      {"output_hw", std::vector<int64_t>{out_hw[0], out_hw[1]}}});
+  }
+  const Tensor idx = batched_idx.reshape({N, C, -1});
   if (idx.numel() > 0) {
     const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
     ANVIL_CHECK_INDEX(lo >= 0 && hi < plane, "max_unpool2d: index ", lo < 0 ? lo : hi, " is outside the output plane ",
@@ -229,6 +244,7 @@ Tensor max_unpool2d(const Tensor& input, const Tensor& indices, const MaxUnpool2
   }
   const Tensor flat = zeros({N, C, plane}, TensorOptions(x.dtype()).with_device(x.device()));
   Tensor out = scatter(flat, 2, idx, x.reshape({N, C, -1})).view({N, C, out_hw[0], out_hw[1]});
+  if (node) node->finish(out);
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 
