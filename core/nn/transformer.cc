@@ -94,11 +94,11 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));  // [B, h, L, S]
   if (bias.defined()) scores = scores + bias;
   Tensor attn;
-  if (need_weights) {
+  if (need_weights || !bias.defined()) {
     attn = softmax(scores, -1);
   } else {
     // A query with every key masked attends to nothing: zeros, where a softmax over only -inf
-    // would be NaN (forward and backward).
+    // would be NaN (forward and backward). Without a mask no query is in that case.
     const Tensor none_allowed = amax(scores.detach(), {-1}, /*keepdim=*/true) == -INFINITY;
     attn = masked_fill(softmax(masked_fill(scores, none_allowed, 0.0), -1), none_allowed, 0.0);
   }
