@@ -238,20 +238,26 @@ Composite::~Composite() {
 }
 
 const Tensor& Composite::finish(const Tensor& output) {
-  if (!state_ || !state_->open) return output;
+  finish(std::vector<Tensor>{output});
+  return output;
+}
+
+void Composite::finish(const std::vector<Tensor>& outputs) {
+  if (!state_ || !state_->open) return;
   detail::Capture* c = state_->capture;
   state_->open = false;
   --c->depth;
-  if (!c->any_computed(state_->inputs)) return output;  // folded
+  if (!c->any_computed(state_->inputs)) return;  // folded
   std::vector<int> in;
   for (const Tensor& t : state_->inputs) in.push_back(c->resolve(t, state_->op));
-  const int result = c->add_computed(output, c->any_from_inputs(state_->inputs));
+  const bool from_inputs = c->any_from_inputs(state_->inputs);
+  std::vector<int> results;
+  for (const Tensor& t : outputs) results.push_back(c->add_computed(t, from_inputs));
   Node& node = c->add_node();
   node.composite = state_->op;
   node.composite_attrs = std::move(state_->attrs);
   node.inputs = std::move(in);
-  node.outputs = {result};
-  return output;
+  node.outputs = std::move(results);
 }
 
 Trace capture(const Forward& forward, const std::vector<Tensor>& inputs, const std::vector<std::string>& input_names,

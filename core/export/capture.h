@@ -100,6 +100,9 @@ class Composite {
   Composite& operator=(const Composite&) = delete;
   // Records the node with `output` and returns it.
   const Tensor& finish(const Tensor& output);
+  // Records the node with several outputs (in the ONNX operator's order: MaxPool's Y and
+  // Indices).
+  void finish(const std::vector<Tensor>& outputs);
 
  private:
   struct State;

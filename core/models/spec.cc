@@ -215,15 +215,35 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
             {oc, out_hw[1]}};
   }
   if (type == "maxpool2d" || type == "avgpool2d") {
-    L.Keys({"kernel_size", "stride", "padding"});
+    const bool max = type == "maxpool2d";
+    if (max)
+      L.Keys({"kernel_size", "stride", "padding", "dilation", "ceil_mode"});
+    else
+      L.Keys({"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"});
     L.Rank(in, 3, "[C, H, W]");
-    const auto k = L.Pair("kernel_size", std::nullopt), s = L.Pair("stride", 0, 0), p = L.Pair("padding", 0, 0);
-    const int64_t sh = s[0] > 0 ? s[0] : k[0], sw = s[1] > 0 ? s[1] : k[1];
-    if (in[1] + 2 * p[0] < k[0] || in[2] + 2 * p[1] < k[1])
-      L.Fail("the window does not fit the input " + shape_str(in));
-    const IntArray out{in[0], (in[1] + 2 * p[0] - k[0]) / sh + 1, (in[2] + 2 * p[1] - k[1]) / sw + 1};
-    if (type == "maxpool2d") return {L.Make<nn::MaxPool2d>(k, s, p), out};
-    return {L.Make<nn::AvgPool2d>(k, s, p), out};
+    nn::F::Pool2dParams p;
+    p.kernel = L.Pair("kernel_size", std::nullopt);
+    p.stride = L.Pair("stride", 0, 0);
+    p.padding = L.Pair("padding", 0, 0);
+    p.ceil_mode = L.Bool("ceil_mode", false);
+    if (max) p.dilation = L.Pair("dilation", 1);
+    if (!max) {
+      p.count_include_pad = L.Bool("count_include_pad", true);
+      if (L.j.contains("divisor_override") && !L.j["divisor_override"].is_null()) {
+        const Json& d = L.j["divisor_override"];
+        if (!d.is_number_integer() || d.get<int64_t>() == 0) L.Fail("'divisor_override' must be a non-zero integer");
+        p.divisor_override = d.get<int64_t>();
+      }
+    }
+    IntArray out{in[0]};
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t k = p.kernel[d], s = p.stride[d] > 0 ? p.stride[d] : k;
+      if (2 * p.padding[d] > k) L.Fail("'padding' must be at most half the kernel size");
+      out.push_back(nn::F::pool_output_size(in[d + 1], k, s, p.padding[d], p.dilation[d], p.ceil_mode));
+      if (out.back() < 1) L.Fail("the window does not fit the input " + shape_str(in));
+    }
+    if (max) return {L.Make<nn::MaxPool2d>(p), out};
+    return {L.Make<nn::AvgPool2d>(p), out};
   }
   if (type == "adaptiveavgpool2d") {
     L.Keys({"output_size"});
@@ -238,7 +258,11 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       L.Rank(in, 3, "[C, H, W]");
     else if (in.size() != 1 && in.size() != 2)
       L.Fail("expects input [C] or [C, L], got shape " + shape_str(in));
-    const double eps = L.Real("eps", 1e-5), momentum = L.Real("momentum", 0.1);
+    const double eps = L.Real("eps", 1e-5);
+    // "momentum": null is PyTorch's momentum=None (a cumulative average of the batches).
+    const std::optional<double> momentum = L.j.contains("momentum") && L.j["momentum"].is_null()
+                                               ? std::nullopt
+                                               : std::optional<double>(L.Real("momentum", 0.1));
     L.Params(sat_mul(2, in[0]));
     L.Buffers(sat_add(sat_mul(2, in[0]), 1));
     if (two_d) return {L.Make<nn::BatchNorm2d>(in[0], eps, momentum), in};
@@ -260,13 +284,17 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     return {L.Make<nn::GroupNorm>(g, in[0], L.Real("eps", 1e-5)), in};
   }
   if (type == "embedding") {
-    L.Keys({"num_embeddings", "embedding_dim", "padding_idx"});
+    L.Keys({"num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type"});
     if (!first) L.Fail("must be the first layer (its input is integer token ids)");
     L.Rank(in, 1, "[T] (token ids)");
     *int_input = true;
     const int64_t d = L.Int("embedding_dim"), n = L.Int("num_embeddings");
     L.Params(sat_mul(n, d));
-    return {L.Make<nn::Embedding>(n, d, L.Int("padding_idx", -1, -1)), {in[0], d}};
+    const std::optional<double> max_norm = L.j.contains("max_norm") && !L.j["max_norm"].is_null()
+                                               ? std::optional<double>(L.Real("max_norm", 0.0))
+                                               : std::nullopt;
+    if (max_norm && !(*max_norm > 0)) L.Fail("'max_norm' must be positive");
+    return {L.Make<nn::Embedding>(n, d, L.Int("padding_idx", -1, -1), max_norm, L.Real("norm_type", 2.0)), {in[0], d}};
   }
   if (type == "positional") {
     L.Keys({});

@@ -14,6 +14,10 @@
 // linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the
 // last hidden state [H]; "bidirectional": true -> both directions' final states [2H], or the
 // sequence [T, 2H]), transformer_encoder, mean_pool (over a sequence dim).
+// Options follow PyTorch's names: maxpool2d kernel_size, stride, padding, dilation, ceil_mode;
+// avgpool2d kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override;
+// batchnorm eps, momentum (null: a cumulative average); embedding num_embeddings,
+// embedding_dim, padding_idx, max_norm, norm_type.
 // Shapes exclude the batch dim. Unknown keys are errors (a typo is never ignored).
 #pragma once
 

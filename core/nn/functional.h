@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/ops/functions.h"
@@ -111,13 +112,40 @@ struct Pool2dParams {
   std::array<int64_t, 2> kernel{2, 2};
   std::array<int64_t, 2> stride{0, 0};  // 0: the kernel size (PyTorch's default)
   std::array<int64_t, 2> padding{0, 0};
-  bool count_include_pad = true;  // avg_pool2d only
+  bool count_include_pad = true;  // avg_pool2d only: padded positions count in the divisor
   // Output size rounded up: a last window that starts inside the input (or its left/top
-  // padding) and runs past the end is kept, over the elements it covers (max_pool2d only).
+  // padding) and runs past the end is kept, over the elements it covers.
   bool ceil_mode = false;
+  std::array<int64_t, 2> dilation{1, 1};  // max_pool2d only: the spacing of a window's elements
+  // avg_pool2d only: every window's sum is divided by this (non-zero) number instead.
+  std::optional<int64_t> divisor_override;
 };
+// PyTorch's pooling_output_shape for one spatial dim: floor (ceil with ceil_mode) of
+// (in + 2 padding - dilation (kernel - 1) - 1) / stride, plus one; with ceil_mode the last
+// window must start inside the input or its left/top padding. Below 1: the input is too small.
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode);
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p);
+// max_pool2d and where each maximum came from: int64 indices, shaped like the output, into
+// each [H, W] plane flattened (h * W + w), as PyTorch's return_indices. The first maximum of
+// a window wins a tie; the output's gradient goes to that element.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Pool2dParams& p);
+// Each window's sum over the elements it covers, divided by the window's size (padding
+// included when count_include_pad, the overhang of ceil_mode never), by the number of input
+// elements it covers (count_include_pad = false), or by divisor_override.
 Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p);
+
+struct MaxUnpool2dParams {
+  std::array<int64_t, 2> kernel{2, 2};
+  std::array<int64_t, 2> stride{0, 0};  // 0: the kernel size
+  std::array<int64_t, 2> padding{0, 0};
+  // {H, W} or {N, C, H, W}; default (in - 1) * stride - 2 * padding + kernel, and a given size
+  // must lie strictly within one stride of that (PyTorch's rule).
+  std::optional<std::vector<int64_t>> output_size;
+};
+// The partial inverse of max_pool2d: zeros of the output size with each input element written
+// at its index (as max_pool2d_with_indices returns them). Gradient: the output's gradient at
+// each index.
+Tensor max_unpool2d(const Tensor& input, const Tensor& indices, const MaxUnpool2dParams& p);
 // Averages over the adaptive windows PyTorch uses: rows floor(i H / oh) to ceil((i + 1) H / oh).
 Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size);
 
@@ -135,7 +163,14 @@ Tensor layer_norm(const Tensor& input, const IntArray& normalized_shape, const T
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // Rows of weight [num, dim] at int64 indices; the padding_idx row (if >= 0) gets no gradient.
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
+// With max_norm, first renormalises IN PLACE each row of weight the indices name whose
+// norm_type-norm exceeds max_norm (embedding_renorm_), as PyTorch does; the renormalisation is
+// not differentiated.
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
+// PyTorch's embedding_renorm_: each distinct row i of weight [num, dim] named by `indices` whose
+// p-norm exceeds max_norm is scaled by max_norm / (norm + 1e-7), in place, without autograd.
+Tensor& embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm, double norm_type);
 
 }  // namespace anvil::nn::functional
 

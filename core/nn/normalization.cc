@@ -101,18 +101,62 @@ Tensor group_norm(const Tensor& x, int64_t G, const Tensor& weight, const Tensor
   return y;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
-  ANVIL_CHECK_TYPE(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: expected integer indices, got ",
+namespace {
+
+void CheckEmbeddingArgs(const Tensor& indices, const Tensor& weight, const char* who) {
+  ANVIL_CHECK_TYPE(indices.dtype() == kInt64 || indices.dtype() == kInt32, who, ": expected integer indices, got ",
                    indices.dtype());
-  ANVIL_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got ", shape_str(weight.sizes()));
-  std::optional<exporter::Composite> node;  // exported as Gather(weight, indices)
-  if (exporter::capturing())
-    node.emplace("Gather", std::vector<Tensor>{weight, indices}, exporter::Attributes{{"axis", int64_t{0}}});
+  ANVIL_CHECK(weight.dim() == 2, who, ": expected weight [num_embeddings, dim], got ", shape_str(weight.sizes()));
+}
+
+// The indices as int64 [n], checked against the table's rows.
+Tensor FlatIndices(const Tensor& indices, const Tensor& weight, const char* who) {
   const Tensor flat = indices.reshape({-1}).to(kInt64);
   if (flat.numel() > 0) {
     const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
-    ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), "embedding: index ", lo < 0 ? lo : hi, " is out of range for ",
+    ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), who, ": index ", lo < 0 ? lo : hi, " is out of range for ",
                       weight.size(0), " embeddings");
+  }
+  return flat;
+}
+
+}  // namespace
+
+Tensor& embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm, double norm_type) {
+  CheckEmbeddingArgs(indices, weight, "embedding_renorm_");
+  const Tensor flat = FlatIndices(indices, weight, "embedding_renorm_");
+  if (flat.numel() == 0) return weight;
+  NoGradGuard no_grad;
+  // Each distinct row once: its norm, and the scale max_norm / (norm + 1e-7) where the norm
+  // exceeds max_norm (PyTorch computes the norm in the weight's dtype, the scale in double,
+  // and multiplies the row in its dtype).
+  const Tensor rows = std::get<0>(sort(flat));
+  const Tensor distinct =
+      masked_select(rows, cat({ones({1}, TensorOptions(kBool).with_device(rows.device())),
+                               rows.narrow(0, 1, rows.numel() - 1) != rows.narrow(0, 0, rows.numel() - 1)}));
+  const Tensor picked = index_select(weight, 0, distinct);
+  const Tensor norms = norm(picked, norm_type, {1}, /*keepdim=*/true).to(kFloat64);
+  const Tensor scale = where(norms > max_norm, max_norm / (norms + 1e-7), ones_like(norms));
+  weight.index_put_({distinct}, picked * scale.to(weight.dtype()));
+  return weight;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx, std::optional<double> max_norm,
+                 double norm_type) {
+  CheckEmbeddingArgs(indices, weight, "embedding");
+  std::optional<exporter::Composite> node;  // exported as Gather(weight, indices)
+  if (exporter::capturing()) {
+    if (max_norm) {
+      throw exporter::CaptureError(
+          "embedding with max_norm renormalises its weight in place while it runs; an exported Gather cannot do "
+          "that (renormalise the weight once with embedding_renorm_ over every index, then export without max_norm)");
+    }
+    node.emplace("Gather", std::vector<Tensor>{weight, indices}, exporter::Attributes{{"axis", int64_t{0}}});
+  }
+  const Tensor flat = FlatIndices(indices, weight, "embedding");
+  if (max_norm) {
+    Tensor w = weight;
+    embedding_renorm_(w, flat, *max_norm, norm_type);
   }
   Tensor rows = index_select(weight, 0, flat);
   if (padding_idx >= 0) {
@@ -130,8 +174,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
 
 // ---- modules ----
 
-BatchNorm::BatchNorm(const char* type, int64_t num_features, int64_t a, int64_t b, double eps, double momentum,
-                     bool affine, bool track_running_stats)
+BatchNorm::BatchNorm(const char* type, int64_t num_features, int64_t a, int64_t b, double eps,
+                     std::optional<double> momentum, bool affine, bool track_running_stats)
     : Module(type), num_features(num_features), dims_a_(a), dims_b_(b), eps_(eps), momentum_(momentum) {
   ANVIL_CHECK(num_features > 0, type, ": expected a positive number of features, got ", num_features);
   if (affine) {
@@ -156,16 +200,20 @@ Tensor BatchNorm::forward(const Tensor& x) {
   ANVIL_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): expected ", num_features,
               " channels on dim 1, got ", x.size(1));
   const bool use_batch_stats = is_training() || !running_mean.defined();
+  double factor = momentum_.value_or(0.0);
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(1);
+    // momentum=None: a cumulative average, this batch weighted by 1 / (batches so far).
+    if (!momentum_) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
   // Without running statistics, eval mode normalises with the batch's own (as PyTorch does).
-  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, momentum_, eps_);
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, factor, eps_);
 }
 
 std::string BatchNorm::extra_repr() const {
-  return std::to_string(num_features) + ", eps=" + std::to_string(eps_) + ", momentum=" + std::to_string(momentum_);
+  return std::to_string(num_features) + ", eps=" + std::to_string(eps_) +
+         ", momentum=" + (momentum_ ? std::to_string(*momentum_) : std::string("None"));
 }
 
 LayerNorm::LayerNorm(IntArray normalized_shape, double eps, bool affine)
@@ -204,7 +252,8 @@ std::string GroupNorm::extra_repr() const {
   return std::to_string(groups_) + ", " + std::to_string(channels_) + ", eps=" + std::to_string(eps_);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, int64_t padding_idx) : Module("Embedding"), padding_idx_(padding_idx) {
+Embedding::Embedding(int64_t num, int64_t dim, int64_t padding_idx, std::optional<double> max_norm, double norm_type)
+    : Module("Embedding"), padding_idx_(padding_idx), max_norm_(max_norm), norm_type_(norm_type) {
   ANVIL_CHECK(num > 0 && dim > 0, "Embedding: expected positive sizes, got ", num, " x ", dim);
   ANVIL_CHECK(padding_idx < num, "Embedding: padding_idx ", padding_idx, " is out of range for ", num, " embeddings");
   weight = empty({num, dim});
@@ -216,11 +265,15 @@ Embedding::Embedding(int64_t num, int64_t dim, int64_t padding_idx) : Module("Em
   register_parameter("weight", weight);
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight, padding_idx_); }
+Tensor Embedding::forward(const Tensor& indices) {
+  return functional::embedding(indices, weight, padding_idx_, max_norm_, norm_type_);
+}
 
 std::string Embedding::extra_repr() const {
   return std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1)) +
-         (padding_idx_ >= 0 ? ", padding_idx=" + std::to_string(padding_idx_) : "");
+         (padding_idx_ >= 0 ? ", padding_idx=" + std::to_string(padding_idx_) : "") +
+         (max_norm_ ? ", max_norm=" + std::to_string(*max_norm_) : "") +
+         (max_norm_ && norm_type_ != 2.0 ? ", norm_type=" + std::to_string(norm_type_) : "");
 }
 
 }  // namespace anvil::nn

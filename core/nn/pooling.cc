@@ -1,10 +1,12 @@
-// Pooling: windows from im2col (see NOTE [ Convolution as im2col ]), reduced with max
-// (gradient to the maximum, like PyTorch) or mean.
+// Pooling: windows from im2col (see NOTE [ Convolution as im2col ]): max pooling finds each
+// window's maximum there and reads it from the input by its index (gradient to that element,
+// like PyTorch); average pooling sums the windows and divides by PyTorch's divisors.
 #include "core/nn/pooling.h"
 
 #include <algorithm>
 #include <limits>
 
+#include "core/autograd/grad_mode.h"
 #include "core/export/capture.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -13,38 +15,47 @@ namespace anvil::nn {
 namespace functional {
 namespace {
 
-// The pooling windows of x [N, C, H, W] as [N, C, KH * KW, OH * OW] (im2col columns), with
-// padding that reads `fill`; also returns OH and OW.
-Tensor PoolWindows(const Tensor& x, const Pool2dParams& p, double fill, const char* who, int64_t* oh, int64_t* ow) {
-  const auto [kh, kw] = p.kernel;
-  const int64_t sh = p.stride[0] > 0 ? p.stride[0] : kh, sw = p.stride[1] > 0 ? p.stride[1] : kw;
-  const auto [ph, pw] = p.padding;
-  ANVIL_CHECK(kh > 0 && kw > 0 && sh > 0 && sw > 0, who, ": expected a positive kernel and stride");
-  ANVIL_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, who,
-              ": padding must be at most half the kernel size, got padding (", ph, ", ", pw, ") for kernel (", kh, ", ",
-              kw, ")");
-  const int64_t H = x.size(2) + 2 * ph, W = x.size(3) + 2 * pw;
-  ANVIL_CHECK(H >= kh && W >= kw, who, ": the kernel ", kh, "x", kw, " is larger than the padded input ", H, "x", W);
-  // PyTorch's pooling_output_shape: with ceil_mode one more window where a partial one is
-  // left, unless it would start in the right/bottom padding.
-  const auto out_size = [&](int64_t in, int64_t k, int64_t s, int64_t pad_before) {
-    int64_t o = (in - k + (p.ceil_mode ? s - 1 : 0)) / s + 1;
-    if (p.ceil_mode && (o - 1) * s >= in - 2 * pad_before + pad_before) --o;
-    return o;
-  };
-  *oh = out_size(H, kh, sh, ph);
-  *ow = out_size(W, kw, sw, pw);
-  const int64_t extra_h = (*oh - 1) * sh + kh - H, extra_w = (*ow - 1) * sw + kw - W;  // ceil_mode's partial windows
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0); }
+
+// One spatial dim of a pooling: its window, the input size and the output size.
+struct PoolDim {
+  int64_t in, kernel, stride, pad, dilation, out;
+  int64_t span() const { return dilation * (kernel - 1) + 1; }
+  // How far the last window runs past the padded input (ceil_mode's partial window), or 0.
+  int64_t overhang() const { return std::max<int64_t>((out - 1) * stride + span() - (in + 2 * pad), 0); }
+};
+
+// The two spatial dims of pooling x [N, C, H, W] with `p`, checked as PyTorch's
+// pool2d_shape_check does.
+std::array<PoolDim, 2> PoolDims(const Tensor& x, const Pool2dParams& p, const char* who) {
+  std::array<PoolDim, 2> dims{};
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t k = p.kernel[i], s = p.stride[i] > 0 ? p.stride[i] : k, pad = p.padding[i], d = p.dilation[i];
+    ANVIL_CHECK(k > 0, who, ": expected a positive kernel size, got (", p.kernel[0], ", ", p.kernel[1], ")");
+    ANVIL_CHECK(p.stride[i] >= 0, who, ": expected a positive stride, got (", p.stride[0], ", ", p.stride[1], ")");
+    ANVIL_CHECK(d > 0, who, ": expected a positive dilation, got (", p.dilation[0], ", ", p.dilation[1], ")");
+    ANVIL_CHECK(pad >= 0 && 2 * pad <= k, who, ": padding must be at most half the kernel size, got padding (",
+                p.padding[0], ", ", p.padding[1], ") for kernel (", p.kernel[0], ", ", p.kernel[1], ")");
+    const int64_t in = x.size(static_cast<int64_t>(i) + 2);
+    dims[i] = PoolDim{in, k, s, pad, d, pool_output_size(in, k, s, pad, d, p.ceil_mode)};
+  }
+  ANVIL_CHECK(dims[0].out >= 1 && dims[1].out >= 1, who, ": the input ", x.size(2), "x", x.size(3),
+              " is too small for the window (output size ", dims[0].out, "x", dims[1].out, ")");
+  return dims;
+}
+
+// The pooling windows of x [N, C, H, W] as [N, C, KH * KW, OH * OW] (im2col columns, window
+// offsets in row-major order), with padding (and ceil_mode's overhang) that reads `fill`.
+Tensor PoolWindows(const Tensor& x, const std::array<PoolDim, 2>& d, double fill) {
+  const PoolDim &h = d[0], &w = d[1];
   // im2col pads with zeros; another fill value (max pooling's -inf), or the partial windows of
   // ceil_mode, are padded explicitly.
-  const bool explicit_pad = (fill != 0.0 && (ph > 0 || pw > 0)) || extra_h > 0 || extra_w > 0;
-  ANVIL_CHECK(!explicit_pad || fill != 0.0 || (extra_h <= 0 && extra_w <= 0), who,
-              ": ceil_mode is supported for max pooling only");
-  const Tensor src =
-      explicit_pad ? pad(x, {pw, pw + std::max<int64_t>(extra_w, 0), ph, ph + std::max<int64_t>(extra_h, 0)}, fill) : x;
-  const int64_t ip = explicit_pad ? 0 : ph, jp = explicit_pad ? 0 : pw;
-  const Tensor cols = im2col(src, {{kh, kw}, {sh, sw}, {ip, ip, jp, jp}, {1, 1}});
-  return cols.view({x.size(0), x.size(1), kh * kw, *oh * *ow});
+  const bool explicit_pad = (fill != 0.0 && (h.pad > 0 || w.pad > 0)) || h.overhang() > 0 || w.overhang() > 0;
+  const Tensor src = explicit_pad ? pad(x, {w.pad, w.pad + w.overhang(), h.pad, h.pad + h.overhang()}, fill) : x;
+  const int64_t ip = explicit_pad ? 0 : h.pad, jp = explicit_pad ? 0 : w.pad;
+  const Tensor cols =
+      im2col(src, {{h.kernel, w.kernel}, {h.stride, w.stride}, {ip, ip, jp, jp}, {h.dilation, w.dilation}});
+  return cols.view({x.size(0), x.size(1), h.kernel * w.kernel, h.out * w.out});
 }
 
 // MaxPool / AveragePool's attributes for `p`.
@@ -52,46 +63,187 @@ exporter::Attributes PoolAttributes(const Pool2dParams& p) {
   const auto [kh, kw] = p.kernel;
   const int64_t sh = p.stride[0] > 0 ? p.stride[0] : kh, sw = p.stride[1] > 0 ? p.stride[1] : kw;
   const auto [ph, pw] = p.padding;
-  return {{"kernel_shape", std::vector<int64_t>{kh, kw}},
-          {"strides", std::vector<int64_t>{sh, sw}},
-          {"pads", std::vector<int64_t>{ph, pw, ph, pw}},
-          {"ceil_mode", int64_t{p.ceil_mode ? 1 : 0}}};
+  exporter::Attributes attrs{{"kernel_shape", std::vector<int64_t>{kh, kw}},
+                             {"strides", std::vector<int64_t>{sh, sw}},
+                             {"pads", std::vector<int64_t>{ph, pw, ph, pw}},
+                             {"ceil_mode", int64_t{p.ceil_mode ? 1 : 0}}};
+  if (p.dilation[0] != 1 || p.dilation[1] != 1)
+    attrs.emplace_back("dilations", std::vector<int64_t>{p.dilation[0], p.dilation[1]});
+  return attrs;
 }
 
 Tensor Batched(const Tensor& x, const char* who) {
   ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, who, ": expected input [N, C, H, W] or [C, H, W], got ", x.dim(), " dims");
+  ANVIL_CHECK(x.size(-1) > 0 && x.size(-2) > 0 && x.size(-3) > 0, who,
+              ": expected non-empty channel and spatial dims, got input ", shape_str(x.sizes()));
   return x.dim() == 3 ? x.unsqueeze(0) : x;
+}
+
+// The plane index (h * W + w) of each window's element `offset` (in [0, KH * KW)) for windows
+// [N, C, OH * OW]. An element in the padding (chosen only where every element the window
+// covers is -inf) is replaced by the window's first element inside the input, as PyTorch's
+// kernel (which scans only those) reports it.
+Tensor PlaneIndices(const Tensor& offset, const std::array<PoolDim, 2>& d) {
+  const PoolDim &h = d[0], &w = d[1];
+  std::vector<int64_t> row0(static_cast<size_t>(h.out * w.out)), col0(row0.size()), first(row0.size());
+  const auto first_inside = [](int64_t start, const PoolDim& p) {
+    int64_t i = start;
+    while (i < 0) i += p.dilation;
+    return i;
+  };
+  for (int64_t i = 0; i < h.out; ++i) {
+    for (int64_t j = 0; j < w.out; ++j) {
+      const size_t k = static_cast<size_t>(i * w.out + j);
+      row0[k] = i * h.stride - h.pad;
+      col0[k] = j * w.stride - w.pad;
+      first[k] = first_inside(row0[k], h) * w.in + first_inside(col0[k], w);
+    }
+  }
+  const auto opts = TensorOptions(kInt64).with_device(offset.device());
+  const Tensor ki = floor_divide(offset, scalar_tensor(w.kernel, opts)),
+               kj = remainder(offset, scalar_tensor(w.kernel, opts));
+  const Tensor row = tensor(row0, {}, opts) + ki * h.dilation, col = tensor(col0, {}, opts) + kj * w.dilation;
+  const Tensor inside = logical_and(logical_and(row >= 0, row < h.in), logical_and(col >= 0, col < w.in));
+  return where(inside, row * w.in + col, tensor(first, {}, opts));
 }
 
 }  // namespace
 
+namespace {
+
+// Max pooling of x [N, C, H, W] as PyTorch's kernel computes it: each window's first maximum
+// (the padding reads -inf) gives the index, and the output is the input read at the indices,
+// so the gradient goes where PyTorch's goes (also for a window whose elements are all -inf:
+// to its first element inside the input, never into the padding).
+std::tuple<Tensor, Tensor> MaxPool(const Tensor& x, const std::array<PoolDim, 2>& d) {
+  const int64_t N = x.size(0), C = x.size(1), oh = d[0].out, ow = d[1].out;
+  Tensor offset;
+  {
+    NoGradGuard no_grad;  // where the maxima are only: their values are read below
+    offset = std::get<1>(max(PoolWindows(x.detach(), d, -std::numeric_limits<double>::infinity()), 2));
+  }
+  const Tensor indices = PlaneIndices(offset, d).view({N, C, oh * ow});
+  const Tensor out = gather(x.reshape({N, C, x.size(2) * x.size(3)}), 2, indices).view({N, C, oh, ow});
+  return {out, indices.view({N, C, oh, ow})};
+}
+
+}  // namespace
+
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                         bool ceil_mode) {
+  int64_t o = FloorDiv(in + 2 * padding - (dilation * (kernel - 1) + 1) + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  if (ceil_mode && (o - 1) * stride >= in + padding) --o;
+  return o;
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Pool2dParams& p) {
+  ANVIL_CHECK(!p.divisor_override, "max_pool2d: divisor_override is an avg_pool2d option");
+  const Tensor x = Batched(input, "max_pool2d");
+  std::optional<exporter::Composite> node;  // MaxPool with its Indices output
+  if (exporter::capturing()) node.emplace("MaxPool", std::vector<Tensor>{x}, PoolAttributes(p));
+  auto [out, indices] = MaxPool(x, PoolDims(x, p, "max_pool2d"));
+  if (node) node->finish(std::vector<Tensor>{out, indices});
+  if (input.dim() == 3) return {out.squeeze(0), indices.squeeze(0)};
+  return {out, indices};
+}
+
 Tensor max_pool2d(const Tensor& input, const Pool2dParams& p) {
+  ANVIL_CHECK(!p.divisor_override, "max_pool2d: divisor_override is an avg_pool2d option");
   const Tensor x = Batched(input, "max_pool2d");
   std::optional<exporter::Composite> node;
   if (exporter::capturing()) node.emplace("MaxPool", std::vector<Tensor>{x}, PoolAttributes(p));
-  int64_t oh = 0, ow = 0;
-  const Tensor windows = PoolWindows(x, p, -std::numeric_limits<double>::infinity(), "max_pool2d", &oh, &ow);
-  Tensor out = std::get<0>(max(windows, 2)).view({x.size(0), x.size(1), oh, ow});
+  Tensor out = std::get<0>(MaxPool(x, PoolDims(x, p, "max_pool2d")));
   if (node) node->finish(out);
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 
+namespace {
+
+// avg_pool2d's divisor of each window [OH * OW], PyTorch's: the window clipped to the padded
+// input (count_include_pad) or to the input, or divisor_override.
+Tensor AvgDivisors(const std::array<PoolDim, 2>& d, const Pool2dParams& p, const Tensor& like) {
+  const PoolDim &h = d[0], &w = d[1];
+  const auto extent = [&](int64_t i, const PoolDim& q) {
+    const int64_t start = i * q.stride - q.pad, end = std::min(start + q.kernel, q.in + q.pad);
+    return p.count_include_pad ? end - start : std::min(end, q.in) - std::max<int64_t>(start, 0);
+  };
+  std::vector<double> div(static_cast<size_t>(h.out * w.out));
+  for (int64_t i = 0; i < h.out; ++i) {
+    for (int64_t j = 0; j < w.out; ++j) {
+      div[static_cast<size_t>(i * w.out + j)] = p.divisor_override ? static_cast<double>(*p.divisor_override)
+                                                                   : static_cast<double>(extent(i, h) * extent(j, w));
+    }
+  }
+  return tensor(div, {}, TensorOptions(kFloat64).with_device(like.device())).to(like.dtype());
+}
+
+}  // namespace
+
 Tensor avg_pool2d(const Tensor& input, const Pool2dParams& p) {
+  ANVIL_CHECK(p.dilation[0] == 1 && p.dilation[1] == 1, "avg_pool2d: dilation is a max_pool2d option");
+  ANVIL_CHECK(!p.divisor_override || *p.divisor_override != 0, "avg_pool2d: divisor_override must not be zero");
   const Tensor x = Batched(input, "avg_pool2d");
   std::optional<exporter::Composite> node;
   if (exporter::capturing()) {
+    if (p.divisor_override) {
+      throw exporter::CaptureError("avg_pool2d with divisor_override has no ONNX AveragePool form");
+    }
     exporter::Attributes attrs = PoolAttributes(p);
     attrs.emplace_back("count_include_pad", int64_t{p.count_include_pad ? 1 : 0});
     node.emplace("AveragePool", std::vector<Tensor>{x}, std::move(attrs));
   }
-  int64_t oh = 0, ow = 0;
-  Tensor out = PoolWindows(x, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({x.size(0), x.size(1), oh, ow});
-  if (!p.count_include_pad && (p.padding[0] > 0 || p.padding[1] > 0)) {
-    // Divide by the number of real (unpadded) elements in each window instead.
-    const Tensor ones_map = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype()).with_device(x.device()));
-    const Tensor real_fraction = PoolWindows(ones_map, p, 0.0, "avg_pool2d", &oh, &ow).mean({2}).view({1, 1, oh, ow});
-    out = out / real_fraction;
+  const auto d = PoolDims(x, p, "avg_pool2d");
+  const Tensor sums = PoolWindows(x, d, 0.0).sum({2});
+  Tensor out = (sums / AvgDivisors(d, p, x)).view({x.size(0), x.size(1), d[0].out, d[1].out});
+  if (node) node->finish(out);
+  return input.dim() == 3 ? out.squeeze(0) : out;
+}
+
+Tensor max_unpool2d(const Tensor& input, const Tensor& indices, const MaxUnpool2dParams& p) {
+  ANVIL_CHECK_TYPE(indices.dtype() == kInt64, "max_unpool2d: expected int64 indices, got ", indices.dtype());
+  ANVIL_CHECK(indices.sizes() == input.sizes(), "max_unpool2d: expected indices shaped like the input ",
+              shape_str(input.sizes()), ", got ", shape_str(indices.sizes()));
+  const Tensor x = Batched(input, "max_unpool2d");
+  std::array<int64_t, 2> out_hw{};
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t k = p.kernel[i], s = p.stride[i] > 0 ? p.stride[i] : k;
+    ANVIL_CHECK(k > 0 && p.stride[i] >= 0 && p.padding[i] >= 0, "max_unpool2d: expected a positive kernel and stride");
+    out_hw[i] = (x.size(static_cast<int64_t>(i) + 2) - 1) * s - 2 * p.padding[i] + k;
   }
+  if (p.output_size) {
+    std::vector<int64_t> size = *p.output_size;
+    if (size.size() == 4) size.erase(size.begin(), size.begin() + 2);
+    ANVIL_CHECK(size.size() == 2, "max_unpool2d: output_size must hold 2 or 4 sizes, got ", size.size());
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t s = p.stride[i] > 0 ? p.stride[i] : p.kernel[i];
+      ANVIL_CHECK(out_hw[i] - s < size[i] && size[i] < out_hw[i] + s, "max_unpool2d: output_size[", i, "] = ", size[i],
+                  " must be between ", out_hw[i] - s, " and ", out_hw[i] + s, " (exclusive)");
+      out_hw[i] = size[i];
+    }
+  }
+  ANVIL_CHECK(out_hw[0] > 0 && out_hw[1] > 0, "max_unpool2d: the output size ", out_hw[0], "x", out_hw[1],
+              " is not positive");
+  const int64_t N = x.size(0), C = x.size(1), plane = out_hw[0] * out_hw[1];
+  const Tensor batched_idx = input.dim() == 3 ? indices.unsqueeze(0) : indices;
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    // "output_hw" is for the lowering (MaxUnpool's output_shape input), not an ONNX attribute.
+    std::vector<int64_t> k{p.kernel[0], p.kernel[1]}, s, pads{p.padding[0], p.padding[1], p.padding[0], p.padding[1]};
+    for (size_t i = 0; i < 2; ++i) s.push_back(p.stride[i] > 0 ? p.stride[i] : p.kernel[i]);
+    node.emplace("MaxUnpool", std::vector<Tensor>{x, batched_idx},
+                 exporter::Attributes{{"kernel_shape", k},
+                                      {"strides", s},
+                                      {"pads", pads},
+                                      {"output_hw", std::vector<int64_t>{out_hw[0], out_hw[1]}}});
+  }
+  const Tensor idx = batched_idx.reshape({N, C, -1});
+  if (idx.numel() > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    ANVIL_CHECK_INDEX(lo >= 0 && hi < plane, "max_unpool2d: index ", lo < 0 ? lo : hi, " is outside the output plane ",
+                      out_hw[0], "x", out_hw[1]);
+  }
+  const Tensor flat = zeros({N, C, plane}, TensorOptions(x.dtype()).with_device(x.device()));
+  Tensor out = scatter(flat, 2, idx, x.reshape({N, C, -1})).view({N, C, out_hw[0], out_hw[1]});
   if (node) node->finish(out);
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
@@ -136,16 +288,47 @@ MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> strid
                      bool ceil_mode)
     : Module("MaxPool2d"), params_{kernel, stride, padding, true, ceil_mode} {}
 
+MaxPool2d::MaxPool2d(const functional::Pool2dParams& options) : Module("MaxPool2d"), params_(options) {}
+
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) +
-         ", padding=" + Pair(params_.padding) + (params_.ceil_mode ? ", ceil_mode=True" : "");
+  std::string s =
+      "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+  if (params_.dilation[0] != 1 || params_.dilation[1] != 1) s += ", dilation=" + Pair(params_.dilation);
+  return s + (params_.ceil_mode ? ", ceil_mode=True" : "");
 }
 
 AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                      bool count_include_pad)
     : Module("AvgPool2d"), params_{kernel, stride, padding, count_include_pad} {}
 
+AvgPool2d::AvgPool2d(const functional::Pool2dParams& options) : Module("AvgPool2d"), params_(options) {}
+
 std::string AvgPool2d::extra_repr() const {
+  std::string s =
+      "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) + ", padding=" + Pair(params_.padding);
+  if (params_.ceil_mode) s += ", ceil_mode=True";
+  if (!params_.count_include_pad) s += ", count_include_pad=False";
+  if (params_.divisor_override) s += ", divisor_override=" + std::to_string(*params_.divisor_override);
+  return s;
+}
+
+MaxUnpool2d::MaxUnpool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding)
+    : Module("MaxUnpool2d"), params_{kernel, stride, padding, std::nullopt} {}
+
+Tensor MaxUnpool2d::forward(const Tensor&) {
+  ANVIL_CHECK(false,
+              "MaxUnpool2d: forward needs the indices MaxPool2d::forward_with_indices returned: call "
+              "forward(x, indices[, output_size])");
+  return Tensor();
+}
+
+Tensor MaxUnpool2d::forward(const Tensor& x, const Tensor& indices, const std::optional<std::vector<int64_t>>& size) {
+  functional::MaxUnpool2dParams p = params_;
+  p.output_size = size;
+  return functional::max_unpool2d(x, indices, p);
+}
+
+std::string MaxUnpool2d::extra_repr() const {
   return "kernel_size=" + Pair(params_.kernel) + ", stride=" + Pair(params_.stride) +
          ", padding=" + Pair(params_.padding);
 }

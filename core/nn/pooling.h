@@ -12,7 +12,14 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                      std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false);
+  // Every option (dilation too), as PyTorch's MaxPool2d(kernel_size, stride, padding, dilation,
+  // ceil_mode=...).
+  explicit MaxPool2d(const functional::Pool2dParams& options);
   Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, params_); }
+  // The output and the maxima's indices (PyTorch's return_indices=True), for MaxUnpool2d.
+  std::tuple<Tensor, Tensor> forward_with_indices(const Tensor& x) {
+    return functional::max_pool2d_with_indices(x, params_);
+  }
   std::string extra_repr() const override;
 
  private:
@@ -23,11 +30,29 @@ class AvgPool2d : public Module {
  public:
   explicit AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                      std::array<int64_t, 2> padding = {0, 0}, bool count_include_pad = true);
+  // Every option (ceil_mode and divisor_override too).
+  explicit AvgPool2d(const functional::Pool2dParams& options);
   Tensor forward(const Tensor& x) override { return functional::avg_pool2d(x, params_); }
   std::string extra_repr() const override;
 
  private:
   functional::Pool2dParams params_;
+};
+
+// MaxPool2d's partial inverse: forward(x, indices[, output_size]) writes each element of x at
+// its index into zeros of the output size.
+class MaxUnpool2d : public Module {
+ public:
+  explicit MaxUnpool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                       std::array<int64_t, 2> padding = {0, 0});
+  // Unpooling needs the indices: forward(x) alone is refused with that said.
+  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, const Tensor& indices,
+                 const std::optional<std::vector<int64_t>>& output_size = std::nullopt);
+  std::string extra_repr() const override;
+
+ private:
+  functional::MaxUnpool2dParams params_;
 };
 
 class AdaptiveAvgPool2d : public Module {

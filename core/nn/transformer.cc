@@ -23,40 +23,96 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
   init::zeros_(out_proj->bias);
 }
 
-Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value,
-                                  const Tensor& key_padding_mask) {
-  ANVIL_CHECK(query.dim() == 3 && query.size(2) == embed_, "MultiheadAttention(", embed_, "): expected query [T, B, ",
-              embed_, "] (or [B, T, ", embed_, "] with batch_first)");
-  // Work in [B, T, E].
+namespace {
+
+// A mask as PyTorch's _canonical_mask makes it: bool becomes -inf where true and 0 elsewhere,
+// float is kept (as an additive mask).
+Tensor AdditiveMask(const Tensor& mask, ScalarType dtype, const char* name) {
+  ANVIL_CHECK_TYPE(mask.dtype() == kBool || is_floating_point(mask.dtype()),
+                   "MultiheadAttention: only bool and "
+                   "floating types of ",
+                   name, " are supported, got ", mask.dtype());
+  if (mask.dtype() != kBool) return mask;
+  return where(mask, -INFINITY, zeros({}, TensorOptions(dtype).with_device(mask.device())));
+}
+
+}  // namespace
+
+Tensor MultiheadAttention::ScoreBias(const Tensor& key_padding_mask, const Tensor& attn_mask, ScalarType dtype,
+                                     int64_t B, int64_t L, int64_t S) const {
+  Tensor bias;
+  if (attn_mask.defined()) {
+    ANVIL_CHECK_TYPE(attn_mask.dtype() == kBool || attn_mask.dtype() == dtype,
+                     "MultiheadAttention: expected a "
+                     "bool attn_mask or one of the query's dtype ",
+                     dtype, ", got ", attn_mask.dtype());
+    if (attn_mask.dim() == 2) {
+      ANVIL_CHECK(attn_mask.size(0) == L && attn_mask.size(1) == S, "MultiheadAttention: the 2-D attn_mask is ",
+                  shape_str(attn_mask.sizes()), ", expected [", L, ", ", S, "]");
+      bias = AdditiveMask(attn_mask, dtype, "attn_mask").view({1, 1, L, S});
+    } else {
+      ANVIL_CHECK(attn_mask.dim() == 3, "MultiheadAttention: expected a 2-D or 3-D attn_mask, got ", attn_mask.dim(),
+                  " dims");
+      ANVIL_CHECK(attn_mask.size(0) == B * heads_ && attn_mask.size(1) == L && attn_mask.size(2) == S,
+                  "MultiheadAttention: the 3-D attn_mask is ", shape_str(attn_mask.sizes()), ", expected [", B * heads_,
+                  ", ", L, ", ", S, "] (batch * heads, L, S)");
+      bias = AdditiveMask(attn_mask, dtype, "attn_mask").view({B, heads_, L, S});
+    }
+  }
+  if (key_padding_mask.defined()) {
+    ANVIL_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == B && key_padding_mask.size(1) == S,
+                "MultiheadAttention: expected key_padding_mask [", B, ", ", S, "], got ",
+                shape_str(key_padding_mask.sizes()));
+    const Tensor kpm = AdditiveMask(key_padding_mask, dtype, "key_padding_mask").view({B, 1, 1, S});
+    bias = bias.defined() ? bias + kpm : kpm;
+  }
+  return bias;
+}
+
+std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const Tensor& key_padding_mask, bool need_weights,
+                                                       const Tensor& attn_mask, bool average_attn_weights) {
+  ANVIL_CHECK(query.dim() == 3 && query.size(2) == embed_, "MultiheadAttention(", embed_, "): expected query [L, B, ",
+              embed_, "] (or [B, L, ", embed_, "] with batch_first), got ", shape_str(query.sizes()));
+  ANVIL_CHECK(key.dim() == 3 && key.sizes() == value.sizes() && key.size(2) == embed_ &&
+                  key.size(batch_first_ ? 0 : 1) == query.size(batch_first_ ? 0 : 1),
+              "MultiheadAttention(", embed_, "): expected key and value of one shape [S, B, ", embed_,
+              "] (batch first with batch_first) for query ", shape_str(query.sizes()), ", got ", shape_str(key.sizes()),
+              " and ", shape_str(value.sizes()));
+  // Work in [B, L, E].
   const Tensor q_in = batch_first_ ? query : query.transpose(0, 1);
   const Tensor k_in = batch_first_ ? key : key.transpose(0, 1);
   const Tensor v_in = batch_first_ ? value : value.transpose(0, 1);
-  const int64_t B = q_in.size(0), T = q_in.size(1), S = k_in.size(1), E = embed_, Hh = heads_, D = E / Hh;
+  const int64_t B = q_in.size(0), L = q_in.size(1), S = k_in.size(1), E = embed_, Hh = heads_, D = E / Hh;
+  const Tensor bias = ScoreBias(key_padding_mask, attn_mask, query.dtype(), B, L, S);
   auto project = [&](const Tensor& x, int64_t part) {
     return linear(x, in_proj_weight.narrow(0, part * E, E), in_proj_bias.narrow(0, part * E, E));
   };
-  // [B, T, E] -> [B, heads, T, D]
+  // [B, L, E] -> [B, heads, L, D]
   auto split = [&](const Tensor& x, int64_t len) { return x.reshape({B, len, Hh, D}).transpose(1, 2); };
-  const Tensor q = split(project(q_in, 0), T), k = split(project(k_in, 1), S), v = split(project(v_in, 2), S);
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));  // [B, h, T, S]
-  if (key_padding_mask.defined()) {
-    ANVIL_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.dim() == 2 && key_padding_mask.size(0) == B &&
-                    key_padding_mask.size(1) == S,
-                "MultiheadAttention: expected key_padding_mask bool [", B, ", ", S, "]");
+  const Tensor q = split(project(q_in, 0), L), k = split(project(k_in, 1), S), v = split(project(v_in, 2), S);
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));  // [B, h, L, S]
+  if (bias.defined()) scores = scores + bias;
+  Tensor attn;
+  if (need_weights || !bias.defined()) {
+    attn = softmax(scores, -1);
+  } else {
+    // A query with every key masked attends to nothing: zeros, where a softmax over only -inf
+    // would be NaN (forward and backward). Without a mask no query is in that case.
+    const Tensor none_allowed = amax(scores.detach(), {-1}, /*keepdim=*/true) == -INFINITY;
+    attn = masked_fill(softmax(masked_fill(scores, none_allowed, 0.0), -1), none_allowed, 0.0);
   }
-  // A batch row whose keys are all padding attends to nothing: its weights are zeros (as
-  // PyTorch's training path; a softmax over only -inf would be NaN, forward and backward).
-  Tensor all_masked;
-  if (key_padding_mask.defined()) {
-    all_masked = all(key_padding_mask, {1}).view({B, 1, 1, 1});
-    scores = masked_fill(scores, logical_and(key_padding_mask.view({B, 1, 1, S}), logical_not(all_masked)), -INFINITY);
-  }
-  Tensor attn = softmax(scores, -1);
-  if (all_masked.defined()) attn = masked_fill(attn, all_masked, 0.0);
   attn = functional::dropout(attn, dropout_, is_training());
-  const Tensor ctx = matmul(attn, v).transpose(1, 2).reshape({B, T, E});
-  const Tensor out = out_proj->forward(ctx);
-  return batch_first_ ? out : out.transpose(0, 1);
+  const Tensor ctx = matmul(attn, v).transpose(1, 2).reshape({B, L, E});
+  Tensor out = out_proj->forward(ctx);
+  if (!batch_first_) out = out.transpose(0, 1);
+  if (!need_weights) return {out, Tensor()};
+  return {out, average_attn_weights ? attn.mean({1}) : attn};
+}
+
+Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const Tensor& key_padding_mask, const Tensor& attn_mask) {
+  return std::get<0>(forward(query, key, value, key_padding_mask, /*need_weights=*/false, attn_mask));
 }
 
 std::string MultiheadAttention::extra_repr() const {

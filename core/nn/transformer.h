@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <tuple>
 
 #include "core/nn/linear.h"
 #include "core/nn/module.h"
@@ -16,9 +17,22 @@ namespace anvil::nn {
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool batch_first = false);
-  // key_padding_mask: bool [B, S], true where the key is padding (ignored by attention).
-  // Returns the attended values, shaped like query.
-  Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& key_padding_mask = Tensor());
+  // PyTorch's forward: query [L, B, E], key and value [S, B, E] (batch first with batch_first).
+  //   key_padding_mask [B, S]: bool (true = the key is padding, ignored) or float (added to
+  //     every query's scores for that key);
+  //   attn_mask [L, S] (every batch and head) or [B * heads, L, S]: bool (true = not allowed)
+  //     or float of query's dtype (added to the scores);
+  //   need_weights: also return the attention weights, [B, L, S] averaged over the heads
+  //     (average_attn_weights) or [B, heads, L, S]; undefined when false.
+  // A query whose every key is masked: with need_weights its weights and output are NaN (a
+  // softmax over only -inf, as PyTorch's weights path); without, zeros (as PyTorch's
+  // scaled_dot_product_attention path).
+  std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
+                                     const Tensor& attn_mask = Tensor(), bool average_attn_weights = true);
+  // The attended values only (need_weights = false), shaped like query.
+  Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& key_padding_mask = Tensor(),
+                const Tensor& attn_mask = Tensor());
   Tensor forward(const Tensor& x) override { return attend(x, x, x); }
   std::string extra_repr() const override;
 
@@ -26,6 +40,10 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj;
 
  private:
+  // The additive mask [B or 1, heads or 1, L, S] both masks make (undefined without either).
+  Tensor ScoreBias(const Tensor& key_padding_mask, const Tensor& attn_mask, ScalarType dtype, int64_t B, int64_t L,
+                   int64_t S) const;
+
   int64_t embed_, heads_;
   double dropout_;
   bool batch_first_;

@@ -184,7 +184,14 @@ Tensor Reduce(const Call& c, const std::string& op) {
   return amin(x, dims, keep);
 }
 
-Tensor Pool(const Call& c, bool max) {
+// ONNX counts MaxPool's Indices (and MaxUnpool's) over the whole [N, C, H, W] tensor; Anvil
+// (as PyTorch) within each [H, W] plane: the plane starts (n C + c) H W, [N, C, 1, 1].
+Tensor PlaneStarts(const Tensor& like, int64_t plane) {
+  const int64_t N = like.size(0), C = like.size(1);
+  return arange(0, N * C, 1, TensorOptions(kInt64).with_device(like.device())).view({N, C, 1, 1}) * plane;
+}
+
+void Pool(const Call& c, bool max) {
   const Tensor& x = c.x(0);
   ANVIL_CHECK(x.dim() == 4, c.node.op_type(), ": 2-D pooling of [N, C, H, W] only, got rank ", x.dim());
   const std::vector<int64_t> k = Ints(c.node, "kernel_shape"), s = Ints(c.node, "strides"), pads = Ints(c.node, "pads"),
@@ -192,7 +199,8 @@ Tensor Pool(const Call& c, bool max) {
   ANVIL_CHECK(k.size() == 2, c.node.op_type(), ": expected a 2-D kernel_shape");
   ANVIL_CHECK(pads.empty() || (pads.size() == 4 && pads[0] == pads[2] && pads[1] == pads[3]), c.node.op_type(),
               ": asymmetric pads are not supported");
-  ANVIL_CHECK(dil.empty() || (dil[0] == 1 && dil[1] == 1), c.node.op_type(), ": dilations are not supported");
+  ANVIL_CHECK(dil.empty() || dil.size() == 2, c.node.op_type(), ": expected 2 dilations");
+  ANVIL_CHECK(max || dil.empty() || (dil[0] == 1 && dil[1] == 1), c.node.op_type(), ": dilations are not supported");
   const std::string auto_pad = Str(c.node, "auto_pad", "NOTSET");
   ANVIL_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", c.node.op_type(), ": auto_pad ", auto_pad,
               " is not supported (NOTSET and VALID are)");
@@ -202,7 +210,42 @@ Tensor Pool(const Call& c, bool max) {
   p.padding = {pads.empty() ? 0 : pads[0], pads.empty() ? 0 : pads[1]};
   p.ceil_mode = Int(c.node, "ceil_mode", 0) != 0;
   p.count_include_pad = Int(c.node, "count_include_pad", 0) != 0;
-  return max ? F::max_pool2d(x, p) : F::avg_pool2d(x, p);
+  if (!dil.empty()) p.dilation = {dil[0], dil[1]};
+  const bool indices = max && c.out.size() > 1 && !c.node.output(1).empty();
+  if (!indices) {
+    c.out[0] = max ? F::max_pool2d(x, p) : F::avg_pool2d(x, p);
+    return;
+  }
+  ANVIL_CHECK(Int(c.node, "storage_order", 0) == 0,
+              "MaxPool: column-major indices (storage_order 1) are not supported");
+  auto [y, plane_indices] = F::max_pool2d_with_indices(x, p);
+  c.out[0] = y;
+  c.out[1] = plane_indices + PlaneStarts(x, x.size(2) * x.size(3));
+}
+
+// MaxUnpool of [N, C, h, w] values at ONNX's whole-tensor indices; output_shape (input 2),
+// when given, is [N, C, H, W].
+Tensor Unpool(const Call& c) {
+  const Tensor& x = c.x(0);
+  ANVIL_CHECK(x.dim() == 4, "MaxUnpool: 2-D unpooling of [N, C, H, W] only, got rank ", x.dim());
+  const std::vector<int64_t> k = Ints(c.node, "kernel_shape"), s = Ints(c.node, "strides"), pads = Ints(c.node, "pads");
+  ANVIL_CHECK(k.size() == 2, "MaxUnpool: expected a 2-D kernel_shape");
+  ANVIL_CHECK(pads.empty() || (pads.size() == 4 && pads[0] == pads[2] && pads[1] == pads[3]),
+              "MaxUnpool: asymmetric pads are not supported");
+  F::MaxUnpool2dParams p;
+  p.kernel = {k[0], k[1]};
+  p.stride = {s.empty() ? 1 : s[0], s.empty() ? 1 : s[1]};
+  p.padding = {pads.empty() ? 0 : pads[0], pads.empty() ? 0 : pads[1]};
+  std::array<int64_t, 2> hw{};
+  for (size_t i = 0; i < 2; ++i)
+    hw[i] = (x.size(static_cast<int64_t>(i) + 2) - 1) * p.stride[i] - 2 * p.padding[i] + p.kernel[i];
+  if (c.has(2)) {
+    const std::vector<int64_t> shape = Int64Values(c.in[2], "output_shape");
+    ANVIL_CHECK(shape.size() == 4, "MaxUnpool: expected output_shape [N, C, H, W], got ", shape.size(), " sizes");
+    hw = {shape[2], shape[3]};
+    p.output_size = std::vector<int64_t>{hw[0], hw[1]};
+  }
+  return F::max_unpool2d(x, c.x(1) - PlaneStarts(x, hw[0] * hw[1]), p);
 }
 
 Tensor Conv(const Call& c) {
@@ -440,11 +483,9 @@ const std::map<std::string, OpFn>& Ops() {
     m["MatMul"] = [](Call& c) { c.out[0] = matmul(c.x(0), c.x(1)); };
     m["Gemm"] = [](Call& c) { c.out[0] = Gemm(c); };
     m["Conv"] = [](Call& c) { c.out[0] = Conv(c); };
-    m["MaxPool"] = [](Call& c) {
-      ANVIL_CHECK(c.out.size() == 1 || c.node.output(1).empty(), "MaxPool: the indices output is not supported");
-      c.out[0] = Pool(c, true);
-    };
-    m["AveragePool"] = [](Call& c) { c.out[0] = Pool(c, false); };
+    m["MaxPool"] = [](Call& c) { Pool(c, true); };
+    m["AveragePool"] = [](Call& c) { Pool(c, false); };
+    m["MaxUnpool"] = [](Call& c) { c.out[0] = Unpool(c); };
     m["GlobalAveragePool"] = [](Call& c) {
       IntArray dims;
       for (int64_t d = 2; d < c.x(0).dim(); ++d) dims.push_back(d);

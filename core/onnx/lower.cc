@@ -488,6 +488,14 @@ class Lowerer {
       EmitTo("Reshape", {t, Int64s({0, 0, -1})}, n.outputs[0]);  // 0: keep T and B, symbolic or not
       return;
     }
+    if (op == "MaxPool" && n.outputs.size() == 2) {
+      MaxPoolWithIndices(n);
+      return;
+    }
+    if (op == "MaxUnpool") {
+      MaxUnpool(n);
+      return;
+    }
     // One node of the operator, inputs in its order (embedding's Gather takes int32 or int64
     // indices as they come).
     static const char* const kOneNode[] = {"BatchNormalization", "LayerNormalization", "MaxPool", "AveragePool",
@@ -499,6 +507,52 @@ class Lowerer {
       }
     }
     Refuse("'" + op + "' has no ONNX lowering yet");
+  }
+
+  // The flat index of every element's [H, W] plane start, [N, C, 1, 1]: a 1x1 MaxPool's
+  // Indices are each element's own flat index over the whole tensor (n C + c) H W + h W + w;
+  // their [0:1, 0:1] corner is the plane's start (PyTorch's exporter does the same).
+  int PlaneStarts(int x) {
+    const int flat = Temp(kInt64);
+    out_.nodes.push_back(LNode{"MaxPool",
+                               {{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{1, 1}}},
+                               {x},
+                               {Temp(dtype(x)), flat},
+                               origin_});
+    return Emit("Slice", {flat, Int64s({0, 0}), Int64s({1, 1}), Int64s({2, 3})}, kInt64);
+  }
+
+  // max_pool2d_with_indices: ONNX's Indices count over the whole tensor; Anvil's (PyTorch's)
+  // within each plane, so the plane's start is subtracted.
+  void MaxPoolWithIndices(const exporter::Node& n) {
+    if (opset_ < 10) Refuse("max_pool2d's indices need MaxPool and Slice of opset 10 or later");
+    const int x = n.inputs[0], onnx_indices = Temp(kInt64);
+    out_.nodes.push_back(LNode{"MaxPool", n.composite_attrs, {x}, {n.outputs[0], onnx_indices}, origin_});
+    EmitTo("Sub", {onnx_indices, PlaneStarts(x)}, n.outputs[1]);
+  }
+
+  // max_unpool2d: MaxUnpool takes indices over the whole output tensor, so each plane's start
+  // (n C + c) OH OW is added: the pooled input's plane starts (n C + c) h w, divided by h w.
+  void MaxUnpool(const exporter::Node& n) {
+    const int x = n.inputs[0], indices = n.inputs[1];
+    Attributes attrs;
+    IntArray out_hw;
+    for (const auto& [name, value] : n.composite_attrs) {
+      if (name == "output_hw") {
+        for (int64_t v : std::get<std::vector<int64_t>>(value)) out_hw.push_back(v);
+      } else {
+        attrs.emplace_back(name, value);
+      }
+    }
+    const int64_t h = sizes(x)[2], w = sizes(x)[3];
+    const int starts =
+        Emit("Mul", {Emit("Div", {PlaneStarts(x), Int64s({h * w})}, kInt64), Int64s({out_hw[0] * out_hw[1]})}, kInt64);
+    const int flat = Emit("Add", {indices, starts}, kInt64);
+    // The output's shape: the input's N and C, then OH, OW (ONNX infers a size within a stride
+    // of them only from this input).
+    const int nc = Emit("Slice", {Emit("Shape", {x}, kInt64), Int64s({0}), Int64s({2}), Int64s({0})}, kInt64);
+    const int shape = Emit("Concat", {nc, Int64s(out_hw)}, kInt64, {{"axis", int64_t{0}}});
+    out_.nodes.push_back(LNode{"MaxUnpool", std::move(attrs), {x, flat, shape}, n.outputs, origin_});
   }
 
   const exporter::Trace& trace_;

@@ -241,6 +241,66 @@ Result KlDiv(const Case& c, const std::vector<Tensor>& in) {
 
 // ---- nn layers: built from the case's attributes, PyTorch's state dict loaded by name ----
 
+// Pooling options as PyTorch's keyword arguments name them (each optional but the kernel).
+F::Pool2dParams PoolParams(const json& a) {
+  const auto pair = [&](const char* key, int64_t fallback) {
+    if (!a.contains(key)) return std::array<int64_t, 2>{fallback, fallback};
+    return std::array<int64_t, 2>{a.at(key)[0].get<int64_t>(), a.at(key)[1].get<int64_t>()};
+  };
+  F::Pool2dParams p;
+  p.kernel = pair("kernel", 0);
+  p.stride = pair("stride", 0);
+  p.padding = pair("padding", 0);
+  p.dilation = pair("dilation", 1);
+  p.ceil_mode = a.value("ceil_mode", false);
+  p.count_include_pad = a.value("count_include_pad", true);
+  if (a.contains("divisor_override") && !a.at("divisor_override").is_null())
+    p.divisor_override = a.at("divisor_override").get<int64_t>();
+  return p;
+}
+
+F::MaxUnpool2dParams UnpoolParams(const json& a) {
+  const F::Pool2dParams p = PoolParams(a);
+  F::MaxUnpool2dParams u{p.kernel, p.stride, p.padding, std::nullopt};
+  if (a.contains("output_size") && !a.at("output_size").is_null())
+    u.output_size = a.at("output_size").get<std::vector<int64_t>>();
+  return u;
+}
+
+// BatchNorm over several batches: the case's state dict, `steps` training batches, one in
+// eval mode; the outputs, then the running statistics; parameter gradients of every output.
+Result BatchNormSteps(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const int64_t features = a.at("features").get<int64_t>(), steps = a.at("steps").get<int64_t>();
+  const std::optional<double> momentum =
+      a.at("momentum").is_null() ? std::nullopt : std::optional<double>(a.at("momentum").get<double>());
+  const bool track = a.at("track").get<bool>();
+  std::shared_ptr<nn::BatchNorm> bn;
+  if (a.at("type").get<std::string>() == "BatchNorm2d")
+    bn = std::make_shared<nn::BatchNorm2d>(features, 1e-5, momentum, true, track);
+  else
+    bn = std::make_shared<nn::BatchNorm1d>(features, 1e-5, momentum, true, track);
+  nn::StateDict state;
+  for (const auto& key : c.meta.at("extra")) {
+    const std::string k = key.get<std::string>();
+    if (k.rfind("state.", 0) == 0) state.tensors.emplace_back(k.substr(6), c.get("x." + k));
+  }
+  bn->load_state_dict(state, /*strict=*/true);
+  Result r;
+  bn->train(true);
+  for (int64_t t = 0; t < steps; ++t) r.outputs.push_back(bn->forward(in[static_cast<size_t>(t)]));
+  bn->train(false);
+  r.outputs.push_back(bn->forward(in[static_cast<size_t>(steps)]));
+  const std::vector<Tensor> ys = r.outputs;
+  if (track) r.outputs.insert(r.outputs.end(), {bn->running_mean, bn->running_var, bn->num_batches_tracked});
+  std::vector<Tensor> ones_each;
+  for (const Tensor& y : ys) ones_each.push_back(ones_like(y));
+  const std::vector<Tensor> g = autograd::grad(ys, {bn->weight, bn->bias}, ones_each, /*retain_graph=*/true);
+  r.extra.push_back({"gradient of parameter weight", g[0], c.get("x.pgrad.weight")});
+  r.extra.push_back({"gradient of parameter bias", g[1], c.get("x.pgrad.bias")});
+  return r;
+}
+
 std::shared_ptr<nn::Module> MakeModule(const json& a) {
   using A2 = std::array<int64_t, 2>;
   const std::string type = a.at("type").get<std::string>();
@@ -275,15 +335,19 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
     return std::make_shared<nn::GroupNorm>(a.at("groups").get<int64_t>(), a.at("channels").get<int64_t>());
   }
   if (type == "Embedding") {
+    const std::optional<double> max_norm =
+        a.contains("max_norm") ? std::optional<double>(Num(a.at("max_norm"))) : std::nullopt;
     return std::make_shared<nn::Embedding>(a.at("num").get<int64_t>(), a.at("dim").get<int64_t>(),
-                                           a.at("padding_idx").get<int64_t>());
+                                           a.at("padding_idx").get<int64_t>(), max_norm, a.value("norm_type", 2.0));
   }
   if (type == "MaxPool2d") {
+    if (a.contains("dilation")) return std::make_shared<nn::MaxPool2d>(PoolParams(a));
     if (a.value("ceil_mode", false))
       return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"), true);
     return std::make_shared<nn::MaxPool2d>(pair("kernel"), pair("stride"), pair("padding"));
   }
   if (type == "AvgPool2d") {
+    if (a.contains("divisor_override")) return std::make_shared<nn::AvgPool2d>(PoolParams(a));
     return std::make_shared<nn::AvgPool2d>(pair("kernel"), pair("stride"), pair("padding"),
                                            a.at("count_include_pad").get<bool>());
   }
@@ -324,7 +388,7 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
   }
   if (type == "MultiheadAttention") {
     return std::make_shared<nn::MultiheadAttention>(a.at("dim").get<int64_t>(), a.at("heads").get<int64_t>(), 0.0,
-                                                    true);
+                                                    a.value("batch_first", true));
   }
   NoBinding("the module " + type);
 }
@@ -345,6 +409,19 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
     nn::RNNOutput o = rnn->forward_all(in[0]);
     r.outputs = {o.output, o.h_n};
     if (o.c_n.defined()) r.outputs.push_back(o.c_n);
+  } else if (type == "MultiheadAttention" && a.contains("need_weights")) {
+    // Inputs: query, key, value, then key_padding_mask and attn_mask where the case has them.
+    auto* mha = dynamic_cast<nn::MultiheadAttention*>(m.get());
+    size_t next = 3;
+    const Tensor kpm = a.at("kpm").get<bool>() ? in.at(next++) : Tensor();
+    const Tensor mask = a.at("attn_mask").get<bool>() ? in.at(next++) : Tensor();
+    auto [out, weights] = mha->forward(in[0], in[1], in[2], kpm, a.at("need_weights").get<bool>(), mask,
+                                       a.at("average_attn_weights").get<bool>());
+    r.outputs = {out};
+    if (weights.defined()) r.outputs.push_back(weights);
+  } else if (type == "MaxPool2d" && a.value("return_indices", false)) {
+    auto [out, indices] = dynamic_cast<nn::MaxPool2d*>(m.get())->forward_with_indices(in[0]);
+    r.outputs = {out, indices};
   } else if (type == "MultiheadAttention") {
     auto* mha = dynamic_cast<nn::MultiheadAttention*>(m.get());
     r.outputs = {mha->attend(in[0], in[1], in[2], a.value("mask", false) ? in[3] : Tensor())};
@@ -822,6 +899,32 @@ std::map<std::string, Binding> Make() {
   b["kl_div"] = KlDiv;
   b["module"] = Module;
   b["rnn"] = Recurrent;
+  b["avg_pool2d"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(F::avg_pool2d(in[0], PoolParams(c.attrs())));
+  };
+  b["max_pool2d"] = [](const Case& c, const std::vector<Tensor>& in) {
+    if (!c.attrs().at("return_indices").get<bool>()) return One(F::max_pool2d(in[0], PoolParams(c.attrs())));
+    auto [out, indices] = F::max_pool2d_with_indices(in[0], PoolParams(c.attrs()));
+    return Result{{out, indices}, {}};
+  };
+  b["max_unpool2d"] = [](const Case& c, const std::vector<Tensor>& in) {
+    return One(F::max_unpool2d(in[0], in[1], UnpoolParams(c.attrs())));
+  };
+  b["pool_unpool"] = [](const Case& c, const std::vector<Tensor>& in) {
+    auto [pooled, indices] = F::max_pool2d_with_indices(in[0], PoolParams(c.attrs()));
+    F::MaxUnpool2dParams u = UnpoolParams(c.attrs());
+    u.output_size = std::vector<int64_t>{in[0].size(-2), in[0].size(-1)};
+    return One(F::max_unpool2d(pooled, indices, u));
+  };
+  b["batchnorm_steps"] = BatchNormSteps;
+  // F.embedding(indices, weight, max_norm=...): the rows, then the weight after its in-place
+  // renormalisation.
+  b["embedding_renorm"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    const int64_t padding_idx = a.at("padding_idx").is_null() ? -1 : a.at("padding_idx").get<int64_t>();
+    Tensor rows = F::embedding(in[0], in[1], padding_idx, Num(a.at("max_norm")), Num(a.at("norm_type")));
+    return Result{{rows, in[1].detach().clone()}, {}};
+  };
   b["optim"] = Optim;
   b["sched"] = Sched;
   b["plateau"] = Plateau;

@@ -715,7 +715,8 @@ def state(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def layer_case(s, name, call, module, attrs, x, grad=True, train=False, rtol=1e-5, atol=1e-5, extra_inputs=()):
+def layer_case(s, name, call, module, attrs, x, grad=True, train=False, rtol=1e-5, atol=1e-5, extra_inputs=(),
+               group="nn", grad_inputs=(0,)):
     torch.manual_seed(0)
     module.train(train)
     st = state(module)
@@ -734,16 +735,16 @@ def layer_case(s, name, call, module, attrs, x, grad=True, train=False, rtol=1e-
         return tuple(outs) if len(outs) > 1 else outs[0]
 
     # The parameters' gradients come back as extra outputs: run once more through a wrapper.
-    s.case("nn", name, call, "module", dict(attrs, train=train, params=params), [x, *extra_inputs], run,
-           grad=(0,) if grad and x.dtype.is_floating_point else (), rtol=rtol, atol=atol, extra=st)
-    if grad and params:
+    s.case(group, name, call, "module", dict(attrs, train=train, params=params), [x, *extra_inputs], run,
+           grad=tuple(grad_inputs) if grad and x.dtype.is_floating_point else (), rtol=rtol, atol=atol, extra=st)
+    if grad and params and json.loads(s.groups[group][1][name])["raises"] is None:
         module.load_state_dict(st)
         module.zero_grad()
         out = module(x.clone().requires_grad_(x.dtype.is_floating_point), *extra_inputs)
         out = out[0] if isinstance(out, tuple) else out
         g = torch.ones_like(out)
         out.backward(g)
-        tensors, meta = s.groups["nn"]
+        tensors, meta = s.groups[group]
         rec = json.loads(meta[name])
         rec["param_grads"] = params
         for k, p in module.named_parameters():
@@ -1492,6 +1493,309 @@ def factories(s):
             s.case("factories", name, call, "factory", attrs, [], fn)
 
 
+# ---------------------------------------------------------------- layer options, round two
+def layers2(s):
+    g = "layers2"
+    pool_layers2(s, g)
+    batchnorm_layers2(s, g)
+    embedding_layers2(s, g)
+    attention_layers2(s, g)
+
+
+def pool_layers2(s, g):
+    # avg_pool2d: ceil_mode (the last window starts inside the input or its left padding; with
+    # count_include_pad its divisor counts the padding but not the overhang) and divisor_override.
+    avg = [  # (name, input shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        ("ceil.k3s2", (1, 2, 6, 6), 3, 2, 0, True, True, None),
+        ("ceil.k3s2p1.cip1", (2, 2, 6, 7), 3, 2, 1, True, True, None),
+        ("ceil.k3s2p1.cip0", (2, 2, 6, 7), 3, 2, 1, True, False, None),
+        ("ceil.k2s2p1.last_dropped.cip1", (1, 1, 5, 5), 2, 2, 1, True, True, None),
+        ("ceil.k2s2p1.last_dropped.cip0", (1, 1, 5, 5), 2, 2, 1, True, False, None),
+        ("ceil.rect", (1, 3, 7, 5), (3, 2), (2, 3), (1, 0), True, True, None),
+        ("ceil.rect.cip0", (1, 3, 7, 5), (3, 2), (2, 3), (1, 1), True, False, None),
+        ("ceil.kernel_over_input", (1, 2, 1, 1), 2, 2, 0, True, True, None),
+        ("ceil.exact_fit", (1, 1, 6, 6), 2, 2, 0, True, True, None),
+        ("divisor2", (1, 2, 5, 5), 2, 2, 0, False, True, 2),
+        ("divisor-3.p1", (1, 2, 5, 5), 3, 2, 1, False, True, -3),
+        ("divisor5.cip0", (1, 2, 5, 5), 3, 2, 1, False, False, 5),
+        ("divisor7.ceil", (2, 1, 6, 6), 3, 2, 1, True, False, 7),
+        ("unbatched.ceil", (2, 5, 5), 2, 2, 1, True, False, None),
+        ("divisor0_raises", (1, 1, 4, 4), 2, 2, 0, False, True, 0),
+        ("padding_over_half_raises", (1, 1, 5, 5), 2, 2, 2, True, True, None),
+        ("too_small_raises", (1, 1, 2, 2), 3, 1, 0, False, True, None),
+        ("rank2_raises", (5, 5), 2, 2, 0, True, True, None),
+    ]
+    for name, shape, k, st, pad, ceil, cip, div in avg:
+        attrs = {"kernel": _pair(k), "stride": _pair(st), "padding": _pair(pad), "ceil_mode": ceil,
+                 "count_include_pad": cip, "divisor_override": div}
+        call = (f"F.avg_pool2d(x {list(shape)}, {k}, stride={st}, padding={pad}, ceil_mode={ceil}, "
+                f"count_include_pad={cip}, divisor_override={div})")
+        s.case(g, f"avg_pool2d.{name}", call, "avg_pool2d", attrs, [s.randn(*shape)],
+               lambda x, k=k, st=st, pad=pad, ceil=ceil, cip=cip, div=div: F.avg_pool2d(
+                   x, k, st, pad, ceil_mode=ceil, count_include_pad=cip, divisor_override=div), grad=(0,))
+    s.case(g, "avg_pool2d.float64.ceil", "F.avg_pool2d(float64 x, 3, 2, 1, ceil_mode=True)", "avg_pool2d",
+           {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True, "count_include_pad": True,
+            "divisor_override": None}, [s.randn(1, 2, 6, 6, dtype=F64)],
+           lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), grad=(0,), rtol=1e-10, atol=1e-12)
+
+    # max_pool2d: dilation and return_indices (flat positions in each [H, W] plane, int64).
+    ties = torch.tensor([[1.0, 3.0, 3.0, 0.0, 2.0], [3.0, 1.0, 2.0, 2.0, 0.0], [0.0, 3.0, 3.0, 1.0, 1.0],
+                         [2.0, 2.0, 0.0, 3.0, 3.0], [1.0, 0.0, 3.0, 2.0, 2.0]]).reshape(1, 1, 5, 5)
+    neg_inf = s.randn(1, 2, 5, 5)
+    neg_inf[0, 0, :3, :3] = -math.inf  # windows over the padding that cover only -inf
+    nan_in = s.randn(1, 1, 4, 4)
+    nan_in[0, 0, 1, 2] = math.nan
+    mx = [  # (name, input, kernel, stride, padding, dilation, ceil_mode)
+        ("dil2", s.randn(1, 2, 7, 7), 3, 1, 0, 2, False),
+        ("dil2.p1.s2", s.randn(2, 2, 8, 8), 3, 2, 1, 2, False),
+        ("dil_rect", s.randn(1, 2, 6, 8), (2, 3), (1, 2), (1, 1), (2, 1), False),
+        ("dil3.k2.p1", s.randn(1, 1, 7, 7), 2, 2, 1, 3, False),
+        ("dil2.ceil", s.randn(1, 2, 8, 9), 3, 2, 1, 2, True),
+        ("ceil.k2s2", s.randn(1, 2, 5, 5), 2, 2, 0, 1, True),
+        ("ceil.kernel_over_input", s.randn(1, 1, 1, 1), 3, 3, 0, 1, True),
+        ("overlap.ties", ties, 3, 1, 1, 1, False),
+        ("ties.dil2", ties, 2, 1, 0, 2, False),
+        ("all_neg_inf_windows", neg_inf, 3, 2, 1, 1, False),
+        ("one_nan", nan_in, 2, 1, 0, 1, False),
+        ("unbatched.dil2", s.randn(2, 6, 6), 2, 2, 1, 2, False),
+        ("dil0_raises", s.randn(1, 1, 5, 5), 2, 1, 0, 0, False),
+        ("padding_over_half_raises", s.randn(1, 1, 7, 7), 2, 1, 2, 3, False),
+        ("dilated_too_small_raises", s.randn(1, 1, 4, 4), 3, 1, 0, 2, False),
+    ]
+    for name, x, k, st, pad, dil, ceil in mx:
+        for ri in [False, True]:
+            attrs = {"kernel": _pair(k), "stride": _pair(st), "padding": _pair(pad), "dilation": _pair(dil),
+                     "ceil_mode": ceil, "return_indices": ri}
+            s.case(g, f"max_pool2d.{name}.idx{int(ri)}",
+                   f"F.max_pool2d(x {list(x.shape)}, {k}, {st}, {pad}, dilation={dil}, ceil_mode={ceil}, "
+                   f"return_indices={ri})", "max_pool2d", attrs, [x],
+                   lambda x, k=k, st=st, pad=pad, dil=dil, ceil=ceil, ri=ri: F.max_pool2d(
+                       x, k, st, pad, dil, ceil_mode=ceil, return_indices=ri), grad=(0,))
+
+    # max_unpool2d: the pooled values written back at their indices; output_size within a
+    # stride of the default size. PyTorch calls its kernel nondeterministic (indices that repeat
+    # write in any order; these cases have none that differ in value).
+    torch.use_deterministic_algorithms(False)
+    unpool = [  # (name, input shape, pool kernel, stride, padding, output_size)
+        ("k2", (1, 2, 4, 4), 2, 2, 0, None),
+        ("k2.size5", (1, 2, 5, 5), 2, 2, 0, [5, 5]),
+        ("k2.size5.nchw", (2, 1, 5, 5), 2, 2, 0, [2, 1, 5, 5]),
+        ("k3s2p1.default_size_raises", (1, 2, 6, 6), 3, 2, 1, None),
+        ("k3s2p1.size7", (1, 1, 7, 7), 3, 2, 1, [7, 7]),
+        ("rect", (1, 2, 6, 9), (2, 3), (2, 3), 0, [7, 10]),
+        ("unbatched", (2, 4, 4), 2, 2, 0, None),
+        ("size_over_stride_raises", (1, 1, 4, 4), 2, 2, 0, [6, 6]),
+        ("size_under_stride_raises", (1, 1, 4, 4), 2, 2, 0, [2, 4]),
+        ("size_len3_raises", (1, 1, 4, 4), 2, 2, 0, [1, 4, 4]),
+        ("index_outside_raises", (1, 1, 5, 5), 2, 2, 0, [3, 3]),
+    ]
+    for name, shape, k, st, pad, size in unpool:
+        xin = s.randn(*shape)
+        pooled, idx = F.max_pool2d(xin, k, st, pad, return_indices=True)
+        if name == "index_outside_raises":
+            idx = torch.full_like(idx, 8)
+            idx[..., -1, -1] = 9  # the output plane is 3 x 3 (indices 0-8)
+        attrs = {"kernel": _pair(k), "stride": _pair(st), "padding": _pair(pad), "output_size": size}
+        s.case(g, f"max_unpool2d.{name}", f"F.max_unpool2d(y, i, {k}, {st}, {pad}, output_size={size}) of "
+               f"F.max_pool2d(x {list(shape)}, return_indices=True)", "max_unpool2d", attrs, [pooled, idx],
+               lambda y, i, k=k, st=st, pad=pad, size=size: F.max_unpool2d(y, i, k, st, pad, output_size=size),
+               grad=(0,))
+    y, i = F.max_pool2d(s.randn(1, 1, 4, 4), 2, return_indices=True)
+    for name, yy, ii in [("int32_indices_raises", y, i.int()), ("indices_shape_raises", y, i[..., :1])]:
+        s.case(g, f"max_unpool2d.{name}", f"F.max_unpool2d(y, {name.split('_raises')[0]}, 2)", "max_unpool2d",
+               {"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0], "output_size": None}, [yy, ii],
+               lambda a, b: F.max_unpool2d(a, b, 2))
+    for name, shape, k, st, pad, dil, ceil in [("k2", (2, 2, 6, 6), 2, 2, 0, 1, False),
+                                               ("k3s2p1.ceil", (1, 2, 7, 7), 3, 2, 1, 1, True),
+                                               ("k3s1.overlap", (1, 1, 5, 5), 3, 1, 1, 1, False),
+                                               ("dil2", (1, 2, 7, 7), 2, 2, 1, 2, False)]:
+        attrs = {"kernel": _pair(k), "stride": _pair(st), "padding": _pair(pad), "dilation": _pair(dil),
+                 "ceil_mode": ceil}
+
+        def roundtrip(x, k=k, st=st, pad=pad, dil=dil, ceil=ceil):
+            yy, ii = F.max_pool2d(x, k, st, pad, dil, ceil_mode=ceil, return_indices=True)
+            return F.max_unpool2d(yy, ii, k, st, pad, output_size=x.shape[-2:])
+        s.case(g, f"pool_unpool.{name}", f"F.max_unpool2d(*F.max_pool2d(x {list(shape)}, {k}, {st}, {pad}, {dil}, "
+               f"ceil_mode={ceil}, return_indices=True), {k}, {st}, {pad}, output_size=x.shape[-2:])",
+               "pool_unpool", attrs, [s.randn(*shape)], roundtrip, grad=(0,))
+
+    torch.use_deterministic_algorithms(True)
+
+    # The modules: MaxPool2d(dilation, return_indices=True), AvgPool2d(ceil_mode, divisor_override).
+    layer_case(s, "MaxPool2d.dil2.return_indices", "nn.MaxPool2d(3, 2, 1, dilation=2, return_indices=True)",
+               torch.nn.MaxPool2d(3, 2, 1, dilation=2, return_indices=True),
+               {"type": "MaxPool2d", "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [2, 2],
+                "ceil_mode": False, "return_indices": True}, s.randn(2, 2, 8, 8), group=g)
+    layer_case(s, "MaxPool2d.dil2.ceil", "nn.MaxPool2d(2, 2, dilation=2, ceil_mode=True)",
+               torch.nn.MaxPool2d(2, 2, dilation=2, ceil_mode=True),
+               {"type": "MaxPool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0], "dilation": [2, 2],
+                "ceil_mode": True}, s.randn(1, 2, 8, 8), group=g)
+    for ceil, div in [(True, None), (True, 3), (False, 2)]:
+        layer_case(s, f"AvgPool2d.ceil{int(ceil)}.div{div}",
+                   f"nn.AvgPool2d(3, 2, 1, ceil_mode={ceil}, count_include_pad=False, divisor_override={div})",
+                   torch.nn.AvgPool2d(3, 2, 1, ceil_mode=ceil, count_include_pad=False, divisor_override=div),
+                   {"type": "AvgPool2d", "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": ceil,
+                    "count_include_pad": False, "divisor_override": div}, s.randn(1, 2, 6, 6), group=g)
+
+
+def _pair(v):
+    return list(v) if isinstance(v, (tuple, list)) else [v, v]
+
+
+def batchnorm_layers2(s, g):
+    # momentum=None: the running statistics are a cumulative average (factor 1 / num_batches_tracked).
+    configs = [  # (name, kind, features, momentum, batch shape, steps, start num_batches_tracked, track)
+        ("1d.cma", "BatchNorm1d", 4, None, (6, 4), 3, 0, True),
+        ("1d.cma.3d_input", "BatchNorm1d", 3, None, (4, 3, 5), 3, 0, True),
+        ("2d.cma", "BatchNorm2d", 3, None, (4, 3, 2, 2), 3, 0, True),
+        ("2d.cma.from_tracked4", "BatchNorm2d", 3, None, (2, 3, 3, 2), 3, 4, True),
+        ("2d.momentum0.3", "BatchNorm2d", 3, 0.3, (4, 3, 2, 2), 3, 2, True),
+        ("1d.cma.untracked", "BatchNorm1d", 4, None, (5, 4), 2, 0, False),
+        ("1d.cma.one_value_raises", "BatchNorm1d", 4, None, (1, 4), 1, 0, True),
+    ]
+    for name, kind, c, mom, shape, steps, start, track in configs:
+        torch.manual_seed(11)
+        bn = getattr(torch.nn, kind)(c, momentum=mom, track_running_stats=track)
+        with torch.no_grad():
+            bn.weight.copy_(s.rand(c) + 0.5)
+            bn.bias.copy_(s.randn(c))
+            if track:
+                bn.running_mean.copy_(s.randn(c))
+                bn.running_var.copy_(s.rand(c) + 0.5)
+                bn.num_batches_tracked.fill_(start)
+        st = state(bn)
+        xs = [s.randn(*shape) for _ in range(steps)] + [s.randn(*shape)]  # the last: one eval-mode batch
+
+        def run(*xs, st=st, kind=kind, c=c, mom=mom, track=track):
+            m = getattr(torch.nn, kind)(c, momentum=mom, track_running_stats=track)
+            m.load_state_dict(st)
+            m.train()
+            ys = [m(x) for x in xs[:-1]]
+            m.eval()
+            ys.append(m(xs[-1]))
+            if track:
+                ys += [m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()]
+            return tuple(ys), m
+        pgrads = {}
+        try:
+            ys, m = run(*[x.clone() for x in xs])
+            outs = list(ys[:steps + 1])
+            gw, gb = torch.autograd.grad(outs, [m.weight, m.bias], [torch.ones_like(y) for y in outs])
+            pgrads = {"pgrad.weight": gw, "pgrad.bias": gb}
+        except (RuntimeError, ValueError):  # the case PyTorch refuses: no gradients
+            pass
+        extra = {f"state.{k}": v for k, v in st.items()}
+        extra.update(pgrads)
+        attrs = {"type": kind, "features": c, "momentum": mom, "steps": steps, "track": track}
+        s.case(g, f"BatchNorm{name}", f"nn.{kind}({c}, momentum={mom}, track_running_stats={track}), "
+               f"num_batches_tracked={start}: {steps} training batches, then one in eval mode; outputs, then "
+               "running_mean, running_var, num_batches_tracked", "batchnorm_steps", attrs, xs,
+               lambda *a: run(*a)[0], grad=tuple(range(len(xs))), rtol=1e-5, atol=1e-5, extra=extra)
+
+
+def embedding_layers2(s, g):
+    # max_norm: the looked-up rows of the weight are renormalised in place (embedding_renorm_).
+    w = s.randn(7, 4) * 1.5
+    cases = [  # (name, indices, max_norm, norm_type, padding_idx)
+        ("l2", torch.tensor([0, 2, 2, 5, 6]), 1.0, 2.0, None),
+        ("l2.2d_indices", torch.tensor([[1, 3, 1], [4, 0, 6]]), 1.5, 2.0, None),
+        ("l1", torch.tensor([3, 1, 4, 1]), 2.0, 1.0, None),
+        ("l3", torch.tensor([6, 5, 3]), 1.2, 3.0, None),
+        ("linf", torch.tensor([0, 1, 2, 3]), 0.5, math.inf, None),
+        ("padding_idx", torch.tensor([2, 0, 2, 4]), 1.0, 2.0, 2),
+        ("none_over", torch.tensor([1, 2]), 100.0, 2.0, None),
+        ("int32_indices", torch.tensor([5, 1, 5], dtype=I32), 0.8, 2.0, None),
+        ("index_out_of_range_raises", torch.tensor([1, 7]), 1.0, 2.0, None),
+        ("float_indices_raises", torch.tensor([1.0, 2.0]), 1.0, 2.0, None),
+    ]
+    for name, idx, mn, nt, pidx in cases:
+        s.case(g, f"embedding.max_norm.{name}",
+               f"F.embedding(i, w, padding_idx={pidx}, max_norm={mn}, norm_type={nt}); outputs the rows and w after",
+               "embedding_renorm", {"max_norm": mn, "norm_type": nt, "padding_idx": pidx}, [idx, w],
+               lambda i, ww, mn=mn, nt=nt, pidx=pidx: (
+                   F.embedding(i, ww, padding_idx=pidx, max_norm=mn, norm_type=nt), ww.detach().clone()), grad=(1,))
+    torch.manual_seed(12)
+    emb = torch.nn.Embedding(6, 3, max_norm=1.0)
+    layer_case(s, "Embedding.max_norm", "nn.Embedding(6, 3, max_norm=1.0)", emb,
+               {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": -1, "max_norm": 1.0, "norm_type": 2.0},
+               torch.tensor([[0, 1, 5], [1, 2, 2]]), group=g)
+    emb = torch.nn.Embedding(6, 3, padding_idx=0, max_norm=0.7, norm_type=1.0)
+    layer_case(s, "Embedding.max_norm.l1.padding_idx", "nn.Embedding(6, 3, padding_idx=0, max_norm=0.7, norm_type=1)",
+               emb, {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": 0, "max_norm": 0.7, "norm_type": 1.0},
+               torch.tensor([0, 3, 4, 3]), group=g)
+
+
+class _Attention(torch.nn.MultiheadAttention):
+    """MultiheadAttention with its options fixed, taking the masks positionally (state dict keys unchanged)."""
+
+    def __init__(self, *a, need_weights=True, average=True, kpm=False, mask=False, **kw):
+        super().__init__(*a, **kw)
+        self.opts = (need_weights, average, kpm, mask)
+
+    def forward(self, q, k, v, *masks):
+        need_weights, average, kpm, mask = self.opts
+        masks = list(masks)
+        key_padding_mask = masks.pop(0) if kpm else None
+        attn_mask = masks.pop(0) if mask else None
+        return super().forward(q, k, v, key_padding_mask=key_padding_mask, need_weights=need_weights,
+                               attn_mask=attn_mask, average_attn_weights=average)
+
+
+def attention_layers2(s, g):
+    E, H, N, L, S = 8, 2, 2, 3, 4
+    causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+    bool3 = s.rand(N * H, L, S) < 0.4
+    bool3[:, :, 0] = False  # every query keeps a key
+    float3 = s.randn(N * H, L, S)
+    float3[0, 1, 2] = -math.inf
+    kpm = torch.tensor([[False, False, True, False], [False, True, True, False]])
+    kpm_float = s.randn(N, S)
+    all_rows = torch.zeros(L, S, dtype=torch.bool)
+    all_rows[1] = True  # query 1 may attend to no key
+    cases = [  # (name, batch_first, self-attention, need_weights, average, kpm, attn_mask)
+        ("causal_bool2d", True, True, True, True, None, causal),
+        ("float2d.no_weights", True, False, False, True, None, s.randn(L, S)),
+        ("bool3d.per_head_weights", True, False, True, False, None, bool3),
+        ("float3d_with_inf", True, False, True, True, None, float3),
+        ("kpm_and_bool2d.seq_first", False, False, True, False, kpm, s.rand(L, S) < 0.3),
+        ("kpm_and_float3d", False, False, False, True, kpm, float3),
+        ("kpm_float", True, False, True, True, kpm_float, None),
+        ("kpm_float_and_bool3d", True, False, True, False, kpm_float, bool3),
+        ("no_masks.seq_first", False, True, True, True, None, None),
+        ("weights_per_head", True, True, True, False, None, None),
+        ("row_all_masked.weights_nan", True, False, True, True, None, all_rows),
+        ("row_all_masked.no_weights_zero", True, False, False, True, None, all_rows),
+        ("bad_2d_shape_raises", True, False, True, True, None, torch.zeros(L, L)),
+        ("bad_3d_shape_raises", True, False, True, True, None, torch.zeros(H, L, S)),
+        ("4d_mask_raises", True, False, False, True, None, torch.zeros(1, N * H, L, S)),
+        ("int_mask_raises", True, False, True, True, None, torch.zeros(L, S, dtype=I64)),
+        ("float64_mask_raises", True, False, True, True, None, torch.zeros(L, S, dtype=F64)),
+        ("float64_mask_no_weights_raises", True, False, False, True, None, torch.zeros(L, S, dtype=F64)),
+        ("bad_kpm_shape_raises", True, False, True, True, torch.zeros(N, S + 1, dtype=torch.bool), None),
+        ("int_kpm_raises", True, False, True, True, torch.zeros(N, S, dtype=I64), None),
+    ]
+    for name, bf, self_attn, nw, avg, kp, am in cases:
+        torch.manual_seed(13)
+        mha = _Attention(E, H, batch_first=bf, need_weights=nw, average=avg, kpm=kp is not None, mask=am is not None)
+        with torch.no_grad():
+            mha.in_proj_bias.copy_(s.randn(3 * E) * 0.1)
+            mha.out_proj.bias.copy_(s.randn(E) * 0.1)
+        s_len = L if self_attn else S
+        shape_q = (N, L, E) if bf else (L, N, E)
+        shape_k = (N, s_len, E) if bf else (s_len, N, E)
+        q = s.randn(*shape_q)
+        k = q if self_attn else s.randn(*shape_k)
+        v = q if self_attn else s.randn(*shape_k)
+        masks = [m for m in (kp, am) if m is not None]
+        attrs = {"type": "MultiheadAttention", "dim": E, "heads": H, "batch_first": bf, "need_weights": nw,
+                 "average_attn_weights": avg, "kpm": kp is not None, "attn_mask": am is not None}
+        call = (f"nn.MultiheadAttention({E}, {H}, batch_first={bf})(q, k, v, key_padding_mask="
+                f"{None if kp is None else f'{kp.dtype} {list(kp.shape)}'}, need_weights={nw}, attn_mask="
+                f"{None if am is None else f'{am.dtype} {list(am.shape)}'}, average_attn_weights={avg})")
+        layer_case(s, f"MultiheadAttention.{name}", call, mha, attrs, q, atol=1e-4, extra_inputs=(k, v, *masks),
+                   group=g, grad_inputs=(0,) if self_attn else (0, 1, 2))
+
+
 def safetensors_edge(out_dir):
     """A file the reference writer made where every second tensor is empty: 0-byte entries
     share a start offset with their neighbours, and a reader must accept them."""
@@ -1509,7 +1813,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions, selection, dtypes, rnn2):
+                  factories, float_classes, corners, additions, selection, dtypes, rnn2, layers2):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)

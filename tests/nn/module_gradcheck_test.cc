@@ -29,6 +29,9 @@ std::vector<Entry> Entries() {
   auto gru = std::make_shared<GRU>(3, 2, RNNOptions{.num_layers = 2});
   auto lin = std::make_shared<Linear>(5, 3);
   auto y_idx = tensor(std::vector<int64_t>{2, 0, 1, 2});
+  auto mha = std::make_shared<MultiheadAttention>(4, 2, 0.0, /*batch_first=*/true);
+  // Indices of a 4x5 plane's maxima, for max_unpool2d: fixed (not a function of x).
+  const Tensor unpool_idx = std::get<1>(F::max_pool2d_with_indices(randn({1, 2, 4, 5}), {.kernel = {2, 2}}));
   return {
       {"batchnorm2d_train", bn, [bn](const Tensor& x) { return (*bn)(x); }, {4, 3, 2, 2}},
       {"batchnorm1d_train", bn1, [bn1](const Tensor& x) { return (*bn1)(x); }, {5, 4}},
@@ -40,6 +43,40 @@ std::vector<Entry> Entries() {
          return F::avg_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false});
        },
        {1, 2, 5, 5}},
+      {"avg_pool2d_ceil_divisor",
+       nullptr,
+       [](const Tensor& x) {
+         return F::avg_pool2d(
+             x, {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .divisor_override = 4});
+       },
+       {1, 2, 6, 5}},
+      {"avg_pool2d_ceil_exclude_pad",
+       nullptr,
+       [](const Tensor& x) {
+         return F::avg_pool2d(
+             x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false, .ceil_mode = true});
+       },
+       {1, 1, 6, 6}},
+      {"max_pool2d_dilated",
+       nullptr,
+       [](const Tensor& x) {
+         return F::max_pool2d(x, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}});
+       },
+       {1, 2, 6, 7}},
+      {"max_unpool2d",
+       nullptr,
+       [unpool_idx](const Tensor& x) {
+         return F::max_unpool2d(x, unpool_idx, {.kernel = {2, 2}, .output_size = std::vector<int64_t>{4, 5}});
+       },
+       {1, 2, 2, 2}},
+      {"multihead_attention_masks_and_weights",
+       mha,
+       [mha, mask = randn({3, 3}, kFloat64),
+        kpm = tensor(std::vector<uint8_t>{0, 0, 1, 0, 0, 0}, IntArray{2, 3}).to(kBool)](const Tensor& x) {
+         auto [out, weights] = mha->forward(x, x, x, kpm, /*need_weights=*/true, mask, /*average_attn_weights=*/false);
+         return cat({out.reshape({-1}), weights.reshape({-1})});
+       },
+       {2, 3, 4}},
       {"adaptive_avg_pool2d",
        nullptr,
        [](const Tensor& x) {

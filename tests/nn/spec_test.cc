@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/anvil.h"
+#include "core/nn/functional.h"
 #include "tests/core/test_util.h"
 
 namespace anvil::models {
@@ -13,6 +14,7 @@ namespace {
 
 using test::ErrorOf;
 using ::testing::HasSubstr;
+namespace F = nn::functional;
 
 TEST(SpecTest, InfersSizesLayerByLayer) {
   const BuiltModel m = build_model(R"({"input_shape": [1, 8, 8], "layers": [
@@ -24,6 +26,63 @@ TEST(SpecTest, InfersSizesLayerByLayer) {
   EXPECT_EQ(m.module->num_parameters(), (4 * 9 + 4) + (6 * 4 * 6 + 6) + (12 * 10 + 10));
   EXPECT_EQ((*m.module)(randn({5, 1, 8, 8})).sizes(), (IntArray{5, 10}));
   EXPECT_THAT(m.spec, HasSubstr("\"output_shape\":[10]"));
+}
+
+// The pooling, batch norm and embedding options PyTorch has reach the modules, and the
+// inferred shapes follow PyTorch's output-size rule (dilation, ceil_mode).
+TEST(SpecTest, PoolingBatchNormAndEmbeddingOptionsReachTheModules) {
+  manual_seed(3);
+  const BuiltModel m = build_model(R"({"input_shape": [2, 9, 8], "layers": [
+      {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": true},
+      {"type": "avgpool2d", "kernel_size": 2, "stride": 2, "ceil_mode": true, "count_include_pad": false,
+       "divisor_override": 3}]})");
+  // Height 9: dilated window span 5, ceil((9 + 2 - 5) / 2) + 1 = 4; width 8: ceil(5 / 2) + 1 = 4,
+  // and the last window (start 6) begins inside the input. Then 4x4 -> 2x2.
+  EXPECT_EQ(m.output_shape, (IntArray{2, 2, 2}));
+  const Tensor x = randn({3, 2, 9, 8});
+  const Tensor pooled =
+      F::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .dilation = {2, 2}});
+  EXPECT_EQ(pooled.sizes(), (IntArray{3, 2, 4, 4}));
+  // divisor_override = 3 divides each 2x2 window's sum by 3.
+  const Tensor want = pooled.reshape({3, 2, 2, 2, 2, 2}).sum({3, 5}) / 3.0;
+  EXPECT_TRUE(allclose((*m.module)(x), want, 1e-5, 1e-6));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [1, 4, 4], "layers": [{"type": "avgpool2d", "kernel_size": 2,
+                    "divisor_override": 0}]})");
+              }),
+              HasSubstr("'divisor_override' must be a non-zero integer"));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [1, 4, 4], "layers": [{"type": "avgpool2d", "kernel_size": 2,
+                    "dilation": 2}]})");
+              }),
+              HasSubstr("unknown key 'dilation'"));
+  EXPECT_THAT(
+      ErrorOf([] {
+        build_model(R"({"input_shape": [1, 4, 4], "layers": [{"type": "maxpool2d", "kernel_size": 2, "padding": 2}]})");
+      }),
+      HasSubstr("'padding' must be at most half the kernel size"));
+
+  // "momentum": null: the running mean is the plain average of the batches' means.
+  const BuiltModel bn = build_model(R"({"input_shape": [3], "layers": [{"type": "batchnorm1d", "momentum": null}]})");
+  bn.module->train();
+  const Tensor a = randn({4, 3}), b = randn({6, 3});
+  (*bn.module)(a);
+  (*bn.module)(b);
+  const Tensor running_mean = bn.module->state_dict().tensors.at(2).second;  // weight, bias, running_mean, ...
+  EXPECT_EQ(bn.module->state_dict().tensors.at(2).first, "0.running_mean");
+  EXPECT_TRUE(allclose(running_mean, (a.mean({0}) + b.mean({0})) / 2.0, 1e-5, 1e-6));
+
+  // max_norm: the rows looked up are scaled to norm max_norm (in place, in the module's weight).
+  const BuiltModel emb = build_model(R"({"input_shape": [3], "layers": [{"type": "embedding", "num_embeddings": 5,
+      "embedding_dim": 4, "max_norm": 0.5, "norm_type": 1.0}]})");
+  const Tensor rows = (*emb.module)(tensor(std::vector<int64_t>{0, 3, 3}).unsqueeze(0));
+  const std::vector<double> l1 = rows.abs().sum({2}).reshape({-1}).to_vector<double>();
+  for (double n : l1) EXPECT_NEAR(n, 0.5, 1e-5);
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [3], "layers": [{"type": "embedding", "num_embeddings": 5,
+                    "embedding_dim": 4, "max_norm": -1}]})");
+              }),
+              HasSubstr("'max_norm' must be positive"));
 }
 
 TEST(SpecTest, HardswishIsALayerType) {

@@ -284,6 +284,16 @@ std::vector<ZooCase> Zoo() {
       {"type": "tanh"}, {"type": "linear", "out_features": 3}, {"type": "sigmoid"}]})",
                  {},
                  batches({4, 9, 9})});
+  // Pooling's options: MaxPool dilations and ceil_mode, AveragePool ceil_mode with and without
+  // the padding counted.
+  zoo.push_back({"pool_options",
+                 R"({"input_shape": [3, 11, 10], "layers": [
+      {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1, "dilation": [2, 1], "ceil_mode": true},
+      {"type": "avgpool2d", "kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": true},
+      {"type": "avgpool2d", "kernel_size": [3, 2], "stride": 2, "padding": 1, "ceil_mode": true,
+       "count_include_pad": false}, {"type": "flatten"}]})",
+                 {},
+                 batches({3, 11, 10})});
   zoo.push_back({"residual_mlp",
                  R"({"input_shape": [12], "layers": [
       {"type": "residual", "layers": [{"type": "linear", "out_features": 12}, {"type": "relu"}]},

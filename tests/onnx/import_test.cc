@@ -13,12 +13,15 @@
 
 #include "core/anvil.h"
 #include "core/models/spec.h"
+#include "core/nn/functional.h"
 #include "core/nn/rnn.h"
 #include "onnx/onnx_pb.h"
 #include "tests/paths.h"
 
 namespace anvil::onnx {
 namespace {
+
+namespace F = nn::functional;
 
 Tensor Forward(nn::Module& m, const Tensor& x) {
   NoGradGuard no_grad;
@@ -103,6 +106,50 @@ TEST(OnnxRoundTrip, BidirectionalLayersComeBackEqual) {
       EXPECT_TRUE(allclose(Forward(*imported.module, x), Forward(*m, x), 1e-5, 1e-5))
           << kind << " " << shape_str(shape);
     }
+  }
+}
+
+// Pooling's options reach the file and come back: MaxPool's dilations and ceil_mode,
+// AveragePool's ceil_mode and count_include_pad, MaxPool's Indices output and MaxUnpool (the
+// indices are per plane in Anvil and over the whole tensor in ONNX, both ways).
+class PoolUnpool : public nn::Module {
+ public:
+  PoolUnpool() : nn::Module("PoolUnpool") { eval(); }
+  Tensor forward(const Tensor& x) override {
+    auto [pooled, indices] = F::max_pool2d_with_indices(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+    // Output 7x8 where the default is 7x7: MaxUnpool's output_shape input carries it.
+    const Tensor unpooled = F::max_unpool2d(
+        pooled, indices,
+        {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .output_size = std::vector<int64_t>{7, 8}});
+    const Tensor dilated =
+        F::max_pool2d(unpooled, {.kernel = {2, 2}, .stride = {1, 2}, .ceil_mode = true, .dilation = {2, 3}});
+    const Tensor averaged = F::avg_pool2d(
+        x, {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false, .ceil_mode = true});
+    return cat({dilated.flatten(1), averaged.flatten(1), indices.to(kFloat32).flatten(1)}, 1);
+  }
+};
+
+TEST(OnnxRoundTrip, PoolingOptionsIndicesAndUnpoolingComeBack) {
+  PoolUnpool m;
+  const std::string bytes = export_model(m, {{"input", {2, 7, 8}, kFloat32}}, {});
+  ::onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(bytes));
+  int unpools = 0, pools_with_indices = 0, dilated = 0;
+  for (const auto& n : proto.graph().node()) {
+    unpools += n.op_type() == "MaxUnpool";
+    pools_with_indices += n.op_type() == "MaxPool" && n.output_size() == 2 && n.output(1) != "";
+    for (const auto& a : n.attribute()) dilated += n.op_type() == "MaxPool" && a.name() == "dilations";
+  }
+  EXPECT_EQ(unpools, 1);
+  EXPECT_GE(pools_with_indices, 1);
+  EXPECT_EQ(dilated, 1);
+  const ImportedModel imported = import_model(bytes);
+  manual_seed(4);
+  for (const IntArray& shape : {IntArray{1, 2, 7, 8}, IntArray{3, 2, 7, 8}}) {
+    const Tensor x = randn(shape);
+    const Tensor want = Forward(m, x), got = Forward(*imported.module, x);
+    ASSERT_EQ(got.sizes(), want.sizes()) << shape_str(shape);
+    EXPECT_TRUE(allclose(got, want, 1e-5, 1e-6)) << shape_str(shape);
   }
 }
 

@@ -98,6 +98,20 @@ TEST(OnnxRefusal, AnOpWithoutAnOnnxForm) {
                  {"diagonal"});
 }
 
+// Options with no ONNX form are refused by name: avg_pool2d's divisor_override, and
+// embedding's max_norm (it rewrites the weight while it runs).
+TEST(OnnxRefusal, AvgPoolDivisorOverrideAndEmbeddingMaxNorm) {
+  ExpectMentions(
+      Refusal([](const Tensor& x) {
+        return nn::F::avg_pool2d(x.view({-1, 1, 2, 2}), {.kernel = {2, 2}, .divisor_override = 3}).reshape({-1, 1});
+      }),
+      {"divisor_override"});
+  ExpectMentions(Refusal([table = randn({6, 4})](const Tensor& x) {
+                   return x + nn::F::embedding(tensor(std::vector<int64_t>{1}), table, -1, 1.0);
+                 }),
+                 {"max_norm", "embedding_renorm_"});
+}
+
 TEST(OnnxRefusal, AModelInTrainingMode) {
   auto net = std::make_shared<nn::Sequential>();
   net->push_back(std::make_shared<nn::Linear>(4, 4));
