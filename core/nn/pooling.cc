@@ -82,29 +82,34 @@ Tensor Batched(const Tensor& x, const char* who) {
 // The plane index (h * W + w) of each window's element `offset` (in [0, KH * KW)) for windows
 // [N, C, OH * OW]. An element in the padding (chosen only where every element the window
 // covers is -inf) is replaced by the window's first element inside the input, as PyTorch's
-// kernel (which scans only those) reports it.
+// kernel (which scans only those) reports it. The map from (offset, window) to the plane index
+// is built once on the host, [KH * KW, OH * OW], and read with one gather: the per-element
+// arithmetic it replaces cost more than the pooling itself.
 Tensor PlaneIndices(const Tensor& offset, const std::array<PoolDim, 2>& d) {
   const PoolDim &h = d[0], &w = d[1];
-  std::vector<int64_t> row0(static_cast<size_t>(h.out * w.out)), col0(row0.size()), first(row0.size());
+  const int64_t windows = h.out * w.out, taps = h.kernel * w.kernel;
   const auto first_inside = [](int64_t start, const PoolDim& p) {
     int64_t i = start;
     while (i < 0) i += p.dilation;
     return i;
   };
+  std::vector<int64_t> table(static_cast<size_t>(taps * windows));
   for (int64_t i = 0; i < h.out; ++i) {
     for (int64_t j = 0; j < w.out; ++j) {
-      const size_t k = static_cast<size_t>(i * w.out + j);
-      row0[k] = i * h.stride - h.pad;
-      col0[k] = j * w.stride - w.pad;
-      first[k] = first_inside(row0[k], h) * w.in + first_inside(col0[k], w);
+      const int64_t row0 = i * h.stride - h.pad, col0 = j * w.stride - w.pad, window = i * w.out + j;
+      const int64_t first = first_inside(row0, h) * w.in + first_inside(col0, w);
+      for (int64_t ki = 0; ki < h.kernel; ++ki) {
+        for (int64_t kj = 0; kj < w.kernel; ++kj) {
+          const int64_t row = row0 + ki * h.dilation, col = col0 + kj * w.dilation;
+          const bool inside = row >= 0 && row < h.in && col >= 0 && col < w.in;
+          table[static_cast<size_t>((ki * w.kernel + kj) * windows + window)] = inside ? row * w.in + col : first;
+        }
+      }
     }
   }
   const auto opts = TensorOptions(kInt64).with_device(offset.device());
-  const Tensor ki = floor_divide(offset, scalar_tensor(w.kernel, opts)),
-               kj = remainder(offset, scalar_tensor(w.kernel, opts));
-  const Tensor row = tensor(row0, {}, opts) + ki * h.dilation, col = tensor(col0, {}, opts) + kj * w.dilation;
-  const Tensor inside = logical_and(logical_and(row >= 0, row < h.in), logical_and(col >= 0, col < w.in));
-  return where(inside, row * w.in + col, tensor(first, {}, opts));
+  const Tensor flat = offset * windows + arange(0, windows, 1, opts);
+  return index_select(tensor(table, {}, opts), 0, flat.reshape({-1})).view(offset.sizes());
 }
 
 }  // namespace
@@ -120,7 +125,19 @@ std::tuple<Tensor, Tensor> MaxPool(const Tensor& x, const std::array<PoolDim, 2>
   Tensor offset;
   {
     NoGradGuard no_grad;  // where the maxima are only: their values are read below
-    offset = std::get<1>(max(PoolWindows(x.detach(), d, -std::numeric_limits<double>::infinity()), 2));
+    const Tensor windows = PoolWindows(x.detach(), d, -std::numeric_limits<double>::infinity());
+    auto [values, first] = max(windows, 2);
+    offset = first;
+    // PyTorch's kernel takes the first of equal maxima but the last NaN of a window (a NaN
+    // always replaces the running maximum); max() stops at the first NaN.
+    const Tensor nan_window = values != values;
+    if (any(nan_window).item<bool>()) {
+      const int64_t taps = windows.size(2);
+      const Tensor reversed =
+          index_select(windows != windows, 2, arange(taps - 1, -1, -1, TensorOptions(kInt64).with_device(x.device())));
+      const Tensor last_nan = (taps - 1) - std::get<1>(max(reversed.to(kUInt8), 2));
+      offset = where(nan_window, last_nan, first);
+    }
   }
   const Tensor indices = PlaneIndices(offset, d).view({N, C, oh * ow});
   const Tensor out = gather(x.reshape({N, C, x.size(2) * x.size(3)}), 2, indices).view({N, C, oh, ow});

@@ -1545,6 +1545,8 @@ def pool_layers2(s, g):
     neg_inf[0, 0, :3, :3] = -math.inf  # windows over the padding that cover only -inf
     nan_in = s.randn(1, 1, 4, 4)
     nan_in[0, 0, 1, 2] = math.nan
+    two_nans = nan_in.clone()
+    two_nans[0, 0, 2, 1] = math.nan
     mx = [  # (name, input, kernel, stride, padding, dilation, ceil_mode)
         ("dil2", s.randn(1, 2, 7, 7), 3, 1, 0, 2, False),
         ("dil2.p1.s2", s.randn(2, 2, 8, 8), 3, 2, 1, 2, False),
@@ -1557,6 +1559,7 @@ def pool_layers2(s, g):
         ("ties.dil2", ties, 2, 1, 0, 2, False),
         ("all_neg_inf_windows", neg_inf, 3, 2, 1, 1, False),
         ("one_nan", nan_in, 2, 1, 0, 1, False),
+        ("two_nans", two_nans, 2, 1, 0, 1, False),  # the window's last NaN, as PyTorch's kernel
         ("unbatched.dil2", s.randn(2, 6, 6), 2, 2, 1, 2, False),
         ("dil0_raises", s.randn(1, 1, 5, 5), 2, 1, 0, 0, False),
         ("padding_over_half_raises", s.randn(1, 1, 7, 7), 2, 1, 2, 3, False),
