@@ -294,7 +294,15 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
                                                ? std::optional<double>(L.Real("max_norm", 0.0))
                                                : std::nullopt;
     if (max_norm && !(*max_norm > 0)) L.Fail("'max_norm' must be positive");
-    return {L.Make<nn::Embedding>(n, d, L.Int("padding_idx", -1, -1), max_norm, L.Real("norm_type", 2.0)), {in[0], d}};
+    // padding_idx as PyTorch's: absent or null for none, negative counting from the end.
+    const std::optional<int64_t> padding_idx = L.j.contains("padding_idx") && !L.j["padding_idx"].is_null()
+                                                   ? std::optional<int64_t>(L.Int("padding_idx", 0, -n))
+                                                   : std::nullopt;
+    if (padding_idx && *padding_idx >= n) {
+      L.Fail("'padding_idx' must be within num_embeddings [" + std::to_string(-n) + ", " + std::to_string(n) +
+             "), got " + std::to_string(*padding_idx));
+    }
+    return {L.Make<nn::Embedding>(n, d, padding_idx, max_norm, L.Real("norm_type", 2.0)), {in[0], d}};
   }
   if (type == "positional") {
     L.Keys({});

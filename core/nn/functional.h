@@ -162,15 +162,19 @@ Tensor layer_norm(const Tensor& input, const IntArray& normalized_shape, const T
 // Normalises [N, C, ...] over groups of C / num_groups channels (and all spatial positions).
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
-// Rows of weight [num, dim] at int64 indices; the padding_idx row (if >= 0) gets no gradient.
+// Rows of weight [num, dim] at int64 indices; the padding_idx row gets no gradient (a negative
+// padding_idx counts from the end, as PyTorch's; none: every row learns).
 // With max_norm, first renormalises IN PLACE each row of weight the indices name whose
 // norm_type-norm exceeds max_norm (embedding_renorm_), as PyTorch does; the renormalisation is
 // not differentiated.
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1,
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
                  std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
 // PyTorch's embedding_renorm_: each distinct row i of weight [num, dim] named by `indices` whose
 // p-norm exceeds max_norm is scaled by max_norm / (norm + 1e-7), in place, without autograd.
 Tensor& embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm, double norm_type);
+// padding_idx in [-num, num) as a row index (negative counts from the end), -1 for none;
+// anything else is an error naming the range.
+int64_t resolve_padding_idx(std::optional<int64_t> padding_idx, int64_t num_embeddings);
 
 }  // namespace anvil::nn::functional
 

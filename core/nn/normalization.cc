@@ -141,9 +141,18 @@ Tensor& embedding_renorm_(Tensor& weight, const Tensor& indices, double max_norm
   return weight;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx, std::optional<double> max_norm,
-                 double norm_type) {
+int64_t resolve_padding_idx(std::optional<int64_t> padding_idx, int64_t num_embeddings) {
+  if (!padding_idx) return -1;
+  ANVIL_CHECK(*padding_idx >= -num_embeddings && *padding_idx < num_embeddings,
+              "Padding_idx must be within num_embeddings: expected it in [", -num_embeddings, ", ", num_embeddings,
+              "), got ", *padding_idx);
+  return *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx_arg,
+                 std::optional<double> max_norm, double norm_type) {
   CheckEmbeddingArgs(indices, weight, "embedding");
+  const int64_t padding_idx = resolve_padding_idx(padding_idx_arg, weight.size(0));
   std::optional<exporter::Composite> node;  // exported as Gather(weight, indices)
   if (exporter::capturing()) {
     if (max_norm) {
@@ -252,21 +261,23 @@ std::string GroupNorm::extra_repr() const {
   return std::to_string(groups_) + ", " + std::to_string(channels_) + ", eps=" + std::to_string(eps_);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, int64_t padding_idx, std::optional<double> max_norm, double norm_type)
-    : Module("Embedding"), padding_idx_(padding_idx), max_norm_(max_norm), norm_type_(norm_type) {
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> padding_idx, std::optional<double> max_norm,
+                     double norm_type)
+    : Module("Embedding"), max_norm_(max_norm), norm_type_(norm_type) {
   ANVIL_CHECK(num > 0 && dim > 0, "Embedding: expected positive sizes, got ", num, " x ", dim);
-  ANVIL_CHECK(padding_idx < num, "Embedding: padding_idx ", padding_idx, " is out of range for ", num, " embeddings");
+  padding_idx_ = functional::resolve_padding_idx(padding_idx, num);
   weight = empty({num, dim});
   init::normal_(weight);
-  if (padding_idx >= 0) {
+  if (padding_idx_ >= 0) {
     NoGradGuard no_grad;
-    weight.select(0, padding_idx).zero_();
+    weight.select(0, padding_idx_).zero_();
   }
   register_parameter("weight", weight);
 }
 
 Tensor Embedding::forward(const Tensor& indices) {
-  return functional::embedding(indices, weight, padding_idx_, max_norm_, norm_type_);
+  return functional::embedding(indices, weight, padding_idx_ >= 0 ? std::optional<int64_t>(padding_idx_) : std::nullopt,
+                               max_norm_, norm_type_);
 }
 
 std::string Embedding::extra_repr() const {

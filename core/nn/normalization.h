@@ -68,18 +68,18 @@ class GroupNorm : public Module {
 };
 
 // A lookup table [num_embeddings, embedding_dim], initialised N(0, 1); the padding_idx row
-// starts at zero and never receives a gradient. With max_norm, each forward first
-// renormalises (in place) the rows it looks up whose norm_type-norm exceeds max_norm.
+// (negative: counted from the end, as PyTorch's) starts at zero and never receives a gradient. With max_norm, each
+// forward first renormalises (in place) the rows it looks up whose norm_type-norm exceeds max_norm.
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx = -1,
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt,
             std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
   Tensor forward(const Tensor& indices) override;
   std::string extra_repr() const override;
   Tensor weight;
 
  private:
-  int64_t padding_idx_;
+  int64_t padding_idx_;  // resolved: a row index, or -1 for none
   std::optional<double> max_norm_;
   double norm_type_;
 };

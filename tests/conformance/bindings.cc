@@ -337,8 +337,10 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
   if (type == "Embedding") {
     const std::optional<double> max_norm =
         a.contains("max_norm") ? std::optional<double>(Num(a.at("max_norm"))) : std::nullopt;
-    return std::make_shared<nn::Embedding>(a.at("num").get<int64_t>(), a.at("dim").get<int64_t>(),
-                                           a.at("padding_idx").get<int64_t>(), max_norm, a.value("norm_type", 2.0));
+    const std::optional<int64_t> padding_idx =
+        a.at("padding_idx").is_null() ? std::nullopt : std::optional<int64_t>(a.at("padding_idx").get<int64_t>());
+    return std::make_shared<nn::Embedding>(a.at("num").get<int64_t>(), a.at("dim").get<int64_t>(), padding_idx,
+                                           max_norm, a.value("norm_type", 2.0));
   }
   if (type == "MaxPool2d") {
     if (a.contains("dilation")) return std::make_shared<nn::MaxPool2d>(PoolParams(a));
@@ -921,7 +923,8 @@ std::map<std::string, Binding> Make() {
   // renormalisation.
   b["embedding_renorm"] = [](const Case& c, const std::vector<Tensor>& in) {
     const json& a = c.attrs();
-    const int64_t padding_idx = a.at("padding_idx").is_null() ? -1 : a.at("padding_idx").get<int64_t>();
+    const std::optional<int64_t> padding_idx =
+        a.at("padding_idx").is_null() ? std::nullopt : std::optional<int64_t>(a.at("padding_idx").get<int64_t>());
     Tensor rows = F::embedding(in[0], in[1], padding_idx, Num(a.at("max_norm")), Num(a.at("norm_type")));
     return Result{{rows, in[1].detach().clone()}, {}};
   };

@@ -1706,6 +1706,10 @@ def embedding_layers2(s, g):
         ("l3", torch.tensor([6, 5, 3]), 1.2, 3.0, None),
         ("linf", torch.tensor([0, 1, 2, 3]), 0.5, math.inf, None),
         ("padding_idx", torch.tensor([2, 0, 2, 4]), 1.0, 2.0, 2),
+        ("padding_idx_negative", torch.tensor([2, 6, 6, 0]), 1.0, 2.0, -1),
+        ("padding_idx_lowest", torch.tensor([0, 3, 0]), 100.0, 2.0, -7),
+        ("padding_idx_past_end_raises", torch.tensor([0, 3]), 1.0, 2.0, 7),
+        ("padding_idx_below_raises", torch.tensor([0, 3]), 1.0, 2.0, -8),
         ("none_over", torch.tensor([1, 2]), 100.0, 2.0, None),
         ("int32_indices", torch.tensor([5, 1, 5], dtype=I32), 0.8, 2.0, None),
         ("index_out_of_range_raises", torch.tensor([1, 7]), 1.0, 2.0, None),
@@ -1720,12 +1724,16 @@ def embedding_layers2(s, g):
     torch.manual_seed(12)
     emb = torch.nn.Embedding(6, 3, max_norm=1.0)
     layer_case(s, "Embedding.max_norm", "nn.Embedding(6, 3, max_norm=1.0)", emb,
-               {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": -1, "max_norm": 1.0, "norm_type": 2.0},
+               {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": None, "max_norm": 1.0, "norm_type": 2.0},
                torch.tensor([[0, 1, 5], [1, 2, 2]]), group=g)
     emb = torch.nn.Embedding(6, 3, padding_idx=0, max_norm=0.7, norm_type=1.0)
     layer_case(s, "Embedding.max_norm.l1.padding_idx", "nn.Embedding(6, 3, padding_idx=0, max_norm=0.7, norm_type=1)",
                emb, {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": 0, "max_norm": 0.7, "norm_type": 1.0},
                torch.tensor([0, 3, 4, 3]), group=g)
+    emb = torch.nn.Embedding(6, 3, padding_idx=-2)
+    layer_case(s, "Embedding.padding_idx_negative", "nn.Embedding(6, 3, padding_idx=-2)", emb,
+               {"type": "Embedding", "num": 6, "dim": 3, "padding_idx": -2}, torch.tensor([[4, 1, 4], [0, 4, 5]]),
+               group=g)
 
 
 class _Attention(torch.nn.MultiheadAttention):

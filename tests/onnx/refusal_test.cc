@@ -107,7 +107,7 @@ TEST(OnnxRefusal, AvgPoolDivisorOverrideAndEmbeddingMaxNorm) {
       }),
       {"divisor_override"});
   ExpectMentions(Refusal([table = randn({6, 4})](const Tensor& x) {
-                   return x + nn::F::embedding(tensor(std::vector<int64_t>{1}), table, -1, 1.0);
+                   return x + nn::F::embedding(tensor(std::vector<int64_t>{1}), table, std::nullopt, 1.0);
                  }),
                  {"max_norm", "embedding_renorm_"});
 }
