@@ -395,6 +395,28 @@ std::shared_ptr<nn::Module> MakeModule(const json& a) {
   NoBinding("the module " + type);
 }
 
+// The gradients of every parameter of `m` for upstream gradients `gouts` of `outs`, as checks
+// against PyTorch's pgrad.<name> (a parameter PyTorch lacks is a failure too).
+void CheckParameterGrads(const Case& c, nn::Module& m, const std::vector<Tensor>& outs,
+                         const std::vector<Tensor>& gouts, Result& r) {
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) {
+    params.push_back(p);
+    names.push_back(name);
+  }
+  const std::vector<Tensor> grads = autograd::grad(outs, params, gouts, /*retain_graph=*/true, false, true);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string key = "pgrad." + names[i];
+    if (!c.has(key)) {
+      r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
+      continue;
+    }
+    r.extra.push_back(
+        {"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]), c.get(key)});
+  }
+}
+
 Result Module(const Case& c, const std::vector<Tensor>& in) {
   const json& a = c.attrs();
   std::shared_ptr<nn::Module> m = MakeModule(a);
@@ -431,25 +453,7 @@ Result Module(const Case& c, const std::vector<Tensor>& in) {
     r.outputs = {m->forward(in[0])};
   }
   // Parameter gradients of sum(output 0) (PyTorch: output[0].backward(ones)).
-  if (c.meta.contains("param_grads")) {
-    std::vector<Tensor> params;
-    std::vector<std::string> names;
-    for (const auto& [name, p] : m->named_parameters()) {
-      params.push_back(p);
-      names.push_back(name);
-    }
-    const std::vector<Tensor> grads =
-        autograd::grad({r.outputs[0]}, params, {ones_like(r.outputs[0])}, /*retain_graph=*/true, false, true);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const std::string key = "pgrad." + names[i];
-      if (!c.has(key)) {
-        r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
-        continue;
-      }
-      r.extra.push_back(
-          {"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]), c.get(key)});
-    }
-  }
+  if (c.meta.contains("param_grads")) CheckParameterGrads(c, *m, {r.outputs[0]}, {ones_like(r.outputs[0])}, r);
   return r;
 }
 
@@ -490,28 +494,14 @@ Result Recurrent(const Case& c, const std::vector<Tensor>& in) {
   r.outputs = {o_all.output, o_all.h_n};
   if (o_all.c_n.defined()) r.outputs.push_back(o_all.c_n);
   if (!c.meta.contains("param_grads")) return r;
-  std::vector<Tensor> outs, gouts, params;
+  std::vector<Tensor> outs, gouts;
   for (const auto& i : c.meta.at("gout_of")) {
     const size_t k = i.get<size_t>();
     if (k >= r.outputs.size()) return r;  // the output count is compared (and reported) after the call
     outs.push_back(r.outputs[k]);
     gouts.push_back(c.get("gout" + std::to_string(k)));
   }
-  std::vector<std::string> names;
-  for (const auto& [name, p] : m->named_parameters()) {
-    params.push_back(p);
-    names.push_back(name);
-  }
-  const std::vector<Tensor> grads = autograd::grad(outs, params, gouts, /*retain_graph=*/true, false, true);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string key = "pgrad." + names[i];
-    if (!c.has(key)) {
-      r.extra.push_back({"parameter " + names[i] + " (PyTorch has no such parameter)", Tensor(), Tensor()});
-      continue;
-    }
-    r.extra.push_back(
-        {"gradient of parameter " + names[i], grads[i].defined() ? grads[i] : zeros_like(params[i]), c.get(key)});
-  }
+  CheckParameterGrads(c, *m, outs, gouts, r);
   return r;
 }
 

@@ -318,80 +318,75 @@ void ArgReduceKernel(const KernelCall& c) {
   });
 }
 
-void CumSumKernel(const KernelCall& c) {
-  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumsum");
+// A scan's rows: the input with the scanned dim moved last and made contiguous, a buffer
+// for the result in the same layout, the row length and count.
+struct ScanRows {
+  Tensor in, out;
+  int64_t len = 0, rows = 0;
+};
+ScanRows PrepareScan(const KernelCall& c, const char* name) {
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), name);
   Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
-  Tensor xm = x.movedim(d, -1).contiguous();
-  Tensor tmp = empty_like(xm);
-  const int64_t len = xm.dim() == 0 ? 1 : xm.size(-1);
-  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
-  ANVIL_DISPATCH_NUMERIC(xm.dtype(), "cumsum", [&] {
-    const scalar_t* in = xm.data_ptr<scalar_t>();
-    scalar_t* out = tmp.data_ptr<scalar_t>();
-    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        opmath_t<scalar_t> acc = 0;
-        for (int64_t i = 0; i < len; ++i) {
-          acc += opmath_t<scalar_t>(in[r * len + i]);
-          out[r * len + i] = scalar_t(acc);
-        }
+  ScanRows r;
+  r.in = x.movedim(d, -1).contiguous();
+  r.out = empty_like(r.in);
+  r.len = r.in.size(-1);
+  r.rows = r.len == 0 ? 0 : r.in.numel() / r.len;
+  return r;
+}
+// The buffer back in the output's layout.
+void FinishScan(const KernelCall& c, const ScanRows& r) {
+  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "scan");
+  CopyInto(c.outputs[0], r.out.movedim(-1, d).reshape(c.outputs[0].sizes()));
+}
+
+// Runs acc = step(acc, x_i) along each row from `init`, writing every running value, in the
+// accumulation type Acc.
+template <typename T, typename Acc, typename Step>
+void Scan(const ScanRows& r, Acc init, Step step) {
+  const T* in = r.in.data_ptr<T>();
+  T* out = r.out.data_ptr<T>();
+  const int64_t len = r.len;
+  parallel_for(0, r.rows, 64, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      Acc acc = init;
+      for (int64_t i = 0; i < len; ++i) {
+        acc = step(acc, Acc(opmath_t<T>(in[row * len + i])));
+        out[row * len + i] = T(opmath_t<T>(acc));
       }
-    });
+    }
   });
-  Tensor result = tmp.movedim(-1, d);
-  CopyInto(c.outputs[0], result.reshape(c.outputs[0].sizes()));
+}
+
+void CumSumKernel(const KernelCall& c) {
+  const ScanRows r = PrepareScan(c, "cumsum");
+  ANVIL_DISPATCH_NUMERIC(r.in.dtype(), "cumsum", [&] {
+    using M = opmath_t<scalar_t>;
+    Scan<scalar_t, M>(r, M(0), [](M a, M x) { return a + x; });
+  });
+  FinishScan(c, r);
 }
 
 // The running product in PyTorch's CPU accumulation type (double for float32 and float64,
 // float for the 16-bit floats, int64 for the integers the wrapper promoted).
 void CumProdKernel(const KernelCall& c) {
-  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "cumprod");
-  Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
-  Tensor xm = x.movedim(d, -1).contiguous();
-  Tensor tmp = empty_like(xm);
-  const int64_t len = xm.dim() == 0 ? 1 : xm.size(-1);
-  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
-  ANVIL_DISPATCH_NUMERIC(xm.dtype(), "cumprod", [&] {
+  const ScanRows r = PrepareScan(c, "cumprod");
+  ANVIL_DISPATCH_NUMERIC(r.in.dtype(), "cumprod", [&] {
     using M = opmath_t<scalar_t>;
-    using Acc = std::conditional_t<std::is_same_v<M, float> && std::is_same_v<scalar_t, float>, double, M>;
-    const scalar_t* in = xm.data_ptr<scalar_t>();
-    scalar_t* out = tmp.data_ptr<scalar_t>();
-    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        Acc acc = 1;
-        for (int64_t i = 0; i < len; ++i) {
-          acc *= Acc(M(in[r * len + i]));
-          out[r * len + i] = scalar_t(M(acc));
-        }
-      }
-    });
+    using Acc = std::conditional_t<std::is_same_v<scalar_t, float>, double, M>;
+    Scan<scalar_t, Acc>(r, Acc(1), [](Acc a, Acc x) { return a * x; });
   });
-  CopyInto(c.outputs[0], tmp.movedim(-1, d).reshape(c.outputs[0].sizes()));
+  FinishScan(c, r);
 }
 
 // A running fn::LogAddExp along the dim, from -inf (the empty sum's log), in opmath_t.
 void LogCumSumExpKernel(const KernelCall& c) {
-  const int64_t d = wrap_dim(c.attrs.get<DimArgs>().dim, std::max<int64_t>(c.inputs[0].dim(), 1), "logcumsumexp");
-  Tensor x = c.inputs[0].dim() == 0 ? c.inputs[0].reshape({1}) : c.inputs[0];
-  Tensor xm = x.movedim(d, -1).contiguous();
-  Tensor tmp = empty_like(xm);
-  const int64_t len = xm.size(-1);
-  const int64_t rows = len == 0 ? 0 : xm.numel() / len;
-  ANVIL_DISPATCH_FLOATING(xm.dtype(), "logcumsumexp", [&] {
+  const ScanRows r = PrepareScan(c, "logcumsumexp");
+  ANVIL_DISPATCH_FLOATING(r.in.dtype(), "logcumsumexp", [&] {
     using M = opmath_t<scalar_t>;
-    const scalar_t* in = xm.data_ptr<scalar_t>();
-    scalar_t* out = tmp.data_ptr<scalar_t>();
-    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        M acc = -std::numeric_limits<M>::infinity();
-        for (int64_t i = 0; i < len; ++i) {
-          acc = fn::LogAddExp(acc, M(in[r * len + i]));
-          out[r * len + i] = scalar_t(acc);
-        }
-      }
-    });
+    Scan<scalar_t, M>(r, -std::numeric_limits<M>::infinity(), [](M a, M x) { return fn::LogAddExp(a, x); });
   });
-  CopyInto(c.outputs[0], tmp.movedim(-1, d).reshape(c.outputs[0].sizes()));
+  FinishScan(c, r);
 }
 
 }  // namespace
