@@ -19,20 +19,29 @@ RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hi
   ANVIL_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, type, ": expected dropout in [0, 1), got ", o.dropout);
   ANVIL_CHECK(o.nonlinearity == "tanh" || o.nonlinearity == "relu", type, ": unknown nonlinearity '", o.nonlinearity,
               "' (expected 'tanh' or 'relu')");
-  const int64_t D = num_directions();
-  weights_.resize(static_cast<size_t>(4 * o.num_layers * D));
+  ANVIL_CHECK(o.proj_size >= 0, type, ": proj_size should be a positive integer or zero to disable projections, got ",
+              o.proj_size);
+  ANVIL_CHECK(o.proj_size == 0 || gates == 4, "proj_size argument is only supported for LSTM, not RNN or GRU");
+  ANVIL_CHECK(o.proj_size < hidden_size, type, ": proj_size has to be smaller than hidden_size (got proj_size ",
+              o.proj_size, ", hidden_size ", hidden_size, ")");
+  const int64_t D = num_directions(), R = state_size();
+  weights_.resize(static_cast<size_t>(kWeightsPerDirection * o.num_layers * D));
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   // PyTorch's registration order (layer-major, forward before reverse), so that parameters()
   // and the state dict list the same tensors in the same order.
   for (int64_t l = 0; l < o.num_layers; ++l) {
     for (int64_t d = 0; d < D; ++d) {
       const std::string k = std::to_string(l) + (d == 1 ? "_reverse" : "");
-      Tensor* w = &weights_[static_cast<size_t>(4 * (l * D + d))];
-      w[0] = empty({gates * hidden_size, l == 0 ? input_size : D * hidden_size});
-      w[1] = empty({gates * hidden_size, hidden_size});
+      Tensor* w = &weights_[static_cast<size_t>(kWeightsPerDirection * (l * D + d))];
+      w[0] = empty({gates * hidden_size, l == 0 ? input_size : D * R});
+      w[1] = empty({gates * hidden_size, R});
       for (int i = 0; i < (o.bias ? 4 : 2); ++i) {
         if (i >= 2) w[i] = empty({gates * hidden_size});
         init::uniform_(w[i], -bound, bound);
+      }
+      if (o.proj_size > 0) {
+        w[4] = empty({R, hidden_size});
+        init::uniform_(w[4], -bound, bound);
       }
       register_parameter("weight_ih_l" + k, w[0]);
       register_parameter("weight_hh_l" + k, w[1]);
@@ -40,6 +49,7 @@ RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hi
         register_parameter("bias_ih_l" + k, w[2]);
         register_parameter("bias_hh_l" + k, w[3]);
       }
+      if (o.proj_size > 0) register_parameter("weight_hr_l" + k, w[4]);
     }
   }
 }
@@ -60,21 +70,25 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const T
   const Tensor h0 = unbatch_state(h0_in, "h0"), c0 = unbatch_state(c0_in, "c0");
   const Tensor x = !batched ? input.unsqueeze(1) : options_.batch_first ? input.transpose(0, 1) : input;  // [T, B, F]
   const int64_t T = x.size(0), B = x.size(1), H = hidden_, L = options_.num_layers, D = num_directions();
+  const int64_t R = state_size();
   const bool lstm = gates_ == 4;
-  auto initial = [&](const Tensor& t, const char* name) {
-    if (!t.defined()) return zeros({D * L, B, H}, TensorOptions(x.dtype()).with_device(x.device()));
-    ANVIL_CHECK(t.dim() == 3 && t.size(0) == D * L && t.size(1) == B && t.size(2) == H, type_name(), ": expected ",
-                name, " [", D * L, ", ", B, ", ", H, "] (num_directions * num_layers, batch, hidden), got ",
-                shape_str(t.sizes()));
+  auto initial = [&](const Tensor& t, const char* name, int64_t size) {
+    if (!t.defined()) return zeros({D * L, B, size}, TensorOptions(x.dtype()).with_device(x.device()));
+    ANVIL_CHECK(t.dim() == 3 && t.size(0) == D * L && t.size(1) == B && t.size(2) == size, type_name(), ": expected ",
+                name, " [", D * L, ", ", B, ", ", size, "] (num_directions * num_layers, batch, ",
+                size == H ? "hidden" : "proj_size", "), got ", shape_str(t.sizes()));
     return t;
   };
-  const Tensor h_init = initial(h0, "h0");
-  const Tensor c_init = lstm ? initial(c0, "c0") : Tensor();
+  const Tensor h_init = initial(h0, "h0", R);
+  const Tensor c_init = lstm ? initial(c0, "c0", H) : Tensor();
   Tensor layer_in = x;
   std::vector<Tensor> h_last, c_last;
   // Exported, each layer is one ONNX GRU / LSTM / RNN node (its loop hidden, so the sequence
   // length can stay symbolic); h_n is then read from the output, and c_n is not available.
   const bool exporting = exporter::capturing();
+  if (exporting && options_.proj_size > 0) {
+    throw exporter::CaptureError("LSTM with proj_size has no ONNX form (ONNX's LSTM has no output projection)");
+  }
   for (int64_t l = 0; l < L; ++l) {
     std::optional<exporter::Composite> node;
     if (exporting) {
@@ -140,6 +154,7 @@ Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& 
       const Tensor gg = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));
       c = f * c + i * gg;
       h = o * tanh(c);
+      if (w[4].defined()) h = linear(h, w[4]);  // the projection to proj_size
     } else {
       const Tensor r = sigmoid(gx.narrow(1, 0, H) + gh.narrow(1, 0, H));
       const Tensor z = sigmoid(gx.narrow(1, H, H) + gh.narrow(1, H, H));
@@ -189,7 +204,8 @@ std::vector<Tensor> RNNBase::OnnxRecurrentInputs(const Tensor& x, int64_t layer,
 std::string RNNBase::extra_repr() const {
   return std::to_string(input_) + ", " + std::to_string(hidden_) +
          ", num_layers=" + std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "") +
-         (options_.bidirectional ? ", bidirectional=true" : "");
+         (options_.bidirectional ? ", bidirectional=true" : "") +
+         (options_.proj_size > 0 ? ", proj_size=" + std::to_string(options_.proj_size) : "");
 }
 
 }  // namespace anvil::nn

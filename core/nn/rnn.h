@@ -11,6 +11,9 @@
 // names with a "_reverse" suffix, registered after the forward direction's, as PyTorch does);
 // a layer's output is [forward, backward] along the feature dim, so layer k > 0 reads 2*H
 // features, and h_n's entry for layer k, direction d is at k * 2 + d.
+// proj_size (LSTM only, 0 < P < H): h' = W_hr (o * tanh(c')), weight_hr_l{k} [P, H] registered
+// after the biases; h (so output, h_n and h0) has P features, c keeps H, weight_hh is [4H, P]
+// and layer k > 0 reads D*P features. ONNX's LSTM has no projection: export refuses it.
 #pragma once
 
 #include <string>
@@ -27,25 +30,30 @@ struct RNNOptions {
   bool bias = true;
   std::string nonlinearity = "tanh";  // the Elman RNN's: "tanh" or "relu" (LSTM and GRU ignore it)
   bool bidirectional = false;
+  int64_t proj_size = 0;  // LSTM only; 0: no projection
 };
 
 // D = 2 when bidirectional, else 1. Unbatched input gives every tensor without its B dim.
 struct RNNOutput {
-  Tensor output;  // [T, B, D*H] (or [B, T, D*H]): the last layer's hidden state at every step
-  Tensor h_n;     // [D*num_layers, B, H]: each layer's and direction's final state
-  Tensor c_n;     // LSTM only
+  Tensor output;  // [T, B, D*R] (or [B, T, D*R]): the last layer's hidden state at every step
+  Tensor h_n;     // [D*num_layers, B, R]: each layer's and direction's final state
+  Tensor c_n;     // LSTM only, [D*num_layers, B, H]
+  // (R = proj_size when the LSTM projects, else H.)
 };
 
 class RNNBase : public Module {
  public:
   // One-tensor forward: the output sequence (for Sequential).
   Tensor forward(const Tensor& x) override { return forward_all(x).output; }
-  // h0 / c0: [D*num_layers, B, H] ([D*num_layers, H] for unbatched input); zeros when undefined.
+  // h0 [D*num_layers, B, R] / c0 [D*num_layers, B, H] (without B for unbatched input); zeros
+  // when undefined.
   RNNOutput forward_all(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
   std::string extra_repr() const override;
   int64_t hidden_size() const { return hidden_; }
   bool bidirectional() const { return options_.bidirectional; }
   int64_t num_directions() const { return options_.bidirectional ? 2 : 1; }
+  // The size of h: proj_size when the LSTM projects, else hidden_size.
+  int64_t state_size() const { return options_.proj_size > 0 ? options_.proj_size : hidden_; }
 
  protected:
   RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, const RNNOptions& options);
@@ -60,14 +68,16 @@ class RNNBase : public Module {
   // order, one row per direction), no sequence_lens, initial_h (and initial_c) when given
   // ([D*num_layers, B, H]).
   std::vector<Tensor> OnnxRecurrentInputs(const Tensor& x, int64_t layer, const Tensor& h0, const Tensor& c0) const;
-  // Weights of layer `layer`, direction `direction`: weight_ih, weight_hh, bias_ih, bias_hh.
+  // Weights of layer `layer`, direction `direction`: weight_ih, weight_hh, bias_ih, bias_hh,
+  // weight_hr (undefined without a projection).
+  static constexpr int64_t kWeightsPerDirection = 5;
   const Tensor* LayerWeights(int64_t layer, int64_t direction) const {
-    return &weights_[static_cast<size_t>(4 * (layer * num_directions() + direction))];
+    return &weights_[static_cast<size_t>(kWeightsPerDirection * (layer * num_directions() + direction))];
   }
 
   int64_t gates_, input_, hidden_;
   RNNOptions options_;
-  // Per layer and direction (layer-major): weight_ih, weight_hh, bias_ih, bias_hh (registered
+  // Per layer and direction (layer-major): weight_ih, weight_hh, bias_ih, bias_hh, weight_hr (registered
   // members need stable addresses: the vector is sized once in the constructor).
   std::vector<Tensor> weights_;
 };

@@ -472,6 +472,7 @@ Result Recurrent(const Case& c, const std::vector<Tensor>& in) {
   o.bias = a.at("bias").get<bool>();
   o.dropout = a.at("dropout").get<double>();
   o.nonlinearity = a.at("nonlinearity").get<std::string>();
+  o.proj_size = a.value("proj_size", int64_t{0});
   const std::string type = a.at("type").get<std::string>();
   const int64_t input_size = a.at("in").get<int64_t>(), hidden = a.at("hidden").get<int64_t>();
   std::shared_ptr<nn::RNNBase> m;

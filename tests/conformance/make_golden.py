@@ -855,12 +855,14 @@ RNN_KINDS = [("RNN", "tanh"), ("RNN", "relu"), ("LSTM", None), ("GRU", None)]
 
 
 def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidirectional=True, bias=True,
-             dropout=0.0, h0_shape=None, hidden=3, input_size=None, seed=11):
+             dropout=0.0, h0_shape=None, hidden=3, input_size=None, seed=11, proj_size=0, c0_shape=None):
     """One recurrent layer's case in group rnn2: inputs x and, with h0_shape, the initial states
     (h0, and c0 for an LSTM); outputs output, h_n (and c_n); gradients of the inputs and of every
     parameter (pgrad.<name>) for the case's random upstream gradients of all outputs."""
     torch.manual_seed(seed)
     opts = dict(num_layers=layers, batch_first=batch_first, bidirectional=bidirectional, bias=bias, dropout=dropout)
+    if proj_size:
+        opts["proj_size"] = proj_size
     if nonlinearity is not None:
         opts["nonlinearity"] = nonlinearity
     input_size = input_size or x.shape[-1]
@@ -870,7 +872,7 @@ def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidire
     lstm = kind == "LSTM"
     states = []
     if h0_shape is not None:
-        states = [s.randn(*h0_shape) for _ in range(2 if lstm else 1)]
+        states = [s.randn(*h0_shape)] + ([s.randn(*(c0_shape or h0_shape))] if lstm else [])
 
     def run(x, *hx):
         module.load_state_dict(st)
@@ -882,7 +884,7 @@ def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidire
         (f", {'(h0, c0)' if lstm else 'h0'} {list(h0_shape)}" if states else "") + ")"
     attrs = {"type": kind, "in": input_size, "hidden": hidden, "layers": layers, "batch_first": batch_first,
              "bidirectional": bidirectional, "bias": bias, "dropout": dropout, "nonlinearity": nonlinearity or "tanh",
-             "train": False, "params": names}
+             "train": False, "params": names, "proj_size": proj_size}
     grad = tuple(range(1 + len(states)))
     s.case("rnn2", name, call, "rnn", attrs, [x, *states], run, grad=grad, rtol=1e-5, atol=1e-5, extra=st)
     tensors, meta = s.groups["rnn2"]
@@ -926,6 +928,20 @@ def rnn2(s):
     rnn_case(s, "GRU.batched_with_2d_h0", "GRU", None, s.randn(T, N, F_IN), h0_shape=(4, H))
     rnn_case(s, "GRU.input_4d", "GRU", None, s.randn(1, T, N, F_IN))
     rnn_case(s, "LSTM.wrong_input_size", "LSTM", None, s.randn(T, N, F_IN + 1), input_size=F_IN)
+    # LSTM proj_size: h (output, h_n, h0) has P features, c keeps H; weight_hr_l{k} [P, H].
+    P, HP = 2, 4
+    for layers in [1, 2]:
+        for bidirectional in [False, True]:
+            D = 2 if bidirectional else 1
+            for init in [False, True]:
+                rnn_case(s, f"LSTM.proj.l{layers}.bi{int(bidirectional)}.h0{int(init)}", "LSTM", None,
+                         s.randn(T, N, F_IN), layers=layers, bidirectional=bidirectional, hidden=HP, proj_size=P,
+                         h0_shape=(D * layers, N, P) if init else None,
+                         c0_shape=(D * layers, N, HP) if init else None)
+    rnn_case(s, "LSTM.proj.batch_first.unbatched", "LSTM", None, s.randn(T, F_IN), layers=2, hidden=HP, proj_size=P,
+             h0_shape=(4, P), c0_shape=(4, HP))
+    rnn_case(s, "LSTM.proj.h0_of_hidden_size", "LSTM", None, s.randn(T, N, F_IN), layers=1, bidirectional=False,
+             hidden=HP, proj_size=P, h0_shape=(1, N, HP), c0_shape=(1, N, HP))
 
 
 # ---------------------------------------------------------------- optimizers

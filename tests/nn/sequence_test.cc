@@ -154,6 +154,36 @@ TEST(RnnTest, BidirectionalParametersHavePyTorchsNamesShapesAndOrder) {
   EXPECT_EQ(nobias.named_parameters().size(), 4u);  // weight_ih/hh, forward and reverse
 }
 
+// proj_size: weight_hr_l{k}[_reverse] [P, H] after each direction's biases, weight_hh [4H, P],
+// layer 1 reading 2P features; h is P wide, c stays H; the refusals PyTorch makes; export
+// refuses (ONNX's LSTM has no projection).
+TEST(RnnTest, LstmProjectionShapesNamesAndRefusals) {
+  LSTM lstm(3, 5, {.num_layers = 2, .bidirectional = true, .proj_size = 2});
+  const auto params = lstm.named_parameters();
+  ASSERT_EQ(params.size(), 20u);
+  EXPECT_EQ(params[4].first, "weight_hr_l0");
+  EXPECT_EQ(params[4].second.sizes(), (IntArray{2, 5}));
+  EXPECT_EQ(params[1].second.sizes(), (IntArray{20, 2}));   // weight_hh_l0
+  EXPECT_EQ(params[10].second.sizes(), (IntArray{20, 4}));  // weight_ih_l1: both directions' P
+  EXPECT_EQ(params[19].first, "weight_hr_l1_reverse");
+  const RNNOutput out = lstm.forward_all(randn({6, 3, 3}));
+  EXPECT_EQ(out.output.sizes(), (IntArray{6, 3, 4}));
+  EXPECT_EQ(out.h_n.sizes(), (IntArray{4, 3, 2}));
+  EXPECT_EQ(out.c_n.sizes(), (IntArray{4, 3, 5}));
+  EXPECT_THAT(lstm.extra_repr(), ::testing::HasSubstr("proj_size=2"));
+  EXPECT_THROW(GRU(3, 5, {.proj_size = 2}), Error);
+  EXPECT_THROW(LSTM(3, 5, {.proj_size = 5}), Error);
+  EXPECT_THROW(LSTM(3, 5, {.proj_size = -1}), Error);
+  EXPECT_THROW(lstm.forward_all(randn({6, 3, 3}), zeros({4, 3, 5})), Error);  // h0 must be P wide
+  // The projection is differentiable through every weight, first and second order.
+  LSTM small(2, 3, {.proj_size = 1});
+  small.to(kFloat64);
+  const Tensor x = randn({4, 2, 2}, kFloat64).requires_grad_();
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{small.forward(in[0])}; },
+                               {x});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 // The state dict through the safetensors format and back, strictly by name, gives the same layer.
 TEST(RnnTest, BidirectionalStateDictRoundTripsThroughSafetensors) {
   GRU a(3, 4, {.num_layers = 2, .batch_first = true, .bidirectional = true});
