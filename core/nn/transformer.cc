@@ -72,6 +72,21 @@ Tensor MultiheadAttention::ScoreBias(const Tensor& key_padding_mask, const Tenso
 std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                                        const Tensor& key_padding_mask, bool need_weights,
                                                        const Tensor& attn_mask, bool average_attn_weights) {
+  if (query.dim() == 2) {
+    // Unbatched, as PyTorch: query [L, E], key and value [S, E], key_padding_mask [S],
+    // attn_mask [L, S] or [heads, L, S]; run as a batch of one and drop its dim again.
+    ANVIL_CHECK(key.dim() == 2 && value.dim() == 2, "MultiheadAttention(", embed_,
+                "): for unbatched (2-D) query, expected key and value to be 2-D, got ", key.dim(), "-D and ",
+                value.dim(), "-D");
+    ANVIL_CHECK(!key_padding_mask.defined() || key_padding_mask.dim() == 1, "MultiheadAttention(", embed_,
+                "): for unbatched (2-D) query, expected key_padding_mask to be undefined or 1-D, got ",
+                key_padding_mask.dim(), "-D");
+    const int64_t b = batch_first_ ? 0 : 1;
+    auto [out, weights] = forward(query.unsqueeze(b), key.unsqueeze(b), value.unsqueeze(b),
+                                  key_padding_mask.defined() ? key_padding_mask.unsqueeze(0) : Tensor(), need_weights,
+                                  attn_mask, average_attn_weights);
+    return {out.squeeze(b), weights.defined() ? weights.squeeze(0) : weights};
+  }
   ANVIL_CHECK(query.dim() == 3 && query.size(2) == embed_, "MultiheadAttention(", embed_, "): expected query [L, B, ",
               embed_, "] (or [B, L, ", embed_, "] with batch_first), got ", shape_str(query.sizes()));
   ANVIL_CHECK(key.dim() == 3 && key.sizes() == value.sizes() && key.size(2) == embed_ &&

@@ -24,6 +24,8 @@ class MultiheadAttention : public Module {
   //     or float of query's dtype (added to the scores);
   //   need_weights: also return the attention weights, [B, L, S] averaged over the heads
   //     (average_attn_weights) or [B, heads, L, S]; undefined when false.
+  // Unbatched: query [L, E], key and value [S, E], key_padding_mask [S], attn_mask [L, S] or
+  // [heads, L, S]; the output [L, E] and weights without the batch dim.
   // A query whose every key is masked: with need_weights its weights and output are NaN (a
   // softmax over only -inf, as PyTorch's weights path); without, zeros (as PyTorch's
   // scaled_dot_product_attention path).

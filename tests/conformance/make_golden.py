@@ -1801,15 +1801,28 @@ def attention_layers2(s, g):
         ("bad_kpm_shape_raises", True, False, True, True, torch.zeros(N, S + 1, dtype=torch.bool), None),
         ("int_kpm_raises", True, False, True, True, torch.zeros(N, S, dtype=I64), None),
     ]
-    for name, bf, self_attn, nw, avg, kp, am in cases:
+    # Unbatched: query [L, E], key and value [S, E], key_padding_mask [S], attn_mask [L, S] or
+    # [heads, L, S].
+    unbatched_bool = s.rand(L, S) < 0.3
+    unbatched_bool[:, 0] = False
+    unbatched = [
+        ("unbatched.self", True, True, True, True, None, None),
+        ("unbatched.kpm_bool2d.seq_first", False, False, True, False, torch.tensor([False, True, False, False]),
+         unbatched_bool),
+        ("unbatched.float3d_per_head", True, False, True, False, None, s.randn(H, L, S)),
+        ("unbatched.no_weights", True, False, False, True, None, s.randn(L, S)),
+        ("unbatched.batched_kpm_raises", True, False, True, True, torch.zeros(N, S, dtype=torch.bool), None),
+    ]
+    for name, bf, self_attn, nw, avg, kp, am in cases + unbatched:
+        one = name.startswith("unbatched")
         torch.manual_seed(13)
         mha = _Attention(E, H, batch_first=bf, need_weights=nw, average=avg, kpm=kp is not None, mask=am is not None)
         with torch.no_grad():
             mha.in_proj_bias.copy_(s.randn(3 * E) * 0.1)
             mha.out_proj.bias.copy_(s.randn(E) * 0.1)
         s_len = L if self_attn else S
-        shape_q = (N, L, E) if bf else (L, N, E)
-        shape_k = (N, s_len, E) if bf else (s_len, N, E)
+        shape_q = (L, E) if one else (N, L, E) if bf else (L, N, E)
+        shape_k = (s_len, E) if one else (N, s_len, E) if bf else (s_len, N, E)
         q = s.randn(*shape_q)
         k = q if self_attn else s.randn(*shape_k)
         v = q if self_attn else s.randn(*shape_k)
