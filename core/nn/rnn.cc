@@ -134,6 +134,26 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const T
   return out;
 }
 
+namespace {
+// One step of the gates: gx = W_ih x + b_ih and gh = W_hh h + b_hh, [B, G*H]; c only for the
+// LSTM; returns h' and (LSTM) c', before any projection.
+std::tuple<Tensor, Tensor> GateStep(int64_t gates, bool relu_rnn, const Tensor& gx, const Tensor& gh, const Tensor& h,
+                                    const Tensor& c, int64_t H) {
+  if (gates == 1) return {relu_rnn ? relu(gx + gh) : tanh(gx + gh), Tensor()};
+  if (gates == 4) {
+    const Tensor g = gx + gh;
+    const Tensor i = sigmoid(g.narrow(-1, 0, H)), f = sigmoid(g.narrow(-1, H, H));
+    const Tensor gg = tanh(g.narrow(-1, 2 * H, H)), o = sigmoid(g.narrow(-1, 3 * H, H));
+    const Tensor c_next = f * c + i * gg;
+    return {o * tanh(c_next), c_next};
+  }
+  const Tensor r = sigmoid(gx.narrow(-1, 0, H) + gh.narrow(-1, 0, H));
+  const Tensor z = sigmoid(gx.narrow(-1, H, H) + gh.narrow(-1, H, H));
+  const Tensor n = tanh(gx.narrow(-1, 2 * H, H) + r * gh.narrow(-1, 2 * H, H));
+  return {(1.0 - z) * n + z * h, Tensor()};
+}
+}  // namespace
+
 Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, bool reverse,
                          Tensor* h_out, Tensor* c_out) const {
   const int64_t T = layer_in.size(0), H = hidden_;
@@ -145,22 +165,8 @@ Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& 
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
     const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
-    const Tensor gx = gi[t];
-    if (gates_ == 1) {  // Elman
-      h = options_.nonlinearity == "relu" ? relu(gx + gh) : tanh(gx + gh);
-    } else if (lstm) {
-      const Tensor g = gx + gh;
-      const Tensor i = sigmoid(g.narrow(1, 0, H)), f = sigmoid(g.narrow(1, H, H));
-      const Tensor gg = tanh(g.narrow(1, 2 * H, H)), o = sigmoid(g.narrow(1, 3 * H, H));
-      c = f * c + i * gg;
-      h = o * tanh(c);
-      if (w[4].defined()) h = linear(h, w[4]);  // the projection to proj_size
-    } else {
-      const Tensor r = sigmoid(gx.narrow(1, 0, H) + gh.narrow(1, 0, H));
-      const Tensor z = sigmoid(gx.narrow(1, H, H) + gh.narrow(1, H, H));
-      const Tensor n = tanh(gx.narrow(1, 2 * H, H) + r * gh.narrow(1, 2 * H, H));
-      h = (1.0 - z) * n + z * h;
-    }
+    std::tie(h, c) = GateStep(gates_, options_.nonlinearity == "relu", gi[t], gh, h, c, H);
+    if (lstm && w[4].defined()) h = linear(h, w[4]);  // the projection to proj_size
     outputs[static_cast<size_t>(t)] = h;
   }
   if (h_out != nullptr) *h_out = h;
@@ -206,6 +212,65 @@ std::string RNNBase::extra_repr() const {
          ", num_layers=" + std::to_string(options_.num_layers) + (options_.batch_first ? ", batch_first=true" : "") +
          (options_.bidirectional ? ", bidirectional=true" : "") +
          (options_.proj_size > 0 ? ", proj_size=" + std::to_string(options_.proj_size) : "");
+}
+
+RNNCellBase::RNNCellBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias,
+                         std::string nonlinearity)
+    : Module(type),
+      gates_(gates),
+      input_(input_size),
+      hidden_(hidden_size),
+      bias_(bias),
+      nonlinearity_(std::move(nonlinearity)) {
+  ANVIL_CHECK(input_size > 0 && hidden_size > 0, type, ": expected positive input_size and hidden_size, got ",
+              input_size, " and ", hidden_size);
+  ANVIL_CHECK(nonlinearity_ == "tanh" || nonlinearity_ == "relu", type, ": Unknown nonlinearity: ", nonlinearity_,
+              " (expected 'tanh' or 'relu')");
+  const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  weight_ih = empty({gates * hidden_size, input_size});
+  weight_hh = empty({gates * hidden_size, hidden_size});
+  init::uniform_(weight_ih, -bound, bound);
+  init::uniform_(weight_hh, -bound, bound);
+  register_parameter("weight_ih", weight_ih);
+  register_parameter("weight_hh", weight_hh);
+  if (bias) {
+    bias_ih = empty({gates * hidden_size});
+    bias_hh = empty({gates * hidden_size});
+    init::uniform_(bias_ih, -bound, bound);
+    init::uniform_(bias_hh, -bound, bound);
+    register_parameter("bias_ih", bias_ih);
+    register_parameter("bias_hh", bias_hh);
+  }
+}
+
+std::tuple<Tensor, Tensor> RNNCellBase::Step(const Tensor& input, const Tensor& h_in, const Tensor& c_in) const {
+  const char* type = type_name().c_str();
+  ANVIL_CHECK(input.dim() == 1 || input.dim() == 2, type, ": Expected input to be 1D or 2D, got ", input.dim(),
+              "D instead");
+  ANVIL_CHECK(input.size(-1) == input_, type, ": input has inconsistent input_size: got ", input.size(-1), " expected ",
+              input_);
+  const bool batched = input.dim() == 2;
+  const Tensor x = batched ? input : input.unsqueeze(0);
+  const int64_t B = x.size(0), H = hidden_;
+  auto state = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return zeros({B, H}, TensorOptions(x.dtype()).with_device(x.device()));
+    ANVIL_CHECK(t.dim() == (batched ? 2 : 1), type, ": Expected ", name, " to be ", batched ? "2D" : "1D", ", got ",
+                t.dim(), "D instead");
+    const Tensor s = batched ? t : t.unsqueeze(0);
+    ANVIL_CHECK(s.size(0) == B && s.size(1) == H, type, ": expected ", name, " [", B, ", ", H, "], got ",
+                shape_str(t.sizes()));
+    return s;
+  };
+  const Tensor h = state(h_in, "hx"), c = gates_ == 4 ? state(c_in, "cx") : Tensor();
+  const Tensor gx = linear(x, weight_ih, bias_ih), gh = linear(h, weight_hh, bias_hh);
+  auto [h_next, c_next] = GateStep(gates_, nonlinearity_ == "relu", gx, gh, h, c, H);
+  if (batched) return {h_next, c_next};
+  return {h_next.squeeze(0), c_next.defined() ? c_next.squeeze(0) : c_next};
+}
+
+std::string RNNCellBase::extra_repr() const {
+  return std::to_string(input_) + ", " + std::to_string(hidden_) + (bias_ ? "" : ", bias=false") +
+         (gates_ == 1 && nonlinearity_ != "tanh" ? ", nonlinearity=" + nonlinearity_ : "");
 }
 
 }  // namespace anvil::nn

@@ -16,7 +16,9 @@
 // and layer k > 0 reads D*P features. ONNX's LSTM has no projection: export refuses it.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/nn/module.h"
@@ -99,6 +101,55 @@ class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, const RNNOptions& options = {})
       : RNNBase("LSTM", 4, input_size, hidden_size, options) {}
+};
+
+// One step of a recurrent cell (PyTorch's RNNCell, GRUCell, LSTMCell): the same equations and
+// parameters (weight_ih [G*H, in], weight_hh [G*H, H], bias_ih, bias_hh; U(-1/sqrt(H), 1/sqrt(H)))
+// for one time step. Input [B, in] or unbatched [in]; the states [B, H] ([H]) default to zeros.
+class RNNCellBase : public Module {
+ public:
+  int64_t hidden_size() const { return hidden_; }
+  std::string extra_repr() const override;
+  Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+
+ protected:
+  RNNCellBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias,
+              std::string nonlinearity = "tanh");
+  // h' (and c' for the LSTM cell) from input and states, unbatched handled.
+  std::tuple<Tensor, Tensor> Step(const Tensor& input, const Tensor& h, const Tensor& c) const;
+
+ private:
+  int64_t gates_, input_, hidden_;
+  bool bias_;
+  std::string nonlinearity_;
+};
+
+// h' = act(W_ih x + b_ih + W_hh h + b_hh), act "tanh" or "relu".
+class RNNCell : public RNNCellBase {
+ public:
+  RNNCell(int64_t input_size, int64_t hidden_size, bool bias = true, std::string nonlinearity = "tanh")
+      : RNNCellBase("RNNCell", 1, input_size, hidden_size, bias, std::move(nonlinearity)) {}
+  Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  Tensor forward(const Tensor& input, const Tensor& hx) { return std::get<0>(Step(input, hx, Tensor())); }
+};
+
+class GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true)
+      : RNNCellBase("GRUCell", 3, input_size, hidden_size, bias) {}
+  Tensor forward(const Tensor& input) override { return forward(input, Tensor()); }
+  Tensor forward(const Tensor& input, const Tensor& hx) { return std::get<0>(Step(input, hx, Tensor())); }
+};
+
+// forward(input, (h, c)) -> (h', c'), as libtorch's LSTMCell; the one-tensor forward gives h'.
+class LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true)
+      : RNNCellBase("LSTMCell", 4, input_size, hidden_size, bias) {}
+  Tensor forward(const Tensor& input) override { return std::get<0>(forward(input, std::nullopt)); }
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
+    return hx ? Step(input, std::get<0>(*hx), std::get<1>(*hx)) : Step(input, Tensor(), Tensor());
+  }
 };
 
 }  // namespace anvil::nn

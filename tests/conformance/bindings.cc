@@ -506,6 +506,51 @@ Result Recurrent(const Case& c, const std::vector<Tensor>& in) {
   return r;
 }
 
+// One step of nn::RNNCell / GRUCell / LSTMCell with PyTorch's state dict: h' (and c'), and
+// every parameter's gradient for the case's upstream gradients.
+Result Cell(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string type = a.at("type").get<std::string>();
+  const int64_t input_size = a.at("in").get<int64_t>(), hidden = a.at("hidden").get<int64_t>();
+  const bool bias = a.at("bias").get<bool>();
+  const Tensor h = in.size() > 1 ? in[1] : Tensor();
+  std::shared_ptr<nn::Module> m;
+  Result r;
+  nn::StateDict state;
+  for (const auto& key : c.meta.at("extra"))
+    state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
+  if (type == "LSTMCell") {
+    auto cell = std::make_shared<nn::LSTMCell>(input_size, hidden, bias);
+    cell->load_state_dict(state, /*strict=*/true);
+    auto [h_next, c_next] =
+        cell->forward(in[0], in.size() > 2 ? std::optional<std::tuple<Tensor, Tensor>>({in[1], in[2]}) : std::nullopt);
+    r.outputs = {h_next, c_next};
+    m = cell;
+  } else if (type == "GRUCell") {
+    auto cell = std::make_shared<nn::GRUCell>(input_size, hidden, bias);
+    cell->load_state_dict(state, /*strict=*/true);
+    r.outputs = {cell->forward(in[0], h)};
+    m = cell;
+  } else if (type == "RNNCell") {
+    auto cell = std::make_shared<nn::RNNCell>(input_size, hidden, bias, a.at("nonlinearity").get<std::string>());
+    cell->load_state_dict(state, /*strict=*/true);
+    r.outputs = {cell->forward(in[0], h)};
+    m = cell;
+  } else {
+    NoBinding("the recurrent cell " + type);
+  }
+  if (!c.meta.contains("param_grads")) return r;
+  std::vector<Tensor> outs, gouts;
+  for (const auto& i : c.meta.at("gout_of")) {
+    const size_t k = i.get<size_t>();
+    if (k >= r.outputs.size()) return r;
+    outs.push_back(r.outputs[k]);
+    gouts.push_back(c.get("gout" + std::to_string(k)));
+  }
+  CheckParameterGrads(c, *m, outs, gouts, r);
+  return r;
+}
+
 // ---- optimizers: 10 steps from PyTorch's initial parameters with its gradients ----
 
 optim::Options OptimOptions(const json& o) {
@@ -892,6 +937,7 @@ std::map<std::string, Binding> Make() {
   b["kl_div"] = KlDiv;
   b["module"] = Module;
   b["rnn"] = Recurrent;
+  b["cell"] = Cell;
   b["avg_pool2d"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(F::avg_pool2d(in[0], PoolParams(c.attrs())));
   };

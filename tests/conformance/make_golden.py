@@ -902,6 +902,45 @@ def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidire
     meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
 
 
+def cell_case(s, name, kind, x, states=(), bias=True, nonlinearity=None, hidden=3, input_size=None, seed=17):
+    """One step of nn.RNNCell / GRUCell / LSTMCell in group rnn2: outputs h' (and c'); gradients
+    of the input, the states and every parameter (pgrad.<name>)."""
+    torch.manual_seed(seed)
+    kw = {"bias": bias}
+    if nonlinearity is not None:
+        kw["nonlinearity"] = nonlinearity
+    input_size = input_size or x.shape[-1]
+    module = getattr(torch.nn, kind)(input_size, hidden, **kw)
+    st = state(module)
+    names = [k for k, _ in module.named_parameters()]
+    lstm = kind == "LSTMCell"
+
+    def run(x, *hx):
+        module.load_state_dict(st)
+        if lstm:
+            return module(x, tuple(hx) if hx else None)
+        return module(x, hx[0] if hx else None)
+
+    attrs = {"type": kind, "in": input_size, "hidden": hidden, "bias": bias, "nonlinearity": nonlinearity or "tanh"}
+    call = f"nn.{kind}({input_size}, {hidden}, {kw})(x {list(x.shape)}" + \
+        (f", states {[list(t.shape) for t in states]}" if states else "") + ")"
+    s.case("rnn2", name, call, "cell", attrs, [x, *states], run, grad=tuple(range(1 + len(states))), rtol=1e-5,
+           atol=1e-5, extra=st)
+    tensors, meta = s.groups["rnn2"]
+    rec = json.loads(meta[name])
+    if rec["raises"] is not None:
+        return
+    outs = run(x, *states)
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
+    params = [p for _, p in module.named_parameters()]
+    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts)
+    for k, g in zip(names, grads):
+        tensors[f"{name}/pgrad.{k}"] = g.detach().contiguous().clone()
+    rec["param_grads"] = names
+    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+
+
 def rnn2(s):
     T, N, F_IN, H = 5, 2, 2, 3
     for kind, act in RNN_KINDS:
@@ -942,6 +981,19 @@ def rnn2(s):
              h0_shape=(4, P), c0_shape=(4, HP))
     rnn_case(s, "LSTM.proj.h0_of_hidden_size", "LSTM", None, s.randn(T, N, F_IN), layers=1, bidirectional=False,
              hidden=HP, proj_size=P, h0_shape=(1, N, HP), c0_shape=(1, N, HP))
+    # The cells: one step, batched and unbatched, with and without states and bias.
+    for kind, act in [("RNNCell", "tanh"), ("RNNCell", "relu"), ("GRUCell", None), ("LSTMCell", None)]:
+        tag = kind if act is None else f"{kind}_{act}"
+        n_states = 2 if kind == "LSTMCell" else 1
+        cell_case(s, f"{tag}.batched", kind, s.randn(N, F_IN), nonlinearity=act)
+        cell_case(s, f"{tag}.batched.states", kind, s.randn(N, F_IN), [s.randn(N, H) for _ in range(n_states)],
+                  nonlinearity=act)
+        cell_case(s, f"{tag}.unbatched.states", kind, s.randn(F_IN), [s.randn(H) for _ in range(n_states)],
+                  nonlinearity=act)
+        cell_case(s, f"{tag}.nobias", kind, s.randn(N, F_IN), bias=False, nonlinearity=act)
+        cell_case(s, f"{tag}.input_3d_raises", kind, s.randn(1, N, F_IN), nonlinearity=act)
+        cell_case(s, f"{tag}.state_rank_raises", kind, s.randn(N, F_IN), [s.randn(H) for _ in range(n_states)],
+                  nonlinearity=act)
 
 
 # ---------------------------------------------------------------- optimizers
