@@ -149,6 +149,19 @@ Tensor max_unpool2d(const Tensor& input, const Tensor& indices, const MaxUnpool2
 // Averages over the adaptive windows PyTorch uses: rows floor(i H / oh) to ceil((i + 1) H / oh).
 Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size);
 
+// 1-D pooling over [N, C, L] (or [C, L]): the 2-D pooling with a window one row high, so the
+// rules (output size, ceil_mode, padding at most half the kernel, divisors, ties, NaN) and the
+// indices (positions along L) are the same. stride 0: the kernel size.
+struct Pool1dParams {
+  int64_t kernel = 2, stride = 0, padding = 0, dilation = 1;  // dilation: max pooling only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool1d only
+};
+Tensor max_pool1d(const Tensor& input, const Pool1dParams& p);
+std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, const Pool1dParams& p);
+Tensor avg_pool1d(const Tensor& input, const Pool1dParams& p);
+Tensor adaptive_avg_pool1d(const Tensor& input, int64_t output_size);
+
 // ---- normalisation, embedding ----
 
 // Batch normalisation over every dim but the channel dim 1. Training: normalises with the

@@ -287,6 +287,41 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> size) {
   return input.dim() == 3 ? out.squeeze(0) : out;
 }
 
+namespace {
+Pool2dParams AsRow(const Pool1dParams& p, const char* who) {
+  ANVIL_CHECK(p.kernel > 0 && p.stride >= 0, who, ": expected a positive kernel_size and stride, got ", p.kernel,
+              " and ", p.stride);
+  Pool2dParams q;
+  q.kernel = {1, p.kernel};
+  q.stride = {1, p.stride > 0 ? p.stride : p.kernel};
+  q.padding = {0, p.padding};
+  q.dilation = {1, p.dilation};
+  q.ceil_mode = p.ceil_mode;
+  q.count_include_pad = p.count_include_pad;
+  return q;
+}
+// [N, C, L] or [C, L] as one row of a 2-D input.
+Tensor Row(const Tensor& x, const char* who) {
+  ANVIL_CHECK(x.dim() == 2 || x.dim() == 3, who, ": expected input [N, C, L] or [C, L], got ", x.dim(), " dims");
+  return x.unsqueeze(-2);
+}
+}  // namespace
+
+Tensor max_pool1d(const Tensor& input, const Pool1dParams& p) {
+  return max_pool2d(Row(input, "max_pool1d"), AsRow(p, "max_pool1d")).squeeze(-2);
+}
+std::tuple<Tensor, Tensor> max_pool1d_with_indices(const Tensor& input, const Pool1dParams& p) {
+  auto [out, indices] = max_pool2d_with_indices(Row(input, "max_pool1d"), AsRow(p, "max_pool1d"));
+  return {out.squeeze(-2), indices.squeeze(-2)};  // the row is 0: h * W + w is the position along L
+}
+Tensor avg_pool1d(const Tensor& input, const Pool1dParams& p) {
+  ANVIL_CHECK(p.dilation == 1, "avg_pool1d: dilation is a max_pool1d option");
+  return avg_pool2d(Row(input, "avg_pool1d"), AsRow(p, "avg_pool1d")).squeeze(-2);
+}
+Tensor adaptive_avg_pool1d(const Tensor& input, int64_t output_size) {
+  return adaptive_avg_pool2d(Row(input, "adaptive_avg_pool1d"), {1, output_size}).squeeze(-2);
+}
+
 }  // namespace functional
 
 namespace {
@@ -351,5 +386,20 @@ std::string MaxUnpool2d::extra_repr() const {
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + Pair(size_); }
+
+std::string MaxPool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(params_.kernel) +
+         ", stride=" + std::to_string(params_.stride > 0 ? params_.stride : params_.kernel) +
+         ", padding=" + std::to_string(params_.padding) +
+         (params_.dilation != 1 ? ", dilation=" + std::to_string(params_.dilation) : "") +
+         (params_.ceil_mode ? ", ceil_mode=True" : "");
+}
+std::string AvgPool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(params_.kernel) +
+         ", stride=" + std::to_string(params_.stride > 0 ? params_.stride : params_.kernel) +
+         ", padding=" + std::to_string(params_.padding) + (params_.ceil_mode ? ", ceil_mode=True" : "") +
+         (params_.count_include_pad ? "" : ", count_include_pad=False");
+}
+std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(size_); }
 
 }  // namespace anvil::nn

@@ -55,6 +55,40 @@ class MaxUnpool2d : public Module {
   functional::MaxUnpool2dParams params_;
 };
 
+// MaxPool1d / AvgPool1d / AdaptiveAvgPool1d over [N, C, L] or [C, L] (PyTorch's options).
+class MaxPool1d : public Module {
+ public:
+  explicit MaxPool1d(const functional::Pool1dParams& options) : Module("MaxPool1d"), params_(options) {}
+  Tensor forward(const Tensor& x) override { return functional::max_pool1d(x, params_); }
+  std::tuple<Tensor, Tensor> forward_with_indices(const Tensor& x) {
+    return functional::max_pool1d_with_indices(x, params_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pool1dParams params_;
+};
+
+class AvgPool1d : public Module {
+ public:
+  explicit AvgPool1d(const functional::Pool1dParams& options) : Module("AvgPool1d"), params_(options) {}
+  Tensor forward(const Tensor& x) override { return functional::avg_pool1d(x, params_); }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pool1dParams params_;
+};
+
+class AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t output_size) : Module("AdaptiveAvgPool1d"), size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_avg_pool1d(x, size_); }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t size_;
+};
+
 class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : Module("AdaptiveAvgPool2d"), size_(output_size) {}

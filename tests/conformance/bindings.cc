@@ -956,6 +956,23 @@ std::map<std::string, Binding> Make() {
     return One(F::max_unpool2d(pooled, indices, u));
   };
   b["batchnorm_steps"] = BatchNormSteps;
+  b["pool1d"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const json& a = c.attrs();
+    const std::string fn = a.at("fn").get<std::string>();
+    if (fn == "adaptive") return One(F::adaptive_avg_pool1d(in[0], a.at("output_size").get<int64_t>()));
+    F::Pool1dParams p;
+    p.kernel = a.at("kernel_size").get<int64_t>();
+    p.stride = a.value("stride", int64_t{0});
+    p.padding = a.value("padding", int64_t{0});
+    p.dilation = a.value("dilation", int64_t{1});
+    p.ceil_mode = a.value("ceil_mode", false);
+    p.count_include_pad = a.value("count_include_pad", true);
+    if (fn == "max") return One(F::max_pool1d(in[0], p));
+    if (fn == "avg") return One(F::avg_pool1d(in[0], p));
+    if (fn != "max_indices") NoBinding("the 1-D pooling " + fn);
+    auto [out, indices] = F::max_pool1d_with_indices(in[0], p);
+    return Result{{out, indices}, {}};
+  };
   // F.embedding(indices, weight, max_norm=...): the rows, then the weight after its in-place
   // renormalisation.
   b["embedding_renorm"] = [](const Case& c, const std::vector<Tensor>& in) {

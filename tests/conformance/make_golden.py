@@ -1562,9 +1562,47 @@ def factories(s):
 
 
 # ---------------------------------------------------------------- layer options, round two
+def pool1d_layers2(s, g):
+    # 1-D pooling over [N, C, L] and [C, L]: max (dilation, ceil_mode, indices, ties, NaN), avg
+    # (ceil_mode, count_include_pad), adaptive avg (even and uneven windows).
+    ties = torch.tensor([[[1.0, 3.0, 3.0, 0.0, 2.0, 2.0, -1.0]]])
+    nans = torch.tensor([[[1.0, math.nan, 3.0, math.nan, 2.0, 0.5]]])
+    cases = [  # (name, fn, x, kwargs)
+        ("max.k3", "max", s.randn(2, 3, 9), dict(kernel_size=3)),
+        ("max.k3s2p1.ceil", "max", s.randn(2, 3, 10), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ("max.dil2", "max", s.randn(1, 2, 11), dict(kernel_size=3, stride=1, dilation=2)),
+        ("max.ties", "max", ties, dict(kernel_size=2, stride=1)),
+        ("max.nans", "max", nans, dict(kernel_size=3, stride=1, padding=1)),
+        ("max.unbatched", "max", s.randn(3, 8), dict(kernel_size=2)),
+        ("max.indices", "max_indices", s.randn(2, 2, 9), dict(kernel_size=3, stride=2, padding=1)),
+        ("avg.k3", "avg", s.randn(2, 3, 9), dict(kernel_size=3)),
+        ("avg.k3s2p1.ceil.cip0", "avg", s.randn(2, 3, 10),
+         dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+        ("avg.k4s3p2.cip1", "avg", s.randn(1, 2, 11), dict(kernel_size=4, stride=3, padding=2)),
+        ("avg.unbatched", "avg", s.randn(3, 7), dict(kernel_size=2, ceil_mode=True)),
+        ("adaptive.even", "adaptive", s.randn(2, 3, 12), dict(output_size=4)),
+        ("adaptive.uneven", "adaptive", s.randn(2, 3, 10), dict(output_size=4)),
+        ("adaptive.unbatched", "adaptive", s.randn(3, 5), dict(output_size=3)),
+        ("max.padding_over_half_raises", "max", s.randn(1, 1, 8), dict(kernel_size=2, padding=2)),
+        ("avg.rank4_raises", "avg", s.randn(1, 1, 2, 8), dict(kernel_size=2)),
+    ]
+    for name, fn, x, kw in cases:
+        def run(t, fn=fn, kw=kw):
+            if fn == "max":
+                return F.max_pool1d(t, **kw)
+            if fn == "max_indices":
+                return tuple(F.max_pool1d(t, return_indices=True, **kw))
+            if fn == "avg":
+                return F.avg_pool1d(t, **kw)
+            return F.adaptive_avg_pool1d(t, **kw)
+        s.case(g, f"pool1d.{name}", f"F.{fn}_pool1d(x {list(x.shape)}, {kw})", "pool1d", dict(kw, fn=fn), [x], run,
+               grad=(0,))
+
+
 def layers2(s):
     g = "layers2"
     pool_layers2(s, g)
+    pool1d_layers2(s, g)
     batchnorm_layers2(s, g)
     embedding_layers2(s, g)
     attention_layers2(s, g)
