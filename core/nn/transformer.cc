@@ -145,10 +145,14 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
 }
 
 Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_padding_mask) {
+  return forward(x, Tensor(), key_padding_mask);
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& src_mask, const Tensor& key_padding_mask) {
   const double p = options_.dropout;
   const bool train = is_training();
   auto sa = [&](const Tensor& t) {
-    return functional::dropout(self_attn->attend(t, t, t, key_padding_mask), p, train);
+    return functional::dropout(self_attn->attend(t, t, t, key_padding_mask, src_mask), p, train);
   };
   auto ff = [&](const Tensor& t) {
     const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
@@ -165,6 +169,108 @@ Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_paddin
 std::string TransformerEncoderLayer::extra_repr() const {
   return "dim_feedforward=" + std::to_string(options_.dim_feedforward) +
          ", dropout=" + std::to_string(options_.dropout) + (options_.norm_first ? ", norm_first=true" : "");
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& o)
+    : Module("TransformerDecoderLayer"), options_(o) {
+  self_attn =
+      register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, o.dropout, o.batch_first));
+  multihead_attn =
+      register_module("multihead_attn", std::make_shared<MultiheadAttention>(d_model, nhead, o.dropout, o.batch_first));
+  linear1 = register_module("linear1", std::make_shared<Linear>(d_model, o.dim_feedforward));
+  linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward, d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(IntArray{d_model}));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(IntArray{d_model}));
+  norm3 = register_module("norm3", std::make_shared<LayerNorm>(IntArray{d_model}));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor&) {
+  ANVIL_CHECK(false, "TransformerDecoderLayer: forward needs tgt and memory: forward(tgt, memory, ...)");
+  return Tensor();
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                        const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                        const Tensor& memory_key_padding_mask) {
+  ANVIL_CHECK(memory.defined(), "TransformerDecoderLayer: memory is undefined");
+  const double p = options_.dropout;
+  const bool train = is_training();
+  auto sa = [&](const Tensor& t) {
+    return functional::dropout(self_attn->attend(t, t, t, tgt_key_padding_mask, tgt_mask), p, train);
+  };
+  auto mha = [&](const Tensor& t) {
+    return functional::dropout(multihead_attn->attend(t, memory, memory, memory_key_padding_mask, memory_mask), p,
+                               train);
+  };
+  auto ff = [&](const Tensor& t) {
+    const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
+    return functional::dropout(linear2->forward(functional::dropout(hidden, p, train)), p, train);
+  };
+  if (options_.norm_first) {
+    Tensor x = tgt + sa(norm1->forward(tgt));
+    x = x + mha(norm2->forward(x));
+    return x + ff(norm3->forward(x));
+  }
+  Tensor x = norm1->forward(tgt + sa(tgt));
+  x = norm2->forward(x + mha(x));
+  return norm3->forward(x + ff(x));
+}
+
+std::string TransformerDecoderLayer::extra_repr() const {
+  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) +
+         ", dropout=" + std::to_string(options_.dropout) + (options_.norm_first ? ", norm_first=true" : "");
+}
+
+namespace {
+// The stacks' shared parts: num_layers fresh layers in a ModuleList and the optional norm.
+template <typename Layer>
+std::shared_ptr<ModuleList> StackOf(int64_t d_model, int64_t nhead, int64_t num_layers,
+                                    const TransformerEncoderOptions& o, const char* who) {
+  ANVIL_CHECK(num_layers >= 1, who, ": expected num_layers >= 1, got ", num_layers);
+  auto list = std::make_shared<ModuleList>();
+  for (int64_t i = 0; i < num_layers; ++i) list->push_back(std::make_shared<Layer>(d_model, nhead, o));
+  return list;
+}
+}  // namespace
+
+TransformerEncoder::TransformerEncoder(int64_t d_model, int64_t nhead, int64_t num_layers,
+                                       const TransformerEncoderOptions& o, bool final_norm)
+    : Module("TransformerEncoder") {
+  layers =
+      register_module("layers", StackOf<TransformerEncoderLayer>(d_model, nhead, num_layers, o, "TransformerEncoder"));
+  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(IntArray{d_model}));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask) {
+  Tensor x = src;
+  for (const auto& layer : *layers) {
+    x = std::static_pointer_cast<TransformerEncoderLayer>(layer)->forward(x, mask, src_key_padding_mask);
+  }
+  return norm ? norm->forward(x) : x;
+}
+
+TransformerDecoder::TransformerDecoder(int64_t d_model, int64_t nhead, int64_t num_layers,
+                                       const TransformerEncoderOptions& o, bool final_norm)
+    : Module("TransformerDecoder") {
+  layers =
+      register_module("layers", StackOf<TransformerDecoderLayer>(d_model, nhead, num_layers, o, "TransformerDecoder"));
+  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(IntArray{d_model}));
+}
+
+Tensor TransformerDecoder::forward(const Tensor&) {
+  ANVIL_CHECK(false, "TransformerDecoder: forward needs tgt and memory: forward(tgt, memory, ...)");
+  return Tensor();
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                   const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                   const Tensor& memory_key_padding_mask) {
+  Tensor x = tgt;
+  for (const auto& layer : *layers) {
+    x = std::static_pointer_cast<TransformerDecoderLayer>(layer)->forward(
+        x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask);
+  }
+  return norm ? norm->forward(x) : x;
 }
 
 }  // namespace anvil::nn

@@ -1,10 +1,11 @@
-// Multi-head attention and the Transformer encoder layer, after torch.nn (post-norm by
-// default, ReLU feed-forward, dropout 0.1, batch_first option).
+// Multi-head attention, the Transformer encoder and decoder layers and their stacks, after
+// torch.nn (post-norm by default, ReLU feed-forward, dropout 0.1, batch_first option).
 #pragma once
 
 #include <memory>
 #include <tuple>
 
+#include "core/nn/container.h"
 #include "core/nn/linear.h"
 #include "core/nn/module.h"
 #include "core/nn/normalization.h"
@@ -64,6 +65,9 @@ class TransformerEncoderLayer : public Module {
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& options = {});
   Tensor forward(const Tensor& x) override { return encode(x); }
   Tensor encode(const Tensor& x, const Tensor& key_padding_mask = Tensor());
+  // PyTorch's forward(src, src_mask, src_key_padding_mask): src_mask is self-attention's
+  // attn_mask ([S, S] or [B * heads, S, S], bool or float).
+  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor());
   std::string extra_repr() const override;
 
   std::shared_ptr<MultiheadAttention> self_attn;
@@ -72,6 +76,56 @@ class TransformerEncoderLayer : public Module {
 
  private:
   TransformerEncoderOptions options_;
+};
+
+// PyTorch's TransformerDecoderLayer: self-attention over tgt (tgt_mask, tgt_key_padding_mask),
+// attention to memory (memory_mask, memory_key_padding_mask), then the feed-forward block;
+// each with dropout and a residual, LayerNorm after (or before, norm_first). Parameters
+// self_attn.*, multihead_attn.*, linear1, linear2, norm1..3, as PyTorch names them.
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& options = {});
+  // One input alone is refused: the decoder needs memory.
+  Tensor forward(const Tensor& tgt) override;
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
+                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
+                 const Tensor& memory_key_padding_mask = Tensor());
+  std::string extra_repr() const override;
+
+  std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<LayerNorm> norm1, norm2, norm3;
+
+ private:
+  TransformerEncoderOptions options_;
+};
+
+// num_layers encoder layers (layers.0, layers.1, ...) and an optional final LayerNorm (norm),
+// PyTorch's TransformerEncoder. Each layer is built afresh (PyTorch deep-copies one layer, so
+// its layers start equal; a loaded state dict makes the two the same).
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(int64_t d_model, int64_t nhead, int64_t num_layers, const TransformerEncoderOptions& options = {},
+                     bool final_norm = false);
+  Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
+  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor());
+
+  std::shared_ptr<ModuleList> layers;
+  std::shared_ptr<LayerNorm> norm;  // null without final_norm
+};
+
+// num_layers decoder layers and an optional final LayerNorm, PyTorch's TransformerDecoder.
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(int64_t d_model, int64_t nhead, int64_t num_layers, const TransformerEncoderOptions& options = {},
+                     bool final_norm = false);
+  Tensor forward(const Tensor& tgt) override;
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
+                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
+                 const Tensor& memory_key_padding_mask = Tensor());
+
+  std::shared_ptr<ModuleList> layers;
+  std::shared_ptr<LayerNorm> norm;  // null without final_norm
 };
 
 }  // namespace anvil::nn

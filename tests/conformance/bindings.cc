@@ -551,6 +551,54 @@ Result Cell(const Case& c, const std::vector<Tensor>& in) {
   return r;
 }
 
+// The Transformer layers and stacks with PyTorch's state dict: inputs in PyTorch's call order
+// (encoder layer/stack: src, mask, key padding mask; decoder layer: tgt, memory, tgt_mask,
+// memory_mask, tgt and memory key padding masks; decoder stack: tgt, memory, tgt_mask).
+Result Transformer(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string type = a.at("type").get<std::string>();
+  nn::TransformerEncoderOptions o;
+  o.dim_feedforward = a.at("ff").get<int64_t>();
+  o.dropout = 0.0;
+  o.norm_first = a.at("norm_first").get<bool>();
+  o.gelu = a.at("gelu").get<bool>();
+  o.batch_first = a.at("batch_first").get<bool>();
+  const int64_t E = a.at("dim").get<int64_t>(), heads = a.at("heads").get<int64_t>();
+  auto arg = [&](size_t i) { return i < in.size() ? in[i] : Tensor(); };
+  std::shared_ptr<nn::Module> m;
+  std::function<Tensor()> run;
+  if (type == "TransformerEncoderLayer") {
+    auto l = std::make_shared<nn::TransformerEncoderLayer>(E, heads, o);
+    run = [l, arg] { return l->forward(arg(0), arg(1), arg(2)); };
+    m = l;
+  } else if (type == "TransformerDecoderLayer") {
+    auto l = std::make_shared<nn::TransformerDecoderLayer>(E, heads, o);
+    run = [l, arg] { return l->forward(arg(0), arg(1), arg(2), arg(3), arg(4), arg(5)); };
+    m = l;
+  } else if (type == "TransformerEncoder") {
+    auto l = std::make_shared<nn::TransformerEncoder>(E, heads, a.at("layers").get<int64_t>(), o,
+                                                      a.at("final_norm").get<bool>());
+    run = [l, arg] { return l->forward(arg(0), arg(1), arg(2)); };
+    m = l;
+  } else if (type == "TransformerDecoder") {
+    auto l = std::make_shared<nn::TransformerDecoder>(E, heads, a.at("layers").get<int64_t>(), o,
+                                                      a.at("final_norm").get<bool>());
+    run = [l, arg] { return l->forward(arg(0), arg(1), arg(2)); };
+    m = l;
+  } else {
+    NoBinding("the transformer module " + type);
+  }
+  nn::StateDict state;
+  for (const auto& key : c.meta.at("extra"))
+    state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
+  m->load_state_dict(state, /*strict=*/true);
+  m->eval();
+  Result r;
+  r.outputs = {run()};
+  if (c.meta.contains("param_grads")) CheckParameterGrads(c, *m, r.outputs, {c.get("gout0")}, r);
+  return r;
+}
+
 // ---- optimizers: 10 steps from PyTorch's initial parameters with its gradients ----
 
 optim::Options OptimOptions(const json& o) {
@@ -938,6 +986,7 @@ std::map<std::string, Binding> Make() {
   b["module"] = Module;
   b["rnn"] = Recurrent;
   b["cell"] = Cell;
+  b["transformer"] = Transformer;
   b["avg_pool2d"] = [](const Case& c, const std::vector<Tensor>& in) {
     return One(F::avg_pool2d(in[0], PoolParams(c.attrs())));
   };

@@ -1599,10 +1599,97 @@ def pool1d_layers2(s, g):
                grad=(0,))
 
 
+def module_grads_case(s, g, name, call, fn, attrs, module, inputs, run, grad):
+    """A module's case with its state dict (extra) and the gradients of every parameter for the
+    case's upstream gradients of all outputs (pgrad.<name>)."""
+    st = state(module)
+    names = [k for k, _ in module.named_parameters()]
+    s.case(g, name, call, fn, dict(attrs, params=names), inputs, run, grad=grad, rtol=1e-4, atol=1e-5, extra=st)
+    tensors, meta = s.groups[g]
+    rec = json.loads(meta[name])
+    if rec["raises"] is not None:
+        return
+    outs = run(*inputs)
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
+    params = [p for _, p in module.named_parameters()]
+    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts, allow_unused=True)
+    for k, gr, p in zip(names, grads, params):
+        tensors[f"{name}/pgrad.{k}"] = (gr if gr is not None else torch.zeros_like(p)).detach().contiguous().clone()
+    rec["param_grads"] = names
+    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+
+
+def transformer_layers2(s, g):
+    # The encoder layer's src_mask, the decoder layer (self, cross attention, every mask), and
+    # the encoder and decoder stacks with and without a final norm; dropout 0.
+    E, H, FF, N, S, T = 8, 2, 12, 2, 5, 4
+    causal = torch.triu(torch.full((T, T), -math.inf), diagonal=1)
+    causal_bool_s = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+    src_kpm = torch.tensor([[False, False, False, True, True], [False, False, False, False, False]])
+    tgt_kpm = torch.tensor([[False, False, True, False], [False, False, False, False]])
+    mem_mask = s.randn(T, S)
+    for norm_first in [False, True]:
+        for act in ["relu", "gelu"]:
+            for bf in [True, False]:
+                tag = f"{'pre' if norm_first else 'post'}_{act}.bf{int(bf)}"
+                opts = dict(dim_feedforward=FF, dropout=0.0, activation=act, norm_first=norm_first, batch_first=bf)
+                attrs = {"dim": E, "heads": H, "ff": FF, "norm_first": norm_first, "gelu": act == "gelu",
+                         "batch_first": bf}
+                src = s.randn(N, S, E) if bf else s.randn(S, N, E)
+                tgt = s.randn(N, T, E) if bf else s.randn(T, N, E)
+                torch.manual_seed(21)
+                enc = torch.nn.TransformerEncoderLayer(E, H, **opts).eval()
+                module_grads_case(s, g, f"TransformerEncoderLayer.src_mask.{tag}",
+                                  f"nn.TransformerEncoderLayer({E}, {H}, {opts})(src, src_mask=causal bool, "
+                                  "src_key_padding_mask)", "transformer", dict(attrs, type="TransformerEncoderLayer"),
+                                  enc, [src, causal_bool_s, src_kpm],
+                                  lambda x, m, k, enc=enc: enc(x, src_mask=m, src_key_padding_mask=k), grad=(0,))
+                torch.manual_seed(22)
+                dec = torch.nn.TransformerDecoderLayer(E, H, **opts).eval()
+                module_grads_case(s, g, f"TransformerDecoderLayer.{tag}",
+                                  f"nn.TransformerDecoderLayer({E}, {H}, {opts})(tgt, memory, tgt_mask=causal, "
+                                  "memory_mask, tgt_key_padding_mask, memory_key_padding_mask)", "transformer",
+                                  dict(attrs, type="TransformerDecoderLayer"), dec, [tgt, src, causal, mem_mask, tgt_kpm,
+                                                                                     src_kpm],
+                                  lambda t, m, tm, mm, tk, mk, dec=dec: dec(t, m, tgt_mask=tm, memory_mask=mm,
+                                                                            tgt_key_padding_mask=tk,
+                                                                            memory_key_padding_mask=mk), grad=(0, 1))
+    for final_norm in [False, True]:
+        opts = dict(dim_feedforward=FF, dropout=0.0, batch_first=True)
+        attrs = {"dim": E, "heads": H, "ff": FF, "norm_first": False, "gelu": False, "batch_first": True,
+                 "layers": 2, "final_norm": final_norm}
+        torch.manual_seed(23)
+        norm = torch.nn.LayerNorm(E) if final_norm else None
+        encs = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(E, H, **opts), 2, norm=norm,
+                                           enable_nested_tensor=False).eval()
+        with torch.no_grad():  # the deep-copied layers start equal: make them differ
+            for p in encs.parameters():
+                p.add_(s.randn(*p.shape) * 0.05)
+        src = s.randn(N, S, E)
+        module_grads_case(s, g, f"TransformerEncoder.l2.norm{int(final_norm)}",
+                          f"nn.TransformerEncoder(layer, 2, norm={'LayerNorm' if final_norm else None})(src, mask, "
+                          "src_key_padding_mask)", "transformer", dict(attrs, type="TransformerEncoder"), encs,
+                          [src, causal_bool_s, src_kpm],
+                          lambda x, m, k, encs=encs: encs(x, mask=m, src_key_padding_mask=k), grad=(0,))
+        torch.manual_seed(24)
+        decs = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(E, H, **opts), 2,
+                                           norm=torch.nn.LayerNorm(E) if final_norm else None).eval()
+        with torch.no_grad():
+            for p in decs.parameters():
+                p.add_(s.randn(*p.shape) * 0.05)
+        tgt = s.randn(N, T, E)
+        module_grads_case(s, g, f"TransformerDecoder.l2.norm{int(final_norm)}",
+                          f"nn.TransformerDecoder(layer, 2, norm={'LayerNorm' if final_norm else None})(tgt, memory, "
+                          "tgt_mask=causal)", "transformer", dict(attrs, type="TransformerDecoder"), decs,
+                          [tgt, src, causal], lambda t, m, tm, decs=decs: decs(t, m, tgt_mask=tm), grad=(0, 1))
+
+
 def layers2(s):
     g = "layers2"
     pool_layers2(s, g)
     pool1d_layers2(s, g)
+    transformer_layers2(s, g)
     batchnorm_layers2(s, g)
     embedding_layers2(s, g)
     attention_layers2(s, g)
