@@ -96,6 +96,39 @@ ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), g
 
 double ExponentialLR::lr_at(int64_t t, double base) const { return base * std::pow(gamma_, static_cast<double>(t)); }
 
+// PyTorch's argument checks for LinearLR, ConstantLR and PolynomialLR.
+LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
+  ANVIL_CHECK(start_factor > 0 && start_factor <= 1,
+              "Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got ",
+              start_factor);
+  ANVIL_CHECK(end_factor >= 0 && end_factor <= 1, "Ending multiplicative factor expected to be between 0 and 1, got ",
+              end_factor);
+  ANVIL_CHECK(total_iters > 0, "LinearLR: expected total_iters > 0, got ", total_iters);
+  Start();
+}
+double LinearLR::lr_at(int64_t t, double base) const {
+  return base * (start_ + (end_ - start_) * static_cast<double>(std::min(t, total_)) / static_cast<double>(total_));
+}
+
+ConstantLR::ConstantLR(Optimizer& opt, double factor, int64_t total_iters)
+    : LRScheduler(opt), factor_(factor), total_(total_iters) {
+  ANVIL_CHECK(factor >= 0 && factor <= 1, "Constant multiplicative factor expected to be between 0 and 1, got ",
+              factor);
+  Start();
+}
+double ConstantLR::lr_at(int64_t t, double base) const { return base * (t >= total_ ? 1.0 : factor_); }
+
+PolynomialLR::PolynomialLR(Optimizer& opt, int64_t total_iters, double power)
+    : LRScheduler(opt), total_(total_iters), power_(power) {
+  ANVIL_CHECK(total_iters > 0, "PolynomialLR: expected total_iters > 0, got ", total_iters);
+  Start();
+}
+double PolynomialLR::lr_at(int64_t t, double base) const {
+  const double left = 1.0 - static_cast<double>(std::min(t, total_)) / static_cast<double>(total_);
+  return base * std::pow(left, power_);
+}
+
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
     : LRScheduler(opt), t_max_(t_max), eta_min_(eta_min) {
   ANVIL_CHECK(t_max > 0, "CosineAnnealingLR: expected T_max > 0, got ", t_max);

@@ -112,6 +112,48 @@ class ExponentialLR : public LRScheduler {
   double gamma_;
 };
 
+// base * (start_factor + (end_factor - start_factor) * min(t, total_iters) / total_iters)
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3.0, double end_factor = 1.0, int64_t total_iters = 5);
+  std::string name() const override { return "LinearLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  double start_, end_;
+  int64_t total_;
+};
+
+// base * factor until total_iters, then base
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& opt, double factor = 1.0 / 3.0, int64_t total_iters = 5);
+  std::string name() const override { return "ConstantLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  double factor_;
+  int64_t total_;
+};
+
+// base * (1 - min(t, total_iters) / total_iters)^power
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& opt, int64_t total_iters = 5, double power = 1.0);
+  std::string name() const override { return "PolynomialLR"; }
+
+ protected:
+  double lr_at(int64_t t, double base) const override;
+
+ private:
+  int64_t total_;
+  double power_;
+};
+
 // eta_min + (base - eta_min) * (1 + cos(pi * t / T_max)) / 2, the closed form (SGDR without
 // restarts); after T_max it continues the cosine, as PyTorch's closed form does.
 class CosineAnnealingLR : public LRScheduler {

@@ -677,6 +677,13 @@ Result Sched(const Case& c, const std::vector<Tensor>&) {
     s = std::make_unique<optim::LambdaLR>(opt, f);
   } else if (type == "ExponentialLR") {
     s = std::make_unique<optim::ExponentialLR>(opt, o.at("gamma").get<double>());
+  } else if (type == "LinearLR") {
+    s = std::make_unique<optim::LinearLR>(opt, o.value("start_factor", 1.0 / 3.0), o.value("end_factor", 1.0),
+                                          o.value("total_iters", int64_t{5}));
+  } else if (type == "ConstantLR") {
+    s = std::make_unique<optim::ConstantLR>(opt, o.value("factor", 1.0 / 3.0), o.value("total_iters", int64_t{5}));
+  } else if (type == "PolynomialLR") {
+    s = std::make_unique<optim::PolynomialLR>(opt, o.value("total_iters", int64_t{5}), o.value("power", 1.0));
   } else if (type == "CosineAnnealingLR") {
     s = std::make_unique<optim::CosineAnnealingLR>(opt, o.at("T_max").get<int64_t>(), o.at("eta_min").get<double>());
   } else if (type == "OneCycleLR") {

@@ -477,7 +477,17 @@ def additions(s):
             ("CosineAnnealingWarmRestarts", {"T_0": 3, "T_mult": 3, "eta_min": 0.001},
              lambda o: S.CosineAnnealingWarmRestarts(o, 3, T_mult=3, eta_min=0.001)),
             ("LambdaLR", {"lambda": "0.95**t"}, lambda o: S.LambdaLR(o, lambda t: 0.95 ** t)),
-            ("LambdaLR", {"lambda": "warmup5"}, lambda o: S.LambdaLR(o, lambda t: min(1.0, (t + 1) / 5.0)))]:
+            ("LambdaLR", {"lambda": "warmup5"}, lambda o: S.LambdaLR(o, lambda t: min(1.0, (t + 1) / 5.0))),
+            ("LinearLR", {}, lambda o: S.LinearLR(o)),
+            ("LinearLR", {"start_factor": 0.25, "end_factor": 0.5, "total_iters": 20},
+             lambda o: S.LinearLR(o, 0.25, 0.5, 20)),
+            ("LinearLR", {"start_factor": 1.0, "end_factor": 0.1, "total_iters": 30},
+             lambda o: S.LinearLR(o, 1.0, 0.1, 30)),
+            ("ConstantLR", {}, lambda o: S.ConstantLR(o)),
+            ("ConstantLR", {"factor": 0.5, "total_iters": 12}, lambda o: S.ConstantLR(o, 0.5, 12)),
+            ("PolynomialLR", {}, lambda o: S.PolynomialLR(o)),
+            ("PolynomialLR", {"total_iters": 40, "power": 2.0}, lambda o: S.PolynomialLR(o, 40, 2.0)),
+            ("PolynomialLR", {"total_iters": 25, "power": 0.5}, lambda o: S.PolynomialLR(o, 25, 0.5))]:
         p = torch.zeros(1, requires_grad=True)
         opt = torch.optim.SGD([p], lr=0.1)
         sch = make(opt)
