@@ -157,17 +157,24 @@ Tensor roll(const Tensor& x, IntArray shifts, IntArray dims) {
 Tensor tril(const Tensor& x, int64_t diagonal) { return Triangle(x, diagonal, true); }
 Tensor triu(const Tensor& x, int64_t diagonal) { return Triangle(x, diagonal, false); }
 
-Tensor diff(const Tensor& x, int64_t n, int64_t dim) {
+Tensor diff(const Tensor& x, int64_t n, int64_t dim, const Tensor& prepend, const Tensor& append) {
   ANVIL_CHECK(x.dim() >= 1, "diff expects input to be at least one-dimensional");
   ANVIL_CHECK(n >= 0, "order must be non-negative but got ", n);
   const int64_t d = wrap_dim(dim, x.dim(), "diff");
-  Tensor y = x;
+  std::vector<Tensor> parts;
+  for (const Tensor* t : {&prepend, &x, &append}) {
+    if (!t->defined()) continue;
+    ANVIL_CHECK(t->dim() == x.dim(), "diff expects prepend or append to be the same dimension as input, got ", t->dim(),
+                " dims for an input of ", x.dim());
+    parts.push_back(*t);
+  }
+  Tensor y = parts.size() == 1 ? x : cat(parts, d);
   for (int64_t k = 0; k < n && y.size(d) > 0; ++k) {
     const int64_t len = y.size(d) - 1;
     const Tensor hi = y.narrow(d, 1, len), lo = y.narrow(d, 0, len);
     y = y.dtype() == kBool ? logical_xor(hi, lo) : sub(hi, lo);
   }
-  return n == 0 ? x.clone() : y;
+  return n == 0 ? x.clone() : y;  // n = 0 ignores prepend and append, as PyTorch
 }
 
 Tensor logaddexp(const Tensor& a, const Tensor& b) {

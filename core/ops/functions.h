@@ -274,8 +274,10 @@ Tensor roll(const Tensor& x, IntArray shifts, IntArray dims = {});
 // (>= diagonal) kept, the rest zero (NaN included, as PyTorch selects rather than multiplies).
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
-// The n-th forward difference along dim; bool inputs use logical_xor, as PyTorch's.
-Tensor diff(const Tensor& x, int64_t n = 1, int64_t dim = -1);
+// The n-th forward difference along dim of cat({prepend, x, append}, dim) (either may be
+// undefined; each has x's number of dims); bool inputs use logical_xor, as PyTorch's.
+Tensor diff(const Tensor& x, int64_t n = 1, int64_t dim = -1, const Tensor& prepend = Tensor(),
+            const Tensor& append = Tensor());
 // log(exp(a) + exp(b)) without overflow; equal infinities give themselves.
 Tensor logaddexp(const Tensor& a, const Tensor& b);
 // NaN, +inf and -inf replaced (defaults: 0, the dtype's largest and lowest finite values);

@@ -368,7 +368,9 @@ Tensor Tensor::roll(IntArray shifts, IntArray dims) const {
 }
 Tensor Tensor::tril(int64_t diagonal) const { return anvil::tril(*this, diagonal); }
 Tensor Tensor::triu(int64_t diagonal) const { return anvil::triu(*this, diagonal); }
-Tensor Tensor::diff(int64_t n, int64_t d) const { return anvil::diff(*this, n, d); }
+Tensor Tensor::diff(int64_t n, int64_t d, const Tensor& prepend, const Tensor& append) const {
+  return anvil::diff(*this, n, d, prepend, append);
+}
 Tensor Tensor::logaddexp(const Tensor& other) const { return anvil::logaddexp(*this, other); }
 Tensor Tensor::nan_to_num(std::optional<double> nan, std::optional<double> posinf, std::optional<double> neginf) const {
   return anvil::nan_to_num(*this, nan, posinf, neginf);

@@ -246,7 +246,7 @@ class Tensor {
   Tensor roll(IntArray shifts, IntArray dims = {}) const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
-  Tensor diff(int64_t n = 1, int64_t dim = -1) const;
+  Tensor diff(int64_t n = 1, int64_t dim = -1, const Tensor& prepend = Tensor(), const Tensor& append = Tensor()) const;
   Tensor logaddexp(const Tensor& other) const;
   Tensor nan_to_num(std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
                     std::optional<double> neginf = std::nullopt) const;

@@ -807,7 +807,12 @@ Result Ops3(const Case& c, const std::vector<Tensor>& in) {
   if (op == "roll") return One(in[0].roll(Dims(a.at("shifts")), Dims(a.at("dims"))));
   if (op == "tril") return One(in[0].tril(a.at("diagonal").get<int64_t>()));
   if (op == "triu") return One(triu(in[0], a.at("diagonal").get<int64_t>()));
-  if (op == "diff") return One(in[0].diff(a.at("n").get<int64_t>(), a.at("dim").get<int64_t>()));
+  if (op == "diff") {
+    // Inputs: x, then prepend and/or append as the attributes say.
+    const bool pre = a.value("prepend", false), app = a.value("append", false);
+    const Tensor prepend = pre ? in[1] : Tensor(), append = app ? in[pre ? 2 : 1] : Tensor();
+    return One(in[0].diff(a.at("n").get<int64_t>(), a.at("dim").get<int64_t>(), prepend, append));
+  }
   if (op == "logaddexp") return One(in[0].logaddexp(in[1]));
   if (op == "nan_to_num") {
     return One(in[0].nan_to_num(OptNum(a, "nan").value_or(0.0), OptNum(a, "posinf"), OptNum(a, "neginf")));

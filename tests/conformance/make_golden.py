@@ -1846,6 +1846,19 @@ def ops3(s):
     for n, dim in [(1, -1), (2, 0), (3, 1), (0, 1), (7, 1)]:
         c(f"diff.n{n}.d{dim}", f"torch.diff(x, n={n}, dim={dim})", "diff", {"n": n, "dim": dim}, [x],
           lambda a, n=n, d=dim: torch.diff(a, n=n, dim=d), grad=(0,))
+    c("diff.prepend_append", "torch.diff(x [3, 5], n=2, dim=1, prepend=p [3, 2], append=q [3, 1])", "diff",
+      {"n": 2, "dim": 1, "prepend": True, "append": True}, [x, s.randn(3, 2), s.randn(3, 1)],
+      lambda a, p_, q: torch.diff(a, n=2, dim=1, prepend=p_, append=q), grad=(0, 1, 2))
+    c("diff.prepend", "torch.diff(x [3, 5], dim=0, prepend=p [1, 5])", "diff", {"n": 1, "dim": 0, "prepend": True},
+      [x, s.randn(1, 5)], lambda a, p_: torch.diff(a, dim=0, prepend=p_), grad=(0, 1))
+    c("diff.append_n0", "torch.diff(x [3, 5], n=0, append=q [3, 2])", "diff", {"n": 0, "dim": -1, "append": True},
+      [x, s.randn(3, 2)], lambda a, q: torch.diff(a, n=0, append=q), grad=(0, 1))
+    c("diff.append_int_float", "torch.diff(int64 x, append=float q)", "diff", {"n": 1, "dim": -1, "append": True},
+      [torch.tensor([1, 4, 9]), torch.tensor([2.5])], lambda a, q: torch.diff(a, append=q))
+    c("diff.prepend_rank", "torch.diff(x [3, 5], prepend=p [5])", "diff", {"n": 1, "dim": -1, "prepend": True},
+      [x, s.randn(5)], lambda a, p_: torch.diff(a, prepend=p_))
+    c("diff.prepend_size", "torch.diff(x [3, 5], prepend=p [2, 1])", "diff", {"n": 1, "dim": -1, "prepend": True},
+      [x, s.randn(2, 1)], lambda a, p_: torch.diff(a, prepend=p_))
     c("diff.int64", "torch.diff(int64 x, n=2)", "diff", {"n": 2, "dim": -1}, [s.randint(-9, 9, (2, 5))],
       lambda a: torch.diff(a, n=2))
     c("diff.bool", "torch.diff(bool x)", "diff", {"n": 1, "dim": -1}, [torch.tensor([True, False, False, True, True])],
