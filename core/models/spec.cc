@@ -124,6 +124,64 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
   if (type == "sigmoid") return act(L.Make<nn::Sigmoid>());
   if (type == "silu") return act(L.Make<nn::SiLU>());
   if (type == "hardswish") return act(L.Make<nn::Hardswish>());
+  if (type == "relu6") return act(L.Make<nn::ReLU6>());
+  if (type == "hardsigmoid") return act(L.Make<nn::Hardsigmoid>());
+  if (type == "mish") return act(L.Make<nn::Mish>());
+  if (type == "selu") return act(L.Make<nn::SELU>());
+  if (type == "softsign") return act(L.Make<nn::Softsign>());
+  if (type == "logsigmoid") return act(L.Make<nn::LogSigmoid>());
+  if (type == "hardtanh") {
+    L.Keys({"min_val", "max_val"});
+    const double lo = L.Real("min_val", -1.0), hi = L.Real("max_val", 1.0);
+    if (lo > hi) L.Fail("'min_val' must not be greater than 'max_val'");
+    return {L.Make<nn::Hardtanh>(lo, hi), in};
+  }
+  if (type == "celu") {
+    L.Keys({"alpha"});
+    const double alpha = L.Real("alpha", 1.0);
+    if (alpha == 0) L.Fail("'alpha' cannot be 0");
+    return {L.Make<nn::CELU>(alpha), in};
+  }
+  if (type == "hardshrink" || type == "softshrink") {
+    L.Keys({"lambd"});
+    const double lambd = L.Real("lambd", 0.5);
+    if (type == "softshrink" && lambd < 0) L.Fail("'lambd' must be >= 0");
+    if (type == "hardshrink") return {L.Make<nn::Hardshrink>(lambd), in};
+    return {L.Make<nn::Softshrink>(lambd), in};
+  }
+  if (type == "threshold") {
+    L.Keys({"threshold", "value"});
+    if (!L.j.contains("threshold") || !L.j.contains("value")) L.Fail("'threshold' and 'value' are required");
+    return {L.Make<nn::Threshold>(L.Real("threshold", 0.0), L.Real("value", 0.0)), in};
+  }
+  if (type == "glu" || type == "softmin") {
+    // dim counts the batch dim, as in PyTorch (default -1, the last); the batch dim itself is
+    // refused.
+    L.Keys({"dim"});
+    const int64_t rank = static_cast<int64_t>(in.size());
+    const int64_t dim = L.Int("dim", -1, -rank);
+    if (dim == 0 || dim > rank)
+      L.Fail("'dim' must be in [-" + std::to_string(rank) + ", " + std::to_string(rank) +
+             "] and not 0 (the batch dim), got " + std::to_string(dim));
+    const size_t d = static_cast<size_t>(dim < 0 ? rank + dim : dim - 1);
+    if (type == "softmin") return {L.Make<nn::Softmin>(dim), in};
+    if (in[d] % 2 != 0) L.Fail("halves dim " + std::to_string(dim) + ", which must be even, got " + shape_str(in));
+    IntArray out = in;
+    out[d] /= 2;
+    return {L.Make<nn::GLU>(dim), out};
+  }
+  if (type == "prelu") {
+    // One slope, or one per channel: the first dim of a sample (dim 1 of the batch).
+    L.Keys({"num_parameters", "init"});
+    const int64_t n = L.Int("num_parameters", 1);
+    const int64_t channels = in.empty() ? 1 : in[0];
+    if (n != 1 && n != channels) {
+      L.Fail("'num_parameters' must be 1 or the channel count " + std::to_string(channels) + ", got " +
+             std::to_string(n));
+    }
+    L.Params(n);
+    return {L.Make<nn::PReLU>(n, L.Real("init", 0.25)), in};
+  }
   if (type == "leakyrelu") {
     L.Keys({"negative_slope"});
     return {L.Make<nn::LeakyReLU>(L.Real("negative_slope", 0.01)), in};

@@ -9,6 +9,9 @@
 //
 // Layer types: linear, conv1d, conv2d, maxpool2d, avgpool2d, adaptiveavgpool2d, batchnorm1d,
 // batchnorm2d, layernorm, groupnorm, dropout, relu, gelu, tanh, sigmoid, silu, hardswish, leakyrelu,
+// relu6, hardsigmoid, mish, selu, softsign, logsigmoid, hardtanh (min_val, max_val), celu (alpha),
+// hardshrink, softshrink (lambd), threshold (threshold, value; required), glu, softmin (dim, counting
+// the batch dim, default -1), prelu (num_parameters: 1 or the channel count, init),
 // flatten, unflatten ({"shape": [1, 8, 8]}: a flat row into a sample shape), embedding,
 // residual (its "layers" run on x and are added to x; a 1x1 convolution or
 // linear projection matches the shapes when they differ), gru, lstm (sequence [T, F] -> the

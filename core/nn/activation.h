@@ -20,6 +20,12 @@ ANVIL_ACTIVATION_MODULE(Tanh, tanh)
 ANVIL_ACTIVATION_MODULE(SiLU, silu)
 ANVIL_ACTIVATION_MODULE(Hardswish, hardswish)
 ANVIL_ACTIVATION_MODULE(GELU, gelu)
+ANVIL_ACTIVATION_MODULE(ReLU6, relu6)
+ANVIL_ACTIVATION_MODULE(Hardsigmoid, hardsigmoid)
+ANVIL_ACTIVATION_MODULE(Mish, mish)
+ANVIL_ACTIVATION_MODULE(SELU, selu)
+ANVIL_ACTIVATION_MODULE(Softsign, softsign)
+ANVIL_ACTIVATION_MODULE(LogSigmoid, logsigmoid)
 #undef ANVIL_ACTIVATION_MODULE
 
 class LeakyReLU : public Module {
@@ -30,6 +36,92 @@ class LeakyReLU : public Module {
 
  private:
   double slope_;
+};
+
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0);
+  Tensor forward(const Tensor& x) override { return functional::hardtanh(x, min_val_, max_val_); }
+  std::string extra_repr() const override;
+
+ private:
+  double min_val_, max_val_;
+};
+
+class CELU : public Module {
+ public:
+  explicit CELU(double alpha = 1.0) : Module("CELU"), alpha_(alpha) {}
+  Tensor forward(const Tensor& x) override { return functional::celu(x, alpha_); }
+  std::string extra_repr() const override { return "alpha=" + std::to_string(alpha_); }
+
+ private:
+  double alpha_;
+};
+
+// Hardshrink and Softshrink: the shrinkage threshold lambd.
+class Hardshrink : public Module {
+ public:
+  explicit Hardshrink(double lambd = 0.5) : Module("Hardshrink"), lambd_(lambd) {}
+  Tensor forward(const Tensor& x) override { return functional::hardshrink(x, lambd_); }
+  std::string extra_repr() const override { return std::to_string(lambd_); }
+
+ private:
+  double lambd_;
+};
+
+class Softshrink : public Module {
+ public:
+  explicit Softshrink(double lambd = 0.5) : Module("Softshrink"), lambd_(lambd) {}
+  Tensor forward(const Tensor& x) override { return functional::softshrink(x, lambd_); }
+  std::string extra_repr() const override { return std::to_string(lambd_); }
+
+ private:
+  double lambd_;
+};
+
+class Threshold : public Module {
+ public:
+  Threshold(double threshold, double value) : Module("Threshold"), threshold_(threshold), value_(value) {}
+  Tensor forward(const Tensor& x) override { return functional::threshold(x, threshold_, value_); }
+  std::string extra_repr() const override {
+    return "threshold=" + std::to_string(threshold_) + ", value=" + std::to_string(value_);
+  }
+
+ private:
+  double threshold_, value_;
+};
+
+class GLU : public Module {
+ public:
+  explicit GLU(int64_t dim = -1) : Module("GLU"), dim_(dim) {}
+  Tensor forward(const Tensor& x) override { return functional::glu(x, dim_); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim_); }
+
+ private:
+  int64_t dim_;
+};
+
+class Softmin : public Module {
+ public:
+  explicit Softmin(int64_t dim) : Module("Softmin"), dim_(dim) {}
+  Tensor forward(const Tensor& x) override { return functional::softmin(x, dim_); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim_); }
+
+ private:
+  int64_t dim_;
+};
+
+// A learnt negative slope: one shared (num_parameters = 1) or one per channel, each
+// initialised to init. Parameter "weight" [num_parameters].
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& x) override { return functional::prelu(x, weight); }
+  std::string extra_repr() const override { return "num_parameters=" + std::to_string(num_parameters_); }
+  Tensor weight;
+
+ private:
+  int64_t num_parameters_;
 };
 
 class Softmax : public Module {

@@ -30,6 +30,39 @@ Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor hardswish(const Tensor& x);
 
+// ---- more activations (core/nn/functional_activations.cc), as torch.nn.functional ----
+// x clamped to [min_val, max_val]; the gradient passes strictly inside only (PyTorch's rule,
+// where clamp's passes at the bounds too).
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);                     // hardtanh(x, 0, 6)
+Tensor hardsigmoid(const Tensor& x);               // relu6(x + 3) / 6, gradient 1/6 strictly inside (-3, 3)
+Tensor mish(const Tensor& x);                      // x tanh(softplus(x))
+Tensor selu(const Tensor& x);                      // scale * elu(x, alpha), PyTorch's fixed constants
+Tensor celu(const Tensor& x, double alpha = 1.0);  // max(0, x) + min(0, alpha (exp(x / alpha) - 1))
+Tensor softsign(const Tensor& x);                  // x / (1 + |x|)
+Tensor logsigmoid(const Tensor& x);                // log(sigmoid(x)), stable: min(x, 0) - log1p(exp(-|x|))
+// 0 where -lambd <= x <= lambd, x elsewhere (NaN stays NaN).
+Tensor hardshrink(const Tensor& x, double lambd = 0.5);
+// x - lambd above lambd, x + lambd below -lambd, 0 between; lambd >= 0.
+Tensor softshrink(const Tensor& x, double lambd = 0.5);
+// value where x <= threshold, x elsewhere; the input's dtype is kept.
+Tensor threshold(const Tensor& x, double threshold, double value);
+// a * sigmoid(b) for the two halves a, b of x along dim (of even size).
+Tensor glu(const Tensor& x, int64_t dim = -1);
+Tensor softmin(const Tensor& x, int64_t dim);  // softmax(-x, dim)
+// x where x > 0, weight * x elsewhere; weight has 1 element or one per channel (dim 1).
+Tensor prelu(const Tensor& x, const Tensor& weight);
+
+// ---- distances ----
+// x divided by its p-norm over dim, the norm clamped below at eps.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// The cosine of the angle between x1 and x2 (broadcast) along dim: each divided by its 2-norm
+// clamped below at eps, then the products summed. As PyTorch, the clamp does not enter the
+// gradient. Integer inputs compute in float32.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// The p-norm of x1 - x2 + eps over the last dim.
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
+
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training;
 // the identity otherwise. There is deliberately no default for `training`.
 Tensor dropout(const Tensor& x, double p, bool training);

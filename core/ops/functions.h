@@ -264,6 +264,45 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 IntArray broadcast_shapes(const IntArray& a, const IntArray& b);
 std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors);
 
+// ---- rearranging, differences and running extremes (core/ops/composites.cc) ----
+// Reverses the order along each of dims (distinct; none is a copy).
+Tensor flip(const Tensor& x, IntArray dims);
+// Shifts elements along each dims[i] by shifts[i], wrapping around; with no dims, the
+// flattened tensor is rolled by the one shift and reshaped back.
+Tensor roll(const Tensor& x, IntArray shifts, IntArray dims = {});
+// The lower (upper) triangle of the last two dims: elements with col - row <= diagonal
+// (>= diagonal) kept, the rest zero (NaN included, as PyTorch selects rather than multiplies).
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// The n-th forward difference along dim of cat({prepend, x, append}, dim) (either may be
+// undefined; each has x's number of dims); bool inputs use logical_xor, as PyTorch's.
+Tensor diff(const Tensor& x, int64_t n = 1, int64_t dim = -1, const Tensor& prepend = Tensor(),
+            const Tensor& append = Tensor());
+// log(exp(a) + exp(b)) without overflow; equal infinities give themselves.
+Tensor logaddexp(const Tensor& a, const Tensor& b);
+// NaN, +inf and -inf replaced (defaults: 0, the dtype's largest and lowest finite values);
+// integer and bool tensors come back as a copy.
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
+// The number of non-zero elements over dims (all dims when empty), as int64.
+Tensor count_nonzero(const Tensor& x, IntArray dims = {});
+// The running maximum (minimum) along dim and where it came from: the last index of equal
+// extremes, the first NaN once one is seen (PyTorch's rule). The gradient goes to that index.
+std::tuple<Tensor, Tensor> cummax(const Tensor& x, int64_t dim);
+std::tuple<Tensor, Tensor> cummin(const Tensor& x, int64_t dim);
+// log(x / (1 - x)), with x first clamped to [eps, 1 - eps] when eps is given (zero gradient
+// outside that range).
+Tensor logit(const Tensor& x, std::optional<double> eps = std::nullopt);
+// For each value, the index into the innermost dim of sorted_sequence (1-D, or with the
+// values' leading dims) where it would be inserted keeping the order: before equal entries,
+// or after them when right. int64, or int32 when out_int32.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false, bool right = false);
+// searchsorted(boundaries, input) with 1-D boundaries.
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32 = false, bool right = false);
+// Coordinate grids from 0-D or 1-D tensors of one dtype and device: "ij" gives output i the
+// shape (n0, n1, ...), "xy" swaps the first two dims (Cartesian indexing). Expanded views.
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, const std::string& indexing = "ij");
+
 // ---- comparisons of whole tensors ----
 bool equal(const Tensor& a, const Tensor& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

@@ -360,6 +360,23 @@ Tensor Tensor::all() const { return anvil::all(*this); }
 Tensor Tensor::any() const { return anvil::any(*this); }
 Tensor Tensor::cumsum(int64_t d) const { return anvil::cumsum(*this, d); }
 Tensor Tensor::cumprod(int64_t d) const { return anvil::cumprod(*this, d); }
+std::tuple<Tensor, Tensor> Tensor::cummax(int64_t d) const { return anvil::cummax(*this, d); }
+std::tuple<Tensor, Tensor> Tensor::cummin(int64_t d) const { return anvil::cummin(*this, d); }
+Tensor Tensor::flip(IntArray dims) const { return anvil::flip(*this, std::move(dims)); }
+Tensor Tensor::roll(IntArray shifts, IntArray dims) const {
+  return anvil::roll(*this, std::move(shifts), std::move(dims));
+}
+Tensor Tensor::tril(int64_t diagonal) const { return anvil::tril(*this, diagonal); }
+Tensor Tensor::triu(int64_t diagonal) const { return anvil::triu(*this, diagonal); }
+Tensor Tensor::diff(int64_t n, int64_t d, const Tensor& prepend, const Tensor& append) const {
+  return anvil::diff(*this, n, d, prepend, append);
+}
+Tensor Tensor::logaddexp(const Tensor& other) const { return anvil::logaddexp(*this, other); }
+Tensor Tensor::nan_to_num(std::optional<double> nan, std::optional<double> posinf, std::optional<double> neginf) const {
+  return anvil::nan_to_num(*this, nan, posinf, neginf);
+}
+Tensor Tensor::count_nonzero(IntArray dims) const { return anvil::count_nonzero(*this, std::move(dims)); }
+Tensor Tensor::logit(std::optional<double> eps) const { return anvil::logit(*this, eps); }
 std::tuple<Tensor, Tensor> Tensor::sort(int64_t d, bool descending) const { return anvil::sort(*this, d, descending); }
 Tensor Tensor::argsort(int64_t d, bool descending) const { return anvil::argsort(*this, d, descending); }
 std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest, bool sorted) const {

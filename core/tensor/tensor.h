@@ -240,6 +240,18 @@ class Tensor {
   Tensor any() const;
   Tensor cumsum(int64_t dim) const;
   Tensor cumprod(int64_t dim) const;
+  std::tuple<Tensor, Tensor> cummax(int64_t dim) const;
+  std::tuple<Tensor, Tensor> cummin(int64_t dim) const;
+  Tensor flip(IntArray dims) const;
+  Tensor roll(IntArray shifts, IntArray dims = {}) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor diff(int64_t n = 1, int64_t dim = -1, const Tensor& prepend = Tensor(), const Tensor& append = Tensor()) const;
+  Tensor logaddexp(const Tensor& other) const;
+  Tensor nan_to_num(std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
+                    std::optional<double> neginf = std::nullopt) const;
+  Tensor count_nonzero(IntArray dims = {}) const;
+  Tensor logit(std::optional<double> eps = std::nullopt) const;
   std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;

@@ -885,6 +885,65 @@ Result Factory(const Case& c, const std::vector<Tensor>& in) {
   NoBinding("the factory " + op);
 }
 
+// ---- ops3: rearranging, running extremes, searches, activations and distances ----
+
+std::optional<double> OptNum(const json& a, const char* key) {
+  if (!a.contains(key) || a.at(key).is_null()) return std::nullopt;
+  return Num(a.at(key));
+}
+
+Result Ops3(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string op = a.at("op").get<std::string>();
+  auto pair = [](std::tuple<Tensor, Tensor> r) { return Result{{std::get<0>(r), std::get<1>(r)}, {}}; };
+  if (op == "flip") return One(in[0].flip(Dims(a.at("dims"))));
+  if (op == "roll") return One(in[0].roll(Dims(a.at("shifts")), Dims(a.at("dims"))));
+  if (op == "tril") return One(in[0].tril(a.at("diagonal").get<int64_t>()));
+  if (op == "triu") return One(triu(in[0], a.at("diagonal").get<int64_t>()));
+  if (op == "diff") {
+    // Inputs: x, then prepend and/or append as the attributes say.
+    const bool pre = a.value("prepend", false), app = a.value("append", false);
+    const Tensor prepend = pre ? in[1] : Tensor(), append = app ? in[pre ? 2 : 1] : Tensor();
+    return One(in[0].diff(a.at("n").get<int64_t>(), a.at("dim").get<int64_t>(), prepend, append));
+  }
+  if (op == "logaddexp") return One(in[0].logaddexp(in[1]));
+  if (op == "nan_to_num") {
+    return One(in[0].nan_to_num(OptNum(a, "nan").value_or(0.0), OptNum(a, "posinf"), OptNum(a, "neginf")));
+  }
+  if (op == "count_nonzero") return One(in[0].count_nonzero(Dims(a.at("dims"))));
+  if (op == "cummax") return pair(in[0].cummax(a.at("dim").get<int64_t>()));
+  if (op == "cummin") return pair(cummin(in[0], a.at("dim").get<int64_t>()));
+  if (op == "logit") return One(in[0].logit(OptNum(a, "eps")));
+  const bool right = a.value("right", false), i32 = a.value("out_int32", false);
+  if (op == "searchsorted") return One(searchsorted(in[0], in[1], i32, right));
+  if (op == "bucketize") return One(bucketize(in[0], in[1], i32, right));
+  if (op == "meshgrid") return Result{meshgrid(in, a.at("indexing").get<std::string>()), {}};
+  if (op == "hardtanh") return One(F::hardtanh(in[0], a.value("min_val", -1.0), a.value("max_val", 1.0)));
+  if (op == "relu6") return One(F::relu6(in[0]));
+  if (op == "hardsigmoid") return One(F::hardsigmoid(in[0]));
+  if (op == "mish") return One(F::mish(in[0]));
+  if (op == "selu") return One(F::selu(in[0]));
+  if (op == "celu") return One(F::celu(in[0], a.value("alpha", 1.0)));
+  if (op == "softsign") return One(F::softsign(in[0]));
+  if (op == "logsigmoid") return One(F::logsigmoid(in[0]));
+  if (op == "hardshrink") return One(F::hardshrink(in[0], a.value("lambd", 0.5)));
+  if (op == "softshrink") return One(F::softshrink(in[0], a.value("lambd", 0.5)));
+  if (op == "threshold") return One(F::threshold(in[0], a.at("threshold").get<double>(), a.at("value").get<double>()));
+  if (op == "glu") return One(F::glu(in[0], a.at("dim").get<int64_t>()));
+  if (op == "softmin") return One(F::softmin(in[0], a.at("dim").get<int64_t>()));
+  if (op == "prelu") return One(F::prelu(in[0], in[1]));
+  if (op == "normalize") {
+    return One(F::normalize(in[0], Num(a.at("p")), a.at("dim").get<int64_t>(), a.value("eps", 1e-12)));
+  }
+  if (op == "cosine_similarity") {
+    return One(F::cosine_similarity(in[0], in[1], a.at("dim").get<int64_t>(), a.value("eps", 1e-8)));
+  }
+  if (op == "pairwise_distance") {
+    return One(F::pairwise_distance(in[0], in[1], Num(a.at("p")), a.value("eps", 1e-6), a.at("keepdim").get<bool>()));
+  }
+  NoBinding("the ops3 op " + op);
+}
+
 std::map<std::string, Binding> Make() {
   std::map<std::string, Binding> b;
   b["binary"] = [](const Case& c, const std::vector<Tensor>& in) {
@@ -1131,6 +1190,7 @@ std::map<std::string, Binding> Make() {
     return One(base);
   };
   b["factory"] = Factory;
+  b["ops3"] = Ops3;
   return b;
 }
 

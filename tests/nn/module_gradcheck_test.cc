@@ -30,6 +30,7 @@ std::vector<Entry> Entries() {
   auto lin = std::make_shared<Linear>(5, 3);
   auto y_idx = tensor(std::vector<int64_t>{2, 0, 1, 2});
   auto mha = std::make_shared<MultiheadAttention>(4, 2, 0.0, /*batch_first=*/true);
+  auto prelu = std::make_shared<PReLU>(3, -0.3);
   // Indices of a 4x5 plane's maxima, for max_unpool2d: fixed (not a function of x).
   const Tensor unpool_idx = std::get<1>(F::max_pool2d_with_indices(randn({1, 2, 4, 5}), {.kernel = {2, 2}}));
   return {
@@ -83,6 +84,31 @@ std::vector<Entry> Entries() {
          return F::adaptive_avg_pool2d(x, {2, 3});
        },
        {1, 2, 5, 4}},
+      {"prelu_per_channel", prelu, [prelu](const Tensor& x) { return (*prelu)(x); }, {2, 3, 4}},
+      {"smooth_activations",
+       nullptr,
+       [](const Tensor& x) {
+         return cat({F::mish(x), F::selu(x), F::celu(x, 0.7), F::softsign(x), F::logsigmoid(x), F::glu(x, 0),
+                     F::softmin(x, 0)});
+       },
+       {6}},
+      {"distances",
+       nullptr,
+       [y = randn({3, 5}, kFloat64)](const Tensor& x) {
+         return cat(
+             {F::normalize(x, 3.0, 1).reshape({-1}), F::cosine_similarity(x, y), F::pairwise_distance(x, y, 1.5)});
+       },
+       {3, 5}},
+      // The composite ops whose gradients are stated rules: logit (a custom function), cummax
+      // and cummin (to the index), logaddexp.
+      {"logit_cummax_logaddexp",
+       nullptr,
+       [y = randn({2, 4}, kFloat64)](const Tensor& x) {
+         return cat({logit(sigmoid(x)).reshape({-1}), logit(sigmoid(x), 0.3).reshape({-1}),
+                     std::get<0>(cummax(x, 1)).reshape({-1}), std::get<0>(cummin(x, 0)).reshape({-1}),
+                     logaddexp(x, y).reshape({-1})});
+       },
+       {2, 4}},
       {"gru_two_layers", gru, [gru](const Tensor& x) { return gru->forward_all(x).h_n; }, {3, 2, 3}},
       {"cross_entropy_smoothing",
        lin,

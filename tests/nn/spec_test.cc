@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/anvil.h"
 #include "core/nn/functional.h"
 #include "tests/core/test_util.h"
@@ -95,6 +97,72 @@ TEST(SpecTest, HardswishIsALayerType) {
   EXPECT_NEAR(y[1], -1.5 * 1.5 / 6, 1e-6);
   EXPECT_NEAR(y[2], 4.0 / 6, 1e-6);
   EXPECT_NEAR(y[3], 4.0, 1e-6);
+}
+
+// The activation layers PyTorch composes: each is a layer type with PyTorch's options, and the
+// values follow from their definitions.
+TEST(SpecTest, MoreActivationsAreLayerTypes) {
+  const Tensor x = tensor(std::vector<float>{-4, -0.75, 0.25, 2, 7, 3});
+  auto run = [&](const std::string& layer) {
+    const BuiltModel m = build_model(R"({"input_shape": [6], "layers": [)" + layer + "]}");
+    EXPECT_EQ(m.output_shape, IntArray{6}) << layer;
+    return (*m.module)(x).to_vector<double>();
+  };
+  const std::vector<double> relu6 = run(R"({"type": "relu6"})");
+  EXPECT_DOUBLE_EQ(relu6[0], 0.0);
+  EXPECT_DOUBLE_EQ(relu6[4], 6.0);
+  const std::vector<double> ht = run(R"({"type": "hardtanh", "min_val": -0.5, "max_val": 2.5})");
+  EXPECT_DOUBLE_EQ(ht[0], -0.5);
+  EXPECT_DOUBLE_EQ(ht[2], 0.25);
+  EXPECT_DOUBLE_EQ(ht[4], 2.5);
+  const std::vector<double> hs = run(R"({"type": "hardsigmoid"})");
+  EXPECT_NEAR(hs[1], (3 - 0.75) / 6, 1e-7);
+  EXPECT_DOUBLE_EQ(hs[0], 0.0);
+  const std::vector<double> th = run(R"({"type": "threshold", "threshold": 1.0, "value": -9})");
+  EXPECT_DOUBLE_EQ(th[2], -9.0);
+  EXPECT_DOUBLE_EQ(th[3], 2.0);
+  const std::vector<double> ss = run(R"({"type": "softshrink", "lambd": 1})");
+  EXPECT_DOUBLE_EQ(ss[0], -3.0);
+  EXPECT_DOUBLE_EQ(ss[1], 0.0);
+  const std::vector<double> hk = run(R"({"type": "hardshrink"})");
+  EXPECT_DOUBLE_EQ(hk[1], -0.75);
+  EXPECT_DOUBLE_EQ(hk[2], 0.0);
+  EXPECT_NEAR(run(R"({"type": "softsign"})")[3], 2.0 / 3, 1e-7);
+  EXPECT_NEAR(run(R"({"type": "logsigmoid"})")[3], -std::log1p(std::exp(-2.0)), 1e-6);
+  EXPECT_NEAR(run(R"({"type": "mish"})")[3], 2 * std::tanh(std::log1p(std::exp(2.0))), 1e-6);
+  EXPECT_NEAR(run(R"({"type": "selu"})")[0], 1.0507009873554805 * 1.6732632423543772 * std::expm1(-4.0), 1e-6);
+  EXPECT_NEAR(run(R"({"type": "celu", "alpha": 2})")[0], 2 * std::expm1(-2.0), 1e-6);
+  const std::vector<double> sm = run(R"({"type": "softmin"})");
+  double total = 0;
+  for (double v : sm) total += v;
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  EXPECT_GT(sm[0], sm[5]);
+}
+
+TEST(SpecTest, GluHalvesItsDimAndPreluLearnsOneSlopePerChannel) {
+  const BuiltModel g = build_model(R"({"input_shape": [3, 4], "layers": [{"type": "glu"}]})");
+  EXPECT_EQ(g.output_shape, (IntArray{3, 2}));
+  const BuiltModel g1 = build_model(R"({"input_shape": [4, 3], "layers": [{"type": "glu", "dim": 1}]})");
+  EXPECT_EQ(g1.output_shape, (IntArray{2, 3}));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [3], "layers": [{"type": "glu"}]})"); }),
+              HasSubstr("must be even"));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [4], "layers": [{"type": "glu", "dim": 0}]})"); }),
+              HasSubstr("not 0 (the batch dim)"));
+
+  const BuiltModel p = build_model(R"({"input_shape": [3, 2], "layers": [{"type": "prelu", "num_parameters": 3,
+      "init": 0.1}]})");
+  EXPECT_EQ(p.module->num_parameters(), 3);
+  const Tensor x = full({1, 3, 2}, -2.0);
+  for (double v : (*p.module)(x).to_vector<double>()) EXPECT_NEAR(v, -0.2, 1e-7);
+  EXPECT_THAT(
+      ErrorOf([] { build_model(R"({"input_shape": [3, 2], "layers": [{"type": "prelu", "num_parameters": 2}]})"); }),
+      HasSubstr("'num_parameters' must be 1 or the channel count 3"));
+  EXPECT_THAT(ErrorOf([] { build_model(R"({"input_shape": [3], "layers": [{"type": "threshold"}]})"); }),
+              HasSubstr("'threshold' and 'value' are required"));
+  EXPECT_THAT(ErrorOf([] {
+                build_model(R"({"input_shape": [3], "layers": [{"type": "hardtanh", "min_val": 2, "max_val": 1}]})");
+              }),
+              HasSubstr("'min_val' must not be greater than 'max_val'"));
 }
 
 TEST(SpecTest, UnflattenTurnsRowsIntoImagesAndItsOwnSpecRebuilds) {
