@@ -11,6 +11,7 @@
 #include "core/nn/nn.h"
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
+#include "core/quant/choose_qparams.h"
 #include "core/quant/histogram_observer.h"
 #include "core/quant/observer.h"
 #include "core/quant/qtensor.h"
@@ -1097,6 +1098,11 @@ std::map<std::string, Binding> Make() {
   b["factory"] = Factory;
   b["quantize"] = Quantize;
   b["observer"] = Observer;
+  b["choose_qparams"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const quant::ChosenQParams p = quant::choose_qparams_per_tensor(in[0].contiguous().to_vector<float>(),
+                                                                    c.attrs().at("reduce_range").get<bool>());
+    return Result{{tensor(std::vector<double>{p.scale}), tensor(std::vector<int64_t>{p.zero_point})}, {}};
+  };
   return b;
 }
 

@@ -1963,6 +1963,18 @@ def quant(s):
         s.case(g, f"{type_name}.refuses.{'.'.join(f'{k}{v}' for k, v in attrs.items() if k != 'type')}",
                f"{type_name}({', '.join(f'{k}={v}' for k, v in attrs.items() if k != 'type')})", "observer", attrs,
                [normal[0]], run_observer(lambda kw=kw, cls=cls: cls(**kw), "minmax"), **exact)
+    # The dynamic path's activation parameters (ATen's ChooseQuantizationParams, in double).
+    for name, x in [("normal", s.randn(50)), ("positive", s.rand(20) + 0.25), ("negative", -s.rand(20) - 3),
+                    ("zeros", torch.zeros(4)), ("constant", torch.full((3,), 2.0)), ("tiny", torch.tensor([1e-7, 2e-7])),
+                    ("tiny_both", torch.tensor([-1e-6, 3e-6])), ("tiny_negative", torch.tensor([-4e-6, -1e-6])),
+                    ("skewed", torch.tensor([-0.001, 1000.0])), ("skewed_negative", torch.tensor([-1000.0, 0.003])),
+                    ("outlier", torch.cat([s.randn(100), torch.tensor([500.0])])), ("mid_tie", torch.tensor([-1.0, 1.0])),
+                    ("huge", torch.tensor([-3e38, 3e38]))]:
+        for rr in [False, True]:
+            s.case(g, f"choose_qparams_per_tensor.{name}" + (".reduce_range" if rr else ""),
+                   f"torch._choose_qparams_per_tensor(x, reduce_range={rr})", "choose_qparams", {"reduce_range": rr},
+                   [x], lambda a, rr=rr: (lambda p: (torch.tensor([p[0]], dtype=F64), torch.tensor([p[1]])))(
+                       torch._choose_qparams_per_tensor(a, rr)), **exact)
 
 def safetensors_edge(out_dir):
     """A file the reference writer made where every second tensor is empty: 0-byte entries
