@@ -17,7 +17,7 @@ for f in include/anvil/core/anvil.h include/anvil/core/ops/op_table.def lib/liba
   [[ -f "${work}/prefix/${f}" ]] || fail "not installed: ${f}"
 done
 # Nothing of the service's layers among the engine's headers.
-if find "${work}/prefix/include/anvil" -path '*server*' -o -path '*workers*' | grep -q .; then
+if find "${work}/prefix/include/anvil" -path '*/server/*' -o -path '*/workers/*' | grep -q .; then
   fail "service headers installed with the engine"
 fi
 

@@ -11,6 +11,10 @@
 #include "core/nn/nn.h"
 #include "core/optim/optimizer.h"
 #include "core/optim/scheduler.h"
+#include "core/quant/choose_qparams.h"
+#include "core/quant/histogram_observer.h"
+#include "core/quant/observer.h"
+#include "core/quant/qtensor.h"
 
 namespace anvil::conformance {
 namespace {
@@ -944,6 +948,80 @@ Result Ops3(const Case& c, const std::vector<Tensor>& in) {
   NoBinding("the ops3 op " + op);
 }
 
+// torch.quantize_per_tensor / quantize_per_channel: the integers, then the dequantized values.
+Result Quantize(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const quant::QDtype dtype = quant::qdtype_from_name(a.at("dtype").get<std::string>());
+  const std::string scheme = a.at("scheme").get<std::string>();
+  quant::QTensor q;
+  if (scheme == "per_tensor") {
+    q = quant::quantize_per_tensor(in[0], a.at("scale").get<double>(), a.at("zero_point").get<int64_t>(), dtype);
+  } else if (scheme == "per_channel") {
+    q = quant::quantize_per_channel(in[0], in[1], in[2], a.at("axis").get<int64_t>(), dtype);
+  } else {
+    NoBinding("the quantization scheme " + scheme);
+  }
+  return Result{{q.int_repr(), quant::dequantize(q)}, {}};
+}
+
+// An observer over the case's batches: calculate_qparams() before any, then after each
+// batch min_val, max_val (the histogram for HistogramObserver) and calculate_qparams().
+Result Observer(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  const std::string type = a.at("type").get<std::string>();
+  quant::ObserverOptions o;
+  o.dtype = quant::qdtype_from_name(a.value("dtype", std::string("quint8")));
+  o.qscheme = quant::qscheme_from_name(
+      a.value("qscheme", std::string(type == "PerChannelMinMaxObserver" ? "per_channel_affine" : "per_tensor_affine")));
+  o.reduce_range = a.value("reduce_range", false);
+  if (a.contains("quant_min")) o.quant_min = a.at("quant_min").get<int64_t>();
+  if (a.contains("quant_max")) o.quant_max = a.at("quant_max").get<int64_t>();
+  auto scalar = [](float v) { return tensor(std::vector<float>{v}).reshape({}); };
+  std::vector<Tensor> out;
+  auto qparams = [&out](const quant::UniformObserver& obs) {
+    const quant::QParams p = obs.calculate_qparams();
+    out.push_back(p.scale);
+    out.push_back(p.zero_point);
+  };
+  if (type == "MinMaxObserver" || type == "MovingAverageMinMaxObserver") {
+    std::unique_ptr<quant::MinMaxObserver> obs;
+    if (type == "MinMaxObserver") {
+      obs = std::make_unique<quant::MinMaxObserver>(o);
+    } else {
+      obs = std::make_unique<quant::MovingAverageMinMaxObserver>(a.at("averaging_constant").get<double>(), o);
+    }
+    qparams(*obs);
+    for (const Tensor& x : in) {
+      obs->forward(x);
+      out.push_back(scalar(obs->min_val()));
+      out.push_back(scalar(obs->max_val()));
+      qparams(*obs);
+    }
+  } else if (type == "PerChannelMinMaxObserver") {
+    quant::PerChannelMinMaxObserver obs(a.value("ch_axis", int64_t{0}), o);
+    qparams(obs);
+    for (const Tensor& x : in) {
+      obs.forward(x);
+      out.push_back(tensor(obs.min_val()));
+      out.push_back(tensor(obs.max_val()));
+      qparams(obs);
+    }
+  } else if (type == "HistogramObserver") {
+    quant::HistogramObserver obs(a.value("bins", int64_t{2048}), o);
+    qparams(obs);
+    for (const Tensor& x : in) {
+      obs.forward(x);
+      out.push_back(scalar(obs.min_val()));
+      out.push_back(scalar(obs.max_val()));
+      out.push_back(tensor(obs.histogram()));
+      qparams(obs);
+    }
+  } else {
+    NoBinding("the observer " + type);
+  }
+  return Result{out, {}};
+}
+
 std::map<std::string, Binding> Make() {
   std::map<std::string, Binding> b;
   b["binary"] = [](const Case& c, const std::vector<Tensor>& in) {
@@ -1191,6 +1269,13 @@ std::map<std::string, Binding> Make() {
   };
   b["factory"] = Factory;
   b["ops3"] = Ops3;
+  b["quantize"] = Quantize;
+  b["observer"] = Observer;
+  b["choose_qparams"] = [](const Case& c, const std::vector<Tensor>& in) {
+    const quant::ChosenQParams p = quant::choose_qparams_per_tensor(in[0].contiguous().to_vector<float>(),
+                                                                    c.attrs().at("reduce_range").get<bool>());
+    return Result{{tensor(std::vector<double>{p.scale}), tensor(std::vector<int64_t>{p.zero_point})}, {}};
+  };
   return b;
 }
 

@@ -21,9 +21,10 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kGroups[] = {
-    "promotion", "elementwise",   "reductions", "losses",    "nn",        "optim",  "sched", "indexing", "views",
-    "factories", "float_classes", "corners",    "additions", "selection", "dtypes", "rnn2",  "layers2",  "ops3"};
+const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",    "nn",
+                               "optim",         "sched",       "indexing",   "views",     "factories",
+                               "float_classes", "corners",     "additions",  "selection", "dtypes",
+                               "rnn2",          "layers2",     "ops3",       "quant"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.

@@ -2323,6 +2323,184 @@ def ops3(s):
       lambda u, v: F.pairwise_distance(u, v))
 
 
+
+# ---------------------------------------------------------------- quant
+def quant(s):
+    """Quantized tensors and observers (core/quant/): torch.quantize_per_tensor /
+    quantize_per_channel (int_repr and dequantize), and the observers of
+    torch.ao.quantization over several batches (the state and calculate_qparams after each)."""
+    from torch.ao.quantization import observer as obs
+    g = "quant"
+    QD = {"quint8": torch.quint8, "qint8": torch.qint8}
+    QS = {"per_tensor_affine": torch.per_tensor_affine, "per_tensor_symmetric": torch.per_tensor_symmetric,
+          "per_channel_affine": torch.per_channel_affine, "per_channel_symmetric": torch.per_channel_symmetric}
+    exact = {"rtol": 0.0, "atol": 0.0}
+
+    # Quantize: ties at .5 (x / scale on a half integer: round half to even), values beyond
+    # the range (clamped), zero points at and inside the range's ends.
+    ties = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 126.5, 127.5, -127.5, -128.5, 0.0, -0.0])
+    wide = torch.cat([s.randn(40) * 4, torch.tensor([1e6, -1e6, 300.0, -300.0, 1e-9])])
+    for dt in ["quint8", "qint8"]:
+        lo = 0 if dt == "quint8" else -128
+        hi = 255 if dt == "quint8" else 127
+        for name, x, scale, zps in [("ties", ties, 1.0, [0, 1, lo, hi]), ("ties_half_scale", ties * 0.5, 0.5, [0, 3]),
+                                    ("wide", wide, 0.05, [0, lo, hi, (lo + hi) // 2]),
+                                    ("wide_odd_scale", wide, 0.0371, [7 if dt == "quint8" else -7]),
+                                    ("matrix", s.randn(3, 4, 5), 0.02, [10 if dt == "quint8" else -10])]:
+            for zp in sorted(set(zps)):
+                if zp < lo or zp > hi:
+                    continue
+                s.case(g, f"quantize_per_tensor.{dt}.{name}.zp{zp}",
+                       f"torch.quantize_per_tensor(x, {scale}, {zp}, torch.{dt}) -> int_repr, dequantize", "quantize",
+                       {"scheme": "per_tensor", "scale": scale, "zero_point": zp, "dtype": dt}, [x],
+                       lambda a, scale=scale, zp=zp, dt=dt: (
+                           lambda q: (q.int_repr(), q.dequantize()))(torch.quantize_per_tensor(a, scale, zp, QD[dt])),
+                       **exact)
+        for zp in [hi + 1, lo - 1]:
+            s.case(g, f"quantize_per_tensor.{dt}.zp_out_of_range{zp}",
+                   f"torch.quantize_per_tensor(x, 0.1, {zp}, torch.{dt})", "quantize",
+                   {"scheme": "per_tensor", "scale": 0.1, "zero_point": zp, "dtype": dt}, [ties],
+                   lambda a, zp=zp, dt=dt: (lambda q: (q.int_repr(), q.dequantize()))(
+                       torch.quantize_per_tensor(a, 0.1, zp, QD[dt])), **exact)
+        # Per channel, along each axis of a 3-D tensor; negative zero points for qint8.
+        x3 = torch.cat([s.randn(4, 3, 6) * 3, torch.full((4, 3, 1), 0.5), torch.full((4, 3, 1), 1e5)], dim=2)
+        for axis in [0, 1, 2]:
+            c = x3.shape[axis]
+            scales = (s.rand(c, dtype=F64) * 0.05 + 0.004)
+            scales[0] = 0.5  # 0.5 / 0.5 = 1 exactly; 0.25 / 0.5 a tie
+            zps = s.randint(lo, hi + 1, (c,))
+            if dt == "qint8":
+                zps[-1] = -100
+            s.case(g, f"quantize_per_channel.{dt}.axis{axis}",
+                   f"torch.quantize_per_channel(x [4, 3, 8], scales, zero_points, axis={axis}, torch.{dt})",
+                   "quantize", {"scheme": "per_channel", "axis": axis, "dtype": dt}, [x3, scales, zps],
+                   lambda a, sc, zp, axis=axis, dt=dt: (lambda q: (q.int_repr(), q.dequantize()))(
+                       torch.quantize_per_channel(a, sc, zp, axis, QD[dt])), **exact)
+        s.case(g, f"quantize_per_channel.{dt}.wrong_count",
+               "torch.quantize_per_channel(x [4, 3, 8], 2 scales, 2 zero points, axis=1)", "quantize",
+               {"scheme": "per_channel", "axis": 1, "dtype": dt},
+               [x3, torch.tensor([0.1, 0.2], dtype=F64), torch.tensor([0, 0])],
+               lambda a, sc, zp, dt=dt: torch.quantize_per_channel(a, sc, zp, 1, QD[dt]).int_repr(), **exact)
+        s.case(g, f"quantize_per_channel.{dt}.axis_out_of_range",
+               "torch.quantize_per_channel(x [4, 3, 8], scales, zero_points, axis=3)", "quantize",
+               {"scheme": "per_channel", "axis": 3, "dtype": dt},
+               [x3, torch.tensor([0.1] * 8, dtype=F64), torch.zeros(8, dtype=I64)],
+               lambda a, sc, zp, dt=dt: torch.quantize_per_channel(a, sc, zp, 3, QD[dt]).int_repr(), **exact)
+
+    # Observers: the state and calculate_qparams before any batch and after each one.
+    def run_observer(make, kind):
+        def run(*batches):
+            o = make()
+            outs = list(o.calculate_qparams())
+            for b in batches:
+                o(b)
+                outs += [o.min_val.clone(), o.max_val.clone()]
+                if kind == "hist":
+                    outs.append(o.histogram.clone())
+                outs += list(o.calculate_qparams())
+            return outs
+        return run
+
+    normal = [s.randn(4, 8), s.randn(4, 8) * 2 + 1, s.randn(4, 8) * 0.5 - 3]
+    positive = [s.rand(3, 5) + 0.5, s.rand(3, 5) * 4 + 1]
+    batches = {
+        "normal": normal,
+        "positive": positive,
+        "negative": [-p for p in positive],
+        "constant": [torch.full((2, 5), 1.5), torch.full((2, 5), 1.5)],
+        "constant_negative": [torch.full((6,), -0.25)],
+        "zeros": [torch.zeros(3, 4), torch.zeros(3, 4)],
+        "outlier": [torch.cat([s.randn(200), torch.tensor([1000.0])]), s.randn(200)],
+        "tiny": [s.randn(10) * 1e-9],
+        "empty_then": [torch.zeros(0), s.randn(5)],
+    }
+    configs = [("quint8", "per_tensor_affine", False, None), ("qint8", "per_tensor_affine", False, None),
+               ("quint8", "per_tensor_symmetric", False, None), ("qint8", "per_tensor_symmetric", False, None),
+               ("quint8", "per_tensor_affine", True, None), ("qint8", "per_tensor_symmetric", True, None),
+               ("quint8", "per_tensor_affine", False, (0, 15)), ("qint8", "per_tensor_affine", False, (-8, 7)),
+               ("quint8", "per_tensor_symmetric", False, (0, 100)), ("qint8", "per_tensor_affine", True, (-64, 63))]
+
+    def options(dt, qs, rr, qr):
+        kw = {"dtype": QD[dt], "qscheme": QS[qs], "reduce_range": rr}
+        attrs = {"dtype": dt, "qscheme": qs, "reduce_range": rr}
+        if qr is not None:
+            kw.update(quant_min=qr[0], quant_max=qr[1])
+            attrs.update(quant_min=qr[0], quant_max=qr[1])
+        return kw, attrs
+
+    def tag(dt, qs, rr, qr):
+        return f"{dt}.{qs}" + (".reduce_range" if rr else "") + (f".q{qr[0]}_{qr[1]}" if qr else "")
+
+    for type_name, cls, extra_kw, data_names in [
+            ("MinMaxObserver", obs.MinMaxObserver, {}, list(batches)),
+            ("MovingAverageMinMaxObserver", obs.MovingAverageMinMaxObserver, {"averaging_constant": 0.01},
+             ["normal", "positive", "constant", "zeros", "outlier"]),
+            ("MovingAverageMinMaxObserver", obs.MovingAverageMinMaxObserver, {"averaging_constant": 0.3},
+             ["normal", "negative"]),
+            ("HistogramObserver", obs.HistogramObserver, {},
+             ["normal", "positive", "negative", "constant", "constant_negative", "zeros", "outlier", "tiny"])]:
+        kind = "hist" if type_name == "HistogramObserver" else "minmax"
+        for cfg in configs:
+            kw, attrs = options(*cfg)
+            kw.update(extra_kw)
+            attrs.update(extra_kw, type=type_name)
+            names = data_names if cfg[:3] in [("quint8", "per_tensor_affine", False), ("qint8", "per_tensor_symmetric",
+                                                                                       False)] and cfg[3] is None \
+                else data_names[:2]
+            for dn in names:
+                suffix = f".c{extra_kw['averaging_constant']}" if extra_kw else ""
+                s.case(g, f"{type_name}{suffix}.{tag(*cfg)}.{dn}",
+                       f"{type_name}({', '.join(f'{k}={v}' for k, v in attrs.items() if k != 'type')}) over "
+                       f"{len(batches[dn])} batches ({dn})", "observer", attrs, batches[dn],
+                       run_observer(lambda kw=kw, cls=cls: cls(**kw), kind), **exact)
+    # Per channel, along dimension 0 and 1 (and -1), affine and symmetric.
+    w = [s.randn(4, 6, 3), s.randn(4, 6, 3) * 3]
+    w[1][2] = 0.0
+    w[0][3] = 0.75
+    for cfg in [("quint8", "per_channel_affine", False, None), ("qint8", "per_channel_affine", False, None),
+                ("qint8", "per_channel_symmetric", False, None), ("quint8", "per_channel_symmetric", False, None),
+                ("qint8", "per_channel_symmetric", True, None), ("quint8", "per_channel_affine", True, None),
+                ("qint8", "per_channel_affine", False, (-8, 7))]:
+        for axis in [0, 1, -1]:
+            kw, attrs = options(*cfg)
+            kw["ch_axis"] = axis
+            attrs.update(ch_axis=axis, type="PerChannelMinMaxObserver")
+            s.case(g, f"PerChannelMinMaxObserver.{tag(*cfg)}.axis{axis}",
+                   f"PerChannelMinMaxObserver(ch_axis={axis}, {', '.join(f'{k}={v}' for k, v in attrs.items() if k not in ('type', 'ch_axis'))}) over 2 batches [4, 6, 3]",
+                   "observer", attrs, w, run_observer(lambda kw=kw: obs.PerChannelMinMaxObserver(**kw), "minmax"),
+                   **exact)
+    # Options PyTorch refuses.
+    for type_name, cls, kw, attrs in [
+            ("MinMaxObserver", obs.MinMaxObserver, {"qscheme": torch.per_channel_affine},
+             {"qscheme": "per_channel_affine"}),
+            ("MinMaxObserver", obs.MinMaxObserver,
+             {"qscheme": torch.per_tensor_symmetric, "reduce_range": True, "dtype": torch.quint8},
+             {"qscheme": "per_tensor_symmetric", "reduce_range": True, "dtype": "quint8"}),
+            ("MinMaxObserver", obs.MinMaxObserver, {"quant_min": 1, "quant_max": 10}, {"quant_min": 1, "quant_max": 10}),
+            ("MinMaxObserver", obs.MinMaxObserver, {"quant_min": 0, "quant_max": 0}, {"quant_min": 0, "quant_max": 0}),
+            ("MinMaxObserver", obs.MinMaxObserver, {"dtype": torch.qint8, "quant_min": -200, "quant_max": 100},
+             {"dtype": "qint8", "quant_min": -200, "quant_max": 100}),
+            ("PerChannelMinMaxObserver", obs.PerChannelMinMaxObserver, {"qscheme": torch.per_tensor_affine},
+             {"qscheme": "per_tensor_affine"}),
+            ("HistogramObserver", obs.HistogramObserver, {"qscheme": torch.per_channel_symmetric},
+             {"qscheme": "per_channel_symmetric"})]:
+        attrs = dict(attrs, type=type_name)
+        s.case(g, f"{type_name}.refuses.{'.'.join(f'{k}{v}' for k, v in attrs.items() if k != 'type')}",
+               f"{type_name}({', '.join(f'{k}={v}' for k, v in attrs.items() if k != 'type')})", "observer", attrs,
+               [normal[0]], run_observer(lambda kw=kw, cls=cls: cls(**kw), "minmax"), **exact)
+    # The dynamic path's activation parameters (ATen's ChooseQuantizationParams, in double).
+    for name, x in [("normal", s.randn(50)), ("positive", s.rand(20) + 0.25), ("negative", -s.rand(20) - 3),
+                    ("zeros", torch.zeros(4)), ("constant", torch.full((3,), 2.0)), ("tiny", torch.tensor([1e-7, 2e-7])),
+                    ("tiny_both", torch.tensor([-1e-6, 3e-6])), ("tiny_negative", torch.tensor([-4e-6, -1e-6])),
+                    ("skewed", torch.tensor([-0.001, 1000.0])), ("skewed_negative", torch.tensor([-1000.0, 0.003])),
+                    ("outlier", torch.cat([s.randn(100), torch.tensor([500.0])])), ("mid_tie", torch.tensor([-1.0, 1.0])),
+                    ("huge", torch.tensor([-3e38, 3e38]))]:
+        for rr in [False, True]:
+            s.case(g, f"choose_qparams_per_tensor.{name}" + (".reduce_range" if rr else ""),
+                   f"torch._choose_qparams_per_tensor(x, reduce_range={rr})", "choose_qparams", {"reduce_range": rr},
+                   [x], lambda a, rr=rr: (lambda p: (torch.tensor([p[0]], dtype=F64), torch.tensor([p[1]])))(
+                       torch._choose_qparams_per_tensor(a, rr)), **exact)
+
 def safetensors_edge(out_dir):
     """A file the reference writer made where every second tensor is empty: 0-byte entries
     share a start offset with their neighbours, and a reader must accept them."""
@@ -2340,7 +2518,7 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions, selection, dtypes, rnn2, layers2, ops3):
+                  factories, float_classes, corners, additions, selection, dtypes, rnn2, layers2, ops3, quant):
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)
