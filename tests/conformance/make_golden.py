@@ -864,6 +864,26 @@ def nn_layers(s):
 RNN_KINDS = [("RNN", "tanh"), ("RNN", "relu"), ("LSTM", None), ("GRU", None)]
 
 
+def record_param_grads(s, group, name, module, forward):
+    """After a module's case: the gradients of every parameter for the case's upstream gradients
+    of its outputs, as "<case>/pgrad.<name>" entries (zeros for a parameter the outputs do not
+    reach), and "param_grads" in its record. Nothing where PyTorch raised."""
+    tensors, meta = s.groups[group]
+    rec = json.loads(meta[name])
+    if rec["raises"] is not None:
+        return
+    outs = forward()
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
+    names = [k for k, _ in module.named_parameters()]
+    params = [p for _, p in module.named_parameters()]
+    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts, allow_unused=True)
+    for k, gr, p in zip(names, grads, params):
+        tensors[f"{name}/pgrad.{k}"] = (gr if gr is not None else torch.zeros_like(p)).detach().contiguous().clone()
+    rec["param_grads"] = names
+    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+
+
 def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidirectional=True, bias=True,
              dropout=0.0, h0_shape=None, hidden=3, input_size=None, seed=11, proj_size=0, c0_shape=None):
     """One recurrent layer's case in group rnn2: inputs x and, with h0_shape, the initial states
@@ -897,19 +917,7 @@ def rnn_case(s, name, kind, nonlinearity, x, layers=2, batch_first=False, bidire
              "train": False, "params": names, "proj_size": proj_size}
     grad = tuple(range(1 + len(states)))
     s.case("rnn2", name, call, "rnn", attrs, [x, *states], run, grad=grad, rtol=1e-5, atol=1e-5, extra=st)
-    tensors, meta = s.groups["rnn2"]
-    rec = json.loads(meta[name])
-    if rec["raises"] is not None:
-        return
-    # The parameters' gradients for the same upstream gradients: their own entries.
-    outs = run(x, *states)
-    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
-    params = [p for _, p in module.named_parameters()]
-    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts)
-    for k, g in zip(names, grads):
-        tensors[f"{name}/pgrad.{k}"] = g.detach().contiguous().clone()
-    rec["param_grads"] = names
-    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+    record_param_grads(s, "rnn2", name, module, lambda: run(x, *states))
 
 
 def cell_case(s, name, kind, x, states=(), bias=True, nonlinearity=None, hidden=3, input_size=None, seed=17):
@@ -936,19 +944,7 @@ def cell_case(s, name, kind, x, states=(), bias=True, nonlinearity=None, hidden=
         (f", states {[list(t.shape) for t in states]}" if states else "") + ")"
     s.case("rnn2", name, call, "cell", attrs, [x, *states], run, grad=tuple(range(1 + len(states))), rtol=1e-5,
            atol=1e-5, extra=st)
-    tensors, meta = s.groups["rnn2"]
-    rec = json.loads(meta[name])
-    if rec["raises"] is not None:
-        return
-    outs = run(x, *states)
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
-    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
-    params = [p for _, p in module.named_parameters()]
-    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts)
-    for k, g in zip(names, grads):
-        tensors[f"{name}/pgrad.{k}"] = g.detach().contiguous().clone()
-    rec["param_grads"] = names
-    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+    record_param_grads(s, "rnn2", name, module, lambda: run(x, *states))
 
 
 def rnn2(s):
@@ -1615,19 +1611,7 @@ def module_grads_case(s, g, name, call, fn, attrs, module, inputs, run, grad):
     st = state(module)
     names = [k for k, _ in module.named_parameters()]
     s.case(g, name, call, fn, dict(attrs, params=names), inputs, run, grad=grad, rtol=1e-4, atol=1e-5, extra=st)
-    tensors, meta = s.groups[g]
-    rec = json.loads(meta[name])
-    if rec["raises"] is not None:
-        return
-    outs = run(*inputs)
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
-    gouts = [tensors[f"{name}/gout{i}"] for i in rec["gout_of"]]
-    params = [p for _, p in module.named_parameters()]
-    grads = torch.autograd.grad([outs[i] for i in rec["gout_of"]], params, gouts, allow_unused=True)
-    for k, gr, p in zip(names, grads, params):
-        tensors[f"{name}/pgrad.{k}"] = (gr if gr is not None else torch.zeros_like(p)).detach().contiguous().clone()
-    rec["param_grads"] = names
-    meta[name] = json.dumps(rec, sort_keys=True, allow_nan=False)
+    record_param_grads(s, g, name, module, lambda: run(*inputs))
 
 
 def transformer_layers2(s, g):
