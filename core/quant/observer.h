@@ -42,6 +42,7 @@ std::pair<int64_t, int64_t> calculate_qmin_qmax(std::optional<int64_t> quant_min
                                                 QDtype dtype, bool reduce_range);
 
 // UniformQuantizationObserverBase: the options, the range, and _calculate_qparams.
+// Thread-safety: none; an observer belongs to the one module (and thread) calibrating it.
 class UniformObserver {
  public:
   explicit UniformObserver(const ObserverOptions& options);
