@@ -186,6 +186,7 @@ void StridedScatterAddKernel(const KernelCall& c) {
   const Geometry& g = c.attrs.get<StridedScatterArgs>().window;
   ANVIL_DISPATCH_NUMERIC(out.dtype(), "strided_scatter_add", [&] {
     std::fill(out.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + out.numel(), scalar_t(0));
+    if (src.numel() == 0) return;  // an empty window adds nothing (and its zero sizes must not reach the loop)
     Tensor w = RawWindow(out, g.sizes, g.strides, out.storage_offset() + g.offset);
     StridedLoop<2> loop;
     loop.Build({&w, &src});
