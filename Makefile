@@ -85,6 +85,8 @@ $(SAN_DIR)/build.ninja:
 # The connection-flood test runs in `make test` and under ThreadSanitizer only: once the flood
 # fills the fd table, UBSan's vptr check (whose runtime needs fds of its own) reports every
 # dynamic type it meets as invalid.
+# tests/lsan.supp names the uninstrumented libraries whose leaks are not Anvil's (hiredis's
+# replies that Gloo's RedisStore leaves behind).
 # intercept_tls_get_addr=0: a sanitizer runtime's __tls_get_addr interceptor can read a dynamic
 # TLS block of the dlopen'd oneDNN, BLIS and OpenMP that starts 16 bytes past a page as a glibc
 # 2.19 header, take garbage for its bounds, and LeakSanitizer's tracer dies at exit.
@@ -93,6 +95,7 @@ test-asan: deps-test deps-fuzz data $(SAN_DIR)/build.ninja
 	  anvil_onnx_tests anvil_server_tests anvil_fault_tests anvil_distributed_tests ddp_train_main anvil-run anvild anvil \
 	  anvil_python_stubs
 	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -L 'core|data|nn|onnx|server|fault|distributed' -E anvil_connection_flood_test --timeout 900
 
 # ThreadSanitizer over the data pipeline (the DataLoader is where threads meet) and the service
