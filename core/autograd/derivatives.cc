@@ -241,8 +241,6 @@ Grads MeanB(Ctx& c, const Grads& g) {
   return {ExpandReduced(g[0], c.input(0), c.args<ReduceArgs>()) /
           static_cast<double>(ReducedCount(c.input(0), c.args<ReduceArgs>()))};
 }
-Tensor Flip(const Tensor& t, int64_t d);
-
 // d prod / d x_i is the product of the others. Without a zero anywhere that is prod / x_i;
 // with one, the product of the elements before x_i times those after it (exclusive cumprods
 // from both ends), which is exact at zeros and gives NaN where inf meets 0: PyTorch's
@@ -279,7 +277,7 @@ Grads ProdB(Ctx& c, const Grads& g) {
   one_sizes.push_back(1);
   const Tensor one = ones(one_sizes, TensorOptions(x.dtype()).with_device(x.device()));
   const Tensor before = cumprod(cat({one, flat.narrow(-1, 0, r - 1)}, -1), -1);
-  const Tensor after = Flip(cumprod(cat({one, Flip(flat.narrow(-1, 1, r - 1), -1)}, -1), -1), -1);
+  const Tensor after = flip(cumprod(cat({one, flip(flat.narrow(-1, 1, r - 1), {-1})}, -1), -1), {-1});
   IntArray inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
   return {gx * (before * after).reshape(moved.sizes()).permute(inverse)};
@@ -344,14 +342,6 @@ Grads CumSumB(Ctx& c, const Grads& g) {
   if (g[0].dim() == 0) return {g[0]};
   return {sum(g[0], {d}, true) - cumsum(g[0], d) + g[0]};
 }
-// d y_j / d x_i = exp(x_i - y_j) for j >= i, so grad_i = sum_{j>=i} g_j exp(x_i - y_j): a
-// reversed logcumsumexp of log|g| - y, split by the sign of g so the logs are defined
-// (TensorFlow's and PyTorch's formula), then exp(. + x). Composed of differentiable ops, so
-// second derivatives follow.
-Tensor Flip(const Tensor& t, int64_t d) {
-  const int64_t n = t.size(d);
-  return index_select(t, d, arange(n - 1, -1, -1, TensorOptions(kInt64).with_device(t.device())));
-}
 // Without zeros, grad_i = sum_{j>=i} g_j y_j / x_i: a reversed cumsum over x. A zero at z makes
 // every later y vanish, so elements before the first zero keep that formula (the terms past z
 // are 0) with a safe divisor; the first zero's own gradient is sum_{j>=z} g_j prod_{i<=j,i!=z} x_i,
@@ -378,7 +368,7 @@ Grads CumProdB(Ctx& c, const Grads& g) {
   if (g[0].numel() == 0) return {g[0]};
   if (g[0].dim() == 0) return {g[0]};
   const int64_t d = wrap_dim(c.args<DimArgs>().dim, g[0].dim(), "cumprod");
-  auto reversed_cumsum = [&](const Tensor& t) { return Flip(cumsum(Flip(t, d), d), d); };
+  auto reversed_cumsum = [&](const Tensor& t) { return flip(cumsum(flip(t, {d}), d), {d}); };
   const Tensor is_zero = x == 0;
   if (!any(is_zero).item<bool>()) return {reversed_cumsum(g[0] * y) / x};
   if (GradMode::is_enabled()) return {CumProdGradWithZeros(x, g[0], d)};
@@ -393,6 +383,10 @@ Grads CumProdB(Ctx& c, const Grads& g) {
   return {where(before, no_zero, where(first_zero, at_zero, zeros_like(x)))};
 }
 
+// d y_j / d x_i = exp(x_i - y_j) for j >= i, so grad_i = sum_{j>=i} g_j exp(x_i - y_j): a
+// reversed logcumsumexp of log|g| - y, split by the sign of g so the logs are defined
+// (TensorFlow's and PyTorch's formula), then exp(. + x). Composed of differentiable ops, so
+// second derivatives follow.
 Grads LogCumSumExpB(Ctx& c, const Grads& g) {
   const Tensor x = c.saved_input(0), y = c.saved_output(0);
   if (g[0].dim() == 0 || g[0].numel() == 0) return {g[0]};
@@ -405,7 +399,7 @@ Grads LogCumSumExpB(Ctx& c, const Grads& g) {
                         : dt == kBFloat16 ? -3.3895313892515355e38
                                           : static_cast<double>(std::numeric_limits<float>::lowest());
   const Tensor log_abs = log(abs(g[0]));
-  auto reversed_lcse = [&](const Tensor& t) { return Flip(logcumsumexp(Flip(t, d), d), d); };
+  auto reversed_lcse = [&](const Tensor& t) { return flip(logcumsumexp(flip(t, {d}), d), {d}); };
   const Tensor pos = exp(reversed_lcse(where(g[0] > 0.0, log_abs, lowest) - y) + x);
   const Tensor neg = exp(reversed_lcse(where(g[0] < 0.0, log_abs, lowest) - y) + x);
   return {pos - neg};

@@ -133,8 +133,7 @@ std::tuple<Tensor, Tensor> MaxPool(const Tensor& x, const std::array<PoolDim, 2>
     const Tensor nan_window = values != values;
     if (any(nan_window).item<bool>()) {
       const int64_t taps = windows.size(2);
-      const Tensor reversed =
-          index_select(windows != windows, 2, arange(taps - 1, -1, -1, TensorOptions(kInt64).with_device(x.device())));
+      const Tensor reversed = flip(windows != windows, {2});
       const Tensor last_nan = (taps - 1) - std::get<1>(max(reversed.to(kUInt8), 2));
       offset = where(nan_window, last_nan, first);
     }

@@ -38,9 +38,15 @@ Tensor amin(const Tensor& x, IntArray dims, bool keepdim) {
   return dispatch1(OpId::Amin, {x}, ReduceAttrs(std::move(dims), keepdim));
 }
 namespace {
-// max() / min() over everything: amax's value, with PyTorch's evenly_distribute_backward: the
-// elements equal to the result share its gradient, and a NaN result is shared by the NaNs
-// (amax's own rule matches no element then, as PyTorch's amax does).
+// PyTorch's evenly_distribute_backward for a reduction to one value: the elements equal to it
+// share the gradient, and a NaN value is shared by the NaNs.
+Tensor EvenlyDistribute(const Tensor& x, const Tensor& value, const Tensor& g) {
+  const Tensor mask = logical_or(eq(x, value), logical_and(isnan(x), isnan(value))).to(g.dtype());
+  return mask * (g / sum(mask));
+}
+
+// max() / min() over everything: amax's value, with the gradient evenly distributed (amax's
+// own rule matches no element for a NaN result, as PyTorch's amax does).
 struct ExtremumAll : autograd::Function<ExtremumAll> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor x, bool is_max) {
     Tensor out = is_max ? amax(x) : amin(x);
@@ -50,8 +56,7 @@ struct ExtremumAll : autograd::Function<ExtremumAll> {
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
     const std::vector<Tensor> s = ctx->get_saved_variables();
-    const Tensor mask = logical_or(eq(s[0], s[1]), logical_and(isnan(s[0]), isnan(s[1]))).to(g[0].dtype());
-    return {mask * (g[0] / sum(mask)), Tensor()};
+    return {EvenlyDistribute(s[0], s[1], g[0]), Tensor()};
   }
 };
 }  // namespace
@@ -227,8 +232,7 @@ Tensor MedianPlace(const Tensor& x, int64_t d) {
   return where(nans > 0, n - nans, full_like(nans, (n - 1) / 2));
 }
 
-// median() of all elements: the gradient is shared evenly among the elements equal to the
-// median (all NaNs where it is NaN), PyTorch's evenly_distribute_backward.
+// median() of all elements, its gradient evenly distributed (all NaNs share it where it is NaN).
 struct MedianAll : autograd::Function<MedianAll> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor x) {
     Tensor flat = x.reshape({-1});
@@ -239,10 +243,7 @@ struct MedianAll : autograd::Function<MedianAll> {
   }
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
     const auto saved = ctx->get_saved_variables();
-    const Tensor& x = saved[0];
-    const Tensor& value = saved[1];
-    const Tensor mask = ((value != value).item<bool>() ? isnan(x) : x == value).to(g[0].dtype());
-    return {mask * (g[0] / sum(mask))};
+    return {EvenlyDistribute(saved[0], saved[1], g[0])};
   }
 };
 }  // namespace
