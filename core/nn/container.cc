@@ -32,6 +32,13 @@ bool LinearThenRelu(const std::vector<std::shared_ptr<Module>>& layers, size_t i
 
 }  // namespace
 
+void Sequential::replace(size_t i, std::shared_ptr<Module> module) {
+  ANVIL_CHECK_INDEX(i < layers_.size(), "Sequential::replace: index ", i, " is out of range for ", layers_.size(),
+                    " layers");
+  ReplaceChild(std::to_string(i), module);
+  layers_[i] = std::move(module);
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < layers_.size(); ++i) {

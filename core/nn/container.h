@@ -21,6 +21,9 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const;
+  // Puts `module` in place of layer i, under the same name ("i"): how fusion and quantization
+  // rewrite a model (torch's setattr on a Sequential).
+  void replace(size_t i, std::shared_ptr<Module> module);
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;

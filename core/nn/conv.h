@@ -24,6 +24,9 @@ class Conv2d : public Module {
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
+  const ConvOptions& options() const { return options_; }
+  const std::array<int64_t, 2>& kernel_size() const { return kernel_; }
+
   Tensor weight, bias;
   int64_t in_channels, out_channels;
 

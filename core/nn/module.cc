@@ -55,6 +55,17 @@ void Module::register_buffer(std::string name, Tensor& slot) {
   buffers_.push_back(Slot{std::move(name), &slot});
 }
 
+void Module::ReplaceChild(const std::string& name, std::shared_ptr<Module> module) {
+  ANVIL_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
+  for (auto& [n, m] : children_) {
+    if (n == name) {
+      m = std::move(module);
+      return;
+    }
+  }
+  ANVIL_CHECK(false, type_name_, ": no submodule '", name, "' to replace");
+}
+
 void Module::RegisterChild(std::string name, std::shared_ptr<Module> module) {
   ANVIL_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
   ANVIL_CHECK(module.get() != this, type_name_, ": a module cannot contain itself");

@@ -101,6 +101,8 @@ class Module {
     return module;
   }
   void RegisterChild(std::string name, std::shared_ptr<Module> module);
+  // Replaces the child registered as `name` (it must exist) by `module`.
+  void ReplaceChild(const std::string& name, std::shared_ptr<Module> module);
   // Registers `module` under its index ("0", "1", ...) among children registered only this
   // way: unique by construction, so no scan for duplicates (a 10^4-layer Sequential stays
   // linear to build).

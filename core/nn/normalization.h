@@ -20,6 +20,8 @@ class BatchNorm : public Module {
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
+  double eps() const { return eps_; }
+
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   int64_t num_features;
 

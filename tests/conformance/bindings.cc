@@ -15,6 +15,8 @@
 #include "core/quant/histogram_observer.h"
 #include "core/quant/observer.h"
 #include "core/quant/qtensor.h"
+#include "core/quant/quantize.h"
+#include "core/quant/quantized_layers.h"
 
 namespace anvil::conformance {
 namespace {
@@ -964,6 +966,110 @@ Result Quantize(const Case& c, const std::vector<Tensor>& in) {
   return Result{{q.int_repr(), quant::dequantize(q)}, {}};
 }
 
+// quantize_dynamic(Sequential(Linear)) on the case's weights, then its forward.
+Result LinearDynamic(const Case& c, const std::vector<Tensor>& in) {
+  auto model = std::make_shared<nn::Sequential>();
+  auto lin = std::make_shared<nn::Linear>(in[1].size(1), in[1].size(0));
+  {
+    NoGradGuard g;
+    lin->weight.copy_(in[1]);
+    lin->bias.copy_(in[2]);
+  }
+  model->push_back(lin);
+  model->eval();
+  quant::QConfig q;
+  q.per_channel_weights = c.attrs().at("per_channel").get<bool>();
+  quant::quantize_dynamic(*model, q);
+  return Result{{model->forward(in[0])}, {}};
+}
+
+// The static CNN of make_golden.py's qlayers(): fuse, prepare, calibrate, convert, forward.
+// Anvil places the input's quantization itself (the first layer's input observer); PyTorch's
+// model has a QuantStub there, observed alike.
+Result StaticCnn(const Case& c, const std::vector<Tensor>& in) {
+  const json& a = c.attrs();
+  auto conv = std::make_shared<nn::Conv2d>(1, 4, std::array<int64_t, 2>{3, 3}, nn::ConvOptions{{1, 1}, {1, 1}});
+  auto bn = std::make_shared<nn::BatchNorm2d>(4);
+  auto l1 = std::make_shared<nn::Linear>(64, 16);
+  auto l2 = std::make_shared<nn::Linear>(16, 10);
+  {
+    NoGradGuard g;
+    conv->weight.copy_(in[0]);
+    conv->bias.copy_(in[1]);
+    bn->weight.copy_(in[2]);
+    bn->bias.copy_(in[3]);
+    bn->running_mean.copy_(in[4]);
+    bn->running_var.copy_(in[5]);
+    l1->weight.copy_(in[6]);
+    l1->bias.copy_(in[7]);
+    l2->weight.copy_(in[8]);
+    l2->bias.copy_(in[9]);
+  }
+  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      conv, bn, std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}),
+      std::make_shared<nn::Flatten>(), l1, std::make_shared<nn::ReLU>(), l2});
+  model->eval();
+  quant::fuse_modules(*model);
+  quant::QConfig q;
+  q.activation = quant::activation_observer_from_name(a.at("observer").get<std::string>());
+  q.per_channel_weights = a.at("per_channel").get<bool>();
+  q.reduce_range = a.at("reduce_range").get<bool>();
+  quant::prepare(*model, q);
+  {
+    NoGradGuard g;
+    for (int64_t i = 0; i < in[10].size(0); ++i) model->forward(in[10].select(0, i));
+  }
+  quant::convert(*model);
+  return Result{{model->forward(in[11])}, {}};
+}
+
+// The case's weights quantized with its scales (zero points 0), per channel or per tensor.
+quant::QTensor CaseWeight(const Tensor& w, const Tensor& scales, bool per_channel) {
+  if (per_channel) return quant::quantize_per_channel(w, scales, zeros({w.size(0)}, kInt64), 0, quant::QDtype::QInt8);
+  return quant::quantize_per_tensor(w, scales.to_vector<double>()[0], 0, quant::QDtype::QInt8);
+}
+
+// A quantized layer alone with given parameters: the output's integers and values.
+Result StaticLayer(const Case& c, const std::vector<Tensor>& in, bool conv) {
+  const json& a = c.attrs();
+  const quant::ActivationQParams qin{a.at("in_scale").get<double>(), a.at("in_zp").get<int64_t>()};
+  const quant::ActivationQParams qout{a.at("out_scale").get<double>(), a.at("out_zp").get<int64_t>()};
+  const bool relu = a.at("relu").get<bool>();
+  quant::QTensor w = CaseWeight(in[1], in[3], a.at("per_channel").get<bool>());
+  std::shared_ptr<nn::Module> layer;
+  if (conv) {
+    nn::ConvOptions o;
+    o.stride = {a.at("stride").get<int64_t>(), a.at("stride").get<int64_t>()};
+    o.padding = {a.at("padding").get<int64_t>(), a.at("padding").get<int64_t>()};
+    o.dilation = {a.at("dilation").get<int64_t>(), a.at("dilation").get<int64_t>()};
+    layer = std::make_shared<quant::QuantizedConv2d>(w, in[2], o, qin, qout, relu);
+  } else {
+    layer = std::make_shared<quant::QuantizedLinear>(w, in[2], qin, qout, relu);
+  }
+  const Tensor y = layer->forward(in[0]);
+  // The output is on the quint8 grid: its integers are round(y / scale) + zero point.
+  const Tensor ints = ((y / qout.scale).round() + static_cast<double>(qout.zero_point)).to(kUInt8);
+  return Result{{ints, y}, {}};
+}
+
+Result FuseConvBn(const Case&, const std::vector<Tensor>& in) {
+  nn::Conv2d conv(3, 5, {3, 3}, nn::ConvOptions{{1, 1}, {1, 1}});
+  nn::BatchNorm2d bn(5);
+  {
+    NoGradGuard g;
+    conv.weight.copy_(in[0]);
+    conv.bias.copy_(in[1]);
+    bn.weight.copy_(in[2]);
+    bn.bias.copy_(in[3]);
+    bn.running_mean.copy_(in[4]);
+    bn.running_var.copy_(in[5]);
+  }
+  bn.eval();
+  auto fused = quant::fuse_conv_bn_eval(conv, bn);
+  NoGradGuard g;
+  return Result{{fused->weight.detach(), fused->bias.detach(), fused->forward(in[6])}, {}};
+}
+
 // An observer over the case's batches: calculate_qparams() before any, then after each
 // batch min_val, max_val (the histogram for HistogramObserver) and calculate_qparams().
 Result Observer(const Case& c, const std::vector<Tensor>& in) {
@@ -1271,6 +1377,11 @@ std::map<std::string, Binding> Make() {
   b["ops3"] = Ops3;
   b["quantize"] = Quantize;
   b["observer"] = Observer;
+  b["linear_dynamic"] = LinearDynamic;
+  b["static_cnn"] = StaticCnn;
+  b["fuse_conv_bn"] = FuseConvBn;
+  b["linear_static"] = [](const Case& c, const std::vector<Tensor>& in) { return StaticLayer(c, in, false); };
+  b["conv2d_static"] = [](const Case& c, const std::vector<Tensor>& in) { return StaticLayer(c, in, true); };
   b["choose_qparams"] = [](const Case& c, const std::vector<Tensor>& in) {
     const quant::ChosenQParams p = quant::choose_qparams_per_tensor(in[0].contiguous().to_vector<float>(),
                                                                     c.attrs().at("reduce_range").get<bool>());

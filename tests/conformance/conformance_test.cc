@@ -24,7 +24,7 @@ using json = nlohmann::json;
 const char* const kGroups[] = {"promotion",     "elementwise", "reductions", "losses",    "nn",
                                "optim",         "sched",       "indexing",   "views",     "factories",
                                "float_classes", "corners",     "additions",  "selection", "dtypes",
-                               "rnn2",          "layers2",     "ops3",       "quant"};
+                               "rnn2",          "layers2",     "ops3",       "quant",     "qlayers"};
 
 // Where Anvil deliberately differs from PyTorch (docs/pitfalls.md, "Deliberate differences"):
 // PyTorch computes, Anvil refuses with a message that says why. The case must raise in Anvil.

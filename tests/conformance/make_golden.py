@@ -2498,11 +2498,167 @@ def safetensors_edge(out_dir):
     os.replace(path + ".tmp", path)
 
 
+def qlayers(s):
+    """Quantized layers against PyTorch's eager quantization on its fbgemm engine: dynamic
+    Linear (quantize_dynamic), fusion (Conv2d-BatchNorm2d-ReLU folded), and whole static models
+    (fuse, prepare, calibrate, convert) whose outputs must match bit for bit."""
+    import torch.ao.quantization as tq
+    from torch.ao.quantization import observer as obs
+    torch.backends.quantized.engine = "fbgemm"
+    # PyTorch's quantized tensors have no deterministic resize; the suite's deterministic mode
+    # is off for this group (every quantized op here is deterministic on the CPU anyway).
+    torch.use_deterministic_algorithms(False)
+    g = "qlayers"
+    exact = {"rtol": 0.0, "atol": 0.0}
+
+    # Dynamic Linear: per-channel (per_channel_dynamic_qconfig) and per-tensor weights; rows of
+    # several magnitudes, a constant batch, a batch of zeros, a batch of one.
+    for per_channel in [True, False]:
+        qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
+        tag = "per_channel" if per_channel else "per_tensor"
+        for (m, k, n, kind) in [(1, 64, 10, "randn"), (7, 33, 17, "randn"), (32, 128, 64, "wide"),
+                                (4, 16, 8, "const"), (3, 16, 8, "zeros"), (5, 20, 3, "positive")]:
+            x = {"randn": s.randn(m, k), "wide": s.randn(m, k) * 30, "const": torch.full((m, k), 0.75),
+                 "zeros": torch.zeros(m, k), "positive": s.rand(m, k) * 6}[kind]
+            w = s.randn(n, k) * 0.2
+            b = s.randn(n)
+
+            def run(x, w, b, qconfig=qconfig):
+                lin = torch.nn.Sequential(torch.nn.Linear(w.shape[1], w.shape[0]))
+                with torch.no_grad():
+                    lin[0].weight.copy_(w)
+                    lin[0].bias.copy_(b)
+                q = tq.quantize_dynamic(lin, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+                return q(x)
+            s.case(g, f"linear_dynamic.{tag}.{m}x{k}x{n}.{kind}",
+                   f"quantize_dynamic(Linear({k}, {n}), {tag} qint8)(x [{m}, {k}])", "linear_dynamic",
+                   {"per_channel": per_channel}, [x, w, b], run, **exact)
+
+    # Static models: fuse, prepare with an observer, calibrate on three batches, convert, run.
+    def cnn_inputs():
+        return [s.randn(4, 1, 3, 3) * 0.5, s.randn(4) * 0.1, s.rand(4) + 0.5, s.randn(4) * 0.1, s.randn(4) * 0.1,
+                s.rand(4) + 0.5, s.randn(16, 64) * 0.2, s.randn(16) * 0.1, s.randn(10, 16) * 0.3, s.randn(10) * 0.1,
+                s.randn(3, 8, 1, 8, 8), s.randn(5, 1, 8, 8)]
+
+    def run_cnn(cw, cb, bw, bb, rm, rv, l1w, l1b, l2w, l2b, calib, x, observer="histogram", per_channel=True,
+                reduce_range=True):
+        model = torch.nn.Sequential(tq.QuantStub(), torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                    torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                                    torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10),
+                                    tq.DeQuantStub())
+        with torch.no_grad():
+            model[1].weight.copy_(cw); model[1].bias.copy_(cb)
+            model[2].weight.copy_(bw); model[2].bias.copy_(bb)
+            model[2].running_mean.copy_(rm); model[2].running_var.copy_(rv)
+            model[6].weight.copy_(l1w); model[6].bias.copy_(l1b)
+            model[8].weight.copy_(l2w); model[8].bias.copy_(l2b)
+        model.eval()
+        model = tq.fuse_modules(model, [["1", "2", "3"], ["6", "7"]])
+        act = {"histogram": obs.HistogramObserver.with_args(reduce_range=reduce_range),
+               "minmax": obs.MinMaxObserver.with_args(reduce_range=reduce_range),
+               "moving_average_minmax": obs.MovingAverageMinMaxObserver.with_args(reduce_range=reduce_range)}[observer]
+        model.qconfig = tq.QConfig(activation=act, weight=obs.default_per_channel_weight_observer if per_channel
+                                   else obs.default_weight_observer)
+        tq.prepare(model, inplace=True)
+        with torch.no_grad():
+            for batch in calib:
+                model(batch)
+        tq.convert(model, inplace=True)
+        return model(x)
+
+    # (The moving-average observer is left out here: PyTorch's eager prepare feeds a fused
+    # module's observer each batch twice, which only that observer's average notices. Its own
+    # cases are in the quant group.)
+    for observer in ["histogram", "minmax"]:
+        for per_channel in [True, False]:
+            for reduce_range in [True, False]:
+                if observer != "histogram" and not per_channel:
+                    continue
+                tag = f"{observer}.{'per_channel' if per_channel else 'per_tensor'}.rr{int(reduce_range)}"
+                s.case(g, f"static_cnn.{tag}",
+                       f"fuse/prepare/convert of Conv2d-BN-ReLU-MaxPool-Flatten-Linear-ReLU-Linear ({tag})",
+                       "static_cnn", {"observer": observer, "per_channel": per_channel,
+                                      "reduce_range": reduce_range}, cnn_inputs(),
+                       lambda *a, o=observer, p=per_channel, r=reduce_range: run_cnn(*a, observer=o, per_channel=p,
+                                                                                    reduce_range=r),
+                       rtol=1e-5, atol=1e-6)
+
+    # The int8 layers alone, with given parameters: quantized input, weights and output
+    # parameters fixed, so the integers must match exactly (the kernel and the requantization).
+    import torch.ao.nn.quantized as nnq
+    import torch.ao.nn.intrinsic.quantized as nniq
+    for per_channel in [True, False]:
+        for relu in [False, True]:
+            for (m, k, n) in [(1, 64, 10), (9, 33, 17), (16, 100, 40)]:
+                tag = f"{'per_channel' if per_channel else 'per_tensor'}{'.relu' if relu else ''}.{m}x{k}x{n}"
+                w = s.randn(n, k) * 0.2
+                if per_channel:
+                    wscale = (w.abs().amax(dim=1) / 127.5).double()
+                else:
+                    wscale = torch.tensor([float(w.abs().max()) / 127.5], dtype=F64)
+
+                def run_linear(x, w, b, wscale, per_channel=per_channel, relu=relu):
+                    qw = (torch.quantize_per_channel(w, wscale, torch.zeros(w.shape[0], dtype=I64), 0, torch.qint8)
+                          if per_channel else torch.quantize_per_tensor(w, float(wscale[0]), 0, torch.qint8))
+                    layer = (nniq.LinearReLU if relu else nnq.Linear)(w.shape[1], w.shape[0])
+                    layer.set_weight_bias(qw, b)
+                    layer.scale, layer.zero_point = 0.07, 17
+                    y = layer(torch.quantize_per_tensor(x, 0.05, 131, torch.quint8))
+                    return y.int_repr(), y.dequantize()
+                s.case(g, f"linear_static.{tag}", f"quantized Linear{'ReLU' if relu else ''} ({tag}), input (0.05, 131),"
+                       " output (0.07, 17)", "linear_static", {"per_channel": per_channel, "relu": relu,
+                                                               "in_scale": 0.05, "in_zp": 131, "out_scale": 0.07,
+                                                               "out_zp": 17},
+                       [s.randn(m, k) * 3, w, s.randn(n), wscale], run_linear, **exact)
+            for (cin, cout, kk, stride, pad, dil, hw) in [(1, 4, 3, 1, 1, 1, 8), (3, 8, 3, 2, 0, 1, 9),
+                                                         (5, 6, 1, 1, 0, 1, 5), (2, 3, 3, 1, 2, 2, 7)]:
+                tag = f"{'per_channel' if per_channel else 'per_tensor'}{'.relu' if relu else ''}.c{cin}o{cout}k{kk}s{stride}p{pad}d{dil}"
+                w = s.randn(cout, cin, kk, kk) * 0.3
+                if per_channel:
+                    wscale = (w.abs().flatten(1).amax(dim=1) / 127.5).double()
+                else:
+                    wscale = torch.tensor([float(w.abs().max()) / 127.5], dtype=F64)
+
+                def run_conv(x, w, b, wscale, per_channel=per_channel, relu=relu, stride=stride, pad=pad, dil=dil):
+                    qw = (torch.quantize_per_channel(w, wscale, torch.zeros(w.shape[0], dtype=I64), 0, torch.qint8)
+                          if per_channel else torch.quantize_per_tensor(w, float(wscale[0]), 0, torch.qint8))
+                    layer = (nniq.ConvReLU2d if relu else nnq.Conv2d)(w.shape[1], w.shape[0], w.shape[2],
+                                                                     stride=stride, padding=pad, dilation=dil)
+                    layer.set_weight_bias(qw, b)
+                    layer.scale, layer.zero_point = 0.09, 100
+                    y = layer(torch.quantize_per_tensor(x, 0.04, 120, torch.quint8))
+                    return y.int_repr(), y.dequantize()
+                s.case(g, f"conv2d_static.{tag}", f"quantized Conv2d{'ReLU' if relu else ''} ({tag}), input (0.04, 120),"
+                       " output (0.09, 100)", "conv2d_static",
+                       {"per_channel": per_channel, "relu": relu, "stride": stride, "padding": pad, "dilation": dil,
+                        "in_scale": 0.04, "in_zp": 120, "out_scale": 0.09, "out_zp": 100},
+                       [s.randn(2, cin, hw, hw) * 2, w, s.randn(cout) * 0.5, wscale], run_conv, **exact)
+
+    # Conv-BN folding alone (float32): torch.ao.quantization.fuse_modules in eval mode.
+    def run_fold(cw, cb, bw, bb, rm, rv, x):
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.BatchNorm2d(5))
+        with torch.no_grad():
+            model[0].weight.copy_(cw); model[0].bias.copy_(cb)
+            model[1].weight.copy_(bw); model[1].bias.copy_(bb)
+            model[1].running_mean.copy_(rm); model[1].running_var.copy_(rv)
+        model.eval()
+        fused = tq.fuse_modules(model, [["0", "1"]])
+        return fused[0].weight, fused[0].bias, fused(x)
+    s.case(g, "fuse_conv_bn_eval", "fuse_modules(Conv2d(3, 5, 3, padding=1), BatchNorm2d(5)) in eval mode",
+           "fuse_conv_bn", {}, [s.randn(5, 3, 3, 3), s.randn(5), s.rand(5) + 0.5, s.randn(5), s.randn(5),
+                                s.rand(5) + 0.1, s.randn(2, 3, 6, 6)], run_fold, rtol=1e-5, atol=1e-6)
+    torch.use_deterministic_algorithms(True)
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+    only = set(sys.argv[2:])  # group functions to run (all when none is named)
     s = Suite()
     for group in (promotion, elementwise, reductions, losses, nn_layers, optimizers, schedules, indexing, views,
-                  factories, float_classes, corners, additions, selection, dtypes, rnn2, layers2, ops3, quant):
+                  factories, float_classes, corners, additions, selection, dtypes, rnn2, layers2, ops3, quant,
+                  qlayers):
+        if only and group.__name__ not in only:
+            continue
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)

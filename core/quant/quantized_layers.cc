@@ -1,0 +1,382 @@
+#include "core/quant/quantized_layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/nn/functional.h"
+#include "core/ops/functions.h"
+#include "core/quant/choose_qparams.h"
+#include "core/quant/qtensor_kernels.h"
+#include "core/quant/requantize.h"
+#include "core/quant/serialize.h"
+#include "core/util/error.h"
+#include "core/util/thread_pool.h"
+
+namespace anvil::quant {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The weights' integers as [n, k] rows (axis 0 first), packed for this CPU's kernel.
+cpu::PackedInt8Weight PackRows(const Tensor& int8_rows) {
+  const Tensor w = int8_rows.contiguous();
+  const int64_t n = w.size(0);
+  const int64_t k = w.numel() / std::max<int64_t>(n, 1);
+  return cpu::pack_int8_weight(w.data_ptr<int8_t>(), n, k, k);
+}
+
+std::vector<float> FloatScales(const QTensor& w) {
+  const std::vector<double> s = w.scales.to_vector<double>();
+  std::vector<float> out(s.size());
+  for (size_t i = 0; i < s.size(); ++i) out[i] = static_cast<float>(s[i]);
+  return out;
+}
+
+Tensor CheckedBias(Tensor bias, int64_t out, const char* layer) {
+  if (!bias.defined()) return bias;
+  ANVIL_CHECK(bias.dim() == 1 && bias.size(0) == out, layer, ": expected a bias of ", out, " values, got ",
+              shape_str(bias.sizes()));
+  return bias.detach().cpu().to(kFloat32).contiguous();
+}
+
+void CheckActivation(const ActivationQParams& q, const char* layer, const char* which) {
+  ANVIL_CHECK(std::isfinite(q.scale) && q.scale > 0, layer, ": the ", which, " scale must be positive and finite, got ",
+              q.scale);
+  ANVIL_CHECK(q.zero_point >= 0 && q.zero_point <= 255, layer, ": the ", which,
+              " zero point must be in 0..255 (quint8), got ", q.zero_point);
+}
+
+// acc [m, n] = a [m, k] x W^T, over the pool: by rows when there are enough, else by blocks of
+// 16 columns (a batch of one still uses every thread).
+void ParallelGemm(int64_t m, const uint8_t* a, const cpu::PackedInt8Weight& w, int32_t* acc) {
+  const int64_t k = w.k(), n = w.n();
+  const int64_t work_per_row = std::max<int64_t>(1, k * n);
+  const int64_t row_grain = std::max<int64_t>(1, (int64_t{1} << 18) / work_per_row);
+  if (m >= 4 * get_num_threads() || n < 64) {
+    parallel_for(0, m, row_grain,
+                 [&](int64_t b, int64_t e) { cpu::int8_gemm(e - b, a + b * k, k, w, acc + b * n, n); });
+    return;
+  }
+  const int64_t blocks = (n + 15) / 16;
+  const int64_t block_grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, m * k * 16));
+  parallel_for(0, blocks, block_grain,
+               [&](int64_t b, int64_t e) { cpu::int8_gemm_columns(m, a, k, w, b * 16, std::min(n, e * 16), acc, n); });
+}
+
+Tensor FloatInput(const Tensor& x, const char* layer) {
+  ANVIL_CHECK_TYPE(x.defined() && is_floating_point(x.dtype()), layer, ": expected a floating-point input, got ",
+                   x.defined() ? std::string(dtype_name(x.dtype())) : std::string("an undefined tensor"));
+  return x.detach().to(kFloat32).contiguous();
+}
+
+// The dequantized weights on `device`, made once.
+const Tensor& DequantizedOn(std::once_flag& once, Tensor& slot, const QTensor& w, Device device) {
+  std::call_once(once, [&] { slot = dequantize(w).to(device); });
+  return slot;
+}
+
+Json ActivationJson(const ActivationQParams& q) { return Json{{"scale", q.scale}, {"zero_point", q.zero_point}}; }
+
+void AppendWeightAndBias(const std::string& prefix, const QTensor& w, const Tensor& bias, io::NamedTensors* tensors,
+                         io::Metadata* metadata) {
+  append_qtensor(prefix + "weight", w, tensors, metadata);
+  if (bias.defined()) tensors->emplace_back(prefix + "bias", bias);
+}
+
+// A static layer's last step: acc -> uint8 with the output parameters -> float32 into out.
+void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t n, const ActivationQParams& in,
+                             const ActivationQParams& outq, const GemmEpilogue& e, const RequantConstants& k,
+                             float* out) {
+  std::vector<uint8_t> q(static_cast<size_t>(m * n));
+  requantize_to_uint8(acc.data(), n, m, n, static_cast<int32_t>(in.zero_point), e, k,
+                      static_cast<int32_t>(outq.zero_point), q.data(), n);
+  dequantize_uint8(q.data(), m * n, outq.scale, outq.zero_point, out);
+}
+
+}  // namespace
+
+void check_layer_weight(const QTensor& w, const char* layer) {
+  ANVIL_CHECK(w.dtype == QDtype::QInt8, layer, ": expected qint8 weights, got ", qdtype_name(w.dtype));
+  ANVIL_CHECK(!is_per_channel(w.qscheme) || w.axis == 0, layer,
+              ": expected per-channel weights along the output axis 0, got axis ", w.axis);
+  const std::vector<int64_t> zps = w.zero_points.to_vector<int64_t>();
+  for (int64_t z : zps)
+    ANVIL_CHECK(z == 0, layer, ": expected symmetric weights (zero points 0, as fbgemm packs them), got zero point ",
+                z);
+  ANVIL_CHECK(w.data.dim() >= 2, layer, ": expected weights of at least 2 dimensions, got ", shape_str(w.sizes()));
+}
+
+// ---- QuantizedLinear ----
+
+QuantizedLinear::QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams input, ActivationQParams output,
+                                 bool relu)
+    : QuantizedModule("QuantizedLinear"), weight_(std::move(weight)), input_(input), output_(output), relu_(relu) {
+  check_layer_weight(weight_, "QuantizedLinear");
+  ANVIL_CHECK(weight_.data.dim() == 2, "QuantizedLinear: expected a [out, in] weight, got ",
+              shape_str(weight_.sizes()));
+  CheckActivation(input_, "QuantizedLinear", "input");
+  CheckActivation(output_, "QuantizedLinear", "output");
+  bias_ = CheckedBias(std::move(bias), weight_.data.size(0), "QuantizedLinear");
+  packed_ = PackRows(weight_.data);
+  w_scales_ = FloatScales(weight_);
+}
+
+Tensor QuantizedLinear::forward(const Tensor& input) {
+  const Tensor x = FloatInput(input, "QuantizedLinear");
+  const int64_t k = packed_.k(), n = packed_.n();
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "QuantizedLinear: expected an input whose last dimension is ", k,
+              ", got ", shape_str(x.sizes()));
+  if (x.device().type != DeviceType::CPU) {  // dequantize-compute
+    Tensor y = linear(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
+                      bias_.defined() ? bias_.to(x.device()) : bias_);
+    return relu_ ? y.relu() : y;
+  }
+  const int64_t m = x.numel() / std::max<int64_t>(k, 1);
+  std::vector<uint8_t> a(static_cast<size_t>(m * k));
+  quantize_to_uint8(x.data_ptr<float>(), m * k, input_.scale, input_.zero_point, a.data());
+  std::vector<int32_t> acc(static_cast<size_t>(m * n));
+  ParallelGemm(m, a.data(), packed_, acc.data());
+  const bool per_channel = is_per_channel(weight_.qscheme);
+  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
+                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
+  const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, n,
+                                                    static_cast<float>(output_.scale));
+  IntArray out_sizes = x.sizes();
+  out_sizes.back() = n;
+  Tensor out = empty(out_sizes, kFloat32);
+  RequantizeAndDequantize(acc, m, n, input_, output_, e, consts, out.data_ptr<float>());
+  return out;
+}
+
+std::string QuantizedLinear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features()) + ", out_features=" + std::to_string(out_features()) +
+         ", scale=" + std::to_string(output_.scale) + ", zero_point=" + std::to_string(output_.zero_point) +
+         ", qscheme=" + qscheme_name(weight_.qscheme) + (relu_ ? ", relu" : "");
+}
+
+std::string QuantizedLinear::describe() const {
+  return Json{{"kind", "linear"},
+              {"relu", relu_},
+              {"input", ActivationJson(input_)},
+              {"output", ActivationJson(output_)},
+              {"kernel", cpu::int8_gemm_kernel_name(packed_.kernel())}}
+      .dump();
+}
+
+void QuantizedLinear::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
+  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
+}
+
+// ---- DynamicQuantizedLinear ----
+
+DynamicQuantizedLinear::DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range)
+    : QuantizedModule("DynamicQuantizedLinear"), weight_(std::move(weight)), reduce_range_(reduce_range) {
+  check_layer_weight(weight_, "DynamicQuantizedLinear");
+  ANVIL_CHECK(weight_.data.dim() == 2, "DynamicQuantizedLinear: expected a [out, in] weight, got ",
+              shape_str(weight_.sizes()));
+  bias_ = CheckedBias(std::move(bias), weight_.data.size(0), "DynamicQuantizedLinear");
+  packed_ = PackRows(weight_.data);
+  w_scales_ = FloatScales(weight_);
+}
+
+Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
+  const Tensor x = FloatInput(input, "DynamicQuantizedLinear");
+  const int64_t k = packed_.k(), n = packed_.n();
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "DynamicQuantizedLinear: expected an input whose last dimension is ", k,
+              ", got ", shape_str(x.sizes()));
+  if (x.device().type != DeviceType::CPU) {
+    return linear(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
+                  bias_.defined() ? bias_.to(x.device()) : bias_);
+  }
+  const int64_t m = x.numel() / std::max<int64_t>(k, 1);
+  const float* xp = x.data_ptr<float>();
+  // fbgemm::FindMinMax over the whole batch (an empty one reads as [0, 0]).
+  float lo = 0.0f, hi = 0.0f;
+  if (m * k > 0) {
+    lo = hi = xp[0];
+    for (int64_t i = 1; i < m * k; ++i) {
+      lo = std::min(lo, xp[i]);
+      hi = std::max(hi, xp[i]);
+    }
+  }
+  ANVIL_CHECK(std::isfinite(lo) && std::isfinite(hi), "DynamicQuantizedLinear: the input holds ",
+              std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
+              "; its int8 quantization needs finite values");
+  const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
+  std::vector<uint8_t> a(static_cast<size_t>(m * k));
+  quantize_to_uint8_fma(xp, m * k, q.scale, q.zero_point, a.data());
+  std::vector<int32_t> acc(static_cast<size_t>(m * n));
+  ParallelGemm(m, a.data(), packed_, acc.data());
+  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme),
+                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, false};
+  IntArray out_sizes = x.sizes();
+  out_sizes.back() = n;
+  Tensor out = empty(out_sizes, kFloat32);
+  requantize_to_float(acc.data(), n, m, n, q.zero_point, static_cast<float>(q.scale), e, out.data_ptr<float>(), n);
+  return out;
+}
+
+std::string DynamicQuantizedLinear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features()) + ", out_features=" + std::to_string(out_features()) +
+         ", dtype=torch.qint8, qscheme=" + qscheme_name(weight_.qscheme);
+}
+
+std::string DynamicQuantizedLinear::describe() const {
+  return Json{{"kind", "linear_dynamic"},
+              {"reduce_range", reduce_range_},
+              {"kernel", cpu::int8_gemm_kernel_name(packed_.kernel())}}
+      .dump();
+}
+
+void DynamicQuantizedLinear::append_state(const std::string& prefix, io::NamedTensors* tensors,
+                                          io::Metadata* metadata) const {
+  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
+}
+
+// ---- QuantizedConv2d ----
+
+QuantizedConv2d::QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOptions& options, ActivationQParams input,
+                                 ActivationQParams output, bool relu)
+    : QuantizedModule("QuantizedConv2d"),
+      weight_(std::move(weight)),
+      stride_(options.stride),
+      padding_(options.padding),
+      dilation_(options.dilation),
+      input_(input),
+      output_(output),
+      relu_(relu) {
+  check_layer_weight(weight_, "QuantizedConv2d");
+  ANVIL_CHECK(weight_.data.dim() == 4, "QuantizedConv2d: expected a [out, in, kh, kw] weight, got ",
+              shape_str(weight_.sizes()));
+  ANVIL_CHECK(options.groups == 1, "QuantizedConv2d: grouped convolution (groups=", options.groups,
+              ") is not quantized; keep the layer in float");
+  out_channels_ = weight_.data.size(0);
+  in_channels_ = weight_.data.size(1);
+  kh_ = weight_.data.size(2);
+  kw_ = weight_.data.size(3);
+  if (options.same) {
+    for (int d = 0; d < 2; ++d) {
+      const int64_t span = dilation_[d] * ((d == 0 ? kh_ : kw_) - 1);
+      ANVIL_CHECK(span % 2 == 0,
+                  "QuantizedConv2d: padding \"same\" with an even kernel span pads unevenly; "
+                  "only symmetric padding is quantized");
+      ANVIL_CHECK(stride_[d] == 1, "QuantizedConv2d: padding \"same\" needs stride 1");
+      padding_[d] = span / 2;
+    }
+  }
+  CheckActivation(input_, "QuantizedConv2d", "input");
+  CheckActivation(output_, "QuantizedConv2d", "output");
+  bias_ = CheckedBias(std::move(bias), out_channels_, "QuantizedConv2d");
+  // [out, in, kh, kw] -> [out, kh, kw, in]: the im2row order, channels innermost.
+  packed_ = PackRows(weight_.data.permute({0, 2, 3, 1}).contiguous().reshape({out_channels_, -1}));
+  w_scales_ = FloatScales(weight_);
+}
+
+Tensor QuantizedConv2d::forward(const Tensor& input) {
+  Tensor x = FloatInput(input, "QuantizedConv2d");
+  const bool batched = x.dim() == 4;
+  ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, "QuantizedConv2d: expected [N, C, H, W] or [C, H, W], got ",
+              shape_str(x.sizes()));
+  if (!batched) x = x.unsqueeze(0);
+  ANVIL_CHECK(x.size(1) == in_channels_, "QuantizedConv2d: expected ", in_channels_, " input channels, got ", x.size(1),
+              " (input ", shape_str(input.sizes()), ")");
+  if (x.device().type != DeviceType::CPU) {
+    nn::functional::Conv2dParams p{stride_, padding_, dilation_, 1, false};
+    Tensor y = nn::functional::conv2d(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
+                                      bias_.defined() ? bias_.to(x.device()) : bias_, p);
+    if (relu_) y = y.relu();
+    return batched ? y : y.squeeze(0);
+  }
+  const int64_t N = x.size(0), C = in_channels_, H = x.size(2), W = x.size(3);
+  const int64_t OH = (H + 2 * padding_[0] - dilation_[0] * (kh_ - 1) - 1) / stride_[0] + 1;
+  const int64_t OW = (W + 2 * padding_[1] - dilation_[1] * (kw_ - 1) - 1) / stride_[1] + 1;
+  ANVIL_CHECK(OH > 0 && OW > 0, "QuantizedConv2d: input ", shape_str(x.sizes()), " is smaller than the kernel's reach");
+  // Quantize into NHWC, so each kernel position's channels are one contiguous run.
+  const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
+  std::vector<uint8_t> q(static_cast<size_t>(N * H * W * C));
+  quantize_to_uint8(nhwc.data_ptr<float>(), N * H * W * C, input_.scale, input_.zero_point, q.data());
+  const int64_t k = kh_ * kw_ * C, m = N * OH * OW;
+  std::vector<uint8_t> rows(static_cast<size_t>(m * k));
+  const uint8_t pad = static_cast<uint8_t>(input_.zero_point);
+  parallel_for(0, N * OH, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / OH, oh = r % OH;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        uint8_t* row = rows.data() + ((n * OH + oh) * OW + ow) * k;
+        for (int64_t i = 0; i < kh_; ++i) {
+          const int64_t ih = oh * stride_[0] - padding_[0] + i * dilation_[0];
+          for (int64_t j = 0; j < kw_; ++j, row += C) {
+            const int64_t iw = ow * stride_[1] - padding_[1] + j * dilation_[1];
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
+              std::fill(row, row + C, pad);
+            } else {
+              const uint8_t* src = q.data() + ((n * H + ih) * W + iw) * C;
+              std::copy(src, src + C, row);
+            }
+          }
+        }
+      }
+    }
+  });
+  const int64_t OC = out_channels_;
+  std::vector<int32_t> acc(static_cast<size_t>(m * OC));
+  ParallelGemm(m, rows.data(), packed_, acc.data());
+  const bool per_channel = is_per_channel(weight_.qscheme);
+  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
+                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
+  const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, OC,
+                                                    static_cast<float>(output_.scale));
+  std::vector<float> pixels(static_cast<size_t>(m * OC));
+  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels.data());
+  // [N, OH, OW, OC] -> [N, OC, OH, OW]
+  Tensor out = empty({N, OC, OH, OW}, kFloat32);
+  float* o = out.data_ptr<float>();
+  const int64_t plane = OH * OW;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < plane; ++p)
+      for (int64_t c = 0; c < OC; ++c)
+        o[(n * OC + c) * plane + p] = pixels[static_cast<size_t>((n * plane + p) * OC + c)];
+  return batched ? out : out.squeeze(0);
+}
+
+std::string QuantizedConv2d::extra_repr() const {
+  return std::to_string(in_channels_) + ", " + std::to_string(out_channels_) + ", kernel_size=(" + std::to_string(kh_) +
+         ", " + std::to_string(kw_) + "), stride=(" + std::to_string(stride_[0]) + ", " + std::to_string(stride_[1]) +
+         "), scale=" + std::to_string(output_.scale) + ", zero_point=" + std::to_string(output_.zero_point) +
+         (relu_ ? ", relu" : "");
+}
+
+std::string QuantizedConv2d::describe() const {
+  return Json{{"kind", "conv2d"},
+              {"relu", relu_},
+              {"stride", stride_},
+              {"padding", padding_},
+              {"dilation", dilation_},
+              {"input", ActivationJson(input_)},
+              {"output", ActivationJson(output_)},
+              {"kernel", cpu::int8_gemm_kernel_name(packed_.kernel())}}
+      .dump();
+}
+
+void QuantizedConv2d::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
+  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
+}
+
+// ---- stubs ----
+
+Tensor QuantStub::forward(const Tensor& input) {
+  if (!converted_) return input;
+  const Tensor x = FloatInput(input, "QuantStub");
+  if (x.device().type != DeviceType::CPU)
+    return dequantize(quantize_per_tensor(x, qparams_.scale, qparams_.zero_point, QDtype::QUInt8)).to(x.device());
+  std::vector<uint8_t> q(static_cast<size_t>(x.numel()));
+  quantize_to_uint8(x.data_ptr<float>(), x.numel(), qparams_.scale, qparams_.zero_point, q.data());
+  Tensor out = empty(x.sizes(), kFloat32);
+  dequantize_uint8(q.data(), x.numel(), qparams_.scale, qparams_.zero_point, out.data_ptr<float>());
+  return out;
+}
+
+}  // namespace anvil::quant

@@ -1,0 +1,169 @@
+// Quantized layers, after torch.ao.nn.quantized (static) and torch.ao.nn.quantized.dynamic:
+// int8 weights (qint8, symmetric, per output channel or per tensor) packed for the int8
+// kernel this CPU runs (core/backend/cpu/int8_gemm.h), float32 bias, and PyTorch's (fbgemm's)
+// epilogues (requantize.h).
+//
+// Their forward takes and returns float32, as the float layer they replace: a static layer
+// quantizes its input with its input parameters, multiplies in int8, requantizes to uint8
+// with its output parameters (ReLU fused as a clamp at the zero point) and dequantizes. When
+// the next quantized layer's input parameters are this one's output parameters (convert()
+// arranges it), the dequantize/quantize pair between them is exact, so a chain computes
+// PyTorch's quantized tensors bit for bit while fitting Sequential and the model specs.
+//
+// Each layer can write its state as quantized companions (serialize.h) and read it back, and
+// describes itself (kind, options, activation parameters) as JSON for the model archive.
+//
+// Inputs on another device run dequantize-compute: the weights dequantized once, the float
+// layer's op on that device (the int8 kernels are the CPU's).
+//
+// Thread-safety: as nn::Module; forward mutates nothing (the device copy is made under a lock
+// on first use) and may run concurrently in eval mode.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/backend/cpu/int8_gemm.h"
+#include "core/io/safetensors.h"
+#include "core/nn/conv.h"
+#include "core/nn/module.h"
+#include "core/quant/qtensor.h"
+
+namespace anvil::quant {
+
+// A per-tensor quint8 quantization of activations.
+struct ActivationQParams {
+  double scale = 1.0;
+  int64_t zero_point = 0;
+  bool operator==(const ActivationQParams& o) const { return scale == o.scale && zero_point == o.zero_point; }
+};
+
+// What every quantized layer offers besides forward.
+class QuantizedModule : public nn::Module {
+ public:
+  using nn::Module::Module;
+  // The layer's description for the archive, JSON text: {"kind": ..., options, activation parameters}.
+  virtual std::string describe() const = 0;
+  // Its tensors as "<prefix>weight" (quantized companions) and "<prefix>bias".
+  virtual void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const = 0;
+  // The int8 weight, as QTensor (for export and size accounting).
+  virtual const QTensor& qweight() const = 0;
+  virtual const Tensor& float_bias() const = 0;
+};
+
+// Weights as the layers take them: qint8, per-tensor or per-channel (axis 0) symmetric (zero
+// points 0). Others are refused with the reason.
+void check_layer_weight(const QTensor& w, const char* layer);
+
+// Static int8 Linear (torch.ao.nn.quantized.Linear, LinearReLU with relu).
+class QuantizedLinear : public QuantizedModule {
+ public:
+  QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams input, ActivationQParams output, bool relu);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::string describe() const override;
+  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
+  const QTensor& qweight() const override { return weight_; }
+  const Tensor& float_bias() const override { return bias_; }
+  const ActivationQParams& input_qparams() const { return input_; }
+  const ActivationQParams& output_qparams() const { return output_; }
+  bool relu() const { return relu_; }
+  int64_t in_features() const { return packed_.k(); }
+  int64_t out_features() const { return packed_.n(); }
+
+ private:
+  QTensor weight_;
+  Tensor bias_;
+  ActivationQParams input_, output_;
+  bool relu_;
+  cpu::PackedInt8Weight packed_;
+  std::vector<float> w_scales_;
+  std::once_flag dequantized_once_;
+  Tensor dequantized_;  // dequantize-compute's weights, on first use off the CPU
+};
+
+// Dynamic int8 Linear (torch.ao.nn.quantized.dynamic.Linear): each batch's activations are
+// quantized with parameters chosen from its own min and max (choose_qparams.h; reduce_range
+// as fbgemm on CPUs without VNNI), the result is float32.
+class DynamicQuantizedLinear : public QuantizedModule {
+ public:
+  DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::string describe() const override;
+  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
+  const QTensor& qweight() const override { return weight_; }
+  const Tensor& float_bias() const override { return bias_; }
+  bool reduce_range() const { return reduce_range_; }
+  int64_t in_features() const { return packed_.k(); }
+  int64_t out_features() const { return packed_.n(); }
+
+ private:
+  QTensor weight_;
+  Tensor bias_;
+  bool reduce_range_;
+  cpu::PackedInt8Weight packed_;
+  std::vector<float> w_scales_;
+  std::once_flag dequantized_once_;
+  Tensor dequantized_;
+};
+
+// Static int8 Conv2d (torch.ao.nn.quantized.Conv2d, ConvReLU2d with relu): groups 1,
+// symmetric padding (an odd "same" kernel is symmetric). Padding holds the input's zero
+// point, as a quantized tensor pads with the value 0.
+class QuantizedConv2d : public QuantizedModule {
+ public:
+  QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOptions& options, ActivationQParams input,
+                  ActivationQParams output, bool relu);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::string describe() const override;
+  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
+  const QTensor& qweight() const override { return weight_; }
+  const Tensor& float_bias() const override { return bias_; }
+  const ActivationQParams& input_qparams() const { return input_; }
+  const ActivationQParams& output_qparams() const { return output_; }
+  bool relu() const { return relu_; }
+  const std::array<int64_t, 2>& stride() const { return stride_; }
+  const std::array<int64_t, 2>& padding() const { return padding_; }
+  const std::array<int64_t, 2>& dilation() const { return dilation_; }
+
+ private:
+  QTensor weight_;  // [out, in, kh, kw]
+  Tensor bias_;
+  std::array<int64_t, 2> stride_, padding_, dilation_;
+  ActivationQParams input_, output_;
+  bool relu_;
+  int64_t in_channels_, out_channels_, kh_, kw_;
+  cpu::PackedInt8Weight packed_;  // [out, kh * kw * in]: the im2row order (kernel position, then channel)
+  std::vector<float> w_scales_;
+  std::once_flag dequantized_once_;
+  Tensor dequantized_;
+};
+
+// torch.ao.quantization.QuantStub after convert: rounds its input to the quint8 grid of its
+// parameters (quantize, then dequantize). Before calibration it is the identity.
+class QuantStub : public nn::Module {
+ public:
+  QuantStub() : Module("QuantStub") {}
+  explicit QuantStub(ActivationQParams q) : Module("QuantStub"), qparams_(q), converted_(true) {}
+  Tensor forward(const Tensor& x) override;
+  bool converted() const { return converted_; }
+  const ActivationQParams& qparams() const { return qparams_; }
+
+ private:
+  ActivationQParams qparams_;
+  bool converted_ = false;
+};
+
+// torch.ao.quantization.DeQuantStub: the boundary back to float (the identity here, since the
+// layers already return float32).
+class DeQuantStub : public nn::Module {
+ public:
+  DeQuantStub() : Module("DeQuantStub") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+}  // namespace anvil::quant
