@@ -7,7 +7,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ANVIL_ENGINE_LIBRARIES anvil_core anvil_data anvil_nn anvil_distributed anvil_optim anvil_train anvil_models)
+set(ANVIL_ENGINE_LIBRARIES anvil_core anvil_data anvil_nn anvil_quant anvil_distributed anvil_optim anvil_train anvil_models)
 foreach(lib IN LISTS ANVIL_ENGINE_LIBRARIES)
   string(REPLACE "anvil_" "" short ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${short})

@@ -295,7 +295,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
   }
   if (device_ != kCPU) throw_if_error(worker_->run(workers::PlaceModule{m->loaded.built.module}));
-  const ScalarType precision = autocast::precision_dtype(m->loaded.info.precision);
+  const ScalarType precision = models::forward_dtype(m->loaded.info);
   m->batcher = std::make_unique<Batcher>(
       m->loaded.built.module, batching_, std::move(observer),
       [worker = worker_, precision, budget = predict_budget_](const std::shared_ptr<nn::Module>& module, Tensor input) {

@@ -1,9 +1,11 @@
 #include "core/models/archive.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/amp/autocast.h"
 #include "core/io/safetensors.h"
+#include "core/quant/quantize.h"
 #include "core/util/error.h"
 #include "core/util/file.h"
 
@@ -32,7 +34,20 @@ io::Metadata MakeMetadata(const nn::StateDict& state, const std::string& spec_js
 
 std::string serialize_model_archive(const nn::Module& model, const std::string& spec_json, const ModelInfo& info) {
   const nn::StateDict state = model.state_dict();
-  return io::serialize_safetensors(state.tensors, MakeMetadata(state, spec_json, info));
+  io::Metadata metadata = MakeMetadata(state, spec_json, info);
+  if (!quant::is_quantized(model)) return io::serialize_safetensors(state.tensors, metadata);
+  // An int8 model: its float layers' state as usual, the quantized layers' tensors as
+  // quantized companions, and the rewrite that turns the spec's float model into this one.
+  io::NamedTensors tensors = state.tensors;
+  quant::append_quantized_state(model, &tensors, &metadata);
+  metadata["anvil.quant"] = quant::describe_quantization(model);
+  return io::serialize_safetensors(tensors, metadata);
+}
+
+ScalarType forward_dtype(const ModelInfo& info) {
+  // An int8 model's layers take and return float32; its precision is its weights'.
+  if (info.precision == "int8") return kFloat32;
+  return autocast::precision_dtype(info.precision);
 }
 
 void save_model_archive(const std::string& path, const nn::Module& model, const std::string& spec_json,
@@ -70,11 +85,29 @@ LoadedModel load_model_archive(const std::string& path) {
     throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
   }
   try {
-    (void)autocast::precision_dtype(out.info.precision);  // refused here, named, not when it serves
+    // Refused here, named, not when it serves.
+    ANVIL_CHECK(out.info.precision != "int8" || file.metadata.count("anvil.quant"),
+                "precision \"int8\" on a model with no quantized layers");
+    (void)forward_dtype(out.info);
   } catch (const Error& e) {
     throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
   }
   nn::StateDict state;
+  const auto quantized = file.metadata.find("anvil.quant");
+  if (quantized != file.metadata.end()) {
+    std::vector<std::string> consumed;
+    try {
+      quant::apply_quantization(*out.built.module, quantized->second, file, &consumed);
+    } catch (const Error& e) {
+      throw Error(path + ": the archive's int8 layers do not fit its model spec: " + e.what());
+    }
+    // What the quantized layers took is not the float layers' state.
+    std::sort(consumed.begin(), consumed.end());
+    io::NamedTensors rest;
+    for (auto& [name, t] : file.tensors)
+      if (!std::binary_search(consumed.begin(), consumed.end(), name)) rest.emplace_back(name, std::move(t));
+    file.tensors = std::move(rest);
+  }
   state.tensors = std::move(file.tensors);
   const auto aliases = file.metadata.find("anvil.aliases");
   if (aliases != file.metadata.end()) {

@@ -7,6 +7,8 @@
 //   metadata "anvil.format"  "anvil.model/1"
 //            "anvil.spec"    the JSON model spec
 //            "anvil.info"    {"name", "version", "job_id", "labels": [...], "created_unix_ms"}
+//            "anvil.quant"   int8 models only: the quantized layers by path (core/quant/quantize.h),
+//                            whose weights are quantized companions (core/quant/serialize.h)
 // Shared parameters are stored once with an alias entry ("anvil.aliases"), as in checkpoints.
 #pragma once
 
@@ -29,6 +31,7 @@ struct ModelInfo {
   // autocast, the weights staying float32), and the validation accuracy measured at
   // registration per precision ({"fp32": 0.978, "bf16": 0.975}), so the difference is known
   // before the model serves in the lower one. Empty: measured in none.
+  // "int8": a quantized model (its layers take and return float32).
   std::string precision = "fp32";
   std::map<std::string, double> accuracy;
 };
@@ -39,6 +42,9 @@ struct LoadedModel {
 };
 
 inline constexpr const char* kModelFormat = "anvil.model/1";
+
+// The dtype Predict runs the forward in: the precision's autocast dtype, float32 for int8.
+ScalarType forward_dtype(const ModelInfo& info);
 
 // The archive's bytes for `model` (its current weights) built from `spec_json`.
 std::string serialize_model_archive(const nn::Module& model, const std::string& spec_json, const ModelInfo& info);

@@ -350,6 +350,11 @@ std::shared_ptr<nn::Module> Rebuild(const std::string& path, const Json& j, cons
   const std::string kind = j.at("kind").get<std::string>();
   if (kind == "identity") return std::make_shared<Absorbed>();
   if (kind == "quant_stub") return std::make_shared<QuantStub>(ReadActivation(j, path, "output"));
+  const bool linear = kind == "linear" || kind == "linear_dynamic";
+  ANVIL_CHECK(linear || kind == "conv2d", "quantized layer ", path, ": unknown kind \"", kind, "\"");
+  const char* expected = linear ? "Linear" : "Conv2d";
+  ANVIL_CHECK(original.type_name() == expected, "quantized layer ", path, ": the spec has a ", original.type_name(),
+              " there, not a ", expected);
   const std::string w = path + ".weight", b = path + ".bias";
   ANVIL_CHECK(has_qtensor(file, w), "quantized layer ", path, ": no quantized tensor \"", w, "\"");
   QTensor weight = read_qtensor(file, w);
@@ -359,9 +364,7 @@ std::shared_ptr<nn::Module> Rebuild(const std::string& path, const Json& j, cons
     bias = *t;
     consumed->push_back(b);
   }
-  if (kind == "linear" || kind == "linear_dynamic") {
-    ANVIL_CHECK(original.type_name() == "Linear", "quantized layer ", path, ": the spec has a ", original.type_name(),
-                " there, not a Linear");
+  if (linear) {
     if (kind == "linear_dynamic")
       return std::make_shared<DynamicQuantizedLinear>(std::move(weight), bias, j.value("reduce_range", true));
     return std::make_shared<QuantizedLinear>(std::move(weight), bias, ReadActivation(j, path, "input"),

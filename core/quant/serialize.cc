@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/ops/functions.h"
 #include "core/util/error.h"
 
 namespace anvil::quant {
@@ -21,8 +22,12 @@ void append_qtensor(const std::string& name, const QTensor& q, io::NamedTensors*
   ANVIL_CHECK(q.data.defined() && q.data.dtype() == storage_dtype(q.dtype), "append_qtensor('", name, "'): expected ",
               qdtype_name(q.dtype), " integers stored as ", dtype_name(storage_dtype(q.dtype)));
   tensors->emplace_back(name, q.data.cpu().contiguous());
-  tensors->emplace_back(name + ".scale", q.scales.cpu().to(kFloat64).contiguous());
-  tensors->emplace_back(name + ".zero_point", q.zero_points.cpu().to(kInt64).contiguous());
+  // Scales made by observers are float32 values (PyTorch's too): stored in 4 bytes when that
+  // loses nothing, so a per-channel layer's parameters cost 8 bytes per channel, not 16.
+  const Tensor scales = q.scales.cpu().to(kFloat64).contiguous();
+  const bool float32_exact = equal(scales.to(kFloat32).to(kFloat64), scales);
+  tensors->emplace_back(name + ".scale", float32_exact ? scales.to(kFloat32) : scales);
+  tensors->emplace_back(name + ".zero_point", q.zero_points.cpu().to(kInt32).contiguous());
   const nlohmann::json entry = {
       {"dtype", qdtype_name(q.dtype)}, {"qscheme", qscheme_name(q.qscheme)}, {"axis", q.axis}};
   (*metadata)[qtensor_metadata_key(name)] = entry.dump();
@@ -48,11 +53,14 @@ QTensor read_qtensor(const io::Safetensors& file, const std::string& name) {
   q.data = Companion(file, name, "");
   q.scales = Companion(file, name, ".scale");
   q.zero_points = Companion(file, name, ".zero_point");
+  ANVIL_CHECK((q.scales.dtype() == kFloat32 || q.scales.dtype() == kFloat64) &&
+                  (q.zero_points.dtype() == kInt32 || q.zero_points.dtype() == kInt64),
+              "quantized tensor '", name, "': expected float32 or float64 scales and int32 or int64 zero points, got ",
+              dtype_name(q.scales.dtype()), " and ", dtype_name(q.zero_points.dtype()));
+  q.scales = q.scales.to(kFloat64);
+  q.zero_points = q.zero_points.to(kInt64);
   ANVIL_CHECK(q.data.dtype() == storage_dtype(q.dtype), "quantized tensor '", name, "': ", qdtype_name(q.dtype),
               " is stored as ", dtype_name(storage_dtype(q.dtype)), ", got ", dtype_name(q.data.dtype()));
-  ANVIL_CHECK(q.scales.dtype() == kFloat64 && q.zero_points.dtype() == kInt64, "quantized tensor '", name,
-              "': expected float64 scales and int64 zero points, got ", dtype_name(q.scales.dtype()), " and ",
-              dtype_name(q.zero_points.dtype()));
   const int64_t channels =
       is_per_channel(q.qscheme) ? (q.axis >= 0 && q.axis < q.data.dim() ? q.data.size(q.axis) : -1) : 1;
   ANVIL_CHECK(channels >= 0, "quantized tensor '", name, "': axis ", q.axis, " is out of range for a tensor of ",

@@ -1,8 +1,9 @@
 // Quantized tensors in safetensors files, as companion tensors named by convention, so
 // checkpoints and archives carry them with the plain tensors:
 //   "<name>"             the integers (U8 for quint8, I8 for qint8), in the tensor's shape
-//   "<name>.scale"       F64, one per channel ([1] per tensor)
-//   "<name>.zero_point"  I64, shaped as the scales
+//   "<name>.scale"       one per channel ([1] per tensor): F32 when every scale is a float32
+//                        value (as observers make them), else F64
+//   "<name>.zero_point"  I32, shaped as the scales (readers also take I64)
 // and the metadata entry "<name>.quant" = {"dtype":"qint8","qscheme":"per_channel_affine","axis":0}
 // (JSON), which marks "<name>" as quantized.
 #pragma once

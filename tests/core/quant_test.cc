@@ -37,7 +37,7 @@ void ExpectSameQTensor(const QTensor& got, const QTensor& want) {
 }
 
 TEST(QuantSafetensors, PerTensorAndPerChannelRoundTripBesidePlainTensors) {
-  const QTensor a = quantize_per_tensor(randn({3, 4}), 0.05, 7, QDtype::QUInt8);
+  const QTensor a = quantize_per_tensor(randn({3, 4}), 0.0625, 7, QDtype::QUInt8);
   const QTensor w = quantize_per_channel(randn({5, 2, 3}), tensor(std::vector<double>{0.1, 0.02, 0.5, 0.003, 1.0}),
                                          tensor(std::vector<int64_t>{0, -3, 5, -128, 127}), 0, QDtype::QInt8);
   io::NamedTensors tensors{{"bias", randn({5})}};
@@ -50,8 +50,9 @@ TEST(QuantSafetensors, PerTensorAndPerChannelRoundTripBesidePlainTensors) {
   ASSERT_NE(file.find("fc.weight"), nullptr);
   EXPECT_EQ(file.find("fc.weight")->dtype(), kInt8);
   EXPECT_EQ(file.find("fc.act")->dtype(), kUInt8);
-  EXPECT_EQ(file.find("fc.weight.scale")->dtype(), kFloat64);
-  EXPECT_EQ(file.find("fc.weight.zero_point")->dtype(), kInt64);
+  EXPECT_EQ(file.find("fc.weight.scale")->dtype(), kFloat64);  // 0.1 (a double) is no float32 value
+  EXPECT_EQ(file.find("fc.act.scale")->dtype(), kFloat32);     // 0.0625 is one: 4 bytes lose nothing
+  EXPECT_EQ(file.find("fc.weight.zero_point")->dtype(), kInt32);
   EXPECT_EQ(file.metadata.at("format"), "anvil");
   EXPECT_TRUE(has_qtensor(file, "fc.weight"));
   EXPECT_FALSE(has_qtensor(file, "bias"));

@@ -1,0 +1,277 @@
+// Post-training quantization of whole models (core/quant/quantize.h, ptq.h): the digits
+// models within the issue's accuracy bounds, the accuracy gate, the model archive's int8
+// form, and the refusals. The layers' numbers against PyTorch are the conformance group
+// qlayers; the kernels' against the reference are int8_gemm_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/anvil.h"
+#include "core/io/safetensors.h"
+#include "core/models/archive.h"
+#include "core/models/spec.h"
+#include "core/quant/ptq.h"
+#include "core/quant/quantize.h"
+#include "core/quant/quantized_layers.h"
+#include "tests/nn/digits_recipe.h"
+
+namespace anvil::quant {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const char* kCnnSpec = R"({"input_shape": [1, 8, 8], "layers": [
+    {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},
+    {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+    {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})";
+
+// A spec model with non-trivial batch-norm statistics, calibrated on random batches.
+std::shared_ptr<nn::Module> CalibratedCnn(const Tensor& calibration) {
+  manual_seed(3);
+  auto model = models::build_model(kCnnSpec).module;
+  {
+    NoGradGuard g;
+    for (auto& [name, b] : model->named_buffers())
+      if (name.find("running_var") != std::string::npos)
+        b.uniform_(0.5, 2.0);
+      else if (name.find("running_mean") != std::string::npos)
+        b.normal_(0.0, 0.2);
+  }
+  model->eval();
+  EXPECT_EQ(fuse_modules(*model).size(), 2u);  // conv+bn+relu, linear+relu
+  EXPECT_EQ(prepare(*model), 3);
+  NoGradGuard g;
+  for (int64_t i = 0; i < calibration.size(0); ++i) model->forward(calibration[i]);
+  const std::vector<ConvertedLayer> done = convert(*model);
+  EXPECT_EQ(done.size(), 3u);
+  for (const ConvertedLayer& c : done) EXPECT_TRUE(c.reason.empty()) << c.path << ": " << c.reason;
+  return model;
+}
+
+TEST(QuantizedLayers, StaticModelRoundTripsThroughTheArchiveBitForBit) {
+  const Tensor calibration = randn({4, 8, 1, 8, 8});
+  auto model = CalibratedCnn(calibration);
+  EXPECT_TRUE(is_quantized(*model));
+  const Tensor x = randn({5, 1, 8, 8});
+  NoGradGuard g;
+  const Tensor want = model->forward(x);
+
+  const std::string path = (std::filesystem::temp_directory_path() / "anvil_quant_cnn.anvil").string();
+  models::ModelInfo info;
+  info.name = "cnn";
+  info.precision = "int8";
+  models::save_model_archive(path, *model, models::build_model(kCnnSpec).spec, info);
+  // As any safetensors reader sees it: int8 weights with float32 scales, the rewrite described.
+  const io::Safetensors file = io::load_safetensors(path);
+  ASSERT_NE(file.find("0.weight"), nullptr);
+  EXPECT_EQ(file.find("0.weight")->dtype(), kInt8);
+  EXPECT_EQ(file.find("5.weight")->dtype(), kInt8);
+  EXPECT_EQ(file.find("5.weight.scale")->dtype(), kFloat32);
+  EXPECT_EQ(file.find("1.running_mean"), nullptr) << "the batch norm was folded into the convolution";
+  EXPECT_THAT(file.metadata.at("anvil.quant"), HasSubstr(R"("1":{"kind":"identity"})"));
+
+  const models::LoadedModel loaded = models::load_model_archive(path);
+  EXPECT_EQ(loaded.info.precision, "int8");
+  EXPECT_EQ(models::forward_dtype(loaded.info), kFloat32);
+  EXPECT_TRUE(equal(loaded.built.module->forward(x), want));
+  std::filesystem::remove(path);
+}
+
+TEST(QuantizedLayers, DynamicModelRoundTripsThroughTheArchive) {
+  manual_seed(4);
+  const std::string spec = models::preset_spec("mlp", {64}, 10);
+  auto model = models::build_model(spec).module;
+  model->eval();
+  EXPECT_EQ(quantize_dynamic(*model).size(), 3u);
+  const Tensor x = randn({7, 64});
+  NoGradGuard g;
+  const Tensor want = model->forward(x);
+  const std::string path = (std::filesystem::temp_directory_path() / "anvil_quant_mlp.anvil").string();
+  models::save_model_archive(path, *model, spec, models::ModelInfo{.name = "mlp", .precision = "int8"});
+  const models::LoadedModel loaded = models::load_model_archive(path);
+  EXPECT_TRUE(equal(loaded.built.module->forward(x), want));
+  std::filesystem::remove(path);
+}
+
+TEST(QuantizedLayers, ArchivesThatDoNotFitTheirSpecAreRefusedByName) {
+  manual_seed(5);
+  const std::string spec = models::preset_spec("mlp", {64}, 10);
+  auto model = models::build_model(spec).module;
+  model->eval();
+  quantize_dynamic(*model);
+  io::NamedTensors tensors;
+  io::Metadata metadata;
+  append_quantized_state(*model, &tensors, &metadata);
+  const std::shared_ptr<nn::Module> fresh_model = models::build_model(spec).module;
+  nn::Module& fresh = *fresh_model;
+  io::Safetensors file{tensors, metadata};
+  std::vector<std::string> consumed;
+  EXPECT_THAT(ErrorOf([&] { apply_quantization(fresh, R"({"9": {"kind": "linear_dynamic"}})", file, &consumed); }),
+              HasSubstr("1 of its layers name no layer of a Sequential in the model"));
+  EXPECT_THAT(ErrorOf([&] { apply_quantization(fresh, R"({"1": {"kind": "linear_dynamic"}})", file, &consumed); }),
+              HasSubstr("the spec has a ReLU there, not a Linear"));
+  EXPECT_THAT(ErrorOf([&] { apply_quantization(fresh, R"({"0": {"kind": "lstm"}})", file, &consumed); }),
+              HasSubstr("unknown kind \"lstm\""));
+  EXPECT_THAT(ErrorOf([&] { apply_quantization(fresh, "[1, 2", file, &consumed); }),
+              HasSubstr("bad quantization description"));
+}
+
+TEST(QuantizedLayers, RefusalsSayWhatWasExpected) {
+  auto model = models::build_model(R"({"input_shape": [4], "layers": [{"type": "relu"}]})").module;
+  model->eval();
+  EXPECT_THAT(ErrorOf([&] { prepare(*model); }), HasSubstr("no Linear or Conv2d layer"));
+  auto mlp = models::build_model(models::preset_spec("mlp", {64}, 10)).module;
+  mlp->eval();
+  prepare(*mlp);
+  EXPECT_THAT(ErrorOf([&] { convert(*mlp); }), HasSubstr("observed no calibration batch"));
+  auto training = models::build_model(kCnnSpec).module;
+  EXPECT_THAT(ErrorOf([&] { fuse_modules(*training); }), HasSubstr("eval mode"));
+  // Weights the int8 kernels cannot take.
+  const QTensor affine = quantize_per_tensor(randn({3, 4}), 0.1, 5, QDtype::QInt8);
+  EXPECT_THAT(ErrorOf([&] { QuantizedLinear(affine, Tensor(), {}, {}, false); }), HasSubstr("symmetric weights"));
+  const QTensor u8 = quantize_per_tensor(randn({3, 4}), 0.1, 0, QDtype::QUInt8);
+  EXPECT_THAT(ErrorOf([&] { DynamicQuantizedLinear(u8, Tensor(), true); }), HasSubstr("expected qint8 weights"));
+  const QTensor w = quantize_per_tensor(randn({3, 4}), 0.1, 0, QDtype::QInt8);
+  DynamicQuantizedLinear layer(w, Tensor(), true);
+  EXPECT_THAT(ErrorOf([&] { layer.forward(randn({2, 5})); }), HasSubstr("last dimension is 4, got [2, 5]"));
+  EXPECT_THAT(ErrorOf([&] {
+                layer.forward(full({1, 4}, std::numeric_limits<double>::quiet_NaN()));
+              }),
+              HasSubstr("holds NaN"));
+  EXPECT_THAT(ErrorOf([&] { layer.forward(ones({1, 4}, kInt64)); }), HasSubstr("expected a floating-point input"));
+}
+
+// A grouped convolution has no int8 version: it stays float, with the reason in the report,
+// and the layers around it still quantize with their own observers.
+TEST(QuantizedLayers, AGroupedConvolutionStaysFloatWithTheReason) {
+  auto model = models::build_model(R"({"input_shape": [4, 6, 6], "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "groups": 2}, {"type": "relu"},
+      {"type": "flatten"}, {"type": "linear", "out_features": 3}]})")
+                   .module;
+  model->eval();
+  fuse_modules(*model);
+  prepare(*model);
+  NoGradGuard g;
+  const Tensor x = randn({8, 4, 6, 6});
+  const Tensor float_out = model->forward(x);
+  const std::vector<ConvertedLayer> done = convert(*model);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].kind, "float");
+  EXPECT_THAT(done[0].reason, HasSubstr("grouped convolution (groups=2) is not quantized"));
+  EXPECT_EQ(done[1].kind, "QuantizedLinear");
+  EXPECT_LT((model->forward(x) - float_out).abs().max().item<double>(), 0.1);
+}
+
+bool HaveDigits() { return std::filesystem::exists(std::filesystem::path(test::DigitsDir()) / "digits.csv.gz"); }
+
+struct DigitsData {
+  std::shared_ptr<const data::Dataset> train, test;
+};
+DigitsData Digits(bool image) {
+  auto digits = std::make_shared<data::MapDataset>(
+      std::make_shared<data::Digits>(test::DigitsDir(), data::DigitsOptions{.as_image = image}),
+      std::make_shared<data::Lambda>([](const Tensor& x) { return x / 16.0; }, "Scale"));
+  auto split = data::random_split(digits, std::vector<double>{0.8, 0.2}, /*seed=*/0);
+  return {split[0], split[1]};
+}
+
+// The issue's acceptance: static int8 within 1 point of float32 on the digits MLP and CNN,
+// dynamic within half a point, the Linear weights at least 3.5x smaller in the archive.
+TEST(QuantizedDigits, StaticWithinOnePointDynamicWithinHalfAPointWeightsSmaller) {
+  if (!HaveDigits()) GTEST_SKIP() << "digits.csv.gz not in " << test::DigitsDir() << ": run `make data`";
+  for (const std::string preset : {"mlp", "lenet5"}) {
+    const bool image = preset != "mlp";
+    const test::DigitsRun run = test::TrainDigitsPreset(preset, 20);
+    const DigitsData d = Digits(image);
+    const std::string spec = models::preset_spec(preset, image ? IntArray{1, 8, 8} : IntArray{64}, 10);
+    for (const PtqMode mode : {PtqMode::kStatic, PtqMode::kDynamic}) {
+      data::DataLoader calibration(d.train, {.batch_size = 64, .shuffle = true, .seed = 2});
+      data::DataLoader validation(d.test, {.batch_size = 256});
+      PtqOptions o;
+      o.mode = mode;
+      o.max_accuracy_drop = mode == PtqMode::kStatic ? 1.0 : 0.5;
+      const PtqResult r =
+          post_training_quantize(*run.model, models::build_model(spec).module, calibration, validation, o);
+      std::printf("%s %s: %s\n", preset.c_str(), ptq_mode_name(mode), r.summary.c_str());
+      ASSERT_TRUE(r.float_accuracy && r.int8_accuracy);
+      EXPECT_NEAR(*r.float_accuracy, *run.test_accuracy, 1e-12) << "the same validation split";
+      EXPECT_TRUE(r.passed) << preset << " " << ptq_mode_name(mode) << ": " << r.summary;
+      EXPECT_GE(*r.float_accuracy, 0.95) << preset;
+      RecordProperty(preset + "_" + ptq_mode_name(mode) + "_int8", std::to_string(*r.int8_accuracy));
+      RecordProperty(preset + "_fp32", std::to_string(*r.float_accuracy));
+      EXPECT_FALSE(r.layers.empty());
+      // The archive's Linear weights: int8 plus 8 bytes of scale and zero point per row.
+      io::NamedTensors tensors;
+      io::Metadata metadata;
+      append_quantized_state(*r.model, &tensors, &metadata);
+      int64_t int8_bytes = 0, float_bytes = 0;
+      for (const auto& [name, t] : tensors)
+        if (name.find(".weight") != std::string::npos) int8_bytes += t.nbytes();
+      for (const auto& [name, p] : run.model->named_parameters())
+        if (name.find(".weight") != std::string::npos && p.dim() >= 2) float_bytes += p.nbytes();
+      EXPECT_GE(static_cast<double>(float_bytes) / static_cast<double>(int8_bytes), 3.5)
+          << preset << ": " << float_bytes << " float bytes, " << int8_bytes << " int8 bytes";
+    }
+  }
+}
+
+// The pitfall: a calibration set that does not look like what the model serves. On digits, one
+// class alone is still representative (every class spans the same pixel range: measured, the
+// int8 accuracy stays within 0.3 points of float32 for each of the ten classes, mlp and
+// lenet5, histogram and minmax observers); a calibration set with other preprocessing is not:
+// raw pixels in [0, 16] where the model serves [0, 1] give the input a 16x too coarse scale,
+// accuracy collapses, and the gate refuses the model, naming both accuracies and the worst
+// layer.
+TEST(QuantizedDigits, AnUnrepresentativeCalibrationSetTripsTheGate) {
+  if (!HaveDigits()) GTEST_SKIP() << "digits.csv.gz not in " << test::DigitsDir() << ": run `make data`";
+  const test::DigitsRun run = test::TrainDigitsPreset("lenet5", 20);
+  const DigitsData d = Digits(true);
+  for (const bool one_class : {true, false}) {
+    std::shared_ptr<const data::Dataset> calibration_set;
+    if (one_class) {
+      std::vector<Tensor> xs;
+      for (int64_t i = 0; i < d.train->size(); ++i) {
+        data::Example e = d.train->get(i);
+        if (e["target"].item<int64_t>() == 0) xs.push_back(e["input"]);
+      }
+      ASSERT_GT(xs.size(), 20u);
+      calibration_set =
+          std::make_shared<data::TensorDataset>(stack(xs), zeros({static_cast<int64_t>(xs.size())}, kInt64));
+    } else {
+      calibration_set =
+          data::random_split(std::make_shared<data::Digits>(test::DigitsDir(), data::DigitsOptions{.as_image = true}),
+                             std::vector<double>{0.8, 0.2}, /*seed=*/0)[0];
+    }
+    data::DataLoader calibration(calibration_set, {.batch_size = 64});
+    data::DataLoader validation(d.test, {.batch_size = 256});
+    PtqOptions o;
+    o.mode = PtqMode::kStatic;
+    const PtqResult r =
+        post_training_quantize(*run.model, models::build_model(models::preset_spec("lenet5", {1, 8, 8}, 10)).module,
+                               calibration, validation, o);
+    std::printf("%s: %s\n", one_class ? "one class" : "raw pixels", r.summary.c_str());
+    if (one_class) {
+      EXPECT_TRUE(r.passed) << r.summary;
+      continue;
+    }
+    EXPECT_FALSE(r.passed);
+    EXPECT_THAT(r.summary, HasSubstr("not registered for serving"));
+    EXPECT_THAT(r.summary, HasSubstr("The worst quantized layer is "));
+    EXPECT_THAT(r.summary, HasSubstr(" dB): "));
+    EXPECT_THAT(r.summary, HasSubstr("keep it in float, or calibrate on more representative batches"));
+    EXPECT_GT(*r.float_accuracy - *r.int8_accuracy, 0.01);
+  }
+}
+
+}  // namespace
+}  // namespace anvil::quant
