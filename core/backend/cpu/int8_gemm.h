@@ -31,6 +31,9 @@ enum class Int8GemmKernel { kReference, kAvx2, kAvx512Vnni, kAmx };
 Int8GemmKernel selected_int8_gemm();
 std::string int8_gemm_kernel_name(Int8GemmKernel kernel);
 std::vector<Int8GemmKernel> available_int8_gemm_kernels();
+// Why `kernel` cannot run at the active level ("" when it can): "no AVX512-VNNI on this CPU",
+// "the active ISA level is avx2, below avx512", the AMX probe's or self-check's reason.
+std::string int8_gemm_unavailable_reason(Int8GemmKernel kernel);
 
 // The largest inner dimension: int32 sums of k products of at most 255 * 128 stay exact.
 inline constexpr int64_t kMaxInt8GemmK = 65536;
@@ -76,5 +79,11 @@ void int8_gemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight&
 // a small batch over the pool split here. j0 and j1 multiples of 16, or j1 == n.
 void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
                        int32_t* c, int64_t ldc);
+
+// The AMX kernel on tiles emulated in scalar code, from the instruction set reference (slow:
+// for testing the AMX kernel's packing, blocking and edges on CPUs without AMX). W packed for
+// kAvx512Vnni or kAmx (one layout); the same contract as int8_gemm_columns.
+void int8_gemm_amx_emulated(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
+                            int32_t* c, int64_t ldc);
 
 }  // namespace anvil::cpu

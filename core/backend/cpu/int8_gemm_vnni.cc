@@ -1,0 +1,171 @@
+// The AVX-512-VNNI int8 kernel (layout: int8_gemm_kernels.h).
+//
+// vpdpbusd multiplies, in each int32 lane, four unsigned bytes of its first source by four
+// signed bytes of its second and adds the four products (exactly: at most 4 * 255 * 128) to the
+// lane. The micro-kernel keeps a tile of C (up to 12 rows x 32 columns) in 24 zmm accumulators;
+// per group of four k values it loads the panel's 128 bytes (two zmm) once and broadcasts each
+// row's four bytes of A from A itself (no packing of A: a broadcast load reads only the row's
+// own bytes, and the k tail of fewer than four bytes is copied into a zeroed word).
+//
+// Blocking: k in chunks of kKc (C is read back and added once per chunk); per chunk, groups of
+// kNcPanels panels (8 x 32 KiB) stay in L2 while every 12-row panel of A (12 KiB) passes over
+// them from L1.
+//
+// Compiled for the baseline target; only the functions marked with the VNNI target use
+// AVX-512, and int8_gemm.cc checks the CPU first.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/backend/cpu/int8_gemm_kernels.h"
+
+#define ANVIL_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+namespace anvil::cpu::int8_kernels {
+
+namespace {
+
+constexpr int64_t kPanelCols = 32;
+constexpr int64_t kGroupBytes = 128;  // one group of four k values of a 32-column panel
+constexpr int64_t kKc = 1024;         // a multiple of 4: only the last chunk has a tail
+constexpr int64_t kNcPanels = 8;
+constexpr int kMr = 12;
+
+int64_t PanelGroups(int64_t k) { return (k + 63) / 64 * 16; }
+
+#define ANVIL_ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+inline int32_t LoadWord(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The last `tail` (< 4) bytes of a row, zero-extended to a word.
+inline int32_t TailWord(const uint8_t* p, int tail) {
+  int32_t v = 0;
+  std::memcpy(&v, p, static_cast<size_t>(tail));
+  return v;
+}
+
+// C tile (MR rows x 32 columns; m0 and m1 the columns stored) [+]= A rows (a, lda) x panel pb
+// over `groups` whole groups of four k values and then `tail` more k values.
+template <int MR>
+ANVIL_VNNI_TARGET void MicroKernel(const uint8_t* a, int64_t lda, int64_t groups, int tail, const int8_t* pb,
+                                   int32_t* c, int64_t ldc, bool accumulate, __mmask16 m0, __mmask16 m1) {
+#define ANVIL_DECL(i)                                                   \
+  __m512i x##i = _mm512_setzero_si512(), y##i = _mm512_setzero_si512(); \
+  const uint8_t* a##i = a + (i < MR ? i : 0) * lda;
+  ANVIL_ROWS12(ANVIL_DECL)
+#undef ANVIL_DECL
+#define ANVIL_STEP(i, word)                     \
+  if constexpr (i < MR) {                       \
+    const __m512i av = _mm512_set1_epi32(word); \
+    x##i = _mm512_dpbusd_epi32(x##i, av, b0);   \
+    y##i = _mm512_dpbusd_epi32(y##i, av, b1);   \
+  }
+#define ANVIL_BODY(i) ANVIL_STEP(i, LoadWord(a##i + 4 * q))
+  for (int64_t q = 0; q < groups; ++q) {
+    const __m512i b0 = _mm512_loadu_si512(pb + q * kGroupBytes);
+    const __m512i b1 = _mm512_loadu_si512(pb + q * kGroupBytes + 64);
+    ANVIL_ROWS12(ANVIL_BODY)
+  }
+#undef ANVIL_BODY
+  if (tail > 0) {
+    const int64_t q = groups;
+    const __m512i b0 = _mm512_loadu_si512(pb + q * kGroupBytes);
+    const __m512i b1 = _mm512_loadu_si512(pb + q * kGroupBytes + 64);
+#define ANVIL_TAIL(i) ANVIL_STEP(i, TailWord(a##i + 4 * q, tail))
+    ANVIL_ROWS12(ANVIL_TAIL)
+#undef ANVIL_TAIL
+  }
+#undef ANVIL_STEP
+#define ANVIL_STORE(i)                                                      \
+  if constexpr (i < MR) {                                                   \
+    int32_t* ci = c + i * ldc;                                              \
+    if (accumulate) {                                                       \
+      x##i = _mm512_add_epi32(x##i, _mm512_maskz_loadu_epi32(m0, ci));      \
+      y##i = _mm512_add_epi32(y##i, _mm512_maskz_loadu_epi32(m1, ci + 16)); \
+    }                                                                       \
+    _mm512_mask_storeu_epi32(ci, m0, x##i);                                 \
+    _mm512_mask_storeu_epi32(ci + 16, m1, y##i);                            \
+  }
+  ANVIL_ROWS12(ANVIL_STORE)
+#undef ANVIL_STORE
+}
+
+#undef ANVIL_ROWS12
+
+using TileFn = void (*)(const uint8_t*, int64_t, int64_t, int, const int8_t*, int32_t*, int64_t, bool, __mmask16,
+                        __mmask16);
+
+template <int... R>
+constexpr auto MakeTiles(std::integer_sequence<int, R...>) {
+  return std::array<TileFn, sizeof...(R)>{&MicroKernel<R + 1>...};
+}
+// kTiles[r - 1] handles r rows.
+constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMr>{});
+
+// The columns of panel jp inside [j0, j1), as a mask of its 32.
+uint32_t PanelMask(int64_t jp, int64_t j0, int64_t j1) {
+  const int64_t lo = std::max<int64_t>(j0 - jp * kPanelCols, 0);
+  const int64_t hi = std::min<int64_t>(j1 - jp * kPanelCols, kPanelCols);
+  const uint64_t upto_hi = hi >= 32 ? 0xFFFFFFFFull : ((1ull << hi) - 1);
+  const uint64_t below_lo = (1ull << lo) - 1;
+  return static_cast<uint32_t>(upto_hi & ~below_lo);
+}
+
+}  // namespace
+
+int64_t VnniPackedBytes(int64_t n, int64_t k) {
+  return (n + kPanelCols - 1) / kPanelCols * PanelGroups(k) * kGroupBytes;
+}
+
+void PackVnni(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int8_t* out) {
+  const int64_t groups = PanelGroups(k);
+  std::memset(out, 0, static_cast<size_t>(VnniPackedBytes(n, k)));
+  for (int64_t j = 0; j < n; ++j) {
+    int8_t* panel = out + (j / kPanelCols) * groups * kGroupBytes + (j % kPanelCols) * 4;
+    const int8_t* row = w + j * ldw;
+    for (int64_t p = 0; p < k; ++p) panel[(p / 4) * kGroupBytes + p % 4] = row[p];
+  }
+}
+
+void GemmVnni(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int64_t n, int64_t k, int64_t j0,
+              int64_t j1, int32_t* c, int64_t ldc) {
+  if (m <= 0 || j1 <= j0) return;
+  const int64_t panel_bytes = PanelGroups(k) * kGroupBytes;
+  const int64_t first_panel = j0 / kPanelCols, end_panel = (j1 + kPanelCols - 1) / kPanelCols;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
+    return;
+  }
+  for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+    const int64_t kc = std::min(kKc, k - p0);
+    const int64_t groups = kc / 4;
+    const int tail = static_cast<int>(kc % 4);
+    const bool accumulate = p0 > 0;
+    for (int64_t jg = first_panel; jg < end_panel; jg += kNcPanels) {
+      const int64_t group_end = std::min(end_panel, jg + kNcPanels);
+      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+        const int64_t rows = std::min<int64_t>(kMr, m - i0);
+        const TileFn tile = kTiles[static_cast<size_t>(rows - 1)];
+        for (int64_t jp = jg; jp < group_end; ++jp) {
+          const uint32_t mask = PanelMask(jp, j0, j1);
+          tile(a + i0 * lda + p0, lda, groups, tail, packed + jp * panel_bytes + (p0 / 4) * kGroupBytes,
+               c + i0 * ldc + jp * kPanelCols, ldc, accumulate, static_cast<__mmask16>(mask & 0xFFFF),
+               static_cast<__mmask16>(mask >> 16));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace anvil::cpu::int8_kernels
