@@ -23,6 +23,7 @@
 #include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/backend/cpu/int8_gemm_kernels.h"
 
@@ -37,56 +38,41 @@ constexpr int64_t kGroupBytes = 128;  // one group of four k values of a 32-colu
 constexpr int64_t kKc = 1024;         // a multiple of 4: only the last chunk has a tail
 constexpr int64_t kNcPanels = 8;
 constexpr int kMr = 12;
+constexpr int64_t kMc = 96;  // rows per block: 8 panels of 12, whose packed A (96 KiB) stays in L2
 
 int64_t PanelGroups(int64_t k) { return (k + 63) / 64 * 16; }
 
 #define ANVIL_ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
-inline int32_t LoadWord(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+// acc += vpdpbusd(a, b), in place. The intrinsic's result is a new value, and GCC 12 then
+// copies each accumulator before every vpdpbusd (and spills the tile to the stack), which
+// halved the kernel's speed; the instruction itself accumulates into its destination.
+ANVIL_VNNI_TARGET inline __m512i Dot(__m512i acc, __m512i a_u8, __m512i b_s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "v"(b_s8));
+  return acc;
 }
 
-// The last `tail` (< 4) bytes of a row, zero-extended to a word.
-inline int32_t TailWord(const uint8_t* p, int tail) {
-  int32_t v = 0;
-  std::memcpy(&v, p, static_cast<size_t>(tail));
-  return v;
-}
-
-// C tile (MR rows x 32 columns; m0 and m1 the columns stored) [+]= A rows (a, lda) x panel pb
-// over `groups` whole groups of four k values and then `tail` more k values.
+// C tile (MR rows x 32 columns; m0 and m1 the columns stored) [+]= the A panel pa (per group
+// of four k values, MR words: row i's four bytes at word i) x panel pb, over `groups` groups.
 template <int MR>
-ANVIL_VNNI_TARGET void MicroKernel(const uint8_t* a, int64_t lda, int64_t groups, int tail, const int8_t* pb,
-                                   int32_t* c, int64_t ldc, bool accumulate, __mmask16 m0, __mmask16 m1) {
-#define ANVIL_DECL(i)                                                   \
-  __m512i x##i = _mm512_setzero_si512(), y##i = _mm512_setzero_si512(); \
-  const uint8_t* a##i = a + (i < MR ? i : 0) * lda;
+ANVIL_VNNI_TARGET void MicroKernel(const int32_t* pa, int64_t groups, const int8_t* pb, int32_t* c, int64_t ldc,
+                                   bool accumulate, __mmask16 m0, __mmask16 m1) {
+#define ANVIL_DECL(i) __m512i x##i = _mm512_setzero_si512(), y##i = _mm512_setzero_si512();
   ANVIL_ROWS12(ANVIL_DECL)
 #undef ANVIL_DECL
-#define ANVIL_STEP(i, word)                     \
-  if constexpr (i < MR) {                       \
-    const __m512i av = _mm512_set1_epi32(word); \
-    x##i = _mm512_dpbusd_epi32(x##i, av, b0);   \
-    y##i = _mm512_dpbusd_epi32(y##i, av, b1);   \
-  }
-#define ANVIL_BODY(i) ANVIL_STEP(i, LoadWord(a##i + 4 * q))
   for (int64_t q = 0; q < groups; ++q) {
     const __m512i b0 = _mm512_loadu_si512(pb + q * kGroupBytes);
     const __m512i b1 = _mm512_loadu_si512(pb + q * kGroupBytes + 64);
-    ANVIL_ROWS12(ANVIL_BODY)
+    const int32_t* aq = pa + q * MR;
+#define ANVIL_STEP(i)                            \
+  if constexpr (i < MR) {                        \
+    const __m512i av = _mm512_set1_epi32(aq[i]); \
+    x##i = Dot(x##i, av, b0);                    \
+    y##i = Dot(y##i, av, b1);                    \
   }
-#undef ANVIL_BODY
-  if (tail > 0) {
-    const int64_t q = groups;
-    const __m512i b0 = _mm512_loadu_si512(pb + q * kGroupBytes);
-    const __m512i b1 = _mm512_loadu_si512(pb + q * kGroupBytes + 64);
-#define ANVIL_TAIL(i) ANVIL_STEP(i, TailWord(a##i + 4 * q, tail))
-    ANVIL_ROWS12(ANVIL_TAIL)
-#undef ANVIL_TAIL
-  }
+    ANVIL_ROWS12(ANVIL_STEP)
 #undef ANVIL_STEP
+  }
 #define ANVIL_STORE(i)                                                      \
   if constexpr (i < MR) {                                                   \
     int32_t* ci = c + i * ldc;                                              \
@@ -103,8 +89,7 @@ ANVIL_VNNI_TARGET void MicroKernel(const uint8_t* a, int64_t lda, int64_t groups
 
 #undef ANVIL_ROWS12
 
-using TileFn = void (*)(const uint8_t*, int64_t, int64_t, int, const int8_t*, int32_t*, int64_t, bool, __mmask16,
-                        __mmask16);
+using TileFn = void (*)(const int32_t*, int64_t, const int8_t*, int32_t*, int64_t, bool, __mmask16, __mmask16);
 
 template <int... R>
 constexpr auto MakeTiles(std::integer_sequence<int, R...>) {
@@ -120,6 +105,22 @@ uint32_t PanelMask(int64_t jp, int64_t j0, int64_t j1) {
   const uint64_t upto_hi = hi >= 32 ? 0xFFFFFFFFull : ((1ull << hi) - 1);
   const uint64_t below_lo = (1ull << lo) - 1;
   return static_cast<uint32_t>(upto_hi & ~below_lo);
+}
+
+// `rows` rows of A (from `a`, lda apart), kc bytes each, into a panel of ceil(kc / 4) groups
+// of `rows` words (row i's bytes 4q .. 4q + 3 at word q * rows + i), the bytes past kc zero.
+// Reads only the rows' kc bytes.
+void PackA(const uint8_t* a, int64_t lda, int64_t rows, int64_t kc, int32_t* panel) {
+  const int64_t full = kc / 4, tail = kc % 4;
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = a + i * lda;
+    for (int64_t q = 0; q < full; ++q) std::memcpy(panel + q * rows + i, row + 4 * q, 4);
+    if (tail > 0) {
+      int32_t word = 0;
+      std::memcpy(&word, row + 4 * full, static_cast<size_t>(tail));
+      panel[full * rows + i] = word;
+    }
+  }
 }
 
 }  // namespace
@@ -147,21 +148,28 @@ void GemmVnni(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, in
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
     return;
   }
+  thread_local std::vector<int32_t> packed_a;
+  packed_a.resize(static_cast<size_t>(kMc * (kKc / 4)));
   for (int64_t p0 = 0; p0 < k; p0 += kKc) {
     const int64_t kc = std::min(kKc, k - p0);
-    const int64_t groups = kc / 4;
-    const int tail = static_cast<int>(kc % 4);
+    const int64_t groups = (kc + 3) / 4;
     const bool accumulate = p0 > 0;
-    for (int64_t jg = first_panel; jg < end_panel; jg += kNcPanels) {
-      const int64_t group_end = std::min(end_panel, jg + kNcPanels);
-      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-        const int64_t rows = std::min<int64_t>(kMr, m - i0);
-        const TileFn tile = kTiles[static_cast<size_t>(rows - 1)];
-        for (int64_t jp = jg; jp < group_end; ++jp) {
-          const uint32_t mask = PanelMask(jp, j0, j1);
-          tile(a + i0 * lda + p0, lda, groups, tail, packed + jp * panel_bytes + (p0 / 4) * kGroupBytes,
-               c + i0 * ldc + jp * kPanelCols, ldc, accumulate, static_cast<__mmask16>(mask & 0xFFFF),
-               static_cast<__mmask16>(mask >> 16));
+    for (int64_t ic = 0; ic < m; ic += kMc) {
+      const int64_t mc = std::min(kMc, m - ic);
+      for (int64_t i0 = 0; i0 < mc; i0 += kMr) {
+        PackA(a + (ic + i0) * lda + p0, lda, std::min<int64_t>(kMr, mc - i0), kc, packed_a.data() + i0 * groups);
+      }
+      for (int64_t jg = first_panel; jg < end_panel; jg += kNcPanels) {
+        const int64_t group_end = std::min(end_panel, jg + kNcPanels);
+        for (int64_t i0 = 0; i0 < mc; i0 += kMr) {
+          const int64_t rows = std::min<int64_t>(kMr, mc - i0);
+          const TileFn tile = kTiles[static_cast<size_t>(rows - 1)];
+          for (int64_t jp = jg; jp < group_end; ++jp) {
+            const uint32_t mask = PanelMask(jp, j0, j1);
+            tile(packed_a.data() + i0 * groups, groups, packed + jp * panel_bytes + (p0 / 4) * kGroupBytes,
+                 c + (ic + i0) * ldc + jp * kPanelCols, ldc, accumulate, static_cast<__mmask16>(mask & 0xFFFF),
+                 static_cast<__mmask16>(mask >> 16));
+          }
         }
       }
     }
