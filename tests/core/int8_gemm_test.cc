@@ -121,8 +121,9 @@ TEST(Int8Gemm, EveryKernelEqualsTheDefinitionOnOddShapes) {
   }
 }
 
-// Past each block: a k chunk (1024) with a tail, k = 4096, more rows than a row block (AMX 128,
-// VNNI 12, AVX2 6) and more panels than a group (VNNI 8 x 32 columns), n = 1000.
+// Past each block: a k chunk (AVX2 and AMX 1024, VNNI 2048) with a tail, k = 4096, more rows
+// than a row block (AMX 128, VNNI 96 and 12, AVX2 6) and more panels than a group (VNNI 8 x 32
+// columns), n = 1000.
 TEST(Int8Gemm, EveryKernelEqualsTheDefinitionPastEachBlock) {
   struct Shape {
     int64_t m, n, k;
