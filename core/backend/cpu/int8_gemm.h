@@ -9,9 +9,16 @@
 //   avx2         u8 and s8 widened to 16 bits, vpmaddwd (exact: vpmaddubsw's 16-bit
 //                saturation is never used, so no reduce_range is needed for exactness);
 //   avx512-vnni  vpdpbusd: four u8 x s8 products summed into each int32 lane;
-//   amx          tdpbusd on AMX-INT8 tiles.
+//   amx          tdpbusd on AMX-INT8 tiles, for products of 16 rows or more; its weights
+//                are packed in the VNNI layout, so smaller products (a batch of a few rows)
+//                take vpdpbusd on the same packed weights.
+// selected_int8_gemm() takes the first available of amx, avx512-vnni (the avx512 level and
+// AVX512-VNNI), avx2 and reference; ANVIL_CPU_ISA or ScopedIsa lowers it. Layouts and kernel
+// entry points: int8_gemm_kernels.h.
 // The weights are packed once per layer for the kernel that will run them
-// (PackedInt8Weight), with their row sums, which the zero-point compensation needs.
+// (PackedInt8Weight), with their row sums, which the zero-point compensation needs; a packed
+// weight runs its kernel whatever the level later (packing checked that the CPU has it), the
+// AMX tiles only while the amx level is active.
 //
 // Thread-safe: packed weights are immutable; every int8_gemm call is single-threaded (callers
 // split rows or column blocks over Anvil's pool).
