@@ -17,6 +17,7 @@
 #include "core/anvil.h"
 #include "core/backend/cpu/blas_library.h"
 #include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/int8_gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/kernel_info.h"
 #include "core/util/cpu_features.h"
@@ -378,7 +379,9 @@ TEST(CpuIsaLevels, TheSummaryNamesCpuLevelKernelAndThreads) {
   EXPECT_EQ(info.isa, std::string(isa_name(cpu::active_isa())));
   EXPECT_EQ(info.threads, get_num_threads());
   const std::string line = cpu_kernel_summary();
-  for (const std::string& part : {info.model, "ISA " + info.isa, "GEMM " + info.gemm}) {
+  EXPECT_EQ(info.int8_gemm, cpu::int8_gemm_kernel_name(cpu::selected_int8_gemm()));
+  for (const std::string& part : {info.model, "ISA " + info.isa, "GEMM " + info.gemm,
+                                  "bf16 GEMM " + info.bf16_gemm + ",", "int8 GEMM " + info.int8_gemm + ","}) {
     EXPECT_NE(line.find(part), std::string::npos) << part << " not in: " << line;
   }
 }

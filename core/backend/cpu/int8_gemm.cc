@@ -3,11 +3,44 @@
 
 #include <cstring>
 
+#include "core/backend/cpu/int8_gemm_kernels.h"
+#include "core/backend/cpu/isa.h"
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 namespace anvil::cpu {
 
-Int8GemmKernel selected_int8_gemm() { return Int8GemmKernel::kReference; }
+namespace {
+
+bool VnniAvailable() { return isa_at_least(CpuIsa::kAvx512) && cpu_features().avx512_vnni; }
+
+// Whether `kernel` runs at the active ISA level, and why not ("" when it does).
+std::string UnavailableReason(Int8GemmKernel kernel) {
+  switch (kernel) {
+    case Int8GemmKernel::kReference:
+      return "";
+    case Int8GemmKernel::kAvx2:
+      return isa_at_least(CpuIsa::kAvx2) ? "" : "the active ISA level is " + std::string(isa_name(active_isa()));
+    case Int8GemmKernel::kAvx512Vnni:
+      if (!cpu_features().avx512_vnni) return "no AVX512-VNNI on this CPU";
+      return VnniAvailable() ? "" : "the active ISA level is " + std::string(isa_name(active_isa())) + ", below avx512";
+    case Int8GemmKernel::kAmx:
+      return int8_kernels::AmxAvailable() ? "" : int8_kernels::AmxUnavailableReason();
+  }
+  return "unknown kernel";
+}
+
+}  // namespace
+
+// AMX first wherever it runs: an AMX-packed weight is the VNNI layout, so the products with
+// fewer rows than a tile still take vpdpbusd (int8_gemm_columns) and nothing is lost by packing
+// for AMX.
+Int8GemmKernel selected_int8_gemm() {
+  if (int8_kernels::AmxAvailable()) return Int8GemmKernel::kAmx;
+  if (VnniAvailable()) return Int8GemmKernel::kAvx512Vnni;
+  if (isa_at_least(CpuIsa::kAvx2)) return Int8GemmKernel::kAvx2;
+  return Int8GemmKernel::kReference;
+}
 
 std::string int8_gemm_kernel_name(Int8GemmKernel kernel) {
   switch (kernel) {
@@ -23,15 +56,54 @@ std::string int8_gemm_kernel_name(Int8GemmKernel kernel) {
   return "unknown";
 }
 
-std::vector<Int8GemmKernel> available_int8_gemm_kernels() { return {Int8GemmKernel::kReference}; }
+std::vector<Int8GemmKernel> available_int8_gemm_kernels() {
+  std::vector<Int8GemmKernel> out;
+  for (Int8GemmKernel kernel :
+       {Int8GemmKernel::kReference, Int8GemmKernel::kAvx2, Int8GemmKernel::kAvx512Vnni, Int8GemmKernel::kAmx}) {
+    if (UnavailableReason(kernel).empty()) out.push_back(kernel);
+  }
+  return out;
+}
+
+std::string int8_gemm_unavailable_reason(Int8GemmKernel kernel) { return UnavailableReason(kernel); }
+
+namespace {
+
+std::string AvailableNames() {
+  std::string out;
+  for (Int8GemmKernel kernel : available_int8_gemm_kernels()) {
+    out += (out.empty() ? "" : ", ") + int8_gemm_kernel_name(kernel);
+  }
+  return out;
+}
+
+// W in `kernel`'s layout (int8_gemm_kernels.h): its bytes, null for the reference kernel.
+std::shared_ptr<int8_t[]> PackForKernel(const int8_t* w, int64_t n, int64_t k, int64_t ldw, Int8GemmKernel kernel,
+                                        size_t& bytes) {
+  bytes = 0;
+  if (kernel == Int8GemmKernel::kReference) return nullptr;
+  const bool pairs = kernel == Int8GemmKernel::kAvx2;
+  bytes = static_cast<size_t>(pairs ? int8_kernels::Avx2PackedBytes(n, k) : int8_kernels::VnniPackedBytes(n, k));
+  // One byte more, so packed() is never null for a kernel with a layout, even when n is 0.
+  std::shared_ptr<int8_t[]> out(new int8_t[bytes + 1]);
+  if (pairs) {
+    int8_kernels::PackAvx2(w, n, k, ldw, out.get());
+  } else {
+    int8_kernels::PackVnni(w, n, k, ldw, out.get());
+  }
+  return out;
+}
+
+}  // namespace
 
 PackedInt8Weight pack_int8_weight(const int8_t* w, int64_t n, int64_t k, int64_t ldw, Int8GemmKernel kernel) {
   ANVIL_CHECK(n >= 0 && k >= 0 && ldw >= k, "pack_int8_weight: expected n >= 0, 0 <= k <= ldw, got n=", n, " k=", k,
               " ldw=", ldw);
   ANVIL_CHECK(k <= kMaxInt8GemmK, "pack_int8_weight: the inner dimension is at most ", kMaxInt8GemmK,
               " (int32 sums stay exact), got ", k);
-  ANVIL_CHECK(kernel == Int8GemmKernel::kReference, "pack_int8_weight: kernel ", int8_gemm_kernel_name(kernel),
-              " is not available on this CPU");
+  const std::string why = UnavailableReason(kernel);
+  ANVIL_CHECK(why.empty(), "pack_int8_weight: kernel ", int8_gemm_kernel_name(kernel), " cannot run here (", why,
+              "); available: ", AvailableNames());
   PackedInt8Weight out;
   out.n_ = n;
   out.k_ = k;
@@ -44,6 +116,7 @@ PackedInt8Weight pack_int8_weight(const int8_t* w, int64_t n, int64_t k, int64_t
     for (int64_t p = 0; p < k; ++p) sum += w[j * ldw + p];
     out.row_sums_[static_cast<size_t>(j)] = sum;
   }
+  out.packed_ = PackForKernel(w, n, k, ldw, kernel, out.packed_bytes_);
   return out;
 }
 
@@ -68,13 +141,42 @@ void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt
                        int32_t* c, int64_t ldc) {
   ANVIL_CHECK(0 <= j0 && j0 <= j1 && j1 <= w.n(), "int8_gemm_columns: columns [", j0, ", ", j1, ") outside [0, ", w.n(),
               ")");
+  ANVIL_CHECK(j0 % 16 == 0 && (j1 % 16 == 0 || j1 == w.n()),
+              "int8_gemm_columns: expected j0 and j1 multiples of 16 (or j1 == n = ", w.n(), "), got [", j0, ", ", j1,
+              ")");
+  ANVIL_CHECK(m >= 0 && lda >= w.k() && ldc >= w.n(), "int8_gemm: expected m >= 0, lda >= k = ", w.k(),
+              ", ldc >= n = ", w.n(), ", got m=", m, " lda=", lda, " ldc=", ldc);
+  const int8_t* packed = w.packed();
   switch (w.kernel()) {
     case Int8GemmKernel::kReference:
       ReferenceGemm(m, a, lda, w, j0, j1, c, ldc);
       return;
-    default:
-      ANVIL_CHECK(false, "int8_gemm: no kernel ", int8_gemm_kernel_name(w.kernel()), " in this build");
+    case Int8GemmKernel::kAvx2:
+      int8_kernels::GemmAvx2(m, a, lda, packed, w.n(), w.k(), j0, j1, c, ldc);
+      return;
+    case Int8GemmKernel::kAmx:
+      // Tiles for products of a tile's rows or more, while the amx level is active; the same
+      // layout on vpdpbusd otherwise.
+      if (m >= int8_kernels::kAmxMinRows && int8_kernels::AmxAvailable()) {
+        int8_kernels::GemmAmx(m, a, lda, packed, w.n(), w.k(), j0, j1, c, ldc);
+        return;
+      }
+      [[fallthrough]];
+    case Int8GemmKernel::kAvx512Vnni:
+      int8_kernels::GemmVnni(m, a, lda, packed, w.n(), w.k(), j0, j1, c, ldc);
+      return;
   }
+}
+
+void int8_gemm_amx_emulated(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
+                            int32_t* c, int64_t ldc) {
+  ANVIL_CHECK(w.kernel() == Int8GemmKernel::kAvx512Vnni || w.kernel() == Int8GemmKernel::kAmx,
+              "int8_gemm_amx_emulated: expected a weight packed for ",
+              int8_gemm_kernel_name(Int8GemmKernel::kAvx512Vnni), " or ", int8_gemm_kernel_name(Int8GemmKernel::kAmx),
+              ", got one packed for ", int8_gemm_kernel_name(w.kernel()));
+  ANVIL_CHECK(0 <= j0 && j0 <= j1 && j1 <= w.n() && j0 % 16 == 0, "int8_gemm_amx_emulated: columns [", j0, ", ", j1,
+              ") are not a range of [0, ", w.n(), ") starting at a multiple of 16");
+  int8_kernels::GemmAmxEmulated(m, a, lda, w.packed(), w.n(), w.k(), j0, j1, c, ldc);
 }
 
 void int8_gemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int32_t* c, int64_t ldc) {

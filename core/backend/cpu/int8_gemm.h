@@ -9,9 +9,16 @@
 //   avx2         u8 and s8 widened to 16 bits, vpmaddwd (exact: vpmaddubsw's 16-bit
 //                saturation is never used, so no reduce_range is needed for exactness);
 //   avx512-vnni  vpdpbusd: four u8 x s8 products summed into each int32 lane;
-//   amx          tdpbusd on AMX-INT8 tiles.
+//   amx          tdpbusd on AMX-INT8 tiles, for products of 16 rows or more; its weights
+//                are packed in the VNNI layout, so smaller products (a batch of a few rows)
+//                take vpdpbusd on the same packed weights.
+// selected_int8_gemm() takes the first available of amx, avx512-vnni (the avx512 level and
+// AVX512-VNNI), avx2 and reference; ANVIL_CPU_ISA or ScopedIsa lowers it. Layouts and kernel
+// entry points: int8_gemm_kernels.h.
 // The weights are packed once per layer for the kernel that will run them
-// (PackedInt8Weight), with their row sums, which the zero-point compensation needs.
+// (PackedInt8Weight), with their row sums, which the zero-point compensation needs; a packed
+// weight runs its kernel whatever the level later (packing checked that the CPU has it), the
+// AMX tiles only while the amx level is active.
 //
 // Thread-safe: packed weights are immutable; every int8_gemm call is single-threaded (callers
 // split rows or column blocks over Anvil's pool).
@@ -31,6 +38,9 @@ enum class Int8GemmKernel { kReference, kAvx2, kAvx512Vnni, kAmx };
 Int8GemmKernel selected_int8_gemm();
 std::string int8_gemm_kernel_name(Int8GemmKernel kernel);
 std::vector<Int8GemmKernel> available_int8_gemm_kernels();
+// Why `kernel` cannot run at the active level ("" when it can): "no AVX512-VNNI on this CPU",
+// "the active ISA level is avx2, below avx512", the AMX probe's or self-check's reason.
+std::string int8_gemm_unavailable_reason(Int8GemmKernel kernel);
 
 // The largest inner dimension: int32 sums of k products of at most 255 * 128 stay exact.
 inline constexpr int64_t kMaxInt8GemmK = 65536;
@@ -76,5 +86,11 @@ void int8_gemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight&
 // a small batch over the pool split here. j0 and j1 multiples of 16, or j1 == n.
 void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
                        int32_t* c, int64_t ldc);
+
+// The AMX kernel on tiles emulated in scalar code, from the instruction set reference (slow:
+// for testing the AMX kernel's packing, blocking and edges on CPUs without AMX). W packed for
+// kAvx512Vnni or kAmx (one layout); the same contract as int8_gemm_columns.
+void int8_gemm_amx_emulated(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
+                            int32_t* c, int64_t ldc);
 
 }  // namespace anvil::cpu

@@ -6,6 +6,7 @@
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/bf16_gemm_amx.h"
 #include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/int8_gemm.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
 #include "core/util/log.h"
@@ -25,6 +26,7 @@ CpuKernelInfo cpu_kernel_info() {
   info.detected_isa = std::string(isa_name(detected_isa()));
   info.gemm = cpu::selected_gemm_description();
   info.bf16_gemm = cpu::bf16_gemm_kernel_name();
+  info.int8_gemm = cpu::int8_gemm_kernel_name(cpu::selected_int8_gemm());
   info.threads = get_num_threads();
   info.available_cpus = available_cpu_threads();
   return info;
@@ -36,7 +38,7 @@ std::string cpu_kernel_summary() {
   if (i.isa != i.detected_isa) isa += " (ANVIL_CPU_ISA; the CPU has " + i.detected_isa + ")";
   std::string out = "CPU " + i.model + " (" + i.vendor + " family " + std::to_string(i.family) + " model " +
                     std::to_string(i.model_id) + "; " + i.features + "), ISA " + isa + ", GEMM " + i.gemm +
-                    ", bf16 GEMM " + i.bf16_gemm + ", " + std::to_string(i.threads) +
+                    ", bf16 GEMM " + i.bf16_gemm + ", int8 GEMM " + i.int8_gemm + ", " + std::to_string(i.threads) +
                     (i.threads == 1 ? " thread" : " threads") + " (" + std::to_string(i.available_cpus) +
                     " CPUs available)";
   const std::string& amx_reason = cpu_features().amx_unavailable_reason;

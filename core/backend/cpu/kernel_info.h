@@ -15,6 +15,7 @@ struct CpuKernelInfo {
   std::string detected_isa;  // the CPU's own level (isa differs when ANVIL_CPU_ISA lowers it)
   std::string gemm;          // "anvil-avx512", "openblas (SkylakeX)"
   std::string bf16_gemm;     // "anvil-avx512-bf16 (vdpbf16ps)", "anvil-amx-bf16 (tdpbf16ps)", "none ..."
+  std::string int8_gemm;     // "anvil-avx512-vnni (vpdpbusd)", "anvil-amx-int8 (tdpbusd)", ...
   int threads = 1;           // the engine's intra-op threads
   int available_cpus = 1;    // the process's CPU affinity (and cgroup quota)
 };
@@ -24,7 +25,8 @@ struct CpuKernelInfo {
 CpuKernelInfo cpu_kernel_info();
 
 // One line: "CPU AMD EPYC (AuthenticAMD family 26 model 2), ISA avx512 (AVX2 FMA ...), GEMM
-// anvil-avx512, bf16 GEMM anvil-avx512-bf16 (vdpbf16ps), 2 threads (2 CPUs available)".
+// anvil-avx512, bf16 GEMM anvil-avx512-bf16 (vdpbf16ps), int8 GEMM anvil-avx512-vnni (vpdpbusd),
+// 2 threads (2 CPUs available)".
 std::string cpu_kernel_summary();
 
 // Logs the summary (core/util/log.h) the first time it is called in the process: the CPU
