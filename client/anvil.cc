@@ -147,6 +147,15 @@ void PrintJobSummary(const v1::Job& j) {
   std::printf("  state:     %s%s\n", StateName(j.state()).c_str(),
               j.reason().empty() ? "" : ("  (" + j.reason() + ")").c_str());
   std::printf("  device:    %s\n", j.device().empty() ? "-" : j.device().c_str());
+  if (j.spec().has_quantize()) {
+    const v1::QuantizeSpec& q = j.spec().quantize();
+    std::printf(
+        "  quantize: %s%s, at most %.2f points below float32\n", q.mode().c_str(),
+        q.mode() == "static"
+            ? (" (" + q.observer() + ", " + std::to_string(q.calibration_batches()) + " calibration batches)").c_str()
+            : "",
+        q.max_accuracy_drop());
+  }
   if (!j.spec().precision().empty() && j.spec().precision() != "fp32") {
     std::printf("  precision: %s (serving %s)\n", j.spec().precision().c_str(),
                 j.spec().serving_precision().empty() ? "fp32" : j.spec().serving_precision().c_str());
@@ -183,7 +192,7 @@ void PrintModelSummary(const v1::Model& m) {
   if (!m.precision().empty() && (m.precision() != "fp32" || !m.accuracy().empty())) {
     // Mixed precision: the serving dtype and what each precision scored at registration.
     std::string accuracy;
-    for (const char* p : {"fp32", "bf16", "fp16"}) {
+    for (const char* p : {"fp32", "bf16", "fp16", "int8"}) {
       const auto it = m.accuracy().find(p);
       if (it == m.accuracy().end()) continue;
       char cell[64];
@@ -192,6 +201,10 @@ void PrintModelSummary(const v1::Model& m) {
     }
     std::printf("  serves in: %s%s\n", m.precision().c_str(),
                 accuracy.empty() ? "" : ("  (validation accuracy: " + accuracy + ")").c_str());
+  }
+  if (!m.quantization().empty()) std::printf("  quantization: %s\n", m.quantization().c_str());
+  if (m.size_bytes() > 0) {
+    std::printf("  size: %.1f KiB\n", static_cast<double>(m.size_bytes()) / 1024.0);
   }
   std::printf("  created: %s\n", FormatTime(m.created_unix_ms()).c_str());
 }

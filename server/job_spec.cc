@@ -182,6 +182,26 @@ std::string NormalizePrecision(const char* field, const std::string& given) {
   return p;
 }
 
+}  // namespace
+
+void validate_quantize_spec(v1::QuantizeSpec* q, const std::string& field) {
+  const std::string& mode = q->mode();
+  SPEC_CHECK(mode == "dynamic" || mode == "static", field,
+             ".mode: expected \"dynamic\" (Linear layers, activations quantized per batch) or \"static\" "
+             "(calibrated activations), got \"",
+             mode, "\"");
+  if (q->calibration_batches() == 0) q->set_calibration_batches(16);
+  CheckRange((field + ".calibration_batches").c_str(), q->calibration_batches(), 1, 10000);
+  if (q->observer().empty()) q->set_observer("histogram");
+  SPEC_CHECK(q->observer() == "histogram" || q->observer() == "minmax" || q->observer() == "moving_average_minmax",
+             field, ".observer: expected \"histogram\", \"minmax\" or \"moving_average_minmax\", got \"", q->observer(),
+             "\"");
+  if (q->max_accuracy_drop() == 0) q->set_max_accuracy_drop(1.0);
+  CheckFinite((field + ".max_accuracy_drop").c_str(), q->max_accuracy_drop(), 0.0, 100.0);
+}
+
+namespace {
+
 void ValidatePrecision(v1::JobSpec* spec) {
   const std::string p = NormalizePrecision("precision", spec->precision());
   spec->set_precision(p);
@@ -256,6 +276,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
              spec.register_model(), "\"");
   CheckRange("priority", spec.priority(), -100, 100);
   ValidatePrecision(&spec);
+  if (spec.has_quantize()) validate_quantize_spec(spec.mutable_quantize(), "quantize");
   return spec;
 }
 

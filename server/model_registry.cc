@@ -328,6 +328,10 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   out.set_spec_json(b.spec);
   out.set_precision(m.loaded.info.precision);
   for (const auto& [precision, accuracy] : m.loaded.info.accuracy) (*out.mutable_accuracy())[precision] = accuracy;
+  out.set_quantization(m.loaded.info.quantization);
+  std::error_code ec;
+  const auto size = fs::file_size(fs::path(data_root_) / m.row.path, ec);
+  if (!ec) out.set_size_bytes(static_cast<int64_t>(size));
   return out;
 }
 

@@ -899,7 +899,23 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
         row.state = JobState::kSucceeded;
         row.reason = e.message;
         event.set_state(v1::SUCCEEDED);
-        event.set_message("model " + model->name + " version " + std::to_string(model->version) + " is being served");
+        std::string served = "model " + model->name + " version " + std::to_string(model->version) + " is being served";
+        if (!e.quantized_path.empty()) {
+          // The int8 version passed the accuracy gate: the next version of the same model.
+          const absl::StatusOr<ModelRow> int8 = status_of([&] {
+            return registry_.register_archive(SpecOf(row).register_model(), row.id,
+                                              fs::relative(e.quantized_path, root).string());
+          });
+          if (int8.ok()) {
+            served += ", its int8 version " + std::to_string(int8->version) + " too";
+          } else {
+            served += "; registering its int8 version failed: " + failure_reason(int8.status(), {root});
+            row.reason += (row.reason.empty() ? "" : "; ") +
+                          ("registering the int8 version failed: " + failure_reason(int8.status(), {root}));
+          }
+        }
+        if (SpecOf(row).has_quantize() && !e.message.empty()) served += " (" + e.message + ")";
+        event.set_message(served);
       } else {
         row.state = JobState::kFailed;
         row.reason = "registering the model failed: " + failure_reason(model.status(), {root});

@@ -9,6 +9,7 @@
 #include "core/models/archive.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
+#include "workers/job_quantize.h"
 
 namespace anvil::workers {
 
@@ -109,6 +110,15 @@ WorkerEvent succeeded_event(const WorkerEvent& base, const RunJob& job, JobPlan&
       if (accuracy) info.accuracy[p] = *accuracy;
     }
   }
+  // int8 quantization (data-parallel: rank 0 alone, after the collectives above).
+  QuantizeOutcome quantized;
+  if (write_archive && job.spec.has_quantize()) {
+    quantized = quantize_trained_model(job.spec.quantize(), plan, info,
+                                       (fs::path(job.job_dir) / "model.int8.anvil").string(), job.spec.seed());
+    // The float version records what int8 scored too, so GetModel shows both on either.
+    if (quantized.float_accuracy && !info.accuracy.count("fp32")) info.accuracy["fp32"] = *quantized.float_accuracy;
+    if (quantized.int8_accuracy) info.accuracy["int8"] = *quantized.int8_accuracy;
+  }
   if (write_archive) models::save_model_archive(archive, *plan.model.module, plan.model.spec, info);
   end.kind = WorkerEvent::Kind::kSucceeded;
   end.path = archive;
@@ -119,6 +129,8 @@ WorkerEvent succeeded_event(const WorkerEvent& base, const RunJob& job, JobPlan&
   end.parameters = plan.model.module->num_parameters();
   end.spec_json = plan.model.spec;
   end.message = r.status == train::TrainResult::Status::kEarlyStopped ? "early stopped" : "";
+  end.quantized_path = quantized.archive;
+  if (!quantized.summary.empty()) end.message += (end.message.empty() ? "" : "; ") + quantized.summary;
   return end;
 }
 

@@ -64,6 +64,9 @@ struct WorkerEvent {
   std::string message;                // kStarted: the device; kCancelled, kSucceeded: a note
   std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint
   std::string path;                   // kCheckpoint: the checkpoint; kSucceeded: the model archive
+  // kSucceeded with JobSpec.quantize: the int8 archive when it passed the accuracy gate ("" when
+  // it did not; message says why).
+  std::string quantized_path;
   // kSucceeded: what the registry needs.
   IntArray input_shape, output_shape;
   ScalarType input_dtype = kFloat32;

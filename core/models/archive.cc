@@ -22,6 +22,7 @@ io::Metadata MakeMetadata(const nn::StateDict& state, const std::string& spec_js
                  {"created_unix_ms", info.created_unix_ms},
                  {"precision", info.precision},
                  {"accuracy", info.accuracy}};
+  if (!info.quantization.empty()) j_info["quantization"] = info.quantization;
   Json aliases = Json::object();
   for (const auto& [alias, target] : state.aliases) aliases[alias] = target;
   return {{"anvil.format", kModelFormat},
@@ -81,6 +82,7 @@ LoadedModel load_model_archive(const std::string& path) {
     out.info.created_unix_ms = info.value("created_unix_ms", int64_t{0});
     out.info.precision = info.value("precision", std::string("fp32"));  // archives before mixed precision
     out.info.accuracy = info.value("accuracy", std::map<std::string, double>{});
+    out.info.quantization = info.value("quantization", std::string());
   } catch (const Json::exception& e) {
     throw Error(path + ": bad \"anvil.info\" metadata: " + e.what());
   }

@@ -34,6 +34,8 @@ struct ModelInfo {
   // "int8": a quantized model (its layers take and return float32).
   std::string precision = "fp32";
   std::map<std::string, double> accuracy;
+  // int8 models: how they were quantized ("static (histogram, 16 calibration batches)").
+  std::string quantization;
 };
 
 struct LoadedModel {

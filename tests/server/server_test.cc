@@ -518,6 +518,84 @@ TEST_F(ServerTest, MetricsEndpointServesEveryFamilyAndPassesPromtool) {
   }
 }
 
+// int8 quantization after training (JobSpec.quantize): the int8 version is registered beside
+// the float one when it passes the accuracy gate, GetModel shows its precision, size and both
+// accuracies, Predict serves it through the same batching, and the archive it exports
+// computes what was served. A spec the service does not know is INVALID_ARGUMENT naming it.
+TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
+  for (const std::string mode : {"static", "dynamic"}) {
+    v1::JobSpec spec = BlobsSpec(3);
+    spec.set_name("q-" + mode);
+    spec.set_register_model("q-" + mode);
+    spec.mutable_quantize()->set_mode(mode);
+    spec.mutable_quantize()->set_max_accuracy_drop(5.0);
+    const v1::Job job = Submit(spec);
+    ASSERT_FALSE(job.id().empty());
+    EXPECT_EQ(job.spec().quantize().observer(), "histogram");  // defaults written back
+    EXPECT_EQ(job.spec().quantize().calibration_batches(), 16);
+    const std::vector<v1::MetricEvent> events = Stream(job.id());
+    ASSERT_FALSE(events.empty());
+    ASSERT_EQ(events.back().state(), v1::SUCCEEDED) << events.back().message();
+    EXPECT_THAT(events.back().message(), HasSubstr("its int8 version 2 too"));
+    EXPECT_THAT(events.back().message(), HasSubstr("int8 (" + mode + ") accuracy "));
+
+    v1::Model float_model, int8_model;
+    for (const auto& [version, out] : {std::pair<std::string, v1::Model*>{"1", &float_model}, {"2", &int8_model}}) {
+      grpc::ClientContext ctx;
+      v1::GetModelRequest get;
+      get.set_name("q-" + mode);
+      get.set_version(version);
+      ASSERT_TRUE(serving_->GetModel(&ctx, get, out).ok());
+    }
+    EXPECT_EQ(float_model.precision(), "fp32");
+    EXPECT_EQ(int8_model.precision(), "int8");
+    EXPECT_EQ(int8_model.quantization(),
+              mode == "static" ? "static (histogram, 16 calibration batches)" : std::string("dynamic"));
+    ASSERT_TRUE(int8_model.accuracy().count("fp32") && int8_model.accuracy().count("int8"));
+    EXPECT_GE(int8_model.accuracy().at("int8"), int8_model.accuracy().at("fp32") - 0.05);
+    EXPECT_EQ(float_model.accuracy().at("int8"), int8_model.accuracy().at("int8"));
+    EXPECT_GT(int8_model.size_bytes(), 0);
+    EXPECT_LT(int8_model.size_bytes(), float_model.size_bytes());
+
+    const Tensor x = randn({5, 2});
+    v1::PredictRequest req = PredictOf("q-" + mode, x);
+    req.set_version("2");
+    v1::PredictResponse resp;
+    ASSERT_TRUE(Predict(req, &resp).ok());
+    EXPECT_EQ(resp.version(), 2);
+    const Tensor served = decode_tensor(resp.outputs(0));
+    v1::PredictRequest req1 = PredictOf("q-" + mode, x);
+    req1.set_version("1");
+    v1::PredictResponse resp1;
+    ASSERT_TRUE(Predict(req1, &resp1).ok());
+    const Tensor float_served = decode_tensor(resp1.outputs(0));
+    EXPECT_LT((served - float_served).abs().max().item<double>(), 0.5) << "int8 strays from float32";
+    EXPECT_FALSE(equal(served, float_served)) << "the int8 version computed the float32 outputs";
+    grpc::Status st;
+    std::string sha;
+    int64_t total = 0;
+    const std::string native = Export("q-" + mode, v1::NATIVE, &st, &sha, &total);  // latest: the int8 version
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    const fs::path file = root_ / ("q-" + mode + ".anvil");
+    std::ofstream(file, std::ios::binary) << native;
+    models::LoadedModel loaded = models::load_model_archive(file.string());
+    EXPECT_EQ(loaded.info.precision, "int8");
+    InferenceMode guard;
+    EXPECT_TRUE(equal(loaded.built.module->forward(x), served));
+  }
+  grpc::Status st;
+  v1::JobSpec bad = BlobsSpec(1);
+  bad.mutable_quantize()->set_mode("int4");
+  Submit(bad, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("quantize.mode: expected \"dynamic\""));
+  bad.mutable_quantize()->set_mode("static");
+  bad.mutable_quantize()->set_observer("percentile");
+  Submit(bad, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("quantize.observer"));
+}
+
 // Mixed precision through the service: an fp16 job trains with loss scaling (the scale in
 // every step event, the Prometheus families filled), a bf16 job without; both register
 // float32 models that serve; a precision the service does not know is INVALID_ARGUMENT.

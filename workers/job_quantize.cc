@@ -1,0 +1,60 @@
+#include "workers/job_quantize.h"
+
+#include "core/util/log.h"
+
+namespace anvil::workers {
+
+quant::PtqOptions ptq_options(const v1::QuantizeSpec& spec) {
+  quant::PtqOptions o;
+  o.mode = quant::ptq_mode_from_name(spec.mode());
+  o.calibration_batches = spec.calibration_batches();
+  o.qconfig.activation = quant::activation_observer_from_name(spec.observer());
+  o.qconfig.per_channel_weights = !spec.per_tensor_weights();
+  o.max_accuracy_drop = spec.max_accuracy_drop();
+  return o;
+}
+
+std::string describe_quantize_spec(const v1::QuantizeSpec& spec) {
+  std::string weights = spec.per_tensor_weights() ? ", per-tensor weights" : "";
+  if (spec.mode() == "dynamic") return "dynamic" + weights;
+  return "static (" + spec.observer() + ", " + std::to_string(spec.calibration_batches()) + " calibration batches" +
+         weights + ")";
+}
+
+QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& plan, const models::ModelInfo& info,
+                                       const std::string& archive_path, uint64_t seed) {
+  QuantizeOutcome out;
+  try {
+    quant::PtqOptions o = ptq_options(spec);
+    o.input_key = plan.options.input_key;
+    o.target_key = plan.options.target_key;
+    // The int8 kernels are the CPU's: the trained weights are copied into a CPU float model
+    // first (the trained one may live on a GPU, and stays as it is).
+    auto float_cpu = models::build_model(plan.model.spec).module;
+    float_cpu->load_state_dict(plan.model.module->state_dict());
+    data::DataLoader calibration(plan.train_set,
+                                 {.batch_size = plan.train_loader.batch_size, .shuffle = true, .seed = seed + 1});
+    const bool has_val = plan.val_set != nullptr && plan.val_set->size() > 0;
+    data::DataLoader validation(has_val ? plan.val_set : plan.train_set, {.batch_size = 256});
+    const quant::PtqResult r = quant::post_training_quantize(*float_cpu, models::build_model(plan.model.spec).module,
+                                                             calibration, validation, o);
+    out.float_accuracy = r.float_accuracy;
+    out.int8_accuracy = r.int8_accuracy;
+    out.summary = r.summary + (has_val ? "" : " (measured on the training split: the job has no validation split)");
+    if (!r.passed) return out;
+    models::ModelInfo q = info;
+    q.precision = "int8";
+    q.quantization = describe_quantize_spec(spec);
+    q.accuracy.clear();
+    if (r.float_accuracy) q.accuracy["fp32"] = *r.float_accuracy;
+    if (r.int8_accuracy) q.accuracy["int8"] = *r.int8_accuracy;
+    models::save_model_archive(archive_path, *r.model, plan.model.spec, q);
+    out.archive = archive_path;
+  } catch (const Error& e) {
+    out.summary = std::string("int8 quantization failed: ") + e.what();
+    engine_log(LogSeverity::kWarning, out.summary);
+  }
+  return out;
+}
+
+}  // namespace anvil::workers

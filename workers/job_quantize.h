@@ -1,0 +1,33 @@
+// Post-training int8 quantization of a job's trained model (JobSpec.quantize): a CPU copy of
+// the model quantized (core/quant/ptq.h), calibrated on the training split, gated on the
+// validation split, and written as its own model archive when it passes.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/models/archive.h"
+#include "core/quant/ptq.h"
+#include "proto/anvil/v1/anvil.pb.h"
+#include "workers/job_plan.h"
+
+namespace anvil::workers {
+
+struct QuantizeOutcome {
+  std::string archive;  // the int8 archive, written only when it passed the gate
+  std::string summary;  // both accuracies and the verdict, or why quantization failed
+  std::optional<double> float_accuracy, int8_accuracy;
+};
+
+// The options a validated QuantizeSpec (server/job_spec.h) asks for.
+quant::PtqOptions ptq_options(const v1::QuantizeSpec& spec);
+// "static (histogram, 16 calibration batches)" / "dynamic".
+std::string describe_quantize_spec(const v1::QuantizeSpec& spec);
+
+// Quantizes `plan`'s trained model as `spec` asks, writing `archive_path` (with `info`'s name
+// and provenance, precision "int8") when the gate passes. Never throws: a model that cannot be
+// quantized is a summary saying why.
+QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& plan, const models::ModelInfo& info,
+                                       const std::string& archive_path, uint64_t seed);
+
+}  // namespace anvil::workers
