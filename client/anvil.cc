@@ -321,6 +321,21 @@ int Run(int argc, char** argv) {
   models_add->add_option("--label", add_labels, "class names in class order (repeatable); default: the file's own");
   auto* model = app.add_subcommand("model", "show a model's signature");
   model->add_option("model", model_ref, "NAME[:VERSION]")->required();
+  auto* quantize_cmd = app.add_subcommand(
+      "quantize", "quantize a model to int8; the new version is registered if it passes the accuracy gate");
+  quantize_cmd->add_option("model", model_ref, "NAME[:VERSION]")->required();
+  std::string quantize_mode = "static", quantize_observer = "histogram";
+  int64_t calibration_batches = 16;
+  double max_drop = 1.0;
+  quantize_cmd->add_option("--mode", quantize_mode, "static (calibrated; default) or dynamic")
+      ->check(CLI::IsMember({"static", "dynamic"}));
+  quantize_cmd
+      ->add_option("--observer", quantize_observer, "static: histogram (default), minmax, moving_average_minmax")
+      ->check(CLI::IsMember({"histogram", "minmax", "moving_average_minmax"}));
+  quantize_cmd->add_option("--calibration-batches", calibration_batches, "static: training batches observed (16)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}));
+  quantize_cmd->add_option("--max-accuracy-drop", max_drop, "points of validation accuracy int8 may lose (1)")
+      ->check(CLI::Range(0.0, 100.0));
   auto* predict = app.add_subcommand("predict", "run a model on inputs from a file");
   predict->add_option("model", model_ref, "NAME[:VERSION]")->required();
   predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")
@@ -561,6 +576,27 @@ int Run(int argc, char** argv) {
     else
       PrintModelSummary(resp);
     return 0;
+  }
+  if (app.got_subcommand("quantize")) {
+    v1::QuantizeRequest req;
+    req.set_model(name);
+    req.set_version(version);
+    req.mutable_spec()->set_mode(quantize_mode);
+    req.mutable_spec()->set_observer(quantize_observer);
+    req.mutable_spec()->set_calibration_batches(calibration_batches);
+    req.mutable_spec()->set_max_accuracy_drop(max_drop);
+    v1::QuantizeResponse resp;
+    Check(cli.serving->Quantize(Ctx(600).get(), req, &resp), "quantize " + model_ref);
+    if (cli.json) {
+      std::printf("%s\n", ToJson(resp).c_str());
+    } else {
+      std::printf("%s\n", resp.message().c_str());
+      for (int i = 0; i < resp.layers_size() && i < 5; ++i)
+        std::printf("  layer %-8s %-22s SQNR %6.1f dB\n", resp.layers(i).layer().c_str(), resp.layers(i).type().c_str(),
+                    resp.layers(i).sqnr_db());
+      if (resp.registered()) PrintModelSummary(resp.model());
+    }
+    return resp.registered() ? 0 : 1;
   }
   if (app.got_subcommand("predict")) {
     v1::GetModelRequest g;

@@ -1,6 +1,7 @@
 // The Serving service: Predict, ListModels, GetModel, Export.
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/impl/codegen/proto_buffer_reader.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
@@ -12,8 +13,10 @@
 #include "core/onnx/export.h"
 #include "core/onnx/import.h"
 #include "core/onnx/verify.h"
+#include "core/util/clock.h"
 #include "core/util/file.h"
 #include "core/util/sha256.h"
+#include "core/util/utf8.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/artifacts/digest.h"
 #include "server/auth.h"
@@ -26,6 +29,8 @@
 #include "server/stream_calls.h"
 #include "server/unary_call.h"
 #include "server/wire_scan.h"
+#include "workers/job_plan.h"
+#include "workers/job_quantize.h"
 
 namespace anvil::server {
 namespace {
@@ -38,9 +43,10 @@ using grpc::Status;
 // counts before protobuf parses them (server/wire_scan.h), and the work runs on a bounded
 // pool, not on gRPC's threads, so a flood of calls queues in bounded memory or is refused.
 // ListModels and GetModel are raw callback methods too (server/unary_call.h), on the call pool.
-using ServingBase = v1::Serving::WithRawCallbackMethod_Predict<v1::Serving::WithRawCallbackMethod_ListModels<
-    v1::Serving::WithRawCallbackMethod_GetModel<v1::Serving::WithRawCallbackMethod_Export<
-        v1::Serving::WithRawCallbackMethod_RegisterModel<v1::Serving::Service>>>>>;
+using ServingBase = v1::Serving::WithRawCallbackMethod_Predict<
+    v1::Serving::WithRawCallbackMethod_ListModels<v1::Serving::WithRawCallbackMethod_GetModel<
+        v1::Serving::WithRawCallbackMethod_Export<v1::Serving::WithRawCallbackMethod_RegisterModel<
+            v1::Serving::WithRawCallbackMethod_Quantize<v1::Serving::Service>>>>>>;
 using ExportWriter = PooledWriter<v1::ExportRequest, v1::ExportChunk>;
 // A registered model's class names (ImageNet-21k has 21,841).
 constexpr int kMaxLabels = 65536;
@@ -80,6 +86,11 @@ class ServingService final : public ServingBase {
                               [this](grpc::CallbackServerContext* ctx, ChunkReader& reader, v1::Model* resp) {
                                 return RegisterModelImpl(ctx, reader, resp);
                               });
+  }
+
+  // Calibration and evaluation take seconds: the stream pool, like Export's capture.
+  grpc::ServerUnaryReactor* Quantize(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return serve_method(this, &ServingService::QuantizeImpl, c, in, out, *s_.stream_pool, limits_);
   }
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -149,6 +160,82 @@ class ServingService final : public ServingBase {
           m->set_created_unix_ms(row.created_ms);
         }
       }
+    });
+  }
+
+  Status QuantizeImpl(grpc::ServerContextBase* ctx, const v1::QuantizeRequest* req, v1::QuantizeResponse* resp) {
+    return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "Quantize");
+      ANVIL_SERVICE_CHECK(!s_.draining.load(), absl::StatusCode::kUnavailable, "the server is shutting down");
+      ANVIL_SERVICE_CHECK(!req->model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
+      v1::QuantizeSpec spec = req->spec();
+      validate_quantize_spec(&spec, "spec");
+      const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
+      ANVIL_SERVICE_CHECK(!is_onnx_row(m->row), absl::StatusCode::kFailedPrecondition, "model \"", m->row.name,
+                          "\" version ", m->row.version,
+                          " is an imported ONNX graph; int8 quantization rewrites Anvil model specs (a model "
+                          "trained here), so quantize the ONNX file with onnxruntime's tools instead");
+      ANVIL_SERVICE_CHECK(m->loaded.info.precision != "int8", absl::StatusCode::kFailedPrecondition, "model \"",
+                          m->row.name, "\" version ", m->row.version, " is already int8");
+      // The data: the request's, or that of the job that trained the model.
+      v1::JobSpec plan_spec;
+      if (req->has_dataset()) {
+        *plan_spec.mutable_dataset() = req->dataset();
+      } else {
+        const std::optional<JobRow> job = m->row.job_id.empty() ? std::nullopt : s_.store->get_job(m->row.job_id);
+        ANVIL_SERVICE_CHECK(job.has_value(), absl::StatusCode::kInvalidArgument, "dataset: model \"", m->row.name,
+                            "\" was not trained by a job here; give the dataset "
+                            "to calibrate and evaluate on");
+        v1::JobSpec trained;
+        ANVIL_SERVICE_CHECK(google::protobuf::util::JsonStringToMessage(to_valid_utf8(job->spec_json), &trained).ok(),
+                            absl::StatusCode::kDataLoss, "job ", job->id, ": its stored spec does not parse");
+        *plan_spec.mutable_dataset() = trained.dataset();
+        plan_spec.set_batch_size(trained.batch_size());
+        plan_spec.set_seed(trained.seed());  // generated datasets and the split follow it
+      }
+      plan_spec.set_name("quantize");
+      plan_spec.set_model_json(m->loaded.built.spec);
+      plan_spec.set_epochs(1);
+      const v1::JobSpec checked =
+          validate_job_spec(plan_spec, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+      workers::JobPlan plan;
+      try {
+        plan = workers::make_job_plan(checked,
+                                      {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
+                                      /*seed_generator=*/false);
+        plan.model.module->load_state_dict(m->loaded.built.module->state_dict());
+      } catch (const Error& e) {
+        throw ServiceError(absl::StatusCode::kInvalidArgument,
+                           scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
+      }
+      ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled, "Quantize cancelled by the client");
+      const std::string relative = "quantized/" + m->row.name + "-v" + std::to_string(m->row.version) + "-" +
+                                   spec.mode() + "-" + std::to_string(unix_millis()) + ".anvil";
+      const fs::path path = fs::path(s_.data_root) / relative;
+      fs::create_directories(path.parent_path());
+      models::ModelInfo info = m->loaded.info;
+      info.job_id = m->row.job_id;
+      const workers::QuantizeOutcome outcome =
+          workers::quantize_trained_model(spec, plan, info, path.string(), /*seed=*/1);
+      resp->set_message(outcome.summary);
+      resp->set_float_accuracy(outcome.float_accuracy.value_or(0));
+      resp->set_int8_accuracy(outcome.int8_accuracy.value_or(0));
+      for (const quant::LayerError& l : outcome.layers) {
+        v1::LayerQuantizationError* e = resp->add_layers();
+        e->set_layer(l.path);
+        e->set_type(l.type);
+        e->set_sqnr_db(l.sqnr_db);
+      }
+      if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
+      const absl::StatusOr<ModelRow> row = s_.registry->register_archive(m->row.name, m->row.job_id, relative);
+      if (!row.ok()) {
+        std::error_code ec;
+        fs::remove(path, ec);
+        throw ServiceError(row.status());
+      }
+      resp->set_registered(true);
+      *resp->mutable_model() =
+          s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
     });
   }
 

@@ -40,6 +40,7 @@ QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& pl
                                                              calibration, validation, o);
     out.float_accuracy = r.float_accuracy;
     out.int8_accuracy = r.int8_accuracy;
+    out.layers = r.layers;
     out.summary = r.summary + (has_val ? "" : " (measured on the training split: the job has no validation split)");
     if (!r.passed) return out;
     models::ModelInfo q = info;

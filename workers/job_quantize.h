@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/models/archive.h"
 #include "core/quant/ptq.h"
@@ -17,6 +18,7 @@ struct QuantizeOutcome {
   std::string archive;  // the int8 archive, written only when it passed the gate
   std::string summary;  // both accuracies and the verdict, or why quantization failed
   std::optional<double> float_accuracy, int8_accuracy;
+  std::vector<quant::LayerError> layers;  // worst first
 };
 
 // The options a validated QuantizeSpec (server/job_spec.h) asks for.

@@ -583,6 +583,41 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     InferenceMode guard;
     EXPECT_TRUE(equal(loaded.built.module->forward(x), served));
   }
+  // Serving.Quantize on a registered float version: calibrated on the training job's dataset.
+  {
+    grpc::ClientContext ctx;
+    v1::QuantizeRequest req;
+    req.set_model("q-static");
+    req.set_version("1");
+    req.mutable_spec()->set_mode("static");
+    req.mutable_spec()->set_observer("minmax");
+    req.mutable_spec()->set_max_accuracy_drop(5.0);
+    v1::QuantizeResponse resp;
+    const grpc::Status st = serving_->Quantize(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(resp.registered()) << resp.message();
+    EXPECT_EQ(resp.model().version(), 3);
+    EXPECT_EQ(resp.model().precision(), "int8");
+    EXPECT_EQ(resp.model().quantization(), "static (minmax, 16 calibration batches)");
+    EXPECT_GT(resp.float_accuracy(), 0.5);
+    ASSERT_GT(resp.layers_size(), 0);
+    EXPECT_EQ(resp.layers(0).type(), "QuantizedLinear");
+    for (int i = 1; i < resp.layers_size(); ++i) EXPECT_LE(resp.layers(i - 1).sqnr_db(), resp.layers(i).sqnr_db());
+    // An int8 version is not quantized again; an unknown model is NOT_FOUND.
+    grpc::ClientContext ctx2;
+    req.set_version("3");
+    EXPECT_EQ(serving_->Quantize(&ctx2, req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    grpc::ClientContext ctx3;
+    req.set_model("nope");
+    EXPECT_EQ(serving_->Quantize(&ctx3, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+    grpc::ClientContext ctx4;
+    req.set_model("q-static");
+    req.set_version("1");
+    req.mutable_spec()->set_mode("");
+    const grpc::Status bad = serving_->Quantize(&ctx4, req, &resp);
+    EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(bad.error_message(), HasSubstr("spec.mode: expected"));
+  }
   grpc::Status st;
   v1::JobSpec bad = BlobsSpec(1);
   bad.mutable_quantize()->set_mode("int4");
