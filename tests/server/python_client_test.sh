@@ -105,6 +105,19 @@ try:
     raise AssertionError("expected NOT_FOUND")
 except anvil_client.AnvilError as e:
     assert e.code.name == "NOT_FOUND", e
+# int8: the float version quantized (calibrated on its job's dataset), registered as version 2
+# when it passes the gate; an imported ONNX graph is refused with the reason.
+q = c.quantize("py", version="1", mode="static", max_accuracy_drop=5.0)
+assert q.registered and q.model.version == 2 and q.model.precision == "int8", q
+assert q.model.quantization == "static (histogram, 16 calibration batches)", q.model.quantization
+assert q.layers and q.layers[0].type == "QuantizedLinear", q.layers
+int8 = c.predict("py", x, version="2")
+assert np.abs(int8.outputs["output"] - p.outputs["output"]).max() < 0.5
+try:
+    c.quantize("py-onnx", mode="dynamic")
+    raise AssertionError("expected FAILED_PRECONDITION")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "FAILED_PRECONDITION" and "imported ONNX graph" in str(e), e
 
 # The boundary: from_step = S starts at S, through the RPC and through the package.
 s = steps[len(steps) // 2]

@@ -256,6 +256,20 @@ class Client:
         return Prediction(resp.model, resp.version, {t.name: _array(t) for t in resp.outputs},
                           [list(zip(t.classes, t.labels, t.probabilities)) for t in resp.top_k])
 
+    def quantize(self, model: str, version: str = "latest", mode: str = "static", observer: str = "histogram",
+                 calibration_batches: int = 16, max_accuracy_drop: float = 1.0,
+                 per_tensor_weights: bool = False, dataset: Optional[dict] = None) -> pb.QuantizeResponse:
+        """Quantizes a registered model to int8 (scope train): calibrated on the training split of
+        `dataset` (default: the dataset of the job that trained it) and gated on its validation
+        split. The reply says whether the int8 version was registered (`registered`, `model`),
+        both accuracies, and the layers' quantization errors, worst first."""
+        spec = pb.QuantizeSpec(mode=mode, observer=observer, calibration_batches=calibration_batches,
+                               max_accuracy_drop=max_accuracy_drop, per_tensor_weights=per_tensor_weights)
+        req = pb.QuantizeRequest(model=model, version=str(version), spec=spec)
+        if dataset is not None:
+            json_format.ParseDict(dataset, req.dataset)
+        return self._call(f"quantize {model}", self._serving.Quantize, req, timeout=600)
+
     def register_model(self, name: str, path: str, labels: Sequence[str] = ()) -> pb.Model:
         """Registers the ONNX file at `path` as the next version of model `name` (scope train);
         returns the model's description. A file the server cannot serve raises AnvilError
