@@ -172,6 +172,49 @@ TEST(QuantizedLayers, AGroupedConvolutionStaysFloatWithTheReason) {
   EXPECT_LT((model->forward(x) - float_out).abs().max().item<double>(), 0.1);
 }
 
+// Every preset quantizes, both ways, and stays close to its float model: layers that have no
+// int8 version (embeddings, recurrent and attention layers, residual shortcuts) stay float, and
+// the boundaries around them are placed automatically.
+TEST(QuantizedLayers, EveryPresetQuantizesAndStaysCloseToFloat) {
+  struct Preset {
+    std::string name;
+    IntArray shape;
+    bool tokens;
+  };
+  for (const Preset& p : {Preset{"mlp", {20}, false}, Preset{"lenet5", {1, 16, 16}, false},
+                          Preset{"resnet", {3, 16, 16}, false}, Preset{"gru", {12}, true},
+                          Preset{"transformer", {12}, true}}) {
+    for (const PtqMode mode : {PtqMode::kStatic, PtqMode::kDynamic}) {
+      manual_seed(11);
+      const std::string spec = models::preset_spec(p.name, p.shape, 5, p.tokens ? 50 : 0);
+      auto trained = models::build_model(spec).module;
+      IntArray batch_shape{16};
+      for (int64_t d : p.shape) batch_shape.push_back(d);
+      const Tensor x = p.tokens ? randint(0, 50, batch_shape) : randn(batch_shape);
+      const Tensor y = randint(0, 5, {16});
+      auto set = std::make_shared<data::TensorDataset>(x, y);
+      data::DataLoader calibration(set, {.batch_size = 8});
+      data::DataLoader validation(set, {.batch_size = 8});
+      PtqOptions o;
+      o.mode = mode;
+      o.max_accuracy_drop = 100;
+      const PtqResult r = post_training_quantize(*trained, models::build_model(spec).module, calibration, validation, o);
+      SCOPED_TRACE(p.name + " " + ptq_mode_name(mode));
+      EXPECT_TRUE(is_quantized(*r.model));
+      NoGradGuard g;
+      const Tensor want = trained->forward(x), got = r.model->forward(x);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      const double scale = want.abs().max().item<double>();
+      EXPECT_LT((got - want).abs().max().item<double>(), 0.1 * scale + 1e-3);
+      // And it round-trips through an archive.
+      const std::string path = (std::filesystem::temp_directory_path() / ("anvil_quant_" + p.name + ".anvil")).string();
+      models::save_model_archive(path, *r.model, spec, models::ModelInfo{.name = p.name, .precision = "int8"});
+      EXPECT_TRUE(equal(models::load_model_archive(path).built.module->forward(x), got));
+      std::filesystem::remove(path);
+    }
+  }
+}
+
 bool HaveDigits() { return std::filesystem::exists(std::filesystem::path(test::DigitsDir()) / "digits.csv.gz"); }
 
 struct DigitsData {
