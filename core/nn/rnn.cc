@@ -89,6 +89,10 @@ RNNOutput RNNBase::forward_all(const Tensor& input, const Tensor& h0_in, const T
   if (exporting && options_.proj_size > 0) {
     throw exporter::CaptureError("LSTM with proj_size has no ONNX form (ONNX's LSTM has no output projection)");
   }
+  if (exporting && linears_) {
+    throw exporter::CaptureError(type_name() + " with int8 weights has no ONNX form here (ONNX's " + type_name() +
+                                 " takes float weights); export the float model");
+  }
   for (int64_t l = 0; l < L; ++l) {
     std::optional<exporter::Composite> node;
     if (exporting) {
@@ -154,19 +158,31 @@ std::tuple<Tensor, Tensor> GateStep(int64_t gates, bool relu_rnn, const Tensor& 
 }
 }  // namespace
 
+Tensor RNNBase::ApplyLinear(const Tensor& x, const Tensor* w, int which) const {
+  if (linears_) return linears_->apply(x, (w - weights_.data()) / kWeightsPerDirection, which);
+  if (which == kProjectionWeight) return linear(x, w[4]);
+  return linear(x, w[which], w[which + 2]);
+}
+
+std::string RNNBase::weight_name(int64_t slot, int which) const {
+  static const char* const kNames[] = {"weight_ih_l", "weight_hh_l", "bias_ih_l", "bias_hh_l", "weight_hr_l"};
+  const int64_t D = num_directions();
+  return kNames[which] + std::to_string(slot / D) + (slot % D == 1 ? "_reverse" : "");
+}
+
 Tensor RNNBase::RunLayer(const Tensor& layer_in, const Tensor* w, const Tensor& h0, const Tensor& c0, bool reverse,
                          Tensor* h_out, Tensor* c_out) const {
   const int64_t T = layer_in.size(0), H = hidden_;
   const bool lstm = gates_ == 4;
   // Input projections of every step at once: [T, B, G*H].
-  const Tensor gi = linear(layer_in, w[0], w[2]);
+  const Tensor gi = ApplyLinear(layer_in, w, kInputWeight);
   Tensor h = h0, c = c0;
   std::vector<Tensor> outputs(static_cast<size_t>(T));
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
-    const Tensor gh = linear(h, w[1], w[3]);  // [B, G*H]
+    const Tensor gh = ApplyLinear(h, w, kHiddenWeight);  // [B, G*H]
     std::tie(h, c) = GateStep(gates_, options_.nonlinearity == "relu", gi[t], gh, h, c, H);
-    if (lstm && w[4].defined()) h = linear(h, w[4]);  // the projection to proj_size
+    if (lstm && options_.proj_size > 0) h = ApplyLinear(h, w, kProjectionWeight);  // the projection to proj_size
     outputs[static_cast<size_t>(t)] = h;
   }
   if (h_out != nullptr) *h_out = h;

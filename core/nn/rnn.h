@@ -16,6 +16,7 @@
 // and layer k > 0 reads D*P features. ONNX's LSTM has no projection: export refuses it.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -56,6 +57,27 @@ class RNNBase : public Module {
   int64_t num_directions() const { return options_.bidirectional ? 2 : 1; }
   // The size of h: proj_size when the LSTM projects, else hidden_size.
   int64_t state_size() const { return options_.proj_size > 0 ? options_.proj_size : hidden_; }
+  int64_t num_layers() const { return options_.num_layers; }
+
+  // The recurrence's matrix products x W^T + b, for weight `which` of `slot` (layer *
+  // num_directions + direction): kInputWeight (weight_ih with bias_ih), kHiddenWeight
+  // (weight_hh with bias_hh), kProjectionWeight (weight_hr). Plain float linear unless a
+  // replacement is installed: int8 dynamic quantization (core/quant/quantize.h) installs one
+  // that owns int8 copies of the weights.
+  static constexpr int kInputWeight = 0, kHiddenWeight = 1, kProjectionWeight = 4;
+  class Linears {
+   public:
+    virtual ~Linears() = default;
+    virtual Tensor apply(const Tensor& x, int64_t slot, int which) const = 0;
+  };
+  void set_linears(std::shared_ptr<const Linears> linears) { linears_ = std::move(linears); }
+  const Linears* linears() const { return linears_.get(); }
+  // Weight `which` (0..4: weight_ih, weight_hh, bias_ih, bias_hh, weight_hr) of `slot`;
+  // undefined when absent. Mutable: quantization releases the float matrices it replaced.
+  Tensor& weight(int64_t slot, int which) { return weights_[static_cast<size_t>(kWeightsPerDirection * slot + which)]; }
+  int64_t num_slots() const { return options_.num_layers * num_directions(); }
+  // The parameter name of weight `which` of `slot` ("weight_ih_l0_reverse").
+  std::string weight_name(int64_t slot, int which) const;
 
  protected:
   RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, const RNNOptions& options);
@@ -77,8 +99,12 @@ class RNNBase : public Module {
     return &weights_[static_cast<size_t>(kWeightsPerDirection * (layer * num_directions() + direction))];
   }
 
+  // x W^T + b, through linears_ when installed.
+  Tensor ApplyLinear(const Tensor& x, const Tensor* w, int which) const;
+
   int64_t gates_, input_, hidden_;
   RNNOptions options_;
+  std::shared_ptr<const Linears> linears_;
   // Per layer and direction (layer-major): weight_ih, weight_hh, bias_ih, bias_hh, weight_hr (registered
   // members need stable addresses: the vector is sized once in the constructor).
   std::vector<Tensor> weights_;

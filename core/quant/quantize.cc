@@ -9,6 +9,7 @@
 #include "core/nn/container.h"
 #include "core/nn/linear.h"
 #include "core/nn/pooling.h"
+#include "core/nn/rnn.h"
 #include "core/ops/functions.h"
 #include "core/quant/histogram_observer.h"
 #include "core/quant/observer.h"
@@ -25,7 +26,7 @@ using Json = nlohmann::ordered_json;
 // A layer fusion absorbed: the identity, marked so the archive can say so.
 class Absorbed : public nn::Module {
  public:
-  Absorbed() : Module("Identity") {}
+  Absorbed() : Module("Identity") { train(false); }
   Tensor forward(const Tensor& x) override { return x; }
 };
 
@@ -88,27 +89,6 @@ ActivationQParams FromObserver(const UniformObserver& obs) {
                            q.zero_point.to(kInt64).to_vector<int64_t>()[0]};
 }
 
-// PyTorch's default weight observers: per-channel (axis 0) or per-tensor symmetric qint8.
-QTensor QuantizeWeight(const Tensor& weight, bool per_channel) {
-  const Tensor w = weight.detach().cpu().to(kFloat32);
-  if (per_channel) {
-    ObserverOptions o;
-    o.dtype = QDtype::QInt8;
-    o.qscheme = QScheme::PerChannelSymmetric;
-    PerChannelMinMaxObserver obs(0, o);
-    obs.forward(w);
-    const QParams q = obs.calculate_qparams();
-    return quantize_per_channel(w, q.scale.to(kFloat64), q.zero_point.to(kInt64), 0, QDtype::QInt8);
-  }
-  ObserverOptions o;
-  o.dtype = QDtype::QInt8;
-  o.qscheme = QScheme::PerTensorSymmetric;
-  MinMaxObserver obs(o);
-  obs.forward(w);
-  const QParams q = obs.calculate_qparams();
-  return quantize_per_tensor(w, q.scale.to(kFloat64).to_vector<double>()[0], 0, QDtype::QInt8);
-}
-
 bool Observable(const std::shared_ptr<nn::Module>& m) {
   return Is(m, "Linear") || Is(m, "Conv2d") || Is(m, "LinearReLU") || Is(m, "ConvReLU2d") || Is(m, "QuantStub");
 }
@@ -128,10 +108,10 @@ std::shared_ptr<nn::Module> ConvertOne(const Observed& o, const ActivationQParam
   }
   try {
     if (auto* lin = dynamic_cast<nn::Linear*>(inner.get())) {
-      return std::make_shared<QuantizedLinear>(QuantizeWeight(lin->weight, per_channel), lin->bias, in, out, relu);
+      return std::make_shared<QuantizedLinear>(quantize_weight(lin->weight, per_channel), lin->bias, in, out, relu);
     }
     if (auto* conv = dynamic_cast<nn::Conv2d*>(inner.get())) {
-      return std::make_shared<QuantizedConv2d>(QuantizeWeight(conv->weight, per_channel), conv->bias, conv->options(),
+      return std::make_shared<QuantizedConv2d>(quantize_weight(conv->weight, per_channel), conv->bias, conv->options(),
                                                in, out, relu);
     }
     if (dynamic_cast<QuantStub*>(inner.get()) != nullptr) return std::make_shared<QuantStub>(out);
@@ -220,12 +200,17 @@ std::vector<Fusion> fuse_modules(nn::Module& model) {
         const bool relu = next(used, "ReLU");
         if (relu) what += "+" + name(used);
         if (used == 1 && !relu) continue;
-        seq.replace(i, relu ? std::shared_ptr<nn::Module>(std::make_shared<ConvReLU2d>(conv)) : conv);
+        std::shared_ptr<nn::Module> fused =
+            relu ? std::shared_ptr<nn::Module>(std::make_shared<ConvReLU2d>(conv)) : conv;
+        fused->eval();
+        seq.replace(i, fused);
         for (size_t d = 1; d < used + (relu ? 1 : 0); ++d) seq.replace(i + d, std::make_shared<Absorbed>());
         done.push_back({what + (relu ? " -> ConvReLU2d" : " -> Conv2d") + (used == 2 ? " (batch norm folded)" : "")});
         i += used + (relu ? 1 : 0) - 1;
       } else if (Is(seq[i], "Linear") && next(1, "ReLU")) {
-        seq.replace(i, std::make_shared<LinearReLU>(seq[i]));
+        auto fused = std::make_shared<LinearReLU>(seq[i]);
+        fused->eval();
+        seq.replace(i, fused);
         seq.replace(i + 1, std::make_shared<Absorbed>());
         done.push_back({name(0) + "+" + name(1) + " -> LinearReLU"});
         ++i;
@@ -240,8 +225,10 @@ int64_t prepare(nn::Module& model, const QConfig& qconfig) {
   ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string&) {
     for (size_t i = 0; i < seq.size(); ++i) {
       if (!Observable(seq[i])) continue;
-      seq.replace(i, std::make_shared<Observed>(seq[i], MakeActivationObserver(qconfig),
-                                                MakeActivationObserver(qconfig), qconfig));
+      auto wrapped =
+          std::make_shared<Observed>(seq[i], MakeActivationObserver(qconfig), MakeActivationObserver(qconfig), qconfig);
+      wrapped->train(seq[i]->is_training());
+      seq.replace(i, wrapped);
       ++observed;
     }
   });
@@ -267,6 +254,7 @@ std::vector<ConvertedLayer> convert(nn::Module& model) {
       std::shared_ptr<nn::Module> q = ConvertOne(*o, in, &reason);
       const bool quantized = reason.empty();
       report.push_back({prefix + std::to_string(i), quantized ? q->type_name() : "float", reason});
+      q->train(o->is_training());  // as the layer it replaces
       seq.replace(i, q);
       if (quantized) {
         grid = FromObserver(*o->output);
@@ -278,15 +266,34 @@ std::vector<ConvertedLayer> convert(nn::Module& model) {
   return report;
 }
 
+namespace {
+
+// Calls f(path, rnn) for every LSTM and GRU in the tree (a sequence encoder's too).
+void ForEachRnn(nn::Module& m, const std::string& path,
+                const std::function<void(const std::string&, nn::RNNBase&)>& f) {
+  if (auto* rnn = dynamic_cast<nn::RNNBase*>(&m); rnn != nullptr && (m.type_name() == "LSTM" || m.type_name() == "GRU"))
+    f(path, *rnn);
+  for (auto& [name, child] : m.named_children()) ForEachRnn(*child, path.empty() ? name : path + "." + name, f);
+}
+
+}  // namespace
+
 std::vector<std::string> quantize_dynamic(nn::Module& model, const QConfig& qconfig) {
   std::vector<std::string> replaced;
   const bool reduce_range = qconfig.reduce_range.value_or(true);  // fbgemm's dynamic Linear: always 7 bits
+  ForEachRnn(model, "", [&](const std::string& path, nn::RNNBase& rnn) {
+    if (rnn.linears() != nullptr) return;
+    DynamicRnnLinears::install(rnn, qconfig.per_channel_weights, reduce_range);
+    replaced.push_back(path);
+  });
   ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string& prefix) {
     for (size_t i = 0; i < seq.size(); ++i) {
       auto* lin = dynamic_cast<nn::Linear*>(seq[i].get());
       if (lin == nullptr) continue;
-      seq.replace(i, std::make_shared<DynamicQuantizedLinear>(QuantizeWeight(lin->weight, qconfig.per_channel_weights),
-                                                              lin->bias, reduce_range));
+      auto q = std::make_shared<DynamicQuantizedLinear>(quantize_weight(lin->weight, qconfig.per_channel_weights),
+                                                        lin->bias, reduce_range);
+      q->train(lin->is_training());
+      seq.replace(i, q);
       replaced.push_back(prefix + std::to_string(i));
     }
   });
@@ -310,6 +317,8 @@ void ForEachRewritten(const nn::Module& model, const std::function<void(const st
 
 bool is_quantized(const nn::Module& model) {
   bool any = false;
+  ForEachRnn(const_cast<nn::Module&>(model), "",
+             [&](const std::string&, nn::RNNBase& rnn) { any = any || rnn.linears() != nullptr; });
   ForEachRewritten(model, [&](const std::string&, const nn::Module& m) {
     any = any || dynamic_cast<const QuantizedModule*>(&m) != nullptr;
   });
@@ -329,12 +338,19 @@ std::string describe_quantization(const nn::Module& model) {
       out[path] = Json{{"kind", "identity"}};
     }
   });
+  ForEachRnn(const_cast<nn::Module&>(model), "", [&](const std::string& path, nn::RNNBase& rnn) {
+    if (auto* q = dynamic_cast<const DynamicRnnLinears*>(rnn.linears()))
+      out[path] = Json{{"kind", "rnn_dynamic"}, {"reduce_range", q->reduce_range()}};
+  });
   return out.dump();
 }
 
 void append_quantized_state(const nn::Module& model, io::NamedTensors* tensors, io::Metadata* metadata) {
   ForEachRewritten(model, [&](const std::string& path, const nn::Module& m) {
     if (auto* q = dynamic_cast<const QuantizedModule*>(&m)) q->append_state(path + ".", tensors, metadata);
+  });
+  ForEachRnn(const_cast<nn::Module&>(model), "", [&](const std::string& path, nn::RNNBase& rnn) {
+    if (auto* q = dynamic_cast<const DynamicRnnLinears*>(rnn.linears())) q->append_state(path + ".", tensors, metadata);
   });
 }
 
@@ -404,6 +420,14 @@ void apply_quantization(nn::Module& model, const std::string& description, const
       }
       ++applied;
     }
+  });
+  ForEachRnn(model, "", [&](const std::string& path, nn::RNNBase& rnn) {
+    const auto it = layers.find(path);
+    if (it == layers.end()) return;
+    ANVIL_CHECK(it->value("kind", "") == "rnn_dynamic", "quantized layer ", path, ": the spec has a ", rnn.type_name(),
+                " there, not a ", it->value("kind", ""));
+    DynamicRnnLinears::load(rnn, file, path + ".", it->value("reduce_range", true), consumed);
+    ++applied;
   });
   ANVIL_CHECK(applied == layers.size(), "bad quantization description: ", layers.size() - applied,
               " of its layers name no layer of a Sequential in the model");

@@ -9,6 +9,7 @@
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/quant/choose_qparams.h"
+#include "core/quant/observer.h"
 #include "core/quant/qtensor_kernels.h"
 #include "core/quant/requantize.h"
 #include "core/quant/serialize.h"
@@ -97,6 +98,24 @@ void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t
 }
 
 }  // namespace
+
+QTensor quantize_weight(const Tensor& weight, bool per_channel) {
+  const Tensor w = weight.detach().cpu().to(kFloat32);
+  ObserverOptions o;
+  o.dtype = QDtype::QInt8;
+  if (per_channel) {
+    o.qscheme = QScheme::PerChannelSymmetric;
+    PerChannelMinMaxObserver obs(0, o);
+    obs.forward(w);
+    const QParams q = obs.calculate_qparams();
+    return quantize_per_channel(w, q.scale.to(kFloat64), q.zero_point.to(kInt64), 0, QDtype::QInt8);
+  }
+  o.qscheme = QScheme::PerTensorSymmetric;
+  MinMaxObserver obs(o);
+  obs.forward(w);
+  const QParams q = obs.calculate_qparams();
+  return quantize_per_tensor(w, q.scale.to(kFloat64).to_vector<double>()[0], 0, QDtype::QInt8);
+}
 
 void check_layer_weight(const QTensor& w, const char* layer) {
   ANVIL_CHECK(w.dtype == QDtype::QInt8, layer, ": expected qint8 weights, got ", qdtype_name(w.dtype));
@@ -363,6 +382,76 @@ std::string QuantizedConv2d::describe() const {
 
 void QuantizedConv2d::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
   AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
+}
+
+// ---- DynamicRnnLinears ----
+
+void DynamicRnnLinears::Release(nn::RNNBase& rnn) {
+  for (int64_t slot = 0; slot < rnn.num_slots(); ++slot)
+    for (int which = 0; which < 5; ++which) rnn.weight(slot, which) = Tensor();
+}
+
+void DynamicRnnLinears::install(nn::RNNBase& rnn, bool per_channel, bool reduce_range) {
+  ANVIL_CHECK(rnn.linears() == nullptr, rnn.type_name(), ": its weights are quantized already");
+  std::vector<std::array<Matrix, 5>> matrices(static_cast<size_t>(rnn.num_slots()));
+  for (int64_t slot = 0; slot < rnn.num_slots(); ++slot) {
+    for (const int which : {nn::RNNBase::kInputWeight, nn::RNNBase::kHiddenWeight, nn::RNNBase::kProjectionWeight}) {
+      const Tensor& w = rnn.weight(slot, which);
+      if (!w.defined()) continue;
+      const Tensor bias = which == nn::RNNBase::kProjectionWeight ? Tensor() : rnn.weight(slot, which + 2);
+      Matrix& m = matrices[static_cast<size_t>(slot)][static_cast<size_t>(which)];
+      m.name = rnn.weight_name(slot, which);
+      m.bias_name = bias.defined() ? rnn.weight_name(slot, which + 2) : "";
+      m.layer = std::make_shared<DynamicQuantizedLinear>(quantize_weight(w, per_channel), bias, reduce_range);
+    }
+  }
+  Release(rnn);
+  rnn.set_linears(std::shared_ptr<DynamicRnnLinears>(new DynamicRnnLinears(std::move(matrices), reduce_range)));
+}
+
+void DynamicRnnLinears::load(nn::RNNBase& rnn, const io::Safetensors& file, const std::string& prefix,
+                             bool reduce_range, std::vector<std::string>* consumed) {
+  std::vector<std::array<Matrix, 5>> matrices(static_cast<size_t>(rnn.num_slots()));
+  for (int64_t slot = 0; slot < rnn.num_slots(); ++slot) {
+    for (const int which : {nn::RNNBase::kInputWeight, nn::RNNBase::kHiddenWeight, nn::RNNBase::kProjectionWeight}) {
+      const Tensor& w = rnn.weight(slot, which);
+      if (!w.defined()) continue;
+      Matrix& m = matrices[static_cast<size_t>(slot)][static_cast<size_t>(which)];
+      m.name = rnn.weight_name(slot, which);
+      const std::string key = prefix + m.name;
+      ANVIL_CHECK(has_qtensor(file, key), rnn.type_name(), ": no quantized tensor \"", key, "\"");
+      QTensor q = read_qtensor(file, key);
+      ANVIL_CHECK(q.sizes() == w.sizes(), rnn.type_name(), ": \"", key, "\" is ", shape_str(q.sizes()),
+                  ", the spec's layer has ", shape_str(w.sizes()));
+      for (const char* suffix : {"", ".scale", ".zero_point"}) consumed->push_back(key + suffix);
+      Tensor bias;
+      if (which != nn::RNNBase::kProjectionWeight && rnn.weight(slot, which + 2).defined()) {
+        m.bias_name = rnn.weight_name(slot, which + 2);
+        const Tensor* b = file.find(prefix + m.bias_name);
+        ANVIL_CHECK(b != nullptr, rnn.type_name(), ": no tensor \"", prefix + m.bias_name, "\"");
+        bias = *b;
+        consumed->push_back(prefix + m.bias_name);
+      }
+      m.layer = std::make_shared<DynamicQuantizedLinear>(std::move(q), bias, reduce_range);
+    }
+  }
+  Release(rnn);
+  rnn.set_linears(std::shared_ptr<DynamicRnnLinears>(new DynamicRnnLinears(std::move(matrices), reduce_range)));
+}
+
+Tensor DynamicRnnLinears::apply(const Tensor& x, int64_t slot, int which) const {
+  return matrices_[static_cast<size_t>(slot)][static_cast<size_t>(which)].layer->forward(x);
+}
+
+void DynamicRnnLinears::append_state(const std::string& prefix, io::NamedTensors* tensors,
+                                     io::Metadata* metadata) const {
+  for (const auto& slot : matrices_) {
+    for (const Matrix& m : slot) {
+      if (!m.layer) continue;
+      append_qtensor(prefix + m.name, m.layer->qweight(), tensors, metadata);
+      if (!m.bias_name.empty()) tensors->emplace_back(prefix + m.bias_name, m.layer->float_bias());
+    }
+  }
 }
 
 // ---- stubs ----

@@ -24,11 +24,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/backend/cpu/int8_gemm.h"
 #include "core/io/safetensors.h"
 #include "core/nn/conv.h"
 #include "core/nn/module.h"
+#include "core/nn/rnn.h"
 #include "core/quant/qtensor.h"
 
 namespace anvil::quant {
@@ -52,6 +54,10 @@ class QuantizedModule : public nn::Module {
   virtual const QTensor& qweight() const = 0;
   virtual const Tensor& float_bias() const = 0;
 };
+
+// A float weight quantized as PyTorch's default weight observers do: qint8, symmetric, per
+// output channel (default_per_channel_weight_observer) or per tensor (default_weight_observer).
+QTensor quantize_weight(const Tensor& weight, bool per_channel);
 
 // Weights as the layers take them: qint8, per-tensor or per-channel (axis 0) symmetric (zero
 // points 0). Others are refused with the reason.
@@ -108,6 +114,37 @@ class DynamicQuantizedLinear : public QuantizedModule {
   std::vector<float> w_scales_;
   std::once_flag dequantized_once_;
   Tensor dequantized_;
+};
+
+// The matrix products of a dynamically quantized LSTM / GRU (torch.ao.nn.quantized.dynamic
+// LSTM / GRU): one DynamicQuantizedLinear per weight matrix with its bias, so the input
+// projection of a whole sequence is quantized at once and each step's hidden projection on its
+// own, as ATen's quantized_lstm / quantized_gru do. Installed into the RNN (RNNBase::Linears),
+// which then holds no float weights or biases: they are this object's.
+class DynamicRnnLinears : public nn::RNNBase::Linears {
+ public:
+  // Quantizes `rnn`'s matrices (per output channel or per tensor) and installs the result.
+  static void install(nn::RNNBase& rnn, bool per_channel, bool reduce_range);
+  // Reads an installed one's tensors back from `file` under `prefix` (the RNN's path and a
+  // dot) and installs it; the tensors used are appended to `consumed`.
+  static void load(nn::RNNBase& rnn, const io::Safetensors& file, const std::string& prefix, bool reduce_range,
+                   std::vector<std::string>* consumed);
+  Tensor apply(const Tensor& x, int64_t slot, int which) const override;
+  // The int8 weights as quantized companions and the biases, under the RNN's parameter names.
+  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const;
+  bool reduce_range() const { return reduce_range_; }
+
+ private:
+  struct Matrix {
+    std::string name;  // the parameter it replaces ("weight_ih_l0")
+    std::shared_ptr<DynamicQuantizedLinear> layer;
+    std::string bias_name;  // "" without a bias
+  };
+  DynamicRnnLinears(std::vector<std::array<Matrix, 5>> matrices, bool reduce_range)
+      : matrices_(std::move(matrices)), reduce_range_(reduce_range) {}
+  static void Release(nn::RNNBase& rnn);
+  std::vector<std::array<Matrix, 5>> matrices_;  // per slot, indexed by `which` (0, 1, 4 used)
+  bool reduce_range_;
 };
 
 // Static int8 Conv2d (torch.ao.nn.quantized.Conv2d, ConvReLU2d with relu): groups 1,

@@ -496,6 +496,11 @@ Result Recurrent(const Case& c, const std::vector<Tensor>& in) {
     state.tensors.emplace_back(key.get<std::string>(), c.get("x." + key.get<std::string>()));
   m->load_state_dict(state, /*strict=*/true);
   m->train(a.at("train").get<bool>());
+  if (a.value("quantize_dynamic", false)) {  // group qlayers: the int8 dynamic LSTM / GRU
+    quant::QConfig q;
+    q.per_channel_weights = a.at("per_channel").get<bool>();
+    quant::quantize_dynamic(*m, q);
+  }
   const nn::RNNOutput o_all = m->forward_all(in[0], in.size() > 1 ? in[1] : Tensor(), in.size() > 2 ? in[2] : Tensor());
   Result r;
   r.outputs = {o_all.output, o_all.h_n};

@@ -2634,6 +2634,33 @@ def qlayers(s):
                         "in_scale": 0.04, "in_zp": 120, "out_scale": 0.09, "out_zp": 100},
                        [s.randn(2, cin, hw, hw) * 2, w, s.randn(cout) * 0.5, wscale], run_conv, **exact)
 
+    # Dynamic LSTM and GRU (quantize_dynamic with {nn.LSTM, nn.GRU}): the input projection of
+    # the whole sequence and each step's hidden projection through int8, biases packed with
+    # their weights; one and two layers, bidirectional, batch_first.
+    for kind in ["LSTM", "GRU"]:
+        for per_channel in [True, False]:
+            qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
+            for layers, bidir, bf in [(1, False, False), (2, True, True)]:
+                torch.manual_seed(23)
+                module = getattr(torch.nn, kind)(6, 5, num_layers=layers, bidirectional=bidir, batch_first=bf).eval()
+                st = state(module)
+                names = [k for k, _ in module.named_parameters()]
+                x = s.randn(4, 3, 6) * 2
+
+                def run_rnn(x, module=module, st=st, kind=kind, qconfig=qconfig):
+                    module.load_state_dict(st)
+                    q = tq.quantize_dynamic(torch.nn.Sequential(module), {getattr(torch.nn, kind): qconfig},
+                                            dtype=torch.qint8)
+                    out, h = q(x)
+                    return (out, *h) if kind == "LSTM" else (out, h)
+                tag = f"{kind}.l{layers}.bi{int(bidir)}.bf{int(bf)}.{'per_channel' if per_channel else 'per_tensor'}"
+                attrs = {"type": kind, "in": 6, "hidden": 5, "layers": layers, "batch_first": bf,
+                         "bidirectional": bidir, "bias": True, "dropout": 0.0, "nonlinearity": "tanh", "train": False,
+                         "params": names, "proj_size": 0, "quantize_dynamic": True, "per_channel": per_channel}
+                s.case(g, f"rnn_dynamic.{tag}", f"quantize_dynamic(nn.{kind}(6, 5, num_layers={layers}, "
+                       f"bidirectional={bidir}, batch_first={bf}))(x [4, 3, 6])", "rnn", attrs, [x], run_rnn,
+                       rtol=1e-5, atol=1e-5, extra=st)
+
     # Conv-BN folding alone (float32): torch.ao.quantization.fuse_modules in eval mode.
     def run_fold(cw, cb, bw, bb, rm, rv, x):
         model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.BatchNorm2d(5))

@@ -181,9 +181,9 @@ TEST(QuantizedLayers, EveryPresetQuantizesAndStaysCloseToFloat) {
     IntArray shape;
     bool tokens;
   };
-  for (const Preset& p : {Preset{"mlp", {20}, false}, Preset{"lenet5", {1, 16, 16}, false},
-                          Preset{"resnet", {3, 16, 16}, false}, Preset{"gru", {12}, true},
-                          Preset{"transformer", {12}, true}}) {
+  for (const Preset& p :
+       {Preset{"mlp", {20}, false}, Preset{"lenet5", {1, 16, 16}, false}, Preset{"resnet", {3, 16, 16}, false},
+        Preset{"gru", {12}, true}, Preset{"transformer", {12}, true}}) {
     for (const PtqMode mode : {PtqMode::kStatic, PtqMode::kDynamic}) {
       manual_seed(11);
       const std::string spec = models::preset_spec(p.name, p.shape, 5, p.tokens ? 50 : 0);
@@ -198,7 +198,8 @@ TEST(QuantizedLayers, EveryPresetQuantizesAndStaysCloseToFloat) {
       PtqOptions o;
       o.mode = mode;
       o.max_accuracy_drop = 100;
-      const PtqResult r = post_training_quantize(*trained, models::build_model(spec).module, calibration, validation, o);
+      const PtqResult r =
+          post_training_quantize(*trained, models::build_model(spec).module, calibration, validation, o);
       SCOPED_TRACE(p.name + " " + ptq_mode_name(mode));
       EXPECT_TRUE(is_quantized(*r.model));
       NoGradGuard g;
