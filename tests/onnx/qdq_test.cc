@@ -12,7 +12,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "core/anvil.h"
 #include "core/nn/activation.h"
@@ -114,7 +116,8 @@ const ::onnx::TensorProto* Initializer(const ::onnx::GraphProto& g, const std::s
 
 // Every DequantizeLinear whose input is an initializer dequantizes int8 weights or an int32
 // bias, and every QuantizeLinear writes uint8: the pattern onnxruntime's selectors match.
-void ExpectQdqPattern(const ::onnx::GraphProto& g, int64_t weights, int64_t biases, bool per_channel) {
+// `per_channel` unset: layers of both kinds.
+void ExpectQdqPattern(const ::onnx::GraphProto& g, int64_t weights, int64_t biases, std::optional<bool> per_channel) {
   int64_t int8_weights = 0, int32_biases = 0;
   for (const auto& n : g.node()) {
     if (n.op_type() == "QuantizeLinear") {
@@ -130,8 +133,10 @@ void ExpectQdqPattern(const ::onnx::GraphProto& g, int64_t weights, int64_t bias
     ASSERT_NE(scale, nullptr);
     bool has_axis = false;
     for (const auto& a : n.attribute()) has_axis |= a.name() == "axis";
-    EXPECT_EQ(has_axis, per_channel) << n.name();
-    EXPECT_EQ(scale->dims_size(), per_channel ? 1 : 0) << n.name();
+    EXPECT_EQ(scale->dims_size(), has_axis ? 1 : 0) << n.name();
+    if (per_channel) {
+      EXPECT_EQ(has_axis, *per_channel) << n.name();
+    }
     if (x->data_type() == ::onnx::TensorProto::INT8) ++int8_weights;
     if (x->data_type() == ::onnx::TensorProto::INT32) ++int32_biases;
   }
@@ -223,6 +228,8 @@ std::string Join(const std::multiset<std::string>& ops) {
   return s;
 }
 
+double ImportedError(nn::Module& model, const Exported& e, const IntArray& sample);
+
 // ---- static ----
 
 TEST(OnnxQdq, StaticMlpWritesInt8WeightsInt32BiasAndUint8Activations) {
@@ -307,6 +314,64 @@ TEST(OnnxQdq, StaticCnnFusesIntoQLinearConvAndQGemmWithinOneOutputStep) {
   for (double err : r.errors) {
     std::printf("onnxruntime qdq cnn max_abs_error %.3g = %.2f output steps\n", err, err / step);
     EXPECT_LE(err, step * 1.001);
+  }
+}
+
+// Layers built directly with chosen parameters: per-tensor weights, no bias, a strided and
+// dilated convolution whose fused ReLU has a nonzero output zero point (the Relu stays in the
+// graph), and a linear layer on [batch, 5, 16] (MatMul with [in, out] weights, then Add).
+TEST(OnnxQdq, HandMadeLayersMatchOnnxRuntimeAndImport) {
+  manual_seed(9);
+  const quant::ActivationQParams q0{0.03, 128}, q1{0.02, 10}, q2{0.05, 100};
+  const quant::QTensor wc = quant::quantize_per_tensor(randn({6, 3, 3, 3}) * 0.2, 0.004, 0, quant::QDtype::QInt8);
+  nn::ConvOptions o;
+  o.stride = {2, 2};
+  o.padding = {2, 2};
+  o.dilation = {2, 2};
+  auto conv = std::make_shared<quant::QuantizedConv2d>(wc, Tensor(), o, q0, q1, /*relu=*/true);
+  const Tensor wl = randn({4, 6 * 5 * 5}) * 0.1;
+  const Tensor ws = amax(wl.abs(), {1}).to(kFloat64) / 127.5;
+  auto lin = std::make_shared<quant::QuantizedLinear>(
+      quant::quantize_per_channel(wl, ws, zeros({4}, kInt64), 0, quant::QDtype::QInt8), randn({4}), q1, q2, false);
+  auto cnn = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<quant::QuantStub>(q0), conv, std::make_shared<nn::Flatten>(), lin});
+  cnn->eval();
+  const Exported ce = Export(*cnn, {3, 9, 9});
+  const auto ops = OpTypes(ce.proto.graph());
+  EXPECT_EQ(ops.count("Relu"), 1u) << Join(ops);
+  ExpectQdqPattern(ce.proto.graph(), 2, 1, std::nullopt);  // the conv has no bias
+
+  const quant::QTensor w3 = quant::quantize_per_tensor(randn({8, 16}) * 0.3, 0.006, 0, quant::QDtype::QInt8);
+  auto seq = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<quant::QuantizedLinear>(w3, randn({8}) * 0.1, q0, q2, true)});
+  seq->eval();
+  const Exported se = Export(*seq, {5, 16});
+  const auto seq_ops = OpTypes(se.proto.graph());
+  EXPECT_EQ(seq_ops.count("MatMul"), 1u) << Join(seq_ops);
+  EXPECT_EQ(seq_ops.count("Add"), 1u) << Join(seq_ops);
+
+  for (const auto& [name, model, e, sample, step] :
+       {std::tuple{"hand-made cnn", cnn, &ce, IntArray{3, 9, 9}, q2.scale},
+        std::tuple{"rank-3 linear", seq, &se, IntArray{5, 16}, q2.scale}}) {
+    {
+      // The outputs spread over many steps (no saturated or constant output that would agree
+      // trivially).
+      NoGradGuard g;
+      IntArray shape{64};
+      shape.insert(shape.end(), sample.begin(), sample.end());
+      const Tensor y = model->forward(randn(shape));
+      EXPECT_GT((y.max() - y.min()).item<double>(), 20 * step) << name;
+    }
+    const double imported = ImportedError(*model, *e, sample);
+    std::printf("imported qdq %s max_abs_error %.3g = %.2f output steps\n", name, imported, imported / step);
+    EXPECT_LE(imported, step * 1.001) << name;
+    if (!HavePeers()) continue;
+    const OrtRun r = RunOnnxRuntime(*model, *e, std::string(name) == "hand-made cnn" ? "hand_cnn" : "rank3", sample);
+    for (double err : r.errors) {
+      std::printf("onnxruntime qdq %s max_abs_error %.3g = %.2f output steps (%s)\n", name, err, err / step,
+                  Join(r.ops).c_str());
+      EXPECT_LE(err, step * 1.001) << name;
+    }
   }
 }
 
