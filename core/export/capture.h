@@ -10,7 +10,9 @@
 //   - nodes: one per top-level op row (ops that kernels run internally are not recorded), or
 //     one per composite: a function that knows its own export form (layer_norm,
 //     max_pool2d, embedding) opens a Composite, and the ops it runs inside are not recorded;
-//     the composite is recorded as one node of its ONNX operator.
+//     the composite is recorded as one node of its ONNX operator. The int8 layers
+//     (core/quant/quantized_layers.h), whose kernels run outside the op table, record
+//     composites that lowering expands into several nodes (their QDQ form).
 // Ops whose inputs are all constants are not recorded: their results are constants too
 // (folded at capture: a transposed weight, a batch norm's rsqrt(var + eps)).
 //

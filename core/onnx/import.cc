@@ -438,6 +438,63 @@ void Recurrent(Call& c, int64_t gates) {
   if (c.out.size() > 2) c.out[2] = gates == 4 ? stack(cs, 0) : Tensor();
 }
 
+// ---- quantization (QDQ graphs, as export writes them for int8 models) ----
+// Run in float: QuantizeLinear rounds to the integer grid, DequantizeLinear maps back, so an
+// int8 model computes its quantized values with float operators between the pairs (results
+// within a rounding of each requantization from an int8 runtime's).
+
+// A scale or zero point shaped to broadcast against a rank-`rank` input: a scalar per tensor,
+// or [n] along the node's axis (default 1) per axis.
+Tensor QParam(const Call& c, const Tensor& p, int64_t rank) {
+  if (p.dim() == 0 || (p.numel() == 1 && FindAttr(c.node, "axis") == nullptr)) return p.reshape({});
+  const int64_t axis = Wrap(Int(c.node, "axis", 1), rank, c.node.op_type().c_str());
+  ANVIL_CHECK(p.dim() == 1, c.node.op_type(), " \"", c.node.name(),
+              "\": expected a scalar or 1-D scale/zero point, got ", shape_str(p.sizes()));
+  IntArray shape(static_cast<size_t>(rank), 1);
+  shape[static_cast<size_t>(axis)] = p.numel();
+  return p.reshape(shape);
+}
+
+Tensor QuantizeLinear(const Call& c) {
+  const Tensor x = c.x(0).to(kFloat32);
+  const Tensor scale = QParam(c, c.x(1).to(kFloat32), x.dim());
+  const ScalarType dt = c.has(2) ? c.in[2].dtype() : kUInt8;
+  ANVIL_CHECK(dt == kUInt8 || dt == kInt8, "QuantizeLinear \"", c.node.name(),
+              "\": expected a uint8 or int8 zero point, got ", dtype_name(dt));
+  Tensor q = (x / scale).round();
+  if (c.has(2)) q = q + QParam(c, c.in[2].to(kFloat32), x.dim());
+  return dt == kUInt8 ? q.clamp(0.0, 255.0).to(kUInt8) : q.clamp(-128.0, 127.0).to(kInt8);
+}
+
+Tensor DequantizeLinear(const Call& c) {
+  const Tensor& x = c.x(0);
+  Tensor v = x.to(kFloat32);
+  if (c.has(2)) v = v - QParam(c, c.in[2].to(kFloat32), x.dim());
+  return v * QParam(c, c.x(1).to(kFloat32), x.dim());
+}
+
+// ONNX's DynamicQuantizeLinear: uint8 over the input's range widened to hold 0.
+void DynamicQuantizeLinear(Call& c) {
+  const Tensor x = c.x(0).to(kFloat32);
+  const Tensor lo = minimum(amin(x), zeros({}, TensorOptions(kFloat32).with_device(x.device())));
+  const Tensor hi = maximum(amax(x), zeros({}, TensorOptions(kFloat32).with_device(x.device())));
+  const Tensor range = (hi - lo) / 255.0;
+  const Tensor scale = where(range == 0.0, 1.0, range);  // an all-zero input: any scale maps it to 0
+  const Tensor zp = (-lo / scale).round().clamp(0.0, 255.0);
+  c.out[0] = ((x / scale).round() + zp).clamp(0.0, 255.0).to(kUInt8);
+  if (c.out.size() > 1) c.out[1] = scale;
+  if (c.out.size() > 2) c.out[2] = zp.to(kUInt8);
+}
+
+// MatMulInteger: (a - a_zero_point) x (b - b_zero_point) as int32, summed in float64 (exact
+// for any product of 8-bit integers over fewer than 2^37 terms).
+Tensor MatMulInteger(const Call& c) {
+  Tensor a = c.x(0).to(kFloat64), b = c.x(1).to(kFloat64);
+  if (c.has(2)) a = a - c.in[2].to(kFloat64);
+  if (c.has(3)) b = b - c.in[3].to(kFloat64);
+  return matmul(a, b).to(kInt32);
+}
+
 const std::map<std::string, OpFn>& Ops() {
   static const std::map<std::string, OpFn> ops = [] {
     std::map<std::string, OpFn> m;
@@ -483,6 +540,10 @@ const std::map<std::string, OpFn>& Ops() {
     m["MatMul"] = [](Call& c) { c.out[0] = matmul(c.x(0), c.x(1)); };
     m["Gemm"] = [](Call& c) { c.out[0] = Gemm(c); };
     m["Conv"] = [](Call& c) { c.out[0] = Conv(c); };
+    m["QuantizeLinear"] = [](Call& c) { c.out[0] = QuantizeLinear(c); };
+    m["DequantizeLinear"] = [](Call& c) { c.out[0] = DequantizeLinear(c); };
+    m["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
+    m["MatMulInteger"] = [](Call& c) { c.out[0] = MatMulInteger(c); };
     m["MaxPool"] = [](Call& c) { Pool(c, true); };
     m["AveragePool"] = [](Call& c) { Pool(c, false); };
     m["MaxUnpool"] = [](Call& c) { c.out[0] = Unpool(c); };

@@ -1,6 +1,8 @@
 #include "core/onnx/lower.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
 #include <variant>
 
@@ -496,6 +498,18 @@ class Lowerer {
       MaxUnpool(n);
       return;
     }
+    if (op == "QuantizedLinear" || op == "QuantizedConv2d") {
+      StaticQuantized(n);
+      return;
+    }
+    if (op == "DynamicQuantizedLinear") {
+      DynamicQuantizedLinear(n);
+      return;
+    }
+    if (op == "QuantizeDequantize") {
+      OutputQdq(n.inputs[0], AttrDouble(n, "y_scale"), AttrInt(n, "y_zero_point"), n.outputs[0]);
+      return;
+    }
     // One node of the operator, inputs in its order (embedding's Gather takes int32 or int64
     // indices as they come).
     static const char* const kOneNode[] = {"BatchNormalization", "LayerNormalization", "MaxPool", "AveragePool",
@@ -555,10 +569,148 @@ class Lowerer {
     out_.nodes.push_back(LNode{"MaxUnpool", std::move(attrs), {x, flat, shape}, n.outputs, origin_});
   }
 
+  // ---- quantized layers: the QDQ form (docs/onnx.md, "Quantized models") ----
+  // Activations: QuantizeLinear (uint8, per tensor) -> DequantizeLinear; weights: int8
+  // initializers behind a DequantizeLinear only; bias: int32 with scale s_x * s_w behind a
+  // DequantizeLinear; then the float operator and QuantizeLinear with the output parameters.
+  // onnxruntime's QDQ transformers recognise these groups and run them as QLinearConv,
+  // QGemm or QLinearMatMul; any other runtime computes the same values in float.
+
+  static const AttrValue& FindAttr(const exporter::Node& n, std::string_view key) {
+    for (const auto& [k, v] : n.composite_attrs)
+      if (k == key) return v;
+    Refuse(anvil::detail::StrCat("'", n.composite, "' lacks its attribute '", key, "'"));
+  }
+  static double AttrDouble(const exporter::Node& n, std::string_view key) { return std::get<double>(FindAttr(n, key)); }
+  static int64_t AttrInt(const exporter::Node& n, std::string_view key) { return std::get<int64_t>(FindAttr(n, key)); }
+
+  // A quint8 activation's (scale, zero point) as the scalar initializers Q/DQ take.
+  std::pair<int, int> ActivationParams(double scale, int64_t zero_point) {
+    return {Scalar(static_cast<float>(scale), kFloat32), Scalar(static_cast<double>(zero_point), kUInt8)};
+  }
+
+  // `x` rounded to the quint8 grid of (scale, zero_point): Q -> DQ, or `x` itself when it is
+  // already the DequantizeLinear of that grid (a layer's input quantized with the previous
+  // layer's output parameters, as convert() arranges), so consecutive layers share one pair.
+  int ActivationQdq(int x, double scale, int64_t zero_point) {
+    if (auto it = on_grid_.find(x); it != on_grid_.end() && it->second == std::pair(scale, zero_point)) return x;
+    const auto [s, z] = ActivationParams(scale, zero_point);
+    const int q = Emit("QuantizeLinear", {x, s, z}, kUInt8);
+    const int d = Emit("DequantizeLinear", {q, s, z}, kFloat32);
+    on_grid_[d] = {scale, zero_point};
+    return d;
+  }
+  // The layer's output: QuantizeLinear with its output parameters, dequantized into `out`.
+  void OutputQdq(int y, double scale, int64_t zero_point, int out) {
+    const auto [s, z] = ActivationParams(scale, zero_point);
+    EmitTo("DequantizeLinear", {Emit("QuantizeLinear", {y, s, z}, kUInt8), s, z}, out);
+    on_grid_[out] = {scale, zero_point};
+  }
+
+  // Scales [n] per channel along `axis`, or one scalar per tensor (axis < 0): DequantizeLinear's
+  // attribute and parameter shapes.
+  int PerAxisDequantize(const Tensor& ints, const Tensor& scales, const Tensor& zero_points, int64_t axis) {
+    Attributes attrs;
+    if (axis >= 0) attrs.emplace_back("axis", axis);
+    const Tensor s = axis >= 0 ? scales : scales.reshape({});
+    const Tensor z = axis >= 0 ? zero_points : zero_points.reshape({});
+    return Emit("DequantizeLinear", {Constant(ints), Constant(s), Constant(z)}, kFloat32, std::move(attrs));
+  }
+  // The int8 weights (`w_scales`: float32, one per channel or one) behind a DequantizeLinear.
+  int WeightDequantize(const Tensor& w, const Tensor& w_scales, int64_t axis) {
+    return PerAxisDequantize(w, w_scales, zeros({w_scales.numel()}, TensorOptions(kInt8)), axis);
+  }
+  // The float bias as int32 steps of s_x * s_w (the float32 product, as fbgemm forms it):
+  // round(bias / (s_x * s_w)), the form onnxruntime's QDQ selectors require.
+  int BiasDequantize(Tensor bias, double x_scale, const Tensor& w_scales, bool per_channel) {
+    const int64_t n = bias.numel();
+    const std::vector<float> b = bias.to(kFloat32).contiguous().to_vector<float>();
+    const std::vector<float> ws = w_scales.to_vector<float>();
+    Tensor scales = empty({per_channel ? n : 1}, TensorOptions(kFloat32));
+    for (int64_t j = 0; j < scales.numel(); ++j)
+      scales.data_ptr<float>()[j] = static_cast<float>(x_scale) * ws[static_cast<size_t>(j)];
+    Tensor ints = empty({n}, TensorOptions(kInt32));
+    for (int64_t j = 0; j < n; ++j) {
+      const double step = scales.data_ptr<float>()[per_channel ? j : 0];
+      const double q = std::nearbyint(static_cast<double>(b[static_cast<size_t>(j)]) / step);
+      ints.data_ptr<int32_t>()[j] = static_cast<int32_t>(std::clamp(q, -2147483648.0, 2147483647.0));
+    }
+    return PerAxisDequantize(ints, scales, zeros({scales.numel()}, TensorOptions(kInt32)), per_channel ? 0 : -1);
+  }
+
+  // QuantizedLinear and QuantizedConv2d: inputs (x, int8 weight, float32 weight scales, float
+  // bias or absent); attributes x_/y_scale, x_/y_zero_point, relu, axis (0 per channel, -1 per
+  // tensor), and the convolution's window.
+  void StaticQuantized(const exporter::Node& n) {
+    const bool conv = n.composite == "QuantizedConv2d";
+    const int x = ActivationQdq(n.inputs[0], AttrDouble(n, "x_scale"), AttrInt(n, "x_zero_point"));
+    // Copies of the handles: emitting constants grows out_.values, which would move a reference.
+    const Tensor w = val(n.inputs[1]).constant;
+    const Tensor w_scales = val(n.inputs[2]).constant;
+    const bool per_channel = AttrInt(n, "axis") >= 0;
+    const int bias = n.inputs[3] < 0
+                         ? -1
+                         : BiasDequantize(val(n.inputs[3]).constant, AttrDouble(n, "x_scale"), w_scales, per_channel);
+    const int y = Temp(kFloat32);
+    if (conv) {
+      if (rank(n.inputs[0]) != 4) {
+        Refuse("a quantized Conv2d exports for batched [N, C, H, W] inputs, got rank " +
+               std::to_string(rank(n.inputs[0])));
+      }
+      Attributes attrs;
+      for (const char* key : {"kernel_shape", "strides", "pads", "dilations"})
+        attrs.emplace_back(key, FindAttr(n, key));
+      std::vector<int> in{x, WeightDequantize(w, w_scales, per_channel ? 0 : -1)};
+      if (bias >= 0) in.push_back(bias);
+      EmitTo("Conv", in, y, std::move(attrs));
+    } else if (rank(n.inputs[0]) == 2) {
+      std::vector<int> in{x, WeightDequantize(w, w_scales, per_channel ? 0 : -1)};
+      if (bias >= 0) in.push_back(bias);
+      EmitTo("Gemm", in, y, {{"transB", int64_t{1}}});
+    } else {
+      // MatMul takes [in, out]: the weights transposed as integers, their channels on axis 1.
+      const int wt = WeightDequantize(w.t().contiguous(), w_scales, per_channel ? 1 : -1);
+      if (bias >= 0) {
+        EmitTo("Add", {Emit("MatMul", {x, wt}, kFloat32), bias}, y);
+      } else {
+        EmitTo("MatMul", {x, wt}, y);
+      }
+    }
+    // The fused ReLU: Relu then QuantizeLinear clamps at the zero point, as the layer does.
+    const int activated = AttrInt(n, "relu") != 0 ? Emit("Relu", {y}, kFloat32) : y;
+    OutputQdq(activated, AttrDouble(n, "y_scale"), AttrInt(n, "y_zero_point"), n.outputs[0]);
+  }
+
+  // DynamicQuantizedLinear: DynamicQuantizeLinear of the input (uint8, its range chosen per
+  // run), MatMulInteger with the int8 weights [in, out], the int32 sums scaled back by
+  // x_scale * w_scale, then the float bias. This is the graph onnxruntime's own dynamic
+  // quantizer writes, which its optimizer fuses into MatMulIntegerToFloat and then
+  // DynamicQuantizeMatMul (a graph of DequantizeLinear(weights) -> MatMul would run in float).
+  void DynamicQuantizedLinear(const exporter::Node& n) {
+    const int x = CastTo(n.inputs[0], kFloat32);
+    // Copies of the handles: emitting constants grows out_.values, which would move a reference.
+    const Tensor w = val(n.inputs[1]).constant;
+    const Tensor w_scales = val(n.inputs[2]).constant;
+    const bool per_channel = AttrInt(n, "axis") >= 0;
+    const int xq = Temp(kUInt8), xs = Temp(kFloat32), xz = Temp(kUInt8);
+    out_.nodes.push_back(LNode{"DynamicQuantizeLinear", {}, {x}, {xq, xs, xz}, origin_});
+    const Tensor wz = zeros({per_channel ? w_scales.numel() : int64_t{1}}, TensorOptions(kInt8));
+    const int acc = Emit("MatMulInteger",
+                         {xq, Constant(w.t().contiguous()), xz, Constant(per_channel ? wz : wz.reshape({}))}, kInt32);
+    const int scale = Emit("Mul", {xs, Constant(per_channel ? w_scales : w_scales.reshape({}))}, kFloat32);
+    const int y = Emit("Mul", {CastTo(acc, kFloat32), scale}, kFloat32);
+    if (n.inputs[3] >= 0) {
+      EmitTo("Add", {y, CastTo(n.inputs[3], kFloat32)}, n.outputs[0]);
+    } else {
+      EmitTo("Identity", {y}, n.outputs[0]);
+    }
+  }
+
   const exporter::Trace& trace_;
   int64_t opset_;
   Lowered out_;
   std::string origin_;
+  std::map<int, std::pair<double, int64_t>> on_grid_;  // DequantizeLinear outputs: their (scale, zero point)
 };
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
+#include "core/export/capture.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/quant/choose_qparams.h"
@@ -97,6 +99,36 @@ void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t
   dequantize_uint8(q.data(), m * n, outq.scale, outq.zero_point, out);
 }
 
+// ---- export ----
+// The int8 kernels run outside the op table, so a capture would see nothing of a quantized
+// layer. Each layer opens instead a composite that carries what its QDQ form needs: the input,
+// the weights' integers, their float32 scales and the float bias, and the activation
+// parameters as attributes; lowering (core/onnx/lower.cc) expands it into
+// QuantizeLinear/DequantizeLinear around the float operator, the form onnxruntime fuses back
+// into its int8 kernels.
+
+// The weights' scales as float32 (what PyTorch packs and ONNX's DequantizeLinear takes).
+Tensor ScaleTensor(const std::vector<float>& scales) {
+  Tensor t = empty({static_cast<int64_t>(scales.size())}, kFloat32);
+  std::copy(scales.begin(), scales.end(), t.data_ptr<float>());
+  return t;
+}
+
+exporter::Attributes StaticAttrs(const ActivationQParams& in, const ActivationQParams& out, bool relu,
+                                 const QTensor& w) {
+  return {{"x_scale", in.scale},           {"x_zero_point", in.zero_point},
+          {"y_scale", out.scale},          {"y_zero_point", out.zero_point},
+          {"relu", int64_t{relu ? 1 : 0}}, {"axis", is_per_channel(w.qscheme) ? int64_t{0} : int64_t{-1}}};
+}
+
+// Opens the composite of a layer into `node`, only while a capture records (a forward outside
+// export pays one thread-local load).
+void OpenExport(std::optional<exporter::Composite>& node, const char* kind, const Tensor& x, const QTensor& w,
+                const std::vector<float>& w_scales, const Tensor& bias, exporter::Attributes attrs) {
+  if (exporter::capturing())
+    node.emplace(kind, std::vector<Tensor>{x, w.data, ScaleTensor(w_scales), bias}, std::move(attrs));
+}
+
 }  // namespace
 
 QTensor quantize_weight(const Tensor& weight, bool per_channel) {
@@ -144,6 +176,13 @@ QuantizedLinear::QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams 
 }
 
 Tensor QuantizedLinear::forward(const Tensor& input) {
+  std::optional<exporter::Composite> node;
+  OpenExport(node, "QuantizedLinear", input, weight_, w_scales_, bias_, StaticAttrs(input_, output_, relu_, weight_));
+  const Tensor y = ForwardInt8(input);
+  return node ? node->finish(y) : y;
+}
+
+Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
   const Tensor x = FloatInput(input, "QuantizedLinear");
   const int64_t k = packed_.k(), n = packed_.n();
   ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "QuantizedLinear: expected an input whose last dimension is ", k,
@@ -202,6 +241,14 @@ DynamicQuantizedLinear::DynamicQuantizedLinear(QTensor weight, Tensor bias, bool
 }
 
 Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
+  std::optional<exporter::Composite> node;
+  OpenExport(node, "DynamicQuantizedLinear", input, weight_, w_scales_, bias_,
+             {{"axis", is_per_channel(weight_.qscheme) ? int64_t{0} : int64_t{-1}}});
+  const Tensor y = ForwardInt8(input);
+  return node ? node->finish(y) : y;
+}
+
+Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
   const Tensor x = FloatInput(input, "DynamicQuantizedLinear");
   const int64_t k = packed_.k(), n = packed_.n();
   ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "DynamicQuantizedLinear: expected an input whose last dimension is ", k,
@@ -295,6 +342,18 @@ QuantizedConv2d::QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOpti
 }
 
 Tensor QuantizedConv2d::forward(const Tensor& input) {
+  exporter::Attributes attrs = StaticAttrs(input_, output_, relu_, weight_);
+  attrs.emplace_back("kernel_shape", std::vector<int64_t>{kh_, kw_});
+  attrs.emplace_back("strides", std::vector<int64_t>{stride_[0], stride_[1]});
+  attrs.emplace_back("pads", std::vector<int64_t>{padding_[0], padding_[1], padding_[0], padding_[1]});
+  attrs.emplace_back("dilations", std::vector<int64_t>{dilation_[0], dilation_[1]});
+  std::optional<exporter::Composite> node;
+  OpenExport(node, "QuantizedConv2d", input, weight_, w_scales_, bias_, std::move(attrs));
+  const Tensor y = ForwardInt8(input);
+  return node ? node->finish(y) : y;
+}
+
+Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
   Tensor x = FloatInput(input, "QuantizedConv2d");
   const bool batched = x.dim() == 4;
   ANVIL_CHECK(x.dim() == 3 || x.dim() == 4, "QuantizedConv2d: expected [N, C, H, W] or [C, H, W], got ",
@@ -458,6 +517,17 @@ void DynamicRnnLinears::append_state(const std::string& prefix, io::NamedTensors
 
 Tensor QuantStub::forward(const Tensor& input) {
   if (!converted_) return input;
+  // Exported as QuantizeLinear -> DequantizeLinear with its parameters.
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    node.emplace("QuantizeDequantize", std::vector<Tensor>{input},
+                 exporter::Attributes{{"y_scale", qparams_.scale}, {"y_zero_point", qparams_.zero_point}});
+  }
+  const Tensor y = ForwardInt8(input);
+  return node ? node->finish(y) : y;
+}
+
+Tensor QuantStub::ForwardInt8(const Tensor& input) {
   const Tensor x = FloatInput(input, "QuantStub");
   if (x.device().type != DeviceType::CPU)
     return dequantize(quantize_per_tensor(x, qparams_.scale, qparams_.zero_point, QDtype::QUInt8)).to(x.device());

@@ -10,6 +10,9 @@
 // arranges it), the dequantize/quantize pair between them is exact, so a chain computes
 // PyTorch's quantized tensors bit for bit while fitting Sequential and the model specs.
 //
+// Under an export capture each layer records one composite node (core/export/capture.h) that
+// ONNX lowering expands into its QDQ form (docs/onnx.md, "Quantized models").
+//
 // Each layer can write its state as quantized companions (serialize.h) and read it back, and
 // describes itself (kind, options, activation parameters) as JSON for the model archive.
 //
@@ -80,6 +83,7 @@ class QuantizedLinear : public QuantizedModule {
   int64_t out_features() const { return packed_.n(); }
 
  private:
+  Tensor ForwardInt8(const Tensor& x);
   QTensor weight_;
   Tensor bias_;
   ActivationQParams input_, output_;
@@ -107,6 +111,7 @@ class DynamicQuantizedLinear : public QuantizedModule {
   int64_t out_features() const { return packed_.n(); }
 
  private:
+  Tensor ForwardInt8(const Tensor& x);
   QTensor weight_;
   Tensor bias_;
   bool reduce_range_;
@@ -168,6 +173,7 @@ class QuantizedConv2d : public QuantizedModule {
   const std::array<int64_t, 2>& dilation() const { return dilation_; }
 
  private:
+  Tensor ForwardInt8(const Tensor& x);
   QTensor weight_;  // [out, in, kh, kw]
   Tensor bias_;
   std::array<int64_t, 2> stride_, padding_, dilation_;
@@ -191,6 +197,7 @@ class QuantStub : public nn::Module {
   const ActivationQParams& qparams() const { return qparams_; }
 
  private:
+  Tensor ForwardInt8(const Tensor& x);
   ActivationQParams qparams_;
   bool converted_ = false;
 };
