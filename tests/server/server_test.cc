@@ -580,8 +580,14 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     std::ofstream(file, std::ios::binary) << native;
     models::LoadedModel loaded = models::load_model_archive(file.string());
     EXPECT_EQ(loaded.info.precision, "int8");
-    InferenceMode guard;
-    EXPECT_TRUE(equal(loaded.built.module->forward(x), served));
+    {
+      InferenceMode guard;
+      EXPECT_TRUE(equal(loaded.built.module->forward(x), served));
+    }
+    // The int8 version exports as QDQ ONNX (docs/onnx.md).
+    const std::string onnx = Export("q-" + mode, v1::ONNX, &st, &sha, &total);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_NE(onnx.find(mode == "static" ? "QuantizeLinear" : "DynamicQuantizeLinear"), std::string::npos);
   }
   // Serving.Quantize on a registered float version: calibrated on the training job's dataset.
   {
