@@ -1,0 +1,304 @@
+#include "core/train/doctor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/autograd/grad_mode.h"
+#include "core/ops/functions.h"
+
+namespace anvil::train {
+namespace {
+
+std::string Fixed(double v, int digits = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string Percent(double v) { return Fixed(100.0 * v, 1) + " %"; }
+
+}  // namespace
+
+const char* severity_name(Severity s) {
+  switch (s) {
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kCritical:
+      return "critical";
+  }
+  return "?";
+}
+
+Doctor::Doctor(DoctorContext context, DoctorOptions options) : context_(std::move(context)), options_(options) {}
+
+const std::vector<std::string>& Doctor::rules() {
+  static const std::vector<std::string> kRules = {"DATA_STALL",
+                                                  "EXPLODING_GRADIENTS",
+                                                  "LR_TOO_HIGH",
+                                                  "LOSS_PLATEAU",
+                                                  "OSCILLATION",
+                                                  "OVERFITTING",
+                                                  "AMP_SKIP_STORM",
+                                                  "INPUT_NOT_NORMALIZED",
+                                                  "CHANNEL_ORDER_SUSPECT",
+                                                  "LABELS_LOOK_MULTILABEL",
+                                                  "LOGITS_PASSED_AS_PROBABILITIES"};
+  return kRules;
+}
+
+void Doctor::Report(Finding f, std::vector<Finding>* out) {
+  auto it = fired_.find(f.code);
+  if (it != fired_.end()) {
+    // Still firing: the step range grows; reported again only when it got worse.
+    it->second.last_step = std::max(it->second.last_step, f.last_step);
+    if (f.severity <= it->second.severity) return;
+    f.first_step = it->second.first_step;
+  }
+  fired_[f.code] = f;
+  out->push_back(std::move(f));
+}
+
+std::vector<Finding> Doctor::findings() const {
+  std::vector<Finding> out;
+  for (const auto& [code, f] : fired_) out.push_back(f);
+  std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
+    if (a.severity != b.severity) return a.severity > b.severity;
+    return a.first_step < b.first_step;
+  });
+  return out;
+}
+
+std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor& target) {
+  std::vector<Finding> out;
+  NoGradGuard no_grad;
+  if (input.defined() && is_floating_point(input.dtype()) && input.numel() > 0) {
+    const Tensor x = input.detach().to(kFloat64);
+    const double lo = x.min().item<double>(), hi = x.max().item<double>();
+    const double mean = x.mean().item<double>(), std = x.numel() > 1 ? x.std().item<double>() : 0.0;
+    const bool integral = equal(x, x.round());
+    if (std::isfinite(lo) && std::isfinite(hi)) {
+      const bool pixels = integral && lo >= 0 && hi > 1 && hi <= 255;
+      if (pixels || std::fabs(mean) > options_.input_scale_limit || std > options_.input_scale_limit) {
+        Finding f{"INPUT_NOT_NORMALIZED",
+                  Severity::kWarning,
+                  0,
+                  0,
+                  {{"min", lo}, {"max", hi}, {"mean", mean}, {"std", std}},
+                  ""};
+        f.advice = pixels ? "inputs are integers in [0, " + Fixed(hi, 0) +
+                                "]: raw pixel values. Scale them to [0, 1] (divide by 255) and normalise per channel "
+                                "(mean 0, std 1) with the training set's statistics"
+                          : "inputs are far from unit scale (mean " + Fixed(mean) + ", std " + Fixed(std) +
+                                "): standardise them with the training set's mean and standard deviation";
+        Report(std::move(f), &out);
+      }
+    }
+    // HWC where CHW is expected: [N, H, W, C] with C in {1, 3, 4} last and large spatial dims
+    // first (a convolution would read the rows as channels).
+    if (input.dim() == 4 && (input.size(3) == 1 || input.size(3) == 3 || input.size(3) == 4) && input.size(1) > 4 &&
+        input.size(2) > 4 && input.size(1) != input.size(3)) {
+      Finding f{"CHANNEL_ORDER_SUSPECT",
+                Severity::kWarning,
+                0,
+                0,
+                {{"dim1", static_cast<double>(input.size(1))},
+                 {"dim2", static_cast<double>(input.size(2))},
+                 {"dim3", static_cast<double>(input.size(3))}},
+                "the input looks channels-last [N, H, W, C] (" + shape_str(input.sizes()) +
+                    ") while convolutions read [N, C, H, W]: permute it (x.permute({0, 3, 1, 2}))"};
+      Report(std::move(f), &out);
+    }
+    // Sigmoid applied twice: values confined to [0.5, 0.7311] (sigmoid of [0, 1]) fed to a loss
+    // that applies its own sigmoid.
+    if (context_.loss == "bce_with_logits" && lo >= 0.5 && hi <= 0.7311 && std < 0.2) {
+      Finding f{"LOGITS_PASSED_AS_PROBABILITIES",
+                Severity::kWarning,
+                0,
+                0,
+                {{"min", lo}, {"max", hi}},
+                "the loss applies a sigmoid to inputs already in [0.5, 0.731]: the output of a sigmoid went "
+                "through another. Remove the model's last sigmoid (BCEWithLogits takes logits)"};
+      Report(std::move(f), &out);
+    }
+  }
+  // A 0/1 matrix as the target of a cross entropy: multi-label data with a single-label loss.
+  if (target.defined() && context_.loss == "cross_entropy" && target.dim() == 2 && target.numel() > 0) {
+    const Tensor t = target.detach().to(kFloat64);
+    const bool binary = equal(t, (t > 0.5).to(kFloat64));
+    const double per_row = t.sum({1}).mean().item<double>();
+    if (binary && per_row > 1.0) {
+      Finding f{"LABELS_LOOK_MULTILABEL",
+                Severity::kWarning,
+                0,
+                0,
+                {{"labels_per_sample", per_row}, {"classes", static_cast<double>(target.size(1))}},
+                "targets are 0/1 rows with " + Fixed(per_row) +
+                    " labels per sample on average: multi-label data. Cross entropy assumes one class per "
+                    "sample; use BCEWithLogitsLoss (loss \"bce_with_logits\") with one logit per class"};
+      Report(std::move(f), &out);
+    }
+  }
+  return out;
+}
+
+std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
+  std::vector<Finding> out;
+  steps_.push_back(m);
+  const size_t n = steps_.size();
+  // EXPLODING_GRADIENTS: a non-finite norm or loss is critical at once.
+  if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss)) {
+    Report({"EXPLODING_GRADIENTS",
+            Severity::kCritical,
+            m.step,
+            m.step,
+            {{"grad_norm", m.grad_norm}, {"loss", m.loss}, {"lr", m.lr}},
+            "the gradient norm or loss is not finite: lower the learning rate (now " + Fixed(m.lr, 6) +
+                "), clip gradients (clip_grad_norm), check the inputs for NaN, and with fp16 keep loss scaling on"},
+           &out);
+  } else {
+    grad_ema_ =
+        grad_ema_ ? options_.grad_ema_alpha * m.grad_norm + (1 - options_.grad_ema_alpha) * *grad_ema_ : m.grad_norm;
+    grad_ema_history_.push_back(*grad_ema_);
+    const size_t w = static_cast<size_t>(options_.grad_window);
+    if (grad_ema_history_.size() > w) {
+      const double before = grad_ema_history_[grad_ema_history_.size() - 1 - w];
+      if (before > 0 && *grad_ema_ > options_.grad_growth * before) {
+        Report({"EXPLODING_GRADIENTS",
+                Severity::kWarning,
+                steps_[n - 1 - std::min(n - 1, w)].step,
+                m.step,
+                {{"grad_norm_ema", *grad_ema_}, {"grad_norm_ema_before", before}, {"growth", *grad_ema_ / before}},
+                "the gradient norm's moving average grew " + Fixed(*grad_ema_ / before) + "x in " +
+                    std::to_string(options_.grad_window) +
+                    " intervals: lower the learning rate or clip gradients (clip_grad_norm) before it diverges"},
+               &out);
+      }
+    }
+  }
+  // LR_TOO_HIGH: the loss climbing early.
+  if (static_cast<int64_t>(n) <= options_.divergence_intervals && n >= 3 && std::isfinite(m.loss) &&
+      steps_.front().loss > 0 && m.loss > options_.divergence_factor * steps_.front().loss) {
+    Report({"LR_TOO_HIGH",
+            Severity::kWarning,
+            steps_.front().step,
+            m.step,
+            {{"loss_first", steps_.front().loss}, {"loss_now", m.loss}, {"lr", m.lr}},
+            "the loss rose from " + Fixed(steps_.front().loss, 4) + " to " + Fixed(m.loss, 4) +
+                " in the first intervals: the learning rate (" + Fixed(m.lr, 6) +
+                ") is too high for this model; divide it by 10, or warm it up (schedule warmup_steps)"},
+           &out);
+  }
+  // DATA_STALL, after warm-up.
+  if (m.step >= options_.warmup_steps && m.data_wait_ratio > options_.data_stall_info) {
+    const bool warn = m.data_wait_ratio > options_.data_stall_warning;
+    Report({"DATA_STALL",
+            warn ? Severity::kWarning : Severity::kInfo,
+            m.step,
+            m.step,
+            {{"data_wait_ratio", m.data_wait_ratio},
+             {"step_seconds", m.step_seconds},
+             {"samples_per_second", m.samples_per_second},
+             {"loader_workers", static_cast<double>(context_.loader_workers)}},
+            "the step waits for data " + Percent(m.data_wait_ratio) + " of the time: first raise loader_workers (now " +
+                std::to_string(context_.loader_workers) +
+                ") and let the loader prefetch; then cache decoded samples and move expensive CPU transforms out of "
+                "the per-sample path"},
+           &out);
+  }
+  // AMP_SKIP_STORM: skipped steps per 1,000, or the scale at its floor.
+  if (m.loss_scale > 0 || m.skipped_steps > 0) {
+    const double share = m.step > 0 ? static_cast<double>(m.skipped_steps) / static_cast<double>(m.step) : 0.0;
+    if ((m.step >= 100 && share > options_.amp_skip_share) ||
+        (m.loss_scale > 0 && m.loss_scale <= options_.amp_scale_floor)) {
+      Report({"AMP_SKIP_STORM",
+              Severity::kWarning,
+              0,
+              m.step,
+              {{"skipped_steps", static_cast<double>(m.skipped_steps)},
+               {"skipped_share", share},
+               {"loss_scale", m.loss_scale}},
+              "optimizer steps are skipped for non-finite float16 gradients (" + Percent(share) + " of steps, scale " +
+                  Fixed(m.loss_scale, 1) +
+                  "): a layer overflows float16. Train in bf16 (precision \"bf16\"), or keep the overflowing layer "
+                  "in float32 (\"autocast\": false on it; amp_anomaly names it)"},
+             &out);
+    }
+  }
+  // LOSS_PLATEAU and OSCILLATION over recent intervals.
+  const size_t pw = static_cast<size_t>(options_.plateau_window);
+  if (n > pw && m.step >= options_.warmup_steps) {
+    const double before = steps_[n - 1 - pw].loss, now = m.loss;
+    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 &&
+        (before - now) / before < options_.plateau_min_improvement) {
+      Report({"LOSS_PLATEAU",
+              Severity::kInfo,
+              steps_[n - 1 - pw].step,
+              m.step,
+              {{"loss_before", before}, {"loss_now", now}, {"relative_improvement", (before - now) / before}},
+              "the loss improved less than " + Percent(options_.plateau_min_improvement) + " over " +
+                  std::to_string(options_.plateau_window) +
+                  " intervals: lower the learning rate (a schedule), or the model has learned what it can; check "
+                  "the validation curve before training longer"},
+             &out);
+    }
+  }
+  const size_t ow = static_cast<size_t>(options_.oscillation_window);
+  if (n > ow) {
+    int turns = 0;
+    double sum = 0, swing = 0;
+    for (size_t i = n - ow; i < n; ++i) {
+      sum += steps_[i].loss;
+      const double d1 = steps_[i].loss - steps_[i - 1].loss;
+      swing = std::max(swing, std::fabs(d1));
+      if (i >= n - ow + 1) {
+        const double d0 = steps_[i - 1].loss - steps_[i - 2].loss;
+        if (d0 * d1 < 0) ++turns;
+      }
+    }
+    const double mean = sum / static_cast<double>(ow);
+    if (mean > 0 && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
+        swing > options_.oscillation_amplitude * mean) {
+      Report({"OSCILLATION",
+              Severity::kWarning,
+              steps_[n - ow].step,
+              m.step,
+              {{"direction_changes", static_cast<double>(turns)}, {"largest_swing", swing}, {"mean_loss", mean}},
+              "the loss goes up and down at nearly every interval by up to " + Percent(swing / mean) +
+                  " of its mean: the learning rate is too high for the batch size (" +
+                  std::to_string(context_.batch_size) + "); lower it, or use a larger batch"},
+             &out);
+    }
+  }
+  return out;
+}
+
+std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {
+  std::vector<Finding> out;
+  if (!epochs_.empty() && m.val_loss && epochs_.back().val_loss) {
+    const EpochMetrics& prev = epochs_.back();
+    const bool diverging = *m.val_loss > *prev.val_loss && m.train_loss < prev.train_loss;
+    overfit_run_ = diverging ? overfit_run_ + 1 : 0;
+    if (overfit_run_ >= options_.overfit_evaluations) {
+      Report({"OVERFITTING",
+              Severity::kWarning,
+              epochs_[epochs_.size() - static_cast<size_t>(overfit_run_)].step,
+              m.step,
+              {{"train_loss", m.train_loss},
+               {"val_loss", *m.val_loss},
+               {"gap", *m.val_loss - m.train_loss},
+               {"evaluations", static_cast<double>(overfit_run_)}},
+              "the validation loss rose for " + std::to_string(overfit_run_) +
+                  " evaluations while the training loss fell: the model memorises the training set. Stop earlier "
+                  "(early_stopping on val_loss restores the best weights), add data or augmentation, or "
+                  "regularise (weight decay, dropout)"},
+             &out);
+    }
+  }
+  epochs_.push_back(m);
+  return out;
+}
+
+}  // namespace anvil::train

@@ -1,0 +1,109 @@
+// The training doctor: the pitfalls guide's diagnosis order (its section 6.1: the loader
+// starving the device, tiny batches, CPU preprocessing, host syncs; section 7's curves: grad-norm
+// spikes, train/val divergence; section 5.2: AMP skip storms) as rules evaluated over a job's
+// metrics while they stream, each firing a Finding with its evidence and the guide's advice.
+//
+// The doctor reads only what the trainer already reports (StepMetrics every metric interval,
+// EpochMetrics every epoch) and, once, the first batch's statistics: it adds no host sync and no
+// work to the step. Every threshold is a DoctorOptions field; docs/doctor.md names each default
+// and where it comes from.
+//
+// Thread-safety: none; one Doctor per job, fed from the thread that reports its metrics.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+#include "core/train/trainer.h"
+
+namespace anvil::train {
+
+enum class Severity { kInfo = 0, kWarning = 1, kCritical = 2 };
+const char* severity_name(Severity s);  // "info", "warning", "critical"
+
+struct Finding {
+  std::string code;  // "DATA_STALL", ...
+  Severity severity = Severity::kInfo;
+  int64_t first_step = 0, last_step = 0;  // the steps the evidence covers
+  // The numbers that fired it, by name ("data_wait_ratio": 0.31), in the order they matter.
+  std::vector<std::pair<std::string, double>> evidence;
+  std::string advice;  // what to do, in the guide's order
+};
+
+struct DoctorOptions {
+  // DATA_STALL: the loader's share of the step after warm-up (SageMaker Debugger's
+  // LowGPUUtilization/IOBottleneck defaults: 20 % as a problem, 5 % as worth knowing).
+  double data_stall_warning = 0.20, data_stall_info = 0.05;
+  int64_t warmup_steps = 20;  // steps before throughput rules apply (first batches, caches, JIT)
+  // EXPLODING_GRADIENTS: the grad-norm EMA (smoothing alpha) doubling within a window of
+  // intervals (SageMaker's ExplodingTensor / AUTOTRAINER's "gradient explode").
+  double grad_ema_alpha = 0.3, grad_growth = 2.0;
+  int64_t grad_window = 5;
+  // LR_TOO_HIGH: early divergence, the interval loss above its first value times this factor
+  // within the first `divergence_intervals` intervals (AUTOTRAINER's "loss increase").
+  double divergence_factor = 1.5;
+  int64_t divergence_intervals = 20;
+  // LOSS_PLATEAU: less than `plateau_min_improvement` relative improvement of the interval loss
+  // over `plateau_window` intervals (SageMaker's LossNotDecreasing: 10 % over its window is its
+  // default; 1 % here over a longer window, with the metric interval's averaging).
+  double plateau_min_improvement = 0.01;
+  int64_t plateau_window = 20;
+  // OSCILLATION: the interval loss changes direction in more than this share of a window, with
+  // swings above `oscillation_amplitude` of its mean (DeepDiagnosis's "oscillating loss").
+  double oscillation_share = 0.8, oscillation_amplitude = 0.1;
+  int64_t oscillation_window = 10;
+  // OVERFITTING: validation loss rising while training loss falls for this many evaluations
+  // in a row (SageMaker's Overfit rule: patience 1 after a start of 3 evaluations).
+  int64_t overfit_evaluations = 3;
+  // AMP_SKIP_STORM: skipped optimizer steps above this share of steps (per 1,000 steps), or the
+  // loss scale at or under its floor (torch.cuda.amp's growth/backoff makes a scale of 1 a
+  // sign that every step overflows).
+  double amp_skip_share = 0.05, amp_scale_floor = 1.0;
+  // INPUT_NOT_NORMALIZED: inputs whose absolute mean or standard deviation exceeds this
+  // (unit scale expected), or integral values in [0, 255].
+  double input_scale_limit = 10.0;
+};
+
+// What the doctor knows of the job beside its metrics: the advice names these.
+struct DoctorContext {
+  int64_t loader_workers = 0;
+  int64_t batch_size = 0;
+  std::string loss;  // "cross_entropy", "mse", "bce_with_logits"
+  std::string precision = "fp32";
+};
+
+class Doctor {
+ public:
+  explicit Doctor(DoctorContext context, DoctorOptions options = {});
+
+  // The first batch's input and target (once, before training: the seed's input pitfalls).
+  std::vector<Finding> check_first_batch(const Tensor& input, const Tensor& target);
+  // Each metric interval and each epoch; returns what fired now (each code once, or again
+  // when its severity rises).
+  std::vector<Finding> on_step(const StepMetrics& m);
+  std::vector<Finding> on_epoch(const EpochMetrics& m);
+
+  // Every rule the doctor evaluates, for "checked and healthy" reports.
+  static const std::vector<std::string>& rules();
+  // The findings so far, most severe first, then by first step.
+  std::vector<Finding> findings() const;
+
+ private:
+  // Keeps `f` unless its code fired before at the same or a higher severity.
+  void Report(Finding f, std::vector<Finding>* out);
+
+  DoctorContext context_;
+  DoctorOptions options_;
+  std::map<std::string, Finding> fired_;
+  std::vector<StepMetrics> steps_;  // the intervals seen (their count is steps / metric_interval)
+  std::optional<double> grad_ema_;
+  std::vector<double> grad_ema_history_;
+  std::vector<EpochMetrics> epochs_;
+  int64_t overfit_run_ = 0;
+};
+
+}  // namespace anvil::train
