@@ -311,6 +311,9 @@ int Run(int argc, char** argv) {
   watch_cmd->add_option("--from-step", from_step, "replay from this step");
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("id", job_id)->required();
+  auto* doctor_cmd =
+      app.add_subcommand("doctor", "the training doctor's findings on a job: evidence and advice, most severe first");
+  doctor_cmd->add_option("id", job_id)->required();
   auto* models_cmd = app.add_subcommand("models", "list served models (models add: register an ONNX file)");
   auto* models_add =
       models_cmd->add_subcommand("add", "register an ONNX file trained elsewhere as the model's next version");
@@ -498,6 +501,32 @@ int Run(int argc, char** argv) {
       std::printf("deleted %s\n", job_id.c_str());
     else
       std::printf("{}\n");
+    return 0;
+  }
+  if (app.got_subcommand("doctor")) {
+    v1::GetFindingsRequest req;
+    req.set_job_id(job_id);
+    v1::GetFindingsResponse resp;
+    Check(cli.training->GetFindings(Ctx().get(), req, &resp), "doctor " + job_id);
+    if (cli.json) {
+      std::printf("%s\n", ToJson(resp).c_str());
+      return 0;
+    }
+    if (resp.findings().empty()) std::printf("%s: no findings\n", job_id.c_str());
+    for (const v1::Finding& f : resp.findings()) {
+      std::printf("%-8s %s  (steps %lld-%lld)\n", f.severity().c_str(), f.code().c_str(),
+                  static_cast<long long>(f.first_step()), static_cast<long long>(f.last_step()));
+      std::string evidence;
+      for (const v1::FindingEvidence& e : f.evidence()) {
+        char cell[96];
+        std::snprintf(cell, sizeof(cell), "%s%s %.4g", evidence.empty() ? "" : ", ", e.name().c_str(), e.value());
+        evidence += cell;
+      }
+      std::printf("  evidence: %s\n  advice:   %s\n", evidence.c_str(), f.advice().c_str());
+    }
+    std::string healthy;
+    for (const std::string& h : resp.healthy()) healthy += (healthy.empty() ? "" : ", ") + h;
+    std::printf("checked and healthy: %s\n", healthy.empty() ? "(none)" : healthy.c_str());
     return 0;
   }
   if (app.got_subcommand("cancel")) {

@@ -68,6 +68,12 @@ std::string Progress::update(const v1::MetricEvent& e) {
     if (e.epoch_metrics().has_val_accuracy()) accuracy_ = e.epoch_metrics().val_accuracy();
   }
   std::string out;
+  if (e.has_finding()) {  // the training doctor: on its own line, the progress line redrawn after
+    if (tty_ && drawn_) out += '\n';
+    out += e.finding().severity() + " " + e.finding().code() + ": " + e.finding().advice() + "\n";
+    drawn_ = false;
+    return out;
+  }
   if (e.event_case() == v1::MetricEvent::kState) {
     if (tty_ && drawn_) out += '\n';
     out += "state ";

@@ -162,7 +162,10 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::millisec
   MetricRow m;
   m.job_id = row.id;
   m.step = row.step;
-  m.kind = event.has_step_metrics() ? "step" : event.has_epoch_metrics() ? "epoch" : "state";
+  m.kind = event.has_step_metrics()    ? "step"
+           : event.has_epoch_metrics() ? "epoch"
+           : event.has_finding()       ? "finding"
+                                       : "state";
   m.payload_json = ToJson(event);
   m.time_ms = now;
   event.set_seq(retry_while_unavailable("record an event of job " + row.id, outage_wait,
@@ -416,6 +419,9 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
       break;
     case WorkerEvent::Kind::kCheckpoint:
       break;
+    case WorkerEvent::Kind::kFinding:
+      m.job_findings.with({e.finding.code, train::severity_name(e.finding.severity)}).Increment();
+      break;
     case WorkerEvent::Kind::kSucceeded:
     case WorkerEvent::Kind::kFailed:
     case WorkerEvent::Kind::kCancelled:
@@ -480,6 +486,7 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
       }
       case WorkerEvent::Kind::kStarted:
       case WorkerEvent::Kind::kCheckpoint:
+      case WorkerEvent::Kind::kFinding:
         return;
     }
   } catch (const std::exception& ex) {
@@ -888,6 +895,22 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
     }
     case WorkerEvent::Kind::kCheckpoint:
       return;  // handled before the row was read
+    case WorkerEvent::Kind::kFinding: {
+      v1::Finding* f = event.mutable_finding();
+      f->set_code(e.finding.code);
+      f->set_severity(train::severity_name(e.finding.severity));
+      f->set_first_step(e.finding.first_step);
+      f->set_last_step(e.finding.last_step);
+      for (const auto& [name, value] : e.finding.evidence) {
+        v1::FindingEvidence* ev = f->add_evidence();
+        ev->set_name(name);
+        ev->set_value(std::isfinite(value) ? value : 0.0);  // JSON holds no inf; the code says it
+      }
+      f->set_advice(e.finding.advice);
+      log(e.finding.severity == train::Severity::kInfo ? LogLevel::kInfo : LogLevel::kWarning, "job ", row.id, " (",
+          row.name, ") ", e.finding.code, ": ", e.finding.advice);
+      break;
+    }
     case WorkerEvent::Kind::kSucceeded: {
       terminal = true;
       const absl::StatusOr<ModelRow> model = status_of([&] {

@@ -192,6 +192,8 @@ class Store {
   // Events with step >= from_step and seq > after_seq, in seq order, at most `limit` (<= 0: all).
   virtual std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
                                          int64_t limit = 0) const = 0;
+  // A job's events of one kind ("finding"), in seq order.
+  virtual std::vector<MetricRow> metrics_of_kind(const std::string& job_id, const std::string& kind) const = 0;
   // Deletes a job's "step" and "epoch" events with step > `step`: a job resumed from a
   // checkpoint at `step` replays those steps, and the stream must hold each step once. Other
   // kinds (state changes) are history and stay.

@@ -730,6 +730,18 @@ std::vector<MetricRow> PostgresStore::metrics(const std::string& job_id, int64_t
   return out;
 }
 
+std::vector<MetricRow> PostgresStore::metrics_of_kind(const std::string& job_id, const std::string& kind) const {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  Result q = m.exec("read metric events of a kind",
+                    "SELECT " ANVIL_PG_METRIC_COLUMNS " FROM metrics WHERE job_id = $1 AND kind = $2 ORDER BY seq",
+                    Params().add(job_id).add(kind));
+  std::vector<MetricRow> out;
+  for (int i = 0; i < q.rows(); ++i) out.push_back(read_metric(q, i));
+  return out;
+}
+
 void PostgresStore::truncate_metrics_after(const std::string& job_id, int64_t step) {
   Impl& m = *impl_;
   MutexLock lock(&m.mu);

@@ -334,6 +334,8 @@ struct SqliteStore::Impl {
                   "SELECT " ANVIL_METRIC_COLUMNS
                   " FROM metrics WHERE job_id = ?1 AND step >= ?2 AND seq > ?3 "
                   "ORDER BY seq LIMIT ?4"),
+          metrics_of_kind(db, p, "read metric events of a kind",
+                          "SELECT " ANVIL_METRIC_COLUMNS " FROM metrics WHERE job_id = ?1 AND kind = ?2 ORDER BY seq"),
           truncate_metrics(db, p, "truncate metric events",
                            "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2 AND kind IN ('step', 'epoch')"),
           next_model_version(db, p, "find the next model version",
@@ -381,7 +383,7 @@ struct SqliteStore::Impl {
           claims(db, p, "read the claims",
                  "SELECT job_id, epoch, owner, claimed_ms FROM claims WHERE ?1 = '' OR job_id = ?1 ORDER BY n") {}
     Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
-    Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, truncate_metrics;
+    Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, metrics_of_kind, truncate_metrics;
     Statement next_model_version, insert_model, model_version, model_latest, list_models;
     Statement expired_jobs, delete_metrics, delete_job;
     Statement claimable, claim, record_claim, renew, lapsed, update_fenced, request_cancel, claims;
@@ -639,6 +641,15 @@ std::vector<MetricRow> SqliteStore::metrics(const std::string& job_id, int64_t f
   MutexLock lock(&impl_->mu);
   Query q(impl_->st->metrics);
   q.bind(1, job_id).bind(2, from_step).bind(3, after_seq).bind(4, limit > 0 ? limit : int64_t{-1});
+  std::vector<MetricRow> out;
+  while (q.next()) out.push_back(read_metric(q));
+  return out;
+}
+
+std::vector<MetricRow> SqliteStore::metrics_of_kind(const std::string& job_id, const std::string& kind) const {
+  MutexLock lock(&impl_->mu);
+  Query q(impl_->st->metrics_of_kind);
+  q.bind(1, job_id).bind(2, kind);
   std::vector<MetricRow> out;
   while (q.next()) out.push_back(read_metric(q));
   return out;

@@ -40,6 +40,7 @@ class SqliteStore final : public Store {
   int64_t append_metric(MetricRow row, int64_t fence_epoch = 0) override;
   std::vector<MetricRow> metrics(const std::string& job_id, int64_t from_step, int64_t after_seq = 0,
                                  int64_t limit = 0) const override;
+  std::vector<MetricRow> metrics_of_kind(const std::string& job_id, const std::string& kind) const override;
   void truncate_metrics_after(const std::string& job_id, int64_t step) override;
   ModelRow register_model(ModelRow row) override;
   std::optional<ModelRow> get_model(const std::string& name, int64_t version) const override;

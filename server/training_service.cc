@@ -2,10 +2,14 @@
 #include <absl/strings/numbers.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "core/backend/cpu/kernel_info.h"
+#include "core/train/doctor.h"
+#include "core/util/utf8.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/job_spec.h"
@@ -24,10 +28,11 @@ using grpc::Status;
 
 // The unary methods are raw callback methods (server/unary_call.h): the Training limit and the
 // wire check apply before parsing, and the bodies run on the server's call pool.
-using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<v1::Training::WithRawCallbackMethod_GetJob<
-    v1::Training::WithRawCallbackMethod_ListJobs<v1::Training::WithRawCallbackMethod_CancelJob<
-        v1::Training::WithRawCallbackMethod_GetServerInfo<v1::Training::WithRawCallbackMethod_StreamMetrics<
-            v1::Training::WithRawCallbackMethod_DeleteJob<v1::Training::Service>>>>>>>;
+using TrainingBase = v1::Training::WithRawCallbackMethod_SubmitJob<
+    v1::Training::WithRawCallbackMethod_GetJob<v1::Training::WithRawCallbackMethod_ListJobs<
+        v1::Training::WithRawCallbackMethod_CancelJob<v1::Training::WithRawCallbackMethod_GetServerInfo<
+            v1::Training::WithRawCallbackMethod_StreamMetrics<v1::Training::WithRawCallbackMethod_DeleteJob<
+                v1::Training::WithRawCallbackMethod_GetFindings<v1::Training::Service>>>>>>>>;
 
 class TrainingService final : public TrainingBase {
  public:
@@ -45,6 +50,9 @@ class TrainingService final : public TrainingBase {
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return serve_method(this, &TrainingService::GetJobImpl, c, in, out, *s_.call_pool, limits_);
+  }
+  grpc::ServerUnaryReactor* GetFindings(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
+    return serve_method(this, &TrainingService::GetFindingsImpl, c, in, out, *s_.call_pool, limits_);
   }
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return serve_method(this, &TrainingService::ListJobsImpl, c, in, out, *s_.call_pool, limits_);
@@ -93,6 +101,40 @@ class TrainingService final : public TrainingBase {
       const Scheduler::Submitted submitted = value_or_throw(s_.scheduler->submit(spec));
       *resp->mutable_job() = Scheduler::to_job(submitted.row);
       resp->set_created(submitted.created);
+    });
+  }
+
+  // The stored finding events of the job: each code once, at its highest severity (a code fires
+  // again only when it worsens), most severe first.
+  Status GetFindingsImpl(grpc::ServerContextBase* ctx, const v1::GetFindingsRequest* req,
+                         v1::GetFindingsResponse* resp) {
+    return Guard([&] {
+      Auth(*ctx, Scope::kTrain, "GetFindings");
+      const JobRow row = Find(req->job_id());
+      std::map<std::string, v1::Finding> by_code;
+      const auto rank = [](const std::string& severity) {
+        return severity == "critical" ? 2 : severity == "warning" ? 1 : 0;
+      };
+      for (const MetricRow& m : s_.store->metrics_of_kind(row.id, "finding")) {
+        v1::MetricEvent e;
+        if (!google::protobuf::util::JsonStringToMessage(to_valid_utf8(m.payload_json), &e).ok() || !e.has_finding())
+          continue;
+        auto [it, fresh] = by_code.emplace(e.finding().code(), e.finding());
+        if (!fresh && rank(e.finding().severity()) >= rank(it->second.severity())) {
+          const int64_t first = it->second.first_step();
+          it->second = e.finding();
+          it->second.set_first_step(std::min(first, e.finding().first_step()));
+        }
+      }
+      std::vector<v1::Finding> sorted;
+      for (auto& [code, f] : by_code) sorted.push_back(std::move(f));
+      std::stable_sort(sorted.begin(), sorted.end(), [&](const v1::Finding& a, const v1::Finding& b) {
+        if (rank(a.severity()) != rank(b.severity())) return rank(a.severity()) > rank(b.severity());
+        return a.first_step() < b.first_step();
+      });
+      for (v1::Finding& f : sorted) *resp->add_findings() = std::move(f);
+      for (const std::string& rule : train::Doctor::rules())
+        if (!by_code.count(rule)) resp->add_healthy(rule);
     });
   }
 

@@ -154,7 +154,10 @@ class DeviceWorker final : public Worker {
                                                                        : job.resume_note + "; " + resumed_note;
       Emit(started);
 
-      trainer.set_callbacks(event_callbacks(base, plan.total_steps, [this](const WorkerEvent& e) { Emit(e); }));
+      const std::function<void(const WorkerEvent&)> emit = [this](const WorkerEvent& e) { Emit(e); };
+      std::shared_ptr<train::Doctor> doctor = make_doctor(job.spec);
+      if (!job.resume) check_first_batch(*doctor, plan, base, emit);
+      trainer.set_callbacks(event_callbacks(base, plan.total_steps, emit, doctor));
       const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
       if (r.status == train::TrainResult::Status::kCancelled) {
         return stopped_event(base, trainer, train_loader, r, interrupt_.load());

@@ -3,9 +3,11 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/amp/autocast.h"
+#include "core/data/collate.h"
 #include "core/models/archive.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
@@ -58,8 +60,43 @@ WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data
   return end;
 }
 
+std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec) {
+  return std::make_shared<train::Doctor>(
+      train::DoctorContext{.loader_workers = spec.loader_workers(),
+                           .batch_size = spec.batch_size(),
+                           .loss = spec.loss(),
+                           .precision = spec.precision().empty() ? "fp32" : spec.precision()});
+}
+
+namespace {
+
+void EmitFindings(const WorkerEvent& base, std::vector<train::Finding> findings,
+                  const std::function<void(const WorkerEvent&)>& emit) {
+  for (train::Finding& f : findings) {
+    WorkerEvent e = base;
+    e.kind = WorkerEvent::Kind::kFinding;
+    e.step = f.last_step;
+    e.finding = std::move(f);
+    emit(e);
+  }
+}
+
+}  // namespace
+
+void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
+                       const std::function<void(const WorkerEvent&)>& emit) {
+  if (plan.train_set == nullptr || plan.train_set->size() == 0) return;
+  // The first samples, collated as a batch: read from the dataset, not the loader, so the
+  // training run's order and position are untouched.
+  std::vector<data::Example> samples;
+  const int64_t n = std::min<int64_t>(plan.train_set->size(), std::max<int64_t>(plan.train_loader.batch_size, 1));
+  for (int64_t i = 0; i < n; ++i) samples.push_back(plan.train_set->get(i));
+  const data::Example batch = data::default_collate(samples);
+  EmitFindings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
+}
+
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
-                                 std::function<void(const WorkerEvent&)> emit) {
+                                 std::function<void(const WorkerEvent&)> emit, std::shared_ptr<train::Doctor> doctor) {
   return {
       .on_step =
           [=](const train::StepMetrics& m) {
@@ -70,6 +107,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
             e.total_steps = total_steps;
             e.step_metrics = m;
             emit(e);
+            if (doctor) EmitFindings(base, doctor->on_step(m), emit);
           },
       .on_epoch =
           [=](const train::EpochMetrics& m) {
@@ -80,6 +118,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
             e.total_steps = total_steps;
             e.epoch_metrics = m;
             emit(e);
+            if (doctor) EmitFindings(base, doctor->on_epoch(m), emit);
           },
       .on_checkpoint =
           [=](const std::string& path, int64_t step) {

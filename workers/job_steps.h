@@ -5,9 +5,11 @@
 
 #include <absl/status/statusor.h>
 
+#include <memory>
 #include <string>
 
 #include "core/data/dataloader.h"
+#include "core/train/doctor.h"
 #include "core/train/trainer.h"
 #include "workers/job_plan.h"
 #include "workers/worker.h"
@@ -29,9 +31,19 @@ WorkerEvent failed_event(const WorkerEvent& base, absl::Status status);
 WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data::DataLoader& train_loader,
                           const train::TrainResult& r, bool interrupt);
 
-// Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`.
+// The training doctor of a job (core/train/doctor.h), with what it knows of the spec.
+std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec);
+
+// The doctor's first-batch checks on the first samples of the training set, each finding sent
+// to `emit` as a kFinding event of `base`'s job.
+void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
+                       const std::function<void(const WorkerEvent&)>& emit);
+
+// Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`; with
+// a doctor, it reads each interval's and epoch's metrics and its findings are sent too.
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
-                                 std::function<void(const WorkerEvent&)> emit);
+                                 std::function<void(const WorkerEvent&)> emit,
+                                 std::shared_ptr<train::Doctor> doctor = nullptr);
 
 // The kSucceeded event of a run that completed (or stopped early): the trained model written
 // as job_dir/model.anvil (when `write_archive`: data-parallel ranks other than 0 only take

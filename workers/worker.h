@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/train/doctor.h"
 #include "core/train/trainer.h"
 #include "proto/anvil/v1/anvil.pb.h"
 
@@ -54,12 +55,13 @@ struct RunJob {
 };
 
 struct WorkerEvent {
-  enum class Kind { kStarted, kStep, kEpoch, kCheckpoint, kSucceeded, kFailed, kCancelled, kInterrupted };
+  enum class Kind { kStarted, kStep, kEpoch, kCheckpoint, kSucceeded, kFailed, kCancelled, kInterrupted, kFinding };
   Kind kind = Kind::kStarted;
   std::string job_id;
   int64_t step = 0, epoch = 0, total_steps = 0;
   train::StepMetrics step_metrics;    // kStep
   train::EpochMetrics epoch_metrics;  // kEpoch
+  train::Finding finding;             // kFinding: the training doctor's (core/train/doctor.h)
   absl::Status status;                // kFailed: why, with the kind of failure as its code
   std::string message;                // kStarted: the device; kCancelled, kSucceeded: a note
   std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint

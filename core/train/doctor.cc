@@ -163,9 +163,12 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
         grad_ema_ ? options_.grad_ema_alpha * m.grad_norm + (1 - options_.grad_ema_alpha) * *grad_ema_ : m.grad_norm;
     grad_ema_history_.push_back(*grad_ema_);
     const size_t w = static_cast<size_t>(options_.grad_window);
-    if (grad_ema_history_.size() > w) {
+    // Gradient norms often grow in the first steps from a small initialisation: only after warm-up.
+    if (grad_ema_history_.size() > w && m.step >= options_.warmup_steps) {
       const double before = grad_ema_history_[grad_ema_history_.size() - 1 - w];
-      if (before > 0 && *grad_ema_ > options_.grad_growth * before) {
+      // Growth beyond where the run started: a norm that doubles from a tiny value late in a
+      // converged run is noise, not an explosion.
+      if (before > 0 && *grad_ema_ > options_.grad_growth * before && *grad_ema_ > grad_ema_history_.front()) {
         Report({"EXPLODING_GRADIENTS",
                 Severity::kWarning,
                 steps_[n - 1 - std::min(n - 1, w)].step,
@@ -179,7 +182,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     }
   }
   // LR_TOO_HIGH: the loss climbing early.
-  if (static_cast<int64_t>(n) <= options_.divergence_intervals && n >= 3 && std::isfinite(m.loss) &&
+  if (static_cast<int64_t>(n) <= options_.divergence_intervals && n >= 2 && std::isfinite(m.loss) &&
       steps_.front().loss > 0 && m.loss > options_.divergence_factor * steps_.front().loss) {
     Report({"LR_TOO_HIGH",
             Severity::kWarning,
@@ -231,7 +234,8 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   const size_t pw = static_cast<size_t>(options_.plateau_window);
   if (n > pw && m.step >= options_.warmup_steps) {
     const double before = steps_[n - 1 - pw].loss, now = m.loss;
-    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 &&
+    // A loss already a tenth of where it started has converged rather than stalled.
+    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * steps_.front().loss &&
         (before - now) / before < options_.plateau_min_improvement) {
       Report({"LOSS_PLATEAU",
               Severity::kInfo,
@@ -259,7 +263,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
       }
     }
     const double mean = sum / static_cast<double>(ow);
-    if (mean > 0 && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
+    if (mean > 0.1 * steps_.front().loss && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
         swing > options_.oscillation_amplitude * mean) {
       Report({"OSCILLATION",
               Severity::kWarning,

@@ -69,6 +69,9 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                   kJob)),
       jobs(r.gauge("anvil_jobs", "Jobs by state.", {"state"})),
       jobs_finished(r.counter("anvil_jobs_finished_total", "Jobs that ended, by outcome.", {"outcome"})),
+      job_findings(r.counter("anvil_job_findings_total",
+                             "Training-doctor findings fired on jobs (docs/doctor.md), by code and severity.",
+                             {"code", "severity"})),
       predict_requests(
           r.counter("anvil_predict_requests_total", "Predict requests by model and status code.", {"model", "code"})),
       predict_latency(r.histogram("anvil_predict_latency_seconds", "Predict latency in the server.", {"model"},

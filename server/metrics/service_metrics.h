@@ -33,6 +33,7 @@ class ServiceMetrics {
   Family<Counter>& amp_skipped_steps;   // fp16 jobs: steps skipped for a non-finite gradient
   Family<Gauge>& jobs;                  // by state (a collector counts them)
   Family<Counter>& jobs_finished;       // by outcome
+  Family<Counter>& job_findings;        // the training doctor's findings, by code and severity
   // Serving, per model.
   Family<Counter>& predict_requests;  // model, code
   Family<Histogram>& predict_latency;

@@ -27,6 +27,7 @@
 #include "core/backend/registry.h"
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
+#include "core/train/doctor.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/wire_tensor.h"
@@ -635,6 +636,56 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
   Submit(bad, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("quantize.observer"));
+}
+
+// The training doctor through the service: a job with a learning rate far too high fires a
+// gradient or divergence finding, streamed as a finding event, stored with the job (GetFindings
+// returns it with its evidence and the rules that stayed quiet) and counted in /metrics; the
+// same job at the default rate fires neither.
+TEST_F(ServerTest, TheDoctorsFindingsAreStreamedStoredAndCounted) {
+  for (const bool faulty : {true, false}) {
+    v1::JobSpec spec = BlobsSpec(3);
+    spec.set_name(faulty ? "doctor-lr" : "doctor-ok");
+    spec.set_register_model(spec.name());
+    spec.set_metric_interval(2);
+    spec.mutable_optimizer()->set_name("sgd");
+    spec.mutable_optimizer()->set_lr(faulty ? 10.0 : 0.05);
+    const v1::Job job = Submit(spec);
+    ASSERT_FALSE(job.id().empty());
+    const std::vector<v1::MetricEvent> events = Stream(job.id());
+    ASSERT_FALSE(events.empty());
+    std::set<std::string> streamed;
+    for (const auto& e : events)
+      if (e.has_finding()) streamed.insert(e.finding().code());
+    grpc::ClientContext ctx;
+    v1::GetFindingsRequest req;
+    req.set_job_id(job.id());
+    v1::GetFindingsResponse resp;
+    ASSERT_TRUE(training_->GetFindings(&ctx, req, &resp).ok());
+    std::set<std::string> stored;
+    for (const v1::Finding& f : resp.findings()) {
+      stored.insert(f.code());
+      EXPECT_FALSE(f.advice().empty()) << f.code();
+      EXPECT_GT(f.evidence_size(), 0) << f.code();
+    }
+    EXPECT_EQ(stored, streamed);
+    const bool fired = stored.count("EXPLODING_GRADIENTS") + stored.count("LR_TOO_HIGH") > 0;
+    EXPECT_EQ(fired, faulty) << ::testing::PrintToString(stored);
+    EXPECT_EQ(static_cast<size_t>(resp.findings_size() + resp.healthy_size()), train::Doctor::rules().size());
+    if (faulty) {
+      // Most severe first.
+      for (int i = 1; i < resp.findings_size(); ++i) {
+        const auto rank = [](const std::string& s) { return s == "critical" ? 2 : s == "warning" ? 1 : 0; };
+        EXPECT_GE(rank(resp.findings(i - 1).severity()), rank(resp.findings(i).severity()));
+      }
+      EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_job_findings_total{code=\""));
+    }
+  }
+  grpc::ClientContext ctx;
+  v1::GetFindingsRequest req;
+  req.set_job_id("job-nope");
+  v1::GetFindingsResponse resp;
+  EXPECT_EQ(training_->GetFindings(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 // Mixed precision through the service: an fp16 job trains with loss scaling (the scale in

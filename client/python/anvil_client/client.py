@@ -65,6 +65,7 @@ class MetricEvent:
     message: str = ""
     loss_scale: Optional[float] = None   # step, float16 jobs: GradScaler's loss scale
     skipped_steps: Optional[int] = None  # step, float16 jobs: steps skipped so far
+    finding: Optional[dict] = None       # finding: the training doctor's (code, severity, evidence, advice)
 
     @staticmethod
     def of(e: pb.MetricEvent) -> "MetricEvent":
@@ -80,7 +81,15 @@ class MetricEvent:
             return MetricEvent(e.seq, e.step, e.epoch, "epoch", loss=m.train_loss,
                                val_loss=m.val_loss if m.has_val_loss else None,
                                val_accuracy=m.val_accuracy if m.has_val_accuracy else None)
+        if which == "finding":
+            return MetricEvent(e.seq, e.step, e.epoch, "finding", message=e.finding.advice,
+                               finding=_finding(e.finding))
         return MetricEvent(e.seq, e.step, e.epoch, "state", state=pb.JobState.Name(e.state), message=e.message)
+
+
+def _finding(f: pb.Finding) -> dict:
+    return {"code": f.code, "severity": f.severity, "first_step": f.first_step, "last_step": f.last_step,
+            "evidence": {e.name: e.value for e in f.evidence}, "advice": f.advice}
 
 
 @dataclasses.dataclass
@@ -209,6 +218,12 @@ class Client:
             if not token:
                 break
         return out
+
+    def findings(self, job_id: str) -> List[dict]:
+        """The training doctor's findings on a job so far, most severe first: dicts of code,
+        severity, first_step, last_step, evidence ({name: value}) and advice (docs/doctor.md)."""
+        resp = self._call(f"findings {job_id}", self._training.GetFindings, pb.GetFindingsRequest(job_id=job_id))
+        return [_finding(f) for f in resp.findings]
 
     def delete(self, job_id: str) -> None:
         """Deletes a finished job with its metric history and files (its model stays)."""
