@@ -105,6 +105,18 @@ try:
     raise AssertionError("expected NOT_FOUND")
 except anvil_client.AnvilError as e:
     assert e.code.name == "NOT_FOUND", e
+# The training doctor's findings: streamed as "finding" events and returned by findings(), the
+# same codes either way, each with its evidence and advice.
+streamed = {e.finding["code"] for e in events if e.kind == "finding"}
+found = c.findings(job.id)
+assert {f["code"] for f in found} == streamed, (found, streamed)
+assert all(f["advice"] and f["evidence"] and f["severity"] in ("info", "warning", "critical") for f in found), found
+try:
+    c.findings("job-nope")
+    raise AssertionError("expected NOT_FOUND")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "NOT_FOUND", e
+
 # int8: the float version quantized (calibrated on its job's dataset), registered as version 2
 # when it passes the gate; an imported ONNX graph is refused with the reason.
 q = c.quantize("py", version="1", mode="static", max_accuracy_drop=5.0)
