@@ -32,6 +32,19 @@ cat > "${work}/job.json" <<JSON
  "precision": "fp16"}
 JSON
 "${cli[@]}" submit "${work}/job.json" --watch > /dev/null || fail "the job failed"
+# A job whose inputs are raw pixel values in [0, 255]: the training doctor's INPUT_NOT_NORMALIZED
+# fires on its first batch, so the findings panel has a series.
+mkdir -p "${work}/data"
+python3 -c "
+import random
+random.seed(3)
+print('a,b,c,label')
+for i in range(64):
+    print(','.join(str(random.randrange(256)) for _ in range(3)) + ',' + str(i % 2))" > "${work}/data/pixels.csv"
+cat > "${work}/pixels.json" <<JSON
+{"name": "pixels", "model_preset": "mlp", "dataset": {"path": "pixels.csv"}, "epochs": 1, "batch_size": 16}
+JSON
+"${cli[@]}" submit "${work}/pixels.json" --watch > /dev/null || fail "the raw-pixel job failed"
 # Traffic across several scrapes: good requests, and bad ones the CLI would refuse before
 # sending (a wrong shape), sent with the generated Python stubs so the server counts them.
 /usr/bin/python3 - "127.0.0.1:${grpc_port}" "${build}/python" <<'PY' || fail "predict traffic"
