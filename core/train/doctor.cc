@@ -146,7 +146,13 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
 
 std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   std::vector<Finding> out;
+  const size_t keep =
+      static_cast<size_t>(std::max({options_.plateau_window, options_.oscillation_window, options_.grad_window}) + 2);
   steps_.push_back(m);
+  if (steps_.size() > keep) steps_.pop_front();
+  if (!first_) first_ = m;
+  ++intervals_;
+  const StepMetrics& first = *first_;
   const size_t n = steps_.size();
   // EXPLODING_GRADIENTS: a non-finite norm or loss is critical at once.
   if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss)) {
@@ -162,13 +168,15 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     grad_ema_ =
         grad_ema_ ? options_.grad_ema_alpha * m.grad_norm + (1 - options_.grad_ema_alpha) * *grad_ema_ : m.grad_norm;
     grad_ema_history_.push_back(*grad_ema_);
+    if (!first_grad_ema_) first_grad_ema_ = *grad_ema_;
+    if (grad_ema_history_.size() > keep) grad_ema_history_.pop_front();
     const size_t w = static_cast<size_t>(options_.grad_window);
     // Gradient norms often grow in the first steps from a small initialisation: only after warm-up.
     if (grad_ema_history_.size() > w && m.step >= options_.warmup_steps) {
       const double before = grad_ema_history_[grad_ema_history_.size() - 1 - w];
       // Growth beyond where the run started: a norm that doubles from a tiny value late in a
       // converged run is noise, not an explosion.
-      if (before > 0 && *grad_ema_ > options_.grad_growth * before && *grad_ema_ > grad_ema_history_.front()) {
+      if (before > 0 && *grad_ema_ > options_.grad_growth * before && *grad_ema_ > *first_grad_ema_) {
         Report({"EXPLODING_GRADIENTS",
                 Severity::kWarning,
                 steps_[n - 1 - std::min(n - 1, w)].step,
@@ -182,14 +190,14 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     }
   }
   // LR_TOO_HIGH: the loss climbing early.
-  if (static_cast<int64_t>(n) <= options_.divergence_intervals && n >= 2 && std::isfinite(m.loss) &&
-      steps_.front().loss > 0 && m.loss > options_.divergence_factor * steps_.front().loss) {
+  if (intervals_ <= options_.divergence_intervals && intervals_ >= 2 && std::isfinite(m.loss) && first.loss > 0 &&
+      m.loss > options_.divergence_factor * first.loss) {
     Report({"LR_TOO_HIGH",
             Severity::kWarning,
-            steps_.front().step,
+            first.step,
             m.step,
-            {{"loss_first", steps_.front().loss}, {"loss_now", m.loss}, {"lr", m.lr}},
-            "the loss rose from " + Fixed(steps_.front().loss, 4) + " to " + Fixed(m.loss, 4) +
+            {{"loss_first", first.loss}, {"loss_now", m.loss}, {"lr", m.lr}},
+            "the loss rose from " + Fixed(first.loss, 4) + " to " + Fixed(m.loss, 4) +
                 " in the first intervals: the learning rate (" + Fixed(m.lr, 6) +
                 ") is too high for this model; divide it by 10, or warm it up (schedule warmup_steps)"},
            &out);
@@ -235,7 +243,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   if (n > pw && m.step >= options_.warmup_steps) {
     const double before = steps_[n - 1 - pw].loss, now = m.loss;
     // A loss already a tenth of where it started has converged rather than stalled.
-    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * steps_.front().loss &&
+    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * first.loss &&
         (before - now) / before < options_.plateau_min_improvement) {
       Report({"LOSS_PLATEAU",
               Severity::kInfo,
@@ -263,7 +271,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
       }
     }
     const double mean = sum / static_cast<double>(ow);
-    if (mean > 0.1 * steps_.front().loss && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
+    if (mean > 0.1 * first.loss && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
         swing > options_.oscillation_amplitude * mean) {
       Report({"OSCILLATION",
               Severity::kWarning,

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -99,9 +100,13 @@ class Doctor {
   DoctorContext context_;
   DoctorOptions options_;
   std::map<std::string, Finding> fired_;
-  std::vector<StepMetrics> steps_;  // the intervals seen (their count is steps / metric_interval)
-  std::optional<double> grad_ema_;
-  std::vector<double> grad_ema_history_;
+  // The recent intervals (as many as the longest window needs: memory stays bounded whatever the
+  // job's length), the first one, and how many were seen.
+  std::deque<StepMetrics> steps_;
+  std::optional<StepMetrics> first_;
+  int64_t intervals_ = 0;
+  std::optional<double> grad_ema_, first_grad_ema_;
+  std::deque<double> grad_ema_history_;
   std::vector<EpochMetrics> epochs_;
   int64_t overfit_run_ = 0;
 };

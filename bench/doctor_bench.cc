@@ -1,0 +1,81 @@
+// The training doctor's cost beside the digits CNN's training step: the doctor reads each
+// metric interval's numbers (already on the host), so its cost per step is one on_step() call
+// divided by the metric interval. Prints a markdown table (docs/doctor.md, bench/RESULTS.md).
+//
+//   anvil_bench_doctor [metric_interval (10)]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/anvil.h"
+#include "core/backend/cpu/kernel_info.h"
+#include "core/models/spec.h"
+#include "core/nn/functional.h"
+#include "core/optim/optimizer.h"
+#include "core/train/doctor.h"
+
+using namespace anvil;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t interval = argc > 1 ? std::atoll(argv[1]) : 10;
+  manual_seed(0);
+  // The digits CNN step: the lenet5 preset on [1, 8, 8] images, batch 64, AdamW.
+  auto model = models::build_model(models::preset_spec("lenet5", {1, 8, 8}, 10)).module;
+  optim::AdamW opt(model->parameters(), optim::Options{{"lr", 1e-3}});
+  const Tensor x = rand({64, 1, 8, 8}), y = randint(0, 10, {64});
+  auto train_step = [&] {
+    opt.zero_grad();
+    Tensor loss = nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 20; ++i) train_step();
+  std::vector<double> step_us;
+  for (int r = 0; r < 9; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 50; ++i) train_step();
+    step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 50);
+  }
+  // The doctor over a long run's worth of intervals (its windows full).
+  train::Doctor doctor({.loader_workers = 2, .batch_size = 64, .loss = "cross_entropy"});
+  int64_t fired = 0;
+  std::vector<double> call_us;
+  for (int r = 0; r < 9; ++r) {
+    const int calls = 20000;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      train::StepMetrics m;
+      const int64_t k = static_cast<int64_t>(r) * calls + i;
+      m.step = (k + 1) * interval;
+      m.loss = 2.0 * std::exp(-1e-4 * static_cast<double>(k)) + 0.1;
+      m.grad_norm = 1.0 + 0.01 * std::sin(static_cast<double>(k));
+      m.lr = 1e-3;
+      m.data_wait_ratio = 0.01;
+      m.step_seconds = step_us.back() * 1e-6;
+      fired += static_cast<int64_t>(doctor.on_step(m).size());
+    }
+    call_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls);
+  }
+  const double step = Median(step_us), call = Median(call_us);
+  std::printf("CPU: %s\n", anvil::cpu_kernel_summary().c_str());
+  std::printf(
+      "\n| digits CNN step (batch 64) | doctor on_step | metric interval | doctor per step | share of the step |\n");
+  std::printf("|---:|---:|---:|---:|---:|\n");
+  std::printf("| %.1f us | %.2f us | %lld | %.3f us | %.4f %% |\n", step, call, static_cast<long long>(interval),
+              call / static_cast<double>(interval), 100.0 * call / static_cast<double>(interval) / step);
+  std::printf("\n(%lld findings fired on the synthetic healthy stream)\n", static_cast<long long>(fired));
+  return 0;
+}
