@@ -277,6 +277,12 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   CheckRange("priority", spec.priority(), -100, 100);
   ValidatePrecision(&spec);
   if (spec.has_quantize()) validate_quantize_spec(spec.mutable_quantize(), "quantize");
+  const std::string& on_overfitting = spec.doctor().on_overfitting();
+  SPEC_CHECK(on_overfitting.empty() || on_overfitting == "stop",
+             "doctor.on_overfitting: expected \"stop\" or nothing, got \"", on_overfitting, "\"");
+  const std::string& on_lr = spec.doctor().on_lr_too_high();
+  SPEC_CHECK(on_lr.empty() || on_lr == "halve", "doctor.on_lr_too_high: expected \"halve\" or nothing, got \"", on_lr,
+             "\"");
   return spec;
 }
 

@@ -157,7 +157,7 @@ class DeviceWorker final : public Worker {
       const std::function<void(const WorkerEvent&)> emit = [this](const WorkerEvent& e) { Emit(e); };
       std::shared_ptr<train::Doctor> doctor = make_doctor(job.spec);
       if (!job.resume) check_first_batch(*doctor, plan, base, emit);
-      trainer.set_callbacks(event_callbacks(base, plan.total_steps, emit, doctor));
+      trainer.set_callbacks(event_callbacks(base, plan.total_steps, emit, doctor, doctor_actions(job.spec, trainer)));
       const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
       if (r.status == train::TrainResult::Status::kCancelled) {
         return stopped_event(base, trainer, train_loader, r, interrupt_.load());

@@ -183,6 +183,8 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   if (!spec.early_stopping().monitor().empty()) o.monitor = spec.early_stopping().monitor();
   o.patience = spec.early_stopping().patience() > 0 ? spec.early_stopping().patience() : -1;
   o.min_delta = spec.early_stopping().min_delta();
+  // The doctor's on_overfitting "stop" restores the best epoch's weights: they are kept.
+  o.track_best_weights = spec.doctor().on_overfitting() == "stop";
   o.checkpoint_path = paths.checkpoint;
   o.checkpoint_every_steps = spec.checkpoint().every_steps();
   o.checkpoint_every_epoch = true;

@@ -70,6 +70,36 @@ std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec) {
 
 namespace {
 
+// Carries out what `actions` says for the findings that fired now; the actions taken join
+// them as findings of their own. Each action once per run.
+void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, bool* stopped, bool* halved) {
+  if (actions.trainer == nullptr) return;
+  std::vector<train::Finding> taken;
+  for (const train::Finding& f : findings) {
+    if (f.code == "OVERFITTING" && actions.stop_on_overfitting && !*stopped) {
+      *stopped = true;
+      actions.trainer->request_stop();
+      taken.push_back({"DOCTOR_STOPPED_TRAINING", train::Severity::kInfo, f.last_step, f.last_step, f.evidence,
+                       "doctor.on_overfitting is \"stop\": training ends at this epoch and the best epoch's "
+                       "weights are restored"});
+    }
+    if (f.code == "LR_TOO_HIGH" && actions.halve_lr_when_too_high && !*halved) {
+      *halved = true;
+      double before = 0;
+      for (const auto& [name, value] : f.evidence)
+        if (name == "lr") before = value;
+      actions.trainer->scale_learning_rate(0.5);
+      taken.push_back({"DOCTOR_HALVED_LR",
+                       train::Severity::kInfo,
+                       f.last_step,
+                       f.last_step,
+                       {{"lr_before", before}, {"lr_after", before * 0.5}},
+                       "doctor.on_lr_too_high is \"halve\": the learning rate is halved from here on (once)"});
+    }
+  }
+  for (train::Finding& t : taken) findings.push_back(std::move(t));
+}
+
 void EmitFindings(const WorkerEvent& base, std::vector<train::Finding> findings,
                   const std::function<void(const WorkerEvent&)>& emit) {
   for (train::Finding& f : findings) {
@@ -95,8 +125,21 @@ void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerE
   EmitFindings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
 }
 
+DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer) {
+  return {.trainer = &trainer,
+          .stop_on_overfitting = spec.doctor().on_overfitting() == "stop",
+          .halve_lr_when_too_high = spec.doctor().on_lr_too_high() == "halve"};
+}
+
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
-                                 std::function<void(const WorkerEvent&)> emit, std::shared_ptr<train::Doctor> doctor) {
+                                 std::function<void(const WorkerEvent&)> emit, std::shared_ptr<train::Doctor> doctor,
+                                 DoctorActions actions) {
+  // Which actions were taken (each once), shared by the step and epoch callbacks.
+  auto taken = std::make_shared<std::pair<bool, bool>>(false, false);
+  auto diagnose = [=](std::vector<train::Finding> findings) {
+    Act(findings, actions, &taken->first, &taken->second);
+    EmitFindings(base, std::move(findings), emit);
+  };
   return {
       .on_step =
           [=](const train::StepMetrics& m) {
@@ -107,7 +150,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
             e.total_steps = total_steps;
             e.step_metrics = m;
             emit(e);
-            if (doctor) EmitFindings(base, doctor->on_step(m), emit);
+            if (doctor) diagnose(doctor->on_step(m));
           },
       .on_epoch =
           [=](const train::EpochMetrics& m) {
@@ -118,7 +161,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
             e.total_steps = total_steps;
             e.epoch_metrics = m;
             emit(e);
-            if (doctor) EmitFindings(base, doctor->on_epoch(m), emit);
+            if (doctor) diagnose(doctor->on_epoch(m));
           },
       .on_checkpoint =
           [=](const std::string& path, int64_t step) {

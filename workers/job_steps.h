@@ -39,11 +39,22 @@ std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec);
 void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
                        const std::function<void(const WorkerEvent&)>& emit);
 
+// The doctor's optional actions (JobSpec.doctor) on a trainer: each carried out once, the first
+// time its finding fires, and reported as a finding of its own (DOCTOR_STOPPED_TRAINING,
+// DOCTOR_HALVED_LR).
+struct DoctorActions {
+  train::Trainer* trainer = nullptr;
+  bool stop_on_overfitting = false;
+  bool halve_lr_when_too_high = false;
+};
+DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer);
+
 // Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`; with
-// a doctor, it reads each interval's and epoch's metrics and its findings are sent too.
+// a doctor, it reads each interval's and epoch's metrics and its findings are sent too (and
+// acted on as `actions` says).
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
                                  std::function<void(const WorkerEvent&)> emit,
-                                 std::shared_ptr<train::Doctor> doctor = nullptr);
+                                 std::shared_ptr<train::Doctor> doctor = nullptr, DoctorActions actions = {});
 
 // The kSucceeded event of a run that completed (or stopped early): the trained model written
 // as job_dir/model.anvil (when `write_archive`: data-parallel ranks other than 0 only take

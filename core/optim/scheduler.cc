@@ -25,6 +25,12 @@ void LRScheduler::Apply() {
   on_apply(groups, step_);
 }
 
+void LRScheduler::scale_base_lrs(double factor) {
+  ANVIL_CHECK(std::isfinite(factor) && factor > 0, name(), ": expected a positive finite factor, got ", factor);
+  for (double& b : base_lrs_) b *= factor;
+  Apply();
+}
+
 void LRScheduler::step() {
   ++step_;
   Apply();

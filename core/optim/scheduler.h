@@ -24,6 +24,9 @@ class LRScheduler {
   // Jumps to step t (resuming from a checkpoint) and sets the rates for it.
   void set_step(int64_t t);
   std::vector<double> get_last_lr() const;
+  // Multiplies every group's base rate by `factor` and applies the current step's rates: the
+  // whole schedule scaled (what a manual "halve the learning rate" means under a schedule).
+  void scale_base_lrs(double factor);
   virtual std::string name() const = 0;
 
  protected:

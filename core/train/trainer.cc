@@ -120,6 +120,16 @@ std::pair<double, std::optional<double>> Trainer::evaluate(data::DataLoader& loa
   return {loss_sum / static_cast<double>(n), accuracy};
 }
 
+void Trainer::scale_learning_rate(double factor) {
+  ANVIL_CHECK(std::isfinite(factor) && factor > 0,
+              "Trainer::scale_learning_rate: expected a positive finite factor, got ", factor);
+  if (scheduler_) {
+    scheduler_->scale_base_lrs(factor);
+    return;
+  }
+  for (auto& g : optimizer_->param_groups()) g.options["lr"] *= factor;
+}
+
 void Trainer::checkpoint(data::DataLoader& train) {
   if (options_.checkpoint_path.empty()) return;
   if (ddp_) {
@@ -192,6 +202,7 @@ void Trainer::resume(const std::string& path, data::DataLoader& train) {
 TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, const std::atomic<bool>* cancel) {
   const TrainerOptions& o = options_;
   TrainResult result;
+  stop_requested_ = false;
   const std::vector<Tensor> params = model_->parameters();
   const bool lower_is_better = o.monitor != "val_accuracy";
   if (!early_stopping_resumed_) {
@@ -409,7 +420,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (improved) {
         best = monitored;
         bad_epochs = 0;
-        if (o.patience >= 0 && o.restore_best_weights) best_state = CloneState(*model_);
+        if ((o.patience >= 0 || o.track_best_weights) && o.restore_best_weights) best_state = CloneState(*model_);
       } else {
         ++bad_epochs;
       }
@@ -417,7 +428,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     }
     if (callbacks_.on_epoch) callbacks_.on_epoch(em);
     if (o.checkpoint_every_epoch) checkpoint(train);
-    if (o.patience >= 0 && bad_epochs > o.patience) {
+    if ((o.patience >= 0 && bad_epochs > o.patience) || stop_requested_) {
       result.status = TrainResult::Status::kEarlyStopped;
       break;
     }

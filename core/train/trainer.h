@@ -53,6 +53,9 @@ struct TrainerOptions {
   int64_t patience = -1;  // epochs without improvement before stopping; -1: off
   double min_delta = 0.0;
   bool restore_best_weights = true;
+  // Keep the best epoch's weights even without early stopping (patience -1), so a stop
+  // requested during the run (request_stop) can restore them.
+  bool track_best_weights = false;
   // Checkpoints (atomic, resumable); empty path: none.
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;  // 0: only at epoch ends
@@ -158,6 +161,13 @@ class Trainer {
   void checkpoint(data::DataLoader& train);
 
   int64_t step() const { return step_; }
+  // Ends fit() after the current epoch as early stopping does (TrainResult kEarlyStopped, the
+  // best epoch's weights restored when tracked): the training doctor's on_overfitting action.
+  // Callable from the callbacks (the training thread).
+  void request_stop() { stop_requested_ = true; }
+  // Multiplies the learning rate by `factor` from now on (the schedule's base rates when one is
+  // set): the doctor's on_lr_too_high action.
+  void scale_learning_rate(double factor);
   // The loss scaler (disabled unless options.precision / grad_scaler turn it on).
   const optim::GradScaler& grad_scaler() const { return scaler_; }
   // Optimizer steps skipped by the scaler (a gradient was not finite), checkpointed with it.
@@ -193,6 +203,7 @@ class Trainer {
   int64_t bad_epochs_ = 0;
   nn::StateDict best_state_;
   bool early_stopping_resumed_ = false;
+  bool stop_requested_ = false;
 };
 
 }  // namespace anvil::train

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/anvil.h"
+#include "core/optim/scheduler.h"
 #include "tests/nn/digits_recipe.h"
 
 namespace anvil::train {
@@ -162,6 +163,49 @@ TEST(Doctor, FirstBatchInputPitfalls) {
   EXPECT_TRUE(ok.check_first_batch(randn({16, 1}), (rand({16, 1}) > 0.5).to(kFloat32)).empty());
   Doctor onehot({.loss = "cross_entropy"});
   EXPECT_TRUE(onehot.check_first_batch(randn({4, 3, 32, 32}), one_hot(randint(0, 5, {4}), 5).to(kFloat32)).empty());
+}
+
+// The trainer side of the doctor's actions: a stop requested from the epoch callback ends the
+// run there as early stopping does, with the best epoch's weights restored; scaling the rate
+// scales the schedule's base rates.
+TEST(DoctorActions, RequestStopEndsTheRunWithTheBestWeightsAndTheRateScales) {
+  manual_seed(1);
+  auto model = models::build_model(models::preset_spec("mlp", {4}, 2)).module;
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.1}});
+  TrainerOptions options{.epochs = 10, .checkpoint_every_epoch = false};
+  options.track_best_weights = true;
+  Trainer t(model, opt, options);
+  const Tensor x = randn({64, 4});
+  const Tensor y = (x.select(1, 0) > 0).to(kInt64);
+  data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 16});
+  data::DataLoader val(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 64});
+  nn::StateDict best;
+  double best_loss = 1e30;
+  int64_t epochs_seen = 0;
+  t.set_callbacks({.on_step = {},
+                   .on_epoch =
+                       [&](const EpochMetrics& m) {
+                         ++epochs_seen;
+                         if (*m.val_loss < best_loss) {
+                           best_loss = *m.val_loss;
+                           best = model->state_dict();
+                           for (auto& [k, v] : best.tensors) v = v.clone();
+                         }
+                         if (m.epoch == 3) t.request_stop();
+                       },
+                   .on_checkpoint = {}});
+  const TrainResult r = t.fit(train, &val);
+  EXPECT_EQ(r.status, TrainResult::Status::kEarlyStopped);
+  EXPECT_EQ(epochs_seen, 4);
+  for (const auto& [k, v] : best.tensors) EXPECT_TRUE(equal(*model->state_dict().find(k), v)) << k;
+  t.scale_learning_rate(0.5);
+  EXPECT_DOUBLE_EQ(opt->lr(), 0.05);
+  auto sched = std::make_shared<optim::StepLR>(*opt, 100, 0.1);
+  t.set_scheduler(sched);
+  t.scale_learning_rate(0.5);
+  EXPECT_DOUBLE_EQ(opt->lr(), 0.025);
+  sched->step();
+  EXPECT_DOUBLE_EQ(opt->lr(), 0.025) << "the schedule keeps the scaled base rate";
 }
 
 // Real runs on digits over five seeds, each fault beside its healthy twin: a learning rate 100x

@@ -681,6 +681,34 @@ TEST_F(ServerTest, TheDoctorsFindingsAreStreamedStoredAndCounted) {
       EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_job_findings_total{code=\""));
     }
   }
+  // The optional action: with doctor.on_lr_too_high "halve", the rate is halved when the loss
+  // climbs, which is reported as a finding of its own, and the steps after it run at half.
+  {
+    v1::JobSpec spec = BlobsSpec(3);
+    spec.set_name("doctor-halve");
+    spec.set_register_model("doctor-halve");
+    spec.set_metric_interval(2);
+    spec.mutable_optimizer()->set_name("sgd");
+    spec.mutable_optimizer()->set_lr(10.0);
+    spec.mutable_doctor()->set_on_lr_too_high("halve");
+    const std::vector<v1::MetricEvent> events = Stream(Submit(spec).id());
+    bool halved = false;
+    double lr_after = 0;
+    for (const auto& e : events) {
+      if (e.has_finding() && e.finding().code() == "DOCTOR_HALVED_LR") halved = true;
+      if (halved && e.has_step_metrics() && lr_after == 0) lr_after = e.step_metrics().lr();
+    }
+    EXPECT_TRUE(halved);
+    if (lr_after > 0) {  // a step event after the action (the run may fail first: the rate is still high)
+      EXPECT_DOUBLE_EQ(lr_after, 5.0);
+    }
+    v1::JobSpec bad = BlobsSpec(1);
+    bad.mutable_doctor()->set_on_overfitting("panic");
+    grpc::Status st;
+    Submit(bad, &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("doctor.on_overfitting"));
+  }
   grpc::ClientContext ctx;
   v1::GetFindingsRequest req;
   req.set_job_id("job-nope");
