@@ -158,7 +158,13 @@ class DeviceWorker final : public Worker {
       std::shared_ptr<train::Doctor> doctor = make_doctor(job.spec);
       if (!job.resume) check_first_batch(*doctor, plan, base, emit);
       trainer.set_callbacks(event_callbacks(base, plan.total_steps, emit, doctor, doctor_actions(job.spec, trainer)));
-      const train::TrainResult r = trainer.fit(train_loader, &val_loader, &cancel_);
+      train::TrainResult r;
+      try {
+        r = trainer.fit(train_loader, &val_loader, &cancel_);
+      } catch (const train::NonFiniteLossError& e) {
+        emit_findings(base, doctor->on_non_finite(e.step(), e.what()), emit);  // before the failure it explains
+        throw;
+      }
       if (r.status == train::TrainResult::Status::kCancelled) {
         return stopped_event(base, trainer, train_loader, r, interrupt_.load());
       }

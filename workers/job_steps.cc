@@ -100,8 +100,10 @@ void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, bo
   for (train::Finding& t : taken) findings.push_back(std::move(t));
 }
 
-void EmitFindings(const WorkerEvent& base, std::vector<train::Finding> findings,
-                  const std::function<void(const WorkerEvent&)>& emit) {
+}  // namespace
+
+void emit_findings(const WorkerEvent& base, std::vector<train::Finding> findings,
+                   const std::function<void(const WorkerEvent&)>& emit) {
   for (train::Finding& f : findings) {
     WorkerEvent e = base;
     e.kind = WorkerEvent::Kind::kFinding;
@@ -110,8 +112,6 @@ void EmitFindings(const WorkerEvent& base, std::vector<train::Finding> findings,
     emit(e);
   }
 }
-
-}  // namespace
 
 void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
                        const std::function<void(const WorkerEvent&)>& emit) {
@@ -122,7 +122,7 @@ void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerE
   const int64_t n = std::min<int64_t>(plan.train_set->size(), std::max<int64_t>(plan.train_loader.batch_size, 1));
   for (int64_t i = 0; i < n; ++i) samples.push_back(plan.train_set->get(i));
   const data::Example batch = data::default_collate(samples);
-  EmitFindings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
+  emit_findings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
 }
 
 DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer) {
@@ -138,7 +138,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
   auto taken = std::make_shared<std::pair<bool, bool>>(false, false);
   auto diagnose = [=](std::vector<train::Finding> findings) {
     Act(findings, actions, &taken->first, &taken->second);
-    EmitFindings(base, std::move(findings), emit);
+    emit_findings(base, std::move(findings), emit);
   };
   return {
       .on_step =

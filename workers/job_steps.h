@@ -39,6 +39,10 @@ std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec);
 void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
                        const std::function<void(const WorkerEvent&)>& emit);
 
+// Sends each finding as a kFinding event of `base`'s job.
+void emit_findings(const WorkerEvent& base, std::vector<train::Finding> findings,
+                   const std::function<void(const WorkerEvent&)>& emit);
+
 // The doctor's optional actions (JobSpec.doctor) on a trainer: each carried out once, the first
 // time its finding fires, and reported as a finding of its own (DOCTOR_STOPPED_TRAINING,
 // DOCTOR_HALVED_LR).

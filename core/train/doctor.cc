@@ -287,6 +287,20 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   return out;
 }
 
+std::vector<Finding> Doctor::on_non_finite(int64_t step, const std::string& what) {
+  std::vector<Finding> out;
+  const double lr = steps_.empty() ? 0.0 : steps_.back().lr;
+  Report({"EXPLODING_GRADIENTS",
+          Severity::kCritical,
+          steps_.empty() ? step : steps_.front().step,
+          step,
+          {{"step", static_cast<double>(step)}, {"lr", lr}},
+          what + ": lower the learning rate (now " + Fixed(lr, 6) +
+              "), clip gradients (clip_grad_norm), check the inputs for NaN, and with fp16 keep loss scaling on"},
+         &out);
+  return out;
+}
+
 std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {
   std::vector<Finding> out;
   if (!epochs_.empty() && m.val_loss && epochs_.back().val_loss) {

@@ -87,6 +87,9 @@ class Doctor {
   // when its severity rises).
   std::vector<Finding> on_step(const StepMetrics& m);
   std::vector<Finding> on_epoch(const EpochMetrics& m);
+  // The trainer stopped the run at `step` because the loss or gradient norm was not finite
+  // (NonFiniteLossError, whose message is `what`): EXPLODING_GRADIENTS, critical.
+  std::vector<Finding> on_non_finite(int64_t step, const std::string& what);
 
   // Every rule the doctor evaluates, for "checked and healthy" reports.
   static const std::vector<std::string>& rules();
