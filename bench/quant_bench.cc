@@ -2,9 +2,10 @@
 // (bench/quant_peer.py, fbgemm engine, same shapes and thread counts) in one run: the speed
 // part of issue 36.
 //
-//   anvil_bench_quant [THREADS]   THREADS: the thread counts, comma-separated (default "1,N",
-//                                 N the machine's); the peer is $ANVIL_BENCH_PYTHON or the bench
-//                                 venv's interpreter, else its columns read n/a
+//   anvil_bench_quant [THREADS [layers]]   THREADS: the thread counts, comma-separated (default
+//                   "1,N", N the machine's); the peer is $ANVIL_BENCH_PYTHON or the bench venv's
+//                   interpreter, else its columns read n/a; "layers": only the per-layer table of
+//                   the digits CNN (the first thread count), no peer
 //
 // Rows:
 // - Linear 1024 -> 1024 forward at batch 1, 32 and 256: nn::Linear in float32, QuantizedLinear
@@ -16,6 +17,7 @@
 // - The digits presets' forward (mlp on 64 features, lenet5 on 1x8x8) at batch 1 and 64:
 //   float32, static int8 (fuse_modules, prepare, 8 random calibration batches, convert) and
 //   dynamic int8 (quantize_dynamic: the Linears only), float in and float out on both sides.
+// - The digits CNN layer by layer at batch 64, float32 and static int8: where the time goes.
 // Each figure is the median of 7 batches of >= 100 ms after a warm-up, as the peer times its
 // own; "x" columns are float32 time / int8 time (above 1: int8 is faster).
 #include <unistd.h>
@@ -260,10 +262,39 @@ void ModelTable(const std::vector<int>& threads, const Peer& peer) {
   }
 }
 
+// Where the int8 CNN's time goes: each layer of the Sequential timed on its own input.
+void LayerTable(int threads) {
+  std::printf("\n### digits CNN at batch 64, %d thread(s): ms per layer, float32 and static int8\n\n", threads);
+  std::printf("| layer | float32 | ms | static int8 | ms |\n|---:|---|---:|---|---:|\n");
+  set_num_threads(threads);
+  const Versions v = PresetVersions("lenet5", {1, 8, 8});
+  auto fp32 = std::dynamic_pointer_cast<nn::Sequential>(v.fp32);
+  auto int8 = std::dynamic_pointer_cast<nn::Sequential>(v.static_int8);
+  if (fp32 == nullptr || int8 == nullptr || fp32->size() != int8->size()) return;
+  NoGradGuard g;
+  manual_seed(5);
+  Tensor x32 = randn({64, 1, 8, 8}), x8 = x32;
+  for (size_t i = 0; i < fp32->size(); ++i) {
+    const auto& a = (*fp32)[i];
+    const auto& b = (*int8)[i];
+    const double ms32 = MsPerCall([&] { (void)a->forward(x32); });
+    const double ms8 = MsPerCall([&] { (void)b->forward(x8); });
+    std::printf("| %zu | %s | %s | %s | %s |\n", i, a->type_name().c_str(), Cell(ms32).c_str(), b->type_name().c_str(),
+                Cell(ms8).c_str());
+    x32 = a->forward(x32);
+    x8 = b->forward(x8);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<int> threads = ParseThreads(argc, argv);
+  if (argc > 2 && std::string(argv[2]) == "layers") {
+    LayerTable(threads.front());
+    return 0;
+  }
   const CpuFeatures& f = cpu_features();
   std::printf("CPU: %s (%s family %d model %d); ISA level %s (detected %s)\n", f.model_name.c_str(), f.vendor.c_str(),
               f.family, f.model, std::string(isa_name(cpu::active_isa())).c_str(),
@@ -277,5 +308,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   LinearTable(threads, peer);
   ModelTable(threads, peer);
+  LayerTable(threads.front());
   return 0;
 }
