@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -96,7 +98,71 @@ void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t
   dequantize_uint8(q.data(), m * n, outq.scale, outq.zero_point, out);
 }
 
+// The input as a quint8 NHWC image with `padding` rows and columns of the zero point around
+// it (a quantized tensor pads with the value 0, which the zero point encodes): each kernel
+// row's taps are then one contiguous run, and im2row needs no bounds checks.
+std::vector<uint8_t> PaddedQuantizedNhwc(const Tensor& x, const std::array<int64_t, 2>& padding,
+                                         const ActivationQParams& q) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HP = H + 2 * padding[0], WP = W + 2 * padding[1];
+  const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
+  const float* src = nhwc.data_ptr<float>();
+  std::vector<uint8_t> image(static_cast<size_t>(N * HP * WP * C), static_cast<uint8_t>(q.zero_point));
+  parallel_for(0, N * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * C)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / H, h = r % H;
+      quantize_to_uint8(src + r * W * C, W * C, q.scale, q.zero_point,
+                        image.data() + ((n * HP + h + padding[0]) * WP + padding[1]) * C);
+    }
+  });
+  return image;
+}
+
+// Copies `len` bytes with fixed-size moves: im2row's runs are a few bytes to a few hundred,
+// where a call to memcpy per run costs more than the copy.
+inline void CopyRun(uint8_t* dst, const uint8_t* src, int64_t len) {
+  if (len >= 64) {
+    std::memcpy(dst, src, static_cast<size_t>(len));
+  } else if (len >= 8) {
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) std::memcpy(dst + i, src + i, 8);
+    if (i < len) std::memcpy(dst + len - 8, src + len - 8, 8);  // the tail, overlapping
+  } else if (len >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + len - 4, src + len - 4, 4);
+  } else {
+    for (int64_t i = 0; i < len; ++i) dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+// rows [N * OH * OW, kh * kw * C]: for each output pixel, its taps in (kernel row, kernel
+// column, channel) order, read from the padded NHWC image [N, HP, WP, C].
+void QuantizedConv2d::Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
+                             uint8_t* rows) const {
+  const int64_t k = kh_ * kw_ * C;
+  // With dilation 1 along the width, a kernel row's kw taps are adjacent: one run of kw * C bytes.
+  const bool dense = dilation_[1] == 1;
+  parallel_for(0, N * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * k)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / OH, oh = r % OH;
+      uint8_t* row = rows + r * OW * k;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        for (int64_t i = 0; i < kh_; ++i) {
+          const int64_t ih = oh * stride_[0] + i * dilation_[0];
+          const uint8_t* src = image + ((n * HP + ih) * WP + ow * stride_[1]) * C;
+          if (dense) {
+            CopyRun(row, src, kw_ * C);
+            row += kw_ * C;
+          } else {
+            for (int64_t j = 0; j < kw_; ++j, row += C) CopyRun(row, src + j * dilation_[1] * C, C);
+          }
+        }
+      }
+    }
+  });
+}
 
 void check_layer_weight(const QTensor& w, const char* layer) {
   ANVIL_CHECK(w.dtype == QDtype::QInt8, layer, ": expected qint8 weights, got ", qdtype_name(w.dtype));
@@ -294,36 +360,13 @@ Tensor QuantizedConv2d::forward(const Tensor& input) {
   const int64_t OH = (H + 2 * padding_[0] - dilation_[0] * (kh_ - 1) - 1) / stride_[0] + 1;
   const int64_t OW = (W + 2 * padding_[1] - dilation_[1] * (kw_ - 1) - 1) / stride_[1] + 1;
   ANVIL_CHECK(OH > 0 && OW > 0, "QuantizedConv2d: input ", shape_str(x.sizes()), " is smaller than the kernel's reach");
-  // Quantize into NHWC, so each kernel position's channels are one contiguous run.
-  const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
-  std::vector<uint8_t> q(static_cast<size_t>(N * H * W * C));
-  quantize_to_uint8(nhwc.data_ptr<float>(), N * H * W * C, input_.scale, input_.zero_point, q.data());
   const int64_t k = kh_ * kw_ * C, m = N * OH * OW;
-  std::vector<uint8_t> rows(static_cast<size_t>(m * k));
-  const uint8_t pad = static_cast<uint8_t>(input_.zero_point);
-  parallel_for(0, N * OH, 16, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t n = r / OH, oh = r % OH;
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        uint8_t* row = rows.data() + ((n * OH + oh) * OW + ow) * k;
-        for (int64_t i = 0; i < kh_; ++i) {
-          const int64_t ih = oh * stride_[0] - padding_[0] + i * dilation_[0];
-          for (int64_t j = 0; j < kw_; ++j, row += C) {
-            const int64_t iw = ow * stride_[1] - padding_[1] + j * dilation_[1];
-            if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
-              std::fill(row, row + C, pad);
-            } else {
-              const uint8_t* src = q.data() + ((n * H + ih) * W + iw) * C;
-              std::copy(src, src + C, row);
-            }
-          }
-        }
-      }
-    }
-  });
+  const std::vector<uint8_t> image = PaddedQuantizedNhwc(x, padding_, input_);
+  std::unique_ptr<uint8_t[]> rows(new uint8_t[static_cast<size_t>(m * k)]);
+  Im2Row(image.data(), N, H + 2 * padding_[0], W + 2 * padding_[1], C, OH, OW, rows.get());
   const int64_t OC = out_channels_;
   std::vector<int32_t> acc(static_cast<size_t>(m * OC));
-  ParallelGemm(m, rows.data(), packed_, acc.data());
+  ParallelGemm(m, rows.get(), packed_, acc.data());
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
