@@ -73,33 +73,47 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out) {
   const long lo = e.relu ? out_zero_point : 0;
-  // The bias term and multiplier of each column, once per call rather than per element. Per
-  // tensor, fbgemm divides the bias by multiplying with the reciprocal; per channel it divides.
+  // A contiguous block whose rows are narrower than a vector, or end in a partial one (a
+  // convolution's few output channels), runs as one flat row: its column constants repeat
+  // every n elements, so tiled over 8 n they line up with every vector of 8.
+  const bool flat = ld_acc == n && ld_out == n && n % 8 != 0 && n < 64 && m > 1;
+  const int64_t period = flat ? 8 * n : n;
+  // Each column's row sum, bias term and multiplier, once per call rather than per element.
+  // Per tensor, fbgemm divides the bias by multiplying with the reciprocal; per channel it
+  // divides.
   const float reciprocal = 1.0f / k.act_times_w_scale[0];
-  std::vector<float> bias_term(e.bias != nullptr ? static_cast<size_t>(n) : 0), multiplier(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) {
+  std::vector<int32_t> row_sums(static_cast<size_t>(period));
+  std::vector<float> bias_term(e.bias != nullptr ? static_cast<size_t>(period) : 0),
+      multiplier(static_cast<size_t>(period));
+  for (int64_t t = 0; t < period; ++t) {
+    const int64_t j = t % n;
     const size_t c = e.per_channel ? static_cast<size_t>(j) : 0;
+    row_sums[static_cast<size_t>(t)] = e.w_row_sums[j];
     if (e.bias != nullptr)
-      bias_term[static_cast<size_t>(j)] = e.per_channel ? e.bias[j] / k.act_times_w_scale[c] : e.bias[j] * reciprocal;
-    multiplier[static_cast<size_t>(j)] = k.multiplier[c];
+      bias_term[static_cast<size_t>(t)] = e.per_channel ? e.bias[j] / k.act_times_w_scale[c] : e.bias[j] * reciprocal;
+    multiplier[static_cast<size_t>(t)] = k.multiplier[c];
   }
   const float* bias = e.bias != nullptr ? bias_term.data() : nullptr;
-  for (int64_t i = 0; i < m; ++i) {
+  const int64_t rows = flat ? 1 : m, len = flat ? m * n : n;
+  for (int64_t i = 0; i < rows; ++i) {
     const int32_t* a = acc + i * ld_acc;
     uint8_t* o = out + i * ld_out;
     int64_t j = 0;
 #ifdef __AVX2__
     const __m256i a_zp = _mm256_set1_epi32(a_zero_point), out_zp = _mm256_set1_epi32(out_zero_point),
                   vlo = _mm256_set1_epi32(static_cast<int32_t>(lo));
-    for (; j + 8 <= n; j += 8)
-      RequantizeEight(a + j, e.w_row_sums + j, a_zp, bias != nullptr ? bias + j : nullptr, multiplier.data() + j,
+    for (; j + 8 <= len; j += 8) {
+      const int64_t t = j % period;
+      RequantizeEight(a + j, row_sums.data() + t, a_zp, bias != nullptr ? bias + t : nullptr, multiplier.data() + t,
                       out_zp, vlo, o + j);
+    }
 #endif
-    for (; j < n; ++j) {
-      const int32_t raw = a[j] - a_zero_point * e.w_row_sums[j];
+    for (; j < len; ++j) {
+      const size_t t = static_cast<size_t>(j % period);
+      const int32_t raw = a[j] - a_zero_point * row_sums[t];
       float v = static_cast<float>(raw);
-      if (bias != nullptr) v = v + bias[j];
-      const long rounded = std::lrintf(v * multiplier[static_cast<size_t>(j)]) + out_zero_point;
+      if (bias != nullptr) v = v + bias[t];
+      const long rounded = std::lrintf(v * multiplier[t]) + out_zero_point;
       o[j] = static_cast<uint8_t>(std::clamp(rounded, lo, 255L));
     }
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -78,8 +79,12 @@ TEST(QuantizedKernels, QuantizeAndDequantizeMatchTheirFormulasElementByElement) 
   }
 }
 
-TEST(QuantizedKernels, RequantizeToUint8MatchesItsFormulaElementByElement) {
-  const int64_t m = 3, n = 29, ld = 32;
+// Rows with a stride (vectors per row and a tail) and contiguous narrow rows (run flat, the
+// column constants tiled): {m, n, row stride}.
+class QuantizedKernelsRequantize : public ::testing::TestWithParam<std::array<int64_t, 3>> {};
+
+TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
+  const auto [m, n, ld] = GetParam();
   std::mt19937 rng(9);
   std::uniform_int_distribution<int32_t> acc_dist(-3000000, 3000000), sum_dist(-20000, 20000);
   std::uniform_real_distribution<float> scale_dist(1e-4f, 2e-2f), bias_dist(-5.0f, 5.0f);
@@ -91,10 +96,10 @@ TEST(QuantizedKernels, RequantizeToUint8MatchesItsFormulaElementByElement) {
   std::vector<float> w_scales(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
   for (float& w : w_scales) w = scale_dist(rng);
   for (float& b : bias) b = bias_dist(rng);
-  bias[1] = std::nanf("");
-  bias[2] = std::numeric_limits<float>::infinity();
-  bias[9] = 1e36f;       // a product past 2^63
-  w_scales[5] = 1e-30f;  // a tiny scale: an enormous bias term and multiplier
+  bias[1 % n] = std::nanf("");
+  bias[2 % n] = std::numeric_limits<float>::infinity();
+  bias[9 % n] = 1e36f;       // a product past 2^63
+  w_scales[5 % n] = 1e-30f;  // a tiny scale: an enormous bias term and multiplier
   for (const bool per_channel : {true, false}) {
     for (const bool relu : {false, true}) {
       for (const bool with_bias : {true, false}) {
@@ -124,6 +129,11 @@ TEST(QuantizedKernels, RequantizeToUint8MatchesItsFormulaElementByElement) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(QuantizedKernels, QuantizedKernelsRequantize,
+                         ::testing::Values(std::array<int64_t, 3>{3, 29, 32}, std::array<int64_t, 3>{7, 6, 6},
+                                           std::array<int64_t, 3>{5, 10, 10}, std::array<int64_t, 3>{4, 29, 29},
+                                           std::array<int64_t, 3>{1, 5, 5}, std::array<int64_t, 3>{3, 16, 16}));
 
 const char* kCnnSpec = R"({"input_shape": [1, 8, 8], "layers": [
     {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},
