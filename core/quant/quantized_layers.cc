@@ -88,34 +88,58 @@ void AppendWeightAndBias(const std::string& prefix, const QTensor& w, const Tens
   if (bias.defined()) tensors->emplace_back(prefix + "bias", bias);
 }
 
-// A static layer's last step: acc -> uint8 with the output parameters -> float32 into out.
-void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t n, const ActivationQParams& in,
+// A forward's scratch memory, left uninitialised: every element is written before it is read.
+template <typename T>
+T* Scratch(std::unique_ptr<T[]>& holder, int64_t count) {
+  holder.reset(new T[static_cast<size_t>(count)]);
+  return holder.get();
+}
+
+// The element-wise passes around the GEMM run on the pool in blocks of this many elements:
+// large enough that a block's work outweighs handing it to a thread. Every element is computed
+// alone, so the split changes no result.
+constexpr int64_t kElementGrain = int64_t{1} << 15;
+
+// quantize_to_uint8 over the pool.
+void ParallelQuantize(const float* x, int64_t count, const ActivationQParams& q, uint8_t* out) {
+  parallel_for(0, count, kElementGrain,
+               [&](int64_t b, int64_t e) { quantize_to_uint8(x + b, e - b, q.scale, q.zero_point, out + b); });
+}
+
+// A static layer's last step over the pool, by blocks of rows: acc -> uint8 with the output
+// parameters -> float32 into out.
+void RequantizeAndDequantize(const int32_t* acc, int64_t m, int64_t n, const ActivationQParams& in,
                              const ActivationQParams& outq, const GemmEpilogue& e, const RequantConstants& k,
                              float* out) {
-  std::vector<uint8_t> q(static_cast<size_t>(m * n));
-  requantize_to_uint8(acc.data(), n, m, n, static_cast<int32_t>(in.zero_point), e, k,
-                      static_cast<int32_t>(outq.zero_point), q.data(), n);
-  dequantize_uint8(q.data(), m * n, outq.scale, outq.zero_point, out);
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* q = Scratch(holder, m * n);
+  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
+    requantize_to_uint8(acc + b * n, n, end - b, n, static_cast<int32_t>(in.zero_point), e, k,
+                        static_cast<int32_t>(outq.zero_point), q + b * n, n);
+    dequantize_uint8(q + b * n, (end - b) * n, outq.scale, outq.zero_point, out + b * n);
+  });
 }
 
 // The input as a quint8 NHWC image with `padding` rows and columns of the zero point around
 // it (a quantized tensor pads with the value 0, which the zero point encodes): each kernel
 // row's taps are then one contiguous run, and im2row needs no bounds checks.
-std::vector<uint8_t> PaddedQuantizedNhwc(const Tensor& x, const std::array<int64_t, 2>& padding,
-                                         const ActivationQParams& q) {
+std::unique_ptr<uint8_t[]> PaddedQuantizedNhwc(const Tensor& x, const std::array<int64_t, 2>& padding,
+                                               const ActivationQParams& q) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t HP = H + 2 * padding[0], WP = W + 2 * padding[1];
   const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
   const float* src = nhwc.data_ptr<float>();
-  std::vector<uint8_t> image(static_cast<size_t>(N * HP * WP * C), static_cast<uint8_t>(q.zero_point));
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* image = Scratch(holder, N * HP * WP * C);
+  std::fill(image, image + N * HP * WP * C, static_cast<uint8_t>(q.zero_point));
   parallel_for(0, N * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * C)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t n = r / H, h = r % H;
       quantize_to_uint8(src + r * W * C, W * C, q.scale, q.zero_point,
-                        image.data() + ((n * HP + h + padding[0]) * WP + padding[1]) * C);
+                        image + ((n * HP + h + padding[0]) * WP + padding[1]) * C);
     }
   });
-  return image;
+  return holder;
 }
 
 // Copies `len` bytes with fixed-size moves: im2row's runs are a few bytes to a few hundred,
@@ -201,10 +225,12 @@ Tensor QuantizedLinear::forward(const Tensor& input) {
     return relu_ ? y.relu() : y;
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
-  std::vector<uint8_t> a(static_cast<size_t>(m * k));
-  quantize_to_uint8(x.data_ptr<float>(), m * k, input_.scale, input_.zero_point, a.data());
-  std::vector<int32_t> acc(static_cast<size_t>(m * n));
-  ParallelGemm(m, a.data(), packed_, acc.data());
+  std::unique_ptr<uint8_t[]> a_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  uint8_t* a = Scratch(a_holder, m * k);
+  ParallelQuantize(x.data_ptr<float>(), m * k, input_, a);
+  int32_t* acc = Scratch(acc_holder, m * n);
+  ParallelGemm(m, a, packed_, acc);
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
@@ -272,16 +298,19 @@ Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
               std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
               "; its int8 quantization needs finite values");
   const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
-  std::vector<uint8_t> a(static_cast<size_t>(m * k));
-  quantize_to_uint8_fma(xp, m * k, q.scale, q.zero_point, a.data());
-  std::vector<int32_t> acc(static_cast<size_t>(m * n));
-  ParallelGemm(m, a.data(), packed_, acc.data());
+  std::unique_ptr<uint8_t[]> a_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  uint8_t* a = Scratch(a_holder, m * k);
+  parallel_for(0, m * k, kElementGrain,
+               [&](int64_t b, int64_t e) { quantize_to_uint8_fma(xp + b, e - b, q.scale, q.zero_point, a + b); });
+  int32_t* acc = Scratch(acc_holder, m * n);
+  ParallelGemm(m, a, packed_, acc);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme),
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, false};
   IntArray out_sizes = x.sizes();
   out_sizes.back() = n;
   Tensor out = empty(out_sizes, kFloat32);
-  requantize_to_float(acc.data(), n, m, n, q.zero_point, static_cast<float>(q.scale), e, out.data_ptr<float>(), n);
+  requantize_to_float(acc, n, m, n, q.zero_point, static_cast<float>(q.scale), e, out.data_ptr<float>(), n);
   return out;
 }
 
@@ -361,27 +390,29 @@ Tensor QuantizedConv2d::forward(const Tensor& input) {
   const int64_t OW = (W + 2 * padding_[1] - dilation_[1] * (kw_ - 1) - 1) / stride_[1] + 1;
   ANVIL_CHECK(OH > 0 && OW > 0, "QuantizedConv2d: input ", shape_str(x.sizes()), " is smaller than the kernel's reach");
   const int64_t k = kh_ * kw_ * C, m = N * OH * OW;
-  const std::vector<uint8_t> image = PaddedQuantizedNhwc(x, padding_, input_);
-  std::unique_ptr<uint8_t[]> rows(new uint8_t[static_cast<size_t>(m * k)]);
-  Im2Row(image.data(), N, H + 2 * padding_[0], W + 2 * padding_[1], C, OH, OW, rows.get());
+  const std::unique_ptr<uint8_t[]> image = PaddedQuantizedNhwc(x, padding_, input_);
+  std::unique_ptr<uint8_t[]> rows_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  std::unique_ptr<float[]> pixels_holder;
+  uint8_t* rows = Scratch(rows_holder, m * k);
+  Im2Row(image.get(), N, H + 2 * padding_[0], W + 2 * padding_[1], C, OH, OW, rows);
   const int64_t OC = out_channels_;
-  std::vector<int32_t> acc(static_cast<size_t>(m * OC));
-  ParallelGemm(m, rows.get(), packed_, acc.data());
+  int32_t* acc = Scratch(acc_holder, m * OC);
+  ParallelGemm(m, rows, packed_, acc);
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
   const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, OC,
                                                     static_cast<float>(output_.scale));
-  std::vector<float> pixels(static_cast<size_t>(m * OC));
-  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels.data());
+  float* pixels = Scratch(pixels_holder, m * OC);
+  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels);
   // [N, OH, OW, OC] -> [N, OC, OH, OW]
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
   float* o = out.data_ptr<float>();
   const int64_t plane = OH * OW;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < plane; ++p)
-      for (int64_t c = 0; c < OC; ++c)
-        o[(n * OC + c) * plane + p] = pixels[static_cast<size_t>((n * plane + p) * OC + c)];
+      for (int64_t c = 0; c < OC; ++c) o[(n * OC + c) * plane + p] = pixels[(n * plane + p) * OC + c];
   return batched ? out : out.squeeze(0);
 }
 
@@ -415,10 +446,11 @@ Tensor QuantStub::forward(const Tensor& input) {
   const Tensor x = FloatInput(input, "QuantStub");
   if (x.device().type != DeviceType::CPU)
     return dequantize(quantize_per_tensor(x, qparams_.scale, qparams_.zero_point, QDtype::QUInt8)).to(x.device());
-  std::vector<uint8_t> q(static_cast<size_t>(x.numel()));
-  quantize_to_uint8(x.data_ptr<float>(), x.numel(), qparams_.scale, qparams_.zero_point, q.data());
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* q = Scratch(holder, x.numel());
+  quantize_to_uint8(x.data_ptr<float>(), x.numel(), qparams_.scale, qparams_.zero_point, q);
   Tensor out = empty(x.sizes(), kFloat32);
-  dequantize_uint8(q.data(), x.numel(), qparams_.scale, qparams_.zero_point, out.data_ptr<float>());
+  dequantize_uint8(q, x.numel(), qparams_.scale, qparams_.zero_point, out.data_ptr<float>());
   return out;
 }
 
