@@ -165,23 +165,20 @@ inline void CopyRun(uint8_t* dst, const uint8_t* src, int64_t len) {
 // column, channel) order, read from the padded NHWC image [N, HP, WP, C].
 void QuantizedConv2d::Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
                              uint8_t* rows) const {
-  const int64_t k = kh_ * kw_ * C;
+  // Every size is copied into the task by value: the byte stores below may alias anything
+  // reached through a pointer or reference, which would reload each of them after every run.
+  const int64_t kh = kh_, kw = kw_, sh = stride_[0], sw = stride_[1], dh = dilation_[0], dw = dilation_[1];
+  const int64_t k = kh * kw * C;
   // With dilation 1 along the width, a kernel row's kw taps are adjacent: one run of kw * C bytes.
-  const bool dense = dilation_[1] == 1;
-  parallel_for(0, N * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * k)), [&](int64_t b, int64_t e) {
+  const int64_t run = dw == 1 ? kw * C : C, runs = dw == 1 ? 1 : kw, run_step = dw * C;
+  parallel_for(0, N * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * k)), [=](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t n = r / OH, oh = r % OH;
       uint8_t* row = rows + r * OW * k;
       for (int64_t ow = 0; ow < OW; ++ow) {
-        for (int64_t i = 0; i < kh_; ++i) {
-          const int64_t ih = oh * stride_[0] + i * dilation_[0];
-          const uint8_t* src = image + ((n * HP + ih) * WP + ow * stride_[1]) * C;
-          if (dense) {
-            CopyRun(row, src, kw_ * C);
-            row += kw_ * C;
-          } else {
-            for (int64_t j = 0; j < kw_; ++j, row += C) CopyRun(row, src + j * dilation_[1] * C, C);
-          }
+        for (int64_t i = 0; i < kh; ++i) {
+          const uint8_t* src = image + ((n * HP + oh * sh + i * dh) * WP + ow * sw) * C;
+          for (int64_t j = 0; j < runs; ++j, row += run) CopyRun(row, src + j * run_step, run);
         }
       }
     }
