@@ -100,6 +100,34 @@ T* Scratch(std::unique_ptr<T[]>& holder, int64_t count) {
 // alone, so the split changes no result.
 constexpr int64_t kElementGrain = int64_t{1} << 15;
 
+// fbgemm::FindMinMax over a batch (an empty one reads as [0, 0]): lo = min(lo, x[i]) from lo =
+// x[0], which keeps the first of equal values (-0 or +0) and skips NaN after the first element.
+// Blocks run on the pool and fold in order with the same rule; each starts from +-infinity
+// rather than its first element, so that a block beginning with NaN skips it as the single
+// loop does. The result is the single loop's.
+std::pair<float, float> BatchRange(const float* x, int64_t count) {
+  if (count <= 0) return {0.0f, 0.0f};
+  const int64_t blocks = (count + kElementGrain - 1) / kElementGrain;
+  std::vector<float> los(static_cast<size_t>(blocks)), his(static_cast<size_t>(blocks));
+  parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (int64_t i = blk * kElementGrain; i < std::min(count, (blk + 1) * kElementGrain); ++i) {
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+      }
+      los[static_cast<size_t>(blk)] = lo;
+      his[static_cast<size_t>(blk)] = hi;
+    }
+  });
+  float lo = x[0], hi = x[0];
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    lo = std::min(lo, los[static_cast<size_t>(blk)]);
+    hi = std::max(hi, his[static_cast<size_t>(blk)]);
+  }
+  return {lo, hi};
+}
+
 // quantize_to_uint8 over the pool.
 void ParallelQuantize(const float* x, int64_t count, const ActivationQParams& q, uint8_t* out) {
   parallel_for(0, count, kElementGrain,
@@ -282,15 +310,7 @@ Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
   const float* xp = x.data_ptr<float>();
-  // fbgemm::FindMinMax over the whole batch (an empty one reads as [0, 0]).
-  float lo = 0.0f, hi = 0.0f;
-  if (m * k > 0) {
-    lo = hi = xp[0];
-    for (int64_t i = 1; i < m * k; ++i) {
-      lo = std::min(lo, xp[i]);
-      hi = std::max(hi, xp[i]);
-    }
-  }
+  const auto [lo, hi] = BatchRange(xp, m * k);
   ANVIL_CHECK(std::isfinite(lo) && std::isfinite(hi), "DynamicQuantizedLinear: the input holds ",
               std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
               "; its int8 quantization needs finite values");
@@ -307,7 +327,10 @@ Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
   IntArray out_sizes = x.sizes();
   out_sizes.back() = n;
   Tensor out = empty(out_sizes, kFloat32);
-  requantize_to_float(acc, n, m, n, q.zero_point, static_cast<float>(q.scale), e, out.data_ptr<float>(), n);
+  float* o = out.data_ptr<float>();
+  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
+    requantize_to_float(acc + b * n, n, end - b, n, q.zero_point, static_cast<float>(q.scale), e, o + b * n, n);
+  });
   return out;
 }
 
