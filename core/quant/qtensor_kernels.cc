@@ -3,12 +3,48 @@
 #include <algorithm>
 #include <cmath>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 namespace anvil::quant {
+namespace {
+
+#ifdef __AVX2__
+// Eight values already integral and in [0, 255] (as floats) stored as bytes.
+inline void StoreBytes(__m256 v, uint8_t* out) {
+  const __m256i i = _mm256_cvttps_epi32(v);
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(words, words));
+}
+
+// The scalar formulas' clamp, `v >= 0 ? min(v, 255) : 0`, lane by lane (NaN fails v >= 0 and
+// becomes 0).
+inline __m256 ClampToByteRange(__m256 v) {
+  const __m256 non_negative = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ);
+  return _mm256_and_ps(non_negative, _mm256_min_ps(v, _mm256_set1_ps(255.0f)));
+}
+#endif
+
+}  // namespace
+
+// The vector loops compute each element with the scalar loop's operations, in the same order
+// and rounding (multiply, round half to even in the default rounding mode, add, clamp), so
+// both give the same bytes; the scalar loop finishes the tail.
 
 void quantize_to_uint8(const float* x, int64_t n, double scale, int64_t zero_point, uint8_t* out) {
   const float inv = 1.0f / static_cast<float>(scale);
   const float zp = static_cast<float>(zero_point);
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(zp);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r =
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    StoreBytes(ClampToByteRange(_mm256_add_ps(vzp, r)), out + i);
+  }
+#endif
+  for (; i < n; ++i) {
     float v = zp + std::nearbyint(x[i] * inv);
     // NaN becomes 0, as the x86 conversion of fbgemm's unclamped NaN does.
     v = v >= 0.0f ? std::min(v, 255.0f) : 0.0f;
@@ -19,7 +55,15 @@ void quantize_to_uint8(const float* x, int64_t n, double scale, int64_t zero_poi
 void quantize_to_uint8_fma(const float* x, int64_t n, double scale, int64_t zero_point, uint8_t* out) {
   const float inv = 1.0f / static_cast<float>(scale);
   const float zp = static_cast<float>(zero_point);
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(zp);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = ClampToByteRange(_mm256_fmadd_ps(_mm256_loadu_ps(x + i), vinv, vzp));
+    StoreBytes(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), out + i);
+  }
+#endif
+  for (; i < n; ++i) {
     float v = std::fma(x[i], inv, zp);
     v = v >= 0.0f ? std::min(v, 255.0f) : 0.0f;
     out[i] = static_cast<uint8_t>(std::nearbyint(v));
@@ -29,7 +73,16 @@ void quantize_to_uint8_fma(const float* x, int64_t n, double scale, int64_t zero
 void dequantize_uint8(const uint8_t* q, int64_t n, double scale, int64_t zero_point, float* out) {
   const float s = static_cast<float>(scale);
   const int32_t zp = static_cast<int32_t>(zero_point);
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zp) * s;
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(bytes, vzp)), vs));
+  }
+#endif
+  for (; i < n; ++i) out[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zp) * s;
 }
 
 }  // namespace anvil::quant

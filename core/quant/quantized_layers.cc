@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -89,14 +91,103 @@ void AppendWeightAndBias(const std::string& prefix, const QTensor& w, const Tens
   if (bias.defined()) tensors->emplace_back(prefix + "bias", bias);
 }
 
-// A static layer's last step: acc -> uint8 with the output parameters -> float32 into out.
-void RequantizeAndDequantize(const std::vector<int32_t>& acc, int64_t m, int64_t n, const ActivationQParams& in,
+// A forward's scratch memory, left uninitialised: every element is written before it is read.
+template <typename T>
+T* Scratch(std::unique_ptr<T[]>& holder, int64_t count) {
+  holder.reset(new T[static_cast<size_t>(count)]);
+  return holder.get();
+}
+
+// The element-wise passes around the GEMM run on the pool in blocks of this many elements:
+// large enough that a block's work outweighs handing it to a thread. Every element is computed
+// alone, so the split changes no result.
+constexpr int64_t kElementGrain = int64_t{1} << 15;
+
+// fbgemm::FindMinMax over a batch (an empty one reads as [0, 0]): lo = min(lo, x[i]) from lo =
+// x[0], which keeps the first of equal values (-0 or +0) and skips NaN after the first element.
+// Blocks run on the pool and fold in order with the same rule; each starts from +-infinity
+// rather than its first element, so that a block beginning with NaN skips it as the single
+// loop does. The result is the single loop's.
+std::pair<float, float> BatchRange(const float* x, int64_t count) {
+  if (count <= 0) return {0.0f, 0.0f};
+  const int64_t blocks = (count + kElementGrain - 1) / kElementGrain;
+  std::vector<float> los(static_cast<size_t>(blocks)), his(static_cast<size_t>(blocks));
+  parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (int64_t i = blk * kElementGrain; i < std::min(count, (blk + 1) * kElementGrain); ++i) {
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+      }
+      los[static_cast<size_t>(blk)] = lo;
+      his[static_cast<size_t>(blk)] = hi;
+    }
+  });
+  float lo = x[0], hi = x[0];
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    lo = std::min(lo, los[static_cast<size_t>(blk)]);
+    hi = std::max(hi, his[static_cast<size_t>(blk)]);
+  }
+  return {lo, hi};
+}
+
+// quantize_to_uint8 over the pool.
+void ParallelQuantize(const float* x, int64_t count, const ActivationQParams& q, uint8_t* out) {
+  parallel_for(0, count, kElementGrain,
+               [&](int64_t b, int64_t e) { quantize_to_uint8(x + b, e - b, q.scale, q.zero_point, out + b); });
+}
+
+// A static layer's last step over the pool, by blocks of rows: acc -> uint8 with the output
+// parameters -> float32 into out.
+void RequantizeAndDequantize(const int32_t* acc, int64_t m, int64_t n, const ActivationQParams& in,
                              const ActivationQParams& outq, const GemmEpilogue& e, const RequantConstants& k,
                              float* out) {
-  std::vector<uint8_t> q(static_cast<size_t>(m * n));
-  requantize_to_uint8(acc.data(), n, m, n, static_cast<int32_t>(in.zero_point), e, k,
-                      static_cast<int32_t>(outq.zero_point), q.data(), n);
-  dequantize_uint8(q.data(), m * n, outq.scale, outq.zero_point, out);
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* q = Scratch(holder, m * n);
+  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
+    requantize_to_uint8(acc + b * n, n, end - b, n, static_cast<int32_t>(in.zero_point), e, k,
+                        static_cast<int32_t>(outq.zero_point), q + b * n, n);
+    dequantize_uint8(q + b * n, (end - b) * n, outq.scale, outq.zero_point, out + b * n);
+  });
+}
+
+// The input as a quint8 NHWC image with `padding` rows and columns of the zero point around
+// it (a quantized tensor pads with the value 0, which the zero point encodes): each kernel
+// row's taps are then one contiguous run, and im2row needs no bounds checks.
+std::unique_ptr<uint8_t[]> PaddedQuantizedNhwc(const Tensor& x, const std::array<int64_t, 2>& padding,
+                                               const ActivationQParams& q) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HP = H + 2 * padding[0], WP = W + 2 * padding[1];
+  const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
+  const float* src = nhwc.data_ptr<float>();
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* image = Scratch(holder, N * HP * WP * C);
+  std::fill(image, image + N * HP * WP * C, static_cast<uint8_t>(q.zero_point));
+  parallel_for(0, N * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * C)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / H, h = r % H;
+      quantize_to_uint8(src + r * W * C, W * C, q.scale, q.zero_point,
+                        image + ((n * HP + h + padding[0]) * WP + padding[1]) * C);
+    }
+  });
+  return holder;
+}
+
+// Copies `len` bytes with fixed-size moves: im2row's runs are a few bytes to a few hundred,
+// where a call to memcpy per run costs more than the copy.
+inline void CopyRun(uint8_t* dst, const uint8_t* src, int64_t len) {
+  if (len >= 64) {
+    std::memcpy(dst, src, static_cast<size_t>(len));
+  } else if (len >= 8) {
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) std::memcpy(dst + i, src + i, 8);
+    if (i < len) std::memcpy(dst + len - 8, src + len - 8, 8);  // the tail, overlapping
+  } else if (len >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + len - 4, src + len - 4, 4);
+  } else {
+    for (int64_t i = 0; i < len; ++i) dst[i] = src[i];
+  }
 }
 
 // ---- export ----
@@ -149,6 +240,30 @@ QTensor quantize_weight(const Tensor& weight, bool per_channel) {
   return quantize_per_tensor(w, q.scale.to(kFloat64).to_vector<double>()[0], 0, QDtype::QInt8);
 }
 
+// rows [N * OH * OW, kh * kw * C]: for each output pixel, its taps in (kernel row, kernel
+// column, channel) order, read from the padded NHWC image [N, HP, WP, C].
+void QuantizedConv2d::Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
+                             uint8_t* rows) const {
+  // Every size is copied into the task by value: the byte stores below may alias anything
+  // reached through a pointer or reference, which would reload each of them after every run.
+  const int64_t kh = kh_, kw = kw_, sh = stride_[0], sw = stride_[1], dh = dilation_[0], dw = dilation_[1];
+  const int64_t k = kh * kw * C;
+  // With dilation 1 along the width, a kernel row's kw taps are adjacent: one run of kw * C bytes.
+  const int64_t run = dw == 1 ? kw * C : C, runs = dw == 1 ? 1 : kw, run_step = dw * C;
+  parallel_for(0, N * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * k)), [=](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / OH, oh = r % OH;
+      uint8_t* row = rows + r * OW * k;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        for (int64_t i = 0; i < kh; ++i) {
+          const uint8_t* src = image + ((n * HP + oh * sh + i * dh) * WP + ow * sw) * C;
+          for (int64_t j = 0; j < runs; ++j, row += run) CopyRun(row, src + j * run_step, run);
+        }
+      }
+    }
+  });
+}
+
 void check_layer_weight(const QTensor& w, const char* layer) {
   ANVIL_CHECK(w.dtype == QDtype::QInt8, layer, ": expected qint8 weights, got ", qdtype_name(w.dtype));
   ANVIL_CHECK(!is_per_channel(w.qscheme) || w.axis == 0, layer,
@@ -193,10 +308,12 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
     return relu_ ? y.relu() : y;
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
-  std::vector<uint8_t> a(static_cast<size_t>(m * k));
-  quantize_to_uint8(x.data_ptr<float>(), m * k, input_.scale, input_.zero_point, a.data());
-  std::vector<int32_t> acc(static_cast<size_t>(m * n));
-  ParallelGemm(m, a.data(), packed_, acc.data());
+  std::unique_ptr<uint8_t[]> a_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  uint8_t* a = Scratch(a_holder, m * k);
+  ParallelQuantize(x.data_ptr<float>(), m * k, input_, a);
+  int32_t* acc = Scratch(acc_holder, m * n);
+  ParallelGemm(m, a, packed_, acc);
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
@@ -259,29 +376,27 @@ Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
   const float* xp = x.data_ptr<float>();
-  // fbgemm::FindMinMax over the whole batch (an empty one reads as [0, 0]).
-  float lo = 0.0f, hi = 0.0f;
-  if (m * k > 0) {
-    lo = hi = xp[0];
-    for (int64_t i = 1; i < m * k; ++i) {
-      lo = std::min(lo, xp[i]);
-      hi = std::max(hi, xp[i]);
-    }
-  }
+  const auto [lo, hi] = BatchRange(xp, m * k);
   ANVIL_CHECK(std::isfinite(lo) && std::isfinite(hi), "DynamicQuantizedLinear: the input holds ",
               std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
               "; its int8 quantization needs finite values");
   const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
-  std::vector<uint8_t> a(static_cast<size_t>(m * k));
-  quantize_to_uint8_fma(xp, m * k, q.scale, q.zero_point, a.data());
-  std::vector<int32_t> acc(static_cast<size_t>(m * n));
-  ParallelGemm(m, a.data(), packed_, acc.data());
+  std::unique_ptr<uint8_t[]> a_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  uint8_t* a = Scratch(a_holder, m * k);
+  parallel_for(0, m * k, kElementGrain,
+               [&](int64_t b, int64_t e) { quantize_to_uint8_fma(xp + b, e - b, q.scale, q.zero_point, a + b); });
+  int32_t* acc = Scratch(acc_holder, m * n);
+  ParallelGemm(m, a, packed_, acc);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme),
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, false};
   IntArray out_sizes = x.sizes();
   out_sizes.back() = n;
   Tensor out = empty(out_sizes, kFloat32);
-  requantize_to_float(acc.data(), n, m, n, q.zero_point, static_cast<float>(q.scale), e, out.data_ptr<float>(), n);
+  float* o = out.data_ptr<float>();
+  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
+    requantize_to_float(acc + b * n, n, end - b, n, q.zero_point, static_cast<float>(q.scale), e, o + b * n, n);
+  });
   return out;
 }
 
@@ -372,51 +487,30 @@ Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
   const int64_t OH = (H + 2 * padding_[0] - dilation_[0] * (kh_ - 1) - 1) / stride_[0] + 1;
   const int64_t OW = (W + 2 * padding_[1] - dilation_[1] * (kw_ - 1) - 1) / stride_[1] + 1;
   ANVIL_CHECK(OH > 0 && OW > 0, "QuantizedConv2d: input ", shape_str(x.sizes()), " is smaller than the kernel's reach");
-  // Quantize into NHWC, so each kernel position's channels are one contiguous run.
-  const Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
-  std::vector<uint8_t> q(static_cast<size_t>(N * H * W * C));
-  quantize_to_uint8(nhwc.data_ptr<float>(), N * H * W * C, input_.scale, input_.zero_point, q.data());
   const int64_t k = kh_ * kw_ * C, m = N * OH * OW;
-  std::vector<uint8_t> rows(static_cast<size_t>(m * k));
-  const uint8_t pad = static_cast<uint8_t>(input_.zero_point);
-  parallel_for(0, N * OH, 16, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t n = r / OH, oh = r % OH;
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        uint8_t* row = rows.data() + ((n * OH + oh) * OW + ow) * k;
-        for (int64_t i = 0; i < kh_; ++i) {
-          const int64_t ih = oh * stride_[0] - padding_[0] + i * dilation_[0];
-          for (int64_t j = 0; j < kw_; ++j, row += C) {
-            const int64_t iw = ow * stride_[1] - padding_[1] + j * dilation_[1];
-            if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
-              std::fill(row, row + C, pad);
-            } else {
-              const uint8_t* src = q.data() + ((n * H + ih) * W + iw) * C;
-              std::copy(src, src + C, row);
-            }
-          }
-        }
-      }
-    }
-  });
+  const std::unique_ptr<uint8_t[]> image = PaddedQuantizedNhwc(x, padding_, input_);
+  std::unique_ptr<uint8_t[]> rows_holder;
+  std::unique_ptr<int32_t[]> acc_holder;
+  std::unique_ptr<float[]> pixels_holder;
+  uint8_t* rows = Scratch(rows_holder, m * k);
+  Im2Row(image.get(), N, H + 2 * padding_[0], W + 2 * padding_[1], C, OH, OW, rows);
   const int64_t OC = out_channels_;
-  std::vector<int32_t> acc(static_cast<size_t>(m * OC));
-  ParallelGemm(m, rows.data(), packed_, acc.data());
+  int32_t* acc = Scratch(acc_holder, m * OC);
+  ParallelGemm(m, rows, packed_, acc);
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
   const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, OC,
                                                     static_cast<float>(output_.scale));
-  std::vector<float> pixels(static_cast<size_t>(m * OC));
-  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels.data());
+  float* pixels = Scratch(pixels_holder, m * OC);
+  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels);
   // [N, OH, OW, OC] -> [N, OC, OH, OW]
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
   float* o = out.data_ptr<float>();
   const int64_t plane = OH * OW;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < plane; ++p)
-      for (int64_t c = 0; c < OC; ++c)
-        o[(n * OC + c) * plane + p] = pixels[static_cast<size_t>((n * plane + p) * OC + c)];
+      for (int64_t c = 0; c < OC; ++c) o[(n * OC + c) * plane + p] = pixels[(n * plane + p) * OC + c];
   return batched ? out : out.squeeze(0);
 }
 
@@ -531,10 +625,11 @@ Tensor QuantStub::ForwardInt8(const Tensor& input) {
   const Tensor x = FloatInput(input, "QuantStub");
   if (x.device().type != DeviceType::CPU)
     return dequantize(quantize_per_tensor(x, qparams_.scale, qparams_.zero_point, QDtype::QUInt8)).to(x.device());
-  std::vector<uint8_t> q(static_cast<size_t>(x.numel()));
-  quantize_to_uint8(x.data_ptr<float>(), x.numel(), qparams_.scale, qparams_.zero_point, q.data());
+  std::unique_ptr<uint8_t[]> holder;
+  uint8_t* q = Scratch(holder, x.numel());
+  quantize_to_uint8(x.data_ptr<float>(), x.numel(), qparams_.scale, qparams_.zero_point, q);
   Tensor out = empty(x.sizes(), kFloat32);
-  dequantize_uint8(q.data(), x.numel(), qparams_.scale, qparams_.zero_point, out.data_ptr<float>());
+  dequantize_uint8(q, x.numel(), qparams_.scale, qparams_.zero_point, out.data_ptr<float>());
   return out;
 }
 

@@ -174,6 +174,9 @@ class QuantizedConv2d : public QuantizedModule {
 
  private:
   Tensor ForwardInt8(const Tensor& x);
+  void Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
+              uint8_t* rows) const;
+
   QTensor weight_;  // [out, in, kh, kw]
   Tensor bias_;
   std::array<int64_t, 2> stride_, padding_, dilation_;

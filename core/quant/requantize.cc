@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 namespace anvil::quant {
 
@@ -35,21 +40,80 @@ RequantConstants requant_constants(float a_scale, const float* w_scales, bool pe
   return k;
 }
 
+namespace {
+
+#ifdef __AVX2__
+// Eight columns of requantize_to_uint8 (see there), with the scalar loop's operations in its
+// order. lrintf's results past the clamp bounds are reproduced without 64-bit conversions:
+// products are clamped to +-2^30 first (every value beyond clamps to the same end once the
+// zero point is added), and those lrintf cannot convert (NaN, +-inf, |v| >= 2^63: it returns
+// LONG_MIN) go to the lower bound, as LONG_MIN clamps there.
+inline void RequantizeEight(const int32_t* a, const int32_t* row_sums, __m256i a_zp, const float* bias_term,
+                            const float* multiplier, __m256i out_zp, __m256i lo, uint8_t* o) {
+  const __m256i raw =
+      _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)),
+                       _mm256_mullo_epi32(a_zp, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_sums))));
+  __m256 v = _mm256_cvtepi32_ps(raw);
+  if (bias_term != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(bias_term));
+  v = _mm256_mul_ps(v, _mm256_loadu_ps(multiplier));
+  const __m256 unconvertible = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(0x1p63f),
+                                             _CMP_NLT_UQ);  // |v| >= 2^63 or NaN
+  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-0x1p30f)), _mm256_set1_ps(0x1p30f));
+  __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), out_zp);
+  q = _mm256_min_epi32(_mm256_max_epi32(q, lo), _mm256_set1_epi32(255));
+  q = _mm256_blendv_epi8(q, lo, _mm256_castps_si256(unconvertible));
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packus_epi16(words, words));
+}
+#endif
+
+}  // namespace
+
 void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out) {
   const long lo = e.relu ? out_zero_point : 0;
-  // Per tensor, fbgemm divides the bias by multiplying with the reciprocal; per channel it divides.
+  // A contiguous block whose rows are narrower than a vector, or end in a partial one (a
+  // convolution's few output channels), runs as one flat row: its column constants repeat
+  // every n elements, so tiled over 8 n they line up with every vector of 8.
+  const bool flat = ld_acc == n && ld_out == n && n % 8 != 0 && n < 64 && m > 1;
+  const int64_t period = flat ? 8 * n : n;
+  // Each column's row sum, bias term and multiplier, once per call rather than per element.
+  // Per tensor, fbgemm divides the bias by multiplying with the reciprocal; per channel it
+  // divides.
   const float reciprocal = 1.0f / k.act_times_w_scale[0];
-  for (int64_t i = 0; i < m; ++i) {
+  std::vector<int32_t> row_sums(static_cast<size_t>(period));
+  std::vector<float> bias_term(e.bias != nullptr ? static_cast<size_t>(period) : 0),
+      multiplier(static_cast<size_t>(period));
+  for (int64_t t = 0; t < period; ++t) {
+    const int64_t j = t % n;
+    const size_t c = e.per_channel ? static_cast<size_t>(j) : 0;
+    row_sums[static_cast<size_t>(t)] = e.w_row_sums[j];
+    if (e.bias != nullptr)
+      bias_term[static_cast<size_t>(t)] = e.per_channel ? e.bias[j] / k.act_times_w_scale[c] : e.bias[j] * reciprocal;
+    multiplier[static_cast<size_t>(t)] = k.multiplier[c];
+  }
+  const float* bias = e.bias != nullptr ? bias_term.data() : nullptr;
+  const int64_t rows = flat ? 1 : m, len = flat ? m * n : n;
+  for (int64_t i = 0; i < rows; ++i) {
     const int32_t* a = acc + i * ld_acc;
     uint8_t* o = out + i * ld_out;
-    for (int64_t j = 0; j < n; ++j) {
-      const size_t c = e.per_channel ? static_cast<size_t>(j) : 0;
-      const int32_t raw = a[j] - a_zero_point * e.w_row_sums[j];
+    int64_t j = 0;
+#ifdef __AVX2__
+    const __m256i a_zp = _mm256_set1_epi32(a_zero_point), out_zp = _mm256_set1_epi32(out_zero_point),
+                  vlo = _mm256_set1_epi32(static_cast<int32_t>(lo));
+    for (; j + 8 <= len; j += 8) {
+      const int64_t t = j % period;
+      RequantizeEight(a + j, row_sums.data() + t, a_zp, bias != nullptr ? bias + t : nullptr, multiplier.data() + t,
+                      out_zp, vlo, o + j);
+    }
+#endif
+    for (; j < len; ++j) {
+      const size_t t = static_cast<size_t>(j % period);
+      const int32_t raw = a[j] - a_zero_point * row_sums[t];
       float v = static_cast<float>(raw);
-      if (e.bias != nullptr) v = v + (e.per_channel ? e.bias[j] / k.act_times_w_scale[c] : e.bias[j] * reciprocal);
-      const long rounded = std::lrintf(v * k.multiplier[c]) + out_zero_point;
+      if (bias != nullptr) v = v + bias[t];
+      const long rounded = std::lrintf(v * multiplier[t]) + out_zero_point;
       o[j] = static_cast<uint8_t>(std::clamp(rounded, lo, 255L));
     }
   }

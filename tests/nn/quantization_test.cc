@@ -5,15 +5,23 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <filesystem>
+#include <limits>
+#include <random>
+#include <vector>
 
 #include "core/anvil.h"
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
 #include "core/models/spec.h"
 #include "core/quant/ptq.h"
+#include "core/quant/qtensor_kernels.h"
 #include "core/quant/quantize.h"
 #include "core/quant/quantized_layers.h"
+#include "core/quant/requantize.h"
 #include "tests/nn/digits_recipe.h"
 
 namespace anvil::quant {
@@ -29,6 +37,103 @@ std::string ErrorOf(const std::function<void()>& f) {
   }
   return "(no error)";
 }
+
+// ---- the per-batch kernels (qtensor_kernels.h, requantize.h) against their definitions ----
+// The kernels run vector loops with a scalar tail; these compare every element, specials and
+// ties included, with the formulas written out element by element.
+
+std::vector<float> KernelInputs(int64_t n, float spread) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-spread, spread);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = u(rng);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {std::nanf(""), inf,   -inf,  0.0f,  -0.0f,  0.5f, 1.5f,
+                            2.5f,          -0.5f, -2.5f, 1e30f, -1e30f, 3e38f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 3] = specials[i];  // spread over vector lanes and the tail
+  return x;
+}
+
+TEST(QuantizedKernels, QuantizeAndDequantizeMatchTheirFormulasElementByElement) {
+  const int64_t n = 77;  // vector blocks and a tail
+  for (const auto& [scale, zp] : std::vector<std::pair<double, int64_t>>{{0.05, 128}, {1.0, 0}, {0.5, 255}, {0.3, 3}}) {
+    const std::vector<float> x = KernelInputs(n, 200.0f);
+    std::vector<uint8_t> q(static_cast<size_t>(n)), q_fma(static_cast<size_t>(n));
+    quantize_to_uint8(x.data(), n, scale, zp, q.data());
+    quantize_to_uint8_fma(x.data(), n, scale, zp, q_fma.data());
+    std::vector<float> back(static_cast<size_t>(n));
+    dequantize_uint8(q.data(), n, scale, zp, back.data());
+    const float inv = 1.0f / static_cast<float>(scale), fzp = static_cast<float>(zp);
+    for (int64_t i = 0; i < n; ++i) {
+      // clamp(zp + nearbyint(x / scale), 0, 255), NaN to 0.
+      const float v = fzp + std::nearbyint(x[i] * inv);
+      const uint8_t want = !(v >= 0.0f) ? 0 : v > 255.0f ? 255 : static_cast<uint8_t>(v);
+      EXPECT_EQ(q[i], want) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
+      // fbgemm's: nearbyint(clamp(fma(x, 1 / scale, zp), 0, 255)).
+      const float f = std::fma(x[i], inv, fzp);
+      const uint8_t want_fma = !(f >= 0.0f) ? 0 : static_cast<uint8_t>(std::nearbyint(std::min(f, 255.0f)));
+      EXPECT_EQ(q_fma[i], want_fma) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
+      EXPECT_EQ(back[i],
+                static_cast<float>(static_cast<int32_t>(q[i]) - static_cast<int32_t>(zp)) * static_cast<float>(scale));
+    }
+  }
+}
+
+// Rows with a stride (vectors per row and a tail) and contiguous narrow rows (run flat, the
+// column constants tiled): {m, n, row stride}.
+class QuantizedKernelsRequantize : public ::testing::TestWithParam<std::array<int64_t, 3>> {};
+
+TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
+  const auto [m, n, ld] = GetParam();
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> acc_dist(-3000000, 3000000), sum_dist(-20000, 20000);
+  std::uniform_real_distribution<float> scale_dist(1e-4f, 2e-2f), bias_dist(-5.0f, 5.0f);
+  std::vector<int32_t> acc(static_cast<size_t>(m * ld)), row_sums(static_cast<size_t>(n));
+  for (int32_t& a : acc) a = acc_dist(rng);
+  acc[3] = std::numeric_limits<int32_t>::max();
+  acc[4] = std::numeric_limits<int32_t>::min();
+  for (int32_t& r : row_sums) r = sum_dist(rng);
+  std::vector<float> w_scales(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+  for (float& w : w_scales) w = scale_dist(rng);
+  for (float& b : bias) b = bias_dist(rng);
+  bias[1 % n] = std::nanf("");
+  bias[2 % n] = std::numeric_limits<float>::infinity();
+  bias[9 % n] = 1e36f;       // a product past 2^63
+  w_scales[5 % n] = 1e-30f;  // a tiny scale: an enormous bias term and multiplier
+  for (const bool per_channel : {true, false}) {
+    for (const bool relu : {false, true}) {
+      for (const bool with_bias : {true, false}) {
+        for (const float out_scale : {0.02f, 1e-9f}) {
+          const float a_scale = 0.03f;
+          const int32_t a_zp = 7, out_zp = 100;
+          const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr, relu};
+          const RequantConstants k = requant_constants(a_scale, w_scales.data(), per_channel, n, out_scale);
+          std::vector<uint8_t> out(static_cast<size_t>(m * ld), 0);
+          requantize_to_uint8(acc.data(), ld, m, n, a_zp, e, k, out_zp, out.data(), ld);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              // fbgemm's ReQuantizeOutput with a float bias, written out.
+              const float s = a_scale * w_scales[per_channel ? j : 0];
+              const float mult = s / out_scale;
+              float v = static_cast<float>(acc[i * ld + j] - a_zp * row_sums[j]);
+              if (with_bias) v = v + (per_channel ? bias[j] / s : bias[j] * (1.0f / s));
+              const long r = std::lrintf(v * mult) + out_zp;
+              const uint8_t want = static_cast<uint8_t>(std::clamp(r, relu ? long{out_zp} : 0L, 255L));
+              ASSERT_EQ(out[i * ld + j], want)
+                  << "row " << i << ", column " << j << (per_channel ? ", per channel" : "") << (relu ? ", relu" : "")
+                  << (with_bias ? ", bias" : "") << ", out scale " << out_scale;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantizedKernels, QuantizedKernelsRequantize,
+                         ::testing::Values(std::array<int64_t, 3>{3, 29, 32}, std::array<int64_t, 3>{7, 6, 6},
+                                           std::array<int64_t, 3>{5, 10, 10}, std::array<int64_t, 3>{4, 29, 29},
+                                           std::array<int64_t, 3>{1, 5, 5}, std::array<int64_t, 3>{3, 16, 16}));
 
 const char* kCnnSpec = R"({"input_shape": [1, 8, 8], "layers": [
     {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},
