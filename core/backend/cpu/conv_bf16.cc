@@ -11,11 +11,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/backend/common/window_geom.h"
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/conv_tasks.h"
+#include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/backend/cpu/window.h"
 #include "core/ops/window_args.h"
 #include "core/util/thread_pool.h"
@@ -66,6 +69,52 @@ void Forward(const KernelCall& call) {
       }
     }
   });
+}
+
+// The forward on oneDNN's bf16 convolution (onednn_primitives.h): one primitive per image
+// (its shape the same for every image, so one cache entry), the images split over the pool.
+// The bias (bfloat16) is added in float32 before the one rounding, as Forward does.
+void ForwardOnOneDnn(const KernelCall& call) {
+  const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
+  const ConvShape& s = op.s;
+  const WindowArgs& wa = call.attrs.get<WindowArgs>();
+  onednn::Conv2dGeometry g;
+  g.n = 1;
+  g.c = s.g.C;
+  g.h = s.g.H;
+  g.w = s.g.W;
+  g.oc = s.OC;
+  g.kh = s.g.KH;
+  g.kw = s.g.KW;
+  g.groups = s.G;
+  g.stride_h = s.g.SH;
+  g.stride_w = s.g.SW;
+  g.pad_top = wa.pad_top;
+  g.pad_bottom = wa.pad_bottom;
+  g.pad_left = wa.pad_left;
+  g.pad_right = wa.pad_right;
+  g.dilation_h = s.g.DH;
+  g.dilation_w = s.g.DW;
+  g.oh = s.g.OH;
+  g.ow = s.g.OW;
+  const Bits* px = BitsOf(op.x);
+  const Bits* pw = BitsOf(op.w);
+  const Bits* pb = op.b.defined() ? BitsOf(op.b) : nullptr;
+  Bits* po = MutableBitsOf(call.outputs[0]);
+  const int64_t in_image = s.g.C * s.g.H * s.g.W, out_image = s.OC * s.L;
+  parallel_for(0, s.g.N, 1, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) onednn::bf16_conv2d_forward(g, px + n * in_image, pw, pb, po + n * out_image);
+  });
+}
+
+// Whether the forward takes oneDNN's convolution: forced by ANVIL_BF16_GEMM, else the measured
+// preference. On Zen 5 (bench/RESULTS.md, "oneDNN bf16 and int8 primitives") oneDNN's NCHW bf16
+// convolution is not preferred; at the amx level oneDNN's AMX kernels are (PyTorch's path there,
+// not measured by Anvil: no AMX machine).
+bool ForwardPrefersOneDnn() {
+  if (const std::optional<Bf16GemmCandidate> f = bf16_gemm_forced_candidate()) return *f == Bf16GemmCandidate::kOneDnn;
+  static const bool onednn_here = onednn::bf16_available();
+  return onednn_here && isa_at_least(CpuIsa::kAmx);
 }
 
 // grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then
@@ -140,6 +189,10 @@ bool Conv2dOnBf16Gemm(const KernelCall& c) {
   }
   const Tensor& out = c.outputs[0];
   if (out.dtype() != kBFloat16 || out.numel() == 0 || !out.is_contiguous()) return false;
+  if (c.op == OpId::Conv2d && ForwardPrefersOneDnn()) {
+    ForwardOnOneDnn(c);
+    return true;
+  }
   // Small per-image products lose to the widened float32 kernels (the implicit-GEMM forms with
   // no columns, no per-image packing); measured by anvil_bench_amp's convolution rows.
   const ConvShape s = backend::ConvShapeOf(c);
