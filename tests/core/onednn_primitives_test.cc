@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/int8_gemm.h"
+#include "core/backend/cpu/isa.h"
 #include "core/util/error.h"
 #include "core/util/half.h"
 
@@ -345,6 +348,44 @@ TEST(OneDnnPrimitives, TheImplementationIsNotAReferencePath) {
     const std::string i8 = dnn::int8_matmul_impl(32, 1024, 1024, 1024, 1024, 1024);
     EXPECT_EQ(i8.find("ref"), std::string::npos) << i8;
   }
+}
+
+TEST(OneDnnPrimitives, TheChoiceFollowsTheMeasuredSizeClasses) {
+  SKIP_WITHOUT(dnn::bf16_available);
+  using C = cpu::Bf16GemmCandidate;
+  if (const std::optional<C> forced = cpu::bf16_gemm_forced_candidate()) {
+    // ANVIL_BF16_GEMM decides every shape.
+    EXPECT_EQ(cpu::bf16_gemm_candidate_for(2048, 2048, 2048), *forced);
+    EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 10, 1024), *forced);
+    return;
+  }
+  if (cpu::isa_at_least(CpuIsa::kAmx)) {
+    // oneDNN's AMX kernels for every product worth tiles.
+    EXPECT_EQ(cpu::bf16_gemm_candidate_for(2048, 2048, 2048), C::kOneDnn);
+    EXPECT_EQ(cpu::bf16_gemm_candidate_for(8, 8, 8), C::kAnvil);
+    return;
+  }
+  // AVX-512-BF16 (bf16_gemm.cc's table): oneDNN for narrow products with a long inner
+  // dimension, Anvil's kernel elsewhere.
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 10, 1024), C::kOneDnn);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 16, 1024), C::kOneDnn);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(10, 1024, 256), C::kOneDnn);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(1, 1024, 1024), C::kOneDnn);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(2048, 2048, 2048), C::kAnvil);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 1024, 1024), C::kAnvil);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 1024, 10), C::kAnvil);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(64, 10, 84), C::kAnvil);
+  EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 24, 1024), C::kAnvil);
+  // Below the avx512 level bfloat16 products are widened: oneDNN is never chosen.
+  {
+    const cpu::ScopedIsa lower(CpuIsa::kAvx2);
+    EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 10, 1024), C::kAnvil);
+  }
+  // int8: Anvil's vpdpbusd kernel at every size on AVX512-VNNI (int8_gemm.cc's table).
+  if (!cpu::int8_gemm_candidate_unavailable_reason(cpu::Int8GemmCandidate::kOneDnn).empty()) return;
+  if (std::getenv("ANVIL_INT8_GEMM") != nullptr) return;
+  EXPECT_EQ(cpu::int8_gemm_candidate_for(256, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
+  EXPECT_EQ(cpu::int8_gemm_candidate_for(1, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
 }
 
 TEST(OneDnnPrimitives, UnavailableSaysWhy) {

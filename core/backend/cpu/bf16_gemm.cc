@@ -356,15 +356,22 @@ std::optional<Bf16GemmCandidate> ForcedBf16Candidate() {
   return forced;
 }
 
-// Where oneDNN's bf16 matmul is preferred (one thread, the calling thread's share of a product).
+// Where oneDNN's bf16 matmul is preferred (one thread: the calling thread's share of a product).
 // - amx level: oneDNN's AMX-BF16 kernels, for products worth tiles. Measured on an Intel Xeon
 //   with AMX (issue 36): PyTorch, whose bf16 mm is oneDNN's, took 6.4 ms for 2048^3 where
-//   Anvil's AMX kernel took 10.2. Not measured by Anvil's benchmarks on AMX: no AMX machine.
-// - avx512 with AVX-512-BF16 (Zen 5, bench/RESULTS.md "oneDNN bf16 and int8 primitives"):
-//   Anvil's kernel at or ahead of oneDNN's on every shape measured, so oneDNN is not preferred.
+//   Anvil's AMX kernel took 10.2. Not measured by Anvil's benchmarks: no AMX machine here.
+// - avx512 with AVX-512-BF16, measured on Zen 5 (anvil_bench_amp "" onednn-gemm; bench/RESULTS.md,
+//   "oneDNN bf16 and int8 primitives"): on square and MLP-sized products the two are within
+//   6 % of each other (2048^3: Anvil 484-498 GFLOP/s, oneDNN 429-439), so Anvil's kernel stays.
+//   oneDNN's brgemm wins on narrow products with a long inner dimension, where Anvil's 12 x 32
+//   tiles run mostly empty: n <= 16 (256x10x1024: 192 against 116 GFLOP/s; 256x16x1024: 302
+//   against 186) and m < 16 (10x1024x256: 267 against 188; batch 1 and 8 Linear 1024x1024:
+//   1.29x and 1.13x). It loses where k is short or n is 24 (256x1024x10: 118 against 307;
+//   64x10x84: 66 against 81; 256x24x1024: 238 against 276), its fixed cost per call showing.
 bool OneDnnPreferred(int64_t m, int64_t n, int64_t k) {
-  if (!isa_at_least(CpuIsa::kAmx)) return false;
-  return WorthTiles(m, n, k);
+  if (isa_at_least(CpuIsa::kAmx)) return WorthTiles(m, n, k);
+  const bool narrow = n <= 16 || m < 16;
+  return narrow && k >= 256 && m * n * k >= (int64_t{1} << 18);
 }
 
 }  // namespace
@@ -388,8 +395,9 @@ std::optional<Bf16GemmCandidate> bf16_gemm_forced_candidate() { return ForcedBf1
 
 Bf16GemmCandidate bf16_gemm_candidate_for(int64_t m, int64_t n, int64_t k) {
   if (const std::optional<Bf16GemmCandidate> f = ForcedBf16Candidate()) return *f;
-  static const bool onednn_here = onednn::bf16_available();
-  return onednn_here && OneDnnPreferred(m, n, k) ? Bf16GemmCandidate::kOneDnn : Bf16GemmCandidate::kAnvil;
+  static const bool library = onednn::available();  // loaded once; the level may change (ScopedIsa)
+  return library && bf16_gemm_available() && OneDnnPreferred(m, n, k) ? Bf16GemmCandidate::kOneDnn
+                                                                      : Bf16GemmCandidate::kAnvil;
 }
 
 void bf16_gemm_with(Bf16GemmCandidate candidate, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,

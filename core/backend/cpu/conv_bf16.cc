@@ -108,13 +108,15 @@ void ForwardOnOneDnn(const KernelCall& call) {
 }
 
 // Whether the forward takes oneDNN's convolution: forced by ANVIL_BF16_GEMM, else the measured
-// preference. On Zen 5 (bench/RESULTS.md, "oneDNN bf16 and int8 primitives") oneDNN's NCHW bf16
-// convolution is not preferred; at the amx level oneDNN's AMX kernels are (PyTorch's path there,
-// not measured by Anvil: no AMX machine).
+// preference. On Zen 5 (anvil_bench_amp "" onednn; bench/RESULTS.md, "oneDNN bf16 and int8
+// primitives") oneDNN 2.6 runs an NCHW bf16 convolution as its own im2col + GEMM (gemm:jit)
+// and loses to Anvil's path on every lenet5 and resnet shape (0.14-0.85 of its speed), so it
+// is not preferred there; at the amx level oneDNN's AMX kernels are (PyTorch's path, not
+// measured by Anvil: no AMX machine).
 bool ForwardPrefersOneDnn() {
   if (const std::optional<Bf16GemmCandidate> f = bf16_gemm_forced_candidate()) return *f == Bf16GemmCandidate::kOneDnn;
-  static const bool onednn_here = onednn::bf16_available();
-  return onednn_here && isa_at_least(CpuIsa::kAmx);
+  static const bool library = onednn::available();  // loaded once; the level may change (ScopedIsa)
+  return library && isa_at_least(CpuIsa::kAmx);
 }
 
 // grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then

@@ -160,8 +160,11 @@ std::optional<Int8GemmCandidate> ForcedInt8Candidate() {
 // Where oneDNN's int8 matmul is preferred (one thread).
 // - amx level: oneDNN's AMX-INT8 kernels for products of a tile's rows or more (PyTorch's path
 //   on AMX; Anvil's AMX kernel has not been measured against it: no AMX machine).
-// - avx512 with VNNI (Zen 5, bench/RESULTS.md "oneDNN bf16 and int8 primitives"): Anvil's
-//   vpdpbusd kernel ahead of oneDNN's matmul at every batch measured; not preferred.
+// - avx512 with VNNI, measured on Zen 5 (anvil_bench_int8; bench/RESULTS.md, "oneDNN bf16 and
+//   int8 primitives"): Anvil's vpdpbusd kernel is ahead of oneDNN's matmul primitive
+//   (brg:avx512_core_vnni) or level with it at every size, Linear 1024x1024 at batch 1, 32 and
+//   256: 265 / 1029 / 1024 GOP/s against 101 / 797 / 1016; 2048^3: 992 against 978. Not
+//   preferred.
 bool OneDnnInt8Preferred(int64_t m, int64_t /*n*/, int64_t /*k*/) {
   return isa_at_least(CpuIsa::kAmx) && m >= int8_kernels::kAmxMinRows;
 }

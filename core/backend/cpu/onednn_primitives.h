@@ -1,6 +1,6 @@
 // oneDNN's bfloat16 and int8 primitives (matmul, convolution forward), reached through its C
 // API at run time: candidates beside Anvil's own bf16 and int8 kernels (bf16_gemm.h,
-// int8_gemm.h), chosen per shape where they measured faster (docs/performance.md).
+// int8_gemm.h), chosen per shape where they measured faster (docs/cpu.md, "oneDNN primitives").
 //
 // Why oneDNN: on CPUs with AMX (Sapphire Rapids and later) Debian 12's oneDNN 2.6.3
 // dispatches AMX-BF16 and AMX-INT8 kernels by default, which is how PyTorch reaches its AMX
