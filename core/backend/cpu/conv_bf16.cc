@@ -71,9 +71,10 @@ void Forward(const KernelCall& call) {
   });
 }
 
-// The forward on oneDNN's bf16 convolution (onednn_primitives.h): one primitive per image
-// (its shape the same for every image, so one cache entry), the images split over the pool.
-// The bias (bfloat16) is added in float32 before the one rounding, as Forward does.
+// The forward on oneDNN's bf16 convolution (onednn_primitives.h): the batch split over the pool
+// as the other kernels split it (SplitBatch), one primitive call per task's images (at most two
+// batch sizes, so two cache entries; the weights are reordered into oneDNN's layout once per
+// call). The bias (bfloat16) is added in float32 before the one rounding, as Forward does.
 void ForwardOnOneDnn(const KernelCall& call) {
   const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
   const ConvShape& s = op.s;
@@ -102,21 +103,34 @@ void ForwardOnOneDnn(const KernelCall& call) {
   const Bits* pb = op.b.defined() ? BitsOf(op.b) : nullptr;
   Bits* po = MutableBitsOf(call.outputs[0]);
   const int64_t in_image = s.g.C * s.g.H * s.g.W, out_image = s.OC * s.L;
-  parallel_for(0, s.g.N, 1, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) onednn::bf16_conv2d_forward(g, px + n * in_image, pw, pb, po + n * out_image);
+  const BatchSplit split = SplitBatch(s.g.N);
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * split.step, n1 = std::min(s.g.N, n0 + split.step);
+      onednn::Conv2dGeometry part = g;
+      part.n = n1 - n0;
+      onednn::bf16_conv2d_forward(part, px + n0 * in_image, pw, pb, po + n0 * out_image);
+    }
   });
 }
 
 // Whether the forward takes oneDNN's convolution: forced by ANVIL_BF16_GEMM, else the measured
-// preference. On Zen 5 (anvil_bench_amp "" onednn; bench/RESULTS.md, "oneDNN bf16 and int8
-// primitives") oneDNN 2.6 runs an NCHW bf16 convolution as its own im2col + GEMM (gemm:jit)
-// and loses to Anvil's path on every lenet5 and resnet shape (0.14-0.85 of its speed), so it
-// is not preferred there; at the amx level oneDNN's AMX kernels are (PyTorch's path, not
-// measured by Anvil: no AMX machine).
-bool ForwardPrefersOneDnn() {
+// preference. On Zen 5 (one thread, anvil_bench_amp "" onednn; bench/RESULTS.md, "oneDNN bf16
+// and int8 primitives") oneDNN's brgemm convolution on its blocked layouts, operands reordered
+// in and out, runs the lenet5 and resnet shapes with 6 or more input channels per group at
+// 1.4-2.6x Anvil's bfloat16 path (resnet [32,64,8,8] * [64,64,3,3]: 0.35 ms against 0.92;
+// lenet5 [64,6,14,14] * [16,6,5,5]: 0.17 against 0.30, where Anvil widens to float32) and the
+// wide [16,64,56,56] one at 1.1x; with 1 or 3 input channels (the first convolution of each) it
+// loses (0.39-0.82: the reorders and a kernel built for wide channel blocks). At the amx level
+// oneDNN's AMX convolution is taken throughout (PyTorch's path; not measured by Anvil: no AMX
+// machine).
+constexpr int64_t kMinOneDnnChannelsPerGroup = 6;
+
+bool ForwardPrefersOneDnn(const ConvShape& s) {
   if (const std::optional<Bf16GemmCandidate> f = bf16_gemm_forced_candidate()) return *f == Bf16GemmCandidate::kOneDnn;
   static const bool library = onednn::available();  // loaded once; the level may change (ScopedIsa)
-  return library && isa_at_least(CpuIsa::kAmx);
+  if (!library) return false;
+  return isa_at_least(CpuIsa::kAmx) || s.g.C / s.G >= kMinOneDnnChannelsPerGroup;
 }
 
 // grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then
@@ -191,7 +205,7 @@ bool Conv2dOnBf16Gemm(const KernelCall& c) {
   }
   const Tensor& out = c.outputs[0];
   if (out.dtype() != kBFloat16 || out.numel() == 0 || !out.is_contiguous()) return false;
-  if (c.op == OpId::Conv2d && ForwardPrefersOneDnn()) {
+  if (c.op == OpId::Conv2d && ForwardPrefersOneDnn(backend::ConvShapeOf(c))) {
     ForwardOnOneDnn(c);
     return true;
   }

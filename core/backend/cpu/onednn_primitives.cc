@@ -46,6 +46,8 @@ constexpr int kConvolutionDirect = 0x1;      // dnnl_alg_kind_t dnnl_convolution
 constexpr int kQueryImplInfoStr = 8;         // dnnl_query_t dnnl_query_impl_info_str
 constexpr int kQueryScratchpadMd = 128 + 8;  // dnnl_query_scratchpad_md
 constexpr int kScratchpadUser = 1;           // dnnl_scratchpad_mode_user
+constexpr int kFormatAny = 1;                // dnnl_format_tag_t dnnl_format_tag_any
+constexpr int kQuerySrcMd = 128 + 1, kQueryWeightsMd = 128 + 3, kQueryDstMd = 128 + 5;  // dnnl_query_*_md
 // DNNL_ARG_* (dnnl_types.h)
 constexpr int kArgSrc = 1, kArgDst = 17, kArgWeights = 33, kArgBias = 41, kArgScratchpad = 80;
 
@@ -54,6 +56,10 @@ struct Api {
   Status (*stream_create)(void** stream, void* engine, unsigned flags);
   Status (*stream_wait)(void* stream);
   Status (*memory_desc_init_by_strides)(Desc* md, int ndims, const Dims dims, int data_type, const Dims strides);
+  Status (*memory_desc_init_by_tag)(Desc* md, int ndims, const Dims dims, int data_type, int tag);
+  int (*memory_desc_equal)(const void* lhs, const void* rhs);
+  Status (*reorder_primitive_desc_create)(void** pd, const void* src_md, void* src_engine, const void* dst_md,
+                                          void* dst_engine, const void* attr);
   size_t (*memory_desc_get_size)(const void* md);
   Status (*matmul_desc_init)(Desc* op, const Desc* src, const Desc* weights, const Desc* bias, const Desc* dst);
   Status (*dilated_convolution_forward_desc_init)(Desc* op, int prop_kind, int alg_kind, const Desc* src,
@@ -103,6 +109,9 @@ Loaded Load() {
                   Resolve(h, "dnnl_stream_create", a.stream_create) && Resolve(h, "dnnl_stream_wait", a.stream_wait) &&
                   Resolve(h, "dnnl_memory_desc_init_by_strides", a.memory_desc_init_by_strides) &&
                   Resolve(h, "dnnl_memory_desc_get_size", a.memory_desc_get_size) &&
+                  Resolve(h, "dnnl_memory_desc_init_by_tag", a.memory_desc_init_by_tag) &&
+                  Resolve(h, "dnnl_memory_desc_equal", a.memory_desc_equal) &&
+                  Resolve(h, "dnnl_reorder_primitive_desc_create", a.reorder_primitive_desc_create) &&
                   Resolve(h, "dnnl_matmul_desc_init", a.matmul_desc_init) &&
                   Resolve(h, "dnnl_dilated_convolution_forward_desc_init", a.dilated_convolution_forward_desc_init) &&
                   Resolve(h, "dnnl_primitive_attr_create", a.attr_create) &&
@@ -189,10 +198,16 @@ struct Primitive {
   const Api* api = nullptr;
   void* pd = nullptr;
   void* primitive = nullptr;
-  std::vector<int> args;  // DNNL_ARG_* per argument, in the order calls pass pointers
-  std::vector<Desc> mds;  // the descriptor of each argument
-  size_t scratchpad = 0;  // bytes
-  std::string impl;       // impl_info_str
+  std::vector<int> args;        // DNNL_ARG_* per argument, in the order calls pass pointers
+  std::vector<Desc> owned;      // the descriptors Anvil made (plain layouts)
+  std::vector<const void*> md;  // each argument's descriptor: in `owned`, or oneDNN's (in a pd)
+  size_t scratchpad = 0;        // bytes
+  std::string impl;             // impl_info_str
+  // A convolution on oneDNN's blocked layouts (nChw16c, ...): the reorders from Anvil's NCHW
+  // operands into them and back (null where the layout chosen is the plain one), and the
+  // blocked buffers' sizes; the reorders read descriptors held by this primitive's pd.
+  std::shared_ptr<Primitive> to_x, to_w, from_y;
+  size_t x_bytes = 0, w_bytes = 0, y_bytes = 0;
   Primitive() = default;
   Primitive(const Primitive&) = delete;
   Primitive& operator=(const Primitive&) = delete;
@@ -244,7 +259,25 @@ std::shared_ptr<Primitive> Build(const Api& api, const Desc& op, bool accumulate
   const void* scratch = api.primitive_desc_query_md(p->pd, kQueryScratchpadMd, 0);
   p->scratchpad = scratch != nullptr ? api.memory_desc_get_size(scratch) : 0;
   p->args = std::move(args);
-  p->mds = std::move(mds);
+  p->owned = std::move(mds);
+  for (const Desc& d : p->owned) p->md.push_back(&d);
+  return p;
+}
+
+// A reorder between two layouts of the same tensor (descriptors owned elsewhere: the caller
+// keeps their owners alive as long as the reorder).
+std::shared_ptr<Primitive> BuildReorder(const Api& api, const void* from, const void* to) {
+  auto p = std::make_shared<Primitive>();
+  p->api = &api;
+  const Attr attr(api, false);
+  const OneOmpThread one(api.lib);
+  Check(api.reorder_primitive_desc_create(&p->pd, from, api.engine, to, api.engine, attr.attr),
+        "dnnl_reorder_primitive_desc_create");
+  Check(api.primitive_create(&p->primitive, p->pd), "dnnl_primitive_create (reorder)");
+  const void* scratch = api.primitive_desc_query_md(p->pd, kQueryScratchpadMd, 0);
+  p->scratchpad = scratch != nullptr ? api.memory_desc_get_size(scratch) : 0;
+  p->args = {kArgSrc, kArgDst};  // DNNL_ARG_FROM, DNNL_ARG_TO
+  p->md = {from, to};
   return p;
 }
 
@@ -319,7 +352,7 @@ void Execute(const Primitive& p, std::initializer_list<const void*> pointers) {
   size_t i = 0;
   for (const void* ptr : pointers) {
     void* mem = nullptr;
-    if (api.memory_create(&mem, &p.mds[i], api.engine, const_cast<void*>(ptr)) != kSuccess) {
+    if (api.memory_create(&mem, p.md[i], api.engine, const_cast<void*>(ptr)) != kSuccess) {
       release();
       ANVIL_CHECK(false, "oneDNN: dnnl_memory_create failed for argument ", p.args[i]);
     }
@@ -397,17 +430,65 @@ std::shared_ptr<Primitive> Bf16Conv(const Conv2dGeometry& g, bool bias) {
                                               {ocg * icg * kk, icg * kk, kk, g.kw, 1});
     const Desc b = MemoryDesc(api, {g.oc}, kBf16, {1});
     const Desc y = MemoryDesc(api, {g.n, g.oc, g.oh, g.ow}, kBf16, {g.oc * g.oh * g.ow, g.oh * g.ow, g.ow, 1});
+    // The layouts left to oneDNN ("any"): on plain NCHW its bf16 convolution is an im2col +
+    // GEMM (gemm:jit), on its blocked layouts a direct JIT kernel; the operands are reordered.
+    const auto any = [&](std::initializer_list<int64_t> dims) {
+      Desc md;
+      Dims d{};
+      int i = 0;
+      for (int64_t v : dims) d[i++] = v;
+      Check(api.memory_desc_init_by_tag(&md, static_cast<int>(dims.size()), d, kBf16, kFormatAny),
+            "dnnl_memory_desc_init_by_tag");
+      return md;
+    };
+    const Desc xa = any({g.n, g.c, g.h, g.w}), ya = any({g.n, g.oc, g.oh, g.ow});
+    const Desc wa = g.groups == 1 ? any({g.oc, icg, g.kh, g.kw}) : any({g.groups, ocg, icg, g.kh, g.kw});
     // oneDNN counts dilation from 0 (dense), PyTorch from 1.
     const Dims strides{g.stride_h, g.stride_w}, dilates{g.dilation_h - 1, g.dilation_w - 1};
     const Dims pad_l{g.pad_top, g.pad_left}, pad_r{g.pad_bottom, g.pad_right};
     Desc op;
-    Check(api.dilated_convolution_forward_desc_init(&op, kForwardInference, kConvolutionDirect, &x, &w,
-                                                    bias ? &b : nullptr, &y, strides, dilates, pad_l, pad_r),
+    Check(api.dilated_convolution_forward_desc_init(&op, kForwardInference, kConvolutionDirect, &xa, &wa,
+                                                    bias ? &b : nullptr, &ya, strides, dilates, pad_l, pad_r),
           "dnnl_dilated_convolution_forward_desc_init");
-    if (bias) return Build(api, op, false, {kArgSrc, kArgWeights, kArgBias, kArgDst}, {x, w, b, y}, "bf16 convolution");
-    return Build(api, op, false, {kArgSrc, kArgWeights, kArgDst}, {x, w, y}, "bf16 convolution");
+    std::shared_ptr<Primitive> p =
+        bias ? Build(api, op, false, {kArgSrc, kArgWeights, kArgBias, kArgDst}, {x, w, b, y}, "bf16 convolution")
+             : Build(api, op, false, {kArgSrc, kArgWeights, kArgDst}, {x, w, y}, "bf16 convolution");
+    // Each operand in the layout the primitive chose, reordered from (or to) Anvil's NCHW.
+    const void* x_md = api.primitive_desc_query_md(p->pd, kQuerySrcMd, 0);
+    const void* w_md = api.primitive_desc_query_md(p->pd, kQueryWeightsMd, 0);
+    const void* y_md = api.primitive_desc_query_md(p->pd, kQueryDstMd, 0);
+    const size_t last = p->md.size() - 1;
+    if (api.memory_desc_equal(x_md, p->md[0]) == 0) {
+      p->to_x = BuildReorder(api, p->md[0], x_md);
+      p->x_bytes = api.memory_desc_get_size(x_md);
+      p->md[0] = x_md;
+    }
+    if (api.memory_desc_equal(w_md, p->md[1]) == 0) {
+      p->to_w = BuildReorder(api, p->md[1], w_md);
+      p->w_bytes = api.memory_desc_get_size(w_md);
+      p->md[1] = w_md;
+    }
+    if (api.memory_desc_equal(y_md, p->md[last]) == 0) {
+      p->from_y = BuildReorder(api, y_md, p->md[last]);
+      p->y_bytes = api.memory_desc_get_size(y_md);
+      p->md[last] = y_md;
+    }
+    return p;
   });
 }
+
+// A per-thread buffer of at least `bytes`, 64-byte aligned (oneDNN's blocked operands).
+class Staging {
+ public:
+  void* Get(size_t bytes) {
+    if (bytes + 64 > storage_.size()) storage_.resize(bytes + 64);
+    const auto at = reinterpret_cast<uintptr_t>(storage_.data());
+    return storage_.data() + ((64 - at % 64) % 64);
+  }
+
+ private:
+  std::vector<unsigned char> storage_;
+};
 
 }  // namespace
 
@@ -493,11 +574,27 @@ void bf16_conv2d_forward(const Conv2dGeometry& g, const uint16_t* x, const uint1
   std::string why;
   ANVIL_CHECK(bf16_available(&why), "oneDNN bf16 convolution is not available: ", why);
   const std::shared_ptr<Primitive> p = Bf16Conv(g, bias != nullptr);
-  if (bias != nullptr) {
-    Execute(*p, {x, w, bias, y});
-  } else {
-    Execute(*p, {x, w, y});
+  thread_local Staging staged_x, staged_w, staged_y;
+  const void* xp = x;
+  const void* wp = w;
+  void* yp = y;
+  if (p->to_x) {
+    void* to = staged_x.Get(p->x_bytes);
+    Execute(*p->to_x, {x, to});
+    xp = to;
   }
+  if (p->to_w) {
+    void* to = staged_w.Get(p->w_bytes);
+    Execute(*p->to_w, {w, to});
+    wp = to;
+  }
+  if (p->from_y) yp = staged_y.Get(p->y_bytes);
+  if (bias != nullptr) {
+    Execute(*p, {xp, wp, bias, yp});
+  } else {
+    Execute(*p, {xp, wp, yp});
+  }
+  if (p->from_y) Execute(*p->from_y, {yp, y});
 }
 
 std::string bf16_matmul_impl(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs,
