@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -285,6 +286,12 @@ int main(int argc, char** argv) {
     return it == peer.end() ? std::pair<double, double>{0, 0} : it->second;
   };
 
+  if (only == "onednn" || only == "onednn-gemm") {
+    // The convolution table's "Anvil bf16" column is Anvil's own path: the op would otherwise
+    // take oneDNN itself where conv_bf16.cc prefers it. Set before the first bfloat16 product,
+    // which reads it; the oneDNN columns call the primitives directly.
+    setenv("ANVIL_BF16_GEMM", "anvil", 1);
+  }
   if (only == "onednn") {
     // The candidates' tables alone, one thread (the per-call comparison the choice rests on).
     set_num_threads(1);
