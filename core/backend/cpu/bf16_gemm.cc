@@ -362,12 +362,13 @@ std::optional<Bf16GemmCandidate> ForcedBf16Candidate() {
 //   Anvil's AMX kernel took 10.2. Not measured by Anvil's benchmarks: no AMX machine here.
 // - avx512 with AVX-512-BF16, measured on Zen 5 (anvil_bench_amp "" onednn-gemm; bench/RESULTS.md,
 //   "oneDNN bf16 and int8 primitives"): on square and MLP-sized products the two are within
-//   6 % of each other (2048^3: Anvil 484-498 GFLOP/s, oneDNN 429-439), so Anvil's kernel stays.
-//   oneDNN's brgemm wins on narrow products with a long inner dimension, where Anvil's 12 x 32
-//   tiles run mostly empty: n <= 16 (256x10x1024: 192 against 116 GFLOP/s; 256x16x1024: 302
-//   against 186) and m < 16 (10x1024x256: 267 against 188; batch 1 and 8 Linear 1024x1024:
-//   1.29x and 1.13x). It loses where k is short or n is 24 (256x1024x10: 118 against 307;
-//   64x10x84: 66 against 81; 256x24x1024: 238 against 276), its fixed cost per call showing.
+//   12 % of each other, the sign varying between runs (2048^3: Anvil 461 GFLOP/s, oneDNN 417),
+//   so Anvil's kernel stays. oneDNN's brgemm wins on narrow products with a long inner
+//   dimension, where Anvil's 12 x 32 tiles run mostly empty: n <= 16 (256x10x1024: 181 against
+//   112 GFLOP/s; 256x16x1024: 285 against 179) and m < 16 (10x1024x256: 264 against 182; batch
+//   1 and 8 Linear 1024x1024: 1.39x and 1.07x). It loses where k is short or n is 24
+//   (256x1024x10: 110 against 291; 64x10x84: 62 against 78; 256x24x1024: 224 against 267), its
+//   fixed cost per call showing.
 bool OneDnnPreferred(int64_t m, int64_t n, int64_t k) {
   if (isa_at_least(CpuIsa::kAmx)) return WorthTiles(m, n, k);
   const bool narrow = n <= 16 || m < 16;

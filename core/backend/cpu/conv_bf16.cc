@@ -118,10 +118,10 @@ void ForwardOnOneDnn(const KernelCall& call) {
 // preference. On Zen 5 (one thread, anvil_bench_amp "" onednn; bench/RESULTS.md, "oneDNN bf16
 // and int8 primitives") oneDNN's brgemm convolution on its blocked layouts, operands reordered
 // in and out, runs the lenet5 and resnet shapes with 6 or more input channels per group at
-// 1.4-2.6x Anvil's bfloat16 path (resnet [32,64,8,8] * [64,64,3,3]: 0.35 ms against 0.92;
-// lenet5 [64,6,14,14] * [16,6,5,5]: 0.17 against 0.30, where Anvil widens to float32) and the
+// 1.5-2.8x Anvil's bfloat16 path (resnet [32,64,8,8] * [64,64,3,3]: 0.35 ms against 0.96;
+// lenet5 [64,6,14,14] * [16,6,5,5]: 0.16 against 0.29, where Anvil widens to float32) and the
 // wide [16,64,56,56] one at 1.1x; with 1 or 3 input channels (the first convolution of each) it
-// loses (0.39-0.82: the reorders and a kernel built for wide channel blocks). At the amx level
+// loses (0.39-0.80x: the reorders and a kernel built for wide channel blocks). At the amx level
 // oneDNN's AMX convolution is taken throughout (PyTorch's path; not measured by Anvil: no AMX
 // machine).
 constexpr int64_t kMinOneDnnChannelsPerGroup = 6;

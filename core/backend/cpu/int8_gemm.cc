@@ -163,7 +163,7 @@ std::optional<Int8GemmCandidate> ForcedInt8Candidate() {
 // - avx512 with VNNI, measured on Zen 5 (anvil_bench_int8; bench/RESULTS.md, "oneDNN bf16 and
 //   int8 primitives"): Anvil's vpdpbusd kernel is ahead of oneDNN's matmul primitive
 //   (brg:avx512_core_vnni) or level with it at every size, Linear 1024x1024 at batch 1, 32 and
-//   256: 265 / 1029 / 1024 GOP/s against 101 / 797 / 1016; 2048^3: 992 against 978. Not
+//   256: 247 / 961 / 975 GOP/s against 97 / 751 / 975; 2048^3: 897 against 858. Not
 //   preferred.
 bool OneDnnInt8Preferred(int64_t m, int64_t /*n*/, int64_t /*k*/) {
   return isa_at_least(CpuIsa::kAmx) && m >= int8_kernels::kAmxMinRows;

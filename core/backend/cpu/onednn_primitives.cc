@@ -339,6 +339,8 @@ Cache& TheCache() {
 // Runs `p` on the calling thread with the argument pointers in p->args' order.
 void Execute(const Primitive& p, std::initializer_list<const void*> pointers) {
   const Api& api = *p.api;
+  // One in-order stream per thread, kept for the thread's life: a stream is not meant to be
+  // shared by threads submitting at once, and a CPU stream is a small object.
   thread_local void* stream = nullptr;
   if (stream == nullptr) Check(api.stream_create(&stream, api.engine, kInOrderStream), "dnnl_stream_create");
   thread_local std::vector<unsigned char> scratchpad;

@@ -9,17 +9,19 @@
 // Loading: libdnnl.so.2 is dlopened by blas_library.cc (no link-time dependency; its ISA cap
 // follows Anvil's active level), and the primitive API is looked up from that handle here. The
 // few C types and enum values used are declared in onednn_primitives.cc from oneDNN 2.x's
-// oneapi/dnnl/dnnl_types.h and dnnl.h, so the build needs no oneDNN headers; the descriptors
-// themselves are opaque buffers filled and read only by the library. Without the library (or
-// without one of these functions) available() is false with the reason, and callers keep
-// Anvil's kernels.
+// oneapi/dnnl/dnnl_types.h and dnnl.h rather than taken from libdnnl-dev: the build then needs
+// nothing of oneDNN (like the float32 candidates, it is a run-time option only), and no struct
+// layout is copied, since the descriptors are opaque buffers filled and read only by the
+// library. Without the library (or without one of these functions, as in oneDNN 3.x, whose
+// descriptor API is gone) available() is false with the reason, and callers keep Anvil's
+// kernels. The calls a 3.x port changes are gathered in onednn_primitives.cc (Attr, Build).
 //
 // Each call runs single-threaded on the calling thread, as the other kernels do (callers split
 // the work over Anvil's pool): oneDNN's OpenMP is held at one thread while a primitive is built
 // and while it runs.
 //
 // The primitive cache: each primitive is built once per key (the operation, its shape, its
-// operands' strides, beta) and kept in one process-wide cache of at most kPrimitiveCacheCapacity
+// operands' strides, beta, bias) and kept in one process-wide cache of at most kPrimitiveCacheCapacity
 // entries, the least recently used dropped first. Thread-safe: the cache is guarded by a mutex
 // (a primitive is built while it is held, so threads asking for the same new shape build it
 // once); an entry is shared (reference-counted) with the calls running it, so dropping it never
@@ -79,8 +81,11 @@ struct Conv2dGeometry {
 
 // y = conv2d(x, w) + bias on oneDNN's bf16 convolution forward: x [n, c, h, w], w, bias [oc]
 // (null: none) and y [n, oc, oh, ow], all bfloat16 bits, contiguous; accumulated in float32,
-// bias added before the one rounding to bfloat16. Throws anvil::Error when bf16_available() is
-// false or oneDNN has no implementation for the geometry.
+// bias added before the one rounding to bfloat16. The primitive runs on the layouts oneDNN
+// chooses (blocked: on plain NCHW oneDNN 2.6 falls back to its im2col + GEMM, 2-8x slower);
+// x and w are reordered into them and y back, within the call, through per-thread buffers.
+// Throws anvil::Error when bf16_available() is false or oneDNN has no implementation for the
+// geometry.
 void bf16_conv2d_forward(const Conv2dGeometry& g, const uint16_t* x, const uint16_t* w, const uint16_t* bias,
                          uint16_t* y);
 
