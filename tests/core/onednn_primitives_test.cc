@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/anvil.h"
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/int8_gemm.h"
 #include "core/backend/cpu/isa.h"
@@ -386,6 +387,29 @@ TEST(OneDnnPrimitives, TheChoiceFollowsTheMeasuredSizeClasses) {
   if (std::getenv("ANVIL_INT8_GEMM") != nullptr) return;
   EXPECT_EQ(cpu::int8_gemm_candidate_for(256, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
   EXPECT_EQ(cpu::int8_gemm_candidate_for(1, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
+}
+
+TEST(OneDnnPrimitives, ConvolutionForwardTakesOneDnnFromSixInputChannels) {
+  SKIP_WITHOUT(dnn::bf16_available);
+  if (cpu::bf16_gemm_forced_candidate() || cpu::isa_at_least(CpuIsa::kAmx)) {
+    GTEST_SKIP() << "the choice is forced (ANVIL_BF16_GEMM) or oneDNN is taken throughout (amx level)";
+  }
+  // Shapes no other test builds: a primitive built means the op ran on oneDNN.
+  WindowParams p;
+  p.kernel = {3, 3};
+  p.padding = {1, 1, 1, 1};
+  const auto built_by = [&](int64_t channels) {
+    manual_seed(8);
+    const Tensor x = randn({3, channels, 11, 13}).to(kBFloat16), w = randn({5, channels, 3, 3}).to(kBFloat16);
+    const int64_t before = dnn::primitive_cache_stats().built;
+    const Tensor y = convolution(x, w, Tensor(), p, 1);
+    // Whichever path ran, the result is the float32 convolution's rounded once.
+    const Tensor want = convolution(x.to(kFloat32), w.to(kFloat32), Tensor(), p, 1);
+    EXPECT_TRUE(allclose(y.to(kFloat32), want, 1e-2, 1e-2)) << channels << " channels";
+    return dnn::primitive_cache_stats().built - before;
+  };
+  EXPECT_GE(built_by(6), 1) << "6 input channels: oneDNN's convolution (conv_bf16.cc)";
+  EXPECT_EQ(built_by(3), 0) << "3 input channels: Anvil's path";
 }
 
 TEST(OneDnnPrimitives, UnavailableSaysWhy) {
