@@ -1,9 +1,10 @@
 // Mixed precision on the CPU: float32 against bfloat16 autocast, Anvil beside PyTorch 2.x
 // (bench/amp_peer.py, same shapes, same thread count) in one run.
 //
-//   anvil_bench_amp [PYTHON [gemm|conv|steps]]   PYTHON: an interpreter with torch (default:
-//                   the bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer columns; "" for
-//                   none); gemm, conv or steps: that table only
+//   anvil_bench_amp [PYTHON [gemm|conv|steps|onednn[-gemm]]] PYTHON: an interpreter with torch
+//                   (default: the bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer
+//                   columns; "" for none); gemm, conv, steps or onednn: that table only
+//                   (onednn-gemm: its bf16 products only)
 //
 // Rows: square products (mm of float32 tensors against mm of bfloat16 tensors, all threads;
 // and the kernels alone on one thread: the selected float32 sgemm against bf16_gemm),
@@ -12,12 +13,17 @@
 // 784-1024-1024-10 at batch 256 and of the lenet5 preset on the digits' 1x8x8 images at batch
 // 64, float32 against the forward under AutocastGuard(CPU, bfloat16). Each figure is the median
 // of 7 batches of >= 200 ms after a warm-up batch. The one-thread kernel rows also give each
-// kernel's share of the core's measured peak (bench/core_peak.h).
+// kernel's share of the core's measured peak (bench/core_peak.h). The onednn tables put the
+// bf16 candidates side by side on one thread (onednn_primitives.h): Anvil's bf16 kernel against
+// oneDNN's bf16 matmul primitive on cubes and the MLP's products, and bfloat16 convolution
+// forward (Anvil's path: widened to float32 or im2col + bf16 GEMM) against oneDNN's bf16
+// convolution on the lenet5 and resnet presets' shapes, float32 beside.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -29,6 +35,7 @@
 #include "core/anvil.h"
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/gemm.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/models/spec.h"
 #include "core/nn/functional.h"
 #include "core/nn/nn.h"
@@ -116,6 +123,137 @@ double StepMs(const std::shared_ptr<nn::Module>& model, const Tensor& x, const T
          });
 }
 
+// A bf16 product of the candidates' table: C [m, n] = A B with A [m, k] (or A^T given) and B
+// [k, n] (or B^T given: a Linear weight).
+struct Bf16Product {
+  std::string label;
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+// One thread: Anvil's bf16 kernel against oneDNN's bf16 matmul primitive (built before timing:
+// the cache holds it), GFLOP/s.
+void OneDnnBf16GemmTable() {
+  std::printf("\n### bf16 candidates, one thread: Anvil's kernel vs oneDNN's matmul primitive, GFLOP/s\n\n");
+  std::string why;
+  if (!cpu::onednn::bf16_available(&why)) {
+    std::printf("oneDNN bf16 primitives not available here: %s\n", why.c_str());
+    return;
+  }
+  std::printf("%s; Anvil: %s\n\n", cpu::onednn::version().c_str(), cpu::bf16_gemm_kernel_name());
+  std::printf(
+      "| product (m x n x k) | Anvil bf16 | oneDNN bf16 | oneDNN / Anvil | oneDNN implementation |\n"
+      "|---|---:|---:|---:|---|\n");
+  const std::vector<Bf16Product> products = {
+      {"256^3", 256, 256, 256, false, false},
+      {"1024^3", 1024, 1024, 1024, false, false},
+      {"2048^3", 2048, 2048, 2048, false, false},
+      {"MLP fwd x W1^T", 256, 1024, 784, false, true},
+      {"MLP fwd h W2^T", 256, 1024, 1024, false, true},
+      {"MLP fwd h W3^T", 256, 10, 1024, false, true},
+      {"MLP fwd h W2^T, half the batch (2 threads)", 128, 1024, 1024, false, true},
+      {"MLP bwd grad_x = g W2", 256, 1024, 1024, false, false},
+      {"MLP bwd grad_W = g^T h", 1024, 1024, 256, true, false},
+      {"MLP bwd grad_W1 = g^T x", 1024, 784, 256, true, false},
+      {"MLP bwd grad_W3 = g^T h", 10, 1024, 256, true, false},
+      {"MLP bwd grad_h = g W3", 256, 1024, 10, false, false},
+      {"Linear 1024x1024, batch 1", 1, 1024, 1024, false, true},
+      {"Linear 1024x1024, batch 8", 8, 1024, 1024, false, true},
+      {"Linear 1024->16, batch 256", 256, 16, 1024, false, true},
+      {"Linear 1024->24, batch 256", 256, 24, 1024, false, true},
+      {"lenet5 fc3 84->10, batch 64", 64, 10, 84, false, true},
+      {"lenet5 fc1 400->120, batch 64", 64, 120, 400, false, true},
+  };
+  for (const Bf16Product& p : products) {
+    manual_seed(5);
+    const Tensor a = randn({p.m * p.k}).to(kBFloat16), b = randn({p.k * p.n}).to(kBFloat16);
+    const auto* pa = static_cast<const uint16_t*>(a.data_ptr());
+    const auto* pb = static_cast<const uint16_t*>(b.data_ptr());
+    const int64_t a_rs = p.ta ? 1 : p.k, a_cs = p.ta ? p.m : 1, b_rs = p.tb ? 1 : p.n, b_cs = p.tb ? p.k : 1;
+    std::vector<float> c(static_cast<size_t>(p.m * p.n));
+    const double flop = 2.0 * double(p.m) * double(p.n) * double(p.k);
+    const auto run = [&](cpu::Bf16GemmCandidate cand) {
+      return flop / SecondsPerCall([&] {
+               cpu::bf16_gemm_with(cand, p.m, p.n, p.k, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0f, c.data(), p.n);
+             }) /
+             1e9;
+    };
+    const double anvil = run(cpu::Bf16GemmCandidate::kAnvil), onednn = run(cpu::Bf16GemmCandidate::kOneDnn);
+    const std::string impl = cpu::onednn::bf16_matmul_impl(p.m, p.n, p.k, a_rs, a_cs, b_rs, b_cs, p.n, 0.0f);
+    std::printf("| %s (%lldx%lldx%lld) | %s | %s | %s | %s |\n", p.label.c_str(), static_cast<long long>(p.m),
+                static_cast<long long>(p.n), static_cast<long long>(p.k), Cell(anvil, 1).c_str(),
+                Cell(onednn, 1).c_str(), Ratio(onednn, anvil).c_str(), impl.c_str());
+    std::fflush(stdout);
+  }
+}
+
+// One thread, forward only: float32, Anvil's bfloat16 path, and oneDNN's bf16 convolution (the
+// whole batch in one call, as conv_bf16.cc runs it on one thread; its operands reordered into
+// oneDNN's blocked layouts and back inside the call), ms per batch.
+void OneDnnConvTable() {
+  std::printf("\n### bfloat16 convolution forward, one thread, ms per batch: Anvil vs oneDNN\n\n");
+  std::string why;
+  if (!cpu::onednn::bf16_available(&why)) {
+    std::printf("oneDNN bf16 primitives not available here: %s\n", why.c_str());
+    return;
+  }
+  std::printf(
+      "| convolution | Anvil fp32 | Anvil bf16 (path) | oneDNN bf16 | oneDNN / Anvil bf16 (speed) | "
+      "oneDNN implementation |\n|---|---:|---:|---:|---:|---|\n");
+  struct Case {
+    std::string label;
+    IntArray x, w;
+    int64_t stride, pad;
+  };
+  const std::vector<Case> cases = {
+      {"lenet5 1x8x8 conv1 [64,1,8,8]*[6,1,5,5] p2", {64, 1, 8, 8}, {6, 1, 5, 5}, 1, 2},
+      {"lenet5 1x8x8 conv2 [64,6,4,4]*[16,6,5,5] p2", {64, 6, 4, 4}, {16, 6, 5, 5}, 1, 2},
+      {"lenet5 1x28x28 conv1 [64,1,28,28]*[6,1,5,5] p2", {64, 1, 28, 28}, {6, 1, 5, 5}, 1, 2},
+      {"lenet5 1x28x28 conv2 [64,6,14,14]*[16,6,5,5]", {64, 6, 14, 14}, {16, 6, 5, 5}, 1, 0},
+      {"resnet 3x32x32 stem [32,3,32,32]*[16,3,3,3] p1", {32, 3, 32, 32}, {16, 3, 3, 3}, 1, 1},
+      {"resnet block1 [32,16,32,32]*[16,16,3,3] p1", {32, 16, 32, 32}, {16, 16, 3, 3}, 1, 1},
+      {"resnet block2 [32,16,32,32]*[32,16,3,3] s2 p1", {32, 16, 32, 32}, {32, 16, 3, 3}, 2, 1},
+      {"resnet block2 [32,32,16,16]*[32,32,3,3] p1", {32, 32, 16, 16}, {32, 32, 3, 3}, 1, 1},
+      {"resnet block3 [32,64,8,8]*[64,64,3,3] p1", {32, 64, 8, 8}, {64, 64, 3, 3}, 1, 1},
+      {"wide [16,64,56,56]*[64,64,3,3] p1", {16, 64, 56, 56}, {64, 64, 3, 3}, 1, 1},
+  };
+  for (const Case& cs : cases) {
+    manual_seed(4);
+    const Tensor x = randn(cs.x), w = randn(cs.w), b = randn({cs.w[0]});
+    const Tensor x16 = x.to(kBFloat16), w16 = w.to(kBFloat16), b16 = b.to(kBFloat16);
+    WindowParams p;
+    p.kernel = {cs.w[2], cs.w[3]};
+    p.stride = {cs.stride, cs.stride};
+    p.padding = {cs.pad, cs.pad, cs.pad, cs.pad};
+    const double ms32 = 1e3 * SecondsPerCall([&] { (void)convolution(x, w, b, p, 1); });
+    const double ms16 = 1e3 * SecondsPerCall([&] { (void)convolution(x16, w16, b16, p, 1); });
+    cpu::onednn::Conv2dGeometry g;
+    g.n = cs.x[0];
+    g.c = cs.x[1];
+    g.h = cs.x[2];
+    g.w = cs.x[3];
+    g.oc = cs.w[0];
+    g.kh = cs.w[2];
+    g.kw = cs.w[3];
+    g.stride_h = g.stride_w = cs.stride;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = cs.pad;
+    g.oh = (g.h + 2 * cs.pad - g.kh) / cs.stride + 1;
+    g.ow = (g.w + 2 * cs.pad - g.kw) / cs.stride + 1;
+    Tensor y16 = empty({cs.x[0], g.oc, g.oh, g.ow}, kBFloat16);
+    const auto* px = static_cast<const uint16_t*>(x16.data_ptr());
+    const auto* pw = static_cast<const uint16_t*>(w16.data_ptr());
+    const auto* pb = static_cast<const uint16_t*>(b16.data_ptr());
+    auto* py = static_cast<uint16_t*>(y16.data_ptr());
+    const double ms_dnnl = 1e3 * SecondsPerCall([&] { cpu::onednn::bf16_conv2d_forward(g, px, pw, pb, py); });
+    // Anvil's path for this shape: im2col + bf16 GEMM from conv_bf16.cc's threshold, else widened.
+    const bool gemm_path = cs.w[0] * cs.w[1] * cs.w[2] * cs.w[3] * g.oh * g.ow >= (int64_t{2} << 20);
+    std::printf("| %s | %s | %s (%s) | %s | %s | %s |\n", cs.label.c_str(), Cell(ms32, 3).c_str(),
+                Cell(ms16, 3).c_str(), gemm_path ? "bf16 GEMM" : "widened", Cell(ms_dnnl, 3).c_str(),
+                Ratio(ms16, ms_dnnl).c_str(), cpu::onednn::bf16_conv2d_impl(g, true).c_str());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +286,24 @@ int main(int argc, char** argv) {
     return it == peer.end() ? std::pair<double, double>{0, 0} : it->second;
   };
 
+  if (only == "onednn" || only == "onednn-gemm") {
+    // The convolution table's "Anvil bf16" column is Anvil's own path: the op would otherwise
+    // take oneDNN itself where conv_bf16.cc prefers it. Set before the first bfloat16 product,
+    // which reads it; the oneDNN columns call the primitives directly.
+    setenv("ANVIL_BF16_GEMM", "anvil", 1);
+  }
+  if (only == "onednn") {
+    // The candidates' tables alone, one thread (the per-call comparison the choice rests on).
+    set_num_threads(1);
+    OneDnnBf16GemmTable();
+    OneDnnConvTable();
+    return 0;
+  }
+  if (only == "onednn-gemm") {
+    set_num_threads(1);
+    OneDnnBf16GemmTable();
+    return 0;
+  }
   std::printf("### bfloat16 GEMM, GFLOP/s (PyTorch %s beside)\n\n", peer_version.c_str());
   std::printf(
       "| product | Anvil fp32 | Anvil bf16 | bf16 / fp32 | PyTorch fp32 | PyTorch bf16 | PyTorch bf16 / fp32 | "

@@ -25,6 +25,7 @@
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/int8_gemm.h"
 #include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/util/cpu_features.h"
 #include "core/util/thread_pool.h"
 
@@ -114,9 +115,11 @@ int main() {
 
   std::printf("| shape (m x n x k) | float32 sgemm (kernel) |");
   for (Int8GemmKernel k : kernels) std::printf(" %s | ratio |", anvil::cpu::int8_gemm_kernel_name(k).c_str());
-  std::printf(" %s dnnl_gemm_u8s8s32 | ratio | int8 results equal the reference |\n|---|---|",
-              dnnl == nullptr ? "n/a:" : dnnl_version.c_str());
-  for (size_t i = 0; i < 2 * kernels.size() + 3; ++i) std::printf("---|");
+  std::printf(
+      " %s dnnl_gemm_u8s8s32 | ratio | oneDNN matmul primitive (implementation) | ratio |"
+      " int8 results equal the reference |\n|---|---|",
+      dnnl == nullptr ? "n/a:" : dnnl_version.c_str());
+  for (size_t i = 0; i < 2 * kernels.size() + 5; ++i) std::printf("---|");
   std::printf("\n");
 
   for (const Shape& s : kShapes) {
@@ -160,9 +163,23 @@ int main() {
             dnnl('N', 'T', 'F', s.m, s.n, s.k, 1.0f, a.data(), s.k, 0, w.data(), s.k, 0, 0.0f, c.data(), s.n, &zero);
       });
       std::printf(" %s | %.2f |", status == 0 ? Gops(ops, t).c_str() : "failed", t_f32 / t);
-      std::printf(" anvil: %s; oneDNN: %s |\n", all_equal ? "yes" : "NO", c == reference ? "yes" : "no");
+      const bool gemm_equal = c == reference;
+      std::string why;
+      bool primitive_equal = false;
+      if (anvil::cpu::onednn::int8_available(&why)) {
+        std::fill(c.begin(), c.end(), 0);
+        const double tp = SecondsPerCall(
+            [&] { anvil::cpu::onednn::int8_matmul(s.m, s.n, s.k, a.data(), s.k, w.data(), s.k, c.data(), s.n); });
+        primitive_equal = c == reference;
+        std::printf(" %s (%s) | %.2f |", Gops(ops, tp).c_str(),
+                    anvil::cpu::onednn::int8_matmul_impl(s.m, s.n, s.k, s.k, s.k, s.n).c_str(), t_f32 / tp);
+      } else {
+        std::printf(" n/a (%s) | n/a |", why.c_str());
+      }
+      std::printf(" anvil: %s; dnnl_gemm_u8s8s32: %s; matmul primitive: %s |\n", all_equal ? "yes" : "NO",
+                  gemm_equal ? "yes" : "no", primitive_equal ? "yes" : "no");
     } else {
-      std::printf(" n/a | n/a | anvil: %s |\n", all_equal ? "yes" : "NO");
+      std::printf(" n/a | n/a | n/a | n/a | anvil: %s |\n", all_equal ? "yes" : "NO");
     }
     std::fflush(stdout);
   }

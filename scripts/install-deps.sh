@@ -13,7 +13,9 @@
 #                           the Dockerfile built by buildah in chroot isolation, vfs storage)
 set -euo pipefail
 # libblis4 and libdnnl2: float32 GEMM candidates beside OpenBLAS, loaded at run time
-# (core/backend/cpu/gemm.h); the tests run every candidate.
+# (core/backend/cpu/gemm.h); libdnnl2 also gives the bf16 and int8 primitives
+# (core/backend/cpu/onednn_primitives.h: its C API is declared there, so no libdnnl-dev);
+# the tests run every candidate.
 build_pkgs=(cmake ninja-build g++ ccache pkg-config libopenblas-dev libblis4 libdnnl2 libgtest-dev libgmock-dev
             nlohmann-json3-dev zlib1g-dev libstb-dev python3-venv
             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev libcli11-dev

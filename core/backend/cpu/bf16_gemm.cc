@@ -13,13 +13,18 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/backend/cpu/bf16_gemm_amx.h"
 #include "core/backend/cpu/bf16_pack.h"
 #include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/util/cpu_features.h"
+#include "core/util/error.h"
 #include "core/util/half.h"
 
 #define ANVIL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -276,8 +281,9 @@ namespace {
 bool WorthTiles(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 32; }
 }  // namespace
 
-ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
-                                 const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+ANVIL_BF16_TARGET void anvil_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
+                                       const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c,
+                                       int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     if (beta == 0.0f) {
@@ -331,6 +337,91 @@ ANVIL_BF16_TARGET void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t
       }
     }
   }
+}
+
+namespace {
+
+std::optional<Bf16GemmCandidate> ForcedBf16Candidate() {
+  static const std::optional<Bf16GemmCandidate> forced = []() -> std::optional<Bf16GemmCandidate> {
+    const char* v = std::getenv("ANVIL_BF16_GEMM");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    for (Bf16GemmCandidate c : {Bf16GemmCandidate::kAnvil, Bf16GemmCandidate::kOneDnn}) {
+      if (bf16_gemm_candidate_name(c) != v) continue;
+      const std::string why = bf16_gemm_unavailable_reason(c);
+      ANVIL_CHECK(why.empty(), "ANVIL_BF16_GEMM=", v, ": that candidate cannot run here: ", why);
+      return c;
+    }
+    throw Error(std::string("ANVIL_BF16_GEMM='") + v + "': expected anvil or onednn");
+  }();
+  return forced;
+}
+
+// Where oneDNN's bf16 matmul is preferred (one thread: the calling thread's share of a product).
+// - amx level: oneDNN's AMX-BF16 kernels, for products worth tiles. Measured on an Intel Xeon
+//   with AMX (issue 36): PyTorch, whose bf16 mm is oneDNN's, took 6.4 ms for 2048^3 where
+//   Anvil's AMX kernel took 10.2. Not measured by Anvil's benchmarks: no AMX machine here.
+// - avx512 with AVX-512-BF16, measured on Zen 5 (anvil_bench_amp "" onednn-gemm; bench/RESULTS.md,
+//   "oneDNN bf16 and int8 primitives"): on square and MLP-sized products the two are within
+//   12 % of each other, the sign varying between runs (2048^3: Anvil 461 GFLOP/s, oneDNN 417),
+//   so Anvil's kernel stays. oneDNN's brgemm wins on narrow products with a long inner
+//   dimension, where Anvil's 12 x 32 tiles run mostly empty: n <= 16 (256x10x1024: 181 against
+//   112 GFLOP/s; 256x16x1024: 285 against 179) and m < 16 (10x1024x256: 264 against 182; batch
+//   1 and 8 Linear 1024x1024: 1.39x and 1.07x). It loses where k is short or n is 24
+//   (256x1024x10: 110 against 291; 64x10x84: 62 against 78; 256x24x1024: 224 against 267), its
+//   fixed cost per call showing.
+bool OneDnnPreferred(int64_t m, int64_t n, int64_t k) {
+  if (isa_at_least(CpuIsa::kAmx)) return WorthTiles(m, n, k);
+  const bool narrow = n <= 16 || m < 16;
+  return narrow && k >= 256 && m * n * k >= (int64_t{1} << 18);
+}
+
+}  // namespace
+
+std::string bf16_gemm_candidate_name(Bf16GemmCandidate c) {
+  return c == Bf16GemmCandidate::kOneDnn ? "onednn" : "anvil";
+}
+
+std::string bf16_gemm_unavailable_reason(Bf16GemmCandidate c) {
+  if (!bf16_gemm_available()) {
+    return cpu_features().avx512_bf16 ? "the active ISA level is " + std::string(isa_name(active_isa())) +
+                                            ", below avx512 (bfloat16 products are widened to float32)"
+                                      : "no AVX512-BF16 on this CPU (bfloat16 products are widened to float32)";
+  }
+  if (c == Bf16GemmCandidate::kAnvil) return "";
+  std::string why;
+  return onednn::bf16_available(&why) ? "" : why;
+}
+
+std::optional<Bf16GemmCandidate> bf16_gemm_forced_candidate() { return ForcedBf16Candidate(); }
+
+Bf16GemmCandidate bf16_gemm_candidate_for(int64_t m, int64_t n, int64_t k) {
+  if (const std::optional<Bf16GemmCandidate> f = ForcedBf16Candidate()) return *f;
+  static const bool library = onednn::available();  // loaded once; the level may change (ScopedIsa)
+  return library && bf16_gemm_available() && OneDnnPreferred(m, n, k) ? Bf16GemmCandidate::kOneDnn
+                                                                      : Bf16GemmCandidate::kAnvil;
+}
+
+void bf16_gemm_with(Bf16GemmCandidate candidate, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                    int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+  ANVIL_CHECK(bf16_gemm_available(), "bf16_gemm: ", bf16_gemm_unavailable_reason(candidate));
+  if (candidate == Bf16GemmCandidate::kOneDnn) {
+    onednn::bf16_matmul(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
+    return;
+  }
+  anvil_bf16_gemm(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
+}
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
+               int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+  // Operands with no unit stride (a strided view) stay on Anvil's kernel, which packs any layout.
+  const bool onednn =
+      bf16_gemm_candidate_for(m, n, k) == Bf16GemmCandidate::kOneDnn &&
+      onednn::bf16_matmul_supported(m == 1 ? 1 : a_rs, k == 1 ? 1 : a_cs, k == 1 ? 1 : b_rs, n == 1 ? 1 : b_cs);
+  if (onednn) {
+    onednn::bf16_matmul(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
+    return;
+  }
+  anvil_bf16_gemm(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
 }
 
 namespace {

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace anvil::cpu {
 
@@ -33,8 +35,31 @@ const char* bf16_gemm_kernel_name();
 //   A(i, p) = a[i * a_rs + p * a_cs],  B(p, j) = b[p * b_rs + j * b_cs]   (bfloat16 bits)
 //   C(i, j) = c[i * ldc + j]                                               (float32)
 // beta is 0 (C is overwritten, never read) or 1. Requires bf16_gemm_available().
+// Runs the candidate bf16_gemm_candidate_for(m, n, k) chooses; operands with no unit stride
+// always take Anvil's kernel (oneDNN's matmul takes row- or column-major operands only).
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
                int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
+
+// The candidates for bf16 products: Anvil's kernels (AVX-512-BF16, or AMX tiles at the amx
+// level) and oneDNN's bf16 matmul primitive (onednn_primitives.h). Like the float32 GEMM
+// (gemm.h), the choice per shape follows an order of preference measured by bench/amp_bench.cc
+// ("onednn" table; figures in bench/RESULTS.md). ANVIL_BF16_GEMM=anvil|onednn forces one for
+// every shape (tests, benchmarks; it also decides bfloat16 convolution forward: conv_bf16.h);
+// one that cannot run here is an error at the first bfloat16 product, saying why.
+enum class Bf16GemmCandidate { kAnvil, kOneDnn };
+std::string bf16_gemm_candidate_name(Bf16GemmCandidate c);  // "anvil", "onednn"
+// Why `c` cannot run here ("" when it can).
+std::string bf16_gemm_unavailable_reason(Bf16GemmCandidate c);
+Bf16GemmCandidate bf16_gemm_candidate_for(int64_t m, int64_t n, int64_t k);
+// The candidate ANVIL_BF16_GEMM forces (nullopt when unset); throws as described above.
+std::optional<Bf16GemmCandidate> bf16_gemm_forced_candidate();
+// bf16_gemm through one named candidate (tests and benchmarks compare them); throws when it
+// cannot run here, or (oneDNN) when an operand has no unit stride.
+void bf16_gemm_with(Bf16GemmCandidate candidate, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,
+                    int64_t a_cs, const uint16_t* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
+// Anvil's own kernel, whatever the choice (the AMX kernel where amx_bf16_gemm_available()).
+void anvil_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
+                     int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
 
 // out[i] = the float32 value of the bfloat16 bits in[i] (exact: a bfloat16 is a float32's high
 // half), n values.

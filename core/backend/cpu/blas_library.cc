@@ -229,6 +229,7 @@ Loaded<OneDnn> LoadOneDnn() {
   }
   const Version* v = version();
   lib.version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  lib.handle = handle;
   out.lib = lib;
   return out;
 }

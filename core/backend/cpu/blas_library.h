@@ -81,7 +81,8 @@ struct OneDnn {
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = nullptr;
   void (*omp_set_num_threads)(int) = nullptr;  // its OpenMP runtime's, when it has one
   int (*omp_get_max_threads)() = nullptr;
-  std::string version;  // "2.6.3"
+  std::string version;     // "2.6.3"
+  void* handle = nullptr;  // the library's dlopen handle: its primitive API (onednn_primitives.h)
 };
 const OneDnn* onednn(std::string* why = nullptr);
 

@@ -11,11 +11,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/backend/common/window_geom.h"
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/conv_tasks.h"
+#include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/backend/cpu/window.h"
 #include "core/ops/window_args.h"
 #include "core/util/thread_pool.h"
@@ -66,6 +69,68 @@ void Forward(const KernelCall& call) {
       }
     }
   });
+}
+
+// The forward on oneDNN's bf16 convolution (onednn_primitives.h): the batch split over the pool
+// as the other kernels split it (SplitBatch), one primitive call per task's images (at most two
+// batch sizes, so two cache entries; the weights are reordered into oneDNN's layout once per
+// call). The bias (bfloat16) is added in float32 before the one rounding, as Forward does.
+void ForwardOnOneDnn(const KernelCall& call) {
+  const backend::ConvForwardOperands op = backend::MakeConvForwardOperands(call);
+  const ConvShape& s = op.s;
+  const WindowArgs& wa = call.attrs.get<WindowArgs>();
+  onednn::Conv2dGeometry g;
+  g.n = 1;
+  g.c = s.g.C;
+  g.h = s.g.H;
+  g.w = s.g.W;
+  g.oc = s.OC;
+  g.kh = s.g.KH;
+  g.kw = s.g.KW;
+  g.groups = s.G;
+  g.stride_h = s.g.SH;
+  g.stride_w = s.g.SW;
+  g.pad_top = wa.pad_top;
+  g.pad_bottom = wa.pad_bottom;
+  g.pad_left = wa.pad_left;
+  g.pad_right = wa.pad_right;
+  g.dilation_h = s.g.DH;
+  g.dilation_w = s.g.DW;
+  g.oh = s.g.OH;
+  g.ow = s.g.OW;
+  const Bits* px = BitsOf(op.x);
+  const Bits* pw = BitsOf(op.w);
+  const Bits* pb = op.b.defined() ? BitsOf(op.b) : nullptr;
+  Bits* po = MutableBitsOf(call.outputs[0]);
+  const int64_t in_image = s.g.C * s.g.H * s.g.W, out_image = s.OC * s.L;
+  const BatchSplit split = SplitBatch(s.g.N);
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * split.step, n1 = std::min(s.g.N, n0 + split.step);
+      onednn::Conv2dGeometry part = g;
+      part.n = n1 - n0;
+      onednn::bf16_conv2d_forward(part, px + n0 * in_image, pw, pb, po + n0 * out_image);
+    }
+  });
+}
+
+// Whether the forward takes oneDNN's convolution: forced by ANVIL_BF16_GEMM, else the measured
+// preference. On Zen 5 (one thread, anvil_bench_amp "" onednn; bench/RESULTS.md, "oneDNN bf16
+// and int8 primitives") oneDNN's brgemm convolution on its blocked layouts, operands reordered
+// in and out, runs the lenet5 and resnet shapes with 6 or more input channels per group at
+// 1.5-2.8x Anvil's bfloat16 path (resnet [32,64,8,8] * [64,64,3,3]: 0.35 ms against 0.96;
+// lenet5 [64,6,14,14] * [16,6,5,5]: 0.16 against 0.29, where Anvil widens to float32) and the
+// wide [16,64,56,56] one at 1.1x; with 1 or 3 input channels (the first convolution of each) it
+// loses (0.39-0.80x: the reorders and a kernel built for wide channel blocks). At the amx level
+// oneDNN's AMX convolution is taken throughout (PyTorch's path; not measured by Anvil: no AMX
+// machine).
+constexpr int64_t kMinOneDnnChannelsPerGroup = 6;
+
+bool ForwardPrefersOneDnn(const ConvShape& s) {
+  if (const std::optional<Bf16GemmCandidate> f = bf16_gemm_forced_candidate()) return *f == Bf16GemmCandidate::kOneDnn;
+  static const bool library = onednn::available();  // loaded once; the level may change (ScopedIsa)
+  if (!library) return false;
+  return isa_at_least(CpuIsa::kAmx) || s.g.C / s.G >= kMinOneDnnChannelsPerGroup;
 }
 
 // grad_x: per image, columns = W^T g in float32 (one GEMM per group), col2im in float32, then
@@ -140,6 +205,10 @@ bool Conv2dOnBf16Gemm(const KernelCall& c) {
   }
   const Tensor& out = c.outputs[0];
   if (out.dtype() != kBFloat16 || out.numel() == 0 || !out.is_contiguous()) return false;
+  if (c.op == OpId::Conv2d && ForwardPrefersOneDnn(backend::ConvShapeOf(c))) {
+    ForwardOnOneDnn(c);
+    return true;
+  }
   // Small per-image products lose to the widened float32 kernels (the implicit-GEMM forms with
   // no columns, no per-image packing); measured by anvil_bench_amp's convolution rows.
   const ConvShape s = backend::ConvShapeOf(c);

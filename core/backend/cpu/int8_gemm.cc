@@ -1,10 +1,13 @@
 // The int8 product's dispatch and its scalar reference (int8_gemm.h).
 #include "core/backend/cpu/int8_gemm.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/backend/cpu/int8_gemm_kernels.h"
 #include "core/backend/cpu/isa.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
@@ -137,6 +140,53 @@ void ReferenceGemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Wei
 
 }  // namespace
 
+namespace {
+
+std::optional<Int8GemmCandidate> ForcedInt8Candidate() {
+  static const std::optional<Int8GemmCandidate> forced = []() -> std::optional<Int8GemmCandidate> {
+    const char* v = std::getenv("ANVIL_INT8_GEMM");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    for (Int8GemmCandidate c : {Int8GemmCandidate::kAnvil, Int8GemmCandidate::kOneDnn}) {
+      if (int8_gemm_candidate_name(c) != v) continue;
+      const std::string why = int8_gemm_candidate_unavailable_reason(c);
+      ANVIL_CHECK(why.empty(), "ANVIL_INT8_GEMM=", v, ": that candidate cannot run here: ", why);
+      return c;
+    }
+    throw Error(std::string("ANVIL_INT8_GEMM='") + v + "': expected anvil or onednn");
+  }();
+  return forced;
+}
+
+// Where oneDNN's int8 matmul is preferred (one thread).
+// - amx level: oneDNN's AMX-INT8 kernels for products of a tile's rows or more (PyTorch's path
+//   on AMX; Anvil's AMX kernel has not been measured against it: no AMX machine).
+// - avx512 with VNNI, measured on Zen 5 (anvil_bench_int8; bench/RESULTS.md, "oneDNN bf16 and
+//   int8 primitives"): Anvil's vpdpbusd kernel is ahead of oneDNN's matmul primitive
+//   (brg:avx512_core_vnni) or level with it at every size, Linear 1024x1024 at batch 1, 32 and
+//   256: 247 / 961 / 975 GOP/s against 97 / 751 / 975; 2048^3: 897 against 858. Not
+//   preferred.
+bool OneDnnInt8Preferred(int64_t m, int64_t /*n*/, int64_t /*k*/) {
+  return isa_at_least(CpuIsa::kAmx) && m >= int8_kernels::kAmxMinRows;
+}
+
+}  // namespace
+
+std::string int8_gemm_candidate_name(Int8GemmCandidate c) {
+  return c == Int8GemmCandidate::kOneDnn ? "onednn" : "anvil";
+}
+
+std::string int8_gemm_candidate_unavailable_reason(Int8GemmCandidate c) {
+  if (c == Int8GemmCandidate::kAnvil) return "";
+  std::string why;
+  return onednn::int8_available(&why) ? "" : why;
+}
+
+Int8GemmCandidate int8_gemm_candidate_for(int64_t m, int64_t n, int64_t k) {
+  if (const std::optional<Int8GemmCandidate> f = ForcedInt8Candidate()) return *f;
+  if (!OneDnnInt8Preferred(m, n, k)) return Int8GemmCandidate::kAnvil;
+  return onednn::int8_available() ? Int8GemmCandidate::kOneDnn : Int8GemmCandidate::kAnvil;
+}
+
 void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
                        int32_t* c, int64_t ldc) {
   ANVIL_CHECK(0 <= j0 && j0 <= j1 && j1 <= w.n(), "int8_gemm_columns: columns [", j0, ", ", j1, ") outside [0, ", w.n(),
@@ -146,6 +196,11 @@ void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt
               ")");
   ANVIL_CHECK(m >= 0 && lda >= w.k() && ldc >= w.n(), "int8_gemm: expected m >= 0, lda >= k = ", w.k(),
               ", ldc >= n = ", w.n(), ", got m=", m, " lda=", lda, " ldc=", ldc);
+  if (w.kernel() != Int8GemmKernel::kReference && m > 0 && j1 > j0 &&
+      int8_gemm_candidate_for(m, j1 - j0, w.k()) == Int8GemmCandidate::kOneDnn) {
+    onednn::int8_matmul(m, j1 - j0, w.k(), a, lda, w.weight().data() + j0 * w.k(), w.k(), c + j0, ldc);
+    return;
+  }
   const int8_t* packed = w.packed();
   switch (w.kernel()) {
     case Int8GemmKernel::kReference:

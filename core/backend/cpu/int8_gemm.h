@@ -42,6 +42,19 @@ std::vector<Int8GemmKernel> available_int8_gemm_kernels();
 // "the active ISA level is avx2, below avx512", the AMX probe's or self-check's reason.
 std::string int8_gemm_unavailable_reason(Int8GemmKernel kernel);
 
+// The candidates for int8 products beside Anvil's kernels: oneDNN's u8 x s8 -> s32 matmul
+// primitive (onednn_primitives.h; exact where it runs: AVX512-VNNI or AMX). int8_gemm and
+// int8_gemm_columns take it per shape where it measured faster (bench/int8_bench.cc, figures in
+// bench/RESULTS.md), for weights packed for any kernel but the reference (which stays the
+// definition); it reads the weight's original matrix (PackedInt8Weight::weight()).
+// ANVIL_INT8_GEMM=anvil|onednn forces one for every shape (tests, benchmarks); one that cannot
+// run here is an error at the first int8 product, saying why.
+enum class Int8GemmCandidate { kAnvil, kOneDnn };
+std::string int8_gemm_candidate_name(Int8GemmCandidate c);                // "anvil", "onednn"
+std::string int8_gemm_candidate_unavailable_reason(Int8GemmCandidate c);  // "" when it can run
+// The candidate for a product of m rows, n columns of W and inner dimension k.
+Int8GemmCandidate int8_gemm_candidate_for(int64_t m, int64_t n, int64_t k);
+
 // The largest inner dimension: int32 sums of k products of at most 255 * 128 stay exact.
 inline constexpr int64_t kMaxInt8GemmK = 65536;
 
