@@ -10,13 +10,24 @@
 
 namespace anvil::quant {
 
+// acc - a_zero_point * row_sum in int32 arithmetic that wraps, as fbgemm's (and the vector
+// path's _mm256_sub_epi32) does: sums of real layers never come near the limits, and an acc
+// that does (a hostile or synthetic one) gets the same bits on every path instead of undefined
+// behaviour.
+namespace {
+int32_t Compensated(int32_t acc, int32_t a_zero_point, int32_t row_sum) {
+  return static_cast<int32_t>(static_cast<uint32_t>(acc) -
+                              static_cast<uint32_t>(a_zero_point) * static_cast<uint32_t>(row_sum));
+}
+}  // namespace
+
 void requantize_to_float(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point, float a_scale,
                          const GemmEpilogue& e, float* out, int64_t ld_out) {
   for (int64_t i = 0; i < m; ++i) {
     const int32_t* a = acc + i * ld_acc;
     float* o = out + i * ld_out;
     for (int64_t j = 0; j < n; ++j) {
-      const int32_t raw = a[j] - a_zero_point * e.w_row_sums[j];
+      const int32_t raw = Compensated(a[j], a_zero_point, e.w_row_sums[j]);
       // fbgemm's vector path (requantizeForFloatAvx2): one multiplier a_scale * w_scale, then
       // a fused multiply-add with the bias.
       const float multiplier = a_scale * e.w_scales[e.per_channel ? j : 0];
@@ -110,7 +121,7 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
 #endif
     for (; j < len; ++j) {
       const size_t t = static_cast<size_t>(j % period);
-      const int32_t raw = a[j] - a_zero_point * row_sums[t];
+      const int32_t raw = Compensated(a[j], a_zero_point, row_sums[t]);
       float v = static_cast<float>(raw);
       if (bias != nullptr) v = v + bias[t];
       const long rounded = std::lrintf(v * multiplier[t]) + out_zero_point;

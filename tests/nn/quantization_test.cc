@@ -115,7 +115,10 @@ TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
               // fbgemm's ReQuantizeOutput with a float bias, written out.
               const float s = a_scale * w_scales[per_channel ? j : 0];
               const float mult = s / out_scale;
-              float v = static_cast<float>(acc[i * ld + j] - a_zp * row_sums[j]);
+              // int32 arithmetic that wraps (fbgemm's), computed in int64 and taken modulo 2^32.
+              const auto raw = static_cast<int32_t>(
+                  static_cast<uint32_t>(int64_t{acc[i * ld + j]} - int64_t{a_zp} * int64_t{row_sums[j]}));
+              float v = static_cast<float>(raw);
               if (with_bias) v = v + (per_channel ? bias[j] / s : bias[j] * (1.0f / s));
               const long r = std::lrintf(v * mult) + out_zp;
               const uint8_t want = static_cast<uint8_t>(std::clamp(r, relu ? long{out_zp} : 0L, 255L));
