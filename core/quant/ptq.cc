@@ -56,22 +56,6 @@ std::vector<LayerError> LayerErrors(nn::Module& float_model, nn::Module& int8_mo
   return out;
 }
 
-int64_t WeightBytes(const nn::Module& model, bool quantized) {
-  int64_t bytes = 0;
-  for (const auto& [name, m] : model.named_modules()) {
-    if (quantized) {
-      if (auto* q = dynamic_cast<const QuantizedModule*>(m)) {
-        const QTensor& w = q->qweight();
-        bytes += w.data.numel() + w.scales.numel() * 8 + w.zero_points.numel() * 8;
-      }
-    } else if (m->type_name() == "Linear" || m->type_name() == "Conv2d") {
-      for (const auto& [pn, p] : m->named_parameters(false))
-        if (pn == "weight") bytes += p.nbytes();
-    }
-  }
-  return bytes;
-}
-
 }  // namespace
 
 PtqMode ptq_mode_from_name(const std::string& name) {
@@ -133,8 +117,6 @@ PtqResult post_training_quantize(nn::Module& trained, std::shared_ptr<nn::Module
   r.float_accuracy = classification_accuracy(trained, validation, options.input_key, options.target_key);
   r.int8_accuracy = classification_accuracy(*copy, validation, options.input_key, options.target_key);
   if (sample.defined()) r.layers = LayerErrors(trained, *copy, sample);
-  r.float_weight_bytes = WeightBytes(trained, false);
-  r.int8_weight_bytes = WeightBytes(*copy, true);
   const std::string mode = ptq_mode_name(options.mode);
   if (r.float_accuracy && r.int8_accuracy) {
     const double drop = 100.0 * (*r.float_accuracy - *r.int8_accuracy);

@@ -48,7 +48,6 @@ struct PtqResult {
   std::vector<LayerError> layers;                       // worst (lowest SQNR) first
   std::vector<Fusion> fusions;
   std::vector<ConvertedLayer> converted;
-  int64_t float_weight_bytes = 0, int8_weight_bytes = 0;  // the quantized layers' weights
   // One line: both accuracies, the drop and the verdict; on failure the worst layer and the
   // advice to keep it in float.
   std::string summary;

@@ -23,6 +23,7 @@
 #include "core/backend/cpu/bf16_pack.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/onednn_primitives.h"
+#include "core/backend/cpu/transpose_avx512.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
 #include "core/util/half.h"
@@ -121,29 +122,7 @@ inline uint32_t Pair(uint16_t lo, uint16_t hi) { return uint32_t{lo} | (uint32_t
 // gathered twice across registers.
 ANVIL_BF16_TARGET void TransposePairs16(const uint16_t* col, int64_t col_stride, int valid, uint32_t* out,
                                         int64_t out_stride, __mmask16 out_mask) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = i < valid ? _mm512_loadu_si512(col + i * col_stride) : _mm512_setzero_si512();
-  // t[2i], t[2i+1]: rows 2i and 2i+1 interleaved (words 0,1 and 2,3 of each lane).
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // r[4g + c]: lane L holds word 4L + c of rows 4g .. 4g+3.
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    // Lanes 0 and 2 (then 1 and 3) of the four row groups, then each word's four lanes.
-    const __m512i v = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), x = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512i u = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd), y = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-    _mm512_mask_storeu_epi32(out + (0 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(v, x, 0x88));
-    _mm512_mask_storeu_epi32(out + (8 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(v, x, 0xdd));
-    _mm512_mask_storeu_epi32(out + (4 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(u, y, 0x88));
-    _mm512_mask_storeu_epi32(out + (12 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(u, y, 0xdd));
-  }
+  TransposeWords16(col, col_stride * static_cast<int64_t>(sizeof(uint16_t)), valid, out, out_stride, out_mask);
 }
 
 // B into 32-column panels of pairs (the layout: bf16_pack.h's PackBPairs).

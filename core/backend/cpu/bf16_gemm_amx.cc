@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/backend/cpu/amx_tiles.h"
 #include "core/backend/cpu/bf16_gemm.h"
 #include "core/backend/cpu/bf16_pack.h"
 #include "core/backend/cpu/isa.h"
@@ -28,49 +29,13 @@ namespace {
 
 constexpr int64_t kKc = 512;  // k values per chunk: a B panel is 32 KiB
 constexpr int64_t kMc = 128;  // rows per block: 4 row panels of 32
-constexpr int64_t kTileRows = 16;
-constexpr int64_t kTileBytes = 64;      // bytes per tile row: 16 float32 or 16 bf16 pairs
+using amx::kTileBytes;        // bytes per tile row: 16 float32 or 16 bf16 pairs
+using amx::kTileRows;
 constexpr int64_t kPairsPerStep = 16;   // pairs (32 k values) per tdpbf16ps
 constexpr int64_t kBPanelStride = 128;  // bytes per pair row of a 32-column B panel
 
-// The 64-byte operand of ldtilecfg (palette 1): tiles 0-7 all 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
-constexpr TileConfig FullTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = kTileBytes;
-    cfg.rows[t] = kTileRows;
-  }
-  return cfg;
-}
-constexpr TileConfig kFullTiles = FullTiles();
-
-// The AMX instructions. Written as asm statements (the assembler knows them; no target flags
-// needed), each with a "memory" clobber where it reads or writes memory, so the compiler keeps
-// the packing's stores before the loads that read them.
-struct AmxTiles {
-  static void Configure() { asm volatile("ldtilecfg %0" ::"m"(kFullTiles)); }
-  static void Release() { asm volatile("tilerelease" ::: "memory"); }
-  template <int T>
-  static void Zero() {
-    asm volatile("tilezero %%tmm%c0" ::"i"(T));
-  }
-  template <int T>
-  static void Load(const void* base, int64_t stride) {
-    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(T) : "memory");
-  }
-  template <int T>
-  static void Store(void* base, int64_t stride) {
-    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(T) : "memory");
-  }
+// The hardware policy: the shared tile instructions and this kernel's dot product.
+struct AmxTiles : amx::HardwareTiles {
   template <int C, int A, int B>
   static void Dot() {
     static_assert(C != A && C != B && A != B, "tdpbf16ps raises #UD unless its three tiles differ");
@@ -78,47 +43,9 @@ struct AmxTiles {
   }
 };
 
-// The same operations in scalar code, from the instruction set reference's pseudo-code for
-// LDTILECFG, TILERELEASE, TILELOADD, TILESTORED, TILEZERO and TDPBF16PS (with the
-// configuration above: 16 rows of 64 bytes). Tiles are per thread, as the hardware's are, and
-// start (and end) zeroed, as LDTILECFG and TILERELEASE leave them.
-struct EmulatedTiles {
-  struct State {
-    alignas(64) uint8_t tile[8][kTileRows][kTileBytes];
-    bool configured = false;
-  };
-  static State& state() {
-    thread_local State s;
-    return s;
-  }
-  static void Configure() {
-    std::memset(state().tile, 0, sizeof(state().tile));
-    state().configured = true;
-  }
-  static void Release() {
-    std::memset(state().tile, 0, sizeof(state().tile));
-    state().configured = false;
-  }
-  static uint8_t* Rows(int t) {
-    ANVIL_INTERNAL_ASSERT(state().configured, "a tile instruction before ldtilecfg (the hardware raises #UD)");
-    return &state().tile[t][0][0];
-  }
-  template <int T>
-  static void Zero() {
-    std::memset(Rows(T), 0, kTileRows * kTileBytes);
-  }
-  template <int T>
-  static void Load(const void* base, int64_t stride) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      std::memcpy(Rows(T) + r * kTileBytes, static_cast<const uint8_t*>(base) + r * stride, kTileBytes);
-    }
-  }
-  template <int T>
-  static void Store(void* base, int64_t stride) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      std::memcpy(static_cast<uint8_t*>(base) + r * stride, Rows(T) + r * kTileBytes, kTileBytes);
-    }
-  }
+// The emulated policy: the shared tile emulation and this kernel's dot product from the
+// instruction set reference's pseudo-code.
+struct EmulatedTiles : amx::EmulatedTiles {
   // make_fp32 with DAZ: a denormal bf16 reads as a zero of its sign.
   static float Fp32(uint16_t bits) {
     if ((bits & 0x7f80) == 0) bits &= 0x8000;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend/cpu/amx_tiles.h"
 #include "core/backend/cpu/int8_gemm_kernels.h"
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
@@ -31,49 +32,14 @@ namespace {
 
 constexpr int64_t kKc = 1024;  // k values per chunk (a multiple of a tile's 64)
 constexpr int64_t kMc = 128;   // rows per block: 4 row panels of 32
-constexpr int64_t kTileRows = 16;
-constexpr int64_t kTileBytes = 64;    // bytes per tile row: 16 int32, or 64 u8, or 16 groups of 4 s8
+using amx::kTileBytes;         // bytes per tile row: 16 int32, or 64 u8, or 16 groups of 4 s8
+using amx::kTileRows;
 constexpr int64_t kGroupBytes = 128;  // one group of four k values of a 32-column W panel
 
 int64_t PanelGroups(int64_t k) { return (k + 63) / 64 * 16; }
 
-// The 64-byte operand of ldtilecfg (palette 1): tiles 0-7 all 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
-constexpr TileConfig FullTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = kTileBytes;
-    cfg.rows[t] = kTileRows;
-  }
-  return cfg;
-}
-constexpr TileConfig kFullTiles = FullTiles();
-
-// The AMX instructions, as asm statements (the assembler knows them; no target flags needed),
-// each with a "memory" clobber where it reads or writes memory.
-struct AmxTiles {
-  static void Configure() { asm volatile("ldtilecfg %0" ::"m"(kFullTiles)); }
-  static void Release() { asm volatile("tilerelease" ::: "memory"); }
-  template <int T>
-  static void Zero() {
-    asm volatile("tilezero %%tmm%c0" ::"i"(T));
-  }
-  template <int T>
-  static void Load(const void* base, int64_t stride) {
-    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(T) : "memory");
-  }
-  template <int T>
-  static void Store(void* base, int64_t stride) {
-    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(T) : "memory");
-  }
+// The hardware policy: the shared tile instructions and this kernel's dot product.
+struct AmxTiles : amx::HardwareTiles {
   template <int C, int A, int B>
   static void Dot() {
     static_assert(C != A && C != B && A != B, "tdpbusd raises #UD unless its three tiles differ");
@@ -81,46 +47,9 @@ struct AmxTiles {
   }
 };
 
-// The same operations in scalar code, from the instruction set reference's pseudo-code for
-// LDTILECFG, TILERELEASE, TILELOADD, TILESTORED, TILEZERO and TDPBUSD (16 rows of 64 bytes).
-// Tiles are per thread, as the hardware's are, and start (and end) zeroed.
-struct EmulatedTiles {
-  struct State {
-    alignas(64) uint8_t tile[8][kTileRows][kTileBytes];
-    bool configured = false;
-  };
-  static State& state() {
-    thread_local State s;
-    return s;
-  }
-  static void Configure() {
-    std::memset(state().tile, 0, sizeof(state().tile));
-    state().configured = true;
-  }
-  static void Release() {
-    std::memset(state().tile, 0, sizeof(state().tile));
-    state().configured = false;
-  }
-  static uint8_t* Rows(int t) {
-    ANVIL_INTERNAL_ASSERT(state().configured, "a tile instruction before ldtilecfg (the hardware raises #UD)");
-    return &state().tile[t][0][0];
-  }
-  template <int T>
-  static void Zero() {
-    std::memset(Rows(T), 0, kTileRows * kTileBytes);
-  }
-  template <int T>
-  static void Load(const void* base, int64_t stride) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      std::memcpy(Rows(T) + r * kTileBytes, static_cast<const uint8_t*>(base) + r * stride, kTileBytes);
-    }
-  }
-  template <int T>
-  static void Store(void* base, int64_t stride) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      std::memcpy(static_cast<uint8_t*>(base) + r * stride, Rows(T) + r * kTileBytes, kTileBytes);
-    }
-  }
+// The emulated policy: the shared tile emulation and this kernel's dot product from the
+// instruction set reference's pseudo-code.
+struct EmulatedTiles : amx::EmulatedTiles {
   // For each row m and column n: dst.row[m].dword[n] += the four products
   // ZEXT(a.row[m].byte[4k + i]) * SEXT(b.row[k].byte[4n + i]) for each k < 16, i < 4, in 32-bit
   // arithmetic that wraps (the reference's DPBD; no sum of at most 65536 products of

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/backend/cpu/int8_gemm_kernels.h"
+#include "core/backend/cpu/transpose_avx512.h"
 
 #define ANVIL_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
@@ -111,35 +112,6 @@ uint32_t PanelMask(int64_t jp, int64_t j0, int64_t j1) {
   return static_cast<uint32_t>(upto_hi & ~below_lo);
 }
 
-// out[q * out_stride + i] = the 32-bit word q (bytes 4q .. 4q + 3) of row i, for q < 16 and the
-// i set in out_mask, where row i starts at src + i * stride and rows from `valid` on read as
-// zeros (and are not read). A 16 x 16 transpose of words (the one bf16_gemm.cc's packing does
-// on pairs): rows interleaved by 32 then 64 bits within each 128-bit lane, then the lanes
-// gathered twice across registers.
-ANVIL_VNNI_TARGET void TransposeWords16(const uint8_t* src, int64_t stride, int valid, int32_t* out, int64_t out_stride,
-                                        __mmask16 out_mask) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = i < valid ? _mm512_loadu_si512(src + i * stride) : _mm512_setzero_si512();
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), x = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512i u = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd), y = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-    _mm512_mask_storeu_epi32(out + (0 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(v, x, 0x88));
-    _mm512_mask_storeu_epi32(out + (8 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(v, x, 0xdd));
-    _mm512_mask_storeu_epi32(out + (4 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(u, y, 0x88));
-    _mm512_mask_storeu_epi32(out + (12 + c) * out_stride, out_mask, _mm512_shuffle_i32x4(u, y, 0xdd));
-  }
-}
-
 // `rows` rows of A (from `a`, lda apart), kc bytes each, into a panel of ceil(kc / 4) groups
 // of `rows` words (row i's bytes 4q .. 4q + 3 at word q * rows + i), the bytes past kc zero.
 // Reads only the rows' kc bytes: whole runs of 64 bytes go through the transpose (a word-by-
@@ -149,7 +121,9 @@ ANVIL_VNNI_TARGET void PackA(const uint8_t* a, int64_t lda, int64_t rows, int64_
   const int64_t blocked = full / 16 * 16;
   const auto mask = static_cast<__mmask16>((1u << rows) - 1);
   for (int64_t q0 = 0; q0 < blocked; q0 += 16) {
-    TransposeWords16(a + 4 * q0, lda, static_cast<int>(rows), panel + q0 * rows, rows, mask);
+    // Word q of each row is bytes 4q .. 4q + 3 (transpose_avx512.h).
+    TransposeWords16(a + 4 * q0, lda, static_cast<int>(rows), reinterpret_cast<uint32_t*>(panel + q0 * rows), rows,
+                     mask);
   }
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = a + i * lda;
