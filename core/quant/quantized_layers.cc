@@ -288,6 +288,8 @@ QuantizedLinear::QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams 
   bias_ = CheckedBias(std::move(bias), weight_.data.size(0), "QuantizedLinear");
   packed_ = PackRows(weight_.data);
   w_scales_ = FloatScales(weight_);
+  consts_ = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), is_per_channel(weight_.qscheme),
+                              packed_.n(), static_cast<float>(output_.scale));
 }
 
 Tensor QuantizedLinear::forward(const Tensor& input) {
@@ -317,12 +319,10 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
-  const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, n,
-                                                    static_cast<float>(output_.scale));
   IntArray out_sizes = x.sizes();
   out_sizes.back() = n;
   Tensor out = empty(out_sizes, kFloat32);
-  RequantizeAndDequantize(acc, m, n, input_, output_, e, consts, out.data_ptr<float>());
+  RequantizeAndDequantize(acc, m, n, input_, output_, e, consts_, out.data_ptr<float>());
   return out;
 }
 
@@ -454,6 +454,8 @@ QuantizedConv2d::QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOpti
   // [out, in, kh, kw] -> [out, kh, kw, in]: the im2row order, channels innermost.
   packed_ = PackRows(weight_.data.permute({0, 2, 3, 1}).contiguous().reshape({out_channels_, -1}));
   w_scales_ = FloatScales(weight_);
+  consts_ = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), is_per_channel(weight_.qscheme),
+                              out_channels_, static_cast<float>(output_.scale));
 }
 
 Tensor QuantizedConv2d::forward(const Tensor& input) {
@@ -500,10 +502,8 @@ Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
   const bool per_channel = is_per_channel(weight_.qscheme);
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
                        bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
-  const RequantConstants consts = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), per_channel, OC,
-                                                    static_cast<float>(output_.scale));
   float* pixels = Scratch(pixels_holder, m * OC);
-  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts, pixels);
+  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts_, pixels);
   // [N, OH, OW, OC] -> [N, OC, OH, OW]
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
   float* o = out.data_ptr<float>();

@@ -35,6 +35,7 @@
 #include "core/nn/module.h"
 #include "core/nn/rnn.h"
 #include "core/quant/qtensor.h"
+#include "core/quant/requantize.h"
 
 namespace anvil::quant {
 
@@ -90,6 +91,7 @@ class QuantizedLinear : public QuantizedModule {
   bool relu_;
   cpu::PackedInt8Weight packed_;
   std::vector<float> w_scales_;
+  RequantConstants consts_;  // the uint8 epilogue's per-column constants (fixed by the parameters)
   std::once_flag dequantized_once_;
   Tensor dequantized_;  // dequantize-compute's weights, on first use off the CPU
 };
@@ -185,6 +187,7 @@ class QuantizedConv2d : public QuantizedModule {
   int64_t in_channels_, out_channels_, kh_, kw_;
   cpu::PackedInt8Weight packed_;  // [out, kh * kw * in]: the im2row order (kernel position, then channel)
   std::vector<float> w_scales_;
+  RequantConstants consts_;
   std::once_flag dequantized_once_;
   Tensor dequantized_;
 };

@@ -24,8 +24,7 @@ namespace anvil::cpu {
 // are not read). Rows interleaved by 32 then 64 bits within each 128-bit lane, then the lanes
 // gathered twice across registers.
 __attribute__((target("avx512f"))) inline void TransposeWords16(const void* src, int64_t src_stride, int valid,
-                                                                 uint32_t* out, int64_t out_stride,
-                                                                 __mmask16 out_mask) {
+                                                                uint32_t* out, int64_t out_stride, __mmask16 out_mask) {
   const char* base = static_cast<const char*>(src);
   __m512i r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = i < valid ? _mm512_loadu_si512(base + i * src_stride) : _mm512_setzero_si512();
