@@ -22,6 +22,13 @@ std::string SignalName(int sig) {
   return abbrev != nullptr ? std::string("SIG") + abbrev : std::to_string(sig);
 }
 
+// How likely a rank's death is the cause of a failure rather than a consequence of another
+// rank's: 3 for a signal other than SIGPIPE, 2 for an exit code, 1 for SIGPIPE.
+int FailureCause(int status) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGPIPE ? 1 : 3;
+  return 2;
+}
+
 }  // namespace
 
 std::string describe_exit(int status) {
@@ -198,11 +205,17 @@ LaunchResult RankSupervisor::run() {
     options_.log("attempt " + std::to_string(attempt) + ": started ranks (rank:pid) " + pid_list);
     int failed = -1, failed_status = 0, running = options_.nproc;
     pid_t failed_pid = -1;
+    // When one rank dies its peers usually die of it a moment later (SIGPIPE or a Gloo
+    // "connection closed" exit), and a single sweep can see both. The log must name the rank
+    // that died first, so after the first failure the sweep goes on for a short settle time
+    // and keeps the likeliest cause: a signal other than SIGPIPE, then an exit code, then
+    // SIGPIPE (a peer's socket closing under it).
+    Clock::time_point settle_until{};
     // Each rank's pid is polled (never waitpid(-1): anvild supervises several jobs' ranks, and
     // anvil-run also owns the Redis store's process).
-    while (running > 0 && failed < 0) {
+    while (running > 0 && (failed < 0 || (FailureCause(failed_status) < 3 && Clock::now() < settle_until))) {
       bool reaped = false;
-      for (size_t i = 0; i < pids.size() && failed < 0; ++i) {
+      for (size_t i = 0; i < pids.size(); ++i) {
         if (pids[i] <= 0) continue;
         int status = 0;
         const pid_t p = ::waitpid(pids[i], &status, WNOHANG);
@@ -211,11 +224,23 @@ LaunchResult RankSupervisor::run() {
         const pid_t done = pids[i];
         pids[i] = -1;
         --running;
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-          failed_pid = done;
-          failed = first_global + static_cast<int>(i);
-          failed_status = status;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        if (failed >= 0) {
+          // A later death of the same failure: logged, and it replaces the cause only when likelier.
+          const int rank = first_global + static_cast<int>(i);
+          if (FailureCause(status) <= FailureCause(failed_status)) {
+            options_.log("rank " + std::to_string(rank) + " (pid " + std::to_string(done) + ") " +
+                         describe_exit(status));
+            continue;
+          }
+          options_.log("rank " + std::to_string(failed) + " (pid " + std::to_string(failed_pid) + ") " +
+                       describe_exit(failed_status));
+        } else {
+          settle_until = Clock::now() + std::chrono::milliseconds(250);
         }
+        failed_pid = done;
+        failed = first_global + static_cast<int>(i);
+        failed_status = status;
       }
       if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::lock_guard<std::mutex> lock(mu_);
