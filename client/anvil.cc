@@ -339,6 +339,13 @@ int Run(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{10000}));
   quantize_cmd->add_option("--max-accuracy-drop", max_drop, "points of validation accuracy int8 may lose (1)")
       ->check(CLI::Range(0.0, 100.0));
+  std::string quantize_dataset, quantize_label_column;
+  uint64_t quantize_seed = 0;
+  quantize_cmd->add_option("--dataset", quantize_dataset,
+                           "calibrate and evaluate on this dataset: a built-in (digits, blobs, spirals) or a path in "
+                           "the server's data root (default: the training job's; needed for an imported ONNX model)");
+  quantize_cmd->add_option("--label-column", quantize_label_column, "with --dataset, a CSV's label column");
+  quantize_cmd->add_option("--seed", quantize_seed, "with --dataset, the seed of generated data and the split (0)");
   auto* predict = app.add_subcommand("predict", "run a model on inputs from a file");
   predict->add_option("model", model_ref, "NAME[:VERSION]")->required();
   predict->add_option("--input", input_path, "CSV (one sample per row), JSON (array of samples) or an image")
@@ -614,6 +621,16 @@ int Run(int argc, char** argv) {
     req.mutable_spec()->set_observer(quantize_observer);
     req.mutable_spec()->set_calibration_batches(calibration_batches);
     req.mutable_spec()->set_max_accuracy_drop(max_drop);
+    if (!quantize_dataset.empty()) {
+      const bool builtin = quantize_dataset == "digits" || quantize_dataset == "blobs" || quantize_dataset == "spirals";
+      if (builtin) {
+        req.mutable_dataset()->set_name(quantize_dataset);
+      } else {
+        req.mutable_dataset()->set_path(quantize_dataset);
+      }
+      req.mutable_dataset()->set_label_column(quantize_label_column);
+      req.set_seed(quantize_seed);
+    }
     v1::QuantizeResponse resp;
     Check(cli.serving->Quantize(Ctx(600).get(), req, &resp), "quantize " + model_ref);
     if (cli.json) {

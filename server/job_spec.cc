@@ -36,7 +36,9 @@ void CheckFinite(const char* field, double value, double lo, double hi) {
              "], got ", value);
 }
 
-void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
+}  // namespace
+
+void validate_dataset_spec(v1::DatasetSpec* d, const SpecContext& ctx) {
   SPEC_CHECK(d->name().empty() != d->path().empty(),
              "dataset: expected exactly one of \"name\" (a built-in: ", Join(kBuiltinDatasets),
              ") or \"path\" (inside the server's data root), got ", d->name().empty() ? "neither" : "both");
@@ -54,6 +56,8 @@ void ValidateDataset(v1::DatasetSpec* d, const SpecContext& ctx) {
   if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
   CheckFinite("dataset.validation_fraction", d->validation_fraction(), 0.0, 0.9);
 }
+
+namespace {
 
 void ValidateOptimizer(v1::OptimizerSpec* o) {
   if (o->name().empty()) o->set_name("adamw");
@@ -245,7 +249,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
              spec.name(), "\"");
   SPEC_CHECK(spec.client_job_id().size() <= 128, "client_job_id: expected at most 128 characters, got ",
              spec.client_job_id().size());
-  ValidateDataset(spec.mutable_dataset(), ctx);
+  validate_dataset_spec(spec.mutable_dataset(), ctx);
   if (spec.batch_size() == 0) spec.set_batch_size(64);
   CheckRange("batch_size", spec.batch_size(), 1, 65536);
   if (spec.epochs() == 0) spec.set_epochs(10);

@@ -22,6 +22,10 @@ struct SpecContext {
   int64_t max_job_memory = 0;        // bytes per job; 0 = no limit (RESOURCE_EXHAUSTED beyond)
 };
 
+// A dataset spec alone (the dataset of a JobSpec, or of a Quantize request): one of name or
+// path, the path inside the data root, defaults filled in. Throws ServiceError.
+void validate_dataset_spec(v1::DatasetSpec* dataset, const SpecContext& context);
+
 // The spec with defaults filled in; throws ServiceError.
 v1::JobSpec validate_job_spec(const v1::JobSpec& spec, const SpecContext& context);
 

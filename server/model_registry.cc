@@ -48,6 +48,23 @@ models::LoadedModel LoadOnnx(const std::string& path, const ModelRow& row) {
   loaded.info.name = row.name;
   loaded.info.version = row.version;
   loaded.info.job_id = row.job_id;
+  // A QDQ graph whose groups run on the int8 kernels (core/onnx/qdq_fusion.h) serves as int8;
+  // one Anvil quantized (Quantize) names how, and both accuracies, in its metadata.
+  if (!imported.int8_layers.empty()) {
+    loaded.info.precision = "int8";
+    loaded.info.quantization = std::to_string(imported.int8_layers.size()) + " int8 layers of a QDQ graph";
+  }
+  for (const auto& [key, value] : imported.metadata) {
+    if (key == "anvil.quantization" && !imported.int8_layers.empty()) loaded.info.quantization = value;
+    if (key != "anvil.accuracy") continue;
+    try {
+      const Json accuracy = Json::parse(value);
+      if (!accuracy.is_object()) continue;
+      for (auto it = accuracy.begin(); it != accuracy.end(); ++it)
+        if (it->is_number()) loaded.info.accuracy[it.key()] = it->get<double>();
+    } catch (const Json::exception&) {  // metadata that does not parse is left out
+    }
+  }
   try {
     loaded.info.labels = Json::parse(row.signature_json).value("labels", std::vector<std::string>{});
     if (loaded.info.labels.empty()) {

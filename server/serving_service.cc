@@ -171,12 +171,9 @@ class ServingService final : public ServingBase {
       v1::QuantizeSpec spec = req->spec();
       validate_quantize_spec(&spec, "spec");
       const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(req->model(), req->version()));
-      ANVIL_SERVICE_CHECK(!is_onnx_row(m->row), absl::StatusCode::kFailedPrecondition, "model \"", m->row.name,
-                          "\" version ", m->row.version,
-                          " is an imported ONNX graph; int8 quantization rewrites Anvil model specs (a model "
-                          "trained here), so quantize the ONNX file with onnxruntime's tools instead");
       ANVIL_SERVICE_CHECK(m->loaded.info.precision != "int8", absl::StatusCode::kFailedPrecondition, "model \"",
                           m->row.name, "\" version ", m->row.version, " is already int8");
+      if (is_onnx_row(m->row)) return QuantizeImported(*ctx, *req, spec, *m, resp);
       // The data: the request's, or that of the job that trained the model.
       v1::JobSpec plan_spec;
       if (req->has_dataset()) {
@@ -237,6 +234,49 @@ class ServingService final : public ServingBase {
       *resp->mutable_model() =
           s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
     });
+  }
+
+  // Quantize for an imported ONNX graph (core/onnx/quantize_graph.h): static, calibrated and
+  // evaluated on the request's dataset (such a model has no job whose data it could reuse).
+  void QuantizeImported(grpc::ServerContextBase& ctx, const v1::QuantizeRequest& req, const v1::QuantizeSpec& spec,
+                        const ServedModel& m, v1::QuantizeResponse* resp) {
+    ANVIL_SERVICE_CHECK(spec.mode() == "static", absl::StatusCode::kInvalidArgument, "spec.mode: model \"", m.row.name,
+                        "\" version ", m.row.version,
+                        " is an imported ONNX graph, which is quantized statically (mode \"static\"); dynamic "
+                        "quantization rewrites Anvil's own Linear/LSTM/GRU layers");
+    ANVIL_SERVICE_CHECK(req.has_dataset(), absl::StatusCode::kInvalidArgument, "dataset: model \"", m.row.name,
+                        "\" is an imported ONNX graph; give the dataset to calibrate and evaluate on");
+    v1::DatasetSpec dataset = req.dataset();
+    validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+    workers::JobData data;
+    try {
+      data = workers::make_job_data(
+          dataset, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory}, req.seed());
+    } catch (const Error& e) {
+      throw ServiceError(absl::StatusCode::kInvalidArgument,
+                         scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
+    }
+    ANVIL_SERVICE_CHECK(!ctx.IsCancelled(), absl::StatusCode::kCancelled, "Quantize cancelled by the client");
+    const std::string relative = "quantized/" + m.row.name + "-v" + std::to_string(m.row.version) + "-static-" +
+                                 std::to_string(unix_millis()) + ".onnx";
+    const fs::path path = fs::path(s_.data_root) / relative;
+    fs::create_directories(path.parent_path());
+    const workers::QuantizeOutcome outcome = workers::quantize_imported_model(
+        spec, read_file(m.archive_path), data, /*batch_size=*/64, path.string(), /*seed=*/1);
+    resp->set_message(outcome.summary);
+    resp->set_float_accuracy(outcome.float_accuracy.value_or(0));
+    resp->set_int8_accuracy(outcome.int8_accuracy.value_or(0));
+    if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
+    std::vector<std::string> labels = m.loaded.info.labels;
+    const absl::StatusOr<ModelRow> row = s_.registry->register_archive(m.row.name, m.row.job_id, relative, labels);
+    if (!row.ok()) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      throw ServiceError(row.status());
+    }
+    resp->set_registered(true);
+    *resp->mutable_model() =
+        s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
   }
 
   Status GetModelImpl(grpc::ServerContextBase* ctx, const v1::GetModelRequest* req, v1::Model* resp) {

@@ -102,16 +102,26 @@ std::shared_ptr<optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& o, std:
 
 }  // namespace
 
+JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, uint64_t seed) {
+  Data d = LoadData(dataset, paths, seed);
+  ANVIL_CHECK(d.all->size() >= 2, "dataset: expected at least 2 samples, got ", d.all->size());
+  const double vf = dataset.validation_fraction();
+  const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(d.all->size()) * vf));
+  auto parts = data::random_split(d.all, std::vector<int64_t>{d.all->size() - n_val, n_val}, seed);
+  JobData out;
+  out.train_set = parts[0];
+  out.val_set = parts[1];
+  out.labels = d.labels;
+  out.num_classes = d.num_classes;
+  return out;
+}
+
 JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator) {
   if (seed_generator) manual_seed(spec.seed());
   JobPlan plan;
-  Data d = LoadData(spec.dataset(), paths, spec.seed());
-  ANVIL_CHECK(d.all->size() >= 2, "dataset: expected at least 2 samples, got ", d.all->size());
-  const double vf = spec.dataset().validation_fraction();
-  const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(d.all->size()) * vf));
-  auto parts = data::random_split(d.all, std::vector<int64_t>{d.all->size() - n_val, n_val}, spec.seed());
-  plan.train_set = parts[0];
-  plan.val_set = parts[1];
+  const JobData d = make_job_data(spec.dataset(), paths, spec.seed());
+  plan.train_set = d.train_set;
+  plan.val_set = d.val_set;
   plan.labels = d.labels;
 
   const data::Example sample = plan.train_set->get(0);

@@ -41,6 +41,15 @@ struct JobPlan {
   int64_t total_steps = 0;  // expected optimizer steps
 };
 
+// A job's data alone: the dataset loaded and split into training and validation parts (by
+// `seed`, as make_job_plan splits it).
+struct JobData {
+  std::shared_ptr<const data::Dataset> train_set, val_set;
+  std::vector<std::string> labels;  // class names (empty for regression)
+  int64_t num_classes = 0;          // 0: real-valued targets
+};
+JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, uint64_t seed);
+
 // Seeds the default generator with spec.seed first (model initialisation is reproducible);
 // a dry run passes seed_generator = false so it cannot disturb a job training meanwhile.
 JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true);

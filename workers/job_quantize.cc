@@ -1,5 +1,9 @@
 #include "workers/job_quantize.h"
 
+#include <nlohmann/json.hpp>
+
+#include "core/onnx/quantize_graph.h"
+#include "core/util/file.h"
 #include "core/util/log.h"
 
 namespace anvil::workers {
@@ -51,6 +55,35 @@ QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& pl
     if (r.int8_accuracy) q.accuracy["int8"] = *r.int8_accuracy;
     models::save_model_archive(archive_path, *r.model, plan.model.spec, q);
     out.archive = archive_path;
+  } catch (const Error& e) {
+    out.summary = std::string("int8 quantization failed: ") + e.what();
+    engine_log(LogSeverity::kWarning, out.summary);
+  }
+  return out;
+}
+
+QuantizeOutcome quantize_imported_model(const v1::QuantizeSpec& spec, const std::string& onnx_bytes,
+                                        const JobData& data, int64_t batch_size, const std::string& path,
+                                        uint64_t seed) {
+  QuantizeOutcome out;
+  try {
+    const quant::PtqOptions o = ptq_options(spec);
+    data::DataLoader calibration(data.train_set,
+                                 {.batch_size = std::max<int64_t>(batch_size, 1), .shuffle = true, .seed = seed + 1});
+    const bool has_val = data.val_set != nullptr && data.val_set->size() > 0;
+    data::DataLoader validation(has_val ? data.val_set : data.train_set, {.batch_size = 256});
+    const onnx::OnnxPtqResult r = onnx::post_training_quantize_onnx(onnx_bytes, calibration, validation, o);
+    out.float_accuracy = r.float_accuracy;
+    out.int8_accuracy = r.int8_accuracy;
+    out.summary = r.summary + (has_val ? "" : " (measured on the training split: the dataset has no validation split)");
+    if (!r.passed) return out;
+    nlohmann::json accuracy = nlohmann::json::object();
+    if (r.float_accuracy) accuracy["fp32"] = *r.float_accuracy;
+    if (r.int8_accuracy) accuracy["int8"] = *r.int8_accuracy;
+    const std::string bytes = onnx::with_metadata(
+        r.graph.model, {{"anvil.quantization", describe_quantize_spec(spec)}, {"anvil.accuracy", accuracy.dump()}});
+    write_file_atomic(path, bytes);
+    out.archive = path;
   } catch (const Error& e) {
     out.summary = std::string("int8 quantization failed: ") + e.what();
     engine_log(LogSeverity::kWarning, out.summary);

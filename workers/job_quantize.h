@@ -32,4 +32,11 @@ std::string describe_quantize_spec(const v1::QuantizeSpec& spec);
 QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& plan, const models::ModelInfo& info,
                                        const std::string& archive_path, uint64_t seed);
 
+// The same for an imported ONNX graph (static only, core/onnx/quantize_graph.h): calibrated on
+// `data`'s training part, gated on its validation part, written to `path` (a QDQ .onnx file
+// whose metadata carries the quantization and both accuracies) when it passes. Never throws.
+QuantizeOutcome quantize_imported_model(const v1::QuantizeSpec& spec, const std::string& onnx_bytes,
+                                        const JobData& data, int64_t batch_size, const std::string& path,
+                                        uint64_t seed);
+
 }  // namespace anvil::workers

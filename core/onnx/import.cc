@@ -11,6 +11,8 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/nn/functional.h"
+#include "core/onnx/node_attrs.h"
+#include "core/onnx/qdq_fusion.h"
 #include "core/ops/functions.h"
 #include "core/util/utf8.h"
 #include "onnx/onnx_pb.h"
@@ -27,28 +29,14 @@ namespace F = nn::functional;
 // could make the server allocate without bound.
 constexpr int64_t kMaxRuntimeElements = int64_t{1} << 28;
 
-// ---- attributes ----
-const pb::AttributeProto* FindAttr(const pb::NodeProto& n, const char* name) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-int64_t Int(const pb::NodeProto& n, const char* name, int64_t def) {
-  const auto* a = FindAttr(n, name);
-  return a ? a->i() : def;
-}
-double Float(const pb::NodeProto& n, const char* name, double def) {
-  const auto* a = FindAttr(n, name);
-  return a ? a->f() : def;
-}
-std::string Str(const pb::NodeProto& n, const char* name, const std::string& def) {
-  const auto* a = FindAttr(n, name);
-  return a ? a->s() : def;
-}
-std::vector<int64_t> Ints(const pb::NodeProto& n, const char* name) {
-  const auto* a = FindAttr(n, name);
-  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
-}
+// ---- attributes (node_attrs.h) ----
+const pb::AttributeProto* FindAttr(const pb::NodeProto& n, const char* name) { return attrs::Find(n, name); }
+using attrs::Float;
+using attrs::Int;
+using attrs::Ints;
+using attrs::Str;
+
+bool DefaultDomain(const pb::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
 
 // ---- tensors ----
 ScalarType DType(int32_t t, const std::string& what) {
@@ -717,36 +705,86 @@ class OnnxGraph final : public nn::Module {
       auto [it, added] = slots_.try_emplace(name, static_cast<int>(slots_.size()));
       return it->second;
     };
+    std::map<std::string, Tensor> constants;  // by value name: initializers and Constant nodes' values
     for (const auto& init : graph.initializer()) {
       const int s = slot_of(init.name());
       constants_.push_back(FromProto(init, "initializer \"" + init.name() + "\""));
       register_buffer(Sanitize(init.name()), constants_.back());
       constant_slots_.push_back(s);
+      constants[init.name()] = constants_.back();
+    }
+    for (const auto& n : graph.node()) {
+      if (!DefaultDomain(n) || n.op_type() != "Constant" || n.output_size() != 1) continue;
+      try {
+        constants[n.output(0)] = ConstantTensor(n);
+      } catch (const Error&) {  // reported when the node runs, as for any other graph
+      }
     }
     for (const auto& in : graph.input()) {
       if (!slots_.count(in.name())) input_slot_ = slot_of(in.name());
     }
-    for (const auto& n : graph.node()) {
-      Step step{n, {}, {}, &Ops().at(n.op_type())};
+    // The int8 layers of a QDQ graph (qdq_fusion.h): each replaces its group's nodes, at the
+    // position of the group's last node.
+    std::vector<FusedQdqLayer> fused = find_qdq_layers(graph, [&constants](const std::string& name) {
+      const auto it = constants.find(name);
+      return it == constants.end() ? Tensor() : it->second;
+    });
+    std::map<int, const FusedQdqLayer*> fused_at;  // by the group's last node
+    std::set<int> replaced;
+    for (const FusedQdqLayer& f : fused) {
+      fused_at[f.nodes.back()] = &f;
+      replaced.insert(f.nodes.begin(), f.nodes.end());
+      fused_.push_back(f.description);
+    }
+    for (int k = 0; k < graph.node_size(); ++k) {
+      const pb::NodeProto& n = graph.node(k);
+      if (const auto it = fused_at.find(k); it != fused_at.end()) {
+        const FusedQdqLayer& f = *it->second;
+        Step step{graph.node(f.nodes.front()), {slots_.at(f.input)}, {slot_of(f.output)}, nullptr, f.layer};
+        steps_.push_back(std::move(step));
+        continue;
+      }
+      Step step{n, {}, {}, replaced.count(k) ? nullptr : &Ops().at(n.op_type()), nullptr};
       for (const std::string& i : n.input()) step.in.push_back(i.empty() ? -1 : slots_.at(i));
       for (const std::string& o : n.output()) step.out.push_back(o.empty() ? -1 : slot_of(o));
-      steps_.push_back(std::move(step));
+      if (!replaced.count(k)) steps_.push_back(std::move(step));
     }
     output_slot_ = slots_.at(graph.output(0).name());
+    DropDeadSteps();
     eval();
   }
 
-  Tensor forward(const Tensor& x) override {
+  // The int8 layers found at import, described.
+  const std::vector<std::string>& fused() const { return fused_; }
+
+  Tensor forward(const Tensor& x) override { return Run(x, {}, nullptr); }
+
+  // forward(x), handing each value named in `names` to `observe` as it is made.
+  Tensor Run(const Tensor& x, const std::set<std::string>& names, const ValueObserver& observe) {
+    std::vector<bool> watched(slots_.size(), false);
+    for (const std::string& name : names) {
+      const auto it = slots_.find(name);
+      ANVIL_CHECK(it != slots_.end(), "ONNX graph: no value named \"", name, "\"");
+      watched[static_cast<size_t>(it->second)] = true;
+    }
+    std::vector<std::string> slot_names(observe ? slots_.size() : 0);
+    if (observe)
+      for (const auto& [name, slot] : slots_) slot_names[static_cast<size_t>(slot)] = name;
     std::vector<Tensor> v(slots_.size());
     for (size_t i = 0; i < constant_slots_.size(); ++i) v[static_cast<size_t>(constant_slots_[i])] = constants_[i];
     v[static_cast<size_t>(input_slot_)] = x;
+    if (observe && watched[static_cast<size_t>(input_slot_)]) observe(slot_names[static_cast<size_t>(input_slot_)], x);
     for (const Step& s : steps_) {
       std::vector<Tensor> in;
       for (int i : s.in) in.push_back(i < 0 ? Tensor() : v[static_cast<size_t>(i)]);
       std::vector<Tensor> out(s.out.size());
       Call call{s.node, in, out, opset_, x.device()};
       try {
-        (*s.fn)(call);
+        if (s.layer) {
+          out[0] = s.layer->forward(call.x(0));
+        } else {
+          (*s.fn)(call);
+        }
       } catch (const OutOfMemoryError& e) {  // stays RESOURCE_EXHAUSTED for the service
         throw OutOfMemoryError(
             anvil::detail::StrCat("node \"", s.node.name(), "\" (", s.node.op_type(), "): ", e.what()));
@@ -754,7 +792,10 @@ class OnnxGraph final : public nn::Module {
         throw Error(anvil::detail::StrCat("node \"", s.node.name(), "\" (", s.node.op_type(), "): ", e.what()));
       }
       for (size_t i = 0; i < s.out.size(); ++i) {
-        if (s.out[i] >= 0) v[static_cast<size_t>(s.out[i])] = out[i];
+        if (s.out[i] < 0) continue;
+        v[static_cast<size_t>(s.out[i])] = out[i];
+        if (observe && watched[static_cast<size_t>(s.out[i])])
+          observe(slot_names[static_cast<size_t>(s.out[i])], out[i]);
       }
     }
     return v[static_cast<size_t>(output_slot_)];
@@ -762,10 +803,27 @@ class OnnxGraph final : public nn::Module {
 
  private:
   struct Step {
-    pb::NodeProto node;
+    pb::NodeProto node;  // for a fused layer, its group's operator node (named in errors)
     std::vector<int> in, out;
-    const OpFn* fn;
+    const OpFn* fn;                     // the operator, or
+    std::shared_ptr<nn::Module> layer;  // a fused int8 layer: one input, one output
   };
+  // Steps whose outputs nothing reads (a fused group's weight DequantizeLinear nodes, an input
+  // QuantizeLinear/DequantizeLinear pair only the group read) are not run.
+  void DropDeadSteps() {
+    std::vector<bool> needed(slots_.size(), false);
+    needed[static_cast<size_t>(output_slot_)] = true;
+    std::vector<Step> kept;
+    for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+      bool live = false;
+      for (int o : it->out) live = live || (o >= 0 && needed[static_cast<size_t>(o)]);
+      if (!live) continue;
+      for (int i : it->in)
+        if (i >= 0) needed[static_cast<size_t>(i)] = true;
+      kept.push_back(std::move(*it));
+    }
+    steps_.assign(std::make_move_iterator(kept.rbegin()), std::make_move_iterator(kept.rend()));
+  }
   static std::string Sanitize(const std::string& name) {
     std::string s = name.empty() ? "initializer" : name;
     for (char& ch : s)
@@ -779,6 +837,7 @@ class OnnxGraph final : public nn::Module {
   std::vector<int> constant_slots_;
   std::vector<Step> steps_;
   int input_slot_ = -1, output_slot_ = -1;
+  std::vector<std::string> fused_;
 };
 
 // Every string of the model that Anvil reads, keeps (the signature, labels, the producer) or
@@ -869,6 +928,13 @@ void CheckModelText(const pb::ModelProto& m) {
 }
 
 }  // namespace
+
+Tensor run_observing(nn::Module& graph, const Tensor& x, const std::set<std::string>& names,
+                     const ValueObserver& observe) {
+  auto* g = dynamic_cast<OnnxGraph*>(&graph);
+  ANVIL_CHECK(g != nullptr, "run_observing: expected an imported ONNX graph, got ", graph.type_name());
+  return g->Run(x, names, observe);
+}
 
 std::vector<std::string> importable_operators() {
   std::vector<std::string> names;
@@ -986,7 +1052,9 @@ ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
   out.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
   for (const auto& p : model.metadata_props()) out.metadata.emplace_back(p.key(), p.value());
   out.operators.assign(used.begin(), used.end());
-  out.module = std::make_shared<OnnxGraph>(g, out.opset);
+  auto graph = std::make_shared<OnnxGraph>(g, out.opset);
+  out.int8_layers = graph->fused();
+  out.module = graph;
   return out;
 }
 

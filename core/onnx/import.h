@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +40,22 @@ struct ImportedModel {
   std::string producer;                                       // producer_name producer_version
   std::vector<std::pair<std::string, std::string>> metadata;  // metadata_props
   std::vector<std::string> operators;                         // the operator types it uses, sorted
+  // The int8 layers found in a QDQ graph and run by Anvil's int8 kernels (qdq_fusion.h), one
+  // description each ("Conv \"conv1\" -> QuantizedConv2d (relu, per channel)"); empty for a
+  // float graph.
+  std::vector<std::string> int8_layers;
 };
 
 // Parses and checks `bytes` (at most `max_bytes`); throws ImportError saying what is wrong.
 ImportedModel import_model(const std::string& bytes, size_t max_bytes = kDefaultMaxImportBytes);
+
+// Runs an imported graph (ImportedModel::module) on `x` as forward() does, handing each value
+// named in `names` (input, initializer-free node outputs) to `observe` as it is made: the
+// calibration of an imported graph's quantization reads its intermediate values this way.
+// Throws anvil::Error for another module or an unknown name.
+using ValueObserver = std::function<void(const std::string& name, const Tensor& value)>;
+Tensor run_observing(nn::Module& graph, const Tensor& x, const std::set<std::string>& names,
+                     const ValueObserver& observe);
 
 // The operators the importer runs, for help texts and errors.
 std::vector<std::string> importable_operators();

@@ -81,6 +81,25 @@ std::optional<double> classification_accuracy(nn::Module& model, data::DataLoade
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
+GateVerdict accuracy_gate(std::optional<double> float_accuracy, std::optional<double> int8_accuracy, PtqMode mode,
+                          double max_accuracy_drop) {
+  GateVerdict v;
+  const std::string name = ptq_mode_name(mode);
+  if (!float_accuracy || !int8_accuracy) {
+    v.passed = true;  // nothing to gate on: not a classifier
+    v.summary = "int8 (" + name + "): the model's outputs are not class scores; no accuracy gate applies";
+    return v;
+  }
+  const double drop = 100.0 * (*float_accuracy - *int8_accuracy);
+  v.passed = drop <= max_accuracy_drop;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "int8 (%s) accuracy %s against float32 %s: %s %.2f points (limit %.2f)", name.c_str(),
+                Percent(*int8_accuracy).c_str(), Percent(*float_accuracy).c_str(),
+                drop >= 0 ? "a loss of" : "a gain of", std::fabs(drop), max_accuracy_drop);
+  v.summary = buf;
+  return v;
+}
+
 PtqResult post_training_quantize(nn::Module& trained, std::shared_ptr<nn::Module> copy, data::DataLoader& calibration,
                                  data::DataLoader& validation, const PtqOptions& options) {
   ANVIL_CHECK(copy != nullptr, "post_training_quantize: no model copy to quantize");
@@ -117,19 +136,9 @@ PtqResult post_training_quantize(nn::Module& trained, std::shared_ptr<nn::Module
   r.float_accuracy = classification_accuracy(trained, validation, options.input_key, options.target_key);
   r.int8_accuracy = classification_accuracy(*copy, validation, options.input_key, options.target_key);
   if (sample.defined()) r.layers = LayerErrors(trained, *copy, sample);
-  const std::string mode = ptq_mode_name(options.mode);
-  if (r.float_accuracy && r.int8_accuracy) {
-    const double drop = 100.0 * (*r.float_accuracy - *r.int8_accuracy);
-    r.passed = drop <= options.max_accuracy_drop;
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "int8 (%s) accuracy %s against float32 %s: %s %.2f points (limit %.2f)",
-                  mode.c_str(), Percent(*r.int8_accuracy).c_str(), Percent(*r.float_accuracy).c_str(),
-                  drop >= 0 ? "a loss of" : "a gain of", std::fabs(drop), options.max_accuracy_drop);
-    r.summary = buf;
-  } else {
-    r.passed = true;  // nothing to gate on: not a classifier
-    r.summary = "int8 (" + mode + "): the model's outputs are not class scores; no accuracy gate applies";
-  }
+  const GateVerdict verdict = accuracy_gate(r.float_accuracy, r.int8_accuracy, options.mode, options.max_accuracy_drop);
+  r.passed = verdict.passed;
+  r.summary = verdict.summary;
   if (!r.passed) {
     r.summary += "; not registered for serving";
     if (!r.layers.empty()) {

@@ -53,6 +53,15 @@ struct PtqResult {
   std::string summary;
 };
 
+// The gate's verdict on the two accuracies ([0, 1]; either none: not a classifier, no gate),
+// in the words of PtqResult::summary (without the advice).
+struct GateVerdict {
+  bool passed = false;
+  std::string summary;
+};
+GateVerdict accuracy_gate(std::optional<double> float_accuracy, std::optional<double> int8_accuracy, PtqMode mode,
+                          double max_accuracy_drop);
+
 // Quantizes `copy` (a second instance of `trained`'s architecture; its weights are set from
 // `trained`) and evaluates both. `calibration` feeds the observers (static) and the SQNR
 // batch; `validation` gives the accuracies. Throws anvil::Error when nothing can be quantized.

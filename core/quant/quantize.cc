@@ -67,7 +67,9 @@ bool KeepsGrid(const nn::Module& m) {
          t == "Identity" || t == "DeQuantStub";
 }
 
-std::unique_ptr<UniformObserver> MakeActivationObserver(const QConfig& q) {
+}  // namespace
+
+std::unique_ptr<UniformObserver> make_activation_observer(const QConfig& q) {
   ObserverOptions o;
   o.dtype = QDtype::QUInt8;
   o.qscheme = QScheme::PerTensorAffine;
@@ -83,11 +85,13 @@ std::unique_ptr<UniformObserver> MakeActivationObserver(const QConfig& q) {
   return nullptr;
 }
 
-ActivationQParams FromObserver(const UniformObserver& obs) {
+ActivationQParams activation_qparams(const UniformObserver& obs) {
   const QParams q = obs.calculate_qparams();
   return ActivationQParams{q.scale.to(kFloat64).to_vector<double>()[0],
                            q.zero_point.to(kInt64).to_vector<int64_t>()[0]};
 }
+
+namespace {
 
 bool Observable(const std::shared_ptr<nn::Module>& m) {
   return Is(m, "Linear") || Is(m, "Conv2d") || Is(m, "LinearReLU") || Is(m, "ConvReLU2d") || Is(m, "QuantStub");
@@ -95,7 +99,7 @@ bool Observable(const std::shared_ptr<nn::Module>& m) {
 
 // The int8 layer for an observed one, or a reason it stays float.
 std::shared_ptr<nn::Module> ConvertOne(const Observed& o, const ActivationQParams& in, std::string* reason) {
-  const ActivationQParams out = FromObserver(*o.output);
+  const ActivationQParams out = activation_qparams(*o.output);
   const bool per_channel = o.qconfig.per_channel_weights;
   std::shared_ptr<nn::Module> inner = o.inner;
   bool relu = false;
@@ -225,8 +229,8 @@ int64_t prepare(nn::Module& model, const QConfig& qconfig) {
   ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string&) {
     for (size_t i = 0; i < seq.size(); ++i) {
       if (!Observable(seq[i])) continue;
-      auto wrapped =
-          std::make_shared<Observed>(seq[i], MakeActivationObserver(qconfig), MakeActivationObserver(qconfig), qconfig);
+      auto wrapped = std::make_shared<Observed>(seq[i], make_activation_observer(qconfig),
+                                                make_activation_observer(qconfig), qconfig);
       wrapped->train(seq[i]->is_training());
       seq.replace(i, wrapped);
       ++observed;
@@ -249,7 +253,7 @@ std::vector<ConvertedLayer> convert(nn::Module& model) {
       }
       ANVIL_CHECK(o->batches > 0, "convert: layer ", prefix, i, " (", o->inner->type_name(),
                   ") observed no calibration batch; run the model on calibration data after prepare()");
-      const ActivationQParams in = grid.value_or(FromObserver(*o->input));
+      const ActivationQParams in = grid.value_or(activation_qparams(*o->input));
       std::string reason;
       std::shared_ptr<nn::Module> q = ConvertOne(*o, in, &reason);
       const bool quantized = reason.empty();
@@ -257,7 +261,7 @@ std::vector<ConvertedLayer> convert(nn::Module& model) {
       q->train(o->is_training());  // as the layer it replaces
       seq.replace(i, q);
       if (quantized) {
-        grid = FromObserver(*o->output);
+        grid = activation_qparams(*o->output);
       } else {
         grid.reset();
       }

@@ -34,6 +34,8 @@
 #include "core/nn/conv.h"
 #include "core/nn/module.h"
 #include "core/nn/normalization.h"
+#include "core/quant/observer.h"
+#include "core/quant/quantized_layers.h"
 
 namespace anvil::quant {
 
@@ -56,6 +58,11 @@ struct QConfig {
   std::optional<bool> reduce_range;  // unset: default_reduce_range()
   double averaging_constant = 0.01;  // moving-average observer
 };
+
+// The activation observer `qconfig` asks for (quint8, per tensor, affine), and the parameters
+// an observer chose: what prepare/convert use, for callers quantizing other graphs.
+std::unique_ptr<UniformObserver> make_activation_observer(const QConfig& qconfig);
+ActivationQParams activation_qparams(const UniformObserver& observer);
 
 // One rewrite made by fuse_modules: "0+1+2 -> ConvReLU2d (batch norm folded)".
 struct Fusion {

@@ -157,10 +157,25 @@ class DynamicRnnLinears : public nn::RNNBase::Linears {
 // Static int8 Conv2d (torch.ao.nn.quantized.Conv2d, ConvReLU2d with relu): groups 1,
 // symmetric padding (an odd "same" kernel is symmetric). Padding holds the input's zero
 // point, as a quantized tensor pads with the value 0.
+//
+// Two ways to the same int32 sums, chosen at construction:
+//   int8 GEMM    the input quantized to a padded NHWC image, im2row, the int8 GEMM, the
+//                epilogue, NCHW again;
+//   exact float  for inputs of few channels (an image's first layer: 1 or 3), where the int8
+//                GEMM's blocks are mostly padding: the centred quantized input (q - zero
+//                point) and the int8 weights as float32 through the float convolution. Each
+//                sum has at most 512 terms of |x| <= 255 and |w| <= 128, so every partial
+//                sum is an integer below 2^24 and float32 holds it exactly, in any order: the
+//                same sums, hence the same bits, as the int8 GEMM.
+// `path` picks one (kAuto: by the input channels); ANVIL_INT8_CONV=gemm|exact-float forces one
+// for every kAuto layer (tests, benchmarks). The exact float path applies only where the sums
+// stay exact (at most 512 terms); elsewhere the int8 GEMM runs whatever was asked.
+enum class Int8ConvPath { kAuto, kGemm, kExactFloat };
+
 class QuantizedConv2d : public QuantizedModule {
  public:
   QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOptions& options, ActivationQParams input,
-                  ActivationQParams output, bool relu);
+                  ActivationQParams output, bool relu, Int8ConvPath path = Int8ConvPath::kAuto);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   std::string describe() const override;
@@ -173,9 +188,12 @@ class QuantizedConv2d : public QuantizedModule {
   const std::array<int64_t, 2>& stride() const { return stride_; }
   const std::array<int64_t, 2>& padding() const { return padding_; }
   const std::array<int64_t, 2>& dilation() const { return dilation_; }
+  // The path chosen at construction: kGemm or kExactFloat.
+  Int8ConvPath path() const { return exact_float_weight_.defined() ? Int8ConvPath::kExactFloat : Int8ConvPath::kGemm; }
 
  private:
   Tensor ForwardInt8(const Tensor& x);
+  Tensor ForwardExactFloat(const Tensor& x, int64_t OH, int64_t OW);
   void Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
               uint8_t* rows) const;
 
@@ -188,6 +206,7 @@ class QuantizedConv2d : public QuantizedModule {
   cpu::PackedInt8Weight packed_;  // [out, kh * kw * in]: the im2row order (kernel position, then channel)
   std::vector<float> w_scales_;
   RequantConstants consts_;
+  Tensor exact_float_weight_;  // [out, in, kh, kw] float32 integers; defined when the exact float path is chosen
   std::once_flag dequantized_once_;
   Tensor dequantized_;
 };

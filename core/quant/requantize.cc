@@ -53,20 +53,30 @@ RequantConstants requant_constants(float a_scale, const float* w_scales, bool pe
 
 namespace {
 
+// One value of the uint8 epilogue: the bias term added, scaled, rounded (lrintf: half to
+// even), shifted by the output zero point and clamped.
+inline uint8_t RequantizeOne(float v, const float* bias_term, float multiplier, int32_t out_zero_point, long lo) {
+  if (bias_term != nullptr) v = v + *bias_term;
+  const long rounded = std::lrintf(v * multiplier) + out_zero_point;
+  return static_cast<uint8_t>(std::clamp(rounded, lo, 255L));
+}
+
+// A column's bias in the accumulator's units: per tensor, fbgemm divides the bias by
+// multiplying with the reciprocal; per channel it divides.
+inline float BiasTerm(const GemmEpilogue& e, const RequantConstants& k, int64_t j, float reciprocal) {
+  return e.per_channel ? e.bias[j] / k.act_times_w_scale[static_cast<size_t>(j)] : e.bias[j] * reciprocal;
+}
+
 #ifdef __AVX2__
-// Eight columns of requantize_to_uint8 (see there), with the scalar loop's operations in its
-// order. lrintf's results past the clamp bounds are reproduced without 64-bit conversions:
-// products are clamped to +-2^30 first (every value beyond clamps to the same end once the
-// zero point is added), and those lrintf cannot convert (NaN, +-inf, |v| >= 2^63: it returns
-// LONG_MIN) go to the lower bound, as LONG_MIN clamps there.
-inline void RequantizeEight(const int32_t* a, const int32_t* row_sums, __m256i a_zp, const float* bias_term,
-                            const float* multiplier, __m256i out_zp, __m256i lo, uint8_t* o) {
-  const __m256i raw =
-      _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)),
-                       _mm256_mullo_epi32(a_zp, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_sums))));
-  __m256 v = _mm256_cvtepi32_ps(raw);
-  if (bias_term != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(bias_term));
-  v = _mm256_mul_ps(v, _mm256_loadu_ps(multiplier));
+// Eight values of RequantizeOne, with its operations in its order. lrintf's results past the
+// clamp bounds are reproduced without 64-bit conversions: products are clamped to +-2^30 first
+// (every value beyond clamps to the same end once the zero point is added), and those lrintf
+// cannot convert (NaN, +-inf, |v| >= 2^63: it returns LONG_MIN) go to the lower bound, as
+// LONG_MIN clamps there.
+inline void RequantizeEightValues(__m256 v, const __m256* bias_term, __m256 multiplier, __m256i out_zp, __m256i lo,
+                                  uint8_t* o) {
+  if (bias_term != nullptr) v = _mm256_add_ps(v, *bias_term);
+  v = _mm256_mul_ps(v, multiplier);
   const __m256 unconvertible = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(0x1p63f),
                                              _CMP_NLT_UQ);  // |v| >= 2^63 or NaN
   v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-0x1p30f)), _mm256_set1_ps(0x1p30f));
@@ -75,6 +85,18 @@ inline void RequantizeEight(const int32_t* a, const int32_t* row_sums, __m256i a
   q = _mm256_blendv_epi8(q, lo, _mm256_castps_si256(unconvertible));
   const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packus_epi16(words, words));
+}
+
+// Eight columns of requantize_to_uint8: the zero-point compensation in wrapping int32, then
+// RequantizeEightValues.
+inline void RequantizeEight(const int32_t* a, const int32_t* row_sums, __m256i a_zp, const float* bias_term,
+                            const float* multiplier, __m256i out_zp, __m256i lo, uint8_t* o) {
+  const __m256i raw =
+      _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)),
+                       _mm256_mullo_epi32(a_zp, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_sums))));
+  const __m256 bias = bias_term != nullptr ? _mm256_loadu_ps(bias_term) : _mm256_setzero_ps();
+  RequantizeEightValues(_mm256_cvtepi32_ps(raw), bias_term != nullptr ? &bias : nullptr, _mm256_loadu_ps(multiplier),
+                        out_zp, lo, o);
 }
 #endif
 
@@ -90,8 +112,6 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
   const bool flat = ld_acc == n && ld_out == n && n % 8 != 0 && n < 64 && m > 1;
   const int64_t period = flat ? 8 * n : n;
   // Each column's row sum, bias term and multiplier, once per call rather than per element.
-  // Per tensor, fbgemm divides the bias by multiplying with the reciprocal; per channel it
-  // divides.
   const float reciprocal = 1.0f / k.act_times_w_scale[0];
   std::vector<int32_t> row_sums(static_cast<size_t>(period));
   std::vector<float> bias_term(e.bias != nullptr ? static_cast<size_t>(period) : 0),
@@ -100,8 +120,7 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
     const int64_t j = t % n;
     const size_t c = e.per_channel ? static_cast<size_t>(j) : 0;
     row_sums[static_cast<size_t>(t)] = e.w_row_sums[j];
-    if (e.bias != nullptr)
-      bias_term[static_cast<size_t>(t)] = e.per_channel ? e.bias[j] / k.act_times_w_scale[c] : e.bias[j] * reciprocal;
+    if (e.bias != nullptr) bias_term[static_cast<size_t>(t)] = BiasTerm(e, k, j, reciprocal);
     multiplier[static_cast<size_t>(t)] = k.multiplier[c];
   }
   const float* bias = e.bias != nullptr ? bias_term.data() : nullptr;
@@ -122,10 +141,34 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
     for (; j < len; ++j) {
       const size_t t = static_cast<size_t>(j % period);
       const int32_t raw = Compensated(a[j], a_zero_point, row_sums[t]);
-      float v = static_cast<float>(raw);
-      if (bias != nullptr) v = v + bias[t];
-      const long rounded = std::lrintf(v * multiplier[t]) + out_zero_point;
-      o[j] = static_cast<uint8_t>(std::clamp(rounded, lo, 255L));
+      o[j] = RequantizeOne(static_cast<float>(raw), bias != nullptr ? bias + t : nullptr, multiplier[t], out_zero_point,
+                           lo);
+    }
+  }
+}
+
+void requantize_planes_to_uint8(const float* acc, int64_t images, int64_t channels, int64_t plane,
+                                const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point,
+                                uint8_t* out) {
+  const long lo = e.relu ? out_zero_point : 0;
+  const float reciprocal = 1.0f / k.act_times_w_scale[0];
+  for (int64_t c = 0; c < channels; ++c) {
+    const float bias_term = e.bias != nullptr ? BiasTerm(e, k, c, reciprocal) : 0.0f;
+    const float* bias = e.bias != nullptr ? &bias_term : nullptr;
+    const float multiplier = k.multiplier[e.per_channel ? static_cast<size_t>(c) : 0];
+    for (int64_t n = 0; n < images; ++n) {
+      const float* a = acc + (n * channels + c) * plane;
+      uint8_t* o = out + (n * channels + c) * plane;
+      int64_t i = 0;
+#ifdef __AVX2__
+      const __m256 vbias = _mm256_set1_ps(bias_term), vmultiplier = _mm256_set1_ps(multiplier);
+      const __m256i out_zp = _mm256_set1_epi32(out_zero_point), vlo = _mm256_set1_epi32(static_cast<int32_t>(lo));
+      for (; i + 8 <= plane; i += 8) {
+        RequantizeEightValues(_mm256_loadu_ps(a + i), bias != nullptr ? &vbias : nullptr, vmultiplier, out_zp, vlo,
+                              o + i);
+      }
+#endif
+      for (; i < plane; ++i) o[i] = RequantizeOne(a[i], bias, multiplier, out_zero_point, lo);
     }
   }
 }

@@ -46,4 +46,12 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out);
 
+// The same epilogue over a convolution's own layout: acc holds, for each of `images` images and
+// `channels` output channels, a plane of `plane` sums already compensated for the input's zero
+// point, as float32 values that are integers below 2^24 in magnitude (so exactly the int32
+// sums) -> out uint8 in the same [images, channels, plane] order. Gives requantize_to_uint8's
+// bits for the same sums.
+void requantize_planes_to_uint8(const float* acc, int64_t images, int64_t channels, int64_t plane,
+                                const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out);
+
 }  // namespace anvil::quant

@@ -202,22 +202,30 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                 ") is too high for this model; divide it by 10, or warm it up (schedule warmup_steps)"},
            &out);
   }
-  // DATA_STALL, after warm-up.
-  if (m.step >= options_.warmup_steps && m.data_wait_ratio > options_.data_stall_info) {
-    const bool warn = m.data_wait_ratio > options_.data_stall_warning;
-    Report({"DATA_STALL",
-            warn ? Severity::kWarning : Severity::kInfo,
-            m.step,
-            m.step,
-            {{"data_wait_ratio", m.data_wait_ratio},
-             {"step_seconds", m.step_seconds},
-             {"samples_per_second", m.samples_per_second},
-             {"loader_workers", static_cast<double>(context_.loader_workers)}},
-            "the step waits for data " + Percent(m.data_wait_ratio) + " of the time: first raise loader_workers (now " +
-                std::to_string(context_.loader_workers) +
-                ") and let the loader prefetch; then cache decoded samples and move expensive CPU transforms out of "
-                "the per-sample path"},
-           &out);
+  // DATA_STALL, after warm-up. In a data-parallel run every rank waits for the slowest one at
+  // each gradient all-reduce, so the worst rank's loader is the one that matters.
+  int64_t wait_rank = -1;  // every rank's ratio is there (this one's too): the worst
+  for (size_t r = 0; r < m.rank_data_wait.size(); ++r)
+    if (wait_rank < 0 || m.rank_data_wait[r] > m.rank_data_wait[static_cast<size_t>(wait_rank)])
+      wait_rank = static_cast<int64_t>(r);
+  const double wait = wait_rank >= 0 ? m.rank_data_wait[static_cast<size_t>(wait_rank)] : m.data_wait_ratio;
+  if (m.step >= options_.warmup_steps && wait > options_.data_stall_info) {
+    const bool warn = wait > options_.data_stall_warning;
+    Finding f{"DATA_STALL",
+              warn ? Severity::kWarning : Severity::kInfo,
+              m.step,
+              m.step,
+              {{"data_wait_ratio", wait},
+               {"step_seconds", m.step_seconds},
+               {"samples_per_second", m.samples_per_second},
+               {"loader_workers", static_cast<double>(context_.loader_workers)}},
+              "the step waits for data " + Percent(wait) + " of the time" +
+                  (wait_rank >= 0 ? " on rank " + std::to_string(wait_rank) + " (every rank waits for it)" : "") +
+                  ": first raise loader_workers (now " + std::to_string(context_.loader_workers) +
+                  ") and let the loader prefetch; then cache decoded samples and move expensive CPU transforms out "
+                  "of the per-sample path"};
+    if (wait_rank >= 0) f.evidence.emplace_back("rank", static_cast<double>(wait_rank));
+    Report(std::move(f), &out);
   }
   // AMP_SKIP_STORM: skipped steps per 1,000, or the scale at its floor.
   if (m.loss_scale > 0 || m.skipped_steps > 0) {

@@ -80,6 +80,21 @@ TEST(Doctor, DataStallFiresAfterWarmUpWithTheLoaderInTheAdvice) {
   EXPECT_EQ(g[0].severity, Severity::kInfo);
 }
 
+// Data-parallel: every rank waits for the slowest loader at each all-reduce, so the finding
+// names the rank whose data wait is worst, even when this rank's own is fine.
+TEST(Doctor, DataStallNamesTheRankWhoseLoaderIsSlowest) {
+  Doctor d({.loader_workers = 1, .batch_size = 64});
+  const auto f = Feed(d, 30, [](StepMetrics& m, int64_t) { m.rank_data_wait = {0.01, 0.02, 0.38, 0.03}; });
+  ASSERT_EQ(Codes(f), std::vector<std::string>{"DATA_STALL"});
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "data_wait_ratio"), 0.38);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "rank"), 2);
+  EXPECT_THAT(f[0].advice, HasSubstr("on rank 2 (every rank waits for it)"));
+  // Every rank's loader keeping up: quiet.
+  Doctor quiet({});
+  EXPECT_TRUE(Feed(quiet, 30, [](StepMetrics& m, int64_t) { m.rank_data_wait = {0.01, 0.02}; }).empty());
+}
+
 TEST(Doctor, ExplodingGradientsNonFiniteIsCriticalGrowthIsAWarning) {
   Doctor d({});
   const auto f = Feed(d, 12, [](StepMetrics& m, int64_t i) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -137,6 +138,93 @@ INSTANTIATE_TEST_SUITE_P(QuantizedKernels, QuantizedKernelsRequantize,
                          ::testing::Values(std::array<int64_t, 3>{3, 29, 32}, std::array<int64_t, 3>{7, 6, 6},
                                            std::array<int64_t, 3>{5, 10, 10}, std::array<int64_t, 3>{4, 29, 29},
                                            std::array<int64_t, 3>{1, 5, 5}, std::array<int64_t, 3>{3, 16, 16}));
+
+// The convolution's epilogue over NCHW planes of float32 integer sums (the exact float path)
+// gives the GEMM epilogue's bits for the same sums in [pixels, channels] int32 order.
+TEST(QuantizedKernels, ThePlanesEpilogueMatchesTheGemmEpilogue) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> sums(-(1 << 23), (1 << 23));
+  for (const auto& [images, channels, plane] :
+       std::vector<std::array<int64_t, 3>>{{2, 6, 64}, {1, 3, 17}, {3, 1, 7}, {2, 5, 9}}) {
+    std::vector<int32_t> acc(static_cast<size_t>(images * channels * plane));  // [images, plane, channels]
+    for (int32_t& v : acc) v = sums(rng) >> (rng() % 16);                      // small and large sums
+    std::vector<float> planes(acc.size());                                     // [images, channels, plane]
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t p = 0; p < plane; ++p)
+        for (int64_t c = 0; c < channels; ++c)
+          planes[static_cast<size_t>((n * channels + c) * plane + p)] =
+              static_cast<float>(acc[static_cast<size_t>((n * plane + p) * channels + c)]);
+    std::vector<float> w_scales(static_cast<size_t>(channels)), bias(static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) {
+      w_scales[static_cast<size_t>(c)] = 0.001f * static_cast<float>(c + 1);
+      bias[static_cast<size_t>(c)] = 0.37f * static_cast<float>(c) - 1.0f;
+    }
+    const std::vector<int32_t> row_sums(static_cast<size_t>(channels), 12345);  // ignored: input zero point 0
+    for (const bool per_channel : {true, false}) {
+      for (const bool relu : {false, true}) {
+        for (const bool with_bias : {true, false}) {
+          const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr, relu};
+          const RequantConstants k = requant_constants(0.02f, w_scales.data(), per_channel, channels, 0.05f);
+          std::vector<uint8_t> want(acc.size()), got(acc.size());
+          requantize_to_uint8(acc.data(), channels, images * plane, channels, 0, e, k, 90, want.data(), channels);
+          requantize_planes_to_uint8(planes.data(), images, channels, plane, e, k, 90, got.data());
+          for (int64_t n = 0; n < images; ++n)
+            for (int64_t p = 0; p < plane; ++p)
+              for (int64_t c = 0; c < channels; ++c)
+                ASSERT_EQ(got[static_cast<size_t>((n * channels + c) * plane + p)],
+                          want[static_cast<size_t>((n * plane + p) * channels + c)])
+                    << "image " << n << ", channel " << c << ", pixel " << p << (per_channel ? ", per channel" : "")
+                    << (relu ? ", relu" : "") << (with_bias ? ", bias" : "");
+        }
+      }
+    }
+  }
+}
+
+// QuantizedConv2d's two paths (quantized_layers.h) give the same bits on random geometries,
+// input channels 1 to 5, with inputs that saturate the quantization grid; kAuto picks the exact
+// float path for few channels only.
+TEST(QuantizedLayers, BothConvolutionPathsGiveTheSameBits) {
+  manual_seed(21);
+  std::mt19937 rng(21);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t C = pick(1, 5), OC = pick(1, 9), kh = pick(1, 5), kw = pick(1, 5);
+    nn::ConvOptions o;
+    o.stride = {pick(1, 2), pick(1, 2)};
+    o.dilation = {pick(1, 2), pick(1, 2)};
+    o.padding = {pick(0, 2), pick(0, 2)};
+    const int64_t H = o.dilation[0] * (kh - 1) + pick(1, 9), W = o.dilation[1] * (kw - 1) + pick(1, 9);
+    const bool per_channel = trial % 2 == 0, relu = trial % 3 == 0, with_bias = trial % 4 != 1;
+    const Tensor wf = randn({OC, C, kh, kw}) * 0.3;
+    const QTensor w = per_channel ? quantize_per_channel(wf, amax(wf.abs().reshape({OC, -1}), {1}).to(kFloat64) / 127.5,
+                                                         zeros({OC}, kInt64), 0, QDtype::QInt8)
+                                  : quantize_per_tensor(wf, 0.3 * 3.0 / 127.5, 0, QDtype::QInt8);
+    const Tensor bias = with_bias ? randn({OC}) : Tensor();
+    const ActivationQParams in{0.04, pick(0, 255)}, out{0.08, pick(0, 255)};
+    QuantizedConv2d gemm(w, bias, o, in, out, relu, Int8ConvPath::kGemm);
+    QuantizedConv2d exact(w, bias, o, in, out, relu, Int8ConvPath::kExactFloat);
+    ASSERT_EQ(gemm.path(), Int8ConvPath::kGemm);
+    ASSERT_EQ(exact.path(), Int8ConvPath::kExactFloat);
+    if (std::getenv("ANVIL_INT8_CONV") == nullptr) {
+      QuantizedConv2d chosen(w, bias, o, in, out, relu);
+      EXPECT_EQ(chosen.path(), C <= 3 ? Int8ConvPath::kExactFloat : Int8ConvPath::kGemm) << C << " channels";
+    }
+    const Tensor x = randn({pick(1, 3), C, H, W}) * 6.0;  // past the grid's [-4.8, 5.4] and more
+    const Tensor a = gemm.forward(x), b = exact.forward(x);
+    ASSERT_EQ(a.sizes(), b.sizes());
+    const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+    for (size_t i = 0; i < av.size(); ++i)
+      ASSERT_EQ(av[i], bv[i]) << "trial " << trial << ": element " << i << " of " << shape_str(a.sizes()) << ", C " << C
+                              << ", kernel " << kh << "x" << kw;
+    // One image without the batch dimension takes the same path.
+    EXPECT_TRUE(equal(exact.forward(x[0]), a[0]));
+  }
+  // Past 512 terms float32 sums are not exact: the int8 GEMM runs even when asked otherwise.
+  const QTensor wide = quantize_per_tensor(randn({2, 3, 16, 16}), 0.02, 0, QDtype::QInt8);
+  EXPECT_EQ(QuantizedConv2d(wide, Tensor(), {}, {0.1, 0}, {0.1, 0}, false, Int8ConvPath::kExactFloat).path(),
+            Int8ConvPath::kGemm);
+}
 
 const char* kCnnSpec = R"({"input_shape": [1, 8, 8], "layers": [
     {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": "same"}, {"type": "batchnorm2d"},

@@ -2,6 +2,7 @@
 // DequantizeLinear only, int32 bias with scale s_x * s_w, uint8 activations), and in
 // onnxruntime (from .venv; skipped without it) the operators its optimizer fuses the graph
 // into and the outputs against Anvil's int8 forward.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "core/nn/pooling.h"
 #include "core/onnx/export.h"
 #include "core/onnx/import.h"
+#include "core/onnx/quantize_graph.h"
 #include "core/quant/quantize.h"
 #include "core/quant/quantized_layers.h"
 #include "onnx/onnx_pb.h"
@@ -431,21 +433,168 @@ double ImportedError(nn::Module& model, const Exported& e, const IntArray& sampl
   return (imported.module->forward(x) - model.forward(x)).abs().max().item<double>();
 }
 
-TEST(OnnxQdq, StaticQdqFilesImportBackWithinOneOutputStep) {
-  manual_seed(7);
-  auto model = Cnn();
-  QuantizeStatic(*model, {1, 8, 8}, /*per_channel=*/true);
-  const Exported e = Export(*model, {1, 8, 8});
-  const ImportedModel imported = import_model(e.bytes);
-  for (const char* op : {"QuantizeLinear", "DequantizeLinear"}) {
-    EXPECT_TRUE(std::count(imported.operators.begin(), imported.operators.end(), op)) << op;
+TEST(OnnxQdq, StaticQdqFilesImportBackOntoTheInt8KernelsWithTheModelsBits) {
+  for (const bool per_channel : {true, false}) {
+    manual_seed(7);
+    auto model = Cnn();
+    QuantizeStatic(*model, {1, 8, 8}, per_channel);
+    const Exported e = Export(*model, {1, 8, 8});
+    const ImportedModel imported = import_model(e.bytes);
+    for (const char* op : {"QuantizeLinear", "DequantizeLinear"}) {
+      EXPECT_TRUE(std::count(imported.operators.begin(), imported.operators.end(), op)) << op;
+    }
+    // Each QDQ group runs as one int8 layer (qdq_fusion.h).
+    ASSERT_EQ(imported.int8_layers.size(), 3u);
+    EXPECT_THAT(imported.int8_layers[0], ::testing::HasSubstr("-> QuantizedConv2d (relu, "));
+    EXPECT_THAT(imported.int8_layers[1], ::testing::HasSubstr("-> QuantizedLinear (relu, "));
+    EXPECT_THAT(imported.int8_layers[2], ::testing::HasSubstr("-> QuantizedLinear ("));
+    for (const std::string& l : imported.int8_layers)
+      EXPECT_THAT(l, ::testing::HasSubstr(per_channel ? "per channel" : "per tensor"));
+    // The int8 layers compute the model's integers again, with the file's biases: int32 steps
+    // of s_x * s_w (the QDQ form) where the model holds float32 biases, so a requantization now
+    // and then rounds the other way, by one output step.
+    manual_seed(12);
+    const Tensor x = randn({64, 1, 8, 8});
+    NoGradGuard g;
+    const Tensor mine = model->forward(x), theirs = imported.module->forward(x);
+    const double step = OutputStep(*model);
+    const double err = (mine - theirs).abs().max().item<double>();
+    const int64_t same = eq(mine, theirs).sum().item<int64_t>();
+    std::printf("imported qdq cnn (%s): %lld of %lld outputs bit-identical, max_abs_error %.3g = %.2f output steps\n",
+                per_channel ? "per channel" : "per tensor", static_cast<long long>(same),
+                static_cast<long long>(mine.numel()), err, err / step);
+    EXPECT_LE(err, step * 1.001);
+    EXPECT_GE(same, mine.numel() * 95 / 100);
   }
-  // The import runs the pairs in float (round to the grid and back), with float Conv/Gemm
-  // between them: each requantization may round the other way, by one step.
-  const double step = OutputStep(*model);
-  const double err = ImportedError(*model, e, {1, 8, 8});
-  std::printf("imported qdq cnn max_abs_error %.3g = %.2f output steps\n", err, err / step);
-  EXPECT_LE(err, step * 1.001);
+}
+
+// A group that another node also reads stays as written (in float), and the graph still
+// computes the same values.
+TEST(OnnxQdq, GroupsWhoseValuesAreReadElsewhereAreNotFused) {
+  manual_seed(13);
+  auto model = Mlp(/*with_stub=*/true);
+  QuantizeStatic(*model, {16}, true);
+  Exported e = Export(*model, {16});
+  // A second graph output that reads the first Gemm's float output: that group cannot fuse.
+  ::onnx::GraphProto* g = e.proto.mutable_graph();
+  std::string gemm_out;
+  for (const auto& n : g->node())
+    if (n.op_type() == "Gemm" && gemm_out.empty()) gemm_out = n.output(0);
+  ASSERT_FALSE(gemm_out.empty());
+  *g->add_output() = g->output(0);
+  g->mutable_output(1)->set_name(gemm_out);
+  std::string bytes;
+  ASSERT_TRUE(e.proto.SerializeToString(&bytes));
+  const ImportedModel imported = import_model(bytes);
+  ASSERT_EQ(imported.int8_layers.size(), 1u);
+  EXPECT_THAT(imported.int8_layers[0], ::testing::HasSubstr("-> QuantizedLinear (per channel)"));
+  manual_seed(14);
+  const Tensor x = randn({32, 16});
+  NoGradGuard ng;
+  const double err = (imported.module->forward(x) - model->forward(x)).abs().max().item<double>();
+  // The unfused group computes in float and rounds its sums; a hidden value one step off can
+  // move an output by a step more.
+  EXPECT_LE(err, OutputStep(*model) * 2.001);
+}
+
+// ---- quantizing an imported float graph (quantize_graph.h) ----
+
+// The scale of the DequantizeLinear that makes the graph's output: one output step.
+double GraphOutputStep(const std::string& bytes) {
+  ::onnx::ModelProto m;
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  const ::onnx::GraphProto& g = m.graph();
+  std::string out = g.output(0).name();
+  for (auto n = g.node().rbegin(); n != g.node().rend(); ++n)
+    if (n->op_type() == "Identity" && n->output(0) == out) out = n->input(0);  // an exporter's renaming
+  for (const auto& n : g.node()) {
+    if (n.op_type() != "DequantizeLinear" || n.output(0) != out) continue;
+    const ::onnx::TensorProto* s = Initializer(g, n.input(1));
+    float v = 0;
+    if (s != nullptr && s->raw_data().size() == 4) std::memcpy(&v, s->raw_data().data(), 4);
+    return v;
+  }
+  ADD_FAILURE() << "the graph's output is not made by a DequantizeLinear";
+  return 0;
+}
+
+TEST(OnnxQuantize, AFloatGraphQuantizesStaticallyAndRunsOnTheInt8Kernels) {
+  for (const bool per_channel : {true, false}) {
+    manual_seed(15);
+    auto model = Cnn();
+    const Exported fp32 = Export(*model, {1, 8, 8});
+    std::vector<Tensor> calibration;
+    for (int i = 0; i < 8; ++i) calibration.push_back(randn({32, 1, 8, 8}));
+    quant::QConfig q;
+    q.activation = quant::ActivationObserver::kMinMax;
+    q.per_channel_weights = per_channel;
+    const GraphQuantization gq = quantize_onnx_static(fp32.bytes, calibration, q);
+    ASSERT_EQ(gq.layers.size(), 3u) << gq.layers.size();
+    EXPECT_THAT(gq.layers[0], ::testing::StartsWith("Conv "));
+    // The QDQ pattern onnxruntime fuses: int8 weights and int32 biases behind DequantizeLinear.
+    ::onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(gq.model));
+    ExpectQdqPattern(m.graph(), 3, 3, per_channel);
+    const ImportedModel imported = import_model(gq.model);
+    ASSERT_EQ(imported.int8_layers.size(), 3u);
+    // Against the float graph: within the int8 error of a model of this size.
+    const ImportedModel float_graph = import_model(fp32.bytes);
+    manual_seed(16);
+    const Tensor x = randn({64, 1, 8, 8});
+    NoGradGuard g;
+    const Tensor y_float = float_graph.module->forward(x), y_int8 = imported.module->forward(x);
+    const double range = y_float.abs().max().item<double>();
+    const double err = (y_float - y_int8).abs().max().item<double>();
+    const double step = GraphOutputStep(gq.model);
+    std::printf("quantized float graph (%s): max |int8 - float| %.3g (%.2f%% of the output range, %.1f steps)\n",
+                per_channel ? "per channel" : "per tensor", err, 100 * err / range, err / step);
+    EXPECT_LE(err, 0.05 * range);
+    // The same ranking of classes for nearly every input.
+    const int64_t agree = eq(y_float.argmax(1), y_int8.argmax(1)).sum().item<int64_t>();
+    EXPECT_GE(agree, 60) << agree << " of 64";
+    // A QDQ file of its own: it quantizes no further, and exports back unchanged in kind.
+    EXPECT_THROW(quantize_onnx_static(gq.model, calibration, q), Error);
+    if (!HavePeers()) continue;
+    // onnxruntime fuses the same file into its int8 operators, within one output step of Anvil.
+    Exported qe;
+    qe.bytes = gq.model;
+    qe.proto = m;
+    const OrtRun r = RunOnnxRuntime(*imported.module, qe, per_channel ? "graph_channel" : "graph_tensor", {1, 8, 8});
+    EXPECT_EQ(r.ops.count("QLinearConv"), 1u) << Join(r.ops);
+    for (double e : r.errors) {
+      std::printf("onnxruntime on the quantized graph: max_abs_error %.3g = %.2f output steps\n", e, e / step);
+      EXPECT_LE(e, step * 1.001);
+    }
+  }
+}
+
+TEST(OnnxQuantize, RefusalsSayWhatWasFound) {
+  manual_seed(17);
+  auto model = Cnn();
+  const Exported fp32 = Export(*model, {1, 8, 8});
+  try {
+    quantize_onnx_static(fp32.bytes, {});
+    ADD_FAILURE() << "no calibration batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("at least one calibration batch"));
+  }
+  try {
+    quantize_onnx_static(fp32.bytes, {randn({4, 3, 8, 8})});
+    ADD_FAILURE() << "a batch of the wrong shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("node"));
+  }
+  // A graph with nothing to quantize names what it saw.
+  auto act = std::make_shared<nn::Sequential>(
+      std::initializer_list<std::shared_ptr<nn::Module>>{std::make_shared<nn::ReLU>()});
+  act->eval();
+  const Exported relu_only = Export(*act, {4});
+  try {
+    quantize_onnx_static(relu_only.bytes, {randn({2, 4})});
+    ADD_FAILURE() << "a graph without Conv/Gemm/MatMul was quantized";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("no Conv, Gemm or MatMul"));
+  }
 }
 
 TEST(OnnxQdq, DynamicQdqFilesImportBack) {

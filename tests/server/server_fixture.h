@@ -135,10 +135,11 @@ class ServerFixture : public ::testing::Test {
   // The file Export streams, with the announced size and hash.
   std::string Export(const std::string& model, v1::ExportFormat format, grpc::Status* status, std::string* sha,
                      int64_t* total, int opset = 0, const std::vector<std::string>& dynamic_axes = {},
-                     bool verify = false, std::string* verification = nullptr) {
+                     bool verify = false, std::string* verification = nullptr, const std::string& version = "") {
     grpc::ClientContext ctx;
     v1::ExportRequest req;
     req.set_model(model);
+    req.set_version(version);
     req.set_format(format);
     req.set_opset(opset);
     for (const std::string& a : dynamic_axes) req.add_dynamic_axes(a);

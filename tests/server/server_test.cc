@@ -625,6 +625,63 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(bad.error_message(), HasSubstr("spec.mode: expected"));
   }
+  // An imported ONNX graph (q-static's float version exported and registered back) quantizes
+  // statically on a dataset the request names; the int8 version is a QDQ graph served on the
+  // int8 kernels, and its file carries the quantization and both accuracies.
+  {
+    grpc::Status st;
+    std::string sha;
+    int64_t total = 0;
+    const std::string fp32 = Export("q-static", v1::ONNX, &st, &sha, &total, 0, {}, false, nullptr, "1");
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    v1::Model model;
+    ASSERT_TRUE(RegisterModel("q-onnx", fp32, &model).ok());
+    grpc::ClientContext ctx;
+    v1::QuantizeRequest req;
+    req.set_model("q-onnx");
+    req.mutable_spec()->set_mode("static");
+    req.mutable_spec()->set_observer("minmax");
+    req.mutable_spec()->set_max_accuracy_drop(5.0);
+    v1::QuantizeResponse resp;
+    // No dataset: an imported graph has no job to take one from.
+    grpc::Status no_data = serving_->Quantize(&ctx, req, &resp);
+    EXPECT_EQ(no_data.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(no_data.error_message(), HasSubstr("give the dataset"));
+    req.mutable_dataset()->set_name("blobs");
+    req.set_seed(BlobsSpec().seed());  // the blobs q-static was trained on
+    grpc::ClientContext ctx_dynamic;
+    req.mutable_spec()->set_mode("dynamic");
+    const grpc::Status dynamic = serving_->Quantize(&ctx_dynamic, req, &resp);
+    EXPECT_EQ(dynamic.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(dynamic.error_message(), HasSubstr("quantized statically"));
+    req.mutable_spec()->set_mode("static");
+    grpc::ClientContext ctx2;
+    const grpc::Status ok = serving_->Quantize(&ctx2, req, &resp);
+    ASSERT_TRUE(ok.ok()) << ok.error_message();
+    EXPECT_TRUE(resp.registered()) << resp.message();
+    EXPECT_THAT(resp.message(), HasSubstr("of the graph's nodes in int8"));
+    EXPECT_EQ(resp.model().version(), 2);
+    EXPECT_EQ(resp.model().precision(), "int8");
+    EXPECT_EQ(resp.model().quantization(), "static (minmax, 16 calibration batches)");
+    EXPECT_GT(resp.float_accuracy(), 0.5);
+    EXPECT_GT(resp.int8_accuracy(), resp.float_accuracy() - 0.05);
+    // Served beside the float version, within int8 error of it.
+    const Tensor x = randn({8, 2});
+    auto predict = [&](const std::string& version) {
+      v1::PredictRequest p = PredictOf("q-onnx", x);
+      p.set_version(version);
+      v1::PredictResponse r;
+      const grpc::Status s = Predict(p, &r);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      return s.ok() ? decode_tensor(r.outputs(0)) : zeros({8, 1});
+    };
+    const Tensor f = predict("1"), q = predict("2");
+    EXPECT_LT((f - q).abs().max().item<double>(), 0.05 * f.abs().max().item<double>() + 0.05);
+    // The int8 graph quantizes no further.
+    grpc::ClientContext ctx3;
+    req.set_version("2");
+    EXPECT_EQ(serving_->Quantize(&ctx3, req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
   grpc::Status st;
   v1::JobSpec bad = BlobsSpec(1);
   bad.mutable_quantize()->set_mode("int4");
