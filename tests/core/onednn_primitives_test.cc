@@ -360,10 +360,19 @@ TEST(OneDnnPrimitives, TheChoiceFollowsTheMeasuredSizeClasses) {
     EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 10, 1024), *forced);
     return;
   }
+  // int8: Anvil's kernels at every size, on AMX-INT8 (tiles from 16 rows) as on AVX512-VNNI
+  // (int8_gemm.cc's table).
+  const auto expect_anvil_int8 = [] {
+    if (!cpu::int8_gemm_candidate_unavailable_reason(cpu::Int8GemmCandidate::kOneDnn).empty()) return;
+    if (std::getenv("ANVIL_INT8_GEMM") != nullptr) return;
+    for (const int64_t m : {1, 16, 32, 256, 2048})
+      EXPECT_EQ(cpu::int8_gemm_candidate_for(m, 1024, 1024), cpu::Int8GemmCandidate::kAnvil) << m;
+  };
   if (cpu::isa_at_least(CpuIsa::kAmx)) {
     // oneDNN's AMX kernels for every product worth tiles.
     EXPECT_EQ(cpu::bf16_gemm_candidate_for(2048, 2048, 2048), C::kOneDnn);
     EXPECT_EQ(cpu::bf16_gemm_candidate_for(8, 8, 8), C::kAnvil);
+    expect_anvil_int8();
     return;
   }
   // AVX-512-BF16 (bf16_gemm.cc's table): oneDNN for narrow products with a long inner
@@ -382,11 +391,7 @@ TEST(OneDnnPrimitives, TheChoiceFollowsTheMeasuredSizeClasses) {
     const cpu::ScopedIsa lower(CpuIsa::kAvx2);
     EXPECT_EQ(cpu::bf16_gemm_candidate_for(256, 10, 1024), C::kAnvil);
   }
-  // int8: Anvil's vpdpbusd kernel at every size on AVX512-VNNI (int8_gemm.cc's table).
-  if (!cpu::int8_gemm_candidate_unavailable_reason(cpu::Int8GemmCandidate::kOneDnn).empty()) return;
-  if (std::getenv("ANVIL_INT8_GEMM") != nullptr) return;
-  EXPECT_EQ(cpu::int8_gemm_candidate_for(256, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
-  EXPECT_EQ(cpu::int8_gemm_candidate_for(1, 1024, 1024), cpu::Int8GemmCandidate::kAnvil);
+  expect_anvil_int8();
 }
 
 TEST(OneDnnPrimitives, ConvolutionForwardTakesOneDnnFromSixInputChannels) {

@@ -337,8 +337,11 @@ std::optional<Bf16GemmCandidate> ForcedBf16Candidate() {
 
 // Where oneDNN's bf16 matmul is preferred (one thread: the calling thread's share of a product).
 // - amx level: oneDNN's AMX-BF16 kernels, for products worth tiles. Measured on an Intel Xeon
-//   with AMX (issue 36): PyTorch, whose bf16 mm is oneDNN's, took 6.4 ms for 2048^3 where
-//   Anvil's AMX kernel took 10.2. Not measured by Anvil's benchmarks: no AMX machine here.
+//   with AMX (family 6 model 207; anvil_bench_amp "" onednn-gemm, bench/RESULTS.md "int8 and
+//   bf16 on AMX", one thread): level with Anvil's AMX kernel on cubes (256^3 0.91x, 1024^3
+//   0.92x, 2048^3 1.00x) and ahead on the MLP's products (256x1024x1024 1.68x forward, 1.55x
+//   backward), the narrow ones (256x10x1024 18x, batch-1 and batch-8 Linear 2.7x and 3.3x)
+//   and the lenet5 ones (1.05-1.6x).
 // - avx512 with AVX-512-BF16, measured on Zen 5 (anvil_bench_amp "" onednn-gemm; bench/RESULTS.md,
 //   "oneDNN bf16 and int8 primitives"): on square and MLP-sized products the two are within
 //   12 % of each other, the sign varying between runs (2048^3: Anvil 461 GFLOP/s, oneDNN 417),

@@ -157,17 +157,19 @@ std::optional<Int8GemmCandidate> ForcedInt8Candidate() {
   return forced;
 }
 
-// Where oneDNN's int8 matmul is preferred (one thread).
-// - amx level: oneDNN's AMX-INT8 kernels for products of a tile's rows or more (PyTorch's path
-//   on AMX; Anvil's AMX kernel has not been measured against it: no AMX machine).
+// Where oneDNN's int8 matmul is preferred (one thread): nowhere, by measurement.
+// - amx level, measured on an Intel Xeon with AMX-INT8 (family 6 model 207, anvil_bench_int8;
+//   bench/RESULTS.md, "int8 and bf16 on AMX"), three runs on a shared 2-vCPU machine whose
+//   AMX throughput varied by up to 1.7x between runs: Anvil's AMX kernel against oneDNN's
+//   matmul primitive (brg:avx512_core_amx_int8) at Linear 1024x1024 batch 256: 1206 / 707 /
+//   ~710 GOP/s against 671 / 725 / ~700; batch 32: 463 / 510 against 429 / 508; 2048^3: 439 /
+//   492 against 447 / 496; at batch 1 (below a tile's rows: Anvil's vpdpbusd kernel) 61-116
+//   against 16-29. Level or ahead everywhere, and without oneDNN's per-call weight reorder.
 // - avx512 with VNNI, measured on Zen 5 (anvil_bench_int8; bench/RESULTS.md, "oneDNN bf16 and
 //   int8 primitives"): Anvil's vpdpbusd kernel is ahead of oneDNN's matmul primitive
 //   (brg:avx512_core_vnni) or level with it at every size, Linear 1024x1024 at batch 1, 32 and
-//   256: 247 / 961 / 975 GOP/s against 97 / 751 / 975; 2048^3: 897 against 858. Not
-//   preferred.
-bool OneDnnInt8Preferred(int64_t m, int64_t /*n*/, int64_t /*k*/) {
-  return isa_at_least(CpuIsa::kAmx) && m >= int8_kernels::kAmxMinRows;
-}
+//   256: 247 / 961 / 975 GOP/s against 97 / 751 / 975; 2048^3: 897 against 858.
+bool OneDnnInt8Preferred(int64_t /*m*/, int64_t /*n*/, int64_t /*k*/) { return false; }
 
 }  // namespace
 
