@@ -873,6 +873,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       m->set_lr(e.step_metrics.lr);
       m->set_samples_per_second(e.step_metrics.samples_per_second);
       m->set_data_wait_ratio(e.step_metrics.data_wait_ratio);
+      m->set_update_ratio(e.step_metrics.update_ratio);
       m->set_step_seconds(e.step_metrics.step_seconds);
       m->set_loss_scale(e.step_metrics.loss_scale);
       m->set_skipped_steps(e.step_metrics.skipped_steps);

@@ -736,21 +736,23 @@ class OnnxGraph final : public nn::Module {
       replaced.insert(f.nodes.begin(), f.nodes.end());
       fused_.push_back(f.description);
     }
+    std::vector<Step> unfused;  // the steps as written, for DropStepsOnlyFusionRead
     for (int k = 0; k < graph.node_size(); ++k) {
       const pb::NodeProto& n = graph.node(k);
-      if (const auto it = fused_at.find(k); it != fused_at.end()) {
-        const FusedQdqLayer& f = *it->second;
-        Step step{graph.node(f.nodes.front()), {slots_.at(f.input)}, {slot_of(f.output)}, nullptr, f.layer};
-        steps_.push_back(std::move(step));
-        continue;
-      }
-      Step step{n, {}, {}, replaced.count(k) ? nullptr : &Ops().at(n.op_type()), nullptr};
+      Step step{n, k, {}, {}, &Ops().at(n.op_type()), nullptr};
       for (const std::string& i : n.input()) step.in.push_back(i.empty() ? -1 : slots_.at(i));
       for (const std::string& o : n.output()) step.out.push_back(o.empty() ? -1 : slot_of(o));
-      if (!replaced.count(k)) steps_.push_back(std::move(step));
+      if (const auto it = fused_at.find(k); it != fused_at.end()) {
+        const FusedQdqLayer& f = *it->second;
+        steps_.push_back(
+            Step{graph.node(f.nodes.front()), k, {slots_.at(f.input)}, {slot_of(f.output)}, nullptr, f.layer});
+      } else if (!replaced.count(k)) {
+        steps_.push_back(step);
+      }
+      if (!fused.empty()) unfused.push_back(std::move(step));
     }
     output_slot_ = slots_.at(graph.output(0).name());
-    DropDeadSteps();
+    if (!fused.empty()) DropStepsOnlyFusionRead(unfused);
     eval();
   }
 
@@ -804,25 +806,39 @@ class OnnxGraph final : public nn::Module {
  private:
   struct Step {
     pb::NodeProto node;  // for a fused layer, its group's operator node (named in errors)
+    int index = -1;      // the node's position in the file (a fused layer: its group's last node)
     std::vector<int> in, out;
     const OpFn* fn;                     // the operator, or
     std::shared_ptr<nn::Module> layer;  // a fused int8 layer: one input, one output
   };
-  // Steps whose outputs nothing reads (a fused group's weight DequantizeLinear nodes, an input
-  // QuantizeLinear/DequantizeLinear pair only the group read) are not run.
-  void DropDeadSteps() {
-    std::vector<bool> needed(slots_.size(), false);
+  // Which of `steps` the graph's output depends on.
+  std::vector<bool> Live(const std::vector<Step>& steps) const {
+    std::vector<bool> needed(slots_.size(), false), live(steps.size(), false);
     needed[static_cast<size_t>(output_slot_)] = true;
-    std::vector<Step> kept;
-    for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
-      bool live = false;
-      for (int o : it->out) live = live || (o >= 0 && needed[static_cast<size_t>(o)]);
-      if (!live) continue;
-      for (int i : it->in)
-        if (i >= 0) needed[static_cast<size_t>(i)] = true;
-      kept.push_back(std::move(*it));
+    for (size_t i = steps.size(); i-- > 0;) {
+      for (int o : steps[i].out) live[i] = live[i] || (o >= 0 && needed[static_cast<size_t>(o)]);
+      if (!live[i]) continue;
+      for (int in : steps[i].in)
+        if (in >= 0) needed[static_cast<size_t>(in)] = true;
     }
-    steps_.assign(std::make_move_iterator(kept.rbegin()), std::make_move_iterator(kept.rend()));
+    return live;
+  }
+  // Steps that only fused groups read (their weights' DequantizeLinear nodes, an input
+  // QuantizeLinear/DequantizeLinear pair only a group read) are not run. A node the file itself
+  // leaves unread (`unfused`: the steps as written) still runs, as it did before fusion: the
+  // registration's trial run checks every node of the file.
+  void DropStepsOnlyFusionRead(const std::vector<Step>& unfused) {
+    const std::vector<bool> was_live = Live(unfused), live = Live(steps_);
+    std::set<int> live_as_written;
+    for (size_t i = 0; i < unfused.size(); ++i)
+      if (was_live[i]) live_as_written.insert(unfused[i].index);
+    std::vector<Step> kept;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      // Dead now, live as written: made dead by a fused group.
+      if (!live[i] && live_as_written.count(steps_[i].index)) continue;
+      kept.push_back(std::move(steps_[i]));
+    }
+    steps_ = std::move(kept);
   }
   static std::string Sanitize(const std::string& name) {
     std::string s = name.empty() ? "initializer" : name;

@@ -38,6 +38,7 @@ const std::vector<std::string>& Doctor::rules() {
   static const std::vector<std::string> kRules = {"DATA_STALL",
                                                   "EXPLODING_GRADIENTS",
                                                   "LR_TOO_HIGH",
+                                                  "LR_TOO_LOW",
                                                   "LOSS_PLATEAU",
                                                   "OSCILLATION",
                                                   "OVERFITTING",
@@ -201,6 +202,36 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                 " in the first intervals: the learning rate (" + Fixed(m.lr, 6) +
                 ") is too high for this model; divide it by 10, or warm it up (schedule warmup_steps)"},
            &out);
+  }
+  // LR_TOO_LOW / LR_TOO_HIGH: the update-to-weight ratio outside its band, interval after
+  // interval (an unmeasured interval, ratio 0, neither counts nor breaks a run).
+  if (m.update_ratio > 0 && std::isfinite(m.update_ratio) && m.step >= options_.warmup_steps) {
+    ratio_low_run_ = m.update_ratio < options_.update_ratio_low ? ratio_low_run_ + 1 : 0;
+    ratio_high_run_ = m.update_ratio > options_.update_ratio_high ? ratio_high_run_ + 1 : 0;
+    const int64_t need = options_.update_band_intervals;
+    if (ratio_low_run_ >= need) {
+      Report({"LR_TOO_LOW",
+              Severity::kWarning,
+              steps_[n - std::min<size_t>(n, static_cast<size_t>(need))].step,
+              m.step,
+              {{"update_ratio", m.update_ratio}, {"band_low", options_.update_ratio_low}, {"lr", m.lr}},
+              "each step changes the weights by " + Fixed(m.update_ratio * 1e6, 2) +
+                  " parts per million (a healthy step is near a thousand): the learning rate (" + Fixed(m.lr, 8) +
+                  ") is too low to train in a reasonable time; raise it tenfold at a time, or use a schedule with "
+                  "warm-up to a higher peak"},
+             &out);
+    }
+    if (ratio_high_run_ >= need) {
+      Report(
+          {"LR_TOO_HIGH",
+           Severity::kWarning,
+           steps_[n - std::min<size_t>(n, static_cast<size_t>(need))].step,
+           m.step,
+           {{"update_ratio", m.update_ratio}, {"band_high", options_.update_ratio_high}, {"lr", m.lr}},
+           "each step changes the weights by " + Percent(m.update_ratio) + " of their size: the learning rate (" +
+               Fixed(m.lr, 6) + ") rewrites them every step; divide it by 10, or warm it up (schedule warmup_steps)"},
+          &out);
+    }
   }
   // DATA_STALL, after warm-up. In a data-parallel run every rank waits for the slowest one at
   // each gradient all-reduce, so the worst rank's loader is the one that matters.

@@ -60,6 +60,12 @@ struct DoctorOptions {
   // OVERFITTING: validation loss rising while training loss falls for this many evaluations
   // in a row (SageMaker's Overfit rule: patience 1 after a start of 3 evaluations).
   int64_t overfit_evaluations = 3;
+  // LR_TOO_LOW / LR_TOO_HIGH: the update-to-weight ratio (StepMetrics::update_ratio) outside
+  // [update_ratio_low, update_ratio_high] for `update_band_intervals` intervals in a row after
+  // warm-up. CS231n's rule of thumb puts a healthy ratio near 1e-3; a hundred times below it
+  // the weights barely move, a hundred times above it each step rewrites them.
+  double update_ratio_low = 1e-5, update_ratio_high = 1e-1;
+  int64_t update_band_intervals = 5;
   // AMP_SKIP_STORM: skipped optimizer steps above this share of steps (per 1,000 steps), or the
   // loss scale at or under its floor (torch.cuda.amp's growth/backoff makes a scale of 1 a
   // sign that every step overflows).
@@ -112,6 +118,7 @@ class Doctor {
   std::deque<double> grad_ema_history_;
   std::vector<EpochMetrics> epochs_;
   int64_t overfit_run_ = 0;
+  int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;  // intervals in a row outside the update band
 };
 
 }  // namespace anvil::train

@@ -217,6 +217,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
 
   // Per-step values of the current metric interval, kept as tensors until the next read.
   std::vector<Tensor> losses, norms;
+  Tensor update_ratio;  // the interval's last step's, on the device (StepMetrics::update_ratio)
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
@@ -226,8 +227,15 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   std::vector<double> rank_step_seconds, rank_data_wait;
   auto flush = [&]() {
     if (losses.empty()) return;
-    std::vector<double> lv = stack(losses).to_vector<double>();  // the one host read
-    const std::vector<double> nv = stack(norms).to_vector<double>();
+    // The one host read: the losses, the gradient norms and the update ratio together.
+    const size_t steps_in = losses.size();
+    std::vector<Tensor> parts{stack(losses).to(kFloat64), stack(norms).to(kFloat64)};
+    if (update_ratio.defined()) parts.push_back(update_ratio.to(kFloat64).reshape({1}));
+    const std::vector<double> all = cat(parts, 0).to_vector<double>();
+    std::vector<double> lv(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(steps_in));
+    const std::vector<double> nv(all.begin() + static_cast<std::ptrdiff_t>(steps_in),
+                                 all.begin() + static_cast<std::ptrdiff_t>(2 * steps_in));
+    const double ratio = update_ratio.defined() ? all[2 * steps_in] : 0.0;
     const double secs = Seconds(Clock::now() - interval_start);
     if (ddp_) {
       // One gather per interval: every rank's losses, cancel flag, step time and data wait.
@@ -288,12 +296,14 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.data_wait_ratio = train.stats().wait_ratio();
     m.rank_step_seconds = rank_step_seconds;
     m.rank_data_wait = rank_data_wait;
+    m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);
     if (callbacks_.on_step) callbacks_.on_step(m);
     losses.clear();
     norms.clear();
+    update_ratio = Tensor();
     interval_steps.clear();
     interval_samples = 0;
     interval_start = Clock::now();
@@ -314,7 +324,25 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       Tensor norm =
           o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
       if (o.clip_grad_value > 0) optim::clip_grad_value_(params, o.clip_grad_value);
+      // The step that closes a metric interval measures its update against the weights.
+      std::vector<Tensor> before;
+      if ((step_ + 1) % o.metric_interval == 0) {
+        NoGradGuard no_grad;
+        for (const Tensor& p : params) before.push_back(p.detach().clone());
+      }
       scaler_.step(*optimizer_);  // skipped on the device when a gradient was not finite
+      if (!before.empty()) {
+        NoGradGuard no_grad;
+        Tensor delta = zeros({}, TensorOptions(kFloat64).with_device(ModelDevice()));
+        Tensor weight = zeros({}, TensorOptions(kFloat64).with_device(ModelDevice()));
+        for (size_t i = 0; i < params.size(); ++i) {
+          const Tensor d = (params[i].detach() - before[i]).to(kFloat64);
+          const Tensor w = before[i].to(kFloat64);
+          delta = delta + (d * d).sum();
+          weight = weight + (w * w).sum();
+        }
+        update_ratio = (delta / weight).sqrt();
+      }
       scaler_.update();
       optimizer_->zero_grad();
       if (scheduler_ && o.scheduler_per_step) scheduler_->step();

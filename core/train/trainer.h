@@ -97,6 +97,10 @@ struct StepMetrics {
   // Data-parallel runs: each rank's mean step time and data-wait ratio over the interval
   // (index = rank); empty otherwise.
   std::vector<double> rank_step_seconds, rank_data_wait;
+  // The last step's update against the weights, ||w_after - w_before|| / ||w_before|| over all
+  // parameters (the learning rate's effect, whatever the optimizer; 0 when not measured): one
+  // copy of the parameters per interval, read with the interval's losses.
+  double update_ratio = 0;
 };
 
 struct EpochMetrics {

@@ -42,6 +42,7 @@ StepMetrics Healthy(int64_t i) {
   m.data_wait_ratio = 0.01;
   m.step_seconds = 0.01;
   m.samples_per_second = 6400;
+  m.update_ratio = 1e-3;
   return m;
 }
 
@@ -93,6 +94,23 @@ TEST(Doctor, DataStallNamesTheRankWhoseLoaderIsSlowest) {
   // Every rank's loader keeping up: quiet.
   Doctor quiet({});
   EXPECT_TRUE(Feed(quiet, 30, [](StepMetrics& m, int64_t) { m.rank_data_wait = {0.01, 0.02}; }).empty());
+}
+
+// The update-to-weight band: five intervals in a row below 1e-5 or above 0.1, after warm-up.
+TEST(Doctor, UpdateRatioOutsideItsBandIsLrTooLowOrTooHigh) {
+  Doctor low({});
+  const auto f = Feed(low, 30, [](StepMetrics& m, int64_t) { m.update_ratio = 2e-7; });
+  ASSERT_EQ(Codes(f), std::vector<std::string>{"LR_TOO_LOW"});
+  EXPECT_GE(f[0].first_step, 20);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "update_ratio"), 2e-7);
+  EXPECT_THAT(f[0].advice, HasSubstr("0.20 parts per million"));
+  Doctor high({});
+  const auto g = Feed(high, 30, [](StepMetrics& m, int64_t) { m.update_ratio = 0.4; });
+  ASSERT_EQ(Codes(g), std::vector<std::string>{"LR_TOO_HIGH"});
+  EXPECT_DOUBLE_EQ(Evidence(g[0], "update_ratio"), 0.4);
+  // Inside the band, or outside for fewer than five intervals in a row: quiet.
+  Doctor healthy({});
+  EXPECT_TRUE(Feed(healthy, 30, [](StepMetrics& m, int64_t i) { m.update_ratio = i % 4 == 0 ? 1e-3 : 2e-7; }).empty());
 }
 
 TEST(Doctor, ExplodingGradientsNonFiniteIsCriticalGrowthIsAWarning) {
@@ -230,7 +248,7 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
   if (!std::filesystem::exists(std::filesystem::path(test::DigitsDir()) / "digits.csv.gz"))
     GTEST_SKIP() << "digits.csv.gz not in " << test::DigitsDir() << ": run `make data`";
   for (int seed = 0; seed < 5; ++seed) {
-    for (const std::string fault : {"none", "lr", "pixels"}) {
+    for (const std::string fault : {"none", "lr", "lr_low", "pixels"}) {
       const bool pixels = fault == "pixels";
       manual_seed(static_cast<uint64_t>(seed));
       auto digits = std::make_shared<data::MapDataset>(
@@ -238,7 +256,7 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
           std::make_shared<data::Lambda>(
               [pixels](const Tensor& x) { return pixels ? (x * (255.0 / 16.0)).round() : x / 16.0; }, "Scale"));
       const models::BuiltModel m = models::build_model(models::preset_spec("mlp", {64}, 10));
-      const double lr = fault == "lr" ? 0.3 : 3e-3;  // 100x the recipe's
+      const double lr = fault == "lr" ? 0.3 : fault == "lr_low" ? 3e-6 : 3e-3;  // 100x, 1/1000 the recipe's
       auto opt = std::make_shared<optim::SGD>(m.module->parameters(), optim::Options{{"lr", lr}, {"momentum", 0.9}});
       Doctor doctor({.loader_workers = 0, .batch_size = 64, .loss = "cross_entropy"});
       std::vector<Finding> found;
@@ -261,6 +279,8 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
                                           0;
       SCOPED_TRACE("seed " + std::to_string(seed) + ", fault " + fault + ": " + ::testing::PrintToString(codes));
       EXPECT_EQ(std::count(codes.begin(), codes.end(), "INPUT_NOT_NORMALIZED") > 0, pixels);
+      const bool too_low = std::count(codes.begin(), codes.end(), "LR_TOO_LOW") > 0;
+      EXPECT_EQ(too_low, fault == "lr_low");
       if (fault == "lr") {
         EXPECT_TRUE(gradient_or_divergence);
       }
