@@ -224,16 +224,23 @@ class ServingService final : public ServingBase {
         e->set_sqnr_db(l.sqnr_db);
       }
       if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
-      const absl::StatusOr<ModelRow> row = s_.registry->register_archive(m->row.name, m->row.job_id, relative);
-      if (!row.ok()) {
-        std::error_code ec;
-        fs::remove(path, ec);
-        throw ServiceError(row.status());
-      }
-      resp->set_registered(true);
-      *resp->mutable_model() =
-          s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
+      RegisterQuantized(*m, relative, path, {}, resp);
     });
+  }
+
+  // The int8 file at `path` (`relative` in the data root) as the next version of `m`'s model;
+  // the file is removed when it cannot be registered.
+  void RegisterQuantized(const ServedModel& m, const std::string& relative, const fs::path& path,
+                         const std::vector<std::string>& labels, v1::QuantizeResponse* resp) {
+    const absl::StatusOr<ModelRow> row = s_.registry->register_archive(m.row.name, m.row.job_id, relative, labels);
+    if (!row.ok()) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      throw ServiceError(row.status());
+    }
+    resp->set_registered(true);
+    *resp->mutable_model() =
+        s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
   }
 
   // Quantize for an imported ONNX graph (core/onnx/quantize_graph.h): static, calibrated and
@@ -267,16 +274,7 @@ class ServingService final : public ServingBase {
     resp->set_float_accuracy(outcome.float_accuracy.value_or(0));
     resp->set_int8_accuracy(outcome.int8_accuracy.value_or(0));
     if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
-    std::vector<std::string> labels = m.loaded.info.labels;
-    const absl::StatusOr<ModelRow> row = s_.registry->register_archive(m.row.name, m.row.job_id, relative, labels);
-    if (!row.ok()) {
-      std::error_code ec;
-      fs::remove(path, ec);
-      throw ServiceError(row.status());
-    }
-    resp->set_registered(true);
-    *resp->mutable_model() =
-        s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
+    RegisterQuantized(m, relative, path, m.loaded.info.labels, resp);
   }
 
   Status GetModelImpl(grpc::ServerContextBase* ctx, const v1::GetModelRequest* req, v1::Model* resp) {

@@ -6,6 +6,7 @@
 #include <numbers>
 #include <variant>
 
+#include "core/onnx/qdq_bias.h"
 #include "core/ops/attrs.h"
 #include "core/ops/functions.h"
 #include "onnx/onnx_pb.h"
@@ -623,19 +624,8 @@ class Lowerer {
   // The float bias as int32 steps of s_x * s_w (the float32 product, as fbgemm forms it):
   // round(bias / (s_x * s_w)), the form onnxruntime's QDQ selectors require.
   int BiasDequantize(Tensor bias, double x_scale, const Tensor& w_scales, bool per_channel) {
-    const int64_t n = bias.numel();
-    const std::vector<float> b = bias.to(kFloat32).contiguous().to_vector<float>();
-    const std::vector<float> ws = w_scales.to_vector<float>();
-    Tensor scales = empty({per_channel ? n : 1}, TensorOptions(kFloat32));
-    for (int64_t j = 0; j < scales.numel(); ++j)
-      scales.data_ptr<float>()[j] = static_cast<float>(x_scale) * ws[static_cast<size_t>(j)];
-    Tensor ints = empty({n}, TensorOptions(kInt32));
-    for (int64_t j = 0; j < n; ++j) {
-      const double step = scales.data_ptr<float>()[per_channel ? j : 0];
-      const double q = std::nearbyint(static_cast<double>(b[static_cast<size_t>(j)]) / step);
-      ints.data_ptr<int32_t>()[j] = static_cast<int32_t>(std::clamp(q, -2147483648.0, 2147483647.0));
-    }
-    return PerAxisDequantize(ints, scales, zeros({scales.numel()}, TensorOptions(kInt32)), per_channel ? 0 : -1);
+    const Int32Bias b = int32_bias(bias, x_scale, w_scales, per_channel);
+    return PerAxisDequantize(b.ints, b.steps, zeros({b.steps.numel()}, TensorOptions(kInt32)), per_channel ? 0 : -1);
   }
 
   // QuantizedLinear and QuantizedConv2d: inputs (x, int8 weight, float32 weight scales, float

@@ -10,6 +10,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/onnx/import.h"
 #include "core/onnx/node_attrs.h"
+#include "core/onnx/qdq_bias.h"
 #include "core/quant/observer.h"
 #include "core/quant/quantized_layers.h"
 #include "onnx/onnx_pb.h"
@@ -316,22 +317,11 @@ class Rewriter {
     return n;
   }
 
-  // The float bias as int32 steps of s_x * s_w (float32 products, as fbgemm forms them).
+  // The float bias as int32 steps of s_x * s_w (qdq_bias.h).
   pb::NodeProto BiasDequantize(const std::string& base, const Tensor& bias, double x_scale, const Tensor& w_scales,
                                bool per_channel, const std::string& out) {
-    const std::vector<float> b = bias.reshape({-1}).to_vector<float>();
-    const std::vector<float> ws = w_scales.to_vector<float>();
-    const auto n = static_cast<int64_t>(b.size());
-    Tensor steps = empty({per_channel ? n : 1}, TensorOptions(kFloat32));
-    for (int64_t j = 0; j < steps.numel(); ++j)
-      steps.data_ptr<float>()[j] = static_cast<float>(x_scale) * ws[static_cast<size_t>(j)];
-    Tensor ints = empty({n}, TensorOptions(kInt32));
-    for (int64_t j = 0; j < n; ++j) {
-      const double step = steps.data_ptr<float>()[per_channel ? j : 0];
-      const double q = std::nearbyint(static_cast<double>(b[static_cast<size_t>(j)]) / step);
-      ints.data_ptr<int32_t>()[j] = static_cast<int32_t>(std::clamp(q, -2147483648.0, 2147483647.0));
-    }
-    return PerAxisDequantize(base, ints, steps, per_channel ? 0 : -1, out);
+    const Int32Bias b = int32_bias(bias, x_scale, w_scales, per_channel);
+    return PerAxisDequantize(base, b.ints, b.steps, per_channel ? 0 : -1, out);
   }
 
   pb::ModelProto model_;
