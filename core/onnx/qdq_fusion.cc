@@ -43,7 +43,8 @@ class Uses {
     const auto it = readers_.find(value);
     if (it == readers_.end() || it->second.size() != 1) return -1;
     const pb::NodeProto& n = g_.node(it->second[0]);
-    return DefaultDomain(n) && n.op_type() == op ? it->second[0] : -1;
+    // One output at least: a hostile file's node may have none.
+    return DefaultDomain(n) && n.op_type() == op && n.output_size() >= 1 && !n.output(0).empty() ? it->second[0] : -1;
   }
 
  private:

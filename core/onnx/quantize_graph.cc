@@ -190,7 +190,8 @@ class Rewriter {
     const auto it = readers_.find(value);
     if (it == readers_.end() || it->second.size() != 1) return -1;
     const pb::NodeProto& n = model_.graph().node(it->second[0]);
-    return DefaultDomain(n) && n.op_type() == op ? it->second[0] : -1;
+    // One output at least: a hostile file's node may have none.
+    return DefaultDomain(n) && n.op_type() == op && n.output_size() >= 1 && !n.output(0).empty() ? it->second[0] : -1;
   }
   const pb::TensorProto* FloatInitializer(const std::string& name) const {
     const auto it = initializers_.find(name);
@@ -242,7 +243,7 @@ class Rewriter {
     c.y = n.output(0);
     c.producer_of_y = i;
     if (op == "MatMul") {
-      if (const int a = OnlyReader(c.y, "Add"); a >= 0) {
+      if (const int a = OnlyReader(c.y, "Add"); a >= 0 && model_.graph().node(a).input_size() == 2) {
         const pb::NodeProto& add = model_.graph().node(a);
         const std::string& other = add.input(0) == c.y ? add.input(1) : add.input(0);
         if (const pb::TensorProto* b = FloatInitializer(other);
