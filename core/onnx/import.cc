@@ -36,7 +36,7 @@ using attrs::Int;
 using attrs::Ints;
 using attrs::Str;
 
-bool DefaultDomain(const pb::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+using attrs::DefaultDomain;
 
 // ---- tensors ----
 ScalarType DType(int32_t t, const std::string& what) {

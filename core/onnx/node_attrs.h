@@ -12,6 +12,9 @@
 
 namespace anvil::onnx::attrs {
 
+// Whether a node is of ONNX's default operator domain.
+inline bool DefaultDomain(const ::onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+
 inline const ::onnx::AttributeProto* Find(const ::onnx::NodeProto& n, const char* name) {
   for (const auto& a : n.attribute())
     if (a.name() == name) return &a;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "core/onnx/graph_uses.h"
 #include "core/onnx/node_attrs.h"
 #include "core/ops/functions.h"
 #include "core/quant/quantized_layers.h"
@@ -14,45 +15,7 @@ namespace {
 
 namespace pb = ::onnx;
 
-bool DefaultDomain(const pb::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
-
-// Who makes and who reads each value of the graph.
-class Uses {
- public:
-  explicit Uses(const pb::GraphProto& g) : g_(g) {
-    for (int i = 0; i < g.node_size(); ++i) {
-      for (const std::string& o : g.node(i).output())
-        if (!o.empty()) producer_[o] = i;
-      for (const std::string& in : g.node(i).input())
-        if (!in.empty()) readers_[in].push_back(i);
-    }
-    for (const auto& o : g.output()) graph_outputs_.insert(o.name());
-  }
-  // The node making `value` when it is `op` (default domain), else none.
-  const pb::NodeProto* MadeBy(const std::string& value, const char* op) const {
-    const auto it = producer_.find(value);
-    if (it == producer_.end()) return nullptr;
-    const pb::NodeProto& n = g_.node(it->second);
-    return DefaultDomain(n) && n.op_type() == op ? &n : nullptr;
-  }
-  int Producer(const std::string& value) const { return producer_.at(value); }
-  // The one node reading `value` when it is `op` and nothing else reads it (nor is it a graph
-  // output), else -1.
-  int OnlyReader(const std::string& value, const char* op) const {
-    if (graph_outputs_.count(value)) return -1;
-    const auto it = readers_.find(value);
-    if (it == readers_.end() || it->second.size() != 1) return -1;
-    const pb::NodeProto& n = g_.node(it->second[0]);
-    // One output at least: a hostile file's node may have none.
-    return DefaultDomain(n) && n.op_type() == op && n.output_size() >= 1 && !n.output(0).empty() ? it->second[0] : -1;
-  }
-
- private:
-  const pb::GraphProto& g_;
-  std::map<std::string, int> producer_;
-  std::map<std::string, std::vector<int>> readers_;
-  std::set<std::string> graph_outputs_;
-};
+using attrs::DefaultDomain;
 
 // A DequantizeLinear's or QuantizeLinear's per-tensor activation grid: a positive finite
 // float32 scale and a uint8 zero point, both constants. The zero point must be there: without
@@ -93,8 +56,8 @@ std::optional<Tensor> SymmetricScales(const pb::NodeProto& dq, const ConstantLoo
 // The int8 weights behind `value` (a DequantizeLinear of an int8 constant with zero points 0)
 // as a QTensor of [out, ...] rows: `out_axis` is the axis of the output channels in the
 // constant (0, or 1 for the [in, out] weights of MatMul and Gemm without transB).
-std::optional<quant::QTensor> Int8Weight(const std::string& value, const Uses& uses, const ConstantLookup& constant,
-                                         int64_t out_axis, int64_t rank) {
+std::optional<quant::QTensor> Int8Weight(const std::string& value, const GraphUses& uses,
+                                         const ConstantLookup& constant, int64_t out_axis, int64_t rank) {
   const pb::NodeProto* dq = uses.MadeBy(value, "DequantizeLinear");
   if (dq == nullptr) return std::nullopt;
   const Tensor w = constant(dq->input(0));
@@ -114,7 +77,8 @@ std::optional<quant::QTensor> Int8Weight(const std::string& value, const Uses& u
 
 // A bias of `n` values: a float32 constant, or a DequantizeLinear of an int32 constant with
 // zero points 0 (what QDQ graphs hold: steps of s_x * s_w), dequantized as ONNX does.
-std::optional<Tensor> FloatBias(const std::string& value, const Uses& uses, const ConstantLookup& constant, int64_t n) {
+std::optional<Tensor> FloatBias(const std::string& value, const GraphUses& uses, const ConstantLookup& constant,
+                                int64_t n) {
   if (const Tensor b = constant(value); b.defined()) {
     if (b.dtype() != kFloat32 || b.numel() != n || b.dim() > 2) return std::nullopt;
     return b.reshape({n}).contiguous();
@@ -136,7 +100,7 @@ struct Tail {
   std::vector<int> nodes;
   std::string output;
 };
-std::optional<Tail> OutputTail(const std::string& y, const Uses& uses, const pb::GraphProto& g,
+std::optional<Tail> OutputTail(const std::string& y, const GraphUses& uses, const pb::GraphProto& g,
                                const ConstantLookup& constant) {
   Tail t;
   std::string v = y;
@@ -169,7 +133,8 @@ std::string Describe(const pb::NodeProto& n, const char* layer, const Tail& t, c
 }
 
 // One group around the Conv/Gemm/MatMul node `i`, or none.
-std::optional<FusedQdqLayer> Match(int i, const pb::GraphProto& g, const Uses& uses, const ConstantLookup& constant) {
+std::optional<FusedQdqLayer> Match(int i, const pb::GraphProto& g, const GraphUses& uses,
+                                   const ConstantLookup& constant) {
   const pb::NodeProto& n = g.node(i);
   if (!DefaultDomain(n) || n.input_size() < 2 || n.output_size() != 1) return std::nullopt;
   const std::string& op = n.op_type();
@@ -259,7 +224,7 @@ std::optional<FusedQdqLayer> Match(int i, const pb::GraphProto& g, const Uses& u
 }  // namespace
 
 std::vector<FusedQdqLayer> find_qdq_layers(const pb::GraphProto& graph, const ConstantLookup& constant) {
-  const Uses uses(graph);
+  const GraphUses uses(graph);
   std::vector<FusedQdqLayer> found;
   std::set<int> taken;
   for (int i = 0; i < graph.node_size(); ++i) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/autograd/grad_mode.h"
+#include "core/onnx/graph_uses.h"
 #include "core/onnx/import.h"
 #include "core/onnx/node_attrs.h"
 #include "core/onnx/qdq_bias.h"
@@ -20,7 +21,7 @@ namespace {
 
 namespace pb = ::onnx;
 
-bool DefaultDomain(const pb::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+using attrs::DefaultDomain;
 
 // A node to quantize: its weights (and bias) are float initializers.
 struct Candidate {
@@ -78,16 +79,15 @@ Tensor FromInitializer(const pb::TensorProto& t) {
 
 class Rewriter {
  public:
-  Rewriter(pb::ModelProto model, const quant::QConfig& qconfig) : model_(std::move(model)), qconfig_(qconfig) {
-    pb::GraphProto& g = *model_.mutable_graph();
+  Rewriter(pb::ModelProto model, const quant::QConfig& qconfig)
+      : model_(std::move(model)), qconfig_(qconfig), uses_(model_.graph()) {
+    const pb::GraphProto& g = model_.graph();
     for (const auto& init : g.initializer()) initializers_[init.name()] = &init;
-    for (int i = 0; i < g.node_size(); ++i) {
-      for (const std::string& in : g.node(i).input())
-        if (!in.empty()) readers_[in].push_back(i);
-      for (const std::string& o : g.node(i).output()) taken_.insert(o);
-    }
+    for (const auto& n : g.node())
+      for (const std::string& name : n.input()) taken_.insert(name);
+    for (const auto& n : g.node())
+      for (const std::string& name : n.output()) taken_.insert(name);
     for (const auto& in : g.input()) taken_.insert(in.name());
-    for (const auto& o : g.output()) graph_outputs_.insert(o.name());
     for (int i = 0; i < g.node_size(); ++i) Consider(i);
   }
 
@@ -175,7 +175,7 @@ class Rewriter {
       for (const std::string& in : n.input()) read.insert(in);
     google::protobuf::RepeatedPtrField<pb::TensorProto> kept_inits;
     for (auto& init : *g.mutable_initializer())
-      if (read.count(init.name()) || graph_outputs_.count(init.name())) *kept_inits.Add() = init;
+      if (read.count(init.name()) || uses_.IsGraphOutput(init.name())) *kept_inits.Add() = init;
     for (auto& t : new_initializers_) *kept_inits.Add() = std::move(t);
     g.mutable_initializer()->Swap(&kept_inits);
     std::string out;
@@ -184,15 +184,6 @@ class Rewriter {
   }
 
  private:
-  // The one reader of `value` when it is `op` and nothing else reads it, else -1.
-  int OnlyReader(const std::string& value, const char* op) const {
-    if (graph_outputs_.count(value)) return -1;
-    const auto it = readers_.find(value);
-    if (it == readers_.end() || it->second.size() != 1) return -1;
-    const pb::NodeProto& n = model_.graph().node(it->second[0]);
-    // One output at least: a hostile file's node may have none.
-    return DefaultDomain(n) && n.op_type() == op && n.output_size() >= 1 && !n.output(0).empty() ? it->second[0] : -1;
-  }
   const pb::TensorProto* FloatInitializer(const std::string& name) const {
     const auto it = initializers_.find(name);
     return it != initializers_.end() && it->second->data_type() == pb::TensorProto::FLOAT ? it->second : nullptr;
@@ -243,7 +234,7 @@ class Rewriter {
     c.y = n.output(0);
     c.producer_of_y = i;
     if (op == "MatMul") {
-      if (const int a = OnlyReader(c.y, "Add"); a >= 0 && model_.graph().node(a).input_size() == 2) {
+      if (const int a = uses_.OnlyReader(c.y, "Add"); a >= 0 && model_.graph().node(a).input_size() == 2) {
         const pb::NodeProto& add = model_.graph().node(a);
         const std::string& other = add.input(0) == c.y ? add.input(1) : add.input(0);
         if (const pb::TensorProto* b = FloatInitializer(other);
@@ -252,11 +243,11 @@ class Rewriter {
           c.bias_add = a;
           c.y = add.output(0);
           c.producer_of_y = a;
-          if (readers_.at(other).size() != 1) return Keep(n, "its bias is shared");
+          if (uses_.Readers(other) != 1) return Keep(n, "its bias is shared");
         }
       }
     }
-    if (const int r = OnlyReader(c.y, "Relu"); r >= 0) {
+    if (const int r = uses_.OnlyReader(c.y, "Relu"); r >= 0) {
       c.relu = true;
       c.y = model_.graph().node(r).output(0);
       c.producer_of_y = r;
@@ -273,8 +264,7 @@ class Rewriter {
 
   std::string Fresh(const std::string& base) {
     std::string name = base;
-    for (int k = 1; taken_.count(name) || initializers_.count(name) || readers_.count(name); ++k)
-      name = base + "_" + std::to_string(k);
+    for (int k = 1; taken_.count(name) || initializers_.count(name); ++k) name = base + "_" + std::to_string(k);
     taken_.insert(name);
     return name;
   }
@@ -327,9 +317,8 @@ class Rewriter {
 
   pb::ModelProto model_;
   quant::QConfig qconfig_;
+  GraphUses uses_;  // of model_'s graph as read: Rewrite changes the graph only at its end
   std::map<std::string, const pb::TensorProto*> initializers_;
-  std::map<std::string, std::vector<int>> readers_;
-  std::set<std::string> graph_outputs_;
   std::set<std::string> taken_;  // every value name in use (new names avoid them)
   std::vector<Candidate> candidates_;
   std::vector<std::string> kept_;
