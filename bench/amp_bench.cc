@@ -1,10 +1,11 @@
 // Mixed precision on the CPU: float32 against bfloat16 autocast, Anvil beside PyTorch 2.x
 // (bench/amp_peer.py, same shapes, same thread count) in one run.
 //
-//   anvil_bench_amp [PYTHON [gemm|conv|steps|onednn[-gemm]]] PYTHON: an interpreter with torch
-//                   (default: the bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer
+//   anvil_bench_amp [PYTHON [gemm|conv|steps|onednn[-gemm]|split]] PYTHON: an interpreter with
+//                   torch (default: the bench venv, $ANVIL_BENCH_PYTHON, else "n/a" in the peer
 //                   columns; "" for none); gemm, conv, steps or onednn: that table only
-//                   (onednn-gemm: its bf16 products only)
+//                   (onednn-gemm: its bf16 products only; split: the ways a bf16 product uses
+//                   all threads, interleaved)
 //
 // Rows: square products (mm of float32 tensors against mm of bfloat16 tensors, all threads;
 // and the kernels alone on one thread: the selected float32 sgemm against bf16_gemm),
@@ -254,6 +255,97 @@ void OneDnnConvTable() {
   }
 }
 
+// All threads: the ways a bf16 product can use the pool, interleaved round by round (the
+// machine's speed drifts between runs, so the strategies are timed in alternation and each
+// figure is the median of 9 rounds), GFLOP/s. The row split is how every other product
+// splits: each thread runs a one-thread kernel on its half of A's rows into float32, then
+// rounds to bfloat16. oneDNN's one call splits the product itself over its OpenMP threads and
+// writes bfloat16 (onednn::bf16_matmul_rounded).
+void Bf16SplitTable() {
+  const int threads = get_num_threads();
+  std::printf(
+      "\n### bf16 products on %d threads: row halves against one oneDNN call, GFLOP/s (median of 9 "
+      "interleaved rounds)\n\n",
+      threads);
+  std::string why;
+  if (!cpu::onednn::bf16_available(&why)) {
+    std::printf("oneDNN bf16 primitives not available here: %s\n", why.c_str());
+    return;
+  }
+  std::printf(
+      "| product (m x n x k) | rows split, Anvil %s | rows split, oneDNN 1-thread calls | oneDNN one call, %d "
+      "threads, bf16 out | oneDNN one call, 1 thread, bf16 out | one call / best row split |\n"
+      "|---|---:|---:|---:|---:|---:|\n",
+      cpu::bf16_gemm_kernel_name(), threads);
+  const std::vector<Bf16Product> products = {
+      {"1024^3", 1024, 1024, 1024, false, false},
+      {"2048^3", 2048, 2048, 2048, false, false},
+      {"MLP fwd x W1^T", 256, 1024, 784, false, true},
+      {"MLP fwd h W2^T", 256, 1024, 1024, false, true},
+      {"MLP bwd grad_x = g W2", 256, 1024, 1024, false, false},
+      {"MLP bwd grad_W = g^T h", 1024, 1024, 256, true, false},
+  };
+  for (const Bf16Product& p : products) {
+    manual_seed(5);
+    const Tensor a = randn({p.m * p.k}).to(kBFloat16), b = randn({p.k * p.n}).to(kBFloat16);
+    const auto* pa = static_cast<const uint16_t*>(a.data_ptr());
+    const auto* pb = static_cast<const uint16_t*>(b.data_ptr());
+    const int64_t a_rs = p.ta ? 1 : p.k, a_cs = p.ta ? p.m : 1, b_rs = p.tb ? 1 : p.n, b_cs = p.tb ? p.k : 1;
+    std::vector<float> acc(static_cast<size_t>(p.m * p.n));
+    std::vector<uint16_t> c(static_cast<size_t>(p.m * p.n));
+    const double flop = 2.0 * double(p.m) * double(p.n) * double(p.k);
+    const int64_t step = (p.m + threads - 1) / threads;
+    const auto row_split = [&](cpu::Bf16GemmCandidate cand) {
+      parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t r0 = t * step, r1 = std::min(p.m, r0 + step);
+          if (r0 >= r1) continue;
+          cpu::bf16_gemm_with(cand, r1 - r0, p.n, p.k, pa + r0 * a_rs, a_rs, a_cs, pb, b_rs, b_cs, 0.0f,
+                              acc.data() + r0 * p.n, p.n);
+          cpu::float_to_bf16(acc.data() + r0 * p.n, c.data() + r0 * p.n, (r1 - r0) * p.n);
+        }
+      });
+    };
+    const std::vector<std::function<void()>> ways = {
+        [&] { row_split(cpu::Bf16GemmCandidate::kAnvil); },
+        [&] { row_split(cpu::Bf16GemmCandidate::kOneDnn); },
+        [&] {
+          cpu::onednn::bf16_matmul_rounded(p.m, p.n, p.k, pa, a_rs, a_cs, pb, b_rs, b_cs, nullptr, false, c.data(), p.n,
+                                           threads);
+        },
+        [&] {
+          cpu::onednn::bf16_matmul_rounded(p.m, p.n, p.k, pa, a_rs, a_cs, pb, b_rs, b_cs, nullptr, false, c.data(), p.n,
+                                           1);
+        },
+    };
+    std::vector<int> calls;
+    for (const auto& w : ways) {
+      w();
+      const double t0 = Now();
+      w();
+      calls.push_back(std::max(1, static_cast<int>(0.05 / std::max(Now() - t0, 1e-6))));
+    }
+    std::vector<std::vector<double>> secs(ways.size());
+    for (int round = 0; round < 9; ++round) {
+      for (size_t i = 0; i < ways.size(); ++i) {
+        const double t0 = Now();
+        for (int j = 0; j < calls[i]; ++j) ways[i]();
+        secs[i].push_back((Now() - t0) / calls[i]);
+      }
+    }
+    std::vector<double> gflops;
+    for (auto& v : secs) {
+      std::sort(v.begin(), v.end());
+      gflops.push_back(flop / v[4] / 1e9);
+    }
+    std::printf("| %s (%lldx%lldx%lld) | %s | %s | %s | %s | %s |\n", p.label.c_str(), static_cast<long long>(p.m),
+                static_cast<long long>(p.n), static_cast<long long>(p.k), Cell(gflops[0], 1).c_str(),
+                Cell(gflops[1], 1).c_str(), Cell(gflops[2], 1).c_str(), Cell(gflops[3], 1).c_str(),
+                Ratio(gflops[2], std::max(gflops[0], gflops[1])).c_str());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -297,6 +389,10 @@ int main(int argc, char** argv) {
     set_num_threads(1);
     OneDnnBf16GemmTable();
     OneDnnConvTable();
+    return 0;
+  }
+  if (only == "split") {
+    Bf16SplitTable();
     return 0;
   }
   if (only == "onednn-gemm") {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +105,63 @@ TEST(OneDnnPrimitives, Bf16MatmulMatchesFloat64AndAnvilsKernel) {
       }
     }
   }
+}
+
+// The bfloat16-destination product: the float64 sum, plus the bias, through relu, rounded once
+// to bfloat16; on one thread and split over two by oneDNN, with C's row gap never written.
+TEST(OneDnnPrimitives, RoundedBf16MatmulIsTheFloat64ResultWithBiasAndReluRoundedOnce) {
+  SKIP_WITHOUT(dnn::bf16_available);
+  uint32_t seed = 100;
+  constexpr uint16_t kUntouched = 0x7fc1;  // a NaN pattern no result has
+  for (int64_t m : {1, 7, 130}) {
+    for (int64_t n : {1, 17, 100}) {
+      for (int64_t k : {1, 64, 257}) {
+        for (int layout = 0; layout < 4; ++layout) {
+          for (int variant = 0; variant < 8; ++variant) {
+            const bool with_bias = variant & 1, relu = variant & 2;
+            const int threads = variant & 4 ? 2 : 1;
+            const Operands s = Strides(layout & 1, layout & 2, m, n, k);
+            const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(m * k), seed++);
+            const std::vector<uint16_t> b = RandomBf16(static_cast<size_t>(k * n), seed++);
+            std::vector<float> bias(static_cast<size_t>(n));
+            for (int64_t j = 0; j < n; ++j) bias[static_cast<size_t>(j)] = 0.25f * static_cast<float>(j % 9) - 1.0f;
+            const int64_t ldc = n + 3;
+            std::vector<uint16_t> c(static_cast<size_t>(m * ldc), kUntouched);
+            dnn::bf16_matmul_rounded(m, n, k, a.data(), s.a_rs, s.a_cs, b.data(), s.b_rs, s.b_cs,
+                                     with_bias ? bias.data() : nullptr, relu, c.data(), ldc, threads);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const uint16_t got = c[static_cast<size_t>(i * ldc + j)];
+                if (j >= n) {
+                  ASSERT_EQ(got, kUntouched) << "written past column n at " << i << "," << j;
+                  continue;
+                }
+                double ref = with_bias ? bias[static_cast<size_t>(j)] : 0.0, mag = std::fabs(ref);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double t = F(a[static_cast<size_t>(i * s.a_rs + p * s.a_cs)]) *
+                                   F(b[static_cast<size_t>(p * s.b_rs + j * s.b_cs)]);
+                  ref += t;
+                  mag += std::fabs(t);
+                }
+                if (relu && ref < -1e-5 * mag) {
+                  ASSERT_EQ(got, 0) << "relu of a negative sum is +0, " << m << "x" << n << "x" << k;
+                  continue;
+                }
+                if (relu) ref = std::max(ref, 0.0);
+                // One rounding to bfloat16 (half an ulp: 2^-9 relative) on the float32 sum.
+                ASSERT_NEAR(F(got), ref, std::ldexp(std::fabs(ref), -8) + 1e-5 * mag + 1e-30)
+                    << m << "x" << n << "x" << k << " layout " << layout << " bias " << with_bias << " relu " << relu
+                    << " threads " << threads << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // The implementation named, never a reference path.
+  const std::string impl = dnn::bf16_matmul_rounded_impl(256, 256, 256, 256, 1, 256, 1, 256, true, true, 2);
+  EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
 }
 
 TEST(OneDnnPrimitives, Bf16MatmulTakesOnlyUnitStrideOperands) {

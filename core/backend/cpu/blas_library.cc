@@ -190,7 +190,22 @@ Loaded<Blis> LoadBlis() {
 
 Loaded<OneDnn> LoadOneDnn() {
   Loaded<OneDnn> out;
-  void* handle = OpenOptional("libdnnl.so.2", "libdnnl2", out.why);
+  void* handle = nullptr;
+  {
+    // oneDNN's OpenMP threads, after a region, spin for the next (libgomp's default policy),
+    // and on a machine with as many cores as Anvil's pool has threads that spinning takes the
+    // cores from the pool's kernels between oneDNN's multi-threaded products (16 % of a bf16
+    // MLP training step's samples were a libgomp spin loop). Passive waiting puts them to
+    // sleep at once; their wake-up costs microseconds against the milliseconds of the products
+    // that use them (onednn_primitives.h). libgomp reads the variable when it is loaded, here;
+    // a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
+    std::lock_guard<std::mutex> lock(g_env_mu);
+    std::optional<ScopedEnv> passive;
+    if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+      passive.emplace("OMP_WAIT_POLICY", "passive");
+    }
+    handle = OpenOptional("libdnnl.so.2", "libdnnl2", out.why);
+  }
   if (handle == nullptr) return out;
   OneDnn lib;
   struct Version {

@@ -11,6 +11,7 @@
 #include "core/backend/cpu/gemm.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/backend/cpu/loops.h"
+#include "core/backend/cpu/onednn_primitives.h"
 #include "core/ops/functions.h"
 #include "core/ops/functors.h"
 
@@ -203,6 +204,17 @@ void Bf16GemmParallel(const Tensor& a, const Tensor& b, const Tensor& bias, bool
     bf16_to_float(bb, bias_f32.data(), n);
   }
   const int64_t a_rs = a.stride(0), a_cs = a.stride(1), b_rs = b.stride(0), b_cs = b.stride(1);
+  const int threads = get_num_threads();
+  const bool split = threads > 1 && m * n * k >= kGemmSplitWork && m >= 2 * threads && !in_parallel_region();
+  if (k > 0 && bf16_gemm_candidate_for(m, n, k) == Bf16GemmCandidate::kOneDnn &&
+      onednn::bf16_matmul_supported(m == 1 ? 1 : a_rs, k == 1 ? 1 : a_cs, k == 1 ? 1 : b_rs, n == 1 ? 1 : b_cs)) {
+    // oneDNN rounds to bfloat16 itself (no float32 pass over C) and splits a large product
+    // over the pool's threads in one call, packing B once: the two halves of a row split
+    // each packed all of B (2048^3 on two threads: docs/cpu.md, "bf16 products").
+    onednn::bf16_matmul_rounded(m, n, k, pa, a_rs, a_cs, pb, b_rs, b_cs, bias_f32.empty() ? nullptr : bias_f32.data(),
+                                relu, c, n, split ? threads : 1);
+    return;
+  }
   auto rows = [&](int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
     thread_local std::vector<float> acc;  // reused: fresh pages cost more than the product
@@ -219,8 +231,7 @@ void Bf16GemmParallel(const Tensor& a, const Tensor& b, const Tensor& bias, bool
     }
     float_to_bf16(acc.data(), c + r0 * n, (r1 - r0) * n);
   };
-  const int threads = get_num_threads();
-  if (threads <= 1 || m * n * k < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
+  if (!split) {
     rows(0, m);
     return;
   }

@@ -43,6 +43,7 @@ constexpr int kCpuEngine = 1;                // dnnl_engine_kind_t dnnl_cpu
 constexpr unsigned kInOrderStream = 0x1;     // dnnl_stream_in_order
 constexpr int kForwardInference = 0x60;      // dnnl_prop_kind_t dnnl_forward_inference
 constexpr int kConvolutionDirect = 0x1;      // dnnl_alg_kind_t dnnl_convolution_direct
+constexpr int kEltwiseRelu = 0x1f;           // dnnl_alg_kind_t dnnl_eltwise_relu
 constexpr int kQueryImplInfoStr = 8;         // dnnl_query_t dnnl_query_impl_info_str
 constexpr int kQueryScratchpadMd = 128 + 8;  // dnnl_query_scratchpad_md
 constexpr int kScratchpadUser = 1;           // dnnl_scratchpad_mode_user
@@ -73,6 +74,7 @@ struct Api {
   Status (*post_ops_create)(void** post_ops);
   Status (*post_ops_destroy)(void* post_ops);
   Status (*post_ops_append_sum)(void* post_ops, float scale);
+  Status (*post_ops_append_eltwise)(void* post_ops, float scale, int alg_kind, float alpha, float beta);
   Status (*primitive_desc_create)(void** pd, const Desc* op, const void* attr, void* engine, const void* hint);
   Status (*primitive_desc_destroy)(void* pd);
   Status (*primitive_desc_query)(const void* pd, int what, int index, void* result);
@@ -121,6 +123,7 @@ Loaded Load() {
                   Resolve(h, "dnnl_post_ops_create", a.post_ops_create) &&
                   Resolve(h, "dnnl_post_ops_destroy", a.post_ops_destroy) &&
                   Resolve(h, "dnnl_post_ops_append_sum", a.post_ops_append_sum) &&
+                  Resolve(h, "dnnl_post_ops_append_eltwise", a.post_ops_append_eltwise) &&
                   Resolve(h, "dnnl_primitive_desc_create", a.primitive_desc_create) &&
                   Resolve(h, "dnnl_primitive_desc_destroy", a.primitive_desc_destroy) &&
                   Resolve(h, "dnnl_primitive_desc_query", a.primitive_desc_query) &&
@@ -156,23 +159,27 @@ const Api& RequireApi() {
   return *l.api;
 }
 
-// oneDNN's OpenMP held at one thread for a scope: the primitive's work split is fixed when it
-// is built (from the OpenMP thread count then), and Anvil's pool already splits the work. The
-// previous setting is restored: another library in the process may share the runtime.
-class OneOmpThread {
+// oneDNN's OpenMP held at `threads` threads for a scope: the primitive's work split is fixed
+// when it is built (from the OpenMP thread count then). Most primitives run on one thread, as
+// Anvil's pool already splits the work; the multi-threaded bf16 product (bf16_matmul_rounded)
+// builds and runs on the pool's count instead. The previous setting is restored: another
+// library in the process may share the runtime.
+class OmpThreads {
  public:
-  explicit OneOmpThread(const blas::OneDnn* lib) : lib_(lib) {
-    if (lib_->omp_get_max_threads != nullptr) previous_ = lib_->omp_get_max_threads();
-    if (previous_ != 1) lib_->omp_set_num_threads(1);
+  OmpThreads(const blas::OneDnn* lib, int threads) : lib_(lib), threads_(threads) {
+    if (lib_->omp_get_max_threads == nullptr) return;
+    previous_ = lib_->omp_get_max_threads();
+    if (previous_ != threads_) lib_->omp_set_num_threads(threads_);
   }
-  ~OneOmpThread() {
-    if (previous_ != 1) lib_->omp_set_num_threads(previous_);
+  ~OmpThreads() {
+    if (lib_->omp_get_max_threads != nullptr && previous_ != threads_) lib_->omp_set_num_threads(previous_);
   }
-  OneOmpThread(const OneOmpThread&) = delete;
-  OneOmpThread& operator=(const OneOmpThread&) = delete;
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
 
  private:
   const blas::OneDnn* lib_;
+  int threads_;
   int previous_ = 1;
 };
 
@@ -203,6 +210,7 @@ struct Primitive {
   std::vector<const void*> md;  // each argument's descriptor: in `owned`, or oneDNN's (in a pd)
   size_t scratchpad = 0;        // bytes
   std::string impl;             // impl_info_str
+  int threads = 1;              // OpenMP threads it was built for, and runs on
   // A convolution on oneDNN's blocked layouts (nChw16c, ...): the reorders from Anvil's NCHW
   // operands into them and back (null where the layout chosen is the plain one), and the
   // blocked buffers' sizes; the reorders read descriptors held by this primitive's pd.
@@ -225,14 +233,17 @@ struct Attr {
   const Api& api;
   void* attr = nullptr;
   void* post_ops = nullptr;
-  Attr(const Api& a, bool accumulate) : api(a) {
+  Attr(const Api& a, bool accumulate, bool relu = false) : api(a) {
     Check(api.attr_create(&attr), "dnnl_primitive_attr_create");
     // The caller's scratchpad, per thread: a primitive may then run on several threads at once.
     Check(api.attr_set_scratchpad_mode(attr, kScratchpadUser), "dnnl_primitive_attr_set_scratchpad_mode");
-    if (accumulate) {
-      // beta = 1: C += A B through the sum post-op (scale 1), fixed in the primitive.
+    if (accumulate || relu) {
       Check(api.post_ops_create(&post_ops), "dnnl_post_ops_create");
-      Check(api.post_ops_append_sum(post_ops, 1.0f), "dnnl_post_ops_append_sum");
+      // beta = 1: C += A B through the sum post-op (scale 1), fixed in the primitive.
+      if (accumulate) Check(api.post_ops_append_sum(post_ops, 1.0f), "dnnl_post_ops_append_sum");
+      // max(x, 0) in float32, before the destination's one rounding.
+      if (relu)
+        Check(api.post_ops_append_eltwise(post_ops, 1.0f, kEltwiseRelu, 0.0f, 0.0f), "dnnl_post_ops_append_eltwise");
       Check(api.attr_set_post_ops(attr, post_ops), "dnnl_primitive_attr_set_post_ops");
     }
   }
@@ -244,13 +255,13 @@ struct Attr {
   Attr& operator=(const Attr&) = delete;
 };
 
-// Builds the primitive for operation descriptor `op` (on one OpenMP thread: OneOmpThread).
-std::shared_ptr<Primitive> Build(const Api& api, const Desc& op, bool accumulate, std::vector<int> args,
+// Builds the primitive for operation descriptor `op`, on `threads` OpenMP threads (OmpThreads).
+std::shared_ptr<Primitive> Build(const Api& api, const Desc& op, const Attr& attr, int threads, std::vector<int> args,
                                  std::vector<Desc> mds, const char* what) {
   auto p = std::make_shared<Primitive>();
   p->api = &api;
-  const Attr attr(api, accumulate);
-  const OneOmpThread one(api.lib);
+  p->threads = threads;
+  const OmpThreads omp(api.lib, threads);
   const Status s = api.primitive_desc_create(&p->pd, &op, attr.attr, api.engine, nullptr);
   ANVIL_CHECK(s == kSuccess, "oneDNN has no ", what, " implementation for this shape (status ", s, ")");
   Check(api.primitive_create(&p->primitive, p->pd), "dnnl_primitive_create");
@@ -264,13 +275,19 @@ std::shared_ptr<Primitive> Build(const Api& api, const Desc& op, bool accumulate
   return p;
 }
 
+std::shared_ptr<Primitive> Build(const Api& api, const Desc& op, bool accumulate, std::vector<int> args,
+                                 std::vector<Desc> mds, const char* what) {
+  const Attr attr(api, accumulate);
+  return Build(api, op, attr, 1, std::move(args), std::move(mds), what);
+}
+
 // A reorder between two layouts of the same tensor (descriptors owned elsewhere: the caller
 // keeps their owners alive as long as the reorder).
 std::shared_ptr<Primitive> BuildReorder(const Api& api, const void* from, const void* to) {
   auto p = std::make_shared<Primitive>();
   p->api = &api;
   const Attr attr(api, false);
-  const OneOmpThread one(api.lib);
+  const OmpThreads one(api.lib, 1);
   Check(api.reorder_primitive_desc_create(&p->pd, from, api.engine, to, api.engine, attr.attr),
         "dnnl_reorder_primitive_desc_create");
   Check(api.primitive_create(&p->primitive, p->pd), "dnnl_primitive_create (reorder)");
@@ -372,7 +389,7 @@ void Execute(const Primitive& p, std::initializer_list<const void*> pointers) {
   }
   Status s;
   {
-    const OneOmpThread one(api.lib);
+    const OmpThreads omp(api.lib, p.threads);
     s = api.primitive_execute(p.primitive, stream, static_cast<int>(args.size()), args.data());
     if (s == kSuccess) s = api.stream_wait(stream);
   }
@@ -398,6 +415,27 @@ std::shared_ptr<Primitive> Bf16Matmul(int64_t m, int64_t n, int64_t k, int64_t a
     Desc op;
     Check(api.matmul_desc_init(&op, &a, &b, nullptr, &c), "dnnl_matmul_desc_init");
     return Build(api, op, accumulate, {kArgSrc, kArgWeights, kArgDst}, {a, b, c}, "bf16 matmul");
+  });
+}
+
+std::shared_ptr<Primitive> Bf16MatmulRounded(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+                                             int64_t b_cs, int64_t ldc, bool bias, bool relu, int threads) {
+  const Api& api = RequireApi();
+  ANVIL_CHECK(bf16_matmul_supported(a_rs, a_cs, b_rs, b_cs),
+              "oneDNN bf16 matmul: expected row- or column-major operands (a stride of 1), got A strides (", a_rs, ", ",
+              a_cs, ") and B strides (", b_rs, ", ", b_cs, ")");
+  const Key key{{4, m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, bias ? 1 : 0, relu ? 1 : 0, threads}};
+  return TheCache().Get(key, [&] {
+    const Desc a = MemoryDesc(api, {m, k}, kBf16, {a_rs, a_cs});
+    const Desc b = MemoryDesc(api, {k, n}, kBf16, {b_rs, b_cs});
+    const Desc bb = MemoryDesc(api, {1, n}, kF32, {n, 1});  // broadcast over rows
+    const Desc c = MemoryDesc(api, {m, n}, kBf16, {ldc, 1});
+    Desc op;
+    Check(api.matmul_desc_init(&op, &a, &b, bias ? &bb : nullptr, &c), "dnnl_matmul_desc_init");
+    const Attr attr(api, false, relu);
+    if (bias)
+      return Build(api, op, attr, threads, {kArgSrc, kArgWeights, kArgBias, kArgDst}, {a, b, bb, c}, "bf16 matmul");
+    return Build(api, op, attr, threads, {kArgSrc, kArgWeights, kArgDst}, {a, b, c}, "bf16 matmul");
   });
 }
 
@@ -553,6 +591,35 @@ void bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_r
   }
   const std::shared_ptr<Primitive> p = Bf16Matmul(m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, beta);
   Execute(*p, {a, b, c});
+}
+
+void bf16_matmul_rounded(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
+                         const uint16_t* b, int64_t b_rs, int64_t b_cs, const float* bias, bool relu, uint16_t* c,
+                         int64_t ldc, int threads) {
+  std::string why;
+  ANVIL_CHECK(bf16_available(&why), "oneDNN bf16 matmul is not available: ", why);
+  ANVIL_CHECK(threads >= 1, "oneDNN bf16 matmul: expected at least one thread, got ", threads);
+  ANVIL_CHECK(m >= 0 && n >= 0 && k >= 1 && ldc >= n, "oneDNN bf16 matmul: expected k >= 1 and ldc >= n, got m=", m,
+              " n=", n, " k=", k, " ldc=", ldc);
+  if (m == 0 || n == 0) return;
+  if (m == 1) a_rs = a_cs == 1 ? k : 1;  // as in bf16_matmul: a size-1 dimension's stride is free
+  if (n == 1) b_cs = b_rs == 1 ? k : 1;
+  if (k == 1) {
+    a_cs = a_rs == 1 ? m : 1;
+    b_rs = b_cs == 1 ? n : 1;
+  }
+  const std::shared_ptr<Primitive> p =
+      Bf16MatmulRounded(m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, bias != nullptr, relu, threads);
+  if (bias != nullptr) {
+    Execute(*p, {a, b, bias, c});
+  } else {
+    Execute(*p, {a, b, c});
+  }
+}
+
+std::string bf16_matmul_rounded_impl(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+                                     int64_t b_cs, int64_t ldc, bool bias, bool relu, int threads) {
+  return Bf16MatmulRounded(m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, bias, relu, threads)->impl;
 }
 
 void int8_matmul(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda, const int8_t* w, int64_t ldw,

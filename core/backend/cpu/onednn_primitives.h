@@ -18,7 +18,8 @@
 //
 // Each call runs single-threaded on the calling thread, as the other kernels do (callers split
 // the work over Anvil's pool): oneDNN's OpenMP is held at one thread while a primitive is built
-// and while it runs.
+// and while it runs. The exception is bf16_matmul_rounded, which is built for and runs on the
+// number of threads its caller gives.
 //
 // The primitive cache: each primitive is built once per key (the operation, its shape, its
 // operands' strides, beta, bias) and kept in one process-wide cache of at most kPrimitiveCacheCapacity
@@ -60,6 +61,18 @@ bool bf16_matmul_supported(int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_c
 void bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
                  int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
 
+// C(i, j) = bf16(relu?(sum_p A(i, p) B(p, j) + bias[j])) on oneDNN's bf16 matmul with a
+// bfloat16 destination: A and B as in bf16_matmul, bias float32 [n] (null: none), C bfloat16
+// bits with row stride ldc; one rounding per output, after the bias and relu (in float32).
+// Unlike every other call here it runs on `threads` OpenMP threads, the product split by
+// oneDNN itself, so B is packed once rather than once per row block; callers use it for
+// large products outside Anvil's parallel regions, where the pool's threads are idle. The
+// rounding is oneDNN's (vcvtneps2bf16: nearest even, float32 denormal results flushed to
+// zero, as in PyTorch's CPU bfloat16 products, which run on this same primitive).
+void bf16_matmul_rounded(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs,
+                         const uint16_t* b, int64_t b_rs, int64_t b_cs, const float* bias, bool relu, uint16_t* c,
+                         int64_t ldc, int threads);
+
 // C[i, j] = sum_p A[i, p] W[j, p] exactly, in int32, for i < m, j < n: A [m, k] uint8 with row
 // stride lda, W [n, k] int8 with row stride ldw (a Linear's weight as it is stored), C with row
 // stride ldc (written, never read). No scales or zero points: the primitive computes only the
@@ -94,6 +107,8 @@ void bf16_conv2d_forward(const Conv2dGeometry& g, const uint16_t* x, const uint1
 // catch a slow reference path.
 std::string bf16_matmul_impl(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs,
                              int64_t ldc, float beta);
+std::string bf16_matmul_rounded_impl(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+                                     int64_t b_cs, int64_t ldc, bool bias, bool relu, int threads);
 std::string int8_matmul_impl(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw, int64_t ldc);
 std::string bf16_conv2d_impl(const Conv2dGeometry& g, bool bias);
 
