@@ -1,12 +1,11 @@
-// Pooling: windows from im2col (see NOTE [ Convolution as im2col ]): max pooling finds each
-// window's maximum there and reads it from the input by its index (gradient to that element,
-// like PyTorch); average pooling sums the windows and divides by PyTorch's divisors.
+// Pooling: max pooling takes each window's maximum by its index (the max_pool2d_indices row)
+// and reads it from the input there, so the gradient goes to that element, as PyTorch's does;
+// average pooling sums the windows from im2col (see NOTE [ Convolution as im2col ]) and divides
+// by PyTorch's divisors.
 #include "core/nn/pooling.h"
 
 #include <algorithm>
-#include <limits>
 
-#include "core/autograd/grad_mode.h"
 #include "core/export/capture.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
@@ -79,68 +78,26 @@ Tensor Batched(const Tensor& x, const char* who) {
   return x.dim() == 3 ? x.unsqueeze(0) : x;
 }
 
-// The plane index (h * W + w) of each window's element `offset` (in [0, KH * KW)) for windows
-// [N, C, OH * OW]. An element in the padding (chosen only where every element the window
-// covers is -inf) is replaced by the window's first element inside the input, as PyTorch's
-// kernel (which scans only those) reports it. The map from (offset, window) to the plane index
-// is built once on the host, [KH * KW, OH * OW], and read with one gather: the per-element
-// arithmetic it replaces cost more than the pooling itself.
-Tensor PlaneIndices(const Tensor& offset, const std::array<PoolDim, 2>& d) {
-  const PoolDim &h = d[0], &w = d[1];
-  const int64_t windows = h.out * w.out, taps = h.kernel * w.kernel;
-  const auto first_inside = [](int64_t start, const PoolDim& p) {
-    int64_t i = start;
-    while (i < 0) i += p.dilation;
-    return i;
-  };
-  std::vector<int64_t> table(static_cast<size_t>(taps * windows));
-  for (int64_t i = 0; i < h.out; ++i) {
-    for (int64_t j = 0; j < w.out; ++j) {
-      const int64_t row0 = i * h.stride - h.pad, col0 = j * w.stride - w.pad, window = i * w.out + j;
-      const int64_t first = first_inside(row0, h) * w.in + first_inside(col0, w);
-      for (int64_t ki = 0; ki < h.kernel; ++ki) {
-        for (int64_t kj = 0; kj < w.kernel; ++kj) {
-          const int64_t row = row0 + ki * h.dilation, col = col0 + kj * w.dilation;
-          const bool inside = row >= 0 && row < h.in && col >= 0 && col < w.in;
-          table[static_cast<size_t>((ki * w.kernel + kj) * windows + window)] = inside ? row * w.in + col : first;
-        }
-      }
-    }
-  }
-  const auto opts = TensorOptions(kInt64).with_device(offset.device());
-  const Tensor flat = offset * windows + arange(0, windows, 1, opts);
-  return index_select(tensor(table, {}, opts), 0, flat.reshape({-1})).view(offset.sizes());
-}
-
 }  // namespace
 
 namespace {
 
-// Max pooling of x [N, C, H, W] as PyTorch's kernel computes it: each window's first maximum
-// (the padding reads -inf) gives the index, and the output is the input read at the indices,
-// so the gradient goes where PyTorch's goes (also for a window whose elements are all -inf:
-// to its first element inside the input, never into the padding).
+// Max pooling of x [N, C, H, W] as PyTorch's kernel computes it: the max_pool2d_indices row
+// picks each window's element (the first of equal maxima, the last NaN, never the padding:
+// for a window of -infs its first element inside the input), and the output is the input read
+// at those indices, so the gradient goes where PyTorch's goes. ceil_mode's partial last windows
+// are padding past the input's end, which the row never reads.
 std::tuple<Tensor, Tensor> MaxPool(const Tensor& x, const std::array<PoolDim, 2>& d) {
-  const int64_t N = x.size(0), C = x.size(1), oh = d[0].out, ow = d[1].out;
-  Tensor offset;
-  {
-    NoGradGuard no_grad;  // where the maxima are only: their values are read below
-    const Tensor windows = PoolWindows(x.detach(), d, -std::numeric_limits<double>::infinity());
-    auto [values, first] = max(windows, 2);
-    offset = first;
-    // PyTorch's kernel takes the first of equal maxima but the last NaN of a window (a NaN
-    // always replaces the running maximum); max() stops at the first NaN.
-    const Tensor nan_window = values != values;
-    if (any(nan_window).item<bool>()) {
-      const int64_t taps = windows.size(2);
-      const Tensor reversed = flip(windows != windows, {2});
-      const Tensor last_nan = (taps - 1) - std::get<1>(max(reversed.to(kUInt8), 2));
-      offset = where(nan_window, last_nan, first);
-    }
-  }
-  const Tensor indices = PlaneIndices(offset, d).view({N, C, oh * ow});
-  const Tensor out = gather(x.reshape({N, C, x.size(2) * x.size(3)}), 2, indices).view({N, C, oh, ow});
-  return {out, indices.view({N, C, oh, ow})};
+  const PoolDim &h = d[0], &w = d[1];
+  const int64_t N = x.size(0), C = x.size(1);
+  WindowParams window;
+  window.kernel = {h.kernel, w.kernel};
+  window.stride = {h.stride, w.stride};
+  window.padding = {h.pad, h.pad + h.overhang(), w.pad, w.pad + w.overhang()};
+  window.dilation = {h.dilation, w.dilation};
+  const Tensor indices = max_pool2d_indices(x.detach(), window).view({N, C, h.out * w.out});
+  const Tensor out = gather(x.reshape({N, C, h.in * w.in}), 2, indices).view({N, C, h.out, w.out});
+  return {out, indices.view({N, C, h.out, w.out})};
 }
 
 }  // namespace

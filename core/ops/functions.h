@@ -254,6 +254,11 @@ Tensor im2col(const Tensor& x, const WindowParams& p);
 // The adjoint of im2col: sums each column entry back into its input position; output
 // [N, C, H, W] for output_size {H, W}.
 Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const WindowParams& p);
+// Where max pooling of x [N, C, H, W] takes each output from: int64 plane indices (y * W + x)
+// [N, C, OH, OW], PyTorch's choice (the first of equal maxima, the last NaN; padding, which
+// padding = {top, bottom, left, right} adds around the image, is never chosen). Not
+// differentiable: the pooled values are gather(x, indices) over the flattened planes.
+Tensor max_pool2d_indices(const Tensor& x, const WindowParams& p);
 // A 2-D convolution (cross-correlation) of x [N, C, H, W] with weight [OC, C / groups, KH, KW]
 // and an optional bias [OC]: one fused op (per image: im2col into a reused buffer, then
 // GEMMs), so the columns never leave the cache. Checked arguments: nn::functional::conv2d.

@@ -1,4 +1,4 @@
-// im2col / col2im / convolution: the wrappers that check arguments and turn WindowParams into
+// im2col / col2im / max_pool2d_indices / convolution: the wrappers that check arguments and turn WindowParams into
 // the rows' WindowArgs (with the image size, for col2im and for im2col's backward, and the
 // convolution's groups).
 #include <string>
@@ -53,6 +53,13 @@ Tensor col2im(const Tensor& cols, std::array<int64_t, 2> output_size, const Wind
   ANVIL_CHECK(cols.size(1) % (p.kernel[0] * p.kernel[1]) == 0, "col2im: ", cols.size(1),
               " rows are not a multiple of the kernel's ", p.kernel[0] * p.kernel[1], " positions");
   return dispatch1(OpId::Col2Im, {cols}, Pack(p, output_size[0], output_size[1]));
+}
+
+Tensor max_pool2d_indices(const Tensor& x, const WindowParams& p) {
+  ANVIL_CHECK(x.dim() == 4, "max_pool2d_indices: expected input [N, C, H, W], got ", x.dim(), " dims");
+  ANVIL_CHECK(x.is_floating_point(), "max_pool2d_indices: expected a floating-point input, got ", x.dtype());
+  Check(p, x.size(2), x.size(3), "max_pool2d_indices");
+  return dispatch1(OpId::MaxPool2dIndices, {x}, Pack(p, x.size(2), x.size(3)));
 }
 
 Tensor convolution(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const WindowParams& p,

@@ -242,6 +242,16 @@ std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& in, cons
                   " windows) for output ", w.height, "x", w.width, ", got ", in[0].size(2));
       return {{{in[0].size(0), in[0].size(1) / taps, w.height, w.width}, in[0].dtype()}};
     }
+    case InferFamily::MaxPoolIndices: {
+      const WindowArgs& w = a.get<WindowArgs>();
+      ANVIL_CHECK(in[0].dim() == 4 && in[0].is_floating_point(),
+                  "max_pool2d_indices: expected a floating-point input [N, C, H, W], got ", in[0].dtype(), " ",
+                  shape_str(in[0].sizes()));
+      ANVIL_CHECK(w.height == in[0].size(2) && w.width == in[0].size(3),
+                  "max_pool2d_indices: the window was made for a ", w.height, "x", w.width, " image, got ",
+                  in[0].size(2), "x", in[0].size(3));
+      return {{{in[0].size(0), in[0].size(1), w.out_h(), w.out_w()}, kInt64}};
+    }
     case InferFamily::NllLoss: {
       if (op == OpId::NllLossBackward) return {{{in[1].size(0), a.get<NllLossArgs>().num_classes}, in[0].dtype()}};
       ANVIL_CHECK(in[0].dim() == 2 && in[0].is_floating_point(),

@@ -58,6 +58,7 @@ enum class InferFamily : int8_t {
   StridedScatter,
   Im2Col,
   Col2Im,
+  MaxPoolIndices,  // int64 [N, C, OH, OW] from a floating [N, C, H, W]
   Conv2d,
   Dynamic,  // outputs sized by the kernel itself (nonzero, fills)
   Foreach,  // in place over tensor lists, no outputs

@@ -169,6 +169,14 @@ TEST(CudaParity, NonDifferentiableRowsAndOtherDtypesMatchTheCpu) {
        [](const Tensor& x, const Tensor& y, const Tensor& i, const Tensor& j) {
          return div(x * 7, y + 3, "floor") + div(x * 7, y + 3, "trunc") + floor_divide(i, j).to(kFloat32);
        }},
+      {"max_pool2d_indices",
+       [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
+         WindowParams p;
+         p.kernel = {3, 2};
+         p.stride = {2, 1};
+         p.padding = {1, 2, 0, 1};
+         return max_pool2d_indices(round(x * 2).reshape({1, 1, 5, 7}), p).to(kFloat32);  // ties
+       }},
       {"scatter_reduce",
        [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
          const Tensor idx = remainder(arange(35).reshape({5, 7}), full({}, 3)).narrow(0, 0, 3);

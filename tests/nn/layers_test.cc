@@ -172,6 +172,33 @@ TEST(PoolTest, MaxPoolMatchesLoopsAndRoutesGradToTheMax) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// The 16-bit floats take the same elements as float32 does for the same values (float32's
+// choices are checked against PyTorch in the conformance suite): ties, a NaN, windows of -inf
+// over the padding, ceil_mode's partial windows and dilation.
+TEST(PoolTest, MaxPoolPicksTheSameElementsInEveryFloatingDtype) {
+  Tensor x = round(randn({2, 3, 9, 8}) * 2).contiguous();  // few distinct values: ties in most windows
+  float* px = x.data_ptr<float>();
+  px[(1 * 9 + 4) * 8 + 3] = NAN;  // image 0, channel 1
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 3; ++c) px[r * 8 + c] = -INFINITY;  // image 0, channel 0's corner
+  }
+  const std::vector<F::Pool2dParams> params = {
+      {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}},
+      {.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true},
+      {.kernel = {3, 2}, .stride = {1, 2}, .padding = {1, 0}, .dilation = {2, 3}},
+  };
+  for (const auto& p : params) {
+    const auto [ref_values, ref_indices] = F::max_pool2d_with_indices(x, p);
+    for (ScalarType dt : {kFloat64, kBFloat16, kFloat16}) {
+      const auto [values, indices] = F::max_pool2d_with_indices(x.to(dt), p);
+      EXPECT_TRUE(equal(indices, ref_indices)) << dt;
+      const Tensor v = values.to(kFloat32);
+      EXPECT_TRUE(equal(isnan(v), isnan(ref_values))) << dt;
+      EXPECT_TRUE(equal(where(isnan(v), zeros_like(v), v), where(isnan(ref_values), zeros_like(v), ref_values))) << dt;
+    }
+  }
+}
+
 TEST(PoolTest, AvgPoolWithAndWithoutPaddingCountAndAdaptive) {
   Tensor x = randn({1, 1, 4, 4}, kFloat64);
   const auto xv = Vals(x);
