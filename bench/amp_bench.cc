@@ -132,6 +132,27 @@ struct Bf16Product {
   bool ta, tb;
 };
 
+// A product's operands: random bfloat16 values (seed 5), A [m, k] or its transpose, B [k, n] or
+// its transpose, as the strides say.
+struct Bf16Operands {
+  Tensor a, b;
+  const uint16_t *pa, *pb;
+  int64_t a_rs, a_cs, b_rs, b_cs;
+  double flop;
+  explicit Bf16Operands(const Bf16Product& p) {
+    manual_seed(5);
+    a = randn({p.m * p.k}).to(kBFloat16);
+    b = randn({p.k * p.n}).to(kBFloat16);
+    pa = static_cast<const uint16_t*>(a.data_ptr());
+    pb = static_cast<const uint16_t*>(b.data_ptr());
+    a_rs = p.ta ? 1 : p.k;
+    a_cs = p.ta ? p.m : 1;
+    b_rs = p.tb ? 1 : p.n;
+    b_cs = p.tb ? p.k : 1;
+    flop = 2.0 * double(p.m) * double(p.n) * double(p.k);
+  }
+};
+
 // One thread: Anvil's bf16 kernel against oneDNN's bf16 matmul primitive (built before timing:
 // the cache holds it), GFLOP/s.
 void OneDnnBf16GemmTable() {
@@ -166,13 +187,11 @@ void OneDnnBf16GemmTable() {
       {"lenet5 fc1 400->120, batch 64", 64, 120, 400, false, true},
   };
   for (const Bf16Product& p : products) {
-    manual_seed(5);
-    const Tensor a = randn({p.m * p.k}).to(kBFloat16), b = randn({p.k * p.n}).to(kBFloat16);
-    const auto* pa = static_cast<const uint16_t*>(a.data_ptr());
-    const auto* pb = static_cast<const uint16_t*>(b.data_ptr());
-    const int64_t a_rs = p.ta ? 1 : p.k, a_cs = p.ta ? p.m : 1, b_rs = p.tb ? 1 : p.n, b_cs = p.tb ? p.k : 1;
+    const Bf16Operands o(p);
+    const uint16_t *pa = o.pa, *pb = o.pb;
+    const int64_t a_rs = o.a_rs, a_cs = o.a_cs, b_rs = o.b_rs, b_cs = o.b_cs;
     std::vector<float> c(static_cast<size_t>(p.m * p.n));
-    const double flop = 2.0 * double(p.m) * double(p.n) * double(p.k);
+    const double flop = o.flop;
     const auto run = [&](cpu::Bf16GemmCandidate cand) {
       return flop / SecondsPerCall([&] {
                cpu::bf16_gemm_with(cand, p.m, p.n, p.k, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0f, c.data(), p.n);
@@ -286,14 +305,12 @@ void Bf16SplitTable() {
       {"MLP bwd grad_W = g^T h", 1024, 1024, 256, true, false},
   };
   for (const Bf16Product& p : products) {
-    manual_seed(5);
-    const Tensor a = randn({p.m * p.k}).to(kBFloat16), b = randn({p.k * p.n}).to(kBFloat16);
-    const auto* pa = static_cast<const uint16_t*>(a.data_ptr());
-    const auto* pb = static_cast<const uint16_t*>(b.data_ptr());
-    const int64_t a_rs = p.ta ? 1 : p.k, a_cs = p.ta ? p.m : 1, b_rs = p.tb ? 1 : p.n, b_cs = p.tb ? p.k : 1;
+    const Bf16Operands o(p);
+    const uint16_t *pa = o.pa, *pb = o.pb;
+    const int64_t a_rs = o.a_rs, a_cs = o.a_cs, b_rs = o.b_rs, b_cs = o.b_cs;
     std::vector<float> acc(static_cast<size_t>(p.m * p.n));
     std::vector<uint16_t> c(static_cast<size_t>(p.m * p.n));
-    const double flop = 2.0 * double(p.m) * double(p.n) * double(p.k);
+    const double flop = o.flop;
     const int64_t step = (p.m + threads - 1) / threads;
     const auto row_split = [&](cpu::Bf16GemmCandidate cand) {
       parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {

@@ -90,7 +90,8 @@ void MaxPool2dIndicesKernel(const KernelCall& c) {
     parallel_for(0, g.N * g.C, grain, [&](int64_t b, int64_t e) {
       std::vector<opmath_t<scalar_t>> best_value(static_cast<size_t>(plane_out));
       const auto planes = [&](auto plane_indices) {
-        for (int64_t p = b; p < e; ++p) plane_indices(src + p * plane_in, g, best_value.data(), indices + p * plane_out);
+        for (int64_t p = b; p < e; ++p)
+          plane_indices(src + p * plane_in, g, best_value.data(), indices + p * plane_out);
       };
       if (g.SW == 1) {
         planes(PlaneIndices<1, scalar_t>);

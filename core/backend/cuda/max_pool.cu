@@ -27,8 +27,8 @@ void MaxPool2dIndicesRowKernel(const KernelCall& c) {
   const int64_t total = g.N * g.C * g.OH * g.OW;
   if (total == 0) return;
   ANVIL_DISPATCH_FLOATING(in.dtype(), "max_pool2d_indices", [&] {
-    MaxPoolIndicesKernel<scalar_t><<<GridFor(total), kBlock, 0, current_stream(device)>>>(
-        in.data_ptr<scalar_t>(), out.data_ptr<int64_t>(), g);
+    MaxPoolIndicesKernel<scalar_t>
+        <<<GridFor(total), kBlock, 0, current_stream(device)>>>(in.data_ptr<scalar_t>(), out.data_ptr<int64_t>(), g);
     ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
