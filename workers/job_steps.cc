@@ -60,12 +60,13 @@ WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data
   return end;
 }
 
-std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec) {
+std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device) {
   return std::make_shared<train::Doctor>(
       train::DoctorContext{.loader_workers = spec.loader_workers(),
                            .batch_size = spec.batch_size(),
                            .loss = spec.loss(),
-                           .precision = spec.precision().empty() ? "fp32" : spec.precision()});
+                           .precision = spec.precision().empty() ? "fp32" : spec.precision(),
+                           .device = device.type == DeviceType::CUDA ? "cuda" : "cpu"});
 }
 
 namespace {

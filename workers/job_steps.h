@@ -32,7 +32,7 @@ WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data
                           const train::TrainResult& r, bool interrupt);
 
 // The training doctor of a job (core/train/doctor.h), with what it knows of the spec.
-std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec);
+std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device);
 
 // The doctor's first-batch checks on the first samples of the training set, each finding sent
 // to `emit` as a kFinding event of `base`'s job.

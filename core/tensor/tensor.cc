@@ -14,6 +14,7 @@
 #include "core/export/capture.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
+#include "core/tensor/host_reads.h"
 #include "core/util/error.h"
 
 namespace anvil {
@@ -45,14 +46,21 @@ Tensor Tensor::_base() const {
 
 namespace {
 std::atomic<int64_t> g_host_value_reads{0};
+thread_local int64_t t_host_value_reads = 0;  // host_reads.h
+
+void CountHostRead() {
+  g_host_value_reads.fetch_add(1, std::memory_order_relaxed);
+  ++t_host_value_reads;
+}
 }  // namespace
 
 int64_t host_value_reads() { return g_host_value_reads.load(std::memory_order_relaxed); }
+int64_t host_value_reads_on_this_thread() { return t_host_value_reads; }
 
 template <typename T>
 T Tensor::item() const {
   ANVIL_CHECK(numel() == 1, "a Tensor with ", numel(), " elements cannot be converted to a scalar");
-  g_host_value_reads.fetch_add(1, std::memory_order_relaxed);
+  CountHostRead();
   if (exporter::detail::active()) exporter::detail::on_value_read(*this, "item()");
   Tensor c = to(kCPU).contiguous();
   return ANVIL_DISPATCH_ALL(dtype(), "item", [&]() -> T {
@@ -74,7 +82,7 @@ template bool Tensor::item<bool>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  g_host_value_reads.fetch_add(1, std::memory_order_relaxed);
+  CountHostRead();
   if (exporter::detail::active()) exporter::detail::on_value_read(*this, "to_vector()");
   Tensor c = to(kCPU).to(CppTypeToScalarType<T>::value).contiguous();
   const T* p = c.data_ptr<T>();

@@ -46,7 +46,8 @@ const std::vector<std::string>& Doctor::rules() {
                                                   "INPUT_NOT_NORMALIZED",
                                                   "CHANNEL_ORDER_SUSPECT",
                                                   "LABELS_LOOK_MULTILABEL",
-                                                  "LOGITS_PASSED_AS_PROBABILITIES"};
+                                                  "LOGITS_PASSED_AS_PROBABILITIES",
+                                                  "HOST_SYNC_PER_STEP"};
   return kRules;
 }
 
@@ -231,6 +232,29 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
            "each step changes the weights by " + Percent(m.update_ratio) + " of their size: the learning rate (" +
                Fixed(m.lr, 6) + ") rewrites them every step; divide it by 10, or warm it up (schedule warmup_steps)"},
           &out);
+    }
+  }
+  // HOST_SYNC_PER_STEP: the step itself reads values back, interval after interval.
+  if (m.step >= options_.warmup_steps) {
+    host_sync_run_ = m.host_reads_per_step >= 1.0 ? host_sync_run_ + 1 : 0;
+    const int64_t need = options_.host_sync_intervals;
+    if (host_sync_run_ >= need) {
+      const bool gpu = context_.device != "cpu";
+      Report({"HOST_SYNC_PER_STEP",
+              gpu ? Severity::kWarning : Severity::kInfo,
+              steps_[n - std::min<size_t>(n, static_cast<size_t>(need))].step,
+              m.step,
+              {{"host_reads_per_step", m.host_reads_per_step}, {"step_seconds", m.step_seconds}},
+              "each step reads " + Fixed(m.host_reads_per_step, 1) +
+                  " value(s) back to the host (Tensor::item or to_vector, a boolean mask, nonzero: something in "
+                  "the model, the loss or a callback branches on a device value). " +
+                  std::string(gpu ? "On the GPU each read waits for every queued kernel, so the device idles "
+                                    "once per step"
+                                  : "On the CPU this costs little, but on a GPU each read waits for every queued "
+                                    "kernel") +
+                  ": keep per-step values on the device and read them every metric interval, as the trainer "
+                  "reads its losses"},
+             &out);
     }
   }
   // DATA_STALL, after warm-up. In a data-parallel run every rank waits for the slowest one at

@@ -73,6 +73,10 @@ struct DoctorOptions {
   // INPUT_NOT_NORMALIZED: inputs whose absolute mean or standard deviation exceeds this
   // (unit scale expected), or integral values in [0, 255].
   double input_scale_limit = 10.0;
+  // HOST_SYNC_PER_STEP: at least one host read per step (StepMetrics::host_reads_per_step) for
+  // this many intervals in a row after warm-up (the pitfalls guide's fourth cause of a slow
+  // run, as the PyTorch profiler's recommendations flag a synchronisation in every step).
+  int64_t host_sync_intervals = 3;
 };
 
 // What the doctor knows of the job beside its metrics: the advice names these.
@@ -81,6 +85,7 @@ struct DoctorContext {
   int64_t batch_size = 0;
   std::string loss;  // "cross_entropy", "mse", "bce_with_logits"
   std::string precision = "fp32";
+  std::string device = "cpu";  // "cpu", "cuda": a host read is a wait for the device on a GPU
 };
 
 class Doctor {
@@ -119,6 +124,7 @@ class Doctor {
   std::vector<EpochMetrics> epochs_;
   int64_t overfit_run_ = 0;
   int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;  // intervals in a row outside the update band
+  int64_t host_sync_run_ = 0;                       // intervals in a row with a host read per step
 };
 
 }  // namespace anvil::train

@@ -10,6 +10,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
+#include "core/tensor/host_reads.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
 #include "core/util/fault_point.h"
@@ -220,6 +221,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   Tensor update_ratio;  // the interval's last step's, on the device (StepMetrics::update_ratio)
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
+  int64_t interval_host_reads = 0;  // in the steps' own work (StepMetrics::host_reads_per_step)
   auto interval_start = Clock::now();
   // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
   // read), so no rank leaves a collective the others are in.
@@ -297,6 +299,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.rank_step_seconds = rank_step_seconds;
     m.rank_data_wait = rank_data_wait;
     m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
+    m.host_reads_per_step = static_cast<double>(interval_host_reads) / static_cast<double>(steps_in);
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);
@@ -306,6 +309,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     update_ratio = Tensor();
     interval_steps.clear();
     interval_samples = 0;
+    interval_host_reads = 0;
     interval_start = Clock::now();
   };
 
@@ -320,6 +324,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     int64_t micro = 0;
     optimizer_->zero_grad();
     auto optimizer_step = [&]() {
+      const int64_t reads_before = host_value_reads_on_this_thread();
       scaler_.unscale_(*optimizer_);  // a no-op without loss scaling; the norm and clipping see true gradients
       Tensor norm =
           o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
@@ -348,6 +353,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (scheduler_ && o.scheduler_per_step) scheduler_->step();
       ++step_;
       ++epoch_steps;
+      interval_host_reads += host_value_reads_on_this_thread() - reads_before;
       if (ddp_) {
         const int rank = ddp_->group().rank();
         if (fault_point_fires(detail::StrCat("distributed:perturb:rank", rank, ":step", step_))) {
@@ -389,6 +395,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
       const Tensor target = (*batch)[o.target_key].to(device, /*non_blocking=*/true);
       Tensor loss;
+      const int64_t reads_before = host_value_reads_on_this_thread();
       // Micro-batches before the last of an accumulation only accumulate locally.
       std::optional<distributed::DistributedDataParallel::NoSync> no_sync;
       if (ddp_ && micro + 1 < o.accumulation_steps) no_sync.emplace(*ddp_);
@@ -403,6 +410,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       no_sync.reset();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);
+      interval_host_reads += host_value_reads_on_this_thread() - reads_before;
       if (++micro == o.accumulation_steps) optimizer_step();
       if (o.max_steps > 0 && step_ >= o.max_steps && micro == 0) {
         flush();

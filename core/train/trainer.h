@@ -101,6 +101,11 @@ struct StepMetrics {
   // parameters (the learning rate's effect, whatever the optimizer; 0 when not measured): one
   // copy of the parameters per interval, read with the interval's losses.
   double update_ratio = 0;
+  // Values read back to the host per step on the training thread over the interval (Tensor::
+  // item / to_vector calls in the forward, backward and optimizer step: a model or loss that
+  // branches on a device value), the trainer's own metric reads excluded. Each is a wait for
+  // the device on a GPU; a healthy loop makes none (docs/doctor.md, HOST_SYNC_PER_STEP).
+  double host_reads_per_step = 0;
 };
 
 struct EpochMetrics {

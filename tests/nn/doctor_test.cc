@@ -198,6 +198,71 @@ TEST(Doctor, FirstBatchInputPitfalls) {
   EXPECT_TRUE(onehot.check_first_batch(randn({4, 3, 32, 32}), one_hot(randint(0, 5, {4}), 5).to(kFloat32)).empty());
 }
 
+TEST(Doctor, AHostReadInEveryStepIsHostSyncPerStepAWarningOnAGpu) {
+  for (const std::string device : {"cpu", "cuda"}) {
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = device});
+    // Reads in warm-up, and in two intervals in a row (three are needed), stay quiet.
+    EXPECT_TRUE(Feed(d, 8, [](StepMetrics& m, int64_t i) {
+                  m.host_reads_per_step = i == 0 || i == 4 || i == 5 ? 1 : 0;
+                }).empty());
+    const std::vector<Finding> f = Feed(d, 6, [](StepMetrics& m, int64_t) { m.host_reads_per_step = 2; });
+    ASSERT_EQ(Codes(f), std::vector<std::string>{"HOST_SYNC_PER_STEP"}) << device;
+    EXPECT_EQ(f[0].severity, device == "cuda" ? Severity::kWarning : Severity::kInfo);
+    EXPECT_EQ(Evidence(f[0], "host_reads_per_step"), 2.0);
+    EXPECT_THAT(f[0].advice, HasSubstr("metric interval"));
+  }
+  // Fewer reads than steps (a read every other step) is not every step.
+  Doctor quiet({.loader_workers = 2, .batch_size = 64});
+  EXPECT_TRUE(Feed(quiet, 20, [](StepMetrics& m, int64_t) { m.host_reads_per_step = 0.5; }).empty());
+}
+
+// The trainer counts the reads of the step's own work, not its metric reads: a model that
+// branches on a device value every forward reports one read per step, its twin none.
+TEST(DoctorTrainer, AModelThatReadsTheHostEveryStepReportsOneReadPerStep) {
+  struct ReadsTheHost : nn::Module {
+    std::shared_ptr<nn::Module> inner;
+    explicit ReadsTheHost(std::shared_ptr<nn::Module> m) : nn::Module("ReadsTheHost") {
+      inner = register_module("inner", std::move(m));
+    }
+    Tensor forward(const Tensor& x) override {
+      const Tensor y = inner->forward(x);
+      return y.abs().max().item<double>() > 1e6 ? y / 2.0 : y;  // a data-dependent branch
+    }
+  };
+  for (const bool reads : {false, true}) {
+    manual_seed(2);
+    std::shared_ptr<nn::Module> model = models::build_model(models::preset_spec("mlp", {4}, 2)).module;
+    if (reads) model = std::make_shared<ReadsTheHost>(model);
+    auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.1}});
+    Trainer t(model, opt, {.epochs = 2, .metric_interval = 4, .checkpoint_every_epoch = false});
+    const Tensor x = randn({128, 4});
+    const Tensor y = (x.select(1, 0) > 0).to(kInt64);
+    data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 8});
+    std::vector<double> per_step;
+    t.set_callbacks({.on_step = [&](const StepMetrics& m) { per_step.push_back(m.host_reads_per_step); },
+                     .on_epoch = {},
+                     .on_checkpoint = {}});
+    t.fit(train);
+    ASSERT_EQ(per_step.size(), 8u);
+    for (double r : per_step) EXPECT_EQ(r, reads ? 1.0 : 0.0) << (reads ? "the reading model" : "its twin");
+  }
+  // A convolutional network's step (convolutions, max pooling, cross entropy) reads nothing
+  // back either: max pooling once read the host every forward to look for NaN.
+  manual_seed(3);
+  std::shared_ptr<nn::Module> cnn = models::build_model(models::preset_spec("lenet5", {1, 8, 8}, 10)).module;
+  auto opt = std::make_shared<optim::SGD>(cnn->parameters(), optim::Options{{"lr", 0.01}});
+  Trainer t(cnn, opt, {.epochs = 1, .metric_interval = 2, .checkpoint_every_epoch = false});
+  data::DataLoader images(std::make_shared<data::TensorDataset>(randn({32, 1, 8, 8}), randint(0, 10, {32})),
+                          {.batch_size = 8});
+  std::vector<double> per_step;
+  t.set_callbacks({.on_step = [&](const StepMetrics& m) { per_step.push_back(m.host_reads_per_step); },
+                   .on_epoch = {},
+                   .on_checkpoint = {}});
+  t.fit(images);
+  ASSERT_EQ(per_step.size(), 2u);
+  for (double r : per_step) EXPECT_EQ(r, 0.0) << "the lenet5 preset's training step";
+}
+
 // The trainer side of the doctor's actions: a stop requested from the epoch callback ends the
 // run there as early stopping does, with the best epoch's weights restored; scaling the rate
 // scales the schedule's base rates.
