@@ -47,7 +47,8 @@ const std::vector<std::string>& Doctor::rules() {
                                                   "CHANNEL_ORDER_SUSPECT",
                                                   "LABELS_LOOK_MULTILABEL",
                                                   "LOGITS_PASSED_AS_PROBABILITIES",
-                                                  "HOST_SYNC_PER_STEP"};
+                                                  "HOST_SYNC_PER_STEP",
+                                                  "VANISHING_GRADIENTS"};
   return kRules;
 }
 
@@ -232,6 +233,35 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
            "each step changes the weights by " + Percent(m.update_ratio) + " of their size: the learning rate (" +
                Fixed(m.lr, 6) + ") rewrites them every step; divide it by 10, or warm it up (schedule warmup_steps)"},
           &out);
+    }
+  }
+  // VANISHING_GRADIENTS: the smallest weight gradient against the last layer's (an unmeasured
+  // interval, or a last layer with no gradient, neither counts nor breaks a run).
+  const auto& layers = m.layer_grad_norms;
+  if (layers.size() >= 2 && m.step >= options_.warmup_steps && layers.back().second > 0 &&
+      std::isfinite(layers.back().second)) {
+    const double last = layers.back().second;
+    size_t worst = 0;
+    for (size_t i = 1; i + 1 < layers.size(); ++i)
+      if (layers[i].second < layers[worst].second) worst = i;
+    const double ratio = layers[worst].second / last;
+    vanishing_run_ = std::isfinite(ratio) && ratio < options_.vanishing_ratio ? vanishing_run_ + 1 : 0;
+    const int64_t need = options_.vanishing_intervals;
+    if (vanishing_run_ >= need) {
+      Report({"VANISHING_GRADIENTS",
+              Severity::kWarning,
+              steps_[n - std::min<size_t>(n, static_cast<size_t>(need))].step,
+              m.step,
+              {{"ratio", ratio},
+               {"layer_grad_norm", layers[worst].second},
+               {"last_layer_grad_norm", last},
+               {"layer_index", static_cast<double>(worst)}},
+              "the gradient reaching " + layers[worst].first + " is " + Fixed(ratio * 1e6, 3) +
+                  " millionths of the last layer's (" + layers.back().first +
+                  "): the early layers barely learn. Use ReLU-family activations rather than sigmoid or tanh in deep "
+                  "stacks, He (kaiming) initialisation, normalisation layers (BatchNorm, LayerNorm) or residual "
+                  "connections"},
+             &out);
     }
   }
   // HOST_SYNC_PER_STEP: the step itself reads values back, interval after interval.

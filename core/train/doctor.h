@@ -77,6 +77,12 @@ struct DoctorOptions {
   // this many intervals in a row after warm-up (the pitfalls guide's fourth cause of a slow
   // run, as the PyTorch profiler's recommendations flag a synchronisation in every step).
   int64_t host_sync_intervals = 3;
+  // VANISHING_GRADIENTS: a weight's gradient norm below this fraction of the last layer's
+  // (StepMetrics::layer_grad_norms) for this many intervals in a row after warm-up. SageMaker
+  // Debugger's VanishingGradient rule flags absolute gradients under 1e-7; relative to the last
+  // layer, as DeepDiagnosis compares layers, the threshold does not depend on the loss's scale.
+  double vanishing_ratio = 1e-4;
+  int64_t vanishing_intervals = 3;
 };
 
 // What the doctor knows of the job beside its metrics: the advice names these.
@@ -125,6 +131,7 @@ class Doctor {
   int64_t overfit_run_ = 0;
   int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;  // intervals in a row outside the update band
   int64_t host_sync_run_ = 0;                       // intervals in a row with a host read per step
+  int64_t vanishing_run_ = 0;                       // intervals in a row with a vanishing layer
 };
 
 }  // namespace anvil::train

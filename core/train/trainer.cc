@@ -205,6 +205,14 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   TrainResult result;
   stop_requested_ = false;
   const std::vector<Tensor> params = model_->parameters();
+  // The weights whose gradient norms each interval reports (StepMetrics::layer_grad_norms).
+  std::vector<std::string> weight_names;
+  std::vector<Tensor> weights;
+  for (const auto& [name, p] : model_->named_parameters()) {
+    if (p.dim() < 2) continue;
+    weight_names.push_back(name);
+    weights.push_back(p);
+  }
   const bool lower_is_better = o.monitor != "val_accuracy";
   if (!early_stopping_resumed_) {
     best_.reset();
@@ -219,6 +227,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   // Per-step values of the current metric interval, kept as tensors until the next read.
   std::vector<Tensor> losses, norms;
   Tensor update_ratio;  // the interval's last step's, on the device (StepMetrics::update_ratio)
+  Tensor layer_norms;   // likewise, each weight's gradient norm (StepMetrics::layer_grad_norms)
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
   int64_t interval_host_reads = 0;  // in the steps' own work (StepMetrics::host_reads_per_step)
@@ -233,11 +242,17 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     const size_t steps_in = losses.size();
     std::vector<Tensor> parts{stack(losses).to(kFloat64), stack(norms).to(kFloat64)};
     if (update_ratio.defined()) parts.push_back(update_ratio.to(kFloat64).reshape({1}));
+    if (layer_norms.defined()) parts.push_back(layer_norms);
     const std::vector<double> all = cat(parts, 0).to_vector<double>();
     std::vector<double> lv(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(steps_in));
     const std::vector<double> nv(all.begin() + static_cast<std::ptrdiff_t>(steps_in),
                                  all.begin() + static_cast<std::ptrdiff_t>(2 * steps_in));
     const double ratio = update_ratio.defined() ? all[2 * steps_in] : 0.0;
+    std::vector<std::pair<std::string, double>> layer_grad_norms;
+    if (layer_norms.defined()) {
+      const size_t at = 2 * steps_in + (update_ratio.defined() ? 1 : 0);
+      for (size_t i = 0; i < weight_names.size(); ++i) layer_grad_norms.emplace_back(weight_names[i], all[at + i]);
+    }
     const double secs = Seconds(Clock::now() - interval_start);
     if (ddp_) {
       // One gather per interval: every rank's losses, cancel flag, step time and data wait.
@@ -300,6 +315,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.rank_data_wait = rank_data_wait;
     m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
     m.host_reads_per_step = static_cast<double>(interval_host_reads) / static_cast<double>(steps_in);
+    m.layer_grad_norms = std::move(layer_grad_norms);
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);
@@ -307,6 +323,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     losses.clear();
     norms.clear();
     update_ratio = Tensor();
+    layer_norms = Tensor();
     interval_steps.clear();
     interval_samples = 0;
     interval_host_reads = 0;
@@ -334,6 +351,15 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if ((step_ + 1) % o.metric_interval == 0) {
         NoGradGuard no_grad;
         for (const Tensor& p : params) before.push_back(p.detach().clone());
+        if (!weights.empty()) {
+          std::vector<Tensor> norms_now;
+          for (const Tensor& w : weights) {
+            const Tensor g = w.grad();
+            norms_now.push_back(g.defined() ? g.detach().to(kFloat64).norm()
+                                            : zeros({}, TensorOptions(kFloat64).with_device(ModelDevice())));
+          }
+          layer_norms = stack(norms_now);
+        }
       }
       scaler_.step(*optimizer_);  // skipped on the device when a gradient was not finite
       if (!before.empty()) {

@@ -106,6 +106,10 @@ struct StepMetrics {
   // branches on a device value), the trainer's own metric reads excluded. Each is a wait for
   // the device on a GPU; a healthy loop makes none (docs/doctor.md, HOST_SYNC_PER_STEP).
   double host_reads_per_step = 0;
+  // Each weight's gradient norm (parameters of two or more dimensions: Linear and convolution
+  // weights, by name, input side first) on the interval's last step, after unscaling: computed
+  // on the device and read with the interval's losses (the doctor's VANISHING_GRADIENTS).
+  std::vector<std::pair<std::string, double>> layer_grad_norms;
 };
 
 struct EpochMetrics {
