@@ -5,7 +5,7 @@
 # layers (tests/layering_test.sh states the same rules for the source tree):
 #   core      the engine                          core/
 #   metrics   the Prometheus registry             server/metrics/
-#   tokens    the token file (server and CLI)     server/tokens.h, server/mutex.h
+#   tokens    the token file (server and CLI)     server/tokens.h
 #   workers   device workers                      workers/
 #   server    the service                         server/
 #   client    the CLI                             client/
@@ -28,7 +28,7 @@ endfunction()
 
 anvil_include_root(core core)
 anvil_include_root(metrics server/metrics)
-anvil_include_root(tokens server/tokens.h server/mutex.h)
+anvil_include_root(tokens server/tokens.h)
 anvil_include_root(workers workers)
 anvil_include_root(server server)
 anvil_include_root(client client)

@@ -166,10 +166,6 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
   });
 }
 
-absl::StatusOr<ModelRow> ModelRegistry::find_row(const std::string& name, const std::string& version) const {
-  return status_of([&] { return FindRow(name, version); });
-}
-
 absl::StatusOr<std::shared_ptr<ServedModel>> ModelRegistry::get(const std::string& name, const std::string& version) {
   return status_of([&] { return Get(name, version); });
 }

@@ -67,9 +67,6 @@ class ModelRegistry {
   // "latest" / "" / a version number. NOT_FOUND, INVALID_ARGUMENT (bad version), DATA_LOSS,
   // UNAVAILABLE once closed.
   absl::StatusOr<std::shared_ptr<ServedModel>> get(const std::string& name, const std::string& version);
-  // FAILED_PRECONDITION when no version is registered yet but a queued or running job will
-  // register the name; NOT_FOUND when nothing will.
-  absl::StatusOr<ModelRow> find_row(const std::string& name, const std::string& version) const;
   // The unfinished job (queued, running or interrupted) that registers `name` on success.
   std::optional<JobRow> pending_job_for(const std::string& name) const;
   // Whether `name` is registered (in memory when it was served before; else the store).

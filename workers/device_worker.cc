@@ -223,6 +223,4 @@ std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink) {
   return std::make_unique<DeviceWorker>(device, std::move(sink));
 }
 
-std::unique_ptr<Worker> make_cpu_worker(EventSink sink) { return make_device_worker(kCPU, std::move(sink)); }
-
 }  // namespace anvil::workers

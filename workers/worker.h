@@ -99,6 +99,5 @@ class Worker {
 // A worker for `device`: one thread; on the CPU jobs use the engine's intra-op pool, on a GPU
 // the thread's own stream.
 std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink);
-std::unique_ptr<Worker> make_cpu_worker(EventSink sink);
 
 }  // namespace anvil::workers

@@ -68,10 +68,6 @@ const Tensor& Example::operator[](std::string_view name) const {
   return f->tensor;
 }
 
-Tensor& Example::mutable_at(std::string_view name) {
-  return const_cast<Tensor&>(static_cast<const Example&>(*this)[name]);
-}
-
 const Example& Example::nested(std::string_view name) const {
   const Field* f = find(name);
   ANVIL_CHECK_INDEX(f != nullptr, "Example: no field '", name, "'; fields are ", KeyList(keys()));

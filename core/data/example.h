@@ -36,7 +36,6 @@ class Example {
   // holds a nested Example.
   const Tensor& operator[](std::string_view name) const;
   const Tensor& at(std::string_view name) const { return (*this)[name]; }
-  Tensor& mutable_at(std::string_view name);
   const Example& nested(std::string_view name) const;
 
   // Field names in insertion order.

@@ -236,6 +236,35 @@ TEST(CustomFunction, BackwardIsUsedAndPassesGradcheck) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Values and their argmax: the indices are marked non-differentiable, so they never require
+// grad and backward gets no gradient for them, as in PyTorch's ctx.mark_non_differentiable.
+struct MaxWithIndex : autograd::Function<MaxWithIndex> {
+  static std::vector<Tensor> forward(autograd::AutogradContext* ctx, Tensor x) {
+    auto [values, indices] = max(x, 1);
+    ctx->save_for_backward({indices});
+    ctx->saved_data["width"] = x.size(1);
+    ctx->mark_non_differentiable({indices});
+    return {values, indices};
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+    EXPECT_FALSE(g[1].defined() && g[1].abs().sum().item<double>() != 0) << "no gradient for the indices";
+    const Tensor indices = ctx->get_saved_variables()[0];
+    const int64_t width = std::get<int64_t>(ctx->saved_data["width"]);
+    Tensor gx = zeros({indices.size(0), width}, TensorOptions(g[0].dtype()));
+    return {scatter(gx, 1, indices.unsqueeze(1), g[0].unsqueeze(1))};
+  }
+};
+
+TEST(CustomFunction, MarkNonDifferentiableOutputsNeverRequireGrad) {
+  Tensor x = tensor({1.0, 5.0, 2.0, 7.0, 3.0, 0.0}, kFloat64).reshape({2, 3}).requires_grad_();
+  const std::vector<Tensor> out = MaxWithIndex::apply(x);
+  EXPECT_TRUE(out[0].requires_grad());
+  EXPECT_FALSE(out[1].requires_grad());
+  EXPECT_EQ(out[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+  (out[0] * tensor({2.0, 3.0}, kFloat64)).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 2, 0, 3, 0, 0}));
+}
+
 TEST(AnomalyMode, NamesTheForwardOpWhoseBackwardProducedNaN) {
   Tensor x = tensor({0.0, 1.0}, kFloat64).requires_grad_();
   DetectAnomalyGuard anomaly;

@@ -16,6 +16,7 @@
 #if ANVIL_WITH_CUDA
 #include "core/backend/cuda/backend.h"
 #include "core/backend/cuda/blas.h"
+#include "core/backend/cuda/index_options.h"
 #endif
 
 using namespace anvil;
@@ -196,6 +197,35 @@ TEST(CudaParity, NonDifferentiableRowsAndOtherDtypesMatchTheCpu) {
     const double tol = (std::string(name) == "half" || std::string(name) == "bfloat16_mm") ? 1e-2 : 1e-5;
     EXPECT_LE(RelativeError(gpu, cpu), tol);
   }
+}
+
+// The indexing kernels' accumulation order: deterministic by default, atomics on request; both
+// sum repeated indices to the CPU's result within float32 rounding, and the deterministic path
+// gives the same bits on every run.
+TEST(CudaIndexing, DeterministicAccumulationIsTheDefaultAndCanBeTurnedOff) {
+#if ANVIL_WITH_CUDA
+  EXPECT_TRUE(cuda::deterministic_index_accumulate());
+  manual_seed(4);
+  const Tensor src = randn({4096, 8});
+  const Tensor index = remainder(arange(4096), full({}, int64_t{7}));  // every destination many times
+  const Tensor cpu = index_add(zeros({7, 8}), 0, index, src);
+  for (const bool deterministic : {true, false}) {
+    cuda::set_deterministic_index_accumulate(deterministic);
+    EXPECT_EQ(cuda::deterministic_index_accumulate(), deterministic);
+    if (!cuda_is_available()) continue;
+    const auto on_gpu = [&] {
+      return index_add(zeros({7, 8}).to(CUDA(0)), 0, index.to(CUDA(0)), src.to(CUDA(0))).to(kCPU);
+    };
+    const Tensor gpu = on_gpu();
+    EXPECT_TRUE(allclose(gpu, cpu, 1e-5, 1e-4));
+    if (deterministic) {
+      EXPECT_TRUE(equal(gpu, on_gpu())) << "the sorted path is bitwise reproducible";
+    }
+  }
+  cuda::set_deterministic_index_accumulate(true);
+#else
+  GTEST_SKIP() << "built without the CUDA backend: " << cuda_unavailable_reason();
+#endif
 }
 
 TEST(CudaParity, RandomDrawsReproduceTheCpuPhiloxStreams) {

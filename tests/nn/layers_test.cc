@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/anvil.h"
+#include "core/nn/init.h"
 #include "core/nn/nn.h"
 #include "tests/core/test_util.h"
 
@@ -141,6 +142,42 @@ TEST(Conv2dTest, ModuleShapesErrorsAndConv1d) {
   Tensor y = F::conv1d(x, w, Tensor(), 2, 1, 1, 2);
   const auto ref = DirectConv(x.unsqueeze(2), w.unsqueeze(2), Tensor(), 1, 2, 0, 1, 1, 1, 2, 1, y.size(2));
   EXPECT_THAT(Vals(y), Pointwise(DoubleNear(1e-10), ref));
+}
+
+// torch.nn.init's published standard deviations: xavier_normal_ gain * sqrt(2 / (fan_in +
+// fan_out)), kaiming_normal_ gain / sqrt(fan) with gain sqrt(2 / (1 + a^2)); 131,072 draws
+// put the sample's standard deviation within 1 % of it.
+TEST(InitTest, NormalInitialisersDrawWithTorchNnInitsStandardDeviations) {
+  manual_seed(11);
+  const auto moments = [](const Tensor& t) {
+    const Tensor d = t.to(kFloat64);
+    return std::pair<double, double>{d.mean().item<double>(), d.std().item<double>()};
+  };
+  Tensor w = empty({256, 512}, kFloat32);  // fan_in 512, fan_out 256
+  init::xavier_normal_(w, 2.0);
+  auto [mean, sd] = moments(w);
+  EXPECT_NEAR(sd, 2.0 * std::sqrt(2.0 / 768.0), 0.01 * 2.0 * std::sqrt(2.0 / 768.0));
+  EXPECT_NEAR(mean, 0.0, 4 * sd / std::sqrt(131072.0));
+  init::kaiming_normal_(w, 0.0, /*fan_in=*/true, "relu");
+  std::tie(mean, sd) = moments(w);
+  EXPECT_NEAR(sd, std::sqrt(2.0) / std::sqrt(512.0), 0.01 * std::sqrt(2.0 / 512.0));
+  init::kaiming_normal_(w, 0.5, /*fan_in=*/false);  // leaky_relu, slope 0.5, fan_out
+  std::tie(mean, sd) = moments(w);
+  const double want = std::sqrt(2.0 / 1.25) / std::sqrt(256.0);
+  EXPECT_NEAR(sd, want, 0.01 * want);
+  init::ones_(w);
+  EXPECT_TRUE(equal(w, ones({256, 512})));
+}
+
+TEST(InitTest, RandnLikeDrawsAFreshStandardNormalOfTheSameShapeAndDtype) {
+  manual_seed(12);
+  const Tensor x = full({300, 400}, 5.0, TensorOptions(kFloat64));
+  const Tensor r = randn_like(x);
+  EXPECT_EQ(r.sizes(), x.sizes());
+  EXPECT_EQ(r.dtype(), kFloat64);
+  EXPECT_NEAR(r.mean().item<double>(), 0.0, 4.0 / std::sqrt(120000.0));
+  EXPECT_NEAR(r.std().item<double>(), 1.0, 0.01);
+  EXPECT_FALSE(equal(r, randn_like(x))) << "each call draws afresh";
 }
 
 TEST(PoolTest, MaxPoolMatchesLoopsAndRoutesGradToTheMax) {

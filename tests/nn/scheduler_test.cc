@@ -55,6 +55,18 @@ TEST(SchedulerTest, StepMultiStepExponentialFollowTheirRecurrences) {
   }
 }
 
+TEST(SchedulerTest, GetLastLrIsTheRateTheLastStepSet) {
+  Fixture f;
+  StepLR s(f.opt, 2, 0.1);
+  EXPECT_EQ(s.get_last_lr(), std::vector<double>{0.5});  // the base rate before any step
+  for (int t = 1; t <= 5; ++t) {
+    s.step();
+    ASSERT_EQ(s.get_last_lr().size(), 1u);
+    EXPECT_NEAR(s.get_last_lr()[0], 0.5 * std::pow(0.1, t / 2), 1e-15) << t;
+    EXPECT_EQ(s.get_last_lr()[0], f.opt.lr()) << t;
+  }
+}
+
 TEST(SchedulerTest, CosineWarmupAndOneCycleLandmarks) {
   {
     Fixture f;

@@ -65,8 +65,6 @@ Allocator* pinned_allocator() {
   return &allocator;
 }
 
-HostBlockCache::Stats pinned_memory_stats() { return Cache().stats(); }
-
 void copy_host_to_device(void* dst, int device, const void* src, size_t nbytes, bool non_blocking) {
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);

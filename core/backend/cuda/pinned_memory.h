@@ -12,7 +12,6 @@ namespace anvil::cuda {
 
 // The process's pinned host allocator (CPU storage; is_pinned()). Requires a usable device.
 Allocator* pinned_allocator();
-HostBlockCache::Stats pinned_memory_stats();
 
 // Queues a copy of `nbytes` from host memory at `src` to `dst` on cuda:`device`, on the calling
 // thread's current stream, and returns without waiting for the GPU. With `non_blocking` a

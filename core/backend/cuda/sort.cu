@@ -1,5 +1,6 @@
 // CUDA kernels for the index rows built on cub: sort (a stable radix sort) and nonzero (a
-// prefix sum over "is non-zero" flags). Registered by RegisterIndexKernels (index.cu).
+// prefix sum over "is non-zero" flags). Their rows' kernel slots are filled here
+// (ANVIL_KERNEL_SLOT), the other index rows' in index.cu.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
