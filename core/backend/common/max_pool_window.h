@@ -13,6 +13,13 @@
 
 namespace anvil::backend {
 
+// The first coordinate start + k * dilation (k >= 0) that is not negative: where a window
+// that begins in the padding first touches the plane.
+ANVIL_HOST_DEVICE inline int64_t MaxPoolFirstInside(int64_t start, int64_t dilation) {
+  while (start < 0) start += dilation;
+  return start;
+}
+
 // The plane index (y * W + x) of window (oy, ox)'s maximum in one [H, W] plane. The window's
 // elements inside the plane are scanned row by row (padding is never read: it stands for
 // -inf); an element replaces the running maximum when it is greater or NaN, starting from -inf
@@ -24,8 +31,8 @@ ANVIL_HOST_DEVICE inline int64_t MaxPoolArgmax(const T* plane, const Geom& g, in
   int64_t y0 = oy * g.SH - g.PT, x0 = ox * g.SW - g.PL;
   const int64_t y_end = y0 + (g.KH - 1) * g.DH + 1 < g.H ? y0 + (g.KH - 1) * g.DH + 1 : g.H;
   const int64_t x_end = x0 + (g.KW - 1) * g.DW + 1 < g.W ? x0 + (g.KW - 1) * g.DW + 1 : g.W;
-  while (y0 < 0) y0 += g.DH;
-  while (x0 < 0) x0 += g.DW;
+  y0 = MaxPoolFirstInside(y0, g.DH);
+  x0 = MaxPoolFirstInside(x0, g.DW);
   int64_t best = y0 * g.W + x0;
   M best_value = -std::numeric_limits<M>::infinity();
   for (int64_t y = y0; y < y_end; y += g.DH) {

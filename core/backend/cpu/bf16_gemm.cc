@@ -393,13 +393,16 @@ void bf16_gemm_with(Bf16GemmCandidate candidate, int64_t m, int64_t n, int64_t k
   anvil_bf16_gemm(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
 }
 
+bool bf16_gemm_takes_onednn(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs) {
+  // Operands with no unit stride (a strided view) stay on Anvil's kernel, which packs any layout;
+  // a size-1 dimension's stride is free.
+  return bf16_gemm_candidate_for(m, n, k) == Bf16GemmCandidate::kOneDnn &&
+         onednn::bf16_matmul_supported(m == 1 ? 1 : a_rs, k == 1 ? 1 : a_cs, k == 1 ? 1 : b_rs, n == 1 ? 1 : b_cs);
+}
+
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
                int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
-  // Operands with no unit stride (a strided view) stay on Anvil's kernel, which packs any layout.
-  const bool onednn =
-      bf16_gemm_candidate_for(m, n, k) == Bf16GemmCandidate::kOneDnn &&
-      onednn::bf16_matmul_supported(m == 1 ? 1 : a_rs, k == 1 ? 1 : a_cs, k == 1 ? 1 : b_rs, n == 1 ? 1 : b_cs);
-  if (onednn) {
+  if (bf16_gemm_takes_onednn(m, n, k, a_rs, a_cs, b_rs, b_cs)) {
     onednn::bf16_matmul(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
     return;
   }

@@ -53,6 +53,10 @@ std::string bf16_gemm_unavailable_reason(Bf16GemmCandidate c);
 Bf16GemmCandidate bf16_gemm_candidate_for(int64_t m, int64_t n, int64_t k);
 // The candidate ANVIL_BF16_GEMM forces (nullopt when unset); throws as described above.
 std::optional<Bf16GemmCandidate> bf16_gemm_forced_candidate();
+// Whether bf16_gemm runs this product on oneDNN: its candidate is oneDNN and every operand has
+// a unit stride (callers that round the product themselves take oneDNN's bfloat16-destination
+// call on the same condition: linalg.cc).
+bool bf16_gemm_takes_onednn(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs);
 // bf16_gemm through one named candidate (tests and benchmarks compare them); throws when it
 // cannot run here, or (oneDNN) when an operand has no unit stride.
 void bf16_gemm_with(Bf16GemmCandidate candidate, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_rs,

@@ -206,8 +206,7 @@ void Bf16GemmParallel(const Tensor& a, const Tensor& b, const Tensor& bias, bool
   const int64_t a_rs = a.stride(0), a_cs = a.stride(1), b_rs = b.stride(0), b_cs = b.stride(1);
   const int threads = get_num_threads();
   const bool split = threads > 1 && m * n * k >= kGemmSplitWork && m >= 2 * threads && !in_parallel_region();
-  if (k > 0 && bf16_gemm_candidate_for(m, n, k) == Bf16GemmCandidate::kOneDnn &&
-      onednn::bf16_matmul_supported(m == 1 ? 1 : a_rs, k == 1 ? 1 : a_cs, k == 1 ? 1 : b_rs, n == 1 ? 1 : b_cs)) {
+  if (k > 0 && bf16_gemm_takes_onednn(m, n, k, a_rs, a_cs, b_rs, b_cs)) {
     // oneDNN rounds to bfloat16 itself (no float32 pass over C) and splits a large product
     // over the pool's threads in one call, packing B once: the two halves of a row split
     // each packed all of B (2048^3 on two threads: docs/cpu.md, "bf16 products").

@@ -12,19 +12,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/backend/common/window_geom.h"
+#include "core/backend/common/max_pool_window.h"
 #include "core/backend/cpu/kernels.h"
 #include "core/util/thread_pool.h"
 
 namespace anvil::cpu {
 namespace {
-
-// The first coordinate o * stride - pad + k * dilation (k >= 0) inside [0, size), or `size`
-// when none is (a window wholly in the padding has none; pooling's checks rule that out).
-int64_t FirstInside(int64_t start, int64_t dilation) {
-  while (start < 0) start += dilation;
-  return start;
-}
 
 // One [H, W] plane's indices, [OH, OW]; best_value is scratch of OH * OW. kStride: the
 // column stride when it is known at compile time (1 or 2: the loads then vectorise), else 0.
@@ -37,8 +30,8 @@ void PlaneIndices(const T* plane, const backend::Geom& g, opmath_t<T>* __restric
   const int64_t H = g.H, W = g.W, OH = g.OH, OW = g.OW, SH = g.SH, DH = g.DH, DW = g.DW;
   const int64_t SW = kStride > 0 ? kStride : g.SW;
   for (int64_t oy = 0; oy < OH; ++oy) {
-    const int64_t y = FirstInside(oy * SH - g.PT, DH);
-    for (int64_t ox = 0; ox < OW; ++ox) best[oy * OW + ox] = y * W + FirstInside(ox * SW - g.PL, DW);
+    const int64_t y = backend::MaxPoolFirstInside(oy * SH - g.PT, DH);
+    for (int64_t ox = 0; ox < OW; ++ox) best[oy * OW + ox] = y * W + backend::MaxPoolFirstInside(ox * SW - g.PL, DW);
   }
   std::fill(best_value, best_value + OH * OW, -std::numeric_limits<M>::infinity());
   for (int64_t ki = 0; ki < g.KH; ++ki) {
