@@ -287,12 +287,34 @@ void LayerTable(int threads) {
   std::fflush(stdout);
 }
 
+// The static int8 Linear 1024 -> 1024 at batch 256 alone, called for `seconds`: a target for a
+// profiler (perf record -- anvil_bench_quant 1 linear-loop).
+void LinearLoop(int threads, double seconds) {
+  set_num_threads(threads);
+  const Versions v = LinearVersions();
+  manual_seed(3);
+  const Tensor x = randn({256, 1024});
+  NoGradGuard g;
+  int64_t calls = 0;
+  const double start = Now();
+  while (Now() - start < seconds) {
+    (void)v.static_int8->forward(x);
+    ++calls;
+  }
+  std::printf("static int8 Linear 1024 -> 1024, batch 256, %d thread(s): %s ms per call over %lld calls\n", threads,
+              Cell((Now() - start) * 1e3 / static_cast<double>(calls)).c_str(), static_cast<long long>(calls));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<int> threads = ParseThreads(argc, argv);
   if (argc > 2 && std::string(argv[2]) == "layers") {
     LayerTable(threads.front());
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "linear-loop") {
+    LinearLoop(threads.front(), 5.0);
     return 0;
   }
   const CpuFeatures& f = cpu_features();

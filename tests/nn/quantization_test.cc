@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/anvil.h"
+#include "core/backend/cpu/isa.h"
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
 #include "core/models/spec.h"
@@ -55,29 +56,44 @@ std::vector<float> KernelInputs(int64_t n, float spread) {
   return x;
 }
 
-TEST(QuantizedKernels, QuantizeAndDequantizeMatchTheirFormulasElementByElement) {
-  const int64_t n = 77;  // vector blocks and a tail
-  for (const auto& [scale, zp] : std::vector<std::pair<double, int64_t>>{{0.05, 128}, {1.0, 0}, {0.5, 255}, {0.3, 3}}) {
-    const std::vector<float> x = KernelInputs(n, 200.0f);
-    std::vector<uint8_t> q(static_cast<size_t>(n)), q_fma(static_cast<size_t>(n));
-    quantize_to_uint8(x.data(), n, scale, zp, q.data());
-    quantize_to_uint8_fma(x.data(), n, scale, zp, q_fma.data());
-    std::vector<float> back(static_cast<size_t>(n));
-    dequantize_uint8(q.data(), n, scale, zp, back.data());
-    const float inv = 1.0f / static_cast<float>(scale), fzp = static_cast<float>(zp);
-    for (int64_t i = 0; i < n; ++i) {
-      // clamp(zp + nearbyint(x / scale), 0, 255), NaN to 0.
-      const float v = fzp + std::nearbyint(x[i] * inv);
-      const uint8_t want = !(v >= 0.0f) ? 0 : v > 255.0f ? 255 : static_cast<uint8_t>(v);
-      EXPECT_EQ(q[i], want) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
-      // fbgemm's: nearbyint(clamp(fma(x, 1 / scale, zp), 0, 255)).
-      const float f = std::fma(x[i], inv, fzp);
-      const uint8_t want_fma = !(f >= 0.0f) ? 0 : static_cast<uint8_t>(std::nearbyint(std::min(f, 255.0f)));
-      EXPECT_EQ(q_fma[i], want_fma) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
-      EXPECT_EQ(back[i],
-                static_cast<float>(static_cast<int32_t>(q[i]) - static_cast<int32_t>(zp)) * static_cast<float>(scale));
-    }
+// Every ISA level up to the one in effect, lowest first, and a name for messages: the kernels
+// run the loops of the level in effect (16 lanes at avx512 and above, 8 at avx2, scalar at
+// generic), so each level's loops are compared with the formulas on this machine.
+template <typename F>
+void AtEveryIsaLevel(const F& f) {
+  for (int lv = 0; lv <= static_cast<int>(cpu::active_isa()); ++lv) {
+    const cpu::ScopedIsa level(static_cast<CpuIsa>(lv));
+    SCOPED_TRACE(std::string("ISA level ") + std::string(isa_name(static_cast<CpuIsa>(lv))));
+    f();
   }
+}
+
+TEST(QuantizedKernels, QuantizeAndDequantizeMatchTheirFormulasElementByElement) {
+  AtEveryIsaLevel([] {
+    const int64_t n = 77;  // 16-lane blocks, an 8-lane block and a tail
+    for (const auto& [scale, zp] :
+         std::vector<std::pair<double, int64_t>>{{0.05, 128}, {1.0, 0}, {0.5, 255}, {0.3, 3}}) {
+      const std::vector<float> x = KernelInputs(n, 200.0f);
+      std::vector<uint8_t> q(static_cast<size_t>(n)), q_fma(static_cast<size_t>(n));
+      quantize_to_uint8(x.data(), n, scale, zp, q.data());
+      quantize_to_uint8_fma(x.data(), n, scale, zp, q_fma.data());
+      std::vector<float> back(static_cast<size_t>(n));
+      dequantize_uint8(q.data(), n, scale, zp, back.data());
+      const float inv = 1.0f / static_cast<float>(scale), fzp = static_cast<float>(zp);
+      for (int64_t i = 0; i < n; ++i) {
+        // clamp(zp + nearbyint(x / scale), 0, 255), NaN to 0.
+        const float v = fzp + std::nearbyint(x[i] * inv);
+        const uint8_t want = !(v >= 0.0f) ? 0 : v > 255.0f ? 255 : static_cast<uint8_t>(v);
+        EXPECT_EQ(q[i], want) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
+        // fbgemm's: nearbyint(clamp(fma(x, 1 / scale, zp), 0, 255)).
+        const float f = std::fma(x[i], inv, fzp);
+        const uint8_t want_fma = !(f >= 0.0f) ? 0 : static_cast<uint8_t>(std::nearbyint(std::min(f, 255.0f)));
+        EXPECT_EQ(q_fma[i], want_fma) << "x = " << x[i] << ", scale " << scale << ", zero point " << zp;
+        EXPECT_EQ(back[i], static_cast<float>(static_cast<int32_t>(q[i]) - static_cast<int32_t>(zp)) *
+                               static_cast<float>(scale));
+      }
+    }
+  });
 }
 
 // Rows with a stride (vectors per row and a tail) and contiguous narrow rows (run flat, the
@@ -101,43 +117,47 @@ TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
   bias[2 % n] = std::numeric_limits<float>::infinity();
   bias[9 % n] = 1e36f;       // a product past 2^63
   w_scales[5 % n] = 1e-30f;  // a tiny scale: an enormous bias term and multiplier
-  for (const bool per_channel : {true, false}) {
-    for (const bool relu : {false, true}) {
-      for (const bool with_bias : {true, false}) {
-        for (const float out_scale : {0.02f, 1e-9f}) {
-          const float a_scale = 0.03f;
-          const int32_t a_zp = 7, out_zp = 100;
-          const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr, relu};
-          const RequantConstants k = requant_constants(a_scale, w_scales.data(), per_channel, n, out_scale);
-          std::vector<uint8_t> out(static_cast<size_t>(m * ld), 0);
-          requantize_to_uint8(acc.data(), ld, m, n, a_zp, e, k, out_zp, out.data(), ld);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              // fbgemm's ReQuantizeOutput with a float bias, written out.
-              const float s = a_scale * w_scales[per_channel ? j : 0];
-              const float mult = s / out_scale;
-              // int32 arithmetic that wraps (fbgemm's), computed in int64 and taken modulo 2^32.
-              const auto raw = static_cast<int32_t>(
-                  static_cast<uint32_t>(int64_t{acc[i * ld + j]} - int64_t{a_zp} * int64_t{row_sums[j]}));
-              float v = static_cast<float>(raw);
-              if (with_bias) v = v + (per_channel ? bias[j] / s : bias[j] * (1.0f / s));
-              const long r = std::lrintf(v * mult) + out_zp;
-              const uint8_t want = static_cast<uint8_t>(std::clamp(r, relu ? long{out_zp} : 0L, 255L));
-              ASSERT_EQ(out[i * ld + j], want)
-                  << "row " << i << ", column " << j << (per_channel ? ", per channel" : "") << (relu ? ", relu" : "")
-                  << (with_bias ? ", bias" : "") << ", out scale " << out_scale;
+  AtEveryIsaLevel([&] {
+    for (const bool per_channel : {true, false}) {
+      for (const bool relu : {false, true}) {
+        for (const bool with_bias : {true, false}) {
+          for (const float out_scale : {0.02f, 1e-9f}) {
+            const float a_scale = 0.03f;
+            const int32_t a_zp = 7, out_zp = 100;
+            const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr,
+                                 relu};
+            const RequantConstants k = requant_constants(a_scale, w_scales.data(), per_channel, n, out_scale);
+            std::vector<uint8_t> out(static_cast<size_t>(m * ld), 0);
+            requantize_to_uint8(acc.data(), ld, m, n, a_zp, e, k, out_zp, out.data(), ld);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                // fbgemm's ReQuantizeOutput with a float bias, written out.
+                const float s = a_scale * w_scales[per_channel ? j : 0];
+                const float mult = s / out_scale;
+                // int32 arithmetic that wraps (fbgemm's), computed in int64 and taken modulo 2^32.
+                const auto raw = static_cast<int32_t>(
+                    static_cast<uint32_t>(int64_t{acc[i * ld + j]} - int64_t{a_zp} * int64_t{row_sums[j]}));
+                float v = static_cast<float>(raw);
+                if (with_bias) v = v + (per_channel ? bias[j] / s : bias[j] * (1.0f / s));
+                const long r = std::lrintf(v * mult) + out_zp;
+                const uint8_t want = static_cast<uint8_t>(std::clamp(r, relu ? long{out_zp} : 0L, 255L));
+                ASSERT_EQ(out[i * ld + j], want)
+                    << "row " << i << ", column " << j << (per_channel ? ", per channel" : "") << (relu ? ", relu" : "")
+                    << (with_bias ? ", bias" : "") << ", out scale " << out_scale;
+              }
             }
           }
         }
       }
     }
-  }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(QuantizedKernels, QuantizedKernelsRequantize,
                          ::testing::Values(std::array<int64_t, 3>{3, 29, 32}, std::array<int64_t, 3>{7, 6, 6},
                                            std::array<int64_t, 3>{5, 10, 10}, std::array<int64_t, 3>{4, 29, 29},
-                                           std::array<int64_t, 3>{1, 5, 5}, std::array<int64_t, 3>{3, 16, 16}));
+                                           std::array<int64_t, 3>{1, 5, 5}, std::array<int64_t, 3>{3, 16, 16},
+                                           std::array<int64_t, 3>{9, 40, 40}, std::array<int64_t, 3>{2, 70, 80}));
 
 // The convolution's epilogue over NCHW planes of float32 integer sums (the exact float path)
 // gives the GEMM epilogue's bits for the same sums in [pixels, channels] int32 order.
@@ -145,7 +165,7 @@ TEST(QuantizedKernels, ThePlanesEpilogueMatchesTheGemmEpilogue) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> sums(-(1 << 23), (1 << 23));
   for (const auto& [images, channels, plane] :
-       std::vector<std::array<int64_t, 3>>{{2, 6, 64}, {1, 3, 17}, {3, 1, 7}, {2, 5, 9}}) {
+       std::vector<std::array<int64_t, 3>>{{2, 6, 64}, {1, 3, 17}, {3, 1, 7}, {2, 5, 9}, {2, 3, 41}}) {
     std::vector<int32_t> acc(static_cast<size_t>(images * channels * plane));  // [images, plane, channels]
     for (int32_t& v : acc) v = sums(rng) >> (rng() % 16);                      // small and large sums
     std::vector<float> planes(acc.size());                                     // [images, channels, plane]
@@ -160,24 +180,27 @@ TEST(QuantizedKernels, ThePlanesEpilogueMatchesTheGemmEpilogue) {
       bias[static_cast<size_t>(c)] = 0.37f * static_cast<float>(c) - 1.0f;
     }
     const std::vector<int32_t> row_sums(static_cast<size_t>(channels), 12345);  // ignored: input zero point 0
-    for (const bool per_channel : {true, false}) {
-      for (const bool relu : {false, true}) {
-        for (const bool with_bias : {true, false}) {
-          const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr, relu};
-          const RequantConstants k = requant_constants(0.02f, w_scales.data(), per_channel, channels, 0.05f);
-          std::vector<uint8_t> want(acc.size()), got(acc.size());
-          requantize_to_uint8(acc.data(), channels, images * plane, channels, 0, e, k, 90, want.data(), channels);
-          requantize_planes_to_uint8(planes.data(), images, channels, plane, e, k, 90, got.data());
-          for (int64_t n = 0; n < images; ++n)
-            for (int64_t p = 0; p < plane; ++p)
-              for (int64_t c = 0; c < channels; ++c)
-                ASSERT_EQ(got[static_cast<size_t>((n * channels + c) * plane + p)],
-                          want[static_cast<size_t>((n * plane + p) * channels + c)])
-                    << "image " << n << ", channel " << c << ", pixel " << p << (per_channel ? ", per channel" : "")
-                    << (relu ? ", relu" : "") << (with_bias ? ", bias" : "");
+    AtEveryIsaLevel([&] {
+      for (const bool per_channel : {true, false}) {
+        for (const bool relu : {false, true}) {
+          for (const bool with_bias : {true, false}) {
+            const GemmEpilogue e{row_sums.data(), w_scales.data(), per_channel, with_bias ? bias.data() : nullptr,
+                                 relu};
+            const RequantConstants k = requant_constants(0.02f, w_scales.data(), per_channel, channels, 0.05f);
+            std::vector<uint8_t> want(acc.size()), got(acc.size());
+            requantize_to_uint8(acc.data(), channels, images * plane, channels, 0, e, k, 90, want.data(), channels);
+            requantize_planes_to_uint8(planes.data(), images, channels, plane, e, k, 90, got.data());
+            for (int64_t n = 0; n < images; ++n)
+              for (int64_t p = 0; p < plane; ++p)
+                for (int64_t c = 0; c < channels; ++c)
+                  ASSERT_EQ(got[static_cast<size_t>((n * channels + c) * plane + p)],
+                            want[static_cast<size_t>((n * plane + p) * channels + c)])
+                      << "image " << n << ", channel " << c << ", pixel " << p << (per_channel ? ", per channel" : "")
+                      << (relu ? ", relu" : "") << (with_bias ? ", bias" : "");
+          }
         }
       }
-    }
+    });
   }
 }
 
