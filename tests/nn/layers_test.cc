@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "core/anvil.h"
+#include "core/backend/cpu/isa.h"
 #include "core/nn/init.h"
 #include "core/nn/nn.h"
 #include "tests/core/test_util.h"
@@ -232,6 +234,48 @@ TEST(PoolTest, MaxPoolPicksTheSameElementsInEveryFloatingDtype) {
       const Tensor v = values.to(kFloat32);
       EXPECT_TRUE(equal(isnan(v), isnan(ref_values))) << dt;
       EXPECT_TRUE(equal(where(isnan(v), zeros_like(v), v), where(isnan(ref_values), zeros_like(v), ref_values))) << dt;
+    }
+  }
+}
+
+// Float32 max pooling runs sixteen windows at a time on AVX-512 and one at a time below it:
+// on random geometries (several blocks of sixteen outputs and a partial one, padding,
+// dilation, ceil_mode), with ties, NaNs and windows of -inf, every level picks the same
+// elements.
+TEST(PoolTest, MaxPoolPicksTheSameElementsAtEveryIsaLevel) {
+  if (cpu::active_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "one max-pooling path below AVX-512";
+  manual_seed(17);
+  std::mt19937 rng(17);
+  const auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t H = pick(1, 23), W = pick(1, 23);
+    F::Pool2dParams p;
+    p.kernel = {pick(1, std::min<int64_t>(H, 4)), pick(1, std::min<int64_t>(W, 4))};
+    p.stride = {pick(1, 3), pick(1, 3)};
+    p.dilation = {pick(1, 2), pick(1, 2)};
+    p.padding = {std::min(pick(0, 2), p.kernel[0] / 2), std::min(pick(0, 2), p.kernel[1] / 2)};
+    p.ceil_mode = pick(0, 1) == 1;
+    if (p.dilation[0] * (p.kernel[0] - 1) + 1 > H + 2 * p.padding[0] ||
+        p.dilation[1] * (p.kernel[1] - 1) + 1 > W + 2 * p.padding[1])
+      continue;
+    Tensor x = round(randn({2, 3, H, W}) * 1.5).contiguous();  // few distinct values: ties
+    float* px = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (pick(0, 40) == 0) px[i] = NAN;
+      if (pick(0, 10) == 0) px[i] = -INFINITY;
+    }
+    for (int64_t i = 0; i < H * W; ++i) px[i] = -INFINITY;  // a plane of -inf
+    SCOPED_TRACE("input " + shape_str(x.sizes()) + ", kernel " + std::to_string(p.kernel[0]) + "x" +
+                 std::to_string(p.kernel[1]) + ", stride " + std::to_string(p.stride[0]) + "," +
+                 std::to_string(p.stride[1]) + ", padding " + std::to_string(p.padding[0]) + "," +
+                 std::to_string(p.padding[1]) + ", dilation " + std::to_string(p.dilation[0]) + "," +
+                 std::to_string(p.dilation[1]) + (p.ceil_mode ? ", ceil_mode" : ""));
+    const auto [values, indices] = F::max_pool2d_with_indices(x, p);
+    for (CpuIsa level : {CpuIsa::kAvx2, CpuIsa::kGeneric}) {
+      const cpu::ScopedIsa lower(level);
+      const auto [v, i] = F::max_pool2d_with_indices(x, p);
+      ASSERT_TRUE(equal(i, indices)) << "at ISA level " << isa_name(level);
+      ASSERT_TRUE(equal(isnan(v), isnan(values)));
     }
   }
 }
