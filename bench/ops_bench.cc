@@ -43,6 +43,7 @@
 
 #include "bench/harness.h"
 #include "core/anvil.h"
+#include "core/nn/pooling.h"
 
 #ifdef ANVIL_BENCH_HAVE_TORCH
 #include <torch/torch.h>
@@ -439,6 +440,33 @@ void PrintPyTorch2Table(const Table& table, const Options& opt) {
 
 }  // namespace
 
+// Max pooling (values and indices, as nn.MaxPool2d's forward computes them), from the digits
+// CNN's small maps to an image network's first pooling; ops_peer.py's POOL_ROWS are the same.
+void BenchPooling(Table& table, const Options& /*opt*/) {
+  struct PoolRow {
+    anvil::IntArray shape;
+    int64_t k, s, p;
+  };
+  for (const PoolRow& r : std::vector<PoolRow>{{{64, 6, 8, 8}, 2, 2, 0},
+                                               {{64, 16, 4, 4}, 2, 2, 0},
+                                               {{32, 64, 56, 56}, 3, 2, 1},
+                                               {{8, 64, 112, 112}, 2, 2, 0}}) {
+    const anvil::Tensor x = anvil::randn(r.shape);
+    std::string size = "[";
+    for (size_t i = 0; i < r.shape.size(); ++i) size += (i > 0 ? ", " : "") + std::to_string(r.shape[i]);
+    size += "] f32, k" + std::to_string(r.k) + " s" + std::to_string(r.s) + " p" + std::to_string(r.p);
+    const anvil::nn::functional::Pool2dParams params{.kernel = {r.k, r.k}, .stride = {r.s, r.s}, .padding = {r.p, r.p}};
+#ifdef ANVIL_BENCH_HAVE_TORCH
+    const torch::Tensor tx = ToTorch(x);
+#endif
+    RunOutOfPlace(
+        table, "max_pool2d", size, [&] { return anvil::nn::functional::max_pool2d(x, params); }, ANVIL_BENCH_PEER([&] {
+          return torch::max_pool2d(tx, {r.k, r.k}, {r.s, r.s}, {r.p, r.p});
+        }),
+        0, 0);
+  }
+}
+
 int main(int argc, char** argv) {
   Options opt = ParseOptions(argc, argv);
   if (opt.threads < 1) {
@@ -458,7 +486,8 @@ int main(int argc, char** argv) {
   // Each group builds its inputs, runs its rows and frees them before the next, so the
   // process never holds more than one group's data.
   const std::vector<std::function<void(Table&, const Options&)>> groups = {
-      BenchSgemm, BenchElementwise, BenchReductions, BenchGatherScatter, BenchAdvancedIndexing, BenchAutograd};
+      BenchSgemm,    BenchElementwise, BenchReductions, BenchGatherScatter, BenchAdvancedIndexing,
+      BenchAutograd, BenchPooling};
   for (const auto& group : groups) {
     std::string error;
     if (!Guarded([&] { group(table, opt); }, &error)) {

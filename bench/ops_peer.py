@@ -130,7 +130,24 @@ def rows():
         x = torch.randn(16).requires_grad_()
         return (lambda: chain(x).sum().backward()), 1.0
     out.append(("op chain, fwd+bwd", "1000 ops on [16] f32", chain_fwd_bwd))
+
+    def max_pool(shape, k, s, p):
+        def make():
+            x = torch.randn(*shape)
+            return (lambda: torch.nn.functional.max_pool2d(x, k, s, p)), 1.0
+        return make
+    for shape, k, s, p in POOL_ROWS:
+        out.append(("max_pool2d", pool_size(shape, k, s, p), max_pool(shape, k, s, p)))
     return out
+
+
+# ops_bench.cc's BenchPooling rows: [N, C, H, W], kernel, stride, padding.
+POOL_ROWS = [((64, 6, 8, 8), 2, 2, 0), ((64, 16, 4, 4), 2, 2, 0), ((32, 64, 56, 56), 3, 2, 1),
+             ((8, 64, 112, 112), 2, 2, 0)]
+
+
+def pool_size(shape, k, s, p):
+    return f"[{', '.join(str(d) for d in shape)}] f32, k{k} s{s} p{p}"
 
 
 def main():

@@ -258,7 +258,8 @@ TEST(PoolTest, MaxPoolPicksTheSameElementsAtEveryIsaLevel) {
     if (p.dilation[0] * (p.kernel[0] - 1) + 1 > H + 2 * p.padding[0] ||
         p.dilation[1] * (p.kernel[1] - 1) + 1 > W + 2 * p.padding[1])
       continue;
-    Tensor x = round(randn({2, 3, H, W}) * 1.5).contiguous();  // few distinct values: ties
+    Tensor x =
+        round(randn({5, 3, H, W}) * 1.5).contiguous();  // few distinct values: ties; 15 planes: groups and a rest
     float* px = x.data_ptr<float>();
     for (int64_t i = 0; i < x.numel(); ++i) {
       if (pick(0, 40) == 0) px[i] = NAN;
