@@ -141,16 +141,14 @@ void ParallelQuantize(const float* x, int64_t count, const ActivationQParams& q,
 }
 
 // A static layer's last step over the pool, by blocks of rows: acc -> uint8 with the output
-// parameters -> float32 into out.
+// parameters -> float32 into out (the bytes are not stored).
 void RequantizeAndDequantize(const int32_t* acc, int64_t m, int64_t n, const ActivationQParams& in,
                              const ActivationQParams& outq, const GemmEpilogue& e, const RequantConstants& k,
                              float* out) {
-  std::unique_ptr<uint8_t[]> holder;
-  uint8_t* q = Scratch(holder, m * n);
   parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
-    requantize_to_uint8(acc + b * n, n, end - b, n, static_cast<int32_t>(in.zero_point), e, k,
-                        static_cast<int32_t>(outq.zero_point), q + b * n, n);
-    dequantize_uint8(q + b * n, (end - b) * n, outq.scale, outq.zero_point, out + b * n);
+    requantize_to_dequantized_float(acc + b * n, n, end - b, n, static_cast<int32_t>(in.zero_point), e, k,
+                                    static_cast<int32_t>(outq.zero_point), static_cast<float>(outq.scale), out + b * n,
+                                    n);
   });
 }
 

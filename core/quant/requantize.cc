@@ -108,9 +108,10 @@ inline void RequantizeEight(const int32_t* a, const int32_t* row_sums, __m256i a
 
 #define ANVIL_REQUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-// RequantizeEightValues over sixteen lanes, the same operations in the same order.
-ANVIL_REQUANT_AVX512 inline void RequantizeSixteenValues(__m512 v, const __m512* bias_term, __m512 multiplier,
-                                                         __m512i out_zp, __m512i lo, uint8_t* o) {
+// RequantizeEightValues over sixteen lanes, the same operations in the same order: the bytes
+// as int32 lanes in [lo, 255].
+ANVIL_REQUANT_AVX512 inline __m512i RequantizeSixteen(__m512 v, const __m512* bias_term, __m512 multiplier,
+                                                      __m512i out_zp, __m512i lo) {
   if (bias_term != nullptr) v = _mm512_add_ps(v, *bias_term);
   v = _mm512_mul_ps(v, multiplier);
   const __mmask16 unconvertible =
@@ -118,16 +119,40 @@ ANVIL_REQUANT_AVX512 inline void RequantizeSixteenValues(__m512 v, const __m512*
   v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-0x1p30f)), _mm512_set1_ps(0x1p30f));
   __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), out_zp);
   q = _mm512_min_epi32(_mm512_max_epi32(q, lo), _mm512_set1_epi32(255));
-  q = _mm512_mask_blend_epi32(unconvertible, q, lo);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm512_cvtepi32_epi8(q));
+  return _mm512_mask_blend_epi32(unconvertible, q, lo);
 }
+
+ANVIL_REQUANT_AVX512 inline void RequantizeSixteenValues(__m512 v, const __m512* bias_term, __m512 multiplier,
+                                                         __m512i out_zp, __m512i lo, uint8_t* o) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o),
+                   _mm512_cvtepi32_epi8(RequantizeSixteen(v, bias_term, multiplier, out_zp, lo)));
+}
+
+// Where one row's vectors go: the bytes, or (Dequantized) the bytes dequantized as
+// dequantize_uint8 does, float(q - out_zero_point) * out_scale, without storing them.
+struct ToBytes {
+  uint8_t* o;
+  ANVIL_REQUANT_AVX512 void operator()(int64_t j, __m512i q) const {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm512_cvtepi32_epi8(q));
+  }
+};
+struct Dequantized {
+  float* o;
+  int32_t zp;
+  float scale;
+  ANVIL_REQUANT_AVX512 void operator()(int64_t j, __m512i q) const {
+    _mm512_storeu_ps(
+        o + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(zp))), _mm512_set1_ps(scale)));
+  }
+};
 
 // The vector part of one row of requantize_to_uint8 on AVX-512: columns [0, len) in steps of
 // 16 while a whole vector fits; returns where it stopped. The column constants repeat every
 // `period` (a multiple of 16, or the row's length).
+template <typename Sink>
 ANVIL_REQUANT_AVX512 int64_t RequantizeRowAvx512(const int32_t* a, int64_t len, int64_t period, const int32_t* row_sums,
                                                  int32_t a_zero_point, const float* bias, const float* multiplier,
-                                                 int32_t out_zero_point, int32_t lo, uint8_t* o) {
+                                                 int32_t out_zero_point, int32_t lo, const Sink& sink) {
   const __m512i a_zp = _mm512_set1_epi32(a_zero_point), out_zp = _mm512_set1_epi32(out_zero_point),
                 vlo = _mm512_set1_epi32(lo);
   int64_t j = 0;
@@ -135,8 +160,8 @@ ANVIL_REQUANT_AVX512 int64_t RequantizeRowAvx512(const int32_t* a, int64_t len, 
     const __m512i raw =
         _mm512_sub_epi32(_mm512_loadu_si512(a + j), _mm512_mullo_epi32(a_zp, _mm512_loadu_si512(row_sums + t)));
     const __m512 vbias = bias != nullptr ? _mm512_loadu_ps(bias + t) : _mm512_setzero_ps();
-    RequantizeSixteenValues(_mm512_cvtepi32_ps(raw), bias != nullptr ? &vbias : nullptr,
-                            _mm512_loadu_ps(multiplier + t), out_zp, vlo, o + j);
+    sink(j, RequantizeSixteen(_mm512_cvtepi32_ps(raw), bias != nullptr ? &vbias : nullptr,
+                              _mm512_loadu_ps(multiplier + t), out_zp, vlo));
     t += 16;
     if (t >= period) t -= period;
   }
@@ -158,56 +183,110 @@ ANVIL_REQUANT_AVX512 int64_t RequantizePlaneAvx512(const float* a, int64_t plane
 
 }  // namespace
 
+namespace {
+
+// requantize_to_uint8's per-call tables: each column's row sum, bias term and multiplier, once
+// per call rather than per element. A contiguous block whose rows are narrower than a vector,
+// or end in a partial one (a convolution's few output channels), runs as one flat row: its
+// column constants repeat every n elements, so tiled over 16 n they line up with every vector
+// of 8 or 16.
+struct Columns {
+  bool flat;
+  int64_t period, rows, len;
+  std::vector<int32_t> row_sums;
+  std::vector<float> bias_term, multiplier;
+  const float* bias() const { return bias_term.empty() ? nullptr : bias_term.data(); }
+};
+
+Columns MakeColumns(int64_t ld_acc, int64_t ld_out, int64_t m, int64_t n, const GemmEpilogue& e,
+                    const RequantConstants& k) {
+  Columns c;
+  c.flat = ld_acc == n && ld_out == n && n % 16 != 0 && n < 64 && m > 1;
+  c.period = c.flat ? 16 * n : n;
+  c.rows = c.flat ? 1 : m;
+  c.len = c.flat ? m * n : n;
+  const float reciprocal = 1.0f / k.act_times_w_scale[0];
+  c.row_sums.resize(static_cast<size_t>(c.period));
+  c.bias_term.resize(e.bias != nullptr ? static_cast<size_t>(c.period) : 0);
+  c.multiplier.resize(static_cast<size_t>(c.period));
+  for (int64_t t = 0; t < c.period; ++t) {
+    const int64_t j = t % n;
+    c.row_sums[static_cast<size_t>(t)] = e.w_row_sums[j];
+    if (e.bias != nullptr) c.bias_term[static_cast<size_t>(t)] = BiasTerm(e, k, j, reciprocal);
+    c.multiplier[static_cast<size_t>(t)] = k.multiplier[e.per_channel ? static_cast<size_t>(j) : 0];
+  }
+  return c;
+}
+
+// One element of requantize_to_uint8, column constants at t.
+inline uint8_t RequantizeAt(int32_t acc, int32_t a_zero_point, const Columns& c, size_t t, int32_t out_zero_point,
+                            long lo) {
+  const int32_t raw = Compensated(acc, a_zero_point, c.row_sums[t]);
+  return RequantizeOne(static_cast<float>(raw), c.bias() != nullptr ? c.bias() + t : nullptr, c.multiplier[t],
+                       out_zero_point, lo);
+}
+
+}  // namespace
+
 void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out) {
   const long lo = e.relu ? out_zero_point : 0;
-  // A contiguous block whose rows are narrower than a vector, or end in a partial one (a
-  // convolution's few output channels), runs as one flat row: its column constants repeat
-  // every n elements, so tiled over 16 n they line up with every vector of 8 or 16.
-  const bool flat = ld_acc == n && ld_out == n && n % 16 != 0 && n < 64 && m > 1;
-  const int64_t period = flat ? 16 * n : n;
-  // Each column's row sum, bias term and multiplier, once per call rather than per element.
-  const float reciprocal = 1.0f / k.act_times_w_scale[0];
-  std::vector<int32_t> row_sums(static_cast<size_t>(period));
-  std::vector<float> bias_term(e.bias != nullptr ? static_cast<size_t>(period) : 0),
-      multiplier(static_cast<size_t>(period));
-  for (int64_t t = 0; t < period; ++t) {
-    const int64_t j = t % n;
-    const size_t c = e.per_channel ? static_cast<size_t>(j) : 0;
-    row_sums[static_cast<size_t>(t)] = e.w_row_sums[j];
-    if (e.bias != nullptr) bias_term[static_cast<size_t>(t)] = BiasTerm(e, k, j, reciprocal);
-    multiplier[static_cast<size_t>(t)] = k.multiplier[c];
-  }
-  const float* bias = e.bias != nullptr ? bias_term.data() : nullptr;
-  const int64_t rows = flat ? 1 : m, len = flat ? m * n : n;
+  const Columns c = MakeColumns(ld_acc, ld_out, m, n, e, k);
+  const float* bias = c.bias();
+  const int64_t period = c.period, len = c.len;
   [[maybe_unused]] const bool avx512 = cpu::isa_at_least(CpuIsa::kAvx512);
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = 0; i < c.rows; ++i) {
     const int32_t* a = acc + i * ld_acc;
     uint8_t* o = out + i * ld_out;
     int64_t j = 0;
 #ifdef __AVX2__
     if (avx512)
-      j = RequantizeRowAvx512(a, len, period, row_sums.data(), a_zero_point, bias, multiplier.data(), out_zero_point,
-                              static_cast<int32_t>(lo), o);
+      j = RequantizeRowAvx512(a, len, period, c.row_sums.data(), a_zero_point, bias, c.multiplier.data(),
+                              out_zero_point, static_cast<int32_t>(lo), ToBytes{o});
     const __m256i a_zp = _mm256_set1_epi32(a_zero_point), out_zp = _mm256_set1_epi32(out_zero_point),
                   vlo = _mm256_set1_epi32(static_cast<int32_t>(lo));
     // The column index is carried, not taken modulo the period per vector: a 64-bit division
     // per eight values took more time than the values' arithmetic.
     for (int64_t t = j % period; j + 8 <= len; j += 8) {
-      RequantizeEight(a + j, row_sums.data() + t, a_zp, bias != nullptr ? bias + t : nullptr, multiplier.data() + t,
+      RequantizeEight(a + j, c.row_sums.data() + t, a_zp, bias != nullptr ? bias + t : nullptr, c.multiplier.data() + t,
                       out_zp, vlo, o + j);
       t += 8;
       if (t >= period) t -= period;
     }
 #endif
-    for (; j < len; ++j) {
-      const size_t t = static_cast<size_t>(j % period);
-      const int32_t raw = Compensated(a[j], a_zero_point, row_sums[t]);
-      o[j] = RequantizeOne(static_cast<float>(raw), bias != nullptr ? bias + t : nullptr, multiplier[t], out_zero_point,
-                           lo);
-    }
+    for (; j < len; ++j)
+      o[j] = RequantizeAt(a[j], a_zero_point, c, static_cast<size_t>(j % period), out_zero_point, lo);
   }
+}
+
+void requantize_to_dequantized_float(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
+                                     const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point,
+                                     float out_scale, float* out, int64_t ld_out) {
+  const auto dequantize = [&](uint8_t q) {
+    return static_cast<float>(static_cast<int32_t>(q) - out_zero_point) * out_scale;
+  };
+#ifdef __AVX2__
+  if (cpu::isa_at_least(CpuIsa::kAvx512)) {
+    const long lo = e.relu ? out_zero_point : 0;
+    const Columns c = MakeColumns(ld_acc, ld_out, m, n, e, k);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      const int32_t* a = acc + i * ld_acc;
+      float* o = out + i * ld_out;
+      int64_t j =
+          RequantizeRowAvx512(a, c.len, c.period, c.row_sums.data(), a_zero_point, c.bias(), c.multiplier.data(),
+                              out_zero_point, static_cast<int32_t>(lo), Dequantized{o, out_zero_point, out_scale});
+      for (; j < c.len; ++j)
+        o[j] = dequantize(RequantizeAt(a[j], a_zero_point, c, static_cast<size_t>(j % c.period), out_zero_point, lo));
+    }
+    return;
+  }
+#endif
+  // Below AVX-512: the bytes, then dequantized.
+  std::vector<uint8_t> q(static_cast<size_t>(m * n));
+  requantize_to_uint8(acc, ld_acc, m, n, a_zero_point, e, k, out_zero_point, q.data(), n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) out[i * ld_out + j] = dequantize(q[static_cast<size_t>(i * n + j)]);
 }
 
 void requantize_planes_to_uint8(const float* acc, int64_t images, int64_t channels, int64_t plane,

@@ -46,6 +46,13 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out);
 
+// requantize_to_uint8's bytes dequantized with the output's parameters, as dequantize_uint8
+// computes them (float(q - out_zero_point) * out_scale), into float [m, n] (row stride
+// ld_out), without storing the bytes: a static layer's float output. Equal to the two calls.
+void requantize_to_dequantized_float(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
+                                     const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point,
+                                     float out_scale, float* out, int64_t ld_out);
+
 // The same epilogue over a convolution's own layout: acc holds, for each of `images` images and
 // `channels` output channels, a plane of `plane` sums already compensated for the input's zero
 // point, as float32 values that are integers below 2^24 in magnitude (so exactly the int32

@@ -129,6 +129,10 @@ TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
             const RequantConstants k = requant_constants(a_scale, w_scales.data(), per_channel, n, out_scale);
             std::vector<uint8_t> out(static_cast<size_t>(m * ld), 0);
             requantize_to_uint8(acc.data(), ld, m, n, a_zp, e, k, out_zp, out.data(), ld);
+            // The layers' fused form: the same bytes, dequantized as dequantize_uint8 does.
+            const float out_dq_scale = 0.0371f;
+            std::vector<float> fused(static_cast<size_t>(m * ld), -1.0f);
+            requantize_to_dequantized_float(acc.data(), ld, m, n, a_zp, e, k, out_zp, out_dq_scale, fused.data(), ld);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < n; ++j) {
                 // fbgemm's ReQuantizeOutput with a float bias, written out.
@@ -144,6 +148,8 @@ TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
                 ASSERT_EQ(out[i * ld + j], want)
                     << "row " << i << ", column " << j << (per_channel ? ", per channel" : "") << (relu ? ", relu" : "")
                     << (with_bias ? ", bias" : "") << ", out scale " << out_scale;
+                ASSERT_EQ(fused[i * ld + j], static_cast<float>(static_cast<int32_t>(want) - out_zp) * out_dq_scale)
+                    << "dequantized, row " << i << ", column " << j;
               }
             }
           }
