@@ -243,16 +243,14 @@ class ServingService final : public ServingBase {
         s_.registry->describe(*value_or_throw(s_.registry->get(row->name, std::to_string(row->version))));
   }
 
-  // Quantize for an imported ONNX graph (core/onnx/quantize_graph.h): static, calibrated and
-  // evaluated on the request's dataset (such a model has no job whose data it could reuse).
+  // Quantize for an imported ONNX graph (core/onnx/quantize_graph.h): static (calibrated on the
+  // request's dataset) or dynamic, evaluated on the request's dataset either way (such a model
+  // has no job whose data it could reuse).
   void QuantizeImported(grpc::ServerContextBase& ctx, const v1::QuantizeRequest& req, const v1::QuantizeSpec& spec,
                         const ServedModel& m, v1::QuantizeResponse* resp) {
-    ANVIL_SERVICE_CHECK(spec.mode() == "static", absl::StatusCode::kInvalidArgument, "spec.mode: model \"", m.row.name,
-                        "\" version ", m.row.version,
-                        " is an imported ONNX graph, which is quantized statically (mode \"static\"); dynamic "
-                        "quantization rewrites Anvil's own Linear/LSTM/GRU layers");
     ANVIL_SERVICE_CHECK(req.has_dataset(), absl::StatusCode::kInvalidArgument, "dataset: model \"", m.row.name,
-                        "\" is an imported ONNX graph; give the dataset to calibrate and evaluate on");
+                        "\" is an imported ONNX graph; give the dataset to ",
+                        spec.mode() == "dynamic" ? "evaluate" : "calibrate and evaluate", " on");
     v1::DatasetSpec dataset = req.dataset();
     validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
     workers::JobData data;
@@ -264,8 +262,8 @@ class ServingService final : public ServingBase {
                          scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
     }
     ANVIL_SERVICE_CHECK(!ctx.IsCancelled(), absl::StatusCode::kCancelled, "Quantize cancelled by the client");
-    const std::string relative = "quantized/" + m.row.name + "-v" + std::to_string(m.row.version) + "-static-" +
-                                 std::to_string(unix_millis()) + ".onnx";
+    const std::string relative = "quantized/" + m.row.name + "-v" + std::to_string(m.row.version) + "-" + spec.mode() +
+                                 "-" + std::to_string(unix_millis()) + ".onnx";
     const fs::path path = fs::path(s_.data_root) / relative;
     fs::create_directories(path.parent_path());
     const workers::QuantizeOutcome outcome = workers::quantize_imported_model(

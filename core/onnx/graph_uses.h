@@ -44,6 +44,11 @@ class GraphUses {
     return attrs::DefaultDomain(n) && n.op_type() == op && n.output_size() >= 1 && !n.output(0).empty() ? it->second[0]
                                                                                                         : -1;
   }
+  // The index of the node making `value`, or -1.
+  int Producer(const std::string& value) const {
+    const auto it = producer_.find(value);
+    return it == producer_.end() ? -1 : it->second;
+  }
   size_t Readers(const std::string& value) const {
     const auto it = readers_.find(value);
     return it == readers_.end() ? 0 : it->second.size();

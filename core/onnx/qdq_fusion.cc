@@ -1,5 +1,6 @@
 #include "core/onnx/qdq_fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -221,6 +222,89 @@ std::optional<FusedQdqLayer> Match(int i, const pb::GraphProto& g, const GraphUs
   return std::nullopt;
 }
 
+// A float32 constant of one value or `n` values, each positive and finite (a weight scale).
+std::optional<Tensor> PositiveScales(const std::string& value, const ConstantLookup& constant, int64_t n) {
+  const Tensor s = constant(value);
+  if (!s.defined() || s.dtype() != kFloat32 || s.dim() > 1 || (s.numel() != 1 && s.numel() != n)) return std::nullopt;
+  const Tensor flat = s.reshape({-1}).contiguous();
+  for (const float v : flat.to_vector<float>())
+    if (!(std::isfinite(v) && v > 0)) return std::nullopt;
+  return flat;
+}
+
+// One dynamic group around the MatMulInteger node `i`, the form Anvil's export and
+// onnxruntime's dynamic quantizer write:
+//
+//   DynamicQuantizeLinear(x) -> (x_q, x_scale, x_zp)
+//   MatMulInteger(x_q, W: int8 [in, out] initializer, x_zp[, zero points 0]) -> Cast(FLOAT)
+//   Mul(x_scale, w_scale: float32 constant, one or [out]) ─> Mul(cast, that) [-> Add(bias)]
+//
+// every value inside read by the group alone; or none.
+std::optional<FusedQdqLayer> MatchDynamic(int i, const pb::GraphProto& g, const GraphUses& uses,
+                                          const ConstantLookup& constant) {
+  const pb::NodeProto& mm = g.node(i);
+  if (!DefaultDomain(mm) || mm.input_size() < 3 || mm.output_size() != 1 || mm.input(2).empty()) return std::nullopt;
+  const pb::NodeProto* dq = uses.MadeBy(mm.input(0), "DynamicQuantizeLinear");
+  if (dq == nullptr || dq->output_size() != 3 || dq->output(0) != mm.input(0) || dq->output(2) != mm.input(2))
+    return std::nullopt;
+  // x_q and x_zp read by this MatMulInteger only, x_scale by the scale's Mul only.
+  if (uses.OnlyReader(dq->output(0), "MatMulInteger") != i || uses.OnlyReader(dq->output(2), "MatMulInteger") != i)
+    return std::nullopt;
+  const Tensor w = constant(mm.input(1));
+  if (!w.defined() || w.dtype() != kInt8 || w.dim() != 2) return std::nullopt;
+  const int64_t out = w.size(1);
+  if (mm.input_size() > 3 && !mm.input(3).empty()) {
+    const Tensor z = constant(mm.input(3));
+    if (!z.defined() || (z.numel() != 1 && z.numel() != out) ||
+        !equal(z.to(kInt64), zeros(z.sizes(), TensorOptions(kInt64))))
+      return std::nullopt;
+  }
+  const int cast = uses.OnlyReader(mm.output(0), "Cast");
+  if (cast < 0 || attrs::Int(g.node(cast), "to", 0) != pb::TensorProto::FLOAT) return std::nullopt;
+  const int scale_mul = uses.OnlyReader(dq->output(1), "Mul");
+  if (scale_mul < 0 || g.node(scale_mul).input_size() != 2) return std::nullopt;
+  const pb::NodeProto& sm = g.node(scale_mul);
+  const std::optional<Tensor> w_scales =
+      PositiveScales(sm.input(0) == dq->output(1) ? sm.input(1) : sm.input(0), constant, out);
+  if (!w_scales) return std::nullopt;
+  const int y_mul = uses.OnlyReader(g.node(cast).output(0), "Mul");
+  if (y_mul < 0 || g.node(y_mul).input_size() != 2 || uses.OnlyReader(sm.output(0), "Mul") != y_mul)
+    return std::nullopt;
+
+  FusedQdqLayer f;
+  f.nodes = {uses.Producer(mm.input(0)), i, cast, scale_mul, y_mul};
+  f.input = dq->input(0);
+  std::string y = g.node(y_mul).output(0);
+  Tensor bias;
+  if (const int a = uses.OnlyReader(y, "Add"); a >= 0 && g.node(a).input_size() == 2) {
+    const pb::NodeProto& add = g.node(a);
+    const Tensor b = constant(add.input(0) == y ? add.input(1) : add.input(0));
+    if (b.defined() && b.dtype() == kFloat32 && b.numel() == out && b.dim() <= 2) {
+      bias = b.reshape({out}).contiguous();
+      f.nodes.push_back(a);
+      y = add.output(0);
+    }
+  }
+  quant::QTensor q;
+  q.data = w.t().contiguous();
+  q.dtype = quant::QDtype::QInt8;
+  const bool per_channel = w_scales->numel() > 1;
+  q.qscheme = per_channel ? quant::QScheme::PerChannelSymmetric : quant::QScheme::PerTensorSymmetric;
+  q.scales = w_scales->to(kFloat64);
+  q.zero_points = zeros({w_scales->numel()}, TensorOptions(kInt64));
+  q.axis = per_channel ? 0 : -1;
+  try {
+    f.layer = std::make_shared<quant::DynamicQuantizedLinear>(q, bias, false, quant::DynamicActivations::kOnnx);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  std::sort(f.nodes.begin(), f.nodes.end());
+  f.output = y;
+  f.description = "MatMulInteger \"" + mm.name() + "\" -> DynamicQuantizedLinear (" +
+                  (per_channel ? "per channel" : "per tensor") + ", ONNX activations)";
+  return f;
+}
+
 }  // namespace
 
 std::vector<FusedQdqLayer> find_qdq_layers(const pb::GraphProto& graph, const ConstantLookup& constant) {
@@ -229,8 +313,9 @@ std::vector<FusedQdqLayer> find_qdq_layers(const pb::GraphProto& graph, const Co
   std::set<int> taken;
   for (int i = 0; i < graph.node_size(); ++i) {
     const std::string& op = graph.node(i).op_type();
-    if (taken.count(i) || (op != "Conv" && op != "Gemm" && op != "MatMul")) continue;
-    std::optional<FusedQdqLayer> f = Match(i, graph, uses, constant);
+    if (taken.count(i) || (op != "Conv" && op != "Gemm" && op != "MatMul" && op != "MatMulInteger")) continue;
+    std::optional<FusedQdqLayer> f =
+        op == "MatMulInteger" ? MatchDynamic(i, graph, uses, constant) : Match(i, graph, uses, constant);
     if (!f) continue;
     bool free = true;
     for (int n : f->nodes) free = free && !taken.count(n);

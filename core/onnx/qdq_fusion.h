@@ -18,6 +18,15 @@
 // model's bits again; any other QDQ graph computes within one output step of its float
 // reading (the float graph rounds its sums; so does onnxruntime's QLinearConv, differently).
 //
+// The dynamic form (Anvil's export of a dynamic Linear, onnxruntime's dynamic quantizer,
+// quantize_onnx_dynamic) is a group too:
+//
+//   DynamicQuantizeLinear(x) -> MatMulInteger(x_q, W: int8 [in, out] initializer, x_zp[, 0])
+//   -> Cast(FLOAT) -> Mul(·, Mul(x_scale, w_scale constant)) [-> Add(bias constant)]
+//
+// replaced by a DynamicQuantizedLinear with ONNX's activation formula
+// (DynamicActivations::kOnnx), reading x in float32: the graph's bits, on the int8 kernels.
+//
 // What is not fused runs as written: activations that are int8 rather than uint8, weights
 // with a nonzero zero point or channels on another axis, grouped or 1-D/3-D convolutions,
 // Gemm with alpha/beta/transA, and any value of the group that another node also reads.
@@ -37,8 +46,9 @@ namespace anvil::onnx {
 
 struct FusedQdqLayer {
   std::vector<int> nodes;  // the graph's nodes it replaces (indices); the last one writes `output`
-  std::string input;       // the value it reads: a DequantizeLinear's output, on x's quint8 grid
-  std::string output;      // the value it writes: the group's last DequantizeLinear's output
+  std::string input;       // the value it reads: a DequantizeLinear's output on x's quint8 grid (static),
+                           // or the float x a DynamicQuantizeLinear reads (dynamic)
+  std::string output;      // the value it writes: the group's last node's output
   std::shared_ptr<nn::Module> layer;
   std::string description;  // `Conv "conv1" -> QuantizedConv2d (relu, per channel)`
 };

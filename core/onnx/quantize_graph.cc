@@ -169,7 +169,74 @@ class Rewriter {
     }
     g.clear_node();
     for (pb::NodeProto& n : nodes) *g.add_node() = std::move(n);
-    // Float weights and biases nothing reads any more.
+    return Finish();
+  }
+
+  // The dynamic form (quantize_graph.h) of every Gemm and MatMul candidate; convolutions stay
+  // float (kept, with the reason), as quantize_dynamic leaves Conv2d.
+  std::string RewriteDynamic(std::vector<std::string>* layers) {
+    pb::GraphProto& g = *model_.mutable_graph();
+    std::map<int, const Candidate*> by_node;
+    for (const Candidate& c : candidates_) {
+      if (g.node(c.node).op_type() == "Conv") {
+        Keep(g.node(c.node), "a convolution: dynamic quantization covers Gemm and MatMul");
+        continue;
+      }
+      by_node[c.node] = &c;
+      layers->push_back(c.description);
+    }
+    ANVIL_CHECK(!by_node.empty(),
+                "ONNX quantization: no Gemm or MatMul with float32 initializer weights to quantize "
+                "dynamically (convolutions stay float32 in dynamic mode; quantize statically)");
+    std::vector<pb::NodeProto> nodes;
+    for (int i = 0; i < g.node_size(); ++i) {
+      const auto it = by_node.find(i);
+      if (it == by_node.end()) {
+        nodes.push_back(g.node(i));
+        continue;
+      }
+      const Candidate& c = *it->second;
+      const pb::NodeProto& n = g.node(i);
+      const std::string y = n.output(0);
+      const std::string xq = Fresh(c.x + "_quantized"), xs = Fresh(c.x + "_scale"), xz = Fresh(c.x + "_zero_point");
+      pb::NodeProto dql = Node("DynamicQuantizeLinear", {c.x}, xq);
+      dql.add_output(xs);
+      dql.add_output(xz);
+      nodes.push_back(std::move(dql));
+      const Tensor w = FromInitializer(*initializers_.at(c.weight));
+      const quant::QTensor qw =
+          quant::quantize_weight(c.out_axis == 0 ? w : w.t().contiguous(), qconfig_.per_channel_weights);
+      const bool per_channel = quant::is_per_channel(qw.qscheme);
+      const Tensor w_scales = per_channel ? qw.scales.to(kFloat32) : qw.scales.to(kFloat32).reshape({});
+      const std::string sums = Fresh(y + "_int32"), sums_f = Fresh(y + "_int32_float"), scale = Fresh(y + "_scale"),
+                        product = Fresh(y + "_product");
+      nodes.push_back(Node("MatMulInteger",
+                           {xq, Initializer(c.weight + "_quantized", qw.data.t().contiguous()), xz,
+                            Initializer(c.weight + "_zero_point", zeros(w_scales.sizes(), TensorOptions(kInt8)))},
+                           sums));
+      pb::NodeProto cast = Node("Cast", {sums}, sums_f);
+      pb::AttributeProto* to = cast.add_attribute();
+      to->set_name("to");
+      to->set_type(pb::AttributeProto::INT);
+      to->set_i(pb::TensorProto::FLOAT);
+      nodes.push_back(std::move(cast));
+      nodes.push_back(Node("Mul", {xs, Initializer(c.weight + "_scale", w_scales)}, scale));
+      // A Gemm's bias becomes an Add after the product; a MatMul's Add stays where it is.
+      const bool gemm_bias = n.op_type() == "Gemm" && !c.bias.empty();
+      nodes.push_back(Node("Mul", {sums_f, scale}, gemm_bias ? product : y));
+      if (gemm_bias) nodes.push_back(Node("Add", {product, c.bias}, y));
+      // Node() names each node after its output; the product keeps the original node's name.
+      if (!gemm_bias) nodes.back().set_name(n.name().empty() ? y : n.name());
+    }
+    g.clear_node();
+    for (pb::NodeProto& n : nodes) *g.add_node() = std::move(n);
+    return Finish();
+  }
+
+ private:
+  // Drops the float initializers nothing reads any more, adds the new ones, and serializes.
+  std::string Finish() {
+    pb::GraphProto& g = *model_.mutable_graph();
     std::set<std::string> read;
     for (const auto& n : g.node())
       for (const std::string& in : n.input()) read.insert(in);
@@ -183,7 +250,6 @@ class Rewriter {
     return out;
   }
 
- private:
   const pb::TensorProto* FloatInitializer(const std::string& name) const {
     const auto it = initializers_.find(name);
     return it != initializers_.end() && it->second->data_type() == pb::TensorProto::FLOAT ? it->second : nullptr;
@@ -363,20 +429,39 @@ GraphQuantization quantize_onnx_static(const std::string& bytes, const std::vect
   return out;
 }
 
+GraphQuantization quantize_onnx_dynamic(const std::string& bytes, const quant::QConfig& qconfig) {
+  const ImportedModel imported = import_model(bytes);
+  ANVIL_CHECK(imported.int8_layers.empty(), "ONNX quantization: the model is quantized already (",
+              imported.int8_layers.size(), " int8 layers)");
+  pb::ModelProto model;
+  ANVIL_CHECK(model.ParseFromString(bytes), "ONNX quantization: the model does not parse");
+  Rewriter rewriter(std::move(model), qconfig);
+  GraphQuantization out;
+  if (rewriter.candidates().empty()) {
+    std::string found;
+    for (const std::string& k : rewriter.kept()) found += "; " + k;
+    throw Error("ONNX quantization: no Gemm or MatMul with float32 initializer weights to quantize" + found);
+  }
+  out.model = rewriter.RewriteDynamic(&out.layers);
+  out.kept = rewriter.kept();
+  return out;
+}
+
 OnnxPtqResult post_training_quantize_onnx(const std::string& bytes, data::DataLoader& calibration,
                                           data::DataLoader& validation, const quant::PtqOptions& options) {
-  ANVIL_CHECK(options.mode == quant::PtqMode::kStatic,
-              "quantize: an imported ONNX graph is quantized statically (mode \"static\"); dynamic quantization "
-              "rewrites Anvil's own Linear/LSTM/GRU layers");
-  ANVIL_CHECK(options.calibration_batches > 0, "quantize: calibration_batches must be positive, got ",
-              options.calibration_batches);
-  std::vector<Tensor> batches;
-  for (auto& b : calibration) {
-    if (static_cast<int64_t>(batches.size()) == options.calibration_batches) break;
-    batches.push_back(b[options.input_key]);
-  }
   OnnxPtqResult r;
-  r.graph = quantize_onnx_static(bytes, batches, options.qconfig);
+  if (options.mode == quant::PtqMode::kDynamic) {
+    r.graph = quantize_onnx_dynamic(bytes, options.qconfig);
+  } else {
+    ANVIL_CHECK(options.calibration_batches > 0, "quantize: calibration_batches must be positive, got ",
+                options.calibration_batches);
+    std::vector<Tensor> batches;
+    for (auto& b : calibration) {
+      if (static_cast<int64_t>(batches.size()) == options.calibration_batches) break;
+      batches.push_back(b[options.input_key]);
+    }
+    r.graph = quantize_onnx_static(bytes, batches, options.qconfig);
+  }
   ImportedModel float_graph = import_model(bytes), int8_graph = import_model(r.graph.model);
   r.float_accuracy =
       quant::classification_accuracy(*float_graph.module, validation, options.input_key, options.target_key);
@@ -388,8 +473,10 @@ OnnxPtqResult post_training_quantize_onnx(const std::string& bytes, data::DataLo
   r.summary = v.summary + "; " + std::to_string(r.graph.layers.size()) + " of the graph's nodes in int8";
   if (!r.graph.kept.empty()) r.summary += ", " + std::to_string(r.graph.kept.size()) + " kept in float";
   if (!r.passed) {
-    r.summary += "; not registered for serving. Calibrate on more representative batches (calibration_batches " +
-                 std::to_string(options.calibration_batches) + "), or quantize fewer layers";
+    r.summary += options.mode == quant::PtqMode::kDynamic
+                     ? "; not registered for serving. Quantize fewer layers, or statically with calibration"
+                     : "; not registered for serving. Calibrate on more representative batches (calibration_batches " +
+                           std::to_string(options.calibration_batches) + "), or quantize fewer layers";
   }
   return r;
 }

@@ -41,11 +41,25 @@ struct GraphQuantization {
 GraphQuantization quantize_onnx_static(const std::string& bytes, const std::vector<Tensor>& calibration,
                                        const quant::QConfig& qconfig = {});
 
+// Dynamic int8 quantization of the float ONNX model `bytes`, quantize_dynamic's recipe for a
+// graph: every Gemm (alpha = beta = 1, no transA) and MatMul whose weights are a float
+// initializer becomes
+//   DynamicQuantizeLinear(x) -> MatMulInteger(x_q, W: int8, x_zp) -> Cast -> Mul(x_scale * w_scale)
+//   [-> Add(bias)]
+// with qint8 symmetric weights (per output channel unless qconfig says per tensor): the form
+// Anvil exports for its dynamic layers and onnxruntime's dynamic quantizer writes, which
+// onnxruntime fuses into DynamicQuantizeMatMul and Anvil's importer into a
+// DynamicQuantizedLinear with ONNX's activation formula (qdq_fusion.h). No calibration: each
+// batch's range picks its activations' grid. Convolutions stay float (listed in `kept`), as
+// quantize_dynamic leaves Conv2d. Throws when the model does not import, is quantized
+// already, or has no Gemm/MatMul to quantize.
+GraphQuantization quantize_onnx_dynamic(const std::string& bytes, const quant::QConfig& qconfig = {});
+
 // Post-training quantization of an imported graph as the service runs it (the counterpart of
-// quant::post_training_quantize): static only (options.mode kStatic; dynamic is refused),
-// calibrated on up to options.calibration_batches batches of `calibration`, both graphs
-// measured on `validation` and gated by options.max_accuracy_drop. On failure the summary
-// names the quantized layers and the advice.
+// quant::post_training_quantize): static (calibrated on up to options.calibration_batches
+// batches of `calibration`) or dynamic (`calibration` unread), both graphs measured on
+// `validation` and gated by options.max_accuracy_drop. On failure the summary names the
+// quantized layers and the advice.
 struct OnnxPtqResult {
   GraphQuantization graph;
   std::optional<double> float_accuracy, int8_accuracy;

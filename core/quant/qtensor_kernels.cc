@@ -124,6 +124,23 @@ void quantize_to_uint8_fma(const float* x, int64_t n, double scale, int64_t zero
   }
 }
 
+OnnxDynamicQParams onnx_dynamic_qparams(float lo, float hi) {
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  const float range = (hi - lo) / 255.0f;
+  const float scale = range == 0.0f ? 1.0f : range;
+  return {scale, std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f)};
+}
+
+void quantize_to_uint8_divide(const float* x, int64_t n, float scale, float zero_point, uint8_t* out) {
+  // One loop the compiler vectorises (division and rounding are lane-wise); the clamp is the
+  // scalar formulas' (NaN fails v >= 0 and becomes 0).
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(x[i] / scale) + zero_point;
+    out[i] = static_cast<uint8_t>(v >= 0.0f ? std::min(v, 255.0f) : 0.0f);
+  }
+}
+
 void dequantize_uint8(const uint8_t* q, int64_t n, double scale, int64_t zero_point, float* out) {
   const float s = static_cast<float>(scale);
   const int32_t zp = static_cast<int32_t>(zero_point);

@@ -370,8 +370,12 @@ void QuantizedLinear::append_state(const std::string& prefix, io::NamedTensors* 
 
 // ---- DynamicQuantizedLinear ----
 
-DynamicQuantizedLinear::DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range)
-    : QuantizedModule("DynamicQuantizedLinear"), weight_(std::move(weight)), reduce_range_(reduce_range) {
+DynamicQuantizedLinear::DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range,
+                                               DynamicActivations activations)
+    : QuantizedModule("DynamicQuantizedLinear"),
+      weight_(std::move(weight)),
+      reduce_range_(reduce_range),
+      activations_(activations) {
   check_layer_weight(weight_, "DynamicQuantizedLinear");
   ANVIL_CHECK(weight_.data.dim() == 2, "DynamicQuantizedLinear: expected a [out, in] weight, got ",
               shape_str(weight_.sizes()));
@@ -403,22 +407,40 @@ Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
   ANVIL_CHECK(std::isfinite(lo) && std::isfinite(hi), "DynamicQuantizedLinear: the input holds ",
               std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
               "; its int8 quantization needs finite values");
-  const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
+  const bool onnx = activations_ == DynamicActivations::kOnnx;
   std::unique_ptr<uint8_t[]> a_holder;
   std::unique_ptr<int32_t[]> acc_holder;
   uint8_t* a = Scratch(a_holder, m * k);
-  parallel_for(0, m * k, kElementGrain,
-               [&](int64_t b, int64_t e) { quantize_to_uint8_fma(xp + b, e - b, q.scale, q.zero_point, a + b); });
+  float a_scale = 0;
+  int32_t a_zero_point = 0;
+  if (onnx) {
+    const OnnxDynamicQParams q = onnx_dynamic_qparams(lo, hi);
+    a_scale = q.scale;
+    a_zero_point = static_cast<int32_t>(q.zero_point);
+    parallel_for(0, m * k, kElementGrain,
+                 [&](int64_t b, int64_t e) { quantize_to_uint8_divide(xp + b, e - b, q.scale, q.zero_point, a + b); });
+  } else {
+    const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
+    a_scale = static_cast<float>(q.scale);
+    a_zero_point = static_cast<int32_t>(q.zero_point);
+    parallel_for(0, m * k, kElementGrain,
+                 [&](int64_t b, int64_t e) { quantize_to_uint8_fma(xp + b, e - b, q.scale, q.zero_point, a + b); });
+  }
   int32_t* acc = Scratch(acc_holder, m * n);
   ParallelGemm(m, a, packed_, acc);
+  // ONNX's graph adds the bias after its Mul, rounding each; fbgemm fuses them (fma).
+  const float* bias = bias_.defined() ? bias_.data_ptr<float>() : nullptr;
   const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme),
-                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, false};
+                       onnx ? nullptr : bias, false};
   IntArray out_sizes = x.sizes();
   out_sizes.back() = n;
   Tensor out = empty(out_sizes, kFloat32);
   float* o = out.data_ptr<float>();
   parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
-    requantize_to_float(acc + b * n, n, end - b, n, q.zero_point, static_cast<float>(q.scale), e, o + b * n, n);
+    requantize_to_float(acc + b * n, n, end - b, n, a_zero_point, a_scale, e, o + b * n, n);
+    if (onnx && bias != nullptr)
+      for (int64_t i = b; i < end; ++i)
+        for (int64_t j = 0; j < n; ++j) o[i * n + j] += bias[j];
   });
   return out;
 }
@@ -431,6 +453,7 @@ std::string DynamicQuantizedLinear::extra_repr() const {
 std::string DynamicQuantizedLinear::describe() const {
   return Json{{"kind", "linear_dynamic"},
               {"reduce_range", reduce_range_},
+              {"activations", activations_ == DynamicActivations::kOnnx ? "onnx" : "pytorch"},
               {"kernel", cpu::int8_gemm_kernel_name(packed_.kernel())}}
       .dump();
 }

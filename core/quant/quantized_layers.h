@@ -99,9 +99,19 @@ class QuantizedLinear : public QuantizedModule {
 // Dynamic int8 Linear (torch.ao.nn.quantized.dynamic.Linear): each batch's activations are
 // quantized with parameters chosen from its own min and max (choose_qparams.h; reduce_range
 // as fbgemm on CPUs without VNNI), the result is float32.
+//
+// With DynamicActivations::kOnnx it computes ONNX's dynamic form instead, the graph
+// DynamicQuantizeLinear(x) -> MatMulInteger(x_q, W) -> Cast -> Mul(x_scale * w_scale)
+// [-> Add(bias)] that onnxruntime's quantizer and Anvil's export write (what the importer
+// fuses into this layer): the batch's range widened to hold 0, scale = (hi - lo) / 255 (1 for
+// an all-zero batch), zero point = round(-lo / scale) clamped to [0, 255], x_q =
+// clamp(round(x / scale) + zero point, 0, 255), and the int32 sums times the float32 product
+// x_scale * w_scale, then plus the bias, each operation rounded as the graph rounds it.
+enum class DynamicActivations { kPyTorch, kOnnx };
 class DynamicQuantizedLinear : public QuantizedModule {
  public:
-  DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range);
+  DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range,
+                         DynamicActivations activations = DynamicActivations::kPyTorch);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   std::string describe() const override;
@@ -109,6 +119,7 @@ class DynamicQuantizedLinear : public QuantizedModule {
   const QTensor& qweight() const override { return weight_; }
   const Tensor& float_bias() const override { return bias_; }
   bool reduce_range() const { return reduce_range_; }
+  DynamicActivations activations() const { return activations_; }
   int64_t in_features() const { return packed_.k(); }
   int64_t out_features() const { return packed_.n(); }
 
@@ -117,6 +128,7 @@ class DynamicQuantizedLinear : public QuantizedModule {
   QTensor weight_;
   Tensor bias_;
   bool reduce_range_;
+  DynamicActivations activations_;
   cpu::PackedInt8Weight packed_;
   std::vector<float> w_scales_;
   std::once_flag dequantized_once_;

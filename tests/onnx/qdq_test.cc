@@ -568,6 +568,59 @@ TEST(OnnxQuantize, AFloatGraphQuantizesStaticallyAndRunsOnTheInt8Kernels) {
   }
 }
 
+// Dynamic quantization of a float graph: each Gemm becomes DynamicQuantizeLinear ->
+// MatMulInteger -> Cast -> Mul [-> Add], the convolution stays float (named in `kept`), the
+// importer runs the groups on the int8 kernels, and onnxruntime fuses the same file into
+// DynamicQuantizeMatMul and computes what Anvil's import computes.
+TEST(OnnxQuantize, AFloatGraphQuantizesDynamicallyAndRunsOnTheInt8Kernels) {
+  for (const bool per_channel : {true, false}) {
+    manual_seed(18);
+    auto model = Cnn();
+    const Exported fp32 = Export(*model, {1, 8, 8});
+    quant::QConfig q;
+    q.per_channel_weights = per_channel;
+    const GraphQuantization gq = quantize_onnx_dynamic(fp32.bytes, q);
+    ASSERT_EQ(gq.layers.size(), 2u);
+    for (const std::string& l : gq.layers) EXPECT_THAT(l, ::testing::StartsWith("Gemm "));
+    ASSERT_EQ(gq.kept.size(), 1u);
+    EXPECT_THAT(gq.kept[0], ::testing::HasSubstr("a convolution: dynamic quantization covers Gemm and MatMul"));
+    ::onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(gq.model));
+    const auto ops = OpTypes(m.graph());
+    EXPECT_EQ(ops.count("DynamicQuantizeLinear"), 2u) << Join(ops);
+    EXPECT_EQ(ops.count("MatMulInteger"), 2u) << Join(ops);
+    EXPECT_EQ(ops.count("Gemm"), 0u) << Join(ops);
+    EXPECT_EQ(ops.count("Conv"), 1u) << Join(ops);
+    const ImportedModel imported = import_model(gq.model);
+    ASSERT_EQ(imported.int8_layers.size(), 2u);
+    for (const std::string& l : imported.int8_layers)
+      EXPECT_THAT(l, ::testing::HasSubstr(per_channel ? "-> DynamicQuantizedLinear (per channel, ONNX activations)"
+                                                      : "-> DynamicQuantizedLinear (per tensor, ONNX activations)"));
+    const ImportedModel float_graph = import_model(fp32.bytes);
+    manual_seed(19);
+    const Tensor x = randn({64, 1, 8, 8});
+    NoGradGuard g;
+    const Tensor y_float = float_graph.module->forward(x), y_int8 = imported.module->forward(x);
+    const double range = y_float.abs().max().item<double>();
+    const double err = (y_float - y_int8).abs().max().item<double>();
+    std::printf("dynamically quantized float graph (%s): max |int8 - float| %.3g (%.2f%% of the output range)\n",
+                per_channel ? "per channel" : "per tensor", err, 100 * err / range);
+    EXPECT_LE(err, 0.03 * range);
+    EXPECT_THROW(quantize_onnx_dynamic(gq.model, q), Error);  // int8 already
+    if (!HavePeers()) continue;
+    Exported qe;
+    qe.bytes = gq.model;
+    qe.proto = m;
+    const OrtRun r = RunOnnxRuntime(*imported.module, qe, per_channel ? "dyn_channel" : "dyn_tensor", {1, 8, 8});
+    EXPECT_EQ(r.ops.count("DynamicQuantizeMatMul"), 2u) << Join(r.ops);
+    for (double e : r.errors) {
+      std::printf("onnxruntime on the dynamically quantized graph: max_abs_error %.3g (%.2g%% of the range)\n", e,
+                  100 * e / range);
+      EXPECT_LE(e, 1e-4 * range);
+    }
+  }
+}
+
 TEST(OnnxQuantize, RefusalsSayWhatWasFound) {
   manual_seed(17);
   auto model = Cnn();
@@ -597,12 +650,45 @@ TEST(OnnxQuantize, RefusalsSayWhatWasFound) {
   }
 }
 
+// The same graph with every MatMulInteger's output also a graph output: no dynamic group fuses,
+// and the importer runs the graph as written, operator by operator.
+std::string WithIntegerSumsExposed(Exported e) {
+  ::onnx::GraphProto* g = e.proto.mutable_graph();
+  std::vector<std::string> sums;
+  for (const auto& n : g->node())
+    if (n.op_type() == "MatMulInteger") sums.push_back(n.output(0));
+  for (const std::string& v : sums) {
+    *g->add_output() = g->output(0);
+    g->mutable_output(g->output_size() - 1)->set_name(v);
+  }
+  std::string bytes;
+  EXPECT_TRUE(e.proto.SerializeToString(&bytes));
+  return bytes;
+}
+
 TEST(OnnxQdq, DynamicQdqFilesImportBack) {
   manual_seed(8);
   auto model = Mlp(false);
   quant::quantize_dynamic(*model);
   model->eval();
   const Exported e = Export(*model, {16});
+  // Each DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul -> Add group runs as one int8
+  // layer with ONNX's activation formula, giving the bits of the graph as written.
+  const ImportedModel fused = import_model(e.bytes);
+  ASSERT_EQ(fused.int8_layers.size(), 2u);
+  for (const std::string& l : fused.int8_layers)
+    EXPECT_THAT(l, ::testing::HasSubstr("-> DynamicQuantizedLinear (per channel, ONNX activations)"));
+  const ImportedModel as_written = import_model(WithIntegerSumsExposed(e));
+  EXPECT_TRUE(as_written.int8_layers.empty());
+  for (const int64_t batch : {1, 7, 64}) {
+    manual_seed(static_cast<uint64_t>(20 + batch));
+    Tensor x = randn({batch, 16});
+    if (batch == 7) x = x.relu();  // all >= 0: the range's low end is 0 itself
+    NoGradGuard g;
+    const Tensor a = fused.module->forward(x), b = as_written.module->forward(x);
+    EXPECT_TRUE(equal(a, b)) << "batch " << batch << ": max |fused - as written| "
+                             << (a - b).abs().max().item<double>();
+  }
   const double err = ImportedError(*model, e, {16});
   NoGradGuard g;
   manual_seed(12);

@@ -118,7 +118,8 @@ except anvil_client.AnvilError as e:
     assert e.code.name == "NOT_FOUND", e
 
 # int8: the float version quantized (calibrated on its job's dataset), registered as version 2
-# when it passes the gate; an imported ONNX graph quantizes statically on a dataset given.
+# when it passes the gate; an imported ONNX graph quantizes dynamically or statically on a
+# dataset given.
 q = c.quantize("py", version="1", mode="static", max_accuracy_drop=5.0)
 assert q.registered and q.model.version == 2 and q.model.precision == "int8", q
 assert q.model.quantization == "static (histogram, 16 calibration batches)", q.model.quantization
@@ -126,15 +127,18 @@ assert q.layers and q.layers[0].type == "QuantizedLinear", q.layers
 int8 = c.predict("py", x, version="2")
 assert np.abs(int8.outputs["output"] - p.outputs["output"]).max() < 0.5
 try:
-    c.quantize("py-onnx", mode="dynamic", dataset={"name": "blobs"}, seed=2)
+    c.quantize("py-onnx", mode="dynamic")
     raise AssertionError("expected INVALID_ARGUMENT")
 except anvil_client.AnvilError as e:
-    assert e.code.name == "INVALID_ARGUMENT" and "quantized statically" in str(e), e
-qo = c.quantize("py-onnx", mode="static", dataset={"name": "blobs"}, seed=2, max_accuracy_drop=5.0)
-assert qo.registered and qo.model.version == 2 and qo.model.precision == "int8", qo
+    assert e.code.name == "INVALID_ARGUMENT" and "give the dataset" in str(e), e
+qd = c.quantize("py-onnx", mode="dynamic", dataset={"name": "blobs"}, seed=2, max_accuracy_drop=5.0)
+assert qd.registered and qd.model.version == 2 and qd.model.quantization == "dynamic", qd
+qo = c.quantize("py-onnx", version="1", mode="static", dataset={"name": "blobs"}, seed=2, max_accuracy_drop=5.0)
+assert qo.registered and qo.model.version == 3 and qo.model.precision == "int8", qo
 assert qo.model.quantization == "static (histogram, 16 calibration batches)", qo.model.quantization
-int8o = c.predict("py-onnx", x, version="2")
-assert np.abs(int8o.outputs["output"] - p.outputs["output"]).max() < 0.5
+for v in ("2", "3"):
+    int8o = c.predict("py-onnx", x, version=v)
+    assert np.abs(int8o.outputs["output"] - p.outputs["output"]).max() < 0.5, v
 
 # The boundary: from_step = S starts at S, through the RPC and through the package.
 s = steps[len(steps) // 2]
