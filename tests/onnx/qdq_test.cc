@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -616,6 +617,50 @@ TEST(OnnxQuantize, AFloatGraphQuantizesDynamicallyAndRunsOnTheInt8Kernels) {
     for (double e : r.errors) {
       std::printf("onnxruntime on the dynamically quantized graph: max_abs_error %.3g (%.2g%% of the range)\n", e,
                   100 * e / range);
+      EXPECT_LE(e, 1e-4 * range);
+    }
+  }
+}
+
+// A file quantized by onnxruntime's own dynamic quantizer (its MatMulInteger groups, with its
+// choice of weight scales and zero-point inputs) imports onto the int8 kernels and computes
+// what onnxruntime computes from the same file.
+TEST(OnnxQuantize, OnnxRuntimesDynamicQuantizerOutputRunsOnTheInt8Kernels) {
+  if (!HavePeers()) GTEST_SKIP() << "no Python with onnxruntime at " << anvil::test::PeerPython();
+  for (const bool per_channel : {true, false}) {
+    manual_seed(22);
+    auto model = Mlp(false);
+    const Exported fp32 = Export(*model, {16});
+    const std::string dir = TempDir() + "/ort_dynamic_" + (per_channel ? "channel" : "tensor");
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/float.onnx", std::ios::binary)
+        .write(fp32.bytes.data(), static_cast<std::streamsize>(fp32.bytes.size()));
+    const std::string cmd = anvil::test::PeerPython() + " " + anvil::test::SourceDir() +
+                            "/tests/onnx/ort_quantize_dynamic.py " + dir + "/float.onnx " + dir + "/int8.onnx " +
+                            (per_channel ? "per_channel" : "per_tensor") + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string text;
+    char buf[512];
+    while (fgets(buf, sizeof buf, pipe) != nullptr) text += buf;
+    ASSERT_EQ(pclose(pipe), 0) << text;
+    EXPECT_THAT(text, ::testing::HasSubstr("MatMulInteger"));
+    Exported q;
+    {
+      std::ifstream in(dir + "/int8.onnx", std::ios::binary);
+      q.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    ASSERT_TRUE(q.proto.ParseFromString(q.bytes));
+    const ImportedModel imported = import_model(q.bytes);
+    ASSERT_EQ(imported.int8_layers.size(), 2u) << text;
+    for (const std::string& l : imported.int8_layers)
+      EXPECT_THAT(l, ::testing::HasSubstr("-> DynamicQuantizedLinear ("));
+    NoGradGuard g;
+    manual_seed(23);
+    const double range = model->forward(randn({64, 16})).abs().max().item<double>();
+    const OrtRun r = RunOnnxRuntime(*imported.module, q, per_channel ? "ort_dyn_channel" : "ort_dyn_tensor", {16});
+    for (double e : r.errors) {
+      std::printf("onnxruntime's dynamic quantizer (%s): Anvil's import against onnxruntime, max_abs_error %.3g\n",
+                  per_channel ? "per channel" : "per tensor", e);
       EXPECT_LE(e, 1e-4 * range);
     }
   }
