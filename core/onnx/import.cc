@@ -236,9 +236,9 @@ Tensor Unpool(const Call& c) {
   return F::max_unpool2d(x, c.x(1) - PlaneStarts(x, hw[0] * hw[1]), p);
 }
 
-Tensor Conv(const Call& c) {
-  Tensor x = c.x(0);
-  Tensor w = c.x(1);
+// Conv's attributes applied to x and w (and a bias, or none): Conv, and ConvInteger on its
+// shifted integers.
+Tensor ConvOf(const Call& c, Tensor x, Tensor w, const Tensor& bias) {
   const bool one_d = x.dim() == 3;
   ANVIL_CHECK(x.dim() == 4 || one_d, "Conv: 1-D or 2-D convolutions only, got input rank ", x.dim());
   std::vector<int64_t> s = Ints(c.node, "strides"), pads = Ints(c.node, "pads"), dil = Ints(c.node, "dilations");
@@ -268,8 +268,27 @@ Tensor Conv(const Call& c) {
       }
     }
   }
-  Tensor y = F::conv2d(x, w, c.has(2) ? c.in[2] : Tensor(), p);
+  Tensor y = F::conv2d(x, w, bias, p);
   return one_d ? y.squeeze(2) : y;
+}
+
+Tensor Conv(const Call& c) { return ConvOf(c, c.x(0), c.x(1), c.has(2) ? c.in[2] : Tensor()); }
+
+// ConvInteger: (x - x_zero_point) convolved with (w - w_zero_point; per output channel when a
+// vector) into int32, the padding zeros of the shifted input. Computed in float64, exact for
+// any sum of 8-bit products over fewer than 2^37 terms, as MatMulInteger.
+Tensor ConvInteger(const Call& c) {
+  Tensor x = c.x(0).to(kFloat64), w = c.x(1).to(kFloat64);
+  if (c.has(2)) x = x - c.in[2].to(kFloat64).reshape({});
+  if (c.has(3)) {
+    const Tensor wz = c.in[3].to(kFloat64);
+    ANVIL_CHECK(wz.numel() == 1 || wz.numel() == w.size(0), "ConvInteger: expected one weight zero point or ",
+                w.size(0), " (one per output channel), got ", wz.numel());
+    IntArray shape(static_cast<size_t>(w.dim()), 1);
+    shape[0] = wz.numel();
+    w = w - wz.reshape(shape);
+  }
+  return ConvOf(c, x, w, Tensor()).to(kInt32);
 }
 
 Tensor Gemm(const Call& c) {
@@ -532,6 +551,7 @@ const std::map<std::string, OpFn>& Ops() {
     m["DequantizeLinear"] = [](Call& c) { c.out[0] = DequantizeLinear(c); };
     m["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
     m["MatMulInteger"] = [](Call& c) { c.out[0] = MatMulInteger(c); };
+    m["ConvInteger"] = [](Call& c) { c.out[0] = ConvInteger(c); };
     m["MaxPool"] = [](Call& c) { Pool(c, true); };
     m["AveragePool"] = [](Call& c) { Pool(c, false); };
     m["MaxUnpool"] = [](Call& c) { c.out[0] = Unpool(c); };

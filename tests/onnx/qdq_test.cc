@@ -627,43 +627,59 @@ TEST(OnnxQuantize, AFloatGraphQuantizesDynamicallyAndRunsOnTheInt8Kernels) {
 // what onnxruntime computes from the same file.
 TEST(OnnxQuantize, OnnxRuntimesDynamicQuantizerOutputRunsOnTheInt8Kernels) {
   if (!HavePeers()) GTEST_SKIP() << "no Python with onnxruntime at " << anvil::test::PeerPython();
-  for (const bool per_channel : {true, false}) {
-    manual_seed(22);
-    auto model = Mlp(false);
-    const Exported fp32 = Export(*model, {16});
-    const std::string dir = TempDir() + "/ort_dynamic_" + (per_channel ? "channel" : "tensor");
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir + "/float.onnx", std::ios::binary)
-        .write(fp32.bytes.data(), static_cast<std::streamsize>(fp32.bytes.size()));
-    const std::string cmd = anvil::test::PeerPython() + " " + anvil::test::SourceDir() +
-                            "/tests/onnx/ort_quantize_dynamic.py " + dir + "/float.onnx " + dir + "/int8.onnx " +
-                            (per_channel ? "per_channel" : "per_tensor") + " 2>&1";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string text;
-    char buf[512];
-    while (fgets(buf, sizeof buf, pipe) != nullptr) text += buf;
-    ASSERT_EQ(pclose(pipe), 0) << text;
-    EXPECT_THAT(text, ::testing::HasSubstr("MatMulInteger"));
-    Exported q;
-    {
-      std::ifstream in(dir + "/int8.onnx", std::ios::binary);
-      q.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  struct Case {
+    std::string name;
+    std::shared_ptr<nn::Sequential> model;
+    IntArray sample;
+  };
+  manual_seed(22);
+  const std::vector<Case> cases = {{"mlp", Mlp(false), {16}}, {"cnn", Cnn(), {1, 8, 8}}};
+  for (const Case& c : cases)
+    for (const bool per_channel : {true, false}) {
+      auto& model = c.model;
+      const Exported fp32 = Export(*model, c.sample);
+      const std::string tag = "ort_dynamic_" + c.name + (per_channel ? "_channel" : "_tensor");
+      const std::string dir = TempDir() + "/" + tag;
+      std::filesystem::create_directories(dir);
+      std::ofstream(dir + "/float.onnx", std::ios::binary)
+          .write(fp32.bytes.data(), static_cast<std::streamsize>(fp32.bytes.size()));
+      const std::string cmd = anvil::test::PeerPython() + " " + anvil::test::SourceDir() +
+                              "/tests/onnx/ort_quantize_dynamic.py " + dir + "/float.onnx " + dir + "/int8.onnx " +
+                              (per_channel ? "per_channel" : "per_tensor") + " 2>&1";
+      FILE* pipe = popen(cmd.c_str(), "r");
+      std::string text;
+      char buf[512];
+      while (fgets(buf, sizeof buf, pipe) != nullptr) text += buf;
+      ASSERT_EQ(pclose(pipe), 0) << text;
+      EXPECT_THAT(text, ::testing::HasSubstr("MatMulInteger"));
+      Exported q;
+      {
+        std::ifstream in(dir + "/int8.onnx", std::ios::binary);
+        q.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      ASSERT_TRUE(q.proto.ParseFromString(q.bytes));
+      const ImportedModel imported = import_model(q.bytes);
+      // Two Linear layers in each model (the CNN's convolution is onnxruntime's ConvInteger
+      // group, run as written).
+      ASSERT_EQ(imported.int8_layers.size(), 2u) << text;
+      for (const std::string& l : imported.int8_layers)
+        EXPECT_THAT(l, ::testing::HasSubstr("-> DynamicQuantizedLinear ("));
+      if (c.name == "cnn") {
+        EXPECT_THAT(text, ::testing::HasSubstr("ConvInteger"));
+      }
+      NoGradGuard g;
+      manual_seed(23);
+      IntArray shape{64};
+      shape.insert(shape.end(), c.sample.begin(), c.sample.end());
+      const double range = model->forward(randn(shape)).abs().max().item<double>();
+      const OrtRun r = RunOnnxRuntime(*imported.module, q, tag, c.sample);
+      for (double e : r.errors) {
+        std::printf(
+            "onnxruntime's dynamic quantizer (%s, %s): Anvil's import against onnxruntime, max_abs_error %.3g\n",
+            c.name.c_str(), per_channel ? "per channel" : "per tensor", e);
+        EXPECT_LE(e, 1e-4 * range);
+      }
     }
-    ASSERT_TRUE(q.proto.ParseFromString(q.bytes));
-    const ImportedModel imported = import_model(q.bytes);
-    ASSERT_EQ(imported.int8_layers.size(), 2u) << text;
-    for (const std::string& l : imported.int8_layers)
-      EXPECT_THAT(l, ::testing::HasSubstr("-> DynamicQuantizedLinear ("));
-    NoGradGuard g;
-    manual_seed(23);
-    const double range = model->forward(randn({64, 16})).abs().max().item<double>();
-    const OrtRun r = RunOnnxRuntime(*imported.module, q, per_channel ? "ort_dyn_channel" : "ort_dyn_tensor", {16});
-    for (double e : r.errors) {
-      std::printf("onnxruntime's dynamic quantizer (%s): Anvil's import against onnxruntime, max_abs_error %.3g\n",
-                  per_channel ? "per channel" : "per tensor", e);
-      EXPECT_LE(e, 1e-4 * range);
-    }
-  }
 }
 
 TEST(OnnxQuantize, RefusalsSayWhatWasFound) {
