@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/nn/activation_probe.h"
 #include "core/nn/functional.h"
 #include "core/nn/module.h"
 
@@ -14,9 +15,22 @@ namespace anvil::nn {
     Name() : Module(#Name) {}                                              \
     Tensor forward(const Tensor& x) override { return functional::fn(x); } \
   };
-ANVIL_ACTIVATION_MODULE(ReLU, relu)
-ANVIL_ACTIVATION_MODULE(Sigmoid, sigmoid)
-ANVIL_ACTIVATION_MODULE(Tanh, tanh)
+// ReLU, Sigmoid and Tanh also report their output to an open ActivationProbe (the training
+// doctor's sampled statistics; a thread-local check otherwise).
+#define ANVIL_PROBED_ACTIVATION_MODULE(Name, fn, kind) \
+  class Name : public Module {                         \
+   public:                                             \
+    Name() : Module(#Name) {}                          \
+    Tensor forward(const Tensor& x) override {         \
+      Tensor y = functional::fn(x);                    \
+      record_activation(*this, kind, y);               \
+      return y;                                        \
+    }                                                  \
+  };
+ANVIL_PROBED_ACTIVATION_MODULE(ReLU, relu, ActivationKind::kRelu)
+ANVIL_PROBED_ACTIVATION_MODULE(Sigmoid, sigmoid, ActivationKind::kSigmoid)
+ANVIL_PROBED_ACTIVATION_MODULE(Tanh, tanh, ActivationKind::kTanh)
+#undef ANVIL_PROBED_ACTIVATION_MODULE
 ANVIL_ACTIVATION_MODULE(SiLU, silu)
 ANVIL_ACTIVATION_MODULE(Hardswish, hardswish)
 ANVIL_ACTIVATION_MODULE(GELU, gelu)

@@ -6,6 +6,7 @@
 
 #include "core/amp/autocast.h"
 #include "core/nn/activation.h"
+#include "core/nn/activation_probe.h"
 #include "core/nn/linear.h"
 #include "core/util/error.h"
 
@@ -23,7 +24,8 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 namespace {
 
 // A Linear directly followed by a ReLU (those exact classes: a subclass may override forward)
-// runs as one linear_relu op. No hook can observe the activation in between, and the values
+// runs as one linear_relu op. No hook can observe the activation in between (an open
+// ActivationProbe is given the fused output as the ReLU's), and the values
 // and gradients are the ops' own; what changes is one pass over the activation instead of
 // two, and one autograd node instead of two.
 bool LinearThenRelu(const std::vector<std::shared_ptr<Module>>& layers, size_t i) {
@@ -52,7 +54,8 @@ Tensor Sequential::forward(const Tensor& x) {
       }
       if (LinearThenRelu(layers_, i)) {
         y = static_cast<Linear&>(*layers_[i]).forward_relu(y);
-        ++i;  // the ReLU ran inside
+        ++i;  // the ReLU ran inside; the doctor's probe still sees its output as the ReLU's
+        record_activation(*layers_[i], ActivationKind::kRelu, y);
         continue;
       }
       y = layers_[i]->forward(y);

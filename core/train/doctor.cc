@@ -48,7 +48,9 @@ const std::vector<std::string>& Doctor::rules() {
                                                   "LABELS_LOOK_MULTILABEL",
                                                   "LOGITS_PASSED_AS_PROBABILITIES",
                                                   "HOST_SYNC_PER_STEP",
-                                                  "VANISHING_GRADIENTS"};
+                                                  "VANISHING_GRADIENTS",
+                                                  "DEAD_RELU",
+                                                  "SATURATED_ACTIVATION"};
   return kRules;
 }
 
@@ -261,6 +263,55 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                   "): the early layers barely learn. Use ReLU-family activations rather than sigmoid or tanh in deep "
                   "stacks, He (kaiming) initialisation, normalisation layers (BatchNorm, LayerNorm) or residual "
                   "connections"},
+             &out);
+    }
+  }
+  // DEAD_RELU / SATURATED_ACTIVATION: the worst activation layer of each kind on the interval's
+  // sampled batch (StepMetrics::activation_shares), for intervals in a row after warm-up; an
+  // interval without samples neither counts nor breaks a run.
+  if (!m.activation_shares.empty() && m.step >= options_.warmup_steps) {
+    std::optional<size_t> dead, saturated;
+    for (size_t i = 0; i < m.activation_shares.size(); ++i) {
+      const StepMetrics::ActivationShare& a = m.activation_shares[i];
+      if (!std::isfinite(a.share)) continue;
+      std::optional<size_t>& worst = a.kind == "relu" ? dead : saturated;
+      if (!worst || a.share > m.activation_shares[*worst].share) worst = i;
+    }
+    const auto run = [&](const std::optional<size_t>& worst, double threshold, int64_t* count) {
+      *count = worst && m.activation_shares[*worst].share > threshold ? *count + 1 : 0;
+    };
+    run(dead, options_.dead_relu_share, &dead_relu_run_);
+    run(saturated, options_.saturated_share, &saturated_run_);
+    const int64_t need = options_.activation_intervals;
+    const size_t from = n - std::min<size_t>(n, static_cast<size_t>(need));
+    if (dead && dead_relu_run_ >= need) {
+      const StepMetrics::ActivationShare& a = m.activation_shares[*dead];
+      Report({"DEAD_RELU",
+              Severity::kWarning,
+              steps_[from].step,
+              m.step,
+              {{"dead_unit_share", a.share},
+               {"layer_index", static_cast<double>(*dead)},
+               {"intervals", static_cast<double>(dead_relu_run_)}},
+              Percent(a.share) + " of the units of ReLU layer " + a.layer +
+                  " output zero for every sample of a batch: they pass no gradient and stop learning (dying "
+                  "ReLU). Lower the learning rate, use LeakyReLU, ELU or GELU, initialise with He (kaiming) "
+                  "weights and zero biases, or normalise (BatchNorm, LayerNorm) before the activation"},
+             &out);
+    }
+    if (saturated && saturated_run_ >= need) {
+      const StepMetrics::ActivationShare& a = m.activation_shares[*saturated];
+      Report({"SATURATED_ACTIVATION",
+              Severity::kWarning,
+              steps_[from].step,
+              m.step,
+              {{"saturated_share", a.share},
+               {"layer_index", static_cast<double>(*saturated)},
+               {"intervals", static_cast<double>(saturated_run_)}},
+              Percent(a.share) + " of the outputs of " + a.kind + " layer " + a.layer +
+                  " sit in its flat tails (derivative under 2 %): the gradient through it vanishes. Normalise its "
+                  "input (BatchNorm, LayerNorm), initialise with Xavier (Glorot) weights, lower the learning rate, "
+                  "or use a ReLU-family activation"},
              &out);
     }
   }

@@ -83,6 +83,16 @@ struct DoctorOptions {
   // layer, as DeepDiagnosis compares layers, the threshold does not depend on the loss's scale.
   double vanishing_ratio = 1e-4;
   int64_t vanishing_intervals = 3;
+  // DEAD_RELU: more than this share of a ReLU layer's units zero for every sample of the
+  // interval's sampled batch (StepMetrics::activation_shares), for `activation_intervals`
+  // intervals in a row after warm-up (the issue's "> 50 % of a layer's units inactive over a
+  // window"; DeepDiagnosis and AUTOTRAINER flag dying ReLU the same way).
+  double dead_relu_share = 0.5;
+  // SATURATED_ACTIVATION: more than this share of a Sigmoid's or Tanh's outputs in its flat
+  // tails (sigmoid below 0.01 or above 0.99, |tanh| above 0.99), likewise (DeepDiagnosis's
+  // saturated-activation symptom; half of the outputs, as DEAD_RELU's half of the units).
+  double saturated_share = 0.5;
+  int64_t activation_intervals = 3;
 };
 
 // What the doctor knows of the job beside its metrics: the advice names these.
@@ -132,6 +142,7 @@ class Doctor {
   int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;  // intervals in a row outside the update band
   int64_t host_sync_run_ = 0;                       // intervals in a row with a host read per step
   int64_t vanishing_run_ = 0;                       // intervals in a row with a vanishing layer
+  int64_t dead_relu_run_ = 0, saturated_run_ = 0;   // intervals in a row over the activation shares
 };
 
 }  // namespace anvil::train

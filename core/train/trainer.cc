@@ -4,10 +4,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
+#include "core/nn/activation_probe.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
 #include "core/tensor/host_reads.h"
@@ -213,6 +215,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     weight_names.push_back(name);
     weights.push_back(p);
   }
+  // The activation layers' names, for the statistics an interval's last forward records.
+  std::map<const nn::Module*, std::string> module_names;
+  for (const auto& [name, m] : model_->named_modules()) module_names[m] = name.empty() ? "(model)" : name;
   const bool lower_is_better = o.monitor != "val_accuracy";
   if (!early_stopping_resumed_) {
     best_.reset();
@@ -226,8 +231,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
 
   // Per-step values of the current metric interval, kept as tensors until the next read.
   std::vector<Tensor> losses, norms;
-  Tensor update_ratio;  // the interval's last step's, on the device (StepMetrics::update_ratio)
-  Tensor layer_norms;   // likewise, each weight's gradient norm (StepMetrics::layer_grad_norms)
+  Tensor update_ratio;       // the interval's last step's, on the device (StepMetrics::update_ratio)
+  Tensor layer_norms;        // likewise, each weight's gradient norm (StepMetrics::layer_grad_norms)
+  Tensor activation_values;  // likewise, the activation layers' shares (StepMetrics::activation_shares)
+  std::vector<std::pair<std::string, std::string>> activation_layers;  // their (name, kind)
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
   int64_t interval_host_reads = 0;  // in the steps' own work (StepMetrics::host_reads_per_step)
@@ -243,6 +250,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     std::vector<Tensor> parts{stack(losses).to(kFloat64), stack(norms).to(kFloat64)};
     if (update_ratio.defined()) parts.push_back(update_ratio.to(kFloat64).reshape({1}));
     if (layer_norms.defined()) parts.push_back(layer_norms);
+    if (activation_values.defined()) parts.push_back(activation_values);
     const std::vector<double> all = cat(parts, 0).to_vector<double>();
     std::vector<double> lv(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(steps_in));
     const std::vector<double> nv(all.begin() + static_cast<std::ptrdiff_t>(steps_in),
@@ -252,6 +260,12 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     if (layer_norms.defined()) {
       const size_t at = 2 * steps_in + (update_ratio.defined() ? 1 : 0);
       for (size_t i = 0; i < weight_names.size(); ++i) layer_grad_norms.emplace_back(weight_names[i], all[at + i]);
+    }
+    std::vector<StepMetrics::ActivationShare> activation_shares;
+    if (activation_values.defined()) {
+      const size_t at = all.size() - activation_layers.size();
+      for (size_t i = 0; i < activation_layers.size(); ++i)
+        activation_shares.push_back({activation_layers[i].first, activation_layers[i].second, all[at + i]});
     }
     const double secs = Seconds(Clock::now() - interval_start);
     if (ddp_) {
@@ -316,6 +330,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
     m.host_reads_per_step = static_cast<double>(interval_host_reads) / static_cast<double>(steps_in);
     m.layer_grad_norms = std::move(layer_grad_norms);
+    m.activation_shares = std::move(activation_shares);
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);
@@ -324,6 +339,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     norms.clear();
     update_ratio = Tensor();
     layer_norms = Tensor();
+    activation_values = Tensor();
+    activation_layers.clear();
     interval_steps.clear();
     interval_samples = 0;
     interval_host_reads = 0;
@@ -430,7 +447,21 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
         std::optional<autocast::AnomalyGuard> anomaly;
         if (o.amp_anomaly) anomaly.emplace(true);
+        // The forward of the step that closes a metric interval samples the activations.
+        std::optional<nn::ActivationProbe> probe;
+        if ((step_ + 1) % o.metric_interval == 0) probe.emplace();
         loss = loss_(ddp_ ? ddp_->forward(x) : model_->forward(x), target);
+        if (probe && !probe->records().empty()) {
+          std::vector<Tensor> shares;
+          activation_layers.clear();
+          for (const nn::ActivationRecord& r : probe->records()) {
+            const auto name = module_names.find(r.module);
+            activation_layers.emplace_back(name != module_names.end() ? name->second : "(unnamed)",
+                                           nn::activation_kind_name(r.kind));
+            shares.push_back(r.share.to(kFloat64).reshape({1}));
+          }
+          activation_values = cat(shares, 0);
+        }
       }
       scaler_.scale(o.accumulation_steps > 1 ? loss / static_cast<double>(o.accumulation_steps) : loss).backward();
       no_sync.reset();

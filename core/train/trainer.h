@@ -110,6 +110,16 @@ struct StepMetrics {
   // weights, by name, input side first) on the interval's last step, after unscaling: computed
   // on the device and read with the interval's losses (the doctor's VANISHING_GRADIENTS).
   std::vector<std::pair<std::string, double>> layer_grad_norms;
+  // The activation layers' statistics on the interval's last step (core/nn/activation_probe.h),
+  // in forward order: for a ReLU the share of its units dead on that batch, for a Sigmoid or
+  // Tanh the share of its outputs saturated. Computed on the device and read with the
+  // interval's losses (the doctor's DEAD_RELU and SATURATED_ACTIVATION).
+  struct ActivationShare {
+    std::string layer;  // the module's name in the model ("1", "encoder.act")
+    std::string kind;   // "relu", "sigmoid", "tanh"
+    double share = 0;
+  };
+  std::vector<ActivationShare> activation_shares;
 };
 
 struct EpochMetrics {

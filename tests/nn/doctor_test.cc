@@ -242,6 +242,120 @@ TEST(Doctor, AWeightGradientFarBelowTheLastLayersIsVanishingGradients) {
               }).empty());
 }
 
+// The probe's shares against values counted by hand: dead units per feature of a [N, F] output
+// and per channel of a [N, C, H, W] one; saturated sigmoid and tanh outputs; nothing recorded
+// without a probe, and a probe opened inside another records only its own.
+TEST(ActivationProbe, CountsDeadUnitsAndSaturatedOutputs) {
+  NoGradGuard g;
+  nn::ReLU relu;
+  nn::Sigmoid sigmoid;
+  nn::Tanh tanh_layer;
+  const Tensor features = tensor(std::vector<float>{-1, 2, -3, -4, 0, -1, -2, 5, -6, -1, -7, -8}).reshape({4, 3});
+  Tensor images = randn({2, 4, 3, 3}).abs() + 0.1;  // all positive: alive
+  images.select(1, 1).fill_(-1.0);                  // channel 1 dead on both images
+  images.select(1, 3).fill_(-2.0);                  // channel 3 too
+  {
+    nn::ActivationProbe probe;
+    relu.forward(features);
+    relu.forward(images);
+    sigmoid.forward(tensor(std::vector<float>{-10, -4, 0, 4, 10, 20, -20, 0.5}));
+    {
+      nn::ActivationProbe inner;
+      tanh_layer.forward(tensor(std::vector<float>{-3, 3, 0.1, -0.2}));
+      ASSERT_EQ(inner.records().size(), 1u);
+      EXPECT_EQ(inner.records()[0].kind, nn::ActivationKind::kTanh);
+      EXPECT_DOUBLE_EQ(inner.records()[0].share.item<double>(), 0.5);  // tanh(+-3) = +-0.995
+    }
+    ASSERT_EQ(probe.records().size(), 3u);
+    EXPECT_EQ(probe.records()[0].module, &relu);
+    // Columns: {-1, -4, -2, -1} dead, {2, 0, 5, -7} alive, {-3, -1, -6, -8} dead.
+    EXPECT_DOUBLE_EQ(probe.records()[0].share.item<double>(), 2.0 / 3.0);
+    EXPECT_DOUBLE_EQ(probe.records()[1].share.item<double>(), 2.0 / 4.0);
+    // sigmoid(-10), sigmoid(10), sigmoid(20), sigmoid(-20) are in the tails; +-4 (0.018, 0.982) are not.
+    EXPECT_EQ(probe.records()[2].kind, nn::ActivationKind::kSigmoid);
+    EXPECT_DOUBLE_EQ(probe.records()[2].share.item<double>(), 4.0 / 8.0);
+  }
+  nn::ActivationProbe after;
+  EXPECT_TRUE(after.records().empty());
+  relu.forward(features);
+  EXPECT_EQ(after.records().size(), 1u);
+}
+
+TEST(Doctor, AMostlyDeadReluLayerAndASaturatedSigmoidFireAfterThreeIntervals) {
+  const auto shares = [](double relu, double sigmoid) {
+    return std::vector<StepMetrics::ActivationShare>{
+        {"1", "relu", 0.05}, {"3", "relu", relu}, {"5", "sigmoid", sigmoid}};
+  };
+  Doctor healthy({.loader_workers = 2, .batch_size = 64});
+  EXPECT_TRUE(Feed(healthy, 30, [&](StepMetrics& m, int64_t) { m.activation_shares = shares(0.2, 0.3); }).empty());
+  Doctor d({.loader_workers = 2, .batch_size = 64});
+  // Over the line during warm-up, or for two intervals in a row, is not yet a finding.
+  EXPECT_TRUE(Feed(d, 6, [&](StepMetrics& m, int64_t i) {
+                m.activation_shares = shares(i == 0 || i >= 4 ? 0.9 : 0.2, i == 0 || i >= 4 ? 0.8 : 0.3);
+              }).empty());
+  const std::vector<Finding> f = Feed(d, 4, [&](StepMetrics& m, int64_t) { m.activation_shares = shares(0.75, 0.6); });
+  ASSERT_EQ(Codes(f), (std::vector<std::string>{"DEAD_RELU", "SATURATED_ACTIVATION"}));
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "dead_unit_share"), 0.75);
+  EXPECT_EQ(Evidence(f[0], "layer_index"), 1.0);
+  EXPECT_THAT(f[0].advice, HasSubstr("ReLU layer 3"));
+  EXPECT_DOUBLE_EQ(Evidence(f[1], "saturated_share"), 0.6);
+  EXPECT_THAT(f[1].advice, HasSubstr("sigmoid layer 5"));
+}
+
+// Real training over five seeds: a ReLU layer whose biases start at -10 (every unit dead) fires
+// DEAD_RELU in every seed and its default-initialised twin in none; a sigmoid layer whose
+// weights are 30 times too large fires SATURATED_ACTIVATION in every seed and its twin in none.
+TEST(DoctorTrainer, ADeadReluInitAndASaturatedSigmoidFireAndTheirTwinsDoNot) {
+  for (int seed = 0; seed < 5; ++seed) {
+    for (const bool sigmoid : {false, true}) {
+      for (const bool faulty : {false, true}) {
+        manual_seed(static_cast<uint64_t>(100 + seed));
+        auto first = std::make_shared<nn::Linear>(8, 32);
+        auto model = std::make_shared<nn::Sequential>();
+        model->push_back(first);
+        if (sigmoid) {
+          model->push_back(std::make_shared<nn::Sigmoid>());
+        } else {
+          model->push_back(std::make_shared<nn::ReLU>());
+        }
+        model->push_back(std::make_shared<nn::Linear>(32, 2));
+        if (faulty) {
+          NoGradGuard g;
+          if (sigmoid) {
+            first->weight.mul_(30.0);
+          } else {
+            first->bias.fill_(-10.0);
+          }
+        }
+        auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}});
+        Trainer t(model, opt, {.epochs = 3, .metric_interval = 2, .checkpoint_every_epoch = false});
+        const Tensor x = randn({128, 8});
+        const Tensor y = (x.select(1, 0) > 0).to(kInt64);
+        data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 8});
+        Doctor doctor({.loader_workers = 0, .batch_size = 8, .loss = "cross_entropy"});
+        std::vector<Finding> found;
+        size_t sampled = 0;
+        t.set_callbacks({.on_step =
+                             [&](const StepMetrics& m) {
+                               sampled = std::max(sampled, m.activation_shares.size());
+                               for (Finding& f : doctor.on_step(m)) found.push_back(f);
+                             },
+                         .on_epoch = {},
+                         .on_checkpoint = {}});
+        t.fit(train);
+        const std::vector<std::string> codes = Codes(found);
+        SCOPED_TRACE("seed " + std::to_string(seed) + (sigmoid ? ", sigmoid" : ", relu") +
+                     (faulty ? ", provoked" : ", twin") + ": " + ::testing::PrintToString(codes));
+        EXPECT_EQ(sampled, 1u);
+        const bool dead = std::count(codes.begin(), codes.end(), "DEAD_RELU") > 0;
+        const bool saturated = std::count(codes.begin(), codes.end(), "SATURATED_ACTIVATION") > 0;
+        EXPECT_EQ(dead, faulty && !sigmoid);
+        EXPECT_EQ(saturated, faulty && sigmoid);
+      }
+    }
+  }
+}
+
 // Real training over five seeds: a ten-layer sigmoid MLP fires VANISHING_GRADIENTS in every
 // seed, a two-layer ReLU MLP on the same data in none; the trainer reports every weight's norm.
 TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
