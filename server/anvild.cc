@@ -232,6 +232,10 @@ int main(int argc, char** argv) {
   app.add_option("--lease-seconds", lease_seconds,
                  "replicas: the lease a running job is held under (default 15; another replica takes the job over "
                  "2 s after it lapses)");
+  double stalled_minutes = -1;
+  app.add_option("--stalled-after-minutes", stalled_minutes,
+                 "the training doctor's STALLED finding: a running job with no step, epoch or checkpoint for this "
+                 "long (default 30; 0 turns the watchdog off)");
   app.add_option("--store", store,
                  "the job store: a postgresql://user@host:port/db URL (libpq's; ?sslmode=verify-full for TLS), or "
                  "a SQLite file (default <data-dir>/anvil.db)");
@@ -338,6 +342,8 @@ int main(int argc, char** argv) {
     if (!rank_ifname.empty()) o.rank_ifname = rank_ifname;
     if (cpu_workers > 0) o.cpu_workers = cpu_workers;
     if (lease_seconds > 0) o.lease = std::chrono::milliseconds(static_cast<int64_t>(lease_seconds * 1000));
+    if (stalled_minutes >= 0)
+      o.stalled_after = std::chrono::milliseconds(static_cast<int64_t>(stalled_minutes * 60 * 1000));
     if (!datasets_dir.empty()) o.datasets_dir = datasets_dir;
     if (!devices.empty()) o.devices = devices;
     if (!serving_device.empty()) o.serving_device = serving_device;

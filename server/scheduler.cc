@@ -153,7 +153,9 @@ v1::Job Scheduler::to_job(const JobRow& row) {
   return job;
 }
 
-void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait, int64_t fence) {
+void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait, int64_t fence,
+                       Store* via) {
+  Store& store = via != nullptr ? *via : store_;
   const int64_t now = unix_millis();
   event.set_job_id(row.id);
   event.set_step(row.step);
@@ -169,7 +171,7 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::millisec
   m.payload_json = ToJson(event);
   m.time_ms = now;
   event.set_seq(retry_while_unavailable("record an event of job " + row.id, outage_wait,
-                                        [&] { return store_.append_metric(m, fence); }));
+                                        [&] { return store.append_metric(m, fence); }));
   hub_.publish(event);
 }
 
@@ -567,6 +569,8 @@ void Scheduler::DispatchLocked(Store* via) {
     slot.epoch = row->lease_epoch;
     slot.lost = false;
     slot.part.reset();
+    slot.last_event = std::chrono::steady_clock::now();
+    slot.stalled_reported = false;
     slot.worker->run(std::move(job));
   }
 }
@@ -699,6 +703,7 @@ void Scheduler::KeepLeases() {
         }
       }
     }
+    CheckStalledLocked();
     const auto wake = std::min(next_renewal, std::chrono::steady_clock::now() + options_.poll_interval);
     if (!poked_ && !renew_now_) {
       keeper_cv_.wait_until(mu_, wake,
@@ -710,6 +715,50 @@ void Scheduler::KeepLeases() {
         DispatchLocked(&lease_store_);
       } catch (const std::exception&) {
       }
+    }
+  }
+}
+
+void Scheduler::CheckStalledLocked() {
+  if (options_.stalled_after.count() <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  for (Slot& s : slots_) {
+    // This replica's own jobs: a node of another replica's job is watched by its coordinator.
+    if (s.job_id.empty() || s.lost || s.part || s.stalled_reported || now - s.last_event < options_.stalled_after) {
+      continue;
+    }
+    const double silent = std::chrono::duration<double>(now - s.last_event).count();
+    try {
+      // The keeper's own connection, no outage wait: a store that cannot be reached is tried
+      // again on the next round. The event is appended only; the row stays its worker's.
+      std::optional<JobRow> row = lease_store_.get_job(s.job_id);
+      if (!row || row->state != JobState::kRunning) continue;
+      v1::MetricEvent event;
+      v1::Finding* f = event.mutable_finding();
+      f->set_code("STALLED");
+      f->set_severity(train::severity_name(train::Severity::kWarning));
+      f->set_first_step(row->step);
+      f->set_last_step(row->step);
+      v1::FindingEvidence* ev = f->add_evidence();
+      ev->set_name("seconds_without_an_event");
+      ev->set_value(silent);
+      ev = f->add_evidence();
+      ev->set_name("step");
+      ev->set_value(static_cast<double>(row->step));
+      f->set_advice(
+          "no step, epoch or checkpoint for " + std::to_string(static_cast<int64_t>(silent / 60)) +
+          " minutes at step " + std::to_string(row->step) +
+          ": the run is stuck, not slow. Look for a data source that never answers (a network file system, a "
+          "loader worker blocked in its transform), a deadlock in a custom module, or a data-parallel rank that "
+          "died while the others wait in an all-reduce (every rank's log); cancel it and resume from its last "
+          "checkpoint");
+      Record(*row, event, {}, s.epoch, &lease_store_);
+      s.stalled_reported = true;
+      if (metrics_ != nullptr) metrics_->job_findings.with({"STALLED", "warning"}).Increment();
+      log(LogLevel::kWarning, "job ", row->id, " (", row->name, ") STALLED: no event for ",
+          static_cast<int64_t>(silent), " s at step ", row->step);
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "job ", s.job_id, ": its STALLED finding was not recorded: ", e.what());
     }
   }
 }
@@ -761,11 +810,12 @@ void Scheduler::OnEvent(const WorkerEvent& e) {
   bool lost = false;
   {
     MutexLock lock(&mu_);
-    for (const Slot& s : slots_) {
+    for (Slot& s : slots_) {
       if (s.job_id != e.job_id) continue;
       part = s.part;
       lost = s.lost;
       fence = s.epoch;
+      s.last_event = std::chrono::steady_clock::now();
     }
   }
   if (part) {

@@ -61,6 +61,10 @@ struct SchedulerOptions {
   std::chrono::milliseconds lease{std::chrono::seconds(15)};
   std::chrono::milliseconds lease_grace{std::chrono::seconds(2)};
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
+  // The training doctor's STALLED: a job running here that has sent no event (no step, epoch,
+  // checkpoint or finding) for this long gets one finding from the keeper (the job's own worker
+  // thread is the one that is stuck). 0 turns the watchdog off.
+  std::chrono::milliseconds stalled_after{std::chrono::minutes(30)};
   // Data-parallel jobs spread over replicas (job_span.h); rank_slots 0: every rank here.
   SpanSettings span;
 };
@@ -122,6 +126,10 @@ class Scheduler {
     // A node of another replica's data-parallel job (job_span.h), not a job: job_id is then
     // part_run_id(), epoch the job's, and its end is recorded on the part only.
     std::optional<JobPart> part;
+    // The STALLED watchdog: when the run's last event came (its start at first), and whether
+    // its silence was reported.
+    std::chrono::steady_clock::time_point last_event{};
+    bool stalled_reported = false;
   };
 
   absl::StatusOr<Submitted> SubmitLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -151,7 +159,11 @@ class Scheduler {
   // `outage_wait` > 0: waits that long for a store that cannot be reached (a worker's event);
   // 0: fails at once (a request's, which the client retries on UNAVAILABLE).
   // `fence` > 0: only while the job's lease epoch is that (StoreError kFenced otherwise).
-  void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {}, int64_t fence = 0);
+  // `via`: the store to write through (default store_; the keeper uses its own connection).
+  void Record(JobRow& row, v1::MetricEvent event, std::chrono::milliseconds outage_wait = {}, int64_t fence = 0,
+              Store* via = nullptr);
+  // STALLED (SchedulerOptions::stalled_after): one finding per silent run, from the keeper.
+  void CheckStalledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store& store_;
   Store& lease_store_;

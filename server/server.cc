@@ -238,6 +238,7 @@ void AnvilServer::start() {
                       options_.job_retention};
   so.instance = s->instance;
   so.lease = options_.lease;
+  so.stalled_after = options_.stalled_after;
   if (options_.rank_slots > 0) {
     ANVIL_CHECK(replicated,
                 "--rank-slots spreads data-parallel jobs over replicas that share a PostgreSQL store "

@@ -79,6 +79,9 @@ struct ServerOptions {
   // Replicas: the lease a claimed job is held under (renewed every third of it); another
   // replica requeues the job `lease` + 2 s after its holder stopped renewing.
   std::chrono::milliseconds lease{std::chrono::seconds(15)};
+  // The training doctor's STALLED watchdog: a running job with no event for this long gets a
+  // finding (0: off).
+  std::chrono::milliseconds stalled_after{std::chrono::minutes(30)};
   // The artifact store (server/artifacts/artifact_store.h): checkpoints, model archives and
   // imported ONNX files. "" = the data dir; a folder every replica mounts; or
   // s3://BUCKET[/PREFIX] (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), whose

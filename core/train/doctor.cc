@@ -35,22 +35,13 @@ const char* severity_name(Severity s) {
 Doctor::Doctor(DoctorContext context, DoctorOptions options) : context_(std::move(context)), options_(options) {}
 
 const std::vector<std::string>& Doctor::rules() {
-  static const std::vector<std::string> kRules = {"DATA_STALL",
-                                                  "EXPLODING_GRADIENTS",
-                                                  "LR_TOO_HIGH",
-                                                  "LR_TOO_LOW",
-                                                  "LOSS_PLATEAU",
-                                                  "OSCILLATION",
-                                                  "OVERFITTING",
-                                                  "AMP_SKIP_STORM",
-                                                  "INPUT_NOT_NORMALIZED",
-                                                  "CHANNEL_ORDER_SUSPECT",
-                                                  "LABELS_LOOK_MULTILABEL",
-                                                  "LOGITS_PASSED_AS_PROBABILITIES",
-                                                  "HOST_SYNC_PER_STEP",
-                                                  "VANISHING_GRADIENTS",
-                                                  "DEAD_RELU",
-                                                  "SATURATED_ACTIVATION"};
+  static const std::vector<std::string> kRules = {
+      "DATA_STALL", "EXPLODING_GRADIENTS", "LR_TOO_HIGH", "LR_TOO_LOW", "LOSS_PLATEAU", "OSCILLATION", "OVERFITTING",
+      "AMP_SKIP_STORM", "INPUT_NOT_NORMALIZED", "CHANNEL_ORDER_SUSPECT", "LABELS_LOOK_MULTILABEL",
+      "LOGITS_PASSED_AS_PROBABILITIES", "HOST_SYNC_PER_STEP", "VANISHING_GRADIENTS", "DEAD_RELU",
+      "SATURATED_ACTIVATION",
+      // evaluated by the service's scheduler: a watchdog
+      "STALLED"};
   return kRules;
 }
 

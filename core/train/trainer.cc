@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
@@ -432,6 +433,13 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         result.epochs = train.epoch();
         result.history = history_.points();
         return result;
+      }
+      if (fault_point_fires("train:hang")) {
+        // A test's stuck run (the service's STALLED watchdog): no step and no event until it
+        // is cancelled, for at most a minute.
+        for (int i = 0; i < 6000 && !(cancel != nullptr && cancel->load()); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
       }
       std::optional<data::Example> batch = train.next();
       if (!batch) break;                                                         // the loader advanced its epoch

@@ -101,7 +101,9 @@ TEST(QuantizedKernels, QuantizeAndDequantizeMatchTheirFormulasElementByElement) 
 class QuantizedKernelsRequantize : public ::testing::TestWithParam<std::array<int64_t, 3>> {};
 
 TEST_P(QuantizedKernelsRequantize, ToUint8MatchesItsFormulaElementByElement) {
-  const auto [m, n, ld] = GetParam();
+  // Named copies, not structured bindings: the lambda below captures them (clang before 16
+  // cannot capture a binding).
+  const int64_t m = GetParam()[0], n = GetParam()[1], ld = GetParam()[2];
   std::mt19937 rng(9);
   std::uniform_int_distribution<int32_t> acc_dist(-3000000, 3000000), sum_dist(-20000, 20000);
   std::uniform_real_distribution<float> scale_dist(1e-4f, 2e-2f), bias_dist(-5.0f, 5.0f);
@@ -170,8 +172,9 @@ INSTANTIATE_TEST_SUITE_P(QuantizedKernels, QuantizedKernelsRequantize,
 TEST(QuantizedKernels, ThePlanesEpilogueMatchesTheGemmEpilogue) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> sums(-(1 << 23), (1 << 23));
-  for (const auto& [images, channels, plane] :
+  for (const std::array<int64_t, 3>& shape :
        std::vector<std::array<int64_t, 3>>{{2, 6, 64}, {1, 3, 17}, {3, 1, 7}, {2, 5, 9}, {2, 3, 41}}) {
+    const int64_t images = shape[0], channels = shape[1], plane = shape[2];
     std::vector<int32_t> acc(static_cast<size_t>(images * channels * plane));  // [images, plane, channels]
     for (int32_t& v : acc) v = sums(rng) >> (rng() % 16);                      // small and large sums
     std::vector<float> planes(acc.size());                                     // [images, channels, plane]

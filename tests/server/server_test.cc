@@ -28,6 +28,7 @@
 #include "core/io/safetensors.h"
 #include "core/models/archive.h"
 #include "core/train/doctor.h"
+#include "core/util/fault_point.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/wire_tensor.h"
@@ -705,6 +706,63 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
   Submit(bad, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("quantize.observer"));
+}
+
+// The STALLED watchdog: a run that sends no event for longer than stalled_after (a step that
+// hangs: the train:hang fault point) gets one STALLED finding, streamed, stored and counted,
+// while it is still running; a healthy job under the same watchdog gets none.
+TEST_F(ServerTest, ARunThatSendsNothingIsStalledAndAHealthyOneIsNot) {
+  Stop();
+  ServerOptions o;
+  o.stalled_after = std::chrono::seconds(2);
+  Start(o);
+  const auto stalled_codes = [](const std::vector<v1::MetricEvent>& events) {
+    int64_t n = 0;
+    for (const auto& e : events) n += e.has_finding() && e.finding().code() == "STALLED" ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(stalled_codes(Stream(Submit(BlobsSpec(2)).id())), 0);
+  set_fault_point("train:hang=fire");
+  v1::JobSpec spec = BlobsSpec(2);
+  spec.set_name("hangs");
+  const v1::Job job = Submit(spec);
+  v1::GetFindingsResponse found;
+  const bool stalled = WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetFindingsRequest req;
+        req.set_job_id(job.id());
+        found.Clear();
+        if (!training_->GetFindings(&ctx, req, &found).ok()) return false;
+        for (const v1::Finding& f : found.findings())
+          if (f.code() == "STALLED") return true;
+        return false;
+      },
+      std::chrono::seconds(30));
+  EXPECT_EQ(Get(job.id()).state(), v1::RUNNING);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job.id());
+    v1::Job resp;
+    EXPECT_TRUE(training_->CancelJob(&ctx, req, &resp).ok());
+  }
+  set_fault_point("");
+  ASSERT_TRUE(stalled) << "no STALLED finding within 30 s";
+  const std::vector<v1::MetricEvent> events = Stream(job.id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state(), v1::CANCELLED);
+  EXPECT_EQ(stalled_codes(events), 1);
+  for (const v1::Finding& f : found.findings()) {
+    if (f.code() != "STALLED") continue;
+    EXPECT_EQ(f.severity(), "warning");
+    ASSERT_GE(f.evidence_size(), 1);
+    EXPECT_EQ(f.evidence(0).name(), "seconds_without_an_event");
+    EXPECT_GE(f.evidence(0).value(), 2.0);
+    EXPECT_THAT(f.advice(), HasSubstr("stuck, not slow"));
+  }
+  EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"),
+              HasSubstr("anvil_job_findings_total{code=\"STALLED\",severity=\"warning\"} 1"));
 }
 
 // The training doctor through the service: a job with a learning rate far too high fires a
