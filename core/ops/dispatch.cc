@@ -7,6 +7,7 @@
 #include "core/backend/registry.h"
 #include "core/export/capture.h"
 #include "core/ops/functions.h"
+#include "core/ops/op_count.h"
 #include "core/ops/op_trace.h"
 #include "core/util/error.h"
 
@@ -24,6 +25,11 @@ Device CommonDevice(OpId op, const std::vector<Tensor>& inputs) {
   return dev;
 }
 
+// ops_dispatched_on_this_thread's counter, and how deep in kernels this thread is (a kernel's
+// own inner ops are not counted).
+thread_local int64_t ops_dispatched = 0;
+thread_local int kernel_depth = 0;
+
 void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                const OpAttrs& attrs) {
   KernelFn fn = backend_for(dev).kernel(op);
@@ -31,6 +37,11 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vect
     throw NotImplementedError(detail::StrCat("op '", op_name(op), "' has no kernel for device ", dev));
   }
   detail::trace_op(op);
+  if (kernel_depth == 0) ++ops_dispatched;
+  struct Depth {
+    Depth() { ++kernel_depth; }
+    ~Depth() { --kernel_depth; }
+  } inside;
   NoGradGuard no_grad;                         // kernels may compose tensor ops internally: never record them
   exporter::detail::KernelScope not_captured;  // nor capture them for export
   autocast::detail::KernelScope not_autocast;  // nor autocast them
@@ -38,6 +49,8 @@ void RunKernel(OpId op, Device dev, const std::vector<Tensor>& inputs, std::vect
 }
 
 }  // namespace
+
+int64_t ops_dispatched_on_this_thread() { return ops_dispatched; }
 
 void check_op_args(OpId op, const OpAttrs& attrs) {
   const OpInfo& info = op_info(op);

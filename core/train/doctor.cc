@@ -39,7 +39,7 @@ const std::vector<std::string>& Doctor::rules() {
       "DATA_STALL", "EXPLODING_GRADIENTS", "LR_TOO_HIGH", "LR_TOO_LOW", "LOSS_PLATEAU", "OSCILLATION", "OVERFITTING",
       "AMP_SKIP_STORM", "INPUT_NOT_NORMALIZED", "CHANNEL_ORDER_SUSPECT", "LABELS_LOOK_MULTILABEL",
       "LOGITS_PASSED_AS_PROBABILITIES", "HOST_SYNC_PER_STEP", "VANISHING_GRADIENTS", "DEAD_RELU",
-      "SATURATED_ACTIVATION",
+      "SATURATED_ACTIVATION", "OVERHEAD_BOUND",
       // evaluated by the service's scheduler: a watchdog
       "STALLED"};
   return kRules;
@@ -304,6 +304,45 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                   "input (BatchNorm, LayerNorm), initialise with Xavier (Glorot) weights, lower the learning rate, "
                   "or use a ReLU-family activation"},
              &out);
+    }
+  }
+  // OVERHEAD_BOUND: two of its signals at once, on the medians of the last intervals after
+  // warm-up (medians: one interval slowed by another process does not reset the evidence). An
+  // interval without the counters is not part of the window.
+  if (m.step >= options_.warmup_steps && m.step_seconds > 0 && m.ops_per_step > 0 && m.dispatch_seconds_per_op > 0) {
+    overhead_window_.push_back({m.step, m.step_seconds, m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds});
+    if (overhead_window_.size() > static_cast<size_t>(options_.overhead_intervals)) overhead_window_.pop_front();
+    if (overhead_window_.size() == static_cast<size_t>(options_.overhead_intervals)) {
+      const auto median = [&](auto field) {
+        std::vector<double> v;
+        for (const OverheadSample& o : overhead_window_) v.push_back(field(o));
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        return v[v.size() / 2];
+      };
+      const double seconds = median([](const OverheadSample& o) { return o.step_seconds; });
+      const double share = median([](const OverheadSample& o) { return o.dispatch_share; });
+      const bool small = seconds < options_.overhead_small_step_seconds;
+      const bool dispatch_bound = share > options_.overhead_dispatch_share;
+      if (small && dispatch_bound) {
+        Report({"OVERHEAD_BOUND",
+                Severity::kWarning,
+                overhead_window_.front().step,
+                m.step,
+                {{"step_seconds", seconds},
+                 {"dispatch_share", share},
+                 {"ops_per_step", m.ops_per_step},
+                 {"dispatch_seconds_per_op", m.dispatch_seconds_per_op},
+                 {"batch_size", static_cast<double>(context_.batch_size)}},
+                "each step runs " + Fixed(m.ops_per_step, 0) + " ops in " + Fixed(seconds * 1e3, 2) + " ms, about " +
+                    Percent(std::min(share, 1.0)) + " of it spent dispatching them (" +
+                    Fixed(m.dispatch_seconds_per_op * 1e6, 2) +
+                    " us each): the step is bound by per-op overhead, not by its arithmetic. Raise the batch size "
+                    "(now " +
+                    std::to_string(context_.batch_size) +
+                    ") so that each op does more work, use wider and fewer layers, and avoid per-sample or "
+                    "per-element loops of small ops in the model or the loss"},
+               &out);
+      }
     }
   }
   // HOST_SYNC_PER_STEP: the step itself reads values back, interval after interval.

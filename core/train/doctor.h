@@ -93,6 +93,15 @@ struct DoctorOptions {
   // saturated-activation symptom; half of the outputs, as DEAD_RELU's half of the units).
   double saturated_share = 0.5;
   int64_t activation_intervals = 3;
+  // OVERHEAD_BOUND: two of its signals on the medians of the last `overhead_intervals`
+  // intervals after warm-up: small steps (under `overhead_small_step_seconds`) and most of the
+  // step spent dispatching ops (StepMetrics::ops_per_step times dispatch_seconds_per_op above
+  // `overhead_dispatch_share` of step_seconds); low device utilisation, the third
+  // signal, is not measured per job yet. The pitfalls guide's second cause of a slow run (tiny
+  // batches dominated by per-step overhead); the PyTorch profiler's recommendations flag steps
+  // of many short kernels the same way.
+  double overhead_small_step_seconds = 0.005, overhead_dispatch_share = 0.5;
+  int64_t overhead_intervals = 5;
 };
 
 // What the doctor knows of the job beside its metrics: the advice names these.
@@ -143,6 +152,12 @@ class Doctor {
   int64_t host_sync_run_ = 0;                       // intervals in a row with a host read per step
   int64_t vanishing_run_ = 0;                       // intervals in a row with a vanishing layer
   int64_t dead_relu_run_ = 0, saturated_run_ = 0;   // intervals in a row over the activation shares
+  // OVERHEAD_BOUND's window: the last intervals' step time and dispatch share.
+  struct OverheadSample {
+    int64_t step;
+    double step_seconds, dispatch_share;
+  };
+  std::deque<OverheadSample> overhead_window_;
 };
 
 }  // namespace anvil::train

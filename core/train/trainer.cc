@@ -1,6 +1,7 @@
 // The training loop: see trainer.h.
 #include "core/train/trainer.h"
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/nn/activation_probe.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
+#include "core/ops/op_count.h"
 #include "core/tensor/host_reads.h"
 #include "core/tensor/random.h"
 #include "core/util/error.h"
@@ -25,6 +27,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// What dispatching one op costs on `device` when the op's work is nothing: in-place adds on a
+// one-element tensor, the median of five rounds of 64 (StepMetrics::dispatch_seconds_per_op).
+// On a GPU this is the launch; the kernels run behind it.
+double MeasureDispatchSeconds(Device device) {
+  NoGradGuard no_grad;
+  Tensor x = zeros({1}, TensorOptions(kFloat32).with_device(device));
+  for (int i = 0; i < 16; ++i) x.add_(1.0);
+  std::vector<double> rounds;
+  for (int r = 0; r < 5; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < 64; ++i) x.add_(1.0);
+    rounds.push_back(Seconds(Clock::now() - start) / 64);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
 
 optim::GradScalerOptions ScalerOptions(const TrainerOptions& o) {
   if (o.grad_scaler) return *o.grad_scaler;
@@ -239,6 +258,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   std::vector<int64_t> interval_steps;
   int64_t interval_samples = 0;
   int64_t interval_host_reads = 0;  // in the steps' own work (StepMetrics::host_reads_per_step)
+  int64_t interval_ops = 0;         // likewise, the ops the steps dispatched (StepMetrics::ops_per_step)
+  const double dispatch_seconds = MeasureDispatchSeconds(ModelDevice());
   auto interval_start = Clock::now();
   // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
   // read), so no rank leaves a collective the others are in.
@@ -330,6 +351,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.rank_data_wait = rank_data_wait;
     m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
     m.host_reads_per_step = static_cast<double>(interval_host_reads) / static_cast<double>(steps_in);
+    m.ops_per_step = static_cast<double>(interval_ops) / static_cast<double>(steps_in);
+    m.dispatch_seconds_per_op = dispatch_seconds;
     m.layer_grad_norms = std::move(layer_grad_norms);
     m.activation_shares = std::move(activation_shares);
     history_.record(step_, "train_loss", m.loss);
@@ -345,6 +368,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     interval_steps.clear();
     interval_samples = 0;
     interval_host_reads = 0;
+    interval_ops = 0;
     interval_start = Clock::now();
   };
 
@@ -360,6 +384,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     optimizer_->zero_grad();
     auto optimizer_step = [&]() {
       const int64_t reads_before = host_value_reads_on_this_thread();
+      const int64_t ops_before = ops_dispatched_on_this_thread();
       scaler_.unscale_(*optimizer_);  // a no-op without loss scaling; the norm and clipping see true gradients
       Tensor norm =
           o.clip_grad_norm > 0 ? optim::clip_grad_norm_deferred_(params, o.clip_grad_norm) : optim::grad_norm(params);
@@ -398,6 +423,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       ++step_;
       ++epoch_steps;
       interval_host_reads += host_value_reads_on_this_thread() - reads_before;
+      interval_ops += ops_dispatched_on_this_thread() - ops_before;
       if (ddp_) {
         const int rank = ddp_->group().rank();
         if (fault_point_fires(detail::StrCat("distributed:perturb:rank", rank, ":step", step_))) {
@@ -447,6 +473,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       const Tensor target = (*batch)[o.target_key].to(device, /*non_blocking=*/true);
       Tensor loss;
       const int64_t reads_before = host_value_reads_on_this_thread();
+      const int64_t ops_before = ops_dispatched_on_this_thread();
       // Micro-batches before the last of an accumulation only accumulate locally.
       std::optional<distributed::DistributedDataParallel::NoSync> no_sync;
       if (ddp_ && micro + 1 < o.accumulation_steps) no_sync.emplace(*ddp_);
@@ -476,6 +503,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);
       interval_host_reads += host_value_reads_on_this_thread() - reads_before;
+      interval_ops += ops_dispatched_on_this_thread() - ops_before;
       if (++micro == o.accumulation_steps) optimizer_step();
       if (o.max_steps > 0 && step_ >= o.max_steps && micro == 0) {
         flush();

@@ -106,6 +106,12 @@ struct StepMetrics {
   // branches on a device value), the trainer's own metric reads excluded. Each is a wait for
   // the device on a GPU; a healthy loop makes none (docs/doctor.md, HOST_SYNC_PER_STEP).
   double host_reads_per_step = 0;
+  // The op-table rows the step ran on the training thread (forward, backward, optimizer; a
+  // kernel's inner ops excluded), per step over the interval, and what dispatching one op
+  // costs on the model's device (measured when fit starts): ops_per_step times it against
+  // step_seconds is the share of the step spent dispatching (the doctor's OVERHEAD_BOUND).
+  double ops_per_step = 0;
+  double dispatch_seconds_per_op = 0;
   // Each weight's gradient norm (parameters of two or more dimensions: Linear and convolution
   // weights, by name, input side first) on the interval's last step, after unscaling: computed
   // on the device and read with the interval's losses (the doctor's VANISHING_GRADIENTS).

@@ -242,6 +242,81 @@ TEST(Doctor, AWeightGradientFarBelowTheLastLayersIsVanishingGradients) {
               }).empty());
 }
 
+TEST(Doctor, ManySmallOpsInSmallStepsAreOverheadBoundAndOneSignalAloneIsNot) {
+  const auto with = [](double step_seconds, double ops) {
+    return [=](StepMetrics& m, int64_t) {
+      m.step_seconds = step_seconds;
+      m.ops_per_step = ops;
+      m.dispatch_seconds_per_op = 2e-6;
+    };
+  };
+  for (const auto& [step_seconds, ops] :
+       std::vector<std::pair<double, double>>{{0.01, 200},      // a healthy step: 4 % dispatch, not small
+                                              {0.002, 200},     // small, 20 % dispatch: one signal
+                                              {0.02, 6000}}) {  // 60 % dispatch, not small: one signal
+    Doctor d({.loader_workers = 2, .batch_size = 64});
+    EXPECT_TRUE(Feed(d, 30, with(step_seconds, ops)).empty()) << step_seconds << " s, " << ops << " ops";
+  }
+  Doctor d({.loader_workers = 2, .batch_size = 4});
+  // Steps 10 (warm-up) to 50: four intervals in the window, one short of its five.
+  EXPECT_TRUE(Feed(d, 5, with(0.002, 800)).empty());
+  // The medians decide: one interval of the five slowed (a 20 ms step) does not hide it.
+  const std::vector<Finding> f = Feed(d, 2, [&](StepMetrics& m, int64_t i) {
+    with(0.002, 800)(m, i);
+    if (i == 1) m.step_seconds = 0.02;  // step 20: the window's newest
+  });
+  ASSERT_EQ(Codes(f), std::vector<std::string>{"OVERHEAD_BOUND"});
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "dispatch_share"), 0.8);
+  EXPECT_EQ(Evidence(f[0], "batch_size"), 4.0);
+  EXPECT_THAT(f[0].advice, HasSubstr("Raise the batch size (now 4)"));
+}
+
+// Real training: a deep, narrow MLP at batch 2 spends most of its step dispatching ops and fires
+// OVERHEAD_BOUND; a wide one at batch 256 spends little of it there and does not. The trainer
+// reports the ops each step ran and the dispatch cost it measured.
+TEST(DoctorTrainer, ADeepNarrowModelAtBatchTwoIsOverheadBoundAndAWideOneIsNot) {
+  double shares[2] = {0, 0};
+  for (const bool narrow : {true, false}) {
+    manual_seed(7);
+    auto model = std::make_shared<nn::Sequential>();
+    const int64_t layers = narrow ? 12 : 2, width = narrow ? 4 : 512, batch = narrow ? 2 : 256;
+    for (int64_t l = 0; l < layers; ++l) {
+      model->push_back(std::make_shared<nn::Linear>(l == 0 ? 8 : width, l + 1 == layers ? 2 : width));
+      if (l + 1 < layers) model->push_back(std::make_shared<nn::Tanh>());
+    }
+    auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.01}});
+    Trainer t(model, opt, {.epochs = 1, .metric_interval = 4, .checkpoint_every_epoch = false});
+    const Tensor x = randn({narrow ? 128 : 4096, 8});
+    data::DataLoader train(std::make_shared<data::TensorDataset>(x, (x.select(1, 0) > 0).to(kInt64)),
+                           {.batch_size = batch});
+    // The small-step line well above a sanitizer's slowdown: the dispatch share decides.
+    DoctorOptions options;
+    options.overhead_small_step_seconds = 0.1;
+    Doctor doctor({.loader_workers = 0, .batch_size = batch, .loss = "cross_entropy"}, options);
+    std::vector<Finding> found;
+    double ops = 0, dispatch = 0, share = 0;
+    t.set_callbacks({.on_step =
+                         [&](const StepMetrics& m) {
+                           ops = m.ops_per_step;
+                           dispatch = m.dispatch_seconds_per_op;
+                           share = m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds;
+                           for (Finding& f : doctor.on_step(m)) found.push_back(f);
+                         },
+                     .on_epoch = {},
+                     .on_checkpoint = {}});
+    t.fit(train);
+    shares[narrow ? 0 : 1] = share;
+    const std::vector<std::string> codes = Codes(found);
+    SCOPED_TRACE(std::string(narrow ? "narrow" : "wide") + ": " + std::to_string(ops) + " ops per step, " +
+                 std::to_string(dispatch * 1e6) + " us each, dispatch share " + std::to_string(share) + ", " +
+                 ::testing::PrintToString(codes));
+    EXPECT_GT(ops, narrow ? 100.0 : 10.0);
+    EXPECT_GT(dispatch, 0.0);
+    EXPECT_EQ(std::count(codes.begin(), codes.end(), "OVERHEAD_BOUND") > 0, narrow);
+  }
+  EXPECT_GT(shares[0], 4 * shares[1]);
+}
+
 // The probe's shares against values counted by hand: dead units per feature of a [N, F] output
 // and per channel of a [N, C, H, W] one; saturated sigmoid and tanh outputs; nothing recorded
 // without a probe, and a probe opened inside another records only its own.
