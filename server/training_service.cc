@@ -4,16 +4,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <thread>
 
 #include "core/backend/cpu/kernel_info.h"
 #include "core/train/doctor.h"
+#include "core/util/mutex.h"
 #include "core/util/utf8.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/job_spec.h"
 #include "server/listings.h"
+#include "server/metrics_hub.h"
 #include "server/metrics_stream.h"
 #include "server/state.h"
 #include "server/status.h"
@@ -180,14 +183,52 @@ class TrainingService final : public TrainingBase {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "CancelJob");
       ANVIL_SERVICE_CHECK(!req->job_id().empty(), absl::StatusCode::kInvalidArgument, "job_id: expected a job id");
+      // A running job stops at its next step: the reply waits up to 3 s for its terminal event,
+      // so it says how the job ended rather than RUNNING (a step longer than that still answers
+      // RUNNING, with the reason saying the cancel is under way). Subscribed before the cancel,
+      // so the event cannot be missed; the hub's ticker also wakes the wait every 200 ms, when
+      // the row is read again (a job running on another replica sends its events through the
+      // store, not this hub).
+      struct Wake {
+        Mutex mu;
+        std::condition_variable cv;
+        bool poked ABSL_GUARDED_BY(mu) = false;
+      };
+      const auto wake = std::make_shared<Wake>();
+      const std::shared_ptr<MetricsHub::Subscription> sub =
+          s_.hub.subscribe(req->job_id(), SIZE_MAX, SIZE_MAX, nullptr, [wake] {
+            {
+              MutexLock lock(&wake->mu);
+              wake->poked = true;
+            }
+            wake->cv.notify_all();
+          });
+      struct Unsubscribe {
+        MetricsHub& hub;
+        const std::string& id;
+        const std::shared_ptr<MetricsHub::Subscription>& sub;
+        ~Unsubscribe() {
+          if (sub) hub.unsubscribe(id, sub);
+        }
+      } unsubscribe{s_.hub, req->job_id(), sub};
       JobRow row = value_or_throw(s_.scheduler->cancel(req->job_id()));
-      // A running job stops at its next step: wait briefly for it, so the reply says how it
-      // ended rather than RUNNING (a step longer than this still answers RUNNING, with the
-      // reason saying the cancel is under way).
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-      while (!is_terminal(row.state) && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      while (sub && !is_terminal(row.state) && std::chrono::steady_clock::now() < until) {
+        {
+          UniqueMutexLock lock(&wake->mu);
+          while (!wake->poked && wake->cv.wait_until(lock.native(), until) != std::cv_status::timeout) {
+          }
+          wake->poked = false;
+        }
+        bool ended = false;
+        for (v1::MetricEvent e; sub->try_next(&e);) {
+          ended = ended || (e.event_case() == v1::MetricEvent::kState &&
+                            (e.state() == v1::CANCELLED || e.state() == v1::SUCCEEDED || e.state() == v1::FAILED));
+        }
+        // The row is written before its terminal event is published: read once it came, or on
+        // a tick without one.
         if (std::optional<JobRow> now = s_.store->get_job(row.id)) row = std::move(*now);
+        if (ended || sub->closed()) break;
       }
       if (!is_terminal(row.state)) row.reason = "cancelling: the job stops at its next step";
       *resp = Scheduler::to_job(row);

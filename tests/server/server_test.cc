@@ -423,6 +423,9 @@ TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
     req.set_job_id(job.id());
     v1::Job resp;
     ASSERT_TRUE(training_->CancelJob(&ctx, req, &resp).ok());
+    // The reply waited for the job's terminal event (its steps take milliseconds): it says how
+    // the job ended, not RUNNING.
+    EXPECT_EQ(resp.state(), v1::CANCELLED) << resp.reason();
   }
   const std::vector<v1::MetricEvent> events = Stream(job.id());
   ASSERT_FALSE(events.empty());
