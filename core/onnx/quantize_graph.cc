@@ -394,25 +394,40 @@ class Rewriter {
 
 }  // namespace
 
-GraphQuantization quantize_onnx_static(const std::string& bytes, const std::vector<Tensor>& calibration,
-                                       const quant::QConfig& qconfig) {
-  ANVIL_CHECK(!calibration.empty(), "ONNX quantization: expected at least one calibration batch");
+namespace {
+
+// The float graph `bytes` imported (refused when it holds int8 layers already) and its
+// rewriter; refused, naming what was found, when it has no node to quantize (`nodes` says
+// which kinds were looked for).
+// (The rewriter stays where it is made: it points into its model.)
+std::pair<ImportedModel, std::unique_ptr<Rewriter>> FloatGraph(const std::string& bytes, const quant::QConfig& qconfig,
+                                                               const char* nodes) {
   ImportedModel imported = import_model(bytes);
   ANVIL_CHECK(imported.int8_layers.empty(), "ONNX quantization: the model is quantized already (",
               imported.int8_layers.size(), " int8 layers)");
   pb::ModelProto model;
   ANVIL_CHECK(model.ParseFromString(bytes), "ONNX quantization: the model does not parse");
-  Rewriter rewriter(std::move(model), qconfig);
-  GraphQuantization out;
-  out.kept = rewriter.kept();
-  if (rewriter.candidates().empty()) {
+  auto rewriter = std::make_unique<Rewriter>(std::move(model), qconfig);
+  if (rewriter->candidates().empty()) {
     std::string found;
-    for (const std::string& k : out.kept) found += "; " + k;
-    throw Error("ONNX quantization: no Conv, Gemm or MatMul with float32 initializer weights to quantize" + found);
+    for (const std::string& k : rewriter->kept()) found += "; " + k;
+    throw Error(std::string("ONNX quantization: no ") + nodes + " with float32 initializer weights to quantize" +
+                found);
   }
+  return {std::move(imported), std::move(rewriter)};
+}
+
+}  // namespace
+
+GraphQuantization quantize_onnx_static(const std::string& bytes, const std::vector<Tensor>& calibration,
+                                       const quant::QConfig& qconfig) {
+  ANVIL_CHECK(!calibration.empty(), "ONNX quantization: expected at least one calibration batch");
+  auto [imported, rewriter] = FloatGraph(bytes, qconfig, "Conv, Gemm or MatMul");
+  GraphQuantization out;
+  out.kept = rewriter->kept();
   // Calibration: an observer per activation, fed by running the float graph.
   std::map<std::string, std::unique_ptr<quant::UniformObserver>> observers;
-  const std::set<std::string> names = rewriter.observed();
+  const std::set<std::string> names = rewriter->observed();
   for (const std::string& n : names) observers[n] = quant::make_activation_observer(qconfig);
   {
     NoGradGuard no_grad;
@@ -424,26 +439,16 @@ GraphQuantization quantize_onnx_static(const std::string& bytes, const std::vect
   }
   std::map<std::string, quant::ActivationQParams> grids;
   for (const auto& [name, obs] : observers) grids[name] = quant::activation_qparams(*obs);
-  out.model = rewriter.Rewrite(grids);
-  for (const Candidate& c : rewriter.candidates()) out.layers.push_back(c.description);
+  out.model = rewriter->Rewrite(grids);
+  for (const Candidate& c : rewriter->candidates()) out.layers.push_back(c.description);
   return out;
 }
 
 GraphQuantization quantize_onnx_dynamic(const std::string& bytes, const quant::QConfig& qconfig) {
-  const ImportedModel imported = import_model(bytes);
-  ANVIL_CHECK(imported.int8_layers.empty(), "ONNX quantization: the model is quantized already (",
-              imported.int8_layers.size(), " int8 layers)");
-  pb::ModelProto model;
-  ANVIL_CHECK(model.ParseFromString(bytes), "ONNX quantization: the model does not parse");
-  Rewriter rewriter(std::move(model), qconfig);
+  auto [imported, rewriter] = FloatGraph(bytes, qconfig, "Gemm or MatMul");
   GraphQuantization out;
-  if (rewriter.candidates().empty()) {
-    std::string found;
-    for (const std::string& k : rewriter.kept()) found += "; " + k;
-    throw Error("ONNX quantization: no Gemm or MatMul with float32 initializer weights to quantize" + found);
-  }
-  out.model = rewriter.RewriteDynamic(&out.layers);
-  out.kept = rewriter.kept();
+  out.model = rewriter->RewriteDynamic(&out.layers);
+  out.kept = rewriter->kept();
   return out;
 }
 

@@ -57,6 +57,32 @@ std::vector<Finding> Feed(Doctor& d, int64_t intervals, const std::function<void
   return all;
 }
 
+// Trains `model` with SGD on x, the sign of its first column as the class, under a doctor;
+// `seen` is shown every interval's metrics. The codes that fired, in order.
+struct DoctorRun {
+  double lr = 0.05;
+  int64_t batch = 8, epochs = 3, metric_interval = 2;
+  DoctorOptions options = {};
+};
+std::vector<std::string> TrainUnderDoctor(const std::shared_ptr<nn::Module>& model, const Tensor& x, const DoctorRun& r,
+                                          const std::function<void(const StepMetrics&)>& seen = {}) {
+  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", r.lr}});
+  Trainer t(model, opt, {.epochs = r.epochs, .metric_interval = r.metric_interval, .checkpoint_every_epoch = false});
+  data::DataLoader train(std::make_shared<data::TensorDataset>(x, (x.select(1, 0) > 0).to(kInt64)),
+                         {.batch_size = r.batch});
+  Doctor doctor({.loader_workers = 0, .batch_size = r.batch, .loss = "cross_entropy"}, r.options);
+  std::vector<Finding> found;
+  t.set_callbacks({.on_step =
+                       [&](const StepMetrics& m) {
+                         if (seen) seen(m);
+                         for (Finding& f : doctor.on_step(m)) found.push_back(f);
+                       },
+                   .on_epoch = {},
+                   .on_checkpoint = {}});
+  t.fit(train);
+  return Codes(found);
+}
+
 TEST(Doctor, AHealthyRunIsQuiet) {
   Doctor d({.loader_workers = 2, .batch_size = 64, .loss = "cross_entropy"});
   EXPECT_TRUE(Feed(d, 40, [](StepMetrics&, int64_t) {}).empty());
@@ -284,29 +310,17 @@ TEST(DoctorTrainer, ADeepNarrowModelAtBatchTwoIsOverheadBoundAndAWideOneIsNot) {
       model->push_back(std::make_shared<nn::Linear>(l == 0 ? 8 : width, l + 1 == layers ? 2 : width));
       if (l + 1 < layers) model->push_back(std::make_shared<nn::Tanh>());
     }
-    auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.01}});
-    Trainer t(model, opt, {.epochs = 1, .metric_interval = 4, .checkpoint_every_epoch = false});
-    const Tensor x = randn({narrow ? 128 : 4096, 8});
-    data::DataLoader train(std::make_shared<data::TensorDataset>(x, (x.select(1, 0) > 0).to(kInt64)),
-                           {.batch_size = batch});
     // The small-step line well above a sanitizer's slowdown: the dispatch share decides.
-    DoctorOptions options;
-    options.overhead_small_step_seconds = 0.1;
-    Doctor doctor({.loader_workers = 0, .batch_size = batch, .loss = "cross_entropy"}, options);
-    std::vector<Finding> found;
+    DoctorRun run{.lr = 0.01, .batch = batch, .epochs = 1, .metric_interval = 4};
+    run.options.overhead_small_step_seconds = 0.1;
     double ops = 0, dispatch = 0, share = 0;
-    t.set_callbacks({.on_step =
-                         [&](const StepMetrics& m) {
-                           ops = m.ops_per_step;
-                           dispatch = m.dispatch_seconds_per_op;
-                           share = m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds;
-                           for (Finding& f : doctor.on_step(m)) found.push_back(f);
-                         },
-                     .on_epoch = {},
-                     .on_checkpoint = {}});
-    t.fit(train);
+    const std::vector<std::string> codes =
+        TrainUnderDoctor(model, randn({narrow ? 128 : 4096, 8}), run, [&](const StepMetrics& m) {
+          ops = m.ops_per_step;
+          dispatch = m.dispatch_seconds_per_op;
+          share = m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds;
+        });
     shares[narrow ? 0 : 1] = share;
-    const std::vector<std::string> codes = Codes(found);
     SCOPED_TRACE(std::string(narrow ? "narrow" : "wide") + ": " + std::to_string(ops) + " ops per step, " +
                  std::to_string(dispatch * 1e6) + " us each, dispatch share " + std::to_string(share) + ", " +
                  ::testing::PrintToString(codes));
@@ -402,23 +416,10 @@ TEST(DoctorTrainer, ADeadReluInitAndASaturatedSigmoidFireAndTheirTwinsDoNot) {
             first->bias.fill_(-10.0);
           }
         }
-        auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}});
-        Trainer t(model, opt, {.epochs = 3, .metric_interval = 2, .checkpoint_every_epoch = false});
-        const Tensor x = randn({128, 8});
-        const Tensor y = (x.select(1, 0) > 0).to(kInt64);
-        data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 8});
-        Doctor doctor({.loader_workers = 0, .batch_size = 8, .loss = "cross_entropy"});
-        std::vector<Finding> found;
         size_t sampled = 0;
-        t.set_callbacks({.on_step =
-                             [&](const StepMetrics& m) {
-                               sampled = std::max(sampled, m.activation_shares.size());
-                               for (Finding& f : doctor.on_step(m)) found.push_back(f);
-                             },
-                         .on_epoch = {},
-                         .on_checkpoint = {}});
-        t.fit(train);
-        const std::vector<std::string> codes = Codes(found);
+        const std::vector<std::string> codes = TrainUnderDoctor(model, randn({128, 8}), {}, [&](const StepMetrics& m) {
+          sampled = std::max(sampled, m.activation_shares.size());
+        });
         SCOPED_TRACE("seed " + std::to_string(seed) + (sigmoid ? ", sigmoid" : ", relu") +
                      (faulty ? ", provoked" : ", twin") + ": " + ::testing::PrintToString(codes));
         EXPECT_EQ(sampled, 1u);
@@ -449,23 +450,9 @@ TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
           }
         }
       }
-      auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.05}});
-      Trainer t(model, opt, {.epochs = 3, .metric_interval = 2, .checkpoint_every_epoch = false});
-      const Tensor x = randn({128, 8});
-      const Tensor y = (x.select(1, 0) > 0).to(kInt64);
-      data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 8});
-      Doctor doctor({.loader_workers = 0, .batch_size = 8, .loss = "cross_entropy"});
-      std::vector<Finding> found;
       size_t reported = 0;
-      t.set_callbacks({.on_step =
-                           [&](const StepMetrics& m) {
-                             reported = m.layer_grad_norms.size();
-                             for (Finding& f : doctor.on_step(m)) found.push_back(f);
-                           },
-                       .on_epoch = {},
-                       .on_checkpoint = {}});
-      t.fit(train);
-      const std::vector<std::string> codes = Codes(found);
+      const std::vector<std::string> codes = TrainUnderDoctor(
+          model, randn({128, 8}), {}, [&](const StepMetrics& m) { reported = m.layer_grad_norms.size(); });
       SCOPED_TRACE("seed " + std::to_string(seed) + (deep ? ", deep sigmoid" : ", shallow relu") + ": " +
                    ::testing::PrintToString(codes));
       EXPECT_EQ(reported, static_cast<size_t>(layers));
