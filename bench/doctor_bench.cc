@@ -17,6 +17,7 @@
 #include "core/nn/functional.h"
 #include "core/optim/optimizer.h"
 #include "core/train/doctor.h"
+#include "core/train/trainer.h"
 
 using namespace anvil;
 using Clock = std::chrono::steady_clock;
@@ -98,13 +99,14 @@ int main(int argc, char** argv) {
   std::printf("| %.1f us | %.2f us | %lld | %.3f us | %.4f %% |\n", step, call, static_cast<long long>(interval),
               call / static_cast<double>(interval), 100.0 * call / static_cast<double>(interval) / step);
   std::printf("\n(%lld findings fired on the synthetic healthy stream)\n", static_cast<long long>(fired));
-  // The activation sampling (DEAD_RELU, SATURATED_ACTIVATION): once per interval.
+  // The activation sampling (DEAD_RELU, SATURATED_ACTIVATION): one step in every
+  // TrainerOptions::activation_sample_intervals metric intervals.
   const double sampled = Median(sampled_us), extra = std::max(0.0, sampled - step);
+  const double every = static_cast<double>(interval * train::TrainerOptions{}.activation_sample_intervals);
   std::printf(
-      "\n| digits CNN step | the same step, activations sampled | extra per sampled step | metric interval | "
-      "sampling per step | share of the step |\n|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %.1f us | %.1f us | %.2f us | %lld | %.3f us | %.3f %% |\n", step, sampled, sampled - step,
-              static_cast<long long>(interval), extra / static_cast<double>(interval),
-              100.0 * extra / static_cast<double>(interval) / step);
+      "\n| digits CNN step | the same step, activations sampled | extra per sampled step | steps per sample "
+      "(default) | sampling per step | share of the step |\n|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| %.1f us | %.1f us | %.2f us | %.0f | %.3f us | %.3f %% |\n", step, sampled, sampled - step, every,
+              extra / every, 100.0 * extra / every / step);
   return 0;
 }

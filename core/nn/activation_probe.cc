@@ -11,14 +11,20 @@ thread_local ActivationProbe* open_probe = nullptr;
 // The share of a ReLU output's units that are zero for the whole batch: dim 1 holds the units
 // ([N, F] features, [N, C, ...] channels); one unit per output when it has a single dim.
 Tensor Above(const Tensor& v, double bound) { return gt(v, wrap_scalar(bound, v.device())); }
-Tensor Below(const Tensor& v, double bound) { return lt(v, wrap_scalar(bound, v.device())); }
 
+// One pass over the output: a ReLU's unit is alive on the batch when its largest output is
+// above 0; the rest are [units]-sized.
 Tensor DeadShare(const Tensor& y) {
-  const Tensor active = Above(y, 0.0).to(kFloat64);
-  if (y.dim() < 2) return active.mean() * -1.0 + 1.0;
-  const Tensor per_unit = amax(active.transpose(0, 1).reshape({y.size(1), -1}), {1});
-  return per_unit.mean() * -1.0 + 1.0;
+  if (y.dim() < 2) return Above(y, 0.0).to(kFloat64).mean() * -1.0 + 1.0;
+  IntArray others;
+  for (int64_t d = 0; d < y.dim(); ++d)
+    if (d != 1) others.push_back(d);
+  return Above(amax(y, others), 0.0).to(kFloat64).mean() * -1.0 + 1.0;
 }
+
+// The share of `v`'s elements above `bound`, counted in float32 (exact for fewer than 2^24
+// elements per block of the reduction) and returned as a float64 scalar.
+Tensor ShareAbove(const Tensor& v, double bound) { return Above(v, bound).to(kFloat32).mean().to(kFloat64); }
 
 }  // namespace
 
@@ -49,10 +55,10 @@ void record_activation(const Module& m, ActivationKind kind, const Tensor& y) {
       share = DeadShare(v);
       break;
     case ActivationKind::kSigmoid:
-      share = logical_or(Below(v, 0.01), Above(v, 0.99)).to(kFloat64).mean();
+      share = ShareAbove((v - 0.5).abs(), 0.49);  // below 0.01 or above 0.99
       break;
     case ActivationKind::kTanh:
-      share = Above(v.abs(), 0.99).to(kFloat64).mean();
+      share = ShareAbove(v.abs(), 0.99);
       break;
   }
   probe->records_.push_back({&m, kind, share});

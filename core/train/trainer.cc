@@ -482,9 +482,11 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
         std::optional<autocast::AnomalyGuard> anomaly;
         if (o.amp_anomaly) anomaly.emplace(true);
-        // The forward of the step that closes a metric interval samples the activations.
+        // The forward of the step that closes every activation_sample_intervals-th metric
+        // interval samples the activations.
         std::optional<nn::ActivationProbe> probe;
-        if ((step_ + 1) % o.metric_interval == 0) probe.emplace();
+        if (o.activation_sample_intervals > 0 && (step_ + 1) % (o.metric_interval * o.activation_sample_intervals) == 0)
+          probe.emplace();
         loss = loss_(ddp_ ? ddp_->forward(x) : model_->forward(x), target);
         if (probe && !probe->records().empty()) {
           std::vector<Tensor> shares;

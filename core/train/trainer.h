@@ -42,11 +42,15 @@ namespace anvil::train {
 
 struct TrainerOptions {
   int64_t epochs = 10;
-  int64_t max_steps = -1;           // optimizer steps; -1: no limit
-  int64_t accumulation_steps = 1;   // micro-batches per optimizer step (loss divided by it)
-  double clip_grad_norm = 0.0;      // 0: off
-  double clip_grad_value = 0.0;     // 0: off
-  int64_t metric_interval = 10;     // steps between host reads of loss / grad norm
+  int64_t max_steps = -1;          // optimizer steps; -1: no limit
+  int64_t accumulation_steps = 1;  // micro-batches per optimizer step (loss divided by it)
+  double clip_grad_norm = 0.0;     // 0: off
+  double clip_grad_value = 0.0;    // 0: off
+  int64_t metric_interval = 10;    // steps between host reads of loss / grad norm
+  // The activation statistics (StepMetrics::activation_shares) are sampled on the last step of
+  // every this many metric intervals (0: never): a sampled forward costs a reduction per
+  // activation layer (bench/doctor_bench.cc).
+  int64_t activation_sample_intervals = 10;
   bool scheduler_per_step = false;  // step the scheduler every optimizer step (else per epoch)
   // Early stopping on a validation metric ("val_loss": lower is better, "val_accuracy": higher).
   std::string monitor = "val_loss";

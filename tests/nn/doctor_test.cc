@@ -67,7 +67,11 @@ struct DoctorRun {
 std::vector<std::string> TrainUnderDoctor(const std::shared_ptr<nn::Module>& model, const Tensor& x, const DoctorRun& r,
                                           const std::function<void(const StepMetrics&)>& seen = {}) {
   auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", r.lr}});
-  Trainer t(model, opt, {.epochs = r.epochs, .metric_interval = r.metric_interval, .checkpoint_every_epoch = false});
+  Trainer t(model, opt,
+            {.epochs = r.epochs,
+             .metric_interval = r.metric_interval,
+             .activation_sample_intervals = 1,
+             .checkpoint_every_epoch = false});
   data::DataLoader train(std::make_shared<data::TensorDataset>(x, (x.select(1, 0) > 0).to(kInt64)),
                          {.batch_size = r.batch});
   Doctor doctor({.loader_workers = 0, .batch_size = r.batch, .loss = "cross_entropy"}, r.options);
