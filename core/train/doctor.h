@@ -85,8 +85,9 @@ struct DoctorOptions {
   int64_t vanishing_intervals = 3;
   // DEAD_RELU: more than this share of a ReLU layer's units zero for every sample of the
   // interval's sampled batch (StepMetrics::activation_shares), for `activation_intervals`
-  // intervals in a row after warm-up (the issue's "> 50 % of a layer's units inactive over a
-  // window"; DeepDiagnosis and AUTOTRAINER flag dying ReLU the same way).
+  // sampled intervals in a row after warm-up, intervals without samples not counting (the
+  // issue's "> 50 % of a layer's units inactive over a window"; DeepDiagnosis and AUTOTRAINER
+  // flag dying ReLU the same way).
   double dead_relu_share = 0.5;
   // SATURATED_ACTIVATION: more than this share of a Sigmoid's or Tanh's outputs in its flat
   // tails (sigmoid below 0.01 or above 0.99, |tanh| above 0.99), likewise (DeepDiagnosis's
