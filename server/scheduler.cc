@@ -26,6 +26,20 @@ constexpr char kRequeuePayload[] = "anvil.dev/requeue";
 constexpr char kPartDevice[] = "cpu";
 namespace {
 
+// A training-doctor finding as the stream and the store carry it.
+void ToProto(const train::Finding& finding, v1::Finding* f) {
+  f->set_code(finding.code);
+  f->set_severity(train::severity_name(finding.severity));
+  f->set_first_step(finding.first_step);
+  f->set_last_step(finding.last_step);
+  for (const auto& [name, value] : finding.evidence) {
+    v1::FindingEvidence* ev = f->add_evidence();
+    ev->set_name(name);
+    ev->set_value(std::isfinite(value) ? value : 0.0);  // JSON holds no inf; the code says it
+  }
+  f->set_advice(finding.advice);
+}
+
 namespace fs = std::filesystem;
 using workers::WorkerEvent;
 
@@ -733,25 +747,20 @@ void Scheduler::CheckStalledLocked() {
       // again on the next round. The event is appended only; the row stays its worker's.
       std::optional<JobRow> row = lease_store_.get_job(s.job_id);
       if (!row || row->state != JobState::kRunning) continue;
-      v1::MetricEvent event;
-      v1::Finding* f = event.mutable_finding();
-      f->set_code("STALLED");
-      f->set_severity(train::severity_name(train::Severity::kWarning));
-      f->set_first_step(row->step);
-      f->set_last_step(row->step);
-      v1::FindingEvidence* ev = f->add_evidence();
-      ev->set_name("seconds_without_an_event");
-      ev->set_value(silent);
-      ev = f->add_evidence();
-      ev->set_name("step");
-      ev->set_value(static_cast<double>(row->step));
-      f->set_advice(
+      train::Finding f{
+          "STALLED",
+          train::Severity::kWarning,
+          row->step,
+          row->step,
+          {{"seconds_without_an_event", silent}, {"step", static_cast<double>(row->step)}},
           "no step, epoch or checkpoint for " + std::to_string(static_cast<int64_t>(silent / 60)) +
-          " minutes at step " + std::to_string(row->step) +
-          ": the run is stuck, not slow. Look for a data source that never answers (a network file system, a "
-          "loader worker blocked in its transform), a deadlock in a custom module, or a data-parallel rank that "
-          "died while the others wait in an all-reduce (every rank's log); cancel it and resume from its last "
-          "checkpoint");
+              " minutes at step " + std::to_string(row->step) +
+              ": the run is stuck, not slow. Look for a data source that never answers (a network file system, a "
+              "loader worker blocked in its transform), a deadlock in a custom module, or a data-parallel rank that "
+              "died while the others wait in an all-reduce (every rank's log); cancel it and resume from its last "
+              "checkpoint"};
+      v1::MetricEvent event;
+      ToProto(f, event.mutable_finding());
       Record(*row, event, {}, s.epoch, &lease_store_);
       s.stalled_reported = true;
       if (metrics_ != nullptr) metrics_->job_findings.with({"STALLED", "warning"}).Increment();
@@ -947,17 +956,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
     case WorkerEvent::Kind::kCheckpoint:
       return;  // handled before the row was read
     case WorkerEvent::Kind::kFinding: {
-      v1::Finding* f = event.mutable_finding();
-      f->set_code(e.finding.code);
-      f->set_severity(train::severity_name(e.finding.severity));
-      f->set_first_step(e.finding.first_step);
-      f->set_last_step(e.finding.last_step);
-      for (const auto& [name, value] : e.finding.evidence) {
-        v1::FindingEvidence* ev = f->add_evidence();
-        ev->set_name(name);
-        ev->set_value(std::isfinite(value) ? value : 0.0);  // JSON holds no inf; the code says it
-      }
-      f->set_advice(e.finding.advice);
+      ToProto(e.finding, event.mutable_finding());
       log(e.finding.severity == train::Severity::kInfo ? LogLevel::kInfo : LogLevel::kWarning, "job ", row.id, " (",
           row.name, ") ", e.finding.code, ": ", e.finding.advice);
       break;

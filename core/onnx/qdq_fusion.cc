@@ -32,6 +32,16 @@ std::optional<quant::ActivationQParams> ActivationGrid(const pb::NodeProto& n, c
   return quant::ActivationQParams{scale, z.to(kInt64).reshape({}).item<int64_t>()};
 }
 
+// A float32 constant of one value or `n` values, each positive and finite (a weight scale).
+std::optional<Tensor> PositiveScales(const std::string& value, const ConstantLookup& constant, int64_t n) {
+  const Tensor s = constant(value);
+  if (!s.defined() || s.dtype() != kFloat32 || s.dim() > 1 || (s.numel() != 1 && s.numel() != n)) return std::nullopt;
+  const Tensor flat = s.reshape({-1}).contiguous();
+  for (const float v : flat.to_vector<float>())
+    if (!(std::isfinite(v) && v > 0)) return std::nullopt;
+  return flat;
+}
+
 // The float32 scales of a DequantizeLinear over a constant, one per index of `axis` or one in
 // all, when its zero points are absent or all zero; else none.
 std::optional<Tensor> SymmetricScales(const pb::NodeProto& dq, const ConstantLookup& constant, int64_t axis,
@@ -48,10 +58,7 @@ std::optional<Tensor> SymmetricScales(const pb::NodeProto& dq, const ConstantLoo
     if (!z.defined() || z.numel() != s.numel() || !equal(z.to(kInt64), zeros(z.sizes(), TensorOptions(kInt64))))
       return std::nullopt;
   }
-  const Tensor flat = s.reshape({-1}).contiguous();
-  for (const float v : flat.to_vector<float>())
-    if (!(std::isfinite(v) && v > 0)) return std::nullopt;
-  return flat;
+  return PositiveScales(dq.input(1), constant, s.numel());
 }
 
 // The int8 weights behind `value` (a DequantizeLinear of an int8 constant with zero points 0)
@@ -220,16 +227,6 @@ std::optional<FusedQdqLayer> Match(int i, const pb::GraphProto& g, const GraphUs
     return std::nullopt;  // a layer that refuses these parameters: the group runs as written
   }
   return std::nullopt;
-}
-
-// A float32 constant of one value or `n` values, each positive and finite (a weight scale).
-std::optional<Tensor> PositiveScales(const std::string& value, const ConstantLookup& constant, int64_t n) {
-  const Tensor s = constant(value);
-  if (!s.defined() || s.dtype() != kFloat32 || s.dim() > 1 || (s.numel() != 1 && s.numel() != n)) return std::nullopt;
-  const Tensor flat = s.reshape({-1}).contiguous();
-  for (const float v : flat.to_vector<float>())
-    if (!(std::isfinite(v) && v > 0)) return std::nullopt;
-  return flat;
 }
 
 // One dynamic group around the MatMulInteger node `i`, the form Anvil's export and
