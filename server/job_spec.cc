@@ -1,5 +1,7 @@
 #include "server/job_spec.h"
 
+#include <absl/strings/str_cat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -7,6 +9,7 @@
 #include "core/models/spec.h"
 #include "server/status.h"
 #include "workers/job_memory.h"
+#include "workers/job_plan.h"
 
 namespace anvil::server {
 namespace {
@@ -53,6 +56,17 @@ void validate_dataset_spec(v1::DatasetSpec* d, const SpecContext& ctx) {
   const bool index = !label.empty() && label.find_first_not_of("-0123456789") == std::string::npos;
   SPEC_CHECK(!index || (label != "-" && label.find('-', 1) == std::string::npos && label.size() <= 9),
              "dataset.label_column: expected a column name or an index like 3 or -1, got \"", label, "\"");
+  // The table's first lines against label_column, and a label_column given where there is no
+  // table: refused at submit, as the dry run would, rather than when the job starts.
+  try {
+    workers::check_dataset_columns(*d, ctx.data_root);
+  } catch (const Error& e) {
+    const std::string what = scrub_paths(e.what(), ctx.data_root);
+    const char* field = what.rfind("dataset.", 0) == 0                   ? ""
+                        : what.find("label_column") != std::string::npos ? "dataset.label_column: "
+                                                                         : "dataset.path: ";
+    throw ServiceError(absl::StatusCode::kInvalidArgument, absl::StrCat("spec.", field, what));
+  }
   if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
   CheckFinite("dataset.validation_fraction", d->validation_fraction(), 0.0, 0.9);
 }

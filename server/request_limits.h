@@ -31,6 +31,12 @@ struct RequestLimits {
   // it lasts, a metrics stream as long as its job runs. Beyond either bound a new stream is
   // refused with RESOURCE_EXHAUSTED (none wait: a stream may last for hours).
   int max_streams = 256;
+  // CPU-heavy work (a dry run's plan, an ONNX export's capture and verification, an upload's
+  // conversion, a quantization: server/heavy_work.h) runs on a pool of its own: this many at
+  // once (each may use every core and hold a model's activations), this many waiting, and
+  // RESOURCE_EXHAUSTED beyond. The calls waiting for it hold no call-pool thread.
+  int max_concurrent_heavy_work = 2;
+  int max_heavy_work_queue = 64;
   int max_metric_streams_per_job = 64;
   // Export and RegisterModel: a client that neither takes the next chunk nor sends one for this
   // long is cancelled (each holds a stream-pool thread).

@@ -311,10 +311,12 @@ void AnvilServer::start() {
       std::make_unique<BoundedExecutor>(options_.limits.max_concurrent_calls, options_.limits.max_call_queue);
   state_->stream_pool = std::make_unique<BoundedExecutor>(options_.limits.max_streams, 0);
   state_->replay_pool = std::make_unique<BoundedExecutor>(4, options_.limits.max_streams);
+  state_->work_pool = std::make_unique<BoundedExecutor>(options_.limits.max_concurrent_heavy_work,
+                                                        options_.limits.max_heavy_work_queue);
   GrpcFrontOptions fo;
   fo.quiesce = [state = state_.get()] {
-    for (BoundedExecutor* pool :
-         {state->predict_pool.get(), state->call_pool.get(), state->stream_pool.get(), state->replay_pool.get()}) {
+    for (BoundedExecutor* pool : {state->predict_pool.get(), state->call_pool.get(), state->stream_pool.get(),
+                                  state->replay_pool.get(), state->work_pool.get()}) {
       pool->wait_idle();
     }
   };

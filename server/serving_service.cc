@@ -21,6 +21,7 @@
 #include "server/artifacts/digest.h"
 #include "server/auth.h"
 #include "server/bounded_executor.h"
+#include "server/heavy_work.h"
 #include "server/job_spec.h"
 #include "server/listings.h"
 #include "server/predict_accounting.h"
@@ -75,7 +76,9 @@ class ServingService final : public ServingBase {
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return serve_method(this, &ServingService::GetModelImpl, c, in, out, *s_.call_pool, limits_);
   }
-  // Exports and uploads run on the stream pool: a slow client holds its thread, not the call pool's.
+  // Exports and uploads run on the stream pool: a slow client holds its thread, not the call
+  // pool's. Their CPU-heavy part (an ONNX capture, an upload's conversion) waits for the work
+  // pool (server/heavy_work.h).
   grpc::ServerWriteReactor<Raw>* Export(grpc::CallbackServerContext* c, const Raw* in) override {
     return ExportWriter::start(c, in, *s_.stream_pool, stream_limits_,
                                [this](grpc::CallbackServerContext* ctx, const v1::ExportRequest& req,
@@ -88,9 +91,10 @@ class ServingService final : public ServingBase {
                               });
   }
 
-  // Calibration and evaluation take seconds: the stream pool, like Export's capture.
+  // Calibration and evaluation take seconds: the work pool's, like Export's capture.
   grpc::ServerUnaryReactor* Quantize(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return serve_method(this, &ServingService::QuantizeImpl, c, in, out, *s_.stream_pool, limits_);
+    return serve_method_heavy(this, &ServingService::QuantizeImpl, c, in, out, *s_.call_pool, *s_.work_pool, limits_,
+                              [](const v1::QuantizeRequest&) { return true; });
   }
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -313,7 +317,9 @@ class ServingService final : public ServingBase {
       std::unique_ptr<models::ExportPayload> payload;
       std::string verification;
       if (req->format() == v1::ONNX) {
-        payload = models::bytes_export(file_name + ".onnx", ExportOnnx(*m, *req, &verification));
+        std::string onnx_bytes;
+        run_heavy_work(*s_.work_pool, *ctx, [&] { onnx_bytes = ExportOnnx(*m, *req, &verification); });
+        payload = models::bytes_export(file_name + ".onnx", std::move(onnx_bytes));
       } else {
         try {
           if (req->format() == v1::NATIVE && is_onnx_row(m->row)) {
@@ -413,9 +419,16 @@ class ServingService final : public ServingBase {
       } catch (const std::exception&) {
       }
       write_file_atomic(path.string(), bytes);
-      const absl::StatusOr<ModelRow> row = s_.registry->register_archive(name, "", relative, labels);
+      // Registering builds and runs the model (the conversion): the work pool's. When it
+      // fails (or never ran: the pool was full, the client left) the registry wrote no row,
+      // and the file goes too.
+      absl::StatusOr<ModelRow> row = absl::UnknownError("not registered");
+      try {
+        run_heavy_work(*s_.work_pool, *ctx, [&] { row = s_.registry->register_archive(name, "", relative, labels); });
+      } catch (...) {
+        row = current_exception_status();
+      }
       if (!row.ok()) {
-        // The registry wrote no row (it builds and runs the model first): the file goes too.
         if (!existed) {
           std::error_code ec;
           fs::remove(path, ec);

@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "server/bounded_executor.h"
@@ -36,7 +35,6 @@ struct AnvilServer::State {
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<bool> draining{false};
   std::atomic<int64_t> predicts_in_flight{0};  // admitted Predicts not yet answered (the drain waits for them)
-  std::mutex dry_runs;                         // one dry run (which builds the whole plan) at a time
   std::unique_ptr<TokenSet> tokens;            // null: no token file configured (no authentication)
   // The threads unary calls run on (server/unary_call.h), shared by the services and by their
   // rebuilds: Predict and KServe ModelInfer on one, every other unary call on the other. Calls
@@ -44,6 +42,9 @@ struct AnvilServer::State {
   std::unique_ptr<BoundedExecutor> predict_pool;
   std::unique_ptr<BoundedExecutor> call_pool;
   std::unique_ptr<BoundedExecutor> stream_pool;  // Export and RegisterModel bodies
+  // Dry runs, quantizations, ONNX captures, model conversions (server/heavy_work.h): bounded
+  // CPU work whose callers wait without holding a call-pool thread.
+  std::unique_ptr<BoundedExecutor> work_pool;
   // StreamMetrics' store reads (each stream has at most one queued): off the call pool, so a
   // crowd of reconnecting streams does not queue ahead of ListJobs.
   std::unique_ptr<BoundedExecutor> replay_pool;

@@ -49,7 +49,9 @@ class TrainingService final : public TrainingBase {
 
   using Raw = grpc::ByteBuffer;
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
-    return serve_method(this, &TrainingService::SubmitJobImpl, c, in, out, *s_.call_pool, limits_);
+    // A dry run builds the whole plan (reads the data, builds the model): the work pool's.
+    return serve_method_heavy(this, &TrainingService::SubmitJobImpl, c, in, out, *s_.call_pool, *s_.work_pool, limits_,
+                              [](const v1::SubmitJobRequest& r) { return r.dry_run(); });
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const Raw* in, Raw* out) override {
     return serve_method(this, &TrainingService::GetJobImpl, c, in, out, *s_.call_pool, limits_);
@@ -83,11 +85,8 @@ class TrainingService final : public TrainingBase {
           validate_job_spec(req->spec(), {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       if (req->dry_run()) {
         // Build the whole plan (data, model, optimizer) without training: catches a model
-        // that does not fit the data before anything is queued.
-        std::lock_guard<std::mutex> one_at_a_time(s_.dry_runs);
-        // The client's deadline passed (or it gave up) while this waited: no work for nobody.
-        ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled,
-                            "the call ended (deadline or cancel) while the dry run waited for another");
+        // that does not fit the data before anything is queued. On a work-pool thread
+        // (serve_method_heavy), which bounds how many run at once.
         try {
           workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
                                  /*seed_generator=*/false);

@@ -38,10 +38,13 @@ grpc::Status serialize_response(const google::protobuf::Message& message, grpc::
   return grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(message, response, &own_buffer);
 }
 
+absl::Status pool_full_status(const char* calls, const BoundedExecutor& pool) {
+  return absl::ResourceExhaustedError(absl::StrCat("too many ", calls, " at once (", pool.max_threads(),
+                                                   " running and ", pool.max_queue(), " queued); retry with backoff"));
+}
+
 grpc::Status pool_full(const char* calls, const BoundedExecutor& pool) {
-  return to_grpc(
-      absl::ResourceExhaustedError(absl::StrCat("too many ", calls, " at once (", pool.max_threads(), " running and ",
-                                                pool.max_queue(), " queued); retry with backoff")));
+  return to_grpc(pool_full_status(calls, pool));
 }
 
 }  // namespace anvil::server

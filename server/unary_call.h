@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "server/bounded_executor.h"
+#include "server/heavy_work.h"
+#include "server/status.h"
 #include "server/wire_check.h"
 
 namespace anvil::server {
@@ -43,6 +45,7 @@ grpc::Status parse_request(const grpc::ByteBuffer& request, google::protobuf::Me
 grpc::Status serialize_response(const google::protobuf::Message& message, grpc::ByteBuffer* response);
 
 // RESOURCE_EXHAUSTED for a call the pool's queue had no room for ("too many <calls> at once").
+absl::Status pool_full_status(const char* calls, const BoundedExecutor& pool);
 grpc::Status pool_full(const char* calls, const BoundedExecutor& pool);
 
 struct NoOp {
@@ -86,6 +89,47 @@ grpc::ServerUnaryReactor* serve_method(Service* service,
   return serve_unary<Request, Response>(ctx, request, response, pool, limits,
                                         [service, impl](grpc::CallbackServerContext* c, const Request* req,
                                                         Response* resp) { return (service->*impl)(c, req, resp); });
+}
+
+// serve_method for a method whose requests may be heavy (`is_heavy(request)`: SubmitJob's dry
+// run; every Quantize): parsed on `pool`, a heavy call is handed whole to `heavy` (the work
+// pool, server/heavy_work.h), whose thread runs it and answers, so no call-pool thread waits
+// for the work or its turn. A call whose client left while it queued there is answered
+// CANCELLED without the work.
+template <typename Service, typename Request, typename Response, typename IsHeavy>
+grpc::ServerUnaryReactor* serve_method_heavy(
+    Service* service, grpc::Status (Service::*impl)(grpc::ServerContextBase*, const Request*, Response*),
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+    BoundedExecutor& pool, BoundedExecutor& heavy, const CallLimits& limits, IsHeavy is_heavy) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const auto run = [service, impl, ctx, response, reactor](const Request& req) {
+    Response resp;
+    grpc::Status status = (service->*impl)(ctx, &req, &resp);
+    if (status.ok()) status = serialize_response(resp, response);
+    reactor->Finish(status);
+  };
+  const bool queued = pool.try_submit([ctx, request, reactor, &heavy, &limits, run, is_heavy] {
+    auto req = std::make_shared<Request>();
+    if (grpc::Status status = parse_request(*request, req.get(), limits); !status.ok()) {
+      reactor->Finish(status);
+      return;
+    }
+    if (!is_heavy(*req)) {
+      run(*req);
+      return;
+    }
+    const bool handed = heavy.try_submit([ctx, reactor, run, req] {
+      if (ctx->IsCancelled()) {
+        reactor->Finish(to_grpc(heavy_work_abandoned()));
+        return;
+      }
+      heavy_work_fault_point();
+      run(*req);
+    });
+    if (!handed) reactor->Finish(pool_full(kHeavyWorkCalls, heavy));
+  });
+  if (!queued) reactor->Finish(pool_full(limits.calls, pool));
+  return reactor;
 }
 
 }  // namespace anvil::server

@@ -24,8 +24,19 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A label column means something for a table only: elsewhere it is a mistake to report, not
+// a field to ignore.
+void RefuseLabelColumnOutsideTables(const v1::DatasetSpec& d, const std::string& data_root) {
+  if (d.label_column().empty()) return;
+  ANVIL_CHECK(d.name().empty(), "dataset.label_column: applies to CSV/TSV files; \"", d.name(),
+              "\" is a built-in dataset with its own labels");
+  ANVIL_CHECK(!fs::is_directory(fs::path(data_root) / d.path()), "dataset.label_column: applies to CSV/TSV files; \"",
+              d.path(), "\" is an image folder, whose classes are its subfolders");
+}
+
 Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
   Data out;
+  RefuseLabelColumnOutsideTables(d, paths.data_root);
   if (d.name() == "digits") {
     auto digits = std::make_shared<data::Digits>(paths.datasets_dir, data::DigitsOptions{.as_image = true});
     out.all = std::make_shared<data::MapDataset>(
@@ -53,21 +64,7 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
     out.all = std::make_shared<data::MapDataset>(images, std::make_shared<data::ToTensor>());
     return out;
   }
-  ANVIL_CHECK(
-      EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
-      "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
-  data::CsvOptions options;
-  options.confine_to = paths.data_root;
-  if (!d.label_column().empty()) {
-    const std::string& c = d.label_column();
-    const bool numeric = c.find_first_not_of("-0123456789") == std::string::npos;
-    if (numeric) {
-      options.label_column = static_cast<int64_t>(std::stoll(c));
-    } else {
-      options.label_column = c;
-    }
-  }
-  auto csv = std::make_shared<data::CsvDataset>(path, options);
+  auto csv = std::make_shared<data::CsvDataset>(path, csv_options(d, paths.data_root));
   if (csv->is_classification()) {
     out.num_classes = csv->num_classes();
     out.labels = csv->classes();
@@ -225,6 +222,31 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
         std::make_shared<distributed::EvaluationShardSampler>(plan.val_set->size(), world, paths.rank);
   }
   return plan;
+}
+
+data::CsvOptions csv_options(const v1::DatasetSpec& d, const std::string& data_root) {
+  const std::string path = (fs::path(data_root) / d.path()).string();
+  ANVIL_CHECK(
+      EndsWith(path, ".csv") || EndsWith(path, ".tsv") || EndsWith(path, ".csv.gz") || EndsWith(path, ".tsv.gz"),
+      "dataset.path: expected a .csv/.tsv file (optionally .gz) or an image folder, got \"", d.path(), "\"");
+  data::CsvOptions options;
+  options.confine_to = data_root;
+  if (!d.label_column().empty()) {
+    const std::string& c = d.label_column();
+    const bool numeric = c.find_first_not_of("-0123456789") == std::string::npos;
+    if (numeric) {
+      options.label_column = static_cast<int64_t>(std::stoll(c));
+    } else {
+      options.label_column = c;
+    }
+  }
+  return options;
+}
+
+void check_dataset_columns(const v1::DatasetSpec& d, const std::string& data_root) {
+  RefuseLabelColumnOutsideTables(d, data_root);
+  if (!d.name().empty() || fs::is_directory(fs::path(data_root) / d.path())) return;
+  data::read_csv_columns((fs::path(data_root) / d.path()).string(), csv_options(d, data_root));
 }
 
 }  // namespace anvil::workers

@@ -50,6 +50,16 @@ struct JobData {
 };
 JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, uint64_t seed);
 
+// How a dataset spec's CSV/TSV file is read (its label_column; opened beneath `data_root`).
+// Throws anvil::Error for a path that is not a .csv/.tsv[.gz] file.
+data::CsvOptions csv_options(const v1::DatasetSpec& dataset, const std::string& data_root);
+
+// What a submitted job's data can be checked for without reading it: a table's first lines
+// have the label_column the spec names (data::read_csv_columns), and no label_column is given
+// for a built-in dataset or an image folder. Throws anvil::Error naming the field, with
+// the file's place (path:line) where the file is at fault.
+void check_dataset_columns(const v1::DatasetSpec& dataset, const std::string& data_root);
+
 // Seeds the default generator with spec.seed first (model initialisation is reproducible);
 // a dry run passes seed_generator = false so it cannot disturb a job training meanwhile.
 JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true);

@@ -152,7 +152,7 @@ TEST_F(CsvDatasetTest, LabelColumnByNameOrIndex) {
   CsvOptions bad_name;
   bad_name.label_column = std::string("w");
   EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(path, bad_name); }),
-              AllOf(HasSubstr("t.csv:1: no column named 'w'"), HasSubstr("'id', 'x', 'y', 'z'")));
+              AllOf(HasSubstr("t.csv:1: label_column: no column named 'w'"), HasSubstr("'id', 'x', 'y', 'z'")));
   CsvOptions bad_index;
   bad_index.label_column = int64_t{4};
   EXPECT_THAT(Raises<anvil::Error>([&] { CsvDataset(path, bad_index); }),

@@ -23,6 +23,7 @@ class JobSpecTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("anvil-spec-" + std::to_string(::getpid()));
     fs::create_directories(root_ / "sets");
     std::ofstream(root_ / "sets" / "iris.csv") << "a,b,label\n1,2,x\n3,4,y\n";
+    std::ofstream(root_ / "sets" / "notes.txt") << "not a table\n";
     fs::create_directories(root_.parent_path() / "outside-secret");
     ctx_ = {fs::canonical(root_).string(), {"cpu"}};
   }
@@ -68,6 +69,16 @@ TEST_F(JobSpecTest, AcceptsADatasetPathInsideTheRoot) {
   v1::JobSpec s = Minimal();
   s.mutable_dataset()->clear_name();
   s.mutable_dataset()->set_path("sets/../sets/iris.csv");
+  EXPECT_EQ(Refusal(s).first, grpc::StatusCode::OK) << Refusal(s).second;
+  // A label column by name, by index, and counted from the end.
+  for (const char* label : {"label", "0", "-1"}) {
+    s.mutable_dataset()->set_label_column(label);
+    EXPECT_EQ(Refusal(s).first, grpc::StatusCode::OK) << label << ": " << Refusal(s).second;
+  }
+  // Only the first lines are read at submit: a bad row further down is the job's to find.
+  std::ofstream(root_ / "sets" / "late.csv") << "a,b,label\n1,2,x\n3,oops,y\n";
+  s.mutable_dataset()->set_path("sets/late.csv");
+  s.mutable_dataset()->set_label_column("label");
   EXPECT_EQ(Refusal(s).first, grpc::StatusCode::OK) << Refusal(s).second;
 }
 
@@ -127,6 +138,38 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
        kInvalid, "does not exist"},
       {"validation_fraction", [](auto& s) { s.mutable_dataset()->set_validation_fraction(0.95); }, kInvalid,
        "validation_fraction"},
+      // label_column is checked against the file's header at submit, not when the job starts.
+      {"label_column not in the header",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("sets/iris.csv");
+         s.mutable_dataset()->set_label_column("nope");
+       },
+       kInvalid,
+       "spec.dataset.label_column: <data>/sets/iris.csv:1: label_column: no column named 'nope' in the header "
+       "('a', 'b', 'label')"},
+      {"label_column index out of range",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("sets/iris.csv");
+         s.mutable_dataset()->set_label_column("3");
+       },
+       kInvalid, "label_column 3 is out of range for 3 columns"},
+      {"label_column of a built-in dataset", [](auto& s) { s.mutable_dataset()->set_label_column("label"); }, kInvalid,
+       "spec.dataset.label_column: applies to CSV/TSV files; \"digits\" is a built-in dataset"},
+      {"label_column of an image folder",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("sets");
+         s.mutable_dataset()->set_label_column("label");
+       },
+       kInvalid, "\"sets\" is an image folder"},
+      {"a table that is not a table",
+       [](auto& s) {
+         s.mutable_dataset()->clear_name();
+         s.mutable_dataset()->set_path("sets/notes.txt");
+       },
+       kInvalid, "spec.dataset.path: expected a .csv/.tsv file"},
       {"batch_size", [](auto& s) { s.set_batch_size(-1); }, kInvalid, "spec.batch_size"},
       {"epochs", [](auto& s) { s.set_epochs(-3); }, kInvalid, "spec.epochs"},
       {"max_steps", [](auto& s) { s.set_max_steps(-1); }, kInvalid, "spec.max_steps"},

@@ -137,7 +137,76 @@ bool DetectHeader(const std::vector<std::string>& first, const std::vector<std::
   return false;
 }
 
+// Where the target is among the columns, from the first line (and the second, for kAuto's
+// header detection): what CsvDataset and read_csv_columns share.
+struct ColumnLayout {
+  bool header = false;
+  int64_t num_columns = 0;
+  int64_t label = 0;
+  std::vector<std::string> feature_names;
+  std::string target_name;
+};
+
+ColumnLayout LayColumns(const std::vector<std::string>& first, const std::vector<Line>& lines, char delim,
+                        const CsvOptions& options, const std::string& path) {
+  ColumnLayout out;
+  const bool label_by_name = std::holds_alternative<std::string>(options.label_column);
+  out.header = options.header == CsvOptions::Header::kYes;
+  if (options.header == CsvOptions::Header::kAuto) {
+    out.header = label_by_name || (lines.size() > 1 && DetectHeader(first, SplitFields(lines[1], delim, path)));
+  }
+  ANVIL_CHECK(!label_by_name || out.header, path, ": label_column '", std::get<std::string>(options.label_column),
+              "' is a column name, but the file is read without a header");
+
+  out.num_columns = static_cast<int64_t>(first.size());
+  ANVIL_CHECK(out.num_columns >= 2, path, ":1: expected at least 2 fields (features and a target), got ",
+              out.num_columns);
+  if (label_by_name) {
+    const std::string& want = std::get<std::string>(options.label_column);
+    const auto it = std::find(first.begin(), first.end(), want);
+    if (it == first.end()) {
+      std::string names;
+      for (const std::string& f : first) names += (names.empty() ? "'" : ", '") + f + "'";
+      ANVIL_CHECK(false, path, ":1: label_column: no column named '", want, "' in the header (", names, ")");
+    }
+    out.label = it - first.begin();
+  } else {
+    const int64_t index = std::get<int64_t>(options.label_column);
+    out.label = index < 0 ? index + out.num_columns : index;
+    ANVIL_CHECK(out.label >= 0 && out.label < out.num_columns, path, ": label_column ", index, " is out of range for ",
+                out.num_columns, " columns");
+  }
+  for (int64_t c = 0; c < out.num_columns; ++c) {
+    const std::string name = out.header ? first[static_cast<size_t>(c)] : anvil::detail::StrCat("column ", c + 1);
+    if (c == out.label) {
+      out.target_name = name;
+    } else {
+      out.feature_names.push_back(name);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+CsvColumns read_csv_columns(const std::string& path, const CsvOptions& options) {
+  // The first megabyte holds the first two lines of any table a model trains on; a first
+  // line longer than that is refused here, where the full read would accept it.
+  constexpr size_t kPrefix = 1 << 20;
+  file_io::GzReader reader(path, options.confine_to);
+  std::string prefix(kPrefix, '\0');
+  prefix.resize(reader.Read(prefix.data(), kPrefix));
+  if (prefix.size() == kPrefix) {  // more follows: whole lines only
+    const size_t last = prefix.rfind('\n');
+    ANVIL_CHECK(last != std::string::npos, path, ":1: the first line is longer than ", kPrefix, " bytes");
+    prefix.resize(last + 1);
+  }
+  const std::vector<Line> lines = SplitLines(prefix, path);
+  ANVIL_CHECK(!lines.empty(), path, ": empty file");
+  const char delim = options.delimiter.value_or(DefaultDelimiter(path));
+  ColumnLayout layout = LayColumns(SplitFields(lines[0], delim, path), lines, delim, options, path);
+  return {layout.header, std::move(layout.feature_names), std::move(layout.target_name)};
+}
 
 CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(path)) {
   const std::string content = file_io::ReadFile(path_, /*gunzip=*/true, options.confine_to);
@@ -146,40 +215,11 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   const char delim = options.delimiter.value_or(DefaultDelimiter(path_));
 
   const std::vector<std::string> first = SplitFields(lines[0], delim, path_);
-  const bool label_by_name = std::holds_alternative<std::string>(options.label_column);
-  bool header = options.header == CsvOptions::Header::kYes;
-  if (options.header == CsvOptions::Header::kAuto) {
-    header = label_by_name || (lines.size() > 1 && DetectHeader(first, SplitFields(lines[1], delim, path_)));
-  }
-  ANVIL_CHECK(!label_by_name || header, path_, ": label_column '", std::get<std::string>(options.label_column),
-              "' is a column name, but the file is read without a header");
-
-  const auto num_columns = static_cast<int64_t>(first.size());
-  ANVIL_CHECK(num_columns >= 2, path_, ":1: expected at least 2 fields (features and a target), got ", num_columns);
-  int64_t label = 0;
-  if (label_by_name) {
-    const std::string& want = std::get<std::string>(options.label_column);
-    const auto it = std::find(first.begin(), first.end(), want);
-    if (it == first.end()) {
-      std::string names;
-      for (const std::string& f : first) names += (names.empty() ? "'" : ", '") + f + "'";
-      ANVIL_CHECK(false, path_, ":1: no column named '", want, "' in the header (", names, ")");
-    }
-    label = it - first.begin();
-  } else {
-    const int64_t index = std::get<int64_t>(options.label_column);
-    label = index < 0 ? index + num_columns : index;
-    ANVIL_CHECK(label >= 0 && label < num_columns, path_, ": label_column ", index, " is out of range for ",
-                num_columns, " columns");
-  }
-  for (int64_t c = 0; c < num_columns; ++c) {
-    const std::string name = header ? first[static_cast<size_t>(c)] : anvil::detail::StrCat("column ", c + 1);
-    if (c == label) {
-      target_name_ = name;
-    } else {
-      feature_names_.push_back(name);
-    }
-  }
+  ColumnLayout layout = LayColumns(first, lines, delim, options, path_);
+  const bool header = layout.header;
+  const int64_t num_columns = layout.num_columns, label = layout.label;
+  feature_names_ = std::move(layout.feature_names);
+  target_name_ = std::move(layout.target_name);
 
   // Features parse straight into the tensor; targets wait as text until all are seen,
   // because their kind (integers, numbers, names) is a property of the whole column.

@@ -50,6 +50,18 @@ struct CsvOptions {
   std::string confine_to;
 };
 
+// What a file's first lines say about its table: whether it has a header, the feature
+// columns' names and the target column's, under `options` (its header detection and
+// label_column) and with CsvDataset's errors for them. Reads the first two lines only (at
+// most 1 MiB), so a server checks a job's label_column when the job is submitted, not when it
+// starts; the rows are checked when the dataset is read.
+struct CsvColumns {
+  bool header = false;
+  std::vector<std::string> feature_names;
+  std::string target_name;
+};
+CsvColumns read_csv_columns(const std::string& path, const CsvOptions& options = {});
+
 class CsvDataset : public Dataset {
  public:
   explicit CsvDataset(std::string path, CsvOptions options = {});

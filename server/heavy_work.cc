@@ -1,0 +1,61 @@
+#include "server/heavy_work.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "core/util/fault_point.h"
+#include "core/util/mutex.h"
+#include "server/status.h"
+#include "server/unary_call.h"
+
+namespace anvil::server {
+
+void heavy_work_fault_point() {
+  if (fault_point_fires("heavy_work:slow")) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+absl::Status heavy_work_abandoned() {
+  return absl::CancelledError("the call ended (its deadline passed, or the client cancelled) while its work waited");
+}
+
+void run_heavy_work(BoundedExecutor& pool, const grpc::ServerContextBase& ctx, const std::function<void()>& work) {
+  // Shared with the task: the waiter below always waits for it, but the task signals after
+  // the waiter may have begun to unwind on a spurious wake-up.
+  struct Outcome {
+    Mutex mu;
+    std::condition_variable cv;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::exception_ptr error ABSL_GUARDED_BY(mu);
+  };
+  const auto outcome = std::make_shared<Outcome>();
+  // `work` and `ctx` outlive the task: this function returns only once the task has run.
+  const bool queued = pool.try_submit([&work, &ctx, outcome] {
+    std::exception_ptr error;
+    try {
+      if (ctx.IsCancelled()) throw ServiceError(heavy_work_abandoned());
+      heavy_work_fault_point();
+      work();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      MutexLock lock(&outcome->mu);
+      outcome->error = error;
+      outcome->done = true;
+    }
+    outcome->cv.notify_all();
+  });
+  if (!queued) throw ServiceError(pool_full_status(kHeavyWorkCalls, pool));
+  std::exception_ptr error;
+  {
+    UniqueMutexLock lock(&outcome->mu);
+    while (!outcome->done) outcome->cv.wait(lock.native());
+    error = outcome->error;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace anvil::server

@@ -1,0 +1,43 @@
+// The CPU-heavy part of a call (a dry run's whole plan, an ONNX export's capture and
+// verification, an uploaded model's conversion, a quantization's calibration and evaluation)
+// runs on the server's work pool, never on gRPC's threads nor on the call pool's:
+//   - at most RequestLimits::max_concurrent_heavy_work such jobs run at once, whatever the
+//     number of calls, so a crowd of exports cannot take every core and the memory each
+//     capture holds; max_heavy_work_queue more wait, and beyond them the call is refused with
+//     RESOURCE_EXHAUSTED;
+//   - the call pool stays free for the cheap calls (ListJobs, GetJob, KServe metadata), which
+//     answer in milliseconds while heavy work queues;
+//   - a call whose client gave up (its deadline passed, or it cancelled) while its work waited
+//     is answered CANCELLED without doing the work.
+// Unary calls hand the whole call over (serve_method_heavy in server/unary_call.h); streaming
+// calls wait for their work on their own stream-pool thread (run_heavy_work).
+// Thread-safety: free functions over a thread-safe pool.
+#pragma once
+
+#include <absl/status/status.h>
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+
+#include "server/bounded_executor.h"
+
+namespace anvil::server {
+
+// What the work pool's refusal calls its tasks ("too many <calls> at once").
+inline constexpr const char* kHeavyWorkCalls =
+    "heavy calls (dry runs, quantizations, ONNX exports, model uploads)";
+
+// Runs `work` on `pool` and returns when it has run, rethrowing what it threw. Throws
+// ServiceError: RESOURCE_EXHAUSTED when the pool's queue is full, CANCELLED when the client
+// gave up before the work started.
+void run_heavy_work(BoundedExecutor& pool, const grpc::ServerContextBase& ctx, const std::function<void()>& work);
+
+// The test hook every heavy job passes first: the fault point "heavy_work:slow=fire" makes
+// each take one second (server tests use it to keep the work pool busy). One atomic load
+// when disarmed.
+void heavy_work_fault_point();
+
+// CANCELLED for a call whose client left while its work waited for the pool.
+absl::Status heavy_work_abandoned();
+
+}  // namespace anvil::server

@@ -1,0 +1,157 @@
+// The heavy calls (dry runs, ONNX exports, quantizations, uploads) wait for the server's work
+// pool without holding a thread of the call pool: the cheap calls keep answering while they
+// queue (server/heavy_work.h).
+#include "server/heavy_work.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/util/fault_point.h"
+#include "proto/anvil/v1/anvil.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/server/server_fixture.h"
+
+namespace anvil::server {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+// The bound on a cheap call while heavy ones queue. Sanitized builds run several times slower.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr auto kCheapCallBound = std::chrono::milliseconds(500);
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr auto kCheapCallBound = std::chrono::milliseconds(500);
+#else
+constexpr auto kCheapCallBound = std::chrono::milliseconds(100);
+#endif
+#else
+constexpr auto kCheapCallBound = std::chrono::milliseconds(100);
+#endif
+
+class HeavyWorkTest : public ServerFixture {
+ protected:
+  void TearDown() override {
+    set_fault_point("");
+    ServerFixture::TearDown();
+  }
+  // A server whose call pool has 2 threads and whose work pool runs 2 jobs at once.
+  void StartSmall(int heavy_queue = 64) {
+    Stop();
+    ServerOptions o;
+    o.limits.max_concurrent_calls = 2;
+    o.limits.max_concurrent_heavy_work = 2;
+    o.limits.max_heavy_work_queue = heavy_queue;
+    Start(o);
+  }
+  grpc::Status DryRun(v1::SubmitJobResponse* resp, std::chrono::milliseconds deadline = std::chrono::seconds(120)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = BlobsSpec(1);
+    req.set_dry_run(true);
+    return training_->SubmitJob(&ctx, req, resp);
+  }
+};
+
+TEST_F(HeavyWorkTest, SlowExportsAndDryRunsLeaveListJobsAndHealthAnswering) {
+  StartSmall();
+  Stream(Submit(BlobsSpec(1)).id());  // a model to export
+  set_fault_point("heavy_work:slow=fire");  // each heavy job takes a second from here on
+
+  constexpr int kEach = 8;
+  std::vector<grpc::Status> export_status(kEach), dry_run_status(kEach);
+  std::vector<std::string> exported(kEach);
+  std::vector<v1::SubmitJobResponse> dry_runs(kEach);
+  std::vector<std::thread> heavy;
+  for (int i = 0; i < kEach; ++i) {
+    heavy.emplace_back([&, i] {
+      std::string sha;
+      int64_t total = 0;
+      exported[i] = Export("blobs-mlp", v1::ONNX, &export_status[i], &sha, &total);
+    });
+    heavy.emplace_back([&, i] { dry_run_status[i] = DryRun(&dry_runs[i]); });
+  }
+  // 16 jobs of a second, two at a time: the work pool is busy for 8 s. Meanwhile every cheap
+  // call answers within the bound (on the old path, dry runs took the call pool's 2 threads
+  // and ListJobs waited seconds).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  Clock::duration slowest_list{}, slowest_health{};
+  for (int round = 0; round < 10; ++round) {
+    Clock::time_point t0 = Clock::now();
+    {
+      grpc::ClientContext ctx;
+      v1::ListJobsResponse jobs;
+      ASSERT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+      EXPECT_EQ(jobs.jobs_size(), 1);  // dry runs queue nothing
+    }
+    slowest_list = std::max(slowest_list, Clock::now() - t0);
+    t0 = Clock::now();
+    {
+      grpc::ClientContext ctx;
+      grpc::health::v1::HealthCheckResponse h;
+      ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
+    }
+    slowest_health = std::max(slowest_health, Clock::now() - t0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  EXPECT_LT(slowest_list, kCheapCallBound) << duration_cast<milliseconds>(slowest_list).count() << " ms";
+  EXPECT_LT(slowest_health, kCheapCallBound) << duration_cast<milliseconds>(slowest_health).count() << " ms";
+
+  for (std::thread& t : heavy) t.join();
+  for (int i = 0; i < kEach; ++i) {
+    // Queued, not refused, and each did its work.
+    EXPECT_TRUE(export_status[i].ok()) << export_status[i].error_message();
+    EXPECT_GT(exported[i].size(), 100u);
+    EXPECT_TRUE(dry_run_status[i].ok()) << dry_run_status[i].error_message();
+    EXPECT_FALSE(dry_runs[i].created());
+    EXPECT_EQ(dry_runs[i].job().spec().name(), "blobs-mlp");
+  }
+}
+
+TEST_F(HeavyWorkTest, AFullWorkPoolRefusesAndAQueuedCallEndsAtItsDeadline) {
+  StartSmall(/*heavy_queue=*/1);
+  set_fault_point("heavy_work:slow=fire");
+  // Two run, one waits: three dry runs fill the pool. The last is the one whose client gives
+  // up after 300 ms, while it still waits.
+  std::vector<grpc::Status> status(3);
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.emplace_back([&, i] {
+      v1::SubmitJobResponse resp;
+      status[i] = DryRun(&resp);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  calls.emplace_back([&] {
+    v1::SubmitJobResponse resp;
+    status[2] = DryRun(&resp, std::chrono::milliseconds(300));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A fourth finds no room: refused at once, naming the bound.
+  v1::SubmitJobResponse resp;
+  const grpc::Status full = DryRun(&resp);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+  EXPECT_THAT(full.error_message(), HasSubstr("too many heavy calls"));
+  EXPECT_THAT(full.error_message(), HasSubstr("2 running and 1 queued"));
+  for (std::thread& t : calls) t.join();
+  EXPECT_TRUE(status[0].ok()) << status[0].error_message();
+  EXPECT_TRUE(status[1].ok()) << status[1].error_message();
+  EXPECT_EQ(status[2].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The pool is free again, and serves.
+  set_fault_point("");
+  EXPECT_TRUE(DryRun(&resp).ok());
+}
+
+}  // namespace
+}  // namespace anvil::server
