@@ -11,6 +11,9 @@
 // A request whose deadline passes while it is queued gets DEADLINE_EXCEEDED without running;
 // a full queue answers UNAVAILABLE at once; close() fails whatever is still queued with
 // UNAVAILABLE. With batching disabled every request runs alone, in arrival order.
+//
+// Thread-safety: safe for concurrent use: run() from any number of threads, close() and
+// stats() from any (one mutex over the queue; a batch's forward runs outside it).
 #pragma once
 
 #include <absl/status/statusor.h>

@@ -7,7 +7,7 @@ BoundedExecutor::BoundedExecutor(int max_threads, int max_queue)
 
 BoundedExecutor::~BoundedExecutor() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -16,7 +16,7 @@ BoundedExecutor::~BoundedExecutor() {
 
 bool BoundedExecutor::try_submit(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return false;
     const int pending = static_cast<int>(queue_.size()) + 1;  // with this task
     if (running_ + pending > max_threads_ + max_queue_) return false;
@@ -32,19 +32,19 @@ bool BoundedExecutor::try_submit(std::function<void()> task) {
 }
 
 void BoundedExecutor::wait_idle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return running_ == 0 && queue_.empty(); });
+  UniqueMutexLock lock(&mu_);
+  while (!(running_ == 0 && queue_.empty())) idle_cv_.wait(lock.native());
 }
 
 int BoundedExecutor::threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(threads_.size());
 }
 
 void BoundedExecutor::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueMutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) cv_.wait(lock.native());
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();

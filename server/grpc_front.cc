@@ -86,7 +86,7 @@ std::unique_ptr<grpc::Server> GrpcFront::Build(const std::string& address, int* 
 }
 
 void GrpcFront::start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   server_ = Build(options_.address, &port_);
   ANVIL_CHECK(server_ != nullptr && port_ > 0, "anvild: cannot listen on ", options_.address,
               " (in use, or not a valid address)");
@@ -94,7 +94,7 @@ void GrpcFront::start() {
 }
 
 void GrpcFront::set_health(bool serving) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   serving_ = serving;
   health_->set_serving(serving);
 }
@@ -102,7 +102,7 @@ void GrpcFront::set_health(bool serving) {
 void GrpcFront::shutdown(std::chrono::milliseconds grace) {
   std::unique_ptr<grpc::Server> server;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     server = std::move(server_);
@@ -111,7 +111,7 @@ void GrpcFront::shutdown(std::chrono::milliseconds grace) {
   if (watchdog_.joinable()) watchdog_.join();
   const auto deadline = std::chrono::system_clock::now() + grace;
   if (server) server->Shutdown(deadline);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& old : retired_servers_) old->Shutdown(deadline);
   if (options_.quiesce) options_.quiesce();
   server.reset();
@@ -121,8 +121,8 @@ void GrpcFront::shutdown(std::chrono::milliseconds grace) {
 }
 
 void GrpcFront::wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return stopped_; });
+  UniqueMutexLock lock(&mu_);
+  while (!stopped_) cv_.wait(lock.native());
 }
 
 int64_t GrpcFront::AcceptQueueLength() const {
@@ -166,8 +166,13 @@ int64_t GrpcFront::AcceptQueueLength() const {
 
 void GrpcFront::Watch() {
   int stuck = 0;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, options_.probe_interval, [&] { return stopped_; })) {
+  UniqueMutexLock lock(&mu_);
+  while (true) {
+    // A probe interval, or until the front stops.
+    const auto until = std::chrono::steady_clock::now() + options_.probe_interval;
+    bool timed_out = false;
+    while (!stopped_ && !timed_out) timed_out = cv_.wait_until(lock.native(), until) == std::cv_status::timeout;
+    if (stopped_) break;
     if (server_ == nullptr) {
       // A rebuild that could not bind (fds still exhausted): try again.
     } else {

@@ -9,6 +9,9 @@
 // and the server is rebuilt on the same port (existing calls get a short grace; the old
 // server's services stay alive until the front stops). Once fds are free again, accepting
 // resumes within about two seconds.
+//
+// Thread-safety: start() once, first; then set_health, shutdown and wait from any thread (the
+// servers, their services and the stop flag are under one mutex, shared with the watchdog).
 #pragma once
 
 #include <dirent.h>
@@ -20,11 +23,11 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/util/mutex.h"
 #include "server/request_limits.h"
 
 namespace anvil::server {
@@ -61,8 +64,8 @@ class GrpcFront {
   int rebuilds() const { return rebuilds_.load(); }
 
  private:
-  std::unique_ptr<grpc::Server> Build(const std::string& address, int* port);
-  void Watch();
+  std::unique_ptr<grpc::Server> Build(const std::string& address, int* port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t AcceptQueueLength() const;  // -1 when the listening socket is not found
 
   // Opened once at start and reused: when the flood has used up every fd, the watchdog can
@@ -72,17 +75,17 @@ class GrpcFront {
 
   GrpcFrontOptions options_;
   ServiceFactory make_services_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::unique_ptr<grpc::Server> server_;
-  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<grpc::Service>> services_ ABSL_GUARDED_BY(mu_);
   // Rebuilt-away servers and their services, kept until the front stops (calls may still run).
-  std::vector<std::unique_ptr<grpc::Server>> retired_servers_;
-  std::vector<std::unique_ptr<grpc::Service>> retired_services_;
-  int port_ = 0;
-  bool serving_ = false;
+  std::vector<std::unique_ptr<grpc::Server>> retired_servers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<grpc::Service>> retired_services_ ABSL_GUARDED_BY(mu_);
+  int port_ = 0;  // set by start(), before the watchdog runs; read without the lock after
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<HealthState> health_;  // shared with each build's health service
-  bool stopped_ = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> rebuilds_{0};
   std::thread watchdog_;
 };

@@ -13,14 +13,14 @@ namespace hv1 = grpc::health::v1;
 HealthState::HealthState(std::vector<std::string> services) : services_(std::move(services)) {}
 
 void HealthState::set_serving(bool serving) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (serving_ == serving) return;
   serving_ = serving;
   for (auto& [id, on_change] : watchers_) on_change(serving);
 }
 
 bool HealthState::serving() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return serving_;
 }
 
@@ -29,7 +29,7 @@ bool HealthState::knows(const std::string& service) const {
 }
 
 int64_t HealthState::add_watcher(std::function<void(bool)> on_change, size_t max_watchers, bool* serving) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   *serving = serving_;
   if (watchers_.size() >= max_watchers) return -1;
   watchers_[next_id_] = std::move(on_change);
@@ -37,7 +37,7 @@ int64_t HealthState::add_watcher(std::function<void(bool)> on_change, size_t max
 }
 
 void HealthState::remove_watcher(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   watchers_.erase(id);
 }
 
@@ -68,7 +68,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     hv1::HealthCheckRequest req;
     const grpc::Status parsed = parse_request(request, &req, limits);
     if (!parsed.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       FinishLocked(parsed);
       return;
     }
@@ -77,7 +77,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     // so taking the two in the other order here could deadlock.
     bool serving = false;
     const int64_t id = state_->add_watcher([this](bool now) { Changed(now); }, kMaxWatchers, &serving);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     id_ = id;
     if (id_ < 0) {
       FinishLocked(to_grpc(absl::ResourceExhaustedError("too many health watches at once (1024)")));
@@ -88,7 +88,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client is gone"));
@@ -97,7 +97,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     PumpLocked();
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
   void OnDone() override {
@@ -107,13 +107,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
  private:
   void Changed(bool serving) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     changed_ = true;
     wanted_ = StatusOf(*state_, service_, serving);
     PumpLocked();
   }
 
-  void PumpLocked() {
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_ || (sent_any_ && wanted_ == sent_)) return;
     hv1::HealthCheckResponse resp;
     resp.set_status(wanted_);
@@ -125,20 +125,23 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     StartWrite(&buffer_);
   }
 
-  void FinishLocked(const grpc::Status& status) {
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     Finish(status);  // a write in flight completes (ok or not) before OnDone
   }
 
   std::shared_ptr<HealthState> state_;
-  std::string service_;
-  int64_t id_ = -1;
-  std::mutex mu_;
-  grpc::ByteBuffer buffer_;
-  hv1::HealthCheckResponse::ServingStatus wanted_ = hv1::HealthCheckResponse::UNKNOWN;
-  hv1::HealthCheckResponse::ServingStatus sent_ = hv1::HealthCheckResponse::UNKNOWN;
-  bool sent_any_ = false, writing_ = false, finished_ = false, changed_ = false;
+  std::string service_;  // set by the constructor before the watcher is registered
+  int64_t id_ = -1;      // set by the constructor; OnDone, the last callback, reads it
+  Mutex mu_;
+  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);  // gRPC reads it from StartWrite to OnWriteDone (writing_)
+  hv1::HealthCheckResponse::ServingStatus wanted_ ABSL_GUARDED_BY(mu_) = hv1::HealthCheckResponse::UNKNOWN;
+  hv1::HealthCheckResponse::ServingStatus sent_ ABSL_GUARDED_BY(mu_) = hv1::HealthCheckResponse::UNKNOWN;
+  bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class HealthService final

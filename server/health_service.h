@@ -14,14 +14,16 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/util/mutex.h"
+
 namespace anvil::server {
 
-// The server's serving flag and who watches it. Thread-safe; watchers are called under its
-// lock (they must not call back into it), and never again once removed.
+// The server's serving flag and who watches it. Thread-safety: safe for concurrent use;
+// watchers are called under its lock (they must not call back into it), and never again once
+// removed.
 class HealthState {
  public:
   explicit HealthState(std::vector<std::string> services);
@@ -35,10 +37,10 @@ class HealthState {
 
  private:
   const std::vector<std::string> services_;
-  mutable std::mutex mu_;
-  bool serving_ = false;
-  int64_t next_id_ = 0;
-  std::map<int64_t, std::function<void(bool)>> watchers_;
+  mutable Mutex mu_;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::function<void(bool)>> watchers_ ABSL_GUARDED_BY(mu_);
 };
 
 // One per server build; `state` outlives it (shared with the front).

@@ -24,8 +24,7 @@
 namespace anvil::server {
 
 // What the work pool's refusal calls its tasks ("too many <calls> at once").
-inline constexpr const char* kHeavyWorkCalls =
-    "heavy calls (dry runs, quantizations, ONNX exports, model uploads)";
+inline constexpr const char* kHeavyWorkCalls = "heavy calls (dry runs, quantizations, ONNX exports, model uploads)";
 
 // Runs `work` on `pool` and returns when it has run, rethrowing what it threw. Throws
 // ServiceError: RESOURCE_EXHAUSTED when the pool's queue is full, CANCELLED when the client

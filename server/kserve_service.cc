@@ -182,26 +182,26 @@ class KServeService final : public KServeBase {
   void Infer(grpc::ServerContextBase& ctx, const inference::ModelInferRequest& req,
              inference::ModelInferResponse& resp) {
     const v1::PredictRequest p = predict_request_of(req);
+    // The requested outputs against the model's signature before the forward: a misspelt
+    // name costs no batch slot and no compute.
+    if (req.outputs_size() > 0) {
+      const std::shared_ptr<ServedModel> m = value_or_throw(s_.registry->get(p.model(), p.version()));
+      const std::string& output = m->loaded.built.output_name;
+      for (const auto& o : req.outputs()) {
+        ANVIL_SERVICE_CHECK(o.name() == output, absl::StatusCode::kInvalidArgument, "outputs: model \"", m->row.name,
+                            "\" has no output \"", echo(o.name()), "\" (it has: ", output, ")");
+      }
+    }
     v1::PredictResponse out = value_or_throw(s_.registry->predict(p, batcher_deadline(ctx)));
     resp.set_model_name(out.model());
     resp.set_model_version(std::to_string(out.version()));
     resp.set_id(req.id());
-    std::map<std::string, bool> wanted;
-    for (const auto& o : req.outputs()) wanted[o.name()] = false;
-    for (v1::Tensor& t : *out.mutable_outputs()) {
-      if (!wanted.empty()) {
-        const auto it = wanted.find(t.name());
-        if (it == wanted.end()) continue;
-        it->second = true;
-      }
+    for (v1::Tensor& t : *out.mutable_outputs()) {  // the model's one output, checked above when named
       inference::ModelInferResponse::InferOutputTensor* o = resp.add_outputs();
       o->set_name(t.name());
       o->set_datatype(kserve_type_of(t.dtype()).kserve);
       for (int64_t d : t.shape()) o->add_shape(d);
       *resp.add_raw_output_contents() = std::move(*t.mutable_raw());
-    }
-    for (const auto& [name, found] : wanted) {
-      ANVIL_SERVICE_CHECK(found, absl::StatusCode::kInvalidArgument, "outputs: the model has no output \"", name, "\"");
     }
   }
 

@@ -5,6 +5,9 @@
 // the store with its per-job sequence number, so the stream notices the gap and reads the
 // missing events from the store: a slow reader falls back to the store and still gets every
 // event once, in order.
+//
+// Thread-safety: safe for concurrent use: publishers, subscribers and readers on any thread
+// (the hub's mutex, then a subscription's); listeners run under the hub's lock.
 #pragma once
 
 #include <chrono>

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "core/util/mutex.h"
 #include "server/status.h"
 
 namespace anvil::server {
@@ -28,16 +29,16 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     grpc::Status st = parse_request(request, &req_, c_.limits);
     if (st.ok()) st = to_grpc(status_of([&] { c_.authorize(*ctx_); }));
     if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       FinishLocked(st);
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RunOnPoolLocked(&MetricsStream::Open);
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (finish_deferred_) {
       finish_deferred_ = false;
@@ -52,7 +53,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
 
@@ -62,7 +63,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     // last pool task comes last deletes.
     std::shared_ptr<MetricsHub::Subscription> sub;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       unsubscribing_ = true;
       sub = std::move(sub_);
     }
@@ -71,7 +72,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     // decrements tasks_ in one: exactly one of the two deletes.
     bool last;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       done_ = true;
       last = tasks_ == 0;
     }
@@ -99,14 +100,14 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                           c_.max_per_job, " StreamMetrics streams (the most one job serves); close one or retry later");
       bool gone;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         gone = unsubscribing_ || finished_;
         if (!gone) sub_ = sub;
       }
       if (gone) c_.hub.unsubscribe(job_id_, sub);
     });
     if (!opened.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       FinishLocked(to_grpc(opened));
       return;
     }
@@ -117,13 +118,13 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void Replay() {
     int64_t after;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (finished_) return;
       after = last_seq_;
     }
     std::vector<MetricRow> rows;
     const absl::Status read = status_of([&] { rows = c_.store.metrics(job_id_, 0, after, kReplayPage); });
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!read.ok()) {
       FinishLocked(to_grpc(read));
       return;
@@ -144,12 +145,12 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // The hub's wake-up: a live event was queued, or the hub closed.
   void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PumpLocked();
   }
 
   // Starts the next write if none is in flight: replayed events first, then live ones.
-  void PumpLocked() {
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_ || ended_) return;
     if (!pending_.empty()) {
       Write(std::move(pending_.front()));
@@ -199,13 +200,13 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Runs `step` (Open, a replay page) on the pool, counted so the object outlives it: the
   // counting happens under the lock, the step runs unlocked. Refused: the stream ends.
-  void RunOnPoolLocked(void (MetricsStream::*step)()) {
+  void RunOnPoolLocked(void (MetricsStream::*step)()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++tasks_;
     const bool queued = c_.pool.try_submit([this, step] {
       (this->*step)();
       bool last;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         last = --tasks_ == 0 && done_;
       }
       if (last) delete this;
@@ -217,7 +218,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
   }
 
-  void Write(v1::MetricEvent e) {
+  void Write(v1::MetricEvent e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ended_ = EndsStream(e);
     buffer_.Clear();
     const grpc::Status st = serialize_response(e, &buffer_);
@@ -231,7 +232,7 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Finish once; while a write is in flight, its completion finishes (gRPC runs no two
   // operations of a kind at once, and Finish is the last).
-  void FinishLocked(const grpc::Status& status) {
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     if (writing_) {
@@ -244,25 +245,31 @@ class MetricsStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   grpc::CallbackServerContext* ctx_;
   const MetricsStreamContext c_;
-  v1::StreamMetricsRequest req_;
-  std::string job_id_;
-  std::shared_ptr<MetricsHub::Subscription> sub_;
+  v1::StreamMetricsRequest req_;  // set by Start, before the first pool task
+  std::string job_id_;            // set by Open before it subscribes
+  std::shared_ptr<MetricsHub::Subscription> sub_ ABSL_GUARDED_BY(mu_);
 
-  std::mutex mu_;
-  std::deque<v1::MetricEvent> pending_;  // replayed, not yet written
-  grpc::ByteBuffer buffer_;              // the write in flight
-  int64_t last_seq_ = 0;
+  Mutex mu_;
+  std::deque<v1::MetricEvent> pending_ ABSL_GUARDED_BY(mu_);  // replayed, not yet written
+  // The write in flight (gRPC reads it from StartWrite to OnWriteDone: writing_).
+  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // When the stream last got an event (live or stored): the store is polled after kStorePoll
   // of silence.
-  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
-  int tasks_ = 0;
-  bool writing_ = false, ended_ = false, finished_ = false;
-  bool unsubscribing_ = false;  // OnDone began: an Open still running unsubscribes itself
-  bool done_ = false;           // OnDone is past the unsubscribe: the last task out deletes
+  std::chrono::steady_clock::time_point last_heard_ ABSL_GUARDED_BY(mu_) = std::chrono::steady_clock::now();
+  int tasks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // OnDone began: an Open still running unsubscribes itself.
+  bool unsubscribing_ ABSL_GUARDED_BY(mu_) = false;
+  // OnDone is past the unsubscribe: the last task out deletes.
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   // Stored events remain to be read / a read is under way (Open's is the first).
-  bool replaying_ = true, fetching_ = true;
-  bool finish_deferred_ = false;
-  grpc::Status deferred_;
+  bool replaying_ ABSL_GUARDED_BY(mu_) = true;
+  bool fetching_ ABSL_GUARDED_BY(mu_) = true;
+  bool finish_deferred_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ models::LoadedModel LoadOnnx(const std::string& path, const ModelRow& row) {
   loaded.built.input_shape = imported.input.shape;
   loaded.built.output_shape = imported.output_shape;
   loaded.built.input_dtype = imported.input.dtype;
+  loaded.built.input_name = imported.input.name;
+  loaded.built.output_name = imported.output_name;
   loaded.built.spec = Json{{"format", "onnx"},
                            {"producer", imported.producer},
                            {"opset", imported.opset},
@@ -332,8 +334,8 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   out.set_version(m.row.version);
   out.set_job_id(m.row.job_id);
   const models::BuiltModel& b = m.loaded.built;
-  AddSignature(out.mutable_inputs(), "input", b.input_dtype, b.input_shape);
-  AddSignature(out.mutable_outputs(), "output", kFloat32, b.output_shape);
+  AddSignature(out.mutable_inputs(), b.input_name, b.input_dtype, b.input_shape);
+  AddSignature(out.mutable_outputs(), b.output_name, kFloat32, b.output_shape);
   for (const std::string& l : m.loaded.info.labels) out.add_labels(l);
   out.set_device(device_.str());
   out.set_created_unix_ms(m.row.created_ms);
@@ -359,10 +361,11 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
   fault_point("serving:predict");
   const models::BuiltModel& b = m->loaded.built;
   ANVIL_SERVICE_CHECK(request.inputs_size() == 1, absl::StatusCode::kInvalidArgument, "inputs: model \"", m->row.name,
-                      "\" takes exactly one input tensor (\"input\"), got ", request.inputs_size());
+                      "\" takes exactly one input tensor (\"", b.input_name, "\"), got ", request.inputs_size());
   const v1::Tensor& wire = request.inputs(0);
-  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == "input", absl::StatusCode::kInvalidArgument,
-                      "inputs: model \"", m->row.name, "\" has no input named \"", wire.name(), "\" (it has: input)");
+  ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == b.input_name, absl::StatusCode::kInvalidArgument,
+                      "inputs: model \"", m->row.name, "\" has no input named \"", echo(wire.name()), "\" (it has: ",
+                      b.input_name, ")");
   ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), absl::StatusCode::kInvalidArgument,
                       "inputs[0]: model \"", m->row.name, "\" expects dtype ",
                       wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ", wire_dtype_name(wire.dtype()));
@@ -393,7 +396,7 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
   v1::PredictResponse response;
   response.set_model(m->row.name);
   response.set_version(m->row.version);
-  encode_tensor(out, "output", response.add_outputs());
+  encode_tensor(out, b.output_name, response.add_outputs());
   if (request.top_k() > 0) {
     ANVIL_SERVICE_CHECK(out.dim() == 2, absl::StatusCode::kInvalidArgument, "top_k: model \"", m->row.name,
                         "\" is not a classifier (output ", shape_str(out.sizes()), ")");
@@ -416,7 +419,7 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
 }
 
 void ModelRegistry::prefetch(const std::string& name, int64_t version) {
-  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  MutexLock lock(&prefetch_mu_);
   if (prefetch_stopping_ || prefetch_queue_.size() >= 64) return;
   for (const auto& queued : prefetch_queue_) {
     if (queued.first == name && queued.second == version) return;
@@ -430,8 +433,8 @@ void ModelRegistry::Prefetch() {
   for (;;) {
     std::pair<std::string, int64_t> next;
     {
-      std::unique_lock<std::mutex> lock(prefetch_mu_);
-      prefetch_cv_.wait(lock, [&] { return prefetch_stopping_ || !prefetch_queue_.empty(); });
+      UniqueMutexLock lock(&prefetch_mu_);
+      while (!prefetch_stopping_ && prefetch_queue_.empty()) prefetch_cv_.wait(lock.native());
       if (prefetch_stopping_) return;
       next = std::move(prefetch_queue_.front());
       prefetch_queue_.pop_front();
@@ -456,7 +459,7 @@ void ModelRegistry::Prefetch() {
 void ModelRegistry::close() {
   std::thread prefetcher;
   {
-    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    MutexLock lock(&prefetch_mu_);
     prefetch_stopping_ = true;
     prefetcher.swap(prefetcher_);
   }

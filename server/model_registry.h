@@ -4,6 +4,9 @@
 // from its archive in the same process, so it is servable at once; older versions stay
 // servable. Models of earlier runs load lazily on first use. Each archive's SHA-256 is kept
 // in the store, and a file that no longer matches is refused with DATA_LOSS.
+//
+// Thread-safety: safe for concurrent use. The loaded models are under one mutex and the
+// prefetch queue under another; archives load and batches run outside both.
 #pragma once
 
 #include <atomic>
@@ -11,7 +14,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -134,12 +136,12 @@ class ModelRegistry {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 
   // Prefetching: its own thread, started by the first prefetch().
-  void Prefetch();
-  std::mutex prefetch_mu_;
+  void Prefetch() ABSL_LOCKS_EXCLUDED(prefetch_mu_, mu_);
+  Mutex prefetch_mu_;
   std::condition_variable prefetch_cv_;
-  std::deque<std::pair<std::string, int64_t>> prefetch_queue_;  // guarded by prefetch_mu_
-  bool prefetch_stopping_ = false;                              // guarded by prefetch_mu_
-  std::thread prefetcher_;                                      // guarded by prefetch_mu_
+  std::deque<std::pair<std::string, int64_t>> prefetch_queue_ ABSL_GUARDED_BY(prefetch_mu_);
+  bool prefetch_stopping_ ABSL_GUARDED_BY(prefetch_mu_) = false;
+  std::thread prefetcher_ ABSL_GUARDED_BY(prefetch_mu_);
 };
 
 }  // namespace anvil::server

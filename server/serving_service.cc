@@ -449,7 +449,7 @@ class ServingService final : public ServingBase {
   // with the exporter's message naming the op.
   std::string ExportOnnx(const ServedModel& m, const v1::ExportRequest& req, std::string* verification) {
     const models::BuiltModel& built = m.loaded.built;
-    const std::vector<onnx::InputSignature> inputs{{"input", built.input_shape, built.input_dtype}};
+    const std::vector<onnx::InputSignature> inputs{{built.input_name, built.input_shape, built.input_dtype}};
     onnx::ExportOptions options;
     if (req.opset() != 0) options.opset = req.opset();
     ANVIL_SERVICE_CHECK(options.opset >= onnx::kMinOpset && options.opset <= onnx::kMaxOpset,
@@ -465,7 +465,7 @@ class ServingService final : public ServingBase {
       }
     }
     options.fold_batch_norm = req.fold_batch_norm();
-    options.output_names = {"logits"};
+    options.output_names = {built.output_name};  // the name Predict and ModelInfer answer with
     options.producer_version = ANVIL_VERSION_STRING;
     options.graph_name = m.row.name;
     options.metadata = {

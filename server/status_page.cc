@@ -71,7 +71,7 @@ void StatusPage::Update(const std::string& job_id, Series& s) {
 }
 
 std::string StatusPage::json() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Json jobs = Json::array();
   std::map<std::string, Series> kept;
   for (const JobRow& row : store_.list_jobs({}, max_jobs_)) {

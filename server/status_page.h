@@ -4,11 +4,11 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/util/mutex.h"
 #include "server/store.h"
 
 namespace anvil::server {
@@ -55,8 +55,9 @@ class StatusPage {
   const Store& store_;
   const int64_t max_jobs_;
   const size_t max_points_;
-  std::mutex mu_;
-  std::map<std::string, Series> series_;  // the jobs on the page last time
+  // Held while a page is built.
+  Mutex mu_;
+  std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);  // the jobs on the page last time
 };
 
 // One page built from scratch (no cache): for tests and one-off callers.

@@ -18,8 +18,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 
+#include "core/util/mutex.h"
 #include "server/unary_call.h"
 
 namespace anvil::server {
@@ -47,7 +47,7 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // Sends `message` and waits until it is sent; false when the call ended first (the client
   // cancelled or went away): the body should return.
   bool write(const Response& message) {
-    std::unique_lock<std::mutex> lock(mu_);
+    UniqueMutexLock lock(&mu_);
     if (cancelled_) return false;
     buffer_.Clear();  // the previous message's, sent
     if (!serialize_response(message, &buffer_).ok()) return false;
@@ -57,26 +57,26 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     lock.lock();
     // A client that stops reading holds the write: after the stall timeout the call is
     // cancelled (its write then completes, failed) and the pool's thread is free again.
-    if (!cv_.wait_for(lock, stall_, [this] { return !pending_; })) {
+    if (!WaitDone(lock, stall_)) {
       ctx_->TryCancel();
-      cv_.wait(lock, [this] { return !pending_; });
+      while (pending_) cv_.wait(lock.native());
     }
     return written_;
   }
 
   bool cancelled() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return cancelled_;
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     pending_ = false;
     written_ = ok;
     cv_.notify_all();
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
   }
   void OnDone() override { delete this; }
@@ -84,12 +84,24 @@ class PooledWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  private:
   PooledWriter(grpc::CallbackServerContext* ctx, std::chrono::milliseconds stall) : ctx_(ctx), stall_(stall) {}
 
+  // Waits up to `timeout` for the write in flight to complete: false when it has not.
+  bool WaitDone(UniqueMutexLock& lock, std::chrono::milliseconds timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (pending_) {
+      if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) return !pending_;
+    }
+    return true;
+  }
+
   grpc::CallbackServerContext* ctx_;
   const std::chrono::milliseconds stall_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  grpc::ByteBuffer buffer_;
-  bool pending_ = false, written_ = false, cancelled_ = false;
+  // The message being sent: gRPC reads it from StartWrite until OnWriteDone (pending_).
+  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool written_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A client-streaming call: `body(ctx, reader, response)` runs on the pool and pulls messages.
@@ -114,7 +126,7 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // The next message into *out: true; false at the end of the stream (status() OK), or when a
   // message was refused or the call ended (status() says why: the body returns it).
   bool read(Request* out) {
-    std::unique_lock<std::mutex> lock(mu_);
+    UniqueMutexLock lock(&mu_);
     if (!status_.ok() || ended_) return false;
     pending_ = true;
     lock.unlock();
@@ -122,10 +134,10 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     lock.lock();
     // A client that stops sending holds the read: after the stall timeout the call is cancelled.
     bool stalled = false;
-    if (!cv_.wait_for(lock, limits_.stall_timeout, [this] { return !pending_; })) {
+    if (!WaitDone(lock, limits_.stall_timeout)) {
       stalled = true;
       ctx_->TryCancel();
-      cv_.wait(lock, [this] { return !pending_; });
+      while (pending_) cv_.wait(lock.native());
     }
     if (!got_) {
       ended_ = true;
@@ -142,18 +154,18 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return status_.ok();
   }
   grpc::Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return status_;
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     pending_ = false;
     got_ = ok;
     cv_.notify_all();
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
   }
   void OnDone() override { delete this; }
@@ -161,13 +173,26 @@ class PooledReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  private:
   PooledReader(grpc::CallbackServerContext* ctx, const CallLimits& limits) : ctx_(ctx), limits_(limits) {}
 
+  // Waits up to `timeout` for the read in flight to complete: false when it has not.
+  bool WaitDone(UniqueMutexLock& lock, std::chrono::milliseconds timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (pending_) {
+      if (cv_.wait_until(lock.native(), until) == std::cv_status::timeout) return !pending_;
+    }
+    return true;
+  }
+
   grpc::CallbackServerContext* ctx_;
   const CallLimits& limits_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  grpc::ByteBuffer buffer_;
-  grpc::Status status_;
-  bool pending_ = false, got_ = false, ended_ = false, cancelled_ = false;
+  // The message being read: gRPC fills it from StartRead until OnReadDone (pending_).
+  grpc::ByteBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool got_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace anvil::server

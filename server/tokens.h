@@ -8,6 +8,9 @@
 //
 // The server reloads the file when it changes (checked at most once a second), so tokens
 // created or revoked while it runs take effect without a restart.
+//
+// Thread-safety: a TokenSet is safe for concurrent use (one mutex over what it loaded).
+// create_token and revoke_token rewrite the file whole (atomically), from one writer at a time.
 #pragma once
 
 #include <chrono>

@@ -33,7 +33,7 @@ std::string Redacted(const std::string& url) {
 
 PostgresRendezvousStore::PostgresRendezvousStore(std::string url, std::chrono::milliseconds timeout)
     : url_(std::move(url)), timeout_(timeout) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Connection();
 }
 
@@ -55,7 +55,7 @@ pg_conn* PostgresRendezvousStore::Connection() {
 }
 
 void PostgresRendezvousStore::set(const std::string& key, const std::vector<char>& data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   static const char kEmpty = 0;  // libpq sends a null pointer as SQL NULL, not as no bytes
   const char* values[2] = {key.c_str(), data.empty() ? &kEmpty : data.data()};
   const int lengths[2] = {static_cast<int>(key.size()), static_cast<int>(data.size())};
@@ -91,12 +91,12 @@ void PostgresRendezvousStore::wait(const std::vector<std::string>& keys, const s
   for (;;) {
     std::string failure;
     try {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       missing = Missing(missing);
     } catch (const gloo::IoException& e) {
       // The database away for a moment (a restart): reconnect on the next poll, until the deadline.
       failure = e.what();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (conn_ != nullptr) PQfinish(conn_);
       conn_ = nullptr;
     }
@@ -114,7 +114,7 @@ void PostgresRendezvousStore::wait(const std::vector<std::string>& keys, const s
 
 std::vector<char> PostgresRendezvousStore::get(const std::string& key) {
   wait({key}, timeout_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const char* values[1] = {key.c_str()};
   Result r(PQexecParams(Connection(), "SELECT value FROM rendezvous WHERE key = $1", 1, nullptr, values, nullptr,
                         nullptr, 1));
@@ -126,7 +126,7 @@ std::vector<char> PostgresRendezvousStore::get(const std::string& key) {
 }
 
 void PostgresRendezvousStore::remove_prefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // LIKE with the prefix's own wildcards escaped.
   std::string pattern;
   for (char c : prefix) {

@@ -18,9 +18,10 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "core/util/mutex.h"
 
 struct pg_conn;
 
@@ -40,14 +41,15 @@ class PostgresRendezvousStore final : public gloo::rendezvous::Store {
   void remove_prefix(const std::string& prefix);
 
  private:
-  pg_conn* Connection();  // connects (again) when needed; throws gloo::IoException
+  // Connects (again) when needed; throws gloo::IoException.
+  pg_conn* Connection() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The keys among `keys` that are not set yet.
-  std::vector<std::string> Missing(const std::vector<std::string>& keys);
+  std::vector<std::string> Missing(const std::vector<std::string>& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string url_;
   const std::chrono::milliseconds timeout_;
-  std::mutex mu_;
-  pg_conn* conn_ = nullptr;  // guarded by mu_
+  Mutex mu_;
+  pg_conn* conn_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 // Makes core/distributed's make_rendezvous_store take postgresql:// URLs.

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/util/log.h"
+#include "core/util/mutex.h"
 #include "workers/rank_events.h"
 #include "workers/rank_worker.h"
 
@@ -45,7 +46,7 @@ RankGroupRun::RankGroupRun(RunJob job, std::function<void(const WorkerEvent&)> e
     : job_(std::move(job)), emit_(std::move(emit)) {}
 
 void RankGroupRun::stop(bool interrupt) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A node of another replica's job stops at once: its ranks cannot agree on a stop step with
   // node 0 (which decides), and node 0 restarts the attempt on the replicas left.
   if (stop_signal_ == 0) stop_signal_ = job_.span.node > 0 ? SIGKILL : interrupt ? SIGTERM : SIGUSR1;
@@ -55,6 +56,10 @@ void RankGroupRun::stop(bool interrupt) {
 WorkerEvent RankGroupRun::run() {
   WorkerEvent base;
   base.job_id = job_.job_id;
+  {
+    MutexLock lock(&mu_);
+    trouble_.clear();  // this run's
+  }
   const int world = job_.spec.world_size();
   fs::create_directories(job_.job_dir);
   const std::string job_file = (fs::path(job_.job_dir) / "rank-job.json").string();
@@ -77,18 +82,20 @@ WorkerEvent RankGroupRun::run() {
   // Sync marks ("#sync N"), written by this process after an attempt's ranks ended: once the
   // reader reached one, every event rank 0 sent before it was handled (its checkpoints queued
   // for publication).
-  std::mutex sync_mu;
-  std::condition_variable sync_cv;
-  int synced = 0;
+  struct Synced {
+    Mutex mu;
+    std::condition_variable cv;
+    int mark ABSL_GUARDED_BY(mu) = 0;  // the last mark the reader reached
+  } sync_marks;
   std::thread reader([&, read_fd = fds[0]] {
     FILE* in = ::fdopen(read_fd, "r");
     char* line = nullptr;
     size_t cap = 0;
     while (in != nullptr && ::getline(&line, &cap, in) > 0) {
       if (std::strncmp(line, "#sync ", 6) == 0) {
-        std::lock_guard<std::mutex> lock(sync_mu);
-        synced = std::atoi(line + 6);
-        sync_cv.notify_all();
+        MutexLock lock(&sync_marks.mu);
+        sync_marks.mark = std::atoi(line + 6);
+        sync_marks.cv.notify_all();
         continue;
       }
       try {
@@ -139,7 +146,6 @@ WorkerEvent RankGroupRun::run() {
     if (span.rendezvous_timeout_s > 0) o.env["ANVIL_RENDEZVOUS_TIMEOUT_S"] = std::to_string(span.rendezvous_timeout_s);
   }
   std::atomic<int> running_attempt{-1};
-  std::string trouble;  // why node 0 ended an attempt early (guarded by mu_)
   if (spread && span.node == 0) {
     o.before_start = [&, write_fd = fds[1]](int attempt) {
       running_attempt = -1;  // between attempts: nothing for the watcher to end
@@ -148,16 +154,20 @@ WorkerEvent RankGroupRun::run() {
         // next attempt names the checkpoint all nodes resume from.
         const std::string mark = "#sync " + std::to_string(attempt) + "\n";
         if (::write(write_fd, mark.data(), mark.size()) == static_cast<ssize_t>(mark.size())) {
-          std::unique_lock<std::mutex> lock(sync_mu);
-          sync_cv.wait_for(lock, std::chrono::seconds(30), [&] { return synced >= attempt; });
+          UniqueMutexLock lock(&sync_marks.mu);
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          bool timed_out = false;
+          while (sync_marks.mark < attempt && !timed_out) {
+            timed_out = sync_marks.cv.wait_until(lock.native(), until) == std::cv_status::timeout;
+          }
         }
       }
       if (span.open_attempt) span.open_attempt(attempt);
     };
     o.on_start = [&](int attempt, const std::vector<pid_t>&) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        trouble.clear();  // a failure reason names the attempt that failed last
+        MutexLock lock(&mu_);
+        trouble_.clear();  // a failure reason names the attempt that failed last
       }
       running_attempt = attempt;
     };
@@ -172,21 +182,23 @@ WorkerEvent RankGroupRun::run() {
   o.restartable = [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 1); };
   launch::LaunchResult r;
   // The watcher's end: signalled (not polled) so that the job's end never waits for its sleep.
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  bool done = false;
+  struct WatchEnd {
+    Mutex mu;
+    std::condition_variable cv;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  } watch_end;
   auto finish_watch = [&] {
     {
-      std::lock_guard<std::mutex> lock(done_mu);
-      done = true;
+      MutexLock lock(&watch_end.mu);
+      watch_end.done = true;
     }
-    done_cv.notify_all();
+    watch_end.cv.notify_all();
   };
   std::thread watcher;
   try {
     launch::RankSupervisor supervisor(o);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       supervisor_ = &supervisor;
       if (stop_signal_ != 0) supervisor.request_stop(stop_signal_);
     }
@@ -197,17 +209,23 @@ WorkerEvent RankGroupRun::run() {
         int ended = -1;
         while (true) {
           {
-            std::unique_lock<std::mutex> lock(done_mu);
-            if (done_cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) return;
+            // A second, or until the run ends.
+            UniqueMutexLock lock(&watch_end.mu);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+            bool timed_out = false;
+            while (!watch_end.done && !timed_out) {
+              timed_out = watch_end.cv.wait_until(lock.native(), until) == std::cv_status::timeout;
+            }
+            if (watch_end.done) return;
           }
           const int attempt = running_attempt;
           if (attempt < 0 || attempt == ended) continue;
           const std::string why = span.trouble(attempt);
           if (why.empty()) continue;
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           if (stop_signal_ != 0 || supervisor_ == nullptr) continue;
           ended = attempt;
-          trouble = why;
+          trouble_ = why;
           engine_log(LogSeverity::kWarning,
                      absl::StrCat("job ", job_.job_id, ": attempt ", attempt, ": ", why, "; restarting the ranks"));
           supervisor_->signal(SIGKILL);
@@ -217,12 +235,12 @@ WorkerEvent RankGroupRun::run() {
     r = supervisor.run();
     finish_watch();
     if (watcher.joinable()) watcher.join();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     supervisor_ = nullptr;
   } catch (const std::exception& e) {
     finish_watch();
     if (watcher.joinable()) watcher.join();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     supervisor_ = nullptr;
     r.reason = e.what();
   }
@@ -251,7 +269,7 @@ WorkerEvent RankGroupRun::run() {
   WorkerEvent end = base;
   int stop_signal;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_signal = stop_signal_;
   }
   if (r.stopped || stop_signal != 0) {
@@ -264,8 +282,8 @@ WorkerEvent RankGroupRun::run() {
   end.kind = WorkerEvent::Kind::kFailed;
   std::string why = r.reason.empty() ? "the ranks ended without a result" : r.reason;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!trouble.empty()) why = trouble + " (last: " + why + ")";
+    MutexLock lock(&mu_);
+    if (!trouble_.empty()) why = trouble_ + " (last: " + why + ")";
   }
   if (r.failed_rank >= 0) {
     const std::string last = LastLine(o.log_path(r.failed_rank));

@@ -10,9 +10,9 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "core/util/mutex.h"
 #include "launcher/supervisor.h"
 #include "workers/worker.h"
 
@@ -29,9 +29,11 @@ class RankGroupRun {
  private:
   RunJob job_;
   std::function<void(const WorkerEvent&)> emit_;
-  std::mutex mu_;
-  launch::RankSupervisor* supervisor_ = nullptr;  // guarded by mu_; set while run() runs
-  int stop_signal_ = 0;                           // guarded by mu_; 0: not stopped
+  Mutex mu_;
+  launch::RankSupervisor* supervisor_ ABSL_GUARDED_BY(mu_) = nullptr;  // set while run() runs
+  int stop_signal_ ABSL_GUARDED_BY(mu_) = 0;                           // 0: not stopped
+  // Why node 0 ended the run's attempt early (this run's).
+  std::string trouble_ ABSL_GUARDED_BY(mu_);
 };
 
 // The path of the running anvild binary (the ranks are started from it).

@@ -8,6 +8,9 @@
 // another thread cost 15-20 us per batch and ~10 % of the throughput at 64 clients in the
 // serving benchmark (bench/RESULTS.md), so a command runs on the caller's thread (models
 // then also run concurrently, as before); kOwnThread asks for the thread anyway.
+//
+// Thread-safety: safe for concurrent use: any thread may send commands, read stats() or shut
+// it down (one mutex over the queue).
 #pragma once
 
 #include <absl/status/statusor.h>

@@ -1,6 +1,9 @@
 // A worker owns one device and runs one training job at a time. Its boundary is a message
 // interface — commands in (run, stop), events out through a sink — with no shared state, so a
 // worker could move into a child process without the scheduler changing.
+//
+// Thread-safety: a Worker's methods may be called from any thread; its events come from its
+// own thread.
 #pragma once
 
 #include <absl/status/status.h>

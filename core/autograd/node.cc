@@ -1,12 +1,12 @@
 #include "core/autograd/node.h"
 
 #include <atomic>
-#include <mutex>
 #include <sstream>
 
 #include "core/autograd/derivatives.h"
 #include "core/autograd/grad_mode.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil::autograd {
 namespace {
@@ -202,9 +202,11 @@ Edge gradient_edge(const Tensor& t) {
   if (fn) return {fn, t.output_nr()};
   AutogradMeta* meta = t.impl()->autograd();
   if (meta == nullptr || !meta->requires_grad) return {};
-  // Two threads may record ops on the same leaf: create its accumulator once.
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  // Two threads may record ops on the same leaf: create its accumulator once. The lock guards
+  // every leaf's AutogradMeta::grad_accumulator (read and set only here), which no annotation
+  // can tie to a function-local mutex.
+  static Mutex mu;
+  MutexLock lock(&mu);
   auto acc = meta->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());

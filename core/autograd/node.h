@@ -6,6 +6,9 @@
 // Ownership: a result tensor owns its grad_fn; a node owns its next nodes (edges) and its
 // saved tensors. Saved *outputs* are stored without their grad_fn to avoid a reference
 // cycle, and re-attached to this node when unpacked (like PyTorch's SavedVariable).
+//
+// Thread-safety: threads may record ops on graphs that share leaves (a leaf's AccumulateGrad
+// is created once, under a lock); a graph's backward runs on one thread at a time (engine.h).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,10 @@
 // Tables are filled by explicit calls (RegisterCpuKernels, RegisterCudaKernels) when a
 // backend is first used — no static-initialiser registration, so what is linked is what
 // runs, in a known order.
+//
+// Thread-safety: the free functions are safe from any thread; a Backend is built once and its
+// kernel table only read after, its allocators are thread-safe. A DeviceStreamScope belongs to
+// the thread that made it.
 #pragma once
 
 #include <array>

@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
-#include <mutex>
+#include <mutex>  // std::call_once
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -23,6 +23,7 @@
 #include "core/backend/registry.h"
 #include "core/data/philox_stream.h"
 #include "core/data/sample_random.h"
+#include "core/util/mutex.h"
 #include "core/util/thread_pool.h"
 
 namespace anvil::data {
@@ -89,43 +90,56 @@ struct DataLoader::State {
   bool pin = false;                  // pin_memory, with a device to pin for
   std::vector<std::thread> threads;  // touched by the consumer thread only
 
-  // Iterable only: serialises reading the stream. Lock order: stream_mu before mu.
-  std::mutex stream_mu;
-  bool stream_ended = false;  // guarded by stream_mu
+  // Iterable only: serialises reading the stream (iterable->next and reset). Lock order:
+  // stream_mu before mu.
+  Mutex stream_mu ABSL_ACQUIRED_BEFORE(mu);
+  bool stream_ended ABSL_GUARDED_BY(stream_mu) = false;
 
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::condition_variable work_cv;   // workers wait for a batch to claim
   std::condition_variable ready_cv;  // the consumer waits for the next batch
-  // Guarded by mu:
-  bool stop = false;
-  bool active = false;  // a pass is running
-  uint64_t generation = 0;
-  int64_t epoch = 0;
-  int64_t start_batch = 0;                    // where the next pass starts; during a pass, where it started
-  std::vector<std::vector<int64_t>> batches;  // map-style: batches[k - start_batch]
-  int64_t end_batch = 0;                      // first id past the pass (iterable: INT64_MAX until the end is read)
-  int64_t next_claim = 0;
-  int64_t next_deliver = 0;
-  std::map<int64_t, Slot> ready;
-  Clock::time_point pass_start;
-  LoaderStats stats;
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  bool active ABSL_GUARDED_BY(mu) = false;  // a pass is running
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  int64_t epoch ABSL_GUARDED_BY(mu) = 0;
+  // Where the next pass starts; during a pass, where it started.
+  int64_t start_batch ABSL_GUARDED_BY(mu) = 0;
+  std::vector<std::vector<int64_t>> batches ABSL_GUARDED_BY(mu);  // map-style: batches[k - start_batch]
+  // First id past the pass (iterable: INT64_MAX until the end is read).
+  int64_t end_batch ABSL_GUARDED_BY(mu) = 0;
+  int64_t next_claim ABSL_GUARDED_BY(mu) = 0;
+  int64_t next_deliver ABSL_GUARDED_BY(mu) = 0;
+  std::map<int64_t, Slot> ready ABSL_GUARDED_BY(mu);
+  Clock::time_point pass_start ABSL_GUARDED_BY(mu);
+  LoaderStats stats ABSL_GUARDED_BY(mu);
 
-  bool Cancelled(uint64_t gen) {
-    std::lock_guard<std::mutex> lock(mu);
+  bool Cancelled(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock lock(&mu);
     return stop || generation != gen;
   }
-  RawSamples ReadStream(const DataLoaderOptions& opt, int64_t k);
+  // A worker may claim the next batch: a pass runs, it is in it, and the prefetch bound allows.
+  bool Claimable(int64_t max_in_flight) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return active && next_claim < end_batch && next_claim < next_deliver + max_in_flight;
+  }
+  // Batch k is built (or the pass ended before it).
+  bool Arrived(int64_t k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ready.count(k) > 0 || k >= end_batch; }
+  RawSamples ReadStream(const DataLoaderOptions& opt, int64_t k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream_mu)
+      ABSL_LOCKS_EXCLUDED(mu);
   std::optional<Slot> Build(const DataLoaderOptions& opt, int64_t k, uint64_t gen, int64_t ep, int worker,
-                            const std::vector<int64_t>& indices, RawSamples raw);
-  void WorkerLoop(const DataLoaderOptions& opt, int id);
+                            const std::vector<int64_t>& indices, RawSamples raw) ABSL_LOCKS_EXCLUDED(mu);
+  void WorkerLoop(const DataLoaderOptions& opt, int id) ABSL_LOCKS_EXCLUDED(stream_mu, mu);
   // `start`: when the consumer asked for the pass's first batch (the data-wait clock starts
   // there too, so the summed wait never exceeds the pass's elapsed time).
-  void StartPass(const DataLoaderOptions& opt, Clock::time_point start);
-  void EndPass(bool finished);  // requires mu
-  void StopWorkers();
+  void StartPass(const DataLoaderOptions& opt, Clock::time_point start) ABSL_LOCKS_EXCLUDED(stream_mu, mu);
+  // The stream read again from the epoch's start up to start_batch.
+  void RewindStream(const DataLoaderOptions& opt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream_mu, mu);
+  // The pass's counters from start_batch on, and the workers woken.
+  void BeginPass(Clock::time_point start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void EndPass(bool finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void StopWorkers() ABSL_LOCKS_EXCLUDED(mu);
 };
 
-// Reads batch k's samples from the stream; requires stream_mu. Records the end of the stream.
+// Reads batch k's samples from the stream. Records the end of the stream.
 DataLoader::State::RawSamples DataLoader::State::ReadStream(const DataLoaderOptions& opt, int64_t k) {
   RawSamples raw;
   const int64_t first = k * opt.batch_size;
@@ -147,7 +161,7 @@ DataLoader::State::RawSamples DataLoader::State::ReadStream(const DataLoaderOpti
   const auto n = static_cast<int64_t>(raw.size());
   if (n < opt.batch_size) {
     if (opt.drop_last) raw.clear();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     end_batch = std::min(end_batch, raw.empty() ? k : k + 1);
     ready_cv.notify_all();
   }
@@ -188,34 +202,39 @@ void DataLoader::State::WorkerLoop(const DataLoaderOptions& opt, int id) {
   WorkerInfoScope info_scope(WorkerInfo{id, opt.num_workers, MixKey(opt.seed, static_cast<uint64_t>(id))});
   SerialGuard serial;  // never take the intra-op pool from the training thread
   const int64_t max_in_flight = int64_t{opt.num_workers} * opt.prefetch_factor;
-  auto claimable = [&] { return active && next_claim < end_batch && next_claim < next_deliver + max_in_flight; };
-  std::unique_lock<std::mutex> lock(mu);
+  UniqueMutexLock lock(&mu);
   while (true) {
-    work_cv.wait(lock, [&] { return stop || claimable(); });
+    while (!stop && !Claimable(max_in_flight)) work_cv.wait(lock.native());
     if (stop) return;
-    std::unique_lock<std::mutex> stream_lock;
+    int64_t k = 0;
+    uint64_t gen = 0;
+    int64_t ep = 0;
+    std::vector<int64_t> indices;
+    std::optional<Slot> slot;
+    RawSamples raw;
     if (iterable) {
       // Claiming an id and reading its samples must be one step, or two workers could read
       // the stream in the opposite order of their ids.
       lock.unlock();
-      stream_lock = std::unique_lock<std::mutex>(stream_mu);
+      MutexLock stream_lock(&stream_mu);
       lock.lock();
-      if (stop || !claimable()) continue;
+      if (stop || !Claimable(max_in_flight)) continue;
+      k = next_claim++;
+      gen = generation;
+      ep = epoch;
+      lock.unlock();
+      try {
+        raw = ReadStream(opt, k);
+      } catch (const DataLoaderError&) {
+        slot = Slot{std::nullopt, std::current_exception()};
+      }
+    } else {
+      k = next_claim++;
+      gen = generation;
+      ep = epoch;
+      indices = batches[static_cast<size_t>(k - start_batch)];
+      lock.unlock();
     }
-    const int64_t k = next_claim++;
-    const uint64_t gen = generation;
-    const int64_t ep = epoch;
-    std::vector<int64_t> indices;
-    if (!iterable) indices = batches[static_cast<size_t>(k - start_batch)];
-    lock.unlock();
-    std::optional<Slot> slot;
-    RawSamples raw;
-    try {
-      if (iterable) raw = ReadStream(opt, k);
-    } catch (const DataLoaderError&) {
-      slot = Slot{std::nullopt, std::current_exception()};
-    }
-    if (stream_lock.owns_lock()) stream_lock.unlock();
     if (!slot) slot = Build(opt, k, gen, ep, id, indices, std::move(raw));
     lock.lock();
     if (slot && generation == gen) {
@@ -226,32 +245,43 @@ void DataLoader::State::WorkerLoop(const DataLoaderOptions& opt, int id) {
 }
 
 void DataLoader::State::StartPass(const DataLoaderOptions& opt, Clock::time_point start) {
-  std::unique_lock<std::mutex> stream_lock(stream_mu, std::defer_lock);
-  if (iterable) stream_lock.lock();
-  std::lock_guard<std::mutex> lock(mu);
+  if (iterable) {
+    MutexLock stream_lock(&stream_mu);
+    MutexLock lock(&mu);
+    ++generation;
+    ready.clear();
+    RewindStream(opt);
+    BeginPass(start);
+    return;
+  }
+  MutexLock lock(&mu);
   ++generation;
   ready.clear();
-  if (iterable) {
-    // A resumed pass re-reads and drops the samples before its first batch: a stream has no
-    // random access.
-    iterable->reset(epoch);
-    stream_ended = false;
-    end_batch = INT64_MAX;
-    for (int64_t i = 0; i < start_batch * opt.batch_size && !stream_ended; ++i) {
-      if (!iterable->next()) {
-        stream_ended = true;
-        end_batch = start_batch;
-      }
+  batch_sampler->set_epoch(epoch);
+  auto all = batch_sampler->batches();
+  const auto n = static_cast<int64_t>(all.size());
+  ANVIL_CHECK(start_batch <= n, "DataLoader: cannot start at batch ", start_batch, " of epoch ", epoch,
+              ": the epoch has ", n, " batches");
+  batches.assign(std::make_move_iterator(all.begin() + start_batch), std::make_move_iterator(all.end()));
+  end_batch = n;
+  BeginPass(start);
+}
+
+void DataLoader::State::RewindStream(const DataLoaderOptions& opt) {
+  // A resumed pass re-reads and drops the samples before its first batch: a stream has no
+  // random access.
+  iterable->reset(epoch);
+  stream_ended = false;
+  end_batch = INT64_MAX;
+  for (int64_t i = 0; i < start_batch * opt.batch_size && !stream_ended; ++i) {
+    if (!iterable->next()) {
+      stream_ended = true;
+      end_batch = start_batch;
     }
-  } else {
-    batch_sampler->set_epoch(epoch);
-    auto all = batch_sampler->batches();
-    const auto n = static_cast<int64_t>(all.size());
-    ANVIL_CHECK(start_batch <= n, "DataLoader: cannot start at batch ", start_batch, " of epoch ", epoch,
-                ": the epoch has ", n, " batches");
-    batches.assign(std::make_move_iterator(all.begin() + start_batch), std::make_move_iterator(all.end()));
-    end_batch = n;
   }
+}
+
+void DataLoader::State::BeginPass(Clock::time_point start) {
   next_claim = next_deliver = start_batch;
   active = true;
   pass_start = start;
@@ -276,13 +306,13 @@ void DataLoader::State::EndPass(bool finished) {
 
 void DataLoader::State::StopWorkers() {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     stop = true;
   }
   work_cv.notify_all();
   for (auto& t : threads) t.join();
   threads.clear();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   stop = false;
 }
 
@@ -334,7 +364,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> map_dataset, std::shared_p
 
 DataLoader::~DataLoader() {
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     ++state_->generation;  // workers abandon their batch at the next sample boundary
   }
   state_->StopWorkers();
@@ -351,7 +381,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
 DataLoader::Iterator DataLoader::begin() {
   State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (s.active) s.EndPass(/*finished=*/true);  // an abandoned pass counts as an epoch
   }
   return Iterator(this);
@@ -362,7 +392,7 @@ std::optional<Example> DataLoader::next() {
   const auto t0 = Clock::now();
   bool active;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     active = s.active;
   }
   if (!active) {
@@ -374,7 +404,7 @@ std::optional<Example> DataLoader::next() {
     }
   }
   std::optional<Slot> slot;
-  std::unique_lock<std::mutex> lock(s.mu);
+  UniqueMutexLock lock(&s.mu);
   const int64_t k = s.next_deliver;
   if (options_.num_workers == 0) {
     if (k < s.end_batch) {
@@ -386,7 +416,7 @@ std::optional<Example> DataLoader::next() {
       State::RawSamples raw;
       try {
         if (s.iterable) {
-          std::lock_guard<std::mutex> stream_lock(s.stream_mu);
+          MutexLock stream_lock(&s.stream_mu);
           raw = s.ReadStream(options_, k);
         }
         slot = s.Build(options_, k, gen, ep, -1, indices, std::move(raw));
@@ -396,9 +426,16 @@ std::optional<Example> DataLoader::next() {
       lock.lock();
     }
   } else {
-    auto arrived = [&] { return s.ready.count(k) > 0 || k >= s.end_batch; };
     if (options_.timeout.count() > 0) {
-      if (!s.ready_cv.wait_for(lock, options_.timeout, arrived)) {
+      const Clock::time_point until = Clock::now() + options_.timeout;
+      bool timed_out = false;
+      while (!s.Arrived(k)) {
+        if (s.ready_cv.wait_until(lock.native(), until) == std::cv_status::timeout) {
+          timed_out = !s.Arrived(k);
+          break;
+        }
+      }
+      if (timed_out) {
         s.EndPass(/*finished=*/false);
         throw DataLoaderError("DataLoader: timed out after " + std::to_string(options_.timeout.count()) +
                                   " ms waiting for batch " + std::to_string(k) + " of epoch " +
@@ -407,7 +444,7 @@ std::optional<Example> DataLoader::next() {
                               k, -1, -1);
       }
     } else {
-      s.ready_cv.wait(lock, arrived);
+      while (!s.Arrived(k)) s.ready_cv.wait(lock.native());
     }
     if (auto it = s.ready.find(k); it != s.ready.end()) {
       slot = std::move(it->second);
@@ -446,14 +483,14 @@ int64_t DataLoader::size() const {
 }
 
 int64_t DataLoader::epoch() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->epoch;
 }
 
 void DataLoader::set_epoch(int64_t epoch) { set_position({epoch, 0}); }
 
 LoaderPosition DataLoader::position() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return {state_->epoch, state_->active ? state_->next_deliver : state_->start_batch};
 }
 
@@ -462,14 +499,14 @@ void DataLoader::set_position(LoaderPosition position) {
               "DataLoader: expected a non-negative epoch and batch, "
               "got epoch ",
               position.epoch, " batch ", position.batch);
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   if (state_->active) state_->EndPass(/*finished=*/false);
   state_->epoch = position.epoch;
   state_->start_batch = position.batch;
 }
 
 LoaderStats DataLoader::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   LoaderStats out = state_->stats;
   if (state_->active) out.elapsed_seconds = Seconds(Clock::now() - state_->pass_start);
   return out;

@@ -38,6 +38,11 @@ struct BuiltModel {
   IntArray output_shape;              // without the batch dim
   std::string spec;                   // the normalised JSON spec (inferred sizes filled in)
   ScalarType input_dtype = kFloat32;  // int64 when the first layer is an embedding
+  // The model's signature names: what Predict and KServe's ModelInfer take and answer, and
+  // what its ONNX export calls the graph's input and output. An imported ONNX model keeps its
+  // graph's names, so a client moving between Anvil and onnxruntime renames nothing.
+  std::string input_name = "input";
+  std::string output_name = "output";
 };
 
 // Bounds on a spec, so that checking one costs little whatever a client sends: the text's

@@ -4,10 +4,10 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil {
 namespace {
@@ -36,7 +36,7 @@ class CachingCpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     const size_t size = RoundSize(nbytes);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.num_allocs;
       auto it = free_.find(size);
       if (it != free_.end() && !it->second.empty()) {
@@ -58,7 +58,7 @@ class CachingCpuAllocator final : public Allocator {
       throw OutOfMemoryError(detail::StrCat("CPU out of memory: tried to allocate ", size, " bytes; ",
                                             s.allocated_bytes, " bytes allocated by tensors"));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.num_system_allocs;
     Account(size);
     return p;
@@ -68,7 +68,7 @@ class CachingCpuAllocator final : public Allocator {
     if (ptr == nullptr) return;
     const size_t size = RoundSize(nbytes);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stats_.allocated_bytes -= size;
       if (stats_.cached_bytes + static_cast<int64_t>(size) <= cache_limit_) {
         free_[size].push_back(ptr);
@@ -82,12 +82,12 @@ class CachingCpuAllocator final : public Allocator {
   Device device() const override { return kCPU; }
 
   AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stats_;
   }
 
   void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) std::free(p);
       blocks.clear();
@@ -104,17 +104,17 @@ class CachingCpuAllocator final : public Allocator {
     if (p != nullptr && huge) madvise(p, padded, MADV_HUGEPAGE);
     return p;
   }
-  void Account(size_t size) {
+  void Account(size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     stats_.allocated_bytes += size;
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) {
       stats_.peak_allocated_bytes = stats_.allocated_bytes;
     }
   }
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<void*>> free_;  // guarded by mu_; probed by every allocation
-  AllocatorStats stats_;                                  // guarded by mu_
-  int64_t cache_limit_ = 0;
+  mutable Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);  // probed by every allocation
+  AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t cache_limit_ = 0;  // set by the constructor
 };
 
 }  // namespace

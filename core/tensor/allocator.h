@@ -4,7 +4,8 @@
 // request of that class. Why: first touch of fresh memory costs ~11 µs per 4 KiB page on
 // the machines Anvil targets (~0.35 GB/s), so reusing a warm block is worth more than most
 // kernel tricks. Blocks of 2 MiB and more are 2 MiB-aligned and advised as huge pages.
-// Thread-safe.
+// Thread-safety: every Allocator is safe for concurrent use (the CPU one keeps its cache and
+// statistics under one mutex).
 #pragma once
 
 #include <cstddef>

@@ -1,14 +1,16 @@
 // Random numbers: a counter-based Philox4x32-10 generator. A draw is a pure function of
 // (seed, counter), so any backend reproduces the same stream element by element, and
 // parallel kernels need no shared state: element i of a fill uses counter offset + i/4.
-// Thread-safety: Generator methods are guarded by an internal mutex.
+// Thread-safety: a Generator is safe for concurrent use (its methods take an internal mutex);
+// the free functions are pure.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <mutex>
+#include <utility>
 
 #include "core/util/macros.h"
+#include "core/util/mutex.h"
 
 namespace anvil {
 
@@ -43,36 +45,36 @@ class Generator {
  public:
   explicit Generator(uint64_t seed = 67280421310721ull) : seed_(seed) {}
   void manual_seed(uint64_t seed) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     seed_ = seed;
     offset_ = 0;
   }
   uint64_t seed() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return seed_;
   }
   // Reserves `blocks` Philox blocks; returns (seed, first counter).
   std::pair<uint64_t, uint64_t> reserve(uint64_t blocks) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const uint64_t first = offset_;
     offset_ += blocks;
     return {seed_, first};
   }
   // State for checkpoints: (seed, offset).
   std::pair<uint64_t, uint64_t> get_state() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return {seed_, offset_};
   }
   void set_state(uint64_t seed, uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     seed_ = seed;
     offset_ = offset;
   }
 
  private:
-  mutable std::mutex mu_;
-  uint64_t seed_;
-  uint64_t offset_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  uint64_t seed_ ABSL_GUARDED_BY(mu_);
+  uint64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The process-wide default generator (torch.manual_seed seeds this one).

@@ -4,16 +4,16 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil {
 namespace {
 
 struct Armed {
-  std::mutex mu;
-  std::string spec;
+  Mutex mu;
+  std::string spec ABSL_GUARDED_BY(mu);
   std::atomic<bool> any{false};
   Armed() {
     if (const char* e = std::getenv("ANVIL_FAULT_POINT")) spec = e;
@@ -30,7 +30,7 @@ Armed& State() {
 
 void set_fault_point(const std::string& spec) {
   Armed& a = State();
-  std::lock_guard<std::mutex> lock(a.mu);
+  MutexLock lock(&a.mu);
   a.spec = spec;
   a.any.store(!spec.empty(), std::memory_order_release);
 }
@@ -38,7 +38,7 @@ void set_fault_point(const std::string& spec) {
 bool fault_point_fires(const std::string& name) {
   Armed& a = State();
   if (!a.any.load(std::memory_order_acquire)) return false;
-  std::lock_guard<std::mutex> lock(a.mu);
+  MutexLock lock(&a.mu);
   return a.spec == name + "=fire";
 }
 
@@ -47,7 +47,7 @@ void fault_point(const char* name, const char* file, int line) {
   if (!a.any.load(std::memory_order_acquire)) return;
   std::string spec;
   {
-    std::lock_guard<std::mutex> lock(a.mu);
+    MutexLock lock(&a.mu);
     spec = a.spec;
   }
   const std::string_view n(name);

@@ -4,12 +4,12 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil {
 namespace {
@@ -24,7 +24,7 @@ class ThreadPool {
   }
   ~ThreadPool() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -35,11 +35,11 @@ class ThreadPool {
 
   int threads() const { return threads_; }
 
-  // Runs chunk_fn(0..n-1); returns when all are done. Caller holds run_mu_.
-  void Run(int64_t n, const std::function<void(int64_t)>& fn) {
+  // Runs chunk_fn(0..n-1); returns when all are done.
+  void Run(int64_t n, const std::function<void(int64_t)>& fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu) {
     uint64_t gen = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       fn_ = &fn;
       num_chunks_.store(n, std::memory_order_relaxed);
       done_.store(0, std::memory_order_relaxed);
@@ -59,22 +59,24 @@ class ThreadPool {
     // Spin briefly, then sleep: most chunks finish within microseconds of each other.
     for (int spin = 0; done_.load(std::memory_order_acquire) < num_chunks_; ++spin) {
       if (spin > 2000) {
-        std::unique_lock<std::mutex> lock(mu_);
-        done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) >= num_chunks_; });
+        UniqueMutexLock lock(&mu_);
+        while (done_.load(std::memory_order_acquire) < num_chunks_) done_cv_.wait(lock.native());
         break;
       }
       std::this_thread::yield();
     }
     std::exception_ptr err;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       fn_ = nullptr;
       err = error_;
     }
     if (err) std::rethrow_exception(err);
   }
 
-  std::mutex run_mu;  // one parallel region at a time
+  // One parallel region at a time. It guards no data (a region's state is mu_'s): it only
+  // keeps a second caller out of Run while one runs.
+  Mutex run_mu;
 
  private:
   // The next chunk index, tagged with its region's generation (low 32 bits of each): a worker
@@ -89,11 +91,11 @@ class ThreadPool {
     try {
       fn(c);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!error_) error_ = std::current_exception();
     }
     if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       done_cv_.notify_all();
     }
   }
@@ -134,8 +136,8 @@ class ThreadPool {
       const std::function<void(int64_t)>* fn = nullptr;
       int64_t n = 0;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
+        UniqueMutexLock lock(&mu_);
+        while (!stop_ && !(generation_ != seen && fn_ != nullptr)) cv_.wait(lock.native());
         if (stop_) return;
         seen = generation_;
         fn = fn_;  // this region's, read under the lock; valid until its last chunk is done
@@ -159,15 +161,15 @@ class ThreadPool {
 
   const int threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;
-  // Guarded by mu_ (written before notify, read by workers after wake-up).
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  std::atomic<int64_t> num_chunks_{0};
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  // Written before notify, read by workers after wake-up.
+  const std::function<void(int64_t)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<int64_t> num_chunks_{0};  // written under mu_; read by the caller's spin without it
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> published_{0};  // generation_, readable without the lock
   std::atomic<uint64_t> next_{0};       // Tagged(generation, next chunk index)
   std::atomic<int64_t> done_{0};
@@ -183,12 +185,12 @@ int DefaultThreads() {
   return available_cpu_threads();
 }
 
-std::mutex g_pool_mu;
-std::shared_ptr<ThreadPool> g_pool;  // guarded by g_pool_mu
+Mutex g_pool_mu;
+std::shared_ptr<ThreadPool> g_pool ABSL_GUARDED_BY(g_pool_mu);
 std::atomic<int> g_threads{0};
 
 std::shared_ptr<ThreadPool> Pool() {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
+  MutexLock lock(&g_pool_mu);
   if (!g_pool) {
     int n = g_threads.load();
     if (n <= 0) n = DefaultThreads();
@@ -208,7 +210,7 @@ int get_num_threads() {
 
 void set_num_threads(int n) {
   ANVIL_CHECK(n >= 1, "set_num_threads: expected a positive thread count, got ", n);
-  std::lock_guard<std::mutex> lock(g_pool_mu);
+  MutexLock lock(&g_pool_mu);
   if (g_pool && g_pool->threads() == n) return;
   g_pool.reset();  // joins the old workers once no region holds it
   g_threads = n;
@@ -224,8 +226,12 @@ bool serial_forced() { return t_serial; }
 
 void RunParallel(int64_t num_chunks, const std::function<void(int64_t)>& chunk_fn) {
   auto pool = Pool();
-  std::unique_lock<std::mutex> lock(pool->run_mu, std::try_to_lock);
-  if (!lock.owns_lock() || pool->threads() <= 1) {
+  if (!pool->run_mu.try_lock()) {  // busy: another thread's region, or a nested call
+    for (int64_t c = 0; c < num_chunks; ++c) chunk_fn(c);
+    return;
+  }
+  MutexLock lock(&pool->run_mu, std::adopt_lock);
+  if (pool->threads() <= 1) {
     for (int64_t c = 0; c < num_chunks; ++c) chunk_fn(c);
     return;
   }

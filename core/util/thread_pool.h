@@ -3,7 +3,7 @@
 // depends only on the range and the thread count, never on timing, so reductions combine
 // partial results in the same order every run (bitwise-repeatable CPU training).
 //
-// Thread-safe: any thread may call ParallelFor. Only one parallel region runs at a time;
+// Thread-safety: any thread may call ParallelFor. Only one parallel region runs at a time;
 // a caller that finds the pool busy (another thread's region, or a nested call from inside
 // a region) runs its work inline, so the two cores are never oversubscribed.
 #pragma once

@@ -15,7 +15,7 @@ CheckpointPublisher::CheckpointPublisher(ArtifactStore& store) : store_(store), 
 
 CheckpointPublisher::~CheckpointPublisher() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     for (const Pending& p : queue_) ::unlink(p.staged.c_str());
     queue_.clear();
@@ -25,7 +25,7 @@ CheckpointPublisher::~CheckpointPublisher() {
 }
 
 void CheckpointPublisher::set_named(const std::string& job_id, const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   named_[job_id] = key;
 }
 
@@ -37,7 +37,7 @@ void CheckpointPublisher::submit(const std::string& job_id, int64_t epoch, int64
         errno_message(errno), "); the job resumes from an earlier one");
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->job_id == job_id) {  // superseded
       ::unlink(it->staged.c_str());
@@ -50,7 +50,7 @@ void CheckpointPublisher::submit(const std::string& job_id, int64_t epoch, int64
 }
 
 std::string CheckpointPublisher::take_published(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto it = published_.find(job_id);
   if (it == published_.end()) return "";
   std::string key = std::move(it->second);
@@ -66,28 +66,27 @@ std::string CheckpointPublisher::flush(const std::string& job_id) {
 
 std::string CheckpointPublisher::flush_newest(const std::string& job_id) {
   Wait(job_id);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (const auto it = published_.find(job_id); it != published_.end()) return it->second;
   const auto it = named_.find(job_id);
   return it == named_.end() ? "" : it->second;
 }
 
-void CheckpointPublisher::Wait(const std::string& job_id) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
-      if (stopping_) return true;
-      if (in_flight_ == job_id) return false;
-      for (const Pending& p : queue_) {
-        if (p.job_id == job_id) return false;
-      }
-      return true;
-    });
+bool CheckpointPublisher::BusyLocked(const std::string& job_id) const {
+  if (in_flight_ == job_id) return true;
+  for (const Pending& p : queue_) {
+    if (p.job_id == job_id) return true;
   }
+  return false;
+}
+
+void CheckpointPublisher::Wait(const std::string& job_id) {
+  UniqueMutexLock lock(&mu_);
+  while (!stopping_ && BusyLocked(job_id)) cv_.wait(lock.native());
 }
 
 void CheckpointPublisher::forget(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->job_id == job_id) {
       ::unlink(it->staged.c_str());
@@ -101,9 +100,9 @@ void CheckpointPublisher::forget(const std::string& job_id) {
 }
 
 void CheckpointPublisher::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueMutexLock lock(&mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) cv_.wait(lock.native());
     if (queue_.empty()) return;  // stopping
     Pending p = std::move(queue_.front());
     queue_.pop_front();

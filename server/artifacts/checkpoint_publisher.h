@@ -12,10 +12,10 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/util/mutex.h"
 #include "server/artifacts/artifact_store.h"
 
 namespace anvil::server {
@@ -52,18 +52,20 @@ class CheckpointPublisher {
     std::string job_id, staged;
     int64_t epoch = 0, step = 0;
   };
-  void Run();
-  void Wait(const std::string& job_id);  // until nothing of the job is queued or in flight
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Wait(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);  // until nothing of the job is queued or in flight
+  // Whether the job has a publication queued or in flight.
+  bool BusyLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ArtifactStore& store_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> queue_;                     // guarded by mu_; at most one per job
-  std::map<std::string, std::string> published_;  // guarded by mu_: job -> newest key not taken
-  std::map<std::string, std::string> named_;      // guarded by mu_: job -> the key its row names
-  std::string in_flight_;                         // guarded by mu_: the job being uploaded, or ""
-  bool forgot_in_flight_ = false;                 // guarded by mu_: forget() came during the upload
-  bool stopping_ = false;                         // guarded by mu_
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);                     // at most one per job
+  std::map<std::string, std::string> published_ ABSL_GUARDED_BY(mu_);  // job -> newest key not taken
+  std::map<std::string, std::string> named_ ABSL_GUARDED_BY(mu_);      // job -> the key its row names
+  std::string in_flight_ ABSL_GUARDED_BY(mu_);                         // the job being uploaded, or ""
+  bool forgot_in_flight_ ABSL_GUARDED_BY(mu_) = false;                 // forget() came during the upload
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -166,7 +166,7 @@ HttpEndpoint::~HttpEndpoint() {
 }
 
 void HttpEndpoint::add_page(const std::string& path, Page page) {
-  std::lock_guard<std::mutex> lock(pages_mu_);
+  MutexLock lock(&pages_mu_);
   pages_[path] = std::make_shared<const Page>(std::move(page));
 }
 
@@ -295,7 +295,7 @@ std::pair<std::string, std::string> HttpEndpoint::Render(const std::string& path
   if (path == "/metrics") return {"text/plain; version=0.0.4; charset=utf-8", registry_.render()};
   std::shared_ptr<const Page> page;
   {
-    std::lock_guard<std::mutex> lock(pages_mu_);
+    MutexLock lock(&pages_mu_);
     const auto it = pages_.find(path);
     if (it != pages_.end()) page = it->second;
   }

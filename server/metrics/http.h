@@ -26,10 +26,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/util/mutex.h"
 #include "server/metrics/registry.h"
 
 namespace anvil::server::metrics {
@@ -69,8 +69,8 @@ class HttpEndpoint {
   std::pair<std::string, std::string> Render(const std::string& path, int* status);
 
   Registry& registry_;
-  std::mutex pages_mu_;
-  std::map<std::string, std::shared_ptr<const Page>> pages_;
+  Mutex pages_mu_;
+  std::map<std::string, std::shared_ptr<const Page>> pages_ ABSL_GUARDED_BY(pages_mu_);
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   int port_ = 0;
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;  // the loop's, by id (ids are never reused)

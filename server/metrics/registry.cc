@@ -28,7 +28,7 @@ template <typename M>
 M& Family<M>::with(const LabelValues& values) {
   ANVIL_CHECK(values.size() == label_names_.size(), "metric ", name_, ": expected ", label_names_.size(),
               " label values, got ", values.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto it = series_.find(values);
   if (it != series_.end()) return *it->second;
   prometheus::Labels labels;
@@ -45,7 +45,7 @@ M& Family<M>::with(const LabelValues& values) {
 
 template <typename M>
 void Family<M>::remove(const LabelValues& values) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto it = series_.find(values);
   if (it == series_.end()) return;
   family_.Remove(it->second);
@@ -57,7 +57,7 @@ void Family<M>::remove_matching(const std::string& label, const std::string& val
   const auto pos = std::find(label_names_.begin(), label_names_.end(), label);
   if (pos == label_names_.end()) return;
   const size_t i = static_cast<size_t>(pos - label_names_.begin());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = series_.begin(); it != series_.end();) {
     if (it->first[i] == value) {
       family_.Remove(it->second);
@@ -96,7 +96,7 @@ Registry::Registry() : registry_(std::make_shared<prometheus::Registry>()) {}
 
 template <typename M, typename Make>
 Family<M>& Registry::FindOrAdd(const std::string& name, const std::string& help, const Make& make) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto it = declared_.find(name);
   if (it != declared_.end()) {
     ANVIL_CHECK(it->second.type == kType<M>, "metric ", name, " is registered with another type than ", kKind<M>);
@@ -135,7 +135,7 @@ Family<Histogram>& Registry::histogram(const std::string& name, const std::strin
 }
 
 void Registry::add_collector(std::function<void()> collector) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
@@ -143,7 +143,7 @@ std::string Registry::render() {
   std::vector<std::function<void()>> collectors;
   std::map<std::string, Declared> declared;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     collectors = collectors_;
     declared = declared_;
   }

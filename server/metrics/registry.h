@@ -26,9 +26,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "core/util/mutex.h"
 
 namespace anvil::server::metrics {
 
@@ -65,10 +66,10 @@ class Family {
   const std::string name_;
   const std::vector<std::string> label_names_;
   const std::vector<double> bounds_;
-  std::mutex mu_;
+  Mutex mu_;
   // Looked up on every update through with() (each Predict, each training step): hashed, not
   // ordered (render() sorts what it writes).
-  absl::flat_hash_map<LabelValues, M*> series_;
+  absl::flat_hash_map<LabelValues, M*> series_ ABSL_GUARDED_BY(mu_);
 };
 
 class Registry {
@@ -91,15 +92,15 @@ class Registry {
   template <typename M, typename Make>
   Family<M>& FindOrAdd(const std::string& name, const std::string& help, const Make& make);
   const std::shared_ptr<prometheus::Registry> registry_;
-  std::mutex mu_;
+  Mutex mu_;
   struct Declared {
     int order;  // registration order
     std::string help;
     prometheus::MetricType type;
     std::shared_ptr<void> family;  // the Family<M> of `type`
   };
-  std::map<std::string, Declared> declared_;  // by name
-  std::vector<std::function<void()>> collectors_;
+  std::map<std::string, Declared> declared_ ABSL_GUARDED_BY(mu_);  // by name
+  std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace anvil::server::metrics

@@ -142,7 +142,7 @@ void ServiceMetrics::set_replica(const std::string& replica, const std::string& 
 }
 
 void ServiceMetrics::job_ended(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ended_[job_id] = Clock::now();
 }
 
@@ -151,7 +151,7 @@ double ServiceMetrics::BusySecondsLocked(Busy& b, Clock::time_point now) const {
 }
 
 void ServiceMetrics::device_busy(const std::string& device, bool busy) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto now = Clock::now();
   Busy& b = busy_[device];
   if (b.window_start == Clock::time_point()) b.window_start = now;
@@ -188,7 +188,7 @@ void ServiceMetrics::Collect() {
     advance_to(allocator_device_mallocs.with({d.str()}), static_cast<double>(g.num_system_allocs));
     advance_to(allocator_ooms.with({d.str()}), static_cast<double>(g.num_ooms));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto now = Clock::now();
   for (auto& [device, b] : busy_) {
     // The share of a window of 5-60 s; a new window starts every minute.

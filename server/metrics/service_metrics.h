@@ -1,13 +1,16 @@
 // The service's metric families (names after Prometheus conventions: base units, `_total`,
 // `_seconds`, `_bytes`; histograms for latencies) and the collectors that refresh the
 // read-on-scrape ones. One object, owned by the server, handed to the parts that record.
+//
+// Thread-safety: safe for concurrent use (the families are Registry's; the ended jobs and the
+// devices' busy time are under one mutex, taken by the scrape's collector too).
 #pragma once
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "core/util/mutex.h"
 #include "server/metrics/registry.h"
 
 namespace anvil::server::metrics {
@@ -67,16 +70,19 @@ class ServiceMetrics {
   void set_replica(const std::string& replica, const std::string& store);
   // A job's series are dropped `retention` after it ended (bounded label cardinality).
   void job_ended(const std::string& job_id);
-  void set_retention(std::chrono::seconds retention) { retention_ = retention; }
+  void set_retention(std::chrono::seconds retention) {
+    MutexLock lock(&mu_);
+    retention_ = retention;
+  }
   // Busy time of a device: call when a job starts and ends on it.
   void device_busy(const std::string& device, bool busy);
 
  private:
-  void Collect();
+  void Collect() ABSL_LOCKS_EXCLUDED(mu_);
   Registry& registry_;
-  std::mutex mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> ended_;
-  std::chrono::seconds retention_{600};
+  Mutex mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> ended_ ABSL_GUARDED_BY(mu_);
+  std::chrono::seconds retention_ ABSL_GUARDED_BY(mu_){600};
   struct Busy {
     bool busy = false;
     std::chrono::steady_clock::time_point since;
@@ -84,8 +90,8 @@ class ServiceMetrics {
     std::chrono::steady_clock::time_point window_start;
     double window_start_seconds = 0;  // busy seconds at window_start
   };
-  std::map<std::string, Busy> busy_;
-  double BusySecondsLocked(Busy& b, std::chrono::steady_clock::time_point now) const;
+  std::map<std::string, Busy> busy_ ABSL_GUARDED_BY(mu_);
+  double BusySecondsLocked(Busy& b, std::chrono::steady_clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace anvil::server::metrics

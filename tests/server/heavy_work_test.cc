@@ -63,7 +63,7 @@ class HeavyWorkTest : public ServerFixture {
 
 TEST_F(HeavyWorkTest, SlowExportsAndDryRunsLeaveListJobsAndHealthAnswering) {
   StartSmall();
-  Stream(Submit(BlobsSpec(1)).id());  // a model to export
+  Stream(Submit(BlobsSpec(1)).id());        // a model to export
   set_fault_point("heavy_work:slow=fire");  // each heavy job takes a second from here on
 
   constexpr int kEach = 8;

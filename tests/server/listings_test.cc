@@ -13,13 +13,15 @@ using ::testing::HasSubstr;
 
 class ListingsTest : public ServerFixture {
  protected:
-  // A job that fails at once (its CSV has no column "nope"): a finished row in a few ms.
-  v1::Job FailFast(const std::string& name, const std::string& label = "nope") {
-    if (!fs::exists(root_ / "data" / "tiny.csv")) std::ofstream(root_ / "data" / "tiny.csv") << "a,b,y\n1,2,0\n3,4,1\n";
+  // A job that fails at once (its CSV's header has the label column, submit's check, but a
+  // later row is not a number): a finished row in a few ms.
+  v1::Job FailFast(const std::string& name, const std::string& label = "y") {
+    const std::string file = "tiny-" + std::to_string(std::hash<std::string>{}(label)) + ".csv";
+    if (!fs::exists(root_ / "data" / file)) std::ofstream(root_ / "data" / file) << "a,b," << label << "\n1,2,0\n3,x,1\n";
     v1::JobSpec spec = BlobsSpec(1);
     spec.set_name(name);
     spec.mutable_dataset()->clear_name();
-    spec.mutable_dataset()->set_path("tiny.csv");
+    spec.mutable_dataset()->set_path(file);
     spec.mutable_dataset()->set_label_column(label);
     const v1::Job job = Submit(spec);
     Stream(job.id());

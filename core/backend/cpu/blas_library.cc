@@ -6,28 +6,29 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "core/backend/cpu/isa.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil::cpu::blas {
 namespace {
 
 // setenv/getenv are not safe against each other across threads; every variable Anvil sets
 // for a library is set under this lock, right around the dlopen that reads it, and restored
-// after, so the process's environment is as the user left it.
-std::mutex g_env_mu;
+// after, so the process's environment is as the user left it. What it guards is the process's
+// environment, which no annotation can name: ScopedEnv, the one writer, requires it instead.
+Mutex g_env_mu;
 
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  ScopedEnv(const char* name, const std::string& value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_env_mu) : name_(name) {
     if (const char* old = std::getenv(name)) previous_ = old;
     setenv(name, value.c_str(), 1);
   }
-  ~ScopedEnv() {
+  ~ScopedEnv() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_env_mu) {
     if (previous_) {
       setenv(name_, previous_->c_str(), 1);
     } else {
@@ -80,7 +81,7 @@ OpenBlas LoadOpenBlas() {
     lib.core_source = "loaded by another library of this process first";
   } else {
     const std::string want = CoreFor(requested_isa());
-    std::lock_guard<std::mutex> lock(g_env_mu);
+    MutexLock lock(&g_env_mu);
     // OpenBLAS starts its thread pool when it loads, sized from OPENBLAS_NUM_THREADS (else the
     // core count); Anvil runs it single-threaded inside its own pool (below), so it loads with
     // one thread and starts none.
@@ -164,7 +165,7 @@ Loaded<Blis> LoadBlis() {
   {
     // BLIS reads BLIS_ARCH_TYPE when it initialises (bli_init, here, and in the queries it
     // makes later): the variable stays set until that is done.
-    std::lock_guard<std::mutex> lock(g_env_mu);
+    MutexLock lock(&g_env_mu);
     const CpuIsa level = requested_isa();
     const char* want = level >= CpuIsa::kAvx512 ? "skx" : level == CpuIsa::kAvx2 ? "haswell" : nullptr;
     std::optional<int> id;
@@ -199,7 +200,7 @@ Loaded<OneDnn> LoadOneDnn() {
     // sleep at once; their wake-up costs microseconds against the milliseconds of the products
     // that use them (onednn_primitives.h). libgomp reads the variable when it is loaded, here;
     // a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
-    std::lock_guard<std::mutex> lock(g_env_mu);
+    MutexLock lock(&g_env_mu);
     std::optional<ScopedEnv> passive;
     if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
       passive.emplace("OMP_WAIT_POLICY", "passive");

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "core/backend/cpu/isa.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil::cpu::onednn {
 namespace {
@@ -316,7 +316,7 @@ class Cache {
  public:
   template <typename BuildFn>
   std::shared_ptr<Primitive> Get(const Key& key, BuildFn build) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto it = map_.find(key);
     if (it != map_.end()) {
       ++stats_.hits;
@@ -335,17 +335,18 @@ class Cache {
     return p;
   }
   PrimitiveCacheStats Stats() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PrimitiveCacheStats s = stats_;
     s.size = map_.size();
     return s;
   }
 
  private:
-  std::mutex mu_;
-  std::list<Key> order_;
-  std::unordered_map<Key, std::pair<std::shared_ptr<Primitive>, std::list<Key>::iterator>, KeyHash> map_;
-  PrimitiveCacheStats stats_;
+  Mutex mu_;  // held while a primitive is built: threads asking for the same new key build it once
+  std::list<Key> order_ ABSL_GUARDED_BY(mu_);  // most recent first
+  std::unordered_map<Key, std::pair<std::shared_ptr<Primitive>, std::list<Key>::iterator>, KeyHash> map_
+      ABSL_GUARDED_BY(mu_);
+  PrimitiveCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 Cache& TheCache() {

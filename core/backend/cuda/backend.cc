@@ -3,7 +3,6 @@
 #include <array>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 
 #include "core/backend/cuda/cuda_check.h"
@@ -12,6 +11,7 @@
 #include "core/backend/cuda/pinned_memory.h"
 #include "core/backend/cuda/runtime.h"
 #include "core/util/error.h"
+#include "core/util/mutex.h"
 
 namespace anvil::cuda {
 namespace {
@@ -100,15 +100,15 @@ class CudaBackend final : public Backend {
   CudaAllocator& GetAllocator(int device) {
     ANVIL_CHECK(device >= 0 && device < cuda::device_count(), "cuda:", device, " does not exist (",
                 cuda::device_count(), " CUDA device(s))");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto& a = allocators_[static_cast<size_t>(device)];
     if (!a) a = std::make_unique<CudaAllocator>(device);
     return *a;
   }
 
  private:
-  std::mutex mu_;
-  std::array<std::unique_ptr<CudaAllocator>, 64> allocators_;
+  Mutex mu_;
+  std::array<std::unique_ptr<CudaAllocator>, 64> allocators_ ABSL_GUARDED_BY(mu_);  // made on first use
 };
 
 CudaBackend& Instance() {

@@ -1,5 +1,8 @@
 // The CUDA backend object (allocator per device, copies, kernel table) and the few controls
 // the rest of Anvil reaches for: memory statistics and empty_cache per device.
+//
+// Thread-safety: safe from any thread; each device's allocator is made once, under the
+// backend's mutex, and is itself thread-safe (caching_allocator.h).
 #pragma once
 
 #include "core/backend/cuda/caching_allocator.h"

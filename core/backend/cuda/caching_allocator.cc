@@ -113,7 +113,7 @@ CachingAllocator::~CachingAllocator() {
 
 void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (nbytes > kMaxRequest) ThrowOutOfMemory(nbytes);
   ProcessEvents(/*wait=*/false);
   const size_t size = round_size(nbytes);
@@ -132,7 +132,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
 
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = allocated_.find(AsAddr(ptr));
   ANVIL_INTERNAL_ASSERT(it != allocated_.end(), "deallocate(", ptr,
                         "): not a live allocation of this allocator (a double free?)");
@@ -153,7 +153,7 @@ void CachingAllocator::deallocate(void* ptr) {
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = allocated_.find(AsAddr(ptr));
   ANVIL_INTERNAL_ASSERT(it != allocated_.end(), "record_stream(", ptr, "): not a live allocation of this allocator");
   Block* block = it->second;
@@ -163,12 +163,12 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReleaseCachedBlocks();
 }
 
 CachingAllocator::Stats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stats s = stats_;
   s.largest_free_block = static_cast<int64_t>(LargestFreeBlock());
   const int64_t unused = s.reserved_bytes - s.allocated_bytes;
@@ -177,7 +177,7 @@ CachingAllocator::Stats CachingAllocator::stats() const {
 }
 
 void CachingAllocator::reset_peak() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
 }
 

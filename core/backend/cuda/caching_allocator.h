@@ -37,7 +37,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -45,6 +44,7 @@
 #include <vector>
 
 #include "core/backend/cuda/device_memory.h"
+#include "core/util/mutex.h"
 
 namespace anvil::cuda {
 
@@ -120,32 +120,34 @@ class CachingAllocator {
     Segment* expandable = nullptr;            // this pool's growable segment, if any
   };
 
-  Pool& GetPool(StreamId stream, bool small);
-  Block* FindOrGetBlock(Pool& pool, size_t size);
-  Block* FindFreeBlock(Pool& pool, size_t size);
-  Block* NewSegment(Pool& pool, size_t size);
-  Block* GrowExpandable(Pool& pool, size_t size);
-  bool ShouldSplit(const Block& block, size_t size) const;
-  uintptr_t Claim(Block* block, size_t size);
-  void FreeBlock(Block* block);
-  void Absorb(Block* lo, Block* hi);
-  void ProcessEvents(bool wait);
-  void ReleaseCachedBlocks();
-  void ShrinkExpandable(Segment& segment);
-  size_t LargestFreeBlock() const;
-  [[noreturn]] void ThrowOutOfMemory(size_t size);
+  // The pools, segments and blocks (reached through pools_ and segments_) are mu_'s: every
+  // helper below runs with it held.
+  Pool& GetPool(StreamId stream, bool small) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* FindOrGetBlock(Pool& pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* FindFreeBlock(Pool& pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* NewSegment(Pool& pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* GrowExpandable(Pool& pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShouldSplit(const Block& block, size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uintptr_t Claim(Block* block, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Absorb(Block* lo, Block* hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProcessEvents(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseCachedBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShrinkExpandable(Segment& segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t LargestFreeBlock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[noreturn]] void ThrowOutOfMemory(size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  DeviceMemoryProvider* const provider_;  // borrowed
+  DeviceMemoryProvider* const provider_ ABSL_PT_GUARDED_BY(mu_);  // borrowed; called with mu_ held
   const Options options_;
   const int device_index_;
 
-  mutable std::mutex mu_;
-  // Everything below is guarded by mu_.
-  std::map<std::pair<StreamId, bool>, Pool> pools_;         // key: (stream, small)
-  std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by base address
-  std::unordered_map<uintptr_t, Block*> allocated_;         // handed out, by address
-  std::vector<std::pair<EventId, Block*>> pending_;         // events holding freed blocks
-  Stats stats_;  // the counters; largest_free_block and fragmentation are computed
+  mutable Mutex mu_;
+  std::map<std::pair<StreamId, bool>, Pool> pools_ ABSL_GUARDED_BY(mu_);         // key: (stream, small)
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);  // by base address
+  std::unordered_map<uintptr_t, Block*> allocated_ ABSL_GUARDED_BY(mu_);         // handed out, by address
+  std::vector<std::pair<EventId, Block*>> pending_ ABSL_GUARDED_BY(mu_);         // events holding freed blocks
+  // The counters; largest_free_block and fragmentation are computed.
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace anvil::cuda

@@ -3,6 +3,9 @@
 //
 // The driver API is reached through cudaGetDriverEntryPointByVersion rather than linked:
 // binaries then need no libcuda at link time and start (CPU-only) on machines without one.
+//
+// Thread-safety: none of its own: the CachingAllocator that owns it calls it under its mutex,
+// one call at a time (device_memory.h).
 #pragma once
 
 #include <cstdint>

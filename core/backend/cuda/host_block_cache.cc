@@ -19,7 +19,7 @@ HostBlockCache::~HostBlockCache() {
 size_t HostBlockCache::round_size(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 4096)); }
 
 bool HostBlockCache::Idle(Block& b) {
-  std::erase_if(b.uses, [&](EventId e) {
+  std::erase_if(b.uses, [&](EventId e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {  // called here, under mu_
     if (!provider_->query_event(e)) return false;
     provider_->destroy_event(e);
     return true;
@@ -29,7 +29,7 @@ bool HostBlockCache::Idle(Block& b) {
 
 void* HostBlockCache::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto [it, end] = free_.equal_range(size); it != end; ++it) {
     Block& b = blocks_.at(it->second);
     if (!Idle(b)) continue;  // the GPU may still read it
@@ -59,7 +59,7 @@ void* HostBlockCache::allocate(size_t bytes) {
 }
 
 void HostBlockCache::deallocate(void* ptr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   ANVIL_INTERNAL_ASSERT(it != blocks_.end() && it->second.allocated, "pinned host free of ", ptr,
                         ", which is not a block in use");
@@ -78,7 +78,7 @@ HostBlockCache::Blocks::const_iterator HostBlockCache::Find(const void* ptr) con
 }
 
 bool HostBlockCache::record_use(const void* ptr, StreamId stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = Find(ptr);
   if (it == blocks_.end()) return false;
   Block& b = blocks_.at(it->first);
@@ -88,7 +88,7 @@ bool HostBlockCache::record_use(const void* ptr, StreamId stream) {
 }
 
 bool HostBlockCache::contains(const void* ptr, size_t bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = Find(ptr);
   if (it == blocks_.end() || !it->second.allocated) return false;
   return reinterpret_cast<uintptr_t>(ptr) + bytes <= it->first + it->second.size;
@@ -109,12 +109,12 @@ void HostBlockCache::ReleaseIdle() {
 }
 
 void HostBlockCache::empty_cache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReleaseIdle();
 }
 
 HostBlockCache::Stats HostBlockCache::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Stats s = stats_;
   s.pending_blocks = 0;
   for (const auto& [size, addr] : free_) s.pending_blocks += blocks_.at(addr).uses.empty() ? 0 : 1;

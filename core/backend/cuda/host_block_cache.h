@@ -27,10 +27,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <vector>
 
 #include "core/backend/cuda/device_memory.h"
+#include "core/util/mutex.h"
 
 namespace anvil::cuda {
 
@@ -88,16 +88,16 @@ class HostBlockCache {
   using Blocks = std::map<uintptr_t, Block>;  // by address
 
   // Drops the completed events of `b`; true when none is left.
-  bool Idle(Block& b);
-  Blocks::const_iterator Find(const void* ptr) const;
-  // Frees every cached block whose uses have completed (mu_ held).
-  void ReleaseIdle();
+  bool Idle(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Blocks::const_iterator Find(const void* ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees every cached block whose uses have completed.
+  void ReleaseIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  HostMemoryProvider* const provider_;
-  mutable std::mutex mu_;
-  Blocks blocks_;
-  std::multimap<size_t, uintptr_t> free_;  // cached blocks by size
-  Stats stats_;
+  HostMemoryProvider* const provider_ ABSL_PT_GUARDED_BY(mu_);  // called with mu_ held
+  mutable Mutex mu_;
+  Blocks blocks_ ABSL_GUARDED_BY(mu_);
+  std::multimap<size_t, uintptr_t> free_ ABSL_GUARDED_BY(mu_);  // cached blocks by size
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace anvil::cuda

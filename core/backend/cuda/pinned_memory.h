@@ -1,6 +1,8 @@
 // Page-locked host memory in the CUDA backend (NOTE [ Pinned staging ] in host_block_cache.h):
 // the allocator behind pinned CPU tensors, and host-to-device copies that never wait for the
 // GPU.
+//
+// Thread-safety: safe from any thread (the allocator is a HostBlockCache, built once).
 #pragma once
 
 #include <cstddef>
