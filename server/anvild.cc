@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/backend/cpu/kernel_info.h"
+#include "core/backend/kernel_report.h"
 #include "core/util/log.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
     anvil::set_log_sink([](anvil::LogSeverity severity, const std::string& message) {
       log(static_cast<LogLevel>(static_cast<int>(severity)), message);
     });
-    anvil::log_cpu_kernel_summary_once();
+    anvil::log_kernel_summary_once();
 
     SetOpenFileLimit(max_open_files);
     InstallSignalPipe();

@@ -364,8 +364,8 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
                       "\" takes exactly one input tensor (\"", b.input_name, "\"), got ", request.inputs_size());
   const v1::Tensor& wire = request.inputs(0);
   ANVIL_SERVICE_CHECK(wire.name().empty() || wire.name() == b.input_name, absl::StatusCode::kInvalidArgument,
-                      "inputs: model \"", m->row.name, "\" has no input named \"", echo(wire.name()), "\" (it has: ",
-                      b.input_name, ")");
+                      "inputs: model \"", m->row.name, "\" has no input named \"", echo(wire.name()),
+                      "\" (it has: ", b.input_name, ")");
   ANVIL_SERVICE_CHECK(wire.dtype() == to_wire_dtype(b.input_dtype), absl::StatusCode::kInvalidArgument,
                       "inputs[0]: model \"", m->row.name, "\" expects dtype ",
                       wire_dtype_name(to_wire_dtype(b.input_dtype)), ", got ", wire_dtype_name(wire.dtype()));

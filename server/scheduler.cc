@@ -13,6 +13,7 @@
 #include "core/util/clock.h"
 #include "core/util/utf8.h"
 #include "server/artifacts/job_checkpoints.h"
+#include "server/job_transitions.h"
 #include "server/log.h"
 #include "server/status.h"
 #include "server/store_retry.h"
@@ -784,34 +785,41 @@ bool Scheduler::IsRunningHere(const std::string& job_id) const {
 }
 
 void Scheduler::OnEvent(const WorkerEvent& e) {
+  const bool frees = (job_transition(e.kind).effects & kFreeSlot) != 0;
+  std::exception_ptr failed;
+  try {
+    HandleEvent(e, frees);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // Whatever happened, a worker whose job ended is free again, after its row is written (a
+  // drain that sees every slot free sees every row final).
+  if (frees) FreeSlotOf(e.job_id);
+  if (failed) std::rethrow_exception(failed);
+}
+
+void Scheduler::FreeSlotOf(const std::string& job_id) {
+  MutexLock lock(&mu_);
+  for (Slot& slot : slots_) {
+    if (slot.job_id != job_id) continue;
+    slot.job_id.clear();
+    slot.part.reset();
+  }
+  idle_cv_.notify_all();
+  // The next job waits for the keeper's next pass when this one fails (a store outage): the
+  // queue is re-read there.
+  if (const absl::Status placed = status_of([&] { DispatchLocked(); }); !placed.ok()) {
+    log(LogLevel::kWarning, "placing the next job after ", job_id, " failed: ", placed.message(),
+        "; the keeper retries");
+  }
+}
+
+void Scheduler::HandleEvent(const WorkerEvent& e, bool ends) {
   // The store is written and a succeeded job's model loaded without the scheduler's lock, so
   // submissions, cancels and the other workers' events never wait behind SQLite or a model
   // load. The job's row needs no lock: its events come one at a time from its worker's
   // thread, and while it is placed nothing else writes it (cancel() only asks the worker).
   // The slots and the queue are the lock's: taken only to free the slot and place the next job.
-  const bool ends = e.kind == WorkerEvent::Kind::kSucceeded || e.kind == WorkerEvent::Kind::kFailed ||
-                    e.kind == WorkerEvent::Kind::kCancelled || e.kind == WorkerEvent::Kind::kInterrupted;
-  // Whatever happens below, a worker whose job ended is free again (after its row is written:
-  // a drain that sees every slot free sees every row final).
-  struct FreeSlot {
-    Scheduler& s;
-    const WorkerEvent& e;
-    bool ends;
-    ~FreeSlot() {
-      if (!ends) return;
-      MutexLock lock(&s.mu_);
-      for (Slot& slot : s.slots_) {
-        if (slot.job_id != e.job_id) continue;
-        slot.job_id.clear();
-        slot.part.reset();
-      }
-      s.idle_cv_.notify_all();
-      try {
-        s.DispatchLocked();
-      } catch (const std::exception&) {
-      }
-    }
-  } free_slot{*this, e, ends};
   // The lease this run holds: every write below is fenced on its epoch, so a replica that lost
   // the job (its lease lapsed and another replica took it over) cannot change it.
   int64_t fence = 0;
@@ -874,7 +882,8 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
                        StoreError::Kind::kFenced);
     }
   };
-  if (e.kind == WorkerEvent::Kind::kCheckpoint) {
+  const JobTransition& transition = job_transition(e.kind);
+  if (transition.effects & kPublishCheckpoint) {
     // Published off this thread, with no store call here; the row names it with the job's next
     // event, once it is in the artifact store: whichever replica resumes the job finds what
     // the row says.
@@ -883,13 +892,17 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
   }
   std::optional<JobRow> found =
       retry_while_unavailable("read job " + e.job_id, wait, [&] { return store_.get_job(e.job_id); });
-  if (!found) return;
+  if (!found) return;  // deleted meanwhile
   JobRow& row = *found;
-  if (e.kind != WorkerEvent::Kind::kCheckpoint) {
+  if (const absl::Status legal = check_job_transition(row.state, e.kind); !legal.ok()) {
+    log(LogLevel::kError, "job ", row.id, " (", row.name, "): ", legal.message());
+    if (metrics_ != nullptr) metrics_->illegal_job_transitions.Increment();
+    return;
+  }
+  {
     // The newest checkpoint published since the job's last event; before its last row, the one
     // still uploading too (a drained job resumes from its interrupt checkpoint).
-    const bool last = e.kind == WorkerEvent::Kind::kSucceeded || e.kind == WorkerEvent::Kind::kFailed ||
-                      e.kind == WorkerEvent::Kind::kCancelled || e.kind == WorkerEvent::Kind::kInterrupted;
+    const bool last = (transition.effects & kFreeSlot) != 0;
     if (std::string key = last ? publisher_->flush(row.id) : publisher_->take_published(row.id); !key.empty()) {
       row.checkpoint = std::move(key);
     }
@@ -908,17 +921,18 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
   }
   v1::MetricEvent event;
   event.set_total_steps(e.total_steps);
-  bool terminal = false;
+  if (transition.to) row.state = *transition.to;
+  if (transition.effects & kTruncateEvents) {
+    // A resume from an older checkpoint replays steps the stream already holds.
+    retry_while_unavailable("truncate the events of job " + row.id, wait,
+                            [&] { store_.truncate_metrics_after(row.id, e.step); });
+  }
   switch (e.kind) {
     case WorkerEvent::Kind::kStarted:
-      row.state = JobState::kRunning;
       row.reason.clear();
       if (row.started_ms == 0) row.started_ms = unix_millis();
       row.device = e.message;
       row.step = e.step;
-      // A resume from an older checkpoint replays steps the stream already holds.
-      retry_while_unavailable("truncate the events of job " + row.id, wait,
-                              [&] { store_.truncate_metrics_after(row.id, e.step); });
       event.set_state(v1::RUNNING);
       event.set_message("on " + e.message + (e.step > 0 ? ", from step " + std::to_string(e.step) : "") +
                         (e.detail.empty() ? "" : " (" + e.detail + ")"));
@@ -962,14 +976,12 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       break;
     }
     case WorkerEvent::Kind::kSucceeded: {
-      terminal = true;
       const absl::StatusOr<ModelRow> model = status_of([&] {
         return registry_.register_archive(SpecOf(row).register_model(), row.id, fs::relative(e.path, root).string());
       });
       if (model.ok()) {
         row.model_name = model->name;
         row.model_version = model->version;
-        row.state = JobState::kSucceeded;
         row.reason = e.message;
         event.set_state(v1::SUCCEEDED);
         std::string served = "model " + model->name + " version " + std::to_string(model->version) + " is being served";
@@ -998,28 +1010,22 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       break;
     }
     case WorkerEvent::Kind::kFailed:
-      terminal = true;
-      row.state = JobState::kFailed;
       row.reason = failure_reason(e.status, {root, options_.datasets_dir});
       event.set_state(v1::FAILED);
       event.set_message(row.reason);
       break;
     case WorkerEvent::Kind::kCancelled:
-      terminal = true;
-      row.state = JobState::kCancelled;
       row.reason = e.message;
       event.set_state(v1::CANCELLED);
       event.set_message(row.reason);
       break;
     case WorkerEvent::Kind::kInterrupted:
-      terminal = true;  // for the worker: the job itself resumes on the next start
-      row.state = JobState::kInterrupted;
       row.reason = "the server stopped; the job resumes from its checkpoint on the next start";
       event.set_state(v1::INTERRUPTED);
       event.set_message(row.reason);
       break;
   }
-  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) row.finished_ms = unix_millis();
+  if (transition.effects & kStampFinished) row.finished_ms = unix_millis();
   // A reason quotes what failed (a file's header, a path): stored and sent as UTF-8 text.
   // Bounded too: a reason is in every listing of the job.
   row.reason = echo(to_valid_utf8(row.reason), kMaxReasonBytes);
@@ -1033,7 +1039,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
   // The row first, then the event: a client that reads the terminal event and then asks for
   // the job sees it ended. (A stream reader that sees the ended row before the event follows
   // the live events until the event arrives.)
-  if (e.kind == WorkerEvent::Kind::kInterrupted && fence > 0) {
+  if ((transition.effects & kReleaseLease) && fence > 0) {
     // Drained: any replica may resume it now, so the lease is given up with the row.
     JobRow released = row;
     released.owner.clear();
@@ -1046,7 +1052,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
     write_row(row);
   }
   Record(row, event, wait, fence);
-  if (terminal && e.kind != WorkerEvent::Kind::kInterrupted) expire_finished_jobs();
+  if (transition.effects & kExpireFinished) expire_finished_jobs();
 }
 
 absl::Status Scheduler::delete_job(const std::string& job_id) {

@@ -134,7 +134,11 @@ class Scheduler {
 
   absl::StatusOr<Submitted> SubmitLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobRow> CancelLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's event, by the job state machine's table (server/job_transitions.h); frees the
+  // slot of a job that ended whatever else fails.
   void OnEvent(const workers::WorkerEvent& e);
+  void HandleEvent(const workers::WorkerEvent& e, bool ends);
+  void FreeSlotOf(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEventFenced(const workers::WorkerEvent& e, int64_t fence, std::chrono::milliseconds wait);
   // A write of this replica was refused by the fencing epoch: logged, counted, the run stopped.
   void Fenced(const std::string& job_id, int64_t epoch);

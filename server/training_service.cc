@@ -8,7 +8,7 @@
 #include <map>
 #include <thread>
 
-#include "core/backend/cpu/kernel_info.h"
+#include "core/backend/kernel_report.h"
 #include "core/train/doctor.h"
 #include "core/util/mutex.h"
 #include "core/util/utf8.h"
@@ -164,10 +164,10 @@ class TrainingService final : public TrainingBase {
   Status GetServerInfoImpl(grpc::ServerContextBase* ctx, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) {
     return Guard([&] {
       Auth(*ctx, std::nullopt, "GetServerInfo");
-      const CpuKernelInfo cpu = cpu_kernel_info();
+      const KernelReport cpu = kernel_report();
       resp->set_version(ANVIL_VERSION_STRING);
-      resp->set_cpu_model(cpu.model);
-      resp->set_cpu_features(cpu.features);
+      resp->set_cpu_model(cpu.cpu_model);
+      resp->set_cpu_features(cpu.cpu_features);
       resp->set_isa(cpu.isa);
       resp->set_detected_isa(cpu.detected_isa);
       resp->set_gemm(cpu.gemm);

@@ -11,6 +11,8 @@
 #   core/backend/common/  includes no backend (cpu/ or cuda/)
 #   client/    talks to the service over gRPC only: nothing of server/ or workers/, except
 #              server/tokens.h (`anvil token` edits the server's token file offline)
+#   server/, workers/  ask what kernels run through core/backend/kernel_report.h: nothing of a
+#              backend's own folder (core/backend/cpu/, core/backend/cuda/)
 #   launcher/  the rank supervisor and anvil-run: includes nothing of core/, server/, workers/
 #              or client/ (a process supervisor that any program, anvild's ranks too, can use)
 #   SOURCE_DIR defaults to the repository this script is in.
@@ -34,6 +36,8 @@ check launcher 'core/|server/|workers/|client/' "must stay a plain process super
 check workers 'server/|client/' "must not include the server or the client"
 check core/backend/cuda 'core/backend/cpu/' "must not include the CPU backend (shared logic: core/backend/common/)"
 check core/backend/common 'core/backend/(cpu|cuda)/' "must not include a backend"
+check server 'core/backend/(cpu|cuda)/' "must not reach into a backend (ask core/backend/kernel_report.h)"
+check workers 'core/backend/(cpu|cuda)/' "must not reach into a backend (ask core/backend/kernel_report.h)"
 check client 'server/|workers/' "must reach the service over gRPC only" '"server/tokens\.h"' 
 [[ ${status} -eq 0 ]] && echo "ok: layering"
 exit ${status}

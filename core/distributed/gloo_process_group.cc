@@ -95,17 +95,17 @@ class GlooProcessGroup::GlooWork final : public Work {
  public:
   explicit GlooWork(int64_t seq) : seq_(seq) {}
   bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return done_;
   }
   void wait() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    UniqueMutexLock lock(&mu_);
+    while (!done_) cv_.wait(lock.native());
     if (error_) std::rethrow_exception(error_);
   }
   int64_t sequence() const override { return seq_; }
   void finish(std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     error_ = std::move(error);
     done_ = true;
     cv_.notify_all();
@@ -113,15 +113,15 @@ class GlooProcessGroup::GlooWork final : public Work {
 
  private:
   const int64_t seq_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ ABSL_GUARDED_BY(mu_);
 };
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Store> store, int rank, int size,
                                    GlooOptions options)
-    : rank_(rank), size_(size), options_(std::move(options)), store_(std::move(store)) {
+    : ProcessGroup(rank, size), options_(std::move(options)), store_(std::move(store)) {
   ANVIL_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: expected 0 <= rank < size, got rank ", rank, " of ",
               size);
   gloo::transport::tcp::attr attr;
@@ -156,7 +156,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Store> stor
 
 GlooProcessGroup::~GlooProcessGroup() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     quit_ = true;
     cv_.notify_all();
   }
@@ -164,12 +164,12 @@ GlooProcessGroup::~GlooProcessGroup() {
 }
 
 int64_t GlooProcessGroup::sequence() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return next_seq_;
 }
 
 std::shared_ptr<Work> GlooProcessGroup::Enqueue(std::string name, std::function<void()> body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto work = std::make_shared<GlooWork>(next_seq_++);
   queue_.emplace_back(work, [this, work, name = std::move(name), body = std::move(body)] {
     if (broken_) return work->finish(broken_);
@@ -185,7 +185,7 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(std::string name, std::function<
       std::vector<int> missing;
       const std::string who = MissingRanks(name, work->sequence(), &missing);
       broken_ = std::make_exception_ptr(CollectiveError(
-          detail::StrCat(name, " #", work->sequence(), " failed on rank ", rank_, " of ", size_, " after ", waited,
+          detail::StrCat(name, " #", work->sequence(), " failed on rank ", rank(), " of ", size(), " after ", waited,
                          " s (timeout ", options_.timeout.count() / 1000.0, " s): ", who, "; gloo: ", e.what()),
           name, work->sequence(), missing));
       work->finish(broken_);
@@ -201,8 +201,8 @@ void GlooProcessGroup::Loop() {
   while (true) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+      UniqueMutexLock lock(&mu_);
+      while (!quit_ && queue_.empty()) cv_.wait(lock.native());
       if (queue_.empty()) return;
       task = std::move(queue_.front().second);
       queue_.pop_front();
@@ -217,12 +217,12 @@ std::string GlooProcessGroup::MissingRanks(const std::string& name, int64_t seq,
   const std::string mine = detail::StrCat(name, " #", seq);
   std::ostringstream out;
   try {
-    store_->set("failed/" + std::to_string(rank_), std::vector<char>(mine.begin(), mine.end()));
+    store_->set("failed/" + std::to_string(rank()), std::vector<char>(mine.begin(), mine.end()));
     const auto grace = std::min<std::chrono::milliseconds>(options_.timeout / 4, std::chrono::seconds(3));
     const auto deadline = Clock::now() + grace;
     std::vector<std::string> elsewhere;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
         store_->wait({"failed/" + std::to_string(r)}, std::max(left, std::chrono::milliseconds(1)));
@@ -254,10 +254,10 @@ std::shared_ptr<Work> GlooProcessGroup::all_reduce(std::vector<Tensor> tensors, 
   const std::string name = detail::StrCat("all_reduce(", reduce_op_name(op), ", ", Bytes(bytes), ")");
   return Enqueue(name, [this, tensors = std::move(tensors), op] {
     Tensor flat = flatten_tensors(tensors);
-    if (size_ > 1) AllReduceFlat(context_, flat, op, options_.timeout);
+    if (size() > 1) AllReduceFlat(context_, flat, op, options_.timeout);
     if (op == ReduceOp::kAvg) {
       NoGradGuard no_grad;
-      flat.div_(static_cast<double>(size_));
+      flat.div_(static_cast<double>(size()));
     }
     unflatten_into(flat, tensors);
   });
@@ -265,13 +265,13 @@ std::shared_ptr<Work> GlooProcessGroup::all_reduce(std::vector<Tensor> tensors, 
 
 std::shared_ptr<Work> GlooProcessGroup::broadcast(std::vector<Tensor> tensors, int root) {
   CheckTensors("broadcast", tensors);
-  ANVIL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a group of ", size_);
+  CheckRoot(root);
   int64_t bytes = 0;
   for (const auto& t : tensors) bytes += t.nbytes();
   const std::string name = detail::StrCat("broadcast(root ", root, ", ", Bytes(bytes), ")");
   return Enqueue(name, [this, tensors = std::move(tensors), root] {
     const Tensor flat = flatten_tensors(tensors);
-    if (size_ > 1) {
+    if (size() > 1) {
       gloo::BroadcastOptions opts(context_);
       opts.setTimeout(options_.timeout);
       opts.setRoot(root);
@@ -284,7 +284,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(std::vector<Tensor> tensors, i
 
 std::shared_ptr<Work> GlooProcessGroup::all_gather(std::vector<Tensor> outputs, Tensor input) {
   CheckTensors("all_gather", {input});
-  ANVIL_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather: expected ", size_, " output tensors, got ",
+  ANVIL_CHECK(static_cast<int>(outputs.size()) == size(), "all_gather: expected ", size(), " output tensors, got ",
               outputs.size());
   for (size_t r = 0; r < outputs.size(); ++r) {
     ANVIL_CHECK(outputs[r].defined() && outputs[r].sizes() == input.sizes() && outputs[r].dtype() == input.dtype(),
@@ -293,8 +293,8 @@ std::shared_ptr<Work> GlooProcessGroup::all_gather(std::vector<Tensor> outputs, 
   const std::string name = detail::StrCat("all_gather(", Bytes(input.nbytes()), ")");
   return Enqueue(name, [this, outputs = std::move(outputs), input = std::move(input)] {
     const Tensor in = input.contiguous();
-    Tensor gathered = empty({static_cast<int64_t>(size_) * in.numel()}, TensorOptions(in.dtype()));
-    if (size_ > 1) {
+    Tensor gathered = empty({static_cast<int64_t>(size()) * in.numel()}, TensorOptions(in.dtype()));
+    if (size() > 1) {
       gloo::AllgatherOptions opts(context_);
       opts.setTimeout(options_.timeout);
       opts.setInput(static_cast<uint8_t*>(in.data_ptr()), static_cast<size_t>(in.nbytes()));
@@ -310,15 +310,14 @@ std::shared_ptr<Work> GlooProcessGroup::all_gather(std::vector<Tensor> outputs, 
 
 std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(Tensor output, Tensor input, ReduceOp op) {
   CheckTensors("reduce_scatter", {output, input}, op);
-  ANVIL_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: expected an input of ", size_, " x ",
-              output.numel(), " elements, got ", input.numel());
+  CheckScatterInput(output, input);
   const std::string name = detail::StrCat("reduce_scatter(", reduce_op_name(op), ", ", Bytes(input.nbytes()), ")");
   return Enqueue(name, [this, output = std::move(output), input = std::move(input), op] {
     const Tensor flat = input.contiguous().reshape({-1}).clone();
-    if (size_ > 1) AllReduceFlat(context_, flat, op, options_.timeout);
+    if (size() > 1) AllReduceFlat(context_, flat, op, options_.timeout);
     NoGradGuard no_grad;
-    Tensor mine = flat.narrow(0, rank_ * output.numel(), output.numel());
-    if (op == ReduceOp::kAvg) mine = mine / static_cast<double>(size_);
+    Tensor mine = flat.narrow(0, rank() * output.numel(), output.numel());
+    if (op == ReduceOp::kAvg) mine = mine / static_cast<double>(size());
     Tensor out = output;
     out.copy_(mine.view(output.sizes()));
   });
@@ -326,7 +325,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(Tensor output, Tensor inp
 
 std::shared_ptr<Work> GlooProcessGroup::barrier() {
   return Enqueue("barrier", [this] {
-    if (size_ == 1) return;
+    if (size() == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(options_.timeout);
     gloo::barrier(opts);

@@ -14,11 +14,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "core/distributed/process_group.h"
+#include "core/util/mutex.h"
 
 namespace gloo {
 class Context;
@@ -42,8 +42,6 @@ class GlooProcessGroup final : public ProcessGroup {
   GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Store> store, int rank, int size, GlooOptions options = {});
   ~GlooProcessGroup() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   const char* backend() const override { return "gloo"; }
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override;
@@ -56,23 +54,22 @@ class GlooProcessGroup final : public ProcessGroup {
 
  private:
   // Queues `body` as collective `name`; its failure becomes a CollectiveError.
-  std::shared_ptr<Work> Enqueue(std::string name, std::function<void()> body);
-  void Loop();
+  std::shared_ptr<Work> Enqueue(std::string name, std::function<void()> body) ABSL_LOCKS_EXCLUDED(mu_);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // After a failure of collective `name` #seq: reports this rank's position in the store and
   // returns the ranks that did not report theirs within a short grace period.
   std::string MissingRanks(const std::string& name, int64_t seq, std::vector<int>* missing);
 
-  const int rank_, size_;
   const GlooOptions options_;
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::Context> context_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::shared_ptr<GlooWork>, std::function<void()>>> queue_;  // guarded by mu_
-  int64_t next_seq_ = 0;                                                           // guarded by mu_
+  std::deque<std::pair<std::shared_ptr<GlooWork>, std::function<void()>>> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::exception_ptr broken_;  // the first failure; later collectives fail with it (comm thread only)
-  bool quit_ = false;          // guarded by mu_
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

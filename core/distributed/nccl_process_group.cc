@@ -14,6 +14,7 @@
 #include "core/backend/cuda/runtime.h"
 #include "core/distributed/flat_buffer.h"
 #include "core/ops/functions.h"
+#include "core/util/mutex.h"
 
 namespace anvil::distributed {
 namespace {
@@ -123,12 +124,13 @@ bool nccl_available(std::string* why) {
 }
 
 struct NcclProcessGroup::State {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  std::mutex mu;  // serialises issuing (NCCL needs every rank's calls in one order)
-  int64_t next_seq = 0;
-  bool aborted = false;
-  std::string abort_reason;
+  ncclComm_t comm = nullptr;      // set by the constructor
+  cudaStream_t stream = nullptr;  // set by the constructor
+  // Serialises issuing (NCCL needs every rank's calls in one order) and aborting.
+  Mutex mu;
+  int64_t next_seq ABSL_GUARDED_BY(mu) = 0;
+  bool aborted ABSL_GUARDED_BY(mu) = false;
+  std::string abort_reason ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -163,7 +165,7 @@ class NcclWork final : public Work {
       Api().CommGetAsyncError(state_->comm, &async);
       const bool late = Clock::now() - start_ > timeout_;
       if (async != ncclSuccess || late) {
-        std::lock_guard<std::mutex> lock(state_->mu);
+        MutexLock lock(&state_->mu);
         if (!state_->aborted) {
           Api().CommAbort(state_->comm);  // the watchdog's remedy: no later collective can hang on it
           state_->aborted = true;
@@ -214,7 +216,7 @@ void CheckCudaTensors(const char* what, const std::vector<Tensor>& ts, int devic
 
 NcclProcessGroup::NcclProcessGroup(std::shared_ptr<gloo::rendezvous::Store> store, int rank, int size, int device,
                                    ProcessGroupOptions options)
-    : rank_(rank), size_(size), device_(device), options_(options), state_(std::make_shared<State>()) {
+    : ProcessGroup(rank, size), device_(device), options_(options), state_(std::make_shared<State>()) {
   std::string why;
   ANVIL_CHECK(nccl_available(&why), "the nccl backend is not usable here: ", why);
   ANVIL_CHECK(device >= 0 && device < cuda::device_count(), "nccl: cuda:", device, " does not exist (",
@@ -248,7 +250,7 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 int64_t NcclProcessGroup::sequence() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->next_seq;
 }
 
@@ -260,7 +262,7 @@ std::shared_ptr<Work> Issue(const std::shared_ptr<NcclProcessGroup::State>& stat
                             std::chrono::milliseconds timeout, std::string name, std::vector<Tensor> keep, F launch,
                             std::function<void()> after = {}) {
   cuda::DeviceGuard guard(device);
-  std::lock_guard<std::mutex> lock(state->mu);
+  MutexLock lock(&state->mu);
   if (state->aborted) throw CollectiveError(state->abort_reason, name, state->next_seq, {});
   cudaEvent_t ready;
   CheckCuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
@@ -285,7 +287,7 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce(std::vector<Tensor> tensors, 
   const auto type = DataType(flat.dtype());
   const size_t n = static_cast<size_t>(flat.numel());
   return Issue(
-      state_, device_, rank_, size_, options_.timeout, detail::StrCat("all_reduce(", reduce_op_name(op), ")"), {flat},
+      state_, device_, rank(), size(), options_.timeout, detail::StrCat("all_reduce(", reduce_op_name(op), ")"), {flat},
       [&](ncclComm_t comm, cudaStream_t s) {
         Check(Api().AllReduce(flat.data_ptr(), flat.data_ptr(), n, type, RedOp(op), comm, s), "ncclAllReduce");
       },
@@ -294,13 +296,13 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce(std::vector<Tensor> tensors, 
 
 std::shared_ptr<Work> NcclProcessGroup::broadcast(std::vector<Tensor> tensors, int root) {
   CheckCudaTensors("broadcast", tensors, device_);
-  ANVIL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a group of ", size_);
+  CheckRoot(root);
   std::vector<std::shared_ptr<Work>> works;
   for (const Tensor& t : tensors) {
     ANVIL_CHECK(t.is_contiguous(), "broadcast (nccl): expected contiguous tensors");
     const size_t bytes = static_cast<size_t>(t.nbytes());
-    works.push_back(
-        Issue(state_, device_, rank_, size_, options_.timeout, "broadcast", {t}, [&](ncclComm_t comm, cudaStream_t s) {
+    works.push_back(Issue(
+        state_, device_, rank(), size(), options_.timeout, "broadcast", {t}, [&](ncclComm_t comm, cudaStream_t s) {
           Check(Api().Broadcast(t.data_ptr(), t.data_ptr(), bytes, ncclUint8, root, comm, s), "ncclBroadcast");
         }));
   }
@@ -309,14 +311,14 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(std::vector<Tensor> tensors, i
 
 std::shared_ptr<Work> NcclProcessGroup::all_gather(std::vector<Tensor> outputs, Tensor input) {
   CheckCudaTensors("all_gather", {input}, device_);
-  ANVIL_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather: expected ", size_, " outputs, got ",
+  ANVIL_CHECK(static_cast<int>(outputs.size()) == size(), "all_gather: expected ", size(), " outputs, got ",
               outputs.size());
   const Tensor in = input.contiguous();
   Tensor gathered =
-      empty({static_cast<int64_t>(size_) * in.numel()}, TensorOptions(in.dtype()).with_device(in.device()));
+      empty({static_cast<int64_t>(size()) * in.numel()}, TensorOptions(in.dtype()).with_device(in.device()));
   const size_t bytes = static_cast<size_t>(in.nbytes());
   return Issue(
-      state_, device_, rank_, size_, options_.timeout, "all_gather", {in, gathered},
+      state_, device_, rank(), size(), options_.timeout, "all_gather", {in, gathered},
       [&](ncclComm_t comm, cudaStream_t s) {
         Check(Api().AllGather(in.data_ptr(), gathered.data_ptr(), bytes, ncclUint8, comm, s), "ncclAllGather");
       },
@@ -325,14 +327,13 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather(std::vector<Tensor> outputs, 
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(Tensor output, Tensor input, ReduceOp op) {
   CheckCudaTensors("reduce_scatter", {output, input}, device_);
-  ANVIL_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: expected an input of ", size_, " x ",
-              output.numel(), " elements, got ", input.numel());
+  CheckScatterInput(output, input);
   ANVIL_CHECK(output.is_contiguous(), "reduce_scatter (nccl): expected a contiguous output");
   const Tensor in = input.contiguous();
   const size_t n = static_cast<size_t>(output.numel());
   const auto type = DataType(in.dtype());
   return Issue(
-      state_, device_, rank_, size_, options_.timeout, detail::StrCat("reduce_scatter(", reduce_op_name(op), ")"),
+      state_, device_, rank(), size(), options_.timeout, detail::StrCat("reduce_scatter(", reduce_op_name(op), ")"),
       {in, output}, [&](ncclComm_t comm, cudaStream_t s) {
         Check(Api().ReduceScatter(in.data_ptr(), output.data_ptr(), n, type, RedOp(op), comm, s), "ncclReduceScatter");
       });

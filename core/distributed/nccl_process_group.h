@@ -32,8 +32,6 @@ class NcclProcessGroup final : public ProcessGroup {
                    ProcessGroupOptions options = {});
   ~NcclProcessGroup() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override;
@@ -45,7 +43,7 @@ class NcclProcessGroup final : public ProcessGroup {
   struct State;
 
  private:
-  const int rank_, size_, device_;
+  const int device_;
   const ProcessGroupOptions options_;
   std::shared_ptr<State> state_;  // the communicator, its stream; shared with in-flight work
 };

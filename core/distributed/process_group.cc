@@ -20,4 +20,13 @@ const char* reduce_op_name(ReduceOp op) {
 Work::~Work() = default;
 ProcessGroup::~ProcessGroup() = default;
 
+void ProcessGroup::CheckRoot(int root) const {
+  ANVIL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a group of ", size_);
+}
+
+void ProcessGroup::CheckScatterInput(const Tensor& output, const Tensor& input) const {
+  ANVIL_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: expected an input of ", size_, " x ",
+              output.numel(), " elements, got ", input.numel());
+}
+
 }  // namespace anvil::distributed

@@ -70,8 +70,8 @@ struct ProcessGroupOptions {
 class ProcessGroup {
  public:
   virtual ~ProcessGroup();
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   virtual const char* backend() const = 0;  // "gloo" or "nccl"
 
   // In place on each rank's `tensors` (all on the group's device type, each contiguous):
@@ -87,6 +87,16 @@ class ProcessGroup {
 
   // The number of collectives issued so far (the next one's sequence number).
   virtual int64_t sequence() const = 0;
+
+ protected:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // The argument checks every backend makes as a collective is issued: broadcast's root is a
+  // rank of the group; reduce_scatter's input holds size() chunks of the output's size.
+  void CheckRoot(int root) const;
+  void CheckScatterInput(const Tensor& output, const Tensor& input) const;
+
+ private:
+  const int rank_, size_;
 };
 
 }  // namespace anvil::distributed

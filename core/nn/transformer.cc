@@ -134,6 +134,33 @@ std::string MultiheadAttention::extra_repr() const {
   return "embed_dim=" + std::to_string(embed_) + ", num_heads=" + std::to_string(heads_);
 }
 
+namespace {
+
+// The layers' blocks, each ending in its dropout: attention of `query` to `memory` (itself for
+// self-attention), and the feed-forward block linear2(dropout(activation(linear1(x)))).
+Tensor AttentionBlock(MultiheadAttention& attn, const Tensor& query, const Tensor& memory,
+                      const Tensor& key_padding_mask, const Tensor& mask, double p, bool train) {
+  return functional::dropout(attn.attend(query, memory, memory, key_padding_mask, mask), p, train);
+}
+
+Tensor FeedForwardBlock(Linear& linear1, Linear& linear2, bool gelu_activation, const Tensor& x, double p, bool train) {
+  const Tensor hidden = gelu_activation ? gelu(linear1.forward(x)) : relu(linear1.forward(x));
+  return functional::dropout(linear2.forward(functional::dropout(hidden, p, train)), p, train);
+}
+
+std::string LayerRepr(const TransformerEncoderOptions& o) {
+  return "dim_feedforward=" + std::to_string(o.dim_feedforward) + ", dropout=" + std::to_string(o.dropout) +
+         (o.norm_first ? ", norm_first=true" : "");
+}
+
+// The one-argument forward of the decoder layer and stack, which Module requires: a decoder
+// needs the encoder's memory as well.
+[[noreturn]] void ThrowNeedsMemory(const char* who) {
+  throw Error(std::string(who) + ": forward needs tgt and memory: forward(tgt, memory, ...)");
+}
+
+}  // namespace
+
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& o)
     : Module("TransformerEncoderLayer"), options_(o) {
   self_attn =
@@ -151,13 +178,8 @@ Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& key_paddin
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& src_mask, const Tensor& key_padding_mask) {
   const double p = options_.dropout;
   const bool train = is_training();
-  auto sa = [&](const Tensor& t) {
-    return functional::dropout(self_attn->attend(t, t, t, key_padding_mask, src_mask), p, train);
-  };
-  auto ff = [&](const Tensor& t) {
-    const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
-    return functional::dropout(linear2->forward(functional::dropout(hidden, p, train)), p, train);
-  };
+  auto sa = [&](const Tensor& t) { return AttentionBlock(*self_attn, t, t, key_padding_mask, src_mask, p, train); };
+  auto ff = [&](const Tensor& t) { return FeedForwardBlock(*linear1, *linear2, options_.gelu, t, p, train); };
   if (options_.norm_first) {
     const Tensor y = x + sa(norm1->forward(x));
     return y + ff(norm2->forward(y));
@@ -166,10 +188,7 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& src_mask,
   return norm2->forward(y + ff(y));
 }
 
-std::string TransformerEncoderLayer::extra_repr() const {
-  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) +
-         ", dropout=" + std::to_string(options_.dropout) + (options_.norm_first ? ", norm_first=true" : "");
-}
+std::string TransformerEncoderLayer::extra_repr() const { return LayerRepr(options_); }
 
 TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, const TransformerEncoderOptions& o)
     : Module("TransformerDecoderLayer"), options_(o) {
@@ -184,10 +203,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead,
   norm3 = register_module("norm3", std::make_shared<LayerNorm>(IntArray{d_model}));
 }
 
-Tensor TransformerDecoderLayer::forward(const Tensor&) {
-  ANVIL_CHECK(false, "TransformerDecoderLayer: forward needs tgt and memory: forward(tgt, memory, ...)");
-  return Tensor();
-}
+Tensor TransformerDecoderLayer::forward(const Tensor&) { ThrowNeedsMemory("TransformerDecoderLayer"); }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                         const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
@@ -195,17 +211,11 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   ANVIL_CHECK(memory.defined(), "TransformerDecoderLayer: memory is undefined");
   const double p = options_.dropout;
   const bool train = is_training();
-  auto sa = [&](const Tensor& t) {
-    return functional::dropout(self_attn->attend(t, t, t, tgt_key_padding_mask, tgt_mask), p, train);
-  };
+  auto sa = [&](const Tensor& t) { return AttentionBlock(*self_attn, t, t, tgt_key_padding_mask, tgt_mask, p, train); };
   auto mha = [&](const Tensor& t) {
-    return functional::dropout(multihead_attn->attend(t, memory, memory, memory_key_padding_mask, memory_mask), p,
-                               train);
+    return AttentionBlock(*multihead_attn, t, memory, memory_key_padding_mask, memory_mask, p, train);
   };
-  auto ff = [&](const Tensor& t) {
-    const Tensor hidden = options_.gelu ? gelu(linear1->forward(t)) : relu(linear1->forward(t));
-    return functional::dropout(linear2->forward(functional::dropout(hidden, p, train)), p, train);
-  };
+  auto ff = [&](const Tensor& t) { return FeedForwardBlock(*linear1, *linear2, options_.gelu, t, p, train); };
   if (options_.norm_first) {
     Tensor x = tgt + sa(norm1->forward(tgt));
     x = x + mha(norm2->forward(x));
@@ -216,10 +226,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   return norm3->forward(x + ff(x));
 }
 
-std::string TransformerDecoderLayer::extra_repr() const {
-  return "dim_feedforward=" + std::to_string(options_.dim_feedforward) +
-         ", dropout=" + std::to_string(options_.dropout) + (options_.norm_first ? ", norm_first=true" : "");
-}
+std::string TransformerDecoderLayer::extra_repr() const { return LayerRepr(options_); }
 
 namespace {
 // The stacks' shared parts: num_layers fresh layers in a ModuleList and the optional norm.
@@ -257,10 +264,7 @@ TransformerDecoder::TransformerDecoder(int64_t d_model, int64_t nhead, int64_t n
   if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(IntArray{d_model}));
 }
 
-Tensor TransformerDecoder::forward(const Tensor&) {
-  ANVIL_CHECK(false, "TransformerDecoder: forward needs tgt and memory: forward(tgt, memory, ...)");
-  return Tensor();
-}
+Tensor TransformerDecoder::forward(const Tensor&) { ThrowNeedsMemory("TransformerDecoder"); }
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                    const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,

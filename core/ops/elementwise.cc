@@ -170,23 +170,24 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return Binary(OpId::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return Binary(OpId::Div, a, b); }
+
+namespace {
+// The larger (`larger`: maximum, fmax) or smaller (minimum, fmin) of a and b by the row `id`.
 // Over bools the larger is "or" and the smaller "and" (no NaN to propagate or ignore).
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return result_type(a, b) == kBool ? logical_or(a, b) : Binary(OpId::Maximum, a, b);
+Tensor Extremum(OpId id, bool larger, const Tensor& a, const Tensor& b) {
+  if (result_type(a, b) == kBool) return larger ? logical_or(a, b) : logical_and(a, b);
+  return Binary(id, a, b);
 }
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return result_type(a, b) == kBool ? logical_and(a, b) : Binary(OpId::Minimum, a, b);
-}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return Extremum(OpId::Maximum, true, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return Extremum(OpId::Minimum, false, a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) { return Binary(OpId::Remainder, a, b); }
 Tensor atan2(const Tensor& a, const Tensor& b) { return Binary(OpId::Atan2, a, b); }
 
 Tensor fmod(const Tensor& a, const Tensor& b) { return Binary(OpId::Fmod, a, b); }
-Tensor fmax(const Tensor& a, const Tensor& b) {
-  return result_type(a, b) == kBool ? logical_or(a, b) : Binary(OpId::Fmax, a, b);
-}
-Tensor fmin(const Tensor& a, const Tensor& b) {
-  return result_type(a, b) == kBool ? logical_and(a, b) : Binary(OpId::Fmin, a, b);
-}
+Tensor fmax(const Tensor& a, const Tensor& b) { return Extremum(OpId::Fmax, true, a, b); }
+Tensor fmin(const Tensor& a, const Tensor& b) { return Extremum(OpId::Fmin, false, a, b); }
 Tensor floor_divide(const Tensor& a, const Tensor& b) { return Binary(OpId::FloorDivide, a, b); }
 Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   if (mode.empty() || mode == "true") return div(a, b);

@@ -78,17 +78,10 @@ void manual_seed(uint64_t seed);
 // ---- element-wise ----
 // The rows whose Api column generates their function (op_table.def; defined in
 // core/ops/generated_api.cc): `Tensor name(const Tensor&)`, or `(const Tensor&, int64_t dim)`.
-#define ANVIL_API_FnMethod(name) Tensor name(const Tensor& x);
+#define ANVIL_API_FnMethod(Id, name) Tensor name(const Tensor& x);
 #define ANVIL_API_FnMethodInplace ANVIL_API_FnMethod
-#define ANVIL_API_FnDim(name) Tensor name(const Tensor& x, int64_t dim);
-#define ANVIL_API_Hand(name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_API_##api(name)
-#include "core/ops/op_table.def"
-#undef ANVIL_OP
-#undef ANVIL_API_FnMethodInplace
-#undef ANVIL_API_FnMethod
-#undef ANVIL_API_FnDim
-#undef ANVIL_API_Hand
+#define ANVIL_API_FnDim(Id, name) Tensor name(const Tensor& x, int64_t dim);
+#include "core/ops/op_api_rows.def"
 Tensor square(const Tensor& x);
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);

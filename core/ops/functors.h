@@ -19,6 +19,18 @@
 
 namespace anvil::fn {
 
+// c0 + c1 t + ... + cn t^n by Horner's rule, given lowest first: p = cn, then p = p * t + ck for
+// k from n - 1 down to 0, one multiply-add at a time, the order every series below is
+// evaluated in (a negative coefficient is added: p * t + (-c) is p * t - c to the bit).
+template <typename T>
+ANVIL_INLINE T Horner(T, T c0) {
+  return c0;
+}
+template <typename T, typename... Rest>
+ANVIL_INLINE T Horner(T t, T c0, Rest... rest) {
+  return Horner(t, rest...) * t + c0;
+}
+
 ANVIL_INLINE float exp_f32(float x) {
   // exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; Taylor to r^7 (< 1 ulp). 2^n is
   // applied as two factors 2^(n/2) and 2^(n - n/2), each a normal float for n in [-150, 128]:
@@ -29,14 +41,7 @@ ANVIL_INLINE float exp_f32(float x) {
   const float xc = x > hi ? hi : (x < lo ? lo : x);
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  const float p = Horner(r, 1.0f, 1.0f, 0.5f, 1.0f / 6.0f, 1.0f / 24.0f, 1.0f / 120.0f, 1.0f / 720.0f, 1.0f / 5040.0f);
   const int32_t n1 = static_cast<int32_t>(n) / 2, n2 = static_cast<int32_t>(n) - n1;
   const int32_t bits1 = (n1 + 127) << 23, bits2 = (n2 + 127) << 23;
   float scale1, scale2;
@@ -65,19 +70,11 @@ ANVIL_INLINE T Erf(T x) {
     // the loop stays branch-free.
     const float ax = std::fabs(x);
     const float x2 = x * x;
-    float s = 1.0f / 9360.0f;
-    s = s * x2 - 1.0f / 1320.0f;
-    s = s * x2 + 1.0f / 216.0f;
-    s = s * x2 - 1.0f / 42.0f;
-    s = s * x2 + 1.0f / 10.0f;
-    s = s * x2 - 1.0f / 3.0f;
+    const float s =
+        Horner(x2, -1.0f / 3.0f, 1.0f / 10.0f, -1.0f / 42.0f, 1.0f / 216.0f, -1.0f / 1320.0f, 1.0f / 9360.0f);
     const float small = std::copysign(1.1283791670955126f * (x + x * x2 * s), x);  // erf(-0) is -0
     const float t = 1.0f / (1.0f + 0.3275911f * ax);
-    float y = 1.061405429f;
-    y = y * t - 1.453152027f;
-    y = y * t + 1.421413741f;
-    y = y * t - 0.284496736f;
-    y = y * t + 0.254829592f;
+    float y = Horner(t, 0.254829592f, -0.284496736f, 1.421413741f, -1.453152027f, 1.061405429f);
     y = 1.0f - y * t * exp_f32(-ax * ax);
     const float big = x < 0 ? -y : y;
     return ax < 0.5f ? small : big;
@@ -110,12 +107,8 @@ ANVIL_INLINE T Tanh(T x) {
     // loop stays branch-free and vectorises.
     const float ax = std::fabs(x);
     const float x2 = x * x;
-    float p = 21844.0f / 6081075.0f;
-    p = p * x2 - 1382.0f / 155925.0f;
-    p = p * x2 + 62.0f / 2835.0f;
-    p = p * x2 - 17.0f / 315.0f;
-    p = p * x2 + 2.0f / 15.0f;
-    p = p * x2 - 1.0f / 3.0f;
+    const float p = Horner(x2, -1.0f / 3.0f, 2.0f / 15.0f, -17.0f / 315.0f, 62.0f / 2835.0f, -1382.0f / 155925.0f,
+                           21844.0f / 6081075.0f);
     // copysign: tanh(-0) is -0 (x + x * x2 * p would give +0 there).
     const float small = std::copysign(x + x * x2 * p, x);
     const float e = exp_f32(-2.0f * ax);

@@ -13,9 +13,6 @@ namespace anvil {
 #define ANVIL_API_FnDim(Id, name)                                                              \
   Tensor name(const Tensor& x, int64_t dim) { return dispatch1(OpId::Id, {x}, DimArgs{dim}); } \
   Tensor Tensor::name(int64_t dim) const { return dispatch1(OpId::Id, {*this}, DimArgs{dim}); }
-#define ANVIL_API_Hand(Id, name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_API_##api(Id, name)
-#include "core/ops/op_table.def"
-#undef ANVIL_OP
+#include "core/ops/op_api_rows.def"
 
 }  // namespace anvil

@@ -58,17 +58,10 @@ void Adam::Step(const Tensor* found_inf) {
       ParamState& s = state(p);
       if (fused && fused_step_supported(p, g)) {
         // New moments are zeros, which a skipped first step leaves exact.
-        Tensor& m = buffer(s, "exp_avg", p);
-        Tensor& v = buffer(s, "exp_avg_sq", p);
-        Tensor vmax = amsgrad ? buffer(s, "max_exp_avg_sq", p) : Tensor();
-        if (fused_step_supported(p, m) && fused_step_supported(p, v) && (!amsgrad || fused_step_supported(p, vmax))) {
-          if (!s.device_step.defined()) {
-            // A copy to the device, not a read: the count moves there once.
-            s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
-          }
-          buckets.bucket_for(p, 0).add(p, g, m, v, vmax, s.device_step);
-          continue;
-        }
+        const Tensor& m = buffer(s, "exp_avg", p);
+        const Tensor& v = buffer(s, "exp_avg_sq", p);
+        const Tensor vmax = amsgrad ? buffer(s, "max_exp_avg_sq", p) : Tensor();
+        if (buckets.add_counted_on_device(p, g, s, m, v, vmax)) continue;
       }
       if (flag.read_on_host()) continue;
       const int64_t t = ++host_step(s);
@@ -156,21 +149,12 @@ void RMSprop::Step(const Tensor* found_inf) {
       if (!g.defined()) continue;
       ParamState& s = state(p);
       if (fused && fused_step_supported(p, g)) {
-        // New buffers are zeros, which a skipped first step leaves exact.
-        Tensor& sq = buffer(s, "square_avg", p);
-        Tensor ga = centered ? buffer(s, "grad_avg", p) : Tensor();
-        Tensor buf = momentum > 0.0 ? buffer(s, "momentum_buffer", p) : Tensor();
-        if (fused_step_supported(p, sq) && (!ga.defined() || fused_step_supported(p, ga)) &&
-            (!buf.defined() || fused_step_supported(p, buf))) {
-          if (!s.device_step.defined()) {
-            // A copy to the device, not a read: the count moves there once.
-            s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
-          }
-          // Lists: params, grads, square averages, grad averages, momentum buffers, counts
-          // (add() leaves the lists of undefined tensors empty).
-          buckets.bucket_for(p, 0).add(p, g, sq, ga, buf, s.device_step);
-          continue;
-        }
+        // New buffers are zeros, which a skipped first step leaves exact. Lists: params, grads,
+        // square averages, grad averages, momentum buffers, counts.
+        const Tensor& sq = buffer(s, "square_avg", p);
+        const Tensor ga = centered ? buffer(s, "grad_avg", p) : Tensor();
+        const Tensor buf = momentum > 0.0 ? buffer(s, "momentum_buffer", p) : Tensor();
+        if (buckets.add_counted_on_device(p, g, s, sq, ga, buf)) continue;
       }
       if (flag.read_on_host()) continue;
       ++host_step(s);

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/ops/foreach.h"
+#include "core/ops/functions.h"
+#include "core/optim/optimizer.h"
 #include "core/tensor/tensor.h"
 
 namespace anvil::optim {
@@ -39,6 +42,22 @@ class FusedBuckets {
     }
     buckets_.push_back(FusedBucket{p.device(), p.dtype(), key, {}});
     return buckets_.back();
+  }
+  // A parameter whose step count lives on its device (Adam's and RMSprop's fused paths): p, its
+  // gradient and its state tensors (undefined ones left out, as add() does) into the bucket of
+  // key 0, followed by the count, copied to the device on first use (a copy, not a read: the
+  // count moves there once). False, adding nothing, when a state tensor is not one the fused
+  // kernels take.
+  bool add_counted_on_device(const Tensor& p, const Tensor& g, ParamState& s, const Tensor& s0, const Tensor& s1,
+                             const Tensor& s2) {
+    for (const Tensor* state : {&s0, &s1, &s2}) {
+      if (state->defined() && !fused_step_supported(p, *state)) return false;
+    }
+    if (!s.device_step.defined()) {
+      s.device_step = tensor(std::vector<double>{static_cast<double>(s.step), 0.0, 0.0}).to(p.device());
+    }
+    bucket_for(p, 0).add(p, g, s0, s1, s2, s.device_step);
+    return true;
   }
   std::vector<FusedBucket>::const_iterator begin() const { return buckets_.begin(); }
   std::vector<FusedBucket>::const_iterator end() const { return buckets_.end(); }

@@ -80,19 +80,7 @@ Tensor FloatInput(const Tensor& x, const char* layer) {
   return x.detach().to(kFloat32).contiguous();
 }
 
-// The dequantized weights on `device`, made once.
-const Tensor& DequantizedOn(std::once_flag& once, Tensor& slot, const QTensor& w, Device device) {
-  std::call_once(once, [&] { slot = dequantize(w).to(device); });
-  return slot;
-}
-
 Json ActivationJson(const ActivationQParams& q) { return Json{{"scale", q.scale}, {"zero_point", q.zero_point}}; }
-
-void AppendWeightAndBias(const std::string& prefix, const QTensor& w, const Tensor& bias, io::NamedTensors* tensors,
-                         io::Metadata* metadata) {
-  append_qtensor(prefix + "weight", w, tensors, metadata);
-  if (bias.defined()) tensors->emplace_back(prefix + "bias", bias);
-}
 
 // A forward's scratch memory, left uninitialised: every element is written before it is read.
 template <typename T>
@@ -213,12 +201,38 @@ exporter::Attributes StaticAttrs(const ActivationQParams& in, const ActivationQP
           {"relu", int64_t{relu ? 1 : 0}}, {"axis", is_per_channel(w.qscheme) ? int64_t{0} : int64_t{-1}}};
 }
 
-// Opens the composite of a layer into `node`, only while a capture records (a forward outside
-// export pays one thread-local load).
-void OpenExport(std::optional<exporter::Composite>& node, const char* kind, const Tensor& x, const QTensor& w,
-                const std::vector<float>& w_scales, const Tensor& bias, exporter::Attributes attrs) {
-  if (exporter::capturing())
-    node.emplace(kind, std::vector<Tensor>{x, w.data, ScaleTensor(w_scales), bias}, std::move(attrs));
+// forward(x) recorded as one composite of `kind` over the input, the weights' integers, their
+// float32 scales and the float bias, when a capture records (a forward outside export pays one
+// thread-local load).
+template <typename Forward>
+Tensor ExportedForward(const std::string& kind, const Tensor& x, const QTensor& w, const std::vector<float>& w_scales,
+                       const Tensor& bias, exporter::Attributes attrs, const Forward& forward) {
+  std::optional<exporter::Composite> node;
+  if (exporter::capturing()) {
+    node.emplace(kind.c_str(), std::vector<Tensor>{x, w.data, ScaleTensor(w_scales), bias}, std::move(attrs));
+  }
+  const Tensor y = forward(x);
+  return node ? node->finish(y) : y;
+}
+
+// A linear layer's input as float32, its last dimension checked against the weight's k.
+Tensor LinearInput(const Tensor& input, int64_t k, const std::string& layer) {
+  Tensor x = FloatInput(input, layer.c_str());
+  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, layer, ": expected an input whose last dimension is ", k, ", got ",
+              shape_str(x.sizes()));
+  return x;
+}
+
+// A linear layer's output: the input's shape with n as its last dimension, uninitialised.
+Tensor LinearOutput(const Tensor& x, int64_t n) {
+  IntArray sizes = x.sizes();
+  sizes.back() = n;
+  return empty(sizes, kFloat32);
+}
+
+// A linear layer's [out, in] weight.
+void CheckLinearWeight(const QTensor& w, const std::string& layer) {
+  ANVIL_CHECK(w.data.dim() == 2, layer, ": expected a [out, in] weight, got ", shape_str(w.sizes()));
 }
 
 // The exact float path of QuantizedConv2d (see quantized_layers.h): for inputs of at most this
@@ -298,38 +312,71 @@ void check_layer_weight(const QTensor& w, const char* layer) {
   ANVIL_CHECK(w.data.dim() >= 2, layer, ": expected weights of at least 2 dimensions, got ", shape_str(w.sizes()));
 }
 
-// ---- QuantizedLinear ----
+// ---- the layers' shared parts ----
 
-QuantizedLinear::QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams input, ActivationQParams output,
-                                 bool relu)
-    : QuantizedModule("QuantizedLinear"), weight_(std::move(weight)), input_(input), output_(output), relu_(relu) {
-  check_layer_weight(weight_, "QuantizedLinear");
-  ANVIL_CHECK(weight_.data.dim() == 2, "QuantizedLinear: expected a [out, in] weight, got ",
-              shape_str(weight_.sizes()));
-  CheckActivation(input_, "QuantizedLinear", "input");
-  CheckActivation(output_, "QuantizedLinear", "output");
-  bias_ = CheckedBias(std::move(bias), weight_.data.size(0), "QuantizedLinear");
-  packed_ = PackRows(weight_.data);
+Int8WeightLayer::Int8WeightLayer(const char* name, QTensor weight) : QuantizedModule(name), weight_(std::move(weight)) {
+  check_layer_weight(weight_, name);
+}
+
+void Int8WeightLayer::SetBias(Tensor bias, int64_t out) {
+  bias_ = CheckedBias(std::move(bias), out, type_name().c_str());
+}
+
+void Int8WeightLayer::PackWeight(const Tensor& int8_rows) {
+  packed_ = PackRows(int8_rows);
   w_scales_ = FloatScales(weight_);
+}
+
+GemmEpilogue Int8WeightLayer::Epilogue(const float* bias, bool relu) const {
+  return GemmEpilogue{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme), bias, relu};
+}
+
+const Tensor& Int8WeightLayer::DequantizedWeight(Device device) {
+  std::call_once(dequantized_once_, [&] { dequantized_ = dequantize(weight_).to(device); });
+  return dequantized_;
+}
+
+void Int8WeightLayer::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
+  append_qtensor(prefix + "weight", weight_, tensors, metadata);
+  if (bias_.defined()) tensors->emplace_back(prefix + "bias", bias_);
+}
+
+StaticInt8Layer::StaticInt8Layer(const char* name, QTensor weight, ActivationQParams input, ActivationQParams output,
+                                 bool relu)
+    : Int8WeightLayer(name, std::move(weight)), input_(input), output_(output), relu_(relu) {}
+
+void StaticInt8Layer::CheckActivations() const {
+  CheckActivation(input_, type_name().c_str(), "input");
+  CheckActivation(output_, type_name().c_str(), "output");
+}
+
+void StaticInt8Layer::SetRequantConstants() {
   consts_ = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), is_per_channel(weight_.qscheme),
                               packed_.n(), static_cast<float>(output_.scale));
 }
 
+// ---- QuantizedLinear ----
+
+QuantizedLinear::QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams input, ActivationQParams output,
+                                 bool relu)
+    : StaticInt8Layer("QuantizedLinear", std::move(weight), input, output, relu) {
+  CheckLinearWeight(weight_, type_name());
+  CheckActivations();
+  SetBias(std::move(bias), weight_.data.size(0));
+  PackWeight(weight_.data);
+  SetRequantConstants();
+}
+
 Tensor QuantizedLinear::forward(const Tensor& input) {
-  std::optional<exporter::Composite> node;
-  OpenExport(node, "QuantizedLinear", input, weight_, w_scales_, bias_, StaticAttrs(input_, output_, relu_, weight_));
-  const Tensor y = ForwardInt8(input);
-  return node ? node->finish(y) : y;
+  return ExportedForward(type_name(), input, weight_, w_scales_, bias_, StaticAttrs(input_, output_, relu_, weight_),
+                         [this](const Tensor& x) { return ForwardInt8(x); });
 }
 
 Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
-  const Tensor x = FloatInput(input, "QuantizedLinear");
   const int64_t k = packed_.k(), n = packed_.n();
-  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "QuantizedLinear: expected an input whose last dimension is ", k,
-              ", got ", shape_str(x.sizes()));
+  const Tensor x = LinearInput(input, k, type_name());
   if (x.device().type != DeviceType::CPU) {  // dequantize-compute
-    Tensor y = linear(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
-                      bias_.defined() ? bias_.to(x.device()) : bias_);
+    Tensor y = linear(x, DequantizedWeight(x.device()), BiasOn(x.device()));
     return relu_ ? y.relu() : y;
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
@@ -339,13 +386,8 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
   ParallelQuantize(x.data_ptr<float>(), m * k, input_, a);
   int32_t* acc = Scratch(acc_holder, m * n);
   ParallelGemm(m, a, packed_, acc);
-  const bool per_channel = is_per_channel(weight_.qscheme);
-  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
-                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
-  IntArray out_sizes = x.sizes();
-  out_sizes.back() = n;
-  Tensor out = empty(out_sizes, kFloat32);
-  RequantizeAndDequantize(acc, m, n, input_, output_, e, consts_, out.data_ptr<float>());
+  Tensor out = LinearOutput(x, n);
+  RequantizeAndDequantize(acc, m, n, input_, output_, Epilogue(bias_data(), relu_), consts_, out.data_ptr<float>());
   return out;
 }
 
@@ -364,43 +406,28 @@ std::string QuantizedLinear::describe() const {
       .dump();
 }
 
-void QuantizedLinear::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
-  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
-}
-
 // ---- DynamicQuantizedLinear ----
 
 DynamicQuantizedLinear::DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range,
                                                DynamicActivations activations)
-    : QuantizedModule("DynamicQuantizedLinear"),
-      weight_(std::move(weight)),
+    : Int8WeightLayer("DynamicQuantizedLinear", std::move(weight)),
       reduce_range_(reduce_range),
       activations_(activations) {
-  check_layer_weight(weight_, "DynamicQuantizedLinear");
-  ANVIL_CHECK(weight_.data.dim() == 2, "DynamicQuantizedLinear: expected a [out, in] weight, got ",
-              shape_str(weight_.sizes()));
-  bias_ = CheckedBias(std::move(bias), weight_.data.size(0), "DynamicQuantizedLinear");
-  packed_ = PackRows(weight_.data);
-  w_scales_ = FloatScales(weight_);
+  CheckLinearWeight(weight_, type_name());
+  SetBias(std::move(bias), weight_.data.size(0));
+  PackWeight(weight_.data);
 }
 
 Tensor DynamicQuantizedLinear::forward(const Tensor& input) {
-  std::optional<exporter::Composite> node;
-  OpenExport(node, "DynamicQuantizedLinear", input, weight_, w_scales_, bias_,
-             {{"axis", is_per_channel(weight_.qscheme) ? int64_t{0} : int64_t{-1}}});
-  const Tensor y = ForwardInt8(input);
-  return node ? node->finish(y) : y;
+  return ExportedForward(type_name(), input, weight_, w_scales_, bias_,
+                         {{"axis", is_per_channel(weight_.qscheme) ? int64_t{0} : int64_t{-1}}},
+                         [this](const Tensor& x) { return ForwardInt8(x); });
 }
 
 Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
-  const Tensor x = FloatInput(input, "DynamicQuantizedLinear");
   const int64_t k = packed_.k(), n = packed_.n();
-  ANVIL_CHECK(x.dim() >= 1 && x.size(-1) == k, "DynamicQuantizedLinear: expected an input whose last dimension is ", k,
-              ", got ", shape_str(x.sizes()));
-  if (x.device().type != DeviceType::CPU) {
-    return linear(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
-                  bias_.defined() ? bias_.to(x.device()) : bias_);
-  }
+  const Tensor x = LinearInput(input, k, type_name());
+  if (x.device().type != DeviceType::CPU) return linear(x, DequantizedWeight(x.device()), BiasOn(x.device()));
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
   const float* xp = x.data_ptr<float>();
   const auto [lo, hi] = BatchRange(xp, m * k);
@@ -429,12 +456,9 @@ Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
   int32_t* acc = Scratch(acc_holder, m * n);
   ParallelGemm(m, a, packed_, acc);
   // ONNX's graph adds the bias after its Mul, rounding each; fbgemm fuses them (fma).
-  const float* bias = bias_.defined() ? bias_.data_ptr<float>() : nullptr;
-  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme),
-                       onnx ? nullptr : bias, false};
-  IntArray out_sizes = x.sizes();
-  out_sizes.back() = n;
-  Tensor out = empty(out_sizes, kFloat32);
+  const float* bias = bias_data();
+  const GemmEpilogue e = Epilogue(onnx ? nullptr : bias, false);
+  Tensor out = LinearOutput(x, n);
   float* o = out.data_ptr<float>();
   parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
     requantize_to_float(acc + b * n, n, end - b, n, a_zero_point, a_scale, e, o + b * n, n);
@@ -458,24 +482,14 @@ std::string DynamicQuantizedLinear::describe() const {
       .dump();
 }
 
-void DynamicQuantizedLinear::append_state(const std::string& prefix, io::NamedTensors* tensors,
-                                          io::Metadata* metadata) const {
-  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
-}
-
 // ---- QuantizedConv2d ----
 
 QuantizedConv2d::QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOptions& options, ActivationQParams input,
                                  ActivationQParams output, bool relu, Int8ConvPath path)
-    : QuantizedModule("QuantizedConv2d"),
-      weight_(std::move(weight)),
+    : StaticInt8Layer("QuantizedConv2d", std::move(weight), input, output, relu),
       stride_(options.stride),
       padding_(options.padding),
-      dilation_(options.dilation),
-      input_(input),
-      output_(output),
-      relu_(relu) {
-  check_layer_weight(weight_, "QuantizedConv2d");
+      dilation_(options.dilation) {
   ANVIL_CHECK(weight_.data.dim() == 4, "QuantizedConv2d: expected a [out, in, kh, kw] weight, got ",
               shape_str(weight_.sizes()));
   ANVIL_CHECK(options.groups == 1, "QuantizedConv2d: grouped convolution (groups=", options.groups,
@@ -494,14 +508,11 @@ QuantizedConv2d::QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOpti
       padding_[d] = span / 2;
     }
   }
-  CheckActivation(input_, "QuantizedConv2d", "input");
-  CheckActivation(output_, "QuantizedConv2d", "output");
-  bias_ = CheckedBias(std::move(bias), out_channels_, "QuantizedConv2d");
+  CheckActivations();
+  SetBias(std::move(bias), out_channels_);
   // [out, in, kh, kw] -> [out, kh, kw, in]: the im2row order, channels innermost.
-  packed_ = PackRows(weight_.data.permute({0, 2, 3, 1}).contiguous().reshape({out_channels_, -1}));
-  w_scales_ = FloatScales(weight_);
-  consts_ = requant_constants(static_cast<float>(input_.scale), w_scales_.data(), is_per_channel(weight_.qscheme),
-                              out_channels_, static_cast<float>(output_.scale));
+  PackWeight(weight_.data.permute({0, 2, 3, 1}).contiguous().reshape({out_channels_, -1}));
+  SetRequantConstants();
   if (UseExactFloatConv(path, in_channels_, in_channels_ * kh_ * kw_)) exact_float_weight_ = weight_.data.to(kFloat32);
 }
 
@@ -511,10 +522,8 @@ Tensor QuantizedConv2d::forward(const Tensor& input) {
   attrs.emplace_back("strides", std::vector<int64_t>{stride_[0], stride_[1]});
   attrs.emplace_back("pads", std::vector<int64_t>{padding_[0], padding_[1], padding_[0], padding_[1]});
   attrs.emplace_back("dilations", std::vector<int64_t>{dilation_[0], dilation_[1]});
-  std::optional<exporter::Composite> node;
-  OpenExport(node, "QuantizedConv2d", input, weight_, w_scales_, bias_, std::move(attrs));
-  const Tensor y = ForwardInt8(input);
-  return node ? node->finish(y) : y;
+  return ExportedForward(type_name(), input, weight_, w_scales_, bias_, std::move(attrs),
+                         [this](const Tensor& x) { return ForwardInt8(x); });
 }
 
 Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
@@ -527,8 +536,7 @@ Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
               " (input ", shape_str(input.sizes()), ")");
   if (x.device().type != DeviceType::CPU) {
     nn::functional::Conv2dParams p{stride_, padding_, dilation_, 1, false};
-    Tensor y = nn::functional::conv2d(x, DequantizedOn(dequantized_once_, dequantized_, weight_, x.device()),
-                                      bias_.defined() ? bias_.to(x.device()) : bias_, p);
+    Tensor y = nn::functional::conv2d(x, DequantizedWeight(x.device()), BiasOn(x.device()), p);
     if (relu_) y = y.relu();
     return batched ? y : y.squeeze(0);
   }
@@ -550,11 +558,8 @@ Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
   const int64_t OC = out_channels_;
   int32_t* acc = Scratch(acc_holder, m * OC);
   ParallelGemm(m, rows, packed_, acc);
-  const bool per_channel = is_per_channel(weight_.qscheme);
-  const GemmEpilogue e{packed_.row_sums().data(), w_scales_.data(), per_channel,
-                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
   float* pixels = Scratch(pixels_holder, m * OC);
-  RequantizeAndDequantize(acc, m, OC, input_, output_, e, consts_, pixels);
+  RequantizeAndDequantize(acc, m, OC, input_, output_, Epilogue(bias_data(), relu_), consts_, pixels);
   // [N, OH, OW, OC] -> [N, OC, OH, OW]
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
   float* o = out.data_ptr<float>();
@@ -588,8 +593,9 @@ Tensor QuantizedConv2d::ForwardExactFloat(const Tensor& x, int64_t OH, int64_t O
   }
   ANVIL_CHECK(acc.size(2) == OH && acc.size(3) == OW, "QuantizedConv2d: the float convolution gave ",
               shape_str(acc.sizes()), ", expected [", N, ", ", OC, ", ", OH, ", ", OW, "]");
-  const GemmEpilogue e{nullptr, w_scales_.data(), is_per_channel(weight_.qscheme),
-                       bias_.defined() ? bias_.data_ptr<float>() : nullptr, relu_};
+  // The centred input has no zero point to take out: no row sums.
+  GemmEpilogue e = Epilogue(bias_data(), relu_);
+  e.w_row_sums = nullptr;
   std::unique_ptr<uint8_t[]> out_holder;
   uint8_t* out_q = Scratch(out_holder, N * OC * plane);
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
@@ -624,10 +630,6 @@ std::string QuantizedConv2d::describe() const {
                                                                      "int8 integers)")
                                                        : std::string(cpu::int8_gemm_kernel_name(packed_.kernel()))}}
       .dump();
-}
-
-void QuantizedConv2d::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
-  AppendWeightAndBias(prefix, weight_, bias_, tensors, metadata);
 }
 
 // ---- DynamicRnnLinears ----

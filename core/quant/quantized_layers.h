@@ -67,33 +67,75 @@ QTensor quantize_weight(const Tensor& weight, bool per_channel);
 // points 0). Others are refused with the reason.
 void check_layer_weight(const QTensor& w, const char* layer);
 
+// What the int8 layers below hold and do alike: the int8 weight and float32 bias they were
+// built from (what they write and export), the weight packed for this CPU's kernel with its
+// scales as float32, and, for inputs on another device, the weights dequantized there once.
+class Int8WeightLayer : public QuantizedModule {
+ public:
+  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
+  const QTensor& qweight() const override { return weight_; }
+  const Tensor& float_bias() const override { return bias_; }
+
+ protected:
+  // Checks the weight (check_layer_weight). `name`, the module's type name, starts the layer's
+  // errors and names its export composite.
+  Int8WeightLayer(const char* name, QTensor weight);
+  // The bias, checked to hold `out` values, kept as contiguous float32 on the CPU.
+  void SetBias(Tensor bias, int64_t out);
+  // Packs the weight's integers, given as [n, k] rows in the kernel's k order, and its scales.
+  void PackWeight(const Tensor& int8_rows);
+  // The int8 product's epilogue over the packed weight (its row sums, which take out the
+  // activations' zero point, and its scales), adding `bias` and clamping with `relu`.
+  GemmEpilogue Epilogue(const float* bias, bool relu) const;
+  const float* bias_data() const { return bias_.defined() ? bias_.data_ptr<float>() : nullptr; }
+  // Dequantize-compute: the weights dequantized on `device` (made on first use), and the bias
+  // there.
+  const Tensor& DequantizedWeight(Device device);
+  Tensor BiasOn(Device device) const { return bias_.defined() ? bias_.to(device) : bias_; }
+
+  QTensor weight_;
+  Tensor bias_;  // float32 [out], or undefined
+  cpu::PackedInt8Weight packed_;
+  std::vector<float> w_scales_;
+
+ private:
+  std::once_flag dequantized_once_;
+  Tensor dequantized_;  // dequantize-compute's weights, on first use off the CPU
+};
+
+// The static layers' activation side: input and output parameters fixed at conversion, ReLU
+// fused as a clamp at the output zero point, and the uint8 epilogue's constants.
+class StaticInt8Layer : public Int8WeightLayer {
+ public:
+  const ActivationQParams& input_qparams() const { return input_; }
+  const ActivationQParams& output_qparams() const { return output_; }
+  bool relu() const { return relu_; }
+
+ protected:
+  StaticInt8Layer(const char* name, QTensor weight, ActivationQParams input, ActivationQParams output, bool relu);
+  // Refuses parameters that are not a quint8 quantization (scale positive and finite, zero
+  // point in 0..255), the input's first.
+  void CheckActivations() const;
+  // The uint8 epilogue's constants, once the weight is packed.
+  void SetRequantConstants();
+
+  ActivationQParams input_, output_;
+  bool relu_;
+  RequantConstants consts_;  // the uint8 epilogue's per-column constants (fixed by the parameters)
+};
+
 // Static int8 Linear (torch.ao.nn.quantized.Linear, LinearReLU with relu).
-class QuantizedLinear : public QuantizedModule {
+class QuantizedLinear : public StaticInt8Layer {
  public:
   QuantizedLinear(QTensor weight, Tensor bias, ActivationQParams input, ActivationQParams output, bool relu);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   std::string describe() const override;
-  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
-  const QTensor& qweight() const override { return weight_; }
-  const Tensor& float_bias() const override { return bias_; }
-  const ActivationQParams& input_qparams() const { return input_; }
-  const ActivationQParams& output_qparams() const { return output_; }
-  bool relu() const { return relu_; }
   int64_t in_features() const { return packed_.k(); }
   int64_t out_features() const { return packed_.n(); }
 
  private:
   Tensor ForwardInt8(const Tensor& x);
-  QTensor weight_;
-  Tensor bias_;
-  ActivationQParams input_, output_;
-  bool relu_;
-  cpu::PackedInt8Weight packed_;
-  std::vector<float> w_scales_;
-  RequantConstants consts_;  // the uint8 epilogue's per-column constants (fixed by the parameters)
-  std::once_flag dequantized_once_;
-  Tensor dequantized_;  // dequantize-compute's weights, on first use off the CPU
 };
 
 // Dynamic int8 Linear (torch.ao.nn.quantized.dynamic.Linear): each batch's activations are
@@ -108,16 +150,13 @@ class QuantizedLinear : public QuantizedModule {
 // clamp(round(x / scale) + zero point, 0, 255), and the int32 sums times the float32 product
 // x_scale * w_scale, then plus the bias, each operation rounded as the graph rounds it.
 enum class DynamicActivations { kPyTorch, kOnnx };
-class DynamicQuantizedLinear : public QuantizedModule {
+class DynamicQuantizedLinear : public Int8WeightLayer {
  public:
   DynamicQuantizedLinear(QTensor weight, Tensor bias, bool reduce_range,
                          DynamicActivations activations = DynamicActivations::kPyTorch);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   std::string describe() const override;
-  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
-  const QTensor& qweight() const override { return weight_; }
-  const Tensor& float_bias() const override { return bias_; }
   bool reduce_range() const { return reduce_range_; }
   DynamicActivations activations() const { return activations_; }
   int64_t in_features() const { return packed_.k(); }
@@ -125,14 +164,8 @@ class DynamicQuantizedLinear : public QuantizedModule {
 
  private:
   Tensor ForwardInt8(const Tensor& x);
-  QTensor weight_;
-  Tensor bias_;
   bool reduce_range_;
   DynamicActivations activations_;
-  cpu::PackedInt8Weight packed_;
-  std::vector<float> w_scales_;
-  std::once_flag dequantized_once_;
-  Tensor dequantized_;
 };
 
 // The matrix products of a dynamically quantized LSTM / GRU (torch.ao.nn.quantized.dynamic
@@ -184,19 +217,13 @@ class DynamicRnnLinears : public nn::RNNBase::Linears {
 // stay exact (at most 512 terms); elsewhere the int8 GEMM runs whatever was asked.
 enum class Int8ConvPath { kAuto, kGemm, kExactFloat };
 
-class QuantizedConv2d : public QuantizedModule {
+class QuantizedConv2d : public StaticInt8Layer {
  public:
   QuantizedConv2d(QTensor weight, Tensor bias, const nn::ConvOptions& options, ActivationQParams input,
                   ActivationQParams output, bool relu, Int8ConvPath path = Int8ConvPath::kAuto);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   std::string describe() const override;
-  void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const override;
-  const QTensor& qweight() const override { return weight_; }
-  const Tensor& float_bias() const override { return bias_; }
-  const ActivationQParams& input_qparams() const { return input_; }
-  const ActivationQParams& output_qparams() const { return output_; }
-  bool relu() const { return relu_; }
   const std::array<int64_t, 2>& stride() const { return stride_; }
   const std::array<int64_t, 2>& padding() const { return padding_; }
   const std::array<int64_t, 2>& dilation() const { return dilation_; }
@@ -209,18 +236,11 @@ class QuantizedConv2d : public QuantizedModule {
   void Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
               uint8_t* rows) const;
 
-  QTensor weight_;  // [out, in, kh, kw]
-  Tensor bias_;
+  // weight_ is [out, in, kh, kw]; packed_ [out, kh * kw * in], the im2row order (kernel
+  // position, then channel).
   std::array<int64_t, 2> stride_, padding_, dilation_;
-  ActivationQParams input_, output_;
-  bool relu_;
   int64_t in_channels_, out_channels_, kh_, kw_;
-  cpu::PackedInt8Weight packed_;  // [out, kh * kw * in]: the im2row order (kernel position, then channel)
-  std::vector<float> w_scales_;
-  RequantConstants consts_;
   Tensor exact_float_weight_;  // [out, in, kh, kw] float32 integers; defined when the exact float path is chosen
-  std::once_flag dequantized_once_;
-  Tensor dequantized_;
 };
 
 // torch.ao.quantization.QuantStub after convert: rounds its input to the quint8 grid of its

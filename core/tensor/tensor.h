@@ -188,17 +188,10 @@ class Tensor {
   Tensor& fill_(Scalar value);
   // The rows whose Api column generates them (core/ops/op_table.def): x.exp(), the in-place
   // x.exp_() where the column says Inplace, x.logcumsumexp(dim) for FnDim.
-#define ANVIL_API_FnMethod(name) Tensor name() const;
-#define ANVIL_API_FnMethodInplace(name) ANVIL_API_FnMethod(name) Tensor& name##_();
-#define ANVIL_API_FnDim(name) Tensor name(int64_t dim) const;
-#define ANVIL_API_Hand(name)
-#define ANVIL_OP(Id, name, kind, infer, outs, grad, saves, autocast, args, kernel, api, ...) ANVIL_API_##api(name)
-#include "core/ops/op_table.def"
-#undef ANVIL_OP
-#undef ANVIL_API_FnMethodInplace
-#undef ANVIL_API_FnMethod
-#undef ANVIL_API_FnDim
-#undef ANVIL_API_Hand
+#define ANVIL_API_FnMethod(Id, name) Tensor name() const;
+#define ANVIL_API_FnMethodInplace(Id, name) ANVIL_API_FnMethod(Id, name) Tensor& name##_();
+#define ANVIL_API_FnDim(Id, name) Tensor name(int64_t dim) const;
+#include "core/ops/op_api_rows.def"
   Tensor& pow_(const Tensor& exponent);
   Tensor& remainder_(const Tensor& other);
   Tensor& lerp_(const Tensor& end, Scalar weight);

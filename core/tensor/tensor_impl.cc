@@ -39,13 +39,6 @@ TensorImpl::TensorImpl(Storage storage, IntArray sizes, IntArray strides, int64_
   RefreshDerived();
 }
 
-void TensorImpl::set_geometry(IntArray sizes, IntArray strides, int64_t offset) {
-  sizes_ = std::move(sizes);
-  strides_ = std::move(strides);
-  offset_ = offset;
-  RefreshDerived();
-}
-
 void TensorImpl::RefreshDerived() {
   numel_ = numel_of(sizes_);
   contiguous_ = true;

@@ -112,9 +112,6 @@ class TensorImpl {
   bool is_contiguous() const { return contiguous_; }
   void* data() const { return static_cast<char*>(storage_->data()) + offset_ * itemsize(dtype_); }
 
-  // Changes the window (used by in-place shape ops like squeeze_/resize of fresh outputs).
-  void set_geometry(IntArray sizes, IntArray strides, int64_t offset);
-
   AutogradMeta* autograd() const { return autograd_.get(); }
   AutogradMeta& autograd_mut() {
     if (!autograd_) autograd_ = std::make_unique<AutogradMeta>();

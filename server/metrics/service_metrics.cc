@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/backend/cpu/kernel_info.h"
+#include "core/backend/kernel_report.h"
 #include "core/backend/registry.h"
 #include "core/tensor/allocator.h"
 #include "core/util/clock.h"
@@ -114,17 +114,22 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                     "Writes of a job's run refused because another replica has taken the job "
                                     "over (its lease lapsed): the fencing epoch at work.")
                               .with()),
+      illegal_job_transitions(r.counter("anvil_illegal_job_transitions_total",
+                                        "Worker events the job state machine does not allow from the job's state "
+                                        "(a step for a finished job): ignored, each logged as an error.")
+                                  .with()),
       process_cpu(r.counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds.").with()),
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {
   r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({ANVIL_VERSION_STRING}).Set(1);
-  const CpuKernelInfo cpu = cpu_kernel_info();
+  const KernelReport cpu = kernel_report();
   r.gauge(
        "anvil_cpu_info",
        "The CPU and the kernels the engine runs on it (ISA level, float32 and bfloat16 GEMMs, intra-op threads); the "
        "value is 1.",
        {"model", "isa", "detected_isa", "gemm", "bf16_gemm", "threads", "features"})
-      .with({cpu.model, cpu.isa, cpu.detected_isa, cpu.gemm, cpu.bf16_gemm, std::to_string(cpu.threads), cpu.features})
+      .with({cpu.cpu_model, cpu.isa, cpu.detected_isa, cpu.gemm, cpu.bf16_gemm, std::to_string(cpu.threads),
+             cpu.cpu_features})
       .Set(1);
   r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.")
       .with()

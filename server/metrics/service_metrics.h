@@ -60,6 +60,9 @@ class ServiceMetrics {
   // Replicas: writes of a run whose lease another replica took over, refused by the fencing
   // epoch (the store stays the taker's).
   Counter& store_fenced_writes;
+  // Worker events the job state machine does not allow from the row's state
+  // (server/job_transitions.h): ignored, each logged as an error.
+  Counter& illegal_job_transitions;
   // Process.
   Counter& process_cpu;
   Gauge& process_rss;

@@ -17,7 +17,8 @@ class ListingsTest : public ServerFixture {
   // later row is not a number): a finished row in a few ms.
   v1::Job FailFast(const std::string& name, const std::string& label = "y") {
     const std::string file = "tiny-" + std::to_string(std::hash<std::string>{}(label)) + ".csv";
-    if (!fs::exists(root_ / "data" / file)) std::ofstream(root_ / "data" / file) << "a,b," << label << "\n1,2,0\n3,x,1\n";
+    if (!fs::exists(root_ / "data" / file))
+      std::ofstream(root_ / "data" / file) << "a,b," << label << "\n1,2,0\n3,x,1\n";
     v1::JobSpec spec = BlobsSpec(1);
     spec.set_name(name);
     spec.mutable_dataset()->clear_name();

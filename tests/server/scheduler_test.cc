@@ -222,6 +222,27 @@ TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
   EXPECT_THAT(Runs(0), ElementsAre(a, b));
 }
 
+// The state machine's table (server/job_transitions.h) at work: a finished job's row is
+// final, whatever a worker sends after its end (a late step, a second ending).
+TEST_F(SchedulerTest, EventsAfterAJobEndedChangeNothing) {
+  Start({"cpu"});
+  const std::string a = Submit("a");
+  Emit(0, a, WorkerEvent::Kind::kStarted);
+  Emit(0, a, WorkerEvent::Kind::kFailed, "training loss became nan at step 7 (epoch 0)");
+  const JobRow ended = *store_->get_job(a);
+  const size_t events = store_->metrics(a, 0).size();
+  for (WorkerEvent::Kind late : {WorkerEvent::Kind::kStep, WorkerEvent::Kind::kStarted, WorkerEvent::Kind::kCancelled,
+                                 WorkerEvent::Kind::kSucceeded}) {
+    Emit(0, a, late, "late");
+  }
+  const JobRow after = *store_->get_job(a);
+  EXPECT_EQ(after.state, JobState::kFailed);
+  EXPECT_EQ(after.reason, ended.reason);
+  EXPECT_EQ(after.finished_ms, ended.finished_ms);
+  EXPECT_EQ(after.step, ended.step);
+  EXPECT_EQ(store_->metrics(a, 0).size(), events);  // nothing recorded either
+}
+
 TEST_F(SchedulerTest, AFailedJobsReasonNamesItsKindUnlessTheEngineRefusedItsContent) {
   Start({"cpu"});
   const std::string a = Submit("a"), b = Submit("b");

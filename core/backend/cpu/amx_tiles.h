@@ -3,13 +3,16 @@
 // instructions as asm statements, and their emulation from the instruction set reference's
 // pseudo-code, so each kernel is written once over a policy (HardwareTiles or EmulatedTiles,
 // extended by the kernel with its dot product) and its packing, blocking and edge logic is
-// tested on any CPU.
+// tested on any CPU; and the moves of C's tiles (float32 or int32 accumulators) in and out of
+// tiles, partial ones at C's edges included, which both kernels' blocks make alike.
 //
 // Thread-safety: tiles are per thread, on the hardware and in the emulation (thread_local).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/util/error.h"
 
@@ -99,5 +102,52 @@ struct EmulatedTiles {
     }
   }
 };
+
+// C tile T at `c` (rows x cols of it inside C, either may be <= 0 or under 16) into tmm T: from
+// C itself when the tile is whole, through `edge` (16 x 16 elements) when not; zero when not
+// accumulating. E is the accumulators' four-byte type (float or int32_t).
+template <class Tiles, int T, typename E>
+void LoadC(bool accumulate, const E* c, int64_t ldc, int64_t rows, int64_t cols, E* edge) {
+  static_assert(sizeof(E) == 4, "a tile row is 16 four-byte accumulators");
+  if (!accumulate || rows <= 0 || cols <= 0) {
+    Tiles::template Zero<T>();
+    return;
+  }
+  if (rows >= kTileRows && cols >= 16) {
+    Tiles::template Load<T>(c, ldc * 4);
+    return;
+  }
+  std::fill(edge, edge + kTileRows * 16, E(0));
+  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
+    std::copy(c + r * ldc, c + r * ldc + std::min<int64_t>(cols, 16), edge + r * 16);
+  }
+  Tiles::template Load<T>(edge, kTileBytes);
+}
+
+// tmm T back to C (only its rows x cols inside C).
+template <class Tiles, int T, typename E>
+void StoreC(E* c, int64_t ldc, int64_t rows, int64_t cols, E* edge) {
+  static_assert(sizeof(E) == 4, "a tile row is 16 four-byte accumulators");
+  if (rows <= 0 || cols <= 0) return;
+  if (rows >= kTileRows && cols >= 16) {
+    Tiles::template Store<T>(c, ldc * 4);
+    return;
+  }
+  Tiles::template Store<T>(edge, kTileBytes);
+  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
+    std::copy(edge + r * 16, edge + r * 16 + std::min<int64_t>(cols, 16), c + r * ldc);
+  }
+}
+
+// `count` elements of `storage` starting on a 64-byte boundary (storage grows as needed), so
+// that packed panels whose strides are multiples of 64 bytes have no tile row straddling two
+// cache lines.
+template <class T>
+T* CacheLineAligned(std::vector<T>& storage, int64_t count) {
+  const size_t slack = 64 / sizeof(T);
+  storage.resize(static_cast<size_t>(count) + slack);
+  const auto address = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + ((64 - address % 64) % 64) / sizeof(T);
+}
 
 }  // namespace anvil::cpu::amx

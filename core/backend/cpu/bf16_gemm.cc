@@ -21,6 +21,7 @@
 
 #include "core/backend/cpu/bf16_gemm_amx.h"
 #include "core/backend/cpu/bf16_pack.h"
+#include "core/backend/cpu/gemm_tile_store.h"
 #include "core/backend/cpu/isa.h"
 #include "core/backend/cpu/onednn_primitives.h"
 #include "core/backend/cpu/transpose_avx512.h"
@@ -80,17 +81,9 @@ ANVIL_BF16_TARGET void MicroKernel(int64_t kc2, const uint32_t* pa, const uint32
 #undef ANVIL_STEP
   }
   const bool accumulate = beta != 0.0f;
-#define ANVIL_STORE(i)                                                  \
-  if constexpr (i < MR) {                                               \
-    if (i < rows) {                                                     \
-      float* ci = c + i * ldc;                                          \
-      if (accumulate) {                                                 \
-        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));      \
-        y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16)); \
-      }                                                                 \
-      _mm512_mask_storeu_ps(ci, m0, x##i);                              \
-      _mm512_mask_storeu_ps(ci + 16, m1, y##i);                         \
-    }                                                                   \
+#define ANVIL_STORE(i)                                                       \
+  if constexpr (i < MR) {                                                    \
+    if (i < rows) StoreTileRow(c + i * ldc, x##i, y##i, accumulate, m0, m1); \
   }
   ANVIL_ROWS12(ANVIL_STORE)
 #undef ANVIL_STORE

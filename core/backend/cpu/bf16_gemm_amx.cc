@@ -29,8 +29,11 @@ namespace {
 
 constexpr int64_t kKc = 512;  // k values per chunk: a B panel is 32 KiB
 constexpr int64_t kMc = 128;  // rows per block: 4 row panels of 32
-using amx::kTileBytes;        // bytes per tile row: 16 float32 or 16 bf16 pairs
+using amx::CacheLineAligned;
+using amx::kTileBytes;  // bytes per tile row: 16 float32 or 16 bf16 pairs
 using amx::kTileRows;
+using amx::LoadC;
+using amx::StoreC;
 constexpr int64_t kPairsPerStep = 16;   // pairs (32 k values) per tdpbf16ps
 constexpr int64_t kBPanelStride = 128;  // bytes per pair row of a 32-column B panel
 
@@ -99,39 +102,6 @@ void PackARows(const uint16_t* a, int64_t a_rs, int64_t a_cs, int64_t i0, int64_
   }
 }
 
-// C tile T at `c` (rows x cols of it inside C, either may be <= 0 or < 16) into tmm T: C itself
-// when the tile is whole, through `edge` (16 x 16 floats) when not; zero when not accumulating.
-template <class Tiles, int T>
-void LoadC(bool accumulate, const float* c, int64_t ldc, int64_t rows, int64_t cols, float* edge) {
-  if (!accumulate || rows <= 0 || cols <= 0) {
-    Tiles::template Zero<T>();
-    return;
-  }
-  if (rows >= kTileRows && cols >= 16) {
-    Tiles::template Load<T>(c, ldc * 4);
-    return;
-  }
-  std::fill(edge, edge + kTileRows * 16, 0.0f);
-  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
-    std::copy(c + r * ldc, c + r * ldc + std::min<int64_t>(cols, 16), edge + r * 16);
-  }
-  Tiles::template Load<T>(edge, kTileBytes);
-}
-
-// tmm T back to C (only its rows x cols inside C).
-template <class Tiles, int T>
-void StoreC(float* c, int64_t ldc, int64_t rows, int64_t cols, float* edge) {
-  if (rows <= 0 || cols <= 0) return;
-  if (rows >= kTileRows && cols >= 16) {
-    Tiles::template Store<T>(c, ldc * 4);
-    return;
-  }
-  Tiles::template Store<T>(edge, kTileBytes);
-  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
-    std::copy(edge + r * 16, edge + r * 16 + std::min<int64_t>(cols, 16), c + r * ldc);
-  }
-}
-
 // The A panel's row length in bf16 values for kc2p pairs: one cache line more than the pairs,
 // so the 16 rows a tile load reads do not all fall in the same few L1 sets (at kc 512 an
 // unpadded row is 1 KiB: 16 rows would share 4 of the 64 sets).
@@ -169,15 +139,6 @@ void Block32(int64_t kc2p, const uint16_t* pa, const uint32_t* pb, float* c, int
     StoreC<Tiles, 2>(c + kTileRows * ldc, ldc, rows - kTileRows, cols, edge);
     StoreC<Tiles, 3>(c + kTileRows * ldc + 16, ldc, rows - kTileRows, cols - 16, edge);
   }
-}
-
-// `count` elements of `storage` starting on a 64-byte boundary (storage grows as needed).
-template <class T>
-T* CacheLineAligned(std::vector<T>& storage, int64_t count) {
-  const size_t slack = 64 / sizeof(T);
-  storage.resize(static_cast<size_t>(count) + slack);
-  const auto address = reinterpret_cast<uintptr_t>(storage.data());
-  return storage.data() + ((64 - address % 64) % 64) / sizeof(T);
 }
 
 template <class Tiles>

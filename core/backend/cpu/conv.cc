@@ -28,25 +28,15 @@ namespace {
 using backend::ConvShape;
 constexpr auto MakeShape = backend::MakeConvShape;
 
-template <typename T>
-void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-          T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  } else if constexpr (std::is_same_v<T, double>) {
-    dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  }
-}
-
 // C[m, n] = beta * C + A B with A(i, p) = a[i * ars + p * acs] (row- or column-major) and B,
 // C row-major, on the GEMM chosen for this CPU (core/backend/cpu/gemm.h).
 template <typename T>
 void GemmStrided(int64_t m, int64_t n, int64_t k, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T beta,
                  T* c, int64_t ldc) {
   if (acs == 1) {
-    Gemm<T>(false, false, m, n, k, a, ars, b, ldb, beta, c, ldc);
+    gemm<T>(false, false, m, n, k, a, ars, b, ldb, beta, c, ldc);
   } else {
-    Gemm<T>(true, false, m, n, k, a, acs, b, ldb, beta, c, ldc);
+    gemm<T>(true, false, m, n, k, a, acs, b, ldb, beta, c, ldc);
   }
 }
 
@@ -79,19 +69,15 @@ void Conv2dForward(const KernelCall& call) {
   const T* pw = w.data_ptr<T>();
   const T* pb = b.defined() ? b.data_ptr<T>() : nullptr;
   T* po = out.data_ptr<T>();
-  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
-        const T* cols = Columns(px + n * s.g.C * s.g.H * s.g.W, ScratchFor<T>(scratch, t), s);
-        for (int64_t grp = 0; grp < s.G; ++grp) {
-          T* o = po + (n * s.OC + grp * s.OCg) * s.L;
-          if (pb != nullptr) {
-            for (int64_t oc = 0; oc < s.OCg; ++oc) std::fill(o + oc * s.L, o + (oc + 1) * s.L, pb[grp * s.OCg + oc]);
-          }
-          GemmColumns<T>(s.OCg, s.L, s.K, pw + grp * s.OCg * s.K, s.K, 1, cols + grp * s.K * s.L, s.L,
-                         pb != nullptr ? T(1) : T(0), o, s.L);
-        }
+  ForEachTaskImage(split, s.g.N, [&](int64_t t, int64_t n) {
+    const T* cols = Columns(px + n * s.g.C * s.g.H * s.g.W, ScratchFor<T>(scratch, t), s);
+    for (int64_t grp = 0; grp < s.G; ++grp) {
+      T* o = po + (n * s.OC + grp * s.OCg) * s.L;
+      if (pb != nullptr) {
+        for (int64_t oc = 0; oc < s.OCg; ++oc) std::fill(o + oc * s.L, o + (oc + 1) * s.L, pb[grp * s.OCg + oc]);
       }
+      GemmColumns<T>(s.OCg, s.L, s.K, pw + grp * s.OCg * s.K, s.K, 1, cols + grp * s.K * s.L, s.L,
+                     pb != nullptr ? T(1) : T(0), o, s.L);
     }
   });
 }
@@ -108,19 +94,15 @@ void Conv2dInputGrad(const KernelCall& call) {
   const T* pw = w.data_ptr<T>();
   T* po = out.data_ptr<T>();
   const int64_t plane = s.g.H * s.g.W, rows = s.g.KH * s.g.KW * s.L;
-  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
-        T* image = po + n * s.g.C * plane;
-        T* cols = s.direct ? image : ScratchFor<T>(scratch, t);
-        for (int64_t grp = 0; grp < s.G; ++grp) {
-          GemmColumns<T>(s.K, s.L, s.OCg, pw + grp * s.OCg * s.K, 1, s.K, pg + (n * s.OC + grp * s.OCg) * s.L, s.L,
-                         T(0), cols + grp * s.K * s.L, s.L);
-        }
-        if (!s.direct) {
-          for (int64_t c = 0; c < s.g.C; ++c) Col2ImPlane(cols + c * rows, image + c * plane, s.g);
-        }
-      }
+  ForEachTaskImage(split, s.g.N, [&](int64_t t, int64_t n) {
+    T* image = po + n * s.g.C * plane;
+    T* cols = s.direct ? image : ScratchFor<T>(scratch, t);
+    for (int64_t grp = 0; grp < s.G; ++grp) {
+      GemmColumns<T>(s.K, s.L, s.OCg, pw + grp * s.OCg * s.K, 1, s.K, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, T(0),
+                     cols + grp * s.K * s.L, s.L);
+    }
+    if (!s.direct) {
+      for (int64_t c = 0; c < s.g.C; ++c) Col2ImPlane(cols + c * rows, image + c * plane, s.g);
     }
   });
 }
@@ -138,16 +120,12 @@ void Conv2dWeightGrad(const KernelCall& call) {
   const T* pg = gy.data_ptr<T>();
   const T* px = x.data_ptr<T>();
   T* pp = partials.data_ptr<T>();
-  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      T* acc = pp + t * s.OC * s.K;
-      for (int64_t n = t * split.step; n < std::min(s.g.N, (t + 1) * split.step); ++n) {
-        const T* cols = Columns(px + n * s.g.C * s.g.H * s.g.W, ScratchFor<T>(scratch, t), s);
-        for (int64_t grp = 0; grp < s.G; ++grp) {
-          Gemm<T>(false, true, s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, cols + grp * s.K * s.L, s.L,
-                  T(1), acc + grp * s.OCg * s.K, s.K);
-        }
-      }
+  ForEachTaskImage(split, s.g.N, [&](int64_t t, int64_t n) {
+    T* acc = pp + t * s.OC * s.K;
+    const T* cols = Columns(px + n * s.g.C * s.g.H * s.g.W, ScratchFor<T>(scratch, t), s);
+    for (int64_t grp = 0; grp < s.G; ++grp) {
+      gemm<T>(false, true, s.OCg, s.K, s.L, pg + (n * s.OC + grp * s.OCg) * s.L, s.L, cols + grp * s.K * s.L, s.L, T(1),
+              acc + grp * s.OCg * s.K, s.K);
     }
   });
   T* po = out.data_ptr<T>();
@@ -220,25 +198,22 @@ void Conv2dForwardImplicit(const KernelCall& call, const ConvShape& s) {
   const float* pw = w.data_ptr<float>();
   const float* pb = b.defined() ? b.data_ptr<float>() : nullptr;
   float* po = out.data_ptr<float>();
-  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* padded = scratch.data_ptr<float>() + t * per_task;
-      float* result = padded + pi.size;
-      for (int64_t n = t * split.step; n < std::min(g.N, (t + 1) * split.step); ++n) {
-        pi.Fill(px + n * g.C * g.H * g.W, padded, g);
-        for (int64_t grp = 0; grp < s.G; ++grp) {
-          SplitColumns(pi.wide, s.OCg * s.K, [&](int64_t q0, int64_t q1) {
-            sgemm_avx512(s.OCg, q1 - q0, s.K, pw + grp * s.OCg * s.K, nullptr, s.K, 1, padded + q0,
-                         pi.offsets.data() + grp * s.K, 0.0f, result + q0, pi.wide);
-          });
-          for (int64_t oc = 0; oc < s.OCg; ++oc) {
-            const float bias = pb != nullptr ? pb[grp * s.OCg + oc] : 0.0f;
-            float* dst = po + (n * s.OC + grp * s.OCg + oc) * s.L;
-            for (int64_t y = 0; y < g.OH; ++y) {
-              const float* src = result + oc * pi.wide + y * pi.Wp;
-              for (int64_t xo = 0; xo < g.OW; ++xo) dst[y * g.OW + xo] = src[xo] + bias;
-            }
-          }
+  float* const scratch_base = scratch.data_ptr<float>();
+  ForEachTaskImage(split, g.N, [&](int64_t t, int64_t n) {
+    float* padded = scratch_base + t * per_task;
+    float* result = padded + pi.size;
+    pi.Fill(px + n * g.C * g.H * g.W, padded, g);
+    for (int64_t grp = 0; grp < s.G; ++grp) {
+      SplitColumns(pi.wide, s.OCg * s.K, [&](int64_t q0, int64_t q1) {
+        sgemm_avx512(s.OCg, q1 - q0, s.K, pw + grp * s.OCg * s.K, nullptr, s.K, 1, padded + q0,
+                     pi.offsets.data() + grp * s.K, 0.0f, result + q0, pi.wide);
+      });
+      for (int64_t oc = 0; oc < s.OCg; ++oc) {
+        const float bias = pb != nullptr ? pb[grp * s.OCg + oc] : 0.0f;
+        float* dst = po + (n * s.OC + grp * s.OCg + oc) * s.L;
+        for (int64_t y = 0; y < g.OH; ++y) {
+          const float* src = result + oc * pi.wide + y * pi.Wp;
+          for (int64_t xo = 0; xo < g.OW; ++xo) dst[y * g.OW + xo] = src[xo] + bias;
         }
       }
     }
@@ -326,32 +301,29 @@ void Conv2dWeightGradAvx512(const KernelCall& call, const ConvShape& s) {
   for (int64_t q = 0; q < positions; ++q) b_rows[q] = q * s.OCg;
   const float* pg = gy.data_ptr<float>();
   const float* px = x.data_ptr<float>();
-  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* a_buf = scratch.data_ptr<float>() + t * per_task;
-      float* gt = a_buf + a_size;
-      float* partial = gt + positions * s.OCg;
-      for (int64_t n = t * split.step; n < std::min(g.N, (t + 1) * split.step); ++n) {
-        const float* image = px + n * g.C * g.H * g.W;
-        const float* cols = nullptr;
-        if (implicit) {
-          pi.Fill(image, a_buf, g);
-        } else {
-          cols = Columns(image, a_buf, s);
-        }
-        for (int64_t grp = 0; grp < s.G; ++grp) {
-          const float* gn = pg + (n * s.OC + grp * s.OCg) * s.L;
-          float* acc = partial + grp * s.K * s.OCg;
-          if (implicit) {
-            for (int64_t y = 0; y < g.OH; ++y) TransposeInto(gn + y * g.OW, s.OCg, g.OW, s.L, gt + y * pi.Wp * s.OCg);
-            sgemm_avx512(s.K, s.OCg, positions, a_buf, pi.offsets.data() + grp * s.K, 0, 1, gt, b_rows.data(), 1.0f,
-                         acc, s.OCg);
-          } else {
-            TransposeInto(gn, s.OCg, s.L, s.L, gt);
-            sgemm_avx512(s.K, s.OCg, positions, cols + grp * s.K * s.L, nullptr, s.L, 1, gt, b_rows.data(), 1.0f, acc,
-                         s.OCg);
-          }
-        }
+  float* const scratch_base = scratch.data_ptr<float>();
+  ForEachTaskImage(split, g.N, [&](int64_t t, int64_t n) {
+    float* a_buf = scratch_base + t * per_task;
+    float* gt = a_buf + a_size;
+    float* partial = gt + positions * s.OCg;
+    const float* image = px + n * g.C * g.H * g.W;
+    const float* cols = nullptr;
+    if (implicit) {
+      pi.Fill(image, a_buf, g);
+    } else {
+      cols = Columns(image, a_buf, s);
+    }
+    for (int64_t grp = 0; grp < s.G; ++grp) {
+      const float* gn = pg + (n * s.OC + grp * s.OCg) * s.L;
+      float* acc = partial + grp * s.K * s.OCg;
+      if (implicit) {
+        for (int64_t y = 0; y < g.OH; ++y) TransposeInto(gn + y * g.OW, s.OCg, g.OW, s.L, gt + y * pi.Wp * s.OCg);
+        sgemm_avx512(s.K, s.OCg, positions, a_buf, pi.offsets.data() + grp * s.K, 0, 1, gt, b_rows.data(), 1.0f, acc,
+                     s.OCg);
+      } else {
+        TransposeInto(gn, s.OCg, s.L, s.L, gt);
+        sgemm_avx512(s.K, s.OCg, positions, cols + grp * s.K * s.L, nullptr, s.L, 1, gt, b_rows.data(), 1.0f, acc,
+                     s.OCg);
       }
     }
   });

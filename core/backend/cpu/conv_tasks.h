@@ -23,6 +23,18 @@ inline BatchSplit SplitBatch(int64_t N) {
   return {(N + step - 1) / step, step};
 }
 
+// f(task, image) for every image of every task of `split` (a batch of N): the tasks spread over
+// the pool, each task's images in order on one thread, so per-task scratch and partial sums
+// are touched by one thread at a time.
+template <typename F>
+void ForEachTaskImage(const BatchSplit& split, int64_t N, const F& f) {
+  parallel_for(0, split.tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t n = t * split.step; n < std::min(N, (t + 1) * split.step); ++n) f(t, n);
+    }
+  });
+}
+
 // Columns [0, n) of a per-image GEMM over the pool when called outside a parallel region, else
 // inline; `work_per_column` (multiply-adds) sizes the grain.
 template <typename F>

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/util/cpu_features.h"
@@ -34,6 +35,18 @@ void sgemm_with(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64
 // Float64 runs on OpenBLAS.
 void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
            int64_t ldb, double beta, double* c, int64_t ldc);
+// sgemm or dgemm by element type, for the kernels written once over float32 and float64. Any
+// other type compiles to nothing: a kernel's dtype switch instantiates its float32/float64 path
+// for every dtype it switches on, and runs it only for those two.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+          T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  } else if constexpr (std::is_same_v<T, double>) {
+    dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
+}
 
 struct GemmCandidate {
   GemmKernel kernel;

@@ -48,15 +48,14 @@ void InitFromSelf(const Tensor& self, const Tensor& out) {
   if (out.impl() != self.impl()) CopyInto(out, self);
 }
 
-void GatherKernel(const KernelCall& c) {
-  const Tensor& out = c.outputs[0];
-  if (out.numel() == 0) return;
-  const backend::DimWindow w = backend::MakeDimWindow(c.inputs[0], c.inputs[1], c.attrs.get<IndexArgs>().dim, "gather");
-  const Tensor &idx = w.index, &xr = w.window;
-  const int64_t d = w.dim, size = w.size, step = w.step;
-  ANVIL_DISPATCH_ALL(out.dtype(), "gather", [&] {
+// out[e] = window[e] moved `step` bytes per index along dim d, for every element e, the index
+// (< size along d, checked) read from index[e]: gather and index_select, on windows that give
+// every output element its own source row and index.
+void GatherAlongDim(const Tensor& out, const Tensor& window, const Tensor& index, int64_t d, int64_t size, int64_t step,
+                    const char* name) {
+  ANVIL_DISPATCH_ALL(out.dtype(), name, [&] {
     StridedLoop<3> loop;
-    loop.Build({&out, &xr, &idx});
+    loop.Build({&out, &window, &index});
     loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
       for (int64_t j = 0; j < n; ++j) {
         const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
@@ -64,6 +63,13 @@ void GatherKernel(const KernelCall& c) {
       }
     });
   });
+}
+
+void GatherKernel(const KernelCall& c) {
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const backend::DimWindow w = backend::MakeDimWindow(c.inputs[0], c.inputs[1], c.attrs.get<IndexArgs>().dim, "gather");
+  GatherAlongDim(out, w.window, w.index, w.dim, w.size, w.step, "gather");
 }
 
 // out = self, then combine(&out[..idx..], src) for every source element in the loop's serial
@@ -171,17 +177,7 @@ void IndexSelectKernel(const KernelCall& c) {
   ist[d] = 1;
   Tensor idxc = idx.contiguous();
   Tensor ir = RawWindow(idxc, out.sizes(), ist, idxc.storage_offset());
-  const int64_t step = x.stride(d) * x.element_size();
-  ANVIL_DISPATCH_ALL(x.dtype(), "index_select", [&] {
-    StridedLoop<3> loop;
-    loop.Build({&out, &xr, &ir});
-    loop.ParallelRun([&](char** p, const int64_t* s, int64_t n) {
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = CheckIndex(*reinterpret_cast<const int64_t*>(p[2] + j * s[2]), size, d);
-        *reinterpret_cast<scalar_t*>(p[0] + j * s[0]) = *reinterpret_cast<const scalar_t*>(p[1] + j * s[1] + i * step);
-      }
-    });
-  });
+  GatherAlongDim(out, xr, ir, d, size, x.stride(d) * x.element_size(), "index_select");
 }
 
 void IndexAddKernel(const KernelCall& c) {

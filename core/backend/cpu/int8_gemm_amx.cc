@@ -32,8 +32,11 @@ namespace {
 
 constexpr int64_t kKc = 1024;  // k values per chunk (a multiple of a tile's 64)
 constexpr int64_t kMc = 128;   // rows per block: 4 row panels of 32
-using amx::kTileBytes;         // bytes per tile row: 16 int32, or 64 u8, or 16 groups of 4 s8
+using amx::CacheLineAligned;
+using amx::kTileBytes;  // bytes per tile row: 16 int32, or 64 u8, or 16 groups of 4 s8
 using amx::kTileRows;
+using amx::LoadC;
+using amx::StoreC;
 constexpr int64_t kGroupBytes = 128;  // one group of four k values of a 32-column W panel
 
 int64_t PanelGroups(int64_t k) { return (k + 63) / 64 * 16; }
@@ -85,40 +88,6 @@ void PackARows(const uint8_t* a, int64_t lda, int64_t rows, int64_t kc, int64_t 
   for (int64_t r = 0; r < rows; ++r) std::memcpy(panel + r * ld, a + r * lda, static_cast<size_t>(kc));
 }
 
-// C tile T at `c` (rows x cols of it inside C; either may be <= 0 or under 16) into tmm T: from
-// C itself when the tile is whole, through `edge` (16 x 16 int32) when not; zero when not
-// accumulating.
-template <class Tiles, int T>
-void LoadC(bool accumulate, const int32_t* c, int64_t ldc, int64_t rows, int64_t cols, int32_t* edge) {
-  if (!accumulate || rows <= 0 || cols <= 0) {
-    Tiles::template Zero<T>();
-    return;
-  }
-  if (rows >= kTileRows && cols >= 16) {
-    Tiles::template Load<T>(c, ldc * 4);
-    return;
-  }
-  std::fill(edge, edge + kTileRows * 16, 0);
-  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
-    std::copy(c + r * ldc, c + r * ldc + std::min<int64_t>(cols, 16), edge + r * 16);
-  }
-  Tiles::template Load<T>(edge, kTileBytes);
-}
-
-// tmm T back to C (only its rows x cols inside C).
-template <class Tiles, int T>
-void StoreC(int32_t* c, int64_t ldc, int64_t rows, int64_t cols, int32_t* edge) {
-  if (rows <= 0 || cols <= 0) return;
-  if (rows >= kTileRows && cols >= 16) {
-    Tiles::template Store<T>(c, ldc * 4);
-    return;
-  }
-  Tiles::template Store<T>(edge, kTileBytes);
-  for (int64_t r = 0; r < std::min(rows, kTileRows); ++r) {
-    std::copy(edge + r * 16, edge + r * 16 + std::min<int64_t>(cols, 16), c + r * ldc);
-  }
-}
-
 // One cache line more than the chunk's bytes, so a tile load's 16 rows do not share a few L1 sets.
 int64_t PanelRowLength(int64_t kcp) { return kcp + 64; }
 
@@ -159,21 +128,10 @@ void Block(int64_t steps, const uint8_t* pa, int64_t ld, const int8_t* w0, const
   }
 }
 
-// `count` bytes of `storage` from a 64-byte boundary (storage grows as needed).
-uint8_t* CacheLineAligned(std::vector<uint8_t>& storage, int64_t count) {
-  storage.resize(static_cast<size_t>(count) + 64);
-  const auto address = reinterpret_cast<uintptr_t>(storage.data());
-  return storage.data() + (64 - address % 64) % 64;
-}
-
 template <class Tiles>
 void TiledGemm(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int64_t n, int64_t k, int64_t j0,
                int64_t j1, int32_t* c, int64_t ldc) {
-  if (m <= 0 || j1 <= j0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
-    return;
-  }
+  if (EmptyProduct(m, k, j0, j1, c, ldc)) return;
   thread_local std::vector<uint8_t> packed_a_storage;
   alignas(64) int32_t edge[kTileRows * 16];
   const int64_t panel_bytes = PanelGroups(k) * kGroupBytes;

@@ -107,22 +107,13 @@ void PackA(const uint8_t* a, int64_t lda, int64_t rows, int64_t kc, int64_t pair
 int64_t Avx2PackedBytes(int64_t n, int64_t k) { return (n + kPanelCols - 1) / kPanelCols * Pairs(k) * kPairBytes; }
 
 void PackAvx2(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int8_t* out) {
-  const int64_t pairs = Pairs(k);
-  std::memset(out, 0, static_cast<size_t>(Avx2PackedBytes(n, k)));
-  for (int64_t j = 0; j < n; ++j) {
-    int8_t* panel = out + (j / kPanelCols) * pairs * kPairBytes + (j % kPanelCols) * 2;
-    const int8_t* row = w + j * ldw;
-    for (int64_t p = 0; p < k; ++p) panel[(p / 2) * kPairBytes + p % 2] = row[p];
-  }
+  static_assert(kPairBytes == kPanelCols * 2, "a pair row is two bytes per column");
+  PackPanels<kPanelCols, 2>(w, n, k, ldw, Pairs(k), Avx2PackedBytes(n, k), out);
 }
 
 void GemmAvx2(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int64_t n, int64_t k, int64_t j0,
               int64_t j1, int32_t* c, int64_t ldc) {
-  if (m <= 0 || j1 <= j0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
-    return;
-  }
+  if (EmptyProduct(m, k, j0, j1, c, ldc)) return;
   const int64_t panel_bytes = Pairs(k) * kPairBytes;
   const int64_t first_panel = j0 / kPanelCols, end_panel = (j1 + kPanelCols - 1) / kPanelCols;
   thread_local std::vector<uint32_t> packed_a;

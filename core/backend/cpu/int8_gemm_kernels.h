@@ -14,7 +14,9 @@
 // Columns past n are zero in the last panel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace anvil::cpu::int8_kernels {
@@ -26,6 +28,21 @@ int64_t VnniPackedBytes(int64_t n, int64_t k);
 // W (row j at w + j * ldw) into the layout above; `out` holds the sizes above.
 void PackAvx2(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int8_t* out);
 void PackVnni(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int8_t* out);
+
+// The writer of both layouts: W into panels of kPanelCols columns, each a run of `panel_groups`
+// rows of kPanelCols * kGroup bytes, group q of a panel holding column j's W[j, q * kGroup ..
+// q * kGroup + kGroup - 1] at bytes (j % kPanelCols) * kGroup onwards. All `bytes` of `out` are
+// zeroed first: that is the padding of k and of the columns past n.
+template <int64_t kPanelCols, int64_t kGroup>
+void PackPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int64_t panel_groups, int64_t bytes, int8_t* out) {
+  constexpr int64_t kGroupBytes = kPanelCols * kGroup;
+  std::memset(out, 0, static_cast<size_t>(bytes));
+  for (int64_t j = 0; j < n; ++j) {
+    int8_t* panel = out + (j / kPanelCols) * panel_groups * kGroupBytes + (j % kPanelCols) * kGroup;
+    const int8_t* row = w + j * ldw;
+    for (int64_t p = 0; p < k; ++p) panel[(p / kGroup) * kGroupBytes + p % kGroup] = row[p];
+  }
+}
 
 // C[i, j] = sum_p A[i, p] * W[j, p] for i < m, j in [j0, j1) (j0 a multiple of 16), W packed
 // in the kernel's layout above (n columns, depth k). A is read only inside its rows'
@@ -39,6 +56,16 @@ void GemmAmx(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int
 // The AMX kernel on tiles emulated in scalar code (int8_gemm_amx.cc): runs on any CPU.
 void GemmAmxEmulated(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int64_t n, int64_t k, int64_t j0,
                      int64_t j1, int32_t* c, int64_t ldc);
+
+// What every kernel does first, for the products with nothing to multiply: none at all (no rows
+// or no columns), or depth 0, whose C columns [j0, j1) are zeros. True when the product was one
+// of those (C is then done).
+inline bool EmptyProduct(int64_t m, int64_t k, int64_t j0, int64_t j1, int32_t* c, int64_t ldc) {
+  if (m <= 0 || j1 <= j0) return true;
+  if (k != 0) return false;
+  for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
+  return true;
+}
 
 // Whether the AMX-INT8 kernel runs here (the amx level is active, the CPU has AMX-INT8 and
 // AVX-512-VNNI, and the kernel passed its first-use check), and why not ("" when it does).

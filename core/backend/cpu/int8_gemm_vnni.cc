@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend/cpu/gemm_tile_store.h"
 #include "core/backend/cpu/int8_gemm_kernels.h"
 #include "core/backend/cpu/transpose_avx512.h"
 
@@ -78,16 +79,8 @@ ANVIL_VNNI_TARGET void MicroKernel(const int32_t* pa, int64_t groups, const int8
     ANVIL_ROWS12(ANVIL_STEP)
 #undef ANVIL_STEP
   }
-#define ANVIL_STORE(i)                                                      \
-  if constexpr (i < MR) {                                                   \
-    int32_t* ci = c + i * ldc;                                              \
-    if (accumulate) {                                                       \
-      x##i = _mm512_add_epi32(x##i, _mm512_maskz_loadu_epi32(m0, ci));      \
-      y##i = _mm512_add_epi32(y##i, _mm512_maskz_loadu_epi32(m1, ci + 16)); \
-    }                                                                       \
-    _mm512_mask_storeu_epi32(ci, m0, x##i);                                 \
-    _mm512_mask_storeu_epi32(ci + 16, m1, y##i);                            \
-  }
+#define ANVIL_STORE(i) \
+  if constexpr (i < MR) StoreTileRow(c + i * ldc, x##i, y##i, accumulate, m0, m1);
   ANVIL_ROWS12(ANVIL_STORE)
 #undef ANVIL_STORE
 }
@@ -143,24 +136,15 @@ int64_t VnniPackedBytes(int64_t n, int64_t k) {
 }
 
 void PackVnni(const int8_t* w, int64_t n, int64_t k, int64_t ldw, int8_t* out) {
-  const int64_t groups = PanelGroups(k);
-  std::memset(out, 0, static_cast<size_t>(VnniPackedBytes(n, k)));
-  for (int64_t j = 0; j < n; ++j) {
-    int8_t* panel = out + (j / kPanelCols) * groups * kGroupBytes + (j % kPanelCols) * 4;
-    const int8_t* row = w + j * ldw;
-    for (int64_t p = 0; p < k; ++p) panel[(p / 4) * kGroupBytes + p % 4] = row[p];
-  }
+  static_assert(kGroupBytes == kPanelCols * 4, "a group row is four bytes per column");
+  PackPanels<kPanelCols, 4>(w, n, k, ldw, PanelGroups(k), VnniPackedBytes(n, k), out);
 }
 
 void GemmVnni(int64_t m, const uint8_t* a, int64_t lda, const int8_t* packed, int64_t n, int64_t k, int64_t j0,
               int64_t j1, int32_t* c, int64_t ldc) {
-  if (m <= 0 || j1 <= j0) return;
+  if (EmptyProduct(m, k, j0, j1, c, ldc)) return;
   const int64_t panel_bytes = PanelGroups(k) * kGroupBytes;
   const int64_t first_panel = j0 / kPanelCols, end_panel = (j1 + kPanelCols - 1) / kPanelCols;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0);
-    return;
-  }
   thread_local std::vector<int32_t> packed_a;
   packed_a.resize(static_cast<size_t>(kMc * (kKc / 4)));
   for (int64_t p0 = 0; p0 < k; p0 += kKc) {

@@ -45,18 +45,8 @@ MatArg AsBlas(const Tensor& m) {
   return {c, false, std::max<int64_t>(cols, 1)};
 }
 
-// C = A B (beta 0) or C += A B (beta 1: C holds a linear layer's bias rows).
-template <typename T>
-void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-          T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  } else if constexpr (std::is_same_v<T, double>) {
-    dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  }
-}
-
-// The same through a kernel chosen beforehand: the row blocks of one product split over the
+// C = A B (beta 0) or C += A B (beta 1: C holds a linear layer's bias rows), as gemm() computes
+// it but through a kernel chosen beforehand: the row blocks of one product split over the
 // pool all run the kernel chosen for the whole product, so its bits never depend on the
 // thread count (a block's size alone could pick another kernel: gemm.cc's small products).
 template <typename T>
@@ -65,7 +55,7 @@ void GemmBlock(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_
   if constexpr (std::is_same_v<T, float>) {
     sgemm_with(kernel, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else {
-    Gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
 }
 
@@ -148,7 +138,7 @@ void GemmParallel(const MatArg& A, const MatArg& B, const T* a, const T* b, cons
   const int threads = get_num_threads();
   if (threads <= 1 || flops < kGemmSplitWork || m < 2 * threads || in_parallel_region()) {
     const T beta = ep.seed(c, 0, m, n);
-    Gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, beta, c, n);
+    gemm<T>(A.trans, B.trans, m, n, k, a, A.ld, b, B.ld, beta, c, n);
     ep.finish(c, m * n);
     return;
   }

@@ -47,6 +47,12 @@ struct Lists {
   }
   T* ptr(size_t list, size_t i) const { return inputs[list * n + i].template data_ptr<T>(); }
   int64_t total() const { return starts.back(); }
+  // body(parameter index, element begin, element end) over every element of the parameters,
+  // split across the pool in blocks of kGrain elements.
+  template <typename F>
+  void parallel_spans(const F& body) const {
+    parallel_for(0, total(), kGrain, [&](int64_t b, int64_t e) { ForEachSpan(starts, b, e, body); });
+  }
 };
 
 // GradScaler's flag (OptimizerStepArgs::skip_if_found_inf): the last input, read where it lives.
@@ -61,14 +67,12 @@ void SgdStep(const KernelCall& c) {
   const Lists<T> l(c, f.has_momentum ? 3 : 2);
   fn::dispatch_flags(
       [&]<bool kWd, bool kMomentum, bool kFirst, bool kNesterov>() {
-        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-            T* __restrict p = l.ptr(0, i);
-            const T* __restrict g = l.ptr(1, i);
-            T* __restrict buf = kMomentum ? l.ptr(2, i) : nullptr;
-            for (int64_t j = lo; j < hi; ++j)
-              f.template step<kWd, kMomentum, kFirst, kNesterov>(p[j], g[j], kMomentum ? buf + j : nullptr);
-          });
+        l.parallel_spans([&](size_t i, int64_t lo, int64_t hi) {
+          T* __restrict p = l.ptr(0, i);
+          const T* __restrict g = l.ptr(1, i);
+          T* __restrict buf = kMomentum ? l.ptr(2, i) : nullptr;
+          for (int64_t j = lo; j < hi; ++j)
+            f.template step<kWd, kMomentum, kFirst, kNesterov>(p[j], g[j], kMomentum ? buf + j : nullptr);
         });
       },
       f.has_weight_decay, f.has_momentum, f.first_step, f.nesterov);
@@ -97,18 +101,16 @@ void AdamStep(const KernelCall& c) {
   }
   fn::dispatch_flags(
       [&]<bool kWd, bool kDecoupled, bool kAmsgrad>() {
-        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-            T* __restrict p = l.ptr(0, i);
-            const T* __restrict g = l.ptr(1, i);
-            T* __restrict m = l.ptr(2, i);
-            T* __restrict v = l.ptr(3, i);
-            T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
-            const T bc2 = inv_sqrt_bc2[i], step = neg_step[i];
-            for (int64_t j = lo; j < hi; ++j)
-              f.template step_corrected<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j],
-                                                                   kAmsgrad ? vmax + j : nullptr, bc2, step);
-          });
+        l.parallel_spans([&](size_t i, int64_t lo, int64_t hi) {
+          T* __restrict p = l.ptr(0, i);
+          const T* __restrict g = l.ptr(1, i);
+          T* __restrict m = l.ptr(2, i);
+          T* __restrict v = l.ptr(3, i);
+          T* __restrict vmax = kAmsgrad ? l.ptr(4, i) : nullptr;
+          const T bc2 = inv_sqrt_bc2[i], step = neg_step[i];
+          for (int64_t j = lo; j < hi; ++j)
+            f.template step_corrected<kWd, kDecoupled, kAmsgrad>(p[j], g[j], m[j], v[j], kAmsgrad ? vmax + j : nullptr,
+                                                                 bc2, step);
         });
       },
       f.has_weight_decay, f.decoupled, f.amsgrad);
@@ -130,17 +132,15 @@ void RmspropStep(const KernelCall& c) {
   const size_t buf_list = static_cast<size_t>(f.momentum_list());
   fn::dispatch_flags(
       [&]<bool kWd, bool kCentered, bool kMomentum>() {
-        parallel_for(0, l.total(), kGrain, [&](int64_t b, int64_t e) {
-          ForEachSpan(l.starts, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-            T* __restrict p = l.ptr(0, i);
-            const T* __restrict g = l.ptr(1, i);
-            T* __restrict sq = l.ptr(2, i);
-            T* __restrict ga = kCentered ? l.ptr(3, i) : nullptr;
-            T* __restrict buf = kMomentum ? l.ptr(buf_list, i) : nullptr;
-            for (int64_t j = lo; j < hi; ++j)
-              f.template step<kWd, kCentered, kMomentum>(p[j], g[j], sq[j], kCentered ? ga + j : nullptr,
-                                                         kMomentum ? buf + j : nullptr);
-          });
+        l.parallel_spans([&](size_t i, int64_t lo, int64_t hi) {
+          T* __restrict p = l.ptr(0, i);
+          const T* __restrict g = l.ptr(1, i);
+          T* __restrict sq = l.ptr(2, i);
+          T* __restrict ga = kCentered ? l.ptr(3, i) : nullptr;
+          T* __restrict buf = kMomentum ? l.ptr(buf_list, i) : nullptr;
+          for (int64_t j = lo; j < hi; ++j)
+            f.template step<kWd, kCentered, kMomentum>(p[j], g[j], sq[j], kCentered ? ga + j : nullptr,
+                                                       kMomentum ? buf + j : nullptr);
         });
       },
       f.has_weight_decay, f.centered, f.has_momentum);

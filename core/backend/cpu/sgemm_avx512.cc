@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend/cpu/gemm_tile_store.h"
+
 namespace anvil::cpu {
 
 namespace {
@@ -50,17 +52,9 @@ __attribute__((target("avx512f"))) void MicroKernel(int64_t kc, const float* pa,
 #undef ANVIL_STEP
   }
   const bool accumulate = beta != 0.0f;
-#define ANVIL_STORE(i)                                                                             \
-  if constexpr (i < MR) {                                                                          \
-    if (i < rows) {                                                                                \
-      float* ci = c + i * ldc;                                                                     \
-      if (accumulate) {                                                                            \
-        x##i = _mm512_add_ps(x##i, _mm512_maskz_loadu_ps(m0, ci));                                 \
-        if constexpr (kTwoVectors) y##i = _mm512_add_ps(y##i, _mm512_maskz_loadu_ps(m1, ci + 16)); \
-      }                                                                                            \
-      _mm512_mask_storeu_ps(ci, m0, x##i);                                                         \
-      if constexpr (kTwoVectors) _mm512_mask_storeu_ps(ci + 16, m1, y##i);                         \
-    }                                                                                              \
+#define ANVIL_STORE(i)                                                                    \
+  if constexpr (i < MR) {                                                                 \
+    if (i < rows) StoreTileRow<kTwoVectors>(c + i * ldc, x##i, y##i, accumulate, m0, m1); \
   }
   ANVIL_ROWS12(ANVIL_STORE)
 #undef ANVIL_STORE

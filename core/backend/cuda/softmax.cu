@@ -78,8 +78,6 @@ __device__ __forceinline__ S ShflFirst(const S& s) {
   return r;
 }
 
-// The group's merged state, in every thread of the group (G = 32: a warp; G = kBlock: the
-// block). Every thread of the block must call it; smem holds kWarps states.
 // A row sum (the backward kernels' reduction).
 template <typename M>
 struct RowSum {
@@ -90,6 +88,8 @@ __device__ __forceinline__ RowSum<M> Merge(const RowSum<M>& a, const RowSum<M>& 
   return {a.s + b.s};
 }
 
+// The group's merged state, in every thread of the group (G = 32: a warp; G = kBlock: the
+// block). Every thread of the block must call it; smem holds kWarps states.
 template <int G, typename S>
 __device__ __forceinline__ S GroupAllReduce(S st, S* smem) {
   const int lane = threadIdx.x % 32;
@@ -114,37 +114,51 @@ __device__ __forceinline__ S GroupAllReduce(S st, S* smem) {
   }
 }
 
+// The row loop both directions share: rows taken kBlock / G to a block, grid-strided; per row
+// its group of G threads folds `accumulate(state, row)` from `init` over its share of the row,
+// the group's states are merged (GroupAllReduce, which every thread of the block reaches), and
+// `write(merged, row)` makes the second pass. Threads past the last row only help merge.
+template <int G, typename S, typename Accumulate, typename Write>
+__device__ __forceinline__ void ForEachRow(int64_t rows, const S& init, const Accumulate& accumulate,
+                                           const Write& write) {
+  __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
+  S* smem = reinterpret_cast<S*>(smem_raw);
+  constexpr int kGroups = kBlock / G;
+  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows; first += int64_t(gridDim.x) * kGroups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool valid = row < rows;
+    S st = init;
+    if (valid) accumulate(st, row);
+    st = GroupAllReduce<G>(st, smem);
+    if (valid) write(st, row);
+  }
+}
+
 // x and y are [rows, len], contiguous.
 template <typename T, int G, bool kLog>
 __global__ void SoftmaxRowsKernel(const T* x, T* y, int64_t rows, int64_t len) {
   using M = opmath_t<T>;
   using S = RowState<M>;
-  __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
-  S* smem = reinterpret_cast<S*>(smem_raw);
-  constexpr int kGroups = kBlock / G;
   const int lane = threadIdx.x % G;
-  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows; first += int64_t(gridDim.x) * kGroups) {
-    const int64_t row = first + threadIdx.x / G;
-    const bool valid = row < rows;
-    S st{-std::numeric_limits<M>::infinity(), M(0), false};
-    if (valid) {
-      const T* xr = x + row * len;
-      for (int64_t i = lane; i < len; i += G) Accumulate(st, M(xr[i]));
-    }
-    st = GroupAllReduce<G>(st, smem);
-    if (!valid) continue;
-    const T* xr = x + row * len;
-    T* yr = y + row * len;
-    if (st.bad || st.m == -std::numeric_limits<M>::infinity()) {
-      for (int64_t i = lane; i < len; i += G) yr[i] = T(std::numeric_limits<M>::quiet_NaN());
-    } else if constexpr (kLog) {
-      const M lse = st.m + std::log(st.s);
-      for (int64_t i = lane; i < len; i += G) yr[i] = T(M(xr[i]) - lse);
-    } else {
-      const M inv = M(1) / st.s;
-      for (int64_t i = lane; i < len; i += G) yr[i] = T(fn::Exp(M(xr[i]) - st.m) * inv);
-    }
-  }
+  ForEachRow<G>(
+      rows, S{-std::numeric_limits<M>::infinity(), M(0), false},
+      [&](S& st, int64_t row) {
+        const T* xr = x + row * len;
+        for (int64_t i = lane; i < len; i += G) Accumulate(st, M(xr[i]));
+      },
+      [&](const S& st, int64_t row) {
+        const T* xr = x + row * len;
+        T* yr = y + row * len;
+        if (st.bad || st.m == -std::numeric_limits<M>::infinity()) {
+          for (int64_t i = lane; i < len; i += G) yr[i] = T(std::numeric_limits<M>::quiet_NaN());
+        } else if constexpr (kLog) {
+          const M lse = st.m + std::log(st.s);
+          for (int64_t i = lane; i < len; i += G) yr[i] = T(M(xr[i]) - lse);
+        } else {
+          const M inv = M(1) / st.s;
+          for (int64_t i = lane; i < len; i += G) yr[i] = T(fn::Exp(M(xr[i]) - st.m) * inv);
+        }
+      });
 }
 
 inline unsigned BlocksFor(int64_t tasks) {
@@ -186,28 +200,22 @@ template <typename T, int G, bool kLog>
 __global__ void SoftmaxBackwardRowsKernel(const T* g, const T* y, T* out, int64_t rows, int64_t len) {
   using M = opmath_t<T>;
   using S = RowSum<M>;
-  __shared__ alignas(16) unsigned char smem_raw[kWarps * sizeof(S)];
-  S* smem = reinterpret_cast<S*>(smem_raw);
-  constexpr int kGroups = kBlock / G;
   const int lane = threadIdx.x % G;
-  for (int64_t first = int64_t(blockIdx.x) * kGroups; first < rows; first += int64_t(gridDim.x) * kGroups) {
-    const int64_t row = first + threadIdx.x / G;
-    const bool valid = row < rows;
-    S st{M(0)};
-    if (valid) {
-      const T* gr = g + row * len;
-      const T* yr = y + row * len;
-      for (int64_t i = lane; i < len; i += G) st.s += kLog ? M(gr[i]) : M(gr[i]) * M(yr[i]);
-    }
-    st = GroupAllReduce<G>(st, smem);
-    if (!valid) continue;
-    const T* gr = g + row * len;
-    const T* yr = y + row * len;
-    T* orow = out + row * len;
-    for (int64_t i = lane; i < len; i += G) {
-      orow[i] = kLog ? T(M(gr[i]) - fn::Exp(M(yr[i])) * st.s) : T(M(yr[i]) * (M(gr[i]) - st.s));
-    }
-  }
+  ForEachRow<G>(
+      rows, S{M(0)},
+      [&](S& st, int64_t row) {
+        const T* gr = g + row * len;
+        const T* yr = y + row * len;
+        for (int64_t i = lane; i < len; i += G) st.s += kLog ? M(gr[i]) : M(gr[i]) * M(yr[i]);
+      },
+      [&](const S& st, int64_t row) {
+        const T* gr = g + row * len;
+        const T* yr = y + row * len;
+        T* orow = out + row * len;
+        for (int64_t i = lane; i < len; i += G) {
+          orow[i] = kLog ? T(M(gr[i]) - fn::Exp(M(yr[i])) * st.s) : T(M(yr[i]) * (M(gr[i]) - st.s));
+        }
+      });
 }
 
 template <bool kLog>
