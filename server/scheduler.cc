@@ -808,9 +808,10 @@ void Scheduler::FreeSlotOf(const std::string& job_id) {
   idle_cv_.notify_all();
   // The next job waits for the keeper's next pass when this one fails (a store outage): the
   // queue is re-read there.
-  if (const absl::Status placed = status_of([&] { DispatchLocked(); }); !placed.ok()) {
-    log(LogLevel::kWarning, "placing the next job after ", job_id, " failed: ", placed.message(),
-        "; the keeper retries");
+  try {
+    DispatchLocked();
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarning, "placing the next job after ", job_id, " failed: ", e.what(), "; the keeper retries");
   }
 }
 
