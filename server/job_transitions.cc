@@ -46,7 +46,8 @@ absl::Status check_job_transition(JobState from, Kind event) {
   const JobTransition& t = job_transition(event);
   if (std::find(t.from.begin(), t.from.end(), from) != t.from.end()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("a ", worker_event_name(event), " event for a ",
-                                                    std::string(job_state_name(from)), " job is not a transition of the job "
+                                                    std::string(job_state_name(from)),
+                                                    " job is not a transition of the job "
                                                     "state machine (server/job_transitions.h); ignored"));
 }
 

@@ -22,12 +22,12 @@ namespace anvil::server {
 // What the scheduler does for an event besides writing the row and recording the event.
 enum JobEffect : unsigned {
   kNoEffect = 0,
-  kTruncateEvents = 1u << 0,   // a (re)start: the events after its step are dropped (a resume replays them)
-  kRegisterModel = 1u << 1,    // the archive (and an int8 one) registered and served; FAILED if that fails
-  kStampFinished = 1u << 2,    // finished_ms set: the job never runs again
-  kReleaseLease = 1u << 3,     // the lease given up with the row: any replica may resume the job
-  kExpireFinished = 1u << 4,   // the retention policy applied to finished jobs
-  kFreeSlot = 1u << 5,         // the worker is free: the next queued job is placed
+  kTruncateEvents = 1u << 0,     // a (re)start: the events after its step are dropped (a resume replays them)
+  kRegisterModel = 1u << 1,      // the archive (and an int8 one) registered and served; FAILED if that fails
+  kStampFinished = 1u << 2,      // finished_ms set: the job never runs again
+  kReleaseLease = 1u << 3,       // the lease given up with the row: any replica may resume the job
+  kExpireFinished = 1u << 4,     // the retention policy applied to finished jobs
+  kFreeSlot = 1u << 5,           // the worker is free: the next queued job is placed
   kPublishCheckpoint = 1u << 6,  // the checkpoint published off this thread; no row change here
 };
 

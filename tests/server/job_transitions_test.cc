@@ -15,14 +15,16 @@ namespace {
 using Kind = workers::WorkerEvent::Kind;
 using ::testing::HasSubstr;
 
-const std::vector<JobState> kStates = {JobState::kQueued,    JobState::kRunning,   JobState::kSucceeded,
-                                       JobState::kFailed,    JobState::kCancelled, JobState::kInterrupted};
-const std::vector<Kind> kKinds = {Kind::kStarted,   Kind::kStep,   Kind::kEpoch,     Kind::kCheckpoint, Kind::kSucceeded,
-                                  Kind::kFailed,    Kind::kCancelled, Kind::kInterrupted, Kind::kFinding};
+const std::vector<JobState> kStates = {JobState::kQueued, JobState::kRunning,   JobState::kSucceeded,
+                                       JobState::kFailed, JobState::kCancelled, JobState::kInterrupted};
+const std::vector<Kind> kKinds = {Kind::kStarted,    Kind::kStep,        Kind::kEpoch,
+                                  Kind::kCheckpoint, Kind::kSucceeded,   Kind::kFailed,
+                                  Kind::kCancelled,  Kind::kInterrupted, Kind::kFinding};
 
 TEST(JobTransitions, EveryEventKindHasOneRow) {
   std::set<Kind> seen;
-  for (const JobTransition& t : job_transitions()) EXPECT_TRUE(seen.insert(t.event).second) << worker_event_name(t.event);
+  for (const JobTransition& t : job_transitions())
+    EXPECT_TRUE(seen.insert(t.event).second) << worker_event_name(t.event);
   EXPECT_EQ(seen.size(), kKinds.size());
   for (Kind k : kKinds) EXPECT_EQ(job_transition(k).event, k);
 }
@@ -34,9 +36,9 @@ TEST(JobTransitions, EachStateAcceptsTheEventsOfItsPlaceInALife) {
   // worker took it before its row said so, or stopped before the first step).
   const std::map<Kind, std::string> allowed = {
       // states:              Q R S F C I
-      {Kind::kStarted, "yy...y"},   {Kind::kStep, ".y...."},      {Kind::kEpoch, ".y...."},
-      {Kind::kCheckpoint, ".y...."}, {Kind::kSucceeded, ".y...."}, {Kind::kFailed, "yy...y"},
-      {Kind::kCancelled, "yy...y"}, {Kind::kInterrupted, "yy...y"}, {Kind::kFinding, ".y...."},
+      {Kind::kStarted, "yy...y"},    {Kind::kStep, ".y...."},        {Kind::kEpoch, ".y...."},
+      {Kind::kCheckpoint, ".y...."}, {Kind::kSucceeded, ".y...."},   {Kind::kFailed, "yy...y"},
+      {Kind::kCancelled, "yy...y"},  {Kind::kInterrupted, "yy...y"}, {Kind::kFinding, ".y...."},
   };
   for (Kind k : kKinds) {
     for (size_t s = 0; s < kStates.size(); ++s) {
