@@ -30,7 +30,11 @@ void CreateToken(const std::string& file, const TokenArgs& a) {
 void ListTokens(const std::string& file) {
   for (const server::TokenEntry& e : server::read_token_file(file)) {
     std::string scopes;
-    for (server::Scope s : e.scopes) scopes += (scopes.empty() ? "" : ",") + server::scope_name(s);
+    for (server::Scope s : e.scopes) {
+      // Appended piece by piece: GCC 12 at -O3 misreads `"," + std::string` as an overlapping copy.
+      if (!scopes.empty()) scopes += ',';
+      scopes += server::scope_name(s);
+    }
     std::printf("%-24s %s\n", e.name.c_str(), scopes.c_str());
   }
 }
