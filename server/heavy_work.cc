@@ -22,8 +22,8 @@ absl::Status heavy_work_abandoned() {
 }
 
 void run_heavy_work(BoundedExecutor& pool, const grpc::ServerContextBase& ctx, const std::function<void()>& work) {
-  // Shared with the task: the waiter below always waits for it, but the task signals after
-  // the waiter may have begun to unwind on a spurious wake-up.
+  // Shared with the task: it notifies after releasing the lock, by which time this thread may
+  // have seen `done` and returned, so the outcome cannot live on this stack.
   struct Outcome {
     Mutex mu;
     std::condition_variable cv;

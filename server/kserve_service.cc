@@ -3,7 +3,6 @@
 // run by the model registry, so it is validated, batched with the other requests, counted in
 // the Predict metrics and bounded by the same limits; the outputs come back raw.
 #include <cstring>
-#include <map>
 
 #include "proto/anvil/v1/anvil.pb.h"
 #include "proto/inference/grpc_service.grpc.pb.h"

@@ -164,10 +164,10 @@ class TrainingService final : public TrainingBase {
   Status GetServerInfoImpl(grpc::ServerContextBase* ctx, const v1::GetServerInfoRequest*, v1::ServerInfo* resp) {
     return Guard([&] {
       Auth(*ctx, std::nullopt, "GetServerInfo");
-      const KernelReport cpu = kernel_report();
+      const CpuKernelInfo cpu = kernel_report();
       resp->set_version(ANVIL_VERSION_STRING);
-      resp->set_cpu_model(cpu.cpu_model);
-      resp->set_cpu_features(cpu.cpu_features);
+      resp->set_cpu_model(cpu.model);
+      resp->set_cpu_features(cpu.features);
       resp->set_isa(cpu.isa);
       resp->set_detected_isa(cpu.detected_isa);
       resp->set_gemm(cpu.gemm);

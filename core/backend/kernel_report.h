@@ -9,20 +9,23 @@
 
 namespace anvil {
 
-struct KernelReport {
-  std::string cpu_model;     // the CPU's brand string ("AMD EPYC", "Intel(R) Xeon(R) Processor")
-  std::string cpu_features;  // "AVX2 FMA ... AVX512-BF16"
-  std::string isa;           // the level the CPU kernels run at ("avx512")
-  std::string detected_isa;  // the CPU's own level (differs when ANVIL_CPU_ISA lowers it)
-  std::string gemm;          // the float32 GEMM: "anvil-avx512", "onednn (oneDNN 2.6.3)"
-  std::string bf16_gemm;     // "anvil-amx-bf16 (tdpbf16ps)", "none ..."
-  std::string int8_gemm;     // "anvil-amx-int8 (tdpbusd)", ...
+// The host CPU and the kernels the CPU backend runs on it.
+struct CpuKernelInfo {
+  std::string model;   // the CPU's brand string ("AMD EPYC", "Intel(R) Xeon(R) Processor")
+  std::string vendor;  // "AuthenticAMD"
+  int family = 0, model_id = 0;
+  std::string features;      // "AVX2 FMA ... AVX512-BF16"
+  std::string isa;           // the level the kernels run at ("avx512")
+  std::string detected_isa;  // the CPU's own level (isa differs when ANVIL_CPU_ISA lowers it)
+  std::string gemm;          // "anvil-avx512", "openblas (SkylakeX)"
+  std::string bf16_gemm;     // "anvil-avx512-bf16 (vdpbf16ps)", "anvil-amx-bf16 (tdpbf16ps)", "none ..."
+  std::string int8_gemm;     // "anvil-avx512-vnni (vpdpbusd)", "anvil-amx-int8 (tdpbusd)", ...
   int threads = 1;           // the engine's intra-op threads
   int available_cpus = 1;    // the process's CPU affinity (and cgroup quota)
 };
 
 // Throws anvil::Error for a malformed ANVIL_CPU_ISA or ANVIL_GEMM.
-KernelReport kernel_report();
+CpuKernelInfo kernel_report();
 
 // Logs the one-line summary (core/util/log.h) once per process: a program calls it at its
 // start so its log names the CPU and kernels first.

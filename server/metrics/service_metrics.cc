@@ -122,14 +122,13 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       process_rss(r.gauge("process_resident_memory_bytes", "Resident memory size in bytes.").with()),
       registry_(r) {
   r.gauge("anvil_build_info", "Build information; the value is 1.", {"version"}).with({ANVIL_VERSION_STRING}).Set(1);
-  const KernelReport cpu = kernel_report();
+  const CpuKernelInfo cpu = kernel_report();
   r.gauge(
        "anvil_cpu_info",
        "The CPU and the kernels the engine runs on it (ISA level, float32 and bfloat16 GEMMs, intra-op threads); the "
        "value is 1.",
        {"model", "isa", "detected_isa", "gemm", "bf16_gemm", "threads", "features"})
-      .with({cpu.cpu_model, cpu.isa, cpu.detected_isa, cpu.gemm, cpu.bf16_gemm, std::to_string(cpu.threads),
-             cpu.cpu_features})
+      .with({cpu.model, cpu.isa, cpu.detected_isa, cpu.gemm, cpu.bf16_gemm, std::to_string(cpu.threads), cpu.features})
       .Set(1);
   r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.")
       .with()
