@@ -34,10 +34,6 @@ Adam::Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled)
   }
 }
 
-void Adam::step() { Step(nullptr); }
-
-void Adam::step_unless(const Tensor& found_inf) { Step(&found_inf); }
-
 void Adam::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
   // The per-tensor path asks the host; the fused path decides on the device.
@@ -128,10 +124,6 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, Options defaults)
     }
   }
 }
-
-void RMSprop::step() { Step(nullptr); }
-
-void RMSprop::step_unless(const Tensor& found_inf) { Step(&found_inf); }
 
 void RMSprop::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;

@@ -52,10 +52,6 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
-void Optimizer::step_unless(const Tensor& found_inf) {
-  if (found_inf.item<float>() == 0.0f) step();
-}
-
 void Optimizer::zero_grad(bool set_to_none) {
   for (auto& g : groups_) {
     for (auto& p : g.params) {

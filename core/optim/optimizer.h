@@ -53,12 +53,12 @@ struct OptimizerState {
 class Optimizer {
  public:
   virtual ~Optimizer();
-  virtual void step() = 0;
+  void step() { Step(nullptr); }
   // A step that does nothing when `found_inf` (float32 [1] on the parameters' device,
-  // GradScaler's flag) is non-zero. The default reads the flag on the host once (a
-  // synchronisation on a GPU); SGD, Adam, AdamW and RMSprop decide on the device, inside their
-  // fused kernels, so a scaled training loop makes no host read per step (docs/amp.md).
-  virtual void step_unless(const Tensor& found_inf);
+  // GradScaler's flag) is non-zero. SGD, Adam, AdamW and RMSprop decide on the device, inside
+  // their fused kernels, so a scaled training loop makes no host read per step (docs/amp.md);
+  // their per-tensor paths read the flag once (SkipFlag).
+  void step_unless(const Tensor& found_inf) { Step(&found_inf); }
   virtual std::string name() const = 0;
   // Clears every parameter's gradient: to undefined (default) or to zeros.
   void zero_grad(bool set_to_none = true);
@@ -77,6 +77,8 @@ class Optimizer {
 
  protected:
   Optimizer(std::vector<ParamGroup> groups, Options defaults);
+  // One step of the optimizer's update; `found_inf`: null, or GradScaler's flag (step_unless).
+  virtual void Step(const Tensor* found_inf) = 0;
   ParamState& state(const Tensor& param);
   // The state buffer `name` of a parameter, created as zeros shaped like `like` if missing.
   static Tensor& buffer(ParamState& s, const char* name, const Tensor& like);
@@ -115,13 +117,10 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, Options options);
   SGD(std::vector<ParamGroup> groups, Options defaults);
-  void step() override;
-  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return "SGD"; }
 
  private:
-  // `found_inf`: null, or GradScaler's flag (step_unless).
-  void Step(const Tensor* found_inf);
+  void Step(const Tensor* found_inf) override;
 };
 
 // Adam (Kingma & Ba) with bias correction; weight_decay adds wd * p to the gradient (L2).
@@ -133,16 +132,13 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, Options options = {});
   Adam(std::vector<ParamGroup> groups, Options defaults);
-  void step() override;
-  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
 
  protected:
   Adam(std::vector<ParamGroup> groups, Options defaults, bool decoupled);
 
  private:
-  // `found_inf`: null, or GradScaler's flag (step_unless).
-  void Step(const Tensor* found_inf);
+  void Step(const Tensor* found_inf) override;
   bool decoupled_ = false;
 };
 
@@ -161,13 +157,10 @@ class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, Options options = {});
   RMSprop(std::vector<ParamGroup> groups, Options defaults);
-  void step() override;
-  void step_unless(const Tensor& found_inf) override;
   std::string name() const override { return "RMSprop"; }
 
  private:
-  // `found_inf`: null, or GradScaler's flag (step_unless).
-  void Step(const Tensor* found_inf);
+  void Step(const Tensor* found_inf) override;
 };
 
 // Scales all gradients together so that their global norm is at most max_norm; returns the

@@ -32,10 +32,6 @@ SGD::SGD(std::vector<ParamGroup> groups, Options defaults)
   }
 }
 
-void SGD::step() { Step(nullptr); }
-
-void SGD::step_unless(const Tensor& found_inf) { Step(&found_inf); }
-
 void SGD::Step(const Tensor* found_inf) {
   NoGradGuard no_grad;
   // The per-tensor path and a first step with dampening ask the host; the fused path decides
