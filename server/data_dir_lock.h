@@ -7,6 +7,8 @@
 //
 // Holding the lock also makes the folder's temporary files (AtomicFile's NAME.tmp.XXXXXX,
 // core/util/file.h) provably unfinished: no one else is writing them. A start removes them.
+// Thread-safety: acquired once at start and released at exit by the main thread; no member is
+// called concurrently.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // Backward rules: one per differentiable row of the op table, all in derivatives.cc and
 // written with ordinary tensor ops, so that running them with grad mode on records a graph
 // of the backward itself (higher-order gradients come for free).
+// Thread-safety: a BackwardCtx lives for one node's backward, on the thread running it; the rule
+// table is immutable.
 #pragma once
 
 #include <vector>

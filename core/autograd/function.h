@@ -14,6 +14,8 @@
 // forward runs with grad mode off; backward returns one gradient per forward argument
 // (undefined for non-tensor arguments or inputs that need none). Check new functions with
 // gradcheck (core/autograd/gradcheck.h).
+// Thread-safety: a context belongs to one node, whose forward and backward run on one thread at a
+// time (node.h).
 #pragma once
 
 #include <map>

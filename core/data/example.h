@@ -3,6 +3,8 @@
 // "mask", ...) where PyTorch's positional tuples leave the meaning of element 1 to memory.
 //
 // Copying an Example copies the field list, not tensor data (tensors are shared handles).
+// Thread-safety: a value type (its tensors are shared handles: a copy is safe to read while another
+// thread reads the original).
 #pragma once
 
 #include <initializer_list>

@@ -2,6 +2,7 @@
 // draws. Shared by the samplers, random_split, the random transforms and the synthetic
 // datasets so that every random choice in the data pipeline is a pure function of
 // (key, subsequence) and reproducible across runs, processes and backends.
+// Thread-safety: none; each worker makes its own stream from (key, subsequence), so none is shared.
 #pragma once
 
 #include <array>

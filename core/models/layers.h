@@ -1,5 +1,6 @@
 // Small modules the model specs need besides the nn layers: residual blocks, the last step of
 // a sequence model, mean pooling, learned positions.
+// Thread-safety: as every module (core/nn/module.h).
 #pragma once
 
 #include <memory>

@@ -1,5 +1,7 @@
 // What serving computes beyond the forward pass, as engine functions the service only
 // converts to and from protos: a classifier's top classes, and an exported model's bytes.
+// Thread-safety: free functions on their arguments; an ExportPayload is a value, read from any
+// thread once built.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,6 @@
 // Containers, after torch.nn: Sequential (a chain), ModuleList and ModuleDict (registries).
+// Thread-safety: as every module (module.h); registering children is never concurrent with a
+// forward.
 #pragma once
 
 #include <initializer_list>

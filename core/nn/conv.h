@@ -1,4 +1,6 @@
 // Convolution modules (NOTE [ Convolution as im2col ] in conv.cc says how they compute).
+// Thread-safety: as every module (module.h): one training thread, or concurrent forwards in eval
+// mode under NoGradGuard.
 #pragma once
 
 #include <array>

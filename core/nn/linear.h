@@ -1,4 +1,5 @@
 // Fully connected layers: y = x W^T + b.
+// Thread-safety: as every module (module.h).
 #pragma once
 
 #include "core/nn/module.h"

@@ -1,4 +1,6 @@
 // Normalisation layers and Embedding.
+// Thread-safety: as every module (module.h); a batch norm in training mode writes its running
+// statistics, so it is never shared.
 #pragma once
 
 #include <optional>

@@ -1,4 +1,5 @@
 // Pooling modules over [N, C, H, W] (or [C, H, W]).
+// Thread-safety: as every module (module.h).
 #pragma once
 
 #include <array>

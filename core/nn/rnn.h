@@ -14,6 +14,7 @@
 // proj_size (LSTM only, 0 < P < H): h' = W_hr (o * tanh(c')), weight_hr_l{k} [P, H] registered
 // after the biases; h (so output, h_n and h0) has P features, c keeps H, weight_hh is [4H, P]
 // and layer k > 0 reads D*P features. ONNX's LSTM has no projection: export refuses it.
+// Thread-safety: as every module (module.h).
 #pragma once
 
 #include <memory>

@@ -1,5 +1,6 @@
 // Multi-head attention, the Transformer encoder and decoder layers and their stacks, after
 // torch.nn (post-norm by default, ReLU feed-forward, dropout 0.1, batch_first option).
+// Thread-safety: as every module (module.h).
 #pragma once
 
 #include <memory>

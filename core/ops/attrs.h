@@ -4,6 +4,7 @@
 // reads like a call without keyword arguments; any other type is an internal error that
 // names the row, the type it takes and the type that came (checked once per call by the
 // dispatcher, and again by get<T>()).
+// Thread-safety: a value type; a const OpAttrs may be read from any thread.
 #pragma once
 
 #include <string_view>

@@ -1,6 +1,7 @@
 // The parameters of one fused optimizer call: the fused kernels take one device and one dtype,
 // and one value of whatever else the step depends on per parameter (`key`: SGD's "momentum
 // buffers are new"). Buckets keep the order parameters were added in.
+// Thread-safety: none; buckets belong to one optimizer (one training thread).
 #pragma once
 
 #include <array>

@@ -14,6 +14,7 @@
 // kernels; RMSprop and per-tensor paths read the flag once), and update() applies PyTorch's rule with tensor ops. Only
 // the accessors below read (get_scale, growth_tracker, skipped_steps, state_dict: for metrics
 // and checkpoints). The misuse PyTorch refuses is refused here too, with its messages.
+// Thread-safety: none; a scaler belongs to its training loop's thread, as its optimizer does.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 //
 // As in PyTorch, constructing a scheduler sets the step-0 rate, and step() is called once per
 // epoch (or per optimizer step for the per-step schedules), after optimizer.step().
+// Thread-safety: none; a scheduler belongs to its optimizer's training thread.
 #pragma once
 
 #include <cstdint>

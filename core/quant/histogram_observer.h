@@ -6,6 +6,8 @@
 // and applies the MinMaxObserver formulas to the result. The arithmetic follows PyTorch's
 // op by op (float32 tensors, Python floats in double), including torch.histc's binning and
 // torch.linspace's evaluation, so that the bins, and so the chosen range, are the same.
+// Thread-safety: none; as every observer (observer.h), it belongs to the one module and thread
+// calibrating it.
 #pragma once
 
 #include <cstdint>

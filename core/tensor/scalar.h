@@ -1,6 +1,7 @@
 // A number passed to an op (`x + 2`, `clamp(x, 0.0, 1.0)`). Keeps whether it was an
 // integer, a float or a bool, because type promotion treats them differently: an int
 // scalar never widens a float tensor, a float scalar turns an int tensor into float32.
+// Thread-safety: a value type.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,8 @@
 //
 // The sampling is deterministic (positional, no random reservoir): a run resumed from a
 // checkpoint keeps exactly the points the uninterrupted run keeps.
+// Thread-safety: none; a history belongs to its trainer, whose thread records into it and copies
+// it into checkpoints.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,8 @@
 // Records go to the file as they come (one write each, appended), so a process that dies
 // leaves every earlier record whole, and at most a partial last one, which TensorBoard's
 // reader stops at. flush() makes them durable (fsync), at epoch ends and at close.
+// Thread-safety: none; one job's events come from one worker thread, which alone writes that
+// job's file (the scheduler's map of files has its own lock).
 #pragma once
 
 #include <cstdint>
