@@ -13,7 +13,9 @@
 #include "core/nn/functional.h"
 #include "core/onnx/node_attrs.h"
 #include "core/onnx/qdq_fusion.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/functions.h"
+#include "core/ops/op_table.h"
 #include "core/util/utf8.h"
 #include "onnx/onnx_pb.h"
 
@@ -328,23 +330,53 @@ Tensor ConstantTensor(const pb::NodeProto& n) {
   Fail("Constant \"" + n.name() + "\": no value attribute (value, value_float(s), value_int(s) are read)");
 }
 
+// The element-wise operators whose ONNX meaning is not one row's: Add and Sub (rows with an
+// alpha), Div (integers truncate in ONNX, where the row computes in float), and Max and Min
+// (variadic; each pair is one row).
 Tensor Broadcast2(const char* op, const Tensor& a, const Tensor& b) {
   const std::string s(op);
   if (s == "Add") return a + b;
   if (s == "Sub") return a - b;
-  if (s == "Mul") return a * b;
   if (s == "Div") return is_floating_point(a.dtype()) ? a / b : div(a, b, "trunc");
-  if (s == "Pow") return pow(a, b);
   if (s == "Max") return maximum(a, b);
-  if (s == "Min") return minimum(a, b);
-  if (s == "Equal") return eq(a, b);
-  if (s == "Less") return lt(a, b);
-  if (s == "Greater") return gt(a, b);
-  if (s == "LessOrEqual") return le(a, b);
-  if (s == "GreaterOrEqual") return ge(a, b);
-  if (s == "And") return logical_and(a, b);
-  if (s == "Or") return logical_or(a, b);
-  return logical_xor(a, b);
+  return minimum(a, b);
+}
+
+// The inputs a Node row's operator takes (op_table.def: the element-wise kinds by their arity;
+// the one Other row exported as a Node, Clone, takes one). op_table_test checks every Node row.
+size_t NodeRowInputs(const OpInfo& info) {
+  switch (info.kind) {
+    case OpKind::Binary:
+    case OpKind::Matmul:
+      return 2;
+    case OpKind::Ternary:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
+// One node of a Node row's operator, run by the row as users call it: element-wise rows with
+// their type promotion (integer inputs of float rows compute in float; operands of two types
+// meet in their result type, as the dispatcher never sees), where() with its bool condition.
+void RunRow(const OpInfo& info, Call& c) {
+  const size_t n = NodeRowInputs(info);
+  ANVIL_CHECK(c.in.size() == n, c.node.op_type(), " \"", c.node.name(), "\": expected ", n, " input", n == 1 ? "" : "s",
+              ", got ", c.in.size());
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < n; ++i) xs.push_back(c.x(i));
+  switch (info.kind) {
+    case OpKind::Unary:
+      c.out[0] = unary_op(info.id, xs[0]);
+      return;
+    case OpKind::Binary:
+      c.out[0] = binary_op(info.id, xs[0], xs[1]);
+      return;
+    default:
+      break;
+  }
+  // Where is the one Ternary row (its public form promotes the two values); Clone, one operand.
+  c.out[0] = info.id == OpId::Where ? where(xs[0], xs[1], xs[2]) : dispatch1(info.id, xs, {});
 }
 
 // One direction of a GRU / LSTM / RNN over X [T, B, F] with that direction's W [G*H, F], R
@@ -505,26 +537,7 @@ Tensor MatMulInteger(const Call& c) {
 const std::map<std::string, OpFn>& Ops() {
   static const std::map<std::string, OpFn> ops = [] {
     std::map<std::string, OpFn> m;
-    auto unary = [&m](const char* name, Tensor (*f)(const Tensor&)) {
-      m[name] = [f](Call& c) { c.out[0] = f(c.x(0)); };
-    };
-    unary("Relu", relu);
-    unary("Sigmoid", sigmoid);
-    unary("Tanh", tanh);
-    unary("Exp", exp);
-    unary("Log", log);
-    unary("Sqrt", sqrt);
-    unary("Neg", neg);
-    unary("Abs", abs);
-    unary("Erf", erf);
-    unary("Floor", floor);
-    unary("Ceil", ceil);
-    unary("Reciprocal", reciprocal);
-    unary("Sign", sign);
-    unary("Not", logical_not);
-    unary("HardSwish", hardswish);
-    for (const char* b : {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
-                          "GreaterOrEqual", "And", "Or", "Xor"}) {
+    for (const char* b : {"Add", "Sub", "Div"}) {
       m[b] = [b](Call& c) { c.out[0] = Broadcast2(b, c.x(0), c.x(1)); };
     }
     for (const char* v : {"Max", "Min", "Sum"}) {  // variadic
@@ -534,7 +547,6 @@ const std::map<std::string, OpFn>& Ops() {
         c.out[0] = acc;
       };
     }
-    m["Identity"] = [](Call& c) { c.out[0] = c.x(0); };
     m["Dropout"] = [](Call& c) {  // inference: the identity (and a mask of ones)
       c.out[0] = c.x(0);
       if (c.out.size() > 1) c.out[1] = ones(c.x(0).sizes(), TensorOptions(kBool));
@@ -707,10 +719,17 @@ const std::map<std::string, OpFn>& Ops() {
       const int64_t axis = Wrap(Int(c.node, "axis", 0), c.x(0).dim(), "ArgMax");
       c.out[0] = argmax(c.x(0), axis, Int(c.node, "keepdims", 1) != 0);
     };
-    m["Where"] = [](Call& c) { c.out[0] = where(c.x(0).to(kBool), c.x(1), c.x(2)); };
     m["GRU"] = [](Call& c) { Recurrent(c, 3); };
     m["LSTM"] = [](Call& c) { Recurrent(c, 4); };
     m["RNN"] = [](Call& c) { Recurrent(c, 1); };
+    // Every Node row of the op table (one ONNX operator, no attributes) imports as that row:
+    // a new 1:1 row needs no edit here. An operator written above keeps its entry (its ONNX
+    // meaning is wider than the row's: MatMul broadcasts where Mm and Bmm do not).
+    for (int i = 0; i < kNumOps; ++i) {
+      const OpInfo& info = op_info(static_cast<OpId>(i));
+      if (info.export_form != ExportForm::Node) continue;
+      m.emplace(std::string(info.onnx), [&info](Call& c) { RunRow(info, c); });
+    }
     return m;
   }();
   return ops;

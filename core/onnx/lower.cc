@@ -164,6 +164,9 @@ class Lowerer {
       in[0] = CastTo(in[0], common);
       in[1] = CastTo(in[1], common);
     }
+    // ONNX's Not takes bool only and IsNaN floating point only; Anvil's rows take any dtype.
+    if (n.op == OpId::LogicalNot) in[0] = CastTo(in[0], kBool);
+    if (n.op == OpId::IsNan && !IsFloating(dtype(in[0]))) in[0] = CastTo(in[0], kFloat32);
     if (n.op == OpId::Where) {
       in[0] = CastTo(in[0], kBool);
       in[1] = CastTo(in[1], odt);

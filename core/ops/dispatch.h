@@ -49,6 +49,10 @@ void check_op_args(OpId op, const OpAttrs& attrs);
 // A unary row's call as users make it: an integer input of a float-valued row (Infer
 // UnaryFloat) computes in the default float dtype; bool is refused where it has no meaning.
 Tensor unary_op(OpId op, const Tensor& x, const OpAttrs& attrs = {});
+// A binary element-wise row's call as users make it: both operands promoted to their result
+// type (PyTorch's result_type; BinaryFloat rows compute integers in the default float dtype),
+// bool subtraction refused. The dispatcher itself takes operands of one dtype.
+Tensor binary_op(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& attrs = {});
 
 // Shape/dtype inference for a row (exposed for tests).
 std::vector<TensorSpec> infer_specs(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs);

@@ -86,6 +86,8 @@ ScaleArgs Alpha(Scalar alpha) { return {alpha.to_double()}; }
 
 }  // namespace
 
+Tensor binary_op(OpId op, const Tensor& a, const Tensor& b, const OpAttrs& attrs) { return Binary(op, a, b, attrs); }
+
 Tensor wrap_scalar(Scalar s, Device device) {
   // Floating scalars are held in float64, as PyTorch wraps Python floats: the value enters
   // float64 math unrounded. result_type still ranks a wrapped float as the default dtype, so

@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import warnings
+import zlib
 
 import torch
 import torch.nn.functional as F
@@ -2661,7 +2662,9 @@ def qlayers(s):
                        f"bidirectional={bidir}, batch_first={bf}))(x [4, 3, 6])", "rnn", attrs, [x], run_rnn,
                        rtol=1e-5, atol=1e-5, extra=st)
 
-    # Conv-BN folding alone (float32): torch.ao.quantization.fuse_modules in eval mode.
+    # Conv-BN folding alone (float32): torch.ao.quantization.fuse_modules in eval mode. The fused
+    # convolution sums 27 unit-scale products per output, so its float32 rounding differs from
+    # PyTorch's summation order by about 1e-6 absolute: atol 1e-5.
     def run_fold(cw, cb, bw, bb, rm, rv, x):
         model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.BatchNorm2d(5))
         with torch.no_grad():
@@ -2673,7 +2676,7 @@ def qlayers(s):
         return fused[0].weight, fused[0].bias, fused(x)
     s.case(g, "fuse_conv_bn_eval", "fuse_modules(Conv2d(3, 5, 3, padding=1), BatchNorm2d(5)) in eval mode",
            "fuse_conv_bn", {}, [s.randn(5, 3, 3, 3), s.randn(5), s.rand(5) + 0.5, s.randn(5), s.randn(5),
-                                s.rand(5) + 0.1, s.randn(2, 3, 6, 6)], run_fold, rtol=1e-5, atol=1e-6)
+                                s.rand(5) + 0.1, s.randn(2, 3, 6, 6)], run_fold, rtol=1e-5, atol=1e-5)
     torch.use_deterministic_algorithms(True)
 
 
@@ -2686,6 +2689,9 @@ def main():
                   qlayers):
         if only and group.__name__ not in only:
             continue
+        # Each group draws from its own seed: a case added to one group changes that group's
+        # file alone, and a group run by name writes what the full run writes.
+        s.gen.manual_seed(zlib.crc32(group.__name__.encode()))
         group(s)
     s.write(out_dir)
     safetensors_edge(out_dir)

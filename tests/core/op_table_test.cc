@@ -164,46 +164,6 @@ TEST(OpTable, GradientAndBackwardRowsDoNotAutocast) {
   }
 }
 
-// ai.onnx operators (onnx/docs/Operators.md) that the table's Node rows may name.
-const std::set<std::string>& OnnxOperators() {
-  static const std::set<std::string> ops = {"Abs",
-                                            "And",
-                                            "Ceil",
-                                            "Cos",
-                                            "Div",
-                                            "Equal",
-                                            "Erf",
-                                            "Exp",
-                                            "Floor",
-                                            "Greater",
-                                            "GreaterOrEqual",
-                                            "HardSwish",
-                                            "Identity",
-                                            "IsNaN",
-                                            "Less",
-                                            "LessOrEqual",
-                                            "Log",
-                                            "MatMul",
-                                            "Max",
-                                            "Min",
-                                            "Mul",
-                                            "Neg",
-                                            "Not",
-                                            "Or",
-                                            "Pow",
-                                            "Reciprocal",
-                                            "Relu",
-                                            "Round",
-                                            "Sigmoid",
-                                            "Sign",
-                                            "Sin",
-                                            "Sqrt",
-                                            "Tanh",
-                                            "Where",
-                                            "Xor"};
-  return ops;
-}
-
 TEST(OpTable, ExportColumnAgreesWithTheOnnxColumn) {
   int nodes = 0;
   for (int i = 0; i < kNumOps; ++i) {
@@ -212,8 +172,9 @@ TEST(OpTable, ExportColumnAgreesWithTheOnnxColumn) {
     switch (info.export_form) {
       case ExportForm::Node:
         ++nodes;
-        EXPECT_TRUE(OnnxOperators().count(onnx))
-            << "row " << name << ": Node needs an ONNX operator, got '" << onnx << "'";
+        // That it is an operator of ai.onnx, ONNX's own schema registry says
+        // (OnnxTable.EveryNodeRowExportsAsItsOperatorImportsBackAndMatchesOnnxRuntime).
+        EXPECT_FALSE(onnx.empty()) << "row " << name << ": Node needs an ONNX operator";
         EXPECT_EQ(info.args, op_args_index<NoArgs>()) << "row " << name << ": a Node row carries no arguments";
         break;
       case ExportForm::Hook:
