@@ -70,6 +70,14 @@ Grads ReciprocalB(Ctx& c, const Grads& g) {
 }
 Grads SinB(Ctx& c, const Grads& g) { return {g[0] * cos(c.saved_input(0))}; }
 Grads CosB(Ctx& c, const Grads& g) { return {-g[0] * sin(c.saved_input(0))}; }
+Grads TanB(Ctx& c, const Grads& g) {  // d tan = 1 + tan^2
+  Tensor o = c.saved_output(0);
+  return {g[0] * (1 + o * o)};
+}
+Grads AtanB(Ctx& c, const Grads& g) {
+  Tensor x = c.saved_input(0);
+  return {g[0] / (1 + x * x)};
+}
 Grads TanhB(Ctx& c, const Grads& g) {
   Tensor o = c.saved_output(0);
   return {g[0] * (1 - o * o)};
@@ -733,8 +741,8 @@ struct RuleOf {
 // clang-format off
 RULE(Neg, NegB) RULE(Abs, AbsB) RULE(Sign, ZeroB) RULE(Exp, ExpB) RULE(Expm1, Expm1B)
 RULE(Log, LogB) RULE(Log1p, Log1pB) RULE(Sqrt, SqrtB) RULE(Rsqrt, RsqrtB)
-RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tanh, TanhB)
-RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB)
+RULE(Reciprocal, ReciprocalB) RULE(Sin, SinB) RULE(Cos, CosB) RULE(Tan, TanB) RULE(Atan, AtanB)
+RULE(Tanh, TanhB) RULE(Sigmoid, SigmoidB) RULE(Relu, ReluB) RULE(ReluBackward, ReluBackwardB)
 RULE(LeakyRelu, LeakyReluB) RULE(Elu, EluB) RULE(Gelu, GeluB) RULE(Silu, SiluB)
 RULE(Hardswish, HardswishB) RULE(Softplus, SoftplusB) RULE(Erf, ErfB) RULE(PowScalar, PowScalarB)
 RULE(Clamp, ClampB) RULE(Floor, ZeroB) RULE(Ceil, ZeroB) RULE(Round, ZeroB) RULE(Trunc, ZeroB)

@@ -200,6 +200,18 @@ struct CosF {
     return std::cos(x);
   }
 };
+struct TanF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::tan(x);
+  }
+};
+struct AtanF {
+  template <typename T>
+  ANVIL_INLINE T operator()(T x) const {
+    return std::atan(x);
+  }
+};
 struct TanhF {
   template <typename T>
   ANVIL_INLINE T operator()(T x) const {

@@ -59,6 +59,8 @@ OpSamples MakeOpSamples() {
       {OpId::Reciprocal, "reciprocal", &reciprocal, true},
       {OpId::Sin, "sin", &sin, false},
       {OpId::Cos, "cos", &cos, false},
+      {OpId::Tan, "tan", &tan, true},  // (0.5, 1.5): short of the pole at pi/2
+      {OpId::Atan, "atan", &atan, false},
       {OpId::Tanh, "tanh", &tanh, false},
       {OpId::Sigmoid, "sigmoid", &sigmoid, false},
       {OpId::Relu, "relu", &relu, false},
