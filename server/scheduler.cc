@@ -423,6 +423,9 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
       for (size_t r = 0; r < e.step_metrics.rank_data_wait.size(); ++r) {
         m.rank_data_wait_ratio.with({row.id, row.name, std::to_string(r)}).Set(e.step_metrics.rank_data_wait[r]);
       }
+      for (size_t r = 0; r < e.step_metrics.rank_compute_seconds.size(); ++r) {
+        m.rank_compute_seconds.with({row.id, row.name, std::to_string(r)}).Set(e.step_metrics.rank_compute_seconds[r]);
+      }
       if (e.step_metrics.loss_scale > 0) {  // loss scaling on (fp16)
         m.amp_loss_scale.with(job).Set(e.step_metrics.loss_scale);
         metrics::advance_to(m.amp_skipped_steps.with(job), static_cast<double>(e.step_metrics.skipped_steps));
@@ -953,6 +956,7 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
       m->set_skipped_steps(e.step_metrics.skipped_steps);
       for (double v : e.step_metrics.rank_step_seconds) m->add_rank_step_seconds(v);
       for (double v : e.step_metrics.rank_data_wait) m->add_rank_data_wait_ratio(v);
+      for (double v : e.step_metrics.rank_compute_seconds) m->add_rank_compute_seconds(v);
       break;
     }
     case WorkerEvent::Kind::kEpoch: {

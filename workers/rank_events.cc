@@ -4,6 +4,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/util/error.h"
+
 namespace anvil::workers {
 
 using nlohmann::json;
@@ -45,7 +47,19 @@ std::string encode_rank_event(const WorkerEvent& e) {
               {"loss_scale", s.loss_scale},
               {"skipped_steps", s.skipped_steps},
               {"rank_step_seconds", s.rank_step_seconds},
-              {"rank_data_wait", s.rank_data_wait}};
+              {"rank_data_wait", s.rank_data_wait},
+              {"rank_compute_seconds", s.rank_compute_seconds}};
+  }
+  if (e.kind == WorkerEvent::Kind::kFinding) {
+    const train::Finding& f = e.finding;
+    json evidence = json::array();
+    for (const auto& [name, value] : f.evidence) evidence.push_back({name, value});
+    j["f"] = {{"code", f.code},
+              {"severity", static_cast<int>(f.severity)},
+              {"first_step", f.first_step},
+              {"last_step", f.last_step},
+              {"evidence", evidence},
+              {"advice", f.advice}};
   }
   if (e.kind == WorkerEvent::Kind::kEpoch) {
     j["p"] = {{"epoch", p.epoch}, {"step", p.step}, {"train_loss", p.train_loss}, {"improved", p.improved}};
@@ -91,6 +105,20 @@ WorkerEvent decode_rank_event(const std::string& line) {
     m.skipped_steps = s.at("skipped_steps").get<int64_t>();
     m.rank_step_seconds = s.at("rank_step_seconds").get<std::vector<double>>();
     m.rank_data_wait = s.at("rank_data_wait").get<std::vector<double>>();
+    m.rank_compute_seconds = s.at("rank_compute_seconds").get<std::vector<double>>();
+  }
+  if (j.contains("f")) {
+    const json& f = j["f"];
+    train::Finding& out = e.finding;
+    out.code = f.at("code").get<std::string>();
+    const int severity = f.at("severity").get<int>();
+    ANVIL_CHECK(severity >= 0 && severity <= static_cast<int>(train::Severity::kCritical),
+                "rank event: a finding's severity is 0..2, got ", severity);
+    out.severity = static_cast<train::Severity>(severity);
+    out.first_step = f.at("first_step").get<int64_t>();
+    out.last_step = f.at("last_step").get<int64_t>();
+    for (const json& item : f.at("evidence")) out.evidence.emplace_back(item.at(0).get<std::string>(), Num(item.at(1)));
+    out.advice = f.at("advice").get<std::string>();
   }
   if (j.contains("p")) {
     const json& p = j["p"];

@@ -140,7 +140,13 @@ int run_rank_worker(const std::string& job_file) {
                                                                    ": resumed at step " + std::to_string(trainer.step())
                                                              : resumed_note;
     events.send(started);
-    trainer.set_callbacks(event_callbacks(base, plan.total_steps, [&](const WorkerEvent& e) { events.send(e); }));
+    const auto send = [&](const WorkerEvent& e) { events.send(e); };
+    // The doctor runs on rank 0, which holds every rank's numbers after each metric read (a
+    // straggler, the slowest loader). It reports without acting: an action would have to be
+    // taken by every rank at the same step (the spec refuses doctor actions here).
+    std::shared_ptr<train::Doctor> doctor = env.rank == 0 ? make_doctor(job.spec, kCPU) : nullptr;
+    if (doctor && trainer.step() == 0) check_first_batch(*doctor, plan, base, send);
+    trainer.set_callbacks(event_callbacks(base, plan.total_steps, send, doctor));
     const train::TrainResult r = trainer.fit(train_loader, &val_loader, &g_stop);
     if (r.status == train::TrainResult::Status::kCancelled) {
       // Every rank: the interrupt checkpoint's agreement check is a collective.

@@ -4,6 +4,7 @@
 #include <absl/container/flat_hash_set.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -215,7 +216,9 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   const bool training = is_training() && GradMode::is_enabled();
   if (training && options_.broadcast_buffers && group_->size() > 1) {
     NoGradGuard no_grad;
+    const auto start = std::chrono::steady_clock::now();
     BroadcastFromRankZero(*group_, module_->buffers());
+    collective_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   Tensor out = module_->forward(input);
   if (!training || !sync_) return out;
@@ -308,7 +311,7 @@ void DistributedDataParallel::Finalize() {
   if (options_.find_unused_parameters) {
     Tensor map =
         tensor(std::vector<int32_t>(used_.begin(), used_.end())).to(params_.empty() ? kCPU : params_[0].device());
-    group_->all_reduce({map}, ReduceOp::kMax)->wait();
+    Wait(*group_->all_reduce({map}, ReduceOp::kMax));
     const std::vector<int32_t> any = map.to(kCPU).to_vector<int32_t>();
     for (size_t i = 0; i < params_.size(); ++i) globally_used[i] = any[i] != 0;
   }
@@ -316,17 +319,23 @@ void DistributedDataParallel::Finalize() {
   for (auto& bp : buckets_) {
     Bucket& b = *bp;
     std::shared_ptr<Work> work = std::move(b.work);  // every bucket was launched: none is unready
-    work->wait();
+    Wait(*work);
     ++buckets_reduced_;
     AdoptBucket(b, params_, &globally_used);
   }
+}
+
+void DistributedDataParallel::Wait(Work& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work.wait();
+  collective_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void DistributedDataParallel::reduce_gradients() {
   NoGradGuard no_grad;
   for (auto& b : buckets_) {
     FillBucket(*b, params_, nullptr);
-    group_->all_reduce({b->flat}, ReduceOp::kAvg)->wait();
+    Wait(*group_->all_reduce({b->flat}, ReduceOp::kAvg));
     ++buckets_reduced_;
     AdoptBucket(*b, params_, nullptr);
   }

@@ -83,6 +83,12 @@ class DistributedDataParallel final : public nn::Module {
   // Buckets whose all-reduce was launched while a later bucket still waited for gradients (the
   // reduction could overlap the rest of backward).
   int64_t buckets_launched_during_backward() const { return launched_early_; }
+  // Seconds the training thread has spent blocked on this wrapper's collectives (the buffer
+  // broadcast before a forward, the bucket reductions at the end of backward), summed since
+  // construction. A rank that waits there is waiting for the slowest rank (or the network):
+  // its step time without this is its own compute (the doctor's STRAGGLER_RANK). On NCCL a
+  // wait only orders streams, so the host sees almost none of it.
+  double collective_wait_seconds() const { return collective_wait_seconds_; }
 
   struct Bucket;
 
@@ -91,6 +97,8 @@ class DistributedDataParallel final : public nn::Module {
   void OnGradientReady(size_t param_index);
   void LaunchReadyBuckets();
   void Finalize();
+  // work->wait(), timed into collective_wait_seconds_.
+  void Wait(Work& work);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
@@ -107,6 +115,7 @@ class DistributedDataParallel final : public nn::Module {
   std::vector<char> used_;   // param index -> reached by this forward's graph
   size_t next_launch_ = 0;
   int64_t buckets_reduced_ = 0, launched_early_ = 0;
+  double collective_wait_seconds_ = 0;
 };
 
 // Rank agreement: every rank hashes each parameter's bytes and the hashes are gathered. A

@@ -39,7 +39,7 @@ const std::vector<std::string>& Doctor::rules() {
       "DATA_STALL", "EXPLODING_GRADIENTS", "LR_TOO_HIGH", "LR_TOO_LOW", "LOSS_PLATEAU", "OSCILLATION", "OVERFITTING",
       "AMP_SKIP_STORM", "INPUT_NOT_NORMALIZED", "CHANNEL_ORDER_SUSPECT", "LABELS_LOOK_MULTILABEL",
       "LOGITS_PASSED_AS_PROBABILITIES", "HOST_SYNC_PER_STEP", "VANISHING_GRADIENTS", "DEAD_RELU",
-      "SATURATED_ACTIVATION", "OVERHEAD_BOUND",
+      "SATURATED_ACTIVATION", "OVERHEAD_BOUND", "STRAGGLER_RANK",
       // evaluated by the service's scheduler: a watchdog
       "STALLED"};
   return kRules;
@@ -392,6 +392,44 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                   "of the per-sample path"};
     if (wait_rank >= 0) f.evidence.emplace_back("rank", static_cast<double>(wait_rank));
     Report(std::move(f), &out);
+  }
+  // STRAGGLER_RANK, after warm-up: a rank whose own compute per step stays above the other
+  // ranks' median by the factor, and by more than the floor, for intervals in a row. Its step
+  // time is everyone's (each all-reduce waits for it), so the step times cannot show it.
+  if (m.rank_compute_seconds.size() >= 2 && m.step >= options_.warmup_steps) {
+    const std::vector<double>& c = m.rank_compute_seconds;
+    const size_t slow = static_cast<size_t>(std::max_element(c.begin(), c.end()) - c.begin());
+    std::vector<double> others;
+    for (size_t r = 0; r < c.size(); ++r)
+      if (r != slow) others.push_back(c[r]);
+    std::sort(others.begin(), others.end());
+    const size_t h = others.size() / 2;
+    const double median = others.size() % 2 == 1 ? others[h] : (others[h - 1] + others[h]) / 2;
+    const bool straggling =
+        c[slow] > options_.straggler_factor * median && c[slow] - median > options_.straggler_min_seconds;
+    straggler_run_ = straggling && straggler_rank_ == static_cast<int64_t>(slow) ? straggler_run_ + 1 : straggling;
+    straggler_rank_ = straggling ? static_cast<int64_t>(slow) : -1;
+    if (straggler_run_ == 1) straggler_first_step_ = m.step;
+    if (straggler_run_ >= options_.straggler_intervals) {
+      const double slower = median > 0 ? c[slow] / median : 0.0;
+      const double idle = m.step_seconds > 0 ? std::min(1.0, (c[slow] - median) / m.step_seconds) : 0.0;
+      Report({"STRAGGLER_RANK",
+              Severity::kWarning,
+              straggler_first_step_,
+              m.step,
+              {{"rank", static_cast<double>(slow)},
+               {"compute_seconds", c[slow]},
+               {"others_median_seconds", median},
+               {"slowdown", slower},
+               {"step_seconds", m.step_seconds}},
+              "rank " + std::to_string(slow) + " computes its step in " + Fixed(c[slow] * 1e3, 1) + " ms against " +
+                  Fixed(median * 1e3, 1) + " ms for the median of the other ranks (" + Fixed(slower, 1) +
+                  "x): every other rank waits for it at each all-reduce, idle about " + Percent(idle) +
+                  " of the step. Look at that rank's host first (other processes on its cores, a CPU quota, "
+                  "thermal throttling, a slower machine in the group), then its shard (longer samples) and its "
+                  "loader; the run goes only as fast as its slowest rank"},
+             &out);
+    }
   }
   // AMP_SKIP_STORM: skipped steps per 1,000, or the scale at its floor.
   if (m.loss_scale > 0 || m.skipped_steps > 0) {

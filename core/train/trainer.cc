@@ -259,12 +259,18 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   int64_t interval_samples = 0;
   int64_t interval_host_reads = 0;  // in the steps' own work (StepMetrics::host_reads_per_step)
   int64_t interval_ops = 0;         // likewise, the ops the steps dispatched (StepMetrics::ops_per_step)
+  // Data-parallel: what the interval's wall time spent on other than this rank's own compute
+  // (StepMetrics::rank_compute_seconds): blocked on the loader, on DDP's collectives (counted
+  // from this snapshot), writing checkpoints (rank 0 alone writes them).
+  double interval_data_wait = 0, interval_checkpoint_seconds = 0;
+  double collective_wait_at_start = ddp_ ? ddp_->collective_wait_seconds() : 0.0;
   const double dispatch_seconds = MeasureDispatchSeconds(ModelDevice());
   auto interval_start = Clock::now();
   // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
   // read), so no rank leaves a collective the others are in.
   bool stop_agreed = false;
-  std::vector<double> rank_step_seconds, rank_data_wait;
+  std::vector<double> rank_step_seconds, rank_data_wait, rank_compute_seconds;
+  const std::string slow_rank_point = ddp_ ? detail::StrCat("distributed:slow:rank", ddp_->group().rank()) : "";
   auto flush = [&]() {
     if (losses.empty()) return;
     // The one host read: the losses, the gradient norms and the update ratio together.
@@ -298,6 +304,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       row.push_back(cancel != nullptr && cancel->load() ? 1.0 : 0.0);
       row.push_back(secs / static_cast<double>(k));
       row.push_back(train.stats().wait_ratio());
+      const double not_compute = interval_data_wait + interval_checkpoint_seconds +
+                                 (ddp_->collective_wait_seconds() - collective_wait_at_start);
+      row.push_back(std::max(0.0, secs - not_compute) / static_cast<double>(k));
       std::vector<Tensor> rows;
       for (int r = 0; r < group.size(); ++r)
         rows.push_back(empty({static_cast<int64_t>(row.size())}, TensorOptions(kFloat64)));
@@ -305,12 +314,14 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       std::fill(lv.begin(), lv.end(), 0.0);
       rank_step_seconds.assign(group.size(), 0.0);
       rank_data_wait.assign(group.size(), 0.0);
+      rank_compute_seconds.assign(group.size(), 0.0);
       for (int r = 0; r < group.size(); ++r) {
         const std::vector<double> v = rows[r].to_vector<double>();
         for (size_t i = 0; i < k; ++i) lv[i] += v[i] / static_cast<double>(group.size());
         stop_agreed = stop_agreed || v[k] != 0.0;
         rank_step_seconds[r] = v[k + 1];
         rank_data_wait[r] = v[k + 2];
+        rank_compute_seconds[r] = v[k + 3];
       }
     }
     for (size_t i = 0; i < lv.size(); ++i) {
@@ -349,6 +360,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.data_wait_ratio = train.stats().wait_ratio();
     m.rank_step_seconds = rank_step_seconds;
     m.rank_data_wait = rank_data_wait;
+    m.rank_compute_seconds = rank_compute_seconds;
     m.update_ratio = std::isfinite(ratio) ? ratio : 0.0;
     m.host_reads_per_step = static_cast<double>(interval_host_reads) / static_cast<double>(steps_in);
     m.ops_per_step = static_cast<double>(interval_ops) / static_cast<double>(steps_in);
@@ -369,6 +381,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     interval_samples = 0;
     interval_host_reads = 0;
     interval_ops = 0;
+    interval_data_wait = 0;
+    interval_checkpoint_seconds = 0;
+    if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
     interval_start = Clock::now();
   };
 
@@ -448,7 +463,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       if (step_ % o.metric_interval == 0) flush();
       if (o.checkpoint_every_steps > 0 && step_ % o.checkpoint_every_steps == 0) {
         flush();  // never checkpoint a state whose losses were not checked
+        const auto started = Clock::now();
         checkpoint(train);
+        interval_checkpoint_seconds += Seconds(Clock::now() - started);
       }
     };
     while (true) {
@@ -468,7 +485,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         continue;
       }
       std::optional<data::Example> batch = train.next();
-      if (!batch) break;                                                         // the loader advanced its epoch
+      if (!batch) break;  // the loader advanced its epoch
+      interval_data_wait += train.stats().last_wait_seconds;
+      // A test's straggler: this rank computes 20 ms longer per step (the doctor's STRAGGLER_RANK).
+      if (ddp_ && fault_point_fires(slow_rank_point)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const Tensor x = (*batch)[o.input_key].to(device, /*non_blocking=*/true);  // fresh batch, never written
       const Tensor target = (*batch)[o.target_key].to(device, /*non_blocking=*/true);
       Tensor loss;

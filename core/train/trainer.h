@@ -101,6 +101,11 @@ struct StepMetrics {
   // Data-parallel runs: each rank's mean step time and data-wait ratio over the interval
   // (index = rank); empty otherwise.
   std::vector<double> rank_step_seconds, rank_data_wait;
+  // Data-parallel runs: each rank's own compute per step over the interval, its wall time less
+  // what it spent blocked on the loader, on DDP's collectives (where a fast rank waits for the
+  // slowest) and writing checkpoints. Step times are equal across ranks by construction; these
+  // are not (the doctor's STRAGGLER_RANK).
+  std::vector<double> rank_compute_seconds;
   // The last step's update against the weights, ||w_after - w_before|| / ||w_before|| over all
   // parameters (the learning rate's effect, whatever the optimizer; 0 when not measured): one
   // copy of the parameters per interval, read with the interval's losses.

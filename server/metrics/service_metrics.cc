@@ -56,10 +56,15 @@ ServiceMetrics::ServiceMetrics(Registry& r)
                                    exponential_buckets(0.0001, 2, 16))),
       rank_step_seconds(r.gauge("anvil_train_rank_step_seconds",
                                 "Data-parallel jobs: each rank's mean wall time per optimizer step over the last "
-                                "interval (a straggler shows as the largest).",
+                                "interval (equal across ranks: the all-reduce waits for the slowest).",
                                 {"job", "name", "rank"})),
       rank_data_wait_ratio(r.gauge("anvil_train_rank_data_wait_ratio",
                                    "Data-parallel jobs: each rank's share of wall time waiting for its data loader.",
+                                   {"job", "name", "rank"})),
+      rank_compute_seconds(r.gauge("anvil_train_rank_compute_seconds",
+                                   "Data-parallel jobs: each rank's own compute per optimizer step over the last "
+                                   "interval, its waits for data, peers and checkpoints excluded (a straggler shows "
+                                   "as the largest).",
                                    {"job", "name", "rank"})),
       amp_loss_scale(
           r.gauge("anvil_amp_loss_scale", "Loss scale of a float16 job (mixed precision with loss scaling).", kJob)),
@@ -209,9 +214,9 @@ void ServiceMetrics::Collect() {
       ++it;
       continue;
     }
-    for (Family<Gauge>* f :
-         {&job_loss, &job_grad_norm, &job_learning_rate, &job_step, &job_epoch, &job_samples_per_second,
-          &job_data_wait_ratio, &job_val_accuracy, &amp_loss_scale, &rank_step_seconds, &rank_data_wait_ratio}) {
+    for (Family<Gauge>* f : {&job_loss, &job_grad_norm, &job_learning_rate, &job_step, &job_epoch,
+                             &job_samples_per_second, &job_data_wait_ratio, &job_val_accuracy, &amp_loss_scale,
+                             &rank_step_seconds, &rank_data_wait_ratio, &rank_compute_seconds}) {
       f->remove_matching("job", it->first);
     }
     job_step_seconds.remove_matching("job", it->first);

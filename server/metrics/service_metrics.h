@@ -32,6 +32,7 @@ class ServiceMetrics {
   Family<Histogram>& job_step_seconds;
   Family<Gauge>& rank_step_seconds;     // data-parallel jobs: + rank
   Family<Gauge>& rank_data_wait_ratio;  // data-parallel jobs: + rank
+  Family<Gauge>& rank_compute_seconds;  // data-parallel jobs: + rank
   Family<Gauge>& amp_loss_scale;        // fp16 jobs (loss scaling)
   Family<Counter>& amp_skipped_steps;   // fp16 jobs: steps skipped for a non-finite gradient
   Family<Gauge>& jobs;                  // by state (a collector counts them)

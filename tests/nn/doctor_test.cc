@@ -127,6 +127,44 @@ TEST(Doctor, DataStallNamesTheRankWhoseLoaderIsSlowest) {
   EXPECT_TRUE(Feed(quiet, 30, [](StepMetrics& m, int64_t) { m.rank_data_wait = {0.01, 0.02}; }).empty());
 }
 
+// Data-parallel: every rank's step time is the slowest rank's (the all-reduce waits), so the
+// finding reads each rank's own compute: rank 2 at five times the others' median for three
+// intervals in a row after warm-up.
+TEST(Doctor, StragglerRankIsTheRankWhoseOwnComputeStaysAboveTheOthers) {
+  Doctor d({});
+  const auto f = Feed(d, 10, [](StepMetrics& m, int64_t) {
+    m.step_seconds = 0.025;
+    m.rank_step_seconds = {0.025, 0.025, 0.025, 0.025};
+    m.rank_compute_seconds = {0.0040, 0.0042, 0.0210, 0.0039};
+  });
+  ASSERT_EQ(Codes(f), std::vector<std::string>{"STRAGGLER_RANK"});
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+  EXPECT_EQ(f[0].first_step, 20);  // steps 20, 30 and 40 straggled: it fires at 40
+  EXPECT_EQ(f[0].last_step, 40);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "rank"), 2);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "compute_seconds"), 0.021);
+  EXPECT_DOUBLE_EQ(Evidence(f[0], "others_median_seconds"), 0.004);
+  EXPECT_NEAR(Evidence(f[0], "slowdown"), 5.25, 1e-12);
+  EXPECT_THAT(f[0].advice, HasSubstr("rank 2 computes its step in 21.0 ms against 4.0 ms"));
+  EXPECT_THAT(f[0].advice, HasSubstr("idle about 68.0 %"));
+
+  // Healthy twins: ranks within the factor; a slow rank that changes every interval (noise, not
+  // a straggler); a slowdown under the floor on tiny steps; one process (no ranks).
+  Doctor even({});
+  EXPECT_TRUE(Feed(even, 10, [](StepMetrics& m, int64_t) {
+                m.rank_compute_seconds = {0.0040, 0.0052, 0.0045, 0.0039};
+              }).empty());
+  Doctor moving({});
+  EXPECT_TRUE(Feed(moving, 10, [](StepMetrics& m, int64_t i) {
+                m.rank_compute_seconds = {0.004, 0.004};
+                m.rank_compute_seconds[static_cast<size_t>(i % 2)] = 0.02;
+              }).empty());
+  Doctor tiny({});
+  EXPECT_TRUE(Feed(tiny, 10, [](StepMetrics& m, int64_t) { m.rank_compute_seconds = {0.0002, 0.0006}; }).empty());
+  Doctor single({});
+  EXPECT_TRUE(Feed(single, 10, [](StepMetrics&, int64_t) {}).empty());
+}
+
 // The update-to-weight band: five intervals in a row below 1e-5 or above 0.1, after warm-up.
 TEST(Doctor, UpdateRatioOutsideItsBandIsLrTooLowOrTooHigh) {
   Doctor low({});

@@ -6,6 +6,8 @@
 #   2. kill -9 of one rank process restarts the job's ranks from the checkpoint, the job
 #      succeeds, and anvild answers Predict all the while
 #   3. a spec that cannot split its batch is refused at submit, naming the fields
+#   4. a rank that computes 20 ms longer per step (fault point distributed:slow:rank1) is named
+#      by the doctor (STRAGGLER_RANK, rank 1); the healthy job of 1 lists the rule as healthy
 set -euo pipefail
 source "$(dirname "$0")/anvild_lib.sh" "$1" data-parallel
 source_dir=$2
@@ -88,4 +90,42 @@ if "${cli[@]}" submit "${work}/bad.json" > "${work}/bad.txt" 2>&1; then
   fail "batch_size 63 with world_size 2 was accepted"
 fi
 grep -q "the global batch 63 must divide by world_size 2" "${work}/bad.txt" || fail "refusal: $(cat "${work}/bad.txt")"
+sed 's/"world_size": 2,/"world_size": 2, "doctor": {"on_lr_too_high": "halve"},/' "${work}/dp.json" > "${work}/act.json"
+if "${cli[@]}" submit "${work}/act.json" > "${work}/act.txt" 2>&1; then
+  fail "a doctor action with world_size 2 was accepted"
+fi
+grep -q "doctor.on_lr_too_high: the doctor's actions are for single-process jobs" "${work}/act.txt" ||
+  fail "refusal: $(cat "${work}/act.txt")"
+
+echo "4. a straggling rank: the doctor names it; the healthy job checked it"
+"${cli[@]}" --json doctor "${id}" > "${work}/doctor-dp.json" || fail "anvil doctor on the healthy job"
+kill "${anvild_pid}"
+wait "${anvild_pid}" 2> /dev/null || true
+# The same data folder, with rank 1 of every data-parallel job made 20 ms slower per step.
+: > "${work}/anvild.log"
+ANVIL_FAULT_POINT=distributed:slow:rank1=fire "${build}/server/anvild" --address 127.0.0.1:0 \
+  --metrics-address 127.0.0.1:0 --data-dir "${work}/data" --datasets-dir "${source_dir}/data" > "${work}/anvild.log" 2>&1 &
+anvild_pid=$!
+pids+=("${anvild_pid}")
+wait_for_grpc_port
+cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
+spec slow 3 > "${work}/slow.json"
+"${cli[@]}" submit "${work}/slow.json" --watch > "${work}/watch-slow.txt" ||
+  fail "the straggling job: $(tail -3 "${work}/watch-slow.txt")"
+sid=$("${cli[@]}" --json jobs | python3 -c "import json,sys; print([j['id'] for j in json.load(sys.stdin)['jobs'] if j['name']=='slow'][0])")
+"${cli[@]}" --json doctor "${sid}" > "${work}/doctor-slow.json" || fail "anvil doctor on the straggling job"
+"${cli[@]}" doctor "${sid}" > "${work}/doctor-slow.txt"
+python3 - "${work}/doctor-dp.json" "${work}/doctor-slow.json" <<'PY' || fail "the doctor did not name the straggler"
+import json, sys
+healthy, slow = (json.load(open(p)) for p in sys.argv[1:])
+assert "STRAGGLER_RANK" in healthy.get("healthy", []), healthy
+assert not any(f["code"] == "STRAGGLER_RANK" for f in healthy.get("findings", [])), healthy
+found = [f for f in slow.get("findings", []) if f["code"] == "STRAGGLER_RANK"]
+assert found, slow
+evidence = {e["name"]: e.get("value", 0.0) for e in found[0]["evidence"]}  # proto JSON omits zeros
+assert evidence.get("rank", 0) == 1 and evidence["slowdown"] > 1.5, evidence
+print(f"  STRAGGLER_RANK: rank 1 at {evidence['compute_seconds'] * 1e3:.1f} ms/step of compute, the others' "
+      f"median {evidence['others_median_seconds'] * 1e3:.1f} ms ({evidence['slowdown']:.1f}x)")
+PY
+grep -A2 "STRAGGLER_RANK" "${work}/doctor-slow.txt" | head -3
 echo PASS

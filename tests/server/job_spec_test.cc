@@ -193,6 +193,12 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
       {"metric_interval", [](auto& s) { s.set_metric_interval(-2); }, kInvalid, "metric_interval"},
       {"register_model", [](auto& s) { s.set_register_model("../x"); }, kInvalid, "register_model"},
       {"priority", [](auto& s) { s.set_priority(1000); }, kInvalid, "priority"},
+      {"doctor action, data-parallel",
+       [](auto& s) {
+         s.set_world_size(2);
+         s.mutable_doctor()->set_on_overfitting("stop");
+       },
+       kInvalid, "spec.doctor.on_overfitting: the doctor's actions are for single-process jobs"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
