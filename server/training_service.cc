@@ -135,8 +135,13 @@ class TrainingService final : public TrainingBase {
         return a.first_step() < b.first_step();
       });
       for (v1::Finding& f : sorted) *resp->add_findings() = std::move(f);
+      // What was checked and found healthy: STRAGGLER_RANK only where there are ranks to compare.
+      v1::JobSpec spec;
+      const bool data_parallel =
+          google::protobuf::util::JsonStringToMessage(to_valid_utf8(row.spec_json), &spec).ok() &&
+          spec.world_size() > 1;
       for (const std::string& rule : train::Doctor::rules())
-        if (!by_code.count(rule)) resp->add_healthy(rule);
+        if (!by_code.count(rule) && (data_parallel || rule != "STRAGGLER_RANK")) resp->add_healthy(rule);
     });
   }
 

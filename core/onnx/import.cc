@@ -1068,6 +1068,10 @@ ImportedModel import_model(const std::string& bytes, size_t max_bytes) {
              "cycle, or an initializer is missing)");
       }
     }
+    // A node that makes nothing is malformed (the operators' code writes their first output slot;
+    // a recurrent node may leave Y unnamed and give only Y_h).
+    if (std::none_of(n.output().begin(), n.output().end(), [](const std::string& o) { return !o.empty(); }))
+      Fail("node \"" + n.name() + "\" (" + n.op_type() + ") names no output");
     for (const std::string& o : n.output()) {
       if (!o.empty() && !defined.insert(o).second)
         Fail("value \"" + o + "\" is made twice (node \"" + n.name() + "\")");

@@ -411,6 +411,15 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     straggler_rank_ = straggling ? static_cast<int64_t>(slow) : -1;
     if (straggler_run_ == 1) straggler_first_step_ = m.step;
     if (straggler_run_ >= options_.straggler_intervals) {
+      // Another rank than the one reported before: reported anew (the stored finding would
+      // otherwise go on naming the first rank while its step range grew).
+      if (const auto it = fired_.find("STRAGGLER_RANK"); it != fired_.end()) {
+        for (const auto& [name, value] : it->second.evidence)
+          if (name == "rank" && value != static_cast<double>(slow)) {
+            fired_.erase(it);
+            break;
+          }
+      }
       const double slower = median > 0 ? c[slow] / median : 0.0;
       const double idle = m.step_seconds > 0 ? std::min(1.0, (c[slow] - median) / m.step_seconds) : 0.0;
       Report({"STRAGGLER_RANK",

@@ -583,6 +583,13 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       result.status = TrainResult::Status::kEarlyStopped;
       break;
     }
+    // The epoch's end (evaluation and its all-reduce, the epoch callback, the checkpoint rank 0
+    // alone writes) is not the next interval's training: its clock and waits start here, so
+    // step times, throughput and each rank's compute time measure steps only.
+    interval_start = Clock::now();
+    interval_data_wait = 0;
+    interval_checkpoint_seconds = 0;
+    if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
   }
   if (result.status == TrainResult::Status::kEarlyStopped && o.restore_best_weights && !best_state.tensors.empty()) {
     model_->load_state_dict(best_state);

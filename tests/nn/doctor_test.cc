@@ -163,6 +163,20 @@ TEST(Doctor, StragglerRankIsTheRankWhoseOwnComputeStaysAboveTheOthers) {
   EXPECT_TRUE(Feed(tiny, 10, [](StepMetrics& m, int64_t) { m.rank_compute_seconds = {0.0002, 0.0006}; }).empty());
   Doctor single({});
   EXPECT_TRUE(Feed(single, 10, [](StepMetrics&, int64_t) {}).empty());
+
+  // The straggler changes (rank 2, then from the sixth interval rank 0): a finding of its own,
+  // rather than the first one's step range growing under the wrong rank.
+  Doctor changing({});
+  const auto g = Feed(changing, 12, [](StepMetrics& m, int64_t i) {
+    m.rank_compute_seconds = {0.004, 0.004, 0.004};
+    m.rank_compute_seconds[i < 6 ? 2 : 0] = 0.02;
+  });
+  ASSERT_EQ(Codes(g), (std::vector<std::string>{"STRAGGLER_RANK", "STRAGGLER_RANK"}));
+  EXPECT_DOUBLE_EQ(Evidence(g[0], "rank"), 2);
+  EXPECT_DOUBLE_EQ(Evidence(g[1], "rank"), 0);
+  EXPECT_EQ(g[1].first_step, 70);
+  ASSERT_EQ(changing.findings().size(), 1u);
+  EXPECT_DOUBLE_EQ(Evidence(changing.findings()[0], "rank"), 0);
 }
 
 // The update-to-weight band: five intervals in a row below 1e-5 or above 0.1, after warm-up.

@@ -528,7 +528,8 @@ TEST(OnnxTable, EveryNodeRowExportsAsItsOperatorImportsBackAndMatchesOnnxRuntime
   ASSERT_EQ(errors.size(), names.size());
   double worst = 0;
   for (size_t i = 0; i < errors.size(); ++i) {
-    EXPECT_LE(errors[i], 1e-6) << names[i] << " in onnxruntime";
+    // Outputs reach 10 (reciprocal of 0.1), where a float32 step is 9.5e-7: a few steps apart.
+    EXPECT_LE(errors[i], 1e-5) << names[i] << " in onnxruntime";
     worst = std::max(worst, errors[i]);
   }
   std::printf("onnxruntime: %zu Node rows, largest max_abs_error %.3g\n", names.size(), worst);

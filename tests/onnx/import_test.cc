@@ -402,6 +402,11 @@ TEST(OnnxImport, HostileFilesAreRefusedClearly) {
     EXPECT_LT(cpu_allocator()->stats().peak_allocated_bytes - peak_before, int64_t{1} << 30);
   }
   {
+    auto m = TinyModel();  // a node that names no output
+    m.mutable_graph()->mutable_node(0)->clear_output();
+    ExpectRefused(Bytes(m), {"node \"fc\" (Gemm) names no output"});
+  }
+  {
     auto m = TinyModel();
     m.mutable_opset_import(0)->set_version(9);
     ExpectRefused(Bytes(m), {"opset 9", "13 to 18"});
