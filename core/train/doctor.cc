@@ -18,6 +18,14 @@ std::string Fixed(double v, int digits = 2) {
 
 std::string Percent(double v) { return Fixed(100.0 * v, 1) + " %"; }
 
+// The median of `v` (non-empty): the mean of the middle two for an even count.
+double Median(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1) return *mid;
+  return (*mid + *std::max_element(v.begin(), mid)) / 2;
+}
+
 }  // namespace
 
 const char* severity_name(Severity s) {
@@ -316,8 +324,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
       const auto median = [&](auto field) {
         std::vector<double> v;
         for (const OverheadSample& o : overhead_window_) v.push_back(field(o));
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2];
+        return Median(std::move(v));
       };
       const double seconds = median([](const OverheadSample& o) { return o.step_seconds; });
       const double share = median([](const OverheadSample& o) { return o.dispatch_share; });
@@ -402,9 +409,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     std::vector<double> others;
     for (size_t r = 0; r < c.size(); ++r)
       if (r != slow) others.push_back(c[r]);
-    std::sort(others.begin(), others.end());
-    const size_t h = others.size() / 2;
-    const double median = others.size() % 2 == 1 ? others[h] : (others[h - 1] + others[h]) / 2;
+    const double median = Median(std::move(others));
     const bool straggling =
         c[slow] > options_.straggler_factor * median && c[slow] - median > options_.straggler_min_seconds;
     straggler_run_ = straggling && straggler_rank_ == static_cast<int64_t>(slow) ? straggler_run_ + 1 : straggling;

@@ -271,6 +271,13 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   bool stop_agreed = false;
   std::vector<double> rank_step_seconds, rank_data_wait, rank_compute_seconds;
   const std::string slow_rank_point = ddp_ ? detail::StrCat("distributed:slow:rank", ddp_->group().rank()) : "";
+  // The next interval's wall time and waits count from now.
+  auto restart_interval_clock = [&] {
+    interval_data_wait = 0;
+    interval_checkpoint_seconds = 0;
+    if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
+    interval_start = Clock::now();
+  };
   auto flush = [&]() {
     if (losses.empty()) return;
     // The one host read: the losses, the gradient norms and the update ratio together.
@@ -381,10 +388,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     interval_samples = 0;
     interval_host_reads = 0;
     interval_ops = 0;
-    interval_data_wait = 0;
-    interval_checkpoint_seconds = 0;
-    if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
-    interval_start = Clock::now();
+    restart_interval_clock();
   };
 
   model_->train();
@@ -586,10 +590,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     // The epoch's end (evaluation and its all-reduce, the epoch callback, the checkpoint rank 0
     // alone writes) is not the next interval's training: its clock and waits start here, so
     // step times, throughput and each rank's compute time measure steps only.
-    interval_start = Clock::now();
-    interval_data_wait = 0;
-    interval_checkpoint_seconds = 0;
-    if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
+    restart_interval_clock();
   }
   if (result.status == TrainResult::Status::kEarlyStopped && o.restore_best_weights && !best_state.tensors.empty()) {
     model_->load_state_dict(best_state);
