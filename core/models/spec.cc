@@ -399,7 +399,7 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
       L.Fail("nhead = " + std::to_string(heads) + " must divide the embedding size " + std::to_string(in[1]));
     const std::string activation = L.Str("activation", "relu");
     if (activation != "relu" && activation != "gelu") L.Fail("'activation' must be \"relu\" or \"gelu\"");
-    const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", 4 * in[1]), L.Real("dropout", 0.1), true,
+    const nn::TransformerEncoderOptions o{L.Int("dim_feedforward", sat_mul(4, in[1])), L.Real("dropout", 0.1), true,
                                           L.Bool("norm_first", false), activation == "gelu"};
     const int64_t layers = L.Int("num_layers", 1), e = in[1], f = o.dim_feedforward, t = in[0];
     // Per layer: attention in/out projections, the two feed-forward linears, two norms.

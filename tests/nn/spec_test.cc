@@ -322,6 +322,11 @@ TEST(SpecCostTest, HugeSizesSaturateInsteadOfOverflowing) {
   const ModelCost cost = estimate_model(R"({"input_shape": [4000000000], "layers": [
       {"type": "linear", "out_features": 4000000000}, {"type": "linear", "out_features": 4000000000}]})");
   EXPECT_GT(cost.parameters, int64_t{1} << 60);  // not wrapped around to a small number
+  // The feed-forward width defaults to four times the embedding: that product saturates too.
+  const ModelCost encoder = estimate_model(R"({"input_shape": [2, 3000000000000000000], "layers": [
+      {"type": "transformer_encoder", "nhead": 1}]})");
+  EXPECT_GT(encoder.parameters, int64_t{1} << 60);
+  EXPECT_GT(encoder.activations_per_sample, int64_t{1} << 60);
 }
 
 }  // namespace
