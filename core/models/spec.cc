@@ -61,6 +61,7 @@ struct Layer {
     if (!j[key].is_number_integer()) Fail(std::string("'") + key + "' must be an integer");
     const auto v = j[key].get<int64_t>();
     if (v < min) Fail(std::string("'") + key + "' must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    if (v > kMaxModelDim) Fail(detail::StrCat("'", key, "' must be <= ", kMaxModelDim, ", got ", v));
     return v;
   }
   std::string Str(const char* key, const std::string& fallback) const {
@@ -87,12 +88,16 @@ struct Layer {
     const Json& v = j[key];
     if (v.is_number_integer()) {
       const auto x = v.get<int64_t>();
-      if (x < min) Fail(std::string("'") + key + "' must be >= " + std::to_string(min));
+      if (x < min || x > kMaxModelDim) Fail(detail::StrCat("'", key, "' must be in [", min, ", ", kMaxModelDim, "]"));
       return {x, x};
     }
     if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer()) {
       const std::array<int64_t, 2> p{v[0].get<int64_t>(), v[1].get<int64_t>()};
-      if (p[0] < min || p[1] < min) Fail(std::string("'") + key + "' entries must be >= " + std::to_string(min));
+      for (int64_t x : p) {
+        if (x < min || x > kMaxModelDim) {
+          Fail(detail::StrCat("'", key, "' entries must be in [", min, ", ", kMaxModelDim, "]"));
+        }
+      }
       return p;
     }
     Fail(std::string("'") + key + "' must be an integer or a pair [h, w]");
@@ -200,14 +205,16 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     L.Keys({"shape"});
     const Json& shape = L.j.contains("shape") ? L.j["shape"] : Json();
     IntArray out;
-    int64_t n = 1, have = 1;
+    int64_t n = 1;
     for (const auto& d : shape) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 1) L.Fail("'shape' entries must be positive integers");
+      if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxModelDim) {
+        L.Fail(detail::StrCat("'shape' entries must be integers in [1, ", kMaxModelDim, "]"));
+      }
       out.push_back(d.get<int64_t>());
-      n *= out.back();
+      n = sat_mul(n, out.back());
     }
     if (out.empty()) L.Fail("'shape' (the sample shape to unflatten into) is required");
-    for (int64_t d : in) have *= d;
+    const int64_t have = Numel(in);
     if (in.size() != 1 || have != n) {
       L.Fail("expects a flat input of " + std::to_string(n) + " features for shape " + shape_str(out) + ", got shape " +
              shape_str(in));
@@ -473,6 +480,12 @@ Built BuildSequence(const Json& layers, IntArray shape, const std::string& prefi
     const bool autocast = L.Bool("autocast", true);
     if (!autocast && b.module) b.module->set_autocast(false);
     if (seq) seq->push_back(b.module);
+    for (int64_t d : b.shape) {
+      if (d > kMaxModelDim) {
+        throw Error(detail::StrCat("model spec: ", where, ": the output shape ", shape_str(b.shape),
+                                   " has a dimension above ", kMaxModelDim));
+      }
+    }
     shape = b.shape;
   }
   return {seq, shape};
@@ -506,8 +519,8 @@ ParsedSpec ParseSpec(const std::string& text) {
   ANVIL_CHECK(spec.contains("input_shape") && spec["input_shape"].is_array() && !spec["input_shape"].empty(),
               "model spec: 'input_shape' (the shape of one sample, without the batch dim) is required");
   for (const auto& d : spec["input_shape"]) {
-    ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0,
-                "model spec: 'input_shape' entries must be positive integers");
+    ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() > 0 && d.get<int64_t>() <= kMaxModelDim,
+                "model spec: 'input_shape' entries must be integers in [1, ", kMaxModelDim, "], got ", d.dump());
     p.input.push_back(d.get<int64_t>());
   }
   ANVIL_CHECK(spec.contains("layers") && spec["layers"].is_array() && !spec["layers"].empty(),

@@ -50,6 +50,9 @@ struct BuiltModel {
 inline constexpr size_t kMaxModelSpecBytes = 1 << 20;
 inline constexpr int64_t kMaxModelLayers = 10000;
 inline constexpr int kMaxModelNesting = 32;  // residuals inside residuals (each level recurses)
+// The largest size a spec may name or a layer may produce (a dimension, a kernel, a stride, a
+// count). No real model comes near it, and below it every shape formula fits in int64.
+inline constexpr int64_t kMaxModelDim = int64_t{1} << 31;
 
 // What a model costs, in elements (float32: 4 bytes each), from its spec alone.
 struct ModelCost {

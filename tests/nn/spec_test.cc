@@ -319,14 +319,48 @@ TEST(SpecCostTest, EstimateCountsExactlyWhatTheBuiltModelHolds) {
 }
 
 TEST(SpecCostTest, HugeSizesSaturateInsteadOfOverflowing) {
-  const ModelCost cost = estimate_model(R"({"input_shape": [4000000000], "layers": [
-      {"type": "linear", "out_features": 4000000000}, {"type": "linear", "out_features": 4000000000}]})");
+  const ModelCost cost = estimate_model(R"({"input_shape": [2000000000], "layers": [
+      {"type": "linear", "out_features": 2000000000}, {"type": "linear", "out_features": 2000000000}]})");
   EXPECT_GT(cost.parameters, int64_t{1} << 60);  // not wrapped around to a small number
   // The feed-forward width defaults to four times the embedding: that product saturates too.
-  const ModelCost encoder = estimate_model(R"({"input_shape": [2, 3000000000000000000], "layers": [
+  const ModelCost encoder = estimate_model(R"({"input_shape": [2, 2000000000], "layers": [
       {"type": "transformer_encoder", "nhead": 1}]})");
   EXPECT_GT(encoder.parameters, int64_t{1} << 60);
-  EXPECT_GT(encoder.activations_per_sample, int64_t{1} << 60);
+}
+
+// Found by the model-spec fuzzer: sizes near int64's range overflowed shape formulas (a
+// dilated kernel's span, 4x an embedding, an unflatten's product). Every size a spec names or
+// a layer produces is now bounded by kMaxModelDim, which no formula can overflow below.
+TEST(SpecCostTest, SizesBeyondTheBoundAreSpecErrorsNamingTheBound) {
+  const std::string bound = std::to_string(kMaxModelDim);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"input_shape": [2, 3000000000000000000], "layers": [{"type": "transformer_encoder", "nhead": 1}]})",
+       "'input_shape' entries must be integers in [1, " + bound + "], got 3000000000000000000"},
+      {R"({"input_shape": [1, 8, 8], "layers": [{"type": "conv2d", "out_channels": 1,
+           "kernel_size": 4611686018427387904, "dilation": 4}]})",
+       "layer 0 (conv2d): 'kernel_size' must be in [1, " + bound + "]"},
+      {R"({"input_shape": [1, 8, 8], "layers": [{"type": "maxpool2d", "kernel_size": 2,
+           "padding": [0, 4611686018427387904]}]})",
+       "layer 0 (maxpool2d): 'padding' entries must be in [0, " + bound + "]"},
+      {R"({"input_shape": [8], "layers": [{"type": "linear", "out_features": 9223372036854775807}]})",
+       "layer 0 (linear): 'out_features' must be <= " + bound + ", got 9223372036854775807"},
+      {R"({"input_shape": [4], "layers": [{"type": "unflatten", "shape": [4, 4294967296, 4294967296]}]})",
+       "layer 0 (unflatten): 'shape' entries must be integers in [1, " + bound + "]"},
+      {R"({"input_shape": [65536, 65536], "layers": [{"type": "flatten"}]})",
+       "layer 0: the output shape [4294967296] has a dimension above " + bound},
+  };
+  for (const auto& [spec, expected] : cases) {
+    for (int dry = 0; dry < 2; ++dry) {
+      EXPECT_THAT(ErrorOf([&] {
+                    if (dry)
+                      estimate_model(spec);
+                    else
+                      build_model(spec);
+                  }),
+                  HasSubstr(expected))
+          << spec;
+    }
+  }
 }
 
 }  // namespace

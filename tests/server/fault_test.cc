@@ -388,7 +388,8 @@ TEST_F(FaultTest, AJobThatCannotFitIsRefusedAtSubmitWithTheEstimate) {
   EXPECT_THAT(st.error_message(), HasSubstr("adamw state"));
   EXPECT_THAT(st.error_message(), HasSubstr("--max-job-memory"));
   // 10^12 parameters: priced, never allocated.
-  spec.set_model_json(ModelJson(R"({"type": "linear", "out_features": 1000000000000})"));
+  spec.set_model_json(
+      ModelJson(R"({"type": "linear", "out_features": 1000000}, {"type": "linear", "out_features": 1000000})"));
   Submit(spec, &st);
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(st.error_message(), HasSubstr("TiB"));
