@@ -304,7 +304,11 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
   if (metrics_ != nullptr) {
     metrics::Histogram& rows = metrics_->predict_batch_rows.with({row.name});
     metrics::Histogram& queued = metrics_->predict_queue.with({row.name});
-    observer.on_batch = [&rows](int64_t n) { rows.Observe(static_cast<double>(n)); };
+    observer.on_batch = [&rows, &serving = metrics_->serving, name = row.name](int64_t n) {
+      rows.Observe(static_cast<double>(n));
+      serving.on_batch(name, n);
+    };
+    metrics_->serving.on_loaded(row.name, row.version, m->loaded.info.precision);
     observer.on_queued = [&queued](double s) { queued.Observe(s); };
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };

@@ -32,9 +32,10 @@ grpc::Status counted_predict(AnvilServer::State& s, const std::string& model_nam
   const auto t0 = std::chrono::steady_clock::now();
   const grpc::Status st = std::forward<F>(run)();
   in_flight.Decrement();
-  s.metrics->predict_latency.with({model}).Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.metrics->predict_latency.with({model}).Observe(seconds);
   s.metrics->predict_requests.with({model, grpc_code_name(st.error_code())}).Increment();
+  if (model == model_name) s.metrics->serving.on_request(model, seconds, st.ok());
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include "core/util/utf8.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
+#include "server/finding_set.h"
 #include "server/job_spec.h"
 #include "server/listings.h"
 #include "server/metrics_hub.h"
@@ -113,35 +114,21 @@ class TrainingService final : public TrainingBase {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "GetFindings");
       const JobRow row = Find(req->job_id());
-      std::map<std::string, v1::Finding> by_code;
-      const auto rank = [](const std::string& severity) {
-        return severity == "critical" ? 2 : severity == "warning" ? 1 : 0;
-      };
+      FindingSet findings;
       for (const MetricRow& m : s_.store->metrics_of_kind(row.id, "finding")) {
         v1::MetricEvent e;
         if (!google::protobuf::util::JsonStringToMessage(to_valid_utf8(m.payload_json), &e).ok() || !e.has_finding())
           continue;
-        auto [it, fresh] = by_code.emplace(e.finding().code(), e.finding());
-        if (!fresh && rank(e.finding().severity()) >= rank(it->second.severity())) {
-          const int64_t first = it->second.first_step();
-          it->second = e.finding();
-          it->second.set_first_step(std::min(first, e.finding().first_step()));
-        }
+        findings.add(e.finding());
       }
-      std::vector<v1::Finding> sorted;
-      for (auto& [code, f] : by_code) sorted.push_back(std::move(f));
-      std::stable_sort(sorted.begin(), sorted.end(), [&](const v1::Finding& a, const v1::Finding& b) {
-        if (rank(a.severity()) != rank(b.severity())) return rank(a.severity()) > rank(b.severity());
-        return a.first_step() < b.first_step();
-      });
-      for (v1::Finding& f : sorted) *resp->add_findings() = std::move(f);
+      for (v1::Finding& f : findings.sorted()) *resp->add_findings() = std::move(f);
       // What was checked and found healthy: STRAGGLER_RANK only where there are ranks to compare.
       v1::JobSpec spec;
       const bool data_parallel =
           google::protobuf::util::JsonStringToMessage(to_valid_utf8(row.spec_json), &spec).ok() &&
           spec.world_size() > 1;
       for (const std::string& rule : train::Doctor::rules())
-        if (!by_code.count(rule) && (data_parallel || rule != "STRAGGLER_RANK")) resp->add_healthy(rule);
+        if (!findings.has(rule) && (data_parallel || rule != "STRAGGLER_RANK")) resp->add_healthy(rule);
     });
   }
 

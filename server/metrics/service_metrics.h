@@ -12,6 +12,7 @@
 
 #include "core/util/mutex.h"
 #include "server/metrics/registry.h"
+#include "server/metrics/serving_stats.h"
 
 namespace anvil::server::metrics {
 
@@ -47,6 +48,8 @@ class ServiceMetrics {
   Family<Gauge>& predict_queue_depth;
   Family<Gauge>& models_loaded;
   Family<Gauge>& models_loaded_bytes;
+  // The last minute of each registered model's requests and batches, for the status page.
+  ServingStats serving;
   // Devices.
   Family<Counter>& device_busy_seconds;
   Family<Gauge>& device_busy_ratio;
