@@ -172,6 +172,10 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
             e.path = path;
             emit(e);
           },
+      .on_loss_input =
+          [=](const Tensor& output, const Tensor& target) {
+            if (doctor) diagnose(doctor->check_loss_input(output, target));
+          },
   };
 }
 

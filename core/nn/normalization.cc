@@ -2,6 +2,8 @@
 // ops' rules).
 #include "core/nn/normalization.h"
 
+#include <algorithm>
+
 #include "core/autograd/grad_mode.h"
 #include "core/export/capture.h"
 #include "core/nn/init.h"
@@ -109,11 +111,23 @@ void CheckEmbeddingArgs(const Tensor& indices, const Tensor& weight, const char*
   ANVIL_CHECK(weight.dim() == 2, who, ": expected weight [num_embeddings, dim], got ", shape_str(weight.sizes()));
 }
 
-// The indices as int64 [n], checked against the table's rows.
+// The indices as int64 [n], checked against the table's rows. CPU indices are read where they
+// lie, as a kernel would read them: no host read (Tensor::item) per step, which the doctor's
+// HOST_SYNC_PER_STEP would rightly count. Elsewhere the range comes back to the host (one wait
+// per forward on a GPU).
 Tensor FlatIndices(const Tensor& indices, const Tensor& weight, const char* who) {
-  const Tensor flat = indices.reshape({-1}).to(kInt64);
+  const Tensor flat = indices.reshape({-1}).to(kInt64).contiguous();
   if (flat.numel() > 0) {
-    const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+    int64_t lo = 0, hi = 0;
+    if (flat.is_cpu()) {
+      const int64_t* p = flat.data_ptr<int64_t>();
+      const auto [min_it, max_it] = std::minmax_element(p, p + flat.numel());
+      lo = *min_it;
+      hi = *max_it;
+    } else {
+      lo = flat.min().item<int64_t>();
+      hi = flat.max().item<int64_t>();
+    }
     ANVIL_CHECK_INDEX(lo >= 0 && hi < weight.size(0), who, ": index ", lo < 0 ? lo : hi, " is out of range for ",
                       weight.size(0), " embeddings");
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/autograd/grad_mode.h"
+#include "core/nn/functional.h"
 #include "core/ops/functions.h"
 
 namespace anvil::train {
@@ -75,6 +76,49 @@ std::vector<Finding> Doctor::findings() const {
   return out;
 }
 
+std::vector<Finding> Doctor::check_loss_input(const Tensor& output, const Tensor& target) {
+  std::vector<Finding> out;
+  if (!output.defined() || !is_floating_point(output.dtype()) || !target.defined()) return out;
+  NoGradGuard no_grad;
+  const Tensor x = output.detach().to(kFloat64);
+  // Where the model starts from: LR_TOO_HIGH's reference for a loss that rises at once.
+  if (loss_input_looks_++ == 0) {
+    try {
+      const Tensor t = is_floating_point(target.dtype()) ? target.detach().to(kFloat64) : target.detach();
+      Tensor loss;
+      if (context_.loss == "cross_entropy" || context_.loss.empty())
+        loss = nn::functional::cross_entropy(x, t);
+      else if (context_.loss == "mse")
+        loss = nn::functional::mse_loss(x, t.reshape(x.sizes()));
+      else if (context_.loss == "bce_with_logits")
+        loss = nn::functional::binary_cross_entropy_with_logits(x, t.reshape(x.sizes()));
+      if (loss.defined()) {
+        const double v = loss.item<double>();
+        if (std::isfinite(v)) initial_loss_ = v;
+      }
+    } catch (const Error&) {
+      // A target the named loss does not take: the trainer's own loss is something else.
+    }
+  }
+  if (context_.loss != "bce_with_logits" || output.numel() < options_.loss_input_min_values) return out;
+  const double lo = x.min().item<double>(), hi = x.max().item<double>();
+  if (!(std::isfinite(lo) && std::isfinite(hi) && lo >= 0 && hi <= 1)) return out;
+  if (++loss_inputs_in_unit_ >= 2) {
+    Finding f{"LOGITS_PASSED_AS_PROBABILITIES",
+              Severity::kWarning,
+              0,
+              0,
+              {{"min", lo}, {"max", hi}, {"values", static_cast<double>(output.numel())}},
+              "the loss takes logits and applies its own sigmoid, but every value the model gave it, on the first "
+              "step and again after training began, lies in [" +
+                  Fixed(lo) + ", " + Fixed(hi) +
+                  "]: probabilities, the output of a sigmoid. Remove the model's last sigmoid (BCEWithLogits takes "
+                  "logits), or keep it and use binary_cross_entropy"};
+    Report(std::move(f), &out);
+  }
+  return out;
+}
+
 std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor& target) {
   std::vector<Finding> out;
   NoGradGuard no_grad;
@@ -113,18 +157,6 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
                  {"dim3", static_cast<double>(input.size(3))}},
                 "the input looks channels-last [N, H, W, C] (" + shape_str(input.sizes()) +
                     ") while convolutions read [N, C, H, W]: permute it (x.permute({0, 3, 1, 2}))"};
-      Report(std::move(f), &out);
-    }
-    // Sigmoid applied twice: values confined to [0.5, 0.7311] (sigmoid of [0, 1]) fed to a loss
-    // that applies its own sigmoid.
-    if (context_.loss == "bce_with_logits" && lo >= 0.5 && hi <= 0.7311 && std < 0.2) {
-      Finding f{"LOGITS_PASSED_AS_PROBABILITIES",
-                Severity::kWarning,
-                0,
-                0,
-                {{"min", lo}, {"max", hi}},
-                "the loss applies a sigmoid to inputs already in [0.5, 0.731]: the output of a sigmoid went "
-                "through another. Remove the model's last sigmoid (BCEWithLogits takes logits)"};
       Report(std::move(f), &out);
     }
   }
@@ -194,14 +226,17 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     }
   }
   // LR_TOO_HIGH: the loss climbing early.
-  if (intervals_ <= options_.divergence_intervals && intervals_ >= 2 && std::isfinite(m.loss) && first.loss > 0 &&
-      m.loss > options_.divergence_factor * first.loss) {
+  // From the first step's loss when it was seen (a rate that throws the model off at once has
+  // the first interval's mean already far above where it started), else the first interval's.
+  const double start = initial_loss_.value_or(first.loss);
+  if (intervals_ <= options_.divergence_intervals && (initial_loss_ || intervals_ >= 2) && std::isfinite(m.loss) &&
+      start > 0 && m.loss > options_.divergence_factor * start) {
     Report({"LR_TOO_HIGH",
             Severity::kWarning,
             first.step,
             m.step,
-            {{"loss_first", first.loss}, {"loss_now", m.loss}, {"lr", m.lr}},
-            "the loss rose from " + Fixed(first.loss, 4) + " to " + Fixed(m.loss, 4) +
+            {{"loss_first", start}, {"loss_now", m.loss}, {"lr", m.lr}},
+            "the loss rose from " + Fixed(start, 4) + " to " + Fixed(m.loss, 4) +
                 " in the first intervals: the learning rate (" + Fixed(m.lr, 6) +
                 ") is too high for this model; divide it by 10, or warm it up (schedule warmup_steps)"},
            &out);
@@ -382,7 +417,8 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     if (wait_rank < 0 || m.rank_data_wait[r] > m.rank_data_wait[static_cast<size_t>(wait_rank)])
       wait_rank = static_cast<int64_t>(r);
   const double wait = wait_rank >= 0 ? m.rank_data_wait[static_cast<size_t>(wait_rank)] : m.data_wait_ratio;
-  if (m.step >= options_.warmup_steps && wait > options_.data_stall_info) {
+  if (m.step >= options_.warmup_steps && wait > options_.data_stall_info &&
+      wait * m.step_seconds > options_.data_stall_min_wait_seconds) {
     const bool warn = wait > options_.data_stall_warning;
     Finding f{"DATA_STALL",
               warn ? Severity::kWarning : Severity::kInfo,
@@ -464,10 +500,24 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
              &out);
     }
   }
-  // LOSS_PLATEAU and OSCILLATION over recent intervals.
+  // LOSS_PLATEAU and OSCILLATION over recent intervals; a training loss that climbs over the
+  // plateau's window, after it had come down, is a rate too high (the weights thrown off a
+  // minimum they had found), not a plateau.
   const size_t pw = static_cast<size_t>(options_.plateau_window);
   if (n > pw && m.step >= options_.warmup_steps) {
     const double before = steps_[n - 1 - pw].loss, now = m.loss;
+    if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * first.loss &&
+        now > options_.divergence_factor * before) {
+      Report({"LR_TOO_HIGH",
+              Severity::kWarning,
+              steps_[n - 1 - pw].step,
+              m.step,
+              {{"loss_before", before}, {"loss_now", now}, {"lr", m.lr}},
+              "the training loss rose from " + Fixed(before, 4) + " to " + Fixed(now, 4) + " over " +
+                  std::to_string(options_.plateau_window) + " intervals: the learning rate (" + Fixed(m.lr, 6) +
+                  ") throws the weights out of the minimum they found; lower it, or decay it with a schedule"},
+             &out);
+    }
     // A loss already a tenth of where it started has converged rather than stalled.
     if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * first.loss &&
         (before - now) / before < options_.plateau_min_improvement) {
@@ -497,13 +547,27 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
       }
     }
     const double mean = sum / static_cast<double>(ow);
+    std::vector<double> swings;
+    double first_half = 0, second_half = 0;
+    for (size_t i = n - ow; i < n; ++i) {
+      swings.push_back(std::fabs(steps_[i].loss - steps_[i - 1].loss));
+      (i < n - ow / 2 ? first_half : second_half) += steps_[i].loss;
+    }
+    std::nth_element(swings.begin(), swings.begin() + static_cast<std::ptrdiff_t>(swings.size() / 2), swings.end());
+    const double median_swing = swings[swings.size() / 2];
+    first_half /= static_cast<double>(ow - ow / 2);
+    second_half /= static_cast<double>(ow / 2);
+    const bool progressing = second_half < (1 - options_.oscillation_min_progress) * first_half;
     if (mean > 0.1 * first.loss && turns > options_.oscillation_share * static_cast<double>(ow - 1) &&
-        swing > options_.oscillation_amplitude * mean) {
+        median_swing > options_.oscillation_amplitude * mean && !progressing) {
       Report({"OSCILLATION",
               Severity::kWarning,
               steps_[n - ow].step,
               m.step,
-              {{"direction_changes", static_cast<double>(turns)}, {"largest_swing", swing}, {"mean_loss", mean}},
+              {{"direction_changes", static_cast<double>(turns)},
+               {"median_swing", median_swing},
+               {"largest_swing", swing},
+               {"mean_loss", mean}},
               "the loss goes up and down at nearly every interval by up to " + Percent(swing / mean) +
                   " of its mean: the learning rate is too high for the batch size (" +
                   std::to_string(context_.batch_size) + "); lower it, or use a larger batch"},
@@ -529,24 +593,61 @@ std::vector<Finding> Doctor::on_non_finite(int64_t step, const std::string& what
 
 std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {
   std::vector<Finding> out;
-  if (!epochs_.empty() && m.val_loss && epochs_.back().val_loss) {
-    const EpochMetrics& prev = epochs_.back();
-    const bool diverging = *m.val_loss > *prev.val_loss && m.train_loss < prev.train_loss;
-    overfit_run_ = diverging ? overfit_run_ + 1 : 0;
-    if (overfit_run_ >= options_.overfit_evaluations) {
+  if (m.val_loss && std::isfinite(*m.val_loss)) {
+    const EpochMetrics* prev = nullptr;
+    for (auto it = epochs_.rbegin(); it != epochs_.rend() && !prev; ++it)
+      if (it->val_loss && std::isfinite(*it->val_loss)) prev = &*it;
+    const double gap = *m.val_loss - m.train_loss;
+    gap_widening_run_ = prev && gap > *prev->val_loss - prev->train_loss ? gap_widening_run_ + 1 : 0;
+    const EpochMetrics* from = gap_widening_run_ > 0 && static_cast<size_t>(gap_widening_run_) <= epochs_.size()
+                                   ? &epochs_[epochs_.size() - static_cast<size_t>(gap_widening_run_)]
+                                   : nullptr;
+    // The validation loss stalled meanwhile: a model still generalising better while it fits
+    // its training set harder is not yet a problem.
+    const bool val_stalled =
+        from && from->val_loss && *m.val_loss > (1 - options_.overfit_val_progress) * *from->val_loss;
+    if (gap_widening_run_ >= options_.overfit_evaluations && m.train_loss > 0 && val_stalled &&
+        *m.val_loss > options_.overfit_gap_ratio * m.train_loss) {
       Report({"OVERFITTING",
               Severity::kWarning,
-              epochs_[epochs_.size() - static_cast<size_t>(overfit_run_)].step,
+              from->step,
               m.step,
               {{"train_loss", m.train_loss},
                {"val_loss", *m.val_loss},
-               {"gap", *m.val_loss - m.train_loss},
-               {"evaluations", static_cast<double>(overfit_run_)}},
-              "the validation loss rose for " + std::to_string(overfit_run_) +
-                  " evaluations while the training loss fell: the model memorises the training set. Stop earlier "
-                  "(early_stopping on val_loss restores the best weights), add data or augmentation, or "
-                  "regularise (weight decay, dropout)"},
+               {"gap", gap},
+               {"val_to_train", *m.val_loss / m.train_loss},
+               {"evaluations_widening", static_cast<double>(gap_widening_run_)}},
+              "the validation loss is " + Fixed(*m.val_loss / m.train_loss, 1) +
+                  "x the training loss and the gap widened at each of the last " + std::to_string(gap_widening_run_) +
+                  " evaluations: the model memorises the training set. Add data or augmentation, regularise "
+                  "(weight decay, dropout), or stop earlier (early_stopping on val_loss)"},
              &out);
+    }
+    if (!best_epoch_ || *m.val_loss < *best_epoch_->val_loss) {
+      best_epoch_ = m;
+      evaluations_since_best_ = 0;
+    } else {
+      ++evaluations_since_best_;
+      const EpochMetrics& best = *best_epoch_;
+      const double rise = *best.val_loss > 0 ? (*m.val_loss - *best.val_loss) / *best.val_loss : 0.0;
+      if (evaluations_since_best_ >= options_.overfit_evaluations && rise > options_.overfit_margin &&
+          m.train_loss < best.train_loss) {
+        Report({"OVERFITTING",
+                Severity::kWarning,
+                best.step,
+                m.step,
+                {{"train_loss", m.train_loss},
+                 {"val_loss", *m.val_loss},
+                 {"gap", *m.val_loss - m.train_loss},
+                 {"best_val_loss", *best.val_loss},
+                 {"evaluations_since_best", static_cast<double>(evaluations_since_best_)}},
+                "the validation loss rose " + Percent(rise) + " above its best (" + Fixed(*best.val_loss, 4) + ", " +
+                    std::to_string(evaluations_since_best_) +
+                    " evaluations ago) while the training loss kept falling: the model memorises the training set. "
+                    "Stop earlier (early_stopping on val_loss restores the best weights), add data or augmentation, "
+                    "or regularise (weight decay, dropout)"},
+               &out);
+      }
     }
   }
   epochs_.push_back(m);

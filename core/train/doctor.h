@@ -39,12 +39,19 @@ struct DoctorOptions {
   // DATA_STALL: the loader's share of the step after warm-up (SageMaker Debugger's
   // LowGPUUtilization/IOBottleneck defaults: 20 % as a problem, 5 % as worth knowing).
   double data_stall_warning = 0.20, data_stall_info = 0.05;
+  // ...and only when the wait per step (share x step time) exceeds this: under 1 ms a step, a
+  // thousand-step epoch loses under a second, not worth more loader processes (a tiny model
+  // fed without workers waits half its 0.5 ms step for batches, and that is no problem).
+  double data_stall_min_wait_seconds = 1e-3;
   int64_t warmup_steps = 20;  // steps before throughput rules apply (first batches, caches, JIT)
-  // EXPLODING_GRADIENTS: the grad-norm EMA (smoothing alpha) doubling within a window of
-  // intervals (SageMaker's ExplodingTensor / AUTOTRAINER's "gradient explode").
-  double grad_ema_alpha = 0.3, grad_growth = 2.0;
+  // EXPLODING_GRADIENTS: the grad-norm EMA (smoothing alpha) growing tenfold within a window
+  // of intervals (SageMaker's ExplodingTensor / AUTOTRAINER's "gradient explode"). Healthy runs
+  // double theirs early on (digits, AdamW at its default rate: 2.4x after warm-up); an
+  // explosion is an order of magnitude.
+  double grad_ema_alpha = 0.3, grad_growth = 10.0;
   int64_t grad_window = 5;
-  // LR_TOO_HIGH: early divergence, the interval loss above its first value times this factor
+  // LR_TOO_HIGH: early divergence, the interval loss above the first step's loss (what the
+  // model started from, seen by check_loss_input; else the first interval's) times this factor
   // within the first `divergence_intervals` intervals (AUTOTRAINER's "loss increase").
   double divergence_factor = 1.5;
   int64_t divergence_intervals = 20;
@@ -53,13 +60,22 @@ struct DoctorOptions {
   // default; 1 % here over a longer window, with the metric interval's averaging).
   double plateau_min_improvement = 0.01;
   int64_t plateau_window = 20;
-  // OSCILLATION: the interval loss changes direction in more than this share of a window, with
-  // swings above `oscillation_amplitude` of its mean (DeepDiagnosis's "oscillating loss").
-  double oscillation_share = 0.8, oscillation_amplitude = 0.1;
+  // OSCILLATION: the interval loss changes direction in more than this share of a window, its
+  // median swing above `oscillation_amplitude` of its mean, and no net progress over the window
+  // (the second half's mean not below the first half's by `oscillation_min_progress`)
+  // (DeepDiagnosis's "oscillating loss"). Interval means of a healthy small-batch run also turn
+  // at most intervals (i.i.d. noise turns at two in three), but by less, and they descend.
+  double oscillation_share = 0.8, oscillation_amplitude = 0.25, oscillation_min_progress = 0.05;
   int64_t oscillation_window = 10;
-  // OVERFITTING: validation loss rising while training loss falls for this many evaluations
-  // in a row (SageMaker's Overfit rule: patience 1 after a start of 3 evaluations).
+  // OVERFITTING: the validation loss's best is this many evaluations old, the validation loss
+  // is now above it by more than `overfit_margin` (relative), and the training loss has kept
+  // falling since (SageMaker's Overfit rule, with early stopping's patience of 3 evaluations);
+  // or the gap between them widened at each of this many evaluations in a row, the validation
+  // loss improved by less than `overfit_val_progress` over them and is `overfit_gap_ratio`
+  // times the training loss (a model memorising a small training set while its validation
+  // loss only creeps down).
   int64_t overfit_evaluations = 3;
+  double overfit_margin = 0.05, overfit_gap_ratio = 3.0, overfit_val_progress = 0.1;
   // LR_TOO_LOW / LR_TOO_HIGH: the update-to-weight ratio (StepMetrics::update_ratio) outside
   // [update_ratio_low, update_ratio_high] for `update_band_intervals` intervals in a row after
   // warm-up. CS231n's rule of thumb puts a healthy ratio near 1e-3; a hundred times below it
@@ -73,6 +89,8 @@ struct DoctorOptions {
   // INPUT_NOT_NORMALIZED: inputs whose absolute mean or standard deviation exceeds this
   // (unit scale expected), or integral values in [0, 255].
   double input_scale_limit = 10.0;
+  // LOGITS_PASSED_AS_PROBABILITIES: the fewest values of a loss input that are judged.
+  int64_t loss_input_min_values = 16;
   // HOST_SYNC_PER_STEP: at least one host read per step (StepMetrics::host_reads_per_step) for
   // this many intervals in a row after warm-up (the pitfalls guide's fourth cause of a slow
   // run, as the PyTorch profiler's recommendations flag a synchronisation in every step).
@@ -129,6 +147,13 @@ class Doctor {
 
   // The first batch's input and target (once, before training: the seed's input pitfalls).
   std::vector<Finding> check_first_batch(const Tensor& input, const Tensor& target);
+  // What the loss received (the model's output; Callbacks::on_loss_input: the first step, then
+  // the fifth interval's last): the first call keeps the starting loss (LR_TOO_HIGH's
+  // reference); a loss that takes logits given values that all lie in [0, 1] at both looks got
+  // probabilities, the output of a sigmoid it will apply again. One look is not enough: a
+  // fresh model's logits are alike across samples and may all start inside [0, 1], but
+  // training spreads them, while a sigmoid's output never leaves it.
+  std::vector<Finding> check_loss_input(const Tensor& output, const Tensor& target);
   // Each metric interval and each epoch; returns what fired now (each code once, or again
   // when its severity rises).
   std::vector<Finding> on_step(const StepMetrics& m);
@@ -157,12 +182,16 @@ class Doctor {
   std::optional<double> grad_ema_, first_grad_ema_;
   std::deque<double> grad_ema_history_;
   std::vector<EpochMetrics> epochs_;
-  int64_t overfit_run_ = 0;
-  int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;   // intervals in a row outside the update band
-  int64_t host_sync_run_ = 0;                        // intervals in a row with a host read per step
-  int64_t vanishing_run_ = 0;                        // intervals in a row with a vanishing layer
-  int64_t dead_relu_run_ = 0, saturated_run_ = 0;    // intervals in a row over the activation shares
-  int64_t straggler_run_ = 0, straggler_rank_ = -1;  // intervals in a row the same rank straggled
+  std::optional<EpochMetrics> best_epoch_;  // the lowest validation loss so far
+  int64_t evaluations_since_best_ = 0;
+  int64_t gap_widening_run_ = 0;                            // evaluations in a row whose val - train gap grew
+  std::optional<double> initial_loss_;                      // the first step's loss (check_loss_input)
+  int64_t loss_input_looks_ = 0, loss_inputs_in_unit_ = 0;  // check_loss_input's looks, and those in [0, 1]
+  int64_t ratio_low_run_ = 0, ratio_high_run_ = 0;          // intervals in a row outside the update band
+  int64_t host_sync_run_ = 0;                               // intervals in a row with a host read per step
+  int64_t vanishing_run_ = 0;                               // intervals in a row with a vanishing layer
+  int64_t dead_relu_run_ = 0, saturated_run_ = 0;           // intervals in a row over the activation shares
+  int64_t straggler_run_ = 0, straggler_rank_ = -1;         // intervals in a row the same rank straggled
   int64_t straggler_first_step_ = 0;
   // OVERHEAD_BOUND's window: the last intervals' step time and dispatch share.
   struct OverheadSample {

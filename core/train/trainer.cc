@@ -392,6 +392,8 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   };
 
   model_->train();
+  const int64_t fit_first_step = step_ + 1;  // on_loss_input: this step, and the fifth interval's last
+  int64_t callback_reads = 0, callback_ops = 0;
   while (train.epoch() < o.epochs) {
     // Accumulators live on the model's device: adding a step's loss never waits for the GPU.
     const Device device = ModelDevice();
@@ -506,12 +508,23 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         if (o.precision != kFloat32) amp.emplace(device.type, o.precision);
         std::optional<autocast::AnomalyGuard> anomaly;
         if (o.amp_anomaly) anomaly.emplace(true);
-        // The forward of the step that closes every activation_sample_intervals-th metric
-        // interval samples the activations.
+        // The forward of the step that closes each of the first intervals, then every
+        // activation_sample_intervals-th one, samples the activations.
         std::optional<nn::ActivationProbe> probe;
-        if (o.activation_sample_intervals > 0 && (step_ + 1) % (o.metric_interval * o.activation_sample_intervals) == 0)
+        const int64_t interval = (step_ + 1) / o.metric_interval;
+        if (o.activation_sample_intervals > 0 && (step_ + 1) % o.metric_interval == 0 &&
+            (interval <= TrainerOptions::kDenseActivationIntervals || interval % o.activation_sample_intervals == 0))
           probe.emplace();
-        loss = loss_(ddp_ ? ddp_->forward(x) : model_->forward(x), target);
+        const Tensor output = ddp_ ? ddp_->forward(x) : model_->forward(x);
+        if (callbacks_.on_loss_input && micro == 0 &&
+            (step_ + 1 == fit_first_step ||
+             step_ + 1 == fit_first_step - 1 + TrainerOptions::kLossInputSampleInterval * o.metric_interval)) {
+          const int64_t reads = host_value_reads_on_this_thread(), ops = ops_dispatched_on_this_thread();
+          callbacks_.on_loss_input(output.detach(), target);
+          callback_reads = host_value_reads_on_this_thread() - reads;
+          callback_ops = ops_dispatched_on_this_thread() - ops;
+        }
+        loss = loss_(output, target);
         if (probe && !probe->records().empty()) {
           std::vector<Tensor> shares;
           activation_layers.clear();
@@ -528,8 +541,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       no_sync.reset();
       step_loss = step_loss + loss.detach().to(kFloat64);
       interval_samples += x.size(0);
-      interval_host_reads += host_value_reads_on_this_thread() - reads_before;
-      interval_ops += ops_dispatched_on_this_thread() - ops_before;
+      // The doctor's look at the first loss input is not the step's own work.
+      interval_host_reads += host_value_reads_on_this_thread() - reads_before - callback_reads;
+      interval_ops += ops_dispatched_on_this_thread() - ops_before - callback_ops;
+      callback_reads = callback_ops = 0;
       if (++micro == o.accumulation_steps) optimizer_step();
       if (o.max_steps > 0 && step_ >= o.max_steps && micro == 0) {
         flush();

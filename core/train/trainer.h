@@ -48,8 +48,11 @@ struct TrainerOptions {
   double clip_grad_value = 0.0;    // 0: off
   int64_t metric_interval = 10;    // steps between host reads of loss / grad norm
   // The activation statistics (StepMetrics::activation_shares) are sampled on the last step of
-  // every this many metric intervals (0: never): a sampled forward costs a reduction per
-  // activation layer (bench/doctor_bench.cc).
+  // each of the first kDenseActivationIntervals metric intervals (where a bad initialisation
+  // shows, in short runs too), then of every this many (0: never): a sampled forward costs a
+  // reduction per activation layer (bench/doctor_bench.cc).
+  static constexpr int64_t kDenseActivationIntervals = 10;
+  static constexpr int64_t kLossInputSampleInterval = 5;  // Callbacks::on_loss_input's second look
   int64_t activation_sample_intervals = 10;
   bool scheduler_per_step = false;  // step the scheduler every optimizer step (else per epoch)
   // Early stopping on a validation metric ("val_loss": lower is better, "val_accuracy": higher).
@@ -148,6 +151,11 @@ struct Callbacks {
   std::function<void(const StepMetrics&)> on_step;
   std::function<void(const EpochMetrics&)> on_epoch;
   std::function<void(const std::string& path, int64_t step)> on_checkpoint;
+  // What the loss receives on the first step of each fit and on the step that closes its
+  // kLossInputSampleInterval-th metric interval: the model's output and the target, detached
+  // (the doctor checks that a loss taking logits is not given probabilities, and keeps where
+  // the loss started). Its host reads and ops are not counted in the step's.
+  std::function<void(const Tensor& output, const Tensor& target)> on_loss_input;
 };
 
 struct TrainResult {

@@ -105,11 +105,20 @@ TEST(Doctor, DataStallFiresAfterWarmUpWithTheLoaderInTheAdvice) {
   EXPECT_GE(f[0].first_step, 20);  // not during warm-up
   EXPECT_DOUBLE_EQ(Evidence(f[0], "data_wait_ratio"), 0.45);
   EXPECT_THAT(f[0].advice, HasSubstr("raise loader_workers (now 0)"));
-  // 8 % is worth knowing, not a warning.
+  // 8 % of a 20 ms step is worth knowing, not a warning.
   Doctor info({});
-  const auto g = Feed(info, 30, [](StepMetrics& m, int64_t) { m.data_wait_ratio = 0.08; });
+  const auto g = Feed(info, 30, [](StepMetrics& m, int64_t) {
+    m.data_wait_ratio = 0.08;
+    m.step_seconds = 0.02;
+  });
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].severity, Severity::kInfo);
+  // Half of a 0.5 ms step is 0.25 ms a step: a tiny model fed without workers, no problem.
+  Doctor tiny({});
+  EXPECT_TRUE(Feed(tiny, 30, [](StepMetrics& m, int64_t) {
+                m.data_wait_ratio = 0.5;
+                m.step_seconds = 0.0005;
+              }).empty());
 }
 
 // Data-parallel: every rank waits for the slowest loader at each all-reduce, so the finding
@@ -246,6 +255,28 @@ TEST(Doctor, OverfittingNeedsThreeEvaluationsOfDivergence) {
   EXPECT_EQ(all[0].first_step, 200);                       // the evaluation divergence started from
 }
 
+// A model memorising a small training set: the gap widens at each evaluation and the
+// validation loss only creeps down (under 10 % over the widening), three times the training
+// loss. Its twin's validation loss keeps improving while the gap widens: quiet.
+TEST(Doctor, AWideningGapWhileTheValidationLossStallsIsOverfitting) {
+  const auto run = [](const std::vector<double>& train, const std::vector<double>& val) {
+    Doctor d({});
+    std::vector<Finding> all;
+    for (size_t e = 0; e < train.size(); ++e) {
+      for (Finding& f : d.on_epoch(
+               {static_cast<int64_t>(e), 10 * static_cast<int64_t>(e + 1), train[e], val[e], std::nullopt, false}))
+        all.push_back(f);
+    }
+    return all;
+  };
+  const auto memorising = run({1.5, 0.9, 0.5, 0.3, 0.2}, {1.6, 1.0, 0.97, 0.95, 0.93});
+  ASSERT_EQ(Codes(memorising), std::vector<std::string>{"OVERFITTING"});
+  EXPECT_NEAR(Evidence(memorising[0], "val_to_train"), 0.93 / 0.2, 1e-12);
+  EXPECT_EQ(memorising[0].first_step, 20);  // the evaluation the widening started from
+  EXPECT_TRUE(run({1.5, 0.9, 0.5, 0.3, 0.2}, {1.6, 1.2, 1.0, 0.8, 0.65}).empty()) << "still generalising better";
+  EXPECT_TRUE(run({1.5, 1.2, 1.0, 0.9, 0.85}, {1.6, 1.5, 1.49, 1.48, 1.47}).empty()) << "gap under 3x";
+}
+
 TEST(Doctor, AmpSkipStormAndScaleFloor) {
   Doctor d({.precision = "fp16"});
   const auto f = Feed(d, 20, [](StepMetrics& m, int64_t i) {
@@ -270,13 +301,28 @@ TEST(Doctor, FirstBatchInputPitfalls) {
   Doctor labels({.loss = "cross_entropy"});
   const Tensor multi = (rand({16, 5}) > 0.4).to(kFloat32);
   EXPECT_EQ(Codes(labels.check_first_batch(randn({16, 4}), multi)), std::vector<std::string>{"LABELS_LOOK_MULTILABEL"});
-  Doctor twice({.loss = "bce_with_logits"});
-  const Tensor sig2 = sigmoid(sigmoid(randn({16, 1})));
-  EXPECT_EQ(Codes(twice.check_first_batch(sig2, (rand({16, 1}) > 0.5).to(kFloat32))),
+  // What the loss receives: probabilities (a sigmoid's output) given to a loss taking logits,
+  // at both looks (the first step, and after training began).
+  Doctor probabilities({.loss = "bce_with_logits"});
+  const Tensor binary = (rand({16, 1}) > 0.5).to(kFloat32);
+  EXPECT_TRUE(probabilities.check_loss_input(sigmoid(randn({16, 1})), binary).empty()) << "one look is not enough";
+  EXPECT_EQ(Codes(probabilities.check_loss_input(sigmoid(randn({16, 1})), binary)),
             std::vector<std::string>{"LOGITS_PASSED_AS_PROBABILITIES"});
-  // Healthy twins: one sigmoid, one-hot labels, NCHW images.
-  Doctor ok({.loss = "bce_with_logits"});
-  EXPECT_TRUE(ok.check_first_batch(randn({16, 1}), (rand({16, 1}) > 0.5).to(kFloat32)).empty());
+  // Healthy twins: logits that start inside [0, 1] and then spread, logits, the same
+  // probabilities under a loss that takes them, too few values to judge, one-hot labels,
+  // NCHW images.
+  Doctor spreads({.loss = "bce_with_logits"});
+  EXPECT_TRUE(spreads.check_loss_input(0.4 + 0.1 * rand({16, 1}), binary).empty());
+  EXPECT_TRUE(spreads.check_loss_input(3.0 * randn({16, 1}), binary).empty());
+  Doctor logits({.loss = "bce_with_logits"});
+  EXPECT_TRUE(logits.check_loss_input(randn({16, 1}), binary).empty());
+  EXPECT_TRUE(logits.check_loss_input(randn({16, 1}), binary).empty());
+  Doctor bce({.loss = "bce"});
+  EXPECT_TRUE(bce.check_loss_input(sigmoid(randn({16, 1})), binary).empty());
+  EXPECT_TRUE(bce.check_loss_input(sigmoid(randn({16, 1})), binary).empty());
+  Doctor few({.loss = "bce_with_logits"});
+  EXPECT_TRUE(few.check_loss_input(sigmoid(randn({8, 1})), binary.slice(0, 0, 8)).empty());
+  EXPECT_TRUE(few.check_loss_input(sigmoid(randn({8, 1})), binary.slice(0, 0, 8)).empty());
   Doctor onehot({.loss = "cross_entropy"});
   EXPECT_TRUE(onehot.check_first_batch(randn({4, 3, 32, 32}), one_hot(randint(0, 5, {4}), 5).to(kFloat32)).empty());
 }
@@ -488,6 +534,50 @@ TEST(DoctorTrainer, ADeadReluInitAndASaturatedSigmoidFireAndTheirTwinsDoNot) {
   }
 }
 
+// Real training over five seeds: a binary classifier whose model ends in a sigmoid, trained
+// with BCE-with-logits (the sigmoid applied twice), fires LOGITS_PASSED_AS_PROBABILITIES from
+// what the loss receives on the first step and after five intervals; the same model without
+// its sigmoid does not. The check's own host reads are not the step's: the first interval
+// reports none.
+TEST(DoctorTrainer, ASigmoidBeforeBceWithLogitsFiresAndItsTwinDoesNot) {
+  for (int seed = 0; seed < 5; ++seed) {
+    for (const bool faulty : {false, true}) {
+      manual_seed(static_cast<uint64_t>(200 + seed));
+      auto model = std::make_shared<nn::Sequential>();
+      model->push_back(std::make_shared<nn::Linear>(8, 16));
+      model->push_back(std::make_shared<nn::ReLU>());
+      model->push_back(std::make_shared<nn::Linear>(16, 1));
+      if (faulty) model->push_back(std::make_shared<nn::Sigmoid>());
+      const Tensor x = randn({256, 8});
+      const Tensor y = (x.select(1, 0) > 0).to(kFloat32).unsqueeze(1);
+      auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.1}});
+      Trainer t(model, opt, {.epochs = 4, .metric_interval = 4, .checkpoint_every_epoch = false},
+                [](const Tensor& out, const Tensor& target) {
+                  return nn::functional::binary_cross_entropy_with_logits(out, target);
+                });
+      data::DataLoader train(std::make_shared<data::TensorDataset>(x, y), {.batch_size = 32});
+      Doctor doctor({.loader_workers = 0, .batch_size = 32, .loss = "bce_with_logits"});
+      std::vector<Finding> found;
+      double first_reads = -1;
+      t.set_callbacks({.on_step =
+                           [&](const StepMetrics& m) {
+                             if (first_reads < 0) first_reads = m.host_reads_per_step;
+                           },
+                       .on_epoch = {},
+                       .on_checkpoint = {},
+                       .on_loss_input =
+                           [&](const Tensor& output, const Tensor& target) {
+                             for (Finding& f : doctor.check_loss_input(output, target)) found.push_back(f);
+                           }});
+      t.fit(train);
+      SCOPED_TRACE("seed " + std::to_string(seed) + (faulty ? ", sigmoid then BCE-with-logits" : ", logits"));
+      EXPECT_EQ(Codes(found),
+                faulty ? std::vector<std::string>{"LOGITS_PASSED_AS_PROBABILITIES"} : std::vector<std::string>{});
+      EXPECT_EQ(first_reads, 0.0);
+    }
+  }
+}
+
 // Real training over five seeds: a ten-layer sigmoid MLP fires VANISHING_GRADIENTS in every
 // seed, a two-layer ReLU MLP on the same data in none; the trainer reports every weight's norm.
 TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
@@ -607,9 +697,11 @@ TEST(DoctorActions, RequestStopEndsTheRunWithTheBestWeightsAndTheRateScales) {
   EXPECT_DOUBLE_EQ(opt->lr(), 0.025) << "the schedule keeps the scaled base rate";
 }
 
-// Real runs on digits over five seeds, each fault beside its healthy twin: a learning rate 100x
-// the recipe's fires a gradient or divergence finding in every seed; pixels in [0, 255] fire
-// INPUT_NOT_NORMALIZED on the first batch; the recipe itself fires neither.
+// Real runs on digits over five seeds, each fault beside its healthy twin: AdamW at 100x the
+// service's default rate (1e-3) fires a divergence or gradient finding in every seed; SGD at
+// 1/1000 of the recipe's fires LR_TOO_LOW; pixels in [0, 255] fire INPUT_NOT_NORMALIZED on the
+// first batch; the recipe itself fires none of these. (SGD with momentum at 100x its recipe,
+// 0.3, trains this model well: no rule should call that rate too high.)
 TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
   if (!std::filesystem::exists(std::filesystem::path(test::DigitsDir()) / "digits.csv.gz"))
     GTEST_SKIP() << "digits.csv.gz not in " << test::DigitsDir() << ": run `make data`";
@@ -622,8 +714,12 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
           std::make_shared<data::Lambda>(
               [pixels](const Tensor& x) { return pixels ? (x * (255.0 / 16.0)).round() : x / 16.0; }, "Scale"));
       const models::BuiltModel m = models::build_model(models::preset_spec("mlp", {64}, 10));
-      const double lr = fault == "lr" ? 0.3 : fault == "lr_low" ? 3e-6 : 3e-3;  // 100x, 1/1000 the recipe's
-      auto opt = std::make_shared<optim::SGD>(m.module->parameters(), optim::Options{{"lr", lr}, {"momentum", 0.9}});
+      const double lr = fault == "lr_low" ? 3e-6 : 3e-3;  // 1/1000 the recipe's
+      std::shared_ptr<optim::Optimizer> opt =
+          fault == "lr"
+              ? std::shared_ptr<optim::Optimizer>(
+                    std::make_shared<optim::AdamW>(m.module->parameters(), optim::Options{{"lr", 0.1}}))
+              : std::make_shared<optim::SGD>(m.module->parameters(), optim::Options{{"lr", lr}, {"momentum", 0.9}});
       Doctor doctor({.loader_workers = 0, .batch_size = 64, .loss = "cross_entropy"});
       std::vector<Finding> found;
       data::DataLoader loader(digits, {.batch_size = 64, .shuffle = true, .seed = static_cast<uint64_t>(seed)});
@@ -637,11 +733,18 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
                              for (Finding& f : doctor.on_step(s)) found.push_back(f);
                            },
                        .on_epoch = {},
-                       .on_checkpoint = {}});
+                       .on_checkpoint = {},
+                       .on_loss_input =
+                           [&](const Tensor& output, const Tensor& target) {
+                             for (Finding& f : doctor.check_loss_input(output, target)) found.push_back(f);
+                           }});
       t.fit(loader);
       const std::vector<std::string> codes = Codes(found);
+      // A rate too high shows as the loss rising from where it started, a gradient explosion,
+      // or a loss bouncing at every interval without progress.
       const bool gradient_or_divergence = std::count(codes.begin(), codes.end(), "EXPLODING_GRADIENTS") +
-                                              std::count(codes.begin(), codes.end(), "LR_TOO_HIGH") >
+                                              std::count(codes.begin(), codes.end(), "LR_TOO_HIGH") +
+                                              std::count(codes.begin(), codes.end(), "OSCILLATION") >
                                           0;
       SCOPED_TRACE("seed " + std::to_string(seed) + ", fault " + fault + ": " + ::testing::PrintToString(codes));
       EXPECT_EQ(std::count(codes.begin(), codes.end(), "INPUT_NOT_NORMALIZED") > 0, pixels);
