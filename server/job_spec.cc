@@ -301,8 +301,13 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   const std::string& on_lr = spec.doctor().on_lr_too_high();
   SPEC_CHECK(on_lr.empty() || on_lr == "halve", "doctor.on_lr_too_high: expected \"halve\" or nothing, got \"", on_lr,
              "\"");
-  SPEC_CHECK(spec.world_size() <= 1 || (on_overfitting.empty() && on_lr.empty()),
-             on_overfitting.empty() ? "doctor.on_lr_too_high" : "doctor.on_overfitting",
+  const std::string& on_stall = spec.doctor().on_data_stall();
+  SPEC_CHECK(on_stall.empty() || on_stall == "add_workers",
+             "doctor.on_data_stall: expected \"add_workers\" or nothing, got \"", on_stall, "\"");
+  SPEC_CHECK(spec.world_size() <= 1 || (on_overfitting.empty() && on_lr.empty() && on_stall.empty()),
+             !on_overfitting.empty() ? "doctor.on_overfitting"
+             : !on_lr.empty()        ? "doctor.on_lr_too_high"
+                                     : "doctor.on_data_stall",
              ": the doctor's actions are for single-process jobs; a data-parallel job (world_size ", spec.world_size(),
              ") reports its findings without acting on them (every rank would have to act at the same step)");
   return spec;

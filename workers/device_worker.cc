@@ -157,7 +157,8 @@ class DeviceWorker final : public Worker {
       const std::function<void(const WorkerEvent&)> emit = [this](const WorkerEvent& e) { Emit(e); };
       std::shared_ptr<train::Doctor> doctor = make_doctor(job.spec, device_);
       if (!job.resume) check_first_batch(*doctor, plan, base, emit);
-      trainer.set_callbacks(event_callbacks(base, plan.total_steps, emit, doctor, doctor_actions(job.spec, trainer)));
+      trainer.set_callbacks(
+          event_callbacks(base, plan.total_steps, emit, doctor, doctor_actions(job.spec, trainer, &train_loader)));
       train::TrainResult r;
       try {
         r = trainer.fit(train_loader, &val_loader, &cancel_);

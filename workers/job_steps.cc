@@ -10,6 +10,7 @@
 #include "core/data/collate.h"
 #include "core/models/archive.h"
 #include "core/util/clock.h"
+#include "core/util/cpu_features.h"
 #include "core/util/log.h"
 #include "workers/job_quantize.h"
 
@@ -71,21 +72,26 @@ std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device devic
 
 namespace {
 
+// Which actions were taken (each once per run).
+struct Taken {
+  bool stopped = false, halved = false, added_workers = false;
+};
+
 // Carries out what `actions` says for the findings that fired now; the actions taken join
 // them as findings of their own. Each action once per run.
-void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, bool* stopped, bool* halved) {
+void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, Taken* done, train::Doctor* doctor) {
   if (actions.trainer == nullptr) return;
   std::vector<train::Finding> taken;
   for (const train::Finding& f : findings) {
-    if (f.code == "OVERFITTING" && actions.stop_on_overfitting && !*stopped) {
-      *stopped = true;
+    if (f.code == "OVERFITTING" && actions.stop_on_overfitting && !done->stopped) {
+      done->stopped = true;
       actions.trainer->request_stop();
       taken.push_back({"DOCTOR_STOPPED_TRAINING", train::Severity::kInfo, f.last_step, f.last_step, f.evidence,
                        "doctor.on_overfitting is \"stop\": training ends at this epoch and the best epoch's "
                        "weights are restored"});
     }
-    if (f.code == "LR_TOO_HIGH" && actions.halve_lr_when_too_high && !*halved) {
-      *halved = true;
+    if (f.code == "LR_TOO_HIGH" && actions.halve_lr_when_too_high && !done->halved) {
+      done->halved = true;
       double before = 0;
       for (const auto& [name, value] : f.evidence)
         if (name == "lr") before = value;
@@ -96,6 +102,38 @@ void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, bo
                        f.last_step,
                        {{"lr_before", before}, {"lr_after", before * 0.5}},
                        "doctor.on_lr_too_high is \"halve\": the learning rate is halved from here on (once)"});
+    }
+    // A warning only: an info-level wait is worth knowing, not worth more threads.
+    if (f.code == "DATA_STALL" && f.severity >= train::Severity::kWarning && actions.add_workers_on_data_stall &&
+        actions.loader != nullptr && !done->added_workers) {
+      done->added_workers = true;
+      const int before = actions.loader->options().num_workers;
+      const int limit = std::min(kMaxAddedWorkers, available_cpu_threads());
+      const int after = std::min(limit, std::max(2, 2 * before));
+      if (after > before) {
+        actions.loader->set_num_workers(after);
+        if (doctor) doctor->set_loader_workers(after);
+        taken.push_back({"DOCTOR_ADDED_WORKERS",
+                         train::Severity::kInfo,
+                         f.last_step,
+                         f.last_step,
+                         {{"loader_workers_before", static_cast<double>(before)},
+                          {"loader_workers_after", static_cast<double>(after)}},
+                         "doctor.on_data_stall is \"add_workers\": the loader runs " + std::to_string(after) +
+                             " workers from the next epoch, up from " + std::to_string(before) + " (once)"});
+      } else {
+        taken.push_back({"DOCTOR_ADDED_WORKERS",
+                         train::Severity::kInfo,
+                         f.last_step,
+                         f.last_step,
+                         {{"loader_workers_before", static_cast<double>(before)},
+                          {"loader_workers_after", static_cast<double>(before)}},
+                         "doctor.on_data_stall is \"add_workers\", but the loader already runs " +
+                             std::to_string(before) + " workers, the most this process's " +
+                             std::to_string(available_cpu_threads()) +
+                             " CPUs allow: make each sample cheaper (cache decoded samples, move transforms "
+                             "out of the per-sample path)"});
+      }
     }
   }
   for (train::Finding& t : taken) findings.push_back(std::move(t));
@@ -126,19 +164,21 @@ void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerE
   emit_findings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
 }
 
-DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer) {
+DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer, data::DataLoader* train_loader) {
   return {.trainer = &trainer,
           .stop_on_overfitting = spec.doctor().on_overfitting() == "stop",
-          .halve_lr_when_too_high = spec.doctor().on_lr_too_high() == "halve"};
+          .halve_lr_when_too_high = spec.doctor().on_lr_too_high() == "halve",
+          .loader = train_loader,
+          .add_workers_on_data_stall = spec.doctor().on_data_stall() == "add_workers"};
 }
 
 train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
                                  std::function<void(const WorkerEvent&)> emit, std::shared_ptr<train::Doctor> doctor,
                                  DoctorActions actions) {
   // Which actions were taken (each once), shared by the step and epoch callbacks.
-  auto taken = std::make_shared<std::pair<bool, bool>>(false, false);
+  auto taken = std::make_shared<Taken>();
   auto diagnose = [=](std::vector<train::Finding> findings) {
-    Act(findings, actions, &taken->first, &taken->second);
+    Act(findings, actions, taken.get(), doctor.get());
     emit_findings(base, std::move(findings), emit);
   };
   return {

@@ -50,8 +50,13 @@ struct DoctorActions {
   train::Trainer* trainer = nullptr;
   bool stop_on_overfitting = false;
   bool halve_lr_when_too_high = false;
+  // on_data_stall "add_workers": the training loader, whose workers are doubled from the next
+  // epoch when DATA_STALL warns (at least 2, at most kMaxAddedWorkers and the CPUs available).
+  data::DataLoader* loader = nullptr;
+  bool add_workers_on_data_stall = false;
 };
-DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer);
+inline constexpr int kMaxAddedWorkers = 8;
+DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer, data::DataLoader* train_loader);
 
 // Trainer callbacks that send step, epoch and checkpoint events of `base`'s job to `emit`; with
 // a doctor, it reads each interval's and epoch's metrics and its findings are sent too (and

@@ -370,6 +370,11 @@ DataLoader::~DataLoader() {
   state_->StopWorkers();
 }
 
+void DataLoader::set_num_workers(int num_workers) {
+  ANVIL_CHECK(num_workers >= 0, "DataLoader: expected num_workers >= 0, got ", num_workers);
+  next_num_workers_ = num_workers;
+}
+
 DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), current_(loader->next()) {}
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
@@ -396,6 +401,13 @@ std::optional<Example> DataLoader::next() {
     active = s.active;
   }
   if (!active) {
+    if (next_num_workers_) {
+      // Between passes no batch is claimed: idle persistent workers stop, and the new count's
+      // threads start below.
+      if (!s.threads.empty()) s.StopWorkers();
+      options_.num_workers = *next_num_workers_;
+      next_num_workers_.reset();
+    }
     s.StartPass(options_, t0);
     if (options_.num_workers > 0 && s.threads.empty()) {
       for (int i = 0; i < options_.num_workers; ++i) {

@@ -151,7 +151,12 @@ class DataLoader {
   // Resume: the next pass starts at batch `batch` of epoch `epoch`; cancels a running pass.
   void set_position(LoaderPosition position);
   LoaderStats stats() const;
+  // The options of the running (or last) pass; num_workers changes at the next pass.
   const DataLoaderOptions& options() const { return options_; }
+  // The worker threads of the next pass on (the running pass keeps its own): the batches, their
+  // order and their samples stay the same whatever the count. Call from the consumer's thread,
+  // like next(). Throws for a negative count.
+  void set_num_workers(int num_workers);
   // Whether batches come in page-locked memory: pin_memory and a usable CUDA device.
   bool pins_memory() const;
 
@@ -161,6 +166,7 @@ class DataLoader {
              DataLoaderOptions options);
 
   DataLoaderOptions options_;
+  std::optional<int> next_num_workers_;  // set_num_workers, applied when the next pass starts
   std::unique_ptr<State> state_;
 };
 

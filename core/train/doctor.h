@@ -162,6 +162,9 @@ class Doctor {
   // (NonFiniteLossError, whose message is `what`): EXPLODING_GRADIENTS, critical.
   std::vector<Finding> on_non_finite(int64_t step, const std::string& what);
 
+  // The loader's worker count changed (the on_data_stall action): named in later advice.
+  void set_loader_workers(int64_t workers) { context_.loader_workers = workers; }
+
   // Every rule the doctor evaluates, for "checked and healthy" reports.
   static const std::vector<std::string>& rules();
   // The findings so far, most severe first, then by first step.

@@ -117,6 +117,53 @@ TEST(DataLoaderTest, BatchesAreIdenticalForAnyWorkerCount) {
   EXPECT_FALSE(equal(first, full_like(first, v)));
 }
 
+// The worker count changed between passes (the doctor's on_data_stall: add_workers): the
+// running pass keeps its threads, the next pass runs on the new count, and the batches are those
+// of a loader that had that count from the start. Persistent workers are replaced too.
+TEST(DataLoaderTest, TheWorkerCountChangesAtTheNextPassAndTheBatchesDoNot) {
+  for (const bool persistent : {false, true}) {
+    auto base = std::make_shared<SlowDataset>(201, 50);
+    auto ds = Augmented(base);
+    DataLoader reference(ds, {.batch_size = 8, .shuffle = true, .num_workers = 0, .seed = 5});
+    std::vector<Example> expected = Epoch(reference);
+    for (Example& b : Epoch(reference)) expected.push_back(b);
+    for (Example& b : Epoch(reference)) expected.push_back(b);
+
+    DataLoader loader(ds, {.batch_size = 8,
+                           .shuffle = true,
+                           .num_workers = persistent ? 1 : 0,
+                           .persistent_workers = persistent,
+                           .seed = 5});
+    std::vector<Example> got;
+    bool changed = false;
+    for (Example& b : loader) {  // the first pass
+      got.push_back(b);
+      if (!changed) {
+        loader.set_num_workers(3);  // mid-pass: this pass keeps its count
+        changed = true;
+      }
+    }
+    EXPECT_EQ(loader.options().num_workers, persistent ? 1 : 0);
+    {
+      std::lock_guard<std::mutex> lock(base->mu);
+      EXPECT_EQ(base->worker_ids, persistent ? std::set<int>{0} : std::set<int>{});
+      base->worker_ids.clear();
+    }
+    for (Example& b : Epoch(loader)) got.push_back(b);
+    EXPECT_EQ(loader.options().num_workers, 3);
+    {
+      std::lock_guard<std::mutex> lock(base->mu);
+      EXPECT_EQ(base->worker_ids, (std::set<int>{0, 1, 2})) << "the second pass ran on three workers";
+    }
+    loader.set_num_workers(0);  // and back to the consumer's thread
+    for (Example& b : Epoch(loader)) got.push_back(b);
+    EXPECT_EQ(loader.options().num_workers, 0);
+    ExpectSameBatches(got, expected);
+  }
+  DataLoader loader(std::make_shared<SlowDataset>(4), {.batch_size = 2});
+  EXPECT_THAT(ErrorOf([&] { loader.set_num_workers(-1); }), HasSubstr("expected num_workers >= 0, got -1"));
+}
+
 // pin_memory: with a GPU every batch tensor arrives page-locked (built on the worker) with the
 // values of an unpinned run, and copies to the GPU from it are exact; without one it changes
 // nothing and says so, and pinning a tensor by hand is a clear error.

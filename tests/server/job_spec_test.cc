@@ -199,6 +199,14 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
          s.mutable_doctor()->set_on_overfitting("stop");
        },
        kInvalid, "spec.doctor.on_overfitting: the doctor's actions are for single-process jobs"},
+      {"doctor on_data_stall", [](auto& s) { s.mutable_doctor()->set_on_data_stall("more"); }, kInvalid,
+       "spec.doctor.on_data_stall: expected \"add_workers\" or nothing, got \"more\""},
+      {"doctor on_data_stall, data-parallel",
+       [](auto& s) {
+         s.set_world_size(2);
+         s.mutable_doctor()->set_on_data_stall("add_workers");
+       },
+       kInvalid, "spec.doctor.on_data_stall: the doctor's actions are for single-process jobs"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
