@@ -113,27 +113,20 @@ void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, Ta
       if (after > before) {
         actions.loader->set_num_workers(after);
         if (doctor) doctor->set_loader_workers(after);
-        taken.push_back({"DOCTOR_ADDED_WORKERS",
-                         train::Severity::kInfo,
-                         f.last_step,
-                         f.last_step,
-                         {{"loader_workers_before", static_cast<double>(before)},
-                          {"loader_workers_after", static_cast<double>(after)}},
-                         "doctor.on_data_stall is \"add_workers\": the loader runs " + std::to_string(after) +
-                             " workers from the next epoch, up from " + std::to_string(before) + " (once)"});
-      } else {
-        taken.push_back({"DOCTOR_ADDED_WORKERS",
-                         train::Severity::kInfo,
-                         f.last_step,
-                         f.last_step,
-                         {{"loader_workers_before", static_cast<double>(before)},
-                          {"loader_workers_after", static_cast<double>(before)}},
-                         "doctor.on_data_stall is \"add_workers\", but the loader already runs " +
-                             std::to_string(before) + " workers, the most this process's " +
-                             std::to_string(available_cpu_threads()) +
-                             " CPUs allow: make each sample cheaper (cache decoded samples, move transforms "
-                             "out of the per-sample path)"});
       }
+      taken.push_back({"DOCTOR_ADDED_WORKERS",
+                       train::Severity::kInfo,
+                       f.last_step,
+                       f.last_step,
+                       {{"loader_workers_before", static_cast<double>(before)},
+                        {"loader_workers_after", static_cast<double>(std::max(before, after))}},
+                       after > before
+                           ? absl::StrCat("doctor.on_data_stall is \"add_workers\": the loader runs ", after,
+                                          " workers from the next epoch, up from ", before, " (once)")
+                           : absl::StrCat("doctor.on_data_stall is \"add_workers\", but the loader already runs ",
+                                          before, " workers, the most this process's ", available_cpu_threads(),
+                                          " CPUs allow: make each sample cheaper (cache decoded samples, move "
+                                          "transforms out of the per-sample path)")});
     }
   }
   for (train::Finding& t : taken) findings.push_back(std::move(t));

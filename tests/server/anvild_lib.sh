@@ -11,6 +11,8 @@
 #   job_field ID FIELD                    a field of job ID (through the caller's `cli` array)
 #   wait_for_step ID STEP                 until job ID reports STEP or more (30 s at most)
 #   same_weights A B                      the tensors of two safetensors files are bitwise equal
+#   write_pixels_csv PATH                 64 rows of three raw pixel values in [0, 255] and a
+#                                         0/1 label: the doctor's INPUT_NOT_NORMALIZED fires
 #   check_history ID                      job ID's stored stream (through the caller's `cli`
 #                                         array) holds steps 1..N, each once
 build="$(cd "$1" && pwd)"
@@ -75,6 +77,15 @@ wait_for_step() {  # a job the server cannot answer for a moment (restarting) co
     sleep 0.05
   done
   fail "job $1 never reached step $2"
+}
+
+write_pixels_csv() {
+  python3 -c "
+import random
+random.seed(3)
+print('a,b,c,label')
+for i in range(64):
+    print(','.join(str(random.randrange(256)) for _ in range(3)) + ',' + str(i % 2))" > "$1"
 }
 
 same_weights() {  # the tensor bytes of two safetensors files are equal (headers may differ in names)

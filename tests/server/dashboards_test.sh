@@ -35,12 +35,7 @@ JSON
 # A job whose inputs are raw pixel values in [0, 255]: the training doctor's INPUT_NOT_NORMALIZED
 # fires on its first batch, so the findings panel has a series.
 mkdir -p "${work}/data"
-python3 -c "
-import random
-random.seed(3)
-print('a,b,c,label')
-for i in range(64):
-    print(','.join(str(random.randrange(256)) for _ in range(3)) + ',' + str(i % 2))" > "${work}/data/pixels.csv"
+write_pixels_csv "${work}/data/pixels.csv"
 cat > "${work}/pixels.json" <<JSON
 {"name": "pixels", "model_preset": "mlp", "dataset": {"path": "pixels.csv"}, "epochs": 1, "batch_size": 16}
 JSON

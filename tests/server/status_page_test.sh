@@ -16,12 +16,7 @@ cli=("${build}/client/anvil" --server "127.0.0.1:${grpc_port}")
 # 1. A short job on raw pixel values: the doctor's INPUT_NOT_NORMALIZED fires on its first
 # batch; its model is served next. Its name carries markup, which the page must escape.
 mkdir -p "${work}/data"
-python3 -c "
-import random
-random.seed(3)
-print('a,b,c,label')
-for i in range(64):
-    print(','.join(str(random.randrange(256)) for _ in range(3)) + ',' + str(i % 2))" > "${work}/data/pixels.csv"
+write_pixels_csv "${work}/data/pixels.csv"
 cat > "${work}/pixels.json" <<'JSON'
 {"name": "pixels", "model_preset": "mlp", "dataset": {"path": "pixels.csv"}, "epochs": 2, "batch_size": 16,
  "metric_interval": 1}
