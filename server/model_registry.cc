@@ -132,6 +132,7 @@ void ModelRegistry::EvictLocked() {
     }
     // Requests holding it finish normally: the batcher lives as long as they hold the model.
     bytes -= oldest->second->bytes;
+    if (metrics_ != nullptr) metrics_->serving.on_unloaded(oldest->first.first, oldest->first.second);
     loaded_.erase(oldest);
   }
   if (metrics_ != nullptr) metrics_->models_loaded_bytes.with().Set(static_cast<double>(bytes));
@@ -308,7 +309,6 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
       rows.Observe(static_cast<double>(n));
       serving.on_batch(name, n);
     };
-    metrics_->serving.on_loaded(row.name, row.version, m->loaded.info.precision);
     observer.on_queued = [&queued](double s) { queued.Observe(s); };
     metrics::Gauge& depth = metrics_->predict_queue_depth.with({row.name});
     observer.on_depth = [&depth](int64_t n) { depth.Set(static_cast<double>(n)); };
@@ -326,7 +326,10 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
   auto [it, inserted] = loaded_.emplace(std::make_pair(row.name, row.version), m);
   std::shared_ptr<ServedModel> result = it->second;  // a concurrent loader may have won: use its copy
   EvictLocked();
-  if (metrics_ != nullptr) metrics_->models_loaded.with().Set(static_cast<double>(loaded_.size()));
+  if (metrics_ != nullptr) {
+    metrics_->models_loaded.with().Set(static_cast<double>(loaded_.size()));
+    metrics_->serving.on_loaded(row.name, row.version, result->loaded.info.precision);
+  }
   int64_t& latest = latest_[row.name];
   if (store_.get_model(row.name, 0)->version == row.version) latest = row.version;
   return result;

@@ -282,7 +282,7 @@ void AnvilServer::start() {
     s->http = std::make_unique<metrics::HttpEndpoint>(s->metrics_registry, options_.metrics_address);
     Store* store = s->store.get();
     s->http->add_page("/", [] { return std::make_pair(std::string("text/html; charset=utf-8"), status_html()); });
-    s->http->add_page("/status.json", [page = std::make_shared<StatusPage>(*store, 20, 500, &s->metrics->serving)] {
+    s->http->add_page("/status.json", [page = std::make_shared<StatusPage>(*store, 20, 250, &s->metrics->serving)] {
       return std::make_pair(std::string("application/json"), page->json());
     });
   }

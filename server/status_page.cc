@@ -126,9 +126,7 @@ Json StatusPage::Models() const {
   // Newest versions first, grouped by name in the order each name's newest version came.
   constexpr int64_t kMaxRows = 500;
   constexpr size_t kMaxVersionsShown = 10;
-  std::vector<ModelRow> rows = store_.list_models("", kMaxRows);
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const ModelRow& a, const ModelRow& b) { return a.created_ms > b.created_ms; });
+  const std::vector<ModelRow> rows = store_.recent_models(kMaxRows);
   std::vector<std::string> names;
   std::map<std::string, std::vector<const ModelRow*>> versions;
   for (const ModelRow& r : rows) {

@@ -208,6 +208,8 @@ class Store {
   // (after_name, after_version) (the next page: keyset pagination), at most `limit` (<= 0: all).
   virtual std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0,
                                             const std::string& after_name = "", int64_t after_version = 0) const = 0;
+  // The `limit` most recently registered versions of any model, newest first (the status page).
+  virtual std::vector<ModelRow> recent_models(int64_t limit) const = 0;
 
   // --- Leases: how replicas share the jobs (docs/replicas.md) ---------------------------------
   // The highest-priority claimable job (QUEUED or INTERRUPTED, no cancel asked; priority

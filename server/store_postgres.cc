@@ -811,6 +811,19 @@ std::vector<ModelRow> PostgresStore::list_models(const std::string& name, int64_
   return out;
 }
 
+std::vector<ModelRow> PostgresStore::recent_models(int64_t limit) const {
+  Impl& m = *impl_;
+  MutexLock lock(&m.mu);
+  m.connect();
+  Result q = m.exec("list recent models",
+                    "SELECT " ANVIL_PG_MODEL_COLUMNS
+                    " FROM models ORDER BY created_ms DESC, name COLLATE \"C\", version DESC LIMIT $1",
+                    Params().add(limit > 0 ? limit : int64_t{1} << 62));
+  std::vector<ModelRow> out;
+  for (int i = 0; i < q.rows(); ++i) out.push_back(read_model(q, i));
+  return out;
+}
+
 std::optional<JobRow> PostgresStore::claim_job(const std::string& owner, int64_t lease_ms,
                                                const std::function<bool(const JobRow&)>& fits) {
   Impl& m = *impl_;

@@ -350,6 +350,9 @@ struct SqliteStore::Impl {
                       "SELECT " ANVIL_MODEL_COLUMNS
                       " FROM models WHERE (?1 = '' OR name = ?1) AND (name > ?2 OR (name = ?2 AND version > ?3)) "
                       "ORDER BY name, version LIMIT ?4"),
+          recent_models(db, p, "list recent models",
+                        "SELECT " ANVIL_MODEL_COLUMNS
+                        " FROM models ORDER BY created_ms DESC, name, version DESC LIMIT ?1"),
           expired_jobs(db, p, "find expired jobs",
                        "SELECT id FROM (SELECT id, seq, finished_ms, ROW_NUMBER() OVER (ORDER BY seq DESC) AS newest "
                        "FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) "
@@ -384,7 +387,7 @@ struct SqliteStore::Impl {
                  "SELECT job_id, epoch, owner, claimed_ms FROM claims WHERE ?1 = '' OR job_id = ?1 ORDER BY n") {}
     Statement job_by_id, job_by_client_id, job_id_taken, count_jobs, insert_job, list_jobs, jobs_in_states, update_job;
     Statement bump_metric_seq, read_metric_seq, insert_metric, metrics, metrics_of_kind, truncate_metrics;
-    Statement next_model_version, insert_model, model_version, model_latest, list_models;
+    Statement next_model_version, insert_model, model_version, model_latest, list_models, recent_models;
     Statement expired_jobs, delete_metrics, delete_job;
     Statement claimable, claim, record_claim, renew, lapsed, update_fenced, request_cancel, claims;
   };
@@ -699,6 +702,15 @@ std::vector<ModelRow> SqliteStore::list_models(const std::string& name, int64_t 
   MutexLock lock(&impl_->mu);
   Query q(impl_->st->list_models);
   q.bind(1, name).bind(2, after_name).bind(3, after_version).bind(4, limit > 0 ? limit : int64_t{-1});
+  std::vector<ModelRow> out;
+  while (q.next()) out.push_back(read_model(q));
+  return out;
+}
+
+std::vector<ModelRow> SqliteStore::recent_models(int64_t limit) const {
+  MutexLock lock(&impl_->mu);
+  Query q(impl_->st->recent_models);
+  q.bind(1, limit > 0 ? limit : int64_t{-1});
   std::vector<ModelRow> out;
   while (q.next()) out.push_back(read_model(q));
   return out;

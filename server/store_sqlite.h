@@ -46,6 +46,7 @@ class SqliteStore final : public Store {
   std::optional<ModelRow> get_model(const std::string& name, int64_t version) const override;
   std::vector<ModelRow> list_models(const std::string& name = "", int64_t limit = 0, const std::string& after_name = "",
                                     int64_t after_version = 0) const override;
+  std::vector<ModelRow> recent_models(int64_t limit) const override;
   std::optional<JobRow> claim_job(const std::string& owner, int64_t lease_ms,
                                   const std::function<bool(const JobRow&)>& fits) override;
   LeaseRenewal renew_leases(const std::string& owner, const std::vector<std::pair<std::string, int64_t>>& held,

@@ -124,9 +124,10 @@ void Act(std::vector<train::Finding>& findings, const DoctorActions& actions, Ta
                            ? absl::StrCat("doctor.on_data_stall is \"add_workers\": the loader runs ", after,
                                           " workers from the next epoch, up from ", before, " (once)")
                            : absl::StrCat("doctor.on_data_stall is \"add_workers\", but the loader already runs ",
-                                          before, " workers, the most this process's ", available_cpu_threads(),
-                                          " CPUs allow: make each sample cheaper (cache decoded samples, move "
-                                          "transforms out of the per-sample path)")});
+                                          before, " workers, the most allowed (", limit, ": the CPUs this process ",
+                                          "may use, at most ", kMaxAddedWorkers,
+                                          "): make each sample cheaper (cache decoded samples, move transforms "
+                                          "out of the per-sample path)")});
     }
   }
   for (train::Finding& t : taken) findings.push_back(std::move(t));

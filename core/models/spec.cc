@@ -384,10 +384,13 @@ Built BuildLayer(const Layer& L, const IntArray& in, bool first, bool* int_input
     const std::string ret = L.Str("return", "last");
     if (ret != "last" && ret != "sequence") L.Fail("'return' must be \"last\" or \"sequence\"");
     const int64_t gates = type == "gru" ? 3 : 4;
-    for (int64_t l = 0; l < o.num_layers; ++l) {  // weight_ih, weight_hh and both biases per layer and direction
-      L.Params(sat_mul(
-          dirs, sat_mul(gates, sat_add(sat_mul(h, sat_add(l == 0 ? in[1] : sat_mul(dirs, h), h)), sat_mul(2, h)))));
-    }
+    // weight_ih, weight_hh and both biases per layer and direction: the first layer reads the
+    // input, the others the layer below (in closed form: num_layers may be up to kMaxModelDim).
+    const auto layer = [&](int64_t input) {
+      return sat_mul(dirs, sat_mul(gates, sat_add(sat_mul(h, sat_add(input, h)), sat_mul(2, h))));
+    };
+    L.Params(layer(in[1]));
+    L.Params(sat_mul(o.num_layers - 1, layer(sat_mul(dirs, h))));
     L.Saved(sat_prod({in[0], gates, h, o.num_layers, 2, dirs}));  // the gates of every step
     const IntArray out = ret == "last" ? IntArray{sat_mul(dirs, h)} : IntArray{in[0], sat_mul(dirs, h)};
     if (L.dry) return {nullptr, out};

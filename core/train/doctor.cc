@@ -534,7 +534,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     }
   }
   const size_t ow = static_cast<size_t>(options_.oscillation_window);
-  if (n > ow) {
+  if (ow >= 2 && n > ow) {
     int turns = 0;
     double sum = 0, swing = 0;
     for (size_t i = n - ow; i < n; ++i) {
@@ -599,9 +599,17 @@ std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {
       if (it->val_loss && std::isfinite(*it->val_loss)) prev = &*it;
     const double gap = *m.val_loss - m.train_loss;
     gap_widening_run_ = prev && gap > *prev->val_loss - prev->train_loss ? gap_widening_run_ + 1 : 0;
-    const EpochMetrics* from = gap_widening_run_ > 0 && static_cast<size_t>(gap_widening_run_) <= epochs_.size()
-                                   ? &epochs_[epochs_.size() - static_cast<size_t>(gap_widening_run_)]
-                                   : nullptr;
+    // The evaluation the widening started from: gap_widening_run_ evaluations back (epochs
+    // without a finite validation loss are not evaluations).
+    const EpochMetrics* from = nullptr;
+    int64_t back = 0;
+    for (auto it = epochs_.rbegin(); it != epochs_.rend() && gap_widening_run_ > 0; ++it) {
+      if (!it->val_loss || !std::isfinite(*it->val_loss)) continue;
+      if (++back == gap_widening_run_) {
+        from = &*it;
+        break;
+      }
+    }
     // The validation loss stalled meanwhile: a model still generalising better while it fits
     // its training set harder is not yet a problem.
     const bool val_stalled =

@@ -64,23 +64,38 @@ TEST(ServingStats, AYoungModelsRateIsOverItsOwnAge) {
   EXPECT_NEAR(stats.summary("m", t0 + seconds(5)).requests_per_second, 10.0, 1e-9);
 }
 
-TEST(ServingStats, BatchSizesPrecisionAndUnknownModels) {
+// Counts are exact at any rate (a counter per second); the percentiles come from the newest
+// max_samples latencies; batches, precision per loaded version, and a bounded set of names.
+TEST(ServingStats, CountsAtAnyRateBatchesPrecisionAndBoundedNames) {
   ServingStats stats(seconds(60), /*max_models=*/2, /*max_samples=*/4);
   const auto t0 = ServingStats::Clock::time_point{} + seconds(1000);
-  for (int64_t rows : {1, 8, 3, 16, 4, 2}) stats.on_batch("a", rows, t0);
-  stats.on_loaded("a", 1, "fp32");
-  stats.on_loaded("a", 2, "int8");
-  stats.on_request("b", 0.5, true, t0);
-  stats.on_request("c", 0.5, true, t0);  // a third name: past max_models, not kept
-  const ServingStats::Summary a = stats.summary("a", t0);
-  // Only the newest max_samples batches are kept: 3, 16, 4, 2.
-  EXPECT_EQ(a.batches, 4);
-  EXPECT_DOUBLE_EQ(a.batch_rows_mean, 25.0 / 4);
+  for (int i = 0; i < 10000; ++i)
+    stats.on_request("a", i < 9996 ? 1.0 : 0.001 * (i - 9995), i % 100 != 0,
+                     t0 + milliseconds(i));  // 1,000 a second
+  for (int64_t rows : {1, 8, 3, 16, 4, 2}) stats.on_batch("a", rows, t0 + seconds(5));
+  stats.on_loaded("a", 1, "fp32", t0 + seconds(5));
+  stats.on_loaded("a", 2, "int8", t0 + seconds(5));
+  const ServingStats::Summary a = stats.summary("a", t0 + seconds(10));
+  EXPECT_EQ(a.requests, 10000);
+  EXPECT_EQ(a.errors, 100);
+  EXPECT_NEAR(a.requests_per_second, 1000.0, 1e-9);  // 10,000 over the 10 s since the first
+  // The newest four latencies: 1, 2, 3, 4 ms.
+  EXPECT_DOUBLE_EQ(a.p50_seconds, 0.002);
+  EXPECT_DOUBLE_EQ(a.p99_seconds, 0.004);
+  EXPECT_EQ(a.batches, 6);
+  EXPECT_DOUBLE_EQ(a.batch_rows_mean, 34.0 / 6);
   EXPECT_EQ(a.batch_rows_max, 16);
   EXPECT_EQ(a.precision.at(1), "fp32");
   EXPECT_EQ(a.precision.at(2), "int8");
-  EXPECT_EQ(stats.summary("b", t0).requests, 1);
-  EXPECT_EQ(stats.summary("c", t0).requests_total, 0);
+  stats.on_unloaded("a", 1);  // evicted from memory: no longer loaded here
+  EXPECT_EQ(stats.summary("a", t0 + seconds(10)).precision.count(1), 0u);
+  // A third name past max_models replaces the one idle longest ("b"), not the busy one.
+  stats.on_request("b", 0.5, true, t0 + seconds(6));
+  stats.on_request("a", 0.5, true, t0 + seconds(7));
+  stats.on_request("c", 0.5, true, t0 + seconds(8));
+  EXPECT_EQ(stats.summary("b", t0 + seconds(9)).requests_total, 0);
+  EXPECT_EQ(stats.summary("c", t0 + seconds(9)).requests_total, 1);
+  EXPECT_EQ(stats.summary("a", t0 + seconds(9)).requests_total, 10001);
 }
 
 }  // namespace

@@ -442,6 +442,14 @@ TEST_P(StoreTest, ModelVersionsCountPerName) {
   EXPECT_EQ(store.list_models("digits").size(), 2u);
   EXPECT_TRUE(store.list_models("unknown").empty());
   EXPECT_THAT(ErrorOf([&] { store.register_model({"", 0, job, "p", "{}", 0}); }), HasSubstr("model name"));
+  // Newest first, whatever the names: what the status page lists. An explicit time orders the
+  // rows registered in the same millisecond above.
+  store.register_model({"aardvark", 0, job, "models/a/a", "{}", 4102444800000});  // the newest
+  std::vector<std::string> recent;
+  for (const ModelRow& m : store.recent_models(3)) recent.push_back(m.name + ":" + std::to_string(m.version));
+  ASSERT_EQ(recent.size(), 3u);
+  EXPECT_EQ(recent[0], "aardvark:1");
+  EXPECT_EQ(store.recent_models(0).size(), 6u);
 }
 
 TEST_P(StoreTest, LooksUpByClientIdAndCountsByState) {
