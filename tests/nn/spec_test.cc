@@ -349,7 +349,9 @@ TEST(SpecCostTest, SizesBeyondTheBoundAreSpecErrorsNamingTheBound) {
       {R"({"input_shape": [65536, 65536], "layers": [{"type": "flatten"}]})",
        "layer 0: the output shape [4294967296] has a dimension above " + bound},
   };
-  for (const auto& [spec, expected] : cases) {
+  for (const auto& c : cases) {
+    const std::string& spec = c.first;
+    const std::string& expected = c.second;
     for (int dry = 0; dry < 2; ++dry) {
       EXPECT_THAT(ErrorOf([&] {
                     if (dry)
