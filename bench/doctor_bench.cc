@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <vector>
 
 #include "core/anvil.h"
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
       m.lr = 1e-3;
       m.data_wait_ratio = 0.01;
       m.step_seconds = step_us.back() * 1e-6;
+      m.device_utilisation = 0.95;  // LOW_DEVICE_UTILISATION's and MEMORY_FRAGMENTATION's inputs
+      m.memory_allocated_bytes = int64_t{64} << 20;
+      m.memory_reserved_bytes = int64_t{80} << 20;
       fired += static_cast<int64_t>(doctor.on_step(m).size());
     }
     call_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls);
@@ -99,6 +103,27 @@ int main(int argc, char** argv) {
   std::printf("| %.1f us | %.2f us | %lld | %.3f us | %.4f %% |\n", step, call, static_cast<long long>(interval),
               call / static_cast<double>(interval), 100.0 * call / static_cast<double>(interval) / step);
   std::printf("\n(%lld findings fired on the synthetic healthy stream)\n", static_cast<long long>(fired));
+  // What the trainer adds per interval for those two rules: the training thread's CPU clock
+  // (device_utilisation on the CPU) and the device allocator's statistics (memory_*).
+  std::vector<double> reads_us;
+  Allocator* allocator = cpu_allocator();
+  for (int r = 0; r < 9; ++r) {
+    const int calls = 20000;
+    double sink = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      sink += static_cast<double>(ts.tv_nsec) + static_cast<double>(allocator->stats().allocated_bytes);
+    }
+    reads_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls);
+    if (sink < 0) std::printf("%f", sink);
+  }
+  const double reads = Median(reads_us);
+  std::printf(
+      "\n| the trainer's reads per interval (thread CPU clock, allocator statistics) | per step | share of the step "
+      "|\n|---:|---:|---:|\n| %.2f us | %.3f us | %.4f %% |\n",
+      reads, reads / static_cast<double>(interval), 100.0 * reads / static_cast<double>(interval) / step);
   // The activation sampling (DEAD_RELU, SATURATED_ACTIVATION): one step in every
   // TrainerOptions::activation_sample_intervals metric intervals.
   const double sampled = Median(sampled_us), extra = std::max(0.0, sampled - step);

@@ -47,6 +47,21 @@ struct ReadsTheHost : nn::Module {
   }
 };
 
+// A model with an unbounded cache: every training forward keeps 256 KiB (its batch, widened
+// sixteenfold, as a feature cache would hold it) that nothing frees.
+struct KeepsACache : nn::Module {
+  std::shared_ptr<nn::Module> inner;
+  bool keeps;
+  std::vector<Tensor> kept;
+  KeepsACache(std::shared_ptr<nn::Module> m, bool k) : nn::Module("KeepsACache"), keeps(k) {
+    inner = register_module("inner", std::move(m));
+  }
+  Tensor forward(const Tensor& x) override {
+    if (keeps && is_training()) kept.push_back(x.detach().repeat({1, 16}));
+    return inner->forward(x);
+  }
+};
+
 std::shared_ptr<data::Dataset> MapInput(std::shared_ptr<const data::Dataset> d,
                                         std::function<Tensor(const Tensor&)> f) {
   return std::make_shared<data::MapDataset>(std::move(d), std::make_shared<data::Lambda>(std::move(f), "fault"));
@@ -235,6 +250,26 @@ std::vector<Case> Cases() {
                    {},
                    [](workers::JobPlan& p, train::DoctorContext&, bool faulty) {
                      p.model.module = std::make_shared<ReadsTheHost>(p.model.module, faulty);
+                   }});
+  cases.push_back({"starved_by_loader",
+                   "one loader worker and a transform of 1 ms per sample (the step waits on the loader)",
+                   "one loader worker, no slow transform",
+                   {"LOW_DEVICE_UTILISATION"},
+                   [](v1::JobSpec& s, bool) { s.set_loader_workers(1); },
+                   [](workers::JobPlan& p, train::DoctorContext&, bool faulty) {
+                     if (!faulty) return;
+                     p.train_set = MapInput(p.train_set, [](const Tensor& x) {
+                       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                       return x;
+                     });
+                   }});
+  cases.push_back({"unbounded_cache",
+                   "a model whose forward keeps 256 KiB a step in a cache nothing frees",
+                   "the same model keeping nothing",
+                   {"MEMORY_FRAGMENTATION"},
+                   {},
+                   [](workers::JobPlan& p, train::DoctorContext&, bool faulty) {
+                     p.model.module = std::make_shared<KeepsACache>(p.model.module, faulty);
                    }});
   return cases;
 }

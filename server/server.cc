@@ -9,6 +9,7 @@
 #include <iterator>
 #include <thread>
 
+#include "core/backend/device_info.h"
 #include "core/backend/registry.h"
 #include "core/data/datasets/digits.h"
 #include "core/util/utf8.h"
@@ -267,7 +268,17 @@ void AnvilServer::start() {
               options_.cpu_workers);
   for (const Device d : WorkerDevices(options_.devices)) {
     for (int i = 0; i < (d.is_cuda() ? 1 : options_.cpu_workers); ++i) {
-      factories.push_back([d](workers::EventSink sink) { return workers::make_device_worker(d, std::move(sink)); });
+      // A GPU's utilisation from NVML for the doctor's per-job LOW_DEVICE_UTILISATION (none
+      // without a metrics address, where NVML is not opened).
+      workers::UtilisationSource utilisation;
+      if (d.is_cuda() && s->gpu_metrics) {
+        utilisation = [read = s->gpu_metrics->utilisation_reader()](Device device) {
+          return read(cuda_pci_bus_id(device.index), device.index);
+        };
+      }
+      factories.push_back([d, utilisation](workers::EventSink sink) {
+        return workers::make_device_worker(d, std::move(sink), utilisation);
+      });
     }
   }
   // Streams of jobs that run on another replica learn of new events through the store.

@@ -31,8 +31,12 @@ namespace fs = std::filesystem;
 
 class DeviceWorker final : public Worker {
  public:
-  DeviceWorker(Device device, EventSink sink)
-      : device_(device), name_(device.str()), sink_(std::move(sink)), thread_([this] { Loop(); }) {}
+  DeviceWorker(Device device, EventSink sink, UtilisationSource utilisation)
+      : device_(device),
+        name_(device.str()),
+        sink_(std::move(sink)),
+        utilisation_(std::move(utilisation)),
+        thread_([this] { Loop(); }) {}
   ~DeviceWorker() override { shutdown(); }
 
   const std::string& device() const override { return name_; }
@@ -133,6 +137,12 @@ class DeviceWorker final : public Worker {
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
       JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_, job.memory_budget});
+      if (utilisation_ && !device_.is_cpu()) {
+        plan.options.device_utilisation = [read = utilisation_, device = device_] { return read(device); };
+      }
+      // A GPU's cache starts empty for each job: what an earlier job left cached is neither this
+      // job's to hold nor counted in its peak (the doctor's MEMORY_FRAGMENTATION).
+      if (device_.is_cuda()) backend_for(device_).allocator(device_)->empty_cache();
       train::Trainer trainer(plan.model.module, plan.optimizer, plan.options, plan.loss);
       if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
       data::DataLoader train_loader(plan.train_set, plan.train_loader);
@@ -207,6 +217,7 @@ class DeviceWorker final : public Worker {
   const Device device_;
   const std::string name_;
   EventSink sink_;
+  const UtilisationSource utilisation_;  // may be null
   Mutex mu_;
   std::condition_variable cv_;
   std::optional<RunJob> pending_ ABSL_GUARDED_BY(mu_);
@@ -220,8 +231,8 @@ class DeviceWorker final : public Worker {
 
 }  // namespace
 
-std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink) {
-  return std::make_unique<DeviceWorker>(device, std::move(sink));
+std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink, UtilisationSource utilisation) {
+  return std::make_unique<DeviceWorker>(device, std::move(sink), std::move(utilisation));
 }
 
 }  // namespace anvil::workers

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,8 +100,13 @@ class Worker {
   virtual void shutdown() = 0;
 };
 
+// Reads an accelerator's utilisation now (0 to 1; nullopt when it cannot be read): the
+// service's NVML reader for a GPU (StepMetrics::device_utilisation, the doctor's
+// LOW_DEVICE_UTILISATION). Called from the worker's thread.
+using UtilisationSource = std::function<std::optional<double>(Device device)>;
+
 // A worker for `device`: one thread; on the CPU jobs use the engine's intra-op pool, on a GPU
-// the thread's own stream.
-std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink);
+// the thread's own stream (and `utilisation`, when given, for the jobs' device utilisation).
+std::unique_ptr<Worker> make_device_worker(Device device, EventSink sink, UtilisationSource utilisation = nullptr);
 
 }  // namespace anvil::workers

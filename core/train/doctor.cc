@@ -48,7 +48,7 @@ const std::vector<std::string>& Doctor::rules() {
       "DATA_STALL", "EXPLODING_GRADIENTS", "LR_TOO_HIGH", "LR_TOO_LOW", "LOSS_PLATEAU", "OSCILLATION", "OVERFITTING",
       "AMP_SKIP_STORM", "INPUT_NOT_NORMALIZED", "CHANNEL_ORDER_SUSPECT", "LABELS_LOOK_MULTILABEL",
       "LOGITS_PASSED_AS_PROBABILITIES", "HOST_SYNC_PER_STEP", "VANISHING_GRADIENTS", "DEAD_RELU",
-      "SATURATED_ACTIVATION", "OVERHEAD_BOUND", "STRAGGLER_RANK",
+      "SATURATED_ACTIVATION", "OVERHEAD_BOUND", "STRAGGLER_RANK", "LOW_DEVICE_UTILISATION", "MEMORY_FRAGMENTATION",
       // evaluated by the service's scheduler: a watchdog
       "STALLED"};
   return kRules;
@@ -353,7 +353,8 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   // warm-up (medians: one interval slowed by another process does not reset the evidence). An
   // interval without the counters is not part of the window.
   if (m.step >= options_.warmup_steps && m.step_seconds > 0 && m.ops_per_step > 0 && m.dispatch_seconds_per_op > 0) {
-    overhead_window_.push_back({m.step, m.step_seconds, m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds});
+    overhead_window_.push_back(
+        {m.step, m.step_seconds, m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds, m.device_utilisation});
     if (overhead_window_.size() > static_cast<size_t>(options_.overhead_intervals)) overhead_window_.pop_front();
     if (overhead_window_.size() == static_cast<size_t>(options_.overhead_intervals)) {
       const auto median = [&](auto field) {
@@ -365,28 +366,38 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
       const double share = median([](const OverheadSample& o) { return o.dispatch_share; });
       const bool small = seconds < options_.overhead_small_step_seconds;
       const bool dispatch_bound = share > options_.overhead_dispatch_share;
-      if (small && dispatch_bound) {
-        Report({"OVERHEAD_BOUND",
-                Severity::kWarning,
-                overhead_window_.front().step,
-                m.step,
-                {{"step_seconds", seconds},
-                 {"dispatch_share", share},
-                 {"ops_per_step", m.ops_per_step},
-                 {"dispatch_seconds_per_op", m.dispatch_seconds_per_op},
-                 {"batch_size", static_cast<double>(context_.batch_size)}},
-                "each step runs " + Fixed(m.ops_per_step, 0) + " ops in " + Fixed(seconds * 1e3, 2) + " ms, about " +
-                    Percent(std::min(share, 1.0)) + " of it spent dispatching them (" +
-                    Fixed(m.dispatch_seconds_per_op * 1e6, 2) +
-                    " us each): the step is bound by per-op overhead, not by its arithmetic. Raise the batch size "
-                    "(now " +
-                    std::to_string(context_.batch_size) +
-                    ") so that each op does more work, use wider and fewer layers, and avoid per-sample or "
-                    "per-element loops of small ops in the model or the loss"},
-               &out);
+      // The third signal, on an accelerator whose utilisation is known for the whole window.
+      bool utilisation_known = context_.device != "cpu";
+      for (const OverheadSample& o : overhead_window_) utilisation_known = utilisation_known && o.utilisation >= 0;
+      const double utilisation = utilisation_known ? median([](const OverheadSample& o) { return o.utilisation; }) : -1;
+      const bool idle = utilisation_known && utilisation < options_.utilisation_p95;
+      if (int{small} + int{dispatch_bound} + int{idle} >= 2) {
+        Finding f{"OVERHEAD_BOUND",
+                  Severity::kWarning,
+                  overhead_window_.front().step,
+                  m.step,
+                  {{"step_seconds", seconds},
+                   {"dispatch_share", share},
+                   {"ops_per_step", m.ops_per_step},
+                   {"dispatch_seconds_per_op", m.dispatch_seconds_per_op},
+                   {"batch_size", static_cast<double>(context_.batch_size)}},
+                  ""};
+        if (utilisation_known) f.evidence.emplace_back("device_utilisation", utilisation);
+        f.advice = "each step runs " + Fixed(m.ops_per_step, 0) + " ops in " + Fixed(seconds * 1e3, 2) + " ms, about " +
+                   Percent(std::min(share, 1.0)) + " of it spent dispatching them (" +
+                   Fixed(m.dispatch_seconds_per_op * 1e6, 2) +
+                   " us each): the step is bound by per-op overhead, not by its arithmetic. Raise the batch size "
+                   "(now " +
+                   std::to_string(context_.batch_size) +
+                   ") so that each op does more work, use wider and fewer layers, and avoid per-sample or "
+                   "per-element loops of small ops in the model or the loss" +
+                   (idle ? "; the device computed only " + Percent(utilisation) + " of the time" : std::string());
+        Report(std::move(f), &out);
       }
     }
   }
+  CheckUtilisation(m, &out);
+  CheckMemory(m, &out);
   // HOST_SYNC_PER_STEP: the step itself reads values back, interval after interval.
   if (m.step >= options_.warmup_steps) {
     host_sync_run_ = m.host_reads_per_step >= 1.0 ? host_sync_run_ + 1 : 0;
@@ -589,6 +600,129 @@ std::vector<Finding> Doctor::on_non_finite(int64_t step, const std::string& what
               "), clip gradients (clip_grad_norm), check the inputs for NaN, and with fp16 keep loss scaling on"},
          &out);
   return out;
+}
+
+void Doctor::CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out) {
+  // LOW_DEVICE_UTILISATION: the 95th percentile over the window after warm-up (every interval
+  // of it known) below the threshold: the device was idle for a large share of nearly every
+  // interval, not of one interval slowed by an evaluation or a checkpoint.
+  if (m.step < options_.warmup_steps || m.device_utilisation < 0) {
+    if (m.device_utilisation < 0) utilisation_window_.clear();
+    return;
+  }
+  utilisation_window_.push_back({m.step, m.device_utilisation, m.data_wait_ratio});
+  const size_t window = static_cast<size_t>(std::max<int64_t>(1, options_.utilisation_window));
+  if (utilisation_window_.size() > window) utilisation_window_.pop_front();
+  if (utilisation_window_.size() < window) return;
+  std::vector<double> u, wait;
+  for (const UtilisationSample& s : utilisation_window_) {
+    u.push_back(s.utilisation);
+    wait.push_back(s.data_wait);
+  }
+  std::sort(u.begin(), u.end());
+  // The nearest-rank 95th percentile: the value 95 % of the window is at or below.
+  const size_t rank = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(u.size()))) - 1;
+  const double p95 = u[std::min(rank, u.size() - 1)];
+  if (p95 >= options_.utilisation_p95) return;
+  const double median = Median(u);
+  const double data_wait = Median(std::move(wait));
+  const bool cpu = context_.device == "cpu";
+  // On the CPU, what data waits do not explain of the thread's time off a core.
+  const double unexplained = std::max(0.0, 1.0 - median - data_wait);
+  std::string advice =
+      "the " + std::string(cpu ? "CPU" : "device") + " computed only " + Percent(median) +
+      " of the time (95th percentile " + Percent(p95) + " over " + std::to_string(window) +
+      " intervals). In the guide's order: the loader first (the step waits for data " + Percent(data_wait) +
+      " of the time: raise loader_workers, now " + std::to_string(context_.loader_workers) +
+      ", and let it prefetch); then tiny batches (raise batch_size, now " + std::to_string(context_.batch_size) +
+      ", so that each step gives the device more work); then CPU preprocessing in the per-sample "
+      "path; then host reads every step (HOST_SYNC_PER_STEP)";
+  if (cpu && unexplained > 0.1) {
+    advice += ". " + Percent(unexplained) +
+              " of the training thread's time is off a core for another reason: another process or more threads "
+              "than cores compete for the CPUs (run fewer jobs or kernel threads per core: anvild --cpu-workers, "
+              "ANVIL_NUM_THREADS), or checkpoint writes and locks block it";
+  }
+  Finding f{"LOW_DEVICE_UTILISATION",
+            // On the CPU the cores are shared with the rest of the machine: worth knowing, not
+            // a fault of the job.
+            cpu ? Severity::kInfo : Severity::kWarning,
+            utilisation_window_.front().step,
+            m.step,
+            {{"utilisation_p95", p95},
+             {"utilisation_median", median},
+             {"data_wait_ratio", data_wait},
+             {"step_seconds", m.step_seconds},
+             {"batch_size", static_cast<double>(context_.batch_size)},
+             {"intervals", static_cast<double>(window)}},
+            std::move(advice)};
+  Report(std::move(f), out);
+}
+
+void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
+  if (m.step < options_.warmup_steps || m.memory_allocated_bytes < 0) return;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  // Fragmentation: a caching device allocator holding far more than the run ever used at once.
+  if (m.memory_peak_bytes >= 0 && m.memory_reserved_bytes > 0) {
+    const double held = static_cast<double>(m.memory_reserved_bytes - m.memory_peak_bytes);
+    const double share = held / static_cast<double>(m.memory_reserved_bytes);
+    const bool over =
+        share > options_.fragmentation_share && held > static_cast<double>(options_.fragmentation_min_bytes);
+    fragmentation_run_ = over ? fragmentation_run_ + 1 : 0;
+    if (fragmentation_run_ >= options_.fragmentation_intervals) {
+      Report({"MEMORY_FRAGMENTATION",
+              Severity::kWarning,
+              m.step,
+              m.step,
+              {{"unused_reserved_share", share},
+               {"reserved_bytes", static_cast<double>(m.memory_reserved_bytes)},
+               {"peak_allocated_bytes", static_cast<double>(m.memory_peak_bytes)},
+               {"allocated_bytes", static_cast<double>(m.memory_allocated_bytes)},
+               {"intervals", static_cast<double>(fragmentation_run_)}},
+              "the device's cache holds " + Fixed(static_cast<double>(m.memory_reserved_bytes) / kMiB, 0) +
+                  " MiB while the run never had more than " +
+                  Fixed(static_cast<double>(m.memory_peak_bytes) / kMiB, 0) + " MiB in use at once: " + Percent(share) +
+                  " of it is freed blocks later requests cannot reuse (fragmentation), which ends in an out-of-memory "
+                  "error with memory free. Set ANVIL_CUDA_ALLOC_CONF=expandable_segments:true (or "
+                  "max_split_size_mb:N), keep tensor shapes steady (pad or bucket variable lengths), and do not "
+                  "call empty_cache in the loop"},
+             out);
+    }
+  }
+  // Growth: the bytes in use at the interval's end (after the optimizer step, where a healthy
+  // loop holds the same tensors each time) rising interval after interval.
+  if (last_allocated_ >= 0 && m.memory_allocated_bytes > last_allocated_) {
+    if (growth_run_ == 0) {
+      growth_from_step_ = steps_.size() >= 2 ? steps_[steps_.size() - 2].step : m.step;
+      growth_from_bytes_ = last_allocated_;
+    }
+    ++growth_run_;
+  } else {
+    growth_run_ = 0;
+  }
+  last_allocated_ = m.memory_allocated_bytes;
+  const double grown = static_cast<double>(m.memory_allocated_bytes - growth_from_bytes_);
+  if (growth_run_ >= options_.memory_growth_intervals &&
+      grown > options_.memory_growth_share * static_cast<double>(growth_from_bytes_) &&
+      grown > static_cast<double>(options_.memory_growth_min_bytes)) {
+    const double per_step = grown / static_cast<double>(std::max<int64_t>(1, m.step - growth_from_step_));
+    Report({"MEMORY_FRAGMENTATION",
+            Severity::kWarning,
+            growth_from_step_,
+            m.step,
+            {{"allocated_bytes", static_cast<double>(m.memory_allocated_bytes)},
+             {"allocated_bytes_before", static_cast<double>(growth_from_bytes_)},
+             {"bytes_per_step", per_step},
+             {"intervals", static_cast<double>(growth_run_)}},
+            "memory in use grew at each of the last " + std::to_string(growth_run_) + " intervals, from " +
+                Fixed(static_cast<double>(growth_from_bytes_) / kMiB, 1) + " to " +
+                Fixed(static_cast<double>(m.memory_allocated_bytes) / kMiB, 1) + " MiB (" + Fixed(per_step / kMiB, 2) +
+                " MiB a step): something keeps each step's tensors alive, and the run will end out of memory. "
+                "Look for outputs, activations or losses stored for later (keep `loss.item()`, or a bounded "
+                "number of detached copies), tensors appended to a list every step, and caches without a "
+                "bound"},
+           out);
+  }
 }
 
 std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {

@@ -115,12 +115,36 @@ struct DoctorOptions {
   // OVERHEAD_BOUND: two of its signals on the medians of the last `overhead_intervals`
   // intervals after warm-up: small steps (under `overhead_small_step_seconds`) and most of the
   // step spent dispatching ops (StepMetrics::ops_per_step times dispatch_seconds_per_op above
-  // `overhead_dispatch_share` of step_seconds); low device utilisation, the issue's third
-  // signal, is not measured per job yet. The pitfalls guide's second cause of a slow run (tiny
+  // `overhead_dispatch_share` of step_seconds), and on an accelerator a device utilisation
+  // whose median is below `utilisation_p95` (a GPU idling between short kernels; on the CPU the
+  // training thread that dispatches is the one computing, so its share says nothing of
+  // overhead). The pitfalls guide's second cause of a slow run (tiny
   // batches dominated by per-step overhead); the PyTorch profiler's recommendations flag steps
   // of many short kernels the same way.
   double overhead_small_step_seconds = 0.005, overhead_dispatch_share = 0.5;
   int64_t overhead_intervals = 5;
+  // LOW_DEVICE_UTILISATION: the 95th percentile of the device's utilisation (StepMetrics::
+  // device_utilisation) over the last `utilisation_window` intervals after warm-up below this
+  // (SageMaker Debugger's LowGPUUtilization: threshold_p95 70 %, over a window). Also
+  // OVERHEAD_BOUND's third signal on an accelerator, on the window's median.
+  double utilisation_p95 = 0.70;
+  int64_t utilisation_window = 10;
+  // MEMORY_FRAGMENTATION, two ways:
+  // - a caching device allocator holding more than `fragmentation_share` of its memory beyond
+  //   the most the run ever had in use at once ((reserved - peak) / reserved), and more than
+  //   `fragmentation_min_bytes` of it, for `fragmentation_intervals` intervals in a row after
+  //   warm-up: freed blocks that later requests cannot reuse (PyTorch's "reserved but
+  //   unallocated" memory, which its out-of-memory message blames on fragmentation);
+  // - memory in use at the interval's end rising at each of `memory_growth_intervals`
+  //   intervals in a row after warm-up, by more than `memory_growth_share` of where the run
+  //   of rises began and more than `memory_growth_min_bytes`: something keeps each step's
+  //   tensors alive (the issue's "monotone growth").
+  double fragmentation_share = 0.5;
+  int64_t fragmentation_min_bytes = int64_t{512} << 20;
+  int64_t fragmentation_intervals = 5;
+  int64_t memory_growth_intervals = 10;
+  double memory_growth_share = 0.10;
+  int64_t memory_growth_min_bytes = int64_t{4} << 20;
   // STRAGGLER_RANK (data-parallel): a rank's own compute per step (StepMetrics::
   // rank_compute_seconds) above `straggler_factor` times the other ranks' median, and above
   // it by more than `straggler_min_seconds` (timer noise on tiny steps), for
@@ -173,6 +197,9 @@ class Doctor {
  private:
   // Keeps `f` unless its code fired before at the same or a higher severity.
   void Report(Finding f, std::vector<Finding>* out);
+  // LOW_DEVICE_UTILISATION and MEMORY_FRAGMENTATION over an interval's metrics.
+  void CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out);
+  void CheckMemory(const StepMetrics& m, std::vector<Finding>* out);
 
   DoctorContext context_;
   DoctorOptions options_;
@@ -196,12 +223,23 @@ class Doctor {
   int64_t dead_relu_run_ = 0, saturated_run_ = 0;           // intervals in a row over the activation shares
   int64_t straggler_run_ = 0, straggler_rank_ = -1;         // intervals in a row the same rank straggled
   int64_t straggler_first_step_ = 0;
-  // OVERHEAD_BOUND's window: the last intervals' step time and dispatch share.
+  // OVERHEAD_BOUND's window: the last intervals' step time, dispatch share and device
+  // utilisation (-1: unknown).
   struct OverheadSample {
     int64_t step;
-    double step_seconds, dispatch_share;
+    double step_seconds, dispatch_share, utilisation;
   };
   std::deque<OverheadSample> overhead_window_;
+  // LOW_DEVICE_UTILISATION's window: the last intervals' (step, utilisation, data wait).
+  struct UtilisationSample {
+    int64_t step;
+    double utilisation, data_wait;
+  };
+  std::deque<UtilisationSample> utilisation_window_;
+  int64_t fragmentation_run_ = 0;  // intervals in a row over the fragmentation share
+  // MEMORY_FRAGMENTATION's growth: the bytes in use at the previous interval's end, and where
+  // (step, bytes) the current run of rises began.
+  int64_t last_allocated_ = -1, growth_run_ = 0, growth_from_step_ = 0, growth_from_bytes_ = 0;
 };
 
 }  // namespace anvil::train

@@ -5,12 +5,15 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <sstream>
 #include <thread>
 
 #include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
+#include "core/backend/device_info.h"
+#include "core/backend/registry.h"
 #include "core/nn/activation_probe.h"
 #include "core/nn/functional.h"
 #include "core/ops/functions.h"
@@ -43,6 +46,14 @@ double MeasureDispatchSeconds(Device device) {
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
+}
+
+// The calling thread's CPU time in seconds (StepMetrics::device_utilisation on the CPU: the
+// training thread's share of the interval on a core).
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 optim::GradScalerOptions ScalerOptions(const TrainerOptions& o) {
@@ -266,6 +277,13 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   double collective_wait_at_start = ddp_ ? ddp_->collective_wait_seconds() : 0.0;
   const double dispatch_seconds = MeasureDispatchSeconds(ModelDevice());
   auto interval_start = Clock::now();
+  double interval_cpu_start = ThreadCpuSeconds();
+  // The model device's allocator (StepMetrics::memory_*). A caching device allocator serves
+  // this run alone (one job per GPU), so its peak is restarted here and read as the run's own;
+  // the CPU allocator is the process's, shared with other jobs, and its peak is left alone.
+  const Device model_device = ModelDevice();
+  Allocator* device_allocator = backend_for(model_device).allocator(model_device);
+  reset_peak_memory(model_device);
   // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
   // read), so no rank leaves a collective the others are in.
   bool stop_agreed = false;
@@ -277,6 +295,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     interval_checkpoint_seconds = 0;
     if (ddp_) collective_wait_at_start = ddp_->collective_wait_seconds();
     interval_start = Clock::now();
+    interval_cpu_start = ThreadCpuSeconds();
   };
   auto flush = [&]() {
     if (losses.empty()) return;
@@ -303,6 +322,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
         activation_shares.push_back({activation_layers[i].first, activation_layers[i].second, all[at + i]});
     }
     const double secs = Seconds(Clock::now() - interval_start);
+    // A rank blocked in DDP's collectives counts as busy: the all-reduce is the step's work
+    // (on a GPU, NCCL's kernels count in NVML's share too).
+    const double collective_secs = ddp_ ? ddp_->collective_wait_seconds() - collective_wait_at_start : 0.0;
+    const double busy_secs = ThreadCpuSeconds() - interval_cpu_start + collective_secs;
     if (ddp_) {
       // One gather per interval: every rank's losses, cancel flag, step time and data wait.
       distributed::ProcessGroup& group = ddp_->group();
@@ -311,8 +334,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
       row.push_back(cancel != nullptr && cancel->load() ? 1.0 : 0.0);
       row.push_back(secs / static_cast<double>(k));
       row.push_back(train.stats().wait_ratio());
-      const double not_compute = interval_data_wait + interval_checkpoint_seconds +
-                                 (ddp_->collective_wait_seconds() - collective_wait_at_start);
+      const double not_compute = interval_data_wait + interval_checkpoint_seconds + collective_secs;
       row.push_back(std::max(0.0, secs - not_compute) / static_cast<double>(k));
       std::vector<Tensor> rows;
       for (int r = 0; r < group.size(); ++r)
@@ -374,6 +396,16 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.dispatch_seconds_per_op = dispatch_seconds;
     m.layer_grad_norms = std::move(layer_grad_norms);
     m.activation_shares = std::move(activation_shares);
+    if (model_device.is_cpu()) {
+      m.device_utilisation = secs > 0 ? std::clamp(busy_secs / secs, 0.0, 1.0) : -1.0;
+    } else if (o.device_utilisation) {
+      const std::optional<double> u = o.device_utilisation();
+      if (u && std::isfinite(*u)) m.device_utilisation = std::clamp(*u, 0.0, 1.0);
+    }
+    const AllocatorStats memory = device_allocator->stats();
+    m.memory_allocated_bytes = memory.allocated_bytes;
+    m.memory_reserved_bytes = memory.allocated_bytes + memory.cached_bytes;
+    if (!model_device.is_cpu()) m.memory_peak_bytes = memory.peak_allocated_bytes;
     history_.record(step_, "train_loss", m.loss);
     history_.record(step_, "grad_norm", m.grad_norm);
     history_.record(step_, "lr", m.lr);

@@ -83,6 +83,11 @@ struct TrainerOptions {
   // AMP anomaly detection (autocast::AnomalyGuard) over the forward: the first non-finite
   // bfloat16/float16 output fails the run naming the op, its layer and its input ranges.
   bool amp_anomaly = false;
+  // An accelerator's utilisation (StepMetrics::device_utilisation), read at each metric
+  // interval's end: the share of the recent past in which the device computed, or nullopt when
+  // it cannot be read. The service sets it from NVML for a GPU; unset, a GPU's is unknown. Not
+  // used on the CPU, whose share the trainer measures itself.
+  std::function<std::optional<double>()> device_utilisation;
   // Batch field names.
   std::string input_key = "input";
   std::string target_key = "target";
@@ -138,6 +143,18 @@ struct StepMetrics {
     double share = 0;
   };
   std::vector<ActivationShare> activation_shares;
+  // The share of the interval's wall time the device computed (the doctor's
+  // LOW_DEVICE_UTILISATION), or -1 where unknown. On the CPU: the training thread's CPU time
+  // over the interval's wall time (it runs or drives every kernel; below 1 it waited: for the
+  // loader's workers, a checkpoint write, a lock, or a core another process held). On an
+  // accelerator: TrainerOptions::device_utilisation's value (NVML's share of time a kernel ran,
+  // on a GPU), -1 when it is unset.
+  double device_utilisation = -1;
+  // The model device's allocator at the interval's end (-1 where unknown): bytes in tensors,
+  // bytes held from the system (in use plus cached), and the most in use at once since fit
+  // started (a caching device allocator's peak; -1 on the CPU, whose allocator is the
+  // process's). The doctor's MEMORY_FRAGMENTATION.
+  int64_t memory_allocated_bytes = -1, memory_reserved_bytes = -1, memory_peak_bytes = -1;
 };
 
 struct EpochMetrics {

@@ -32,6 +32,7 @@ struct GpuMetrics::Nvml {
   NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
   NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
   NvmlReturn (*name)(NvmlDevice, char*, unsigned int) = nullptr;
+  NvmlReturn (*by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;  // optional
   std::vector<NvmlDevice> devices;
   bool initialised = false;
 
@@ -74,6 +75,8 @@ std::unique_ptr<GpuMetrics> GpuMetrics::Open(Registry& registry, const std::stri
   Bind(nvml->handle, "nvmlDeviceGetUtilizationRates", nvml->utilization, &missing);
   Bind(nvml->handle, "nvmlDeviceGetMemoryInfo", nvml->memory, &missing);
   Bind(nvml->handle, "nvmlDeviceGetName", nvml->name, &missing);
+  nvml->by_pci_bus_id =
+      reinterpret_cast<decltype(nvml->by_pci_bus_id)>(dlsym(nvml->handle, "nvmlDeviceGetHandleByPciBusId_v2"));
   if (!missing.empty()) {
     why = library + " lacks " + missing;
     return nullptr;
@@ -130,5 +133,21 @@ GpuMetrics::GpuMetrics(std::shared_ptr<Nvml> nvml, Registry& registry) : nvml_(s
 GpuMetrics::~GpuMetrics() = default;
 
 int GpuMetrics::device_count() const { return static_cast<int>(nvml_->devices.size()); }
+
+GpuMetrics::UtilisationReader GpuMetrics::utilisation_reader() const {
+  return [nvml = nvml_](const std::string& pci_bus_id, int index) -> std::optional<double> {
+    NvmlDevice device = nullptr;
+    if (!pci_bus_id.empty() && nvml->by_pci_bus_id != nullptr) {
+      // A bus id NVML does not know is not guessed at by index: that could be another GPU.
+      if (nvml->by_pci_bus_id(pci_bus_id.c_str(), &device) != kNvmlSuccess) return std::nullopt;
+    } else {
+      if (index < 0 || static_cast<size_t>(index) >= nvml->devices.size()) return std::nullopt;
+      device = nvml->devices[static_cast<size_t>(index)];
+    }
+    NvmlUtilization u{};
+    if (nvml->utilization(device, &u) != kNvmlSuccess) return std::nullopt;
+    return u.gpu / 100.0;
+  };
+}
 
 }  // namespace anvil::server::metrics

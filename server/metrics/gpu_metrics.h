@@ -6,11 +6,14 @@
 // not registered at all — absent, not zero — so a dashboard shows "no data" instead of an
 // idle GPU. Values are read at scrape time (a collector), one NVML call per device and value.
 //
-// Thread-safety: the collector runs under the registry's render; nothing else touches NVML.
+// Thread-safety: the collector runs under the registry's render; utilisation_reader's reads
+// may come from any thread (NVML's calls are thread-safe).
 // The library stays loaded until both this object and the registry are gone.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/metrics/registry.h"
@@ -30,6 +33,14 @@ class GpuMetrics {
   GpuMetrics& operator=(const GpuMetrics&) = delete;
 
   int device_count() const;
+
+  // Reads a GPU's utilisation now (NVML's share of its last sample period in which a kernel
+  // ran), for the training doctor's per-job LOW_DEVICE_UTILISATION. The GPU is found by its
+  // PCI bus id (cuda_pci_bus_id: NVML orders GPUs by bus, CUDA may not), or by `index` where
+  // the id is empty or this NVML cannot look one up. nullopt when the read fails. The reader
+  // keeps the library loaded; NVML's calls are thread-safe, so any thread may call it.
+  using UtilisationReader = std::function<std::optional<double>(const std::string& pci_bus_id, int index)>;
+  UtilisationReader utilisation_reader() const;
 
  private:
   struct Nvml;

@@ -6,13 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "core/anvil.h"
+#include "core/backend/cuda/caching_allocator.h"
 #include "core/nn/nn.h"
 #include "core/optim/scheduler.h"
+#include "tests/core/fake_device_memory.h"
 #include "tests/nn/digits_recipe.h"
 
 namespace anvil::train {
@@ -399,6 +403,176 @@ TEST(Doctor, ManySmallOpsInSmallStepsAreOverheadBoundAndOneSignalAloneIsNot) {
   EXPECT_THAT(f[0].advice, HasSubstr("Raise the batch size (now 4)"));
 }
 
+// LOW_DEVICE_UTILISATION: the 95th percentile over ten intervals after warm-up below 70 %;
+// one busy interval in the window keeps it quiet (nearly every interval must be idle), and an
+// unknown utilisation (-1) never fires. A warning on a GPU, worth knowing on the CPU.
+TEST(Doctor, LowDeviceUtilisationIsTheWindowsP95BelowSeventyPercent) {
+  const auto at = [](double u, int64_t busy_interval = -1) {
+    return [=](StepMetrics& m, int64_t i) {
+      m.device_utilisation = i == busy_interval ? 0.95 : u;
+      m.data_wait_ratio = 0.04;  // under DATA_STALL's lines
+    };
+  };
+  for (const double healthy : {0.9, 0.71}) {
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    EXPECT_TRUE(Feed(d, 40, at(healthy)).empty()) << healthy;
+  }
+  {
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    EXPECT_TRUE(Feed(d, 40, at(-1)).empty()) << "unknown";
+  }
+  {
+    // Warm-up ends at step 20 (interval 1); the busy interval is step 110 (interval 10), in
+    // every window of ten up to step 200. The first window of ten idle ones ends at step 210.
+    Doctor early({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    EXPECT_TRUE(Feed(early, 20, at(0.4, 10)).empty());
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    const std::vector<Finding> f = Feed(d, 21, at(0.4, 10));
+    ASSERT_EQ(Codes(f), std::vector<std::string>{"LOW_DEVICE_UTILISATION"});
+    EXPECT_EQ(f[0].severity, Severity::kWarning);
+    EXPECT_DOUBLE_EQ(Evidence(f[0], "utilisation_p95"), 0.4);
+    EXPECT_DOUBLE_EQ(Evidence(f[0], "utilisation_median"), 0.4);
+    EXPECT_DOUBLE_EQ(Evidence(f[0], "data_wait_ratio"), 0.04);
+    EXPECT_EQ(Evidence(f[0], "intervals"), 10.0);
+    EXPECT_EQ(f[0].first_step, 120);
+    EXPECT_EQ(f[0].last_step, 210);
+    EXPECT_THAT(f[0].advice, HasSubstr("computed only 40.0 %"));
+    EXPECT_THAT(f[0].advice, HasSubstr("the loader first (the step waits for data 4.0 %"));
+  }
+  {
+    Doctor d({.loader_workers = 0, .batch_size = 8, .device = "cpu"});
+    const std::vector<Finding> f = Feed(d, 12, [](StepMetrics& m, int64_t) {
+      m.device_utilisation = 0.5;
+      m.data_wait_ratio = 0.0;
+    });
+    ASSERT_EQ(Codes(f), std::vector<std::string>{"LOW_DEVICE_UTILISATION"});
+    EXPECT_EQ(f[0].severity, Severity::kInfo);
+    // Half the thread's time off a core with no data wait to explain it: another process.
+    EXPECT_THAT(f[0].advice, HasSubstr("50.0 % of the training thread's time is off a core"));
+  }
+}
+
+// On a GPU an idle device is OVERHEAD_BOUND's third signal: small steps on a device idle half
+// the time fire it though dispatch takes little of the step; on the CPU, where the thread that
+// dispatches also computes, the same numbers are one signal only.
+TEST(Doctor, OnAGpuSmallStepsOnAnIdleDeviceAreOverheadBound) {
+  const auto small_and_idle = [](StepMetrics& m, int64_t) {
+    m.step_seconds = 0.002;
+    m.ops_per_step = 100;
+    m.dispatch_seconds_per_op = 2e-6;  // 10 % of the step
+    m.device_utilisation = 0.5;
+  };
+  Doctor gpu({.loader_workers = 2, .batch_size = 4, .device = "cuda"});
+  std::vector<std::string> codes = Codes(Feed(gpu, 30, small_and_idle));
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), "OVERHEAD_BOUND"), 1) << ::testing::PrintToString(codes);
+  ASSERT_FALSE(gpu.findings().empty());
+  for (const Finding& f : gpu.findings()) {
+    if (f.code == "OVERHEAD_BOUND") {
+      EXPECT_DOUBLE_EQ(Evidence(f, "device_utilisation"), 0.5);
+      EXPECT_THAT(f.advice, HasSubstr("the device computed only 50.0 % of the time"));
+    }
+  }
+  Doctor cpu({.loader_workers = 2, .batch_size = 4, .device = "cpu"});
+  codes = Codes(Feed(cpu, 30, small_and_idle));
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), "OVERHEAD_BOUND"), 0) << ::testing::PrintToString(codes);
+}
+
+// MEMORY_FRAGMENTATION from a caching allocator's counters: a cache holding more than twice the
+// run's peak (and over 512 MiB beyond it) for five intervals; a cache near its peak, or a small
+// one, stays quiet. Then memory in use that grows at every interval.
+TEST(Doctor, ACacheFarAboveThePeakAndMemoryGrowingEveryIntervalAreMemoryFragmentation) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const auto memory = [](int64_t reserved, int64_t peak) {
+    return [=](StepMetrics& m, int64_t) {
+      m.memory_allocated_bytes = peak / 2;
+      m.memory_reserved_bytes = reserved;
+      m.memory_peak_bytes = peak;
+    };
+  };
+  for (const auto& [reserved, peak] : std::vector<std::pair<int64_t, int64_t>>{
+           {1300 * kMiB, 1024 * kMiB},  // 21 % held beyond the peak: rounding and splitting
+           {400 * kMiB, 40 * kMiB}}) {  // 90 % but 360 MiB: too little to matter
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    EXPECT_TRUE(Feed(d, 40, memory(reserved, peak)).empty()) << reserved << " / " << peak;
+  }
+  {
+    // Steps 20 to 50 over the line: four intervals, one short of five; step 60 the fifth.
+    Doctor early({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    EXPECT_TRUE(Feed(early, 5, memory(4096 * kMiB, 1024 * kMiB)).empty());
+    Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+    const std::vector<Finding> f = Feed(d, 6, memory(4096 * kMiB, 1024 * kMiB));
+    ASSERT_EQ(Codes(f), std::vector<std::string>{"MEMORY_FRAGMENTATION"});
+    EXPECT_EQ(f[0].severity, Severity::kWarning);
+    EXPECT_DOUBLE_EQ(Evidence(f[0], "unused_reserved_share"), 0.75);
+    EXPECT_EQ(Evidence(f[0], "peak_allocated_bytes"), 1024.0 * kMiB);
+    EXPECT_THAT(f[0].advice, HasSubstr("holds 4096 MiB while the run never had more than 1024 MiB"));
+    EXPECT_THAT(f[0].advice, HasSubstr("expandable_segments:true"));
+  }
+  // Growth: 100 MiB in use, 4 MiB more at each interval: the tenth rise in a row fires (40 MiB:
+  // above 10 % and above 4 MiB). Steady memory with noise, or a rise that stops, does not.
+  const auto growing = [](int64_t stop_after) {
+    return
+        [=](StepMetrics& m, int64_t i) { m.memory_allocated_bytes = 100 * kMiB + 4 * kMiB * std::min(i, stop_after); };
+  };
+  {
+    Doctor d({.loader_workers = 0, .batch_size = 64});
+    EXPECT_TRUE(Feed(d, 40, [](StepMetrics& m, int64_t i) {
+                  m.memory_allocated_bytes = 100 * kMiB + (i % 3) * 8 * kMiB;  // prefetched batches
+                }).empty());
+  }
+  {
+    Doctor d({.loader_workers = 0, .batch_size = 64});
+    EXPECT_TRUE(Feed(d, 40, growing(9)).empty()) << "nine rises, then steady";
+  }
+  {
+    // Warm-up ends at interval 1 (step 20): the rises at intervals 2 to 10 are nine, the one
+    // at interval 11 (step 120) the tenth.
+    Doctor early({.loader_workers = 0, .batch_size = 64});
+    EXPECT_TRUE(Feed(early, 11, growing(100)).empty());
+    Doctor d({.loader_workers = 0, .batch_size = 64});
+    const std::vector<Finding> f = Feed(d, 12, growing(100));
+    ASSERT_EQ(Codes(f), std::vector<std::string>{"MEMORY_FRAGMENTATION"});
+    EXPECT_EQ(Evidence(f[0], "allocated_bytes_before"), 100.0 * kMiB + 4.0 * kMiB);
+    EXPECT_EQ(Evidence(f[0], "allocated_bytes"), 100.0 * kMiB + 44.0 * kMiB);
+    EXPECT_EQ(f[0].first_step, 20);
+    EXPECT_EQ(f[0].last_step, 120);
+    EXPECT_THAT(f[0].advice, HasSubstr("keeps each step's tensors alive"));
+  }
+}
+
+// The fragmentation rule on a real caching allocator's counters (on a fake device): a run
+// whose requests keep growing (sequences that get longer) leaves each old segment cached and
+// unusable, and fires; the same run with expandable segments, the advice's remedy, grows one
+// segment instead and stays quiet.
+TEST(DoctorAllocator, GrowingRequestsFragmentTheCacheAndExpandableSegmentsDoNot) {
+  for (const bool expandable : {false, true}) {
+    test::FakeDeviceMemory memory(size_t{64} << 30);
+    cuda::CachingAllocatorOptions options;
+    options.expandable_segments = expandable;
+    std::vector<Finding> found;
+    {
+      cuda::CachingAllocator cache(&memory, options);
+      Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
+      void* weights = cache.allocate(size_t{256} << 20, 1);
+      cache.reset_peak();  // as the trainer does when fit starts: the peak is the run's
+      for (int64_t i = 0; i < 30; ++i) {
+        // Each interval's activations: 64 MiB more than the last interval's.
+        void* activations = cache.allocate((size_t{64} << 20) * static_cast<size_t>(i + 1), 1);
+        cache.deallocate(activations);
+        const cuda::CachingAllocator::Stats s = cache.stats();
+        StepMetrics m = Healthy(i);
+        m.memory_allocated_bytes = s.allocated_bytes;
+        m.memory_reserved_bytes = s.reserved_bytes;
+        m.memory_peak_bytes = s.peak_allocated_bytes;
+        for (Finding& f : d.on_step(m)) found.push_back(std::move(f));
+      }
+      cache.deallocate(weights);
+    }
+    SCOPED_TRACE(expandable ? "expandable segments" : "fixed segments");
+    EXPECT_EQ(Codes(found), expandable ? std::vector<std::string>{} : std::vector<std::string>{"MEMORY_FRAGMENTATION"});
+  }
+}
+
 // Real training: a deep, narrow MLP at batch 2 spends most of its step dispatching ops and fires
 // OVERHEAD_BOUND; a wide one at batch 256 spends little of it there and does not. The trainer
 // reports the ops each step ran and the dispatch cost it measured.
@@ -609,6 +783,90 @@ TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
 
 // The trainer counts the reads of the step's own work, not its metric reads: a model that
 // branches on a device value every forward reports one read per step, its twin none.
+// The trainer's CPU utilisation (the training thread's CPU time over the interval's wall
+// time): a step that sleeps 5 ms (a lock, a file read, another process's turn) leaves the CPU
+// idle and fires LOW_DEVICE_UTILISATION; its twin computes through its steps. The bounds are
+// loose on purpose: tests share the machine's cores.
+TEST(DoctorTrainer, AStepThatSleepsLeavesTheCpuIdleAndItsTwinDoesNot) {
+  struct Sleeps : nn::Module {
+    std::shared_ptr<nn::Module> inner;
+    explicit Sleeps(std::shared_ptr<nn::Module> m) : nn::Module("Sleeps") {
+      inner = register_module("inner", std::move(m));
+    }
+    Tensor forward(const Tensor& x) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return inner->forward(x);
+    }
+  };
+  double medians[2] = {0, 0};
+  for (const bool sleeps : {true, false}) {
+    manual_seed(4);
+    std::shared_ptr<nn::Module> model = models::build_model(models::preset_spec("mlp", {8}, 2)).module;
+    if (sleeps) model = std::make_shared<Sleeps>(model);
+    std::vector<double> u;
+    // The line at half its default: a test process shares the cores with other tests, and the
+    // sleeping step (5 ms against well under 1 ms of compute) is far below either line.
+    DoctorRun run{.batch = 8, .epochs = 2};
+    run.options.utilisation_p95 = 0.35;
+    const std::vector<std::string> codes =
+        TrainUnderDoctor(model, randn({256, 8}), run, [&](const StepMetrics& m) { u.push_back(m.device_utilisation); });
+    ASSERT_FALSE(u.empty());
+    for (double v : u) {
+      EXPECT_GE(v, 0.0);
+      EXPECT_LE(v, 1.0);
+    }
+    std::sort(u.begin(), u.end());
+    medians[sleeps ? 0 : 1] = u[u.size() / 2];
+    SCOPED_TRACE(std::string(sleeps ? "sleeping" : "twin") + ": median utilisation " + std::to_string(u[u.size() / 2]) +
+                 ", " + ::testing::PrintToString(codes));
+    EXPECT_EQ(std::count(codes.begin(), codes.end(), "LOW_DEVICE_UTILISATION") > 0, sleeps);
+  }
+  EXPECT_LT(medians[0], 0.3);
+  EXPECT_GT(medians[1], 0.5);
+  EXPECT_GT(medians[1], 2 * medians[0]);
+}
+
+// Memory in use at each interval's end, from the trainer: a model that keeps every step's
+// hidden activations (detached, "for a later look": 512 KiB a step) grows and fires
+// MEMORY_FRAGMENTATION; its twin holds the same bytes at every interval's end.
+TEST(DoctorTrainer, AModelThatKeepsItsActivationsGrowsMemoryAndItsTwinDoesNot) {
+  struct KeepsActivations : nn::Module {
+    std::shared_ptr<nn::Linear> in, out;
+    bool keeps;
+    std::vector<Tensor> kept;
+    explicit KeepsActivations(bool k) : nn::Module("KeepsActivations"), keeps(k) {
+      in = register_module("in", std::make_shared<nn::Linear>(64, 4096));
+      out = register_module("out", std::make_shared<nn::Linear>(4096, 2));
+    }
+    Tensor forward(const Tensor& x) override {
+      const Tensor h = in->forward(x).tanh();
+      if (keeps) kept.push_back(h.detach());
+      return out->forward(h);
+    }
+  };
+  for (const bool keeps : {true, false}) {
+    manual_seed(5);
+    auto model = std::make_shared<KeepsActivations>(keeps);
+    std::vector<int64_t> allocated;
+    const std::vector<std::string> codes =
+        TrainUnderDoctor(model, randn({1024, 64}), {.lr = 0.01, .batch = 32, .epochs = 2}, [&](const StepMetrics& m) {
+          if (m.step > 20) allocated.push_back(m.memory_allocated_bytes);
+          EXPECT_EQ(m.memory_peak_bytes, -1) << "the CPU allocator is the process's: no peak of the run";
+          EXPECT_GE(m.memory_reserved_bytes, m.memory_allocated_bytes);
+        });
+    ASSERT_GT(allocated.size(), 12u);
+    const auto [lo, hi] = std::minmax_element(allocated.begin(), allocated.end());
+    SCOPED_TRACE(std::string(keeps ? "keeping" : "twin") + ": " + std::to_string(*lo) + " to " + std::to_string(*hi) +
+                 " bytes, " + ::testing::PrintToString(codes));
+    EXPECT_EQ(std::count(codes.begin(), codes.end(), "MEMORY_FRAGMENTATION") > 0, keeps);
+    if (keeps) {
+      EXPECT_GT(*hi - *lo, int64_t{16} << 20);
+    } else {
+      EXPECT_LT(*hi - *lo, int64_t{1} << 20);
+    }
+  }
+}
+
 TEST(DoctorTrainer, AModelThatReadsTheHostEveryStepReportsOneReadPerStep) {
   struct ReadsTheHost : nn::Module {
     std::shared_ptr<nn::Module> inner;

@@ -70,5 +70,24 @@ TEST(GpuMetrics, ReportsEachGpuFromTheDriverAtEveryScrape) {
   EXPECT_GT(GaugeValue(second, R"(anvil_gpu_memory_used_bytes{gpu="0"})"), used0);
 }
 
+// The per-job reader (the doctor's LOW_DEVICE_UTILISATION): a GPU found by its PCI bus id
+// whatever its index (NVML orders by bus, CUDA may not), by index without an id, and nothing,
+// rather than another GPU's value, for an id NVML does not know. It outlives the object.
+TEST(GpuMetrics, TheUtilisationReaderFindsAGpuByItsBusIdOrIndex) {
+  Registry r;
+  std::string why;
+  std::unique_ptr<GpuMetrics> gpu = GpuMetrics::Open(r, anvil::test::FakeNvmlPath(), &why);
+  ASSERT_NE(gpu, nullptr) << why;
+  const GpuMetrics::UtilisationReader read = gpu->utilisation_reader();
+  gpu.reset();
+  EXPECT_EQ(read("", 0), 0.25);
+  EXPECT_EQ(read("", 1), 0.75);
+  EXPECT_EQ(read("0000:3B:00.0", 0), 0.75);  // the bus id decides, not the index
+  EXPECT_EQ(read("0000:18:00.0", 1), 0.25);
+  EXPECT_EQ(read("0000:99:00.0", 0), std::nullopt);
+  EXPECT_EQ(read("", 2), std::nullopt);
+  EXPECT_EQ(read("", -1), std::nullopt);
+}
+
 }  // namespace
 }  // namespace anvil::server::metrics

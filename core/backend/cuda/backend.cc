@@ -130,4 +130,6 @@ CachingAllocator::Stats memory_stats(int device) { return Instance().GetAllocato
 
 void empty_cache(int device) { Instance().GetAllocator(device).cache().empty_cache(); }
 
+void reset_peak(int device) { Instance().GetAllocator(device).cache().reset_peak(); }
+
 }  // namespace anvil::cuda

@@ -21,5 +21,7 @@ const KernelTable& kernel_table();
 CachingAllocator::Stats memory_stats(int device);
 // Returns cuda:`device`'s unused cached memory to the driver.
 void empty_cache(int device);
+// Restarts cuda:`device`'s peak_allocated_bytes from the bytes allocated now.
+void reset_peak(int device);
 
 }  // namespace anvil::cuda
