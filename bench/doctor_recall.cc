@@ -57,7 +57,7 @@ struct KeepsACache : nn::Module {
     inner = register_module("inner", std::move(m));
   }
   Tensor forward(const Tensor& x) override {
-    if (keeps && is_training()) kept.push_back(x.detach().repeat({1, 16}));
+    if (keeps && is_training()) kept.push_back(x.detach().reshape({x.size(0), -1}).repeat({1, 16}));
     return inner->forward(x);
   }
 };
@@ -107,8 +107,10 @@ Run Train(v1::JobSpec spec, const Case* c, bool faulty, uint64_t seed, const std
     train::Callbacks callbacks = workers::event_callbacks(base, plan.total_steps, ignore, doctor, {});
     if (std::getenv("ANVIL_RECALL_TRACE")) {  // every interval's numbers, to see what a rule saw
       callbacks.on_step = [inner = callbacks.on_step](const train::StepMetrics& m) {
-        std::fprintf(stderr, "    step %lld loss %.4g grad_norm %.4g update_ratio %.3g\n",
-                     static_cast<long long>(m.step), m.loss, m.grad_norm, m.update_ratio);
+        std::fprintf(stderr,
+                     "    step %lld loss %.4g grad_norm %.4g update_ratio %.3g utilisation %.3f allocated %lld\n",
+                     static_cast<long long>(m.step), m.loss, m.grad_norm, m.update_ratio, m.device_utilisation,
+                     static_cast<long long>(m.memory_allocated_bytes));
         inner(m);
       };
     }
@@ -318,7 +320,13 @@ int main(int argc, char** argv) {
       "| fault | expected | fault runs that fired it | twin runs that fired it | other codes (fault / twin) |\n");
   std::printf("|---|---|---:|---:|---|\n");
   int found = 0, total = 0, false_twins = 0, twins = 0;
+  // ANVIL_RECALL_CASES=name,name: only those fault cases (and no presets), to look at one rule.
+  const char* only = std::getenv("ANVIL_RECALL_CASES");
+  const auto wanted = [&](const std::string& name) {
+    return only == nullptr || ("," + std::string(only) + ",").find("," + name + ",") != std::string::npos;
+  };
   for (const Case& c : Cases()) {
+    if (!wanted(c.name)) continue;
     int hit = 0, twin_hit = 0;
     std::map<std::string, int> other_fault, other_twin;
     for (int seed = 0; seed < seeds; ++seed) {
@@ -355,6 +363,7 @@ int main(int argc, char** argv) {
   std::printf("| preset, default recipe | runs with a warning or worse | findings over the seeds | s per run |\n");
   std::printf("|---|---:|---|---:|\n");
   for (const std::string preset : {"mlp", "lenet5", "resnet", "gru", "transformer"}) {
+    if (only != nullptr) break;
     const bool sequence = preset == "gru" || preset == "transformer";
     v1::JobSpec spec = recipe;
     // The sequence presets take token ids: the plan is built from digits, then given a token

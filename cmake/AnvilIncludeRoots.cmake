@@ -9,7 +9,7 @@
 #   workers   device workers                      workers/
 #   server    the service                         server/
 #   client    the CLI                             client/
-#   launcher  the rank supervisor, anvil-run      launcher/
+#   launcher  the rank supervisor, anvil-run      launcher/, core/util/mutex.h
 # A target also sees the roots of what it links (PUBLIC), e.g. server sees core's. Tests,
 # benchmarks and fuzzers take the repository root, as they reach into every layer.
 set(ANVIL_INCLUDE_ROOTS ${PROJECT_BINARY_DIR}/include_roots)
@@ -32,4 +32,5 @@ anvil_include_root(tokens server/tokens.h)
 anvil_include_root(workers workers)
 anvil_include_root(server server)
 anvil_include_root(client client)
-anvil_include_root(launcher launcher)
+# The launcher links nothing of the engine; it takes the engine's header-only annotated lock.
+anvil_include_root(launcher launcher core/util/mutex.h)

@@ -50,19 +50,19 @@ RankSupervisor::RankSupervisor(LaunchOptions options) : options_(std::move(optio
 }
 
 std::vector<pid_t> RankSupervisor::pids() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pids_;
 }
 
 void RankSupervisor::signal(int sig) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (pid_t p : pids_) {
     if (p > 0) ::kill(p, sig);
   }
 }
 
 void RankSupervisor::request_stop(int sig) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!stop_) stop_at_ = Clock::now();
   stop_ = true;
   for (pid_t p : pids_) {
@@ -191,7 +191,7 @@ LaunchResult RankSupervisor::run() {
     }
     std::vector<pid_t> pids = Start(attempt);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       pids_ = pids;
       if (stop_) {
         for (pid_t p : pids_) ::kill(p, SIGTERM);
@@ -243,7 +243,7 @@ LaunchResult RankSupervisor::run() {
         failed_status = status;
       }
       if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_ && Clock::now() - stop_at_ > options_.stop_timeout) {
         for (pid_t p : pids) {
           if (p > 0) ::kill(p, SIGKILL);  // a rank that ignored the stop (stuck in a collective)
@@ -252,11 +252,11 @@ LaunchResult RankSupervisor::run() {
     }
     bool stopped;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopped = stop_;
     }
     if (failed < 0 && running == 0) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       pids_.clear();
       result.succeeded = !stopped;
       result.stopped = stopped;
@@ -267,7 +267,7 @@ LaunchResult RankSupervisor::run() {
         "rank " + std::to_string(failed) + " (pid " + std::to_string(failed_pid) + ") " + describe_exit(failed_status);
     StopAll(pids, first_global);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       pids_.clear();
       stopped = stop_;
     }

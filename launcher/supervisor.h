@@ -17,9 +17,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "core/util/mutex.h"
 
 namespace anvil::launch {
 
@@ -82,10 +83,10 @@ class RankSupervisor {
   void StopAll(std::vector<pid_t>& pids, int first_global);
 
   LaunchOptions options_;
-  mutable std::mutex mu_;
-  std::vector<pid_t> pids_;                        // guarded by mu_
-  bool stop_ = false;                              // guarded by mu_
-  std::chrono::steady_clock::time_point stop_at_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<pid_t> pids_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point stop_at_ ABSL_GUARDED_BY(mu_);
 };
 
 // "exited with code 3" / "was killed by signal 9 (SIGKILL)" for a waitpid status.
