@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/models/spec.h"
+#include "core/train/doctor.h"
 #include "server/status.h"
 #include "workers/job_memory.h"
 #include "workers/job_plan.h"
@@ -304,6 +305,14 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
   const std::string& on_stall = spec.doctor().on_data_stall();
   SPEC_CHECK(on_stall.empty() || on_stall == "add_workers",
              "doctor.on_data_stall: expected \"add_workers\" or nothing, got \"", on_stall, "\"");
+  // The rules' thresholds by name: each known and in its range (set_doctor_option says which).
+  train::DoctorOptions scratch;
+  for (const auto& [name, value] : spec.doctor().thresholds()) {
+    SPEC_CHECK(name.size() <= 64, "doctor.thresholds: expected a threshold's name (at most 64 characters), got one of ",
+               name.size(), " bytes");
+    const std::string why = train::set_doctor_option(scratch, name, value);
+    SPEC_CHECK(why.empty(), "doctor.thresholds.", name, ": ", why);
+  }
   SPEC_CHECK(spec.world_size() <= 1 || (on_overfitting.empty() && on_lr.empty() && on_stall.empty()),
              !on_overfitting.empty() ? "doctor.on_overfitting"
              : !on_lr.empty()        ? "doctor.on_lr_too_high"

@@ -62,12 +62,20 @@ WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data
 }
 
 std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device) {
+  train::DoctorOptions options;
+  // Validated at submit (server::validate_job_spec); a value refused here keeps its default.
+  for (const auto& [name, value] : spec.doctor().thresholds()) {
+    if (const std::string why = train::set_doctor_option(options, name, value); !why.empty()) {
+      engine_log(LogSeverity::kWarning, "doctor.thresholds." + name + " ignored: " + why);
+    }
+  }
   return std::make_shared<train::Doctor>(
       train::DoctorContext{.loader_workers = spec.loader_workers(),
                            .batch_size = spec.batch_size(),
                            .loss = spec.loss(),
                            .precision = spec.precision().empty() ? "fp32" : spec.precision(),
-                           .device = device.type == DeviceType::CUDA ? "cuda" : "cpu"});
+                           .device = device.type == DeviceType::CUDA ? "cuda" : "cpu"},
+      options);
 }
 
 namespace {

@@ -156,6 +156,16 @@ struct DoctorOptions {
   int64_t straggler_intervals = 3;
 };
 
+// Sets the DoctorOptions field called `name` (the member's own name: "data_stall_warning",
+// "utilisation_window", ...) to `value`; the service's JobSpec.doctor.thresholds. Returns "" or
+// why not, naming what was expected: an unknown name (with the known ones), a share outside
+// [0, 1], a negative or non-finite threshold, a count that is not a whole number in its range
+// (windows from 1 to kMaxDoctorWindow: the doctor's memory is bounded by its longest window).
+std::string set_doctor_option(DoctorOptions& options, const std::string& name, double value);
+// Every name set_doctor_option takes, in DoctorOptions' order.
+const std::vector<std::string>& doctor_option_names();
+inline constexpr int64_t kMaxDoctorWindow = 10000;
+
 // What the doctor knows of the job beside its metrics: the advice names these.
 struct DoctorContext {
   int64_t loader_workers = 0;

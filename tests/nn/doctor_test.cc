@@ -101,6 +101,41 @@ TEST(Doctor, AHealthyRunIsQuiet) {
   }
 }
 
+// Every threshold by name (JobSpec.doctor.thresholds): the table covers every DoctorOptions
+// field (all of them 8 bytes: a field added without its row fails here), each name takes a
+// value in its range, a changed threshold changes what fires, and a bad name or value is
+// refused with what was expected.
+TEST(DoctorOptionsByName, EveryThresholdIsSetByNameWithinItsRange) {
+  EXPECT_EQ(doctor_option_names().size() * 8, sizeof(DoctorOptions));
+  DoctorOptions o;
+  for (const std::string& name : doctor_option_names()) EXPECT_EQ(set_doctor_option(o, name, 1.0), "") << name;
+  DoctorOptions lenient;
+  EXPECT_EQ(set_doctor_option(lenient, "data_stall_warning", 0.5), "");
+  EXPECT_EQ(lenient.data_stall_warning, 0.5);
+  EXPECT_EQ(set_doctor_option(lenient, "utilisation_window", 20), "");
+  EXPECT_EQ(lenient.utilisation_window, 20);
+  EXPECT_EQ(set_doctor_option(lenient, "memory_growth_min_bytes", 1e9), "");
+  EXPECT_EQ(lenient.memory_growth_min_bytes, 1000000000);
+  // A 30 % wait warns under the default line and is worth knowing (info) under a 50 % one.
+  const auto wait = [](StepMetrics& m, int64_t) { m.data_wait_ratio = 0.3; };
+  Doctor strict({.loader_workers = 0, .batch_size = 64});
+  Doctor relaxed({.loader_workers = 0, .batch_size = 64}, lenient);
+  const std::vector<Finding> a = Feed(strict, 5, wait), b = Feed(relaxed, 5, wait);
+  ASSERT_EQ(Codes(a), std::vector<std::string>{"DATA_STALL"});
+  ASSERT_EQ(Codes(b), std::vector<std::string>{"DATA_STALL"});
+  EXPECT_EQ(a[0].severity, Severity::kWarning);
+  EXPECT_EQ(b[0].severity, Severity::kInfo);
+
+  EXPECT_THAT(set_doctor_option(o, "data_stall", 0.2), HasSubstr("no threshold named \"data_stall\"; expected one of "
+                                                                 "data_stall_warning, data_stall_info,"));
+  EXPECT_EQ(set_doctor_option(o, "data_stall_warning", 1.5), "expected a share from 0 to 1, got 1.5");
+  EXPECT_EQ(set_doctor_option(o, "grad_growth", -1), "expected a number of 0 or more, got -1");
+  EXPECT_EQ(set_doctor_option(o, "grad_window", 2.5), "expected a window, a whole number from 1 to 10000, got 2.5");
+  EXPECT_EQ(set_doctor_option(o, "grad_window", 1e6), "expected a window, a whole number from 1 to 10000, got 1000000");
+  EXPECT_EQ(set_doctor_option(o, "warmup_steps", std::nan("")), "expected a finite number, got nan");
+  EXPECT_EQ(o.grad_window, 1) << "a refused value leaves the field as it was";
+}
+
 TEST(Doctor, DataStallFiresAfterWarmUpWithTheLoaderInTheAdvice) {
   Doctor d({.loader_workers = 0, .batch_size = 64});
   const auto f = Feed(d, 30, [](StepMetrics& m, int64_t) { m.data_wait_ratio = 0.45; });

@@ -88,5 +88,21 @@ TEST(DoctorActionsTest, ADataStallWarningAddsLoaderWorkersFromTheNextEpochOnce) 
   EXPECT_EQ(quiet.options().num_workers, 0);
 }
 
+// The spec's thresholds reach the worker's doctor (make_doctor): a 30 % wait warns under the
+// default line and is only worth knowing under a 50 % one.
+TEST(DoctorThresholds, TheSpecsThresholdsReachTheWorkersDoctor) {
+  for (const bool relaxed : {false, true}) {
+    v1::JobSpec spec;
+    if (relaxed) (*spec.mutable_doctor()->mutable_thresholds())["data_stall_warning"] = 0.5;
+    std::shared_ptr<train::Doctor> doctor = make_doctor(spec, kCPU);
+    std::vector<train::Finding> found;
+    for (int64_t i = 1; i <= 4; ++i)
+      for (train::Finding& f : doctor->on_step(Stalled(10 * i, 0.3))) found.push_back(std::move(f));
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].code, "DATA_STALL");
+    EXPECT_EQ(found[0].severity, relaxed ? train::Severity::kInfo : train::Severity::kWarning);
+  }
+}
+
 }  // namespace
 }  // namespace anvil::workers

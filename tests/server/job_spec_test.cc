@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "server/status.h"
 
@@ -207,6 +208,23 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
          s.mutable_doctor()->set_on_data_stall("add_workers");
        },
        kInvalid, "spec.doctor.on_data_stall: the doctor's actions are for single-process jobs"},
+      {"doctor threshold unknown", [](auto& s) { (*s.mutable_doctor()->mutable_thresholds())["data_stall"] = 0.3; },
+       kInvalid,
+       "spec.doctor.thresholds.data_stall: no threshold named \"data_stall\"; expected one of data_stall_warning, "},
+      {"doctor threshold share above 1",
+       [](auto& s) { (*s.mutable_doctor()->mutable_thresholds())["utilisation_p95"] = 70; }, kInvalid,
+       "spec.doctor.thresholds.utilisation_p95: expected a share from 0 to 1, got 70"},
+      {"doctor threshold window 0",
+       [](auto& s) { (*s.mutable_doctor()->mutable_thresholds())["utilisation_window"] = 0; }, kInvalid,
+       "spec.doctor.thresholds.utilisation_window: expected a window, a whole number from 1 to 10000, got 0"},
+      {"doctor threshold not finite",
+       [](auto& s) {
+         (*s.mutable_doctor()->mutable_thresholds())["grad_growth"] = std::numeric_limits<double>::infinity();
+       },
+       kInvalid, "spec.doctor.thresholds.grad_growth: expected a finite number, got inf"},
+      {"doctor threshold name too long",
+       [](auto& s) { (*s.mutable_doctor()->mutable_thresholds())[std::string(1000, 'x')] = 1; }, kInvalid,
+       "spec.doctor.thresholds: expected a threshold's name (at most 64 characters), got one of 1000 bytes"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -217,6 +235,18 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
     EXPECT_THAT(message, HasSubstr(c.message));
     EXPECT_THAT(message, ::testing::Not(HasSubstr(root_.string())));  // no server paths in messages
   }
+}
+
+// Thresholds in range are accepted and kept as given (the worker's doctor applies them).
+TEST_F(JobSpecTest, DoctorThresholdsInRangeAreKept) {
+  v1::JobSpec s = Minimal();
+  (*s.mutable_doctor()->mutable_thresholds())["data_stall_warning"] = 0.35;
+  (*s.mutable_doctor()->mutable_thresholds())["utilisation_window"] = 20;
+  (*s.mutable_doctor()->mutable_thresholds())["fragmentation_min_bytes"] = 1e9;
+  const v1::JobSpec v = validate_job_spec(s, ctx_);
+  EXPECT_EQ(v.doctor().thresholds().at("data_stall_warning"), 0.35);
+  EXPECT_EQ(v.doctor().thresholds().at("utilisation_window"), 20);
+  EXPECT_EQ(v.doctor().thresholds().size(), 3u);
 }
 
 // A model spec's recurrent layers take "bidirectional" (checked and priced like the rest of
