@@ -51,6 +51,34 @@ class HeavyWorkTest : public ServerFixture {
     o.limits.max_heavy_work_queue = heavy_queue;
     Start(o);
   }
+  // Ten rounds of ListJobs and Health.Check, 100 ms apart, while heavy calls queue: each
+  // answers within kCheapCallBound, and ListJobs lists `jobs` jobs.
+  void ExpectCheapCallsAnswer(int jobs) {
+    auto health = grpc::health::v1::Health::NewStub(channel_);
+    Clock::duration slowest_list{}, slowest_health{};
+    for (int round = 0; round < 10; ++round) {
+      Clock::time_point t0 = Clock::now();
+      {
+        grpc::ClientContext ctx;
+        v1::ListJobsResponse listed;
+        ASSERT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &listed).ok());
+        EXPECT_EQ(listed.jobs_size(), jobs);
+      }
+      slowest_list = std::max(slowest_list, Clock::now() - t0);
+      t0 = Clock::now();
+      {
+        grpc::ClientContext ctx;
+        grpc::health::v1::HealthCheckResponse h;
+        ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
+      }
+      slowest_health = std::max(slowest_health, Clock::now() - t0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    EXPECT_LT(slowest_list, kCheapCallBound) << duration_cast<milliseconds>(slowest_list).count() << " ms";
+    EXPECT_LT(slowest_health, kCheapCallBound) << duration_cast<milliseconds>(slowest_health).count() << " ms";
+  }
   grpc::Status DryRun(v1::SubmitJobResponse* resp, std::chrono::milliseconds deadline = std::chrono::seconds(120)) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + deadline);
@@ -83,30 +111,7 @@ TEST_F(HeavyWorkTest, SlowExportsAndDryRunsLeaveListJobsAndHealthAnswering) {
   // call answers within the bound (on the old path, dry runs took the call pool's 2 threads
   // and ListJobs waited seconds).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto health = grpc::health::v1::Health::NewStub(channel_);
-  Clock::duration slowest_list{}, slowest_health{};
-  for (int round = 0; round < 10; ++round) {
-    Clock::time_point t0 = Clock::now();
-    {
-      grpc::ClientContext ctx;
-      v1::ListJobsResponse jobs;
-      ASSERT_TRUE(training_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
-      EXPECT_EQ(jobs.jobs_size(), 1);  // dry runs queue nothing
-    }
-    slowest_list = std::max(slowest_list, Clock::now() - t0);
-    t0 = Clock::now();
-    {
-      grpc::ClientContext ctx;
-      grpc::health::v1::HealthCheckResponse h;
-      ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
-    }
-    slowest_health = std::max(slowest_health, Clock::now() - t0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  using std::chrono::duration_cast;
-  using std::chrono::milliseconds;
-  EXPECT_LT(slowest_list, kCheapCallBound) << duration_cast<milliseconds>(slowest_list).count() << " ms";
-  EXPECT_LT(slowest_health, kCheapCallBound) << duration_cast<milliseconds>(slowest_health).count() << " ms";
+  ExpectCheapCallsAnswer(1);  // dry runs queue nothing
 
   for (std::thread& t : heavy) t.join();
   for (int i = 0; i < kEach; ++i) {
@@ -116,6 +121,47 @@ TEST_F(HeavyWorkTest, SlowExportsAndDryRunsLeaveListJobsAndHealthAnswering) {
     EXPECT_TRUE(dry_run_status[i].ok()) << dry_run_status[i].error_message();
     EXPECT_FALSE(dry_runs[i].created());
     EXPECT_EQ(dry_runs[i].job().spec().name(), "blobs-mlp");
+  }
+}
+
+// The same for the other heavy calls: quantizations of a served model (calibrated on its
+// training job's data) and model uploads (RegisterModel's conversion and trial forward).
+TEST_F(HeavyWorkTest, SlowQuantizationsAndUploadsLeaveListJobsAndHealthAnswering) {
+  StartSmall();
+  Stream(Submit(BlobsSpec(1)).id());  // a model to quantize, and its ONNX file to upload
+  grpc::Status st;
+  std::string sha;
+  int64_t total = 0;
+  const std::string onnx = Export("blobs-mlp", v1::ONNX, &st, &sha, &total);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  set_fault_point("heavy_work:slow=fire");
+
+  constexpr int kEach = 4;
+  std::vector<grpc::Status> quantized(kEach), uploaded(kEach);
+  std::vector<v1::QuantizeResponse> replies(kEach);
+  std::vector<v1::Model> models(kEach);
+  std::vector<std::thread> heavy;
+  for (int i = 0; i < kEach; ++i) {
+    heavy.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      v1::QuantizeRequest req;
+      req.set_model("blobs-mlp");
+      req.set_version("1");
+      req.mutable_spec()->set_mode("dynamic");
+      req.mutable_spec()->set_max_accuracy_drop(100);
+      quantized[i] = serving_->Quantize(&ctx, req, &replies[i]);
+    });
+    heavy.emplace_back([&, i] { uploaded[i] = RegisterModel("upload-" + std::to_string(i), onnx, &models[i]); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ExpectCheapCallsAnswer(1);
+  for (std::thread& t : heavy) t.join();
+  for (int i = 0; i < kEach; ++i) {
+    EXPECT_TRUE(quantized[i].ok()) << quantized[i].error_message();
+    EXPECT_TRUE(replies[i].registered()) << replies[i].message();
+    EXPECT_EQ(replies[i].model().precision(), "int8");
+    EXPECT_TRUE(uploaded[i].ok()) << uploaded[i].error_message();
+    EXPECT_EQ(models[i].name(), "upload-" + std::to_string(i));
   }
 }
 

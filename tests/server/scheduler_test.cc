@@ -19,6 +19,7 @@
 #include "core/util/file.h"
 #include "server/artifacts/file_artifacts.h"
 #include "server/artifacts/job_checkpoints.h"
+#include "server/metrics/service_metrics.h"
 #include "server/status.h"
 #include "server/store_sqlite.h"
 
@@ -83,7 +84,8 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // A scheduler over fake workers on `devices`; logs_[i] is the i-th worker's.
-  void Start(const std::vector<std::string>& devices, int64_t max_pending = 1000) {
+  void Start(const std::vector<std::string>& devices, int64_t max_pending = 1000,
+             metrics::ServiceMetrics* metrics = nullptr) {
     std::vector<WorkerFactory> factories;
     for (const std::string& d : devices) {
       auto log = std::make_shared<FakeLog>();
@@ -94,7 +96,7 @@ class SchedulerTest : public ::testing::Test {
       });
     }
     SchedulerOptions o{root_.string(), (root_ / "datasets").string(), max_pending, 0, 2};
-    scheduler_ = std::make_unique<Scheduler>(*store_, hub_, *registry_, o, factories);
+    scheduler_ = std::make_unique<Scheduler>(*store_, hub_, *registry_, o, factories, metrics);
     scheduler_->recover();
   }
 
@@ -225,7 +227,9 @@ TEST_F(SchedulerTest, AFailedJobKeepsTheWorkersReasonAndFreesTheWorker) {
 // The state machine's table (server/job_transitions.h) at work: a finished job's row is
 // final, whatever a worker sends after its end (a late step, a second ending).
 TEST_F(SchedulerTest, EventsAfterAJobEndedChangeNothing) {
-  Start({"cpu"});
+  metrics::Registry registry;
+  metrics::ServiceMetrics metrics(registry);
+  Start({"cpu"}, 1000, &metrics);
   const std::string a = Submit("a");
   Emit(0, a, WorkerEvent::Kind::kStarted);
   Emit(0, a, WorkerEvent::Kind::kFailed, "training loss became nan at step 7 (epoch 0)");
@@ -241,6 +245,8 @@ TEST_F(SchedulerTest, EventsAfterAJobEndedChangeNothing) {
   EXPECT_EQ(after.finished_ms, ended.finished_ms);
   EXPECT_EQ(after.step, ended.step);
   EXPECT_EQ(store_->metrics(a, 0).size(), events);  // nothing recorded either
+  // Each was an illegal transition, counted for the operators (logged too).
+  EXPECT_EQ(metrics.illegal_job_transitions.Value(), 4.0);
 }
 
 TEST_F(SchedulerTest, AFailedJobsReasonNamesItsKindUnlessTheEngineRefusedItsContent) {
