@@ -1,6 +1,10 @@
 // anvild's core: the store, metrics hub, model registry, scheduler with its workers, and the
 // gRPC services, health and reflection, assembled and run in one object. Tests start it
 // in-process on 127.0.0.1:0; the anvild binary adds flags, logging and signals.
+//
+// Thread-safety: start() from one controlling thread; then the accessors (ports, options,
+// connections) and wait() from any thread; shutdown() from any thread, once (it is idempotent:
+// later calls return at once).
 #pragma once
 
 #include <grpcpp/grpcpp.h>

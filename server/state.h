@@ -1,4 +1,8 @@
 // What the gRPC services share (owned by AnvilServer).
+//
+// Thread-safety: built by AnvilServer::start before the port opens and torn down after the
+// services stop; in between every handler thread reads it, and each member is thread-safe
+// itself (or atomic).
 #pragma once
 
 #include <atomic>

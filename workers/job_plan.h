@@ -3,6 +3,8 @@
 // optimizer, schedule, loss and Trainer options. Everything a job needs is decided here, so
 // a worker only runs the plan; a bad combination (a model whose input does not match the
 // data) fails here with a message naming both shapes.
+//
+// Thread-safety: make_job_plan is reentrant; a JobPlan belongs to the thread that runs it.
 #pragma once
 
 #include <memory>

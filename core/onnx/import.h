@@ -6,6 +6,9 @@
 // opened), nodes must come in an order where each reads only values made before it (which
 // also rules out cycles), and every operator must be one the importer knows: an unknown one
 // is listed by name with its node names, and nothing is returned.
+//
+// Thread-safety: importing is reentrant (no shared state); an imported module is a Module,
+// run by one thread at a time like any other.
 #pragma once
 
 #include <cstdint>

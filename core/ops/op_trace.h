@@ -2,6 +2,9 @@
 // with it to find rows that no case reaches. Off unless an OpTrace is alive and enabled; then
 // every op dispatched (with a kernel), view made and fused step run, on any thread, marks its
 // row. Costs one atomic load per op when off. Ops must stop before the trace is destroyed.
+//
+// Thread-safety: rows are marked from any thread (atomics); make, enable and read a trace on
+// one thread.
 #pragma once
 
 #include <array>

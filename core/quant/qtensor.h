@@ -6,6 +6,9 @@
 //   per tensor:  float(q - zero_point) * float(scale)          (float32 arithmetic)
 //   per channel: float((q - zero_point) * scale)               (float64, then rounded)
 // which are the two formulas PyTorch's dequantize kernels use.
+//
+// Thread-safety: as Tensor's: a QTensor may be read from any number of threads; one that is
+// written is not shared.
 #pragma once
 
 #include <cstdint>
