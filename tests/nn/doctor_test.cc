@@ -61,6 +61,17 @@ std::vector<Finding> Feed(Doctor& d, int64_t intervals, const std::function<void
   return all;
 }
 
+// A healthy model run through `around` (a fault wrapped around it: a sleep, a host read).
+struct Around : nn::Module {
+  std::shared_ptr<nn::Module> inner;
+  std::function<Tensor(nn::Module&, const Tensor&)> around;
+  Around(std::shared_ptr<nn::Module> m, std::function<Tensor(nn::Module&, const Tensor&)> f)
+      : nn::Module("Around"), around(std::move(f)) {
+    inner = register_module("inner", std::move(m));
+  }
+  Tensor forward(const Tensor& x) override { return around(*inner, x); }
+};
+
 // Trains `model` with SGD on x, the sign of its first column as the class, under a doctor;
 // `seen` is shown every interval's metrics. The codes that fired, in order.
 struct DoctorRun {
@@ -816,28 +827,20 @@ TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
   }
 }
 
-// The trainer counts the reads of the step's own work, not its metric reads: a model that
-// branches on a device value every forward reports one read per step, its twin none.
 // The trainer's CPU utilisation (the training thread's CPU time over the interval's wall
 // time): a step that sleeps 5 ms (a lock, a file read, another process's turn) leaves the CPU
 // idle and fires LOW_DEVICE_UTILISATION; its twin computes through its steps. The bounds are
 // loose on purpose: tests share the machine's cores.
 TEST(DoctorTrainer, AStepThatSleepsLeavesTheCpuIdleAndItsTwinDoesNot) {
-  struct Sleeps : nn::Module {
-    std::shared_ptr<nn::Module> inner;
-    explicit Sleeps(std::shared_ptr<nn::Module> m) : nn::Module("Sleeps") {
-      inner = register_module("inner", std::move(m));
-    }
-    Tensor forward(const Tensor& x) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return inner->forward(x);
-    }
+  const auto sleeps_first = [](nn::Module& inner, const Tensor& x) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return inner.forward(x);
   };
   double medians[2] = {0, 0};
   for (const bool sleeps : {true, false}) {
     manual_seed(4);
     std::shared_ptr<nn::Module> model = models::build_model(models::preset_spec("mlp", {8}, 2)).module;
-    if (sleeps) model = std::make_shared<Sleeps>(model);
+    if (sleeps) model = std::make_shared<Around>(model, sleeps_first);
     std::vector<double> u;
     // The line at half its default: a test process shares the cores with other tests, and the
     // sleeping step (5 ms against well under 1 ms of compute) is far below either line.
@@ -902,21 +905,17 @@ TEST(DoctorTrainer, AModelThatKeepsItsActivationsGrowsMemoryAndItsTwinDoesNot) {
   }
 }
 
+// The trainer counts the reads of the step's own work, not its metric reads: a model that
+// branches on a device value every forward reports one read per step, its twin none.
 TEST(DoctorTrainer, AModelThatReadsTheHostEveryStepReportsOneReadPerStep) {
-  struct ReadsTheHost : nn::Module {
-    std::shared_ptr<nn::Module> inner;
-    explicit ReadsTheHost(std::shared_ptr<nn::Module> m) : nn::Module("ReadsTheHost") {
-      inner = register_module("inner", std::move(m));
-    }
-    Tensor forward(const Tensor& x) override {
-      const Tensor y = inner->forward(x);
-      return y.abs().max().item<double>() > 1e6 ? y / 2.0 : y;  // a data-dependent branch
-    }
+  const auto reads_the_host = [](nn::Module& inner, const Tensor& x) {
+    const Tensor y = inner.forward(x);
+    return y.abs().max().item<double>() > 1e6 ? y / 2.0 : y;  // a data-dependent branch
   };
   for (const bool reads : {false, true}) {
     manual_seed(2);
     std::shared_ptr<nn::Module> model = models::build_model(models::preset_spec("mlp", {4}, 2)).module;
-    if (reads) model = std::make_shared<ReadsTheHost>(model);
+    if (reads) model = std::make_shared<Around>(model, reads_the_host);
     auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::Options{{"lr", 0.1}});
     Trainer t(model, opt, {.epochs = 2, .metric_interval = 4, .checkpoint_every_epoch = false});
     const Tensor x = randn({128, 4});
