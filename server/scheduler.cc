@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -302,7 +303,9 @@ absl::StatusOr<Scheduler::Submitted> Scheduler::SubmitLocked(const v1::JobSpec& 
   if (!spec.client_job_id().empty()) {
     // An idempotent retry must succeed even when the queue is full.
     if (std::optional<JobRow> r = store_.get_job_by_client_id(spec.client_job_id())) {
-      if (r->spec_json != ToJson(spec)) {
+      // Compared as messages: the JSON text of a spec with a map (doctor.thresholds) lists its
+      // entries in the map's own order, which differs between equal specs.
+      if (!google::protobuf::util::MessageDifferencer::Equals(SpecOf(*r), spec)) {
         return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", spec.client_job_id(),
                                                      "\" is already used by job ", r->id,
                                                      " with a different spec; retries must send the same spec"));

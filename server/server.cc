@@ -272,8 +272,9 @@ void AnvilServer::start() {
       // without a metrics address, where NVML is not opened).
       workers::UtilisationSource utilisation;
       if (d.is_cuda() && s->gpu_metrics) {
-        utilisation = [read = s->gpu_metrics->utilisation_reader()](Device device) {
-          return read(cuda_pci_bus_id(device.index), device.index);
+        // The bus id is read once, here; the reader looks the GPU up by it at each interval.
+        utilisation = [read = s->gpu_metrics->utilisation_reader(), bus_id = cuda_pci_bus_id(d.index)](Device) {
+          return read(bus_id);
         };
       }
       factories.push_back([d, utilisation](workers::EventSink sink) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/amp/autocast.h"
+#include "core/backend/device_info.h"
 #include "core/backend/registry.h"
 #include "core/models/archive.h"
 #include "core/util/clock.h"
@@ -140,9 +141,14 @@ class DeviceWorker final : public Worker {
       if (utilisation_ && !device_.is_cpu()) {
         plan.options.device_utilisation = [read = utilisation_, device = device_] { return read(device); };
       }
-      // A GPU's cache starts empty for each job: what an earlier job left cached is neither this
-      // job's to hold nor counted in its peak (the doctor's MEMORY_FRAGMENTATION).
-      if (device_.is_cuda()) backend_for(device_).allocator(device_)->empty_cache();
+      // A GPU's cache starts empty for each job and its peak from what is in use now: what an
+      // earlier job left cached is neither this job's to hold nor counted in its peak (the
+      // doctor's MEMORY_FRAGMENTATION compares the two). A serving worker on the same GPU keeps
+      // its blocks in use; only unused cached memory is returned.
+      if (device_.is_cuda()) {
+        backend_for(device_).allocator(device_)->empty_cache();
+        reset_peak_memory(device_);
+      }
       train::Trainer trainer(plan.model.module, plan.optimizer, plan.options, plan.loss);
       if (plan.scheduler) trainer.set_scheduler(plan.scheduler);
       data::DataLoader train_loader(plan.train_set, plan.train_loader);

@@ -627,8 +627,9 @@ void Doctor::CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out) {
   const double median = Median(u);
   const double data_wait = Median(std::move(wait));
   const bool cpu = context_.device == "cpu";
-  // On the CPU, what data waits do not explain of the thread's time off a core.
-  const double unexplained = std::max(0.0, 1.0 - median - data_wait);
+  // On the CPU, what data waits do not explain of the thread's time off a core. Without loader
+  // workers the batches are built on the training thread: that wait is CPU time, not idle.
+  const double unexplained = std::max(0.0, 1.0 - median - (context_.loader_workers > 0 ? data_wait : 0.0));
   std::string advice =
       "the " + std::string(cpu ? "CPU" : "device") + " computed only " + Percent(median) +
       " of the time (95th percentile " + Percent(p95) + " over " + std::to_string(window) +
@@ -668,11 +669,12 @@ void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
     const double share = held / static_cast<double>(m.memory_reserved_bytes);
     const bool over =
         share > options_.fragmentation_share && held > static_cast<double>(options_.fragmentation_min_bytes);
+    if (over && fragmentation_run_ == 0) fragmentation_from_step_ = m.step;
     fragmentation_run_ = over ? fragmentation_run_ + 1 : 0;
     if (fragmentation_run_ >= options_.fragmentation_intervals) {
       Report({"MEMORY_FRAGMENTATION",
               Severity::kWarning,
-              m.step,
+              fragmentation_from_step_,
               m.step,
               {{"unused_reserved_share", share},
                {"reserved_bytes", static_cast<double>(m.memory_reserved_bytes)},
@@ -683,9 +685,9 @@ void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
                   " MiB while the run never had more than " +
                   Fixed(static_cast<double>(m.memory_peak_bytes) / kMiB, 0) + " MiB in use at once: " + Percent(share) +
                   " of it is freed blocks later requests cannot reuse (fragmentation), which ends in an out-of-memory "
-                  "error with memory free. Set ANVIL_CUDA_ALLOC_CONF=expandable_segments:true (or "
-                  "max_split_size_mb:N), keep tensor shapes steady (pad or bucket variable lengths), and do not "
-                  "call empty_cache in the loop"},
+                  "error with memory free. Keep tensor shapes steady (pad or bucket variable lengths); the operator "
+                  "can start anvild with ANVIL_CUDA_ALLOC_CONF=expandable_segments:true (or max_split_size_mb:N), "
+                  "which lets the cache grow one segment instead of stranding old ones"},
              out);
     }
   }
@@ -706,18 +708,25 @@ void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
       grown > options_.memory_growth_share * static_cast<double>(growth_from_bytes_) &&
       grown > static_cast<double>(options_.memory_growth_min_bytes)) {
     const double per_step = grown / static_cast<double>(std::max<int64_t>(1, m.step - growth_from_step_));
+    // On the CPU the allocator is the process's: every CPU job and loader here shares what it
+    // counts, so the growth may be another job's. Worth knowing, not a verdict on this one.
+    const bool cpu = context_.device == "cpu";
     Report({"MEMORY_FRAGMENTATION",
-            Severity::kWarning,
+            cpu ? Severity::kInfo : Severity::kWarning,
             growth_from_step_,
             m.step,
             {{"allocated_bytes", static_cast<double>(m.memory_allocated_bytes)},
              {"allocated_bytes_before", static_cast<double>(growth_from_bytes_)},
              {"bytes_per_step", per_step},
              {"intervals", static_cast<double>(growth_run_)}},
-            "memory in use grew at each of the last " + std::to_string(growth_run_) + " intervals, from " +
+            std::string(cpu ? "memory in use by this process (the CPU allocator, shared by every CPU job and loader "
+                              "in it) grew"
+                            : "memory in use on the device grew") +
+                " at each of the last " + std::to_string(growth_run_) + " intervals, from " +
                 Fixed(static_cast<double>(growth_from_bytes_) / kMiB, 1) + " to " +
                 Fixed(static_cast<double>(m.memory_allocated_bytes) / kMiB, 1) + " MiB (" + Fixed(per_step / kMiB, 2) +
-                " MiB a step): something keeps each step's tensors alive, and the run will end out of memory. "
+                " MiB a step): if it is this job's, something keeps each step's tensors alive, and the run will end "
+                "out of memory. "
                 "Look for outputs, activations or losses stored for later (keep `loss.item()`, or a bounded "
                 "number of detached copies), tensors appended to a list every step, and caches without a "
                 "bound"},

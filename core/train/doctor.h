@@ -160,11 +160,11 @@ struct DoctorOptions {
 // "utilisation_window", ...) to `value`; the service's JobSpec.doctor.thresholds. Returns "" or
 // why not, naming what was expected: an unknown name (with the known ones), a share outside
 // [0, 1], a negative or non-finite threshold, a count that is not a whole number in its range
-// (windows from 1 to kMaxDoctorWindow: the doctor's memory is bounded by its longest window).
+// (windows from 1 to kMaxDoctorWindow: the doctor keeps its longest window's intervals).
 std::string set_doctor_option(DoctorOptions& options, const std::string& name, double value);
 // Every name set_doctor_option takes, in DoctorOptions' order.
 const std::vector<std::string>& doctor_option_names();
-inline constexpr int64_t kMaxDoctorWindow = 10000;
+inline constexpr int64_t kMaxDoctorWindow = 1000;
 
 // What the doctor knows of the job beside its metrics: the advice names these.
 struct DoctorContext {
@@ -246,7 +246,7 @@ class Doctor {
     double utilisation, data_wait;
   };
   std::deque<UtilisationSample> utilisation_window_;
-  int64_t fragmentation_run_ = 0;  // intervals in a row over the fragmentation share
+  int64_t fragmentation_run_ = 0, fragmentation_from_step_ = 0;  // intervals in a row over the share, from
   // MEMORY_FRAGMENTATION's growth: the bytes in use at the previous interval's end, and where
   // (step, bytes) the current run of rises began.
   int64_t last_allocated_ = -1, growth_run_ = 0, growth_from_step_ = 0, growth_from_bytes_ = 0;

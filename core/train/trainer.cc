@@ -12,7 +12,6 @@
 
 #include "core/amp/autocast.h"
 #include "core/autograd/grad_mode.h"
-#include "core/backend/device_info.h"
 #include "core/backend/registry.h"
 #include "core/nn/activation_probe.h"
 #include "core/nn/functional.h"
@@ -278,12 +277,11 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
   const double dispatch_seconds = MeasureDispatchSeconds(ModelDevice());
   auto interval_start = Clock::now();
   double interval_cpu_start = ThreadCpuSeconds();
-  // The model device's allocator (StepMetrics::memory_*). A caching device allocator serves
-  // this run alone (one job per GPU), so its peak is restarted here and read as the run's own;
-  // the CPU allocator is the process's, shared with other jobs, and its peak is left alone.
+  // The model device's allocator (StepMetrics::memory_*). On a GPU its peak is the most in use
+  // since the allocator's last reset_peak_memory (the service resets it, with the cache, as each
+  // job starts); the CPU allocator is the process's, and no peak of it is reported.
   const Device model_device = ModelDevice();
   Allocator* device_allocator = backend_for(model_device).allocator(model_device);
-  reset_peak_memory(model_device);
   // Data-parallel: a cancel request takes effect at the step every rank agreed on (at a metric
   // read), so no rank leaves a collective the others are in.
   bool stop_agreed = false;
@@ -397,7 +395,10 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
     m.layer_grad_norms = std::move(layer_grad_norms);
     m.activation_shares = std::move(activation_shares);
     if (model_device.is_cpu()) {
-      m.device_utilisation = secs > 0 ? std::clamp(busy_secs / secs, 0.0, 1.0) : -1.0;
+      // A checkpoint written inside the interval is not the device idling: its wait on the
+      // disk (fsync) is left out of the wall time, as it is of each rank's compute.
+      const double wall = secs - interval_checkpoint_seconds;
+      m.device_utilisation = wall > 0 ? std::clamp(busy_secs / wall, 0.0, 1.0) : -1.0;
     } else if (o.device_utilisation) {
       const std::optional<double> u = o.device_utilisation();
       if (u && std::isfinite(*u)) m.device_utilisation = std::clamp(*u, 0.0, 1.0);
@@ -469,6 +470,9 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
           weight = weight + (w * w).sum();
         }
         update_ratio = (delta / weight).sqrt();
+        // The clones go before the interval's read: every flush then sees the same tensors
+        // alive (StepMetrics::memory_allocated_bytes, the doctor's growth rule).
+        before.clear();
       }
       scaler_.update();
       optimizer_->zero_grad();

@@ -151,9 +151,10 @@ struct StepMetrics {
   // on a GPU), -1 when it is unset.
   double device_utilisation = -1;
   // The model device's allocator at the interval's end (-1 where unknown): bytes in tensors,
-  // bytes held from the system (in use plus cached), and the most in use at once since fit
-  // started (a caching device allocator's peak; -1 on the CPU, whose allocator is the
-  // process's). The doctor's MEMORY_FRAGMENTATION.
+  // bytes held from the system (in use plus cached), and the most in use at once since the
+  // allocator's last reset_peak_memory (a caching device allocator's peak, which the service
+  // resets as each job starts; -1 on the CPU, whose allocator is the process's). The doctor's
+  // MEMORY_FRAGMENTATION.
   int64_t memory_allocated_bytes = -1, memory_reserved_bytes = -1, memory_peak_bytes = -1;
 };
 

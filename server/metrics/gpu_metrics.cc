@@ -135,14 +135,11 @@ GpuMetrics::~GpuMetrics() = default;
 int GpuMetrics::device_count() const { return static_cast<int>(nvml_->devices.size()); }
 
 GpuMetrics::UtilisationReader GpuMetrics::utilisation_reader() const {
-  return [nvml = nvml_](const std::string& pci_bus_id, int index) -> std::optional<double> {
+  return [nvml = nvml_](const std::string& pci_bus_id) -> std::optional<double> {
     NvmlDevice device = nullptr;
-    if (!pci_bus_id.empty() && nvml->by_pci_bus_id != nullptr) {
-      // A bus id NVML does not know is not guessed at by index: that could be another GPU.
-      if (nvml->by_pci_bus_id(pci_bus_id.c_str(), &device) != kNvmlSuccess) return std::nullopt;
-    } else {
-      if (index < 0 || static_cast<size_t>(index) >= nvml->devices.size()) return std::nullopt;
-      device = nvml->devices[static_cast<size_t>(index)];
+    if (pci_bus_id.empty() || nvml->by_pci_bus_id == nullptr ||
+        nvml->by_pci_bus_id(pci_bus_id.c_str(), &device) != kNvmlSuccess) {
+      return std::nullopt;
     }
     NvmlUtilization u{};
     if (nvml->utilization(device, &u) != kNvmlSuccess) return std::nullopt;

@@ -36,10 +36,11 @@ class GpuMetrics {
 
   // Reads a GPU's utilisation now (NVML's share of its last sample period in which a kernel
   // ran), for the training doctor's per-job LOW_DEVICE_UTILISATION. The GPU is found by its
-  // PCI bus id (cuda_pci_bus_id: NVML orders GPUs by bus, CUDA may not), or by `index` where
-  // the id is empty or this NVML cannot look one up. nullopt when the read fails. The reader
-  // keeps the library loaded; NVML's calls are thread-safe, so any thread may call it.
-  using UtilisationReader = std::function<std::optional<double>(const std::string& pci_bus_id, int index)>;
+  // PCI bus id (cuda_pci_bus_id): NVML orders GPUs by bus, CUDA may not, so an index would be
+  // a guess. nullopt for an empty or unknown id, an NVML without the lookup, or a failed read:
+  // no value rather than another GPU's. The reader keeps the library loaded; NVML's calls are
+  // thread-safe, so any thread may call it.
+  using UtilisationReader = std::function<std::optional<double>(const std::string& pci_bus_id)>;
   UtilisationReader utilisation_reader() const;
 
  private:

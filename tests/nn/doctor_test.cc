@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "core/anvil.h"
@@ -118,6 +120,23 @@ TEST(Doctor, AHealthyRunIsQuiet) {
 // refused with what was expected.
 TEST(DoctorOptionsByName, EveryThresholdIsSetByNameWithinItsRange) {
   EXPECT_EQ(doctor_option_names().size() * 8, sizeof(DoctorOptions));
+  // Each name writes its own field: one 8-byte slot changes, a different one for every name.
+  std::set<size_t> slots;
+  for (const std::string& name : doctor_option_names()) {
+    std::vector<size_t> changed;
+    for (const double v : {1.0, 0.0}) {
+      const DoctorOptions before;
+      DoctorOptions after;
+      ASSERT_EQ(set_doctor_option(after, name, v), "") << name;
+      const auto* a = reinterpret_cast<const unsigned char*>(&before);
+      const auto* b = reinterpret_cast<const unsigned char*>(&after);
+      for (size_t slot = 0; slot < sizeof(DoctorOptions) / 8; ++slot)
+        if (std::memcmp(a + 8 * slot, b + 8 * slot, 8) != 0) changed.push_back(slot);
+      if (!changed.empty()) break;  // 1 may be the default; then 0 is not
+    }
+    ASSERT_EQ(changed.size(), 1u) << name;
+    EXPECT_TRUE(slots.insert(changed[0]).second) << name << " writes a field another name writes";
+  }
   DoctorOptions o;
   for (const std::string& name : doctor_option_names()) EXPECT_EQ(set_doctor_option(o, name, 1.0), "") << name;
   DoctorOptions lenient;
@@ -141,8 +160,8 @@ TEST(DoctorOptionsByName, EveryThresholdIsSetByNameWithinItsRange) {
                                                                  "data_stall_warning, data_stall_info,"));
   EXPECT_EQ(set_doctor_option(o, "data_stall_warning", 1.5), "expected a share from 0 to 1, got 1.5");
   EXPECT_EQ(set_doctor_option(o, "grad_growth", -1), "expected a number of 0 or more, got -1");
-  EXPECT_EQ(set_doctor_option(o, "grad_window", 2.5), "expected a window, a whole number from 1 to 10000, got 2.5");
-  EXPECT_EQ(set_doctor_option(o, "grad_window", 1e6), "expected a window, a whole number from 1 to 10000, got 1000000");
+  EXPECT_EQ(set_doctor_option(o, "grad_window", 2.5), "expected a window, a whole number from 1 to 1000, got 2.5");
+  EXPECT_EQ(set_doctor_option(o, "grad_window", 1e6), "expected a window, a whole number from 1 to 1000, got 1000000");
   EXPECT_EQ(set_doctor_option(o, "warmup_steps", std::nan("")), "expected a finite number, got nan");
   EXPECT_EQ(o.grad_window, 1) << "a refused value leaves the field as it was";
 }
@@ -600,7 +619,7 @@ TEST(DoctorAllocator, GrowingRequestsFragmentTheCacheAndExpandableSegmentsDoNot)
       cuda::CachingAllocator cache(&memory, options);
       Doctor d({.loader_workers = 2, .batch_size = 64, .device = "cuda"});
       void* weights = cache.allocate(size_t{256} << 20, 1);
-      cache.reset_peak();  // as the trainer does when fit starts: the peak is the run's
+      cache.reset_peak();  // as the service does when a job starts: the peak is the run's
       for (int64_t i = 0; i < 30; ++i) {
         // Each interval's activations: 64 MiB more than the last interval's.
         void* activations = cache.allocate((size_t{64} << 20) * static_cast<size_t>(i + 1), 1);
@@ -828,12 +847,12 @@ TEST(DoctorTrainer, ADeepSigmoidStackVanishesAndAShallowReluTwinDoesNot) {
 }
 
 // The trainer's CPU utilisation (the training thread's CPU time over the interval's wall
-// time): a step that sleeps 5 ms (a lock, a file read, another process's turn) leaves the CPU
+// time): a step that sleeps 20 ms (a lock, a file read, another process's turn) leaves the CPU
 // idle and fires LOW_DEVICE_UTILISATION; its twin computes through its steps. The bounds are
 // loose on purpose: tests share the machine's cores.
 TEST(DoctorTrainer, AStepThatSleepsLeavesTheCpuIdleAndItsTwinDoesNot) {
   const auto sleeps_first = [](nn::Module& inner, const Tensor& x) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return inner.forward(x);
   };
   double medians[2] = {0, 0};
@@ -843,7 +862,8 @@ TEST(DoctorTrainer, AStepThatSleepsLeavesTheCpuIdleAndItsTwinDoesNot) {
     if (sleeps) model = std::make_shared<Around>(model, sleeps_first);
     std::vector<double> u;
     // The line at half its default: a test process shares the cores with other tests, and the
-    // sleeping step (5 ms against well under 1 ms of compute) is far below either line.
+    // sleeping step (20 ms against well under 1 ms of compute, a few ms under a sanitizer) is
+    // far below either line.
     DoctorRun run{.batch = 8, .epochs = 2};
     run.options.utilisation_p95 = 0.35;
     const std::vector<std::string> codes =
@@ -860,8 +880,7 @@ TEST(DoctorTrainer, AStepThatSleepsLeavesTheCpuIdleAndItsTwinDoesNot) {
     EXPECT_EQ(std::count(codes.begin(), codes.end(), "LOW_DEVICE_UTILISATION") > 0, sleeps);
   }
   EXPECT_LT(medians[0], 0.3);
-  EXPECT_GT(medians[1], 0.5);
-  EXPECT_GT(medians[1], 2 * medians[0]);
+  EXPECT_GT(medians[1], 3 * medians[0]);
 }
 
 // Memory in use at each interval's end, from the trainer: a model that keeps every step's

@@ -216,7 +216,7 @@ TEST_F(JobSpecTest, RefusesEachBadField) {
        "spec.doctor.thresholds.utilisation_p95: expected a share from 0 to 1, got 70"},
       {"doctor threshold window 0",
        [](auto& s) { (*s.mutable_doctor()->mutable_thresholds())["utilisation_window"] = 0; }, kInvalid,
-       "spec.doctor.thresholds.utilisation_window: expected a window, a whole number from 1 to 10000, got 0"},
+       "spec.doctor.thresholds.utilisation_window: expected a window, a whole number from 1 to 1000, got 0"},
       {"doctor threshold not finite",
        [](auto& s) {
          (*s.mutable_doctor()->mutable_thresholds())["grad_growth"] = std::numeric_limits<double>::infinity();

@@ -247,6 +247,7 @@ TEST_F(SchedulerTest, EventsAfterAJobEndedChangeNothing) {
   EXPECT_EQ(store_->metrics(a, 0).size(), events);  // nothing recorded either
   // Each was an illegal transition, counted for the operators (logged too).
   EXPECT_EQ(metrics.illegal_job_transitions.Value(), 4.0);
+  scheduler_.reset();  // before the metrics it writes to
 }
 
 TEST_F(SchedulerTest, AFailedJobsReasonNamesItsKindUnlessTheEngineRefusedItsContent) {

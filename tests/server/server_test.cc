@@ -386,6 +386,27 @@ TEST_F(ServerTest, JobCallsAndTheirStatusCodes) {
   EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// A spec with a map (the doctor's thresholds): retries of an equal spec are the same job,
+// whatever order each copy of the map keeps its entries in (specs are compared as messages).
+TEST_F(ServerTest, RetriesOfASpecWithThresholdsAreTheSameJob) {
+  grpc::Status st;
+  bool created = false;
+  v1::JobSpec mapped = BlobsSpec(1);
+  mapped.set_client_job_id("retry-43");
+  for (const char* name : {"data_stall_warning", "utilisation_p95", "grad_growth", "overfit_margin", "dead_relu_share"})
+    (*mapped.mutable_doctor()->mutable_thresholds())[name] = 0.5;
+  const v1::Job mapped_first = Submit(mapped, nullptr, &created);
+  EXPECT_TRUE(created);
+  for (int i = 0; i < 5; ++i) {
+    const v1::JobSpec copy = mapped;
+    const v1::Job retried = Submit(copy, &st, &created);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_FALSE(created);
+    EXPECT_EQ(retried.id(), mapped_first.id());
+  }
+  Stream(mapped_first.id());
+}
+
 TEST_F(ServerTest, CancellingAStreamDoesNotCancelTheJobButCancelJobDoes) {
   v1::JobSpec spec = BlobsSpec(400);
   spec.set_metric_interval(1);
