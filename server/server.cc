@@ -273,7 +273,7 @@ void AnvilServer::start() {
       workers::UtilisationSource utilisation;
       if (d.is_cuda() && s->gpu_metrics) {
         // The bus id is read once, here; the reader looks the GPU up by it at each interval.
-        utilisation = [read = s->gpu_metrics->utilisation_reader(), bus_id = cuda_pci_bus_id(d.index)](Device) {
+        utilisation = [read = s->gpu_metrics->utilisation_reader(), bus_id = cuda_pci_bus_id(d.index)] {
           return read(bus_id);
         };
       }

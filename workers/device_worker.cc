@@ -138,9 +138,7 @@ class DeviceWorker final : public Worker {
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
       JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_, job.memory_budget});
-      if (utilisation_ && !device_.is_cpu()) {
-        plan.options.device_utilisation = [read = utilisation_, device = device_] { return read(device); };
-      }
+      if (!device_.is_cpu()) plan.options.device_utilisation = utilisation_;
       // A GPU's cache starts empty for each job and its peak from what is in use now: what an
       // earlier job left cached is neither this job's to hold nor counted in its peak (the
       // doctor's MEMORY_FRAGMENTATION compares the two). A serving worker on the same GPU keeps

@@ -100,10 +100,11 @@ class Worker {
   virtual void shutdown() = 0;
 };
 
-// Reads an accelerator's utilisation now (0 to 1; nullopt when it cannot be read): the
-// service's NVML reader for a GPU (StepMetrics::device_utilisation, the doctor's
-// LOW_DEVICE_UTILISATION). Called from the worker's thread.
-using UtilisationSource = std::function<std::optional<double>(Device device)>;
+// Reads the worker's accelerator's utilisation now (0 to 1; nullopt when it cannot be read):
+// the service's NVML reader for its GPU, handed to each job's trainer as
+// TrainerOptions::device_utilisation (the doctor's LOW_DEVICE_UTILISATION). Called from the
+// worker's thread.
+using UtilisationSource = std::function<std::optional<double>()>;
 
 // A worker for `device`: one thread; on the CPU jobs use the engine's intra-op pool, on a GPU
 // the thread's own stream (and `utilisation`, when given, for the jobs' device utilisation).
