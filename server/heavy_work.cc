@@ -1,9 +1,11 @@
 #include "server/heavy_work.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "core/util/fault_point.h"
@@ -17,8 +19,26 @@ void heavy_work_fault_point() {
   if (fault_point_fires("heavy_work:slow")) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+namespace {
+std::atomic<int64_t> abandoned_queued{0};
+std::atomic<int64_t> abandoned_running{0};
+}  // namespace
+
 absl::Status heavy_work_abandoned() {
+  abandoned_queued.fetch_add(1, std::memory_order_relaxed);
   return absl::CancelledError("the call ended (its deadline passed, or the client cancelled) while its work waited");
+}
+
+void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call, std::string_view done) {
+  if (!ctx.IsCancelled()) return;
+  abandoned_running.fetch_add(1, std::memory_order_relaxed);
+  std::string message = "the call ended (its deadline passed, or the client cancelled) during its ";
+  message.append(call).append(": stopped after ").append(done);
+  throw ServiceError(absl::CancelledError(message));
+}
+
+AbandonedHeavyWork abandoned_heavy_work() {
+  return {abandoned_queued.load(std::memory_order_relaxed), abandoned_running.load(std::memory_order_relaxed)};
 }
 
 void run_heavy_work(BoundedExecutor& pool, const grpc::ServerContextBase& ctx, const std::function<void()>& work) {

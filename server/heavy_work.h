@@ -8,7 +8,9 @@
 //   - the call pool stays free for the cheap calls (ListJobs, GetJob, KServe metadata), which
 //     answer in milliseconds while heavy work queues;
 //   - a call whose client gave up (its deadline passed, or it cancelled) while its work waited
-//     is answered CANCELLED without doing the work.
+//     is answered CANCELLED without doing the work; one whose client gives up while it runs
+//     stops at the work's next phase (a dry run after its data, after its model; an export
+//     after its capture), so the rest is not done for nobody.
 // Unary calls hand the whole call over (serve_method_heavy in server/unary_call.h); streaming
 // calls wait for their work on their own stream-pool thread (run_heavy_work).
 // Thread-safety: free functions over a thread-safe pool.
@@ -17,7 +19,9 @@
 #include <absl/status/status.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include "server/bounded_executor.h"
 
@@ -36,7 +40,22 @@ void run_heavy_work(BoundedExecutor& pool, const grpc::ServerContextBase& ctx, c
 // when disarmed.
 void heavy_work_fault_point();
 
-// CANCELLED for a call whose client left while its work waited for the pool.
+// CANCELLED for a call whose client left while its work waited for the pool (counted as
+// abandoned while queued).
 absl::Status heavy_work_abandoned();
+
+// Called by heavy work between its phases: throws ServiceError CANCELLED, naming `call` and
+// the phase `done`, when the client has left (counted as abandoned while running); returns
+// otherwise. One atomic load while the client waits.
+void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call, std::string_view done);
+
+// Heavy calls given up because their client left, since the process started (every server in
+// it): before their work began, and between its phases. anvil_heavy_work_abandoned_total
+// exposes them.
+struct AbandonedHeavyWork {
+  int64_t queued = 0;
+  int64_t running = 0;
+};
+AbandonedHeavyWork abandoned_heavy_work();
 
 }  // namespace anvil::server

@@ -14,6 +14,7 @@
 #include "core/data/datasets/digits.h"
 #include "core/util/utf8.h"
 #include "server/grpc_front.h"
+#include "server/heavy_work.h"
 #include "server/log.h"
 #include "server/loopback.h"
 #include "server/state.h"
@@ -173,6 +174,18 @@ void AnvilServer::start() {
     s->options.datasets_dir.pop_back();
   if (!options_.metrics_address.empty()) {
     s->metrics = std::make_unique<metrics::ServiceMetrics>(s->metrics_registry);
+    // Heavy calls whose client left (server/heavy_work.h): counted where the work stops, read
+    // at each scrape.
+    metrics::Family<metrics::Counter>& abandoned = s->metrics_registry.counter(
+        "anvil_heavy_work_abandoned_total",
+        "Heavy calls (dry runs, quantizations, ONNX exports, model uploads) given up because their client left: "
+        "while queued for the work pool, or between the phases of their work (since the process started).",
+        {"when"});
+    s->metrics_registry.add_collector([&abandoned] {
+      const AbandonedHeavyWork a = abandoned_heavy_work();
+      metrics::advance_to(abandoned.with({"queued"}), static_cast<double>(a.queued));
+      metrics::advance_to(abandoned.with({"running"}), static_cast<double>(a.running));
+    });
     std::string why_not;
     s->gpu_metrics = metrics::GpuMetrics::Open(s->metrics_registry, metrics::default_nvml_library(), &why_not);
     if (s->gpu_metrics) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/models/serving.h"
 #include "core/onnx/export.h"
@@ -201,15 +202,15 @@ class ServingService final : public ServingBase {
           validate_job_spec(plan_spec, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       workers::JobPlan plan;
       try {
-        plan = workers::make_job_plan(checked,
-                                      {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
-                                      /*seed_generator=*/false);
+        plan = workers::make_job_plan(
+            checked, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
+            /*seed_generator=*/false, [ctx](std::string_view done) { stop_if_abandoned(*ctx, "quantization", done); });
         plan.model.module->load_state_dict(m->loaded.built.module->state_dict());
       } catch (const Error& e) {
         throw ServiceError(absl::StatusCode::kInvalidArgument,
                            scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
       }
-      ANVIL_SERVICE_CHECK(!ctx->IsCancelled(), absl::StatusCode::kCancelled, "Quantize cancelled by the client");
+      stop_if_abandoned(*ctx, "quantization", "its plan, before its calibration");
       const std::string relative = "quantized/" + m->row.name + "-v" + std::to_string(m->row.version) + "-" +
                                    spec.mode() + "-" + std::to_string(unix_millis()) + ".anvil";
       const fs::path path = fs::path(s_.data_root) / relative;
@@ -265,7 +266,7 @@ class ServingService final : public ServingBase {
       throw ServiceError(absl::StatusCode::kInvalidArgument,
                          scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
     }
-    ANVIL_SERVICE_CHECK(!ctx.IsCancelled(), absl::StatusCode::kCancelled, "Quantize cancelled by the client");
+    stop_if_abandoned(ctx, "quantization", "its data, before its calibration");
     const std::string relative = "quantized/" + m.row.name + "-v" + std::to_string(m.row.version) + "-" + spec.mode() +
                                  "-" + std::to_string(unix_millis()) + ".onnx";
     const fs::path path = fs::path(s_.data_root) / relative;
@@ -318,7 +319,7 @@ class ServingService final : public ServingBase {
       std::string verification;
       if (req->format() == v1::ONNX) {
         std::string onnx_bytes;
-        run_heavy_work(*s_.work_pool, *ctx, [&] { onnx_bytes = ExportOnnx(*m, *req, &verification); });
+        run_heavy_work(*s_.work_pool, *ctx, [&] { onnx_bytes = ExportOnnx(*ctx, *m, *req, &verification); });
         payload = models::bytes_export(file_name + ".onnx", std::move(onnx_bytes));
       } else {
         try {
@@ -446,8 +447,10 @@ class ServingService final : public ServingBase {
  private:
   // The model's ONNX file: bad options are INVALID_ARGUMENT; a model the exporter cannot
   // capture (an op without an ONNX form, data-dependent control flow) is FAILED_PRECONDITION,
-  // with the exporter's message naming the op.
-  std::string ExportOnnx(const ServedModel& m, const v1::ExportRequest& req, std::string* verification) {
+  // with the exporter's message naming the op. A client that leaves during the capture stops
+  // the call before its verification.
+  std::string ExportOnnx(const grpc::ServerContextBase& ctx, const ServedModel& m, const v1::ExportRequest& req,
+                         std::string* verification) {
     const models::BuiltModel& built = m.loaded.built;
     const std::vector<onnx::InputSignature> inputs{{built.input_name, built.input_shape, built.input_dtype}};
     onnx::ExportOptions options;
@@ -482,6 +485,7 @@ class ServingService final : public ServingBase {
                          "model \"" + m.row.name + "\" cannot be exported to ONNX: " + e.what());
     }
     if (req.verify()) {
+      stop_if_abandoned(ctx, "ONNX export", "its capture, before its verification");
       nn::Module& module = *built.module;
       const std::vector<Tensor> params = module.parameters();
       const Device device = params.empty() ? kCPU : params.front().device();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <string_view>
 #include <thread>
 
 #include "core/backend/kernel_report.h"
@@ -15,6 +16,7 @@
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
 #include "server/finding_set.h"
+#include "server/heavy_work.h"
 #include "server/job_spec.h"
 #include "server/listings.h"
 #include "server/metrics_hub.h"
@@ -87,10 +89,12 @@ class TrainingService final : public TrainingBase {
       if (req->dry_run()) {
         // Build the whole plan (data, model, optimizer) without training: catches a model
         // that does not fit the data before anything is queued. On a work-pool thread
-        // (serve_method_heavy), which bounds how many run at once.
+        // (serve_method_heavy), which bounds how many run at once; a client that leaves stops
+        // it at the plan's next phase.
         try {
           workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
-                                 /*seed_generator=*/false);
+                                 /*seed_generator=*/false,
+                                 [ctx](std::string_view done) { stop_if_abandoned(*ctx, "dry run", done); });
         } catch (const Error& e) {
           throw ServiceError(absl::StatusCode::kInvalidArgument,
                              scrub_paths(std::string("spec: ") + e.what(), s_.data_root));

@@ -113,10 +113,15 @@ JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, ui
   return out;
 }
 
-JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator) {
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator,
+                      const PlanPhaseDone& phase_done) {
+  const auto done = [&phase_done](std::string_view what) {
+    if (phase_done) phase_done(what);
+  };
   if (seed_generator) manual_seed(spec.seed());
   JobPlan plan;
   const JobData d = make_job_data(spec.dataset(), paths, spec.seed());
+  done("its data");
   plan.train_set = d.train_set;
   plan.val_set = d.val_set;
   plan.labels = d.labels;
@@ -144,6 +149,7 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
                 " per sample cannot score the dataset's ", d.num_classes, " classes (cross_entropy needs [",
                 d.num_classes, "]: a last linear layer with out_features ", d.num_classes, ")");
   }
+  done("its model");
 
   // On the training device before the optimizer takes the parameters (to() replaces them).
   if (paths.device != kCPU) plan.model.module->to(paths.device);

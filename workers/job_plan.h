@@ -7,8 +7,10 @@
 // Thread-safety: make_job_plan is reentrant; a JobPlan belongs to the thread that runs it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/data/data.h"
@@ -62,8 +64,13 @@ data::CsvOptions csv_options(const v1::DatasetSpec& dataset, const std::string& 
 // the file's place (path:line) where the file is at fault.
 void check_dataset_columns(const v1::DatasetSpec& dataset, const std::string& data_root);
 
+// Called after each of the plan's costly phases, with what was done ("its data", "its
+// model"); it may throw to stop the plan there (a dry run whose client left).
+using PlanPhaseDone = std::function<void(std::string_view done)>;
+
 // Seeds the default generator with spec.seed first (model initialisation is reproducible);
 // a dry run passes seed_generator = false so it cannot disturb a job training meanwhile.
-JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true);
+JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true,
+                      const PlanPhaseDone& phase_done = {});
 
 }  // namespace anvil::workers

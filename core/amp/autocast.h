@@ -17,6 +17,9 @@
 //     loss = cross_entropy(logits, y);           // in float32
 //   }
 //   loss.backward();                              // float32 gradients on the float32 weights
+//
+// Thread-safety: a region and its weight-cast cache are the calling thread's own
+// (thread-local); the free functions may be called from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 // Whether ops record autograd history on this thread (PyTorch's torch.no_grad()).
 // Thread-local, like PyTorch: each worker thread starts with grad mode enabled.
+// Thread-safety: each thread reads and sets its own mode; the guards belong to the thread
+// that made them.
 #pragma once
 
 namespace anvil {

@@ -1,4 +1,6 @@
 // Activation and dropout modules: thin wrappers over the functional API.
+// Thread-safety: as every Module (core/nn/module.h): one thread trains or evaluates a module
+// at a time; the probe they report to is the calling thread's.
 #pragma once
 
 #include <string>

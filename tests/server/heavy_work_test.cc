@@ -199,5 +199,45 @@ TEST_F(HeavyWorkTest, AFullWorkPoolRefusesAndAQueuedCallEndsAtItsDeadline) {
   EXPECT_TRUE(DryRun(&resp).ok());
 }
 
+// A client that leaves while its heavy call runs stops the work at its next phase: the dry
+// run after its data (its model is not built), the verified export after its capture (it is
+// not verified). Each is counted as abandoned while running, none while queued.
+TEST_F(HeavyWorkTest, AClientThatLeavesDuringTheWorkStopsItAtItsNextPhase) {
+  StartSmall();
+  Stream(Submit(BlobsSpec(1)).id());        // a model to export
+  set_fault_point("heavy_work:slow=fire");  // each heavy job starts a second late: the client leaves first
+  const std::string running = "anvil_heavy_work_abandoned_total{when=\"running\"}";
+  const std::string queued = "anvil_heavy_work_abandoned_total{when=\"queued\"}";
+  const double running_before = MetricValue(running), queued_before = MetricValue(queued);
+
+  v1::SubmitJobResponse resp;
+  EXPECT_EQ(DryRun(&resp, std::chrono::milliseconds(300)).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(running) == running_before + 1; }, std::chrono::seconds(30)));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  v1::ExportRequest req;
+  req.set_model("blobs-mlp");
+  req.set_format(v1::ONNX);
+  req.set_verify(true);
+  auto reader = serving_->Export(&ctx, req);
+  v1::ExportChunk chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(running) == running_before + 2; }, std::chrono::seconds(30)));
+  EXPECT_EQ(MetricValue(queued), queued_before);
+
+  // A client that stays gets the whole work, verified.
+  set_fault_point("");
+  grpc::Status status;
+  std::string sha, verification;
+  int64_t total = 0;
+  EXPECT_GT(Export("blobs-mlp", v1::ONNX, &status, &sha, &total, 0, {}, /*verify=*/true, &verification).size(), 100u);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(verification, HasSubstr("max |error|"));
+  EXPECT_TRUE(DryRun(&resp).ok());
+  EXPECT_EQ(MetricValue(running), running_before + 2);
+}
+
 }  // namespace
 }  // namespace anvil::server
