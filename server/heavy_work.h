@@ -9,8 +9,9 @@
 //     answer in milliseconds while heavy work queues;
 //   - a call whose client gave up (its deadline passed, or it cancelled) while its work waited
 //     is answered CANCELLED without doing the work; one whose client gives up while it runs
-//     stops at the work's next phase (a dry run after its data, after its model; an export
-//     after its capture), so the rest is not done for nobody.
+//     stops at the work's next phase (a dry run after its data, after its model; a verified
+//     export after its capture; a quantization before its calibration), so the rest is not
+//     done for nobody.
 // Unary calls hand the whole call over (serve_method_heavy in server/unary_call.h); streaming
 // calls wait for their work on their own stream-pool thread (run_heavy_work).
 // Thread-safety: free functions over a thread-safe pool.
@@ -45,12 +46,14 @@ void heavy_work_fault_point();
 absl::Status heavy_work_abandoned();
 
 // Called by heavy work between its phases: throws ServiceError CANCELLED, naming `call` and
-// the phase `done`, when the client has left (counted as abandoned while running); returns
-// otherwise. One atomic load while the client waits.
+// the phase `done`, when the call was cancelled (its client left, or the server cancelled it
+// at shutdown; counted as abandoned while running); returns otherwise. A cheap check: gRPC's
+// IsCancelled, one short lock.
 void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call, std::string_view done);
 
-// Heavy calls given up because their client left, since the process started (every server in
-// it): before their work began, and between its phases. anvil_heavy_work_abandoned_total
+// Heavy calls given up because they were cancelled (their client left, or the server ended
+// them), since the process started (every server in it): before their work began, and between
+// its phases. anvil_heavy_work_abandoned_total
 // exposes them.
 struct AbandonedHeavyWork {
   int64_t queued = 0;

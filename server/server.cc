@@ -178,8 +178,9 @@ void AnvilServer::start() {
     // at each scrape.
     metrics::Family<metrics::Counter>& abandoned = s->metrics_registry.counter(
         "anvil_heavy_work_abandoned_total",
-        "Heavy calls (dry runs, quantizations, ONNX exports, model uploads) given up because their client left: "
-        "while queued for the work pool, or between the phases of their work (since the process started).",
+        "Heavy calls (dry runs, quantizations, ONNX exports, model uploads) given up because they were cancelled "
+        "(the client left, or the server ended the call): while queued for the work pool, or between the phases "
+        "of their work (since the process started).",
         {"when"});
     s->metrics_registry.add_collector([&abandoned] {
       const AbandonedHeavyWork a = abandoned_heavy_work();
