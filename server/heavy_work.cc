@@ -20,20 +20,22 @@ void heavy_work_fault_point() {
 }
 
 namespace {
+// How both kinds of abandoned work begin their CANCELLED message.
+constexpr const char* kCallEnded = "the call ended (its deadline passed, or the client cancelled)";
 std::atomic<int64_t> abandoned_queued{0};
 std::atomic<int64_t> abandoned_running{0};
 }  // namespace
 
 absl::Status heavy_work_abandoned() {
   abandoned_queued.fetch_add(1, std::memory_order_relaxed);
-  return absl::CancelledError("the call ended (its deadline passed, or the client cancelled) while its work waited");
+  return absl::CancelledError(std::string(kCallEnded) + " while its work waited");
 }
 
 void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call, std::string_view done) {
   if (!ctx.IsCancelled()) return;
   abandoned_running.fetch_add(1, std::memory_order_relaxed);
-  std::string message = "the call ended (its deadline passed, or the client cancelled) during its ";
-  message.append(call).append(": stopped after ").append(done);
+  std::string message = kCallEnded;
+  message.append(" during its ").append(call).append(": stopped after ").append(done);
   throw ServiceError(absl::CancelledError(message));
 }
 

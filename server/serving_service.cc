@@ -210,7 +210,6 @@ class ServingService final : public ServingBase {
         throw ServiceError(absl::StatusCode::kInvalidArgument,
                            scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
       }
-      stop_if_abandoned(*ctx, "quantization", "its plan, before its calibration");
       const std::string relative = "quantized/" + m->row.name + "-v" + std::to_string(m->row.version) + "-" +
                                    spec.mode() + "-" + std::to_string(unix_millis()) + ".anvil";
       const fs::path path = fs::path(s_.data_root) / relative;
