@@ -57,14 +57,21 @@ void CheckActivation(const ActivationQParams& q, const char* layer, const char* 
               " zero point must be in 0..255 (quint8), got ", q.zero_point);
 }
 
+// Whether ParallelGemm splits a product of m rows and n columns by rows: when every thread
+// gets a few, or the columns are too few to share out.
+bool SplitByRows(int64_t m, int64_t n) { return m >= 4 * get_num_threads() || n < 64; }
+
+// The fewest rows a thread takes when a product is split by rows: at least 2^18 products each.
+int64_t RowGrain(int64_t k, int64_t n) {
+  return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, k * n));
+}
+
 // acc [m, n] = a [m, k] x W^T, over the pool: by rows when there are enough, else by blocks of
 // 16 columns (a batch of one still uses every thread).
 void ParallelGemm(int64_t m, const uint8_t* a, const cpu::PackedInt8Weight& w, int32_t* acc) {
   const int64_t k = w.k(), n = w.n();
-  const int64_t work_per_row = std::max<int64_t>(1, k * n);
-  const int64_t row_grain = std::max<int64_t>(1, (int64_t{1} << 18) / work_per_row);
-  if (m >= 4 * get_num_threads() || n < 64) {
-    parallel_for(0, m, row_grain,
+  if (SplitByRows(m, n)) {
+    parallel_for(0, m, RowGrain(k, n),
                  [&](int64_t b, int64_t e) { cpu::int8_gemm(e - b, a + b * k, k, w, acc + b * n, n); });
     return;
   }
@@ -122,21 +129,54 @@ std::pair<float, float> BatchRange(const float* x, int64_t count) {
   return {lo, hi};
 }
 
-// quantize_to_uint8 over the pool.
-void ParallelQuantize(const float* x, int64_t count, const ActivationQParams& q, uint8_t* out) {
-  parallel_for(0, count, kElementGrain,
-               [&](int64_t b, int64_t e) { quantize_to_uint8(x + b, e - b, q.scale, q.zero_point, out + b); });
-}
-
-// A static layer's last step over the pool, by blocks of rows: acc -> uint8 with the output
-// parameters -> float32 into out (the bytes are not stored).
-void RequantizeAndDequantize(const int32_t* acc, int64_t m, int64_t n, const ActivationQParams& in,
-                             const ActivationQParams& outq, const GemmEpilogue& e, const RequantConstants& k,
-                             float* out) {
-  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
-    requantize_to_dequantized_float(acc + b * n, n, end - b, n, static_cast<int32_t>(in.zero_point), e, k,
-                                    static_cast<int32_t>(outq.zero_point), static_cast<float>(outq.scale), out + b * n,
-                                    n);
+// The three passes of an int8 layer's forward, block by block: quantize the input's rows (a
+// Linear's, or a convolution's im2row of its output pixels), multiply, and finish (requantize
+// into the output's rows). Each thread takes a contiguous
+// share of the rows and walks it in blocks of at most int8_gemm_rows_per_block rows, so a
+// block's bytes and int32 sums are still in L2 when the next pass reads them; pass after pass
+// over the whole batch streamed each through memory (at batch 256 x 1024 the sums alone are
+// 1 MiB), while W is streamed once per block either way. A batch too small for a share per
+// thread splits the product by columns instead, the two other passes then running on the
+// caller over its few rows. Every element is computed alone, so the blocking changes no bit.
+//   quantize(i0, rows, a): rows [i0, i0 + rows) of the input into a (row stride k);
+//   finish(i0, rows, acc): their sums (row stride n) into the output's rows.
+template <class Quantize, class Finish>
+void PipelinedRows(int64_t m, const cpu::PackedInt8Weight& w, const Quantize& quantize, const Finish& finish) {
+  const int64_t k = w.k(), n = w.n();
+  if (m <= 0) return;
+  if (!SplitByRows(m, n)) {
+    std::unique_ptr<uint8_t[]> a_holder;
+    std::unique_ptr<int32_t[]> acc_holder;
+    uint8_t* a = Scratch(a_holder, m * k);
+    quantize(int64_t{0}, m, a);
+    int32_t* acc = Scratch(acc_holder, m * n);
+    ParallelGemm(m, a, w, acc);
+    finish(int64_t{0}, m, acc);
+    return;
+  }
+  const int64_t most = cpu::int8_gemm_rows_per_block(w);
+  // A thread's share is at least 2^21 units of work (about 10 us): handing a share to the pool
+  // costs a few microseconds, and the int8 kernels do 2^21 products in 5-10. The kernels
+  // multiply whole panels (k padded to 64, columns to 32), and the passes around the product
+  // cost about as much per element as 16 products (the kernels do 64 per instruction), so a
+  // convolution's small product still splits when its pixels are many.
+  const int64_t work_per_row = (k + 63) / 64 * 64 * ((n + 31) / 32 * 32) + 16 * (k + n);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 21) / work_per_row);
+  parallel_for(0, m, grain, [&](int64_t b, int64_t e) {
+    // Equal blocks, rounded up to whole 16-row tiles, rather than full ones and a small last.
+    const int64_t blocks = (e - b + most - 1) / most;
+    const int64_t block = std::min(most, ((e - b + blocks - 1) / blocks + 15) / 16 * 16);
+    const int64_t largest = std::min(block, e - b);
+    std::unique_ptr<uint8_t[]> a_holder;
+    std::unique_ptr<int32_t[]> acc_holder;
+    uint8_t* a = Scratch(a_holder, largest * k);
+    int32_t* acc = Scratch(acc_holder, largest * n);
+    for (int64_t i0 = b; i0 < e; i0 += block) {
+      const int64_t rows = std::min(block, e - i0);
+      quantize(i0, rows, a);
+      cpu::int8_gemm(rows, a, k, w, acc, n);
+      finish(i0, rows, acc);
+    }
   });
 }
 
@@ -277,28 +317,31 @@ QTensor quantize_weight(const Tensor& weight, bool per_channel) {
   return quantize_per_tensor(w, q.scale.to(kFloat64).to_vector<double>()[0], 0, QDtype::QInt8);
 }
 
-// rows [N * OH * OW, kh * kw * C]: for each output pixel, its taps in (kernel row, kernel
-// column, channel) order, read from the padded NHWC image [N, HP, WP, C].
-void QuantizedConv2d::Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
-                             uint8_t* rows) const {
-  // Every size is copied into the task by value: the byte stores below may alias anything
-  // reached through a pointer or reference, which would reload each of them after every run.
+// rows [count, kh * kw * C]: for output pixels first .. first + count - 1 (of N * OH * OW, image
+// by image, row by row), their taps in (kernel row, kernel column, channel) order, read from
+// the padded NHWC image [N, HP, WP, C]. Single-threaded: the caller's pipeline splits pixels.
+void QuantizedConv2d::Im2Row(const uint8_t* image, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
+                             int64_t first, int64_t count, uint8_t* rows) const {
+  // Every size is copied into a local: the byte stores below may alias anything reached through
+  // a pointer, which would reload each member after every run.
   const int64_t kh = kh_, kw = kw_, sh = stride_[0], sw = stride_[1], dh = dilation_[0], dw = dilation_[1];
-  const int64_t k = kh * kw * C;
   // With dilation 1 along the width, a kernel row's kw taps are adjacent: one run of kw * C bytes.
   const int64_t run = dw == 1 ? kw * C : C, runs = dw == 1 ? 1 : kw, run_step = dw * C;
-  parallel_for(0, N * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * k)), [=](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t n = r / OH, oh = r % OH;
-      uint8_t* row = rows + r * OW * k;
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        for (int64_t i = 0; i < kh; ++i) {
-          const uint8_t* src = image + ((n * HP + oh * sh + i * dh) * WP + ow * sw) * C;
-          for (int64_t j = 0; j < runs; ++j, row += run) CopyRun(row, src + j * run_step, run);
-        }
+  int64_t n = first / (OH * OW), oh = first / OW % OH, ow = first % OW;
+  uint8_t* row = rows;
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t i = 0; i < kh; ++i) {
+      const uint8_t* src = image + ((n * HP + oh * sh + i * dh) * WP + ow * sw) * C;
+      for (int64_t j = 0; j < runs; ++j, row += run) CopyRun(row, src + j * run_step, run);
+    }
+    if (++ow == OW) {
+      ow = 0;
+      if (++oh == OH) {
+        oh = 0;
+        ++n;
       }
     }
-  });
+  }
 }
 
 void check_layer_weight(const QTensor& w, const char* layer) {
@@ -380,14 +423,20 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
     return relu_ ? y.relu() : y;
   }
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
-  std::unique_ptr<uint8_t[]> a_holder;
-  std::unique_ptr<int32_t[]> acc_holder;
-  uint8_t* a = Scratch(a_holder, m * k);
-  ParallelQuantize(x.data_ptr<float>(), m * k, input_, a);
-  int32_t* acc = Scratch(acc_holder, m * n);
-  ParallelGemm(m, a, packed_, acc);
+  const float* xp = x.data_ptr<float>();
   Tensor out = LinearOutput(x, n);
-  RequantizeAndDequantize(acc, m, n, input_, output_, Epilogue(bias_data(), relu_), consts_, out.data_ptr<float>());
+  float* o = out.data_ptr<float>();
+  const GemmEpilogue e = Epilogue(bias_data(), relu_);
+  PipelinedRows(
+      m, packed_,
+      [&](int64_t i0, int64_t rows, uint8_t* a) {
+        quantize_to_uint8(xp + i0 * k, rows * k, input_.scale, input_.zero_point, a);
+      },
+      [&](int64_t i0, int64_t rows, const int32_t* acc) {
+        requantize_to_dequantized_float(acc, n, rows, n, static_cast<int32_t>(input_.zero_point), e, consts_,
+                                        static_cast<int32_t>(output_.zero_point), static_cast<float>(output_.scale),
+                                        o + i0 * n, n);
+      });
   return out;
 }
 
@@ -435,37 +484,41 @@ Tensor DynamicQuantizedLinear::ForwardInt8(const Tensor& input) {
               std::isnan(lo) || std::isnan(hi) ? "NaN" : "an infinite value",
               "; its int8 quantization needs finite values");
   const bool onnx = activations_ == DynamicActivations::kOnnx;
-  std::unique_ptr<uint8_t[]> a_holder;
-  std::unique_ptr<int32_t[]> acc_holder;
-  uint8_t* a = Scratch(a_holder, m * k);
+  // The rows' quantization parameters: ONNX's (float32, dividing) or PyTorch's (double, fma).
+  OnnxDynamicQParams onnx_q{};
+  ChosenQParams torch_q{};
   float a_scale = 0;
   int32_t a_zero_point = 0;
   if (onnx) {
-    const OnnxDynamicQParams q = onnx_dynamic_qparams(lo, hi);
-    a_scale = q.scale;
-    a_zero_point = static_cast<int32_t>(q.zero_point);
-    parallel_for(0, m * k, kElementGrain,
-                 [&](int64_t b, int64_t e) { quantize_to_uint8_divide(xp + b, e - b, q.scale, q.zero_point, a + b); });
+    onnx_q = onnx_dynamic_qparams(lo, hi);
+    a_scale = onnx_q.scale;
+    a_zero_point = static_cast<int32_t>(onnx_q.zero_point);
   } else {
-    const ChosenQParams q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
-    a_scale = static_cast<float>(q.scale);
-    a_zero_point = static_cast<int32_t>(q.zero_point);
-    parallel_for(0, m * k, kElementGrain,
-                 [&](int64_t b, int64_t e) { quantize_to_uint8_fma(xp + b, e - b, q.scale, q.zero_point, a + b); });
+    torch_q = choose_quantization_params(lo, hi, 0, 255, false, reduce_range_);
+    a_scale = static_cast<float>(torch_q.scale);
+    a_zero_point = static_cast<int32_t>(torch_q.zero_point);
   }
-  int32_t* acc = Scratch(acc_holder, m * n);
-  ParallelGemm(m, a, packed_, acc);
   // ONNX's graph adds the bias after its Mul, rounding each; fbgemm fuses them (fma).
   const float* bias = bias_data();
   const GemmEpilogue e = Epilogue(onnx ? nullptr : bias, false);
   Tensor out = LinearOutput(x, n);
   float* o = out.data_ptr<float>();
-  parallel_for(0, m, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t end) {
-    requantize_to_float(acc + b * n, n, end - b, n, a_zero_point, a_scale, e, o + b * n, n);
-    if (onnx && bias != nullptr)
-      for (int64_t i = b; i < end; ++i)
-        for (int64_t j = 0; j < n; ++j) o[i * n + j] += bias[j];
-  });
+  PipelinedRows(
+      m, packed_,
+      [&](int64_t i0, int64_t rows, uint8_t* a) {
+        if (onnx) {
+          quantize_to_uint8_divide(xp + i0 * k, rows * k, onnx_q.scale, onnx_q.zero_point, a);
+        } else {
+          quantize_to_uint8_fma(xp + i0 * k, rows * k, torch_q.scale, torch_q.zero_point, a);
+        }
+      },
+      [&](int64_t i0, int64_t rows, const int32_t* acc) {
+        float* oi = o + i0 * n;
+        requantize_to_float(acc, n, rows, n, a_zero_point, a_scale, e, oi, n);
+        if (onnx && bias != nullptr)
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < n; ++j) oi[i * n + j] += bias[j];
+      });
   return out;
 }
 
@@ -548,25 +601,27 @@ Tensor QuantizedConv2d::ForwardInt8(const Tensor& input) {
     const Tensor out = ForwardExactFloat(x, OH, OW);
     return batched ? out : out.squeeze(0);
   }
-  const int64_t k = kh_ * kw_ * C, m = N * OH * OW;
+  const int64_t m = N * OH * OW, HP = H + 2 * padding_[0], WP = W + 2 * padding_[1];
   const std::unique_ptr<uint8_t[]> image = PaddedQuantizedNhwc(x, padding_, input_);
-  std::unique_ptr<uint8_t[]> rows_holder;
-  std::unique_ptr<int32_t[]> acc_holder;
-  std::unique_ptr<float[]> pixels_holder;
-  uint8_t* rows = Scratch(rows_holder, m * k);
-  Im2Row(image.get(), N, H + 2 * padding_[0], W + 2 * padding_[1], C, OH, OW, rows);
-  const int64_t OC = out_channels_;
-  int32_t* acc = Scratch(acc_holder, m * OC);
-  ParallelGemm(m, rows, packed_, acc);
-  float* pixels = Scratch(pixels_holder, m * OC);
-  RequantizeAndDequantize(acc, m, OC, input_, output_, Epilogue(bias_data(), relu_), consts_, pixels);
-  // [N, OH, OW, OC] -> [N, OC, OH, OW]
+  const int64_t OC = out_channels_, plane = OH * OW;
   Tensor out = empty({N, OC, OH, OW}, kFloat32);
   float* o = out.data_ptr<float>();
-  const int64_t plane = OH * OW;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t p = 0; p < plane; ++p)
-      for (int64_t c = 0; c < OC; ++c) o[(n * OC + c) * plane + p] = pixels[(n * plane + p) * OC + c];
+  const GemmEpilogue e = Epilogue(bias_data(), relu_);
+  PipelinedRows(
+      m, packed_,
+      [&](int64_t p0, int64_t count, uint8_t* rows) { Im2Row(image.get(), HP, WP, C, OH, OW, p0, count, rows); },
+      [&](int64_t p0, int64_t count, const int32_t* acc) {
+        // The block's pixels in [pixel, channel] order, then each into its NCHW place.
+        std::unique_ptr<float[]> pixels_holder;
+        float* pixels = Scratch(pixels_holder, count * OC);
+        requantize_to_dequantized_float(acc, OC, count, OC, static_cast<int32_t>(input_.zero_point), e, consts_,
+                                        static_cast<int32_t>(output_.zero_point), static_cast<float>(output_.scale),
+                                        pixels, OC);
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t n = (p0 + i) / plane, p = (p0 + i) % plane;
+          for (int64_t c = 0; c < OC; ++c) o[(n * OC + c) * plane + p] = pixels[i * OC + c];
+        }
+      });
   return batched ? out : out.squeeze(0);
 }
 

@@ -233,8 +233,8 @@ class QuantizedConv2d : public StaticInt8Layer {
  private:
   Tensor ForwardInt8(const Tensor& x);
   Tensor ForwardExactFloat(const Tensor& x, int64_t OH, int64_t OW);
-  void Im2Row(const uint8_t* image, int64_t N, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW,
-              uint8_t* rows) const;
+  void Im2Row(const uint8_t* image, int64_t HP, int64_t WP, int64_t C, int64_t OH, int64_t OW, int64_t first,
+              int64_t count, uint8_t* rows) const;
 
   // weight_ is [out, in, kh, kw]; packed_ [out, kh * kw * in], the im2row order (kernel
   // position, then channel).

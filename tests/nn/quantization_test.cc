@@ -24,6 +24,7 @@
 #include "core/quant/quantize.h"
 #include "core/quant/quantized_layers.h"
 #include "core/quant/requantize.h"
+#include "tests/core/test_util.h"
 #include "tests/nn/digits_recipe.h"
 
 namespace anvil::quant {
@@ -284,6 +285,49 @@ std::shared_ptr<nn::Module> CalibratedCnn(const Tensor& calibration) {
   EXPECT_EQ(done.size(), 3u);
   for (const ConvertedLayer& c : done) EXPECT_TRUE(c.reason.empty()) << c.path << ": " << c.reason;
   return model;
+}
+
+// The int8 layers run their passes (quantize or im2row, product, requantize) block by block,
+// each thread over its share of the rows: a row's bits do not depend on the batch around it,
+// on the thread count, or on where the blocks fall. Each row alone (a product split by
+// columns) is the reference for the static layers; the dynamic layer, whose parameters come
+// from the whole batch, must give one result at every thread count.
+TEST(QuantizedLayers, ARowsBitsDoNotDependOnTheBatchOrTheThreads) {
+  anvil::test::ThreadsGuard restore;
+  manual_seed(31);
+  const int64_t k = 70, n = 100, m = 301;  // n >= 64: one row alone splits by columns
+  const Tensor wf = randn({n, k}) * 0.2;
+  const QTensor w =
+      quantize_per_channel(wf, amax(wf.abs(), {1}).to(kFloat64) / 127.5, zeros({n}, kInt64), 0, QDtype::QInt8);
+  const Tensor bias = randn({n});
+  QuantizedLinear linear(w, bias, {0.03, 120}, {0.05, 100}, true);
+  DynamicQuantizedLinear dynamic(w, bias, false);
+  DynamicQuantizedLinear dynamic_onnx(w, bias, false, DynamicActivations::kOnnx);
+  const Tensor x = randn({m, k}) * 2.0;
+
+  const int64_t C = 4, OC = 70;  // four input channels: the int8 GEMM path
+  const Tensor cw = randn({OC, C, 3, 3}) * 0.3;
+  nn::ConvOptions o;
+  o.padding = {1, 1};
+  o.stride = {1, 2};
+  QuantizedConv2d conv(quantize_per_tensor(cw, 0.3 * 3.0 / 127.5, 0, QDtype::QInt8), randn({OC}), o, {0.04, 128},
+                       {0.08, 60}, false, Int8ConvPath::kGemm);
+  const Tensor images = randn({5, C, 11, 13}) * 3.0;  // 5 x 11 x 7 pixels: blocks end mid-row and mid-image
+
+  set_num_threads(1);
+  std::vector<Tensor> linear_rows, conv_images;
+  for (int64_t i = 0; i < m; ++i) linear_rows.push_back(linear.forward(x[i].unsqueeze(0)));
+  for (int64_t i = 0; i < images.size(0); ++i) conv_images.push_back(conv.forward(images[i].unsqueeze(0)));
+  const Tensor want_linear = cat(linear_rows, 0), want_conv = cat(conv_images, 0);
+  const Tensor want_dynamic = dynamic.forward(x), want_dynamic_onnx = dynamic_onnx.forward(x);
+  for (const int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    SCOPED_TRACE(std::to_string(threads) + " thread(s)");
+    EXPECT_TRUE(equal(linear.forward(x), want_linear));
+    EXPECT_TRUE(equal(conv.forward(images), want_conv));
+    EXPECT_TRUE(equal(dynamic.forward(x), want_dynamic));
+    EXPECT_TRUE(equal(dynamic_onnx.forward(x), want_dynamic_onnx));
+  }
 }
 
 TEST(QuantizedLayers, StaticModelRoundTripsThroughTheArchiveBitForBit) {

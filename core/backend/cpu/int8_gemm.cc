@@ -236,6 +236,13 @@ void int8_gemm_amx_emulated(int64_t m, const uint8_t* a, int64_t lda, const Pack
   int8_kernels::GemmAmxEmulated(m, a, lda, w.packed(), w.n(), w.k(), j0, j1, c, ldc);
 }
 
+int64_t int8_gemm_rows_per_block(const PackedInt8Weight& w) {
+  // The AVX2 kernel streams W per 6-row panel and the reference reads it per row: neither has a
+  // row block of its own, and the VNNI kernel's keeps their scratch as small.
+  return w.kernel() == Int8GemmKernel::kAmx && int8_kernels::AmxAvailable() ? int8_kernels::kAmxRowBlock
+                                                                            : int8_kernels::kVnniRowBlock;
+}
+
 void int8_gemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int32_t* c, int64_t ldc) {
   int8_gemm_columns(m, a, lda, w, 0, w.n(), c, ldc);
 }

@@ -100,6 +100,13 @@ void int8_gemm(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight&
 void int8_gemm_columns(int64_t m, const uint8_t* a, int64_t lda, const PackedInt8Weight& w, int64_t j0, int64_t j1,
                        int32_t* c, int64_t ldc);
 
+// The rows W's kernel takes per block of A (its packed A stays in L2 while all of W passes
+// under it once). A caller that runs its own passes around the product block by block
+// (quantize the rows, multiply, requantize: core/quant/quantized_layers.cc) hands int8_gemm
+// this many rows at a time: W is then streamed no more often than in one call over every row,
+// and the block's bytes and sums are still in L2 for the passes after it.
+int64_t int8_gemm_rows_per_block(const PackedInt8Weight& w);
+
 // The AMX kernel on tiles emulated in scalar code, from the instruction set reference (slow:
 // for testing the AMX kernel's packing, blocking and edges on CPUs without AMX). W packed for
 // kAvx512Vnni or kAmx (one layout); the same contract as int8_gemm_columns.

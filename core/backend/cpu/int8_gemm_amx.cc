@@ -30,8 +30,8 @@ namespace anvil::cpu::int8_kernels {
 
 namespace {
 
-constexpr int64_t kKc = 1024;  // k values per chunk (a multiple of a tile's 64)
-constexpr int64_t kMc = 128;   // rows per block: 4 row panels of 32
+constexpr int64_t kKc = 1024;          // k values per chunk (a multiple of a tile's 64)
+constexpr int64_t kMc = kAmxRowBlock;  // rows per block: 4 row panels of 32
 using amx::CacheLineAligned;
 using amx::kTileBytes;  // bytes per tile row: 16 int32, or 64 u8, or 16 groups of 4 s8
 using amx::kTileRows;

@@ -76,4 +76,11 @@ std::string AmxUnavailableReason();
 // each tdpbusd is spent on zero rows while vpdpbusd wastes nothing.
 inline constexpr int64_t kAmxMinRows = 16;
 
+// Rows per block of A, whose packed bytes stay in L2 while every panel of W passes under them
+// (W is streamed from memory once per block): 8 panels of 12 for the VNNI kernel, 4 panels of 32
+// for the AMX one. Callers that run their own passes around the product block by block take
+// them from int8_gemm_rows_per_block (int8_gemm.h).
+inline constexpr int64_t kVnniRowBlock = 96;
+inline constexpr int64_t kAmxRowBlock = 128;
+
 }  // namespace anvil::cpu::int8_kernels

@@ -43,7 +43,7 @@ constexpr int64_t kGroupBytes = 128;  // one group of four k values of a 32-colu
 constexpr int64_t kKc = 2048;         // a multiple of 4: only the last chunk ends in a partial group
 constexpr int64_t kNcPanels = 8;
 constexpr int kMr = 12;
-constexpr int64_t kMc = 96;  // rows per block: 8 panels of 12
+constexpr int64_t kMc = kVnniRowBlock;  // rows per block: 8 panels of 12
 
 int64_t PanelGroups(int64_t k) { return (k + 63) / 64 * 16; }
 
