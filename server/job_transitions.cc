@@ -30,6 +30,7 @@ const std::vector<JobTransition>& job_transitions() {
       // The server stopped under the job: it resumes from its checkpoint on the next start.
       {Kind::kInterrupted, kBeforeOrRunning, JobState::kInterrupted, kReleaseLease | kFreeSlot},
       {Kind::kFinding, kRunningOnly, std::nullopt, kNoEffect},
+      {Kind::kChecked, kRunningOnly, std::nullopt, kNoEffect},
   };
   return table;
 }
@@ -68,6 +69,8 @@ std::string worker_event_name(Kind event) {
       return "INTERRUPTED";
     case Kind::kFinding:
       return "FINDING";
+    case Kind::kChecked:
+      return "CHECKED";
   }
   return "UNKNOWN";
 }

@@ -183,6 +183,7 @@ void Scheduler::Record(JobRow& row, v1::MetricEvent event, std::chrono::millisec
   m.kind = event.has_step_metrics()    ? "step"
            : event.has_epoch_metrics() ? "epoch"
            : event.has_finding()       ? "finding"
+           : event.has_checked()       ? "checked"
                                        : "state";
   m.payload_json = ToJson(event);
   m.time_ms = now;
@@ -445,6 +446,8 @@ void Scheduler::UpdateMetrics(const WorkerEvent& e, const JobRow& row) {
     case WorkerEvent::Kind::kFinding:
       m.job_findings.with({e.finding.code, train::severity_name(e.finding.severity)}).Increment();
       break;
+    case WorkerEvent::Kind::kChecked:
+      break;
     case WorkerEvent::Kind::kSucceeded:
     case WorkerEvent::Kind::kFailed:
     case WorkerEvent::Kind::kCancelled:
@@ -510,6 +513,7 @@ void Scheduler::WriteTensorBoard(const WorkerEvent& e, const JobRow& row) {
       case WorkerEvent::Kind::kStarted:
       case WorkerEvent::Kind::kCheckpoint:
       case WorkerEvent::Kind::kFinding:
+      case WorkerEvent::Kind::kChecked:
         return;
     }
   } catch (const std::exception& ex) {
@@ -977,6 +981,9 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
     }
     case WorkerEvent::Kind::kCheckpoint:
       return;  // handled before the row was read
+    case WorkerEvent::Kind::kChecked:
+      for (const std::string& code : e.checked) event.mutable_checked()->add_codes(code);
+      break;
     case WorkerEvent::Kind::kFinding: {
       ToProto(e.finding, event.mutable_finding());
       log(e.finding.severity == train::Severity::kInfo ? LogLevel::kInfo : LogLevel::kWarning, "job ", row.id, " (",

@@ -10,12 +10,11 @@
 #include <thread>
 
 #include "core/backend/kernel_report.h"
-#include "core/train/doctor.h"
 #include "core/util/mutex.h"
 #include "core/util/utf8.h"
 #include "proto/anvil/v1/anvil.grpc.pb.h"
 #include "server/auth.h"
-#include "server/finding_set.h"
+#include "server/doctor_report.h"
 #include "server/heavy_work.h"
 #include "server/job_spec.h"
 #include "server/listings.h"
@@ -111,28 +110,13 @@ class TrainingService final : public TrainingBase {
     });
   }
 
-  // The stored finding events of the job: each code once, at its highest severity (a code fires
-  // again only when it worsens), most severe first.
+  // The job's doctor report (server/doctor_report.h): its findings, the rules checked and
+  // healthy, and those not yet checked with what each needs.
   Status GetFindingsImpl(grpc::ServerContextBase* ctx, const v1::GetFindingsRequest* req,
                          v1::GetFindingsResponse* resp) {
     return Guard([&] {
       Auth(*ctx, Scope::kTrain, "GetFindings");
-      const JobRow row = Find(req->job_id());
-      FindingSet findings;
-      for (const MetricRow& m : s_.store->metrics_of_kind(row.id, "finding")) {
-        v1::MetricEvent e;
-        if (!google::protobuf::util::JsonStringToMessage(to_valid_utf8(m.payload_json), &e).ok() || !e.has_finding())
-          continue;
-        findings.add(e.finding());
-      }
-      for (v1::Finding& f : findings.sorted()) *resp->add_findings() = std::move(f);
-      // What was checked and found healthy: STRAGGLER_RANK only where there are ranks to compare.
-      v1::JobSpec spec;
-      const bool data_parallel =
-          google::protobuf::util::JsonStringToMessage(to_valid_utf8(row.spec_json), &spec).ok() &&
-          spec.world_size() > 1;
-      for (const std::string& rule : train::Doctor::rules())
-        if (!findings.has(rule) && (data_parallel || rule != "STRAGGLER_RANK")) resp->add_healthy(rule);
+      *resp = doctor_report(*s_.store, Find(req->job_id()));
     });
   }
 

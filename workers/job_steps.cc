@@ -61,7 +61,7 @@ WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data
   return end;
 }
 
-std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device) {
+train::DoctorOptions doctor_options(const v1::JobSpec& spec) {
   train::DoctorOptions options;
   // Validated at submit (server::validate_job_spec); a value refused here keeps its default.
   for (const auto& [name, value] : spec.doctor().thresholds()) {
@@ -69,13 +69,19 @@ std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device devic
       engine_log(LogSeverity::kWarning, "doctor.thresholds." + name + " ignored: " + why);
     }
   }
-  return std::make_shared<train::Doctor>(
-      train::DoctorContext{.loader_workers = spec.loader_workers(),
-                           .batch_size = spec.batch_size(),
-                           .loss = spec.loss(),
-                           .precision = spec.precision().empty() ? "fp32" : spec.precision(),
-                           .device = device.type == DeviceType::CUDA ? "cuda" : "cpu"},
-      options);
+  return options;
+}
+
+train::DoctorContext doctor_context(const v1::JobSpec& spec, Device device) {
+  return train::DoctorContext{.loader_workers = spec.loader_workers(),
+                              .batch_size = spec.batch_size(),
+                              .loss = spec.loss(),
+                              .precision = spec.precision().empty() ? "fp32" : spec.precision(),
+                              .device = device.type == DeviceType::CUDA ? "cuda" : "cpu"};
+}
+
+std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device) {
+  return std::make_shared<train::Doctor>(doctor_context(spec, device), doctor_options(spec));
 }
 
 namespace {
@@ -154,6 +160,15 @@ void emit_findings(const WorkerEvent& base, std::vector<train::Finding> findings
   }
 }
 
+void emit_checked(const WorkerEvent& base, train::Doctor& doctor, const std::function<void(const WorkerEvent&)>& emit) {
+  std::vector<std::string> codes = doctor.take_newly_checked();
+  if (codes.empty()) return;
+  WorkerEvent e = base;
+  e.kind = WorkerEvent::Kind::kChecked;
+  e.checked = std::move(codes);
+  emit(e);
+}
+
 void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
                        const std::function<void(const WorkerEvent&)>& emit) {
   if (plan.train_set == nullptr || plan.train_set->size() == 0) return;
@@ -164,6 +179,7 @@ void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerE
   for (int64_t i = 0; i < n; ++i) samples.push_back(plan.train_set->get(i));
   const data::Example batch = data::default_collate(samples);
   emit_findings(base, doctor.check_first_batch(batch[plan.options.input_key], batch[plan.options.target_key]), emit);
+  emit_checked(base, doctor, emit);
 }
 
 DoctorActions doctor_actions(const v1::JobSpec& spec, train::Trainer& trainer, data::DataLoader* train_loader) {
@@ -182,6 +198,7 @@ train::Callbacks event_callbacks(const WorkerEvent& base, int64_t total_steps,
   auto diagnose = [=](std::vector<train::Finding> findings) {
     Act(findings, actions, taken.get(), doctor.get());
     emit_findings(base, std::move(findings), emit);
+    if (doctor) emit_checked(base, *doctor, emit);
   };
   return {
       .on_step =

@@ -31,17 +31,22 @@ WorkerEvent failed_event(const WorkerEvent& base, absl::Status status);
 WorkerEvent stopped_event(const WorkerEvent& base, train::Trainer& trainer, data::DataLoader& train_loader,
                           const train::TrainResult& r, bool interrupt);
 
-// The training doctor of a job (core/train/doctor.h), with what it knows of the spec.
+// The training doctor of a job (core/train/doctor.h), with what it knows of the spec: its
+// thresholds (JobSpec.doctor.thresholds over the defaults) and its context.
+train::DoctorOptions doctor_options(const v1::JobSpec& spec);
+train::DoctorContext doctor_context(const v1::JobSpec& spec, Device device);
 std::shared_ptr<train::Doctor> make_doctor(const v1::JobSpec& spec, Device device);
 
 // The doctor's first-batch checks on the first samples of the training set, each finding sent
-// to `emit` as a kFinding event of `base`'s job.
+// to `emit` as a kFinding event of `base`'s job (and the rules checked as a kChecked one).
 void check_first_batch(train::Doctor& doctor, const JobPlan& plan, const WorkerEvent& base,
                        const std::function<void(const WorkerEvent&)>& emit);
 
 // Sends each finding as a kFinding event of `base`'s job.
 void emit_findings(const WorkerEvent& base, std::vector<train::Finding> findings,
                    const std::function<void(const WorkerEvent&)>& emit);
+// Sends the doctor's rules checked since the last call, if any, as one kChecked event.
+void emit_checked(const WorkerEvent& base, train::Doctor& doctor, const std::function<void(const WorkerEvent&)>& emit);
 
 // The doctor's optional actions (JobSpec.doctor) on a trainer: each carried out once, the first
 // time its finding fires, and reported as a finding of its own (DOCTOR_STOPPED_TRAINING,

@@ -61,6 +61,7 @@ std::string encode_rank_event(const WorkerEvent& e) {
               {"evidence", evidence},
               {"advice", f.advice}};
   }
+  if (e.kind == WorkerEvent::Kind::kChecked) j["c"] = e.checked;
   if (e.kind == WorkerEvent::Kind::kEpoch) {
     j["p"] = {{"epoch", p.epoch}, {"step", p.step}, {"train_loss", p.train_loss}, {"improved", p.improved}};
     if (p.val_loss) j["p"]["val_loss"] = *p.val_loss;
@@ -73,7 +74,10 @@ std::string encode_rank_event(const WorkerEvent& e) {
 WorkerEvent decode_rank_event(const std::string& line) {
   const json j = json::parse(line);
   WorkerEvent e;
-  e.kind = static_cast<WorkerEvent::Kind>(j.at("kind").get<int>());
+  const int kind = j.at("kind").get<int>();
+  ANVIL_CHECK(kind >= 0 && kind <= static_cast<int>(WorkerEvent::Kind::kChecked), "rank event: a kind is 0..",
+              static_cast<int>(WorkerEvent::Kind::kChecked), ", got ", kind);
+  e.kind = static_cast<WorkerEvent::Kind>(kind);
   e.job_id = j.at("job_id").get<std::string>();
   e.step = j.at("step").get<int64_t>();
   e.epoch = j.at("epoch").get<int64_t>();
@@ -107,6 +111,7 @@ WorkerEvent decode_rank_event(const std::string& line) {
     m.rank_data_wait = s.at("rank_data_wait").get<std::vector<double>>();
     m.rank_compute_seconds = s.at("rank_compute_seconds").get<std::vector<double>>();
   }
+  if (j.contains("c")) e.checked = j["c"].get<std::vector<std::string>>();
   if (j.contains("f")) {
     const json& f = j["f"];
     train::Finding& out = e.finding;

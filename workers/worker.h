@@ -59,13 +59,25 @@ struct RunJob {
 };
 
 struct WorkerEvent {
-  enum class Kind { kStarted, kStep, kEpoch, kCheckpoint, kSucceeded, kFailed, kCancelled, kInterrupted, kFinding };
+  enum class Kind {
+    kStarted,
+    kStep,
+    kEpoch,
+    kCheckpoint,
+    kSucceeded,
+    kFailed,
+    kCancelled,
+    kInterrupted,
+    kFinding,
+    kChecked
+  };
   Kind kind = Kind::kStarted;
   std::string job_id;
   int64_t step = 0, epoch = 0, total_steps = 0;
   train::StepMetrics step_metrics;    // kStep
   train::EpochMetrics epoch_metrics;  // kEpoch
   train::Finding finding;             // kFinding: the training doctor's (core/train/doctor.h)
+  std::vector<std::string> checked;   // kChecked: the doctor's rules checked for the first time
   absl::Status status;                // kFailed: why, with the kind of failure as its code
   std::string message;                // kStarted: the device; kCancelled, kSucceeded: a note
   std::string detail;                 // kStarted: how it resumed, when not from the newest checkpoint

@@ -31,6 +31,10 @@ int RunDoctor(Context& cli, const std::string& job_id) {
   std::string healthy;
   for (const std::string& h : resp.healthy()) healthy += (healthy.empty() ? "" : ", ") + h;
   std::printf("checked and healthy: %s\n", healthy.empty() ? "(none)" : healthy.c_str());
+  // Rules that apply but have not had what they need: not a clean bill, so named apart.
+  if (!resp.not_checked().empty()) std::printf("not checked yet (too little to go on):\n");
+  for (const v1::UncheckedRule& u : resp.not_checked())
+    std::printf("  %-30s needs %s\n", u.code().c_str(), u.needs().c_str());
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/autograd/grad_mode.h"
 #include "core/nn/functional.h"
@@ -66,6 +67,67 @@ void Doctor::Report(Finding f, std::vector<Finding>* out) {
   out->push_back(std::move(f));
 }
 
+void Doctor::Checked(const char* code) {
+  if (checked_.insert(code).second) newly_checked_.emplace_back(code);
+}
+
+void Doctor::Evaluated(const char* code, int64_t need) {
+  if (++evaluations_[code] >= need) Checked(code);
+}
+
+std::vector<std::string> Doctor::checked() const {
+  std::vector<std::string> out;
+  for (const std::string& rule : rules())
+    if (checked_.count(rule) != 0) out.push_back(rule);
+  return out;
+}
+
+std::vector<std::string> Doctor::take_newly_checked() { return std::exchange(newly_checked_, {}); }
+
+bool Doctor::applies(const std::string& code, const DoctorContext& context, bool data_parallel) {
+  if (code == "LOGITS_PASSED_AS_PROBABILITIES") return context.loss == "bce_with_logits";
+  if (code == "LABELS_LOOK_MULTILABEL") return context.loss == "cross_entropy" || context.loss.empty();
+  if (code == "AMP_SKIP_STORM") return context.precision == "fp16";
+  if (code == "STRAGGLER_RANK") return data_parallel;
+  return true;
+}
+
+std::string Doctor::needs(const std::string& code, const DoctorOptions& o) {
+  const auto after = [&](int64_t intervals, const std::string& with) {
+    return std::to_string(intervals) + " metric interval" + (intervals == 1 ? "" : "s") + " after warm-up (step " +
+           std::to_string(o.warmup_steps) + ")" + (with.empty() ? "" : ", " + with);
+  };
+  if (code == "DATA_STALL") return after(1, "");
+  if (code == "EXPLODING_GRADIENTS") return after(o.grad_window + 1, "with a finite gradient norm");
+  if (code == "LR_TOO_HIGH")
+    return "2 metric intervals (1 when the first step's loss was seen) within the first " +
+           std::to_string(o.divergence_intervals);
+  if (code == "LR_TOO_LOW") return after(o.update_band_intervals, "with the update-to-weight ratio measured");
+  if (code == "LOSS_PLATEAU") return after(o.plateau_window + 1, "");
+  if (code == "OSCILLATION") return std::to_string(o.oscillation_window + 1) + " metric intervals";
+  if (code == "OVERFITTING")
+    return std::to_string(o.overfit_evaluations + 1) + " epochs with a validation loss (a validation split)";
+  if (code == "AMP_SKIP_STORM") return "a metric interval with GradScaler's loss scale (precision fp16)";
+  if (code == "INPUT_NOT_NORMALIZED") return "a first batch of floating-point inputs";
+  if (code == "CHANNEL_ORDER_SUSPECT") return "a first batch of 4-D image inputs";
+  if (code == "LABELS_LOOK_MULTILABEL") return "a first batch with targets, under the loss cross_entropy";
+  if (code == "LOGITS_PASSED_AS_PROBABILITIES")
+    return "two looks at the loss's input (the first step, and the fifth interval's last), of at least " +
+           std::to_string(o.loss_input_min_values) + " values, under the loss bce_with_logits";
+  if (code == "HOST_SYNC_PER_STEP") return after(o.host_sync_intervals, "");
+  if (code == "VANISHING_GRADIENTS")
+    return after(o.vanishing_intervals, "with per-layer gradient norms of two layers or more");
+  if (code == "DEAD_RELU") return after(o.activation_intervals, "with a ReLU layer's activations sampled");
+  if (code == "SATURATED_ACTIVATION")
+    return after(o.activation_intervals, "with a sigmoid or tanh layer's activations sampled");
+  if (code == "OVERHEAD_BOUND") return after(o.overhead_intervals, "with the op dispatch counters");
+  if (code == "STRAGGLER_RANK") return after(o.straggler_intervals, "with two ranks or more");
+  if (code == "LOW_DEVICE_UTILISATION") return after(o.utilisation_window, "with the device's utilisation measured");
+  if (code == "MEMORY_FRAGMENTATION") return after(o.memory_growth_intervals, "with the memory in use measured");
+  if (code == "STALLED") return "a running job (the scheduler's watchdog)";
+  return "";
+}
+
 std::vector<Finding> Doctor::findings() const {
   std::vector<Finding> out;
   for (const auto& [code, f] : fired_) out.push_back(f);
@@ -101,6 +163,7 @@ std::vector<Finding> Doctor::check_loss_input(const Tensor& output, const Tensor
     }
   }
   if (context_.loss != "bce_with_logits" || output.numel() < options_.loss_input_min_values) return out;
+  Evaluated("LOGITS_PASSED_AS_PROBABILITIES", 2);
   const double lo = x.min().item<double>(), hi = x.max().item<double>();
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo >= 0 && hi <= 1)) return out;
   if (++loss_inputs_in_unit_ >= 2) {
@@ -128,6 +191,7 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
     const double mean = x.mean().item<double>(), std = x.numel() > 1 ? x.std().item<double>() : 0.0;
     const bool integral = equal(x, x.round());
     if (std::isfinite(lo) && std::isfinite(hi)) {
+      Checked("INPUT_NOT_NORMALIZED");
       const bool pixels = integral && lo >= 0 && hi > 1 && hi <= 255;
       if (pixels || std::fabs(mean) > options_.input_scale_limit || std > options_.input_scale_limit) {
         Finding f{"INPUT_NOT_NORMALIZED",
@@ -146,6 +210,7 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
     }
     // HWC where CHW is expected: [N, H, W, C] with C in {1, 3, 4} last and large spatial dims
     // first (a convolution would read the rows as channels).
+    if (input.dim() == 4) Checked("CHANNEL_ORDER_SUSPECT");
     if (input.dim() == 4 && (input.size(3) == 1 || input.size(3) == 3 || input.size(3) == 4) && input.size(1) > 4 &&
         input.size(2) > 4 && input.size(1) != input.size(3)) {
       Finding f{"CHANNEL_ORDER_SUSPECT",
@@ -161,6 +226,7 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
     }
   }
   // A 0/1 matrix as the target of a cross entropy: multi-label data with a single-label loss.
+  if (target.defined() && context_.loss == "cross_entropy" && target.numel() > 0) Checked("LABELS_LOOK_MULTILABEL");
   if (target.defined() && context_.loss == "cross_entropy" && target.dim() == 2 && target.numel() > 0) {
     const Tensor t = target.detach().to(kFloat64);
     const bool binary = equal(t, (t > 0.5).to(kFloat64));
@@ -209,6 +275,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     const size_t w = static_cast<size_t>(options_.grad_window);
     // Gradient norms often grow in the first steps from a small initialisation: only after warm-up.
     if (grad_ema_history_.size() > w && m.step >= options_.warmup_steps) {
+      Checked("EXPLODING_GRADIENTS");
       const double before = grad_ema_history_[grad_ema_history_.size() - 1 - w];
       // Growth beyond where the run started: a norm that doubles from a tiny value late in a
       // converged run is noise, not an explosion.
@@ -229,8 +296,10 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   // From the first step's loss when it was seen (a rate that throws the model off at once has
   // the first interval's mean already far above where it started), else the first interval's.
   const double start = initial_loss_.value_or(first.loss);
-  if (intervals_ <= options_.divergence_intervals && (initial_loss_ || intervals_ >= 2) && std::isfinite(m.loss) &&
-      start > 0 && m.loss > options_.divergence_factor * start) {
+  const bool early = intervals_ <= options_.divergence_intervals && (initial_loss_ || intervals_ >= 2) &&
+                     std::isfinite(m.loss) && start > 0;
+  if (early) Checked("LR_TOO_HIGH");
+  if (early && m.loss > options_.divergence_factor * start) {
     Report({"LR_TOO_HIGH",
             Severity::kWarning,
             first.step,
@@ -247,6 +316,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     ratio_low_run_ = m.update_ratio < options_.update_ratio_low ? ratio_low_run_ + 1 : 0;
     ratio_high_run_ = m.update_ratio > options_.update_ratio_high ? ratio_high_run_ + 1 : 0;
     const int64_t need = options_.update_band_intervals;
+    Evaluated("LR_TOO_LOW", need);
     if (ratio_low_run_ >= need) {
       Report({"LR_TOO_LOW",
               Severity::kWarning,
@@ -283,6 +353,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     const double ratio = layers[worst].second / last;
     vanishing_run_ = std::isfinite(ratio) && ratio < options_.vanishing_ratio ? vanishing_run_ + 1 : 0;
     const int64_t need = options_.vanishing_intervals;
+    Evaluated("VANISHING_GRADIENTS", need);
     if (vanishing_run_ >= need) {
       Report({"VANISHING_GRADIENTS",
               Severity::kWarning,
@@ -317,6 +388,8 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     run(dead, options_.dead_relu_share, &dead_relu_run_);
     run(saturated, options_.saturated_share, &saturated_run_);
     const int64_t need = options_.activation_intervals;
+    if (dead) Evaluated("DEAD_RELU", need);
+    if (saturated) Evaluated("SATURATED_ACTIVATION", need);
     const size_t from = n - std::min<size_t>(n, static_cast<size_t>(need));
     if (dead && dead_relu_run_ >= need) {
       const StepMetrics::ActivationShare& a = m.activation_shares[*dead];
@@ -357,6 +430,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
         {m.step, m.step_seconds, m.ops_per_step * m.dispatch_seconds_per_op / m.step_seconds, m.device_utilisation});
     if (overhead_window_.size() > static_cast<size_t>(options_.overhead_intervals)) overhead_window_.pop_front();
     if (overhead_window_.size() == static_cast<size_t>(options_.overhead_intervals)) {
+      Checked("OVERHEAD_BOUND");
       const auto median = [&](auto field) {
         std::vector<double> v;
         for (const OverheadSample& o : overhead_window_) v.push_back(field(o));
@@ -402,6 +476,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   if (m.step >= options_.warmup_steps) {
     host_sync_run_ = m.host_reads_per_step >= 1.0 ? host_sync_run_ + 1 : 0;
     const int64_t need = options_.host_sync_intervals;
+    Evaluated("HOST_SYNC_PER_STEP", need);
     if (host_sync_run_ >= need) {
       const bool gpu = context_.device != "cpu";
       Report({"HOST_SYNC_PER_STEP",
@@ -428,6 +503,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     if (wait_rank < 0 || m.rank_data_wait[r] > m.rank_data_wait[static_cast<size_t>(wait_rank)])
       wait_rank = static_cast<int64_t>(r);
   const double wait = wait_rank >= 0 ? m.rank_data_wait[static_cast<size_t>(wait_rank)] : m.data_wait_ratio;
+  if (m.step >= options_.warmup_steps) Checked("DATA_STALL");
   if (m.step >= options_.warmup_steps && wait > options_.data_stall_info &&
       wait * m.step_seconds > options_.data_stall_min_wait_seconds) {
     const bool warn = wait > options_.data_stall_warning;
@@ -451,6 +527,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   // ranks' median by the factor, and by more than the floor, for intervals in a row. Its step
   // time is everyone's (each all-reduce waits for it), so the step times cannot show it.
   if (m.rank_compute_seconds.size() >= 2 && m.step >= options_.warmup_steps) {
+    Evaluated("STRAGGLER_RANK", options_.straggler_intervals);
     const std::vector<double>& c = m.rank_compute_seconds;
     const size_t slow = static_cast<size_t>(std::max_element(c.begin(), c.end()) - c.begin());
     std::vector<double> others;
@@ -494,6 +571,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   }
   // AMP_SKIP_STORM: skipped steps per 1,000, or the scale at its floor.
   if (m.loss_scale > 0 || m.skipped_steps > 0) {
+    Checked("AMP_SKIP_STORM");
     const double share = m.step > 0 ? static_cast<double>(m.skipped_steps) / static_cast<double>(m.step) : 0.0;
     if ((m.step >= 100 && share > options_.amp_skip_share) ||
         (m.loss_scale > 0 && m.loss_scale <= options_.amp_scale_floor)) {
@@ -516,6 +594,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   // minimum they had found), not a plateau.
   const size_t pw = static_cast<size_t>(options_.plateau_window);
   if (n > pw && m.step >= options_.warmup_steps) {
+    Checked("LOSS_PLATEAU");
     const double before = steps_[n - 1 - pw].loss, now = m.loss;
     if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * first.loss &&
         now > options_.divergence_factor * before) {
@@ -546,6 +625,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   }
   const size_t ow = static_cast<size_t>(options_.oscillation_window);
   if (ow >= 2 && n > ow) {
+    Checked("OSCILLATION");
     int turns = 0;
     double sum = 0, swing = 0;
     for (size_t i = n - ow; i < n; ++i) {
@@ -614,6 +694,7 @@ void Doctor::CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out) {
   const size_t window = static_cast<size_t>(std::max<int64_t>(1, options_.utilisation_window));
   if (utilisation_window_.size() > window) utilisation_window_.pop_front();
   if (utilisation_window_.size() < window) return;
+  Checked("LOW_DEVICE_UTILISATION");
   std::vector<double> u, wait;
   for (const UtilisationSample& s : utilisation_window_) {
     u.push_back(s.utilisation);
@@ -662,6 +743,7 @@ void Doctor::CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out) {
 
 void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
   if (m.step < options_.warmup_steps || m.memory_allocated_bytes < 0) return;
+  Evaluated("MEMORY_FRAGMENTATION", options_.memory_growth_intervals);
   constexpr double kMiB = 1024.0 * 1024.0;
   // Fragmentation: a caching device allocator holding far more than the run ever used at once.
   if (m.memory_peak_bytes >= 0 && m.memory_reserved_bytes > 0) {
@@ -737,6 +819,7 @@ void Doctor::CheckMemory(const StepMetrics& m, std::vector<Finding>* out) {
 std::vector<Finding> Doctor::on_epoch(const EpochMetrics& m) {
   std::vector<Finding> out;
   if (m.val_loss && std::isfinite(*m.val_loss)) {
+    Evaluated("OVERFITTING", options_.overfit_evaluations + 1);
     const EpochMetrics* prev = nullptr;
     for (auto it = epochs_.rbegin(); it != epochs_.rend() && !prev; ++it)
       if (it->val_loss && std::isfinite(*it->val_loss)) prev = &*it;

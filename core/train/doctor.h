@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -201,12 +202,27 @@ class Doctor {
 
   // Every rule the doctor evaluates, for "checked and healthy" reports.
   static const std::vector<std::string>& rules();
+  // Whether `code` applies to a job at all: LOGITS_PASSED_AS_PROBABILITIES to the loss
+  // bce_with_logits only, LABELS_LOOK_MULTILABEL to cross_entropy, AMP_SKIP_STORM to fp16 (loss
+  // scaling), STRAGGLER_RANK to a data-parallel job; every other rule to every job.
+  static bool applies(const std::string& code, const DoctorContext& context, bool data_parallel);
+  // What `code` needs before it can decide, with these thresholds: "10 metric intervals after
+  // warm-up (step 20), with the device's utilisation measured". "" for an unknown code.
+  static std::string needs(const std::string& code, const DoctorOptions& options);
+  // The rules that have had what they need to decide at least once in this run, fired or not
+  // (a rule checked and not fired is healthy), in rules() order; and those checked since the
+  // last call of take_newly_checked, which the service records as events.
+  std::vector<std::string> checked() const;
+  std::vector<std::string> take_newly_checked();
   // The findings so far, most severe first, then by first step.
   std::vector<Finding> findings() const;
 
  private:
   // Keeps `f` unless its code fired before at the same or a higher severity.
   void Report(Finding f, std::vector<Finding>* out);
+  // `code` had what it needs to decide (now, or at its `need`th evaluation).
+  void Checked(const char* code);
+  void Evaluated(const char* code, int64_t need);
   // LOW_DEVICE_UTILISATION and MEMORY_FRAGMENTATION over an interval's metrics.
   void CheckUtilisation(const StepMetrics& m, std::vector<Finding>* out);
   void CheckMemory(const StepMetrics& m, std::vector<Finding>* out);
@@ -214,6 +230,9 @@ class Doctor {
   DoctorContext context_;
   DoctorOptions options_;
   std::map<std::string, Finding> fired_;
+  std::set<std::string> checked_;
+  std::vector<std::string> newly_checked_;
+  std::map<std::string, int64_t> evaluations_;  // Evaluated's counts, per rule
   // The recent intervals (as many as the longest window needs: memory stays bounded whatever the
   // job's length), the first one, and how many were seen.
   std::deque<StepMetrics> steps_;

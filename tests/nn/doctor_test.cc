@@ -1073,5 +1073,85 @@ TEST(DoctorDigits, ProvokedFaultsFireAndHealthyTwinsStayQuiet) {
   }
 }
 
+// A rule counts as checked only once it had what it needs to decide: the windows filled after
+// warm-up, the metric it reads measured. Three intervals check the early-divergence rule and
+// DATA_STALL (step 20 is past warm-up) but not the ten-interval utilisation window; thirty
+// check it. Rules whose metric never came (memory, per-layer norms, activations, the dispatch
+// counters, ranks, a loss scale, a validation loss) stay unchecked. take_newly_checked hands
+// each rule out once, in the order checked.
+TEST(Doctor, ARuleIsCheckedOnlyOnceItHadWhatItNeeds) {
+  Doctor d({.device = "cpu"});
+  const auto with_utilisation = [](StepMetrics& m, int64_t) { m.device_utilisation = 0.95; };
+  std::vector<std::string> handed_out;
+  const auto take = [&] {
+    for (std::string& c : d.take_newly_checked()) handed_out.push_back(std::move(c));
+  };
+  for (int64_t i = 0; i < 3; ++i) {
+    StepMetrics m = Healthy(i);
+    with_utilisation(m, i);
+    EXPECT_TRUE(d.on_step(m).empty());
+    take();
+  }
+  const auto has = [](const std::vector<std::string>& v, const std::string& c) {
+    return std::find(v.begin(), v.end(), c) != v.end();
+  };
+  std::vector<std::string> early = d.checked();
+  EXPECT_TRUE(has(early, "LR_TOO_HIGH")) << ::testing::PrintToString(early);
+  EXPECT_TRUE(has(early, "DATA_STALL")) << ::testing::PrintToString(early);
+  for (const char* c : {"LOW_DEVICE_UTILISATION", "OSCILLATION", "LOSS_PLATEAU", "EXPLODING_GRADIENTS"})
+    EXPECT_FALSE(has(early, c)) << c << " after 3 intervals";
+  for (int64_t i = 3; i < 30; ++i) {
+    StepMetrics m = Healthy(i);
+    with_utilisation(m, i);
+    EXPECT_TRUE(d.on_step(m).empty()) << "interval " << i;
+    take();
+  }
+  const std::vector<std::string> all = d.checked();
+  for (const char* c : {"LOW_DEVICE_UTILISATION", "OSCILLATION", "LOSS_PLATEAU", "EXPLODING_GRADIENTS",
+                        "HOST_SYNC_PER_STEP", "LR_TOO_LOW", "LR_TOO_HIGH", "DATA_STALL"})
+    EXPECT_TRUE(has(all, c)) << c << " after 30 intervals: " << ::testing::PrintToString(all);
+  for (const char* c : {"MEMORY_FRAGMENTATION", "VANISHING_GRADIENTS", "DEAD_RELU", "SATURATED_ACTIVATION",
+                        "OVERHEAD_BOUND", "STRAGGLER_RANK", "AMP_SKIP_STORM", "OVERFITTING", "INPUT_NOT_NORMALIZED"})
+    EXPECT_FALSE(has(all, c)) << c << " had nothing to go on";
+  std::vector<std::string> sorted_out = handed_out, sorted_all = all;
+  std::sort(sorted_out.begin(), sorted_out.end());
+  std::sort(sorted_all.begin(), sorted_all.end());
+  EXPECT_EQ(sorted_out, sorted_all) << "each rule handed out once";
+  EXPECT_TRUE(d.take_newly_checked().empty());
+  // A validation loss checks OVERFITTING once its window of evaluations filled.
+  for (int64_t e = 0; e < 4; ++e) {
+    EXPECT_FALSE(has(d.checked(), "OVERFITTING")) << "after " << e << " evaluations";
+    EpochMetrics m;
+    m.epoch = e;
+    m.step = 100 * (e + 1);
+    m.train_loss = 1.0 / static_cast<double>(e + 1);
+    m.val_loss = 1.1 / static_cast<double>(e + 1);
+    (void)d.on_epoch(m);
+  }
+  EXPECT_TRUE(has(d.checked(), "OVERFITTING"));
+  EXPECT_EQ(d.take_newly_checked(), std::vector<std::string>{"OVERFITTING"});
+}
+
+// Every rule says what it needs, with the thresholds in force; the rules for one loss, one
+// precision or data-parallel jobs apply to those only.
+TEST(Doctor, EveryRuleSaysWhatItNeedsAndWhereItApplies) {
+  DoctorOptions o;
+  o.utilisation_window = 25;
+  for (const std::string& rule : Doctor::rules()) EXPECT_FALSE(Doctor::needs(rule, o).empty()) << rule;
+  EXPECT_EQ(Doctor::needs("LOW_DEVICE_UTILISATION", o),
+            "25 metric intervals after warm-up (step 20), with the device's utilisation measured");
+  EXPECT_EQ(Doctor::needs("NO_SUCH_RULE", o), "");
+  const DoctorContext ce{.loss = "cross_entropy"}, bce{.loss = "bce_with_logits", .precision = "fp16"};
+  EXPECT_FALSE(Doctor::applies("LOGITS_PASSED_AS_PROBABILITIES", ce, false));
+  EXPECT_TRUE(Doctor::applies("LOGITS_PASSED_AS_PROBABILITIES", bce, false));
+  EXPECT_TRUE(Doctor::applies("LABELS_LOOK_MULTILABEL", ce, false));
+  EXPECT_FALSE(Doctor::applies("LABELS_LOOK_MULTILABEL", bce, false));
+  EXPECT_FALSE(Doctor::applies("AMP_SKIP_STORM", ce, false));
+  EXPECT_TRUE(Doctor::applies("AMP_SKIP_STORM", bce, false));
+  EXPECT_FALSE(Doctor::applies("STRAGGLER_RANK", ce, false));
+  EXPECT_TRUE(Doctor::applies("STRAGGLER_RANK", ce, true));
+  EXPECT_TRUE(Doctor::applies("LOW_DEVICE_UTILISATION", ce, false));
+}
+
 }  // namespace
 }  // namespace anvil::train

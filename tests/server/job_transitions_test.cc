@@ -17,9 +17,9 @@ using ::testing::HasSubstr;
 
 const std::vector<JobState> kStates = {JobState::kQueued, JobState::kRunning,   JobState::kSucceeded,
                                        JobState::kFailed, JobState::kCancelled, JobState::kInterrupted};
-const std::vector<Kind> kKinds = {Kind::kStarted,    Kind::kStep,        Kind::kEpoch,
-                                  Kind::kCheckpoint, Kind::kSucceeded,   Kind::kFailed,
-                                  Kind::kCancelled,  Kind::kInterrupted, Kind::kFinding};
+const std::vector<Kind> kKinds = {Kind::kStarted,   Kind::kStep,   Kind::kEpoch,     Kind::kCheckpoint,
+                                  Kind::kSucceeded, Kind::kFailed, Kind::kCancelled, Kind::kInterrupted,
+                                  Kind::kFinding,   Kind::kChecked};
 
 TEST(JobTransitions, EveryEventKindHasOneRow) {
   std::set<Kind> seen;
@@ -31,7 +31,7 @@ TEST(JobTransitions, EveryEventKindHasOneRow) {
 
 TEST(JobTransitions, EachStateAcceptsTheEventsOfItsPlaceInALife) {
   // 'y': allowed. A finished job (SUCCEEDED, FAILED, CANCELLED) accepts nothing; progress
-  // (steps, epochs, checkpoints, findings) and success come only while RUNNING; a start, a
+  // (steps, epochs, checkpoints, findings, doctor checks) and success come only while RUNNING; a start, a
   // failure, a cancel or an interruption may also reach a job still QUEUED or INTERRUPTED (its
   // worker took it before its row said so, or stopped before the first step).
   const std::map<Kind, std::string> allowed = {
@@ -39,6 +39,7 @@ TEST(JobTransitions, EachStateAcceptsTheEventsOfItsPlaceInALife) {
       {Kind::kStarted, "yy...y"},    {Kind::kStep, ".y...."},        {Kind::kEpoch, ".y...."},
       {Kind::kCheckpoint, ".y...."}, {Kind::kSucceeded, ".y...."},   {Kind::kFailed, "yy...y"},
       {Kind::kCancelled, "yy...y"},  {Kind::kInterrupted, "yy...y"}, {Kind::kFinding, ".y...."},
+      {Kind::kChecked, ".y...."},
   };
   for (Kind k : kKinds) {
     for (size_t s = 0; s < kStates.size(); ++s) {
@@ -67,6 +68,7 @@ TEST(JobTransitions, EachEventLeavesTheRowInItsStateWithItsEffects) {
       {Kind::kEpoch, {std::nullopt, kNoEffect}},
       {Kind::kCheckpoint, {std::nullopt, kPublishCheckpoint}},
       {Kind::kFinding, {std::nullopt, kNoEffect}},
+      {Kind::kChecked, {std::nullopt, kNoEffect}},
       {Kind::kSucceeded, {JobState::kSucceeded, kRegisterModel | kStampFinished | kExpireFinished | kFreeSlot}},
       {Kind::kFailed, {JobState::kFailed, kStampFinished | kExpireFinished | kFreeSlot}},
       {Kind::kCancelled, {JobState::kCancelled, kStampFinished | kExpireFinished | kFreeSlot}},

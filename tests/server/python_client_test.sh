@@ -116,6 +116,14 @@ try:
     raise AssertionError("expected NOT_FOUND")
 except anvil_client.AnvilError as e:
     assert e.code.name == "NOT_FOUND", e
+# What the doctor checked: healthy rules were checked ("checked" events, or the watchdog's
+# STALLED); rules with too little to go on say what they need; no rule is in two lists.
+checks = c.checks(job.id)
+checked = {code for e in events if e.kind == "checked" for code in e.checked}
+assert set(checks["healthy"]) - {"STALLED"} <= checked, (checks, checked)
+assert "STALLED" in checks["healthy"], checks
+assert all(needs for needs in checks["not_checked"].values()), checks
+assert not (set(checks["healthy"]) & set(checks["not_checked"])) and not (streamed & set(checks["healthy"])), checks
 
 # int8: the float version quantized (calibrated on its job's dataset), registered as version 2
 # when it passes the gate; an imported ONNX graph quantizes dynamically or statically on a

@@ -2,6 +2,7 @@
 // numbers and a doctor's finding come back as they went, and a bad severity is refused.
 #include "workers/rank_events.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,6 +54,31 @@ TEST(RankEvents, AFindingComesBackWithItsEvidenceAndAdvice) {
   ASSERT_NE(at, std::string::npos) << line;
   bad.replace(at, 12, "\"severity\":7");
   EXPECT_THROW(decode_rank_event(bad), Error);
+}
+
+TEST(RankEvents, TheDoctorsCheckedRulesComeBackAndAnUnknownKindIsRefused) {
+  WorkerEvent e;
+  e.kind = WorkerEvent::Kind::kChecked;
+  e.job_id = "j1";
+  e.step = 40;
+  e.checked = {"DATA_STALL", "STRAGGLER_RANK"};
+  const std::string line = encode_rank_event(e);
+  const WorkerEvent back = decode_rank_event(line);
+  EXPECT_EQ(back.kind, WorkerEvent::Kind::kChecked);
+  EXPECT_EQ(back.step, 40);
+  EXPECT_EQ(back.checked, e.checked);
+
+  std::string bad = line;
+  const std::string kind = "\"kind\":" + std::to_string(static_cast<int>(WorkerEvent::Kind::kChecked));
+  const size_t at = bad.find(kind);
+  ASSERT_NE(at, std::string::npos) << line;
+  bad.replace(at, kind.size(), "\"kind\":42");
+  try {
+    decode_rank_event(bad);
+    ADD_FAILURE() << "did not throw";
+  } catch (const Error& err) {
+    EXPECT_THAT(std::string(err.what()), ::testing::HasSubstr("got 42"));
+  }
 }
 
 }  // namespace

@@ -822,9 +822,43 @@ TEST_F(ServerTest, TheDoctorsFindingsAreStreamedStoredAndCounted) {
     EXPECT_EQ(stored, streamed);
     const bool fired = stored.count("EXPLODING_GRADIENTS") + stored.count("LR_TOO_HIGH") > 0;
     EXPECT_EQ(fired, faulty) << ::testing::PrintToString(stored);
-    // Every rule but STRAGGLER_RANK (data-parallel jobs only) was checked: found, or healthy.
-    EXPECT_EQ(static_cast<size_t>(resp.findings_size() + resp.healthy_size()), train::Doctor::rules().size() - 1);
-    for (const std::string& h : resp.healthy()) EXPECT_NE(h, "STRAGGLER_RANK");
+    // Every rule that applies to this job (not STRAGGLER_RANK: one rank; not AMP_SKIP_STORM:
+    // float32; not LOGITS_PASSED_AS_PROBABILITIES: cross entropy) is in exactly one list:
+    // found, checked and healthy, or not checked with what it needs. Healthy means checked:
+    // each healthy rule but the watchdog's STALLED came in a streamed "checked" event.
+    std::set<std::string> streamed_checked;
+    for (const auto& e : events)
+      if (e.has_checked()) streamed_checked.insert(e.checked().codes().begin(), e.checked().codes().end());
+    std::multiset<std::string> listed(stored.begin(), stored.end());
+    for (const std::string& h : resp.healthy()) {
+      listed.insert(h);
+      if (h != "STALLED") {
+        EXPECT_EQ(streamed_checked.count(h), 1u) << h << " is healthy without being checked";
+      }
+    }
+    int64_t intervals_after_warmup = 0;
+    for (const auto& e : events) intervals_after_warmup += e.has_step_metrics() && e.step() >= 20;
+    for (const v1::UncheckedRule& u : resp.not_checked()) {
+      listed.insert(u.code());
+      EXPECT_FALSE(u.needs().empty()) << u.code();
+      EXPECT_EQ(streamed_checked.count(u.code()), 0u) << u.code();
+    }
+    std::multiset<std::string> applicable;
+    for (const std::string& rule : train::Doctor::rules())
+      if (rule != "STRAGGLER_RANK" && rule != "AMP_SKIP_STORM" && rule != "LOGITS_PASSED_AS_PROBABILITIES")
+        applicable.insert(rule);
+    EXPECT_EQ(listed, applicable);
+    EXPECT_EQ(std::count(resp.healthy().begin(), resp.healthy().end(), "STALLED"), 1);
+    // The utilisation window is ten intervals after warm-up: a job with fewer has not had it.
+    if (intervals_after_warmup < 10) {
+      bool unchecked = false;
+      for (const v1::UncheckedRule& u : resp.not_checked())
+        if (u.code() == "LOW_DEVICE_UTILISATION") {
+          unchecked = true;
+          EXPECT_THAT(u.needs(), HasSubstr("10 metric intervals after warm-up"));
+        }
+      EXPECT_TRUE(unchecked) << intervals_after_warmup << " intervals after warm-up";
+    }
     if (faulty) {
       // Most severe first.
       for (int i = 1; i < resp.findings_size(); ++i) {

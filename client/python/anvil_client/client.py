@@ -55,7 +55,7 @@ class MetricEvent:
     seq: int
     step: int
     epoch: int
-    kind: str                       # "step", "epoch" or "state"
+    kind: str                       # "step", "epoch", "state", "finding" or "checked"
     loss: Optional[float] = None    # step: the interval's training loss; epoch: the epoch's
     lr: Optional[float] = None
     grad_norm: Optional[float] = None
@@ -66,6 +66,7 @@ class MetricEvent:
     loss_scale: Optional[float] = None   # step, float16 jobs: GradScaler's loss scale
     skipped_steps: Optional[int] = None  # step, float16 jobs: steps skipped so far
     finding: Optional[dict] = None       # finding: the training doctor's (code, severity, evidence, advice)
+    checked: Optional[List[str]] = None  # checked: the doctor's rules that could decide from here on
 
     @staticmethod
     def of(e: pb.MetricEvent) -> "MetricEvent":
@@ -84,6 +85,8 @@ class MetricEvent:
         if which == "finding":
             return MetricEvent(e.seq, e.step, e.epoch, "finding", message=e.finding.advice,
                                finding=_finding(e.finding))
+        if which == "checked":
+            return MetricEvent(e.seq, e.step, e.epoch, "checked", checked=list(e.checked.codes))
         return MetricEvent(e.seq, e.step, e.epoch, "state", state=pb.JobState.Name(e.state), message=e.message)
 
 
@@ -224,6 +227,13 @@ class Client:
         severity, first_step, last_step, evidence ({name: value}) and advice (docs/doctor.md)."""
         resp = self._call(f"findings {job_id}", self._training.GetFindings, pb.GetFindingsRequest(job_id=job_id))
         return [_finding(f) for f in resp.findings]
+
+    def checks(self, job_id: str) -> dict:
+        """What the training doctor has checked on a job: {"healthy": [codes checked that did
+        not fire], "not_checked": {code: what it needs}} (rules that apply but have had too
+        little to decide on so far; docs/doctor.md)."""
+        resp = self._call(f"checks {job_id}", self._training.GetFindings, pb.GetFindingsRequest(job_id=job_id))
+        return {"healthy": list(resp.healthy), "not_checked": {u.code: u.needs for u in resp.not_checked}}
 
     def delete(self, job_id: str) -> None:
         """Deletes a finished job with its metric history and files (its model stays)."""
