@@ -39,6 +39,11 @@ void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call
   throw ServiceError(absl::CancelledError(message));
 }
 
+ScopedInterruptionCheck stop_inside_loops_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call) {
+  return ScopedInterruptionCheck(
+      [&ctx, call = std::string(call)] { stop_if_abandoned(ctx, call, "part of its data"); });
+}
+
 AbandonedHeavyWork abandoned_heavy_work() {
   return {abandoned_queued.load(std::memory_order_relaxed), abandoned_running.load(std::memory_order_relaxed)};
 }

@@ -10,8 +10,8 @@
 //   - a call whose client gave up (its deadline passed, or it cancelled) while its work waited
 //     is answered CANCELLED without doing the work; one whose client gives up while it runs
 //     stops at the work's next phase (a dry run after its data, after its model; a verified
-//     export after its capture; a quantization before its calibration), so the rest is not
-//     done for nobody.
+//     export after its capture; a quantization before its calibration), or inside a large
+//     data load, so the rest is not done for nobody.
 // Unary calls hand the whole call over (serve_method_heavy in server/unary_call.h); streaming
 // calls wait for their work on their own stream-pool thread (run_heavy_work).
 // Thread-safety: free functions over a thread-safe pool.
@@ -24,6 +24,7 @@
 #include <functional>
 #include <string_view>
 
+#include "core/util/interruption.h"
 #include "server/bounded_executor.h"
 
 namespace anvil::server {
@@ -50,6 +51,13 @@ absl::Status heavy_work_abandoned();
 // at shutdown; counted as abandoned while running); returns otherwise. A cheap check: gRPC's
 // IsCancelled, one short lock.
 void stop_if_abandoned(const grpc::ServerContextBase& ctx, std::string_view call, std::string_view done);
+
+// Installs, for the returned object's scope on the calling thread, an interruption check
+// (core/util/interruption.h) that runs stop_if_abandoned(ctx, call, "part of its data") inside
+// the engine's long loops: a large table's read and parse, an image folder's walk, stop within
+// a few tens of milliseconds of the call's cancellation rather than after the whole load.
+[[nodiscard]] ScopedInterruptionCheck stop_inside_loops_if_abandoned(const grpc::ServerContextBase& ctx,
+                                                                     std::string_view call);
 
 // Heavy calls given up because they were cancelled (their client left, or the server ended
 // them), since the process started (every server in it): before their work began, and between

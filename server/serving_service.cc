@@ -202,6 +202,7 @@ class ServingService final : public ServingBase {
           validate_job_spec(plan_spec, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
       workers::JobPlan plan;
       try {
+        const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(*ctx, "quantization");
         plan = workers::make_job_plan(
             checked, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
             /*seed_generator=*/false, [ctx](std::string_view done) { stop_if_abandoned(*ctx, "quantization", done); });
@@ -259,6 +260,7 @@ class ServingService final : public ServingBase {
     validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
     workers::JobData data;
     try {
+      const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(ctx, "quantization");
       data = workers::make_job_data(
           dataset, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory}, req.seed());
     } catch (const Error& e) {

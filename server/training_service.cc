@@ -91,6 +91,7 @@ class TrainingService final : public TrainingBase {
         // (serve_method_heavy), which bounds how many run at once; a client that leaves stops
         // it at the plan's next phase.
         try {
+          const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(*ctx, "dry run");
           workers::make_job_plan(spec, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
                                  /*seed_generator=*/false,
                                  [ctx](std::string_view done) { stop_if_abandoned(*ctx, "dry run", done); });

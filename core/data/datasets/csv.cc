@@ -11,6 +11,7 @@
 #include "core/data/datasets/file_io.h"
 #include "core/ops/functions.h"
 #include "core/util/error.h"
+#include "core/util/interruption.h"
 #include "core/util/utf8.h"
 
 namespace anvil::data {
@@ -42,6 +43,7 @@ std::vector<Line> SplitLines(std::string_view content, const std::string& path) 
   std::vector<Line> lines;
   int64_t number = 0;
   while (!content.empty()) {
+    if ((number & 0xFFFF) == 0) interruption_point();  // every 65536 lines
     const size_t end = content.find('\n');
     std::string_view text = content.substr(0, end);
     content.remove_prefix(end == std::string_view::npos ? content.size() : end + 1);
@@ -231,6 +233,7 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   float* out = features_.data_ptr<float>();
   std::vector<std::string> target_text(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
+    if ((r & 0xFFF) == 0) interruption_point();  // every 4096 rows
     const Line& line = lines[first_data + static_cast<size_t>(r)];
     std::vector<std::string> fields = (r == 0 && !header) ? first : SplitFields(line, delim, path_);
     ANVIL_CHECK(static_cast<int64_t>(fields.size()) == num_columns, path_, ":", line.number, ": expected ", num_columns,

@@ -9,14 +9,22 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <memory>
 #include <system_error>
 #include <vector>
 
 #include "core/util/confined_open.h"
 #include "core/util/error.h"
 #include "core/util/file.h"
+#include "core/util/interruption.h"
 
 namespace anvil::data::file_io {
+
+namespace {
+// A file is read in chunks of at most this many bytes between interruption points (about 20-100
+// ms of reading or decompressing).
+constexpr size_t kInterruptibleChunk = size_t{16} << 20;
+}  // namespace
 
 int OpenRegularBeneath(const std::string& confine_to, const std::string& path) {
   const int fd = open_beneath(confine_to, path, O_RDONLY | O_NONBLOCK);
@@ -92,8 +100,9 @@ std::string ReadFile(const std::string& path, bool gunzip, const std::string& co
     GzReader reader(path, confine_to);
     size_t size = 0;
     for (;;) {
-      data.resize(std::max<size_t>(size * 2, 1 << 16));
-      const size_t want = data.size() - size;
+      interruption_point();  // a caller may give up a large file between chunks
+      if (size == data.size()) data.resize(std::max<size_t>(size * 2, 1 << 16));
+      const size_t want = std::min<size_t>(data.size() - size, kInterruptibleChunk);
       const size_t got = reader.Read(data.data() + size, want);
       size += got;
       if (got < want) break;
@@ -112,7 +121,13 @@ std::string ReadFile(const std::string& path, bool gunzip, const std::string& co
   ANVIL_CHECK(f != nullptr, path, ": cannot open: ", errno_message(errno));
   char buf[1 << 16];
   size_t got = 0;
-  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, got);
+  // fclose on the way out when a caller gives up between chunks.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) {
+    data.append(buf, got);
+    if (data.size() % kInterruptibleChunk < got) interruption_point();
+  }
+  closer.release();
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   std::fclose(f);

@@ -13,6 +13,7 @@
 #include "core/ops/functions.h"
 #include "core/util/confined_open.h"
 #include "core/util/error.h"
+#include "core/util/interruption.h"
 #include "core/util/utf8.h"
 
 namespace anvil::data {
@@ -114,6 +115,7 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
     std::sort(classes_.begin(), classes_.end());
 
     std::vector<std::string> empty_classes;
+    int64_t walked = 0;
     for (size_t k = 0; k < classes_.size(); ++k) {
       std::vector<std::string> paths;
       const auto opts = confine_to_.empty() ? fs::directory_options::follow_directory_symlink |
@@ -121,6 +123,7 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
                                             : fs::directory_options::skip_permission_denied;
       for (auto it = fs::recursive_directory_iterator(fs::path(root_) / classes_[k], opts);
            it != fs::recursive_directory_iterator(); ++it) {
+        if ((++walked & 0xFFF) == 0) interruption_point();  // every 4096 entries
         if (IsHidden(it->path())) {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
