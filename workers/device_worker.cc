@@ -16,6 +16,7 @@
 #include "core/backend/device_info.h"
 #include "core/backend/registry.h"
 #include "core/models/archive.h"
+#include "core/tensor/random.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/mutex.h"
@@ -135,6 +136,10 @@ class DeviceWorker final : public Worker {
     const RunJob& job = placed.prepare ? prepared : placed;
     try {
       if (job.spec.world_size() > 1) return RunRanks(job);
+      // The job's own random stream (seeded by its plan, saved in its checkpoints): nothing
+      // another thread draws (a model loaded for serving, a dry run) moves it.
+      Generator job_generator;
+      const ScopedDefaultGenerator own_stream(job_generator);
       fs::create_directories(job.job_dir);
       const std::string checkpoint = (fs::path(job.job_dir) / "checkpoint.safetensors").string();
       JobPlan plan = make_job_plan(job.spec, {job.data_root, job.datasets_dir, checkpoint, device_, job.memory_budget});

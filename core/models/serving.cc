@@ -5,6 +5,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/ops/functions.h"
+#include "core/quant/quantize.h"
 #include "core/util/error.h"
 
 namespace anvil::models {
@@ -56,9 +57,12 @@ std::unique_ptr<ExportPayload> open_export(ExportFormat format, const std::strin
                                            const std::string& archive_path, const nn::Module& module,
                                            const std::string& model_name) {
   if (format == ExportFormat::kNative) return std::make_unique<ArchiveFile>(base_name + ".anvil", archive_path);
-  return std::make_unique<Bytes>(
-      base_name + ".safetensors",
-      io::serialize_safetensors(module.state_dict().tensors, {{"format", "pt"}, {"anvil.model", model_name}}));
+  io::NamedTensors tensors = module.state_dict().tensors;
+  io::Metadata metadata = {{"format", "pt"}, {"anvil.model", model_name}};
+  // An int8 model's quantized layers hold their weights outside the float state: their int8
+  // tensors go in with their scale and zero-point companions (core/quant/serialize.h names them).
+  if (quant::is_quantized(module)) quant::append_quantized_state(module, &tensors, &metadata);
+  return std::make_unique<Bytes>(base_name + ".safetensors", io::serialize_safetensors(tensors, metadata));
 }
 
 std::unique_ptr<ExportPayload> bytes_export(std::string file_name, std::string bytes) {

@@ -77,7 +77,27 @@ class Generator {
   uint64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The process-wide default generator (torch.manual_seed seeds this one).
+// The generator random ops draw from on the calling thread (torch.manual_seed seeds this one):
+// the thread's own while a ScopedDefaultGenerator is installed on it, else the process-wide one.
 Generator& default_generator();
+
+// Makes `g` the calling thread's default generator for this scope. A training job installs its
+// own on the thread that runs it, so its initialisation and dropout draw from one seeded stream
+// that nothing else moves: a model built on another thread for serving, a dry run, another job.
+// Scopes nest; the previous generator is restored at the end. Draws are reserved on the thread
+// that calls the random op (parallel fills then compute from the reserved counters), so work
+// handed to the pool needs no generator of its own.
+// Thread-safety: the installation is the calling thread's; `g` itself is thread-safe and must
+// outlive the scope.
+class ScopedDefaultGenerator {
+ public:
+  explicit ScopedDefaultGenerator(Generator& g);
+  ~ScopedDefaultGenerator();
+  ScopedDefaultGenerator(const ScopedDefaultGenerator&) = delete;
+  ScopedDefaultGenerator& operator=(const ScopedDefaultGenerator&) = delete;
+
+ private:
+  Generator* previous_;
+};
 
 }  // namespace anvil

@@ -12,8 +12,10 @@
 #include <memory>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/anvil.h"
@@ -132,6 +134,49 @@ TEST(Random, ManualSeedReproducible) {
   Tensor p1 = rand({10});
   Tensor p2 = rand({10});
   EXPECT_FALSE(equal(p1, p2));
+}
+
+// A thread with its own default generator (a training job's) draws one seeded stream whatever
+// other threads draw meanwhile (a model built for serving draws its initialisation from the
+// process-wide generator); without it, the other thread's draws move the stream. Scopes nest
+// and restore the generator before them.
+TEST(Random, AThreadsOwnGeneratorIsNotMovedByOtherThreads) {
+  const auto run = [](bool own, bool disturbed) {
+    Generator job;
+    std::vector<Tensor> draws;
+    std::optional<ScopedDefaultGenerator> scope;
+    if (own) scope.emplace(job);
+    manual_seed(11);
+    draws.push_back(randn({257}));
+    if (disturbed) {
+      std::thread other([] {
+        for (int i = 0; i < 20; ++i) (void)randn({1000});
+      });
+      other.join();
+    }
+    draws.push_back(randn({257}));
+    draws.push_back(rand({31}));
+    return draws;
+  };
+  const std::vector<Tensor> alone = run(true, false), shared = run(true, true);
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_TRUE(equal(alone[i], shared[i])) << "draw " << i;
+  // The control: on the process-wide generator the other thread's draws move the stream.
+  const std::vector<Tensor> global_alone = run(false, false), global_shared = run(false, true);
+  EXPECT_TRUE(equal(global_alone[0], global_shared[0]));
+  EXPECT_FALSE(equal(global_alone[1], global_shared[1]));
+  // Nesting: the inner scope's draws leave the outer generator where it was.
+  Generator outer_gen, inner_gen;
+  const ScopedDefaultGenerator outer(outer_gen);
+  manual_seed(3);
+  const auto before = outer_gen.get_state();
+  {
+    const ScopedDefaultGenerator inner(inner_gen);
+    manual_seed(4);
+    (void)randn({64});
+    EXPECT_EQ(&default_generator(), &inner_gen);
+  }
+  EXPECT_EQ(&default_generator(), &outer_gen);
+  EXPECT_EQ(outer_gen.get_state(), before);
 }
 
 TEST(Random, RandIsInHalfOpenUnitInterval) {

@@ -610,6 +610,21 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
       InferenceMode guard;
       EXPECT_TRUE(equal(loaded.built.module->forward(x), served));
     }
+    // Its SAFETENSORS export holds the same tensors as its archive: the int8 weights with their
+    // scale companions beside the float layers' state, not the float state alone.
+    const std::string weights = Export("q-" + mode, v1::SAFETENSORS, &st, &sha, &total);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    const io::Safetensors exported = io::parse_safetensors(weights, "export"),
+                          archived = io::parse_safetensors(native, "archive");
+    ASSERT_EQ(exported.tensors.size(), archived.tensors.size());
+    int int8_tensors = 0;
+    for (const auto& [name, t] : archived.tensors) {
+      const Tensor* e = exported.find(name);
+      ASSERT_NE(e, nullptr) << name << " is in the archive, not in the safetensors export";
+      EXPECT_TRUE(equal(*e, t)) << name;
+      int8_tensors += t.dtype() == kInt8;
+    }
+    EXPECT_GT(int8_tensors, 0);
     // The int8 version exports as QDQ ONNX (docs/onnx.md).
     const std::string onnx = Export("q-" + mode, v1::ONNX, &st, &sha, &total);
     ASSERT_TRUE(st.ok()) << st.error_message();
