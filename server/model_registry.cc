@@ -1,5 +1,6 @@
 #include "server/model_registry.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -160,7 +161,24 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     const bool imported = is_onnx_row(row);
     std::shared_ptr<ServedModel> m =
         Prepare(row, imported ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kInternal);
-    if (imported) TrialForward(*m);
+    if (imported) {
+      IntArray out = TrialForward(*m);
+      if (out.empty() && !m->loaded.built.output_shape.empty()) {
+        out = {1};
+        out.insert(out.end(), m->loaded.built.output_shape.begin(), m->loaded.built.output_shape.end());
+      }
+      // Labels name a classifier's outputs, one each: a count that differs would print the
+      // wrong names beside every prediction.
+      if (!labels.empty() && !out.empty()) {
+        ANVIL_SERVICE_CHECK(out.size() == 2, absl::StatusCode::kInvalidArgument, "labels: the model's output is ",
+                            shape_str(out),
+                            " for a batch of one, not [N, classes]: labels name a classifier's outputs");
+        ANVIL_SERVICE_CHECK(out[1] < 0 || out[1] == static_cast<int64_t>(labels.size()),
+                            absl::StatusCode::kInvalidArgument, "labels: the model gives ", out[1],
+                            " outputs per row, got ", labels.size(), " label", labels.size() == 1 ? "" : "s",
+                            "; give one label per output, or none");
+      }
+    }
     row = store_.register_model(row);
     m->row = row;
     m->loaded.info.version = row.version;
@@ -280,18 +298,18 @@ std::shared_ptr<ServedModel> ModelRegistry::Prepare(const ModelRow& row, absl::S
   return m;
 }
 
-void ModelRegistry::TrialForward(const ServedModel& m) {
+IntArray ModelRegistry::TrialForward(const ServedModel& m) {
   const models::BuiltModel& b = m.loaded.built;
   IntArray shape{1};
   for (int64_t d : b.input_shape) {
     // A named dim's range is the model's own business (a convolution may need 7 or more): only
     // a fully concrete signature is run.
-    if (d < 0) return;
+    if (d < 0) return {};
     shape.push_back(d);
   }
   try {
     NoGradGuard no_grad;
-    (void)b.module->forward(zeros(shape, TensorOptions(b.input_dtype)));
+    return b.module->forward(zeros(shape, TensorOptions(b.input_dtype))).sizes();
   } catch (const Error& e) {
     throw ServiceError(absl::StatusCode::kInvalidArgument,
                        detail::StrCat("the model does not run on a batch of one ", shape_str(shape), ": ",
@@ -362,6 +380,43 @@ absl::StatusOr<v1::Model> ModelRegistry::describe_row(const ModelRow& row) {
   return describe(*m);
 }
 
+namespace {
+
+// A NaN or infinite input is refused with its place: a model given one computes NaN for its
+// row (a classifier's "top classes" would then be class 0 and 1 at NaN probability), an
+// answer that looks like one. The scan is one pass over the floats, beside the copy decoding
+// made.
+void CheckFinite(const Tensor& input, const std::string& model) {
+  if (!is_floating_point(input.dtype()) || input.numel() == 0) return;
+  const Tensor values = input.dtype() == kFloat32 ? input : input.to(kFloat32);
+  const float* v = values.data_ptr<float>();
+  const int64_t n = values.numel();
+  int64_t bad = -1;
+  for (int64_t i = 0; i < n && bad < 0; i += 1024) {
+    // Blocks of 1024 without a branch per element: NaN and infinities are the values whose
+    // difference with themselves is not 0.
+    float acc = 0;
+    const int64_t end = std::min(n, i + 1024);
+    for (int64_t j = i; j < end; ++j) acc += v[j] - v[j];
+    if (acc != 0 || std::isnan(acc)) {
+      for (int64_t j = i; j < end; ++j)
+        if (!std::isfinite(v[j])) {
+          bad = j;
+          break;
+        }
+    }
+  }
+  if (bad < 0) return;
+  const int64_t per_row = n / input.size(0);
+  const float x = v[bad];
+  throw ServiceError(absl::StatusCode::kInvalidArgument,
+                     detail::StrCat("inputs[0]: model \"", model, "\" expects finite values, got ",
+                                    std::isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf"), " in row ", bad / per_row,
+                                    " at element ", bad % per_row, " of the row"));
+}
+
+}  // namespace
+
 v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Batcher::Clock::time_point deadline) {
   ANVIL_SERVICE_CHECK(!request.model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
   std::shared_ptr<ServedModel> m = Get(request.model(), request.version());
@@ -398,6 +453,7 @@ v1::PredictResponse ModelRegistry::Predict(const v1::PredictRequest& request, Ba
     if (predict_budget_ != nullptr) bound.emplace(predict_budget_);
     input = decode_tensor(wire);
   }
+  CheckFinite(input, m->row.name);
   Tensor out = value_or_throw(m->batcher->run(std::move(input), deadline));
 
   v1::PredictResponse response;

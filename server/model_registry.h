@@ -107,7 +107,9 @@ class ModelRegistry {
   std::shared_ptr<ServedModel> Install(std::shared_ptr<ServedModel> m);
   // Runs an imported model once on zeros of its signature (batch of one); INVALID_ARGUMENT
   // naming the node that fails. Skipped when the signature has named dims.
-  void TrialForward(const ServedModel& m);
+  // Returns the output's shape for that batch of one (empty when the input has named dims and
+  // the forward was not run).
+  IntArray TrialForward(const ServedModel& m);
 
   Store& store_;
   const std::string data_root_;

@@ -182,7 +182,7 @@ class DeviceWorker final : public Worker {
       try {
         r = trainer.fit(train_loader, &val_loader, &cancel_);
       } catch (const train::NonFiniteLossError& e) {
-        emit_findings(base, doctor->on_non_finite(e.step(), e.what()), emit);  // before the failure it explains
+        emit_findings(base, doctor->on_non_finite(e.step(), e.what(), e.lr()), emit);  // before the failure it explains
         throw;
       }
       if (r.status == train::TrainResult::Status::kCancelled) {

@@ -109,7 +109,7 @@ std::string Doctor::needs(const std::string& code, const DoctorOptions& o) {
     return std::to_string(o.overfit_evaluations + 1) + " epochs with a validation loss (a validation split)";
   if (code == "AMP_SKIP_STORM") return "a metric interval with GradScaler's loss scale (precision fp16)";
   if (code == "INPUT_NOT_NORMALIZED") return "a first batch of floating-point inputs";
-  if (code == "CHANNEL_ORDER_SUSPECT") return "a first batch of 4-D image inputs";
+  if (code == "CHANNEL_ORDER_SUSPECT") return "a first batch of floating-point inputs";
   if (code == "LABELS_LOOK_MULTILABEL") return "a first batch with targets, under the loss cross_entropy";
   if (code == "LOGITS_PASSED_AS_PROBABILITIES")
     return "two looks at the loss's input (the first step, and the fifth interval's last), of at least " +
@@ -117,9 +117,8 @@ std::string Doctor::needs(const std::string& code, const DoctorOptions& o) {
   if (code == "HOST_SYNC_PER_STEP") return after(o.host_sync_intervals, "");
   if (code == "VANISHING_GRADIENTS")
     return after(o.vanishing_intervals, "with per-layer gradient norms of two layers or more");
-  if (code == "DEAD_RELU") return after(o.activation_intervals, "with a ReLU layer's activations sampled");
-  if (code == "SATURATED_ACTIVATION")
-    return after(o.activation_intervals, "with a sigmoid or tanh layer's activations sampled");
+  if (code == "DEAD_RELU") return after(o.activation_intervals, "with the activation layers sampled");
+  if (code == "SATURATED_ACTIVATION") return after(o.activation_intervals, "with the activation layers sampled");
   if (code == "OVERHEAD_BOUND") return after(o.overhead_intervals, "with the op dispatch counters");
   if (code == "STRAGGLER_RANK") return after(o.straggler_intervals, "with two ranks or more");
   if (code == "LOW_DEVICE_UTILISATION") return after(o.utilisation_window, "with the device's utilisation measured");
@@ -210,7 +209,7 @@ std::vector<Finding> Doctor::check_first_batch(const Tensor& input, const Tensor
     }
     // HWC where CHW is expected: [N, H, W, C] with C in {1, 3, 4} last and large spatial dims
     // first (a convolution would read the rows as channels).
-    if (input.dim() == 4) Checked("CHANNEL_ORDER_SUSPECT");
+    Checked("CHANNEL_ORDER_SUSPECT");  // an input that is not 4-D cannot be a channels-last image
     if (input.dim() == 4 && (input.size(3) == 1 || input.size(3) == 3 || input.size(3) == 4) && input.size(1) > 4 &&
         input.size(2) > 4 && input.size(1) != input.size(3)) {
       Finding f{"CHANNEL_ORDER_SUSPECT",
@@ -388,8 +387,9 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
     run(dead, options_.dead_relu_share, &dead_relu_run_);
     run(saturated, options_.saturated_share, &saturated_run_);
     const int64_t need = options_.activation_intervals;
-    if (dead) Evaluated("DEAD_RELU", need);
-    if (saturated) Evaluated("SATURATED_ACTIVATION", need);
+    // Sampled layers without a ReLU (or a sigmoid, a tanh) have none to die (or saturate): checked.
+    Evaluated("DEAD_RELU", need);
+    Evaluated("SATURATED_ACTIVATION", need);
     const size_t from = n - std::min<size_t>(n, static_cast<size_t>(need));
     if (dead && dead_relu_run_ >= need) {
       const StepMetrics::ActivationShare& a = m.activation_shares[*dead];
@@ -608,9 +608,10 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
                   ") throws the weights out of the minimum they found; lower it, or decay it with a schedule"},
              &out);
     }
-    // A loss already a tenth of where it started has converged rather than stalled.
+    // A loss already a tenth of where it started has converged rather than stalled, and one
+    // that climbed past the divergence factor is a rate too high (above), not a plateau.
     if (std::isfinite(before) && std::isfinite(now) && before > 1e-3 && now > 0.1 * first.loss &&
-        (before - now) / before < options_.plateau_min_improvement) {
+        (before - now) / before < options_.plateau_min_improvement && now <= options_.divergence_factor * before) {
       Report({"LOSS_PLATEAU",
               Severity::kInfo,
               steps_[n - 1 - pw].step,
@@ -668,9 +669,9 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   return out;
 }
 
-std::vector<Finding> Doctor::on_non_finite(int64_t step, const std::string& what) {
+std::vector<Finding> Doctor::on_non_finite(int64_t step, const std::string& what, std::optional<double> given_lr) {
   std::vector<Finding> out;
-  const double lr = steps_.empty() ? 0.0 : steps_.back().lr;
+  const double lr = given_lr.value_or(steps_.empty() ? 0.0 : steps_.back().lr);
   Report({"EXPLODING_GRADIENTS",
           Severity::kCritical,
           steps_.empty() ? step : steps_.front().step,

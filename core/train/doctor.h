@@ -195,7 +195,8 @@ class Doctor {
   std::vector<Finding> on_epoch(const EpochMetrics& m);
   // The trainer stopped the run at `step` because the loss or gradient norm was not finite
   // (NonFiniteLossError, whose message is `what`): EXPLODING_GRADIENTS, critical.
-  std::vector<Finding> on_non_finite(int64_t step, const std::string& what);
+  // `lr` is the rate at that step (the last interval's when not given, 0 before any).
+  std::vector<Finding> on_non_finite(int64_t step, const std::string& what, std::optional<double> lr = std::nullopt);
 
   // The loader's worker count changed (the on_data_stall action): named in later advice.
   void set_loader_workers(int64_t workers) { context_.loader_workers = workers; }

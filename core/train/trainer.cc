@@ -361,7 +361,7 @@ TrainResult Trainer::fit(data::DataLoader& train, data::DataLoader* validation, 
                                            : "gradient norm became " + std::to_string(nv[i])) +
                                      " at step " + std::to_string(interval_steps[i]) + " (epoch " +
                                      std::to_string(train.epoch()) + "); last good checkpoint: " + last_checkpoint_,
-                                 interval_steps[i]);
+                                 interval_steps[i], optimizer_->lr());
       }
     }
     StepMetrics m;

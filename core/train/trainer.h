@@ -190,11 +190,13 @@ using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>
 // Raised when a loss becomes NaN or infinite: names the step and the last good checkpoint.
 class NonFiniteLossError : public Error {
  public:
-  NonFiniteLossError(const std::string& message, int64_t step) : Error(message), step_(step) {}
+  NonFiniteLossError(const std::string& message, int64_t step, double lr = 0) : Error(message), step_(step), lr_(lr) {}
   int64_t step() const { return step_; }
+  double lr() const { return lr_; }  // the learning rate at that step
 
  private:
   int64_t step_;
+  double lr_;
 };
 
 class Trainer {

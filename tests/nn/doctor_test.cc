@@ -1153,5 +1153,16 @@ TEST(Doctor, EveryRuleSaysWhatItNeedsAndWhereItApplies) {
   EXPECT_TRUE(Doctor::applies("LOW_DEVICE_UTILISATION", ce, false));
 }
 
+// A run that stops on a non-finite loss before its first metric interval still names the rate
+// it ran at (the trainer's, carried by NonFiniteLossError), not 0.
+TEST(Doctor, ANonFiniteLossBeforeTheFirstIntervalNamesTheRate) {
+  Doctor d({});
+  const std::vector<Finding> f = d.on_non_finite(7, "training loss became nan at step 7", 10.0);
+  ASSERT_EQ(Codes(f), std::vector<std::string>{"EXPLODING_GRADIENTS"});
+  EXPECT_EQ(f[0].severity, Severity::kCritical);
+  EXPECT_EQ(Evidence(f[0], "lr"), 10.0);
+  EXPECT_THAT(f[0].advice, ::testing::HasSubstr("now 10.000000"));
+}
+
 }  // namespace
 }  // namespace anvil::train

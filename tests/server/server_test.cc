@@ -12,9 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -201,6 +203,14 @@ TEST_F(ServerTest, RegisteredOnnxFilesServeLikeTheModelTheyCameFrom) {
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
   st = RegisterModel("../escape", file, &model);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  // Labels name the classifier's 4 outputs, one each: 1 or 5 are refused, saying so.
+  for (const std::vector<std::string>& labels :
+       std::vector<std::vector<std::string>>{{"a"}, {"a", "b", "c", "d", "e"}}) {
+    st = RegisterModel("mislabelled", file, &model, labels);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(),
+                HasSubstr("the model gives 4 outputs per row, got " + std::to_string(labels.size())));
+  }
   st = RegisterModel("big", std::string((1 << 20) + 1, 'x'), &model, {}, 1 << 18);
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   EXPECT_EQ(model_count(), before);
@@ -250,6 +260,19 @@ TEST_F(ServerTest, PredictRefusesBadInputsWithTheRightCodes) {
   EXPECT_EQ(code_and_message(v99).first, StatusCode::NOT_FOUND);
   v99.set_version("abc");
   EXPECT_EQ(code_and_message(v99).first, StatusCode::INVALID_ARGUMENT);
+  // NaN and infinities, named with their place (a row past the first block of 1024 values).
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    Tensor x = randn({700, 2});
+    x.data_ptr<float>()[2 * 613 + 1] = bad;
+    auto [c, m] = code_and_message(PredictOf("blobs-mlp", x));
+    EXPECT_EQ(c, StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(m, HasSubstr(std::string("expects finite values, got ") +
+                             (std::isnan(bad) ? "NaN"
+                              : bad > 0       ? "inf"
+                                              : "-inf") +
+                             " in row 613 at element 1"));
+  }
   // A message over the server's 1 MiB limit.
   auto [c5, m5] = code_and_message(PredictOf("blobs-mlp", randn({200000, 2})));
   EXPECT_EQ(c5, StatusCode::RESOURCE_EXHAUSTED);
