@@ -175,7 +175,11 @@ class DeviceWorker final : public Worker {
 
       const std::function<void(const WorkerEvent&)> emit = [this](const WorkerEvent& e) { Emit(e); };
       std::shared_ptr<train::Doctor> doctor = make_doctor(job.spec, device_);
-      if (!job.resume) check_first_batch(*doctor, plan, base, emit);
+      if (job.resume) {
+        doctor->set_resumed();
+      } else {
+        check_first_batch(*doctor, plan, base, emit);
+      }
       trainer.set_callbacks(
           event_callbacks(base, plan.total_steps, emit, doctor, doctor_actions(job.spec, trainer, &train_loader)));
       train::TrainResult r;

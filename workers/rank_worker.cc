@@ -145,6 +145,7 @@ int run_rank_worker(const std::string& job_file) {
     // straggler, the slowest loader). It reports without acting: an action would have to be
     // taken by every rank at the same step (the spec refuses doctor actions here).
     std::shared_ptr<train::Doctor> doctor = env.rank == 0 ? make_doctor(job.spec, kCPU) : nullptr;
+    if (doctor && trainer.step() > 0) doctor->set_resumed();
     if (doctor && trainer.step() == 0 && env.attempt == 0) check_first_batch(*doctor, plan, base, send);
     trainer.set_callbacks(event_callbacks(base, plan.total_steps, send, doctor));
     const train::TrainResult r = trainer.fit(train_loader, &val_loader, &g_stop);

@@ -143,7 +143,7 @@ std::vector<Finding> Doctor::check_loss_input(const Tensor& output, const Tensor
   NoGradGuard no_grad;
   const Tensor x = output.detach().to(kFloat64);
   // Where the model starts from: LR_TOO_HIGH's reference for a loss that rises at once.
-  if (loss_input_looks_++ == 0) {
+  if (loss_input_looks_++ == 0 && !resumed_) {
     try {
       const Tensor t = is_floating_point(target.dtype()) ? target.detach().to(kFloat64) : target.detach();
       Tensor loss;
@@ -295,7 +295,7 @@ std::vector<Finding> Doctor::on_step(const StepMetrics& m) {
   // From the first step's loss when it was seen (a rate that throws the model off at once has
   // the first interval's mean already far above where it started), else the first interval's.
   const double start = initial_loss_.value_or(first.loss);
-  const bool early = intervals_ <= options_.divergence_intervals && (initial_loss_ || intervals_ >= 2) &&
+  const bool early = !resumed_ && intervals_ <= options_.divergence_intervals && (initial_loss_ || intervals_ >= 2) &&
                      std::isfinite(m.loss) && start > 0;
   if (early) Checked("LR_TOO_HIGH");
   if (early && m.loss > options_.divergence_factor * start) {

@@ -198,6 +198,11 @@ class Doctor {
   // `lr` is the rate at that step (the last interval's when not given, 0 before any).
   std::vector<Finding> on_non_finite(int64_t step, const std::string& what, std::optional<double> lr = std::nullopt);
 
+  // The run resumed from a checkpoint: its first intervals are not where the model started, so
+  // the early-divergence check (LR_TOO_HIGH against the starting loss) stays off; the other
+  // rules begin their windows afresh.
+  void set_resumed() { resumed_ = true; }
+
   // The loader's worker count changed (the on_data_stall action): named in later advice.
   void set_loader_workers(int64_t workers) { context_.loader_workers = workers; }
 
@@ -230,6 +235,7 @@ class Doctor {
 
   DoctorContext context_;
   DoctorOptions options_;
+  bool resumed_ = false;
   std::map<std::string, Finding> fired_;
   std::set<std::string> checked_;
   std::vector<std::string> newly_checked_;

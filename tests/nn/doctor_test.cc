@@ -299,6 +299,15 @@ TEST(Doctor, EarlyDivergenceIsLrTooHigh) {
   EXPECT_GT(Evidence(f[0], "loss_now"), 1.5 * Evidence(f[0], "loss_first"));
 }
 
+// A run resumed from a checkpoint does not start where the model started: a loss that rises in
+// its first intervals (a fresh optimizer state, a shuffled epoch) is not early divergence.
+TEST(Doctor, AResumedRunIsNotJudgedAgainstItsFirstIntervals) {
+  Doctor resumed({});
+  resumed.set_resumed();
+  const auto f = Feed(resumed, 10, [](StepMetrics& m, int64_t i) { m.loss = 2.0 + 0.5 * static_cast<double>(i); });
+  EXPECT_TRUE(f.empty()) << ::testing::PrintToString(Codes(f));
+}
+
 TEST(Doctor, PlateauAndOscillation) {
   Doctor flat({});
   const auto f = Feed(flat, 30, [](StepMetrics& m, int64_t) { m.loss = 0.7; });
