@@ -7,6 +7,7 @@
 // Exit codes: one table, client/exit_codes.h (also in `anvil --help`).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -85,6 +86,10 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The engine's start-up line (the CPU and kernels it chose) is for servers and programs that
+  // train; a client that decodes an image locally has nothing to say about it. An explicit
+  // ANVIL_LOG_LEVEL still shows it.
+  ::setenv("ANVIL_LOG_LEVEL", "warning", /*overwrite=*/0);
   try {
     return Run(argc, argv);
   } catch (const Failure& f) {

@@ -297,7 +297,9 @@ class ServingService final : public ServingBase {
       ANVIL_SERVICE_CHECK(!req->model().empty(), absl::StatusCode::kInvalidArgument, "model: expected a model name");
       ANVIL_SERVICE_CHECK(req->format() == v1::NATIVE || req->format() == v1::SAFETENSORS || req->format() == v1::ONNX,
                           absl::StatusCode::kInvalidArgument, "format: expected NATIVE, SAFETENSORS or ONNX, got ",
-                          v1::ExportFormat_Name(req->format()));
+                          v1::ExportFormat_Name(req->format()).empty()
+                              ? "ExportFormat(" + std::to_string(static_cast<int>(req->format())) + ")"
+                              : v1::ExportFormat_Name(req->format()));
       ANVIL_SERVICE_CHECK(req->format() == v1::ONNX || (req->opset() == 0 && req->dynamic_axes_size() == 0 &&
                                                         !req->verify() && !req->fold_batch_norm()),
                           absl::StatusCode::kInvalidArgument,

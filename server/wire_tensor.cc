@@ -59,7 +59,11 @@ v1::DType to_wire_dtype(ScalarType dtype) {
   }
 }
 
-std::string wire_dtype_name(v1::DType dtype) { return v1::DType_Name(dtype); }
+std::string wire_dtype_name(v1::DType dtype) {
+  // A value no release defines (a newer client, a hostile one) by its number, not as "".
+  const std::string name = v1::DType_Name(dtype);
+  return name.empty() ? "DType(" + std::to_string(static_cast<int>(dtype)) + ")" : name;
+}
 
 Tensor decode_tensor(const v1::Tensor& wire) {
   const std::string name = wire.name().empty() ? "input" : wire.name();

@@ -232,6 +232,10 @@ TEST_F(ServerTest, PredictRefusesBadInputsWithTheRightCodes) {
   auto [c2, m2] = code_and_message(PredictOf("blobs-mlp", randn({2, 2}, kFloat64)));
   EXPECT_EQ(c2, StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(m2, HasSubstr("expects dtype FLOAT32, got FLOAT64"));
+  // A dtype no release defines is named by its number.
+  v1::PredictRequest unknown_dtype = PredictOf("blobs-mlp", randn({2, 2}));
+  unknown_dtype.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(99));
+  EXPECT_THAT(code_and_message(unknown_dtype).second, HasSubstr("expects dtype FLOAT32, got DType(99)"));
   // Byte size that does not match the shape.
   v1::PredictRequest short_bytes = PredictOf("blobs-mlp", randn({2, 2}));
   short_bytes.mutable_inputs(0)->mutable_raw()->resize(15);
