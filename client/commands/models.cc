@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "client/commands/commands.h"
@@ -73,8 +74,17 @@ int RunModels(Context& cli) {
     std::printf("%s\n", to_json(resp).c_str());
   } else {
     for (const v1::Model& m : resp.models()) {
-      std::printf("%s:%lld  job %s  %lld parameters\n", m.name().c_str(), static_cast<long long>(m.version()),
-                  m.job_id().c_str(), static_cast<long long>(m.parameters()));
+      // A model registered from an ONNX file has no job.
+      const std::string origin = m.job_id().empty() ? "imported" : "job " + m.job_id();
+      const std::string ref = m.name() + ":" + std::to_string(m.version());
+      if (m.device().empty()) {
+        // The server lists a version it could not describe (its archive unreadable or
+        // corrupt) without a signature: said, not shown as a model of 0 parameters.
+        std::printf("%s  %s  unreadable (`anvil model %s` says why)\n", ref.c_str(), origin.c_str(), ref.c_str());
+        continue;
+      }
+      std::printf("%s  %s  %s  %lld parameters\n", ref.c_str(), origin.c_str(),
+                  m.precision().empty() ? "fp32" : m.precision().c_str(), static_cast<long long>(m.parameters()));
     }
     if (resp.models_size() == 0) std::printf("no models\n");
   }
