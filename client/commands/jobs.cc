@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -151,7 +152,8 @@ CommandAction submit_command(CLI::App& cmd) {
 CommandAction jobs_command(CLI::App& cmd) {
   auto a = std::make_shared<JobsArgs>();
   cmd.add_option("--state", a->state_filter, "QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or INTERRUPTED (any case)");
-  cmd.add_option("--limit", a->limit, "at most this many, newest first (default: all, read a page at a time)");
+  cmd.add_option("--limit", a->limit, "at most this many, newest first (default: all, read a page at a time)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   return [a](Context& cli) { return RunJobs(cli, *a); };
 }
 

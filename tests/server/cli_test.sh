@@ -30,6 +30,8 @@ expect_exit 0 "models" "${anvil[@]}" models
 expect_output "^no models$" "an empty model list"
 expect_exit 0 "jobs --state running" "${anvil[@]}" jobs --state running
 expect_output "^no running jobs$" "a filtered empty job list"
+expect_exit 2 "jobs --limit 0" "${anvil[@]}" jobs --limit 0
+expect_output "limit" "a limit below 1 names the option"
 expect_exit 2 "jobs --state bogus" "${anvil[@]}" jobs --state bogus
 expect_output "expected QUEUED, RUNNING, .* got \"bogus\"" "an unknown state"
 
