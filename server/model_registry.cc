@@ -11,6 +11,7 @@
 #include "core/models/serving.h"
 #include "core/onnx/import.h"
 #include "core/ops/functions.h"
+#include "core/quant/quantize.h"
 #include "core/util/clock.h"
 #include "core/util/fault_point.h"
 #include "core/util/file.h"
@@ -364,7 +365,7 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
   for (const std::string& l : m.loaded.info.labels) out.add_labels(l);
   out.set_device(device_.str());
   out.set_created_unix_ms(m.row.created_ms);
-  out.set_parameters(b.module->num_parameters());
+  out.set_parameters(quant::parameter_count(*b.module));  // an int8 version's count is its float version's
   out.set_spec_json(b.spec);
   out.set_precision(m.loaded.info.precision);
   for (const auto& [precision, accuracy] : m.loaded.info.accuracy) (*out.mutable_accuracy())[precision] = accuracy;

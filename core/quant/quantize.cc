@@ -319,6 +319,17 @@ void ForEachRewritten(const nn::Module& model, const std::function<void(const st
 
 }  // namespace
 
+int64_t parameter_count(const nn::Module& model) {
+  int64_t n = model.num_parameters();
+  ForEachRewritten(model, [&](const std::string&, const nn::Module& m) {
+    if (auto* q = dynamic_cast<const QuantizedModule*>(&m)) {
+      n += q->qweight().data.numel();
+      if (q->float_bias().defined()) n += q->float_bias().numel();
+    }
+  });
+  return n;
+}
+
 bool is_quantized(const nn::Module& model) {
   bool any = false;
   ForEachRnn(const_cast<nn::Module&>(model), "",

@@ -132,4 +132,10 @@ void append_quantized_state(const nn::Module& model, io::NamedTensors* tensors, 
 // Whether any layer of the model is quantized.
 bool is_quantized(const nn::Module& model);
 
+// The model's weights and biases counted as its float version counts them: the float layers'
+// parameters, and each quantized Linear and Conv2d's int8 weight and float bias elements
+// (which are not nn parameters, so num_parameters() leaves them out). A quantized RNN's int8
+// matrices are not counted.
+int64_t parameter_count(const nn::Module& model);
+
 }  // namespace anvil::quant

@@ -609,6 +609,9 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     EXPECT_EQ(float_model.accuracy().at("int8"), int8_model.accuracy().at("int8"));
     EXPECT_GT(int8_model.size_bytes(), 0);
     EXPECT_LT(int8_model.size_bytes(), float_model.size_bytes());
+    // The MLP's Linears hold the same weights and biases in int8 (no BatchNorm to fold).
+    EXPECT_GT(float_model.parameters(), 0);
+    EXPECT_EQ(int8_model.parameters(), float_model.parameters());
 
     const Tensor x = randn({5, 2});
     v1::PredictRequest req = PredictOf("q-" + mode, x);
