@@ -280,11 +280,16 @@ std::shared_ptr<ServedModel> ModelRegistry::Prepare(const ModelRow& row, absl::S
   } catch (const ArtifactError& e) {
     const absl::StatusCode code =
         e.kind() == ArtifactError::Kind::kUnavailable ? absl::StatusCode::kUnavailable : absl::StatusCode::kDataLoss;
+    const std::string detail = scrub_paths(e.what(), data_root_);
+    const std::string prefix = detail::StrCat("model \"", row.name, "\" version ", row.version, ": its archive ");
+    // The store's own message already names the artifact and what is wrong with it
+    // ("artifact KEY is corrupt (SHA-256 ...)"): said once, not wrapped in the same words.
+    const std::string own = "artifact " + row.path + " ";
+    if (detail.rfind(own, 0) == 0) throw ServiceError(code, prefix + detail.substr(std::string("artifact ").size()));
     const char* what = e.kind() == ArtifactError::Kind::kNotFound  ? " is missing"
                        : e.kind() == ArtifactError::Kind::kCorrupt ? " is corrupt"
                                                                    : " cannot be read";
-    throw ServiceError(code, detail::StrCat("model \"", row.name, "\" version ", row.version, ": its archive ",
-                                            row.path, what, " (", scrub_paths(e.what(), data_root_), ")"));
+    throw ServiceError(code, prefix + row.path + what + " (" + detail + ")");
   }
   auto m = std::make_shared<ServedModel>();
   m->row = row;

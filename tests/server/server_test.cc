@@ -1324,11 +1324,16 @@ TEST_F(ServerTest, ACorruptedArchiveIsDataLoss) {
   EXPECT_EQ(st.error_code(), StatusCode::DATA_LOSS) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("SHA-256"));
   EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr(root_.string())));
-  // After a restart the model loads from that file: Predict answers DATA_LOSS too.
+  // After a restart the model loads from that file: Predict answers DATA_LOSS too, saying so
+  // once ("its archive KEY is corrupt (SHA-256 ...)", not the store's words wrapped in the same).
   Stop();
   Start();
   v1::PredictResponse resp;
-  EXPECT_EQ(Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp).error_code(), StatusCode::DATA_LOSS);
+  const grpc::Status loaded = Predict(PredictOf("blobs-mlp", randn({1, 2})), &resp);
+  EXPECT_EQ(loaded.error_code(), StatusCode::DATA_LOSS);
+  const std::string message = loaded.error_message();
+  EXPECT_THAT(message, ::testing::ContainsRegex("its archive [^ ]+ is corrupt \\(SHA-256"));
+  EXPECT_EQ(message.find("is corrupt"), message.rfind("is corrupt")) << message;
 }
 
 // Drain mid-job, restart on the same data dir: the job resumes from its checkpoint, its
