@@ -142,6 +142,24 @@ void ModelRegistry::EvictLocked() {
 
 ModelRegistry::~ModelRegistry() { close(); }
 
+namespace {
+
+// Labels name a classifier's outputs, one each: a count that differs would print the wrong
+// names beside every prediction. `per_row` is the output's shape without the batch dim (a
+// named dim, -1, accepts any count; an empty one, nothing known, accepts all).
+void CheckLabelsFitOutputs(const std::vector<std::string>& labels, const IntArray& per_row) {
+  if (labels.empty() || per_row.empty()) return;
+  ANVIL_SERVICE_CHECK(per_row.size() == 1, absl::StatusCode::kInvalidArgument, "labels: the model's output is [1, ",
+                      shape_str(per_row).substr(1),
+                      " for a batch of one, not [N, classes]: labels name a classifier's outputs");
+  ANVIL_SERVICE_CHECK(per_row[0] < 0 || per_row[0] == static_cast<int64_t>(labels.size()),
+                      absl::StatusCode::kInvalidArgument, "labels: the model gives ", per_row[0],
+                      " outputs per row, got ", labels.size(), " label", labels.size() == 1 ? "" : "s",
+                      "; give one label per output, or none");
+}
+
+}  // namespace
+
 absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name, const std::string& job_id,
                                                          const std::string& relative_path,
                                                          const std::vector<std::string>& labels) {
@@ -163,22 +181,8 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     std::shared_ptr<ServedModel> m =
         Prepare(row, imported ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kInternal);
     if (imported) {
-      IntArray out = TrialForward(*m);
-      if (out.empty() && !m->loaded.built.output_shape.empty()) {
-        out = {1};
-        out.insert(out.end(), m->loaded.built.output_shape.begin(), m->loaded.built.output_shape.end());
-      }
-      // Labels name a classifier's outputs, one each: a count that differs would print the
-      // wrong names beside every prediction.
-      if (!labels.empty() && !out.empty()) {
-        ANVIL_SERVICE_CHECK(out.size() == 2, absl::StatusCode::kInvalidArgument, "labels: the model's output is ",
-                            shape_str(out),
-                            " for a batch of one, not [N, classes]: labels name a classifier's outputs");
-        ANVIL_SERVICE_CHECK(out[1] < 0 || out[1] == static_cast<int64_t>(labels.size()),
-                            absl::StatusCode::kInvalidArgument, "labels: the model gives ", out[1],
-                            " outputs per row, got ", labels.size(), " label", labels.size() == 1 ? "" : "s",
-                            "; give one label per output, or none");
-      }
+      const IntArray out = TrialForward(*m);
+      CheckLabelsFitOutputs(labels, out.empty() ? m->loaded.built.output_shape : IntArray(out.begin() + 1, out.end()));
     }
     row = store_.register_model(row);
     m->row = row;

@@ -57,24 +57,14 @@ void CheckActivation(const ActivationQParams& q, const char* layer, const char* 
               " zero point must be in 0..255 (quint8), got ", q.zero_point);
 }
 
-// Whether ParallelGemm splits a product of m rows and n columns by rows: when every thread
-// gets a few, or the columns are too few to share out.
+// Whether a product of m rows and n columns is split over the pool by rows (PipelinedRows):
+// when every thread gets a few, or the columns are too few to share out.
 bool SplitByRows(int64_t m, int64_t n) { return m >= 4 * get_num_threads() || n < 64; }
 
-// The fewest rows a thread takes when a product is split by rows: at least 2^18 products each.
-int64_t RowGrain(int64_t k, int64_t n) {
-  return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, k * n));
-}
-
-// acc [m, n] = a [m, k] x W^T, over the pool: by rows when there are enough, else by blocks of
-// 16 columns (a batch of one still uses every thread).
-void ParallelGemm(int64_t m, const uint8_t* a, const cpu::PackedInt8Weight& w, int32_t* acc) {
+// acc [m, n] = a [m, k] x W^T for a batch too small to split by rows: over the pool by blocks
+// of 16 columns, so a batch of one still uses every thread.
+void GemmSplitByColumns(int64_t m, const uint8_t* a, const cpu::PackedInt8Weight& w, int32_t* acc) {
   const int64_t k = w.k(), n = w.n();
-  if (SplitByRows(m, n)) {
-    parallel_for(0, m, RowGrain(k, n),
-                 [&](int64_t b, int64_t e) { cpu::int8_gemm(e - b, a + b * k, k, w, acc + b * n, n); });
-    return;
-  }
   const int64_t blocks = (n + 15) / 16;
   const int64_t block_grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, m * k * 16));
   parallel_for(0, blocks, block_grain,
@@ -131,11 +121,11 @@ std::pair<float, float> BatchRange(const float* x, int64_t count) {
 
 // The three passes of an int8 layer's forward, block by block: quantize the input's rows (a
 // Linear's, or a convolution's im2row of its output pixels), multiply, and finish (requantize
-// into the output's rows). Each thread takes a contiguous
-// share of the rows and walks it in blocks of at most int8_gemm_rows_per_block rows, so a
-// block's bytes and int32 sums are still in L2 when the next pass reads them; pass after pass
-// over the whole batch streamed each through memory (at batch 256 x 1024 the sums alone are
-// 1 MiB), while W is streamed once per block either way. A batch too small for a share per
+// into the output's rows). Each thread takes a contiguous share of the rows and walks it in
+// blocks of at most int8_gemm_rows_per_block rows, so a block's bytes and int32 sums are still
+// in L2 when the next pass reads them; pass after pass over the whole batch streamed each
+// through memory (at batch 256 x 1024 the sums alone are 1 MiB), while W is streamed once per
+// block either way. A batch too small for a share per
 // thread splits the product by columns instead, the two other passes then running on the
 // caller over its few rows. Every element is computed alone, so the blocking changes no bit.
 //   quantize(i0, rows, a): rows [i0, i0 + rows) of the input into a (row stride k);
@@ -150,7 +140,7 @@ void PipelinedRows(int64_t m, const cpu::PackedInt8Weight& w, const Quantize& qu
     uint8_t* a = Scratch(a_holder, m * k);
     quantize(int64_t{0}, m, a);
     int32_t* acc = Scratch(acc_holder, m * n);
-    ParallelGemm(m, a, w, acc);
+    GemmSplitByColumns(m, a, w, acc);
     finish(int64_t{0}, m, acc);
     return;
   }

@@ -68,11 +68,16 @@ void Doctor::Report(Finding f, std::vector<Finding>* out) {
 }
 
 void Doctor::Checked(const char* code) {
-  if (checked_.insert(code).second) newly_checked_.emplace_back(code);
+  if (checked_.find(std::string_view(code)) != checked_.end()) return;
+  checked_.emplace(code);
+  newly_checked_.emplace_back(code);
 }
 
 void Doctor::Evaluated(const char* code, int64_t need) {
-  if (++evaluations_[code] >= need) Checked(code);
+  if (checked_.find(std::string_view(code)) != checked_.end()) return;  // counted enough already
+  auto it = evaluations_.find(std::string_view(code));
+  if (it == evaluations_.end()) it = evaluations_.emplace(code, 0).first;
+  if (++it->second >= need) Checked(code);
 }
 
 std::vector<std::string> Doctor::checked() const {

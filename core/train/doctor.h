@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor/tensor.h"
@@ -237,9 +239,11 @@ class Doctor {
   DoctorOptions options_;
   bool resumed_ = false;
   std::map<std::string, Finding> fired_;
-  std::set<std::string> checked_;
+  // Transparent comparisons: a rule already checked is found by its literal name, with no
+  // string built on each interval.
+  std::set<std::string, std::less<>> checked_;
   std::vector<std::string> newly_checked_;
-  std::map<std::string, int64_t> evaluations_;  // Evaluated's counts, per rule
+  std::map<std::string, int64_t, std::less<>> evaluations_;  // Evaluated's counts, per rule
   // The recent intervals (as many as the longest window needs: memory stays bounded whatever the
   // job's length), the first one, and how many were seen.
   std::deque<StepMetrics> steps_;

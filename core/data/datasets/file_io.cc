@@ -121,16 +121,15 @@ std::string ReadFile(const std::string& path, bool gunzip, const std::string& co
   ANVIL_CHECK(f != nullptr, path, ": cannot open: ", errno_message(errno));
   char buf[1 << 16];
   size_t got = 0;
-  // fclose on the way out when a caller gives up between chunks.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
+  // Closed on every way out, a caller giving up between chunks included.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(f, &std::fclose);
   while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) {
     data.append(buf, got);
     if (data.size() % kInterruptibleChunk < got) interruption_point();
   }
-  closer.release();
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
-  std::fclose(f);
+  file.reset();
   ANVIL_CHECK(!failed, path, ": read error: ", errno_message(err));
   return data;
 }
