@@ -4,6 +4,7 @@
 // qlayers; the kernels' against the reference are int8_gemm_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/anvil.h"
@@ -31,6 +33,14 @@ namespace anvil::quant {
 namespace {
 
 using ::testing::HasSubstr;
+
+// An archive path of this process's own: the suite also runs once per GEMM backend, and those
+// runs go side by side, so a shared name would let one run load what another has just saved.
+std::string ScratchArchive(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("anvil_quant_" + name + "_" + std::to_string(::getpid()) + ".anvil"))
+      .string();
+}
 
 std::string ErrorOf(const std::function<void()>& f) {
   try {
@@ -338,7 +348,7 @@ TEST(QuantizedLayers, StaticModelRoundTripsThroughTheArchiveBitForBit) {
   NoGradGuard g;
   const Tensor want = model->forward(x);
 
-  const std::string path = (std::filesystem::temp_directory_path() / "anvil_quant_cnn.anvil").string();
+  const std::string path = ScratchArchive("cnn");
   models::ModelInfo info;
   info.name = "cnn";
   info.precision = "int8";
@@ -368,7 +378,7 @@ TEST(QuantizedLayers, DynamicModelRoundTripsThroughTheArchive) {
   const Tensor x = randn({7, 64});
   NoGradGuard g;
   const Tensor want = model->forward(x);
-  const std::string path = (std::filesystem::temp_directory_path() / "anvil_quant_mlp.anvil").string();
+  const std::string path = ScratchArchive("mlp");
   models::save_model_archive(path, *model, spec, models::ModelInfo{.name = "mlp", .precision = "int8"});
   const models::LoadedModel loaded = models::load_model_archive(path);
   EXPECT_TRUE(equal(loaded.built.module->forward(x), want));
@@ -480,7 +490,7 @@ TEST(QuantizedLayers, EveryPresetQuantizesAndStaysCloseToFloat) {
       const double scale = want.abs().max().item<double>();
       EXPECT_LT((got - want).abs().max().item<double>(), 0.1 * scale + 1e-3);
       // And it round-trips through an archive.
-      const std::string path = (std::filesystem::temp_directory_path() / ("anvil_quant_" + p.name + ".anvil")).string();
+      const std::string path = ScratchArchive(p.name);
       models::save_model_archive(path, *r.model, spec, models::ModelInfo{.name = p.name, .precision = "int8"});
       EXPECT_TRUE(equal(models::load_model_archive(path).built.module->forward(x), got));
       std::filesystem::remove(path);
