@@ -1,6 +1,8 @@
 // GPU benchmarks of the CUDA backend, each beside its own ceiling measured in the same run:
 //   sgemm (TF32 off) and bf16 GEMM through anvil::mm  vs  cuBLAS called directly;
 //   element-wise add through the engine               vs  a device-to-device copy (GB/s);
+//   the static int8 Linear (cuBLASLt, its quantize and requantize kernels included)
+//                                                     vs  the float32 Linear on the same GPU;
 //   a training step of an MLP and of a small CNN      (PyTorch's figures: torch_step.py);
 //   device mallocs in 100 steady-state training steps (goal: 0).
 // Timing: CUDA events on the current stream around `reps` repetitions after warm-ups.
@@ -21,6 +23,7 @@
 #include "core/backend/cuda/runtime.h"
 #include "core/nn/nn.h"
 #include "core/optim/optimizer.h"
+#include "core/quant/quantized_layers.h"
 
 using namespace anvil;
 
@@ -45,7 +48,7 @@ double TimeMs(const std::function<void()>& fn, int warmup, int reps) {
 }
 
 void Row(const char* name, double anvil, double peer, const char* unit) {
-  std::printf("%-34s %12.2f %12.2f  %-8s %6.2f\n", name, anvil, peer, unit, peer > 0 ? anvil / peer : 0.0);
+  std::printf("%-52s %12.2f %12.2f  %-8s %6.2f\n", name, anvil, peer, unit, peer > 0 ? anvil / peer : 0.0);
 }
 
 void Gemm(int64_t n, ScalarType dt, const char* name, int reps) {
@@ -82,6 +85,25 @@ void Elementwise(int64_t n, int reps) {
   Row("add f32 (vs d2d copy)", 3.0 * n * 4 / anvil_ms / 1e6, 2.0 * n * 4 / peer_ms / 1e6, "GB/s");
 }
 
+// The static int8 Linear's forward against the float32 Linear it replaces, both on the GPU,
+// in TOP/s (2 m n k per forward): the ratio is int8's speed over float32's.
+void Int8Linear(int64_t m, int64_t n, int64_t k, int reps) {
+  const Tensor w = randn({n, k}) * 0.05, b = randn({n});
+  quant::QuantizedLinear int8(quant::quantize_weight(w, /*per_channel=*/true), b,
+                              quant::ActivationQParams{8.0 / 255, 128}, quant::ActivationQParams{0.1, 128},
+                              /*relu=*/false);
+  const Tensor x = randn({m, k}).to(CUDA(0)), w_gpu = w.to(CUDA(0)), b_gpu = b.to(CUDA(0));
+  NoGradGuard g;
+  Tensor y;
+  const double int8_ms = TimeMs([&] { y = int8.forward(x); }, 3, reps);
+  const char* path = int8.cuda_path();
+  const double float_ms = TimeMs([&] { y = linear(x, w_gpu, b_gpu); }, 3, reps);
+  const double ops = 2.0 * m * n * k;
+  const std::string name = "int8 Linear " + std::to_string(k) + "->" + std::to_string(n) + " b" + std::to_string(m) +
+                           " (vs fp32, " + path + ")";
+  Row(name.c_str(), ops / int8_ms / 1e9, ops / float_ms / 1e9, "TOP/s");
+}
+
 // Milliseconds per training step and device mallocs over 100 steady-state steps.
 std::pair<double, int64_t> TrainStep(nn::Module& model, const Tensor& x, const Tensor& y, int reps) {
   model.to(CUDA(0));
@@ -108,19 +130,21 @@ int main(int argc, char** argv) {
   }
   cuda::set_allow_tf32(false);
   manual_seed(0);
-  std::printf("%-34s %12s %12s  %-8s %6s\n", "benchmark", "anvil", "peer", "unit", "ratio");
+  std::printf("%-52s %12s %12s  %-8s %6s\n", "benchmark", "anvil", "peer", "unit", "ratio");
   const int reps = quick ? 5 : 20;
   Gemm(quick ? 2048 : 8192, kFloat32, "sgemm (vs cuBLAS, TF32 off)", reps);
   Gemm(quick ? 4096 : 8192, kBFloat16, "bf16 gemm (vs cuBLAS)", reps);
   Elementwise(int64_t{1} << (quick ? 24 : 28), reps);
+  Int8Linear(256, 1024, 1024, reps);
+  Int8Linear(quick ? 2048 : 8192, 4096, 4096, reps);
   {
     nn::Sequential mlp{std::make_shared<nn::Linear>(1024, 4096), std::make_shared<nn::ReLU>(),
                        std::make_shared<nn::Linear>(4096, 4096), std::make_shared<nn::ReLU>(),
                        std::make_shared<nn::Linear>(4096, 10)};
     const Tensor x = randn({512, 1024}).to(CUDA(0)), y = randint(0, 10, {512}).to(CUDA(0));
     const auto [ms, mallocs] = TrainStep(mlp, x, y, reps);
-    std::printf("%-34s %12.3f %12s  %-8s\n", "mlp train step 512x1024-4096-4096-10", ms, "torch_step.py", "ms");
-    std::printf("%-34s %12lld %12d  %-8s\n", "device mallocs, 100 steady steps", static_cast<long long>(mallocs), 0,
+    std::printf("%-52s %12.3f %12s  %-8s\n", "mlp train step 512x1024-4096-4096-10", ms, "torch_step.py", "ms");
+    std::printf("%-52s %12lld %12d  %-8s\n", "device mallocs, 100 steady steps", static_cast<long long>(mallocs), 0,
                 "count");
   }
   {
@@ -135,8 +159,8 @@ int main(int argc, char** argv) {
         std::make_shared<nn::Linear>(64 * 8 * 8, 10)};
     const Tensor x = randn({256, 3, 32, 32}).to(CUDA(0)), y = randint(0, 10, {256}).to(CUDA(0));
     const auto [ms, mallocs] = TrainStep(cnn, x, y, reps);
-    std::printf("%-34s %12.3f %12s  %-8s\n", "cnn train step 256x3x32x32", ms, "torch_step.py", "ms");
-    std::printf("%-34s %12lld %12d  %-8s\n", "cnn device mallocs, 100 steps", static_cast<long long>(mallocs), 0,
+    std::printf("%-52s %12.3f %12s  %-8s\n", "cnn train step 256x3x32x32", ms, "torch_step.py", "ms");
+    std::printf("%-52s %12lld %12d  %-8s\n", "cnn device mallocs, 100 steps", static_cast<long long>(mallocs), 0,
                 "count");
   }
   return 0;

@@ -13,6 +13,7 @@
 #endif
 
 #include "core/backend/cpu/isa.h"
+#include "core/quant/int8_elements.h"
 
 namespace anvil::quant {
 namespace {
@@ -97,12 +98,7 @@ void quantize_to_uint8(const float* x, int64_t n, double scale, int64_t zero_poi
     StoreBytes(ClampToByteRange(_mm256_add_ps(vzp, r)), out + i);
   }
 #endif
-  for (; i < n; ++i) {
-    float v = zp + std::nearbyint(x[i] * inv);
-    // NaN becomes 0, as the x86 conversion of fbgemm's unclamped NaN does.
-    v = v >= 0.0f ? std::min(v, 255.0f) : 0.0f;
-    out[i] = static_cast<uint8_t>(v);
-  }
+  for (; i < n; ++i) out[i] = element::QuantizeToUint8(x[i], inv, zp);
 }
 
 void quantize_to_uint8_fma(const float* x, int64_t n, double scale, int64_t zero_point, uint8_t* out) {

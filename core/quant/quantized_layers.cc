@@ -23,6 +23,13 @@
 #include "core/util/error.h"
 #include "core/util/thread_pool.h"
 
+#ifndef ANVIL_WITH_CUDA
+#define ANVIL_WITH_CUDA 0
+#endif
+#if ANVIL_WITH_CUDA
+#include "core/backend/cuda/int8_linear.h"
+#endif
+
 namespace anvil::quant {
 namespace {
 
@@ -364,9 +371,11 @@ GemmEpilogue Int8WeightLayer::Epilogue(const float* bias, bool relu) const {
   return GemmEpilogue{packed_.row_sums().data(), w_scales_.data(), is_per_channel(weight_.qscheme), bias, relu};
 }
 
-const Tensor& Int8WeightLayer::DequantizedWeight(Device device) {
-  std::call_once(dequantized_once_, [&] { dequantized_ = dequantize(weight_).to(device); });
-  return dequantized_;
+Tensor Int8WeightLayer::DequantizedWeight(Device device) {
+  MutexLock lock(&dequantized_mu_);
+  Tensor& w = dequantized_[device.str()];
+  if (!w.defined()) w = dequantize(weight_).to(device);
+  return w;
 }
 
 void Int8WeightLayer::append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const {
@@ -408,10 +417,7 @@ Tensor QuantizedLinear::forward(const Tensor& input) {
 Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
   const int64_t k = packed_.k(), n = packed_.n();
   const Tensor x = LinearInput(input, k, type_name());
-  if (x.device().type != DeviceType::CPU) {  // dequantize-compute
-    Tensor y = linear(x, DequantizedWeight(x.device()), BiasOn(x.device()));
-    return relu_ ? y.relu() : y;
-  }
+  if (x.device().type != DeviceType::CPU) return ForwardOnCuda(x);
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
   const float* xp = x.data_ptr<float>();
   Tensor out = LinearOutput(x, n);
@@ -428,6 +434,56 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
                                         o + i0 * n, n);
       });
   return out;
+}
+
+Tensor QuantizedLinear::ForwardOnCuda(const Tensor& x) {
+#if ANVIL_WITH_CUDA
+  // cuBLASLt's int8 sums are exact in int32 while every |product| <= 128 * 127 fits k times.
+  constexpr int64_t kMaxExactK = std::numeric_limits<int32_t>::max() / (128 * 127);
+  if (x.device().is_cuda() && packed_.k() <= kMaxExactK) {
+    const int64_t k = packed_.k();
+    const Tensor rows = x.reshape({x.numel() / std::max<int64_t>(k, 1), k});
+    Tensor y = OnCuda(x.device().index)->forward(rows);
+    if (y.defined()) {
+      cuda_path_.store("cublaslt-int8");
+      IntArray sizes = x.sizes();
+      sizes.back() = packed_.n();
+      return y.reshape(sizes);
+    }
+  }
+#endif
+  cuda_path_.store("dequantize-compute");
+  Tensor y = linear(x, DequantizedWeight(x.device()), BiasOn(x.device()));
+  return relu_ ? y.relu() : y;
+}
+
+std::shared_ptr<const cuda::StaticInt8Linear> QuantizedLinear::OnCuda(int index) {
+#if ANVIL_WITH_CUDA
+  MutexLock lock(&cuda_mu_);
+  std::shared_ptr<const cuda::StaticInt8Linear>& layer = on_cuda_[index];
+  if (layer == nullptr) {
+    const int64_t n = packed_.n();
+    RequantColumns columns = requant_columns(Epilogue(bias_data(), relu_), consts_, n);
+    const Tensor weight = weight_.data.contiguous();
+    cuda::StaticInt8Linear::Spec spec;
+    spec.weight = weight.data_ptr<int8_t>();
+    spec.n = n;
+    spec.k = packed_.k();
+    spec.row_sums = packed_.row_sums().data();
+    spec.bias_term = std::move(columns.bias_term);
+    spec.multiplier = std::move(columns.multiplier);
+    spec.input_inv_scale = 1.0f / static_cast<float>(input_.scale);  // as quantize_to_uint8 computes it
+    spec.input_zero_point = static_cast<int32_t>(input_.zero_point);
+    spec.output_zero_point = static_cast<int32_t>(output_.zero_point);
+    spec.output_scale = static_cast<float>(output_.scale);
+    spec.relu = relu_;
+    layer = std::make_shared<const cuda::StaticInt8Linear>(index, spec);
+  }
+  return layer;
+#else
+  (void)index;
+  throw NotImplementedError("this build of Anvil has no CUDA backend");
+#endif
 }
 
 std::string QuantizedLinear::extra_repr() const {

@@ -16,16 +16,19 @@
 // Each layer can write its state as quantized companions (serialize.h) and read it back, and
 // describes itself (kind, options, activation parameters) as JSON for the model archive.
 //
-// Inputs on another device run dequantize-compute: the weights dequantized once, the float
-// layer's op on that device (the int8 kernels are the CPU's).
+// Inputs on a CUDA device: the static Linear runs in int8 there, through cuBLASLt
+// (core/backend/cuda/int8_linear.h: the CPU's bits), where cuBLASLt has an int8 algorithm for
+// the shape; every other case runs dequantize-compute, the weights dequantized once per device
+// and the float layer's op there. cuda_path() says which a layer took last.
 //
-// Thread-safety: as nn::Module; forward mutates nothing (the device copy is made under a lock
-// on first use) and may run concurrently in eval mode.
+// Thread-safety: as nn::Module; forward mutates nothing but the per-device copies, made under
+// a lock on first use, and may run concurrently in eval mode.
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,11 @@
 #include "core/nn/rnn.h"
 #include "core/quant/qtensor.h"
 #include "core/quant/requantize.h"
+#include "core/util/mutex.h"
+
+namespace anvil::cuda {
+class StaticInt8Linear;
+}  // namespace anvil::cuda
 
 namespace anvil::quant {
 
@@ -88,9 +96,9 @@ class Int8WeightLayer : public QuantizedModule {
   // activations' zero point, and its scales), adding `bias` and clamping with `relu`.
   GemmEpilogue Epilogue(const float* bias, bool relu) const;
   const float* bias_data() const { return bias_.defined() ? bias_.data_ptr<float>() : nullptr; }
-  // Dequantize-compute: the weights dequantized on `device` (made on first use), and the bias
-  // there.
-  const Tensor& DequantizedWeight(Device device);
+  // Dequantize-compute: the weights dequantized on `device` (made there on first use), and
+  // the bias there.
+  Tensor DequantizedWeight(Device device);
   Tensor BiasOn(Device device) const { return bias_.defined() ? bias_.to(device) : bias_; }
 
   QTensor weight_;
@@ -99,8 +107,8 @@ class Int8WeightLayer : public QuantizedModule {
   std::vector<float> w_scales_;
 
  private:
-  std::once_flag dequantized_once_;
-  Tensor dequantized_;  // dequantize-compute's weights, on first use off the CPU
+  Mutex dequantized_mu_;
+  std::map<std::string, Tensor> dequantized_ ABSL_GUARDED_BY(dequantized_mu_);  // by device name
 };
 
 // The static layers' activation side: input and output parameters fixed at conversion, ReLU
@@ -133,9 +141,20 @@ class QuantizedLinear : public StaticInt8Layer {
   std::string describe() const override;
   int64_t in_features() const { return packed_.k(); }
   int64_t out_features() const { return packed_.n(); }
+  // How the last forward on a CUDA device ran: "cublaslt-int8", "dequantize-compute", or ""
+  // before any.
+  const char* cuda_path() const { return cuda_path_.load(); }
 
  private:
   Tensor ForwardInt8(const Tensor& x);
+  // A CUDA input: int8 through cuBLASLt, or dequantize-compute.
+  Tensor ForwardOnCuda(const Tensor& x);
+  // The layer's weights and constants on CUDA device `index`, uploaded on first use.
+  std::shared_ptr<const cuda::StaticInt8Linear> OnCuda(int index);
+
+  Mutex cuda_mu_;
+  std::map<int, std::shared_ptr<const cuda::StaticInt8Linear>> on_cuda_ ABSL_GUARDED_BY(cuda_mu_);
+  std::atomic<const char*> cuda_path_{""};
 };
 
 // Dynamic int8 Linear (torch.ao.nn.quantized.dynamic.Linear): each batch's activations are

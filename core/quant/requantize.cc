@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #ifdef __AVX2__
@@ -14,18 +15,12 @@
 #endif
 
 #include "core/backend/cpu/isa.h"
+#include "core/quant/int8_elements.h"
 
 namespace anvil::quant {
 
-// acc - a_zero_point * row_sum in int32 arithmetic that wraps, as fbgemm's (and the vector
-// path's _mm256_sub_epi32) does: sums of real layers never come near the limits, and an acc
-// that does (a hostile or synthetic one) gets the same bits on every path instead of undefined
-// behaviour.
 namespace {
-int32_t Compensated(int32_t acc, int32_t a_zero_point, int32_t row_sum) {
-  return static_cast<int32_t>(static_cast<uint32_t>(acc) -
-                              static_cast<uint32_t>(a_zero_point) * static_cast<uint32_t>(row_sum));
-}
+using element::Compensated;
 }  // namespace
 
 void requantize_to_float(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point, float a_scale,
@@ -60,12 +55,10 @@ RequantConstants requant_constants(float a_scale, const float* w_scales, bool pe
 
 namespace {
 
-// One value of the uint8 epilogue: the bias term added, scaled, rounded (lrintf: half to
-// even), shifted by the output zero point and clamped.
+// One value of the uint8 epilogue (int8_elements.h, shared with the CUDA kernels).
 inline uint8_t RequantizeOne(float v, const float* bias_term, float multiplier, int32_t out_zero_point, long lo) {
-  if (bias_term != nullptr) v = v + *bias_term;
-  const long rounded = std::lrintf(v * multiplier) + out_zero_point;
-  return static_cast<uint8_t>(std::clamp(rounded, lo, 255L));
+  return static_cast<uint8_t>(
+      element::RequantizeToUint8(v, bias_term, multiplier, out_zero_point, static_cast<int32_t>(lo)));
 }
 
 // A column's bias in the accumulator's units: per tensor, fbgemm divides the bias by
@@ -228,6 +221,11 @@ inline uint8_t RequantizeAt(int32_t acc, int32_t a_zero_point, const Columns& c,
 
 }  // namespace
 
+RequantColumns requant_columns(const GemmEpilogue& e, const RequantConstants& k, int64_t n) {
+  Columns c = MakeColumns(n, n, 1, n, e, k);
+  return RequantColumns{std::move(c.bias_term), std::move(c.multiplier)};
+}
+
 void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,
                          int64_t ld_out) {
@@ -263,9 +261,7 @@ void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t 
 void requantize_to_dequantized_float(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
                                      const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point,
                                      float out_scale, float* out, int64_t ld_out) {
-  const auto dequantize = [&](uint8_t q) {
-    return static_cast<float>(static_cast<int32_t>(q) - out_zero_point) * out_scale;
-  };
+  const auto dequantize = [&](uint8_t q) { return element::DequantizeUint8(q, out_zero_point, out_scale); };
 #ifdef __AVX2__
   if (cpu::isa_at_least(CpuIsa::kAvx512)) {
     const long lo = e.relu ? out_zero_point : 0;

@@ -41,6 +41,14 @@ struct RequantConstants {
 };
 RequantConstants requant_constants(float a_scale, const float* w_scales, bool per_channel, int64_t n, float out_scale);
 
+// Each column's constants as the uint8 epilogue applies them (int8_elements.h): the bias in
+// the accumulator's units (empty without a bias) and the multiplier, n of each, for a device
+// that runs the epilogue itself.
+struct RequantColumns {
+  std::vector<float> bias_term, multiplier;
+};
+RequantColumns requant_columns(const GemmEpilogue& e, const RequantConstants& k, int64_t n);
+
 // acc [m, n] -> out uint8 [m, n].
 void requantize_to_uint8(const int32_t* acc, int64_t ld_acc, int64_t m, int64_t n, int32_t a_zero_point,
                          const GemmEpilogue& e, const RequantConstants& k, int32_t out_zero_point, uint8_t* out,

@@ -10,8 +10,10 @@
 # gRPC is installed), build the test and benchmark programs, then
 #   1. CPU-vs-CUDA parity of every op, forward and backward (fp32, TF32 off, <= 1e-5);
 #   2. the digits CNN trained on cuda:0 against the same run on the CPU; fused optimizer steps
-#      against the CPU's; pinned batches and staged host-to-device copies;
-#   3. benchmarks: sgemm and bf16 GEMM against cuBLAS, element-wise GB/s against a copy,
+#      against the CPU's; pinned batches and staged host-to-device copies; the static int8
+#      Linear through cuBLASLt against the CPU's bits;
+#   3. benchmarks: sgemm and bf16 GEMM against cuBLAS, element-wise GB/s against a copy, the
+#      int8 Linear against float32,
 #      training steps against PyTorch on the same GPU, device mallocs in steady state;
 #   4. the NVML families of a metrics scrape.
 set -uo pipefail
@@ -68,6 +70,10 @@ result[accuracy]=$(sed -n 's/.*test accuracy \(.*\)/\1/p' "$out/training.log" | 
   | tee "$out/pinned.log"
 result[pinned]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo pass || echo FAIL)
 
+note "2a. int8 on cuda:0: the static Linear through cuBLASLt, bit for bit against the CPU"
+"$build/tests/nn/anvil_nn_tests" --gtest_filter='CudaInt8*' 2>&1 | tee "$out/int8.log"
+result[int8]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo pass || echo FAIL)
+
 note "2b. NCCL: a one-rank group and DDP on cuda:0"
 "$build/tests/distributed/anvil_distributed_tests" --gtest_filter='Nccl*' 2>&1 | tee "$out/nccl.log"
 result[nccl]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && (grep -q SKIPPED "$out/nccl.log" && echo SKIPPED || echo pass) || echo FAIL)
@@ -83,7 +89,7 @@ result[nvml]=$([[ ${PIPESTATUS[0]} -eq 0 ]] && echo present || echo ABSENT)
 note "summary"
 {
   printf '%-12s %s\n' gpu "$(cat "$out/gpu.txt")"
-  for k in build parity training accuracy pinned nccl nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
+  for k in build parity training accuracy pinned int8 nccl nvml; do printf '%-12s %s\n' "$k" "${result[$k]:-n/a}"; done
   echo
   cat "$out/bench.txt"
 } | tee "$out/summary.txt"

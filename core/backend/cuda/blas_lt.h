@@ -1,0 +1,23 @@
+// cuBLASLt for the int8 products of the quantized layers (core/quant/quantized_layers.h):
+// s8 x s8 -> s32, exact, in the one layout cuBLASLt's integer tensor-core kernels take with
+// ordinary column-major matrices ("TN": A transposed, B not; leading dimensions multiples of
+// 4, pointers 4-byte aligned).
+//
+// The library is loaded with dlopen on first use, as cuBLAS is (blas.cc says why). The
+// algorithm for each shape is asked of cuBLASLt's heuristic once and kept.
+//
+// Thread-safety: any thread may call; handles are per (thread, device), the algorithm cache is
+// locked.
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::cuda {
+
+// Row-major on `device`'s current stream: c[m, n] = x[m, k] · w[n, k]ᵀ in int32, with x, w
+// int8 and every row stride equal to its row length. Requires n and k multiples of 4 and
+// 4-byte aligned pointers (the caller pads). False, with nothing launched, when cuBLASLt has
+// no int8 algorithm for the shape on this device; errors of the library throw.
+bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c);
+
+}  // namespace anvil::cuda
