@@ -327,6 +327,17 @@ int64_t parameter_count(const nn::Module& model) {
       if (q->float_bias().defined()) n += q->float_bias().numel();
     }
   });
+  // A dynamically quantized LSTM or GRU released its float matrices for int8 copies.
+  ForEachRnn(const_cast<nn::Module&>(model), "", [&](const std::string&, nn::RNNBase& rnn) {
+    if (auto* q = dynamic_cast<const DynamicRnnLinears*>(rnn.linears())) n += q->parameter_count();
+  });
+  // An imported ONNX graph (core/onnx/import.cc) holds its weights as initializers, registered
+  // as buffers: every one but the int64 ones (shapes, axes, indices) and the scalars (an
+  // attention's scale, an epsilon) is a weight, int8 weights and int32 biases of a QDQ graph
+  // included.
+  if (model.type_name() == "OnnxGraph")
+    for (const auto& [name, b] : model.named_buffers())
+      if (b.dtype() != kInt64 && b.dim() > 0) n += b.numel();
   return n;
 }
 

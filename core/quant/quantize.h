@@ -133,9 +133,11 @@ void append_quantized_state(const nn::Module& model, io::NamedTensors* tensors, 
 bool is_quantized(const nn::Module& model);
 
 // The model's weights and biases counted as its float version counts them: the float layers'
-// parameters, and each quantized Linear and Conv2d's int8 weight and float bias elements
-// (which are not nn parameters, so num_parameters() leaves them out). A quantized RNN's int8
-// matrices are not counted.
+// parameters, each quantized Linear and Conv2d's int8 weight and float bias elements, and a
+// dynamically quantized LSTM or GRU's int8 matrices and biases (none of which are nn
+// parameters, so num_parameters() leaves them out). For an imported ONNX graph, whose weights
+// are initializers: the elements of every initializer but the int64 ones (shapes, axes) and
+// the scalars.
 int64_t parameter_count(const nn::Module& model);
 
 }  // namespace anvil::quant

@@ -438,9 +438,9 @@ Tensor QuantizedLinear::ForwardInt8(const Tensor& input) {
 
 Tensor QuantizedLinear::ForwardOnCuda(const Tensor& x) {
 #if ANVIL_WITH_CUDA
-  // cuBLASLt's int8 sums are exact in int32 while every |product| <= 128 * 127 fits k times.
-  constexpr int64_t kMaxExactK = std::numeric_limits<int32_t>::max() / (128 * 127);
-  if (x.device().is_cuda() && packed_.k() <= kMaxExactK) {
+  // The int32 sums are exact: the packed weight's k is at most cpu::kMaxInt8GemmK (65536), so
+  // |sum| <= 65536 * 128 * 128 = 2^30.
+  if (x.device().is_cuda()) {
     const int64_t k = packed_.k();
     const Tensor rows = x.reshape({x.numel() / std::max<int64_t>(k, 1), k});
     Tensor y = OnCuda(x.device().index)->forward(rows);
@@ -734,6 +734,15 @@ std::string QuantizedConv2d::describe() const {
 }
 
 // ---- DynamicRnnLinears ----
+
+int64_t DynamicRnnLinears::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& slot : matrices_)
+    for (const Matrix& m : slot)
+      if (m.layer != nullptr)
+        n += m.layer->qweight().data.numel() + (m.layer->float_bias().defined() ? m.layer->float_bias().numel() : 0);
+  return n;
+}
 
 void DynamicRnnLinears::Release(nn::RNNBase& rnn) {
   for (int64_t slot = 0; slot < rnn.num_slots(); ++slot)

@@ -204,6 +204,8 @@ class DynamicRnnLinears : public nn::RNNBase::Linears {
   // The int8 weights as quantized companions and the biases, under the RNN's parameter names.
   void append_state(const std::string& prefix, io::NamedTensors* tensors, io::Metadata* metadata) const;
   bool reduce_range() const { return reduce_range_; }
+  // The int8 weights' and the biases' elements: the float parameters they replaced.
+  int64_t parameter_count() const;
 
  private:
   struct Matrix {

@@ -15,6 +15,7 @@
 #include "core/models/spec.h"
 #include "core/nn/functional.h"
 #include "core/nn/rnn.h"
+#include "core/quant/quantize.h"
 #include "onnx/onnx_pb.h"
 #include "tests/paths.h"
 
@@ -49,6 +50,12 @@ TEST_P(OnnxRoundTrip, ExportThenImportPredictsTheSame) {
   EXPECT_EQ(imported.input.dtype, built.input_dtype);
   EXPECT_EQ(imported.symbolic_dims[0], "batch");
   EXPECT_EQ(imported.opset, kDefaultOpset);
+  // Its weights are its initializers: the model's parameters, and the BatchNorm statistics
+  // (buffers in the model, weights like any other in the file).
+  int64_t statistics = 0;
+  for (const auto& [name, b] : built.module->named_buffers())
+    if (name.find("running_") != std::string::npos) statistics += b.numel();
+  EXPECT_EQ(quant::parameter_count(*imported.module), built.module->num_parameters() + statistics) << c.name;
   manual_seed(3);
   for (const IntArray& shape : c.shapes) {
     const Tensor x = built.input_dtype == kInt64 ? randint(0, 16, shape) : randn(shape);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -74,11 +75,25 @@ cublasLtHandle_t Handle(int device) {
   return h;
 }
 
-// One product's descriptors, destroyed with it.
-struct Descriptors {
+// One product's descriptors, destroyed with it (also when making one of them fails).
+class Descriptors {
+ public:
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, c = nullptr;
   Descriptors(int64_t m, int64_t n, int64_t k) {
+    try {
+      Create(m, n, k);
+    } catch (...) {
+      Destroy();
+      throw;
+    }
+  }
+  ~Descriptors() { Destroy(); }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+
+ private:
+  void Create(int64_t m, int64_t n, int64_t k) {
     ANVIL_CUBLAS_CHECK(lt().desc_create(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
     const cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
     ANVIL_CUBLAS_CHECK(lt().desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof(transposed)));
@@ -90,14 +105,14 @@ struct Descriptors {
     ANVIL_CUBLAS_CHECK(lt().layout_create(&x, CUDA_R_8I, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
     ANVIL_CUBLAS_CHECK(lt().layout_create(&c, CUDA_R_32I, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n));
   }
-  ~Descriptors() {
+  void Destroy() {
     if (c != nullptr) lt().layout_destroy(c);
     if (x != nullptr) lt().layout_destroy(x);
     if (w != nullptr) lt().layout_destroy(w);
     if (op != nullptr) lt().desc_destroy(op);
+    c = x = w = nullptr;
+    op = nullptr;
   }
-  Descriptors(const Descriptors&) = delete;
-  Descriptors& operator=(const Descriptors&) = delete;
 };
 
 // The workspace an algorithm may ask for: cuBLASLt's own recommendation for Hopper's int8
@@ -121,18 +136,20 @@ std::optional<cublasLtMatmulHeuristicResult_t> Choose(int device, int64_t m, int
     MutexLock lock(&cache->mu);
     if (auto it = cache->found.find(key); it != cache->found.end()) return it->second;
   }
+  const cublasLtHandle_t handle = Handle(device);
   cublasLtMatmulPreference_t pref = nullptr;
   ANVIL_CUBLAS_CHECK(lt().pref_create(&pref));
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t set =
       lt().pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes, sizeof(kMaxWorkspaceBytes));
-  const cublasStatus_t asked = set == CUBLAS_STATUS_SUCCESS
-                                   ? lt().heuristic(Handle(device), d.op, d.w, d.x, d.c, d.c, pref, 1, &result, &count)
-                                   : set;
+  const cublasStatus_t asked =
+      set == CUBLAS_STATUS_SUCCESS ? lt().heuristic(handle, d.op, d.w, d.x, d.c, d.c, pref, 1, &result, &count) : set;
   lt().pref_destroy(pref);
-  // NOT_SUPPORTED is cuBLASLt's "no algorithm for this": the caller computes another way.
-  if (asked != CUBLAS_STATUS_NOT_SUPPORTED) ANVIL_CUBLAS_CHECK(asked);
+  // NOT_SUPPORTED and ARCH_MISMATCH are cuBLASLt's "no algorithm for this here": the caller
+  // computes another way.
+  const bool unsupported = asked == CUBLAS_STATUS_NOT_SUPPORTED || asked == CUBLAS_STATUS_ARCH_MISMATCH;
+  if (!unsupported) ANVIL_CUBLAS_CHECK(asked);
   std::optional<cublasLtMatmulHeuristicResult_t> chosen;
   if (asked == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) chosen = result;
   MutexLock lock(&cache->mu);
@@ -141,14 +158,30 @@ std::optional<cublasLtMatmulHeuristicResult_t> Choose(int device, int64_t m, int
   return chosen;
 }
 
-}  // namespace
-
-bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c) {
+void CheckShape(int64_t m, int64_t n, int64_t k) {
   ANVIL_CHECK(m >= 0 && n > 0 && k > 0 && n % 4 == 0 && k % 4 == 0, "int8_matmul_nt: expected m >= 0 and n, k ",
               "positive multiples of 4, got m=", m, " n=", n, " k=", k);
   ANVIL_CHECK(m <= std::numeric_limits<int32_t>::max() && n <= std::numeric_limits<int32_t>::max() &&
                   k <= std::numeric_limits<int32_t>::max(),
               "int8_matmul_nt: sizes beyond cuBLASLt's 32-bit limit: m=", m, " n=", n, " k=", k);
+}
+
+// The heuristic chooses for 256-byte aligned operands (its default minimum alignment).
+bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 256 == 0; }
+
+}  // namespace
+
+bool int8_matmul_available(int device, int64_t m, int64_t n, int64_t k) {
+  CheckShape(m, n, k);
+  if (m == 0) return true;
+  DeviceGuard guard(device);
+  const Descriptors d(m, n, k);
+  return Choose(device, m, n, k, d).has_value();
+}
+
+bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c) {
+  CheckShape(m, n, k);
+  ANVIL_CHECK(Aligned(x) && Aligned(w) && Aligned(c), "int8_matmul_nt: expected 256-byte aligned operands");
   if (m == 0) return true;
   DeviceGuard guard(device);
   const Descriptors d(m, n, k);

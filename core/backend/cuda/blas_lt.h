@@ -1,7 +1,7 @@
 // cuBLASLt for the int8 products of the quantized layers (core/quant/quantized_layers.h):
 // s8 x s8 -> s32, exact, in the one layout cuBLASLt's integer tensor-core kernels take with
 // ordinary column-major matrices ("TN": A transposed, B not; leading dimensions multiples of
-// 4, pointers 4-byte aligned).
+// 4, pointers 4-byte aligned; the heuristic's default alignment of 256 bytes is kept).
 //
 // The library is loaded with dlopen on first use, as cuBLAS is (blas.cc says why). The
 // algorithm for each shape is asked of cuBLASLt's heuristic once and kept.
@@ -14,10 +14,15 @@
 
 namespace anvil::cuda {
 
+// Whether cuBLASLt has an int8 algorithm for int8_matmul_nt's shape on `device` (asked of its
+// heuristic once per shape, then cached). Errors of the library throw.
+bool int8_matmul_available(int device, int64_t m, int64_t n, int64_t k);
+
 // Row-major on `device`'s current stream: c[m, n] = x[m, k] · w[n, k]ᵀ in int32, with x, w
 // int8 and every row stride equal to its row length. Requires n and k multiples of 4 and
-// 4-byte aligned pointers (the caller pads). False, with nothing launched, when cuBLASLt has
-// no int8 algorithm for the shape on this device; errors of the library throw.
+// 256-byte aligned pointers (what the heuristic assumes unless told otherwise; the device
+// allocator's blocks are). False, with nothing launched, when cuBLASLt has no int8 algorithm
+// for the shape on this device; errors of the library throw.
 bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c);
 
 }  // namespace anvil::cuda

@@ -78,6 +78,17 @@ StaticInt8Linear::StaticInt8Linear(int device, const Spec& s)
   row_sums_ = Upload(s.row_sums, n_, n_padded_, device);
   multiplier_ = Upload(s.multiplier.data(), n_, n_padded_, device);
   if (!s.bias_term.empty()) bias_term_ = Upload(s.bias_term.data(), n_, n_padded_, device);
+  // The uploads were queued on this thread's stream, and forward runs on whichever stream its
+  // caller's thread has (each serving worker has its own): wait for them once here, so no
+  // other stream can read the weights before they have landed.
+  wait_for_stream(current_stream(device));
+}
+
+StaticInt8Linear::~StaticInt8Linear() {
+  // Products queued on other streams may still read the weights, whose memory returns to this
+  // thread's stream's pool, free for its next allocation, as the members are destroyed.
+  DeviceGuard guard(device_);
+  (void)cudaDeviceSynchronize();
 }
 
 Tensor StaticInt8Linear::forward(const Tensor& x) const {
@@ -89,6 +100,7 @@ Tensor StaticInt8Linear::forward(const Tensor& x) const {
   Tensor out = empty({m, n_}, On(device_, kFloat32));
   if (m == 0) return out;
   DeviceGuard guard(device_);
+  if (!int8_matmul_available(device_, m, n_padded_, k_padded_)) return Tensor();
   const cudaStream_t stream = current_stream(device_);
   const Tensor a = empty({m, k_padded_}, On(device_, kInt8));
   QuantizeRowsKernel<<<GridFor(m * k_padded_), kBlock, 0, stream>>>(

@@ -10,8 +10,9 @@
 // columns to multiples of 16 (16-byte rows, what its fastest kernels read), and the quantized
 // input with zero columns; zeros add nothing to a sum.
 //
-// Thread-safety: immutable after construction; forward may run on several threads at once
-// (each call has its own scratch on its thread's current stream).
+// Thread-safety: immutable after construction (which waits for its uploads, so any stream may
+// read them); forward may run on several threads at once, each call with its own scratch on its
+// thread's current stream.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,10 @@ class StaticInt8Linear {
   };
   // Uploads the padded weight and the column constants to `device` (a CUDA device index).
   StaticInt8Linear(int device, const Spec& spec);
+  // Waits for the device's queued work first: other streams may still be reading the weights.
+  ~StaticInt8Linear();
+  StaticInt8Linear(const StaticInt8Linear&) = delete;
+  StaticInt8Linear& operator=(const StaticInt8Linear&) = delete;
 
   // x: float32 [m, k], contiguous, on this layer's device -> float32 [m, n] there. An
   // undefined tensor, with nothing computed, when cuBLASLt has no int8 algorithm for the
