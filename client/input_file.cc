@@ -35,8 +35,9 @@ bool IsImage(std::string path) {
   return EndsWith(path, ".png") || EndsWith(path, ".jpg") || EndsWith(path, ".jpeg") || EndsWith(path, ".bmp");
 }
 
-// One image as the model's input [1, *input_shape], float32 in [0, 1].
-std::vector<float> ImageSample(const std::string& path, const std::vector<int64_t>& shape) {
+// One image as the model's input [1, *input_shape], float32 in [0, 1]; `note` says whether it
+// was resized.
+std::vector<float> ImageSample(const std::string& path, const std::vector<int64_t>& shape, std::string* note) {
   int64_t c = 0, h = 0, w = 0;
   if (shape.size() == 3 && shape[0] >= 1 && shape[0] <= 4) {
     c = shape[0];
@@ -59,7 +60,15 @@ std::vector<float> ImageSample(const std::string& path, const std::vector<int64_
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());
   }
-  if (img.size(1) != h || img.size(2) != w) img = anvil::data::Resize(h, w)(img);
+  if (img.size(1) != h || img.size(2) != w) {
+    const int64_t from_h = img.size(1), from_w = img.size(2);
+    // Aspect ratios compared without division: from_w / from_h against w / h.
+    const bool stretched = from_w * h != w * from_h;
+    *note = path + ": resized " + std::to_string(from_w) + "x" + std::to_string(from_h) + " -> " + std::to_string(w) +
+            "x" + std::to_string(h) + " (bilinear" + (stretched ? ", aspect ratio not kept" : "") +
+            ") to fit the model's input";
+    img = anvil::data::Resize(h, w)(img);
+  }
   const anvil::Tensor flat = img.contiguous().reshape({-1});
   return flat.to_vector<float>();
 }
@@ -124,7 +133,7 @@ InputFile read_input_file(const std::string& path, const std::vector<int64_t>& i
   }
   InputFile result;
   if (IsImage(path)) {
-    result.tensor = AsTensor(ImageSample(path, input_shape), 1, input_shape);
+    result.tensor = AsTensor(ImageSample(path, input_shape, &result.note), 1, input_shape);
     return result;
   }
   std::ifstream in(path);

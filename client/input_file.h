@@ -17,6 +17,9 @@ namespace anvil::client {
 struct InputFile {
   v1::Tensor tensor;
   std::vector<std::string> labels;  // the label column's cell of each sample, if one was named
+  // What was done to the input beyond reading it, for the user ("resized 640x480 -> 8x8,
+  // bilinear, aspect ratio not kept"); empty when nothing was.
+  std::string note;
 };
 
 // `label_column`: "" (none), a 0-based column index (negative counts from the end: -1 is the

@@ -45,6 +45,8 @@ int RunPredict(Context& cli, const PredictArgs& a) {
   } catch (const std::runtime_error& e) {
     throw Failure(kExitBadInput, e.what());
   }
+  // On stderr, so --json output stays one document.
+  if (!input.note.empty()) std::fprintf(stderr, "note: %s\n", input.note.c_str());
   *req.add_inputs() = std::move(input.tensor);
   v1::PredictResponse resp;
   check(cli.serving->Predict(cli.call().get(), req, &resp), "predict " + a.model_ref);
