@@ -1,6 +1,7 @@
 #include "workers/job_plan.h"
 
 #include <filesystem>
+#include <set>
 
 #include "core/amp/autocast.h"
 #include "core/distributed/samplers.h"
@@ -17,7 +18,10 @@ namespace fs = std::filesystem;
 struct Data {
   std::shared_ptr<const data::Dataset> all;
   std::vector<std::string> labels;
-  int64_t num_classes = 0;  // 0: regression
+  int64_t num_classes = 0;       // 0: regression
+  int64_t classes_present = -1;  // -1: unknown
+  std::string sole_class;        // the class, when classes_present is 1
+  std::string one_class_hint;    // where to look then
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -61,6 +65,11 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
     auto images = std::make_shared<data::ImageFolder>(path, image_options);
     out.labels = images->classes();
     out.num_classes = static_cast<int64_t>(out.labels.size());
+    out.classes_present = out.num_classes;
+    if (out.num_classes == 1) {
+      out.sole_class = "\"" + out.labels[0] + "\"";
+      out.one_class_hint = "each class is a subfolder of images, and this folder has one";
+    }
     out.all = std::make_shared<data::MapDataset>(images, std::make_shared<data::ToTensor>());
     return out;
   }
@@ -70,6 +79,14 @@ Data LoadData(const v1::DatasetSpec& d, const PlanPaths& paths, uint64_t seed) {
     out.labels = csv->classes();
     if (out.labels.empty()) {
       for (int64_t k = 0; k < out.num_classes; ++k) out.labels.push_back(std::to_string(k));
+    }
+    const std::vector<int64_t> targets = csv->targets().to_vector<int64_t>();
+    const std::set<int64_t> present(targets.begin(), targets.end());
+    out.classes_present = static_cast<int64_t>(present.size());
+    if (present.size() == 1) {
+      out.sole_class = "\"" + out.labels[static_cast<size_t>(*present.begin())] + "\"";
+      out.one_class_hint =
+          "check the label column \"" + d.label_column() + "\", or whether the file holds only part of the data";
     }
   }
   out.all = csv;
@@ -110,6 +127,9 @@ JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, ui
   out.val_set = parts[1];
   out.labels = d.labels;
   out.num_classes = d.num_classes;
+  out.classes_present = d.classes_present;
+  out.sole_class = d.sole_class;
+  out.one_class_hint = d.one_class_hint;
   return out;
 }
 
@@ -121,6 +141,10 @@ JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed
   if (seed_generator) manual_seed(spec.seed());
   JobPlan plan;
   const JobData d = make_job_data(spec.dataset(), paths, spec.seed());
+  // Not in make_job_data: a quantization's calibration set may well be one class (the gate
+  // then says what that costs); a training set may not.
+  ANVIL_CHECK(d.num_classes == 0 || d.classes_present != 1, "dataset: every sample is labelled ", d.sole_class,
+              ": a classifier needs at least 2 classes to learn anything (", d.one_class_hint, ")");
   done("its data");
   plan.train_set = d.train_set;
   plan.val_set = d.val_set;

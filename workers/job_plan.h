@@ -51,6 +51,12 @@ struct JobData {
   std::shared_ptr<const data::Dataset> train_set, val_set;
   std::vector<std::string> labels;  // class names (empty for regression)
   int64_t num_classes = 0;          // 0: real-valued targets
+  // The classes that label at least one sample, where the dataset says without reading every
+  // sample (tables, image folders; the built-in sets have all theirs); -1 where unknown. With
+  // one class a classifier learns nothing: training refuses it (make_job_plan), and names it
+  // (`sole_class`, with where to look: `one_class_hint`).
+  int64_t classes_present = -1;
+  std::string sole_class, one_class_hint;
 };
 JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, uint64_t seed);
 

@@ -105,6 +105,56 @@ TEST_F(HostileInputTest, Latin1ClassFolderNamesAreRefusedNamingTheFolder) {
   if (!id.empty()) ExpectListingsWork(id);
 }
 
+// Data whose labels hold one class: a classifier would "learn" to answer it always, at 100 %
+// validation accuracy. Refused at the dry run and failed at the job's start, naming the class.
+TEST_F(HostileInputTest, DataOfOneClassIsRefusedNamingTheClass) {
+  std::ofstream(root_ / "data" / "cats.csv") << "a,b,label\n1,2,cat\n3,4,cat\n5,6,cat\n";
+  std::ofstream(root_ / "data" / "threes.csv") << "a,b,y\n1,2,3\n3,4,3\n5,6,3\n";
+  const fs::path folder = root_ / "data" / "only";
+  fs::create_directories(folder / "dog");
+  for (int i = 0; i < 4; ++i)
+    data::write_png((folder / "dog" / (std::to_string(i) + ".png")).string(), zeros({8, 8, 3}, kUInt8));
+  struct Case {
+    const char* path;
+    const char* label_column;
+    const char* named;
+  };
+  for (const Case& c :
+       {Case{"cats.csv", "label", "\"cat\""}, Case{"threes.csv", "y", "\"3\""},
+        Case{"only", "",
+             "\"dog\": a classifier needs at least 2 classes to learn anything (each class is a subfolder"}}) {
+    SCOPED_TRACE(c.path);
+    v1::JobSpec spec;
+    spec.set_name("one-class");
+    spec.set_model_preset("mlp");
+    spec.mutable_dataset()->set_path(c.path);
+    spec.mutable_dataset()->set_label_column(c.label_column);
+    spec.set_epochs(1);
+    v1::SubmitJobRequest dry;
+    *dry.mutable_spec() = spec;
+    dry.set_dry_run(true);
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status st = training_->SubmitJob(&ctx, dry, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(std::string("every sample is labelled ") + c.named));
+    EXPECT_THAT(st.error_message(), HasSubstr("a classifier needs at least 2 classes"));
+    std::string id;
+    EXPECT_THAT(RefusalOrFailure(spec, &id), HasSubstr("a classifier needs at least 2 classes"));
+  }
+  // Two classes are enough.
+  std::ofstream(root_ / "data" / "pets.csv") << "a,b,label\n1,2,cat\n3,4,dog\n5,6,cat\n7,8,dog\n";
+  v1::JobSpec spec;
+  spec.set_name("two-classes");
+  spec.set_model_preset("mlp");
+  spec.mutable_dataset()->set_path("pets.csv");
+  spec.mutable_dataset()->set_label_column("label");
+  spec.set_epochs(1);
+  const v1::Job job = Submit(spec);
+  Stream(job.id());
+  EXPECT_EQ(Get(job.id()).state(), v1::SUCCEEDED) << Get(job.id()).reason();
+}
+
 // --- Atomic registration -------------------------------------------------------------------
 
 class RegistrationTest : public HostileInputTest {
