@@ -355,6 +355,7 @@ std::shared_ptr<ServedModel> ModelRegistry::Install(std::shared_ptr<ServedModel>
   std::shared_ptr<ServedModel> result = it->second;  // a concurrent loader may have won: use its copy
   EvictLocked();
   if (metrics_ != nullptr) {
+    metrics_->model_loads.with().Increment();
     metrics_->models_loaded.with().Set(static_cast<double>(loaded_.size()));
     metrics_->serving.on_loaded(row.name, row.version, result->loaded.info.precision);
   }
@@ -386,8 +387,26 @@ v1::Model ModelRegistry::describe(const ServedModel& m) const {
 }
 
 absl::StatusOr<v1::Model> ModelRegistry::describe_row(const ModelRow& row) {
-  ANVIL_ASSIGN_OR_RETURN(const std::shared_ptr<ServedModel> m, get(row.name, std::to_string(row.version)));
-  return describe(*m);
+  const std::pair<std::string, int64_t> key{row.name, row.version};
+  std::shared_ptr<ServedModel> resident;
+  {
+    MutexLock lock(&mu_);
+    if (const auto it = loaded_.find(key); it != loaded_.end()) {
+      resident = it->second;
+    } else if (const auto d = descriptions_.find(key); d != descriptions_.end()) {
+      return d->second;
+    }
+  }
+  if (resident != nullptr) return describe(*resident);
+  // Not resident: read and describe it without installing it, so a listing of many versions
+  // neither evicts the ones being served nor reloads the same archives at every call.
+  return status_of([&] {
+    const v1::Model described = describe(*Prepare(row, absl::StatusCode::kDataLoss));
+    MutexLock lock(&mu_);
+    if (descriptions_.size() >= kMaxDescriptions) descriptions_.clear();
+    descriptions_.emplace(key, described);
+    return described;
+  });
 }
 
 namespace {

@@ -75,6 +75,8 @@ class ModelRegistry {
   bool knows(const std::string& name) const;
 
   v1::Model describe(const ServedModel& m) const;
+  // A listed row's description: a resident version's, else one read from its archive without
+  // making it resident (kept, so the next listing reads nothing).
   absl::StatusOr<v1::Model> describe_row(const ModelRow& row);
 
   // Validates the request's inputs against the model's signature and runs it through the
@@ -136,6 +138,10 @@ class ModelRegistry {
   // the only writer of the registry).
   absl::flat_hash_map<std::string, int64_t> latest_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // The descriptions of versions a listing read without installing them (describe_row); a
+  // version's description never changes. Bounded: past it, the map starts over.
+  static constexpr size_t kMaxDescriptions = 4096;
+  absl::flat_hash_map<std::pair<std::string, int64_t>, v1::Model> descriptions_ ABSL_GUARDED_BY(mu_);
 
   // Prefetching: its own thread, started by the first prefetch().
   void Prefetch() ABSL_LOCKS_EXCLUDED(prefetch_mu_, mu_);

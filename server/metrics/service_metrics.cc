@@ -91,6 +91,8 @@ ServiceMetrics::ServiceMetrics(Registry& r)
       models_loaded(r.gauge("anvil_models_loaded", "Model versions loaded for serving.")),
       models_loaded_bytes(r.gauge("anvil_models_loaded_bytes",
                                   "Bytes of the archives of the model versions loaded for serving (their weights).")),
+      model_loads(r.counter("anvil_model_loads_total",
+                            "Model versions read from their archives for serving, reloads after an unload included.")),
       device_busy_seconds(
           r.counter("anvil_device_busy_seconds_total", "Time a device's worker ran a job.", {"device"})),
       device_busy_ratio(

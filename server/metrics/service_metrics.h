@@ -48,6 +48,7 @@ class ServiceMetrics {
   Family<Gauge>& predict_queue_depth;
   Family<Gauge>& models_loaded;
   Family<Gauge>& models_loaded_bytes;
+  Family<Counter>& model_loads;  // archives read and made servable, reloads after an unload included
   // The last minute of each registered model's requests and batches, for the status page.
   ServingStats serving;
   // Devices.

@@ -1271,6 +1271,29 @@ TEST_F(ServerTest, LeastRecentlyUsedModelsAreUnloadedAndReloaded) {
   ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &again).ok());
   EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());  // the reloaded model is the same
   EXPECT_THAT(HttpGet(server_->metrics_port(), "/metrics"), HasSubstr("anvil_models_loaded 1\n"));
+  // Two registrations and three loads for the predicts above.
+  const auto loads = [&] {
+    const std::string metrics = HttpGet(server_->metrics_port(), "/metrics");
+    const size_t at = metrics.find("\nanvil_model_loads_total ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + 25));
+  };
+  EXPECT_EQ(loads(), 5);
+  // A listing describes both versions without making "other" resident (which would unload
+  // blobs-mlp, being served), and the next listing reads no archive at all.
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse listed;
+    ASSERT_TRUE(serving_->ListModels(&ctx, v1::ListModelsRequest(), &listed).ok());
+    ASSERT_EQ(listed.models_size(), 2);
+    for (const v1::Model& m : listed.models()) {
+      EXPECT_EQ(m.inputs(0).shape_size(), 2) << m.name();
+      EXPECT_GT(m.parameters(), 0) << m.name();
+    }
+  }
+  EXPECT_EQ(loads(), 5);
+  ASSERT_TRUE(Predict(PredictOf("blobs-mlp", x), &again).ok());
+  EXPECT_EQ(loads(), 5);  // still resident
+  EXPECT_EQ(first.outputs(0).raw(), again.outputs(0).raw());
 }
 
 // The byte budget: two archives do not fit, so loading one unloads the other, whichever count
