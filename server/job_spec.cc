@@ -204,19 +204,27 @@ std::string NormalizePrecision(const char* field, const std::string& given) {
 }  // namespace
 
 void validate_quantize_spec(v1::QuantizeSpec* q, const std::string& field) {
+  // `field` is the whole path ("spec.quantize" in a JobSpec, "spec" in a QuantizeRequest).
+#define QUANTIZE_CHECK(cond, ...) ANVIL_SERVICE_CHECK(cond, absl::StatusCode::kInvalidArgument, field, __VA_ARGS__)
+  // An empty mode is the CLI's default, static: `"quantize": {}` asks for it.
+  if (q->mode().empty()) q->set_mode("static");
   const std::string& mode = q->mode();
-  SPEC_CHECK(mode == "dynamic" || mode == "static", field,
-             ".mode: expected \"dynamic\" (Linear layers, activations quantized per batch) or \"static\" "
-             "(calibrated activations), got \"",
-             mode, "\"");
+  QUANTIZE_CHECK(mode == "dynamic" || mode == "static",
+                 ".mode: expected \"dynamic\" (Linear layers, activations quantized per batch) or \"static\" "
+                 "(calibrated activations), got \"",
+                 mode, "\"");
   if (q->calibration_batches() == 0) q->set_calibration_batches(16);
-  CheckRange((field + ".calibration_batches").c_str(), q->calibration_batches(), 1, 10000);
+  QUANTIZE_CHECK(q->calibration_batches() >= 1 && q->calibration_batches() <= 10000,
+                 ".calibration_batches: expected 1..10000, got ", q->calibration_batches());
   if (q->observer().empty()) q->set_observer("histogram");
-  SPEC_CHECK(q->observer() == "histogram" || q->observer() == "minmax" || q->observer() == "moving_average_minmax",
-             field, ".observer: expected \"histogram\", \"minmax\" or \"moving_average_minmax\", got \"", q->observer(),
-             "\"");
-  if (q->max_accuracy_drop() == 0) q->set_max_accuracy_drop(1.0);
-  CheckFinite((field + ".max_accuracy_drop").c_str(), q->max_accuracy_drop(), 0.0, 100.0);
+  QUANTIZE_CHECK(q->observer() == "histogram" || q->observer() == "minmax" || q->observer() == "moving_average_minmax",
+                 ".observer: expected \"histogram\", \"minmax\" or \"moving_average_minmax\", got \"", q->observer(),
+                 "\"");
+  // Unset is 1 point; an explicit 0 (a field with presence) refuses any loss.
+  if (!q->has_max_accuracy_drop()) q->set_max_accuracy_drop(1.0);
+  QUANTIZE_CHECK(std::isfinite(q->max_accuracy_drop()) && q->max_accuracy_drop() >= 0 && q->max_accuracy_drop() <= 100,
+                 ".max_accuracy_drop: expected a number of points in [0, 100], got ", q->max_accuracy_drop());
+#undef QUANTIZE_CHECK
 }
 
 namespace {
@@ -295,7 +303,7 @@ v1::JobSpec validate_job_spec(const v1::JobSpec& in, const SpecContext& ctx) {
              spec.register_model(), "\"");
   CheckRange("priority", spec.priority(), -100, 100);
   ValidatePrecision(&spec);
-  if (spec.has_quantize()) validate_quantize_spec(spec.mutable_quantize(), "quantize");
+  if (spec.has_quantize()) validate_quantize_spec(spec.mutable_quantize(), "spec.quantize");
   const std::string& on_overfitting = spec.doctor().on_overfitting();
   SPEC_CHECK(on_overfitting.empty() || on_overfitting == "stop",
              "doctor.on_overfitting: expected \"stop\" or nothing, got \"", on_overfitting, "\"");

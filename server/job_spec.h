@@ -37,8 +37,9 @@ std::string resolve_inside_root(const std::string& root, const std::string& rela
 // Names used for jobs and models: 1-64 characters of [A-Za-z0-9._-], not starting with '.'.
 bool is_valid_name(const std::string& name);
 
-// Checks a QuantizeSpec and fills its defaults (calibration_batches 16, observer histogram,
-// max_accuracy_drop 1 point); `field` names it in errors ("quantize"). INVALID_ARGUMENT.
+// Checks a QuantizeSpec and fills its defaults (mode static, calibration_batches 16, observer
+// histogram, max_accuracy_drop 1 point when unset); `field` is its path in errors
+// ("spec.quantize", "spec"). INVALID_ARGUMENT.
 void validate_quantize_spec(v1::QuantizeSpec* q, const std::string& field);
 
 }  // namespace anvil::server

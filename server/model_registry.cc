@@ -171,6 +171,20 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
     row.path = relative_path;
     // Published before its row exists: every replica that reads the row finds the archive.
     const ArtifactInfo published = artifacts_.publish(relative_path, path);
+    // A file that cannot be registered is unpublished again (with its checksum), so a refused
+    // registration leaves nothing behind.
+    struct Unpublish {
+      ArtifactStore& artifacts;
+      const std::string& key;
+      bool armed = true;
+      ~Unpublish() {
+        if (!armed) return;
+        try {
+          artifacts.remove(key);
+        } catch (const std::exception&) {  // best effort: the refusal itself is what is reported
+        }
+      }
+    } unpublish{artifacts_, relative_path};
     Json signature{{"sha256", published.sha256}};
     if (!labels.empty()) signature["labels"] = labels;
     row.signature_json = signature.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -185,6 +199,7 @@ absl::StatusOr<ModelRow> ModelRegistry::register_archive(const std::string& name
       CheckLabelsFitOutputs(labels, out.empty() ? m->loaded.built.output_shape : IntArray(out.begin() + 1, out.end()));
     }
     row = store_.register_model(row);
+    unpublish.armed = false;
     m->row = row;
     m->loaded.info.version = row.version;
     Install(std::move(m));
@@ -211,7 +226,7 @@ ModelRow ModelRegistry::FindRow(const std::string& name, const std::string& vers
       throw ServiceError(
           absl::StatusCode::kFailedPrecondition,
           detail::StrCat("model \"", echo(name), "\" is not ready: job ", job->id, " that registers it is ",
-                         job_state_name(job->state), "; predict after it succeeds"));
+                         job_state_name(job->state), "; it is ready once the job succeeds"));
     }
     throw ServiceError(absl::StatusCode::kNotFound,
                        detail::StrCat("model \"", echo(name), "\"",

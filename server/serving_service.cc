@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <type_traits>
 
 #include "core/models/serving.h"
 #include "core/onnx/export.h"
@@ -180,36 +181,48 @@ class ServingService final : public ServingBase {
                           m->row.name, "\" version ", m->row.version, " is already int8");
       if (is_onnx_row(m->row)) return QuantizeImported(*ctx, *req, spec, *m, resp);
       // The data: the request's, or that of the job that trained the model.
+      const std::optional<JobRow> job = m->row.job_id.empty() ? std::nullopt : s_.store->get_job(m->row.job_id);
+      std::optional<v1::JobSpec> trained;
+      if (job.has_value()) {
+        trained.emplace();
+        ANVIL_SERVICE_CHECK(google::protobuf::util::JsonStringToMessage(to_valid_utf8(job->spec_json), &*trained).ok(),
+                            absl::StatusCode::kDataLoss, "job ", job->id, ": its stored spec does not parse");
+      }
       v1::JobSpec plan_spec;
       if (req->has_dataset()) {
         *plan_spec.mutable_dataset() = req->dataset();
       } else {
-        const std::optional<JobRow> job = m->row.job_id.empty() ? std::nullopt : s_.store->get_job(m->row.job_id);
-        ANVIL_SERVICE_CHECK(job.has_value(), absl::StatusCode::kInvalidArgument, "dataset: model \"", m->row.name,
+        ANVIL_SERVICE_CHECK(trained.has_value(), absl::StatusCode::kInvalidArgument, "dataset: model \"", m->row.name,
                             "\" was not trained by a job here; give the dataset "
                             "to calibrate and evaluate on");
-        v1::JobSpec trained;
-        ANVIL_SERVICE_CHECK(google::protobuf::util::JsonStringToMessage(to_valid_utf8(job->spec_json), &trained).ok(),
-                            absl::StatusCode::kDataLoss, "job ", job->id, ": its stored spec does not parse");
-        *plan_spec.mutable_dataset() = trained.dataset();
-        plan_spec.set_batch_size(trained.batch_size());
-        plan_spec.set_seed(trained.seed());  // generated datasets and the split follow it
+        *plan_spec.mutable_dataset() = trained->dataset();
+        plan_spec.set_batch_size(trained->batch_size());
+        plan_spec.set_seed(trained->seed());  // generated datasets and the split follow it
       }
       plan_spec.set_name("quantize");
       plan_spec.set_model_json(m->loaded.built.spec);
       plan_spec.set_epochs(1);
-      const v1::JobSpec checked =
-          validate_job_spec(plan_spec, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+      const v1::JobSpec checked = AsRequestDataset([&] {
+        return validate_job_spec(plan_spec, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+      });
       workers::JobPlan plan;
       try {
         const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(*ctx, "quantization");
         plan = workers::make_job_plan(
             checked, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory},
-            /*seed_generator=*/false, [ctx](std::string_view done) { stop_if_abandoned(*ctx, "quantization", done); });
+            /*seed_generator=*/false, [ctx](std::string_view done) { stop_if_abandoned(*ctx, "quantization", done); },
+            workers::PlanPurpose::kQuantization);
         plan.model.module->load_state_dict(m->loaded.built.module->state_dict());
       } catch (const Error& e) {
         throw ServiceError(absl::StatusCode::kInvalidArgument,
                            scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
+      }
+      // Calibrated on the request's data, the int8 version is still gated on the validation
+      // split of the job that trained it (when that data can still be read): an
+      // unrepresentative calibration set must not also be the yardstick that passes it.
+      std::string gated_on;
+      if (req->has_dataset() && trained.has_value()) {
+        gated_on = GateOnJobsValidation(*ctx, *job, *trained, plan);
       }
       const std::string relative = "quantized/" + m->row.name + "-v" + std::to_string(m->row.version) + "-" +
                                    spec.mode() + "-" + std::to_string(unix_millis()) + ".anvil";
@@ -219,7 +232,8 @@ class ServingService final : public ServingBase {
       info.job_id = m->row.job_id;
       const workers::QuantizeOutcome outcome =
           workers::quantize_trained_model(spec, plan, info, path.string(), /*seed=*/1);
-      resp->set_message(outcome.summary);
+      resp->set_message(outcome.failure == workers::QuantizeOutcome::Failure::kNone ? outcome.summary + gated_on
+                                                                                    : outcome.summary);
       resp->set_float_accuracy(outcome.float_accuracy.value_or(0));
       resp->set_int8_accuracy(outcome.int8_accuracy.value_or(0));
       for (const quant::LayerError& l : outcome.layers) {
@@ -228,9 +242,83 @@ class ServingService final : public ServingBase {
         e->set_type(l.type);
         e->set_sqnr_db(l.sqnr_db);
       }
-      if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
+      RefuseFailure(outcome);
+      if (outcome.archive.empty()) return;  // refused by the gate: said in message
       RegisterQuantized(*m, relative, path, {}, resp);
     });
+  }
+
+  // Puts the validation split of `job`'s own data in `plan` for the gate; what the gate
+  // measured on, for the response's message.
+  std::string GateOnJobsValidation(grpc::ServerContextBase& ctx, const JobRow& job, const v1::JobSpec& trained,
+                                   workers::JobPlan& plan) {
+    // The request's own validation split is not measured then, but a NaN or an infinity in it
+    // is still bad data, refused as the rest of the request's data is.
+    if (plan.val_set != nullptr) {
+      data::DataLoader rows(plan.val_set, {.batch_size = 256});
+      int64_t batch = 0;
+      try {
+        for (auto& b : rows) quant::check_finite_batch(b[plan.options.input_key], "validation", batch++);
+      } catch (const quant::NonFiniteInputError& e) {
+        throw ServiceError(absl::StatusCode::kInvalidArgument,
+                           std::string("int8 quantization failed: ") + e.what() + "; nothing was registered");
+      }
+    }
+    v1::DatasetSpec dataset = trained.dataset();
+    try {
+      validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+      const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(ctx, "quantization");
+      workers::JobData data = workers::make_job_data(
+          dataset, {s_.data_root, s_.options.datasets_dir, "", kCPU, s_.options.max_job_memory}, trained.seed());
+      if (data.val_set == nullptr || data.val_set->size() == 0) return " (gated on the request's dataset)";
+      plan.val_set = data.val_set;
+      return " (gated on the validation split of job " + job.id + ", which trained the model)";
+    } catch (const ServiceError&) {
+    } catch (const Error&) {
+    }
+    return " (gated on the request's dataset: the data of job " + job.id + ", which trained the model, is unreadable)";
+  }
+
+  // The spec checks name a JobSpec's fields ("spec.dataset.path"); a QuantizeRequest's dataset
+  // is its own field, `dataset`.
+  template <typename F>
+  static std::invoke_result_t<F> AsRequestDataset(F&& check) {
+    try {
+      return check();
+    } catch (const ServiceError& e) {
+      const std::string message(e.status().message());
+      if (message.rfind("spec.dataset", 0) == 0) throw ServiceError(e.code(), message.substr(std::strlen("spec.")));
+      throw;
+    }
+  }
+
+  // A quantization that failed before any verdict is the RPC's error, not an answer: a NaN or
+  // infinite input is the request's data (INVALID_ARGUMENT), anything else the model's
+  // (FAILED_PRECONDITION: it has nothing quantizable, or its file does not parse).
+  void RefuseFailure(const workers::QuantizeOutcome& outcome) const {
+    using Failure = workers::QuantizeOutcome::Failure;
+    if (outcome.failure == Failure::kNone) return;
+    throw ServiceError(
+        outcome.failure == Failure::kData ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kFailedPrecondition,
+        scrub_paths(outcome.summary, s_.data_root) + "; nothing was registered");
+  }
+
+  // A registered file's bytes as registered, or DATA_LOSS: the resident model was checked when
+  // it loaded, and the file may have changed on disk since.
+  static std::string RegisteredBytes(const ServedModel& m) {
+    std::string bytes;
+    try {
+      bytes = read_file(m.archive_path);
+    } catch (const Error&) {
+      throw ServiceError(
+          absl::StatusCode::kDataLoss,
+          detail::StrCat("model \"", m.row.name, "\" version ", m.row.version, ": its file is missing or unreadable"));
+    }
+    const std::string stored = nlohmann::json::parse(m.row.signature_json).value("sha256", "");
+    ANVIL_SERVICE_CHECK(stored.empty() || sha256_hex(bytes) == stored, absl::StatusCode::kDataLoss, "model \"",
+                        m.row.name, "\" version ", m.row.version,
+                        ": its file changed on disk since it was registered (SHA-256 mismatch)");
+    return bytes;
   }
 
   // The int8 file at `path` (`relative` in the data root) as the next version of `m`'s model;
@@ -257,7 +345,9 @@ class ServingService final : public ServingBase {
                         "\" is an imported ONNX graph; give the dataset to ",
                         spec.mode() == "dynamic" ? "evaluate" : "calibrate and evaluate", " on");
     v1::DatasetSpec dataset = req.dataset();
-    validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+    AsRequestDataset([&] {
+      validate_dataset_spec(&dataset, {s_.data_root, s_.scheduler->devices(), s_.options.max_job_memory});
+    });
     workers::JobData data;
     try {
       const ScopedInterruptionCheck loops = stop_inside_loops_if_abandoned(ctx, "quantization");
@@ -267,17 +357,24 @@ class ServingService final : public ServingBase {
       throw ServiceError(absl::StatusCode::kInvalidArgument,
                          scrub_paths(std::string("dataset: ") + e.what(), s_.data_root));
     }
+    // The labels must be classes the graph scores, as a trained model's plan checks.
+    const IntArray& out = m.loaded.built.output_shape;
+    ANVIL_SERVICE_CHECK(data.num_classes == 0 || out.size() != 1 || out[0] < 0 || data.num_classes <= out[0],
+                        absl::StatusCode::kInvalidArgument, "dataset: model \"", m.row.name, "\" gives ",
+                        out.empty() ? 0 : out[0], " outputs per sample, which cannot score the dataset's ",
+                        data.num_classes, " classes");
     stop_if_abandoned(ctx, "quantization", "its data, before its calibration");
     const std::string relative = "quantized/" + m.row.name + "-v" + std::to_string(m.row.version) + "-" + spec.mode() +
                                  "-" + std::to_string(unix_millis()) + ".onnx";
     const fs::path path = fs::path(s_.data_root) / relative;
     fs::create_directories(path.parent_path());
-    const workers::QuantizeOutcome outcome = workers::quantize_imported_model(
-        spec, read_file(m.archive_path), data, /*batch_size=*/64, path.string(), /*seed=*/1);
+    const workers::QuantizeOutcome outcome =
+        workers::quantize_imported_model(spec, RegisteredBytes(m), data, /*batch_size=*/64, path.string(), /*seed=*/1);
     resp->set_message(outcome.summary);
     resp->set_float_accuracy(outcome.float_accuracy.value_or(0));
     resp->set_int8_accuracy(outcome.int8_accuracy.value_or(0));
-    if (outcome.archive.empty()) return;  // refused by the gate (or not quantizable): said in message
+    RefuseFailure(outcome);
+    if (outcome.archive.empty()) return;  // refused by the gate: said in message
     RegisterQuantized(m, relative, path, m.loaded.info.labels, resp);
   }
 

@@ -134,16 +134,17 @@ JobData make_job_data(const v1::DatasetSpec& dataset, const PlanPaths& paths, ui
 }
 
 JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator,
-                      const PlanPhaseDone& phase_done) {
+                      const PlanPhaseDone& phase_done, PlanPurpose purpose) {
   const auto done = [&phase_done](std::string_view what) {
     if (phase_done) phase_done(what);
   };
   if (seed_generator) manual_seed(spec.seed());
   JobPlan plan;
   const JobData d = make_job_data(spec.dataset(), paths, spec.seed());
-  // Not in make_job_data: a quantization's calibration set may well be one class (the gate
-  // then says what that costs); a training set may not.
-  ANVIL_CHECK(d.num_classes == 0 || d.classes_present != 1, "dataset: every sample is labelled ", d.sole_class,
+  // A quantization's calibration set may well be one class (the gate then says what that
+  // costs); a training set may not.
+  ANVIL_CHECK(purpose != PlanPurpose::kTraining || d.num_classes == 0 || d.classes_present != 1,
+              "dataset: every sample is labelled ", d.sole_class,
               ": a classifier needs at least 2 classes to learn anything (", d.one_class_hint, ")");
   done("its data");
   plan.train_set = d.train_set;

@@ -74,9 +74,13 @@ void check_dataset_columns(const v1::DatasetSpec& dataset, const std::string& da
 // model"); it may throw to stop the plan there (a dry run whose client left).
 using PlanPhaseDone = std::function<void(std::string_view done)>;
 
+// What a plan is for: training refuses data it cannot learn from (labels of one class); a
+// quantization's calibration set may be anything the accuracy gate then judges.
+enum class PlanPurpose { kTraining, kQuantization };
+
 // Seeds the default generator with spec.seed first (model initialisation is reproducible);
 // a dry run passes seed_generator = false so it cannot disturb a job training meanwhile.
 JobPlan make_job_plan(const v1::JobSpec& spec, const PlanPaths& paths, bool seed_generator = true,
-                      const PlanPhaseDone& phase_done = {});
+                      const PlanPhaseDone& phase_done = {}, PlanPurpose purpose = PlanPurpose::kTraining);
 
 }  // namespace anvil::workers

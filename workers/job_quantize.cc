@@ -18,12 +18,25 @@ quant::PtqOptions ptq_options(const v1::QuantizeSpec& spec) {
   return o;
 }
 
-std::string describe_quantize_spec(const v1::QuantizeSpec& spec) {
+std::string describe_quantize_spec(const v1::QuantizeSpec& spec, int64_t calibrated) {
   std::string weights = spec.per_tensor_weights() ? ", per-tensor weights" : "";
   if (spec.mode() == "dynamic") return "dynamic" + weights;
-  return "static (" + spec.observer() + ", " + std::to_string(spec.calibration_batches()) + " calibration batches" +
-         weights + ")";
+  const int64_t batches = calibrated >= 0 ? calibrated : spec.calibration_batches();
+  return "static (" + spec.observer() + ", " + std::to_string(batches) + " calibration batch" +
+         (batches == 1 ? "" : "es") + weights + ")";
 }
+
+namespace {
+
+// A failure before any verdict, said in the summary and classified for the caller.
+void Failed(QuantizeOutcome& out, const Error& e) {
+  out.summary = std::string("int8 quantization failed: ") + e.what();
+  out.failure = dynamic_cast<const quant::NonFiniteInputError*>(&e) != nullptr ? QuantizeOutcome::Failure::kData
+                                                                               : QuantizeOutcome::Failure::kModel;
+  engine_log(LogSeverity::kWarning, out.summary);
+}
+
+}  // namespace
 
 QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& plan, const models::ModelInfo& info,
                                        const std::string& archive_path, uint64_t seed) {
@@ -49,15 +62,14 @@ QuantizeOutcome quantize_trained_model(const v1::QuantizeSpec& spec, JobPlan& pl
     if (!r.passed) return out;
     models::ModelInfo q = info;
     q.precision = "int8";
-    q.quantization = describe_quantize_spec(spec);
+    q.quantization = describe_quantize_spec(spec, r.calibration_batches);
     q.accuracy.clear();
     if (r.float_accuracy) q.accuracy["fp32"] = *r.float_accuracy;
     if (r.int8_accuracy) q.accuracy["int8"] = *r.int8_accuracy;
     models::save_model_archive(archive_path, *r.model, plan.model.spec, q);
     out.archive = archive_path;
   } catch (const Error& e) {
-    out.summary = std::string("int8 quantization failed: ") + e.what();
-    engine_log(LogSeverity::kWarning, out.summary);
+    Failed(out, e);
   }
   return out;
 }
@@ -80,13 +92,13 @@ QuantizeOutcome quantize_imported_model(const v1::QuantizeSpec& spec, const std:
     nlohmann::json accuracy = nlohmann::json::object();
     if (r.float_accuracy) accuracy["fp32"] = *r.float_accuracy;
     if (r.int8_accuracy) accuracy["int8"] = *r.int8_accuracy;
-    const std::string bytes = onnx::with_metadata(
-        r.graph.model, {{"anvil.quantization", describe_quantize_spec(spec)}, {"anvil.accuracy", accuracy.dump()}});
+    const std::string bytes =
+        onnx::with_metadata(r.graph.model, {{"anvil.quantization", describe_quantize_spec(spec, r.calibration_batches)},
+                                            {"anvil.accuracy", accuracy.dump()}});
     write_file_atomic(path, bytes);
     out.archive = path;
   } catch (const Error& e) {
-    out.summary = std::string("int8 quantization failed: ") + e.what();
-    engine_log(LogSeverity::kWarning, out.summary);
+    Failed(out, e);
   }
   return out;
 }

@@ -17,14 +17,18 @@ namespace anvil::workers {
 struct QuantizeOutcome {
   std::string archive;  // the int8 archive, written only when it passed the gate
   std::string summary;  // both accuracies and the verdict, or why quantization failed
+  // Why it failed, when it did before any verdict: the data (a NaN or infinite input) or the
+  // model (nothing it can quantize, a file that does not parse). kNone: the gate decided.
+  enum class Failure { kNone, kData, kModel } failure = Failure::kNone;
   std::optional<double> float_accuracy, int8_accuracy;
   std::vector<quant::LayerError> layers;  // worst first
 };
 
 // The options a validated QuantizeSpec (server/job_spec.h) asks for.
 quant::PtqOptions ptq_options(const v1::QuantizeSpec& spec);
-// "static (histogram, 16 calibration batches)" / "dynamic".
-std::string describe_quantize_spec(const v1::QuantizeSpec& spec);
+// "static (histogram, 16 calibration batches)" / "dynamic": `calibrated`, the batches the
+// observers saw, when known (-1: as the spec asks).
+std::string describe_quantize_spec(const v1::QuantizeSpec& spec, int64_t calibrated = -1);
 
 // Quantizes `plan`'s trained model as `spec` asks, writing `archive_path` (with `info`'s name
 // and provenance, precision "int8") when the gate passes. Never throws: a model that cannot be

@@ -456,6 +456,13 @@ OnnxPtqResult post_training_quantize_onnx(const std::string& bytes, data::DataLo
                                           data::DataLoader& validation, const quant::PtqOptions& options) {
   OnnxPtqResult r;
   if (options.mode == quant::PtqMode::kDynamic) {
+    // Nothing to calibrate, but the batches static quantization would read are checked as it
+    // checks them: both modes refuse the same data.
+    int64_t seen = 0;
+    for (auto& b : calibration) {
+      if (seen == options.calibration_batches) break;
+      quant::check_finite_batch(b[options.input_key], "calibration", seen++);
+    }
     r.graph = quantize_onnx_dynamic(bytes, options.qconfig);
   } else {
     ANVIL_CHECK(options.calibration_batches > 0, "quantize: calibration_batches must be positive, got ",
@@ -463,8 +470,10 @@ OnnxPtqResult post_training_quantize_onnx(const std::string& bytes, data::DataLo
     std::vector<Tensor> batches;
     for (auto& b : calibration) {
       if (static_cast<int64_t>(batches.size()) == options.calibration_batches) break;
+      quant::check_finite_batch(b[options.input_key], "calibration", static_cast<int64_t>(batches.size()));
       batches.push_back(b[options.input_key]);
     }
+    r.calibration_batches = static_cast<int64_t>(batches.size());
     r.graph = quantize_onnx_static(bytes, batches, options.qconfig);
   }
   ImportedModel float_graph = import_model(bytes), int8_graph = import_model(r.graph.model);

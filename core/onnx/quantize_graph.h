@@ -65,6 +65,7 @@ struct OnnxPtqResult {
   std::optional<double> float_accuracy, int8_accuracy;
   bool passed = false;
   std::string summary;
+  int64_t calibration_batches = 0;  // static: the batches calibrated on (fewer than asked when the data ran out)
 };
 OnnxPtqResult post_training_quantize_onnx(const std::string& bytes, data::DataLoader& calibration,
                                           data::DataLoader& validation, const quant::PtqOptions& options);

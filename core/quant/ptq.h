@@ -41,6 +41,17 @@ struct LayerError {
   double sqnr_db = 0;
 };
 
+// A floating-point batch holding NaN or an infinity, refused by check_finite_batch: one such
+// value makes an observer's range, and so every scale after it, NaN, and the gate's
+// accuracies meaningless.
+class NonFiniteInputError : public Error {
+ public:
+  explicit NonFiniteInputError(const std::string& msg) : Error(msg) {}
+};
+// Throws NonFiniteInputError naming `what` ("calibration", "validation"), the batch and the
+// first sample with such a value.
+void check_finite_batch(const Tensor& x, const char* what, int64_t batch);
+
 struct PtqResult {
   std::shared_ptr<nn::Module> model;                    // the int8 model (eval mode)
   std::optional<double> float_accuracy, int8_accuracy;  // [0, 1]; none for non-classifiers
@@ -48,6 +59,9 @@ struct PtqResult {
   std::vector<LayerError> layers;                       // worst (lowest SQNR) first
   std::vector<Fusion> fusions;
   std::vector<ConvertedLayer> converted;
+  // Static: the calibration batches the observers saw (at most calibration_batches; fewer
+  // when the loader ran out first); dynamic: 0.
+  int64_t calibration_batches = 0;
   // One line: both accuracies, the drop and the verdict; on failure the worst layer and the
   // advice to keep it in float.
   std::string summary;

@@ -493,6 +493,13 @@ TEST(QuantizedLayers, EveryPresetQuantizesAndStaysCloseToFloat) {
         for (const auto& [name, b] : trained->named_buffers())
           if (name.find("running_mean") != std::string::npos) folded += b.numel();
       EXPECT_EQ(parameter_count(*r.model), trained->num_parameters() - folded);
+      // Every int8 layer has its error measured, those inside residual blocks too.
+      if (mode == PtqMode::kStatic) {
+        size_t int8_layers = 0;
+        for (const ConvertedLayer& c : r.converted) int8_layers += c.kind != "float";
+        EXPECT_EQ(r.layers.size(), int8_layers);
+        for (const LayerError& l : r.layers) EXPECT_TRUE(std::isfinite(l.sqnr_db) || l.sqnr_db > 0) << l.path;
+      }
       NoGradGuard g;
       const Tensor want = trained->forward(x), got = r.model->forward(x);
       ASSERT_EQ(got.sizes(), want.sizes());

@@ -690,7 +690,7 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     grpc::ClientContext ctx4;
     req.set_model("q-static");
     req.set_version("1");
-    req.mutable_spec()->set_mode("");
+    req.mutable_spec()->set_mode("int4");
     const grpc::Status bad = serving_->Quantize(&ctx4, req, &resp);
     EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(bad.error_message(), HasSubstr("spec.mode: expected"));
@@ -775,6 +775,102 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
   Submit(bad, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("quantize.observer"));
+}
+
+// Quantize's data and spec, refused before anything is registered or left on disk: NaN and
+// infinite inputs (which made every scale NaN), an explicit max_accuracy_drop of 0 (taken as
+// unset before), the request's own field names, and an imported graph's file changed on disk.
+TEST_F(ServerTest, QuantizeRefusesNonFiniteDataAndKeepsAnExplicitZeroLimit) {
+  Stream(Submit(BlobsSpec(2)).id());  // blobs-mlp: 2 features, 4 classes
+  const fs::path data = root_ / "data";
+  std::string rows = "a,b,label\n";
+  for (int i = 0; i < 64; ++i)
+    rows += std::to_string(i % 7 - 3) + "," + std::to_string(i % 5 - 2) + "," + std::to_string(i % 4) + "\n";
+  std::ofstream(data / "finite.csv") << rows;
+  std::ofstream(data / "nan.csv") << rows << "nan,1,0\n";
+  std::ofstream(data / "inf.csv") << rows << "1,1e39,2\n";  // 1e39 overflows float32 to inf
+  const auto quantize = [&](const std::string& model, const std::string& csv, const std::string& mode,
+                            v1::QuantizeResponse* resp, std::optional<double> max_drop = std::nullopt) {
+    grpc::ClientContext ctx;
+    v1::QuantizeRequest req;
+    req.set_model(model);
+    req.set_version("1");
+    req.mutable_spec()->set_mode(mode);
+    if (max_drop) req.mutable_spec()->set_max_accuracy_drop(*max_drop);
+    req.mutable_dataset()->set_path(csv);
+    req.mutable_dataset()->set_label_column("label");
+    return serving_->Quantize(&ctx, req, resp);
+  };
+  grpc::Status st;
+  std::string sha;
+  int64_t total = 0;
+  v1::Model imported;
+  ASSERT_TRUE(RegisterModel("imported", Export("blobs-mlp", v1::ONNX, &st, &sha, &total), &imported).ok());
+  for (const std::string model : {"blobs-mlp", "imported"}) {
+    for (const std::string mode : {"static", "dynamic"}) {
+      SCOPED_TRACE(model + " " + mode);
+      v1::QuantizeResponse resp;
+      const grpc::Status nan = quantize(model, "nan.csv", mode, &resp);
+      EXPECT_EQ(nan.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << nan.error_message();
+      EXPECT_THAT(nan.error_message(), HasSubstr("holds NaN"));
+      EXPECT_THAT(nan.error_message(), HasSubstr("int8 quantization needs finite inputs; nothing was registered"));
+      const grpc::Status inf = quantize(model, "inf.csv", mode, &resp);
+      EXPECT_EQ(inf.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << inf.error_message();
+      EXPECT_THAT(inf.error_message(), HasSubstr("holds an infinite value"));
+    }
+  }
+  // Nothing registered, and nothing left in the quantized folder (no archive, no checksum).
+  for (const std::string model : {"blobs-mlp", "imported"}) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest get;
+    get.set_name(model);
+    get.set_version("2");
+    v1::Model m;
+    EXPECT_EQ(serving_->GetModel(&ctx, get, &m).error_code(), grpc::StatusCode::NOT_FOUND) << model;
+  }
+  if (fs::exists(data / "quantized"))
+    for (const auto& e : fs::directory_iterator(data / "quantized")) ADD_FAILURE() << "left behind: " << e.path();
+  // An explicit limit of 0 points stays 0; unset is 1.
+  v1::QuantizeResponse zero, unset;
+  ASSERT_TRUE(quantize("blobs-mlp", "finite.csv", "static", &zero, 0.0).ok());
+  EXPECT_THAT(zero.message(), HasSubstr("(limit 0.00)"));
+  ASSERT_TRUE(quantize("blobs-mlp", "finite.csv", "", &unset).ok());  // an empty mode is static
+  EXPECT_THAT(unset.message(), HasSubstr("int8 (static)"));
+  EXPECT_THAT(unset.message(), HasSubstr("(limit 1.00)"));
+  // Calibrated on data unlike the training data (every feature 0), a trained model's int8
+  // version is still gated on its job's validation split: the float accuracy reported is the
+  // job's (blobs: well above the 25 % that guessing the request's labels would give).
+  std::string zeros = "a,b,label\n";
+  for (int i = 0; i < 64; ++i) zeros += "0,0," + std::to_string(i % 4) + "\n";
+  std::ofstream(data / "zeros.csv") << zeros;
+  v1::QuantizeResponse gated;
+  ASSERT_TRUE(quantize("blobs-mlp", "zeros.csv", "static", &gated, 100.0).ok());
+  EXPECT_THAT(gated.message(), HasSubstr("(gated on the validation split of job "));
+  EXPECT_GT(gated.float_accuracy(), 0.6);
+  // Labels the graph has no output for: refused, as for a trained model.
+  std::string twelve = "a,b,label\n";
+  for (int i = 0; i < 64; ++i) twelve += std::to_string(i % 3) + ",1," + std::to_string(i % 12) + "\n";
+  std::ofstream(data / "twelve.csv") << twelve;
+  v1::QuantizeResponse classes;
+  const grpc::Status too_many = quantize("imported", "twelve.csv", "static", &classes);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), HasSubstr("gives 4 outputs per sample, which cannot score the dataset's 12"));
+  // The request's fields are named as the request has them.
+  v1::QuantizeResponse resp;
+  const grpc::Status missing = quantize("blobs-mlp", "missing.csv", "static", &resp);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(missing.error_message(), ::testing::StartsWith("dataset.path: "));
+  const grpc::Status drop = quantize("blobs-mlp", "finite.csv", "static", &resp, -1.0);
+  EXPECT_THAT(drop.error_message(), ::testing::StartsWith("spec.max_accuracy_drop: expected"));
+  // An imported graph whose file changed on disk since it was registered: DATA_LOSS.
+  fs::path path;
+  for (const auto& e : fs::directory_iterator(data / "imports"))
+    if (e.path().filename().string().rfind("imported-", 0) == 0) path = e.path();
+  ASSERT_FALSE(path.empty());
+  fs::resize_file(path, fs::file_size(path) / 2);
+  const grpc::Status changed = quantize("imported", "finite.csv", "static", &resp);
+  EXPECT_EQ(changed.error_code(), grpc::StatusCode::DATA_LOSS) << changed.error_message();
+  EXPECT_THAT(changed.error_message(), HasSubstr("changed on disk since it was registered"));
 }
 
 // The STALLED watchdog: a run that sends no event for longer than stalled_after (a step that
