@@ -29,4 +29,14 @@ VerifyReport verify_in_opencv(const std::string& onnx_bytes, const exporter::For
                               const InputSignature& input, const std::vector<int64_t>& batches = {1, 7},
                               double tolerance = 1e-4);
 
+// The same check for a file OpenCV DNN 4.6 cannot load (a QDQ int8 graph: it has no
+// DequantizeLinear with a per-channel axis, no DynamicQuantizeLinear): the file read back by
+// Anvil's own ONNX importer (import.h), which parses it and runs its nodes, or the int8 layers
+// it fuses them into, independently of the exporter that wrote it. The outputs may differ by a
+// few quantization steps, so the bound is relative: `relative_tolerance` of the largest
+// output magnitude (plus 1e-4). Float32 or int64 (token id) inputs.
+VerifyReport verify_by_reimport(const std::string& onnx_bytes, const exporter::Forward& forward,
+                                const InputSignature& input, const std::vector<int64_t>& batches = {1, 7},
+                                double relative_tolerance = 0.02);
+
 }  // namespace anvil::onnx

@@ -111,5 +111,28 @@ TEST(OpenCvDnn, AFileThatDisagreesIsRefused) {
   EXPECT_THROW(verify_in_opencv("not an onnx file", other, input), VerifyError);
 }
 
+// The importer's verification (for the QDQ graphs OpenCV cannot load) passes the file against
+// its own model and refuses it against another.
+TEST(OnnxReimport, AgreesWithTheSourceModelAndRefusesAnother) {
+  models::BuiltModel a = models::build_model(models::preset_spec("mlp", {8}, 3));
+  models::BuiltModel b = models::build_model(models::preset_spec("mlp", {8}, 3));
+  a.module->eval();
+  b.module->eval();
+  const InputSignature input{"input", {8}, kFloat32};
+  const std::string bytes = export_model(*a.module, {input}, {});
+  auto same = [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{a.module->forward(xs[0])}; };
+  const VerifyReport r = verify_by_reimport(bytes, same, input);
+  ASSERT_EQ(r.max_error.size(), 2u);
+  for (const auto& [batch, error] : r.max_error) EXPECT_LT(error, 1e-5) << batch;
+  auto other = [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{b.module->forward(xs[0])}; };
+  try {
+    verify_by_reimport(bytes, other, input);
+    FAIL() << "a file that disagrees passed verification";
+  } catch (const VerifyError& e) {
+    EXPECT_NE(std::string(e.what()).find("differ from Anvil's"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(verify_by_reimport("not an onnx file", same, input), VerifyError);
+}
+
 }  // namespace
 }  // namespace anvil::onnx

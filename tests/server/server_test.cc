@@ -659,6 +659,11 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     const std::string onnx = Export("q-" + mode, v1::ONNX, &st, &sha, &total);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_NE(onnx.find(mode == "static" ? "QuantizeLinear" : "DynamicQuantizeLinear"), std::string::npos);
+    // Verified on request: by Anvil's importer, as OpenCV DNN 4.6 cannot load QDQ graphs.
+    std::string verified;
+    Export("q-" + mode, v1::ONNX, &st, &sha, &total, 0, {}, true, &verified);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_THAT(verified, HasSubstr("Anvil's ONNX importer (OpenCV DNN 4.6 cannot load QDQ int8 graphs): max |error|"));
   }
   // Serving.Quantize on a registered float version: calibrated on the training job's dataset.
   {
