@@ -224,6 +224,10 @@ void validate_quantize_spec(v1::QuantizeSpec* q, const std::string& field) {
   if (!q->has_max_accuracy_drop()) q->set_max_accuracy_drop(1.0);
   QUANTIZE_CHECK(std::isfinite(q->max_accuracy_drop()) && q->max_accuracy_drop() >= 0 && q->max_accuracy_drop() <= 100,
                  ".max_accuracy_drop: expected a number of points in [0, 100], got ", q->max_accuracy_drop());
+  QUANTIZE_CHECK(q->keep_float_size() <= 256, ".keep_float: at most 256 layers, got ", q->keep_float_size());
+  for (const std::string& path : q->keep_float())
+    QUANTIZE_CHECK(!path.empty() && path.size() <= 256, ".keep_float: expected layer paths like \"3\" or \"2.body.0\" ",
+                   "(at most 256 bytes), got \"", path.substr(0, 64), "\"");
 #undef QUANTIZE_CHECK
 }
 

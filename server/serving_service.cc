@@ -293,13 +293,14 @@ class ServingService final : public ServingBase {
   }
 
   // A quantization that failed before any verdict is the RPC's error, not an answer: a NaN or
-  // infinite input is the request's data (INVALID_ARGUMENT), anything else the model's
-  // (FAILED_PRECONDITION: it has nothing quantizable, or its file does not parse).
+  // infinite value in the data, or a keep_float path that names no layer, is the request's
+  // input (INVALID_ARGUMENT); anything else the model's (FAILED_PRECONDITION: it has nothing
+  // quantizable, or its file does not parse).
   void RefuseFailure(const workers::QuantizeOutcome& outcome) const {
     using Failure = workers::QuantizeOutcome::Failure;
     if (outcome.failure == Failure::kNone) return;
     throw ServiceError(
-        outcome.failure == Failure::kData ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kFailedPrecondition,
+        outcome.failure == Failure::kInput ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kFailedPrecondition,
         scrub_paths(outcome.summary, s_.data_root) + "; nothing was registered");
   }
 

@@ -15,11 +15,16 @@ quant::PtqOptions ptq_options(const v1::QuantizeSpec& spec) {
   o.qconfig.activation = quant::activation_observer_from_name(spec.observer());
   o.qconfig.per_channel_weights = !spec.per_tensor_weights();
   o.max_accuracy_drop = spec.max_accuracy_drop();
+  o.qconfig.keep_float = {spec.keep_float().begin(), spec.keep_float().end()};
   return o;
 }
 
 std::string describe_quantize_spec(const v1::QuantizeSpec& spec, int64_t calibrated) {
   std::string weights = spec.per_tensor_weights() ? ", per-tensor weights" : "";
+  if (spec.keep_float_size() > 0) {
+    weights += ", kept in float:";
+    for (const std::string& path : spec.keep_float()) weights += " " + path;
+  }
   if (spec.mode() == "dynamic") return "dynamic" + weights;
   const int64_t batches = calibrated >= 0 ? calibrated : spec.calibration_batches();
   return "static (" + spec.observer() + ", " + std::to_string(batches) + " calibration batch" +
@@ -31,8 +36,8 @@ namespace {
 // A failure before any verdict, said in the summary and classified for the caller.
 void Failed(QuantizeOutcome& out, const Error& e) {
   out.summary = std::string("int8 quantization failed: ") + e.what();
-  out.failure = dynamic_cast<const quant::NonFiniteInputError*>(&e) != nullptr ? QuantizeOutcome::Failure::kData
-                                                                               : QuantizeOutcome::Failure::kModel;
+  out.failure = dynamic_cast<const quant::QuantizationInputError*>(&e) != nullptr ? QuantizeOutcome::Failure::kInput
+                                                                                  : QuantizeOutcome::Failure::kModel;
   engine_log(LogSeverity::kWarning, out.summary);
 }
 

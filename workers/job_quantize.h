@@ -17,9 +17,10 @@ namespace anvil::workers {
 struct QuantizeOutcome {
   std::string archive;  // the int8 archive, written only when it passed the gate
   std::string summary;  // both accuracies and the verdict, or why quantization failed
-  // Why it failed, when it did before any verdict: the data (a NaN or infinite input) or the
-  // model (nothing it can quantize, a file that does not parse). kNone: the gate decided.
-  enum class Failure { kNone, kData, kModel } failure = Failure::kNone;
+  // Why it failed, when it did before any verdict: the request's input (a NaN or infinite
+  // value in the data, a keep_float path that names no layer) or the model (nothing it can
+  // quantize, a file that does not parse). kNone: the gate decided.
+  enum class Failure { kNone, kInput, kModel } failure = Failure::kNone;
   std::optional<double> float_accuracy, int8_accuracy;
   std::vector<quant::LayerError> layers;  // worst first
 };

@@ -2,10 +2,13 @@
 // accuracy gate (docs/quantization.md).
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "client/commands/commands.h"
 #include "client/commands/model_ref.h"
 #include "client/commands/print.h"
+#include "client/exit_codes.h"
 
 namespace anvil::client {
 namespace {
@@ -17,6 +20,8 @@ struct QuantizeArgs {
   double max_drop = 1.0;
   std::string dataset, label_column;
   uint64_t seed = 0;
+  std::vector<std::string> keep_float;
+  bool per_tensor_weights = false;
 };
 
 int RunQuantize(Context& cli, const QuantizeArgs& a) {
@@ -28,6 +33,8 @@ int RunQuantize(Context& cli, const QuantizeArgs& a) {
   req.mutable_spec()->set_observer(a.observer);
   req.mutable_spec()->set_calibration_batches(a.calibration_batches);
   req.mutable_spec()->set_max_accuracy_drop(a.max_drop);
+  req.mutable_spec()->set_per_tensor_weights(a.per_tensor_weights);
+  for (const std::string& path : a.keep_float) req.mutable_spec()->add_keep_float(path);
   if (!a.dataset.empty()) {
     const bool builtin = a.dataset == "digits" || a.dataset == "blobs" || a.dataset == "spirals";
     if (builtin) {
@@ -49,7 +56,9 @@ int RunQuantize(Context& cli, const QuantizeArgs& a) {
                   resp.layers(i).sqnr_db());
     if (resp.registered()) print_model_summary(resp.model());
   }
-  return resp.registered() ? 0 : 1;
+  // A version the gate refused is a refusal (7), as FAILED_PRECONDITION is: understood, not
+  // allowed as asked; --max-accuracy-drop or --keep-float change the answer.
+  return resp.registered() ? kExitOk : kExitRefused;
 }
 
 }  // namespace
@@ -70,6 +79,11 @@ CommandAction quantize_command(CLI::App& cmd) {
                  "the server's data root (default: the training job's; needed for an imported ONNX model)");
   cmd.add_option("--label-column", a->label_column, "with --dataset, a CSV's label column");
   cmd.add_option("--seed", a->seed, "with --dataset, the seed of generated data and the split (0)");
+  cmd.add_option("--keep-float", a->keep_float,
+                 "leave this layer in float32 (repeatable): a path the per-layer errors report (\"3\", "
+                 "\"2.body.0\"), or an imported graph's node name");
+  cmd.add_flag("--per-tensor-weights", a->per_tensor_weights,
+               "one scale per weight tensor instead of one per output channel");
   return [a](Context& cli) { return RunQuantize(cli, *a); };
 }
 

@@ -93,6 +93,8 @@ class Rewriter {
 
   const std::vector<Candidate>& candidates() const { return candidates_; }
   const std::vector<std::string>& kept() const { return kept_; }
+  // The names of the Conv, Gemm and MatMul nodes considered (what keep_float may name).
+  const std::vector<std::string>& considered() const { return considered_; }
 
   // The values the calibration observes: each candidate's input and output.
   std::set<std::string> observed() const {
@@ -269,6 +271,8 @@ class Rewriter {
     const std::string& op = n.op_type();
     if (!DefaultDomain(n) || (op != "Conv" && op != "Gemm" && op != "MatMul")) return;
     if (n.input_size() < 2 || n.output_size() != 1) return;
+    considered_.push_back(n.name());
+    if (qconfig_.keep_float.count(n.name())) return Keep(n, "kept in float as asked (keep_float)");
     Candidate c;
     c.node = i;
     c.x = n.input(0);
@@ -388,6 +392,7 @@ class Rewriter {
   std::set<std::string> taken_;  // every value name in use (new names avoid them)
   std::vector<Candidate> candidates_;
   std::vector<std::string> kept_;
+  std::vector<std::string> considered_;
   std::vector<pb::TensorProto> new_initializers_;
   std::map<int, std::string> bias_inputs_;  // bias Add node -> its bias's DequantizeLinear output
 };
@@ -408,6 +413,15 @@ std::pair<ImportedModel, std::unique_ptr<Rewriter>> FloatGraph(const std::string
   pb::ModelProto model;
   ANVIL_CHECK(model.ParseFromString(bytes), "ONNX quantization: the model does not parse");
   auto rewriter = std::make_unique<Rewriter>(std::move(model), qconfig);
+  for (const std::string& name : qconfig.keep_float) {
+    const std::vector<std::string>& nodes_seen = rewriter->considered();
+    if (std::find(nodes_seen.begin(), nodes_seen.end(), name) != nodes_seen.end()) continue;
+    std::string names;
+    for (const std::string& n : nodes_seen) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+    throw quant::QuantizationInputError("keep_float: \"" + name +
+                                        "\" is not one of the graph's Conv, Gemm or MatMul nodes (" +
+                                        (names.empty() ? std::string("none") : names) + ")");
+  }
   if (rewriter->candidates().empty()) {
     std::string found;
     for (const std::string& k : rewriter->kept()) found += "; " + k;

@@ -227,8 +227,10 @@ PtqResult post_training_quantize(nn::Module& trained, std::shared_ptr<nn::Module
     r.summary += "; not registered for serving";
     if (!r.layers.empty()) {
       char buf[200];
-      std::snprintf(buf, sizeof(buf), ". The worst quantized layer is %s (%s, SQNR %.1f dB): keep it in float",
-                    r.layers.front().path.c_str(), r.layers.front().type.c_str(), r.layers.front().sqnr_db);
+      std::snprintf(buf, sizeof(buf),
+                    ". The worst quantized layer is %s (%s, SQNR %.1f dB): keep it in float (keep_float \"%s\")",
+                    r.layers.front().path.c_str(), r.layers.front().type.c_str(), r.layers.front().sqnr_db,
+                    r.layers.front().path.c_str());
       r.summary += buf;
     }
     if (options.mode == PtqMode::kStatic)

@@ -41,13 +41,6 @@ struct LayerError {
   double sqnr_db = 0;
 };
 
-// A floating-point batch holding NaN or an infinity, refused by check_finite_batch: one such
-// value makes an observer's range, and so every scale after it, NaN, and the gate's
-// accuracies meaningless.
-class NonFiniteInputError : public Error {
- public:
-  explicit NonFiniteInputError(const std::string& msg) : Error(msg) {}
-};
 // Throws NonFiniteInputError naming `what` ("calibration", "validation"), the batch and the
 // first sample with such a value.
 void check_finite_batch(const Tensor& x, const char* what, int64_t batch);

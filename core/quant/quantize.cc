@@ -1,5 +1,6 @@
 #include "core/quant/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -224,20 +225,43 @@ std::vector<Fusion> fuse_modules(nn::Module& model) {
   return done;
 }
 
+// Refuses keep_float paths that name none of `found` (the quantizable layers' paths).
+void CheckKeptPaths(const QConfig& qconfig, const std::vector<std::string>& found, const char* what) {
+  for (const std::string& path : qconfig.keep_float) {
+    if (std::find(found.begin(), found.end(), path) != found.end()) continue;
+    std::string names;
+    for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
+    throw QuantizationInputError("keep_float: \"" + path + "\" is not one of the model's " + what + " (" +
+                                 (names.empty() ? std::string("none") : names) + ")");
+  }
+}
+
 int64_t prepare(nn::Module& model, const QConfig& qconfig) {
-  int64_t observed = 0;
-  ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string&) {
-    for (size_t i = 0; i < seq.size(); ++i) {
-      if (!Observable(seq[i])) continue;
-      auto wrapped = std::make_shared<Observed>(seq[i], make_activation_observer(qconfig),
-                                                make_activation_observer(qconfig), qconfig);
-      wrapped->train(seq[i]->is_training());
-      seq.replace(i, wrapped);
-      ++observed;
-    }
-  });
-  ANVIL_CHECK(observed > 0, "prepare: the model has no Linear or Conv2d layer in a Sequential to quantize");
-  return observed;
+  // Two passes: the paths are checked before the model is touched, so a refused keep_float
+  // leaves it as it was.
+  for (const bool apply : {false, true}) {
+    int64_t observed = 0;
+    std::vector<std::string> found;
+    ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string& prefix) {
+      for (size_t i = 0; i < seq.size(); ++i) {
+        if (!Observable(seq[i])) continue;
+        found.push_back(prefix + std::to_string(i));
+        if (qconfig.keep_float.count(found.back())) continue;
+        ++observed;
+        if (!apply) continue;
+        auto wrapped = std::make_shared<Observed>(seq[i], make_activation_observer(qconfig),
+                                                  make_activation_observer(qconfig), qconfig);
+        wrapped->train(seq[i]->is_training());
+        seq.replace(i, wrapped);
+      }
+    });
+    if (apply) return observed;
+    CheckKeptPaths(qconfig, found, "Linear and Conv2d layers");
+    ANVIL_CHECK(!found.empty(), "prepare: the model has no Linear or Conv2d layer in a Sequential to quantize");
+    ANVIL_CHECK(observed > 0,
+                "prepare: every Linear and Conv2d layer is kept in float (keep_float): nothing to quantize");
+  }
+  return 0;  // not reached
 }
 
 std::vector<ConvertedLayer> convert(nn::Module& model) {
@@ -283,25 +307,35 @@ void ForEachRnn(nn::Module& m, const std::string& path,
 }  // namespace
 
 std::vector<std::string> quantize_dynamic(nn::Module& model, const QConfig& qconfig) {
-  std::vector<std::string> replaced;
   const bool reduce_range = qconfig.reduce_range.value_or(true);  // fbgemm's dynamic Linear: always 7 bits
-  ForEachRnn(model, "", [&](const std::string& path, nn::RNNBase& rnn) {
-    if (rnn.linears() != nullptr) return;
-    DynamicRnnLinears::install(rnn, qconfig.per_channel_weights, reduce_range);
-    replaced.push_back(path);
-  });
-  ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string& prefix) {
-    for (size_t i = 0; i < seq.size(); ++i) {
-      auto* lin = dynamic_cast<nn::Linear*>(seq[i].get());
-      if (lin == nullptr) continue;
-      auto q = std::make_shared<DynamicQuantizedLinear>(quantize_weight(lin->weight, qconfig.per_channel_weights),
-                                                        lin->bias, reduce_range);
-      q->train(lin->is_training());
-      seq.replace(i, q);
-      replaced.push_back(prefix + std::to_string(i));
-    }
-  });
-  return replaced;
+  // Two passes, as prepare's: the paths are checked before the model is touched.
+  for (const bool apply : {false, true}) {
+    std::vector<std::string> found, replaced;
+    ForEachRnn(model, "", [&](const std::string& path, nn::RNNBase& rnn) {
+      if (rnn.linears() != nullptr) return;
+      found.push_back(path);
+      if (qconfig.keep_float.count(path)) return;
+      if (apply) DynamicRnnLinears::install(rnn, qconfig.per_channel_weights, reduce_range);
+      replaced.push_back(path);
+    });
+    ForEachSequential(model, "", [&](nn::Sequential& seq, const std::string& prefix) {
+      for (size_t i = 0; i < seq.size(); ++i) {
+        auto* lin = dynamic_cast<nn::Linear*>(seq[i].get());
+        if (lin == nullptr) continue;
+        found.push_back(prefix + std::to_string(i));
+        if (qconfig.keep_float.count(found.back())) continue;
+        replaced.push_back(found.back());
+        if (!apply) continue;
+        auto q = std::make_shared<DynamicQuantizedLinear>(quantize_weight(lin->weight, qconfig.per_channel_weights),
+                                                          lin->bias, reduce_range);
+        q->train(lin->is_training());
+        seq.replace(i, q);
+      }
+    });
+    if (apply) return replaced;
+    CheckKeptPaths(qconfig, found, "Linear, LSTM and GRU layers");
+  }
+  return {};  // not reached
 }
 
 namespace {

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,11 +53,29 @@ bool default_reduce_range();
 // torch.ao.quantization.QConfig: the activation observer and the weights' granularity. Weights
 // are qint8 and symmetric (PyTorch's default_per_channel_weight_observer or
 // default_weight_observer); activations quint8, affine.
+// What was asked of a quantization cannot be done as given: its data or its options (a
+// keep_float path that names no layer). The caller's input to fix, unlike a model that has
+// nothing to quantize.
+class QuantizationInputError : public Error {
+ public:
+  explicit QuantizationInputError(const std::string& msg) : Error(msg) {}
+};
+// A floating-point batch holding NaN or an infinity, refused by check_finite_batch: one such
+// value makes an observer's range, and so every scale after it, NaN, and the gate's
+// accuracies meaningless.
+class NonFiniteInputError : public QuantizationInputError {
+ public:
+  explicit NonFiniteInputError(const std::string& msg) : QuantizationInputError(msg) {}
+};
 struct QConfig {
   ActivationObserver activation = ActivationObserver::kHistogram;
   bool per_channel_weights = true;
   std::optional<bool> reduce_range;  // unset: default_reduce_range()
   double averaging_constant = 0.01;  // moving-average observer
+  // Layers left in float32 (PyTorch: qconfig None on the module), by the paths the reports use
+  // ("3", "2.body.0"; for an LSTM or GRU its module path). A path that names no quantizable
+  // layer is refused with the ones that exist.
+  std::set<std::string> keep_float;
 };
 
 // The activation observer `qconfig` asks for (quint8, per tensor, affine), and the parameters

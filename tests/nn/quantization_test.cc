@@ -435,6 +435,65 @@ TEST(QuantizedLayers, RefusalsSayWhatWasExpected) {
 
 // A grouped convolution has no int8 version: it stays float, with the reason in the report,
 // and the layers around it still quantize with their own observers.
+// keep_float leaves the named layers in float32 (PyTorch's qconfig None), in both modes and
+// inside residual blocks; a path that names no quantizable layer is refused with the ones that
+// exist, before the model is touched.
+TEST(QuantizedLayers, KeepFloatLeavesTheNamedLayersInFloat) {
+  manual_seed(5);
+  const std::string spec = models::preset_spec("resnet", {3, 8, 8}, 4);
+  auto trained = models::build_model(spec).module;
+  trained->eval();
+  const Tensor x = randn({8, 3, 8, 8});
+  const Tensor y = randint(0, 4, {8});
+  auto set = std::make_shared<data::TensorDataset>(x, y);
+  data::DataLoader calibration(set, {.batch_size = 4});
+  data::DataLoader validation(set, {.batch_size = 4});
+  PtqOptions all;
+  all.max_accuracy_drop = 100;
+  const PtqResult full =
+      post_training_quantize(*trained, models::build_model(spec).module, calibration, validation, all);
+  std::vector<std::string> paths;
+  for (const LayerError& l : full.layers) paths.push_back(l.path);
+  std::sort(paths.begin(), paths.end());
+  ASSERT_GE(paths.size(), 3u);
+  std::string nested;
+  for (const std::string& p : paths)
+    if (p.find('.') != std::string::npos) nested = p;
+  ASSERT_FALSE(nested.empty()) << "no int8 layer inside a residual block";
+  PtqOptions kept = all;
+  kept.qconfig.keep_float = {nested, paths.front()};
+  const PtqResult r = post_training_quantize(*trained, models::build_model(spec).module, calibration, validation, kept);
+  EXPECT_EQ(r.layers.size(), full.layers.size() - 2);
+  for (const LayerError& l : r.layers) {
+    EXPECT_NE(l.path, nested);
+    EXPECT_NE(l.path, paths.front());
+  }
+  EXPECT_TRUE(is_quantized(*r.model));
+  // Dynamic: a Linear kept by its path.
+  const std::string mlp = models::preset_spec("mlp", {3 * 8 * 8}, 4);
+  auto float_mlp = models::build_model(mlp).module;
+  auto dynamic = models::build_model(mlp).module;
+  dynamic->load_state_dict(float_mlp->state_dict());
+  QConfig q;
+  const std::vector<std::string> every = quantize_dynamic(*models::build_model(mlp).module, q);
+  ASSERT_GE(every.size(), 2u);
+  q.keep_float = {every.front()};
+  const std::vector<std::string> some = quantize_dynamic(*dynamic, q);
+  EXPECT_EQ(some.size(), every.size() - 1);
+  EXPECT_EQ(std::count(some.begin(), some.end(), every.front()), 0);
+  // A path that is not a quantizable layer: refused, naming the ones there are, the model
+  // untouched.
+  auto untouched = models::build_model(mlp).module;
+  q.keep_float = {"99"};
+  EXPECT_THAT(ErrorOf([&] { quantize_dynamic(*untouched, q); }),
+              HasSubstr("keep_float: \"99\" is not one of the model's Linear, LSTM and GRU layers (" + every.front()));
+  EXPECT_FALSE(is_quantized(*untouched));
+  QConfig all_kept;
+  all_kept.keep_float = {every.begin(), every.end()};
+  auto static_mlp = models::build_model(mlp).module;
+  EXPECT_THAT(ErrorOf([&] { prepare(*static_mlp, all_kept); }), HasSubstr("every Linear and Conv2d layer is kept"));
+}
+
 TEST(QuantizedLayers, AGroupedConvolutionStaysFloatWithTheReason) {
   auto model = models::build_model(R"({"input_shape": [4, 6, 6], "layers": [
       {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "groups": 2}, {"type": "relu"},
@@ -610,7 +669,8 @@ TEST(QuantizedDigits, AnUnrepresentativeCalibrationSetTripsTheGate) {
     EXPECT_THAT(r.summary, HasSubstr("not registered for serving"));
     EXPECT_THAT(r.summary, HasSubstr("The worst quantized layer is "));
     EXPECT_THAT(r.summary, HasSubstr(" dB): "));
-    EXPECT_THAT(r.summary, HasSubstr("keep it in float, or calibrate on more representative batches"));
+    EXPECT_THAT(r.summary,
+                HasSubstr("keep it in float (keep_float \"3\"), or calibrate on more representative batches"));
     EXPECT_GT(*r.float_accuracy - *r.int8_accuracy, 0.01);
   }
 }

@@ -608,6 +608,25 @@ TEST(OnnxQuantize, AFloatGraphQuantizesDynamicallyAndRunsOnTheInt8Kernels) {
                 per_channel ? "per channel" : "per tensor", err, 100 * err / range);
     EXPECT_LE(err, 0.03 * range);
     EXPECT_THROW(quantize_onnx_dynamic(gq.model, q), Error);  // int8 already
+    // keep_float by node name: that Gemm stays float, listed as kept; a name the graph lacks
+    // is refused with the names it has.
+    std::string first_gemm;
+    for (const auto& n : fp32.proto.graph().node())
+      if (n.op_type() == "Gemm" && first_gemm.empty()) first_gemm = n.name();
+    ASSERT_FALSE(first_gemm.empty());
+    quant::QConfig keep = q;
+    keep.keep_float = {first_gemm};
+    const GraphQuantization kept = quantize_onnx_dynamic(fp32.bytes, keep);
+    EXPECT_EQ(kept.layers.size(), 1u);
+    EXPECT_THAT(Join(std::multiset<std::string>(kept.kept.begin(), kept.kept.end())),
+                ::testing::HasSubstr("\"" + first_gemm + "\": kept in float as asked (keep_float)"));
+    keep.keep_float = {"no-such-node"};
+    try {
+      quantize_onnx_dynamic(fp32.bytes, keep);
+      ADD_FAILURE() << "an unknown node name was accepted";
+    } catch (const quant::QuantizationInputError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("\"" + first_gemm + "\""));
+    }
     if (!HavePeers()) continue;
     Exported qe;
     qe.bytes = gq.model;

@@ -162,4 +162,23 @@ expect_output "^epoch 2 .*loss [0-9.]+.*  scale [0-9.e+]+, [0-9]+ skipped" "the 
 printf '{"name": "bad", "model_preset": "mlp", "dataset": {"name": "blobs"}, "precision": "fp8"}' > "${work}/bad.json"
 expect_exit 2 "a precision the service does not know" "${anvil[@]}" submit "${work}/bad.json"
 expect_output "spec.precision: expected \"fp32\", \"bf16\" or \"fp16\".*\(INVALID_ARGUMENT\)$" "the precision refusal"
+echo "8. quantize: the int8 version, its layers' errors, --keep-float, refusals by exit code"
+expect_exit 0 "quantize quick dynamically" "${anvil[@]}" quantize quick:1 --mode dynamic --max-accuracy-drop 100
+expect_output "^int8 \(dynamic\) accuracy [0-9.]+% against float32 [0-9.]+%" "the gate's line"
+expect_output "^  layer [0-9.]+ +DynamicQuantizedLinear +SQNR +[0-9.-]+ dB$" "a layer's error"
+layer=$(grep -m1 -oE "^  layer [0-9.]+" "${work}/out" | awk '{print $2}')
+expect_exit 0 "quantize keeping a layer in float" "${anvil[@]}" --json quantize quick:1 --mode dynamic \
+  --max-accuracy-drop 100 --keep-float "${layer}" --per-tensor-weights
+python3 - "${work}/out" "${layer}" <<'PY' || fail "--keep-float: $(cat "${work}/out")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["registered"], r
+assert all(l["layer"] != sys.argv[2] for l in r.get("layers", [])), r["layers"]
+assert "kept in float: " + sys.argv[2] in r["model"]["quantization"], r["model"]["quantization"]
+assert "per-tensor weights" in r["model"]["quantization"], r["model"]["quantization"]
+PY
+expect_exit 2 "a layer the model does not have" "${anvil[@]}" quantize quick:1 --keep-float 99
+expect_output "keep_float: \"99\" is not one of the model's .*\(INVALID_ARGUMENT\)$" "the unknown layer's refusal"
+expect_exit 7 "an int8 version quantized again" "${anvil[@]}" quantize quick --mode dynamic
+expect_output "is already int8 \(FAILED_PRECONDITION\)$" "the int8 version's refusal"
 echo "ok: cli"

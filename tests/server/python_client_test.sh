@@ -144,6 +144,12 @@ assert qd.registered and qd.model.version == 2 and qd.model.quantization == "dyn
 qo = c.quantize("py-onnx", version="1", mode="static", dataset={"name": "blobs"}, seed=2, max_accuracy_drop=5.0)
 assert qo.registered and qo.model.version == 3 and qo.model.precision == "int8", qo
 assert qo.model.quantization == "static (histogram, 16 calibration batches)", qo.model.quantization
+# keep_float names an imported graph's nodes; one it does not have is INVALID_ARGUMENT.
+try:
+    c.quantize("py-onnx", version="1", mode="dynamic", dataset={"name": "blobs"}, seed=2, keep_float=["no-such-node"])
+    raise AssertionError("expected INVALID_ARGUMENT")
+except anvil_client.AnvilError as e:
+    assert e.code.name == "INVALID_ARGUMENT" and "keep_float" in str(e) and "no-such-node" in str(e), e
 for v in ("2", "3"):
     int8o = c.predict("py-onnx", x, version=v)
     assert np.abs(int8o.outputs["output"] - p.outputs["output"]).max() < 0.5, v

@@ -284,15 +284,17 @@ class Client:
     def quantize(self, model: str, version: str = "latest", mode: str = "static", observer: str = "histogram",
                  calibration_batches: int = 16, max_accuracy_drop: float = 1.0,
                  per_tensor_weights: bool = False, dataset: Optional[dict] = None,
-                 seed: int = 0) -> pb.QuantizeResponse:
+                 seed: int = 0, keep_float: Sequence[str] = ()) -> pb.QuantizeResponse:
         """Quantizes a registered model to int8 (scope train): calibrated on the training split of
         `dataset` (default: the dataset of the job that trained it) and gated on its validation
         split. An imported ONNX graph is quantized statically and needs `dataset` (`seed`: the
         seed a generated dataset and its split follow). The reply says whether the int8 version
         was registered (`registered`, `model`), both accuracies, and the layers' quantization
-        errors, worst first."""
+        errors, worst first. `keep_float` leaves layers in float32, by the paths those errors
+        report ("3", "2.body.0"), or an imported graph's node names."""
         spec = pb.QuantizeSpec(mode=mode, observer=observer, calibration_batches=calibration_batches,
-                               max_accuracy_drop=max_accuracy_drop, per_tensor_weights=per_tensor_weights)
+                               max_accuracy_drop=max_accuracy_drop, per_tensor_weights=per_tensor_weights,
+                               keep_float=list(keep_float))
         req = pb.QuantizeRequest(model=model, version=str(version), spec=spec, seed=seed)
         if dataset is not None:
             json_format.ParseDict(dataset, req.dataset)
