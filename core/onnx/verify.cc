@@ -12,6 +12,30 @@
 #include "core/ops/functions.h"
 
 namespace anvil::onnx {
+namespace {
+
+// The runtime's outputs `got` against Anvil's `expected` at one batch: the largest difference
+// goes in the report, or a VerifyError when it exceeds absolute + relative * the largest
+// output magnitude (NaN anywhere exceeds any bound).
+void Compare(const float* got, const Tensor& expected, int64_t batch, double absolute, double relative,
+             VerifyReport& report) {
+  const float* pe = expected.data_ptr<float>();
+  double worst = 0, magnitude = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - static_cast<double>(pe[i]));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    magnitude = std::max(magnitude, std::abs(static_cast<double>(pe[i])));
+  }
+  const double tolerance = absolute + relative * magnitude;
+  if (!(worst <= tolerance)) {
+    throw VerifyError(anvil::detail::StrCat("the exported file's outputs in ", report.runtime,
+                                            " differ from Anvil's by up to ", worst, " at batch ", batch,
+                                            " (tolerance ", tolerance, "); the file is not returned"));
+  }
+  report.max_error.emplace_back(batch, worst);
+}
+
+}  // namespace
 
 VerifyReport verify_in_opencv(const std::string& onnx_bytes, const exporter::Forward& forward,
                               const InputSignature& input, const std::vector<int64_t>& batches, double tolerance) {
@@ -60,19 +84,7 @@ VerifyReport verify_in_opencv(const std::string& onnx_bytes, const exporter::For
       throw VerifyError(report.runtime + " returned " + std::to_string(out.total()) + " values at batch " +
                         std::to_string(batch) + ", Anvil " + std::to_string(expected.numel()));
     }
-    const float* po = out.ptr<float>();
-    const float* pe = expected.data_ptr<float>();
-    double worst = 0;
-    for (int64_t i = 0; i < expected.numel(); ++i) {
-      const double d = std::abs(static_cast<double>(po[i]) - static_cast<double>(pe[i]));
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    if (!(worst <= tolerance)) {
-      throw VerifyError(anvil::detail::StrCat("the exported file's outputs in ", report.runtime,
-                                              " differ from Anvil's by up to ", worst, " at batch ", batch,
-                                              " (tolerance ", tolerance, "); the file is not returned"));
-    }
-    report.max_error.emplace_back(batch, worst);
+    Compare(out.ptr<float>(), expected, batch, /*absolute=*/tolerance, /*relative=*/0, report);
   }
   return report;
 }
@@ -115,21 +127,7 @@ VerifyReport verify_by_reimport(const std::string& onnx_bytes, const exporter::F
       throw VerifyError(report.runtime + " returned " + std::to_string(got.numel()) + " values at batch " +
                         std::to_string(batch) + ", Anvil " + std::to_string(expected.numel()));
     }
-    const float* pg = got.data_ptr<float>();
-    const float* pe = expected.data_ptr<float>();
-    double worst = 0, magnitude = 0;
-    for (int64_t i = 0; i < expected.numel(); ++i) {
-      const double d = std::abs(static_cast<double>(pg[i]) - static_cast<double>(pe[i]));
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-      magnitude = std::max(magnitude, std::abs(static_cast<double>(pe[i])));
-    }
-    const double tolerance = 1e-4 + relative_tolerance * magnitude;
-    if (!(worst <= tolerance)) {
-      throw VerifyError(anvil::detail::StrCat("the exported file's outputs in ", report.runtime,
-                                              " differ from Anvil's by up to ", worst, " at batch ", batch,
-                                              " (tolerance ", tolerance, "); the file is not returned"));
-    }
-    report.max_error.emplace_back(batch, worst);
+    Compare(got.data_ptr<float>(), expected, batch, /*absolute=*/1e-4, relative_tolerance, report);
   }
   return report;
 }

@@ -18,26 +18,27 @@ namespace anvil::cuda {
 // never multiplies on a GPU never loads it (binaries start on machines without it), and its
 // symbols stay local (RTLD_LOCAL). (Linked, it once broke the metrics server's thread
 // creation, when that server ran on small fixed-size thread stacks.)
+void* open_cuda_library(const std::string& soname, const char* purpose) {
+  void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef ANVIL_CUDA_LIBRARY_DIR
+  if (h == nullptr) h = dlopen((std::string(ANVIL_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (h == nullptr) h = dlopen(("/usr/local/cuda/lib64/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+  ANVIL_CHECK(h != nullptr, "cannot load ", soname, " (", purpose, "): ", dlerror());
+  return h;
+}
+
 const CublasApi& cublas() {
   static const CublasApi api = [] {
     const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-#ifdef ANVIL_CUDA_LIBRARY_DIR
-    if (h == nullptr) h = dlopen((std::string(ANVIL_CUDA_LIBRARY_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
-    if (h == nullptr) h = dlopen(("/usr/local/cuda/lib64/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-    ANVIL_CHECK(h != nullptr, "cannot load ", name, " (cuBLAS, needed for matrix products on the GPU): ", dlerror());
+    void* h = open_cuda_library(name, "cuBLAS, needed for matrix products on the GPU");
     CublasApi a;
-    auto bind = [&](const char* symbol, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
-      ANVIL_CHECK(fn != nullptr, name, " lacks ", symbol);
-    };
-    bind("cublasCreate_v2", a.create);
-    bind("cublasSetStream_v2", a.set_stream);
-    bind("cublasGemmStridedBatchedEx", a.gemm_strided_batched);
-    bind("cublasGemmEx", a.gemm);
-    bind("cublasGetStatusName", a.status_name);
-    bind("cublasGetStatusString", a.status_string);
+    bind_cuda_symbol(h, name, "cublasCreate_v2", a.create);
+    bind_cuda_symbol(h, name, "cublasSetStream_v2", a.set_stream);
+    bind_cuda_symbol(h, name, "cublasGemmStridedBatchedEx", a.gemm_strided_batched);
+    bind_cuda_symbol(h, name, "cublasGemmEx", a.gemm);
+    bind_cuda_symbol(h, name, "cublasGetStatusName", a.status_name);
+    bind_cuda_symbol(h, name, "cublasGetStatusString", a.status_string);
     return a;
   }();
   return api;

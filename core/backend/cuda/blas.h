@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/tensor/dtype.h"
+#include "core/util/error.h"
 
 namespace anvil::cuda {
 
@@ -31,6 +34,18 @@ struct CublasApi {
 };
 // Loads cuBLAS on first use; throws with the loader's message when it cannot.
 const CublasApi& cublas();
+
+// dlopen of a CUDA library by its soname ("libcublasLt.so.13"): the loader's search path, then
+// the toolkit's folder this build found, then /usr/local/cuda/lib64; RTLD_LOCAL. Throws naming
+// the library and `purpose` when none has it.
+void* open_cuda_library(const std::string& soname, const char* purpose);
+
+// The symbol `name` of a library open_cuda_library opened, as `fn`'s type; throws when absent.
+template <typename Fn>
+void bind_cuda_symbol(void* library, const std::string& soname, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(library, name));
+  ANVIL_CHECK(fn != nullptr, soname, " lacks ", name);
+}
 
 void set_allow_tf32(bool allow);
 bool allow_tf32();

@@ -1,7 +1,6 @@
 #include "core/backend/cuda/blas_lt.h"
 
 #include <cublasLt.h>
-#include <dlfcn.h>
 
 #include <array>
 #include <cstdint>
@@ -10,8 +9,8 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <type_traits>
 
+#include "core/backend/cuda/blas.h"
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/runtime.h"
 #include "core/ops/functions.h"
@@ -39,28 +38,19 @@ struct LtApi {
 const LtApi& lt() {
   static const LtApi api = [] {
     const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-#ifdef ANVIL_CUDA_LIBRARY_DIR
-    if (h == nullptr) h = dlopen((std::string(ANVIL_CUDA_LIBRARY_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
-    if (h == nullptr) h = dlopen(("/usr/local/cuda/lib64/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-    ANVIL_CHECK(h != nullptr, "cannot load ", name, " (cuBLASLt, needed for int8 products on the GPU): ", dlerror());
+    void* h = open_cuda_library(name, "cuBLASLt, needed for int8 products on the GPU");
     LtApi a;
-    auto bind = [&](const char* symbol, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
-      ANVIL_CHECK(fn != nullptr, name, " lacks ", symbol);
-    };
-    bind("cublasLtCreate", a.create);
-    bind("cublasLtMatmulDescCreate", a.desc_create);
-    bind("cublasLtMatmulDescDestroy", a.desc_destroy);
-    bind("cublasLtMatmulDescSetAttribute", a.desc_set);
-    bind("cublasLtMatrixLayoutCreate", a.layout_create);
-    bind("cublasLtMatrixLayoutDestroy", a.layout_destroy);
-    bind("cublasLtMatmulPreferenceCreate", a.pref_create);
-    bind("cublasLtMatmulPreferenceDestroy", a.pref_destroy);
-    bind("cublasLtMatmulPreferenceSetAttribute", a.pref_set);
-    bind("cublasLtMatmulAlgoGetHeuristic", a.heuristic);
-    bind("cublasLtMatmul", a.matmul);
+    bind_cuda_symbol(h, name, "cublasLtCreate", a.create);
+    bind_cuda_symbol(h, name, "cublasLtMatmulDescCreate", a.desc_create);
+    bind_cuda_symbol(h, name, "cublasLtMatmulDescDestroy", a.desc_destroy);
+    bind_cuda_symbol(h, name, "cublasLtMatmulDescSetAttribute", a.desc_set);
+    bind_cuda_symbol(h, name, "cublasLtMatrixLayoutCreate", a.layout_create);
+    bind_cuda_symbol(h, name, "cublasLtMatrixLayoutDestroy", a.layout_destroy);
+    bind_cuda_symbol(h, name, "cublasLtMatmulPreferenceCreate", a.pref_create);
+    bind_cuda_symbol(h, name, "cublasLtMatmulPreferenceDestroy", a.pref_destroy);
+    bind_cuda_symbol(h, name, "cublasLtMatmulPreferenceSetAttribute", a.pref_set);
+    bind_cuda_symbol(h, name, "cublasLtMatmulAlgoGetHeuristic", a.heuristic);
+    bind_cuda_symbol(h, name, "cublasLtMatmul", a.matmul);
     return a;
   }();
   return api;
