@@ -1008,6 +1008,8 @@ void Scheduler::OnEventFenced(const WorkerEvent& e, int64_t fence, std::chrono::
           });
           if (int8.ok()) {
             served += ", its int8 version " + std::to_string(int8->version) + " too";
+            // The job's stored reason names the version too: GetJob shows it, not only the stream.
+            row.reason = "int8 version " + std::to_string(int8->version) + " registered: " + row.reason;
           } else {
             served += "; registering its int8 version failed: " + failure_reason(int8.status(), {root});
             row.reason += (row.reason.empty() ? "" : "; ") +

@@ -590,6 +590,7 @@ TEST_F(ServerTest, QuantizedJobsRegisterAnInt8VersionBesideTheFloatOne) {
     ASSERT_FALSE(events.empty());
     ASSERT_EQ(events.back().state(), v1::SUCCEEDED) << events.back().message();
     EXPECT_THAT(events.back().message(), HasSubstr("its int8 version 2 too"));
+    EXPECT_THAT(Get(job.id()).reason(), ::testing::StartsWith("int8 version 2 registered: int8 (" + mode + ")"));
     EXPECT_THAT(events.back().message(), HasSubstr("int8 (" + mode + ") accuracy "));
 
     v1::Model float_model, int8_model;
