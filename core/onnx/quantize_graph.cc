@@ -413,15 +413,7 @@ std::pair<ImportedModel, std::unique_ptr<Rewriter>> FloatGraph(const std::string
   pb::ModelProto model;
   ANVIL_CHECK(model.ParseFromString(bytes), "ONNX quantization: the model does not parse");
   auto rewriter = std::make_unique<Rewriter>(std::move(model), qconfig);
-  for (const std::string& name : qconfig.keep_float) {
-    const std::vector<std::string>& nodes_seen = rewriter->considered();
-    if (std::find(nodes_seen.begin(), nodes_seen.end(), name) != nodes_seen.end()) continue;
-    std::string names;
-    for (const std::string& n : nodes_seen) names += (names.empty() ? "\"" : ", \"") + n + "\"";
-    throw quant::QuantizationInputError("keep_float: \"" + name +
-                                        "\" is not one of the graph's Conv, Gemm or MatMul nodes (" +
-                                        (names.empty() ? std::string("none") : names) + ")");
-  }
+  quant::check_keep_float(qconfig, rewriter->considered(), "the graph's Conv, Gemm or MatMul nodes", /*quote=*/true);
   if (rewriter->candidates().empty()) {
     std::string found;
     for (const std::string& k : rewriter->kept()) found += "; " + k;

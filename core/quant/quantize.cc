@@ -225,13 +225,13 @@ std::vector<Fusion> fuse_modules(nn::Module& model) {
   return done;
 }
 
-// Refuses keep_float paths that name none of `found` (the quantizable layers' paths).
-void CheckKeptPaths(const QConfig& qconfig, const std::vector<std::string>& found, const char* what) {
+void check_keep_float(const QConfig& qconfig, const std::vector<std::string>& found, const std::string& what,
+                      bool quote) {
   for (const std::string& path : qconfig.keep_float) {
     if (std::find(found.begin(), found.end(), path) != found.end()) continue;
     std::string names;
-    for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
-    throw QuantizationInputError("keep_float: \"" + path + "\" is not one of the model's " + what + " (" +
+    for (const std::string& f : found) names += (names.empty() ? "" : ", ") + (quote ? "\"" + f + "\"" : f);
+    throw QuantizationInputError("keep_float: \"" + path + "\" is not one of " + what + " (" +
                                  (names.empty() ? std::string("none") : names) + ")");
   }
 }
@@ -256,7 +256,7 @@ int64_t prepare(nn::Module& model, const QConfig& qconfig) {
       }
     });
     if (apply) return observed;
-    CheckKeptPaths(qconfig, found, "Linear and Conv2d layers");
+    check_keep_float(qconfig, found, "the model's Linear and Conv2d layers");
     ANVIL_CHECK(!found.empty(), "prepare: the model has no Linear or Conv2d layer in a Sequential to quantize");
     ANVIL_CHECK(observed > 0,
                 "prepare: every Linear and Conv2d layer is kept in float (keep_float): nothing to quantize");
@@ -333,7 +333,7 @@ std::vector<std::string> quantize_dynamic(nn::Module& model, const QConfig& qcon
       }
     });
     if (apply) return replaced;
-    CheckKeptPaths(qconfig, found, "Linear, LSTM and GRU layers");
+    check_keep_float(qconfig, found, "the model's Linear, LSTM and GRU layers");
   }
   return {};  // not reached
 }

@@ -78,6 +78,12 @@ struct QConfig {
   std::set<std::string> keep_float;
 };
 
+// Refuses (QuantizationInputError) a keep_float entry that is none of `found`, the names of the
+// layers that could be quantized, listing them (in quotes with `quote`): "keep_float: \"9\" is
+// not one of <what> (0, 2, 4)".
+void check_keep_float(const QConfig& qconfig, const std::vector<std::string>& found, const std::string& what,
+                      bool quote = false);
+
 // The activation observer `qconfig` asks for (quint8, per tensor, affine), and the parameters
 // an observer chose: what prepare/convert use, for callers quantizing other graphs.
 std::unique_ptr<UniformObserver> make_activation_observer(const QConfig& qconfig);

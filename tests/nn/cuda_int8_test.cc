@@ -52,14 +52,25 @@ std::shared_ptr<QuantizedLinear> MakeLayer(const LinearCase& c) {
                                            ActivationQParams{0.05, 100}, c.relu);
 }
 
+// A case's layer, input and the CPU layer's output on it.
+struct CpuRun {
+  std::shared_ptr<QuantizedLinear> layer;
+  Tensor x, want;
+};
+CpuRun RunOnCpu(const LinearCase& c) {
+  manual_seed(3);
+  auto layer = MakeLayer(c);
+  const Tensor x = randn({c.m, c.k}) * 1.5;
+  NoGradGuard g;
+  return {layer, x, layer->forward(x)};
+}
+
 TEST(QuantizedLayers, TheGpuPathsArithmeticComputedOnTheHostGivesTheCpuBits) {
   for (const LinearCase& c : Cases()) {
     SCOPED_TRACE(Name(c));
-    manual_seed(3);
-    auto layer = MakeLayer(c);
-    const Tensor x = randn({c.m, c.k}) * 1.5;
+    const CpuRun run = RunOnCpu(c);
+    const auto& [layer, x, want] = run;
     NoGradGuard g;
-    const Tensor want = layer->forward(x);
 
     const QTensor& qw = layer->qweight();
     const Tensor w = qw.data.to(kInt32);
@@ -106,11 +117,9 @@ TEST(CudaInt8, StaticLinearGivesTheCpuBitsThroughCublasLt) {
   if (!cuda_is_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
   for (const LinearCase& c : Cases()) {
     SCOPED_TRACE(Name(c));
-    manual_seed(3);
-    auto layer = MakeLayer(c);
-    const Tensor x = randn({c.m, c.k}) * 1.5;
+    const CpuRun run = RunOnCpu(c);
+    const auto& [layer, x, want] = run;
     NoGradGuard g;
-    const Tensor want = layer->forward(x);
     const Tensor got = layer->forward(x.to(CUDA(0)));
     EXPECT_EQ(got.device(), CUDA(0));
     EXPECT_STREQ(layer->cuda_path(), "cublaslt-int8");

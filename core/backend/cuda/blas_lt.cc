@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -161,15 +162,8 @@ bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 256 == 0; 
 
 }  // namespace
 
-bool int8_matmul_available(int device, int64_t m, int64_t n, int64_t k) {
-  CheckShape(m, n, k);
-  if (m == 0) return true;
-  DeviceGuard guard(device);
-  const Descriptors d(m, n, k);
-  return Choose(device, m, n, k, d).has_value();
-}
-
-bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c) {
+bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c,
+                    const std::function<void()>& fill_x) {
   CheckShape(m, n, k);
   ANVIL_CHECK(Aligned(x) && Aligned(w) && Aligned(c), "int8_matmul_nt: expected 256-byte aligned operands");
   if (m == 0) return true;
@@ -177,6 +171,7 @@ bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x
   const Descriptors d(m, n, k);
   const std::optional<cublasLtMatmulHeuristicResult_t> algo = Choose(device, m, n, k, d);
   if (!algo) return false;
+  if (fill_x) fill_x();
   // The workspace comes from the device's caching allocator, so steady-state calls allocate
   // nothing from the driver; it stays alive until the product queued on this stream has run
   // (the allocator orders reuse after the stream's work).

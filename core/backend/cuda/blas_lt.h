@@ -11,18 +11,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace anvil::cuda {
-
-// Whether cuBLASLt has an int8 algorithm for int8_matmul_nt's shape on `device` (asked of its
-// heuristic once per shape, then cached). Errors of the library throw.
-bool int8_matmul_available(int device, int64_t m, int64_t n, int64_t k);
 
 // Row-major on `device`'s current stream: c[m, n] = x[m, k] · w[n, k]ᵀ in int32, with x, w
 // int8 and every row stride equal to its row length. Requires n and k multiples of 4 and
 // 256-byte aligned pointers (what the heuristic assumes unless told otherwise; the device
 // allocator's blocks are). False, with nothing launched, when cuBLASLt has no int8 algorithm
-// for the shape on this device; errors of the library throw.
-bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c);
+// for the shape on this device (the algorithm is asked of cuBLASLt's heuristic once per shape,
+// then cached); errors of the library throw. `fill_x`, when given, is called once an
+// algorithm is found and before the product is queued: it writes x, so no work is spent on
+// operands a refused shape would not use.
+bool int8_matmul_nt(int device, int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w, int32_t* c,
+                    const std::function<void()>& fill_x = {});
 
 }  // namespace anvil::cuda

@@ -100,15 +100,17 @@ Tensor StaticInt8Linear::forward(const Tensor& x) const {
   Tensor out = empty({m, n_}, On(device_, kFloat32));
   if (m == 0) return out;
   DeviceGuard guard(device_);
-  if (!int8_matmul_available(device_, m, n_padded_, k_padded_)) return Tensor();
   const cudaStream_t stream = current_stream(device_);
   const Tensor a = empty({m, k_padded_}, On(device_, kInt8));
-  QuantizeRowsKernel<<<GridFor(m * k_padded_), kBlock, 0, stream>>>(
-      x.data_ptr<float>(), m, k_, k_padded_, input_inv_scale_, input_zero_point_, a.data_ptr<int8_t>());
-  ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
   const Tensor acc = empty({m, n_padded_}, On(device_, kInt32));
+  // The input is quantized only once cuBLASLt has an algorithm for the shape.
+  const auto quantize = [&] {
+    QuantizeRowsKernel<<<GridFor(m * k_padded_), kBlock, 0, stream>>>(
+        x.data_ptr<float>(), m, k_, k_padded_, input_inv_scale_, input_zero_point_, a.data_ptr<int8_t>());
+    ANVIL_CUDA_KERNEL_LAUNCH_CHECK();
+  };
   if (!int8_matmul_nt(device_, m, n_padded_, k_padded_, a.data_ptr<int8_t>(), weight_.data_ptr<int8_t>(),
-                      acc.data_ptr<int32_t>()))
+                      acc.data_ptr<int32_t>(), quantize))
     return Tensor();
   const int32_t a_zero_point = static_cast<int32_t>(input_zero_point_) - 128;
   RequantizeRowsKernel<<<GridFor(m * n_), kBlock, 0, stream>>>(
